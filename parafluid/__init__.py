@@ -1,0 +1,58 @@
+"""parafluid: Fluid 1.x static graphs on PyTorch tensors.
+
+Write ``import parafluid as fluid`` and Fluid 1.x code runs unchanged::
+
+    import numpy as np
+    import parafluid as fluid
+
+    x = fluid.layers.data(name="x", shape=[13], dtype="float32")
+    y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+    cost = fluid.layers.square_error_cost(input=fluid.layers.fc(input=x, size=1), label=y)
+    avg_cost = fluid.layers.mean(cost)
+    fluid.optimizer.SGD(learning_rate=0.01).minimize(avg_cost)
+
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(fluid.default_startup_program())
+"""
+
+from __future__ import annotations
+
+from . import ops  # noqa: F401  (registers every op type)
+from . import (backward, clip, initializer, layers, optimizer, regularizer,  # noqa: F401
+               unique_name)
+from .backward import append_backward, gradients
+from .dtypes import VarType
+from .executor import Executor
+from .framework import (OpRole, Operator, Parameter, Program, Variable,  # noqa: F401
+                        default_main_program, default_startup_program, in_dygraph_mode,
+                        name_scope, program_guard)
+from .param_attr import ParamAttr
+from .place import (CPUPlace, CUDAPinnedPlace, CUDAPlace, cpu_places, cuda_places,
+                    is_compiled_with_cuda)
+from .runtime import OpRunError
+from .scope import LoDTensor, Scope, global_scope, scope_guard
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Program", "Operator", "Parameter", "Variable", "program_guard", "default_main_program",
+    "default_startup_program", "name_scope", "in_dygraph_mode", "OpRole",
+    "Executor", "Scope", "global_scope", "scope_guard", "LoDTensor", "OpRunError",
+    "CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "cpu_places", "cuda_places",
+    "is_compiled_with_cuda", "ParamAttr", "VarType", "append_backward", "gradients",
+    "layers", "optimizer", "initializer", "regularizer", "clip", "backward", "unique_name",
+]
+
+
+class core:  # noqa: N801  (Fluid scripts reach a few names through fluid.core)
+    """The handful of ``fluid.core`` names that Python-level Fluid code uses."""
+
+    VarDesc = type("VarDesc", (), {"VarType": VarType})
+    LoDTensor = LoDTensor
+    Scope = Scope
+    CPUPlace = CPUPlace
+    CUDAPlace = CUDAPlace
+
+    @staticmethod
+    def is_compiled_with_cuda() -> bool:
+        return is_compiled_with_cuda()

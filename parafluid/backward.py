@@ -1,0 +1,258 @@
+"""Reverse-mode differentiation as a program transformation.
+
+``append_backward(loss)`` appends, after the forward ops, one gradient op per forward op
+that lies between a trainable variable and the loss (in reverse order), each emitted by the
+op's gradient maker. A gradient with several contributions is written under renamed
+variables ``X@GRAD@RENAME@k`` and summed into ``X@GRAD`` by a ``sum`` op before its first
+use. The op that finally produces a parameter's gradient carries
+``op_role_var = [param, param@GRAD]``.
+
+Example::
+
+    params_grads = fluid.backward.append_backward(avg_cost)
+    for p, g in params_grads:
+        print(p.name, g.name)     # fc_0.w_0 fc_0.w_0@GRAD
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .framework import GRAD_SUFFIX, OpRole, Parameter, Variable, grad_var_name
+from .ops.registry import EMPTY, get_op_def
+
+__all__ = ["append_backward", "gradients", "calc_gradient"]
+
+
+def _names(items: Iterable[Any] | None) -> set[str]:
+    out: set[str] = set()
+    for item in items or ():
+        out.add(item.name if isinstance(item, Variable) else item)
+    return out
+
+
+def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
+                    no_grad_set: Iterable[Any] | None = None,
+                    callbacks: Any = None) -> list[tuple[Parameter, Variable]]:
+    """Append the backward pass of ``loss``; return ``(param, grad)`` pairs.
+
+    Args:
+        loss: a variable with one element (e.g. the output of ``fluid.layers.mean``).
+        parameter_list: parameters (or names) to differentiate; default all trainable ones.
+        no_grad_set: variables (or names) whose gradient is not computed.
+    """
+    if not isinstance(loss, Variable):
+        raise TypeError(f"append_backward: loss must be a Variable, got {type(loss).__name__}")
+    if loss.shape is not None and _numel(loss.shape) != 1:
+        raise ValueError(f"append_backward: loss {loss.name!r} must hold one element "
+                         f"(shape [1]), got shape {list(loss.shape)}; reduce it with "
+                         "fluid.layers.mean or reduce_sum first")
+    block = loss.block
+    program = block.program
+    if parameter_list is not None:
+        params = [block._var_recursive(n) for n in _ordered_names(parameter_list)]
+    else:
+        params = [p for p in program.global_block().all_parameters() if p.trainable]
+    no_grad = _names(no_grad_set)
+    _mark_loss_op(block, loss)
+    with program._role_guard(OpRole.Backward | OpRole.Loss):
+        block.append_op("fill_constant", outputs={"Out": [grad_var_name(loss.name)]},
+                        attrs={"shape": list(loss.shape or [1]), "value": 1.0,
+                               "dtype": loss.dtype or "float32"})
+    sources = {p.name for p in params} - no_grad
+    produced = _append_grad_ops(block, [loss.name], sources, no_grad)
+    program._appending_grad_times += 1
+    pairs = []
+    for p in params:
+        g = grad_var_name(p.name)
+        if g in produced:
+            pairs.append((p, block.var(g)))
+    _set_op_role_var(block, pairs)
+    return pairs
+
+
+def gradients(targets: Any, inputs: Any, target_gradients: Any = None,
+              no_grad_set: Iterable[Any] | None = None) -> list[Variable | None]:
+    """Gradients of ``sum(targets)`` w.r.t. each of ``inputs`` (None where unreachable).
+
+    ``target_gradients`` optionally gives the gradient to start from for each target
+    (default: ones).
+    """
+    targets = [targets] if isinstance(targets, Variable) else list(targets)
+    inputs_list = [inputs] if isinstance(inputs, Variable) else list(inputs)
+    if not targets:
+        raise ValueError("gradients: targets is empty")
+    block = targets[0].block
+    program = block.program
+    if target_gradients is None:
+        target_gradients = [None] * len(targets)
+    elif isinstance(target_gradients, Variable):
+        target_gradients = [target_gradients]
+    if len(target_gradients) != len(targets):
+        raise ValueError(f"gradients: {len(targets)} targets but {len(target_gradients)} "
+                         "target_gradients")
+    with program._role_guard(OpRole.Backward):
+        for t, tg in zip(targets, target_gradients):
+            gname = grad_var_name(t.name)
+            if tg is None:
+                block.append_op("fill_any_like", inputs={"X": [t]}, outputs={"Out": [gname]},
+                                attrs={"value": 1.0})
+            else:
+                block.append_op("assign", inputs={"X": [tg]}, outputs={"Out": [gname]})
+    no_grad = _names(no_grad_set)
+    sources = {v.name for v in inputs_list} - no_grad
+    produced = _append_grad_ops(block, [t.name for t in targets], sources, no_grad)
+    program._appending_grad_times += 1
+    return [block.var(grad_var_name(v.name)) if grad_var_name(v.name) in produced else None
+            for v in inputs_list]
+
+
+calc_gradient = gradients
+
+
+# ---------------------------------------------------------------------------- internals
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _ordered_names(items: Sequence[Any]) -> list[str]:
+    return [i.name if isinstance(i, Variable) else i for i in items]
+
+
+def _mark_loss_op(block: Any, loss: Variable) -> None:
+    for op in reversed(block.ops):
+        if loss.name in op.output_arg_names:
+            op.attrs["op_role"] = op.attrs.get("op_role", 0) | OpRole.Loss
+            return
+
+
+def _append_grad_ops(block: Any, targets: list[str], sources: set[str],
+                     no_grad: set[str]) -> set[str]:
+    """Emit gradient ops for the ops between ``sources`` and ``targets``; return grad names."""
+    fwd_ops = [op for op in block.ops
+               if not (op.attrs.get("op_role", 0) & (OpRole.Backward | OpRole.Optimize))]
+    # Forward: which variables carry a gradient (depend on a source through differentiable
+    # slots, and are not stop_gradient / no_grad).
+    flows = set(sources)
+    for op in fwd_ops:
+        opdef = get_op_def(op.type)
+        if opdef.grad is None:
+            continue
+        if any(n in flows for slot, names in op.inputs.items()
+               if slot not in opdef.no_grad_inputs for n in names):
+            for n in op.output_arg_names:
+                var = block._find_var_recursive(n)
+                if n not in no_grad and not (var is not None and var.stop_gradient
+                                             and n not in sources):
+                    flows.add(n)
+    # Backward: which ops lead to a target.
+    needed = set(targets)
+    path = []
+    for op in reversed(fwd_ops):
+        if any(n in needed for n in op.output_arg_names):
+            path.append(op)
+            needed.update(op.input_arg_names)
+    specs: list[dict[str, Any]] = []
+    produced = {grad_var_name(t) for t in targets}
+    pending: dict[str, list[str]] = {}  # grad name -> renamed parts awaiting a sum
+    writer: dict[str, tuple[dict[str, Any], str, int]] = {}
+    renames: dict[str, int] = {}
+
+    def flush(name: str) -> None:
+        parts = pending.pop(name, None)
+        if parts:
+            specs.append({"type": "sum", "inputs": {"X": parts}, "outputs": {"Out": [name]},
+                          "attrs": {}})
+
+    for op in path:  # already in reverse order
+        opdef = get_op_def(op.type)
+        if opdef.grad is None:
+            continue
+        if not any(n in flows for slot, names in op.inputs.items()
+                   if slot not in opdef.no_grad_inputs for n in names):
+            continue
+        blocked = {n for n in op.input_arg_names if n not in flows} | no_grad
+        for spec in opdef.grad(op, blocked):
+            ok, zero_fills = _prune_missing_grads(spec, produced)
+            if not ok:
+                continue
+            specs.extend(zero_fills)
+            for names in spec["inputs"].values():
+                for n in names:
+                    flush(n)
+            for slot, names in spec["outputs"].items():
+                for i, n in enumerate(names):
+                    if n == EMPTY:
+                        continue
+                    if n in produced:
+                        if n not in pending:  # second writer: rename the first one too
+                            first_spec, first_slot, first_i = writer[n]
+                            part0 = _renamed(n, renames)
+                            first_spec["outputs"][first_slot][first_i] = part0
+                            pending[n] = [part0]
+                        part = _renamed(n, renames)
+                        names[i] = part
+                        pending[n].append(part)
+                    else:
+                        produced.add(n)
+                        writer[n] = (spec, slot, i)
+            specs.append(spec)
+    for name in list(pending):
+        flush(name)
+    with block.program._role_guard(OpRole.Backward):
+        for spec in specs:
+            block.append_op(spec["type"], inputs=spec["inputs"], outputs=spec["outputs"],
+                            attrs=spec["attrs"])
+    return produced
+
+
+def _renamed(name: str, counters: dict[str, int]) -> str:
+    k = counters.get(name, 0)
+    counters[name] = k + 1
+    return f"{name}@RENAME@{k}"
+
+
+def _prune_missing_grads(spec: dict[str, Any],
+                         produced: set[str]) -> tuple[bool, list[dict[str, Any]]]:
+    """Drop ``Out@GRAD`` inputs nobody produces; False if the op then has nothing to do.
+
+    A list slot keeps its positions: a missing gradient there is filled with zeros by the
+    returned ``fill_zeros_like`` specs.
+    """
+    inputs = spec["inputs"]
+    have_any = False
+    zero_fills = []
+    for slot in list(inputs):
+        if not slot.endswith(GRAD_SUFFIX):
+            continue
+        names = inputs[slot]
+        present = [n in produced for n in names]
+        have_any = have_any or any(present)
+        if all(present):
+            continue
+        if len(names) == 1:
+            del inputs[slot]
+            continue
+        for n, ok in zip(names, present):
+            if not ok:
+                zero_fills.append({"type": "fill_zeros_like",
+                                   "inputs": {"X": [n[: -len(GRAD_SUFFIX)]]},
+                                   "outputs": {"Out": [n]}, "attrs": {}})
+                produced.add(n)
+    return have_any, zero_fills
+
+
+def _set_op_role_var(block: Any, pairs: list[tuple[Parameter, Variable]]) -> None:
+    for p, g in pairs:
+        for op in reversed(block.ops):
+            if g.name in op.output_arg_names:
+                role_var = list(op.attrs.get("op_role_var") or [])
+                op.attrs["op_role_var"] = role_var + [p.name, g.name]
+                break
+    block.program._bump()

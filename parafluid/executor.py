@@ -1,0 +1,252 @@
+"""The sequential Executor: runs the ops of a Program's global block in order.
+
+Example::
+
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(fluid.default_startup_program())
+    loss, = exe.run(feed={"x": x, "y": y}, fetch_list=[avg_cost])
+
+Persistable variables (parameters, optimizer state) live in the scope across runs; every
+other variable lives only during one run, as in Fluid. A program is compiled once per
+(program version, feed names, fetch names) into a list of bound ops.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .dtypes import convert_dtype, to_numpy
+from .framework import Program, Variable, default_main_program
+from .ops.registry import EMPTY, shapes_compatible
+from .place import to_device
+from .runtime import OpRunError, bind_op, op_error
+from .scope import LoDTensor, Scope, ScopeVariable, SelectedRows, as_numpy, global_scope
+
+__all__ = ["Executor", "global_scope", "scope_guard", "as_feed_tensor", "fetch_names"]
+
+from .scope import scope_guard  # noqa: E402  (re-exported for fluid.executor.scope_guard)
+
+
+class _Plan:
+    """A program compiled for one feed/fetch signature."""
+
+    __slots__ = ("ops", "runners", "scope_reads", "persist_writes", "fetch")
+
+    def __init__(self, ops: list, runners: list, scope_reads: list[str],
+                 persist_writes: list[str], fetch: list[str]) -> None:
+        self.ops = ops
+        self.runners = runners
+        self.scope_reads = scope_reads
+        self.persist_writes = persist_writes
+        self.fetch = fetch
+
+
+class Executor:
+    """Runs programs on one place (``CPUPlace()`` or ``CUDAPlace(i)``)."""
+
+    def __init__(self, place: Any = None) -> None:
+        from .place import CPUPlace
+
+        self.place = place if place is not None else CPUPlace()
+        self.device = to_device(self.place)
+        self._cache: dict[tuple, _Plan] = {}
+        self._closed = False
+        self._close_hooks: list[Any] = []
+
+    # ------------------------------------------------------------------ public API
+    def run(self, program: Any = None, feed: dict[str, Any] | None = None,
+            fetch_list: Sequence[Any] | None = None, feed_var_name: str = "feed",
+            fetch_var_name: str = "fetch", scope: Scope | None = None,
+            return_numpy: bool = True, use_program_cache: bool = False) -> list[Any]:
+        """Run ``program`` (default: the default main program) once.
+
+        Args:
+            program: a Program, or a CompiledProgram (then it runs data-parallel).
+            feed: ``{name: ndarray}`` for the data variables.
+            fetch_list: Variables or names to return.
+            scope: where persistable variables live (default: ``global_scope()``).
+            return_numpy: return numpy arrays (else LoDTensors).
+        """
+        if self._closed:
+            raise RuntimeError("Executor.run() after close(): create a new Executor")
+        if program is None:
+            program = default_main_program()
+        scope = scope if scope is not None else global_scope()
+        feed = {} if feed is None else feed
+        fetch_list = [] if fetch_list is None else fetch_list
+        if not isinstance(feed, dict):
+            raise TypeError(f"Executor.run: feed must be a dict of name -> array, "
+                            f"got {type(feed).__name__}")
+        if not isinstance(fetch_list, (list, tuple)):
+            fetch_list = [fetch_list]
+        if hasattr(program, "_run_from_executor"):  # CompiledProgram
+            return program._run_from_executor(self, feed, fetch_list, scope, return_numpy)
+        if not isinstance(program, Program):
+            raise TypeError(f"Executor.run: program must be a Program or CompiledProgram, "
+                            f"got {type(program).__name__}")
+        fetch = fetch_names(fetch_list)
+        plan = self._plan(program, tuple(sorted(feed)), tuple(fetch))
+        block = program.global_block()
+
+        env: dict[str, Any] = {}
+        for name, value in feed.items():
+            env[name] = as_feed_tensor(block, name, value, self.device)
+        for name in plan.scope_reads:
+            if name in env:
+                continue
+            holder = scope.find_var(name)
+            if holder is None or holder.value is None:
+                raise RuntimeError(_missing_value_message(block, name, feed))
+            env[name] = holder.value
+        _run_ops(plan, env)
+        for name in plan.persist_writes:
+            holder = scope.find_var(name) or scope.var(name)
+            holder.value = env[name]
+        results = []
+        for name in plan.fetch:
+            value = env.get(name)
+            if value is None:
+                holder = scope.find_var(name)
+                value = None if holder is None else holder.value
+            if value is None:
+                raise RuntimeError(f"fetch target {name!r} has no value after the run: no op "
+                                   "wrote it and the scope does not hold it")
+            results.append(as_numpy(value) if return_numpy else _as_lod_tensor(name, value))
+        return results
+
+    def close(self) -> None:
+        """Release resources; in distributed mode, tell the parameter servers we are done."""
+        if self._closed:
+            return
+        self._closed = True
+        for hook in self._close_hooks:
+            hook()
+        self._cache.clear()
+
+    # ------------------------------------------------------------------ compilation
+    def _plan(self, program: Program, feed: tuple[str, ...], fetch: tuple[str, ...]) -> _Plan:
+        key = (program, program._version, feed, fetch)
+        plan = self._cache.get(key)
+        if plan is None:
+            plan = compile_block(program, feed, fetch, self.device, runtime=self)
+            # Older versions of the same program are dead: keep the cache small.
+            self._cache = {k: v for k, v in self._cache.items() if k[0] is not program}
+            self._cache[key] = plan
+        return plan
+
+
+def compile_block(program: Program, feed: Sequence[str], fetch: Sequence[str], device: Any,
+                  runtime: Any = None, block_idx: int = 0) -> _Plan:
+    """Bind every op of a block and work out what comes from the scope and goes back to it."""
+    block = program.block(block_idx)
+    for name in feed:
+        if block._find_var_recursive(name) is None:
+            raise ValueError(_unknown_name_message("feed", name, block))
+    for name in fetch:
+        if block._find_var_recursive(name) is None:
+            raise ValueError(_unknown_name_message("fetch target", name, block))
+    written: set[str] = set(feed)
+    scope_reads: list[str] = []
+    persist_writes: list[str] = []
+    for op in block.ops:
+        for name in op.input_arg_names:
+            if name not in written and name != EMPTY and name not in scope_reads:
+                scope_reads.append(name)
+        for name in op.output_arg_names:
+            written.add(name)
+    for name in sorted(written):
+        var = block._find_var_recursive(name)
+        if var is not None and var.persistable and name not in persist_writes:
+            persist_writes.append(name)
+    for name in fetch:
+        if name not in written and name not in scope_reads:
+            scope_reads.append(name)
+    runners = [bind_op(op, device, runtime) for op in block.ops]
+    return _Plan(list(block.ops), runners, scope_reads, persist_writes, list(fetch))
+
+
+def _run_ops(plan: _Plan, env: dict[str, Any]) -> None:
+    i = 0
+    try:
+        for i, run in enumerate(plan.runners):  # noqa: B007 (i is read in the handler)
+            run(env)
+    except OpRunError:
+        raise
+    except Exception as e:
+        raise op_error(plan.ops[i], i, e) from e
+
+
+# ---------------------------------------------------------------------- feed / fetch
+
+
+def fetch_names(fetch_list: Sequence[Any]) -> list[str]:
+    names = []
+    for item in fetch_list:
+        if isinstance(item, Variable):
+            names.append(item.name)
+        elif isinstance(item, str):
+            names.append(item)
+        else:
+            raise TypeError(f"fetch_list items must be Variables or names, "
+                            f"got {type(item).__name__}: {item!r}")
+    return names
+
+
+def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> Any:
+    """Check a fed value against the variable's shape and dtype; return it as a tensor."""
+    var = block._find_var_recursive(name)
+    if var is None:
+        raise ValueError(_unknown_name_message("feed", name, block))
+    if isinstance(value, SelectedRows):
+        return value.to(device)
+    if isinstance(value, LoDTensor):
+        value = value.value
+    if isinstance(value, torch.Tensor):
+        arr_dtype = convert_dtype(value.dtype)
+        shape = tuple(value.shape)
+    else:
+        if not isinstance(value, np.ndarray):
+            value = np.asarray(value, dtype=to_numpy(var.dtype) if var.dtype else None)
+        arr_dtype = convert_dtype(value.dtype) if value.dtype != object else "object"
+        shape = value.shape
+    if var.dtype is not None and arr_dtype != var.dtype:
+        raise TypeError(f"feed {name!r}: expected dtype {var.dtype}, got {arr_dtype} "
+                        f"(convert with .astype('{var.dtype}'))")
+    if var.shape is not None and not shapes_compatible(var.shape, shape):
+        raise ValueError(f"feed {name!r}: expected shape {list(var.shape)} (-1 = any), "
+                         f"got {list(shape)}")
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if not value.flags.c_contiguous or not value.flags.writeable:
+        value = np.ascontiguousarray(value).copy()
+    t = torch.from_numpy(value)
+    if var.persistable:
+        t = t.clone()  # a persistable may be updated in place later: never alias user memory
+    return t if device.type == "cpu" else t.to(device)
+
+
+def _as_lod_tensor(name: str, value: Any) -> LoDTensor:
+    holder = ScopeVariable(name)
+    holder.value = value.clone() if isinstance(value, torch.Tensor) else value
+    return LoDTensor(holder)
+
+
+def _unknown_name_message(what: str, name: str, block: Any) -> str:
+    close = difflib.get_close_matches(name, list(block.vars), n=3)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    return f"{what} {name!r} is not a variable of the program{hint}"
+
+
+def _missing_value_message(block: Any, name: str, feed: dict[str, Any]) -> str:
+    var = block._find_var_recursive(name)
+    if var is not None and var.persistable:
+        return (f"variable {name!r} is read by the program but not initialized in the scope: "
+                "run the startup program first (exe.run(fluid.default_startup_program()))")
+    readers = [f"#{i} {op.type}" for i, op in enumerate(block.ops) if name in op.input_arg_names]
+    return (f"variable {name!r} is needed by op {readers[0] if readers else '?'} but was not fed "
+            f"and no earlier op computes it; feed it (fed: {sorted(feed) or 'nothing'})")

@@ -1,0 +1,664 @@
+"""The Program IR: Program, Block, Operator, Variable, Parameter.
+
+A Program is plain, printable data: blocks of variables and operators whose inputs and
+outputs are variable *names* grouped by slot. Shapes and dtypes of outputs are inferred when
+an op is appended (see ``parafluid.ops.registry``).
+
+Example::
+
+    import parafluid as fluid
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[13], dtype="float32")
+        y = fluid.layers.fc(input=x, size=1)
+    print(main)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from . import unique_name
+from .dtypes import VarType, convert_dtype
+
+__all__ = [
+    "OpRole", "Variable", "Parameter", "Operator", "Block", "Program",
+    "program_guard", "default_main_program", "default_startup_program",
+    "switch_main_program", "switch_startup_program", "name_scope", "in_dygraph_mode",
+    "grad_var_name", "GRAD_SUFFIX",
+]
+
+GRAD_SUFFIX = "@GRAD"
+EMPTY_VAR_NAME = "@EMPTY@"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def grad_var_name(name: str) -> str:
+    """``x`` -> ``x@GRAD``."""
+    return name + GRAD_SUFFIX
+
+
+class OpRole:
+    """Bit flags carried by every op in its ``op_role`` attribute (values as in Fluid)."""
+
+    Forward = 0x0000
+    Backward = 0x0001
+    Optimize = 0x0002
+    RPC = 0x0004
+    Dist = 0x0008
+    LRSched = 0x0010
+    Loss = 0x0100
+
+    @staticmethod
+    def name(role: int) -> str:
+        parts = [n for n, bit in (("backward", 0x1), ("optimize", 0x2), ("rpc", 0x4),
+                                  ("dist", 0x8), ("lr_sched", 0x10), ("loss", 0x100))
+                 if role & bit]
+        return "|".join(parts) or "forward"
+
+
+def in_dygraph_mode() -> bool:
+    """parafluid is static-graph only."""
+    return False
+
+
+def _user_callsite() -> str:
+    """The first stack frame outside the parafluid package, as ``file:line``."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PACKAGE_DIR):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+# --------------------------------------------------------------------------- variables
+
+
+class Variable:
+    """A named, typed value in a Block. ``shape`` uses -1 for sizes known only at run time."""
+
+    def __init__(self, block: Block, name: str | None = None, shape: Sequence[int] | None = None,
+                 dtype: Any = None, type: str = VarType.LOD_TENSOR, lod_level: int = 0,
+                 persistable: bool = False, stop_gradient: bool = False, is_data: bool = False,
+                 need_check_feed: bool = False, **_ignored: Any) -> None:
+        self.block = block
+        self.name = name if name is not None else unique_name.generate("_generated_var")
+        self.shape: tuple[int, ...] | None = None if shape is None else _as_shape(shape, self.name)
+        self.dtype: str | None = None if dtype is None else convert_dtype(dtype)
+        self.type = type
+        self.lod_level = lod_level
+        self.persistable = persistable
+        self.stop_gradient = stop_gradient
+        self.is_data = is_data
+        self.need_check_feed = need_check_feed
+
+    # Fluid exposes these as read-only-ish properties; plain attributes keep it simple.
+    @property
+    def ndim(self) -> int:
+        return len(self.shape or ())
+
+    def _to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": None if self.shape is None else list(self.shape),
+                "dtype": self.dtype, "type": self.type, "lod_level": self.lod_level,
+                "persistable": self.persistable, "stop_gradient": self.stop_gradient,
+                "is_data": self.is_data, "need_check_feed": self.need_check_feed}
+
+    def _describe(self) -> str:
+        shape = "?" if self.shape is None else "[" + ", ".join(map(str, self.shape)) + "]"
+        flags = [f for f, on in (("persistable", self.persistable), ("data", self.is_data),
+                                 ("stop_gradient", self.stop_gradient and not self.is_data
+                                  and not self.persistable),
+                                 (self.type, self.type != VarType.LOD_TENSOR)) if on]
+        kind = "param" if isinstance(self, Parameter) else "var"
+        tail = f" ({', '.join(flags)})" if flags else ""
+        return f"{kind} {self.name} : {self.dtype or '?'}{shape}{tail}"
+
+    def __repr__(self) -> str:
+        return f"<{self._describe()}>"
+
+    __str__ = __repr__
+
+    def to_string(self, throw_on_error: bool = True, with_details: bool = False) -> str:
+        return self._describe()
+
+
+class Parameter(Variable):
+    """A persistable, trainable Variable created by a layer; carries optimizer settings."""
+
+    def __init__(self, block: Block, shape: Sequence[int], dtype: Any, name: str | None = None,
+                 trainable: bool = True, optimize_attr: dict[str, float] | None = None,
+                 regularizer: Any = None, gradient_clip_attr: Any = None,
+                 do_model_average: bool | None = None, **kwargs: Any) -> None:
+        for dim in shape:
+            if dim is None or dim < 0:
+                raise ValueError(f"Parameter {name!r}: every dimension must be known and >= 0, "
+                                 f"got shape {list(shape)}")
+        kwargs.setdefault("persistable", True)
+        super().__init__(block, name=name, shape=shape, dtype=dtype, **kwargs)
+        self.trainable = trainable
+        self.stop_gradient = not trainable
+        self.optimize_attr = optimize_attr or {"learning_rate": 1.0}
+        self.regularizer = regularizer
+        self.gradient_clip_attr = gradient_clip_attr
+        self.do_model_average = do_model_average
+
+    def _to_dict(self) -> dict[str, Any]:
+        d = super()._to_dict()
+        # Regularizer and clip objects are Python-side build helpers; their effect is already
+        # ops in the program, so only the plain settings travel.
+        d.update(parameter=True, trainable=self.trainable, optimize_attr=self.optimize_attr,
+                 do_model_average=self.do_model_average)
+        return d
+
+
+def _as_shape(shape: Sequence[int], name: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"variable {name!r}: shape must be a sequence of ints, got {shape!r}") \
+            from None
+    for d in dims:
+        if d < -1:
+            raise ValueError(f"variable {name!r}: shape dimensions must be >= -1, got {list(dims)}")
+    return dims
+
+
+# --------------------------------------------------------------------------- operators
+
+
+def _normalize_attr(value: Any) -> Any:
+    """Attrs are plain data: numpy scalars become Python scalars, tuples become lists."""
+    if isinstance(value, Block):
+        return value
+    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_normalize_attr(v) for v in value]
+    return value
+
+
+def _names(value: Any, where: str) -> list[str]:
+    """Accept a Variable, a name, or a list of either; return the list of names."""
+    if value is None:
+        return []
+    if isinstance(value, (Variable, str)):
+        value = [value]
+    names = []
+    for v in value:
+        if isinstance(v, Variable):
+            names.append(v.name)
+        elif isinstance(v, str):
+            names.append(v)
+        else:
+            raise TypeError(f"{where}: expected a Variable or a variable name, "
+                            f"got {type(v).__name__}: {v!r}")
+    return names
+
+
+class Operator:
+    """One op in a Block: a type, named input/output slots holding variable names, attrs."""
+
+    def __init__(self, block: Block, type: str, inputs: dict[str, list[str]],
+                 outputs: dict[str, list[str]], attrs: dict[str, Any],
+                 callsite: str = "<unknown>") -> None:
+        self.block = block
+        self.type = type
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attrs = attrs
+        self.callsite = callsite
+
+    # ---- Fluid's accessors
+    def input(self, slot: str) -> list[str]:
+        return self.inputs.get(slot, [])
+
+    def output(self, slot: str) -> list[str]:
+        return self.outputs.get(slot, [])
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.outputs)
+
+    @property
+    def input_arg_names(self) -> list[str]:
+        return [n for names in self.inputs.values() for n in names]
+
+    @property
+    def output_arg_names(self) -> list[str]:
+        return [n for names in self.outputs.values() for n in names]
+
+    def attr(self, name: str) -> Any:
+        return self.attrs[name]
+
+    def has_attr(self, name: str) -> bool:
+        return name in self.attrs
+
+    @property
+    def attr_names(self) -> list[str]:
+        return list(self.attrs)
+
+    def _set_attr(self, name: str, value: Any) -> None:
+        self.attrs[name] = _normalize_attr(value)
+        self.block.program._bump()
+
+    def _rename_input(self, old: str, new: str) -> None:
+        for names in self.inputs.values():
+            names[:] = [new if n == old else n for n in names]
+        self.block.program._bump()
+
+    def _rename_output(self, old: str, new: str) -> None:
+        for names in self.outputs.values():
+            names[:] = [new if n == old else n for n in names]
+        self.block.program._bump()
+
+    # ---- printing
+    def to_string(self, with_details: bool = False) -> str:
+        def slots(d: dict[str, list[str]]) -> str:
+            return ", ".join(f"{k}=[{', '.join(v)}]" for k, v in d.items())
+
+        shown = {k: v for k, v in sorted(self.attrs.items())
+                 if with_details or k not in _HIDDEN_ATTRS}
+        attrs = ", ".join(f"{k}={_attr_str(v)}" for k, v in shown.items())
+        text = f"{{{slots(self.outputs)}}} = {self.type}({slots(self.inputs)})"
+        return f"{text} {{{attrs}}}" if attrs else text
+
+    def __repr__(self) -> str:
+        return self.to_string()
+
+    __str__ = __repr__
+
+
+_HIDDEN_ATTRS = frozenset({"op_role", "op_role_var", "op_namescope"})
+
+
+def _attr_str(v: Any) -> str:
+    if isinstance(v, Block):
+        return f"block[{v.idx}]"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_attr_str(x) for x in v) + "]"
+    if isinstance(v, str):
+        return repr(v)
+    return str(v)
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+class Block:
+    """An ordered list of ops plus the variables they use; block 0 is the global block."""
+
+    def __init__(self, program: Program, idx: int, parent_idx: int = -1) -> None:
+        self.program = program
+        self.idx = idx
+        self.parent_idx = parent_idx
+        self.vars: dict[str, Variable] = {}
+        self.ops: list[Operator] = []
+
+    @property
+    def parent_block(self) -> Block | None:
+        return None if self.parent_idx < 0 else self.program.blocks[self.parent_idx]
+
+    # ---- variables
+    def create_var(self, **kwargs: Any) -> Variable:
+        name = kwargs.get("name")
+        if name is not None and name in self.vars:
+            existing = self.vars[name]
+            # Fluid returns the existing variable when the same name is created twice.
+            if kwargs.get("shape") is not None and existing.shape is None:
+                existing.shape = _as_shape(kwargs["shape"], name)
+            if kwargs.get("dtype") is not None and existing.dtype is None:
+                existing.dtype = convert_dtype(kwargs["dtype"])
+            if kwargs.get("persistable"):
+                existing.persistable = True
+            return existing
+        var = Variable(self, **kwargs)
+        self.vars[var.name] = var
+        self.program._bump()
+        return var
+
+    def create_parameter(self, **kwargs: Any) -> Parameter:
+        kwargs.pop("initializer", None)
+        name = kwargs.get("name")
+        if name in self.vars and isinstance(self.vars[name], Parameter):
+            return self.vars[name]  # type: ignore[return-value]
+        param = Parameter(self, **kwargs)
+        self.vars[param.name] = param
+        self.program._bump()
+        return param
+
+    def has_var(self, name: str) -> bool:
+        return name in self.vars
+
+    def var(self, name: str) -> Variable:
+        """The variable ``name`` of this block; ValueError naming the block if absent."""
+        if not isinstance(name, str):
+            raise TypeError(f"var(): name must be a str, got {type(name).__name__}")
+        try:
+            return self.vars[name]
+        except KeyError:
+            raise ValueError(f"variable {name!r} is not in block {self.idx}") from None
+
+    def _find_var_recursive(self, name: str) -> Variable | None:
+        block: Block | None = self
+        while block is not None:
+            if name in block.vars:
+                return block.vars[name]
+            block = block.parent_block
+        return None
+
+    def _var_recursive(self, name: str) -> Variable:
+        var = self._find_var_recursive(name)
+        if var is None:
+            raise ValueError(f"variable {name!r} is not in block {self.idx} or its parents")
+        return var
+
+    def all_parameters(self) -> list[Parameter]:
+        return [v for v in self.vars.values() if isinstance(v, Parameter)]
+
+    def iter_parameters(self) -> Iterator[Parameter]:
+        return iter(self.all_parameters())
+
+    def _remove_var(self, name: str) -> None:
+        self.vars.pop(name, None)
+        self.program._bump()
+
+    def _rename_var(self, old: str, new: str) -> Variable:
+        var = self.vars.pop(old)
+        var.name = new
+        self.vars[new] = var
+        for op in self.ops:
+            op._rename_input(old, new)
+            op._rename_output(old, new)
+        self.program._bump()
+        return var
+
+    # ---- operators
+    def _make_op(self, type: str, inputs: dict[str, Any] | None, outputs: dict[str, Any] | None,
+                 attrs: dict[str, Any] | None, infer: bool = True) -> Operator:
+        from .ops.registry import prepare_op  # registry imports nothing from here at import
+
+        where = f"op {type!r}"
+        ins = {slot: _names(v, f"{where} input {slot!r}") for slot, v in (inputs or {}).items()}
+        outs = {slot: _names(v, f"{where} output {slot!r}") for slot, v in (outputs or {}).items()}
+        attrs = {k: _normalize_attr(v) for k, v in (attrs or {}).items()}
+        program = self.program
+        attrs.setdefault("op_role", program._current_role)
+        if program._op_role_var and "op_role_var" not in attrs:
+            attrs["op_role_var"] = list(program._op_role_var)
+        if program._name_scope_stack:
+            attrs.setdefault("op_namescope", "/" + "/".join(program._name_scope_stack) + "/")
+        op = Operator(self, type, ins, outs, attrs, callsite=_user_callsite())
+        prepare_op(op, infer=infer)
+        return op
+
+    def append_op(self, type: str, inputs: dict[str, Any] | None = None,
+                  outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
+                  infer_shape: bool = True, **_ignored: Any) -> Operator:
+        """Append an op; fills attr defaults and infers output shapes and dtypes."""
+        op = self._make_op(type, inputs, outputs, attrs, infer=infer_shape)
+        self.ops.append(op)
+        self.program._bump()
+        return op
+
+    def _insert_op(self, index: int, type: str, inputs: dict[str, Any] | None = None,
+                   outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
+                   infer_shape: bool = True) -> Operator:
+        op = self._make_op(type, inputs, outputs, attrs, infer=infer_shape)
+        self.ops.insert(index, op)
+        self.program._bump()
+        return op
+
+    def _prepend_op(self, type: str, inputs: dict[str, Any] | None = None,
+                    outputs: dict[str, Any] | None = None,
+                    attrs: dict[str, Any] | None = None) -> Operator:
+        return self._insert_op(0, type, inputs, outputs, attrs)
+
+    def _remove_op(self, index: int) -> None:
+        del self.ops[index]
+        self.program._bump()
+
+    # ---- printing
+    def to_string(self, with_details: bool = False) -> str:
+        lines = [f"block {self.idx} (parent {self.parent_idx}):"]
+        lines += [f"  {v._describe()}" for v in self.vars.values()]
+        lines += [f"  {op.to_string(with_details)}" for op in self.ops]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.to_string()
+
+    __str__ = __repr__
+
+
+# --------------------------------------------------------------------------- programs
+
+
+class Program:
+    """A list of blocks; block 0 is global. Build with layers inside ``program_guard``."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = [Block(self, 0)]
+        self.current_block_idx = 0
+        self._seed = 0
+        self._version = 0
+        self._current_role = OpRole.Forward
+        self._op_role_var: list[str] = []
+        self._name_scope_stack: list[str] = []
+        self._appending_grad_times = 0
+        self._is_distributed = False
+        self._is_chief = False
+        self._endpoints: list[str] = []
+        self._trainers_endpoints: list[str] = []
+        self._nccl_comm_num = 1
+        self._hierarchical_allreduce_inter_nranks = 0
+
+    def _bump(self) -> None:
+        self._version += 1
+
+    # ---- blocks
+    def global_block(self) -> Block:
+        return self.blocks[0]
+
+    def block(self, index: int) -> Block:
+        if not 0 <= index < len(self.blocks):
+            raise IndexError(f"program has {len(self.blocks)} blocks, no block {index}")
+        return self.blocks[index]
+
+    def current_block(self) -> Block:
+        return self.blocks[self.current_block_idx]
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    def _create_block(self, parent_idx: int | None = None) -> Block:
+        parent = self.current_block_idx if parent_idx is None else parent_idx
+        block = Block(self, len(self.blocks), parent)
+        self.blocks.append(block)
+        self.current_block_idx = block.idx
+        self._bump()
+        return block
+
+    def _rollback(self) -> None:
+        self.current_block_idx = self.current_block().parent_idx
+
+    # ---- queries
+    def list_vars(self) -> Iterator[Variable]:
+        for block in self.blocks:
+            yield from block.vars.values()
+
+    def all_parameters(self) -> list[Parameter]:
+        return [p for block in self.blocks for p in block.all_parameters()]
+
+    @property
+    def random_seed(self) -> int:
+        return self._seed
+
+    @random_seed.setter
+    def random_seed(self, seed: int) -> None:
+        if not isinstance(seed, int):
+            raise TypeError(f"Program.random_seed must be an int, got {type(seed).__name__}")
+        self._seed = seed
+
+    # ---- role guards used by backward and optimizers
+    @contextlib.contextmanager
+    def _role_guard(self, role: int, role_var: Iterable[str] = ()) -> Iterator[None]:
+        old_role, old_var = self._current_role, self._op_role_var
+        self._current_role, self._op_role_var = role, list(role_var)
+        try:
+            yield
+        finally:
+            self._current_role, self._op_role_var = old_role, old_var
+
+    def _backward_role_guard(self) -> contextlib.AbstractContextManager[None]:
+        return self._role_guard(OpRole.Backward)
+
+    def _optimized_guard(self, param_and_grads: Sequence[Any]) -> \
+            contextlib.AbstractContextManager[None]:
+        names = [v.name if isinstance(v, Variable) else v for v in param_and_grads]
+        return self._role_guard(OpRole.Optimize, names)
+
+    def _lr_schedule_guard(self) -> contextlib.AbstractContextManager[None]:
+        return self._role_guard(OpRole.LRSched)
+
+    # ---- copies
+    def clone(self, for_test: bool = False) -> Program:
+        """A deep copy; ``for_test=True`` drops backward/optimize ops and sets ``is_test``."""
+        from .serialization import program_from_dict, program_to_dict
+
+        p = program_from_dict(program_to_dict(self))
+        p._copy_python_side(self)
+        if for_test:
+            _prune_for_test(p)
+        return p
+
+    def _copy_python_side(self, other: Program) -> None:
+        """Carry over what serialization does not: regularizer/clip objects on parameters."""
+        for block, src in zip(self.blocks, other.blocks):
+            for name, var in block.vars.items():
+                orig = src.vars.get(name)
+                if isinstance(var, Parameter) and isinstance(orig, Parameter):
+                    var.regularizer = orig.regularizer
+                    var.gradient_clip_attr = orig.gradient_clip_attr
+        self._appending_grad_times = other._appending_grad_times
+
+    # ---- printing, checking, bytes
+    def to_string(self, throw_on_error: bool = True, with_details: bool = False) -> str:
+        return "\n".join(b.to_string(with_details) for b in self.blocks)
+
+    def __repr__(self) -> str:
+        return self.to_string()
+
+    __str__ = __repr__
+
+    def verify(self) -> None:
+        """Raise ProgramVerificationError listing every problem found (see verifier.py)."""
+        from .verifier import verify
+
+        verify(self)
+
+    def serialize_to_string(self) -> bytes:
+        from .serialization import dumps
+
+        return dumps(self)
+
+    @staticmethod
+    def parse_from_string(binary: bytes) -> Program:
+        from .serialization import loads
+
+        return loads(binary)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Program:
+        return self.clone()
+
+
+def _prune_for_test(p: Program) -> None:
+    drop = OpRole.Backward | OpRole.Optimize | OpRole.LRSched
+    for block in p.blocks:
+        block.ops = [op for op in block.ops if not (op.attrs.get("op_role", 0) & drop)]
+        for op in block.ops:
+            if "is_test" in op.attrs:
+                op.attrs["is_test"] = True
+        used = {n for op in block.ops for n in op.input_arg_names + op.output_arg_names}
+        for name in list(block.vars):
+            var = block.vars[name]
+            if name not in used and (name.endswith(GRAD_SUFFIX) or GRAD_SUFFIX + "@" in name):
+                del block.vars[name]
+    p._appending_grad_times = 0
+    p._bump()
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+_main_program = Program()
+_startup_program = Program()
+
+
+def default_main_program() -> Program:
+    """The program layers append to outside any ``program_guard``."""
+    return _main_program
+
+
+def default_startup_program() -> Program:
+    """The program that initializes parameters (run it once with an Executor)."""
+    return _startup_program
+
+
+def switch_main_program(program: Program) -> Program:
+    global _main_program
+    old, _main_program = _main_program, program
+    return old
+
+
+def switch_startup_program(program: Program) -> Program:
+    global _startup_program
+    old, _startup_program = _startup_program, program
+    return old
+
+
+@contextlib.contextmanager
+def program_guard(main_program: Program, startup_program: Program | None = None) -> Iterator[None]:
+    """Make ``main_program`` (and ``startup_program``) the defaults inside the block."""
+    if not isinstance(main_program, Program):
+        raise TypeError(f"program_guard: main_program must be a Program, "
+                        f"got {type(main_program).__name__}")
+    if startup_program is not None and not isinstance(startup_program, Program):
+        raise TypeError(f"program_guard: startup_program must be a Program, "
+                        f"got {type(startup_program).__name__}")
+    old_main = switch_main_program(main_program)
+    old_startup = switch_startup_program(startup_program) if startup_program is not None else None
+    try:
+        yield
+    finally:
+        switch_main_program(old_main)
+        if old_startup is not None:
+            switch_startup_program(old_startup)
+
+
+@contextlib.contextmanager
+def name_scope(prefix: str | None = None) -> Iterator[None]:
+    """Group ops under a name prefix (recorded in the ``op_namescope`` attr)."""
+    program = default_main_program()
+    program._name_scope_stack.append(prefix or "")
+    try:
+        yield
+    finally:
+        program._name_scope_stack.pop()
+
+
+def _deepcopy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if isinstance(v, Block) else copy.deepcopy(v)) for k, v in attrs.items()}

@@ -1,0 +1,145 @@
+"""Initializers: each appends one op to the startup program that fills a parameter.
+
+Example::
+
+    attr = fluid.ParamAttr(initializer=fluid.initializer.Xavier(uniform=False))
+    y = fluid.layers.fc(input=x, size=64, param_attr=attr)
+
+``seed=0`` takes the startup program's ``random_seed`` (set it for reproducible runs).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .dtypes import convert_dtype
+
+__all__ = ["Initializer", "Constant", "Uniform", "Normal", "TruncatedNormal", "Xavier", "MSRA",
+           "NumpyArrayInitializer", "ConstantInitializer", "UniformInitializer",
+           "NormalInitializer", "TruncatedNormalInitializer", "XavierInitializer",
+           "MSRAInitializer"]
+
+
+class Initializer:
+    """Base class: ``init(var, block)`` appends the filling op to ``block`` (a startup block)."""
+
+    def __call__(self, var: Any, block: Any) -> Any:
+        raise NotImplementedError  # abstract
+
+    @staticmethod
+    def _seed(seed: int, block: Any) -> int:
+        return seed if seed else block.program.random_seed
+
+    @staticmethod
+    def _fans(var: Any) -> tuple[int, int]:
+        shape = var.shape
+        if not shape:
+            return 1, 1
+        if len(shape) == 1:
+            return shape[0], shape[0]
+        if len(shape) == 2:
+            return shape[0], shape[1]
+        receptive = int(np.prod(shape[2:]))
+        return shape[1] * receptive, shape[0] * receptive
+
+
+class Constant(Initializer):
+    def __init__(self, value: float = 0.0, force_cpu: bool = False) -> None:
+        self.value = value
+        self.force_cpu = force_cpu
+
+    def __call__(self, var: Any, block: Any) -> Any:
+        return block.append_op("fill_constant", outputs={"Out": [var]},
+                               attrs={"shape": list(var.shape), "dtype": var.dtype,
+                                      "value": float(self.value), "force_cpu": self.force_cpu})
+
+
+class Uniform(Initializer):
+    def __init__(self, low: float = -1.0, high: float = 1.0, seed: int = 0) -> None:
+        if low >= high:
+            raise ValueError(f"Uniform: low ({low}) must be < high ({high})")
+        self.low, self.high, self.seed = low, high, seed
+
+    def __call__(self, var: Any, block: Any) -> Any:
+        return block.append_op("uniform_random", outputs={"Out": [var]},
+                               attrs={"shape": list(var.shape), "dtype": var.dtype,
+                                      "min": float(self.low), "max": float(self.high),
+                                      "seed": self._seed(self.seed, block)})
+
+
+class Normal(Initializer):
+    op_type = "gaussian_random"
+
+    def __init__(self, loc: float = 0.0, scale: float = 1.0, seed: int = 0) -> None:
+        self.loc, self.scale, self.seed = loc, scale, seed
+
+    def __call__(self, var: Any, block: Any) -> Any:
+        return block.append_op(self.op_type, outputs={"Out": [var]},
+                               attrs={"shape": list(var.shape), "dtype": var.dtype,
+                                      "mean": float(self.loc), "std": float(self.scale),
+                                      "seed": self._seed(self.seed, block)})
+
+
+class TruncatedNormal(Normal):
+    """Normal(loc, scale) with values beyond two scales redrawn."""
+
+    op_type = "truncated_gaussian_random"
+
+
+class Xavier(Initializer):
+    """Glorot: uniform in ±sqrt(6/(fan_in+fan_out)) or normal with std sqrt(2/(fan_in+fan_out))."""
+
+    def __init__(self, uniform: bool = True, fan_in: int | None = None,
+                 fan_out: int | None = None, seed: int = 0) -> None:
+        self.uniform, self.fan_in, self.fan_out, self.seed = uniform, fan_in, fan_out, seed
+
+    def __call__(self, var: Any, block: Any) -> Any:
+        f_in, f_out = self._fans(var)
+        f_in = self.fan_in if self.fan_in is not None else f_in
+        f_out = self.fan_out if self.fan_out is not None else f_out
+        if self.uniform:
+            limit = math.sqrt(6.0 / (f_in + f_out))
+            return Uniform(-limit, limit, self.seed)(var, block)
+        return Normal(0.0, math.sqrt(2.0 / (f_in + f_out)), self.seed)(var, block)
+
+
+class MSRA(Initializer):
+    """He/Kaiming: uniform in ±sqrt(6/fan_in) or normal with std sqrt(2/fan_in)."""
+
+    def __init__(self, uniform: bool = True, fan_in: int | None = None, seed: int = 0) -> None:
+        self.uniform, self.fan_in, self.seed = uniform, fan_in, seed
+
+    def __call__(self, var: Any, block: Any) -> Any:
+        f_in = self.fan_in if self.fan_in is not None else self._fans(var)[0]
+        if self.uniform:
+            limit = math.sqrt(6.0 / f_in)
+            return Uniform(-limit, limit, self.seed)(var, block)
+        return Normal(0.0, math.sqrt(2.0 / f_in), self.seed)(var, block)
+
+
+class NumpyArrayInitializer(Initializer):
+    """Fill with a given array (stored in the program as an ``assign_value`` op)."""
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = np.asarray(value)
+
+    def __call__(self, var: Any, block: Any) -> Any:
+        if tuple(self.value.shape) != tuple(var.shape):
+            raise ValueError(f"NumpyArrayInitializer: array shape {list(self.value.shape)} does "
+                             f"not match {var.name} shape {list(var.shape)}")
+        dtype = convert_dtype(var.dtype)
+        values = self.value.astype(dtype).reshape(-1).tolist()
+        return block.append_op("assign_value", outputs={"Out": [var]},
+                               attrs={"shape": list(var.shape), "dtype": dtype,
+                                      "values": values})
+
+
+ConstantInitializer = Constant
+UniformInitializer = Uniform
+NormalInitializer = Normal
+TruncatedNormalInitializer = TruncatedNormal
+XavierInitializer = Xavier
+MSRAInitializer = MSRA

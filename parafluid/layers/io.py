@@ -1,0 +1,39 @@
+"""Input layers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..dtypes import VarType
+from ..framework import Variable, default_main_program
+
+__all__ = ["data"]
+
+
+def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
+         dtype: Any = "float32", lod_level: int = 0, type: str = VarType.LOD_TENSOR,
+         stop_gradient: bool = True) -> Variable:
+    """Declare a variable fed at run time.
+
+    A batch dimension -1 is prepended unless ``append_batch_size=False`` or ``shape`` already
+    has a -1/None dimension (Fluid 1.x semantics).
+
+    Example::
+
+        x = fluid.layers.data(name="x", shape=[13], dtype="float32")   # shape [-1, 13]
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"data: name must be a str, got {type(name).__name__}")
+    dims = []
+    for d in shape:
+        if d is None or d < 0:
+            append_batch_size = False
+            dims.append(-1)
+        else:
+            dims.append(int(d))
+    if append_batch_size:
+        dims = [-1] + dims
+    return default_main_program().global_block().create_var(
+        name=name, shape=dims, dtype=dtype, type=type, lod_level=lod_level,
+        stop_gradient=stop_gradient, is_data=True, need_check_feed=True)

@@ -1,0 +1,95 @@
+"""Helpers shared by op families: Fluid's ``axis`` broadcasting and shape-rule utilities."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .registry import Meta
+
+__all__ = ["axis_view_shape", "broadcast_y", "unbroadcast", "numel", "meta_like",
+           "broadcast_meta", "reduce_dims"]
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def axis_view_shape(x_shape: Sequence[int], y_shape: Sequence[int], axis: int) -> list[int]:
+    """Shape that lines ``y`` up with ``x`` starting at dim ``axis`` (Fluid's rule).
+
+    With equal ranks, numpy broadcasting applies. Otherwise ``y``'s dims must match a
+    contiguous run of ``x``'s dims starting at ``axis`` (-1: aligned to the end); trailing
+    size-1 dims of ``y`` are ignored.
+    """
+    x_nd, y_shape = len(x_shape), list(y_shape)
+    if len(y_shape) == x_nd:
+        return y_shape
+    if axis == -1:
+        axis = x_nd - len(y_shape)
+    while y_shape and y_shape[-1] == 1:  # Fluid trims trailing size-1 dims of Y
+        y_shape.pop()
+    if axis < 0 or axis + len(y_shape) > x_nd:
+        raise ValueError(f"cannot broadcast Y of shape {list(y_shape)} against X of shape "
+                         f"{list(x_shape)} at axis {axis}")
+    for i, d in enumerate(y_shape):
+        xd = x_shape[axis + i]
+        if d != xd and d != 1 and xd != -1 and d != -1:
+            raise ValueError(f"Y of shape {list(y_shape)} does not match X of shape "
+                             f"{list(x_shape)} at axis {axis} (dim {axis + i}: {d} vs {xd})")
+    return [1] * axis + y_shape + [1] * (x_nd - axis - len(y_shape))
+
+
+def broadcast_y(x: torch.Tensor, y: torch.Tensor, axis: int) -> torch.Tensor:
+    if x.dim() == y.dim():
+        return y
+    return y.reshape(axis_view_shape(x.shape, y.shape, axis))
+
+
+def unbroadcast(g: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """Sum ``g`` down to ``shape`` (the inverse of broadcasting), keeping ``shape`` exactly."""
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.dim() - len(shape)
+    dims = list(range(lead))
+    for i, d in enumerate(shape):
+        if d == 1 and g.shape[lead + i] != 1:
+            dims.append(lead + i)
+    if dims:
+        g = g.sum(dim=dims, keepdim=True)
+    return g.reshape(shape)
+
+
+def meta_like(meta: Meta, shape: Sequence[int] | None = None, dtype: str | None = None) -> Meta:
+    return Meta(tuple(meta.shape if shape is None else shape), dtype or meta.dtype, meta.type)
+
+
+def broadcast_meta(x: Meta, y: Meta, axis: int) -> Meta:
+    """Output meta of an elementwise op: X's shape, or the numpy broadcast of equal ranks."""
+    if len(x.shape) == len(y.shape):
+        out = []
+        for a, b in zip(x.shape, y.shape):
+            if a == b or b == 1:
+                out.append(a)
+            elif a == 1:
+                out.append(b)
+            elif a == -1 or b == -1:
+                out.append(max(a, b) if min(a, b) == -1 and max(a, b) != 1 else -1)
+            else:
+                raise ValueError(f"shapes {list(x.shape)} and {list(y.shape)} do not broadcast")
+        return Meta(tuple(out), x.dtype)
+    axis_view_shape(x.shape, y.shape, axis)  # raises on mismatch
+    return Meta(tuple(x.shape), x.dtype)
+
+
+def reduce_dims(dim: Any, ndim: int, reduce_all: bool) -> list[int]:
+    if reduce_all or dim is None or dim == []:
+        return list(range(ndim))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted(d + ndim if d < 0 else d for d in dims)

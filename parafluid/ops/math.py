@@ -1,0 +1,188 @@
+"""Math ops: matrix products, Fluid-broadcast elementwise ops, sums and means."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..scope import SelectedRows
+from .common import axis_view_shape, broadcast_meta, broadcast_y, numel, unbroadcast
+from .registry import Meta, register_op, same_as
+
+# ----------------------------------------------------------------------------- mul
+
+
+def _flat2d(shape: Any, k: int) -> tuple[int, int]:
+    return numel(shape[:k]), numel(shape[k:])
+
+
+def _mul_shape(ins: dict, attrs: dict) -> dict:
+    x, y = ins["X"], ins["Y"]
+    xk, yk = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
+    x_cols = numel(x.shape[xk:])
+    y_rows = numel(y.shape[:yk])
+    if -1 not in x.shape[xk:] and -1 not in y.shape[:yk] and x_cols != y_rows:
+        raise ValueError(f"mul: X {list(x.shape)} flattened at x_num_col_dims={xk} has "
+                         f"{x_cols} columns but Y {list(y.shape)} flattened at "
+                         f"y_num_col_dims={yk} has {y_rows} rows")
+    return {"Out": Meta(tuple(x.shape[:xk]) + tuple(y.shape[yk:]), x.dtype)}
+
+
+def _mul(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, y = ins["X"], ins["Y"]
+    xk, yk = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
+    out = x.reshape(_flat2d(x.shape, xk)) @ y.reshape(_flat2d(y.shape, yk))
+    return {"Out": out.reshape(*x.shape[:xk], *y.shape[yk:])}
+
+
+def _mul_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, y, dout = ins["X"], ins["Y"], ins["Out@GRAD"]
+    xk, yk = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
+    x2, y2 = x.reshape(_flat2d(x.shape, xk)), y.reshape(_flat2d(y.shape, yk))
+    d2 = dout.reshape(x2.shape[0], y2.shape[1])
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = (d2 @ y2.t()).reshape(x.shape)
+    if "Y" in ctx.need:
+        out["Y@GRAD"] = (x2.t() @ d2).reshape(y.shape)
+    return out
+
+
+register_op("mul", inputs=("X", "Y"), outputs=("Out",),
+            attrs={"x_num_col_dims": 1, "y_num_col_dims": 1},
+            infer_shape=_mul_shape, kernel=_mul, grad_kernel=_mul_grad, grad_uses=("X", "Y"))
+
+# ----------------------------------------------------------------------------- elementwise
+
+
+def _elementwise_shape(ins: dict, attrs: dict) -> dict:
+    return {"Out": broadcast_meta(ins["X"], ins["Y"], attrs["axis"])}
+
+
+def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...]) -> None:
+    """``grad_fn(x, y, out, dout) -> (dx, dy)`` on broadcast operands, before unbroadcast."""
+
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x = ins["X"]
+        return {"Out": fn(x, broadcast_y(x, ins["Y"], attrs["axis"]))}
+
+    def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x, y, dout = ins["X"], ins["Y"], ins["Out@GRAD"]
+        yb = broadcast_y(x, y, attrs["axis"])
+        dx, dy = grad_fn(x, yb, ins.get("Out"), dout, ctx.need)
+        out = {}
+        if "X" in ctx.need:
+            out["X@GRAD"] = unbroadcast(dx, x.shape)
+        if "Y" in ctx.need:
+            if x.dim() != y.dim():
+                dy = unbroadcast(dy, axis_view_shape(x.shape, y.shape, attrs["axis"]))
+            out["Y@GRAD"] = unbroadcast(dy, y.shape)
+        return out
+
+    register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
+                infer_shape=_elementwise_shape, kernel=kernel, grad_kernel=grad,
+                grad_uses=uses)
+
+
+def _div_grad(x: Any, y: Any, out: Any, d: Any, need: Any) -> tuple:
+    dx = d / y if "X" in need else None
+    dy = -d * x / (y * y) if "Y" in need else None
+    return dx, dy
+
+
+def _pow_grad(x: Any, y: Any, out: Any, d: Any, need: Any) -> tuple:
+    dx = d * y * torch.pow(x, y - 1) if "X" in need else None
+    dy = d * torch.pow(x, y) * torch.log(x) if "Y" in need else None
+    return dx, dy
+
+
+def _select_grad(pick_x: Any) -> Any:
+    def grad(x: Any, y: Any, out: Any, d: Any, need: Any) -> tuple:
+        mask = pick_x(x, y)
+        zero = torch.zeros((), dtype=d.dtype, device=d.device)
+        return torch.where(mask, d, zero), torch.where(mask, zero, d)
+    return grad
+
+
+_register_elementwise("elementwise_add", torch.add,
+                      lambda x, y, o, d, n: (d, d), ("X", "Y"))
+_register_elementwise("elementwise_sub", torch.sub,
+                      lambda x, y, o, d, n: (d, -d), ("X", "Y"))
+_register_elementwise("elementwise_mul", torch.mul,
+                      lambda x, y, o, d, n: (d * y, d * x), ("X", "Y"))
+_register_elementwise("elementwise_div", torch.div, _div_grad, ("X", "Y"))
+_register_elementwise("elementwise_max", torch.maximum, _select_grad(lambda x, y: x >= y),
+                      ("X", "Y"))
+_register_elementwise("elementwise_min", torch.minimum, _select_grad(lambda x, y: x <= y),
+                      ("X", "Y"))
+_register_elementwise("elementwise_pow", torch.pow, _pow_grad, ("X", "Y"))
+
+# ----------------------------------------------------------------------------- sum / mean / scale
+
+
+def _sum_shape(ins: dict, attrs: dict) -> dict:
+    metas = [m for m in ins["X"] if m is not None]
+    if not metas:
+        raise ValueError("sum: no inputs")
+    first = metas[0]
+    for m in metas[1:]:
+        if len(m.shape) != len(first.shape):
+            raise ValueError(f"sum: inputs have different ranks: {[list(m.shape) for m in metas]}")
+    dense = any(m.type != "selected_rows" for m in metas)
+    return {"Out": Meta(first.shape, first.dtype, "lod_tensor" if dense else "selected_rows")}
+
+
+def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
+    xs = [x for x in ins["X"] if x is not None]
+    # NOTE: a fixed left-to-right order keeps results bitwise reproducible.
+    if all(isinstance(x, SelectedRows) for x in xs):
+        return {"Out": SelectedRows(torch.cat([x.rows for x in xs]),
+                                    torch.cat([x.value for x in xs]), xs[0].height)}
+    dense = [x for x in xs if not isinstance(x, SelectedRows)]
+    out = dense[0].clone() if len(dense) == 1 else dense[0] + dense[1]
+    for x in dense[2:]:
+        out += x
+    for x in xs:
+        if isinstance(x, SelectedRows):
+            out.index_add_(0, x.rows, x.value)
+    return {"Out": out}
+
+
+register_op("sum", inputs=("X[]",), outputs=("Out",), infer_shape=_sum_shape, kernel=_sum,
+            grad=lambda op, no_grad: [
+                {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
+                 "outputs": {"Out": [x + "@GRAD"]}, "attrs": {}}
+                for x in op.input("X") if x not in no_grad])
+
+
+def _mean(ins: dict, attrs: dict, ctx: Any) -> dict:
+    return {"Out": ins["X"].mean().reshape(1)}
+
+
+def _mean_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, d = ins["X"], ins["Out@GRAD"]
+    return {"X@GRAD": (d.reshape(()) / x.numel()).expand(x.shape).contiguous()}
+
+
+register_op("mean", inputs=("X",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), ins["X"].dtype)},
+            kernel=_mean, grad_kernel=_mean_grad, grad_uses=("X",))
+
+
+def _scale(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, s, b = ins["X"], attrs["scale"], attrs["bias"]
+    if isinstance(x, SelectedRows):
+        return {"Out": SelectedRows(x.rows, x.value * s, x.height)}
+    if b == 0.0:
+        return {"Out": x * s}
+    return {"Out": x * s + b if attrs["bias_after_scale"] else (x + b) * s}
+
+
+register_op("scale", inputs=("X",), outputs=("Out",),
+            attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
+            infer_shape=same_as("X"), kernel=_scale,
+            grad=lambda op, no_grad: [] if op.input("X")[0] in no_grad else [
+                {"type": "scale", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
+                 "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
+                 "attrs": {"scale": op.attr("scale"), "bias": 0.0}}])

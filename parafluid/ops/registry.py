@@ -1,0 +1,317 @@
+"""One registration per op type: slots, attr defaults, shape rule, kernel, gradient maker.
+
+Slot names carry two markers: ``"X[]"`` takes a list of variables (duplicable) and
+``"Bias?"`` may be absent. A kernel is ``kernel(ins, attrs, ctx) -> {slot: value}`` where
+``ins[slot]`` is a tensor (a list for ``[]`` slots, None for an absent ``?`` slot).
+
+Registering ``grad_kernel=`` also registers ``<type>_grad`` whose inputs are the forward
+slots the gradient uses (``grad_uses``, default: all) plus ``<Out>@GRAD`` for each output,
+and whose outputs are ``<In>@GRAD`` for each differentiable input. Its kernel gets
+``ctx.need``: the input slots whose gradient is wanted.
+
+Example::
+
+    register_op("relu", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
+                kernel=lambda ins, attrs, ctx: {"Out": torch.relu(ins["X"])},
+                grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": ins["Out@GRAD"] * (ins["Out"] > 0)},
+                grad_uses=("Out",))
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from ..dtypes import VarType
+
+__all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
+           "prepare_op", "default_grad_maker", "same_as", "GRAD", "EMPTY", "KernelContext"]
+
+GRAD = "@GRAD"
+EMPTY = "@EMPTY@"
+
+
+class Meta(NamedTuple):
+    """What shape inference knows about a variable: shape (-1 = unknown), dtype, kind."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    type: str = VarType.LOD_TENSOR
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str
+    duplicable: bool = False
+    optional: bool = False
+
+    @staticmethod
+    def parse(spec: str) -> Slot:
+        optional = spec.endswith("?")
+        spec = spec.rstrip("?")
+        duplicable = spec.endswith("[]")
+        return Slot(spec[:-2] if duplicable else spec, duplicable, optional)
+
+    def __str__(self) -> str:
+        return self.name + ("[]" if self.duplicable else "") + ("?" if self.optional else "")
+
+
+InferShape = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+Kernel = Callable[[dict[str, Any], dict[str, Any], Any], dict[str, Any]]
+GradMaker = Callable[[Any, set], list[dict[str, Any]]]
+
+
+@dataclass
+class OpDef:
+    type: str
+    inputs: tuple[Slot, ...]
+    outputs: tuple[Slot, ...]
+    attrs: dict[str, Any]
+    infer_shape: InferShape | None
+    kernel: Kernel | None
+    grad: GradMaker | None = None
+    no_grad_inputs: frozenset[str] = frozenset()
+    grad_uses: tuple[str, ...] | None = None
+    side_effect: bool = False
+    forward_type: str | None = None  # set on <type>_grad ops
+    input_by_name: dict[str, Slot] = field(default_factory=dict)
+    output_by_name: dict[str, Slot] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.input_by_name = {s.name: s for s in self.inputs}
+        self.output_by_name = {s.name: s for s in self.outputs}
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
+                attrs: dict[str, Any] | None = None, infer_shape: InferShape | None = None,
+                kernel: Kernel | None = None, grad: GradMaker | None = None,
+                grad_kernel: Kernel | None = None, grad_uses: Sequence[str] | None = None,
+                no_grad_inputs: Sequence[str] = (), grad_infer_shape: InferShape | None = None,
+                side_effect: bool = False) -> OpDef:
+    """Declare an op type once; see the module docstring for the conventions."""
+    if type in _REGISTRY:
+        raise ValueError(f"op type {type!r} is registered twice")
+    attrs = dict(attrs or {})
+    attrs.setdefault("op_role", 0)
+    attrs.setdefault("op_role_var", [])
+    opdef = OpDef(type, tuple(Slot.parse(s) for s in inputs), tuple(Slot.parse(s) for s in outputs),
+                  attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
+                  None if grad_uses is None else tuple(grad_uses), side_effect)
+    if grad_kernel is not None:
+        if opdef.grad is None:
+            opdef.grad = default_grad_maker
+        _register_grad_op(opdef, grad_kernel, grad_infer_shape)
+    _REGISTRY[type] = opdef
+    return opdef
+
+
+def _register_grad_op(fwd: OpDef, kernel: Kernel, infer: InferShape | None) -> None:
+    uses = fwd.grad_uses
+    fwd_slots = [s for s in fwd.inputs + fwd.outputs if uses is None or s.name in uses]
+    grad_in = [Slot(s.name, s.duplicable, True) for s in fwd_slots]
+    grad_in += [Slot(s.name + GRAD, s.duplicable, True) for s in fwd.outputs]
+    grad_out = [Slot(s.name + GRAD, s.duplicable, True) for s in fwd.inputs
+                if s.name not in fwd.no_grad_inputs]
+    gdef = OpDef(fwd.type + "_grad", tuple(grad_in), tuple(grad_out), dict(fwd.attrs),
+                 infer or _grads_like_inputs, kernel, forward_type=fwd.type)
+    _REGISTRY[gdef.type] = gdef
+
+
+def _grads_like_inputs(ins: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    """Default shape rule of a grad op: ``X@GRAD`` has the meta of ``X``."""
+    out = {}
+    for slot, meta in ins.items():
+        if not slot.endswith(GRAD) and meta is not None:
+            out[slot + GRAD] = meta
+    return out
+
+
+def get_op_def(type: str) -> OpDef:
+    try:
+        return _REGISTRY[type]
+    except KeyError:
+        close = difflib.get_close_matches(type, _REGISTRY, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown op type {type!r}{hint}") from None
+
+
+def has_op(type: str) -> bool:
+    return type in _REGISTRY
+
+
+def registered_ops() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def same_as(slot: str, out: str = "Out") -> InferShape:
+    """Shape rule: output ``out`` has the meta of input ``slot``."""
+    def infer(ins: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+        return {out: ins[slot]}
+    return infer
+
+
+# --------------------------------------------------------------------------- gradients
+
+
+def default_grad_maker(op: Any, no_grad: set[str]) -> list[dict[str, Any]]:
+    """Emit ``<type>_grad`` reading the used forward vars and ``Out@GRAD``, writing ``X@GRAD``.
+
+    Gradients of variables in ``no_grad`` become ``@EMPTY@`` (a slot of only empties is
+    dropped); with no gradient to produce, no op is emitted.
+    """
+    fwd = get_op_def(op.type)
+    gdef = get_op_def(op.type + "_grad")
+    inputs: dict[str, list[str]] = {}
+    for slot in gdef.inputs:
+        if slot.name.endswith(GRAD):
+            names = op.outputs.get(slot.name[: -len(GRAD)])
+            if names:
+                inputs[slot.name] = [n + GRAD for n in names]
+        elif slot.name in op.inputs or slot.name in op.outputs:
+            inputs[slot.name] = list(op.inputs.get(slot.name) or op.outputs[slot.name])
+    outputs: dict[str, list[str]] = {}
+    for s in fwd.inputs:
+        if s.name in fwd.no_grad_inputs or s.name not in op.inputs:
+            continue
+        names = [EMPTY if n in no_grad else n + GRAD for n in op.inputs[s.name]]
+        if any(n != EMPTY for n in names):
+            outputs[s.name + GRAD] = names
+    if not outputs:
+        return []
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+    return [{"type": gdef.type, "inputs": inputs, "outputs": outputs, "attrs": attrs}]
+
+
+# --------------------------------------------------------------------------- build-time checks
+
+
+def prepare_op(op: Any, infer: bool = True) -> None:
+    """Check slots, fill attr defaults and infer output metas of a freshly built op."""
+    opdef = get_op_def(op.type)
+    where = f"op {op.type!r}"
+    for kind, given, slots in (("input", op.inputs, opdef.input_by_name),
+                               ("output", op.outputs, opdef.output_by_name)):
+        for name in given:
+            if name not in slots:
+                expected = ", ".join(str(s) for s in slots.values()) or "none"
+                raise ValueError(f"{where}: unknown {kind} slot {name!r}; expected {expected}")
+        for slot in slots.values():
+            names = given.get(slot.name, [])
+            if not names and not slot.optional and kind == "input":
+                raise ValueError(f"{where}: required input slot {slot.name!r} is missing")
+            if len(names) > 1 and not slot.duplicable:
+                raise ValueError(f"{where}: {kind} slot {slot.name!r} takes one variable, "
+                                 f"got {len(names)}: {names}")
+    for key, default in opdef.attrs.items():
+        if key not in op.attrs:
+            op.attrs[key] = copy.deepcopy(default)
+    if infer and opdef.infer_shape is not None:
+        apply_infer_shape(op, opdef)
+
+
+def input_metas(op: Any, opdef: OpDef, block: Any) -> dict[str, Any] | None:
+    """Metas of an op's inputs, or None if some input's shape or dtype is not known yet."""
+    ins: dict[str, Any] = {}
+    for slot in opdef.inputs:
+        names = op.inputs.get(slot.name)
+        if not names:
+            ins[slot.name] = [] if slot.duplicable else None
+            continue
+        metas = []
+        for n in names:
+            if n == EMPTY:
+                metas.append(None)
+                continue
+            var = block._find_var_recursive(n)
+            if var is None:
+                raise ValueError(f"op {op.type!r}: input {slot.name}={n!r} is not a variable of "
+                                 f"block {block.idx}; create it (or feed it) before use")
+            if var.shape is None or var.dtype is None:
+                return None
+            metas.append(Meta(var.shape, var.dtype, var.type))
+        ins[slot.name] = metas if slot.duplicable else metas[0]
+    return ins
+
+
+def apply_infer_shape(op: Any, opdef: OpDef) -> None:
+    block = op.block
+    ins = input_metas(op, opdef, block)
+    if ins is None:
+        return
+    try:
+        inferred = opdef.infer_shape(ins, op.attrs)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"op {op.type!r} at {op.callsite}: {e}") from None
+    for slot, names in op.outputs.items():
+        metas = inferred.get(slot)
+        if metas is None:
+            continue
+        if not isinstance(metas, list):
+            metas = [metas] * len(names) if len(names) > 1 else [metas]
+        for name, meta in zip(names, metas):
+            if name == EMPTY or meta is None:
+                continue
+            var = block._find_var_recursive(name)
+            if var is None:
+                var = block.create_var(name=name)
+            _merge_meta(op, slot, var, Meta(*meta))
+
+
+def _merge_meta(op: Any, slot: str, var: Any, meta: Meta) -> None:
+    shape = tuple(int(d) for d in meta.shape)
+    if var.shape is None:
+        var.shape = shape
+    else:
+        if not shapes_compatible(var.shape, shape):
+            raise ValueError(
+                f"op {op.type!r} at {op.callsite}: output {slot}={var.name!r} is declared with "
+                f"shape {list(var.shape)} but the op produces shape {list(shape)}")
+        var.shape = tuple(a if a != -1 else b for a, b in zip(var.shape, shape))
+    if var.dtype is None:
+        var.dtype = meta.dtype
+    elif var.dtype != meta.dtype:
+        raise ValueError(f"op {op.type!r} at {op.callsite}: output {slot}={var.name!r} is declared "
+                         f"{var.dtype} but the op produces {meta.dtype}")
+    if meta.type != VarType.LOD_TENSOR:
+        var.type = meta.type
+
+
+def shapes_compatible(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Same rank and every dimension equal or unknown (-1) on one side."""
+    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
+
+
+class KernelContext:
+    """What a kernel may need beyond its inputs and attrs; built once per op binding.
+
+    ``device``: the torch device of this op's place. ``need``: for ``_grad`` ops, the set of
+    forward input slots whose gradient the op must produce. ``runtime``: the executor services
+    (scope access, sub-block runs, communicators) where an op needs them.
+    """
+
+    __slots__ = ("op", "device", "need", "runtime", "_generator")
+
+    def __init__(self, op: Any, device: Any, runtime: Any = None) -> None:
+        self.op = op
+        self.device = device
+        self.runtime = runtime
+        self.need = frozenset(s[: -len(GRAD)] for s in op.outputs if s.endswith(GRAD))
+        self._generator = None
+
+    def generator(self, seed: int) -> Any:
+        """A torch.Generator for a seeded random op (seed 0: torch's default generator)."""
+        import torch
+
+        if not seed:
+            return None
+        if self._generator is None:
+            gen_device = self.device if getattr(self.device, "type", "cpu") == "cuda" else "cpu"
+            self._generator = torch.Generator(device=gen_device)
+            self._generator.manual_seed(int(seed))
+        return self._generator

@@ -1,0 +1,172 @@
+"""Optimizers: ``minimize(loss)`` appends the backward pass and one update op per parameter.
+
+Example::
+
+    opt = fluid.optimizer.SGD(learning_rate=0.01)
+    optimize_ops, params_grads = opt.minimize(avg_cost)
+
+The learning rate is a persistable variable in the program (``learning_rate_0``), so an LR
+schedule is ordinary ops that compute it. Optimizer state (moments, ...) lives in
+persistable accumulators named ``<param>_<acc>_0``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from . import unique_name
+from .backward import append_backward
+from .framework import (OpRole, Parameter, Program, Variable, default_main_program,
+                        default_startup_program, program_guard)
+from .initializer import Constant
+from .layer_helper import LayerHelper
+from .regularizer import append_regularization_ops
+
+__all__ = ["Optimizer", "SGD", "SGDOptimizer"]
+
+
+class Optimizer:
+    """Base class. Subclasses set ``type`` and implement ``_append_optimize_op``."""
+
+    type = ""
+
+    def __init__(self, learning_rate: float | Variable, regularization: Any = None,
+                 name: str | None = None, grad_clip: Any = None) -> None:
+        if not isinstance(learning_rate, (int, float, Variable)):
+            raise TypeError(f"{type(self).__name__}: learning_rate must be a float or a "
+                            f"Variable, got {type(learning_rate).__name__}")
+        self._learning_rate = learning_rate
+        self.regularization = regularization
+        self._grad_clip = grad_clip
+        self._name = name
+        self._learning_rate_map: dict[Program, Variable] = {}
+        self._accumulators: dict[str, dict[str, Variable]] = defaultdict(dict)
+        self.helper: LayerHelper | None = None
+
+    # ---- learning rate
+    def _create_global_learning_rate(self) -> None:
+        program = default_main_program()
+        if program in self._learning_rate_map:
+            return
+        lr = self._learning_rate
+        if isinstance(lr, Variable):
+            self._learning_rate_map[program] = lr
+            return
+        from .layers.tensor import create_global_var
+
+        self._learning_rate_map[program] = create_global_var(
+            name=unique_name.generate("learning_rate"), shape=[1], value=float(lr),
+            dtype="float32", persistable=True)
+
+    def _global_learning_rate(self, program: Program | None = None) -> Variable:
+        return self._learning_rate_map[program or default_main_program()]
+
+    def _create_param_lr(self, param_and_grad: tuple[Parameter, Variable]) -> Variable:
+        """The global learning rate, scaled by the parameter's ParamAttr learning_rate."""
+        param = param_and_grad[0]
+        factor = param.optimize_attr.get("learning_rate", 1.0)
+        lr = self._global_learning_rate()
+        if factor == 1.0:
+            return lr
+        block = default_main_program().global_block()
+        out = block.create_var(name=unique_name.generate(f"{param.name}_lr"), dtype=lr.dtype)
+        block.append_op("scale", inputs={"X": [lr]}, outputs={"Out": [out]},
+                        attrs={"scale": float(factor)})
+        return out
+
+    # ---- accumulators
+    def _add_accumulator(self, name: str, param: Parameter, dtype: Any = None,
+                         fill_value: float = 0.0, shape: list[int] | None = None) -> Variable:
+        if param.name in self._accumulators[name]:
+            raise ValueError(f"{type(self).__name__}: accumulator {name!r} already exists for "
+                             f"parameter {param.name!r}")
+        assert self.helper is not None
+        var = self.helper.create_global_variable(
+            name=unique_name.generate(f"{param.name}_{name}"), persistable=True,
+            dtype=dtype or param.dtype, shape=list(param.shape if shape is None else shape),
+            stop_gradient=True)
+        self.helper.set_variable_initializer(var, Constant(float(fill_value)))
+        self._accumulators[name][param.name] = var
+        return var
+
+    def _get_accumulator(self, name: str, param: Parameter) -> Variable:
+        try:
+            return self._accumulators[name][param.name]
+        except KeyError:
+            raise ValueError(f"{type(self).__name__}: no accumulator {name!r} for parameter "
+                             f"{param.name!r}") from None
+
+    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
+        """Subclasses with state create it here."""
+
+    def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
+        """Subclasses append ops that run once after all updates (e.g. Adam's beta powers)."""
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        raise NotImplementedError  # abstract: every optimizer defines its update op
+
+    # ---- the passes
+    def backward(self, loss: Variable, startup_program: Program | None = None,
+                 parameter_list: list[Any] | None = None, no_grad_set: Any = None,
+                 callbacks: Any = None) -> list[tuple[Parameter, Variable]]:
+        with program_guard(loss.block.program, startup_program or default_startup_program()):
+            return append_backward(loss, parameter_list, no_grad_set, callbacks)
+
+    def apply_gradients(self, params_grads: list[tuple[Any, Any]]) -> list[Any]:
+        """Clip, regularize, then append the update ops; return them."""
+        from .clip import append_gradient_clip_ops
+
+        params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
+        params_grads = append_gradient_clip_ops(params_grads, self._grad_clip)
+        params_grads = append_regularization_ops(params_grads, self.regularization)
+        return self._create_optimization_pass(params_grads)
+
+    def _create_optimization_pass(self, params_grads: list[tuple[Any, Any]]) -> list[Any]:
+        program = default_main_program()
+        block = program.global_block()
+        self.helper = LayerHelper(type(self).__name__)
+        params = [p for p, g in params_grads if g is not None and p.trainable]
+        self._create_accumulators(block, params)
+        self._create_global_learning_rate()
+        ops = []
+        for param, grad in params_grads:
+            if grad is None or not param.trainable:
+                continue
+            with program._optimized_guard([param, grad]):
+                ops.append(self._append_optimize_op(block, (param, grad)))
+        with program._role_guard(OpRole.Optimize):
+            self._finish_update(block, params_grads)
+        return ops
+
+    def apply_optimize(self, loss: Variable, startup_program: Program | None,
+                       params_grads: list[tuple[Any, Any]]) -> list[Any]:
+        with program_guard(loss.block.program, startup_program or default_startup_program()):
+            return self.apply_gradients(params_grads)
+
+    def minimize(self, loss: Variable, startup_program: Program | None = None,
+                 parameter_list: list[Any] | None = None,
+                 no_grad_set: Any = None) -> tuple[list[Any], list[tuple[Any, Any]]]:
+        """Append backward and update ops for ``loss``; return (optimize_ops, params_grads)."""
+        params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
+        return self.apply_optimize(loss, startup_program, params_grads), params_grads
+
+
+class SGD(Optimizer):
+    """``param -= lr * grad`` (sparse gradients update only their rows)."""
+
+    type = "sgd"
+
+    def __init__(self, learning_rate: float | Variable, regularization: Any = None,
+                 name: str | None = None, grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        return block.append_op("sgd", inputs={"Param": [param], "Grad": [grad],
+                                              "LearningRate": [self._create_param_lr(
+                                                  param_and_grad)]},
+                               outputs={"ParamOut": [param]})
+
+
+SGDOptimizer = SGD

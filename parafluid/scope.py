@@ -1,0 +1,252 @@
+"""Scopes hold the run-time values of variables: ``scope.var(name).get_tensor()``.
+
+Example::
+
+    import numpy as np, parafluid as fluid
+    scope = fluid.Scope()
+    scope.var("w").get_tensor().set(np.ones((2, 3), "float32"), fluid.CPUPlace())
+    np.array(scope.find_var("w").get_tensor())   # the 2x3 array
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from .place import to_device
+
+__all__ = ["Scope", "ScopeVariable", "LoDTensor", "SelectedRows", "global_scope",
+           "scope_guard", "as_numpy"]
+
+
+class SelectedRows:
+    """A row-sparse tensor: ``value[i]`` is row ``rows[i]`` of a ``[height, ...]`` tensor.
+
+    Rows may repeat (their values add up); ``to_dense()`` materialises the full tensor.
+    """
+
+    __slots__ = ("rows", "value", "height")
+
+    def __init__(self, rows: torch.Tensor, value: torch.Tensor, height: int) -> None:
+        self.rows = rows
+        self.value = value
+        self.height = int(height)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.height, *self.value.shape[1:])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.value.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.value.device
+
+    def to_dense(self) -> torch.Tensor:
+        out = torch.zeros(self.shape, dtype=self.value.dtype, device=self.value.device)
+        return out.index_add_(0, self.rows, self.value)
+
+    def merged(self) -> SelectedRows:
+        """The same tensor with each row listed once (duplicates summed), rows sorted."""
+        uniq, inverse = torch.unique(self.rows, sorted=True, return_inverse=True)
+        value = torch.zeros((len(uniq), *self.value.shape[1:]), dtype=self.value.dtype,
+                            device=self.value.device)
+        return SelectedRows(uniq, value.index_add_(0, inverse, self.value), self.height)
+
+    def to(self, device: torch.device) -> SelectedRows:
+        return SelectedRows(self.rows.to(device), self.value.to(device), self.height)
+
+    def __repr__(self) -> str:
+        return f"SelectedRows(height={self.height}, rows={self.rows.tolist()}, " \
+               f"value_shape={list(self.value.shape)})"
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    """A numpy copy of a tensor (a SelectedRows is densified)."""
+    if isinstance(value, SelectedRows):
+        value = value.to_dense()
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return t.numpy().copy()
+    return np.asarray(value)
+
+
+class LoDTensor:
+    """Fluid's tensor handle: a view on the value slot of a scope variable.
+
+    ``set(array, place)`` stores a copy of ``array`` on ``place``; ``np.array(t)`` reads it.
+    Level-of-detail (sequence) information is kept but not interpreted by the ops.
+    """
+
+    def __init__(self, holder: ScopeVariable | None = None) -> None:
+        self._holder = holder if holder is not None else ScopeVariable("<tensor>")
+
+    @property
+    def value(self) -> Any:
+        return self._holder.value
+
+    def set(self, array: Any, place: Any = None) -> None:
+        if isinstance(array, torch.Tensor):
+            t = array.detach().clone()
+        else:
+            t = torch.from_numpy(np.array(array, copy=True))
+        self._holder.value = t.to(to_device(place)) if place is not None else t
+
+    def _is_initialized(self) -> bool:
+        return self._holder.value is not None
+
+    def shape(self) -> list[int]:
+        self._check()
+        return list(self._holder.value.shape)
+
+    def _dtype(self) -> str:
+        from .dtypes import convert_dtype
+
+        self._check()
+        return convert_dtype(self._holder.value.dtype)
+
+    def lod(self) -> list[list[int]]:
+        return self._holder.lod
+
+    def set_lod(self, lod: list[list[int]]) -> None:
+        self._holder.lod = [list(level) for level in lod]
+
+    def recursive_sequence_lengths(self) -> list[list[int]]:
+        return [[b - a for a, b in zip(level, level[1:])] for level in self._holder.lod]
+
+    def set_recursive_sequence_lengths(self, lengths: list[list[int]]) -> None:
+        lod = []
+        for level in lengths:
+            offsets = [0]
+            for n in level:
+                offsets.append(offsets[-1] + n)
+            lod.append(offsets)
+        self._holder.lod = lod
+
+    def _check(self) -> None:
+        if self._holder.value is None:
+            raise RuntimeError(f"tensor of variable {self._holder.name!r} is not initialized")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        self._check()
+        arr = as_numpy(self._holder.value)
+        return arr.astype(dtype) if dtype is not None else arr
+
+    def __repr__(self) -> str:
+        if self._holder.value is None:
+            return "LoDTensor(<not initialized>)"
+        return f"LoDTensor({np.array(self)!r})"
+
+
+class ScopeVariable:
+    """A named slot in a Scope holding a tensor (or SelectedRows) value."""
+
+    __slots__ = ("name", "value", "lod")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.value: Any = None
+        self.lod: list[list[int]] = []
+
+    def get_tensor(self) -> LoDTensor:
+        return LoDTensor(self)
+
+    def get_selected_rows(self) -> SelectedRows:
+        if not isinstance(self.value, SelectedRows):
+            raise TypeError(f"variable {self.name!r} holds {type(self.value).__name__}, "
+                            "not SelectedRows")
+        return self.value
+
+    def is_initialized(self) -> bool:
+        return self.value is not None
+
+    def __repr__(self) -> str:
+        return f"ScopeVariable({self.name!r}, {'set' if self.value is not None else 'empty'})"
+
+
+class Scope:
+    """A map from names to ScopeVariables; lookups fall back to the parent scope."""
+
+    def __init__(self, parent: Scope | None = None) -> None:
+        self.parent = parent
+        self._vars: dict[str, ScopeVariable] = {}
+        self._kids: list[Scope] = []
+        self._lock = threading.Lock()
+
+    def var(self, name: str) -> ScopeVariable:
+        """The variable ``name`` of this scope, created if absent (parents are not searched)."""
+        if not isinstance(name, str):
+            raise TypeError(f"Scope.var: name must be a str, got {type(name).__name__}")
+        v = self._vars.get(name)
+        if v is None:
+            with self._lock:
+                v = self._vars.setdefault(name, ScopeVariable(name))
+        return v
+
+    def find_var(self, name: str) -> ScopeVariable | None:
+        """The nearest variable ``name`` in this scope or its ancestors, else None."""
+        scope: Scope | None = self
+        while scope is not None:
+            v = scope._vars.get(name)
+            if v is not None:
+                return v
+            scope = scope.parent
+        return None
+
+    def find_local_var(self, name: str) -> ScopeVariable | None:
+        return self._vars.get(name)
+
+    def erase(self, names: list[str]) -> None:
+        for n in names:
+            self._vars.pop(n, None)
+
+    def local_var_names(self) -> list[str]:
+        return list(self._vars)
+
+    def new_scope(self) -> Scope:
+        kid = Scope(self)
+        with self._lock:
+            self._kids.append(kid)
+        return kid
+
+    def drop_kids(self) -> None:
+        with self._lock:
+            self._kids.clear()
+
+    def kids(self) -> list[Scope]:
+        return list(self._kids)
+
+    def __repr__(self) -> str:
+        return f"Scope({len(self._vars)} vars, {len(self._kids)} kids)"
+
+
+_global_scope = Scope()
+_scope_stack: list[Scope] = []
+
+
+def global_scope() -> Scope:
+    """The scope executors use when none is given (``scope_guard`` changes it)."""
+    return _scope_stack[-1] if _scope_stack else _global_scope
+
+
+@contextlib.contextmanager
+def scope_guard(scope: Scope) -> Iterator[None]:
+    """Make ``scope`` the global scope inside the block."""
+    if not isinstance(scope, Scope):
+        raise TypeError(f"scope_guard: expected a Scope, got {type(scope).__name__}")
+    _scope_stack.append(scope)
+    try:
+        yield
+    finally:
+        _scope_stack.pop()

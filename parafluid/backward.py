@@ -226,12 +226,14 @@ def _prune_missing_grads(spec: dict[str, Any],
     returned ``fill_zeros_like`` specs.
     """
     inputs = spec["inputs"]
-    have_any = False
+    has_grad_inputs = have_any = False
     zero_fills = []
     for slot in list(inputs):
-        if not slot.endswith(GRAD_SUFFIX):
-            continue
         names = inputs[slot]
+        is_grad = [n.endswith(GRAD_SUFFIX) for n in names]
+        if not any(is_grad):
+            continue
+        has_grad_inputs = True
         present = [n in produced for n in names]
         have_any = have_any or any(present)
         if all(present):
@@ -245,7 +247,7 @@ def _prune_missing_grads(spec: dict[str, Any],
                                    "inputs": {"X": [n[: -len(GRAD_SUFFIX)]]},
                                    "outputs": {"Out": [n]}, "attrs": {}})
                 produced.add(n)
-    return have_any, zero_fills
+    return have_any or not has_grad_inputs, zero_fills
 
 
 def _set_op_role_var(block: Any, pairs: list[tuple[Parameter, Variable]]) -> None:

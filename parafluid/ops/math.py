@@ -76,8 +76,10 @@ def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...
             out["X@GRAD"] = unbroadcast(dx, x.shape)
         if "Y" in ctx.need:
             if x.dim() != y.dim():
-                dy = unbroadcast(dy, axis_view_shape(x.shape, y.shape, attrs["axis"]))
-            out["Y@GRAD"] = unbroadcast(dy, y.shape)
+                view = axis_view_shape(x.shape, y.shape, attrs["axis"])
+                out["Y@GRAD"] = unbroadcast(dy, view).reshape(y.shape)
+            else:
+                out["Y@GRAD"] = unbroadcast(dy, y.shape)
         return out
 
     register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},

@@ -1,0 +1,232 @@
+"""Table-driven op tests: forward vs a reference, inferred vs actual shapes, and the
+gradient program vs central finite differences in float64.
+
+One ``OpCase`` is one row of a table; ``check_op(case)`` runs all three checks::
+
+    from parafluid.testing import OpCase, check_op
+    case = OpCase("relu", inputs={"X": rand(3, 4)}, ref=lambda X: {"Out": np.maximum(X, 0)},
+                  grad=["X"])
+    check_op(case)
+
+``inputs`` maps each input slot to an array (a list of arrays for ``[]`` slots). ``ref``
+receives the inputs as keyword arguments (numpy arrays) plus ``attrs`` if it accepts it,
+and returns ``{output slot: expected array}``; slots it leaves out are not compared.
+Gradients are checked on ``sum(w * out)`` for a fixed random ``w`` per checked output.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import backward
+from ..executor import Executor
+from ..framework import Program, program_guard
+from ..ops.registry import get_op_def
+from ..place import CPUPlace
+from ..scope import Scope
+
+__all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad",
+           "run_op", "rand"]
+
+
+def rand(*shape: int, low: float = -1.0, high: float = 1.0, seed: int = 0,
+         dtype: str = "float64") -> np.ndarray:
+    """Deterministic uniform test data."""
+    return np.random.RandomState(seed).uniform(low, high, shape).astype(dtype)
+
+
+@dataclass
+class OpCase:
+    """One row of an op table. ``id`` names the row in pytest output (default: op type)."""
+
+    op: str
+    inputs: dict[str, Any]
+    ref: Callable[..., dict[str, Any]] | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    outputs: Sequence[str] | None = None  # output slots to create (default: all of the op's)
+    grad: Sequence[str] = ()  # input slots to check gradients of
+    grad_outputs: Sequence[str] | None = None  # outputs the loss uses (default: compared ones)
+    atol: float = 1e-5
+    rtol: float = 1e-5
+    grad_atol: float = 1e-5
+    grad_rtol: float = 1e-4
+    fd_eps: float = 1e-6
+    id: str | None = None
+    check: Callable[[dict[str, np.ndarray], dict[str, Any]], None] | None = None
+    out_counts: dict[str, int] = field(default_factory=dict)  # sizes of list output slots
+
+    def __str__(self) -> str:
+        return self.id or self.op
+
+
+def _as_list(v: Any) -> list[np.ndarray]:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+class _Built:
+    """A one-op program plus the names bound to each slot."""
+
+    def __init__(self, case: OpCase, inputs: dict[str, Any]) -> None:
+        self.program, self.startup = Program(), Program()
+        opdef = get_op_def(case.op)
+        block = self.program.global_block()
+        self.in_names: dict[str, list[str]] = {}
+        self.feed: dict[str, np.ndarray] = {}
+        with program_guard(self.program, self.startup):
+            for slot, value in inputs.items():
+                arrays = _as_list(value)
+                names = [f"{slot.lower()}_{i}" for i in range(len(arrays))]
+                for n, a in zip(names, arrays):
+                    a = np.asarray(a)
+                    block.create_var(name=n, shape=a.shape, dtype=a.dtype, is_data=True,
+                                     stop_gradient=False)
+                    self.feed[n] = a
+                self.in_names[slot] = names
+            slots = case.outputs if case.outputs is not None else \
+                [s.name for s in opdef.outputs]
+            self.out_names: dict[str, list[str]] = {}
+            for slot in slots:
+                count = case.out_counts.get(slot, 1)
+                self.out_names[slot] = [f"out_{slot.lower()}_{i}" for i in range(count)]
+                for n in self.out_names[slot]:
+                    block.create_var(name=n)
+            self.op = block.append_op(case.op, inputs=self.in_names, outputs=self.out_names,
+                                      attrs=dict(case.attrs))
+
+    def fetch_names(self) -> list[str]:
+        return [n for names in self.out_names.values() for n in names]
+
+
+def run_op(case: OpCase, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the op once; return ``{slot: array}`` (a list of arrays for list slots)."""
+    built = _Built(case, case.inputs if inputs is None else inputs)
+    exe = Executor(CPUPlace())
+    results = exe.run(built.program, feed=built.feed, fetch_list=built.fetch_names(),
+                      scope=Scope())
+    out, i = {}, 0
+    for slot, names in built.out_names.items():
+        vals = results[i:i + len(names)]
+        i += len(names)
+        out[slot] = vals if slot in case.out_counts else vals[0]
+    return out
+
+
+def _call_ref(case: OpCase) -> dict[str, Any]:
+    assert case.ref is not None
+    kwargs = {k: v for k, v in case.inputs.items()}
+    if "attrs" in inspect.signature(case.ref).parameters:
+        kwargs["attrs"] = {**get_op_def(case.op).attrs, **case.attrs}
+    return case.ref(**kwargs)
+
+
+def check_forward(case: OpCase) -> dict[str, Any]:
+    """Outputs match the reference (or the case's own ``check``)."""
+    got = run_op(case)
+    if case.check is not None:
+        case.check(got, case.attrs)
+    if case.ref is not None:
+        expected = _call_ref(case)
+        for slot, want in expected.items():
+            for g, w in zip(_as_list(got[slot]), _as_list(want)):
+                w = np.asarray(w)
+                assert g.shape == w.shape, f"{case}: {slot} shape {g.shape} != reference {w.shape}"
+                np.testing.assert_allclose(g, w, rtol=case.rtol, atol=case.atol,
+                                           err_msg=f"{case}: output {slot}")
+    return got
+
+
+def check_infer_shape(case: OpCase) -> None:
+    """Shapes and dtypes inferred at build time agree with what the kernel produces."""
+    built = _Built(case, case.inputs)
+    got = run_op(case)
+    block = built.program.global_block()
+    for slot, names in built.out_names.items():
+        for n, value in zip(names, _as_list(got[slot])):
+            var = block.var(n)
+            assert var.shape is not None, f"{case}: output {slot} has no inferred shape"
+            assert len(var.shape) == value.ndim and all(
+                d == -1 or d == a for d, a in zip(var.shape, value.shape)), \
+                f"{case}: output {slot} inferred {list(var.shape)} but got {list(value.shape)}"
+            assert np.dtype(var.dtype) == value.dtype, \
+                f"{case}: output {slot} inferred {var.dtype} but got {value.dtype}"
+
+
+def _loss_weights(case: OpCase, outputs: dict[str, Any], slots: Sequence[str]) -> dict:
+    rng = np.random.RandomState(1234)
+    return {slot: [rng.uniform(0.5, 1.5, np.shape(o)).astype("float64")
+                   for o in _as_list(outputs[slot])] for slot in slots}
+
+
+def check_grad(case: OpCase) -> None:
+    """The gradient program matches central differences of ``sum(w * out)`` in float64."""
+    if not case.grad:
+        return
+    inputs = {k: [np.asarray(a).astype("float64") if np.asarray(a).dtype.kind == "f" else a
+                  for a in _as_list(v)] if isinstance(v, (list, tuple))
+              else (np.asarray(v).astype("float64") if np.asarray(v).dtype.kind == "f" else v)
+              for k, v in case.inputs.items()}
+    base = run_op(case, inputs)
+    out_slots = list(case.grad_outputs or [s for s in base
+                                           if np.asarray(_as_list(base[s])[0]).dtype.kind == "f"])
+    weights = _loss_weights(case, base, out_slots)
+
+    def objective(ins: dict[str, Any]) -> float:
+        outs = run_op(case, ins)
+        return float(sum(np.sum(w * o) for s in out_slots
+                         for w, o in zip(weights[s], _as_list(outs[s]))))
+
+    # Analytic: the op's gradient program, seeded with w.
+    built = _Built(case, inputs)
+    block = built.program.global_block()
+    targets, seeds, feed = [], [], dict(built.feed)
+    with program_guard(built.program, built.startup):
+        for slot in out_slots:
+            for n, w in zip(built.out_names[slot], weights[slot]):
+                seed = block.create_var(name=n + "_seed", shape=w.shape, dtype="float64",
+                                        is_data=True)
+                feed[seed.name] = w
+                targets.append(block.var(n))
+                seeds.append(seed)
+        wrt = [block.var(n) for slot in case.grad for n in built.in_names[slot]]
+        grads = backward.gradients(targets, wrt, target_gradients=seeds)
+    missing = [v.name for v, g in zip(wrt, grads) if g is None]
+    assert not missing, f"{case}: no gradient produced for {missing}"
+    built.program.verify()
+    exe = Executor(CPUPlace())
+    analytic = exe.run(built.program, feed=feed, fetch_list=[g.name for g in grads],
+                       scope=Scope())
+    k = 0
+    for slot in case.grad:
+        arrays = inputs[slot] if isinstance(inputs[slot], list) else [inputs[slot]]
+        for idx, arr in enumerate(arrays):
+            numeric = np.zeros_like(arr)
+            flat = arr.reshape(-1)
+            for j in range(flat.size):
+                orig = flat[j]
+                for sign in (1, -1):
+                    flat[j] = orig + sign * case.fd_eps
+                    trial = dict(inputs)
+                    if isinstance(inputs[slot], list):
+                        trial[slot] = [a.copy() for a in arrays]
+                        trial[slot][idx] = flat.reshape(arr.shape).copy()
+                    else:
+                        trial[slot] = flat.reshape(arr.shape).copy()
+                    numeric.reshape(-1)[j] += sign * objective(trial)
+                flat[j] = orig
+            numeric /= 2 * case.fd_eps
+            np.testing.assert_allclose(analytic[k], numeric, rtol=case.grad_rtol,
+                                       atol=case.grad_atol,
+                                       err_msg=f"{case}: gradient of {slot}[{idx}]")
+            k += 1
+
+
+def check_op(case: OpCase) -> None:
+    """Forward, shape inference and gradient checks of one table row."""
+    check_forward(case)
+    check_infer_shape(case)
+    check_grad(case)

@@ -1,0 +1,43 @@
+"""Op table: math family (mul, elementwise_*, sum, mean, scale)."""
+
+import numpy as np
+import pytest
+
+from parafluid.testing import OpCase, check_op, rand
+
+CASES = [
+    OpCase("mul", {"X": rand(3, 4), "Y": rand(4, 5, seed=1)},
+           ref=lambda X, Y: {"Out": X @ Y}, grad=["X", "Y"]),
+    OpCase("mul", {"X": rand(2, 3, 4), "Y": rand(12, 2, seed=1)},
+           attrs={"x_num_col_dims": 1}, ref=lambda X, Y: {"Out": X.reshape(2, 12) @ Y},
+           grad=["X", "Y"], id="mul_flatten"),
+    OpCase("elementwise_add", {"X": rand(3, 4), "Y": rand(4, seed=1)},
+           ref=lambda X, Y: {"Out": X + Y}, grad=["X", "Y"]),
+    OpCase("elementwise_add", {"X": rand(2, 3, 4), "Y": rand(3, seed=1)}, attrs={"axis": 1},
+           ref=lambda X, Y: {"Out": X + Y.reshape(1, 3, 1)}, grad=["X", "Y"], id="add_axis1"),
+    OpCase("elementwise_sub", {"X": rand(3, 4), "Y": rand(3, 4, seed=1)},
+           ref=lambda X, Y: {"Out": X - Y}, grad=["X", "Y"]),
+    OpCase("elementwise_mul", {"X": rand(3, 4), "Y": rand(3, 1, seed=1)},
+           ref=lambda X, Y: {"Out": X * Y}, grad=["X", "Y"], id="mul_bcast_same_rank"),
+    OpCase("elementwise_div", {"X": rand(3, 4), "Y": rand(4, low=0.5, high=2, seed=1)},
+           ref=lambda X, Y: {"Out": X / Y}, grad=["X", "Y"]),
+    OpCase("elementwise_max", {"X": rand(3, 4), "Y": rand(3, 4, seed=1)},
+           ref=lambda X, Y: {"Out": np.maximum(X, Y)}, grad=["X", "Y"]),
+    OpCase("elementwise_min", {"X": rand(3, 4), "Y": rand(3, 4, seed=1)},
+           ref=lambda X, Y: {"Out": np.minimum(X, Y)}, grad=["X", "Y"]),
+    OpCase("elementwise_pow", {"X": rand(3, 4, low=0.5, high=2), "Y": rand(3, 4, seed=1)},
+           ref=lambda X, Y: {"Out": X ** Y}, grad=["X", "Y"]),
+    OpCase("sum", {"X": [rand(2, 3), rand(2, 3, seed=1), rand(2, 3, seed=2)]},
+           ref=lambda X: {"Out": X[0] + X[1] + X[2]}, grad=["X"]),
+    OpCase("mean", {"X": rand(3, 4)}, ref=lambda X: {"Out": np.array([X.mean()])}, grad=["X"]),
+    OpCase("scale", {"X": rand(3, 4)}, attrs={"scale": 2.5, "bias": 0.5},
+           ref=lambda X: {"Out": X * 2.5 + 0.5}, grad=["X"]),
+    OpCase("scale", {"X": rand(3, 4)},
+           attrs={"scale": 2.0, "bias": 1.0, "bias_after_scale": False},
+           ref=lambda X: {"Out": (X + 1.0) * 2.0}, grad=["X"], id="scale_bias_first"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_op(case):
+    check_op(case)

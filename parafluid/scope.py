@@ -224,6 +224,11 @@ class Scope:
         with self._lock:
             self._kids.clear()
 
+    def drop_kid(self, kid: Scope) -> None:
+        """Forget one child scope and everything it holds."""
+        with self._lock:
+            self._kids = [k for k in self._kids if k is not kid]
+
     def kids(self) -> list[Scope]:
         return list(self._kids)
 

@@ -1,0 +1,109 @@
+"""Collective communication ops: all-reduce, reduce, broadcast, coalesced all-reduce.
+
+A collective op holds *one variable per local device* in its list slots: in the
+multi-device graph of the ParallelExecutor, ``c_allreduce_sum(X=[g@0, g@1])`` reads the
+gradient ``g`` of devices 0 and 1 and writes the sum back to both. In an ordinary program
+(one device's view, e.g. after the sync_batch_norm pass) the lists have one element; with one
+rank the op is the identity, so such a program also runs in the plain Executor.
+
+The kernels call ``ctx.runtime.communicator`` (see ``parafluid.parallel.comm``), which decides
+how values travel; the sum order is fixed by the communicator.
+
+Example (what the graph builder emits for a gradient on two devices)::
+
+    {Out=[fc_0.w_0@GRAD, fc_0.w_0@GRAD]} = c_allreduce_sum(X=[fc_0.w_0@GRAD, fc_0.w_0@GRAD])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .registry import register_op
+
+__all__: list[str] = []
+
+
+def _communicator(ctx: Any, n: int, op: str) -> Any:
+    comm = getattr(ctx.runtime, "communicator", None)
+    if comm is None:
+        if n == 1:
+            return None
+        raise RuntimeError(f"{op} over {n} values needs a communicator: run the program with "
+                           "a ParallelExecutor (or CompiledProgram.with_data_parallel)")
+    if comm.nranks != n and not (n == 1 and comm.nranks == 1):
+        raise RuntimeError(f"{op}: got {n} values but the communicator joins {comm.nranks} "
+                           "devices")
+    return comm
+
+
+def _same_metas(ins: dict, attrs: dict) -> dict:
+    return {"Out": list(ins["X"])}
+
+
+def _allreduce(ins: dict, attrs: dict, ctx: Any) -> dict:
+    xs = ins["X"]
+    comm = _communicator(ctx, len(xs), "c_allreduce_sum")
+    return {"Out": list(xs) if comm is None else comm.all_reduce(xs)}
+
+
+register_op("c_allreduce_sum", inputs=("X[]",), outputs=("Out[]",), attrs={"ring_id": 0},
+            infer_shape=_same_metas, kernel=_allreduce, side_effect=True,
+            # d(sum over ranks)/dx_i: every rank's output gradient, summed again.
+            grad=lambda op, no_grad: [] if all(x in no_grad for x in op.input("X")) else [
+                {"type": "c_allreduce_sum",
+                 "inputs": {"X": [o + "@GRAD" for o in op.output("Out")]},
+                 "outputs": {"Out": [x + "@GRAD" for x in op.input("X")]}, "attrs": {}}])
+
+
+def _reduce(ins: dict, attrs: dict, ctx: Any) -> dict:
+    xs = ins["X"]
+    comm = _communicator(ctx, len(xs), "c_reduce_sum")
+    return {"Out": xs[0] if comm is None else comm.reduce(xs, attrs["root"])}
+
+
+register_op("c_reduce_sum", inputs=("X[]",), outputs=("Out",), attrs={"root": 0, "ring_id": 0},
+            infer_shape=lambda ins, attrs: {"Out": ins["X"][0]}, kernel=_reduce,
+            side_effect=True)
+
+
+def _broadcast(ins: dict, attrs: dict, ctx: Any) -> dict:
+    comm = getattr(ctx.runtime, "communicator", None)
+    if comm is None:
+        return {"Out": []}
+    root = attrs["root"]
+    values = comm.broadcast(ins["X"], root)
+    return {"Out": [v for i, v in enumerate(values) if i != root]}
+
+
+# Out lists the *other* devices, in device order: the root keeps its own value.
+register_op("c_broadcast", inputs=("X",), outputs=("Out[]",), attrs={"root": 0, "ring_id": 0},
+            infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_broadcast,
+            side_effect=True)
+
+
+def _allreduce_coalesced(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Flatten each device's group into one buffer, all-reduce it, split it back."""
+    xs, k = ins["X"], attrs["nvars"]
+    if k <= 0 or len(xs) % k:
+        raise ValueError(f"c_allreduce_coalesced: {len(xs)} inputs is not a multiple of "
+                         f"nvars={k}")
+    ndev = len(xs) // k
+    comm = _communicator(ctx, ndev, "c_allreduce_coalesced")
+    if comm is None:
+        return {"Out": list(xs)}
+    groups = [xs[d * k:(d + 1) * k] for d in range(ndev)]
+    flat = [torch.cat([x.reshape(-1) for x in g]) for g in groups]
+    summed = comm.all_reduce(flat)
+    sizes = [x.numel() for x in groups[0]]
+    out = []
+    for d in range(ndev):
+        parts = torch.split(summed[d], sizes)
+        out.extend(p.view(x.shape) for p, x in zip(parts, groups[d]))
+    return {"Out": out}
+
+
+register_op("c_allreduce_coalesced", inputs=("X[]",), outputs=("Out[]",),
+            attrs={"nvars": 1, "ring_id": 0}, infer_shape=_same_metas,
+            kernel=_allreduce_coalesced, side_effect=True)

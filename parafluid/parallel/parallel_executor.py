@@ -1,0 +1,475 @@
+"""ParallelExecutor: data parallelism over several devices of one process.
+
+The program is replicated on every device (``ssa_graph.build_graph``); gradients are summed
+across devices by collective ops; a thread pool runs each op as soon as its inputs are ready.
+
+Example::
+
+    os.environ["CPU_NUM"] = "2"
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup_program)
+    pe = fluid.ParallelExecutor(use_cuda=False, main_program=train_program,
+                                loss_name=loss.name)
+    loss_per_device, = pe.run(fetch_list=[loss.name], feed={"x": x, "y": y})  # shape [2]
+
+Scopes: device 0 works in the given scope, device ``i > 0`` in a child scope that gets its
+own copy of every persistable variable the first time it is needed. Temporaries of a run
+stay in per-device local scopes (children of the device scopes) until they are dropped,
+every ``num_iteration_per_drop_scope`` runs or on ``drop_local_exe_scopes()``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..executor import as_feed_tensor, fetch_names
+from ..framework import Program, Variable, default_main_program
+from ..place import cpu_device_count, to_device
+from ..runtime import OpRunError
+from ..scope import LoDTensor, Scope, ScopeVariable, as_numpy, global_scope
+from .comm import LocalCommunicator
+from .plan import DeviceRuntime, Plan, _ThreadPolicy
+from .ssa_graph import GraphOptions, SSAGraph, build_graph
+from .strategy import (BuildStrategy, ExecutionStrategy, GradientScaleStrategy, ReduceStrategy,
+                       strategy_warnings)
+
+__all__ = ["ParallelExecutor"]
+
+
+class ParallelExecutor:
+    """Run a Program data-parallel on every device (CPU_NUM CPU devices, or all GPUs).
+
+    Args:
+        use_cuda: True for the visible GPUs, False for ``CPU_NUM`` CPU devices.
+        loss_name: the loss variable's name; needed to aggregate gradients (training).
+        main_program: the program to run (default: the default main program).
+        share_vars_from: another ParallelExecutor whose device scopes (so parameters) this
+            one uses, e.g. a test executor next to the training one.
+        exec_strategy, build_strategy: see ExecutionStrategy / BuildStrategy.
+        num_trainers, trainer_id: multi-process training (not available yet: must be 1, 0).
+        scope: where parameters live (default ``fluid.global_scope()``).
+    """
+
+    def __init__(self, use_cuda: bool, loss_name: str | None = None,
+                 main_program: Program | None = None, share_vars_from: Any = None,
+                 exec_strategy: ExecutionStrategy | None = None,
+                 build_strategy: BuildStrategy | None = None, num_trainers: int = 1,
+                 trainer_id: int = 0, scope: Scope | None = None, places: Any = None) -> None:
+        if not isinstance(use_cuda, bool):
+            raise TypeError(f"ParallelExecutor: use_cuda must be a bool, got {use_cuda!r}")
+        if isinstance(loss_name, Variable):
+            loss_name = loss_name.name
+        if loss_name is not None and not isinstance(loss_name, str):
+            raise TypeError(f"ParallelExecutor: loss_name must be a str, got "
+                            f"{type(loss_name).__name__}")
+        if share_vars_from is not None and not isinstance(share_vars_from, ParallelExecutor):
+            raise TypeError("ParallelExecutor: share_vars_from must be a ParallelExecutor, got "
+                            f"{type(share_vars_from).__name__}")
+        program = main_program if main_program is not None else default_main_program()
+        if not isinstance(program, Program):
+            raise TypeError(f"ParallelExecutor: main_program must be a Program, got "
+                            f"{type(program).__name__}")
+        exec_strategy = exec_strategy if exec_strategy is not None else ExecutionStrategy()
+        build_strategy = build_strategy if build_strategy is not None else BuildStrategy()
+        if not isinstance(exec_strategy, ExecutionStrategy):
+            raise TypeError(f"ParallelExecutor: exec_strategy must be an ExecutionStrategy, "
+                            f"got {type(exec_strategy).__name__}")
+        if not isinstance(build_strategy, BuildStrategy):
+            raise TypeError(f"ParallelExecutor: build_strategy must be a BuildStrategy, got "
+                            f"{type(build_strategy).__name__}")
+        trainers = max(num_trainers, build_strategy.num_trainers)
+        if trainers != 1 or trainer_id != 0 or build_strategy.trainer_id != 0:
+            raise NotImplementedError(
+                f"ParallelExecutor: num_trainers={trainers}, trainer_id={trainer_id}: "
+                "multi-process data parallelism is not available yet; run one process "
+                "(num_trainers=1) with several devices (CPU_NUM or GPUs)")
+        scope = scope if scope is not None else global_scope()
+        if not isinstance(scope, Scope):
+            raise TypeError(f"ParallelExecutor: scope must be a Scope, got {type(scope).__name__}")
+
+        self._use_cuda = use_cuda
+        self._devices = _devices(use_cuda, places)
+        self._program = program
+        self._loss_name = loss_name
+        self._exec_strategy = exec_strategy
+        self._build_strategy = build_strategy
+        self._scope = scope
+        self._share_from = share_vars_from
+        ndev = len(self._devices)
+        if share_vars_from is not None:
+            if share_vars_from.device_count != ndev:
+                raise ValueError(f"ParallelExecutor: share_vars_from has "
+                                 f"{share_vars_from.device_count} devices, this executor "
+                                 f"{ndev}; they must run on the same devices")
+            self._device_scopes: list[Scope] = share_vars_from._device_scopes
+        else:
+            self._device_scopes = [scope] + [scope.new_scope() for _ in range(ndev - 1)]
+        self._local_scopes: list[Scope | None] = [None] * ndev
+        self._communicator = LocalCommunicator(self._devices)
+        self._runtimes = [DeviceRuntime(self, d, self._communicator) for d in range(ndev)]
+        self._graphs: dict[tuple, tuple[Program, SSAGraph]] = {}
+        self._plans: dict[tuple, Plan] = {}
+        self._has_run = False
+        self._runs_since_drop = 0
+        self._scheduler: Any = None
+        self._finalizer: Any = None
+        nthreads = exec_strategy.num_threads
+        if nthreads == 0:
+            from .scheduler import default_num_threads
+
+            nthreads = default_num_threads(ndev, use_cuda)
+        self._num_threads = nthreads
+        self._policy = _thread_policy(self._devices, nthreads)
+        exec_strategy._finalize()
+        build_strategy._finalize()
+        self._graph()  # build now: errors and warnings surface at construction, as in Fluid
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def device_count(self) -> int:
+        """The number of devices the program is replicated on."""
+        return len(self._devices)
+
+    def run(self, fetch_list: Sequence[Any], feed: Any = None, feed_dict: Any = None,
+            return_numpy: bool = True, return_merged: bool = True) -> list[Any]:
+        """Run the program on every device; return the fetched values.
+
+        Args:
+            fetch_list: Variables or names; each comes back concatenated over devices
+                along dim 0 (a ``[1]`` loss becomes ``[device_count]``).
+            feed: a dict (each array is split along dim 0 over the devices: ``batch // n``
+                rows each, the last device also gets the remainder) or a list of one dict
+                per device (fed as is).
+            feed_dict: deprecated alias of ``feed``.
+            return_numpy: numpy arrays (else LoDTensors).
+            return_merged: False gives, per fetch target, the list of per-device values.
+        """
+        if feed is None and feed_dict is not None:
+            warnings.warn("ParallelExecutor.run: feed_dict is deprecated, use feed",
+                          DeprecationWarning, stacklevel=2)
+            feed = feed_dict
+        if not isinstance(fetch_list, (list, tuple)):
+            fetch_list = [fetch_list]
+        fetch = tuple(fetch_names(fetch_list))
+        program, graph = self._graph()
+        block = program.global_block()
+        feeds = self._split_feed(feed, block)
+        plan = self._plan(program, graph, tuple(sorted(feeds[0])), fetch)
+        if not self._has_run:
+            self._check_share_source()
+        self._materialize(plan, block)
+        steps = self._exec_strategy.num_iteration_per_run
+        for step in range(steps):
+            self._run_plan(plan, feeds, block)
+            if step == steps - 1:
+                results = self._fetch(plan, fetch, return_numpy, return_merged)
+            self._after_iteration(plan)
+        self._has_run = True
+        return results
+
+    def drop_local_exe_scopes(self) -> None:
+        """Drop the per-device scopes holding the temporaries of past runs now."""
+        for d, local in enumerate(self._local_scopes):
+            if local is not None:
+                self._device_scopes[d].drop_kid(local)
+        self._local_scopes = [None] * len(self._devices)
+        self._runs_since_drop = 0
+
+    def close(self) -> None:
+        """Stop the scheduler's threads (also done when the executor is collected)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    # ------------------------------------------------------------------ building
+    def _graph(self) -> tuple[Program, SSAGraph]:
+        key = (self._program._version,)
+        hit = self._graphs.get(key)
+        if hit is not None:
+            return hit
+        from .passes import apply_build_passes
+
+        program = apply_build_passes(self._program, self._build_strategy, self.device_count)
+        bs = self._build_strategy
+        opts = GraphOptions(loss_name=self._loss_name,
+                            reduce=bs.reduce_strategy == ReduceStrategy.Reduce,
+                            scale=bs.gradient_scale_strategy,
+                            fuse_all_reduce=bs.fuse_all_reduce_ops,
+                            sequential=bs.enable_sequential_execution)
+        graph = build_graph(program, self.device_count, opts)
+        self._warn(program, graph)
+        if bs.debug_graphviz_path:
+            from .graphviz import write_graphs
+
+            write_graphs(program, graph, bs.debug_graphviz_path)
+        self._graphs = {key: (program, graph)}
+        self._plans.clear()
+        return program, graph
+
+    def _warn(self, program: Program, graph: SSAGraph) -> None:
+        ndev = self.device_count
+        msgs = strategy_warnings(self._build_strategy, self._exec_strategy, ndev,
+                                 bool(graph.params_grads))
+        has_backward = any(op.attrs.get("op_role_var") for op in program.global_block().ops)
+        if self._loss_name is None and ndev > 1 and has_backward:
+            msgs.append("ParallelExecutor: loss_name is not set, so gradients are NOT "
+                        "aggregated across devices and each device trains on its own shard; "
+                        "pass loss_name=loss.name for data-parallel training")
+        if graph.params_grads and not graph.scale_loss_grad and \
+                self._build_strategy.gradient_scale_strategy != GradientScaleStrategy.Customized:
+            msgs.append(f"ParallelExecutor: no op fills {self._loss_name}@GRAD (was the "
+                        "program built with append_backward/minimize on this loss?), so the "
+                        "gradient scale strategy could not be applied")
+        for msg in msgs:
+            warnings.warn(msg, stacklevel=4)
+
+    def _plan(self, program: Program, graph: SSAGraph, feed: tuple[str, ...],
+              fetch: tuple[str, ...]) -> Plan:
+        key = (feed, fetch)
+        plan = self._plans.get(key)
+        if plan is None:
+            block = program.global_block()
+            for name in fetch:
+                if block._find_var_recursive(name) is None:
+                    from ..executor import _unknown_name_message
+
+                    raise ValueError(_unknown_name_message("fetch target", name, block))
+            inplace = None
+            if self._build_strategy.enable_inplace:
+                from .inplace import plan_inplace
+
+                inplace = plan_inplace(graph, block, set(feed), set(fetch), self._devices)
+            plan = Plan(graph, block, self._devices, self._runtimes, feed, fetch,
+                        memory_optimize=self._build_strategy.memory_optimize,
+                        thread_policy=self._policy, inplace=inplace)
+            self._plans[key] = plan
+        return plan
+
+    # ------------------------------------------------------------------ running
+    def _check_share_source(self) -> None:
+        src = self._share_from
+        if src is not None and not src._has_run:
+            raise RuntimeError("ParallelExecutor: share_vars_from names an executor that has "
+                               "not run yet, so its devices hold no parameters to share; run "
+                               "the source (training) executor once before this one")
+
+    def _materialize(self, plan: Plan, block: Any) -> None:
+        """Give device i > 0 its own copy of each persistable it reads, on first need."""
+        root = self._device_scopes[0]
+        for d in range(1, self.device_count):
+            dscope = self._device_scopes[d]
+            for name in plan.persist_reads[d]:
+                holder = dscope.find_local_var(name)
+                if holder is not None and holder.value is not None:
+                    continue
+                src = root.find_var(name)
+                if src is None or src.value is None:
+                    continue  # reported as missing when the run looks it up
+                dscope.var(name).value = _copy_to(src.value, self._devices[d])
+
+    def _run_plan(self, plan: Plan, feeds: list[dict[str, Any]], block: Any) -> None:
+        plan.begin()
+        for d, env in enumerate(plan.envs):
+            env.update(feeds[d])
+            scope = self._local_scope(d)
+            for name in plan.reads[d]:
+                holder = scope.find_var(name)
+                if holder is None or holder.value is None:
+                    raise RuntimeError(self._missing_message(block, name, feeds[d]))
+                env[name] = holder.value
+        old_threads = torch.get_num_threads()
+        try:
+            if self._num_threads == 1:
+                plan.run_in_order()
+            else:
+                self._run_scheduled(plan)
+        finally:
+            if self._policy is not None and torch.get_num_threads() != old_threads:
+                torch.set_num_threads(old_threads)
+        for d, env in enumerate(plan.envs):
+            dscope = self._device_scopes[d]
+            for name in plan.persist_writes[d]:
+                if name in env:
+                    holder = (dscope.find_var(name) if d == 0 else None) or dscope.var(name)
+                    holder.value = env[name]
+            local = self._local_scope(d)
+            for name in plan.temps[d]:
+                value = env.get(name)
+                if value is not None:
+                    local.var(name).value = value
+
+    def _run_scheduled(self, plan: Plan) -> None:
+        from .scheduler import Scheduler, TaskError, TaskGraph
+
+        if self._scheduler is None:
+            self._scheduler = Scheduler(self._num_threads)
+            self._finalizer = weakref.finalize(self, self._scheduler.close)
+        if plan.task_graph is None:
+            plan.task_graph = TaskGraph.from_edges(plan.fns, plan.edges, names=plan.names)
+        try:
+            self._scheduler.run(plan.task_graph)
+        except TaskError as e:
+            cause = e.__cause__
+            if isinstance(cause, OpRunError):
+                raise cause from cause.__cause__
+            raise
+
+    def _after_iteration(self, plan: Plan) -> None:
+        self._runs_since_drop += 1
+        if self._runs_since_drop >= self._exec_strategy.num_iteration_per_drop_scope:
+            self.drop_local_exe_scopes()
+        for env in plan.envs:
+            env.clear()
+
+    def _local_scope(self, d: int) -> Scope:
+        local = self._local_scopes[d]
+        if local is None:
+            local = self._local_scopes[d] = self._device_scopes[d].new_scope()
+        return local
+
+    def _missing_message(self, block: Any, name: str, feed: dict[str, Any]) -> str:
+        from ..executor import _missing_value_message
+
+        if self._loss_name is not None and name == self._loss_name + "@GRAD":
+            return (f"variable {name!r} must be fed: with "
+                    "gradient_scale_strategy=Customized the loss gradient comes from the feed "
+                    "(one value per device)")
+        return _missing_value_message(block, name, feed)
+
+    # ------------------------------------------------------------------ feed / fetch
+    def _split_feed(self, feed: Any, block: Any) -> list[dict[str, Any]]:
+        n = self.device_count
+        if feed is None:
+            return [{} for _ in range(n)]
+        if isinstance(feed, dict):
+            per: list[dict[str, Any]] = [{} for _ in range(n)]
+            for name, value in feed.items():
+                var = block._find_var_recursive(name)
+                pieces = _split_value(name, value, n, var is not None and var.persistable)
+                for d in range(n):
+                    per[d][name] = as_feed_tensor(block, name, pieces[d], self._devices[d])
+            return per
+        if isinstance(feed, (list, tuple)):
+            if len(feed) != n:
+                raise ValueError(f"ParallelExecutor.run: a list feed needs one dict per device: "
+                                 f"got {len(feed)} dicts for {n} devices (device_count)")
+            for i, item in enumerate(feed):
+                if not isinstance(item, dict):
+                    raise TypeError(f"ParallelExecutor.run: feed[{i}] must be a dict of name -> "
+                                    f"array, got {type(item).__name__}")
+            names = set(feed[0])
+            for i, item in enumerate(feed[1:], 1):
+                if set(item) != names:
+                    raise ValueError(f"ParallelExecutor.run: feed[{i}] feeds {sorted(item)} but "
+                                     f"feed[0] feeds {sorted(names)}; every device needs the "
+                                     "same variables")
+            return [{name: as_feed_tensor(block, name, value, self._devices[d])
+                     for name, value in item.items()} for d, item in enumerate(feed)]
+        raise ValueError(f"ParallelExecutor.run: feed must be a dict (split over the devices) "
+                         f"or a list of one dict per device, got {type(feed).__name__}")
+
+    def _fetch(self, plan: Plan, fetch: tuple[str, ...], return_numpy: bool,
+               return_merged: bool) -> list[Any]:
+        results = []
+        for name in fetch:
+            values = []
+            for d, env in enumerate(plan.envs):
+                value = env.get(name)
+                if value is None:
+                    holder = self._local_scope(d).find_var(name)
+                    value = None if holder is None else holder.value
+                if value is None:
+                    raise RuntimeError(f"fetch target {name!r} has no value on device {d} "
+                                       "after the run: no op wrote it there and the scope "
+                                       "does not hold it")
+                values.append(value)
+            if not return_merged:
+                results.append([as_numpy(v) if return_numpy else _lod(name, v)
+                                for v in values])
+            elif return_numpy:
+                results.append(np.concatenate([np.atleast_1d(as_numpy(v)) for v in values]))
+            else:
+                dense = [as_numpy(v) for v in values]
+                results.append(_lod(name, torch.from_numpy(
+                    np.concatenate([np.atleast_1d(v) for v in dense]))))
+        return results
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _devices(use_cuda: bool, places: Any) -> list[torch.device]:
+    if places is not None:
+        places = list(places) if isinstance(places, (list, tuple)) else [places]
+        if not places:
+            raise ValueError("ParallelExecutor: places is empty")
+        devices = [to_device(p) for p in places]
+        if len({d.type for d in devices}) != 1:
+            raise ValueError(f"ParallelExecutor: places mix device types: {places}")
+        return devices
+    if use_cuda:
+        if not torch.cuda.is_available():
+            raise RuntimeError("ParallelExecutor(use_cuda=True): torch sees no CUDA device on "
+                               "this machine (check CUDA_VISIBLE_DEVICES); use use_cuda=False "
+                               "with CPU_NUM=N to run N CPU devices")
+        return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return [torch.device("cpu")] * cpu_device_count()
+
+
+def _thread_policy(devices: list[torch.device], nthreads: int) -> _ThreadPolicy | None:
+    """CPU devices run in parallel threads: split the cores between them (see docs)."""
+    raw = os.environ.get("PARAFLUID_INTRA_OP_THREADS")
+    if raw:
+        return _ThreadPolicy(max(1, int(raw)))
+    if devices[0].type != "cpu" or len(devices) == 1 or nthreads == 1:
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return _ThreadPolicy(max(1, cores // len(devices)))
+
+
+def _split_value(name: str, value: Any, n: int, persistable: bool) -> list[Any]:
+    if isinstance(value, LoDTensor):
+        value = value.value
+    if not isinstance(value, (np.ndarray, torch.Tensor)):
+        value = np.asarray(value)
+    if value.ndim == 0:
+        raise ValueError(f"feed {name!r}: a 0-d value cannot be split over {n} devices along "
+                         "dim 0; give it a leading dimension, or feed a list of per-device dicts")
+    rows = int(value.shape[0])
+    if persistable:
+        if rows == 1:
+            return [value] * n
+        if rows == n:
+            return [value[i:i + 1] for i in range(n)]
+        raise ValueError(f"feed {name!r}: a persistable variable is fed with {rows} rows on {n} "
+                         f"devices; feed exactly 1 row (copied to every device) or {n} rows "
+                         "(one per device)")
+    if rows < n:
+        raise ValueError(f"feed {name!r}: the batch has {rows} rows but there are {n} devices, "
+                         "so some device would get no data; drop the last (incomplete) batch, "
+                         f"or use at most {rows} devices (set CPU_NUM={rows} or fewer GPUs)")
+    k = rows // n
+    return [value[i * k:(i + 1) * k] for i in range(n - 1)] + [value[(n - 1) * k:]]
+
+
+def _copy_to(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(device, copy=True)
+    if hasattr(value, "to"):
+        return value.to(device)
+    return value
+
+
+def _lod(name: str, value: Any) -> LoDTensor:
+    holder = ScopeVariable(name)
+    holder.value = value.clone() if isinstance(value, torch.Tensor) else value
+    return LoDTensor(holder)

@@ -1,0 +1,245 @@
+"""ExecutionStrategy and BuildStrategy: how the ParallelExecutor builds and runs its graph.
+
+Example::
+
+    build = fluid.BuildStrategy()
+    build.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
+    build.fuse_all_reduce_ops = False
+    exec_ = fluid.ExecutionStrategy()
+    exec_.num_threads = 4
+    pe = fluid.ParallelExecutor(use_cuda=False, loss_name=loss.name,
+                                build_strategy=build, exec_strategy=exec_)
+
+Every field is type-checked when set. A strategy is *finalized* once an executor was built
+with it: changing it afterwards raises (the change could not reach the built graph). A field
+that is set but cannot apply to the executor being built is explained by a warning
+(see ``strategy_warnings``).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+__all__ = ["ExecutionStrategy", "BuildStrategy", "strategy_warnings"]
+
+
+class _Strategy:
+    """Shared machinery: a table of typed fields with defaults, and finalization."""
+
+    _FIELDS: dict[str, tuple[Any, Any]] = {}  # name -> (type or tuple of types, default)
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_finalized", False)
+        object.__setattr__(self, "_set", set())
+        for name, (_, default) in self._FIELDS.items():
+            object.__setattr__(self, name, default() if callable(default) else default)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        cls = type(self).__name__
+        if name not in self._FIELDS:
+            raise AttributeError(f"{cls} has no field {name!r}; fields: {sorted(self._FIELDS)}")
+        if self._finalized:
+            raise RuntimeError(f"{cls}.{name}: this strategy was already used to build an "
+                               "executor and cannot change any more; create a new "
+                               f"{cls}() for the next executor")
+        kind, _ = self._FIELDS[name]
+        value = _check_field(cls, name, kind, value)
+        object.__setattr__(self, name, value)
+        self._set.add(name)
+
+    def _finalize(self) -> None:
+        object.__setattr__(self, "_finalized", True)
+
+    def _is_set(self, name: str) -> bool:
+        """True when the user assigned ``name`` (even to its default value)."""
+        return name in self._set
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._FIELDS)
+        return f"{type(self).__name__}({fields})"
+
+
+def _check_field(cls: str, name: str, kind: Any, value: Any) -> Any:
+    if kind is bool:
+        if not isinstance(value, (bool, int)) or isinstance(value, float):
+            raise TypeError(f"{cls}.{name} must be a bool, got {type(value).__name__}")
+        return bool(value)
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{cls}.{name} must be an int, got {type(value).__name__}")
+        return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise TypeError(f"{cls}.{name} must be a str, got {type(value).__name__}")
+        return value
+    if kind is list:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"{cls}.{name} must be a list of str, got {value!r}")
+        return list(value)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        if isinstance(value, kind):
+            return value
+        members = ", ".join(f"{cls}.{kind.__name__}.{m.name}" for m in kind)
+        raise TypeError(f"{cls}.{name} must be one of {members}, got {value!r}")
+    raise AssertionError(f"unknown field kind {kind!r}")
+
+
+class ExecutionStrategy(_Strategy):
+    """How the ParallelExecutor runs its graph.
+
+    Fields:
+        num_threads: size of the scheduler's thread pool; 0 means automatic (see
+            ``parafluid.parallel.scheduler.default_num_threads``). 1 runs every op on one thread.
+        num_iteration_per_drop_scope: the per-device local scopes that keep the temporaries
+            of a run are dropped every this many runs (default 100, as Fluid 1.6).
+        num_iteration_per_run: one ``run()`` executes the graph this many times (same feed),
+            fetching on the last.
+        allow_op_delay: accepted for compatibility; Fluid documents it as having no effect and
+            so does parafluid (setting it to True warns).
+        use_experimental_executor: accepted; parafluid has one scheduler, the design of
+            Fluid's experimental fast-threaded executor, whatever the value.
+
+    Example::
+
+        s = fluid.ExecutionStrategy()
+        s.num_threads = 4
+        s.num_iteration_per_drop_scope = 10
+    """
+
+    _FIELDS = {
+        "num_threads": (int, 0),
+        "num_iteration_per_drop_scope": (int, 100),
+        "num_iteration_per_run": (int, 1),
+        "allow_op_delay": (bool, False),
+        "use_experimental_executor": (bool, False),
+    }
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        low = {"num_threads": 0, "num_iteration_per_drop_scope": 1, "num_iteration_per_run": 1}
+        if name in low and value < low[name]:
+            object.__setattr__(self, name, self._FIELDS[name][1])
+            raise ValueError(f"ExecutionStrategy.{name} must be >= {low[name]}, got {value}")
+
+
+class ReduceStrategy(enum.IntEnum):
+    """How gradients are aggregated across devices."""
+
+    AllReduce = 0
+    Reduce = 1
+
+
+class GradientScaleStrategy(enum.IntEnum):
+    """What the loss gradient starts from on each device (see BuildStrategy)."""
+
+    CoeffNumDevice = 0
+    One = 1
+    Customized = 2
+
+
+class BuildStrategy(_Strategy):
+    """How the ParallelExecutor turns a Program into its multi-device graph.
+
+    Fields:
+        reduce_strategy: ``ReduceStrategy.AllReduce`` (every device gets the summed gradient
+            and updates its own parameters) or ``ReduceStrategy.Reduce`` (each gradient is
+            summed on one owner device, only the owner runs that parameter's optimizer, then
+            the parameter is broadcast).
+        gradient_scale_strategy: the loss gradient on each device starts at ``1/nranks``
+            (``CoeffNumDevice``, for a mean loss), ``1`` (``One``, for a sum loss), or is fed
+            by the user as ``<loss>@GRAD`` (``Customized``).
+        fuse_all_reduce_ops: one all-reduce per group of gradients (AllReduce mode only).
+        fuse_elewise_add_act_ops: fuse ``elementwise_add`` + activation into one op.
+        sync_batch_norm: batch_norm statistics over all devices (forward and backward).
+        memory_optimize: free each temporary as soon as its last reader has run.
+        enable_inplace: an elementwise/activation op writes into its dead input's buffer.
+        enable_sequential_execution: every device runs its ops in program order.
+        debug_graphviz_path: write dot files of the program and of the multi-device graph.
+        fuse_all_optimizer_ops, fuse_relu_depthwise_conv, fuse_broadcast_ops,
+        remove_unnecessary_lock, enable_backward_optimizer_op_deps,
+        use_hierarchical_allreduce: accepted; they have no effect in parafluid (a warning says
+            so when one is turned on).
+        num_trainers, trainer_id, trainers_endpoints: the multi-process setting
+            (``nranks = num_trainers * devices``).
+
+    Example::
+
+        b = fluid.BuildStrategy()
+        b.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
+        b.gradient_scale_strategy = fluid.BuildStrategy.GradientScaleStrategy.One
+    """
+
+    ReduceStrategy = ReduceStrategy
+    GradientScaleStrategy = GradientScaleStrategy
+
+    _FIELDS = {
+        "reduce_strategy": (ReduceStrategy, ReduceStrategy.AllReduce),
+        "gradient_scale_strategy": (GradientScaleStrategy, GradientScaleStrategy.CoeffNumDevice),
+        "debug_graphviz_path": (str, ""),
+        "enable_sequential_execution": (bool, False),
+        "fuse_elewise_add_act_ops": (bool, False),
+        "fuse_all_reduce_ops": (bool, False),
+        "fuse_all_optimizer_ops": (bool, False),
+        "fuse_relu_depthwise_conv": (bool, False),
+        "fuse_broadcast_ops": (bool, False),
+        "sync_batch_norm": (bool, False),
+        "memory_optimize": (bool, False),
+        "enable_inplace": (bool, False),
+        "remove_unnecessary_lock": (bool, True),
+        "enable_backward_optimizer_op_deps": (bool, False),
+        "use_hierarchical_allreduce": (bool, False),
+        "num_trainers": (int, 1),
+        "trainer_id": (int, 0),
+        "trainers_endpoints": (list, list),
+    }
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "memory_optimize" and value is None:
+            value = False  # Fluid 1.6 uses None for "decide for me"; parafluid decides: off
+        super().__setattr__(name, value)
+        if name == "num_trainers" and value < 1:
+            object.__setattr__(self, name, 1)
+            raise ValueError(f"BuildStrategy.num_trainers must be >= 1, got {value}")
+        if name == "trainer_id" and value < 0:
+            object.__setattr__(self, name, 0)
+            raise ValueError(f"BuildStrategy.trainer_id must be >= 0, got {value}")
+
+
+_NO_EFFECT = {
+    "fuse_all_optimizer_ops": "parafluid runs each parameter's optimizer op on its own; "
+                              "fusing them into one op over a flat buffer is not implemented",
+    "fuse_relu_depthwise_conv": "no relu + depthwise_conv fusion pass exists in parafluid",
+    "fuse_broadcast_ops": "it only applies to Reduce mode across processes in Fluid; "
+                          "parafluid's in-process broadcasts are already one op per parameter",
+    "enable_backward_optimizer_op_deps": "parafluid orders optimizer ops by data dependencies "
+                                         "only",
+    "use_hierarchical_allreduce": "in-process all-reduce has a single level",
+}
+
+
+def strategy_warnings(build: BuildStrategy, exec_: ExecutionStrategy, nranks: int,
+                      has_grads: bool) -> list[str]:
+    """Explanations for fields that are set but cannot apply to this executor."""
+    out = []
+    reduce_mode = build.reduce_strategy == ReduceStrategy.Reduce
+    if build.fuse_all_reduce_ops and reduce_mode and nranks > 1:
+        out.append("BuildStrategy.fuse_all_reduce_ops has no effect in Reduce mode: gradients "
+                   "are reduced to their owner device and parameters broadcast, there is no "
+                   "all-reduce to fuse (use ReduceStrategy.AllReduce to fuse)")
+    if build.fuse_all_reduce_ops and nranks == 1:
+        out.append("BuildStrategy.fuse_all_reduce_ops has no effect with a single device: "
+                   "there is no all-reduce")
+    if reduce_mode and nranks == 1 and build._is_set("reduce_strategy"):
+        out.append("BuildStrategy.reduce_strategy=Reduce has no effect with a single device "
+                   "(it falls back to AllReduce, which is a no-op with one rank)")
+    if (build.fuse_all_reduce_ops or reduce_mode) and nranks > 1 and not has_grads:
+        out.append("BuildStrategy: the program has no parameter gradients to aggregate "
+                   "(no loss_name, or no backward pass), so the reduce strategy has no effect")
+    for name, why in _NO_EFFECT.items():
+        if getattr(build, name):
+            out.append(f"BuildStrategy.{name} has no effect: {why}")
+    if exec_.allow_op_delay:
+        out.append("ExecutionStrategy.allow_op_delay has no effect (Fluid documents it as "
+                   "invalid; communication ops already run as soon as their inputs are ready)")
+    return out

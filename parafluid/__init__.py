@@ -17,18 +17,40 @@ Write ``import parafluid as fluid`` and Fluid 1.x code runs unchanged::
 
 from __future__ import annotations
 
-from . import ops  # noqa: F401  (registers every op type)
-from . import (backward, clip, initializer, layers, optimizer, regularizer,  # noqa: F401
-               unique_name)
+from . import (  # noqa: F401
+    backward,
+    clip,
+    initializer,
+    layers,
+    ops,  # noqa: F401  (registers every op type)
+    optimizer,
+    regularizer,
+    unique_name,
+)
 from .backward import append_backward, gradients
 from .dtypes import VarType
 from .executor import Executor
-from .framework import (OpRole, Operator, Parameter, Program, Variable,  # noqa: F401
-                        default_main_program, default_startup_program, in_dygraph_mode,
-                        name_scope, program_guard)
+from .framework import (  # noqa: F401
+    Operator,
+    OpRole,
+    Parameter,
+    Program,
+    Variable,
+    default_main_program,
+    default_startup_program,
+    in_dygraph_mode,
+    name_scope,
+    program_guard,
+)
 from .param_attr import ParamAttr
-from .place import (CPUPlace, CUDAPinnedPlace, CUDAPlace, cpu_places, cuda_places,
-                    is_compiled_with_cuda)
+from .place import (
+    CPUPlace,
+    CUDAPinnedPlace,
+    CUDAPlace,
+    cpu_places,
+    cuda_places,
+    is_compiled_with_cuda,
+)
 from .runtime import OpRunError
 from .scope import LoDTensor, Scope, global_scope, scope_guard
 

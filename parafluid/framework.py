@@ -594,7 +594,6 @@ def _prune_for_test(p: Program) -> None:
                 op.attrs["is_test"] = True
         used = {n for op in block.ops for n in op.input_arg_names + op.output_arg_names}
         for name in list(block.vars):
-            var = block.vars[name]
             if name not in used and (name.endswith(GRAD_SUFFIX) or GRAD_SUFFIX + "@" in name):
                 del block.vars[name]
     p._appending_grad_times = 0

@@ -17,8 +17,15 @@ from typing import Any
 
 from . import unique_name
 from .backward import append_backward
-from .framework import (OpRole, Parameter, Program, Variable, default_main_program,
-                        default_startup_program, program_guard)
+from .framework import (
+    OpRole,
+    Parameter,
+    Program,
+    Variable,
+    default_main_program,
+    default_startup_program,
+    program_guard,
+)
 from .initializer import Constant
 from .layer_helper import LayerHelper
 from .regularizer import append_regularization_ops

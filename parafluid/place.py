@@ -1,4 +1,4 @@
-"""Places: where a tensor lives. ``CPUPlace()``, ``CUDAPlace(i)``, ``cpu_places()``, ``cuda_places()``."""
+"""Places: where a tensor lives: ``CPUPlace()``, ``CUDAPlace(i)``, ``cpu_places()``."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def program_from_dict(data: dict[str, Any]) -> Program:
 
 def dumps(program: Program) -> bytes:
     """Serialize ``program`` to bytes."""
-    text = json.dumps(program_to_dict(program), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(program_to_dict(program), separators=(",", ":"))
     return _MAGIC + text.encode("utf-8")
 
 
@@ -109,7 +109,8 @@ def loads(data: bytes) -> Program:
     if not isinstance(data, (bytes, bytearray)):
         raise TypeError(f"expected bytes, got {type(data).__name__}")
     if not data.startswith(_MAGIC):
-        raise ValueError("not a parafluid program: the header is missing (truncated or wrong file?)")
+        raise ValueError("not a parafluid program: the header is missing "
+                         "(truncated or wrong file?)")
     try:
         doc = json.loads(bytes(data[len(_MAGIC):]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ..scope import SelectedRows
 from .registry import register_op, same_as
 

@@ -1,0 +1,18 @@
+"""Each test builds its programs in fresh default programs, scope and name counters."""
+
+import pytest
+
+import parafluid as fluid
+from parafluid import framework, unique_name
+
+
+@pytest.fixture(autouse=True)
+def fresh_programs():
+    main, startup = fluid.Program(), fluid.Program()
+    old_main = framework.switch_main_program(main)
+    old_startup = framework.switch_startup_program(startup)
+    scope = fluid.Scope()
+    with unique_name.guard(), fluid.scope_guard(scope):
+        yield
+    framework.switch_main_program(old_main)
+    framework.switch_startup_program(old_startup)

@@ -43,6 +43,7 @@ from .framework import (  # noqa: F401
     program_guard,
 )
 from .param_attr import ParamAttr
+from .parallel import BuildStrategy, CompiledProgram, ExecutionStrategy, ParallelExecutor
 from .place import (
     CPUPlace,
     CUDAPinnedPlace,
@@ -63,6 +64,7 @@ __all__ = [
     "CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "cpu_places", "cuda_places",
     "is_compiled_with_cuda", "ParamAttr", "VarType", "append_backward", "gradients",
     "layers", "optimizer", "initializer", "regularizer", "clip", "backward", "unique_name",
+    "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy",
 ]
 
 

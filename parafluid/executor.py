@@ -79,13 +79,13 @@ class Executor:
         scope = scope if scope is not None else global_scope()
         feed = {} if feed is None else feed
         fetch_list = [] if fetch_list is None else fetch_list
+        if not isinstance(fetch_list, (list, tuple)):
+            fetch_list = [fetch_list]
+        if hasattr(program, "_run_from_executor"):  # CompiledProgram (may take a list feed)
+            return program._run_from_executor(self, feed, fetch_list, scope, return_numpy)
         if not isinstance(feed, dict):
             raise TypeError(f"Executor.run: feed must be a dict of name -> array, "
                             f"got {type(feed).__name__}")
-        if not isinstance(fetch_list, (list, tuple)):
-            fetch_list = [fetch_list]
-        if hasattr(program, "_run_from_executor"):  # CompiledProgram
-            return program._run_from_executor(self, feed, fetch_list, scope, return_numpy)
         if not isinstance(program, Program):
             raise TypeError(f"Executor.run: program must be a Program or CompiledProgram, "
                             f"got {type(program).__name__}")

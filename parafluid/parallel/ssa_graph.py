@@ -89,7 +89,7 @@ class GraphOptions:
     nranks: int | None = None  # default: ndev (num_trainers x local devices in general)
 
 
-@dataclass
+@dataclass(repr=False)
 class SSAGraph:
     """The built graph plus what the executor needs to bind and run it."""
 
@@ -105,6 +105,10 @@ class SSAGraph:
 
     def __str__(self) -> str:
         return "\n".join(n.to_string() for n in self.nodes)
+
+    def __repr__(self) -> str:
+        return (f"SSAGraph({self.ndev} devices, {len(self.nodes)} nodes, "
+                f"{len(self.params_grads)} aggregated gradients)")
 
     def count(self, type: str) -> int:
         return sum(1 for n in self.nodes if n.type == type)

@@ -1,0 +1,115 @@
+"""CompiledProgram: a Program prepared for the executor, optionally data-parallel.
+
+Example::
+
+    compiled = fluid.CompiledProgram(train_program).with_data_parallel(loss_name=loss.name)
+    exe = fluid.Executor(fluid.CPUPlace())
+    loss_per_device, = exe.run(compiled, feed={"x": x}, fetch_list=[loss])
+
+The ParallelExecutor behind it is built on the first run (from the executor's place and the
+run's scope) and reused afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..framework import Program, Variable
+from ..place import CUDAPlace
+from ..scope import Scope
+from .parallel_executor import ParallelExecutor
+from .strategy import BuildStrategy, ExecutionStrategy
+
+__all__ = ["CompiledProgram"]
+
+
+class CompiledProgram:
+    """Wrap ``program`` so that ``Executor.run`` compiles it into a multi-device graph.
+
+    Args:
+        program_or_graph: the Program.
+        build_strategy: a BuildStrategy (may also be given to ``with_data_parallel``).
+
+    Without ``with_data_parallel`` the program runs on the executor's place alone, through
+    the same graph machinery (so build-strategy passes apply).
+    """
+
+    def __init__(self, program_or_graph: Program, build_strategy: BuildStrategy | None = None
+                 ) -> None:
+        if not isinstance(program_or_graph, Program):
+            raise TypeError(f"CompiledProgram: expected a Program, got "
+                            f"{type(program_or_graph).__name__}")
+        if build_strategy is not None and not isinstance(build_strategy, BuildStrategy):
+            raise TypeError(f"CompiledProgram: build_strategy must be a BuildStrategy, got "
+                            f"{type(build_strategy).__name__}")
+        self._program = program_or_graph
+        self._build_strategy = build_strategy
+        self._exec_strategy: ExecutionStrategy | None = None
+        self._loss_name: str | None = None
+        self._share_vars_from: CompiledProgram | None = None
+        self._places: Any = None
+        self._is_data_parallel = False
+        self._executor: ParallelExecutor | None = None
+        self._scope: Scope | None = None
+
+    def with_data_parallel(self, loss_name: str | None = None,
+                           build_strategy: BuildStrategy | None = None,
+                           exec_strategy: ExecutionStrategy | None = None,
+                           share_vars_from: CompiledProgram | None = None,
+                           places: Sequence[Any] | None = None) -> CompiledProgram:
+        """Run data-parallel on ``places`` (default: CPU_NUM CPU devices or every GPU).
+
+        Args:
+            loss_name: the loss variable (name or Variable); needed to aggregate gradients.
+            build_strategy, exec_strategy: see BuildStrategy / ExecutionStrategy.
+            share_vars_from: another data-parallel CompiledProgram whose parameters this one
+                uses (it must run first).
+            places: the devices, e.g. ``fluid.cpu_places(2)``.
+
+        Returns this CompiledProgram.
+        """
+        if self._is_data_parallel:
+            raise RuntimeError("CompiledProgram.with_data_parallel was already called on this "
+                               "program; create a new CompiledProgram")
+        if share_vars_from is not None and not isinstance(share_vars_from, CompiledProgram):
+            raise TypeError("CompiledProgram.with_data_parallel: share_vars_from must be a "
+                            f"CompiledProgram, got {type(share_vars_from).__name__}")
+        if share_vars_from is not None and not share_vars_from._is_data_parallel:
+            raise ValueError("CompiledProgram.with_data_parallel: share_vars_from is not "
+                             "data-parallel, so it has no device scopes to share")
+        if isinstance(loss_name, Variable):
+            loss_name = loss_name.name
+        self._is_data_parallel = True
+        self._loss_name = loss_name
+        if build_strategy is not None:
+            self._build_strategy = build_strategy
+        self._exec_strategy = exec_strategy
+        self._share_vars_from = share_vars_from
+        self._places = places
+        return self
+
+    def _run_from_executor(self, exe: Any, feed: Any, fetch_list: list[Any], scope: Scope,
+                           return_numpy: bool) -> list[Any]:
+        if self._executor is None:
+            self._executor = self._compile(exe, scope)
+        elif scope is not self._scope:
+            raise ValueError("CompiledProgram: it was compiled for another scope; run it with "
+                             "the scope of its first run, or create a new CompiledProgram")
+        return self._executor.run(fetch_list, feed=feed or None, return_numpy=return_numpy)
+
+    def _compile(self, exe: Any, scope: Scope) -> ParallelExecutor:
+        use_cuda = isinstance(exe.place, CUDAPlace)
+        places = self._places if self._is_data_parallel else [exe.place]
+        share = None
+        if self._share_vars_from is not None:
+            share = self._share_vars_from._executor
+            if share is None:
+                raise RuntimeError("CompiledProgram: share_vars_from has not run yet, so there "
+                                   "are no parameters to share; run it first")
+        self._scope = scope
+        return ParallelExecutor(use_cuda, loss_name=self._loss_name,
+                                main_program=self._program, share_vars_from=share,
+                                exec_strategy=self._exec_strategy,
+                                build_strategy=self._build_strategy, scope=scope,
+                                places=places)

@@ -131,3 +131,19 @@ def test_cast_from_int_has_no_gradient_op():
         fluid.gradients([fluid.layers.mean(y)], [x])
     assert "cast_grad" not in [op.type for op in prog.global_block().ops]
     assert [op.type for op in prog.global_block().ops].count("cast") == 1
+
+
+def test_gradients_is_none_when_no_split_piece_has_a_gradient():
+    """Regression: zero fills of a dropped split_grad were counted as produced gradients,
+    so ``gradients`` looked up a variable that no op writes."""
+    import parafluid as fluid
+
+    prog = fluid.Program()
+    with fluid.program_guard(prog, fluid.Program()):
+        x = fluid.layers.data("x", shape=[2, 4], dtype="float64", append_batch_size=False)
+        x.stop_gradient = False
+        a, _ = fluid.layers.split(x, 2, dim=1)
+        rounded = fluid.layers.cast(fluid.layers.cast(a, "int32"), "float64")
+        assert fluid.gradients([fluid.layers.mean(rounded)], [x, a]) == [None, None]
+    assert "fill_zeros_like" not in [op.type for op in prog.global_block().ops]
+    prog.verify()

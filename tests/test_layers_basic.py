@@ -41,6 +41,8 @@ def test_mlp_program_listing_and_shapes():
     assert v["ce"].shape == (-1,) and v["loss"].shape == (1,)
     assert v["pred"].shape == (-1,) and v["pred"].dtype == "int64" and v["pred"].stop_gradient
     prog.verify()
+    # attrs are plain data: the program survives serialization unchanged
+    assert str(fluid.Program.parse_from_string(prog.serialize_to_string())) == text
 
 
 def test_mlp_forward_matches_numpy():

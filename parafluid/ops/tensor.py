@@ -255,14 +255,15 @@ def _reshape_target(x_shape: Sequence[int], shape: Sequence[int]) -> tuple[int, 
     if -1 in rest_x:
         return tuple(out)
     total, part = numel(rest_x), numel(rest_out)
+    besides = " besides the copied (0) dims" if copied else ""
     if infer is not None:
         if part == 0 or total % part:
             raise ValueError(f"reshape: cannot reshape X {list(x_shape)} to {shape}: "
-                             f"{total} elements do not divide by {part}")
+                             f"{total} elements{besides} do not divide by {part}")
         out[infer] = total // part
     elif total != part:
-        raise ValueError(f"reshape: cannot reshape X {list(x_shape)} ({total} elements) to "
-                         f"{shape} ({part} elements)")
+        raise ValueError(f"reshape: cannot reshape X {list(x_shape)} ({total} elements"
+                         f"{besides}) to {shape} ({part} elements{besides})")
     return tuple(out)
 
 

@@ -246,8 +246,10 @@ def _prune_missing_grads(spec: dict[str, Any],
                 zero_fills.append({"type": "fill_zeros_like",
                                    "inputs": {"X": [n[: -len(GRAD_SUFFIX)]]},
                                    "outputs": {"Out": [n]}, "attrs": {}})
-                produced.add(n)
-    return have_any or not has_grad_inputs, zero_fills
+    ok = have_any or not has_grad_inputs
+    if ok:  # NOTE: only now: a dropped op's zero fills are never emitted
+        produced.update(z["outputs"]["Out"][0] for z in zero_fills)
+    return ok, zero_fills
 
 
 def _set_op_role_var(block: Any, pairs: list[tuple[Parameter, Variable]]) -> None:

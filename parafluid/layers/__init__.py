@@ -1,13 +1,14 @@
 """``fluid.layers``: functions that append ops to the default main program."""
+# ruff: noqa: F401, F403, I001  (one line per layer module keeps merges trivial)
 
-from . import (  # noqa: F401
-    io,
-    math_op_patch,  # noqa: F401  (Variable arithmetic operators)
-    nn,
-    tensor,
-)
-from .io import *  # noqa: F403
-from .nn import *  # noqa: F403
-from .tensor import *  # noqa: F403
+from . import io
+from . import math_op_patch  # Variable arithmetic operators
+from . import nn
+from . import ops
+from . import tensor
+from .io import *
+from .nn import *
+from .ops import *
+from .tensor import *
 
-__all__ = io.__all__ + nn.__all__ + tensor.__all__
+__all__ = io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__

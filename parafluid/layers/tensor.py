@@ -12,7 +12,10 @@ from ..framework import Variable
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
 
-__all__ = ["fill_constant", "assign", "create_global_var", "create_tensor", "zeros", "ones"]
+__all__ = ["fill_constant", "assign", "create_global_var", "create_tensor", "zeros", "ones",
+           "cast", "concat", "split", "reshape", "transpose", "squeeze", "unsqueeze", "expand",
+           "one_hot", "argmax", "argmin", "topk", "reduce_sum", "reduce_mean", "reduce_max",
+           "reduce_min", "reduce_prod", "fill_constant_batch_size_like"]
 
 
 def fill_constant(shape: list[int], dtype: Any, value: float, force_cpu: bool = False,
@@ -68,3 +71,270 @@ def create_global_var(shape: list[int], value: float, dtype: Any, persistable: b
                                         stop_gradient=True)
     helper.set_variable_initializer(var, Constant(float(value), force_cpu))
     return var
+
+
+# ----------------------------------------------------------------------------- manipulation
+
+
+def _check_var(layer: str, arg: str, x: Any) -> None:
+    if not isinstance(x, Variable):
+        raise TypeError(f"{layer}: {arg} must be a Variable, got {type(x).__name__}")
+
+
+def _one_op(op_type: str, x: Variable, attrs: dict[str, Any], name: str | None = None,
+            dtype: Any = None, arg: str = "x", inputs: dict[str, Any] | None = None) -> Variable:
+    """Append ``op_type`` reading ``X`` (plus ``inputs``); return its one output ``Out``."""
+    _check_var(op_type, arg, x)
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(dtype or x.dtype)
+    helper.append_op(op_type, inputs={"X": [x], **(inputs or {})}, outputs={"Out": [out]},
+                     attrs=attrs)
+    return out
+
+
+def _int_list(layer: str, arg: str, value: Any) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) for v in value):
+        raise TypeError(f"{layer}: {arg} must be an int or a list of ints, got {value!r}")
+    return list(value)
+
+
+def cast(x: Variable, dtype: Any) -> Variable:
+    """Convert ``x`` to ``dtype``; the gradient (between float types) is cast back.
+
+    Example::
+
+        label_f = fluid.layers.cast(label, "float32")
+    """
+    _check_var("cast", "x", x)
+    out_dtype = convert_dtype(dtype)
+    return _one_op("cast", x, {"in_dtype": x.dtype, "out_dtype": out_dtype}, dtype=out_dtype)
+
+
+def concat(input: list[Variable], axis: int = 0, name: str | None = None) -> Variable:
+    """Join variables along ``axis``; all other dimensions must agree.
+
+    Example::
+
+        both = fluid.layers.concat([a, b], axis=1)
+    """
+    if isinstance(input, Variable):
+        input = [input]
+    if not isinstance(input, (list, tuple)) or not input:
+        raise TypeError(f"concat: input must be a non-empty list of Variables, got {input!r}")
+    for i, v in enumerate(input):
+        _check_var("concat", f"input[{i}]", v)
+    helper = LayerHelper("concat", name=name)
+    out = helper.create_variable_for_type_inference(input[0].dtype)
+    helper.append_op("concat", inputs={"X": list(input)}, outputs={"Out": [out]},
+                     attrs={"axis": int(axis)})
+    return out
+
+
+def split(input: Variable, num_or_sections: int | list[int], dim: int = -1,
+          name: str | None = None) -> list[Variable]:
+    """Split ``input`` along ``dim`` into ``num`` equal pieces or pieces of given sizes.
+
+    A list of sizes may hold one -1, inferred from the rest.
+
+    Example::
+
+        a, b = fluid.layers.split(x, num_or_sections=2, dim=1)
+        head, tail = fluid.layers.split(x, num_or_sections=[1, -1], dim=0)
+    """
+    _check_var("split", "input", input)
+    if isinstance(num_or_sections, int):
+        if num_or_sections < 1:
+            raise ValueError(f"split: num_or_sections must be positive, got {num_or_sections}")
+        count, attrs = num_or_sections, {"num": num_or_sections, "sections": []}
+    else:
+        sections = _int_list("split", "num_or_sections", num_or_sections)
+        count, attrs = len(sections), {"num": 0, "sections": sections}
+    helper = LayerHelper("split", name=name)
+    outs = [helper.create_variable_for_type_inference(input.dtype) for _ in range(count)]
+    helper.append_op("split", inputs={"X": [input]}, outputs={"Out": outs},
+                     attrs={"axis": int(dim), **attrs})
+    return outs
+
+
+def reshape(x: Variable, shape: list[int], actual_shape: Variable | None = None,
+            act: str | None = None, inplace: bool = False, name: str | None = None) -> Variable:
+    """Give ``x`` a new shape: 0 copies the dim at that index, one -1 is inferred.
+
+    Args:
+        x: input variable.
+        shape: target shape, e.g. ``[0, -1]`` flattens all but the first dim.
+        actual_shape: an int variable holding the target shape at run time (overrides).
+        act: activation appended after the reshape.
+        inplace: accepted for compatibility; parafluid always writes a new variable (buffer
+            reuse is the memory optimizer's job).
+
+    Example::
+
+        flat = fluid.layers.reshape(x, shape=[0, -1])
+    """
+    _check_var("reshape", "x", x)
+    shape = _int_list("reshape", "shape", shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape: only one dimension of shape may be -1, got {shape}")
+    inputs = {}
+    if actual_shape is not None:
+        _check_var("reshape", "actual_shape", actual_shape)
+        inputs["Shape"] = [actual_shape]
+    out = _one_op("reshape", x, {"shape": shape}, name, inputs=inputs)
+    return LayerHelper("reshape", act=act).append_activation(out)
+
+
+def transpose(x: Variable, perm: list[int], name: str | None = None) -> Variable:
+    """Permute the dimensions of ``x``: output dim i is input dim ``perm[i]``.
+
+    Example::
+
+        xt = fluid.layers.transpose(x, perm=[1, 0])
+    """
+    _check_var("transpose", "x", x)
+    perm = _int_list("transpose", "perm", perm)
+    if x.shape is not None and len(perm) != len(x.shape):
+        raise ValueError(f"transpose: perm {perm} has {len(perm)} entries but x "
+                         f"{list(x.shape)} has rank {len(x.shape)}")
+    return _one_op("transpose", x, {"axis": perm}, name)
+
+
+def squeeze(input: Variable, axes: list[int], name: str | None = None) -> Variable:
+    """Remove the size-1 dimensions listed in ``axes`` (all of them if ``axes`` is empty).
+
+    Example::
+
+        y = fluid.layers.squeeze(x, axes=[1])    # [N, 1, 5] -> [N, 5]
+    """
+    return _one_op("squeeze", input, {"axes": _int_list("squeeze", "axes", axes)}, name,
+                   arg="input")
+
+
+def unsqueeze(input: Variable, axes: list[int], name: str | None = None) -> Variable:
+    """Insert size-1 dimensions at ``axes`` (each counted in the growing shape).
+
+    Example::
+
+        y = fluid.layers.unsqueeze(x, axes=[1])  # [N, 5] -> [N, 1, 5]
+    """
+    return _one_op("unsqueeze", input, {"axes": _int_list("unsqueeze", "axes", axes)}, name,
+                   arg="input")
+
+
+def expand(x: Variable, expand_times: list[int], name: str | None = None) -> Variable:
+    """Tile ``x``: dimension i is repeated ``expand_times[i]`` times.
+
+    Example::
+
+        y = fluid.layers.expand(x, expand_times=[1, 3])  # [N, 2] -> [N, 6]
+    """
+    return _one_op("expand", x,
+                   {"expand_times": _int_list("expand", "expand_times", expand_times)}, name)
+
+
+def one_hot(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
+    """One-hot float32 rows of int labels shaped ``[..., 1]``: the result is ``[..., depth]``.
+
+    Example::
+
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        onehot = fluid.layers.one_hot(label, depth=10)   # [-1, 10]
+    """
+    out = _one_op("one_hot", input, {"depth": int(depth), "dtype": "float32",
+                                     "allow_out_of_range": bool(allow_out_of_range)},
+                  dtype="float32", arg="input")
+    out.stop_gradient = True
+    return out
+
+
+def _arg(op_type: str, x: Variable, axis: int) -> Variable:
+    out = _one_op(op_type, x, {"axis": int(axis)}, dtype="int64")
+    out.stop_gradient = True
+    return out
+
+
+def argmax(x: Variable, axis: int = 0) -> Variable:
+    """Index (int64) of the largest element along ``axis``; that dimension is removed.
+
+    Example::
+
+        pred = fluid.layers.argmax(prob, axis=1)
+    """
+    return _arg("arg_max", x, axis)
+
+
+def argmin(x: Variable, axis: int = 0) -> Variable:
+    """Index (int64) of the smallest element along ``axis``; that dimension is removed.
+
+    Example::
+
+        idx = fluid.layers.argmin(dist, axis=1)
+    """
+    return _arg("arg_min", x, axis)
+
+
+def topk(input: Variable, k: int, name: str | None = None) -> tuple[Variable, Variable]:
+    """The ``k`` largest values along the last dimension and their int64 indices.
+
+    Example::
+
+        values, indices = fluid.layers.topk(prob, k=5)
+    """
+    _check_var("topk", "input", input)
+    if not isinstance(k, int):
+        raise TypeError(f"topk: k must be an int, got {type(k).__name__}")
+    helper = LayerHelper("top_k", name=name)
+    values = helper.create_variable_for_type_inference(input.dtype)
+    indices = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("top_k", inputs={"X": [input]},
+                     outputs={"Out": [values], "Indices": [indices]}, attrs={"k": k})
+    return values, indices
+
+
+def _reduce(op_type: str) -> Any:
+    def layer(input: Variable, dim: int | list[int] | None = None, keep_dim: bool = False,
+              name: str | None = None) -> Variable:
+        _check_var(op_type, "input", input)
+        dims = [] if dim is None else _int_list(op_type, "dim", dim)
+        reduce_all = not dims or (input.shape is not None and len(dims) == len(input.shape))
+        return _one_op(op_type, input, {"dim": dims or [0], "keep_dim": bool(keep_dim),
+                                        "reduce_all": reduce_all}, name, arg="input")
+    what = op_type.split("_")[1]
+    layer.__name__ = layer.__qualname__ = op_type
+    layer.__doc__ = (f"The {what} over ``dim`` (an int or a list; None: every dimension).\n\n"
+                     "Without ``keep_dim`` the reduced dimensions are removed; reducing all of "
+                     "them gives shape [1].\n\n"
+                     f"Example::\n\n    s = fluid.layers.{op_type}(x, dim=1)\n")
+    return layer
+
+
+reduce_sum = _reduce("reduce_sum")
+reduce_mean = _reduce("reduce_mean")
+reduce_max = _reduce("reduce_max")
+reduce_min = _reduce("reduce_min")
+reduce_prod = _reduce("reduce_prod")
+
+
+def fill_constant_batch_size_like(input: Variable, shape: list[int], dtype: Any, value: float,
+                                  input_dim_idx: int = 0, output_dim_idx: int = 0) -> Variable:
+    """A constant tensor of ``shape`` whose dim ``output_dim_idx`` is taken at run time from
+    dim ``input_dim_idx`` of ``input`` (typically the batch size).
+
+    Example::
+
+        zeros = fluid.layers.fill_constant_batch_size_like(x, shape=[-1, 16],
+                                                           dtype="float32", value=0.0)
+    """
+    _check_var("fill_constant_batch_size_like", "input", input)
+    helper = LayerHelper("fill_constant_batch_size_like")
+    out = helper.create_variable_for_type_inference(convert_dtype(dtype))
+    helper.append_op("fill_constant_batch_size_like", inputs={"Input": [input]},
+                     outputs={"Out": [out]},
+                     attrs={"shape": _int_list("fill_constant_batch_size_like", "shape", shape),
+                            "dtype": convert_dtype(dtype), "value": float(value),
+                            "input_dim_idx": int(input_dim_idx),
+                            "output_dim_idx": int(output_dim_idx)})
+    out.stop_gradient = True
+    return out

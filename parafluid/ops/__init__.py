@@ -1,7 +1,12 @@
 """Operator registrations, grouped by family. Importing this package registers every op."""
+# ruff: noqa: F401, I001  (one import per family, for its registration side effects)
 
-from . import math, optimizer, tensor  # noqa: F401  (registration side effects)
-from . import comm  # noqa: F401  (collective ops)
+from . import activation
+from . import comm
+from . import math
+from . import optimizer
+from . import reduce
+from . import tensor
 from .registry import get_op_def, has_op, register_op, registered_ops
 
 __all__ = ["register_op", "get_op_def", "has_op", "registered_ops"]

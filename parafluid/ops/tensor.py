@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from ..dtypes import convert_dtype, to_torch
-from .registry import Meta, register_op, same_as
+from ..dtypes import FLOAT_DTYPES, convert_dtype, to_torch
+from .common import numel
+from .registry import GRAD, Meta, register_op, same_as
 
 
 def _shape_attr_meta(attrs: dict) -> dict:
@@ -87,5 +89,373 @@ def _assign_value(ins: dict, attrs: dict, ctx: Any) -> dict:
                                 device=ctx.device).reshape(tuple(attrs["shape"]))}
 
 
-register_op("assign_value", outputs=("Out",), attrs={"shape": [1], "dtype": "float32", "values": []},
+register_op("assign_value", outputs=("Out",),
+            attrs={"shape": [1], "dtype": "float32", "values": []},
             infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_assign_value)
+
+# ----------------------------------------------------------------------------- cast
+
+
+def _cast_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    return {"Out": Meta(x.shape, convert_dtype(attrs["out_dtype"]), x.type)}
+
+
+def _cast_grad(op: Any, no_grad: set) -> list[dict]:
+    """The gradient of a cast is the cast back, between float types only."""
+    x = op.input("X")[0]
+    var = op.block._find_var_recursive(x)
+    x_dtype = convert_dtype(var.dtype if var is not None and var.dtype else op.attr("in_dtype"))
+    out_dtype = convert_dtype(op.attr("out_dtype"))
+    if x in no_grad or x_dtype not in FLOAT_DTYPES or out_dtype not in FLOAT_DTYPES:
+        return []
+    return [{"type": "cast", "inputs": {"X": [op.output("Out")[0] + GRAD]},
+             "outputs": {"Out": [x + GRAD]},
+             "attrs": {"in_dtype": out_dtype, "out_dtype": x_dtype}}]
+
+
+register_op("cast", inputs=("X",), outputs=("Out",),
+            attrs={"in_dtype": "float32", "out_dtype": "float32"},
+            infer_shape=_cast_shape,
+            kernel=lambda ins, attrs, ctx: {
+                "Out": ins["X"].to(to_torch(convert_dtype(attrs["out_dtype"])))},
+            grad=_cast_grad)
+
+# ----------------------------------------------------------------------------- concat / split
+
+
+def _axis(op: str, axis: int, ndim: int) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for inputs of rank {ndim} "
+                         f"(valid: {-ndim}..{ndim - 1})")
+    return axis % ndim
+
+
+def _concat_shape(ins: dict, attrs: dict) -> dict:
+    metas = ins["X"]
+    first = metas[0]
+    axis = _axis("concat", attrs["axis"], len(first.shape))
+    shape = list(first.shape)
+    for m in metas[1:]:
+        if len(m.shape) != len(shape) or any(
+                i != axis and a != b and a != -1 and b != -1
+                for i, (a, b) in enumerate(zip(shape, m.shape))):
+            raise ValueError(f"concat: inputs must match except on axis {axis}, got shapes "
+                             f"{[list(x.shape) for x in metas]}")
+        if m.dtype != first.dtype:
+            raise ValueError(f"concat: inputs have different dtypes "
+                             f"{[x.dtype for x in metas]}")
+        shape = [a if a != -1 else b for a, b in zip(shape, m.shape)]
+    sizes = [m.shape[axis] for m in metas]
+    shape[axis] = -1 if -1 in sizes else sum(sizes)
+    return {"Out": Meta(tuple(shape), first.dtype)}
+
+
+def _concat(ins: dict, attrs: dict, ctx: Any) -> dict:
+    xs = ins["X"]
+    return {"Out": torch.cat(xs, dim=_axis("concat", attrs["axis"], xs[0].dim()))}
+
+
+def _concat_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    xs, d = ins["X"], ins["Out@GRAD"]
+    axis = _axis("concat", attrs["axis"], d.dim())
+    parts = torch.split(d, [x.shape[axis] for x in xs], dim=axis)
+    return {"X@GRAD": [p.contiguous() for p in parts]}
+
+
+register_op("concat", inputs=("X[]",), outputs=("Out",), attrs={"axis": 0},
+            infer_shape=_concat_shape, kernel=_concat, grad_kernel=_concat_grad,
+            grad_uses=("X",))
+
+
+def _split_sizes(dim: int, attrs: dict) -> list[int]:
+    """Sizes of the pieces along the split axis (-1 where ``dim`` is unknown)."""
+    num, sections = attrs["num"], list(attrs["sections"])
+    if num > 0 and sections:
+        raise ValueError(f"split: give num ({num}) or sections ({sections}), not both")
+    if num > 0:
+        if dim == -1:
+            return [-1] * num
+        if dim % num:
+            raise ValueError(f"split: dimension {dim} does not divide into num={num} pieces")
+        return [dim // num] * num
+    if not sections:
+        raise ValueError("split: one of num > 0 or sections must be given")
+    if sections.count(-1) > 1 or any(s < -1 or s == 0 for s in sections):
+        raise ValueError(f"split: sections must be positive with at most one -1, "
+                         f"got {sections}")
+    if dim == -1:
+        return sections
+    known = sum(s for s in sections if s != -1)
+    if -1 in sections:
+        if known >= dim:
+            raise ValueError(f"split: sections {sections} leave nothing for -1 of "
+                             f"dimension {dim}")
+        sections[sections.index(-1)] = dim - known
+    elif known != dim:
+        raise ValueError(f"split: sections {sections} sum to {known}, not to the "
+                         f"dimension {dim}")
+    return sections
+
+
+def _split_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    axis = _axis("split", attrs["axis"], len(x.shape))
+    metas = []
+    for size in _split_sizes(x.shape[axis], attrs):
+        shape = list(x.shape)
+        shape[axis] = size
+        metas.append(Meta(tuple(shape), x.dtype))
+    return {"Out": metas}
+
+
+def _split(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    axis = _axis("split", attrs["axis"], x.dim())
+    parts = torch.split(x, _split_sizes(x.shape[axis], attrs), dim=axis)
+    # NOTE: copies, so that an in-place update of X never shows through the pieces.
+    return {"Out": [p.clone(memory_format=torch.contiguous_format) for p in parts]}
+
+
+def _split_grad(op: Any, no_grad: set) -> list[dict]:
+    """The gradient of a split is the concat of the pieces' gradients (zeros where absent)."""
+    x = op.input("X")[0]
+    if x in no_grad:
+        return []
+    return [{"type": "concat", "inputs": {"X": [n + GRAD for n in op.output("Out")]},
+             "outputs": {"Out": [x + GRAD]}, "attrs": {"axis": op.attr("axis")}}]
+
+
+register_op("split", inputs=("X",), outputs=("Out[]",),
+            attrs={"axis": 0, "num": 0, "sections": []},
+            infer_shape=_split_shape, kernel=_split, grad=_split_grad)
+
+# ----------------------------------------------------------------------------- reshape
+
+
+def _reshape_target(x_shape: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
+    """Fluid's rule: 0 copies the dim of X at the same index, one -1 is inferred.
+
+    ``x_shape`` may hold -1 (unknown) dims; the result then holds -1 where it cannot be known.
+    """
+    shape = [int(s) for s in shape]
+    if not shape:
+        raise ValueError("reshape: shape must not be empty")
+    if shape.count(-1) > 1 or any(s < -1 for s in shape):
+        raise ValueError(f"reshape: shape may hold positive sizes, 0 (copy) and at most one "
+                         f"-1 (infer), got {shape}")
+    copied = {i for i, s in enumerate(shape) if s == 0}
+    if copied and max(copied) >= len(x_shape):
+        raise ValueError(f"reshape: shape {shape} copies dim {max(copied)} (0) but X has "
+                         f"rank {len(x_shape)}")
+    out = [x_shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    rest_x = [d for i, d in enumerate(x_shape) if i not in copied]
+    infer = shape.index(-1) if -1 in shape else None
+    rest_out = [d for i, d in enumerate(out) if i not in copied and i != infer]
+    if -1 in rest_x:
+        return tuple(out)
+    total, part = numel(rest_x), numel(rest_out)
+    besides = " besides the copied (0) dims" if copied else ""
+    if infer is not None:
+        if part == 0 or total % part:
+            raise ValueError(f"reshape: cannot reshape X {list(x_shape)} to {shape}: "
+                             f"{total} elements{besides} do not divide by {part}")
+        out[infer] = total // part
+    elif total != part:
+        raise ValueError(f"reshape: cannot reshape X {list(x_shape)} ({total} elements"
+                         f"{besides}) to {shape} ({part} elements{besides})")
+    return tuple(out)
+
+
+def _reshape_shape(ins: dict, attrs: dict) -> dict:
+    x, shape_in = ins["X"], ins["Shape"]
+    if shape_in is not None:
+        # The target is a run-time value; only its rank may be known now.
+        rank = shape_in.shape[0] if shape_in.shape and shape_in.shape[0] != -1 else \
+            len(attrs["shape"])
+        if rank <= 0:
+            raise ValueError("reshape: the rank of the Shape input is unknown; also give the "
+                             "shape attr")
+        return {"Out": Meta((-1,) * rank, x.dtype)}
+    return {"Out": Meta(_reshape_target(x.shape, attrs["shape"]), x.dtype)}
+
+
+def _reshape(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, shape_in = ins["X"], ins["Shape"]
+    shape = attrs["shape"] if shape_in is None else shape_in.tolist()
+    # NOTE: a copy, not a view: an in-place update of X must not show through Out.
+    return {"Out": x.reshape(_reshape_target(tuple(x.shape), shape)).clone()}
+
+
+def _reshape_back(ins: dict, attrs: dict, ctx: Any) -> dict:
+    return {"X@GRAD": ins["Out@GRAD"].reshape(ins["X"].shape)}
+
+
+register_op("reshape", inputs=("X", "Shape?"), outputs=("Out",), attrs={"shape": []},
+            infer_shape=_reshape_shape, kernel=_reshape, grad_kernel=_reshape_back,
+            grad_uses=("X",), no_grad_inputs=("Shape",))
+
+# ----------------------------------------------------------------------------- transpose
+
+
+def _check_perm(perm: Sequence[int], ndim: int) -> list[int]:
+    perm = list(perm)
+    if sorted(p % ndim if -ndim <= p < ndim else p for p in perm) != list(range(ndim)):
+        raise ValueError(f"transpose: axis {perm} is not a permutation of the {ndim} dims "
+                         f"of X")
+    return [p % ndim for p in perm]
+
+
+def _transpose_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    perm = _check_perm(attrs["axis"], len(x.shape))
+    return {"Out": Meta(tuple(x.shape[p] for p in perm), x.dtype)}
+
+
+def _transpose(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    perm = _check_perm(attrs["axis"], x.dim())
+    return {"Out": x.permute(perm).clone(memory_format=torch.contiguous_format)}
+
+
+def _transpose_grad(op: Any, no_grad: set) -> list[dict]:
+    """The gradient of a transpose is the transpose by the inverse permutation."""
+    x = op.input("X")[0]
+    if x in no_grad:
+        return []
+    perm = op.attr("axis")
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p % len(perm)] = i
+    return [{"type": "transpose", "inputs": {"X": [op.output("Out")[0] + GRAD]},
+             "outputs": {"Out": [x + GRAD]}, "attrs": {"axis": inverse}}]
+
+
+register_op("transpose", inputs=("X",), outputs=("Out",), attrs={"axis": []},
+            infer_shape=_transpose_shape, kernel=_transpose, grad=_transpose_grad)
+
+# ----------------------------------------------------------------------------- squeeze / unsqueeze
+
+
+def _squeezed(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
+    ndim = len(shape)
+    if not axes:
+        return tuple(d for d in shape if d != 1)
+    drop = set()
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"squeeze: axis {a} is out of range for X of rank {ndim}")
+        if shape[a] not in (1, -1):
+            raise ValueError(f"squeeze: dim {a} of X {list(shape)} has size {shape[a]}, not 1")
+        drop.add(a % ndim)
+    return tuple(d for i, d in enumerate(shape) if i not in drop)
+
+
+def _unsqueezed(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
+    out = list(shape)
+    for a in axes:  # NOTE: sequential, as Fluid: each axis counts in the growing shape
+        rank = len(out) + 1
+        if not -rank <= a < rank:
+            raise ValueError(f"unsqueeze: axis {a} is out of range for an output of rank "
+                             f"{rank}")
+        out.insert(a % rank, 1)
+    return tuple(out)
+
+
+def _register_reshape_like(name: str, rule: Any) -> None:
+    register_op(name, inputs=("X",), outputs=("Out",), attrs={"axes": []},
+                infer_shape=lambda ins, attrs: {
+                    "Out": Meta(rule(ins["X"].shape, attrs["axes"]), ins["X"].dtype)},
+                kernel=lambda ins, attrs, ctx: {
+                    "Out": ins["X"].reshape(rule(tuple(ins["X"].shape), attrs["axes"])).clone()},
+                grad_kernel=_reshape_back, grad_uses=("X",))
+
+
+_register_reshape_like("squeeze", _squeezed)
+_register_reshape_like("unsqueeze", _unsqueezed)
+
+# ----------------------------------------------------------------------------- expand
+
+
+def _expand_shape(ins: dict, attrs: dict) -> dict:
+    x, times = ins["X"], list(attrs["expand_times"])
+    if len(times) != len(x.shape) or any(t < 1 for t in times):
+        raise ValueError(f"expand: expand_times {times} must hold one positive count per "
+                         f"dim of X {list(x.shape)}")
+    return {"Out": Meta(tuple(-1 if d == -1 else d * t for d, t in zip(x.shape, times)),
+                        x.dtype)}
+
+
+def _expand_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, d = ins["X"], ins["Out@GRAD"]
+    tiled = []
+    for t, n in zip(attrs["expand_times"], x.shape):
+        tiled += [t, n]
+    summed = d.reshape(tiled).sum(dim=list(range(0, len(tiled), 2)))
+    return {"X@GRAD": summed.reshape(x.shape)}
+
+
+register_op("expand", inputs=("X",), outputs=("Out",), attrs={"expand_times": []},
+            infer_shape=_expand_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": ins["X"].repeat(*attrs["expand_times"])},
+            grad_kernel=_expand_grad, grad_uses=("X",))
+
+# ----------------------------------------------------------------------------- one_hot
+
+
+def _one_hot_shape(ins: dict, attrs: dict) -> dict:
+    x, depth = ins["X"], attrs["depth"]
+    if depth < 1:
+        raise ValueError(f"one_hot: depth must be positive, got {depth}")
+    if not x.shape or x.shape[-1] not in (1, -1):
+        raise ValueError(f"one_hot: X must have a last dimension of size 1, got shape "
+                         f"{list(x.shape)}")
+    if x.dtype not in ("int32", "int64"):
+        raise ValueError(f"one_hot: X must be int32 or int64, got {x.dtype}")
+    return {"Out": Meta(tuple(x.shape[:-1]) + (depth,), convert_dtype(attrs["dtype"]))}
+
+
+def _one_hot(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, depth = ins["X"], attrs["depth"]
+    idx = x.reshape(x.shape[:-1]).long()
+    valid = (idx >= 0) & (idx < depth)
+    if not attrs["allow_out_of_range"] and not bool(valid.all()):
+        bad = idx[~valid][:5].tolist()
+        raise ValueError(f"one_hot: values {bad} are outside [0, {depth}); pass "
+                         "allow_out_of_range=True to map them to all-zero rows")
+    dtype = to_torch(convert_dtype(attrs["dtype"]))
+    out = torch.zeros(*idx.shape, depth, dtype=dtype, device=x.device)
+    return {"Out": out.scatter_(-1, idx.clamp(0, depth - 1).unsqueeze(-1),
+                                valid.unsqueeze(-1).to(dtype))}
+
+
+register_op("one_hot", inputs=("X",), outputs=("Out",),
+            attrs={"depth": 1, "dtype": "float32", "allow_out_of_range": False},
+            infer_shape=_one_hot_shape, kernel=_one_hot)
+
+# ----------------------------------------------------------------------------- batch-size-like
+
+
+def _batch_like_shape(op: str, in_shape: Sequence[int], attrs: dict) -> tuple[int, ...]:
+    shape = list(attrs["shape"])
+    i, o = attrs["input_dim_idx"], attrs["output_dim_idx"]
+    if not 0 <= i < len(in_shape) or not 0 <= o < len(shape):
+        raise ValueError(f"{op}: input_dim_idx={i} must index Input {list(in_shape)} and "
+                         f"output_dim_idx={o} must index shape {shape}")
+    shape[o] = in_shape[i]
+    return tuple(shape)
+
+
+def _fill_batch_like(ins: dict, attrs: dict, ctx: Any) -> dict:
+    shape = _batch_like_shape("fill_constant_batch_size_like", tuple(ins["Input"].shape), attrs)
+    return {"Out": torch.full(shape, attrs["value"], dtype=to_torch(convert_dtype(attrs["dtype"])),
+                              device=ctx.device)}
+
+
+register_op("fill_constant_batch_size_like", inputs=("Input",), outputs=("Out",),
+            attrs={"shape": [1], "value": 0.0, "dtype": "float32", "input_dim_idx": 0,
+                   "output_dim_idx": 0, "force_cpu": False},
+            infer_shape=lambda ins, attrs: {"Out": Meta(
+                _batch_like_shape("fill_constant_batch_size_like", ins["Input"].shape, attrs),
+                convert_dtype(attrs["dtype"]))},
+            kernel=_fill_batch_like)

@@ -1,0 +1,156 @@
+"""Activation layers: one function per activation op, with Fluid 1.x signatures.
+
+Each appends one op reading ``x`` and returns a new variable of the same shape and dtype.
+The same op names work as ``act=`` of ``fc`` and other layers.
+
+Example::
+
+    h = fluid.layers.relu(fluid.layers.fc(input=x, size=64))
+    prob = fluid.layers.softmax(fluid.layers.fc(input=h, size=10))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..framework import Variable
+from ..layer_helper import LayerHelper
+
+__all__ = ["relu", "sigmoid", "tanh", "exp", "sqrt", "reciprocal", "log", "square", "abs",
+           "sin", "cos", "softplus", "softsign", "logsigmoid", "sign", "floor", "ceil", "round",
+           "leaky_relu", "relu6", "elu", "hard_sigmoid", "swish", "pow", "softmax", "clip"]
+
+
+def _check_var(layer: str, arg: str, x: Any) -> None:
+    if not isinstance(x, Variable):
+        raise TypeError(f"{layer}: {arg} must be a Variable, got {type(x).__name__}")
+
+
+def _unary(op_type: str, x: Variable, attrs: dict[str, Any] | None = None,
+           name: str | None = None, arg: str = "x") -> Variable:
+    _check_var(op_type, arg, x)
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(op_type, inputs={"X": [x]}, outputs={"Out": [out]}, attrs=attrs or {})
+    return out
+
+
+def _activation(op_type: str, what: str) -> Callable[..., Variable]:
+    def layer(x: Variable, name: str | None = None) -> Variable:
+        return _unary(op_type, x, name=name)
+    layer.__name__ = layer.__qualname__ = op_type
+    layer.__doc__ = (f"Elementwise ``{what}`` (op ``{op_type}``).\n\n"
+                     f"Args:\n    x: input variable.\n    name: optional name prefix of the "
+                     f"output.\n\nExample::\n\n    y = fluid.layers.{op_type}(x)\n")
+    return layer
+
+
+relu = _activation("relu", "max(x, 0)")
+sigmoid = _activation("sigmoid", "1 / (1 + exp(-x))")
+tanh = _activation("tanh", "tanh(x)")
+exp = _activation("exp", "exp(x)")
+sqrt = _activation("sqrt", "sqrt(x)")
+reciprocal = _activation("reciprocal", "1 / x")
+log = _activation("log", "ln(x)")
+square = _activation("square", "x * x")
+abs = _activation("abs", "|x|")  # noqa: A001  (Fluid's name)
+sin = _activation("sin", "sin(x)")
+cos = _activation("cos", "cos(x)")
+softplus = _activation("softplus", "ln(1 + exp(x))")
+softsign = _activation("softsign", "x / (1 + |x|)")
+logsigmoid = _activation("logsigmoid", "ln(sigmoid(x))")
+sign = _activation("sign", "sign(x)")
+floor = _activation("floor", "floor(x)")
+ceil = _activation("ceil", "ceil(x)")
+round = _activation("round", "round(x), halves away from zero")  # noqa: A001
+
+
+def leaky_relu(x: Variable, alpha: float = 0.02, name: str | None = None) -> Variable:
+    """``x`` where positive, ``alpha * x`` elsewhere.
+
+    Example::
+
+        y = fluid.layers.leaky_relu(x, alpha=0.1)
+    """
+    return _unary("leaky_relu", x, {"alpha": float(alpha)}, name)
+
+
+def relu6(x: Variable, threshold: float = 6.0, name: str | None = None) -> Variable:
+    """``min(max(x, 0), threshold)``.
+
+    Example::
+
+        y = fluid.layers.relu6(x)
+    """
+    return _unary("relu6", x, {"threshold": float(threshold)}, name)
+
+
+def elu(x: Variable, alpha: float = 1.0, name: str | None = None) -> Variable:
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere.
+
+    Example::
+
+        y = fluid.layers.elu(x, alpha=0.5)
+    """
+    return _unary("elu", x, {"alpha": float(alpha)}, name)
+
+
+def hard_sigmoid(x: Variable, slope: float = 0.2, offset: float = 0.5,
+                 name: str | None = None) -> Variable:
+    """``clip(slope * x + offset, 0, 1)``.
+
+    Example::
+
+        y = fluid.layers.hard_sigmoid(x)
+    """
+    return _unary("hard_sigmoid", x, {"slope": float(slope), "offset": float(offset)}, name)
+
+
+def swish(x: Variable, beta: float = 1.0, name: str | None = None) -> Variable:
+    """``x * sigmoid(beta * x)``.
+
+    Example::
+
+        y = fluid.layers.swish(x, beta=1.0)
+    """
+    return _unary("swish", x, {"beta": float(beta)}, name)
+
+
+def pow(x: Variable, factor: float = 1.0, name: str | None = None) -> Variable:  # noqa: A001
+    """``x ** factor`` for a constant ``factor``.
+
+    Example::
+
+        y = fluid.layers.pow(x, factor=2.0)
+    """
+    return _unary("pow", x, {"factor": float(factor)}, name)
+
+
+def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None,
+            axis: int = -1) -> Variable:
+    """Softmax along ``axis`` (default: the last one, as in Fluid 1.x).
+
+    Args:
+        input: the logits.
+        use_cudnn: accepted for compatibility; the kernel is torch's either way.
+        axis: the dimension that sums to one.
+
+    Example::
+
+        prob = fluid.layers.softmax(fluid.layers.fc(input=x, size=10))
+    """
+    return _unary("softmax", input, {"axis": int(axis), "use_cudnn": bool(use_cudnn)}, name,
+                  arg="input")
+
+
+def clip(x: Variable, min: float, max: float, name: str | None = None) -> Variable:  # noqa: A002
+    """Clamp every element into ``[min, max]``; the gradient passes strictly inside.
+
+    Example::
+
+        y = fluid.layers.clip(x, min=-1.0, max=1.0)
+    """
+    if min > max:
+        raise ValueError(f"clip: min ({min}) must not exceed max ({max})")
+    return _unary("clip", x, {"min": float(min), "max": float(max)}, name)

@@ -1,0 +1,146 @@
+"""Activation ops: elementwise unary functions (one rule table), softmax and clip.
+
+Every op here reads ``X`` and writes ``Out`` of the same shape and dtype, so that
+``fc(..., act="relu")`` can append any of them by name. Gradients read only what they need:
+``relu``/``sigmoid``/``tanh``/``exp``/``sqrt`` read ``Out``, others read ``X``, and the
+piecewise-constant ones (``sign``, ``floor``, ``ceil``, ``round``) read nothing and give
+zero, as Fluid's do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .registry import register_op, same_as
+
+Tensor = torch.Tensor
+Forward = Callable[[Tensor, dict], Tensor]
+# grad(v, dout, attrs) -> dX, where v is the tensor named by the rule's "reads" column
+Backward = Callable[[Any, Tensor, dict], Tensor]
+
+
+def _zero_grad(v: Any, d: Tensor, a: dict) -> Tensor:
+    return torch.zeros_like(d)
+
+
+def _round_half_away(x: Tensor, a: dict) -> Tensor:
+    # NOTE: Fluid rounds halves away from zero (std::round); torch.round rounds to even.
+    return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+
+
+def _swish_grad(x: Tensor, d: Tensor, a: dict) -> Tensor:
+    s = torch.sigmoid(a["beta"] * x)
+    return d * (s + a["beta"] * x * s * (1 - s))
+
+
+def _in_open_range(v: Tensor, low: float, high: float) -> Tensor:
+    return (v > low) & (v < high)
+
+
+# name, forward, gradient, what the gradient reads ("X", "Out" or ""), attr defaults
+_UNARY: list[tuple[str, Forward, Backward, str, dict[str, Any]]] = [
+    ("relu", lambda x, a: torch.relu(x), lambda o, d, a: d * (o > 0), "Out", {}),
+    ("sigmoid", lambda x, a: torch.sigmoid(x), lambda o, d, a: d * o * (1 - o), "Out", {}),
+    ("tanh", lambda x, a: torch.tanh(x), lambda o, d, a: d * (1 - o * o), "Out", {}),
+    ("exp", lambda x, a: torch.exp(x), lambda o, d, a: d * o, "Out", {}),
+    ("sqrt", lambda x, a: torch.sqrt(x), lambda o, d, a: d * 0.5 / o, "Out", {}),
+    ("reciprocal", lambda x, a: torch.reciprocal(x), lambda o, d, a: -d * o * o, "Out", {}),
+    ("log", lambda x, a: torch.log(x), lambda x, d, a: d / x, "X", {}),
+    ("square", lambda x, a: x * x, lambda x, d, a: d * 2 * x, "X", {}),
+    ("abs", lambda x, a: torch.abs(x), lambda x, d, a: d * torch.sign(x), "X", {}),
+    ("sin", lambda x, a: torch.sin(x), lambda x, d, a: d * torch.cos(x), "X", {}),
+    ("cos", lambda x, a: torch.cos(x), lambda x, d, a: -d * torch.sin(x), "X", {}),
+    ("softplus", lambda x, a: F.softplus(x), lambda x, d, a: d * torch.sigmoid(x), "X", {}),
+    ("softsign", lambda x, a: F.softsign(x),
+     lambda x, d, a: d / (1 + torch.abs(x)) ** 2, "X", {}),
+    ("logsigmoid", lambda x, a: F.logsigmoid(x),
+     lambda x, d, a: d * torch.sigmoid(-x), "X", {}),
+    ("leaky_relu", lambda x, a: torch.where(x > 0, x, x * a["alpha"]),
+     lambda x, d, a: torch.where(x > 0, d, d * a["alpha"]), "X", {"alpha": 0.02}),
+    ("relu6", lambda x, a: torch.clamp(x, 0.0, a["threshold"]),
+     lambda o, d, a: d * _in_open_range(o, 0.0, a["threshold"]), "Out", {"threshold": 6.0}),
+    ("elu", lambda x, a: torch.where(x > 0, x, a["alpha"] * torch.expm1(x)),
+     lambda x, d, a: torch.where(x > 0, d, d * a["alpha"] * torch.exp(x)), "X", {"alpha": 1.0}),
+    ("hard_sigmoid", lambda x, a: torch.clamp(x * a["slope"] + a["offset"], 0.0, 1.0),
+     lambda o, d, a: d * a["slope"] * _in_open_range(o, 0.0, 1.0), "Out",
+     {"slope": 0.2, "offset": 0.5}),
+    ("swish", lambda x, a: x * torch.sigmoid(a["beta"] * x), _swish_grad, "X", {"beta": 1.0}),
+    ("pow", lambda x, a: torch.pow(x, a["factor"]),
+     lambda x, d, a: d * a["factor"] * torch.pow(x, a["factor"] - 1), "X", {"factor": 1.0}),
+    ("sign", lambda x, a: torch.sign(x), _zero_grad, "", {}),
+    ("floor", lambda x, a: torch.floor(x), _zero_grad, "", {}),
+    ("ceil", lambda x, a: torch.ceil(x), _zero_grad, "", {}),
+    ("round", _round_half_away, _zero_grad, "", {}),
+]
+
+
+def _register_unary(name: str, fwd: Forward, bwd: Backward, reads: str,
+                    attrs: dict[str, Any]) -> None:
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        return {"Out": fwd(ins["X"], attrs)}
+
+    def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+        return {"X@GRAD": bwd(ins.get(reads), ins["Out@GRAD"], attrs)}
+
+    register_op(name, inputs=("X",), outputs=("Out",), attrs=attrs, infer_shape=same_as("X"),
+                kernel=kernel, grad_kernel=grad, grad_uses=(reads,) if reads else (),
+                grad_infer_shape=same_as("Out@GRAD", "X@GRAD"))
+
+
+for _row in _UNARY:
+    _register_unary(*_row)
+
+# ----------------------------------------------------------------------------- softmax
+
+
+def _softmax_axis(ndim: int, axis: int) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise ValueError(f"softmax: axis {axis} is out of range for an input of rank {ndim}")
+    return axis % max(ndim, 1)
+
+
+def _softmax_shape(ins: dict, attrs: dict) -> dict:
+    _softmax_axis(len(ins["X"].shape), attrs["axis"])
+    return {"Out": ins["X"]}
+
+
+def _softmax(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    return {"Out": torch.softmax(x, dim=_softmax_axis(x.dim(), attrs["axis"]))}
+
+
+def _softmax_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    out, d = ins["Out"], ins["Out@GRAD"]
+    axis = _softmax_axis(out.dim(), attrs["axis"])
+    return {"X@GRAD": out * (d - (d * out).sum(dim=axis, keepdim=True))}
+
+
+register_op("softmax", inputs=("X",), outputs=("Out",),
+            attrs={"axis": -1, "use_cudnn": False, "is_test": False},
+            infer_shape=_softmax_shape, kernel=_softmax, grad_kernel=_softmax_grad,
+            grad_uses=("Out",), grad_infer_shape=same_as("Out", "X@GRAD"))
+
+# ----------------------------------------------------------------------------- clip
+
+
+def _clip_shape(ins: dict, attrs: dict) -> dict:
+    if attrs["min"] > attrs["max"]:
+        raise ValueError(f"clip: min ({attrs['min']}) must not exceed max ({attrs['max']})")
+    return {"Out": ins["X"]}
+
+
+def _clip_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # NOTE: like Fluid, the gradient is zero at the bounds themselves, not only beyond them.
+    x, d = ins["X"], ins["Out@GRAD"]
+    return {"X@GRAD": d * _in_open_range(x, attrs["min"], attrs["max"])}
+
+
+register_op("clip", inputs=("X",), outputs=("Out",), attrs={"min": -1.0, "max": 1.0},
+            infer_shape=_clip_shape,
+            kernel=lambda ins, attrs, ctx: {
+                "Out": torch.clamp(ins["X"], attrs["min"], attrs["max"])},
+            grad_kernel=_clip_grad, grad_uses=("X",))

@@ -1,0 +1,149 @@
+"""Op table: tensor manipulation family (cast, concat, split, reshape, transpose, squeeze,
+unsqueeze, expand, one_hot, fill_constant_batch_size_like)."""
+
+import numpy as np
+import pytest
+
+from parafluid.testing import OpCase, check_op, rand
+
+X = rand(2, 3, 4)
+LABELS = np.array([[3], [0], [1], [4]], dtype="int64")
+
+CASES = [
+    OpCase("cast", {"X": rand(3, 4)}, attrs={"in_dtype": "float64", "out_dtype": "float32"},
+           ref=lambda X: {"Out": X.astype("float32")}, grad=["X"],
+           # cast is linear: a large step is exact up to float32 rounding of the output
+           fd_eps=1e-2, grad_atol=1e-4, id="cast_f64_to_f32"),
+    OpCase("cast", {"X": np.array([[1.7, -2.2], [0.0, 3.9]])},
+           attrs={"in_dtype": "float64", "out_dtype": "int64"},
+           ref=lambda X: {"Out": X.astype("int64")}, id="cast_to_int64_truncates"),
+    OpCase("cast", {"X": LABELS}, attrs={"in_dtype": "int64", "out_dtype": "float32"},
+           ref=lambda X: {"Out": X.astype("float32")}, id="cast_int_to_float"),
+    OpCase("concat", {"X": [rand(2, 3), rand(2, 1, seed=1), rand(2, 2, seed=2)]},
+           attrs={"axis": 1}, ref=lambda X: {"Out": np.concatenate(X, axis=1)}, grad=["X"]),
+    OpCase("concat", {"X": [rand(1, 3), rand(2, 3, seed=1)]},
+           ref=lambda X: {"Out": np.concatenate(X, axis=0)}, grad=["X"], id="concat_axis0"),
+    OpCase("concat", {"X": [X, rand(2, 3, 2, seed=1)]}, attrs={"axis": -1},
+           ref=lambda X: {"Out": np.concatenate(X, axis=-1)}, grad=["X"],
+           id="concat_negative_axis"),
+    OpCase("split", {"X": rand(4, 6)}, attrs={"axis": 1, "num": 3}, out_counts={"Out": 3},
+           ref=lambda X: {"Out": np.split(X, 3, axis=1)}, grad=["X"]),
+    OpCase("split", {"X": rand(5, 2)}, attrs={"axis": 0, "sections": [2, -1, 1]},
+           out_counts={"Out": 3}, ref=lambda X: {"Out": [X[:2], X[2:4], X[4:]]}, grad=["X"],
+           id="split_sections_infer"),
+    OpCase("reshape", {"X": X}, attrs={"shape": [0, -1]},
+           ref=lambda X: {"Out": X.reshape(2, 12)}, grad=["X"], id="reshape_copy_and_infer"),
+    OpCase("reshape", {"X": X}, attrs={"shape": [4, 6]},
+           ref=lambda X: {"Out": X.reshape(4, 6)}, grad=["X"]),
+    OpCase("reshape", {"X": X, "Shape": np.array([6, 4], dtype="int32")},
+           attrs={"shape": [-1, 2]}, ref=lambda X, Shape: {"Out": X.reshape(6, 4)}, grad=["X"],
+           id="reshape_actual_shape_wins"),
+    OpCase("transpose", {"X": X}, attrs={"axis": [2, 0, 1]},
+           ref=lambda X: {"Out": X.transpose(2, 0, 1)}, grad=["X"]),
+    OpCase("transpose", {"X": rand(3, 4)}, attrs={"axis": [1, 0]},
+           ref=lambda X: {"Out": X.T}, grad=["X"], id="transpose_2d"),
+    OpCase("squeeze", {"X": rand(2, 1, 3, 1)}, attrs={"axes": [1]},
+           ref=lambda X: {"Out": X.reshape(2, 3, 1)}, grad=["X"]),
+    OpCase("squeeze", {"X": rand(2, 1, 3, 1)}, attrs={"axes": []},
+           ref=lambda X: {"Out": X.reshape(2, 3)}, grad=["X"], id="squeeze_all"),
+    OpCase("unsqueeze", {"X": rand(2, 3)}, attrs={"axes": [0, 2]},
+           ref=lambda X: {"Out": X.reshape(1, 2, 1, 3)}, grad=["X"]),
+    OpCase("unsqueeze", {"X": rand(2, 3)}, attrs={"axes": [-1]},
+           ref=lambda X: {"Out": X[..., None]}, grad=["X"], id="unsqueeze_last"),
+    OpCase("expand", {"X": rand(2, 3)}, attrs={"expand_times": [2, 3]},
+           ref=lambda X: {"Out": np.tile(X, (2, 3))}, grad=["X"]),
+    OpCase("one_hot", {"X": LABELS}, attrs={"depth": 5},
+           ref=lambda X: {"Out": np.eye(5, dtype="float32")[X[:, 0]]}),
+    OpCase("one_hot", {"X": np.array([[1], [7], [-1]], dtype="int64")},
+           attrs={"depth": 3, "allow_out_of_range": True},
+           ref=lambda X: {"Out": np.array([[0, 1, 0], [0, 0, 0], [0, 0, 0]], "float32")},
+           id="one_hot_out_of_range_rows_are_zero"),
+    OpCase("fill_constant_batch_size_like", {"Input": rand(5, 3)},
+           attrs={"shape": [-1, 7], "value": 2.5, "dtype": "float32"},
+           ref=lambda Input: {"Out": np.full((5, 7), 2.5, "float32")}),
+    OpCase("fill_constant_batch_size_like", {"Input": rand(5, 3)},
+           attrs={"shape": [2, -1], "value": 1.0, "dtype": "int64", "input_dim_idx": 1,
+                  "output_dim_idx": 1},
+           ref=lambda Input: {"Out": np.ones((2, 3), "int64")}, id="fill_batch_like_dims"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_op(case):
+    check_op(case)
+
+
+@pytest.mark.parametrize("op, inputs, attrs, message", [
+    ("reshape", {"X": X}, {"shape": [5, -1]}, r"reshape: cannot reshape X \[2, 3, 4\]"),
+    ("reshape", {"X": X}, {"shape": [-1, -1]}, "at most one -1"),
+    ("reshape", {"X": X}, {"shape": [4, 5]}, r"\(24 elements\) to \[4, 5\] \(20 elements\)"),
+    ("transpose", {"X": X}, {"axis": [0, 0, 1]}, "not a permutation"),
+    ("split", {"X": rand(4, 6)}, {"axis": 1, "num": 4}, "6 does not divide into num=4"),
+    ("split", {"X": rand(4, 6)}, {"axis": 1, "sections": [2, 2]}, "sum to 4, not to the"),
+    ("concat", {"X": [rand(2, 3), rand(3, 3)]}, {"axis": 1}, "must match except on axis 1"),
+    ("squeeze", {"X": rand(2, 3)}, {"axes": [1]}, "has size 3, not 1"),
+    ("one_hot", {"X": rand(4, 2)}, {"depth": 3}, "last dimension of size 1"),
+])
+def test_bad_attrs_are_reported_with_the_op_name(op, inputs, attrs, message):
+    with pytest.raises(ValueError, match=message):
+        check_op(OpCase(op, inputs, attrs=attrs, out_counts={"Out": 2} if op == "split" else {}))
+
+
+def test_one_hot_out_of_range_is_an_error_by_default():
+    from parafluid.runtime import OpRunError
+
+    with pytest.raises(OpRunError, match=r"one_hot: values \[7\] are outside \[0, 3\)"):
+        check_op(OpCase("one_hot", {"X": np.array([[1], [7]], dtype="int64")},
+                        attrs={"depth": 3}))
+
+
+def test_split_grad_fills_missing_piece_gradients_with_zeros():
+    """Only the first piece reaches the loss: the others' gradients are zero-filled."""
+    import parafluid as fluid
+
+    prog = fluid.Program()
+    with fluid.program_guard(prog, fluid.Program()):
+        x = fluid.layers.data("x", shape=[2, 6], dtype="float64", append_batch_size=False)
+        x.stop_gradient = False
+        a, _, _ = fluid.layers.split(x, num_or_sections=3, dim=1)
+        loss = fluid.layers.reduce_sum(fluid.layers.square(a))
+        (gx,) = fluid.gradients([loss], [x])
+    types = [op.type for op in prog.global_block().ops]
+    assert types.count("fill_zeros_like") == 2 and "concat" in types, types
+    prog.verify()
+    xv = rand(2, 6)
+    (g,) = fluid.Executor(fluid.CPUPlace()).run(prog, feed={"x": xv}, fetch_list=[gx],
+                                                scope=fluid.Scope())
+    want = np.zeros_like(xv)
+    want[:, :2] = 2 * xv[:, :2]
+    np.testing.assert_allclose(g, want)
+
+
+def test_cast_from_int_has_no_gradient_op():
+    import parafluid as fluid
+
+    prog = fluid.Program()
+    with fluid.program_guard(prog, fluid.Program()):
+        label = fluid.layers.data("label", shape=[1], dtype="int64")
+        x = fluid.layers.data("x", shape=[1], dtype="float32")
+        x.stop_gradient = False
+        y = fluid.layers.elementwise_mul(x, fluid.layers.cast(label, "float32"))
+        fluid.gradients([fluid.layers.mean(y)], [x])
+    assert "cast_grad" not in [op.type for op in prog.global_block().ops]
+    assert [op.type for op in prog.global_block().ops].count("cast") == 1
+
+
+def test_gradients_is_none_when_no_split_piece_has_a_gradient():
+    """Regression: zero fills of a dropped split_grad were counted as produced gradients,
+    so ``gradients`` looked up a variable that no op writes."""
+    import parafluid as fluid
+
+    prog = fluid.Program()
+    with fluid.program_guard(prog, fluid.Program()):
+        x = fluid.layers.data("x", shape=[2, 4], dtype="float64", append_batch_size=False)
+        x.stop_gradient = False
+        a, _ = fluid.layers.split(x, 2, dim=1)
+        rounded = fluid.layers.cast(fluid.layers.cast(a, "int32"), "float64")
+        assert fluid.gradients([fluid.layers.mean(rounded)], [x, a]) == [None, None]
+    assert "fill_zeros_like" not in [op.type for op in prog.global_block().ops]
+    prog.verify()

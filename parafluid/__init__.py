@@ -42,8 +42,8 @@ from .framework import (  # noqa: F401
     name_scope,
     program_guard,
 )
-from .param_attr import ParamAttr
 from .parallel import BuildStrategy, CompiledProgram, ExecutionStrategy, ParallelExecutor
+from .param_attr import ParamAttr
 from .place import (
     CPUPlace,
     CUDAPinnedPlace,

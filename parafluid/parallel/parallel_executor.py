@@ -37,8 +37,13 @@ from ..scope import LoDTensor, Scope, ScopeVariable, as_numpy, global_scope
 from .comm import LocalCommunicator
 from .plan import DeviceRuntime, Plan, _ThreadPolicy
 from .ssa_graph import GraphOptions, SSAGraph, build_graph
-from .strategy import (BuildStrategy, ExecutionStrategy, GradientScaleStrategy, ReduceStrategy,
-                       strategy_warnings)
+from .strategy import (
+    BuildStrategy,
+    ExecutionStrategy,
+    GradientScaleStrategy,
+    ReduceStrategy,
+    strategy_warnings,
+)
 
 __all__ = ["ParallelExecutor"]
 
@@ -245,6 +250,12 @@ class ParallelExecutor:
                 from .inplace import plan_inplace
 
                 inplace = plan_inplace(graph, block, set(feed), set(fetch), self._devices)
+                if not inplace:
+                    warnings.warn(
+                        "BuildStrategy.enable_inplace has no effect on this program: no "
+                        "elementwise/activation op has a dead input produced on its device "
+                        "that it could overwrite (see parafluid.parallel.inplace)",
+                        stacklevel=3)
             plan = Plan(graph, block, self._devices, self._runtimes, feed, fetch,
                         memory_optimize=self._build_strategy.memory_optimize,
                         thread_policy=self._policy, inplace=inplace)

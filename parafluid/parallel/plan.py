@@ -104,6 +104,7 @@ class Plan:
         self._pending: dict[tuple[int, str], int] = {}
         releases = self._plan_releases(block, feed_set, set(fetch)) if memory_optimize else {}
         self.policy = thread_policy
+        self.inplace_nodes = sorted(inplace or {})
         self.fns: list[Callable[[], None]] = []
         for node in graph.nodes:
             fn = self._bind(node, devices, runtimes, (inplace or {}).get(node.index))

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..framework import GRAD_SUFFIX, OpRole, Operator
+from ..framework import GRAD_SUFFIX, Operator, OpRole
 from ..ops.common import numel
 from ..ops.registry import EMPTY
 from .strategy import GradientScaleStrategy
@@ -60,6 +60,7 @@ class Node:
     op_index: int  # position of the program op it comes from (or follows)
     kind: str = "compute"  # compute | scale_loss_grad | collective
     deps: set[int] = field(default_factory=set)
+    dummy: VarRef | None = None  # stands for the effect of a node that writes no variable
 
     def to_string(self) -> str:
         def slots(d: dict[str, list[VarRef]]) -> str:
@@ -67,7 +68,9 @@ class Node:
                              for k, refs in d.items())
 
         where = "all" if self.device == ALL_DEVICES else f"dev{self.device}"
-        outs = slots(self.outputs) or "@DUMMY@"  # no outputs: completion is the only effect
+        outs = slots(self.outputs)
+        if self.dummy is not None:
+            outs = f"@DUMMY@=[{self.dummy[1]}@{self.dummy[0]}#{self.dummy[2]}]"
         attrs = {k: v for k, v in sorted(self.attrs.items())
                  if k not in ("op_role", "op_role_var", "op_namescope")}
         tail = (" {" + ", ".join(f"{k}={v!r}" for k, v in attrs.items()) + "}") if attrs else ""
@@ -161,6 +164,8 @@ class _Builder:
                 self.absent.discard(key)
                 refs.append((key[0], key[1], v))
             node.outputs[slot] = refs
+        if not any(node.outputs.values()):
+            node.dummy = (max(device, 0), f"@DUMMY@{idx}", 1)
         if kind == "collective":
             # NOTE: one global order of collectives, so that ranks in other processes, which
             # must issue them identically, never wait on each other in a cycle.

@@ -1,0 +1,150 @@
+"""N devices give the losses and parameters of one device on the full batch (the spec)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from dp_models import cnn, cnn_feeds, embedding_feeds, embedding_model, mlp, mlp_feeds
+
+import parafluid as fluid
+from parafluid.ops.registry import has_op
+from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
+
+pytestmark = pytest.mark.timeout(120)
+
+# Models whose ops come from other branches run once those are merged.
+needs_cnn_ops = pytest.mark.skipif(
+    not all(has_op(t) for t in ("conv2d", "batch_norm", "pool2d", "softmax_with_cross_entropy")),
+    reason="conv2d/batch_norm/pool2d/softmax_with_cross_entropy come with branch ops-b")
+needs_embedding = pytest.mark.skipif(not has_op("lookup_table"),
+                                     reason="lookup_table comes with branch ops-b")
+needs_adam = pytest.mark.skipif(not has_op("adam"), reason="adam comes with branch optim")
+
+RS = fluid.BuildStrategy.ReduceStrategy
+GS = fluid.BuildStrategy.GradientScaleStrategy
+MODES = [(RS.AllReduce, False), (RS.AllReduce, True), (RS.Reduce, False)]
+
+
+def strategy(reduce: RS = RS.AllReduce, fuse: bool = False,
+             **fields: object) -> fluid.BuildStrategy:
+    bs = fluid.BuildStrategy()
+    bs.reduce_strategy = reduce
+    bs.fuse_all_reduce_ops = fuse
+    for k, v in fields.items():
+        setattr(bs, k, v)
+    return bs
+
+
+def threads(n: int) -> fluid.ExecutionStrategy:
+    es = fluid.ExecutionStrategy()
+    es.num_threads = n
+    return es
+
+
+@pytest.fixture(scope="module")
+def mlp_single() -> object:
+    return run_single(mlp(), mlp_feeds())
+
+
+@pytest.mark.parametrize("ndev", [2, 4])
+@pytest.mark.parametrize("reduce,fuse", MODES, ids=["allreduce", "allreduce-fused", "reduce"])
+def test_mlp_matches_single_device(mlp_single: object, ndev: int, reduce: RS,
+                                   fuse: bool) -> None:
+    got = run_parallel(mlp(), mlp_feeds(), ndev, strategy(reduce, fuse), threads(ndev))
+    assert_same_training(mlp_single, got, atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [GS.One, GS.Customized])
+@pytest.mark.parametrize("reduce", [RS.AllReduce, RS.Reduce])
+def test_sum_loss_with_one_or_customized_scale(scale: GS, reduce: RS) -> None:
+    ndev = 2
+    build = mlp(loss="sum", lr=0.02)
+    feeds = mlp_feeds()
+    single = run_single(build, feeds)
+    if scale == GS.Customized:
+        # The user feeds the loss gradient: one value per device (split along dim 0).
+        loss_grad = build()[2].name + "@GRAD"
+        feeds = [dict(f, **{loss_grad: np.ones([ndev], "float32")}) for f in feeds]
+    got = run_parallel(build, feeds, ndev, strategy(reduce, gradient_scale_strategy=scale))
+    assert_same_training(single, got, atol=1e-4, reduce="sum")
+
+
+def test_coeff_num_device_on_sum_loss_is_a_mean() -> None:
+    """CoeffNumDevice scales by 1/n: on a sum loss it trains on the mean of device sums."""
+    build = mlp(loss="sum", lr=0.02)
+    one = run_parallel(build, mlp_feeds(steps=1), 2, strategy(gradient_scale_strategy=GS.One))
+    coeff = run_parallel(build, mlp_feeds(steps=1), 2, strategy())
+    single = run_single(build, mlp_feeds(steps=1))
+    init = run_single(build, [])
+    for name, p0 in init.params.items():
+        step_one = one.params[name] - p0
+        np.testing.assert_allclose(step_one, single.params[name] - p0, atol=1e-6)
+        np.testing.assert_allclose(coeff.params[name] - p0, step_one / 2, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduce,fuse", MODES, ids=["allreduce", "allreduce-fused", "reduce"])
+def test_results_are_bitwise_reproducible_and_thread_independent(reduce: RS,
+                                                                 fuse: bool) -> None:
+    runs = [run_parallel(mlp(), mlp_feeds(steps=3), 4, strategy(reduce, fuse), threads(n))
+            for n in (1, 4, 4)]
+    for other in runs[1:]:
+        for a, b in zip(runs[0].losses, other.losses):
+            assert np.array_equal(a, b)
+        for d in range(4):
+            for name, value in runs[0].device_params[d].items():
+                assert np.array_equal(value, other.device_params[d][name]), name
+
+
+def test_fused_all_reduce_is_bitwise_equal_to_unfused() -> None:
+    plain = run_parallel(mlp(), mlp_feeds(steps=3), 2, strategy(fuse=False))
+    fused = run_parallel(mlp(), mlp_feeds(steps=3), 2, strategy(fuse=True))
+    for name, value in plain.params.items():
+        assert np.array_equal(value, fused.params[name]), name
+
+
+@needs_adam
+def test_adam_in_reduce_mode_matches_single_device() -> None:
+    """Optimizer state (moments, beta powers) lives on the owner device only."""
+    build = mlp(optimizer=lambda: fluid.optimizer.Adam(learning_rate=0.01))
+    single = run_single(build, mlp_feeds())
+    for reduce in (RS.AllReduce, RS.Reduce):
+        got = run_parallel(build, mlp_feeds(), 2, strategy(reduce))
+        assert_same_training(single, got, atol=1e-5)
+
+
+@needs_cnn_ops
+@pytest.mark.slow
+@pytest.mark.parametrize("ndev", [2, 4])
+@pytest.mark.parametrize("reduce,fuse", MODES, ids=["allreduce", "allreduce-fused", "reduce"])
+def test_cnn_with_sync_batch_norm_matches_single_device(ndev: int, reduce: RS,
+                                                        fuse: bool) -> None:
+    single = run_single(cnn(), cnn_feeds())
+    got = run_parallel(cnn(), cnn_feeds(), ndev, strategy(reduce, fuse, sync_batch_norm=True))
+    assert_same_training(single, got, atol=1e-5)
+
+
+@needs_cnn_ops
+def test_cnn_without_sync_batch_norm_differs() -> None:
+    """Per-device batch statistics are not the full batch's: the equality needs sync_bn."""
+    single = run_single(cnn(), cnn_feeds(steps=2))
+    got = run_parallel(cnn(), cnn_feeds(steps=2), 2, strategy())
+    assert abs(got.losses[1].mean() - single.losses[1][0]) > 1e-4
+
+
+@needs_embedding
+@pytest.mark.parametrize("ndev", [2, 4])
+@pytest.mark.parametrize("reduce,fuse", MODES, ids=["allreduce", "allreduce-fused", "reduce"])
+def test_sparse_embedding_matches_single_device(ndev: int, reduce: RS, fuse: bool) -> None:
+    single = run_single(embedding_model(), embedding_feeds())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no densifying fallback, no ignored field
+        got = run_parallel(embedding_model(), embedding_feeds(), ndev, strategy(reduce, fuse))
+    assert_same_training(single, got, atol=1e-5)
+    graph = got.extra["executor"]._graph()[1]
+    sparse = [n for n in graph.nodes if n.type == "c_reduce_sum"
+              and n.inputs["X"][0][1] == "embedding_0.w_0@GRAD"]
+    assert len(sparse) == 1, "the sparse gradient is reduced once (never all-reduced dense)"
+    dense = {RS.Reduce: (0, 0), RS.AllReduce: (0, 1) if fuse else (2, 0)}[reduce]
+    assert (graph.count("c_allreduce_sum"), graph.count("c_allreduce_coalesced")) == dense

@@ -3,6 +3,7 @@
 
 from . import activation
 from . import comm
+from . import fused
 from . import math
 from . import optimizer
 from . import reduce

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dp_models import mlp, mlp_feeds
 
 import parafluid as fluid
-from dp_models import mlp, mlp_feeds
 from parafluid import unique_name
 from parafluid.parallel.passes.fuse_elewise_add_act import fuse_elewise_add_act
 from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single

@@ -3,7 +3,6 @@ accuracy."""
 
 from __future__ import annotations
 
-
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 

@@ -64,6 +64,7 @@ def test_cnn_learns_digits(digits):
 
     main, test_program, scope, losses, acc = _train(
         build, x_train[:, None], y_train, x_test[:, None], y_test, epochs=6, lr=0.2)
+    main.verify()
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
     assert acc >= 0.95, acc
     bn = next(op for op in test_program.global_block().ops if op.type == "batch_norm")

@@ -2,6 +2,10 @@
 
 Label slots never get gradients. Hard labels are int64 class ids with a trailing dim of 1;
 rows whose label equals ``ignore_index`` contribute zero loss and zero gradient.
+
+``accuracy`` takes the top-k ``Indices`` of a ``top_k`` op as in Fluid, or, when that input
+is absent, ranks the scores in ``Out`` itself (attr ``k``); the ``accuracy`` layer uses the
+second form, so it needs no other op.
 """
 
 from __future__ import annotations
@@ -162,10 +166,11 @@ def _accuracy_shape(ins: dict, attrs: dict) -> dict:
     out, indices, label = ins["Out"], ins["Indices"], ins["Label"]
     if label.dtype not in ("int64", "int32"):
         raise TypeError(f"accuracy: Label must be int64 class ids, got {label.dtype}")
-    rows = (indices or out).shape[0]
+    pred = indices if indices is not None else out
+    rows = pred.shape[0]
     if label.shape[0] not in (rows, -1) and rows != -1:
         raise ValueError(f"accuracy: Label has {label.shape[0]} rows but the predictions "
-                         f"{list((indices or out).shape)} have {rows}")
+                         f"{list(pred.shape)} have {rows}")
     if indices is None and attrs["k"] < 1:
         raise ValueError(f"accuracy: k must be >= 1, got {attrs['k']}")
     return {"Accuracy": Meta((1,), "float32"), "Correct": Meta((1,), "int32"),

@@ -297,3 +297,30 @@ def test_lookup_table_id_out_of_range():
     case = OpCase("lookup_table", {"W": rand(4, 2), "Ids": np.array([[1], [4]], "int64")})
     with pytest.raises(fluid.OpRunError, match="id 4 is out of range for a table of 4 rows"):
         run_op(case)
+
+
+def test_batch_norm_layer_updates_moving_stats_in_place_and_test_clone_uses_them():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        y = fluid.layers.batch_norm(x, momentum=0.8, moving_mean_name="mm",
+                                    moving_variance_name="mv")
+    test_program = main.clone(for_test=True)
+    op = main.global_block().ops[-1]
+    assert op.output("MeanOut") == op.input("Mean") == ["mm"]
+    assert main.global_block().var("mm").persistable
+    assert not main.global_block().var("mm").trainable
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    batches = [rand(4, 3, seed=s).astype("float32") * (s + 1) for s in range(2)]
+    mean, var = np.zeros(3), np.ones(3)
+    for xb in batches:
+        exe.run(main, feed={"x": xb}, fetch_list=[y], scope=scope)
+        mean = mean * 0.8 + xb.mean(0) * 0.2
+        var = var * 0.8 + xb.var(0) * 0.2
+    np.testing.assert_allclose(np.array(scope.find_var("mm").get_tensor()), mean, rtol=1e-5)
+    np.testing.assert_allclose(np.array(scope.find_var("mv").get_tensor()), var, rtol=1e-5)
+    probe = rand(2, 3, seed=9).astype("float32")
+    got, = exe.run(test_program, feed={"x": probe}, fetch_list=[y.name], scope=scope)
+    np.testing.assert_allclose(got, (probe - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.array(scope.find_var("mm").get_tensor()), mean, rtol=1e-5)

@@ -2,7 +2,10 @@
 # ruff: noqa: F401, I001  (one import per family, for its registration side effects)
 
 from . import activation
+from . import loss
 from . import math
+from . import nn
+from . import norm
 from . import optimizer
 from . import reduce
 from . import tensor

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.ops import has_op
 
 datasets = pytest.importorskip("sklearn.datasets")
 
@@ -78,8 +77,7 @@ def test_cnn_learns_digits(digits):
 
 def test_mlp_learns_digits(digits):
     x_train, y_train, x_test, y_test = digits
-    # NOTE: relu comes from the activation family; without it layer_norm is the nonlinearity.
-    act = "relu" if has_op("relu") else None
+    act = "relu"
 
     def build():
         img = fluid.layers.data(name="img", shape=[64], dtype="float32")

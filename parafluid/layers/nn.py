@@ -106,3 +106,259 @@ def sums(input: list[Variable], out: Variable | None = None) -> Variable:
         out = helper.create_variable_for_type_inference(input[0].dtype)
     helper.append_op("sum", inputs={"X": input}, outputs={"Out": [out]})
     return out
+
+
+# ----------------------------------------------------------------------------- conv / pool / norm
+
+__all__ += ["conv2d", "pool2d", "batch_norm", "dropout", "layer_norm", "embedding"]
+
+
+def _int_pair(value: Any, name: str, layer: str) -> list[int]:
+    if isinstance(value, int):
+        return [value, value]
+    if isinstance(value, (list, tuple)) and len(value) in (1, 2) and \
+            all(isinstance(v, int) for v in value):
+        return [int(v) for v in value] * (3 - len(value))
+    raise TypeError(f"{layer}: {name} must be an int or a pair of ints, got {value!r}")
+
+
+def _channels(layer: str, input: Variable, axis: int) -> int:
+    if input.shape is None or len(input.shape) <= max(axis, 1):
+        raise ValueError(f"{layer}: input {input.name!r} of shape {list(input.shape or [])} "
+                         "has too few dimensions")
+    c = input.shape[axis]
+    if c <= 0:
+        raise ValueError(f"{layer}: input {input.name!r} has an unknown channel dimension "
+                         f"(shape {list(input.shape)})")
+    return c
+
+
+def conv2d(input: Variable, num_filters: int, filter_size: int | list[int], stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int | None = None,
+           param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
+           act: str | None = None, name: str | None = None) -> Variable:
+    """2-D convolution over an NCHW input, plus a per-channel bias and an activation.
+
+    The filter has shape ``[num_filters, C / groups, kh, kw]`` and starts from
+    ``Normal(0, sqrt(2 / (kh * kw * C)))``.
+
+    Example::
+
+        img = fluid.layers.data(name="img", shape=[1, 28, 28], dtype="float32")
+        h = fluid.layers.conv2d(img, num_filters=8, filter_size=3, padding=1, act="relu")
+    """
+    from ..initializer import Normal
+
+    helper = LayerHelper("conv2d", input=input, param_attr=param_attr, bias_attr=bias_attr,
+                         act=act, name=name)
+    dtype = helper.input_dtype()
+    if len(input.shape or ()) != 4:
+        raise ValueError(f"conv2d: input {input.name!r} must be 4-D NCHW, "
+                         f"got shape {list(input.shape or [])}")
+    channels = _channels("conv2d", input, 1)
+    groups = 1 if groups is None else int(groups)
+    if groups <= 0 or channels % groups:
+        raise ValueError(f"conv2d: the {channels} input channels of {input.name!r} are not "
+                         f"divisible by groups={groups}")
+    kh, kw = _int_pair(filter_size, "filter_size", "conv2d")
+    std = (2.0 / (kh * kw * channels)) ** 0.5
+    w = helper.create_parameter(helper.param_attr, [num_filters, channels // groups, kh, kw],
+                                dtype, default_initializer=Normal(0.0, std, 0))
+    pre_bias = helper.create_variable_for_type_inference(dtype)
+    helper.append_op("conv2d", inputs={"Input": [input], "Filter": [w]},
+                     outputs={"Output": [pre_bias]},
+                     attrs={"strides": _int_pair(stride, "stride", "conv2d"),
+                            "paddings": _int_pair(padding, "padding", "conv2d"),
+                            "dilations": _int_pair(dilation, "dilation", "conv2d"),
+                            "groups": groups, "use_cudnn": use_cudnn})
+    pre_act = helper.append_bias_op(pre_bias, dim_start=1, dim_end=2)
+    return helper.append_activation(pre_act)
+
+
+def pool2d(input: Variable, pool_size: Any = -1, pool_type: str = "max", pool_stride: Any = 1,
+           pool_padding: Any = 0, global_pooling: bool = False, use_cudnn: bool = True,
+           ceil_mode: bool = False, name: str | None = None, exclusive: bool = True) -> Variable:
+    """Max or average pooling over an NCHW input.
+
+    ``exclusive=True`` averages over the in-bounds part of each window only.
+
+    Example::
+
+        p = fluid.layers.pool2d(h, pool_size=2, pool_type="max", pool_stride=2)
+    """
+    if pool_type not in ("max", "avg"):
+        raise ValueError(f"pool2d: pool_type must be 'max' or 'avg', got {pool_type!r}")
+    if not global_pooling and pool_size == -1:
+        raise ValueError("pool2d: pool_size must be given when global_pooling is False")
+    ksize = [1, 1] if global_pooling and pool_size == -1 else \
+        _int_pair(pool_size, "pool_size", "pool2d")
+    return _simple("pool2d", {"X": [input]}, {
+        "pooling_type": pool_type, "ksize": ksize,
+        "strides": _int_pair(pool_stride, "pool_stride", "pool2d"),
+        "paddings": _int_pair(pool_padding, "pool_padding", "pool2d"),
+        "global_pooling": global_pooling, "use_cudnn": use_cudnn, "ceil_mode": ceil_mode,
+        "exclusive": exclusive}, name)
+
+
+def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
+               momentum: float = 0.9, epsilon: float = 1e-05, param_attr: Any = None,
+               bias_attr: Any = None, data_layout: str = "NCHW", in_place: bool = False,
+               name: str | None = None, moving_mean_name: str | None = None,
+               moving_variance_name: str | None = None,
+               do_model_average_for_mean_and_var: bool = False,
+               use_global_stats: bool = False) -> Variable:
+    """Batch normalization; keeps moving statistics for inference.
+
+    In training the batch statistics normalize the input and update the moving mean and
+    variance in place: ``moving = moving * momentum + batch * (1 - momentum)``. With
+    ``is_test`` (``Program.clone(for_test=True)`` sets it) or ``use_global_stats`` the
+    moving statistics are used. The moving statistics are persistable, non-trainable
+    parameters starting at 0 (mean) and 1 (variance). ``in_place`` is accepted for
+    compatibility; the output is always a new variable.
+
+    Example::
+
+        h = fluid.layers.batch_norm(fluid.layers.conv2d(img, 8, 3), act="relu")
+    """
+    from ..initializer import Constant
+    from ..param_attr import ParamAttr
+
+    helper = LayerHelper("batch_norm", input=input, param_attr=param_attr,
+                         bias_attr=bias_attr, act=act, name=name)
+    dtype = helper.input_dtype()
+    if dtype == "float16":
+        dtype = "float32"  # statistics and affine parameters stay in float32
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"batch_norm: data_layout must be 'NCHW' or 'NHWC', "
+                         f"got {data_layout!r}")
+    axis = len(input.shape or ()) - 1 if data_layout == "NHWC" else 1
+    shape = [_channels("batch_norm", input, axis)]
+    scale = helper.create_parameter(helper.param_attr, shape, dtype,
+                                    default_initializer=Constant(1.0))
+    bias = helper.create_parameter(helper.bias_attr, shape, dtype, is_bias=True)
+    stats = []
+    for stat_name, value in ((moving_mean_name, 0.0), (moving_variance_name, 1.0)):
+        attr = ParamAttr(name=stat_name, initializer=Constant(value), trainable=False,
+                         do_model_average=do_model_average_for_mean_and_var)
+        var = helper.create_parameter(attr, shape, dtype)
+        var.stop_gradient = True
+        stats.append(var)
+    mean, variance = stats
+    saved_mean = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    saved_variance = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    out = helper.create_variable_for_type_inference(helper.input_dtype())
+    helper.append_op("batch_norm",
+                     inputs={"X": [input], "Scale": [scale], "Bias": [bias], "Mean": [mean],
+                             "Variance": [variance]},
+                     outputs={"Y": [out], "MeanOut": [mean], "VarianceOut": [variance],
+                              "SavedMean": [saved_mean], "SavedVariance": [saved_variance]},
+                     attrs={"momentum": float(momentum), "epsilon": float(epsilon),
+                            "is_test": is_test, "data_layout": data_layout,
+                            "use_global_stats": use_global_stats})
+    return helper.append_activation(out)
+
+
+def dropout(x: Variable, dropout_prob: float, is_test: bool = False, seed: int | None = None,
+            name: str | None = None,
+            dropout_implementation: str = "downgrade_in_infer") -> Variable:
+    """Randomly zero elements of ``x`` with probability ``dropout_prob`` in training.
+
+    ``downgrade_in_infer``: train ``x * mask``, infer ``x * (1 - p)``.
+    ``upscale_in_train``: train ``x * mask / (1 - p)``, infer ``x``.
+    A ``seed`` (or the program's ``random_seed``) fixes the mask: every run draws the same
+    one, as in Fluid.
+
+    Example::
+
+        h = fluid.layers.dropout(h, dropout_prob=0.5, dropout_implementation="upscale_in_train")
+    """
+    helper = LayerHelper("dropout", name=name)
+    if (seed is None or seed == 0) and helper.main_program.random_seed != 0:
+        seed = helper.main_program.random_seed
+    out = helper.create_variable_for_type_inference(x.dtype)
+    mask = helper.create_variable_for_type_inference("uint8", stop_gradient=True)
+    helper.append_op("dropout", inputs={"X": [x]}, outputs={"Out": [out], "Mask": [mask]},
+                     attrs={"dropout_prob": float(dropout_prob), "is_test": is_test,
+                            "fix_seed": seed is not None,
+                            "seed": int(seed) if seed is not None else 0,
+                            "dropout_implementation": dropout_implementation})
+    return out
+
+
+def layer_norm(input: Variable, scale: bool = True, shift: bool = True,
+               begin_norm_axis: int = 1, epsilon: float = 1e-05, param_attr: Any = None,
+               bias_attr: Any = None, act: str | None = None,
+               name: str | None = None) -> Variable:
+    """Normalize over the dims from ``begin_norm_axis`` on, then scale and shift.
+
+    Example::
+
+        h = fluid.layers.layer_norm(h, begin_norm_axis=1)
+    """
+    from ..initializer import Constant
+
+    helper = LayerHelper("layer_norm", input=input, param_attr=param_attr,
+                         bias_attr=bias_attr, act=act, name=name)
+    dtype = helper.input_dtype()
+    shape = input.shape or ()
+    if not 0 < begin_norm_axis < len(shape):
+        raise ValueError(f"layer_norm: begin_norm_axis must be in [1, {len(shape) - 1}] for "
+                         f"input {input.name!r} of shape {list(shape)}, got {begin_norm_axis}")
+    norm_size = numel(shape[begin_norm_axis:])
+    if norm_size <= 0:
+        raise ValueError(f"layer_norm: the normalized dims {list(shape[begin_norm_axis:])} of "
+                         f"{input.name!r} must be known")
+    inputs: dict[str, Any] = {"X": [input]}
+    if scale:
+        inputs["Scale"] = [helper.create_parameter(helper.param_attr, [norm_size], dtype,
+                                                   default_initializer=Constant(1.0))]
+    if shift:
+        if bias_attr is False:
+            raise ValueError("layer_norm: shift=True needs a bias; pass shift=False instead "
+                             "of bias_attr=False")
+        inputs["Bias"] = [helper.create_parameter(helper.bias_attr, [norm_size], dtype,
+                                                  is_bias=True)]
+    out = helper.create_variable_for_type_inference(dtype)
+    mean = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    variance = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("layer_norm", inputs=inputs,
+                     outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
+                     attrs={"epsilon": float(epsilon), "begin_norm_axis": begin_norm_axis})
+    return helper.append_activation(out)
+
+
+def embedding(input: Variable, size: list[int], is_sparse: bool = False,
+              is_distributed: bool = False, padding_idx: int | None = None,
+              param_attr: Any = None, dtype: Any = "float32") -> Variable:
+    """Look up rows of a ``size = [vocab, dim]`` table for int64 ids.
+
+    ``is_sparse=True`` makes the table's gradient a SelectedRows holding only the looked-up
+    rows (optimizers then update only those rows). Ids equal to ``padding_idx`` (negative:
+    counted from the end) give zero vectors and no gradient.
+
+    Example::
+
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(ids, size=[10000, 64], is_sparse=True)
+    """
+    if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
+        raise ValueError(f"embedding: size must be [vocab_size, emb_dim] of positive ints, "
+                         f"got {size!r}")
+    if input.dtype not in ("int64", "int32"):
+        raise TypeError(f"embedding: input {input.name!r} must hold int64 ids, "
+                        f"got {input.dtype}")
+    helper = LayerHelper("embedding", input=input, param_attr=param_attr)
+    w = helper.create_parameter(helper.param_attr, list(size), dtype)
+    if padding_idx is None:
+        padding_idx = -1
+    elif padding_idx < 0:
+        padding_idx += size[0]
+    if not -1 <= padding_idx < size[0]:
+        raise ValueError(f"embedding: padding_idx must be in [-{size[0]}, {size[0]}), "
+                         f"got {padding_idx}")
+    out = helper.create_variable_for_type_inference(w.dtype)
+    helper.append_op("lookup_table", inputs={"Ids": [input], "W": [w]}, outputs={"Out": [out]},
+                     attrs={"is_sparse": is_sparse, "is_distributed": is_distributed,
+                            "remote_prefetch": is_sparse and not is_distributed,
+                            "padding_idx": padding_idx})
+    return out

@@ -1,0 +1,196 @@
+"""Loss and metric ops: cross_entropy, softmax_with_cross_entropy, accuracy.
+
+Label slots never get gradients. Hard labels are int64 class ids with a trailing dim of 1;
+rows whose label equals ``ignore_index`` contribute zero loss and zero gradient.
+
+``accuracy`` takes the top-k ``Indices`` of a ``top_k`` op as in Fluid, or, when that input
+is absent, ranks the scores in ``Out`` itself (attr ``k``); the ``accuracy`` layer uses the
+second form, so it needs no other op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .registry import Meta, register_op
+
+__all__: list[str] = []
+
+
+def _check_label_range(op: str, label: torch.Tensor, classes: int, ignore_index: int) -> None:
+    bad = (label != ignore_index) & ((label < 0) | (label >= classes))
+    if bool(bad.any()):
+        value = label[bad].reshape(-1)[0].item()
+        raise ValueError(f"{op}: label {value} is out of range for {classes} classes "
+                         f"(ignore_index={ignore_index})")
+
+
+def _hard_label_meta(op: str, x: Meta, label: Meta, axis: int) -> None:
+    if label.dtype not in ("int64", "int32"):
+        raise TypeError(f"{op}: Label must be int64 class ids when soft_label=False, "
+                        f"got {label.dtype}")
+    want = list(x.shape)
+    want[axis] = 1
+    if len(label.shape) != len(want) or any(
+            a != b and -1 not in (a, b) for a, b in zip(label.shape, want)):
+        raise ValueError(f"{op}: Label must have shape {want} for input {list(x.shape)} "
+                         f"(soft_label=False), got {list(label.shape)}")
+
+
+def _soft_label_meta(op: str, x: Meta, label: Meta) -> None:
+    if len(label.shape) != len(x.shape) or any(
+            a != b and -1 not in (a, b) for a, b in zip(label.shape, x.shape)):
+        raise ValueError(f"{op}: Label must have the shape of the input {list(x.shape)} "
+                         f"when soft_label=True, got {list(label.shape)}")
+
+
+# ----------------------------------------------------------------------------- cross_entropy
+
+
+def _cross_entropy_shape(ins: dict, attrs: dict) -> dict:
+    x, label = ins["X"], ins["Label"]
+    if attrs["soft_label"]:
+        _soft_label_meta("cross_entropy", x, label)
+    else:
+        _hard_label_meta("cross_entropy", x, label, len(x.shape) - 1)
+    return {"Y": Meta((*x.shape[:-1], 1), x.dtype)}
+
+
+def _hard_pick(x: torch.Tensor, label: torch.Tensor, ignore_index: int,
+               axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``x`` at each label along ``axis``, mask of rows that are not ignored)."""
+    label = label.long()
+    valid = label != ignore_index
+    safe = torch.where(valid, label, torch.zeros((), dtype=label.dtype, device=label.device))
+    return x.gather(axis, safe), valid
+
+
+def _cross_entropy(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, label = ins["X"], ins["Label"]
+    if attrs["soft_label"]:
+        return {"Y": -(label * torch.log(x)).sum(-1, keepdim=True)}
+    ignore = attrs["ignore_index"]
+    _check_label_range("cross_entropy", label, x.shape[-1], ignore)
+    picked, valid = _hard_pick(x, label, ignore, x.dim() - 1)
+    return {"Y": torch.where(valid, -torch.log(picked), torch.zeros_like(picked))}
+
+
+def _cross_entropy_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, label, dy = ins["X"], ins["Label"], ins["Y@GRAD"]
+    if attrs["soft_label"]:
+        return {"X@GRAD": -dy * label / x}
+    picked, valid = _hard_pick(x, label, attrs["ignore_index"], x.dim() - 1)
+    g = torch.where(valid, -dy / picked, torch.zeros_like(picked))
+    safe = torch.where(valid, label.long(), torch.zeros_like(label, dtype=torch.long))
+    return {"X@GRAD": torch.zeros_like(x).scatter_(x.dim() - 1, safe, g)}
+
+
+register_op("cross_entropy", inputs=("X", "Label"), outputs=("Y",),
+            attrs={"soft_label": False, "ignore_index": -100},
+            infer_shape=_cross_entropy_shape, kernel=_cross_entropy,
+            grad_kernel=_cross_entropy_grad, grad_uses=("X", "Label"),
+            no_grad_inputs=("Label",))
+
+# ----------------------------------------------------------------------------- softmax + CE
+
+
+def _norm_axis(axis: int, ndim: int, op: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for a {ndim}-D input")
+    return axis % ndim
+
+
+def _softmax_ce_shape(ins: dict, attrs: dict) -> dict:
+    logits, label = ins["Logits"], ins["Label"]
+    op = "softmax_with_cross_entropy"
+    axis = _norm_axis(attrs["axis"], len(logits.shape), op)
+    if attrs["soft_label"]:
+        _soft_label_meta(op, logits, label)
+    else:
+        _hard_label_meta(op, logits, label, axis)
+    loss_shape = list(logits.shape)
+    loss_shape[axis] = 1
+    return {"Softmax": logits, "Loss": Meta(tuple(loss_shape), logits.dtype)}
+
+
+def _softmax_ce(ins: dict, attrs: dict, ctx: Any) -> dict:
+    logits, label = ins["Logits"], ins["Label"]
+    axis = _norm_axis(attrs["axis"], logits.dim(), "softmax_with_cross_entropy")
+    # NOTE: always the numerically stable form (log-sum-exp); numeric_stable_mode=False in
+    # Fluid only trades accuracy for speed on GPU.
+    logp = torch.log_softmax(logits, axis)
+    if attrs["soft_label"]:
+        loss = -(label * logp).sum(axis, keepdim=True)
+    else:
+        ignore = attrs["ignore_index"]
+        _check_label_range("softmax_with_cross_entropy", label, logits.shape[axis], ignore)
+        picked, valid = _hard_pick(logp, label, ignore, axis)
+        loss = torch.where(valid, -picked, torch.zeros_like(picked))
+    return {"Softmax": logp.exp(), "Loss": loss}
+
+
+def _softmax_ce_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    softmax, label = ins["Softmax"], ins["Label"]
+    dloss, dsoftmax = ins.get("Loss@GRAD"), ins.get("Softmax@GRAD")
+    axis = _norm_axis(attrs["axis"], softmax.dim(), "softmax_with_cross_entropy")
+    grad = torch.zeros_like(softmax)
+    if dloss is not None:
+        if attrs["soft_label"]:
+            # d/dz of -sum(label * log_softmax(z)); equals softmax - label when rows sum to 1.
+            grad = (softmax * label.sum(axis, keepdim=True) - label) * dloss
+        else:
+            _, valid = _hard_pick(softmax, label, attrs["ignore_index"], axis)
+            safe = torch.where(valid, label.long(), torch.zeros_like(label, dtype=torch.long))
+            onehot = torch.zeros_like(softmax).scatter_(axis, safe, 1.0)
+            grad = torch.where(valid, (softmax - onehot) * dloss, grad)
+    if dsoftmax is not None:
+        # Fluid drops this term; it matters when the returned softmax is used downstream.
+        grad = grad + softmax * (dsoftmax - (dsoftmax * softmax).sum(axis, keepdim=True))
+    return {"Logits@GRAD": grad}
+
+
+register_op("softmax_with_cross_entropy", inputs=("Logits", "Label"),
+            outputs=("Softmax", "Loss"),
+            attrs={"soft_label": False, "ignore_index": -100, "numeric_stable_mode": True,
+                   "axis": -1},
+            infer_shape=_softmax_ce_shape, kernel=_softmax_ce, grad_kernel=_softmax_ce_grad,
+            grad_uses=("Label", "Softmax"), no_grad_inputs=("Label",),
+            grad_infer_shape=lambda ins, attrs: {"Logits@GRAD": ins["Softmax"]})
+
+# ----------------------------------------------------------------------------- accuracy
+
+
+def _accuracy_shape(ins: dict, attrs: dict) -> dict:
+    out, indices, label = ins["Out"], ins["Indices"], ins["Label"]
+    if label.dtype not in ("int64", "int32"):
+        raise TypeError(f"accuracy: Label must be int64 class ids, got {label.dtype}")
+    pred = indices if indices is not None else out
+    rows = pred.shape[0]
+    if label.shape[0] not in (rows, -1) and rows != -1:
+        raise ValueError(f"accuracy: Label has {label.shape[0]} rows but the predictions "
+                         f"{list(pred.shape)} have {rows}")
+    if indices is None and attrs["k"] < 1:
+        raise ValueError(f"accuracy: k must be >= 1, got {attrs['k']}")
+    return {"Accuracy": Meta((1,), "float32"), "Correct": Meta((1,), "int32"),
+            "Total": Meta((1,), "int32")}
+
+
+def _accuracy(ins: dict, attrs: dict, ctx: Any) -> dict:
+    out, indices, label = ins["Out"], ins["Indices"], ins["Label"]
+    if indices is None:
+        # Without a top_k op in front, rank the scores here.
+        k = min(int(attrs["k"]), out.shape[-1])
+        indices = out.reshape(out.shape[0], -1).topk(k, dim=1).indices
+    rows = indices.shape[0]
+    hit = (indices.reshape(rows, -1) == label.reshape(rows, 1).to(indices.dtype)).any(1)
+    correct = hit.sum().to(torch.int32).reshape(1)
+    total = torch.full((1,), rows, dtype=torch.int32, device=hit.device)
+    acc = (correct.float() / max(rows, 1)).reshape(1)
+    return {"Accuracy": acc, "Correct": correct, "Total": total}
+
+
+register_op("accuracy", inputs=("Out", "Indices?", "Label"),
+            outputs=("Accuracy", "Correct", "Total"), attrs={"k": 1},
+            infer_shape=_accuracy_shape, kernel=_accuracy)

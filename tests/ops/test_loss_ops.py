@@ -1,0 +1,163 @@
+"""Op table: loss family (cross_entropy, softmax_with_cross_entropy, accuracy) and the
+loss layers."""
+
+import re
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid.testing import OpCase, check_op, rand, run_op
+
+
+def softmax(z, axis=-1):
+    e = np.exp(z - z.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+PROBS = softmax(rand(4, 5, low=-2, high=2))
+SOFT = softmax(rand(4, 5, seed=9))
+LABEL = np.array([[0], [2], [4], [1]], "int64")
+
+
+def ce_ref(X, Label, attrs):
+    if attrs["soft_label"]:
+        return {"Y": -(Label * np.log(X)).sum(-1, keepdims=True)}
+    picked = np.take_along_axis(X, np.where(Label == attrs["ignore_index"], 0, Label), -1)
+    return {"Y": np.where(Label == attrs["ignore_index"], 0.0, -np.log(picked))}
+
+
+def sce_ref(Logits, Label, attrs):
+    axis = attrs["axis"]
+    sm = softmax(Logits, axis)
+    if attrs["soft_label"]:
+        loss = -(Label * np.log(sm)).sum(axis, keepdims=True)
+    else:
+        ignored = Label == attrs["ignore_index"]
+        picked = np.take_along_axis(sm, np.where(ignored, 0, Label), axis)
+        loss = np.where(ignored, 0.0, -np.log(picked))
+    return {"Softmax": sm, "Loss": loss}
+
+
+def acc_ref(k):
+    def ref(Out, Label, Indices=None):
+        top = Indices if Indices is not None else np.argsort(-Out, axis=1)[:, :k]
+        hits = int((top == Label.reshape(-1, 1)).any(1).sum())
+        n = Label.shape[0]
+        return {"Accuracy": np.array([hits / n], "float32"),
+                "Correct": np.array([hits], "int32"), "Total": np.array([n], "int32")}
+    return ref
+
+
+SCORES = rand(6, 4, seed=5)
+ACC_LABEL = np.array([[0], [1], [2], [3], [1], [0]], "int64")
+
+CASES = [
+    OpCase("cross_entropy", {"X": PROBS, "Label": LABEL}, ref=ce_ref, grad=["X"]),
+    OpCase("cross_entropy", {"X": PROBS, "Label": np.array([[0], [2], [3], [2]], "int64")},
+           attrs={"ignore_index": 2}, ref=ce_ref, grad=["X"], id="cross_entropy_ignore"),
+    OpCase("cross_entropy", {"X": PROBS, "Label": SOFT}, attrs={"soft_label": True},
+           ref=ce_ref, grad=["X"], id="cross_entropy_soft"),
+    OpCase("cross_entropy", {"X": softmax(rand(2, 3, 4)),
+                             "Label": np.array([[[0], [3], [1]], [[2], [2], [0]]], "int64")},
+           ref=ce_ref, grad=["X"], id="cross_entropy_3d"),
+    OpCase("softmax_with_cross_entropy", {"Logits": rand(4, 5, low=-3, high=3),
+                                          "Label": LABEL}, ref=sce_ref, grad=["Logits"]),
+    OpCase("softmax_with_cross_entropy", {"Logits": rand(4, 5, low=-3, high=3),
+                                          "Label": LABEL},
+           ref=sce_ref, grad=["Logits"], grad_outputs=["Loss"], id="sce_loss_only"),
+    OpCase("softmax_with_cross_entropy", {"Logits": rand(4, 5), "Label": SOFT},
+           attrs={"soft_label": True}, ref=sce_ref, grad=["Logits"], grad_outputs=["Loss"],
+           id="sce_soft"),
+    OpCase("softmax_with_cross_entropy", {"Logits": rand(4, 5), "Label": SOFT * 1.7},
+           attrs={"soft_label": True}, ref=sce_ref, grad=["Logits"],
+           id="sce_soft_unnormalized"),
+    OpCase("softmax_with_cross_entropy", {"Logits": rand(4, 5),
+                                          "Label": np.array([[1], [-1], [4], [-1]], "int64")},
+           attrs={"ignore_index": -1}, ref=sce_ref, grad=["Logits"], id="sce_ignore"),
+    OpCase("softmax_with_cross_entropy",
+           {"Logits": rand(2, 4, 3), "Label": np.array([[[0, 3, 1]], [[2, 2, 0]]], "int64")},
+           attrs={"axis": 1}, ref=sce_ref, grad=["Logits"], id="sce_axis1"),
+    OpCase("accuracy", {"Out": SCORES, "Label": ACC_LABEL}, ref=acc_ref(1)),
+    OpCase("accuracy", {"Out": SCORES, "Label": ACC_LABEL}, attrs={"k": 2}, ref=acc_ref(2),
+           id="accuracy_top2"),
+    OpCase("accuracy", {"Out": np.sort(SCORES, 1)[:, ::-1][:, :2].copy(),
+                        "Indices": np.argsort(-SCORES, 1)[:, :2].astype("int64"),
+                        "Label": ACC_LABEL}, ref=acc_ref(2), id="accuracy_given_indices"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_op(case):
+    check_op(case)
+
+
+def test_accuracy_counts_are_exact():
+    got = run_op(OpCase("accuracy", {"Out": SCORES, "Label": ACC_LABEL}))
+    hits = (SCORES.argmax(1) == ACC_LABEL[:, 0]).sum()
+    assert hits not in (0, 6)  # the data must make the check meaningful
+    assert got["Correct"][0] == hits and got["Total"][0] == 6
+
+
+@pytest.mark.parametrize("op,inputs,attrs,message", [
+    ("cross_entropy", {"X": PROBS, "Label": np.array([[0], [5], [1], [1]], "int64")}, {},
+     "label 5 is out of range for 5 classes"),
+    ("softmax_with_cross_entropy",
+     {"Logits": PROBS, "Label": np.array([[0], [-3], [1], [1]], "int64")}, {},
+     "label -3 is out of range for 5 classes"),
+])
+def test_label_out_of_range(op, inputs, attrs, message):
+    with pytest.raises(fluid.OpRunError, match=re.escape(message)):
+        run_op(OpCase(op, inputs, attrs=attrs))
+
+
+@pytest.mark.parametrize("op,inputs,attrs,message", [
+    ("cross_entropy", {"X": PROBS, "Label": LABEL.astype("float64")}, {},
+     "Label must be int64"),
+    ("cross_entropy", {"X": PROBS, "Label": np.zeros((4, 2), "int64")}, {},
+     "Label must have shape [4, 1]"),
+    ("softmax_with_cross_entropy", {"Logits": PROBS, "Label": LABEL}, {"soft_label": True},
+     "Label must have the shape of the input"),
+    ("softmax_with_cross_entropy", {"Logits": PROBS, "Label": LABEL}, {"axis": 2},
+     "axis 2 is out of range"),
+])
+def test_bad_labels_name_the_op(op, inputs, attrs, message):
+    with pytest.raises((ValueError, TypeError), match=r"(?s)" + op + ".*" + re.escape(message)):
+        run_op(OpCase(op, inputs, attrs=attrs))
+
+
+def _run_layers(build, feed):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        outs = build()
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    return main, exe.run(main, feed=feed, fetch_list=list(outs), scope=scope)
+
+
+def test_loss_layers_build_and_compute():
+    x_np = rand(4, 5, seed=2).astype("float32")
+    y_np = rand(4, 5, seed=3).astype("float32")
+
+    def build():
+        x = fluid.layers.data(name="x", shape=[5], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[5], dtype="float32")
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        sq = fluid.layers.square_error_cost(x, y)
+        loss, sm = fluid.layers.softmax_with_cross_entropy(x, label, return_softmax=True)
+        ce = fluid.layers.cross_entropy(sm, label)
+        acc = fluid.layers.accuracy(input=x, label=label, k=1)
+        return sq, loss, sm, ce, acc
+
+    main, (sq, loss, sm, ce, acc) = _run_layers(
+        build, {"x": x_np, "y": y_np, "label": LABEL})
+    np.testing.assert_allclose(sq, (x_np - y_np) ** 2, rtol=1e-6)
+    np.testing.assert_allclose(sm, softmax(x_np.astype("float64")), rtol=1e-5)
+    np.testing.assert_allclose(loss, ce, rtol=1e-5)
+    assert loss.shape == (4, 1)
+    want = (x_np.argmax(1) == LABEL[:, 0]).mean()
+    np.testing.assert_allclose(acc, [want])
+    types = [op.type for op in main.global_block().ops]
+    assert types == ["elementwise_sub", "elementwise_mul", "softmax_with_cross_entropy",
+                     "cross_entropy", "accuracy"]

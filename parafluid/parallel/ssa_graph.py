@@ -44,6 +44,8 @@ Key = tuple[int, str]  # (device, variable name)
 VarRef = tuple[int, str, int]  # (device, name, version)
 
 _LOSS_GRAD_ROLE = OpRole.Backward | OpRole.Loss
+# Collective ops that may appear in a program (one device's view): one node across devices.
+PROGRAM_COLLECTIVES = frozenset({"c_allreduce_sum"})
 
 
 @dataclass(eq=False)
@@ -180,6 +182,19 @@ def _op_keys(op: Operator, slots: dict[str, list[str]], dev: int) -> dict[str, l
     return {s: [(dev, n) for n in names if n != EMPTY] for s, names in slots.items() if names}
 
 
+def _collective_keys(op: Operator, slots: dict[str, list[str]],
+                     devs: list[int]) -> dict[str, list[Key]]:
+    """A program-level collective names one variable; the node takes it on every device."""
+    out = {}
+    for slot, names in slots.items():
+        if len(names) != 1:
+            raise ValueError(f"{op.type} (created at {op.callsite}): slot {slot} must name one "
+                             f"variable in a program (the graph adds one per device), got "
+                             f"{names}")
+        out[slot] = [(d, names[0]) for d in devs]
+    return out
+
+
 def _role_pairs(op: Operator) -> list[tuple[str, str]]:
     rv = list(op.attrs.get("op_role_var") or [])
     return list(zip(rv[0::2], rv[1::2]))
@@ -263,6 +278,11 @@ def build_graph(program: Any, ndev: int, options: GraphOptions | None = None) ->
             op = Operator(op.block, op.type, op.inputs, op.outputs,
                           {**op.attrs, "value": value}, op.callsite)
             kind = "scale_loss_grad"
+        if op.type in PROGRAM_COLLECTIVES:
+            b.add(op.type, op.attrs, _collective_keys(op, op.inputs, all_devs),
+                  _collective_keys(op, op.outputs, all_devs), ALL_DEVICES, None, i,
+                  "collective")
+            continue
         devices = all_devs
         if reduce_mode and role & OpRole.Optimize:
             owned = [owners[p] for p, _ in _role_pairs(op) if p in owners]

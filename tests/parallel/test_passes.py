@@ -88,3 +88,34 @@ def test_fused_op_table(act: str, fn: object) -> None:
                     ref=lambda X, Y: {"Out": fn(X + Y.reshape(1, 3, 1)),
                                       "IntermediateOut": X + Y.reshape(1, 3, 1)},
                     grad=["X", "Y"]))
+
+
+def test_sync_batch_norm_pass_structure_and_single_device_numbers() -> None:
+    from dp_models import cnn, cnn_feeds
+
+    from parafluid.parallel.passes.sync_batch_norm import sync_batch_norm
+
+    with unique_name.guard():
+        main, startup, loss = cnn()()
+    synced = sync_batch_norm(main)
+    t = types(synced)
+    assert "batch_norm" not in t and "batch_norm_grad" not in t
+    assert t.count("c_allreduce_sum") == 2  # forward statistics, backward sums
+    for a, b in (("sync_batch_norm_stats", "c_allreduce_sum"),
+                 ("c_allreduce_sum", "sync_batch_norm"),
+                 ("sync_batch_norm_grad_stats", "c_allreduce_sum"),
+                 ("c_allreduce_sum", "sync_batch_norm_grad")):
+        assert any(x == a and y == b for x, y in zip(t, t[1:])), (a, b)
+    synced.verify()
+    test_program = sync_batch_norm(main.clone(for_test=True))
+    assert "batch_norm" in types(test_program), "inference batch_norm is left alone"
+
+    # one device: the all-reduces are the identity, the numbers are batch_norm's
+    def train(program: fluid.Program) -> list:
+        scope, exe = fluid.Scope(), fluid.Executor()
+        exe.run(startup, scope=scope)
+        return [exe.run(program, feed=f, fetch_list=[loss], scope=scope)[0]
+                for f in cnn_feeds(steps=3)]
+
+    for a, b in zip(train(main), train(synced)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

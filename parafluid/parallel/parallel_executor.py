@@ -20,7 +20,6 @@ every ``num_iteration_per_drop_scope`` runs or on ``drop_local_exe_scopes()``.
 
 from __future__ import annotations
 
-import os
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from ..place import cpu_device_count, to_device
 from ..runtime import OpRunError
 from ..scope import LoDTensor, Scope, ScopeVariable, as_numpy, global_scope
 from .comm import LocalCommunicator
-from .plan import DeviceRuntime, Plan, _ThreadPolicy
+from .plan import DeviceRuntime, Plan
 from .ssa_graph import GraphOptions, SSAGraph, build_graph
 from .strategy import (
     BuildStrategy,
@@ -131,7 +130,6 @@ class ParallelExecutor:
 
             nthreads = default_num_threads(ndev, use_cuda)
         self._num_threads = nthreads
-        self._policy = _thread_policy(self._devices, nthreads)
         exec_strategy._finalize()
         build_strategy._finalize()
         self._graph()  # build now: errors and warnings surface at construction, as in Fluid
@@ -258,7 +256,7 @@ class ParallelExecutor:
                         stacklevel=3)
             plan = Plan(graph, block, self._devices, self._runtimes, feed, fetch,
                         memory_optimize=self._build_strategy.memory_optimize,
-                        thread_policy=self._policy, inplace=inplace)
+                        inplace=inplace)
             self._plans[key] = plan
         return plan
 
@@ -294,15 +292,10 @@ class ParallelExecutor:
                 if holder is None or holder.value is None:
                     raise RuntimeError(self._missing_message(block, name, feeds[d]))
                 env[name] = holder.value
-        old_threads = torch.get_num_threads()
-        try:
-            if self._num_threads == 1:
-                plan.run_in_order()
-            else:
-                self._run_scheduled(plan)
-        finally:
-            if self._policy is not None and torch.get_num_threads() != old_threads:
-                torch.set_num_threads(old_threads)
+        if self._num_threads == 1:
+            plan.run_in_order()
+        else:
+            self._run_scheduled(plan)
         for d, env in enumerate(plan.envs):
             dscope = self._device_scopes[d]
             for name in plan.persist_writes[d]:
@@ -316,10 +309,10 @@ class ParallelExecutor:
                     local.var(name).value = value
 
     def _run_scheduled(self, plan: Plan) -> None:
-        from .scheduler import Scheduler, TaskError, TaskGraph
+        from .scheduler import TaskError, TaskGraph
 
         if self._scheduler is None:
-            self._scheduler = Scheduler(self._num_threads)
+            self._scheduler = _make_scheduler(self._devices, self._num_threads)
             self._finalizer = weakref.finalize(self, self._scheduler.close)
         if plan.task_graph is None:
             plan.task_graph = TaskGraph.from_edges(plan.fns, plan.edges, names=plan.names)
@@ -433,18 +426,24 @@ def _devices(use_cuda: bool, places: Any) -> list[torch.device]:
     return [torch.device("cpu")] * cpu_device_count()
 
 
-def _thread_policy(devices: list[torch.device], nthreads: int) -> _ThreadPolicy | None:
-    """CPU devices run in parallel threads: split the cores between them (see docs)."""
-    raw = os.environ.get("PARAFLUID_INTRA_OP_THREADS")
-    if raw:
-        return _ThreadPolicy(max(1, int(raw)))
-    if devices[0].type != "cpu" or len(devices) == 1 or nthreads == 1:
-        return None
+def _make_scheduler(devices: list[torch.device], nthreads: int) -> Any:
+    """The thread pool; on CPU each worker gets ``cores // concurrent replicas`` torch threads.
+
+    torch's intra-op thread count is per OS thread (OpenMP, MKL), so it is set inside each
+    worker; with CPU_NUM=2 on 2 cores the two replicas run side by side, one core each,
+    instead of 2 workers x 2 OpenMP threads fighting over 2 cores (see docs/parallel.md).
+    """
+    from .scheduler import Scheduler, intra_op_threads, torch_threads_initializer
+
+    if devices[0].type != "cpu":
+        return Scheduler(nthreads)
+    previous = torch.get_num_threads()
+    init = torch_threads_initializer(intra_op_threads(len(devices), nthreads))
     try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return _ThreadPolicy(max(1, cores // len(devices)))
+        return Scheduler(nthreads, initializer=init)
+    finally:
+        # set_num_threads in a worker also moved the default of threads started later
+        torch.set_num_threads(previous)
 
 
 def _split_value(name: str, value: Any, n: int, persistable: bool) -> list[Any]:

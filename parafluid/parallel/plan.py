@@ -53,32 +53,12 @@ def node_error(node: Node, exc: BaseException) -> OpRunError:
     return err
 
 
-class _ThreadPolicy:
-    """Intra-op threads for the scheduler's workers, applied once per worker per run.
-
-    torch's thread count is per OS thread (OpenMP) once a thread has used it, so the main
-    thread cannot set it for the workers: each worker sets it on its first op of a run.
-    """
-
-    def __init__(self, threads: int) -> None:
-        self.threads = threads
-        self.generation = 0
-        self._tls = threading.local()
-
-    def apply(self) -> None:
-        tls = self._tls
-        if getattr(tls, "generation", -1) != self.generation:
-            torch.set_num_threads(self.threads)
-            tls.generation = self.generation
-
-
 class Plan:
     """Callables for the nodes of ``graph``, and the scope traffic around a run."""
 
     def __init__(self, graph: SSAGraph, block: Any, devices: list[torch.device],
                  runtimes: list[DeviceRuntime], feed: tuple[str, ...], fetch: tuple[str, ...],
-                 memory_optimize: bool = False, thread_policy: _ThreadPolicy | None = None,
-                 inplace: dict[int, Any] | None = None) -> None:
+                 memory_optimize: bool = False, inplace: dict[int, Any] | None = None) -> None:
         self.graph = graph
         self.ndev = graph.ndev
         self.fetch = fetch
@@ -103,7 +83,6 @@ class Plan:
         self._release_counts: dict[tuple[int, str], int] = {}
         self._pending: dict[tuple[int, str], int] = {}
         releases = self._plan_releases(block, feed_set, set(fetch)) if memory_optimize else {}
-        self.policy = thread_policy
         self.inplace_nodes = sorted(inplace or {})
         self.fns: list[Callable[[], None]] = []
         for node in graph.nodes:
@@ -150,12 +129,9 @@ class Plan:
     def _wrap(self, node: Node, fn: Callable[[], None],
               release: list[tuple[dict, str, tuple[int, str] | None]] | None
               ) -> Callable[[], None]:
-        policy = self.policy
         lock, pending = self._lock, self._pending
 
         def guarded() -> None:
-            if policy is not None:
-                policy.apply()
             try:
                 fn()
             except OpRunError:
@@ -205,8 +181,6 @@ class Plan:
         if self._release_counts:
             self._pending.clear()
             self._pending.update(self._release_counts)
-        if self.policy is not None:
-            self.policy.generation += 1
 
     def run_in_order(self) -> None:
         """Run every node on the calling thread, in node order (a topological order)."""

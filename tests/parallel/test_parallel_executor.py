@@ -404,3 +404,40 @@ def test_compiled_program_through_executor_run() -> None:
     single = fluid.CompiledProgram(m["test"])
     got, = exe.run(single, feed=data(4), fetch_list=[m["loss"]])
     assert got.shape == (1,), "without with_data_parallel: the executor's place only"
+
+
+# ---------------------------------------------------------------------------- threading
+
+THREAD_LOG: list[tuple[int, int]] = []
+BARRIER: dict[str, Any] = {}
+
+
+def _meet(ins: dict, attrs: dict, ctx: Any) -> dict:
+
+    THREAD_LOG.append((ctx.runtime.device_index, torch.get_num_threads()))
+    BARRIER["b"].wait(timeout=10)  # passes only if both devices' ops run at the same time
+    return {"Out": ins["X"] * 1.0}
+
+
+register_op("pe_test_meet", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
+            kernel=_meet)
+
+
+def test_two_cpu_devices_run_side_by_side_with_one_torch_thread_each() -> None:
+    import os
+    import threading
+
+    x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+    helper = fluid.layer_helper.LayerHelper("meet")
+    out = helper.create_variable_for_type_inference("float32")
+    helper.append_op("pe_test_meet", inputs={"X": [x]}, outputs={"Out": [out]})
+    before = torch.get_num_threads()
+    pe = fluid.ParallelExecutor(False)
+    BARRIER["b"] = threading.Barrier(2)
+    THREAD_LOG.clear()
+    pe.run([out], feed={"x": np.ones([2, 3], "float32")})
+    cores = os.cpu_count() or 1
+    assert sorted(d for d, _ in THREAD_LOG) == [0, 1]
+    assert all(n == max(1, cores // 2) for _, n in THREAD_LOG), THREAD_LOG
+    assert torch.get_num_threads() == before, "the caller's torch threads are untouched"
+    pe.close()

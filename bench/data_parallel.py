@@ -1,0 +1,275 @@
+"""Data-parallel training throughput, side by side in one run (a benchmark, not a test).
+
+For the MLP 784-512-512-10 and a small CNN (global batch 256, SGD, softmax cross entropy),
+samples/s of one training step for:
+
+  (a)  parafluid Executor, 1 device (torch's default intra-op threads = all cores)
+  (a1) parafluid Executor, 1 device, 1 intra-op thread (one core: the unit (b) scales)
+  (b)  parafluid ParallelExecutor, 2 CPU devices (CPU_NUM=2), default threading policy
+  (c)  the same model hand-written in PyTorch, one process, 2 intra-op threads
+  (d)  PyTorch DistributedDataParallel over gloo, 2 processes x 1 thread (batch 128 each)
+
+and the executor's overhead per op on a graph of tiny ops. Pin the process to the cores you
+mean to measure (``taskset -c 0,1``): the figures assume 2 cores.
+
+Run::
+
+    PYTHONPATH=$PWD taskset -c 0,1 python bench/data_parallel.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import parafluid as fluid  # noqa: E402
+from parafluid import unique_name  # noqa: E402
+
+BATCH = 256
+
+
+# ---------------------------------------------------------------------- models
+
+
+def fluid_model(kind: str) -> tuple[Any, Any, Any]:
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 1
+    with unique_name.guard(), fluid.program_guard(main, startup):
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        if kind == "mlp":
+            x = fluid.layers.data(name="x", shape=[784], dtype="float32")
+            h = fluid.layers.fc(input=x, size=512, act="relu")
+            h = fluid.layers.fc(input=h, size=512, act="relu")
+        else:
+            x = fluid.layers.data(name="x", shape=[1, 28, 28], dtype="float32")
+            h = fluid.layers.conv2d(x, num_filters=16, filter_size=3, padding=1, act="relu")
+            h = fluid.layers.pool2d(h, pool_size=2, pool_type="max", pool_stride=2)
+            h = fluid.layers.conv2d(h, num_filters=32, filter_size=3, padding=1, act="relu")
+            h = fluid.layers.pool2d(h, pool_size=2, pool_type="max", pool_stride=2)
+        logits = fluid.layers.fc(input=h, size=10)
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
+        fluid.optimizer.SGD(learning_rate=0.01).minimize(loss)
+    return main, startup, loss
+
+
+def torch_model(kind: str) -> torch.nn.Module:
+    nn = torch.nn
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                             nn.Linear(512, 10))
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+
+def batch(kind: str, n: int = BATCH, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.RandomState(seed)
+    shape = (n, 784) if kind == "mlp" else (n, 1, 28, 28)
+    return {"x": rng.rand(*shape).astype("float32"),
+            "label": rng.randint(0, 10, (n, 1)).astype("int64")}
+
+
+# ---------------------------------------------------------------------- timing
+
+
+def samples_per_s(step: Callable[[], None], steps: int, repeats: int, n: int = BATCH) -> float:
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        times.append(time.perf_counter() - t0)
+    return n * steps / min(times)
+
+
+def run_executor(kind: str, steps: int, repeats: int, threads: int | None) -> float:
+    main, startup, loss = fluid_model(kind)
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    feed = batch(kind)
+    old = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return samples_per_s(lambda: exe.run(main, feed=feed, fetch_list=[loss], scope=scope),
+                             steps, repeats)
+    finally:
+        torch.set_num_threads(old)
+
+
+def run_parallel(kind: str, steps: int, repeats: int, ndev: int = 2) -> float:
+    main, startup, loss = fluid_model(kind)
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
+                                places=fluid.cpu_places(ndev))
+    feed = batch(kind)
+    try:
+        return samples_per_s(lambda: pe.run([loss.name], feed=feed), steps, repeats)
+    finally:
+        pe.close()
+
+
+def run_torch(kind: str, steps: int, repeats: int, threads: int = 2) -> float:
+    torch.manual_seed(1)
+    model = torch_model(kind)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = batch(kind)
+    x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["label"]).reshape(-1)
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return samples_per_s(step, steps, repeats)
+    finally:
+        torch.set_num_threads(old)
+
+
+def _ddp_worker(rank: int, world: int, port: int, kind: str, steps: int, repeats: int,
+                out: Any) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    torch.manual_seed(1)
+    model = torch.nn.parallel.DistributedDataParallel(torch_model(kind))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = batch(kind, BATCH // world, seed=rank)
+    x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["label"]).reshape(-1)
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    rate = samples_per_s(step, steps, repeats, n=BATCH)
+    if rank == 0:
+        out.put(rate)
+    dist.destroy_process_group()
+
+
+def run_ddp(kind: str, steps: int, repeats: int, world: int = 2) -> float:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    mp.start_processes(_ddp_worker, args=(world, port, kind, steps, repeats, out), nprocs=world,
+                       start_method="spawn", join=True)
+    return out.get()
+
+
+# ---------------------------------------------------------------------- per-op overhead
+
+
+def tiny_program(n_ops: int) -> tuple[Any, Any, Any]:
+    main, startup = fluid.Program(), fluid.Program()
+    with unique_name.guard(), fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[1], dtype="float32")
+        h = x
+        for _ in range(n_ops):
+            h = fluid.layers.scale(h, scale=1.0001)
+    return main, startup, h
+
+
+def op_overhead(n_ops: int, repeats: int) -> dict[str, float]:
+    """Microseconds per op: executors vs calling the same bound kernels in a plain loop."""
+    from parafluid.runtime import bind_op
+
+    main, _, out = tiny_program(n_ops)
+    feed = {"x": np.ones([2, 1], "float32")}
+    runners = [bind_op(op, torch.device("cpu")) for op in main.global_block().ops]
+    env0 = {"x": torch.ones([1, 1])}
+
+    def direct() -> None:
+        env = dict(env0)
+        for r in runners:
+            r(env)
+
+    def per_op(fn: Callable[[], None], ops: int) -> float:
+        for _ in range(3):
+            fn()
+        best = min(_elapsed(fn) for _ in range(repeats))
+        return best / ops * 1e6
+
+    exe = fluid.Executor(fluid.CPUPlace())
+    res = {"kernel call (plain loop)": per_op(direct, n_ops),
+           "Executor": per_op(lambda: exe.run(main, feed={"x": feed["x"][:1]},
+                                              fetch_list=[out]), n_ops)}
+    for ndev, threads in ((1, 1), (2, 1), (2, 2)):
+        es = fluid.ExecutionStrategy()
+        es.num_threads = threads
+        pe = fluid.ParallelExecutor(False, main_program=main, exec_strategy=es,
+                                    places=fluid.cpu_places(ndev), scope=fluid.Scope())
+        res[f"ParallelExecutor {ndev} dev, {threads} thr"] = per_op(
+            lambda pe=pe: pe.run([out.name], feed=feed), n_ops * ndev)
+        pe.close()
+    return res
+
+
+def _elapsed(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few steps (a smoke run)")
+    parser.add_argument("--models", default="mlp,cnn")
+    parser.add_argument("--no-ddp", action="store_true")
+    args = parser.parse_args()
+    steps, repeats = (3, 2) if args.quick else (10, 5)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    print(f"# parafluid data-parallel benchmark: torch {torch.__version__}, {cores} cores, "
+          f"batch {BATCH}, {steps} steps x best of {repeats}")
+    for kind in args.models.split(","):
+        rates = {
+            "(a) Executor, 1 device": run_executor(kind, steps, repeats, None),
+            "(a1) Executor, 1 device, 1 thread": run_executor(kind, steps, repeats, 1),
+            "(b) ParallelExecutor, CPU_NUM=2": run_parallel(kind, steps, repeats),
+            "(c) PyTorch, 1 process, 2 threads": run_torch(kind, steps, repeats),
+        }
+        if not args.no_ddp:
+            rates["(d) PyTorch DDP gloo, 2 x 1 thread"] = run_ddp(kind, steps, repeats)
+        print(f"\n## {kind}: samples/s")
+        for name, rate in rates.items():
+            print(f"  {name:38s} {rate:10.0f}")
+        a, a1, b = rates["(a) Executor, 1 device"], rates["(a1) Executor, 1 device, 1 thread"], \
+            rates["(b) ParallelExecutor, CPU_NUM=2"]
+        best_torch = max(v for k, v in rates.items() if k.startswith(("(c)", "(d)")))
+        print(f"  (b)/(a) = {b / a:.2f}   (b)/(a1) = {b / a1:.2f}   "
+              f"(b)/max((c),(d)) = {b / best_torch:.2f}")
+    print("\n## executor overhead per op (us), chain of 200 tiny scale ops")
+    for name, us in op_overhead(200, repeats).items():
+        print(f"  {name:38s} {us:8.1f}")
+
+
+if __name__ == "__main__":
+    main()

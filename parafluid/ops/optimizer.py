@@ -169,9 +169,10 @@ def _rmsprop(ins: dict, attrs: dict, ctx: Any) -> dict:
             raise ValueError("rmsprop: centered=True needs the MeanGrad input")
         mg.mul_(rho).add_(grad, alpha=1.0 - rho)
         denom = ms.addcmul(mg, mg, value=-1.0)
-        out["MeanGradOut"] = mg
     else:
         denom = ms.clone()
+    if mg is not None:
+        out["MeanGradOut"] = mg
     mom.mul_(attrs["momentum"]).addcdiv_(grad, denom.add_(eps).sqrt_().div_(lr))
     param.sub_(mom)
     return out

@@ -22,6 +22,7 @@ def _batches(seed=0, n=8):
 def _build_mlp(make_opt, w0_lr=1.0, regularizer=None):
     """Two fc layers and a squared error in float64; parameters w0, b0, w1, b1."""
     main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 7
     with fluid.program_guard(main, startup):
         x = fluid.layers.data(name="x", shape=[4], dtype="float64")
         y = fluid.layers.data(name="y", shape=[3], dtype="float64")
@@ -90,7 +91,8 @@ def _grads_np(ps, x, y):
     return [g.numpy() for g in _torch_grads(tps, x, y)]
 
 
-def _assert_traj(got, want, rtol, atol=1e-9):
+def _assert_traj(got, want, rtol, atol=1e-8):
+    # atol: the learning rate is a float32 variable, as in Fluid (0.1 -> 0.10000000149).
     for t, (g_step, w_step) in enumerate(zip(got, want)):
         for name, g, w in zip(PARAMS, g_step, w_step):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol,
@@ -161,7 +163,7 @@ def test_matches_torch_optim(name):
     want = _run_torch(init, make_torch, batches)
     assert not np.allclose(got[-1][0], init[0]), "the optimizer did not move w0"
     # LR and Adam's beta powers are float32 accumulators (as in Fluid): hence rtol.
-    _assert_traj(got, want, rtol=1e-6, atol=1e-6 if "adam" in name else 1e-9)
+    _assert_traj(got, want, rtol=1e-6, atol=1e-6 if "adam" in name else 1e-8)
 
 
 FORMULA_CASES = {

@@ -2,7 +2,9 @@
 # ruff: noqa: F401, I001  (one import per family, for its registration side effects)
 
 from . import activation
+from . import clip
 from . import loss
+from . import lr
 from . import math
 from . import nn
 from . import norm

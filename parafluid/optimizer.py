@@ -30,7 +30,8 @@ from .initializer import Constant
 from .layer_helper import LayerHelper
 from .regularizer import append_regularization_ops
 
-__all__ = ["Optimizer", "SGD", "SGDOptimizer"]
+__all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "Adam",
+           "AdamOptimizer", "Adagrad", "AdagradOptimizer", "RMSProp", "RMSPropOptimizer"]
 
 
 class Optimizer:
@@ -177,3 +178,215 @@ class SGD(Optimizer):
 
 
 SGDOptimizer = SGD
+
+
+def _check_number(owner: str, **values: Any) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{owner}: {name} must be a number, got {type(v).__name__}: {v!r}")
+
+
+class Momentum(Optimizer):
+    """SGD with momentum: ``v = mu*v + g``, then ``p -= lr*v`` (or, with Nesterov,
+    ``p -= lr*(g + mu*v)``).
+
+    Args:
+        learning_rate: a float or a learning-rate Variable (e.g. an LR schedule).
+        momentum: ``mu``.
+        use_nesterov: use Nesterov momentum.
+        regularization: a regularizer for every parameter (e.g. ``L2Decay(1e-4)``).
+
+    Example::
+
+        opt = fluid.optimizer.Momentum(learning_rate=0.1, momentum=0.9)
+        opt.minimize(avg_cost)
+    """
+
+    type = "momentum"
+    _velocity_acc_str = "velocity"
+
+    def __init__(self, learning_rate: float | Variable, momentum: float,
+                 use_nesterov: bool = False, regularization: Any = None,
+                 name: str | None = None, grad_clip: Any = None) -> None:
+        _check_number("Momentum", momentum=momentum)
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._momentum = float(momentum)
+        self._use_nesterov = bool(use_nesterov)
+
+    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
+        for p in parameters:
+            self._add_accumulator(self._velocity_acc_str, p)
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        velocity = self._get_accumulator(self._velocity_acc_str, param)
+        return block.append_op(
+            "momentum",
+            inputs={"Param": [param], "Grad": [grad], "Velocity": [velocity],
+                    "LearningRate": [self._create_param_lr(param_and_grad)]},
+            outputs={"ParamOut": [param], "VelocityOut": [velocity]},
+            attrs={"mu": self._momentum, "use_nesterov": self._use_nesterov})
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with Fluid's update::
+
+        lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+        m1 = beta1*m1 + (1-beta1)*g;  m2 = beta2*m2 + (1-beta2)*g*g
+        p -= lr_t * m1 / (sqrt(m2) + epsilon)
+
+    ``beta1^t`` and ``beta2^t`` live in accumulators (``<param>_beta1_pow_acc_0``) that scale
+    ops advance after all updates. With ``lazy_mode=True`` a sparse gradient updates only
+    the moments and parameter rows it holds.
+
+    Example::
+
+        opt = fluid.optimizer.Adam(learning_rate=0.001)
+        opt.minimize(avg_cost)
+    """
+
+    type = "adam"
+    _moment1_acc_str = "moment1"
+    _moment2_acc_str = "moment2"
+    _beta1_pow_acc_str = "beta1_pow_acc"
+    _beta2_pow_acc_str = "beta2_pow_acc"
+
+    def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
+                 name: str | None = None, lazy_mode: bool = False,
+                 grad_clip: Any = None) -> None:
+        _check_number("Adam", beta1=beta1, beta2=beta2, epsilon=epsilon)
+        for arg, v in (("beta1", beta1), ("beta2", beta2)):
+            if not 0.0 <= v < 1.0:
+                raise ValueError(f"Adam: {arg} must be in [0, 1), got {v}")
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+        self._lazy_mode = bool(lazy_mode)
+
+    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
+        for p in parameters:
+            self._add_accumulator(self._moment1_acc_str, p)
+            self._add_accumulator(self._moment2_acc_str, p)
+            self._add_accumulator(self._beta1_pow_acc_str, p, dtype="float32",
+                                  fill_value=self._beta1, shape=[1])
+            self._add_accumulator(self._beta2_pow_acc_str, p, dtype="float32",
+                                  fill_value=self._beta2, shape=[1])
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        m1 = self._get_accumulator(self._moment1_acc_str, param)
+        m2 = self._get_accumulator(self._moment2_acc_str, param)
+        return block.append_op(
+            "adam",
+            inputs={"Param": [param], "Grad": [grad],
+                    "LearningRate": [self._create_param_lr(param_and_grad)],
+                    "Moment1": [m1], "Moment2": [m2],
+                    "Beta1Pow": [self._get_accumulator(self._beta1_pow_acc_str, param)],
+                    "Beta2Pow": [self._get_accumulator(self._beta2_pow_acc_str, param)]},
+            outputs={"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
+                   "lazy_mode": self._lazy_mode})
+
+    def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
+        """Advance ``beta^t`` once per step, after every parameter's update."""
+        main_block = block.program.global_block()
+        for param, grad in params_grads:
+            if grad is None or not param.trainable:
+                continue
+            with main_block.program._optimized_guard([param, grad]):
+                for acc, beta in ((self._beta1_pow_acc_str, self._beta1),
+                                  (self._beta2_pow_acc_str, self._beta2)):
+                    var = self._get_accumulator(acc, param)
+                    main_block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
+                                         attrs={"scale": beta})
+
+
+class Adagrad(Optimizer):
+    """Adagrad: ``m += g*g``, ``p -= lr * g / (sqrt(m) + epsilon)``.
+
+    Example::
+
+        opt = fluid.optimizer.Adagrad(learning_rate=0.2)
+        opt.minimize(avg_cost)
+    """
+
+    type = "adagrad"
+    _moment_acc_str = "moment"
+
+    def __init__(self, learning_rate: float | Variable, epsilon: float = 1e-6,
+                 regularization: Any = None, name: str | None = None,
+                 initial_accumulator_value: float = 0.0, grad_clip: Any = None) -> None:
+        _check_number("Adagrad", epsilon=epsilon,
+                      initial_accumulator_value=initial_accumulator_value)
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._epsilon = float(epsilon)
+        self._initial_accumulator_value = float(initial_accumulator_value)
+
+    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
+        for p in parameters:
+            self._add_accumulator(self._moment_acc_str, p,
+                                  fill_value=self._initial_accumulator_value)
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        moment = self._get_accumulator(self._moment_acc_str, param)
+        return block.append_op(
+            "adagrad",
+            inputs={"Param": [param], "Grad": [grad], "Moment": [moment],
+                    "LearningRate": [self._create_param_lr(param_and_grad)]},
+            outputs={"ParamOut": [param], "MomentOut": [moment]},
+            attrs={"epsilon": self._epsilon})
+
+
+class RMSProp(Optimizer):
+    """RMSProp with Fluid's update::
+
+        ms = rho*ms + (1-rho)*g*g
+        mom = momentum*mom + lr*g / sqrt(ms + epsilon)       (centered: ms - mg*mg + eps,
+        p -= mom                                               mg = rho*mg + (1-rho)*g)
+
+    Example::
+
+        opt = fluid.optimizer.RMSProp(learning_rate=0.01, rho=0.9)
+        opt.minimize(avg_cost)
+    """
+
+    type = "rmsprop"
+    _momentum_acc_str = "momentum"
+    _mean_square_acc_str = "mean_square"
+    _mean_grad_acc_str = "mean_grad"
+
+    def __init__(self, learning_rate: float | Variable, rho: float = 0.95,
+                 epsilon: float = 1e-6, momentum: float = 0.0, centered: bool = False,
+                 regularization: Any = None, name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        _check_number("RMSProp", rho=rho, epsilon=epsilon, momentum=momentum)
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._rho, self._epsilon = float(rho), float(epsilon)
+        self._momentum, self._centered = float(momentum), bool(centered)
+
+    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
+        for p in parameters:
+            self._add_accumulator(self._momentum_acc_str, p)
+            self._add_accumulator(self._mean_square_acc_str, p)
+            self._add_accumulator(self._mean_grad_acc_str, p)
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        mom = self._get_accumulator(self._momentum_acc_str, param)
+        ms = self._get_accumulator(self._mean_square_acc_str, param)
+        mg = self._get_accumulator(self._mean_grad_acc_str, param)
+        return block.append_op(
+            "rmsprop",
+            inputs={"Param": [param], "Grad": [grad], "Moment": [mom], "MeanSquare": [ms],
+                    "MeanGrad": [mg], "LearningRate": [self._create_param_lr(param_and_grad)]},
+            outputs={"ParamOut": [param], "MomentOut": [mom], "MeanSquareOut": [ms],
+                     "MeanGradOut": [mg]},
+            attrs={"decay": self._rho, "epsilon": self._epsilon, "momentum": self._momentum,
+                   "centered": self._centered})
+
+
+MomentumOptimizer = Momentum
+AdamOptimizer = Adam
+AdagradOptimizer = Adagrad
+RMSPropOptimizer = RMSProp

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .framework import OpRole
-
 __all__ = ["L1Decay", "L2Decay", "L1DecayRegularizer", "L2DecayRegularizer",
            "append_regularization_ops"]
 
@@ -69,7 +67,9 @@ def append_regularization_ops(params_grads: list[tuple[Any, Any]],
         if grad.type == "selected_rows":
             raise ValueError(f"regularizer on {param.name}: its gradient is sparse "
                              "(embedding is_sparse=True); weight decay needs a dense gradient")
-        with block.program._role_guard(OpRole.Backward, [param.name, grad.name]):
+        # NOTE: Optimize role, as Fluid's _optimized_guard: data-parallel runs add the decay
+        # once, after the gradients are aggregated, not once per device before the sum.
+        with block.program._optimized_guard([param, grad]):
             decay = reg.decay_op(param, block)
             new_grad = block.create_var(name=grad.name + "@REGULARIZED", dtype=grad.dtype)
             block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": [new_grad]})

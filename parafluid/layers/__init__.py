@@ -2,15 +2,18 @@
 # ruff: noqa: F401, F403, I001  (one line per layer module keeps merges trivial)
 
 from . import io
+from . import learning_rate_scheduler
 from . import loss
 from . import math_op_patch  # Variable arithmetic operators
 from . import nn
 from . import ops
 from . import tensor
 from .io import *
+from .learning_rate_scheduler import *
 from .loss import *
 from .nn import *
 from .ops import *
 from .tensor import *
 
-__all__ = io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
+__all__ = (io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
+           + learning_rate_scheduler.__all__)

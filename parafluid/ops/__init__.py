@@ -2,9 +2,11 @@
 # ruff: noqa: F401, I001  (one import per family, for its registration side effects)
 
 from . import activation
+from . import clip
 from . import comm
 from . import fused
 from . import loss
+from . import lr
 from . import math
 from . import nn
 from . import norm

@@ -2,7 +2,22 @@
 
 In-place updates are safe because every executor orders an op that rewrites a variable after
 all readers of its previous value (the ParallelExecutor through write-after-read edges).
-Sparse (SelectedRows) gradients update only their rows.
+State tensors (velocity, moments) are updated in place too and returned under their ``*Out``
+slot. The kernels avoid temporaries: one step of a dense optimizer allocates at most one
+buffer the size of the parameter.
+
+Sparse (SelectedRows) gradients: ``sgd``, ``adagrad`` and lazy ``adam`` touch only the rows
+present (duplicates summed). ``momentum``, ``rmsprop`` and non-lazy ``adam`` decay the state
+of every row, as Fluid does, which equals the dense update with the densified gradient.
+
+Formulas (Fluid 1.x)::
+
+    momentum: v = mu*v + g;  p -= lr*(g + mu*v) if use_nesterov else lr*v
+    adam:     lr_t = lr*sqrt(1-beta2_pow)/(1-beta1_pow)
+              m1 = b1*m1 + (1-b1)*g;  m2 = b2*m2 + (1-b2)*g*g;  p -= lr_t*m1/(sqrt(m2)+eps)
+    adagrad:  m += g*g;  p -= lr*g/(sqrt(m)+eps)
+    rmsprop:  ms = rho*ms + (1-rho)*g*g;  mg = rho*mg + (1-rho)*g  (centered only)
+              mom = momentum*mom + lr*g/sqrt(ms - mg*mg + eps);  p -= mom
 """
 
 from __future__ import annotations
@@ -10,17 +25,164 @@ from __future__ import annotations
 from typing import Any
 
 from ..scope import SelectedRows
-from .registry import register_op, same_as
+from .registry import Meta, register_op
+
+
+def _state_shape(op: str, pairs: tuple[tuple[str, str], ...],
+                 grad_like: tuple[str, ...] = ("Grad",)) -> Any:
+    """Shape rule: each ``(in, out)`` pair keeps the input's meta; state matches ``Param``."""
+
+    def infer(ins: dict, attrs: dict) -> dict:
+        param = ins["Param"]
+        for slot in grad_like + tuple(i for i, _ in pairs if i != "Param"):
+            meta = ins.get(slot)
+            if meta is None:
+                continue
+            if len(meta.shape) != len(param.shape) or any(
+                    a != b and a != -1 and b != -1
+                    for a, b in zip(meta.shape[1:], param.shape[1:])) or (
+                    meta.type != "selected_rows" and meta.shape[0] not in (-1, param.shape[0])):
+                raise ValueError(f"{op}: {slot} has shape {list(meta.shape)} but Param has "
+                                 f"shape {list(param.shape)}; they must match")
+        lr = ins.get("LearningRate")
+        if lr is not None and lr.shape not in ((1,), ()):
+            raise ValueError(f"{op}: LearningRate must hold one element (shape [1]), got "
+                             f"shape {list(lr.shape)}")
+        return {out: Meta(ins[i].shape, ins[i].dtype) for i, out in pairs
+                if ins.get(i) is not None}
+    return infer
 
 
 def _sgd(ins: dict, attrs: dict, ctx: Any) -> dict:
     param, grad, lr = ins["Param"], ins["Grad"], ins["LearningRate"]
     if isinstance(grad, SelectedRows):
-        param.index_add_(0, grad.rows, grad.value, alpha=-float(lr))
+        # NOTE: index_add_ adds every listed row, so repeated rows need no merge here.
+        param.index_add_(0, grad.rows, grad.value * -lr)
     else:
         param.addcmul_(grad, lr, value=-1.0)
     return {"ParamOut": param}
 
 
 register_op("sgd", inputs=("Param", "Grad", "LearningRate"), outputs=("ParamOut",),
-            infer_shape=same_as("Param", "ParamOut"), kernel=_sgd)
+            infer_shape=_state_shape("sgd", (("Param", "ParamOut"),)), kernel=_sgd)
+
+
+# ----------------------------------------------------------------------------- momentum
+
+
+def _momentum(ins: dict, attrs: dict, ctx: Any) -> dict:
+    param, grad, velocity, lr = ins["Param"], ins["Grad"], ins["Velocity"], ins["LearningRate"]
+    mu = attrs["mu"]
+    if isinstance(grad, SelectedRows):
+        grad = grad.to_dense()  # every row's velocity decays, as in Fluid's sparse kernel
+    velocity.mul_(mu).add_(grad)
+    if attrs["use_nesterov"]:
+        param.addcmul_(grad.add(velocity, alpha=mu), lr, value=-1.0)
+    else:
+        param.addcmul_(velocity, lr, value=-1.0)
+    return {"ParamOut": param, "VelocityOut": velocity}
+
+
+register_op("momentum", inputs=("Param", "Grad", "Velocity", "LearningRate"),
+            outputs=("ParamOut", "VelocityOut"), attrs={"mu": 0.9, "use_nesterov": False},
+            infer_shape=_state_shape("momentum", (("Param", "ParamOut"),
+                                                  ("Velocity", "VelocityOut"))),
+            kernel=_momentum)
+
+
+# ----------------------------------------------------------------------------- adam
+
+
+def _adam(ins: dict, attrs: dict, ctx: Any) -> dict:
+    param, grad, lr = ins["Param"], ins["Grad"], ins["LearningRate"]
+    m1, m2 = ins["Moment1"], ins["Moment2"]
+    b1, b2, eps = attrs["beta1"], attrs["beta2"], attrs["epsilon"]
+    # [1]-shaped tensor arithmetic: no host round trip on an accelerator.
+    lr_t = (1.0 - ins["Beta2Pow"]).sqrt_().mul_(lr).div_(1.0 - ins["Beta1Pow"])
+    out = {"ParamOut": param, "Moment1Out": m1, "Moment2Out": m2}
+    if isinstance(grad, SelectedRows):
+        grad = grad.merged()
+        if attrs["lazy_mode"]:
+            rows, g = grad.rows, grad.value
+            r1 = m1.index_select(0, rows).mul_(b1).add_(g, alpha=1.0 - b1)
+            r2 = m2.index_select(0, rows).mul_(b2).addcmul_(g, g, value=1.0 - b2)
+            m1.index_copy_(0, rows, r1)
+            m2.index_copy_(0, rows, r2)
+            step = r1.div_(r2.sqrt_().add_(eps)).mul_(lr_t)
+            param.index_add_(0, rows, step, alpha=-1.0)
+            return out
+        grad = grad.to_dense()
+    m1.mul_(b1).add_(grad, alpha=1.0 - b1)
+    m2.mul_(b2).addcmul_(grad, grad, value=1.0 - b2)
+    param.addcdiv_(m1, m2.sqrt().add_(eps).div_(lr_t), value=-1.0)
+    return out
+
+
+register_op("adam", inputs=("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow",
+                            "Beta2Pow"),
+            outputs=("ParamOut", "Moment1Out", "Moment2Out"),
+            attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False},
+            infer_shape=_state_shape("adam", (("Param", "ParamOut"), ("Moment1", "Moment1Out"),
+                                              ("Moment2", "Moment2Out"))),
+            kernel=_adam)
+
+
+# ----------------------------------------------------------------------------- adagrad
+
+
+def _adagrad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    param, grad, moment, lr = ins["Param"], ins["Grad"], ins["Moment"], ins["LearningRate"]
+    eps = attrs["epsilon"]
+    if isinstance(grad, SelectedRows):
+        # Rows without a gradient keep moment and parameter: updating only the present
+        # rows equals the dense update.
+        grad = grad.merged()
+        rows, g = grad.rows, grad.value
+        r = moment.index_select(0, rows).addcmul_(g, g)
+        moment.index_copy_(0, rows, r)
+        param.index_add_(0, rows, g / r.sqrt_().add_(eps).div_(lr), alpha=-1.0)
+    else:
+        moment.addcmul_(grad, grad)
+        param.addcdiv_(grad, moment.sqrt().add_(eps).div_(lr), value=-1.0)
+    return {"ParamOut": param, "MomentOut": moment}
+
+
+register_op("adagrad", inputs=("Param", "Grad", "Moment", "LearningRate"),
+            outputs=("ParamOut", "MomentOut"), attrs={"epsilon": 1e-6},
+            infer_shape=_state_shape("adagrad", (("Param", "ParamOut"), ("Moment", "MomentOut"))),
+            kernel=_adagrad)
+
+
+# ----------------------------------------------------------------------------- rmsprop
+
+
+def _rmsprop(ins: dict, attrs: dict, ctx: Any) -> dict:
+    param, grad, lr = ins["Param"], ins["Grad"], ins["LearningRate"]
+    ms, mom, mg = ins["MeanSquare"], ins["Moment"], ins["MeanGrad"]
+    rho, eps = attrs["decay"], attrs["epsilon"]
+    if isinstance(grad, SelectedRows):
+        grad = grad.to_dense()  # Fluid's sparse rmsprop decays every row
+    ms.mul_(rho).addcmul_(grad, grad, value=1.0 - rho)
+    out = {"ParamOut": param, "MomentOut": mom, "MeanSquareOut": ms}
+    if attrs["centered"]:
+        if mg is None:
+            raise ValueError("rmsprop: centered=True needs the MeanGrad input")
+        mg.mul_(rho).add_(grad, alpha=1.0 - rho)
+        denom = ms.addcmul(mg, mg, value=-1.0)
+    else:
+        denom = ms.clone()
+    if mg is not None:
+        out["MeanGradOut"] = mg
+    mom.mul_(attrs["momentum"]).addcdiv_(grad, denom.add_(eps).sqrt_().div_(lr))
+    param.sub_(mom)
+    return out
+
+
+register_op("rmsprop", inputs=("Param", "MeanSquare", "Grad", "Moment", "LearningRate",
+                               "MeanGrad?"),
+            outputs=("ParamOut", "MomentOut", "MeanSquareOut", "MeanGradOut?"),
+            attrs={"decay": 0.9, "epsilon": 1e-10, "momentum": 0.0, "centered": False},
+            infer_shape=_state_shape("rmsprop", (("Param", "ParamOut"), ("Moment", "MomentOut"),
+                                                 ("MeanSquare", "MeanSquareOut"),
+                                                 ("MeanGrad", "MeanGradOut"))),
+            kernel=_rmsprop)

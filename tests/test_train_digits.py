@@ -24,13 +24,13 @@ def digits():
     return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
-def _train(build, x_train, y_train, x_test, y_test, epochs, lr, batch=32):
+def _train(build, x_train, y_train, x_test, y_test, epochs, lr, batch=32, optimizer=None):
     main, startup = fluid.Program(), fluid.Program()
     startup.random_seed = 7
     with fluid.program_guard(main, startup):
         loss, acc = build()
         test_program = main.clone(for_test=True)
-        fluid.optimizer.SGD(learning_rate=lr).minimize(loss)
+        (optimizer or fluid.optimizer.SGD(learning_rate=lr)).minimize(loss)
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup, scope=scope)
@@ -97,3 +97,27 @@ def test_mlp_learns_digits(digits):
     assert acc >= 0.95, acc
     drop = next(op for op in test_program.global_block().ops if op.type == "dropout")
     assert drop.attr("is_test")
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda: fluid.optimizer.SGD(learning_rate=0.1),
+    lambda: fluid.optimizer.Momentum(learning_rate=0.05, momentum=0.9),
+    lambda: fluid.optimizer.Adam(learning_rate=0.005),
+], ids=["sgd", "momentum", "adam"])
+def test_plain_mlp_learns_digits_with_each_optimizer(digits, make_opt):
+    x_train, y_train, x_test, y_test = digits
+
+    def build():
+        img = fluid.layers.data(name="img", shape=[64], dtype="float32")
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        h = fluid.layers.fc(img, size=64, act="relu")
+        h = fluid.layers.fc(h, size=64, act="relu")
+        logits = fluid.layers.fc(h, size=10)
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
+        return loss, fluid.layers.accuracy(input=logits, label=label)
+
+    _, _, _, losses, acc = _train(build, x_train.reshape(-1, 64), y_train,
+                                  x_test.reshape(-1, 64), y_test, epochs=8, lr=None,
+                                  optimizer=make_opt())
+    assert np.mean(losses[-10:]) < 0.2 * np.mean(losses[:10])
+    assert acc >= 0.95, acc

@@ -1,0 +1,224 @@
+"""Learning-rate schedules: layers that compute this step's learning rate in the program.
+
+Each schedule reads a global step counter (the persistable int64 ``@LR_DECAY_COUNTER@``,
+advanced by one ``increment`` op at the start of every run; the first run sees step 0) and
+returns a one-element Variable to pass as an optimizer's ``learning_rate``::
+
+    lr = fluid.layers.exponential_decay(learning_rate=0.1, decay_steps=1000,
+                                        decay_rate=0.5, staircase=True)
+    fluid.optimizer.SGD(learning_rate=lr).minimize(avg_cost)
+
+The ops carry ``op_role`` LRSched, so ``Program.clone(for_test=True)`` drops them and the
+DistributeTranspiler moves them to the parameter servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..framework import Variable, default_main_program
+from ..initializer import Constant
+from ..layer_helper import LayerHelper
+
+__all__ = ["exponential_decay", "natural_exp_decay", "inverse_time_decay", "polynomial_decay",
+           "piecewise_decay", "noam_decay", "cosine_decay", "linear_lr_warmup",
+           "autoincreased_step_counter"]
+
+LR_DECAY_COUNTER = "@LR_DECAY_COUNTER@"
+
+
+def autoincreased_step_counter(counter_name: str | None = None, begin: int = 1,
+                               step: int = 1) -> Variable:
+    """A persistable int64 counter, advanced by ``step`` at the start of every run.
+
+    The first run sees ``begin``. Calling it again with the same name returns the same
+    counter (the first call's ``begin`` and ``step`` stay in force).
+
+    Example::
+
+        step = fluid.layers.autoincreased_step_counter(begin=0)  # 0, 1, 2, ... per run
+    """
+    helper = LayerHelper("global_step_counter")
+    name = counter_name or "@STEP_COUNTER@"
+    program = default_main_program()
+    block = program.global_block()
+    if block.has_var(name):
+        return block.var(name)
+    counter = helper.create_global_variable(name=name, dtype="int64", shape=[1],
+                                            persistable=True, stop_gradient=True)
+    helper.set_variable_initializer(counter, Constant(int(begin) - int(step), force_cpu=True))
+    with program._lr_schedule_guard():
+        # NOTE: prepended so that every op of the step, wherever it was built, sees the new
+        # value.
+        block._prepend_op("increment", inputs={"X": [counter]}, outputs={"Out": [counter]},
+                          attrs={"step": float(step)})
+    return counter
+
+
+def _decay_step_counter(begin: int = 0) -> Variable:
+    return autoincreased_step_counter(LR_DECAY_COUNTER, begin=begin, step=1)
+
+
+def _check_lr(layer: str, learning_rate: Any) -> None:
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, Variable)):
+        raise TypeError(f"{layer}: learning_rate must be a float or a Variable, "
+                        f"got {type(learning_rate).__name__}")
+
+
+def _check_positive(layer: str, **values: Any) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"{layer}: {name} must be a positive number, got {v!r}")
+
+
+def _schedule(op_type: str, learning_rate: Any, attrs: dict[str, Any],
+              begin: int = 0) -> Variable:
+    """Append ``op_type`` reading the decay counter (and a Variable base rate, if given)."""
+    program = default_main_program()
+    with program._lr_schedule_guard():
+        step = _decay_step_counter(begin)
+        helper = LayerHelper(op_type)
+        inputs: dict[str, Any] = {"Step": [step]}
+        if isinstance(learning_rate, Variable):
+            inputs["LearningRate"] = [learning_rate]
+        elif learning_rate is not None:
+            attrs = {"learning_rate": float(learning_rate), **attrs}
+        dtype = learning_rate.dtype if isinstance(learning_rate, Variable) else "float32"
+        out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+        helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+    return out
+
+
+def exponential_decay(learning_rate: float | Variable, decay_steps: int, decay_rate: float,
+                      staircase: bool = False) -> Variable:
+    """``learning_rate * decay_rate ** (step / decay_steps)`` (the exponent floored when
+    ``staircase``).
+
+    Example::
+
+        lr = fluid.layers.exponential_decay(0.1, decay_steps=100, decay_rate=0.9,
+                                            staircase=True)
+        fluid.optimizer.SGD(learning_rate=lr).minimize(avg_cost)
+    """
+    _check_lr("exponential_decay", learning_rate)
+    _check_positive("exponential_decay", decay_steps=decay_steps, decay_rate=decay_rate)
+    return _schedule("exponential_decay_lr", learning_rate,
+                     {"decay_steps": decay_steps, "decay_rate": float(decay_rate),
+                      "staircase": bool(staircase)})
+
+
+def natural_exp_decay(learning_rate: float | Variable, decay_steps: int, decay_rate: float,
+                      staircase: bool = False) -> Variable:
+    """``learning_rate * exp(-decay_rate * step / decay_steps)`` (floored when ``staircase``).
+
+    Example::
+
+        lr = fluid.layers.natural_exp_decay(0.1, decay_steps=100, decay_rate=0.5)
+    """
+    _check_lr("natural_exp_decay", learning_rate)
+    _check_positive("natural_exp_decay", decay_steps=decay_steps)
+    return _schedule("natural_exp_decay_lr", learning_rate,
+                     {"decay_steps": decay_steps, "decay_rate": float(decay_rate),
+                      "staircase": bool(staircase)})
+
+
+def inverse_time_decay(learning_rate: float | Variable, decay_steps: int, decay_rate: float,
+                       staircase: bool = False) -> Variable:
+    """``learning_rate / (1 + decay_rate * step / decay_steps)`` (floored when ``staircase``).
+
+    Example::
+
+        lr = fluid.layers.inverse_time_decay(0.1, decay_steps=100, decay_rate=0.5)
+    """
+    _check_lr("inverse_time_decay", learning_rate)
+    _check_positive("inverse_time_decay", decay_steps=decay_steps)
+    return _schedule("inverse_time_decay_lr", learning_rate,
+                     {"decay_steps": decay_steps, "decay_rate": float(decay_rate),
+                      "staircase": bool(staircase)})
+
+
+def polynomial_decay(learning_rate: float | Variable, decay_steps: int,
+                     end_learning_rate: float = 0.0001, power: float = 1.0,
+                     cycle: bool = False) -> Variable:
+    """Decay from ``learning_rate`` to ``end_learning_rate`` over ``decay_steps``::
+
+        t = min(step, decay_steps)        (cycle: decay_steps *= max(1, ceil(step/decay_steps)))
+        lr = (learning_rate - end_learning_rate) * (1 - t/decay_steps) ** power
+             + end_learning_rate
+
+    Example::
+
+        lr = fluid.layers.polynomial_decay(0.01, decay_steps=5000, end_learning_rate=0.0)
+    """
+    _check_lr("polynomial_decay", learning_rate)
+    _check_positive("polynomial_decay", decay_steps=decay_steps)
+    return _schedule("polynomial_decay_lr", learning_rate,
+                     {"decay_steps": decay_steps, "end_learning_rate": float(end_learning_rate),
+                      "power": float(power), "cycle": bool(cycle)})
+
+
+def piecewise_decay(boundaries: list[int], values: list[float]) -> Variable:
+    """``values[i]`` while ``step < boundaries[i]`` (first such i), else ``values[-1]``.
+
+    Example::
+
+        lr = fluid.layers.piecewise_decay(boundaries=[100, 200], values=[1.0, 0.5, 0.1])
+        fluid.optimizer.Momentum(learning_rate=lr, momentum=0.9).minimize(avg_cost)
+    """
+    boundaries, values = list(boundaries), list(values)
+    if len(values) - len(boundaries) != 1:
+        raise ValueError(f"piecewise_decay: values must have one more entry than boundaries, "
+                         f"got {len(boundaries)} boundaries and {len(values)} values")
+    if any(b2 < b1 for b1, b2 in zip(boundaries, boundaries[1:])):
+        raise ValueError(f"piecewise_decay: boundaries must be increasing, got {boundaries}")
+    return _schedule("piecewise_decay_lr", None,
+                     {"boundaries": [float(b) for b in boundaries],
+                      "values": [float(v) for v in values]})
+
+
+def noam_decay(d_model: float, warmup_steps: int,
+               learning_rate: float | Variable = 1.0) -> Variable:
+    """``learning_rate * d_model**-0.5 * min(step**-0.5, warmup_steps**-1.5 * step)``, from
+    step 1 ("Attention is all you need").
+
+    Example::
+
+        lr = fluid.layers.noam_decay(d_model=512, warmup_steps=4000)
+    """
+    _check_lr("noam_decay", learning_rate)
+    _check_positive("noam_decay", d_model=d_model, warmup_steps=warmup_steps)
+    return _schedule("noam_decay_lr", learning_rate,
+                     {"d_model": float(d_model), "warmup_steps": warmup_steps}, begin=1)
+
+
+def cosine_decay(learning_rate: float | Variable, step_each_epoch: int,
+                 epochs: int) -> Variable:
+    """``learning_rate * 0.5 * (cos(epoch * pi / epochs) + 1)``, ``epoch =
+    floor(step / step_each_epoch)``.
+
+    Example::
+
+        lr = fluid.layers.cosine_decay(0.1, step_each_epoch=100, epochs=120)
+    """
+    _check_lr("cosine_decay", learning_rate)
+    _check_positive("cosine_decay", step_each_epoch=step_each_epoch, epochs=epochs)
+    return _schedule("cosine_decay_lr", learning_rate,
+                     {"step_each_epoch": step_each_epoch, "epochs": epochs})
+
+
+def linear_lr_warmup(learning_rate: float | Variable, warmup_steps: int, start_lr: float,
+                     end_lr: float) -> Variable:
+    """Ramp linearly from ``start_lr`` to ``end_lr`` over ``warmup_steps``, then follow
+    ``learning_rate`` (a float or another schedule).
+
+    Example::
+
+        lr = fluid.layers.linear_lr_warmup(
+            fluid.layers.piecewise_decay([1000], [0.1, 0.01]),
+            warmup_steps=100, start_lr=0.0, end_lr=0.1)
+    """
+    _check_lr("linear_lr_warmup", learning_rate)
+    _check_positive("linear_lr_warmup", warmup_steps=warmup_steps)
+    return _schedule("linear_warmup_lr", learning_rate,
+                     {"warmup_steps": warmup_steps, "start_lr": float(start_lr),
+                      "end_lr": float(end_lr)})

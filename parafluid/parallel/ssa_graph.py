@@ -297,6 +297,9 @@ def build_graph(program: Any, ndev: int, options: GraphOptions | None = None) ->
                 b.absent.update(k for keys in outs.values() for k in keys)
                 continue
             b.add(op.type, op.attrs, ins, outs, d, op, i, kind)
+        if devices is not all_devs:  # an owner-only op: its results exist on the owner only
+            b.absent.update((d, n) for d in all_devs if d not in devices
+                            for n in op.output_arg_names if n != EMPTY)
         if not aggregate:
             continue
         for g in sorted((g for g in grads if producer[g] == i), key=grads.index):

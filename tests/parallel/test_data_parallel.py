@@ -148,3 +148,28 @@ def test_sparse_embedding_matches_single_device(ndev: int, reduce: RS, fuse: boo
     assert len(sparse) == 1, "the sparse gradient is reduced once (never all-reduced dense)"
     dense = {RS.Reduce: (0, 0), RS.AllReduce: (0, 1) if fuse else (2, 0)}[reduce]
     assert (graph.count("c_allreduce_sum"), graph.count("c_allreduce_coalesced")) == dense
+
+
+def _regularized(clip: object) -> object:
+    return mlp(optimizer=lambda: fluid.optimizer.Momentum(
+        learning_rate=0.05, momentum=0.9, grad_clip=clip,
+        regularization=fluid.regularizer.L2Decay(1e-3)))
+
+
+@pytest.mark.parametrize("reduce", [RS.AllReduce, RS.Reduce])
+def test_momentum_regularization_and_clip_by_norm(reduce: RS) -> None:
+    build = _regularized(fluid.clip.GradientClipByNorm(clip_norm=0.5))
+    single = run_single(build, mlp_feeds())
+    got = run_parallel(build, mlp_feeds(), 2, strategy(reduce))
+    assert_same_training(single, got, atol=1e-5)
+
+
+def test_clip_by_global_norm_all_reduce_and_reduce() -> None:
+    build = _regularized(fluid.clip.GradientClipByGlobalNorm(clip_norm=0.5))
+    single = run_single(build, mlp_feeds())
+    got = run_parallel(build, mlp_feeds(), 2, strategy(RS.AllReduce))
+    assert_same_training(single, got, atol=1e-5)
+    # Reduce mode sums each gradient on its own owner: no device sees every gradient.
+    with pytest.raises(ValueError, match="ReduceStrategy.Reduce cannot place op .* "
+                                         "need ReduceStrategy.AllReduce"):
+        run_parallel(build, mlp_feeds(), 2, strategy(RS.Reduce))

@@ -249,3 +249,13 @@ def test_seed_002_execution_strategy() -> None:
                                       "y": rng.rand(4, 1).astype("float32")},
                                 fetch_list=[ns["avg_loss"].name])
     assert loss.shape == (2,)
+
+
+def test_docs_parallel_example_runs() -> None:
+    import pathlib
+    import re
+
+    doc = pathlib.Path(__file__).parents[2] / "docs" / "parallel.md"
+    code = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)[0]
+    ns = run_example(code)
+    assert ns["loss_per_device"].shape == (2,)

@@ -179,6 +179,39 @@ def run_ddp(kind: str, steps: int, repeats: int, world: int = 2) -> float:
     return out.get()
 
 
+# ---------------------------------------------------------------------- control
+
+
+def thread_scaling_control(repeats: int) -> float:
+    """Speed-up of the MLP's matmuls in 2 Python threads (1 torch thread, 128 rows each)
+    over 1 thread on 256 rows: what the machine allows 2 CPU devices, engine aside."""
+    import threading
+
+    def work(rows: int) -> None:
+        torch.set_num_threads(1)
+        g = torch.Generator().manual_seed(0)
+        w1, w2 = torch.randn(784, 512, generator=g), torch.randn(512, 512, generator=g)
+        x = torch.randn(rows, 784, generator=g)
+        for _ in range(10):
+            h = x @ w1
+            h2 = h @ w2
+            _ = (h2.t() @ h, h.t() @ x, (h2 @ w2.t()) @ w1.t())
+
+    def one() -> None:
+        t = threading.Thread(target=work, args=(BATCH,))
+        t.start()
+        t.join()
+
+    def two() -> None:
+        ts = [threading.Thread(target=work, args=(BATCH // 2,)) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    return min(_elapsed(one) for _ in range(repeats)) / min(_elapsed(two) for _ in range(repeats))
+
+
 # ---------------------------------------------------------------------- per-op overhead
 
 
@@ -248,7 +281,10 @@ def main() -> None:
     except AttributeError:
         cores = os.cpu_count() or 1
     print(f"# parafluid data-parallel benchmark: torch {torch.__version__}, {cores} cores, "
-          f"batch {BATCH}, {steps} steps x best of {repeats}")
+          f"batch {BATCH}, {steps} steps x best of {repeats}, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"control: torch matmuls in 2 threads vs 1 (ideal 2.00 on an idle machine): "
+          f"{thread_scaling_control(repeats):.2f}x")
     for kind in args.models.split(","):
         rates = {
             "(a) Executor, 1 device": run_executor(kind, steps, repeats, None),
@@ -269,6 +305,8 @@ def main() -> None:
     print("\n## executor overhead per op (us), chain of 200 tiny scale ops")
     for name, us in op_overhead(200, repeats).items():
         print(f"  {name:38s} {us:8.1f}")
+    print(f"\n# load average at the end {os.getloadavg()[0]:.2f} (above ~0.5 on 2 cores the "
+          "2-way figures measure the other jobs too)")
 
 
 if __name__ == "__main__":

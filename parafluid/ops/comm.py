@@ -32,9 +32,9 @@ def _communicator(ctx: Any, n: int, op: str) -> Any:
             return None
         raise RuntimeError(f"{op} over {n} values needs a communicator: run the program with "
                            "a ParallelExecutor (or CompiledProgram.with_data_parallel)")
-    if comm.nranks != n and not (n == 1 and comm.nranks == 1):
-        raise RuntimeError(f"{op}: got {n} values but the communicator joins {comm.nranks} "
-                           "devices")
+    if len(comm.devices) != n:
+        raise RuntimeError(f"{op}: got {n} values but the communicator has "
+                           f"{len(comm.devices)} local devices")
     return comm
 
 

@@ -59,6 +59,8 @@ class ParallelExecutor:
         exec_strategy, build_strategy: see ExecutionStrategy / BuildStrategy.
         num_trainers, trainer_id: multi-process training (not available yet: must be 1, 0).
         scope: where parameters live (default ``fluid.global_scope()``).
+        places: (parafluid extension, used by CompiledProgram) the exact places to run on,
+            e.g. ``fluid.cpu_places(4)``; overrides use_cuda's device discovery.
     """
 
     def __init__(self, use_cuda: bool, loss_name: str | None = None,

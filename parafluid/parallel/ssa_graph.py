@@ -226,6 +226,9 @@ def build_graph(program: Any, ndev: int, options: GraphOptions | None = None) ->
                 param_of[g] = p
     grads = sorted(producer, key=lambda g: (producer[g], g)) if aggregate else []
     params_grads = [(param_of[g], g) for g in grads]
+    grads_at: dict[int, list[str]] = {}
+    for g in grads:
+        grads_at.setdefault(producer[g], []).append(g)
 
     def grad_var(g: str) -> Any:
         return block._find_var_recursive(g)
@@ -302,7 +305,7 @@ def build_graph(program: Any, ndev: int, options: GraphOptions | None = None) ->
                             for n in op.output_arg_names if n != EMPTY)
         if not aggregate:
             continue
-        for g in sorted((g for g in grads if producer[g] == i), key=grads.index):
+        for g in grads_at.get(i, []):
             p = param_of[g]
             keys = [(d, g) for d in all_devs]
             if is_sparse(g) or reduce_mode:

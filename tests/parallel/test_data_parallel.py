@@ -177,3 +177,21 @@ def test_clip_by_global_norm_all_reduce_and_reduce() -> None:
     with pytest.raises(ValueError, match="ReduceStrategy.Reduce cannot place op .* "
                                          "need ReduceStrategy.AllReduce"):
         run_parallel(build, mlp_feeds(), 2, strategy(RS.Reduce))
+
+
+@pytest.mark.skipif(not fluid.is_compiled_with_cuda(), reason="needs a GPU")
+def test_gpu_devices_match_single_device() -> None:
+    import torch
+
+    ngpu = torch.cuda.device_count()
+    places = [fluid.CUDAPlace(i) for i in range(ngpu)] if ngpu > 1 else [fluid.CUDAPlace(0)] * 2
+    main, startup, loss = mlp()()
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CUDAPlace(0))
+    exe.run(startup, scope=scope)
+    pe = fluid.ParallelExecutor(True, loss_name=loss.name, main_program=main, scope=scope,
+                                places=places)
+    single = run_single(mlp(), mlp_feeds())
+    losses = [pe.run([loss.name], feed=f)[0] for f in mlp_feeds()]
+    for a, b in zip(single.losses, losses):
+        np.testing.assert_allclose(b.mean(), a.reshape(()), atol=1e-5)

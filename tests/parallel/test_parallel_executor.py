@@ -432,7 +432,9 @@ def test_two_cpu_devices_run_side_by_side_with_one_torch_thread_each() -> None:
     out = helper.create_variable_for_type_inference("float32")
     helper.append_op("pe_test_meet", inputs={"X": [x]}, outputs={"Out": [out]})
     before = torch.get_num_threads()
-    pe = fluid.ParallelExecutor(False)
+    es = fluid.ExecutionStrategy()
+    es.num_threads = 2  # what num_threads=0 picks on a machine with >= 2 cores
+    pe = fluid.ParallelExecutor(False, exec_strategy=es)
     BARRIER["b"] = threading.Barrier(2)
     THREAD_LOG.clear()
     pe.run([out], feed={"x": np.ones([2, 3], "float32")})

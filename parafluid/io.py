@@ -50,7 +50,7 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
            "load_persistables", "save_inference_model", "load_inference_model",
            "is_parameter", "is_persistable", "DataLoader", "PyReader", "batch", "shuffle",
            "buffered", "chain", "compose", "firstn", "map_readers", "DEFAULT_FILENAME",
-           "MODEL_FILENAME"]
+           "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model"]
 
 DEFAULT_FILENAME = "__variables__.safetensors"
 MODEL_FILENAME = "__model__"

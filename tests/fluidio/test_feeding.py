@@ -146,7 +146,7 @@ def test_loader_trains_like_direct_feeding(model: Model) -> None:
 
     loader = fluid.io.DataLoader.from_generator(feed_list=[model.x, model.y], capacity=2)
     loader.set_batch_generator(batches, places=fluid.CPUPlace())
-    for epoch in range(2):
+    for _epoch in range(2):
         for feed in loader():
             assert sorted(feed) == ["x", "y"]
             got, = model.exe.run(model.main, feed=feed, fetch_list=[model.loss],

@@ -118,8 +118,10 @@ def build_mlp() -> tuple[Callable[[], float], Callable[[], float], Callable[[], 
         for name in plan.scope_reads:
             if name not in env:
                 env[name] = plain_scope.find_var(name).value
-        for run in plan.runners:
+        for run, drop in zip(plan.runners, plan.frees):
             run(env)
+            for name in drop:  # as the Executor does: free temporaries after their last use
+                env.pop(name, None)
         return env[loss.name].item()
 
     first = (parafluid_step(), torch_step(), ops_only_step())

@@ -179,8 +179,11 @@ def compile_block(program: Program, feed: Sequence[str], fetch: Sequence[str], d
 
 def _last_uses(block: Any, keep: set[str]) -> list[tuple[str, ...]]:
     """For each op, the non-persistable variables nothing after it reads or writes."""
-    # NOTE: an op with a sub-block may read outer variables that its slots do not list, so
-    # a block holding one keeps every value to the end of the run.
+    # NOTE: only the global block, and only without control flow: a sub-block may run many
+    # times against its parent's values, and an op with a sub-block may read outer variables
+    # that its slots do not list. Such blocks keep every value to the end of the run.
+    if block.idx != 0:
+        return [()] * len(block.ops)
     for op in block.ops:
         if any(isinstance(v, Block) or (isinstance(v, list) and any(isinstance(b, Block)
                                                                     for b in v))

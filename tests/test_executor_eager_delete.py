@@ -50,3 +50,14 @@ def test_a_block_with_a_sub_block_op_keeps_every_value() -> None:
     main.global_block().ops[0]._set_attr("sub_block", sub)
     plan = compile_block(main, ["x"], [c.name], "cpu")
     assert all(names == () for names in plan.frees)
+
+
+def test_sub_blocks_keep_every_value() -> None:
+    main, _, x, a, b, c = _program()
+    sub = main._create_block()
+    y = sub.create_var(name="y", shape=[-1, 3], dtype="float32")
+    sub.append_op("scale", inputs={"X": [a]}, outputs={"Out": [y]}, attrs={"scale": 3.0})
+    sub.append_op("scale", inputs={"X": [y]}, outputs={"Out": [b]}, attrs={"scale": 1.0})
+    main._rollback()
+    plan = compile_block(main, [], [], "cpu", block_idx=1)
+    assert all(names == () for names in plan.frees)

@@ -106,14 +106,20 @@ def _train(args: argparse.Namespace) -> int:
                       learning_rate=args.learning_rate, optimizer=args.optimizer,
                       hidden=tuple(args.hidden), seed=seed, output=args.output)
     hidden = "-".join(str(h) for h in cfg.hidden)
+    # NOTE: check the output directory before training, not after minutes of it.
+    try:
+        os.makedirs(cfg.output, exist_ok=True)
+        if not os.access(cfg.output, os.W_OK):
+            raise PermissionError(f"{cfg.output} is not writable")
+    except OSError as e:
+        return _fail(f"cannot use --output {cfg.output!r}: {e}")
     _say(f"parafluid train: digits (8x8 images, 10 classes), MLP 64-{hidden}-10, "
          f"{cfg.optimizer}, batch {cfg.batch_size}, {cfg.epochs} epochs, seed {seed}")
     start = time.perf_counter()
     try:
         result = train(cfg, log=_say)
-    except RuntimeError as e:
-        print(f"parafluid train: error: {e}", file=sys.stderr)
-        return 1
+    except (RuntimeError, OSError) as e:
+        return _fail(str(e))
     _say(f"test accuracy {result.test_accuracy:.4f} on {result.test_samples} held-out images "
          f"({time.perf_counter() - start:.1f} s in all)")
     _say(f"inference model saved to {result.model_dir}")
@@ -123,6 +129,11 @@ def _train(args: argparse.Namespace) -> int:
 
 def _say(line: str) -> None:
     print(line, flush=True)
+
+
+def _fail(message: str) -> int:
+    print(f"parafluid train: error: {message}", file=sys.stderr)
+    return 1
 
 
 COMMANDS: list[Command] = [

@@ -45,6 +45,15 @@ def test_bad_options_are_usage_errors(argv, message, capsys) -> None:
     assert message in capsys.readouterr().err
 
 
+def test_unusable_output_fails_before_training(tmp_path, capsys) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    assert main(["--epochs", "1", "--output", str(blocker)]) == 1
+    captured = capsys.readouterr()
+    assert f"cannot use --output {str(blocker)!r}" in captured.err
+    assert "epoch" not in captured.out
+
+
 def test_python_dash_m_runs_the_cli() -> None:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-m", "parafluid", "--version"], env=env,

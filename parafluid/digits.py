@@ -39,7 +39,7 @@ class TrainConfig:
     epochs: int = 20
     batch_size: int = 32
     learning_rate: float | None = None  # None: the optimizer's entry in OPTIMIZERS
-    optimizer: str = "sgd"
+    optimizer: str = "adam"
     hidden: tuple[int, ...] = (128, 64)
     seed: int = 1
     output: str = "parafluid_output"

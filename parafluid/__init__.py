@@ -53,6 +53,10 @@ from .place import (
 )
 from .runtime import OpRunError
 from .scope import LoDTensor, Scope, global_scope, scope_guard
+from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
+from .data_feeder import DataFeeder
+from .dataloader import DataLoader
+from .reader import batch
 
 __version__ = "0.1.0"
 
@@ -63,6 +67,7 @@ __all__ = [
     "CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "cpu_places", "cuda_places",
     "is_compiled_with_cuda", "ParamAttr", "VarType", "append_backward", "gradients",
     "layers", "optimizer", "initializer", "regularizer", "clip", "backward", "unique_name",
+    "io", "DataFeeder", "DataLoader", "batch",
 ]
 
 

@@ -15,6 +15,7 @@ Write ``import parafluid as fluid`` and Fluid 1.x code runs unchanged::
     exe.run(fluid.default_startup_program())
 """
 
+# ruff: noqa: I001  (public re-exports grouped by topic, not sorted)
 from __future__ import annotations
 
 from . import (  # noqa: F401

@@ -15,6 +15,7 @@ Write ``import parafluid as fluid`` and Fluid 1.x code runs unchanged::
     exe.run(fluid.default_startup_program())
 """
 
+# ruff: noqa: I001  (public re-exports grouped by topic, not sorted)
 from __future__ import annotations
 
 from . import (  # noqa: F401
@@ -54,6 +55,10 @@ from .place import (
 )
 from .runtime import OpRunError
 from .scope import LoDTensor, Scope, global_scope, scope_guard
+from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
+from .data_feeder import DataFeeder
+from .dataloader import DataLoader
+from .reader import batch
 
 __version__ = "0.1.0"
 
@@ -65,6 +70,7 @@ __all__ = [
     "is_compiled_with_cuda", "ParamAttr", "VarType", "append_backward", "gradients",
     "layers", "optimizer", "initializer", "regularizer", "clip", "backward", "unique_name",
     "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy",
+    "io", "DataFeeder", "DataLoader", "batch",
 ]
 
 

@@ -1,0 +1,302 @@
+"""DataLoader.from_generator: batches prepared in a background thread, fed to Executor.run.
+
+A bounded queue of ``capacity`` batches sits between a producer thread (which runs the user's
+generator and converts its output into feed dicts) and the training loop. Waits poll in
+short steps, so Ctrl-C works and a dead producer is noticed; an exception in the generator
+is re-raised in the loop, with its original type and traceback.
+
+Only the iterable mode exists (``iterable=True``, the default): each batch is passed to
+``exe.run(feed=...)``. Fluid's non-iterable mode (the program reads from the loader through
+``start()``/``reset()``) is not supported and says so.
+
+Example::
+
+    loader = fluid.io.DataLoader.from_generator(feed_list=[img, label], capacity=8)
+    loader.set_sample_generator(samples, batch_size=32, places=fluid.CPUPlace())
+    for epoch in range(2):
+        for feed in loader():
+            exe.run(main, feed=feed, fetch_list=[loss])
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .data_feeder import DataFeeder
+from .dtypes import to_numpy
+from .framework import Variable
+from .reader import batch as batch_reader
+
+__all__ = ["DataLoader", "GeneratorLoader", "PyReader"]
+
+_END = object()
+_POLL_S = 0.05
+
+
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class DataLoader:
+    """Fluid's ``fluid.io.DataLoader``; build one with ``DataLoader.from_generator``."""
+
+    @staticmethod
+    def from_generator(feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
+                       use_double_buffer: bool = True, iterable: bool = True,
+                       return_list: bool = False, use_multiprocess: bool = False,
+                       drop_last: bool = True, timeout: float | None = None) -> GeneratorLoader:
+        """A loader fed by a Python generator through a queue of ``capacity`` batches.
+
+        Args:
+            feed_list: the data Variables, in the order of each sample's (or batch's) fields.
+            capacity: how many batches to prepare ahead.
+            use_double_buffer, use_multiprocess: accepted for compatibility; batches are
+                prepared in one background thread.
+            iterable: must be True (see the module docstring).
+            return_list: yield lists of arrays in ``feed_list`` order instead of dicts.
+            drop_last: with several places, drop a last group of batches smaller than the
+                number of places (else yield the shorter group).
+            timeout: seconds to wait for a batch before raising (None: wait, interruptibly).
+
+        Then call ``set_sample_generator``, ``set_sample_list_generator`` or
+        ``set_batch_generator``, and iterate over ``loader()``.
+        """
+        return GeneratorLoader(feed_list, capacity, iterable, return_list, drop_last, timeout)
+
+
+class GeneratorLoader:
+    """What ``DataLoader.from_generator`` returns; iterate it (or call it) once per epoch."""
+
+    def __init__(self, feed_list: Sequence[Variable] | None, capacity: int | None,
+                 iterable: bool = True, return_list: bool = False, drop_last: bool = True,
+                 timeout: float | None = None) -> None:
+        if not iterable:
+            raise ValueError(
+                "DataLoader: iterable=False (the program pulls batches through start()/reset()) "
+                "is not supported by parafluid; use iterable=True and pass each batch to "
+                "exe.run(feed=batch)")
+        if not feed_list or not all(isinstance(v, Variable) for v in feed_list):
+            raise TypeError("DataLoader: feed_list must be a non-empty list of data Variables, "
+                            f"got {feed_list!r}")
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+            raise ValueError(f"DataLoader: capacity must be a positive int, got {capacity!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"DataLoader: timeout must be > 0 seconds or None, got {timeout!r}")
+        self._feed_list = list(feed_list)
+        self._names = [v.name for v in feed_list]
+        self._capacity = capacity
+        self._return_list = return_list
+        self._drop_last = drop_last
+        self._timeout = timeout
+        self._source: Callable[[], Iterable[dict[str, Any]]] | None = None
+        self._num_places = 1
+        # NOTE: a weak reference: an abandoned iterator must be collectable, which stops its
+        # thread (the thread itself holds no reference to the iterator).
+        self._live: weakref.ref[_LoaderIterator] | None = None
+
+    # ---- sources
+    def set_sample_generator(self, reader: Callable[[], Iterable[Any]], batch_size: int,
+                             drop_last: bool = True, places: Any = None) -> GeneratorLoader:
+        """``reader()`` yields samples (tuples, one field per feed variable); batch them."""
+        return self.set_sample_list_generator(batch_reader(reader, batch_size, drop_last), places)
+
+    def set_sample_list_generator(self, reader: Callable[[], Iterable[Any]],
+                                  places: Any = None) -> GeneratorLoader:
+        """``reader()`` yields minibatches: lists of samples (as ``fluid.io.batch`` makes)."""
+        _check_callable(reader)
+        feeder = DataFeeder(self._feed_list, places)
+
+        def source() -> Iterator[dict[str, Any]]:
+            for minibatch in reader():
+                yield feeder.feed(minibatch)
+
+        return self._set_source(source, places)
+
+    def set_batch_generator(self, reader: Callable[[], Iterable[Any]],
+                            places: Any = None) -> GeneratorLoader:
+        """``reader()`` yields whole batches: a list/tuple of arrays in ``feed_list`` order."""
+        _check_callable(reader)
+        names, dtypes = self._names, [to_numpy(v.dtype) for v in self._feed_list]
+
+        def source() -> Iterator[dict[str, Any]]:
+            for i, fields in enumerate(reader()):
+                if isinstance(fields, dict):
+                    fields = [fields[n] if n in fields else _missing(n, i) for n in names]
+                if not isinstance(fields, (list, tuple)) or len(fields) != len(names):
+                    raise ValueError(f"DataLoader: batch {i} from the batch generator must be a "
+                                     f"list of {len(names)} arrays ({', '.join(names)}), got "
+                                     f"{_describe(fields)}")
+                yield {n: np.asarray(f, dtype=d) if isinstance(f, (list, tuple)) else f
+                       for n, f, d in zip(names, fields, dtypes)}
+
+        return self._set_source(source, places)
+
+    def _set_source(self, source: Callable[[], Iterable[dict[str, Any]]],
+                    places: Any) -> GeneratorLoader:
+        if isinstance(places, (list, tuple)):
+            if not places:
+                raise ValueError("DataLoader: places is an empty list")
+            self._num_places = len(places)
+        else:
+            self._num_places = 1
+        self._source = source
+        return self
+
+    # ---- iteration
+    def __call__(self) -> _LoaderIterator:
+        return self.__iter__()
+
+    def __iter__(self) -> _LoaderIterator:
+        if self._source is None:
+            raise RuntimeError("DataLoader: no data source; call set_sample_generator, "
+                               "set_sample_list_generator or set_batch_generator first")
+        previous = self._live() if self._live is not None else None
+        if previous is not None:
+            previous.close()  # a new epoch abandons the previous one's read-ahead
+        live = _LoaderIterator(self._batches, self._capacity, self._timeout)
+        self._live = weakref.ref(live)
+        return live
+
+    def _batches(self) -> Iterator[Any]:
+        assert self._source is not None
+        group: list[Any] = []
+        for feed in self._source():
+            item = [feed[n] for n in self._names] if self._return_list else feed
+            if self._num_places == 1:
+                yield item
+                continue
+            group.append(item)
+            if len(group) == self._num_places:
+                yield group
+                group = []
+        if group and not self._drop_last:
+            yield group
+
+    def start(self) -> None:
+        raise ValueError("DataLoader.start(): only the iterable mode is supported; iterate over "
+                         "the loader and pass each batch to exe.run(feed=batch)")
+
+    reset = start
+
+
+class PyReader(GeneratorLoader):
+    """Fluid 1.5's ``fluid.io.PyReader``: the same loader with ``decorate_*`` method names."""
+
+    def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
+                 use_double_buffer: bool = True, iterable: bool = True,
+                 return_list: bool = False) -> None:
+        super().__init__(feed_list, capacity, iterable, return_list)
+
+    decorate_sample_generator = GeneratorLoader.set_sample_generator
+    decorate_sample_list_generator = GeneratorLoader.set_sample_list_generator
+    decorate_batch_generator = GeneratorLoader.set_batch_generator
+
+
+class _LoaderIterator:
+    """One epoch: a producer thread filling a bounded queue, read by ``__next__``."""
+
+    def __init__(self, produce: Callable[[], Iterator[Any]], capacity: int,
+                 timeout: float | None) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=capacity)
+        self._stop = threading.Event()
+        self._timeout = timeout
+        self._done = False
+        self._thread = threading.Thread(target=_produce,
+                                        args=(produce, self._queue, self._stop),
+                                        name="parafluid-dataloader", daemon=True)
+        self._thread.start()
+
+    def __iter__(self) -> _LoaderIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            try:
+                item = self._queue.get(timeout=_POLL_S)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    self._finish()
+                    raise RuntimeError("DataLoader: the producer thread stopped without "
+                                       "finishing the epoch") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.close()
+                    raise RuntimeError(f"DataLoader: no batch from the generator for "
+                                       f"{self._timeout:g} s; is it stuck?") from None
+        if item is _END:
+            self._finish()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._finish()
+            raise item.exc
+        return item
+
+    def _finish(self) -> None:
+        self._done = True
+        self._thread.join(timeout=1.0)
+
+    def close(self) -> None:
+        """Stop the producer (used when an epoch is abandoned)."""
+        self._done = True
+        self._stop.set()
+        deadline = time.monotonic() + 1.0
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            try:  # make room so that a blocked put sees the stop flag
+                self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            self._thread.join(timeout=_POLL_S)
+
+    def __del__(self) -> None:
+        if not self._done:
+            self._stop.set()
+
+
+def _put(q: queue.Queue, stop: threading.Event, item: Any) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=_POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _produce(produce: Callable[[], Iterator[Any]], q: queue.Queue, stop: threading.Event) -> None:
+    try:
+        for item in produce():
+            if not _put(q, stop, item):
+                return
+    except BaseException as e:  # noqa: BLE001 (re-raised in the consumer)
+        _put(q, stop, _Failure(e))
+        return
+    _put(q, stop, _END)
+
+
+def _check_callable(reader: Any) -> None:
+    if not callable(reader):
+        raise TypeError(f"DataLoader: the generator must be a function returning an iterable, "
+                        f"got {type(reader).__name__}; pass the function, not its result")
+
+
+def _missing(name: str, index: int) -> Any:
+    raise ValueError(f"DataLoader: batch {index} (a dict) has no entry for {name!r}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__} of {len(value)}"
+    return type(value).__name__

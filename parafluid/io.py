@@ -1,0 +1,485 @@
+"""Checkpoints and inference models (``fluid.io``), plus the data-feeding helpers.
+
+Files on disk:
+
+- Variables go into ONE safetensors file per save (default name ``__variables__.safetensors``,
+  or ``filename=``/``params_filename=``), not one file per variable as Fluid did: one file can
+  be replaced atomically, so a crash mid-save never leaves a half-new checkpoint. Its
+  metadata holds a JSON manifest (format version, and each variable's name, shape, dtype and
+  CRC-32), checked on load.
+- An inference model is a program file (default ``__model__``) in the IR serialization
+  format (JSON behind a header) with the feed and fetch names added, next to the variables
+  file of the parameters it needs.
+- Nothing is ever pickled: loading a file from an untrusted source cannot run code.
+
+Every file is written to a temporary name in the same directory, flushed to disk, then
+renamed over the old one.
+
+Example::
+
+    fluid.io.save_persistables(exe, "ckpt", main_program)       # parameters + optimizer state
+    fluid.io.load_persistables(exe, "ckpt", main_program)
+    fluid.io.save_inference_model("model", ["img"], [prediction], exe)
+    program, feeds, fetches = fluid.io.load_inference_model("model", exe)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from safetensors.torch import load as _st_load
+from safetensors.torch import save as _st_save
+
+from .dataloader import DataLoader, PyReader
+from .dtypes import convert_dtype
+from .framework import Parameter, Program, Variable, default_main_program
+from .ops.registry import shapes_compatible
+from .prune import prune
+from .reader import batch, buffered, chain, compose, firstn, map_readers, shuffle
+from .scope import Scope, SelectedRows, global_scope
+from .serialization import _MAGIC, program_from_dict, program_to_dict
+
+__all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_params",
+           "load_persistables", "save_inference_model", "load_inference_model",
+           "is_parameter", "is_persistable", "DataLoader", "PyReader", "batch", "shuffle",
+           "buffered", "chain", "compose", "firstn", "map_readers", "DEFAULT_FILENAME",
+           "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model"]
+
+DEFAULT_FILENAME = "__variables__.safetensors"
+MODEL_FILENAME = "__model__"
+VARS_FORMAT = "parafluid.vars/1"
+_MANIFEST_KEY = "parafluid"
+
+
+def is_parameter(var: Variable) -> bool:
+    """True for trainable-weight Variables (``Parameter``s)."""
+    return isinstance(var, Parameter)
+
+
+def is_persistable(var: Variable) -> bool:
+    """True for Variables kept in the scope across runs (parameters, optimizer state, LR)."""
+    return bool(var.persistable)
+
+
+# ---------------------------------------------------------------------- saving variables
+
+
+def save_vars(executor: Any, dirname: str, main_program: Program | None = None,
+              vars: Sequence[Variable | str] | None = None,
+              predicate: Callable[[Variable], bool] | None = None,
+              filename: str | None = None, *, scope: Scope | None = None) -> str:
+    """Save variables of ``main_program`` from the scope into ``dirname/filename``.
+
+    Args:
+        executor: the Executor that ran the program (kept for Fluid compatibility).
+        dirname: directory to write to (created if needed).
+        main_program: program whose variables to save (default: the default main program).
+        vars: the Variables (or names) to save; else those for which ``predicate`` holds.
+        predicate: e.g. ``fluid.io.is_persistable``; used when ``vars`` is None.
+        filename: the file inside ``dirname`` (default ``__variables__.safetensors``).
+        scope: where the values are (default: ``fluid.global_scope()``).
+
+    Returns the path written. Example::
+
+        fluid.io.save_vars(exe, "ckpt", main, predicate=lambda v: v.name.startswith("fc"))
+    """
+    program = _as_program(main_program, "save_vars")
+    chosen = _select_vars(program, vars, predicate, "save_vars")
+    tensors = _values(scope if scope is not None else global_scope(), chosen, "save_vars")
+    path = os.path.join(dirname, filename or DEFAULT_FILENAME)
+    write_tensors(path, tensors)
+    return path
+
+
+def save_params(executor: Any, dirname: str, main_program: Program | None = None,
+                filename: str | None = None, *, scope: Scope | None = None) -> str:
+    """Save all parameters of ``main_program`` (see ``save_vars``)."""
+    return save_vars(executor, dirname, main_program, predicate=is_parameter,
+                     filename=filename, scope=scope)
+
+
+def save_persistables(executor: Any, dirname: str, main_program: Program | None = None,
+                      filename: str | None = None, *, scope: Scope | None = None) -> str:
+    """Save all persistable variables: parameters, optimizer state, learning rate, counters.
+
+    Example::
+
+        fluid.io.save_persistables(exe, "ckpt", fluid.default_main_program())
+    """
+    return save_vars(executor, dirname, main_program, predicate=is_persistable,
+                     filename=filename, scope=scope)
+
+
+# ---------------------------------------------------------------------- loading variables
+
+
+def load_vars(executor: Any, dirname: str, main_program: Program | None = None,
+              vars: Sequence[Variable | str] | None = None,
+              predicate: Callable[[Variable], bool] | None = None,
+              filename: str | None = None, *, scope: Scope | None = None) -> None:
+    """Load variables of ``main_program`` from ``dirname/filename`` into the scope.
+
+    Every selected variable must be in the file with the program's shape and dtype; if not,
+    nothing is loaded and the ValueError lists the missing, mismatched and unexpected
+    (in the file, not in the program) variables. Extra file entries that the program also
+    has but that were not selected are skipped (loading parameters from a file that also
+    holds optimizer state is fine). A truncated or corrupt file is a ValueError naming it.
+
+    Example::
+
+        fluid.io.load_vars(exe, "ckpt", main, predicate=fluid.io.is_parameter)
+    """
+    program = _as_program(main_program, "load_vars")
+    chosen = _select_vars(program, vars, predicate, "load_vars")
+    path = os.path.join(dirname, filename or DEFAULT_FILENAME)
+    tensors, _ = read_tensors(path)
+    _check_against_program(path, tensors, chosen, program)
+    scope = scope if scope is not None else global_scope()
+    device = getattr(executor, "device", torch.device("cpu"))
+    for var in chosen:
+        holder = scope.find_var(var.name) or scope.var(var.name)
+        holder.value = tensors[var.name].to(device)
+
+
+def load_params(executor: Any, dirname: str, main_program: Program | None = None,
+                filename: str | None = None, *, scope: Scope | None = None) -> None:
+    """Load all parameters of ``main_program`` (see ``load_vars``)."""
+    load_vars(executor, dirname, main_program, predicate=is_parameter, filename=filename,
+              scope=scope)
+
+
+def load_persistables(executor: Any, dirname: str, main_program: Program | None = None,
+                      filename: str | None = None, *, scope: Scope | None = None) -> None:
+    """Load all persistable variables of ``main_program`` (see ``load_vars``).
+
+    Example::
+
+        fluid.io.load_persistables(exe, "ckpt", fluid.default_main_program())
+    """
+    load_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename,
+              scope=scope)
+
+
+# ---------------------------------------------------------------------- inference models
+
+
+def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
+                         target_vars: Variable | Sequence[Variable], executor: Any,
+                         main_program: Program | None = None, model_filename: str | None = None,
+                         params_filename: str | None = None, export_for_deployment: bool = True,
+                         program_only: bool = False, *, scope: Scope | None = None) -> list[str]:
+    """Save the program pruned to compute ``target_vars`` from the feeds, and its parameters.
+
+    The pruned program (``prune.prune``: a ``clone(for_test=True)`` keeping only the ops the
+    targets need) goes to ``dirname/model_filename`` (default ``__model__``), the persistable
+    variables it reads to ``dirname/params_filename`` (default ``__variables__.safetensors``).
+    With ``export_for_deployment=False`` the whole, unpruned program is written to
+    ``<model_filename>.main_program`` instead (as Fluid did) with all its persistables.
+    ``program_only=True`` writes no variables. Returns the target names.
+
+    Example::
+
+        fluid.io.save_inference_model("model", ["img"], [prediction], exe)
+    """
+    if isinstance(feeded_var_names, str):
+        feeded_var_names = [feeded_var_names]
+    if not isinstance(feeded_var_names, (list, tuple)) or \
+            not all(isinstance(n, str) for n in feeded_var_names):
+        raise TypeError("save_inference_model: feeded_var_names must be a name or a list of "
+                        f"names, got {feeded_var_names!r}")
+    if isinstance(target_vars, Variable):
+        target_vars = [target_vars]
+    if not isinstance(target_vars, (list, tuple)) or not target_vars or \
+            not all(isinstance(v, Variable) for v in target_vars):
+        raise TypeError("save_inference_model: target_vars must be a Variable or a non-empty "
+                        f"list of Variables, got {target_vars!r}")
+    program = _as_program(main_program, "save_inference_model")
+    feeds, fetches = list(feeded_var_names), [v.name for v in target_vars]
+    model_name = model_filename or MODEL_FILENAME
+    if export_for_deployment:
+        model = prune(program, fetches, feeds)
+    else:
+        model, model_name = program.clone(), model_name + ".main_program"
+    model_bytes = encode_model(model, feeds, fetches)
+    if not program_only:
+        chosen = _select_vars(model, None, is_persistable, "save_inference_model")
+        scope = scope if scope is not None else global_scope()
+        # The parameters are written first and name the model they belong to, so a crash
+        # between the two renames is detected on load instead of mixing two saves.
+        digest = hashlib.sha256(model_bytes).hexdigest()
+        tensors = _values(scope, chosen, "save_inference_model")
+        write_tensors(os.path.join(dirname, params_filename or DEFAULT_FILENAME), tensors,
+                      extra={"program_sha256": digest})
+    write_bytes(os.path.join(dirname, model_name), model_bytes)
+    return fetches
+
+
+def load_inference_model(dirname: str, executor: Any, model_filename: str | None = None,
+                         params_filename: str | None = None, pserver_endpoints: Any = None,
+                         *, scope: Scope | None = None) -> list[Any]:
+    """Load a model saved by ``save_inference_model``; its parameters go into the scope.
+
+    Returns ``[program, feed_target_names, fetch_targets]`` (``fetch_targets`` are Variables
+    of ``program``), as Fluid does.
+
+    Example::
+
+        program, feeds, fetches = fluid.io.load_inference_model("model", exe)
+        out, = exe.run(program, feed={feeds[0]: x}, fetch_list=fetches)
+    """
+    if pserver_endpoints is not None:
+        raise ValueError("load_inference_model: pserver_endpoints (distributed lookup tables) "
+                         "is not supported; load the model on one machine")
+    model_path = os.path.join(dirname, model_filename or MODEL_FILENAME)
+    with _open_for_read(model_path, "inference model") as f:
+        data = f.read()
+    program, feeds, fetches = decode_model(data, model_path)
+    params_path = os.path.join(dirname, params_filename or DEFAULT_FILENAME)
+    chosen = _select_vars(program, None, is_persistable, "load_inference_model")
+    if chosen:
+        tensors, meta = read_tensors(params_path)
+        digest = hashlib.sha256(data).hexdigest()
+        saved_for = meta.get("program_sha256")
+        if saved_for is not None and saved_for != digest:
+            raise ValueError(f"load_inference_model: {params_path} was saved with a different "
+                             f"model than {model_path} (a save was interrupted, or files from "
+                             "two saves were mixed); save the model again")
+        _check_against_program(params_path, tensors, chosen, program)
+        scope = scope if scope is not None else global_scope()
+        device = getattr(executor, "device", torch.device("cpu"))
+        for var in chosen:
+            holder = scope.find_var(var.name) or scope.var(var.name)
+            holder.value = tensors[var.name].to(device)
+    block = program.global_block()
+    return [program, feeds, [block.var(n) for n in fetches]]
+
+
+def encode_model(program: Program, feeds: Sequence[str], fetches: Sequence[str]) -> bytes:
+    """The program in the IR serialization format with the feed/fetch names added."""
+    doc = program_to_dict(program)
+    doc["inference"] = {"feed_target_names": list(feeds), "fetch_target_names": list(fetches)}
+    return _MAGIC + json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def decode_model(data: bytes, where: str = "<bytes>") -> tuple[Program, list[str], list[str]]:
+    """Inverse of ``encode_model``; a ValueError naming ``where`` if the bytes are not one."""
+    if not data.startswith(_MAGIC):
+        raise ValueError(f"{where}: not a parafluid model file (header missing: truncated, "
+                         "or a file of another format)")
+    try:
+        doc = json.loads(data[len(_MAGIC):].decode("utf-8"))
+        io_names = doc.get("inference") if isinstance(doc, dict) else None
+        if not isinstance(io_names, dict):
+            raise ValueError("no feed/fetch names (a program, not an inference model)")
+        feeds = [str(n) for n in io_names["feed_target_names"]]
+        fetches = [str(n) for n in io_names["fetch_target_names"]]
+        program = program_from_dict(doc)
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{where}: corrupt or truncated model file: {e}") from None
+    block = program.global_block()
+    for name in feeds + fetches:
+        if block._find_var_recursive(name) is None:
+            raise ValueError(f"{where}: feed/fetch name {name!r} is not a variable of the model")
+    return program, feeds, fetches
+
+
+# ---------------------------------------------------------------------- files
+
+
+def write_tensors(path: str, tensors: dict[str, torch.Tensor],
+                  extra: dict[str, str] | None = None) -> None:
+    """Atomically write ``tensors`` as a safetensors file with a parafluid manifest."""
+    manifest = {"format": VARS_FORMAT, "vars": [
+        {"name": n, "shape": list(t.shape), "dtype": convert_dtype(t.dtype), "crc32": _crc(t)}
+        for n, t in sorted(tensors.items())]}
+    metadata = {_MANIFEST_KEY: json.dumps(manifest, sort_keys=True)}
+    metadata.update(extra or {})
+    write_bytes(path, _st_save(tensors, metadata=metadata))
+
+
+def read_tensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read a safetensors file; check it against its manifest. Returns (tensors, metadata)."""
+    with _open_for_read(path, "checkpoint") as f:
+        data = f.read()
+    try:
+        tensors = _st_load(data)
+        header_len = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + header_len].decode("utf-8"))
+        metadata = header.get("__metadata__") or {}
+    except Exception as e:  # noqa: BLE001 (the Rust reader raises its own error type)
+        raise ValueError(f"{path}: not a valid safetensors file (truncated or corrupt, "
+                         f"{len(data)} bytes): {e}") from None
+    if _MANIFEST_KEY in metadata:
+        _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
+    return tensors, metadata
+
+
+def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> None:
+    try:
+        manifest = json.loads(text)
+        entries = {e["name"]: e for e in manifest["vars"]}
+        version = manifest["format"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: {e}") from None
+    if version != VARS_FORMAT:
+        raise ValueError(f"{path}: variables format {version!r} is not supported "
+                         f"(this parafluid reads {VARS_FORMAT!r})")
+    if set(entries) != set(tensors):
+        raise ValueError(f"{path}: corrupt file: the manifest lists {sorted(entries)} but the "
+                         f"file holds {sorted(tensors)}")
+    for name, t in tensors.items():
+        e = entries[name]
+        if list(t.shape) != e["shape"] or convert_dtype(t.dtype) != e["dtype"]:
+            raise ValueError(f"{path}: corrupt file: {name!r} is {_meta_str(t)} but the manifest "
+                             f"says {e['dtype']}{e['shape']}")
+        if "crc32" in e and _crc(t) != e["crc32"]:
+            raise ValueError(f"{path}: corrupt file: the data of {name!r} fails its checksum")
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}-"
+                                  f"{secrets.token_hex(4)}")
+    try:
+        _write_file(tmp, data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    _fsync_dir(directory)
+
+
+def _write_file(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(directory: str) -> None:
+    # NOTE: makes the rename itself durable; not every platform can open a directory.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _open_for_read(path: str, what: str) -> Any:
+    if not os.path.isfile(path):
+        directory = os.path.dirname(path) or "."
+        there = sorted(os.listdir(directory)) if os.path.isdir(directory) else None
+        hint = f"; {directory} holds {there}" if there else f"; {directory} is missing or empty"
+        raise FileNotFoundError(f"no {what} file {path}{hint}")
+    return open(path, "rb")
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _as_program(program: Any, where: str) -> Program:
+    if program is None:
+        return default_main_program()
+    program = getattr(program, "_program", program)  # a CompiledProgram wraps one
+    if not isinstance(program, Program):
+        raise TypeError(f"{where}: main_program must be a Program, got {type(program).__name__}")
+    return program
+
+
+def _select_vars(program: Program, vars: Any, predicate: Any, where: str) -> list[Variable]:
+    if vars is None:
+        if predicate is None:
+            raise ValueError(f"{where}: give vars= or predicate= (e.g. fluid.io.is_persistable)")
+        seen: dict[str, Variable] = {}
+        for var in program.list_vars():
+            if var.name not in seen and predicate(var):
+                seen[var.name] = var
+        return list(seen.values())
+    if isinstance(vars, (Variable, str)):
+        vars = [vars]
+    chosen = []
+    block = program.global_block()
+    for v in vars:
+        if isinstance(v, str):
+            found = block._find_var_recursive(v)
+            if found is None:
+                raise ValueError(f"{where}: {v!r} is not a variable of the program")
+            v = found
+        elif not isinstance(v, Variable):
+            raise TypeError(f"{where}: vars must be Variables or names, got {type(v).__name__}")
+        chosen.append(v)
+    return chosen
+
+
+def _values(scope: Scope, chosen: list[Variable], where: str) -> dict[str, torch.Tensor]:
+    out, empty = {}, []
+    for var in chosen:
+        holder = scope.find_var(var.name)
+        value = None if holder is None else holder.value
+        if value is None:
+            empty.append(var.name)
+            continue
+        if isinstance(value, SelectedRows):
+            value = value.to_dense()
+        out[var.name] = value.detach().to("cpu").contiguous().clone()
+    if empty:
+        raise ValueError(f"{where}: no value in the scope for {_quoted(empty)}; run the "
+                         "startup program first, or pass the scope that holds them (scope=)")
+    return out
+
+
+def _check_against_program(path: str, tensors: dict[str, torch.Tensor],
+                           chosen: list[Variable], program: Program) -> None:
+    missing = sorted(v.name for v in chosen if v.name not in tensors)
+    mismatched = []
+    for var in chosen:
+        t = tensors.get(var.name)
+        if t is None:
+            continue
+        dtype = convert_dtype(t.dtype)
+        if (var.dtype is not None and dtype != var.dtype) or \
+                (var.shape is not None and not shapes_compatible(var.shape, t.shape)):
+            mismatched.append(f"{var.name}: the file has {_meta_str(t)}, the program expects "
+                              f"{var.dtype}{list(var.shape or [])}")
+    if not missing and not mismatched:
+        return
+    known = {v.name for v in program.list_vars()}
+    unexpected = sorted(n for n in tensors if n not in known)
+    lines = [f"{path} does not match the program:"]
+    if missing:
+        lines.append(f"  missing from the file: {_quoted(missing)}")
+    if mismatched:
+        lines.append("  shape/dtype mismatch: " + "; ".join(mismatched))
+    if unexpected:
+        lines.append(f"  in the file but not in the program: {_quoted(unexpected)}")
+    lines.append("  (was the checkpoint saved from a different model or program?)")
+    raise ValueError("\n".join(lines))
+
+
+def _crc(t: torch.Tensor) -> int:
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return 0
+    return zlib.crc32(flat.view(torch.uint8).numpy())
+
+
+def _meta_str(t: torch.Tensor) -> str:
+    return f"{convert_dtype(t.dtype)}{list(t.shape)}"
+
+
+def _quoted(names: Sequence[str]) -> str:
+    return ", ".join(repr(n) for n in names)

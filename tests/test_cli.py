@@ -1,0 +1,104 @@
+"""The ``parafluid`` command: help, option checking, a short training run, reproducibility."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid.cli import main
+from parafluid.digits import load_data
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_help_explains_every_command(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "digits data set" in out and "examples:" in out
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--epochs", "--batch-size", "--lr", "--optimizer", "--output", "--seed",
+                   "--threads", "--hidden"):
+        assert option in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "argument --epochs: expected a positive integer, got 0"),
+    (["train", "--lr", "-1"], "argument --lr/--learning-rate: expected a positive number"),
+    (["train", "--seed", "x"], "expected an integer seed, got 'x'"),
+    (["train", "--optimizer", "rmsprop"], "invalid choice: 'rmsprop'"),
+    (["nonsense"], "invalid choice: 'nonsense'"),
+])
+def test_bad_options_are_usage_errors(argv, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unusable_output_fails_before_training(tmp_path, capsys) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    assert main(["--epochs", "1", "--output", str(blocker)]) == 1
+    captured = capsys.readouterr()
+    assert f"cannot use --output {str(blocker)!r}" in captured.err
+    assert "epoch" not in captured.out
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "parafluid", "--version"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"parafluid {fluid.__version__}"
+
+
+def _train(tmp_path, seed: int, capsys, name: str = "model") -> tuple[int, str]:
+    out_dir = str(tmp_path / name)
+    code = main(["--epochs", "2", "--hidden", "32", "--seed", str(seed), "--output", out_dir])
+    return code, capsys.readouterr().out.replace(out_dir, "<DIR>")
+
+
+def _without_speeds(text: str) -> str:
+    text = re.sub(r"[\d,]+ samples/s", "N samples/s", text)
+    return re.sub(r"\([\d.]+ s in all\)", "(T)", text)
+
+
+def test_short_training_run_reports_and_saves_a_working_model(tmp_path, capsys) -> None:
+    code, out = _train(tmp_path, 3, capsys)
+    assert code == 0
+    epochs = re.findall(r"epoch (\d)/2  loss ([\d.]+)  train acc ([\d.]+)  [\d,]+ samples/s", out)
+    assert [e[0] for e in epochs] == ["1", "2"]
+    assert float(epochs[1][1]) < float(epochs[0][1])  # the loss goes down
+    accuracy = float(re.search(r"test accuracy ([\d.]+) on (\d+) held-out images", out)[1])
+    assert "inference model saved to <DIR>" in out
+    model_dir = str(tmp_path / "model")
+
+    scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+    program, feeds, fetches = fluid.io.load_inference_model(model_dir, exe, scope=scope)
+    _, _, x_test, y_test = load_data()
+    logits, = exe.run(program, feed={feeds[0]: x_test}, fetch_list=fetches, scope=scope)
+    recomputed = float((logits.argmax(axis=1) == y_test[:, 0]).mean())
+    assert round(recomputed, 4) == accuracy
+    assert accuracy > 0.5  # chance is 0.1
+
+
+def test_same_seed_repeats_the_run_exactly(tmp_path, capsys) -> None:
+    outs = {name: _train(tmp_path, seed, capsys, name)[1]
+            for name, seed in (("a", 5), ("b", 5), ("c", 6))}
+    assert _without_speeds(outs["a"]) == _without_speeds(outs["b"])
+    assert _without_speeds(outs["a"]) != _without_speeds(outs["c"])
+    weights = {name: fluid.io.read_tensors(str(tmp_path / name / fluid.io.DEFAULT_FILENAME))[0]
+               for name in outs}
+    for key, value in weights["a"].items():  # bitwise equal weights for the same seed
+        np.testing.assert_array_equal(value.numpy(), weights["b"][key].numpy())
+    assert any(not np.array_equal(v.numpy(), weights["c"][k].numpy())
+               for k, v in weights["a"].items())

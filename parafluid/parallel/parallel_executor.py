@@ -118,6 +118,7 @@ class ParallelExecutor:
         else:
             self._device_scopes = [scope] + [scope.new_scope() for _ in range(ndev - 1)]
         self._local_scopes: list[Scope | None] = [None] * ndev
+        self._root_values: dict[str, Any] = {}  # persistable -> ref to the value last copied
         self._communicator = LocalCommunicator(self._devices)
         self._runtimes = [DeviceRuntime(self, d, self._communicator) for d in range(ndev)]
         self._graphs: dict[tuple, tuple[Program, SSAGraph]] = {}
@@ -271,18 +272,27 @@ class ParallelExecutor:
                                "the source (training) executor once before this one")
 
     def _materialize(self, plan: Plan, block: Any) -> None:
-        """Give device i > 0 its own copy of each persistable it reads, on first need."""
+        """Give device i > 0 its own copy of each persistable it reads, on first need, and
+        again whenever the value in the executor's scope was replaced from outside (a
+        checkpoint loaded, a tensor set), so the devices never silently diverge."""
         root = self._device_scopes[0]
         for d in range(1, self.device_count):
             dscope = self._device_scopes[d]
             for name in plan.persist_reads[d]:
-                holder = dscope.find_local_var(name)
-                if holder is not None and holder.value is not None:
-                    continue
                 src = root.find_var(name)
                 if src is None or src.value is None:
                     continue  # reported as missing when the run looks it up
+                holder = dscope.find_local_var(name)
+                seen = self._root_values.get(name)
+                if holder is not None and holder.value is not None and seen is not None \
+                        and seen() is src.value:
+                    continue
                 dscope.var(name).value = _copy_to(src.value, self._devices[d])
+        for names in plan.persist_reads[1:]:
+            for name in names:
+                src = root.find_var(name)
+                if src is not None and src.value is not None:
+                    self._root_values[name] = _ref(src.value)
 
     def _run_plan(self, plan: Plan, feeds: list[dict[str, Any]], block: Any) -> None:
         plan.begin()
@@ -304,6 +314,8 @@ class ParallelExecutor:
                 if name in env:
                     holder = (dscope.find_var(name) if d == 0 else None) or dscope.var(name)
                     holder.value = env[name]
+                    if d == 0:  # our own write: not a reason to copy to the devices again
+                        self._root_values[name] = _ref(holder.value)
             local = self._local_scope(d)
             for name in plan.temps[d]:
                 value = env.get(name)
@@ -479,6 +491,14 @@ def _copy_to(value: Any, device: torch.device) -> Any:
     if hasattr(value, "to"):
         return value.to(device)
     return value
+
+
+def _ref(value: Any) -> Any:
+    """A weak reference where the value allows one (tensors do), else a strong one."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
 
 
 def _lod(name: str, value: Any) -> LoDTensor:

@@ -443,3 +443,19 @@ def test_two_cpu_devices_run_side_by_side_with_one_torch_thread_each() -> None:
     assert all(n == max(1, cores // 2) for _, n in THREAD_LOG), THREAD_LOG
     assert torch.get_num_threads() == before, "the caller's torch threads are untouched"
     pe.close()
+
+
+def test_values_replaced_in_the_scope_reach_every_device() -> None:
+    """A checkpoint loaded (or a tensor set) after the first run is used by all devices."""
+    m = regression()
+    pe = fluid.ParallelExecutor(False, main_program=m["test"])
+    feed = data(4)
+    pe.run([m["pred"]], feed=feed)
+    scope = fluid.global_scope()
+    for p in m["test"].global_block().all_parameters():
+        value = np.array(scope.find_var(p.name).get_tensor())
+        scope.find_var(p.name).get_tensor().set(np.full_like(value, 0.5), fluid.CPUPlace())
+    preds, = pe.run([m["pred"]], feed=feed, return_merged=False)
+    h = np.maximum(feed["x"] @ np.full([3, 4], 0.5) + 0.5, 0)
+    want = h @ np.full([4, 1], 0.5) + 0.5
+    np.testing.assert_allclose(np.concatenate(preds), want, rtol=1e-6)

@@ -10,7 +10,7 @@
 
 Run::
 
-    PYTHONPATH=$PWD python bench/scheduler_overhead.py [--quick]
+    PYTHONPATH=$PWD python bench/scheduler_overhead.py [--quick] [--part overhead|threads]
 """
 
 from __future__ import annotations
@@ -92,9 +92,12 @@ def matmul_experiment(rounds: int, ops: int, size: int) -> None:
               for t, k in configs]
     torch.set_num_threads(main_threads)  # the initializer also moved torch's global default
     times: list[list[float]] = [[] for _ in configs]
+    probe: list[int] = []
+    probe_graph = TaskGraph.from_edges([lambda: probe.append(torch.get_num_threads())], [])
     try:
         for sched in scheds:
             sched.run(graph)  # warm-up: each worker's OpenMP team and MKL buffers
+            sched.run(probe_graph)  # what a task really sees
         # NOTE: configurations alternate within each round so that load from other processes
         # on a shared machine hits all of them alike.
         for _ in range(rounds):
@@ -103,21 +106,23 @@ def matmul_experiment(rounds: int, ops: int, size: int) -> None:
     finally:
         for sched in scheds:
             sched.close()
-    for (threads, torch_threads), ts in zip(configs, times):
+    for (threads, _), ts, seen in zip(configs, times, probe):
         where = "caller" if threads == 1 else "worker"
-        print(f"scheduler threads={threads}, torch threads per {where}={torch_threads}: "
+        print(f"scheduler threads={threads}, torch threads per {where}={seen}: "
               f"{min(ts) * 1e3:8.2f} / {statistics.median(ts) * 1e3:8.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--part", choices=("all", "overhead", "threads"), default="all")
     args = parser.parse_args()
-    reps = 5 if args.quick else 15
-    overhead(reps, n=2000)
-    rounds = 5 if args.quick else 15
-    for size, ops in ((512, 20), (256, 40), (128, 100), (64, 200)):
-        matmul_experiment(rounds, ops=ops, size=size)
+    if args.part in ("all", "overhead"):
+        overhead(5 if args.quick else 15, n=2000)
+    if args.part in ("all", "threads"):
+        rounds = 5 if args.quick else 15
+        for size, ops in ((512, 20), (256, 40), (128, 100), (64, 200)):
+            matmul_experiment(rounds, ops=ops, size=size)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ run: no task starts after the failure is seen, tasks in flight finish, and the c
 Threads and torch (see docs/scheduler.md for the measurements): torch's intra-op thread
 count is *per thread* once a thread has run a parallel op (OpenMP), so setting it on the
 caller does not reach the workers. Pass ``initializer=`` to set it in each worker, e.g.
-``torch_threads_initializer(intra_op_threads(device_count))``.
+``torch_threads_initializer(intra_op_threads(device_count, num_threads))``.
 
 Tasks must not wait for one another (no barrier between two tasks): express every such
 wait as an edge, or make a collective one task. A task that blocks on another task can
@@ -330,6 +330,7 @@ def _worker(work: queue.SimpleQueue, initializer: Callable[[], None] | None,
         if item is None:
             return
         item[0].drive(item[1])
+        item = None  # do not keep the finished run (its graph, its error) alive while idle
 
 
 def _post_stop(work: queue.SimpleQueue, n: int) -> None:
@@ -501,33 +502,52 @@ def default_num_threads(device_count: int, use_cuda: bool) -> int:
     return max(1, min(device_count, os.cpu_count() or 1))
 
 
-def intra_op_threads(device_count: int, cores: int | None = None) -> int:
-    """torch intra-op threads per worker so that concurrent device replicas fill the cores.
+def intra_op_threads(device_count: int, num_threads: int | None = None,
+                     cores: int | None = None) -> int:
+    """torch intra-op threads per worker so that concurrent device replicas share the cores.
 
-    Returns ``max(1, cores // device_count)``.
+    Returns ``max(1, cores // min(device_count, num_threads))``: as many ops run at once as
+    there are replicas (or workers, if fewer), and each gets an equal share of the cores.
+
+    Args:
+        device_count: device replicas in the graph (>= 1).
+        num_threads: scheduler threads (default: ``device_count``).
+        cores: cores to share (default: ``os.cpu_count()``).
 
     Example::
 
-        intra_op_threads(2, cores=2)    # 1
+        intra_op_threads(2, cores=2)    # 1: two replicas, one core each
     """
     if type(device_count) is not int or device_count < 1:
         raise ValueError(f"intra_op_threads: device_count must be an int >= 1, "
                          f"got {device_count!r}")
+    concurrent = device_count if num_threads is None else max(1, min(device_count, num_threads))
     cores = cores if cores is not None else (os.cpu_count() or 1)
-    return max(1, cores // device_count)
+    return max(1, cores // concurrent)
 
 
 def torch_threads_initializer(n: int) -> Callable[[], None]:
     """A Scheduler ``initializer`` that sets torch's intra-op threads to ``n`` in each worker.
 
-    The calling thread keeps its own setting: torch (OpenMP) keeps the count per thread.
+    torch (OpenMP, MKL) keeps the count per thread, so the calling thread keeps its own.
+    ``torch.set_num_threads`` also sets the default that threads *not yet started* will
+    take; put it back on the creating thread once the scheduler is built (see the example).
 
     Example::
 
+        previous = torch.get_num_threads()
         sched = Scheduler(2, initializer=torch_threads_initializer(1))
+        torch.set_num_threads(previous)   # the default for later threads, not the workers
     """
+    if type(n) is not int or n < 1:
+        raise ValueError(f"torch_threads_initializer: n must be an int >= 1, got {n!r}")
+
     def init() -> None:
         import torch
 
+        # NOTE: torch initialises a thread's count lazily, from its process-wide default, at
+        # the thread's first parallel op or get_num_threads(); do that first, or the lazy
+        # initialisation would later overwrite the value set here.
+        torch.get_num_threads()
         torch.set_num_threads(n)
     return init

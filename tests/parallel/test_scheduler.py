@@ -318,6 +318,28 @@ def test_many_runs_and_empty_graph():
     assert counts == [200] * 20
 
 
+def test_concurrent_runs_from_two_callers():
+    edges = random_dag(300, 11)
+    recs = [Recorder(300), Recorder(300)]
+    graphs = [TaskGraph.from_edges(r.fns(), edges) for r in recs]
+    errors: list[BaseException] = []
+    with Scheduler(2) as sched:
+        def caller(k: int) -> None:
+            try:
+                for _ in range(5):
+                    sched.run(graphs[k], timeout=30)
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                errors.append(exc)
+        callers = [threading.Thread(target=caller, args=(k,)) for k in range(2)]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join()
+    assert errors == []
+    for rec in recs:
+        rec.check(edges, times=5)
+
+
 def _scheduler_threads(sched: Scheduler) -> list[threading.Thread]:
     prefix = f"parafluid-scheduler-{id(sched):x}-"
     return [t for t in threading.enumerate() if t.name.startswith(prefix)]
@@ -375,13 +397,19 @@ def test_torch_threads_initializer_sets_workers_not_caller():
     torch = pytest.importorskip("torch")
     before = torch.get_num_threads()
     seen: list[int] = []
+    later: list[int] = []
     try:
         with Scheduler(2, initializer=torch_threads_initializer(1)) as sched:
+            torch.set_num_threads(before)  # the default for threads started from now on
             sched.run(TaskGraph.from_edges([lambda: seen.append(torch.get_num_threads())], []))
-        assert seen == [1]
-        assert torch.get_num_threads() == before
+            assert torch.get_num_threads() == before
+            other = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+            other.start()
+            other.join()
+            sched.run(TaskGraph.from_edges([lambda: seen.append(torch.get_num_threads())], []))
+        assert seen == [1, 1] and later == [before]
     finally:
-        torch.set_num_threads(before)  # the worker's call also moved torch's global default
+        torch.set_num_threads(before)
 
 
 def test_thread_count_helpers(monkeypatch):
@@ -392,7 +420,11 @@ def test_thread_count_helpers(monkeypatch):
     assert default_num_threads(2, use_cuda=True) == 4
     assert intra_op_threads(2) == 1 and intra_op_threads(1) == 2
     assert intra_op_threads(2, cores=16) == 8 and intra_op_threads(4, cores=2) == 1
+    assert intra_op_threads(4, num_threads=2, cores=8) == 4
+    assert intra_op_threads(1, num_threads=4, cores=8) == 8
     with pytest.raises(ValueError, match="device_count must be an int >= 1, got 0"):
         default_num_threads(0, use_cuda=False)
     with pytest.raises(ValueError, match="device_count"):
         intra_op_threads(0)
+    with pytest.raises(ValueError, match="n must be an int >= 1, got 0"):
+        torch_threads_initializer(0)

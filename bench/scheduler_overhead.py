@@ -87,22 +87,33 @@ def matmul_experiment(rounds: int, ops: int, size: int) -> None:
     edges = [(d * ops + k, d * ops + k + 1) for d in range(2) for k in range(ops - 1)]
     graph = TaskGraph.from_edges(fns, edges)
     main_threads = torch.get_num_threads()
-    configs = [(1, main_threads)] + [(t, k) for t in (2, 4) for k in (1, 2)]
+    configs = [(1, main_threads), (1, 1)] + [(t, k) for t in (2, 4) for k in (1, 2)]
     scheds = [Scheduler(t, initializer=torch_threads_initializer(k) if t > 1 else None)
               for t, k in configs]
     torch.set_num_threads(main_threads)  # the initializer also moved torch's global default
     times: list[list[float]] = [[] for _ in configs]
     probe: list[int] = []
     probe_graph = TaskGraph.from_edges([lambda: probe.append(torch.get_num_threads())], [])
+
+    def run(k: int, g: TaskGraph) -> None:
+        threads, torch_threads = configs[k]
+        if threads > 1:
+            scheds[k].run(g)
+            return
+        torch.set_num_threads(torch_threads)  # serial: the caller's own setting
+        try:
+            scheds[k].run(g)
+        finally:
+            torch.set_num_threads(main_threads)
     try:
-        for sched in scheds:
-            sched.run(graph)  # warm-up: each worker's OpenMP team and MKL buffers
-            sched.run(probe_graph)  # what a task really sees
+        for k in range(len(configs)):
+            run(k, graph)  # warm-up: each worker's OpenMP team and MKL buffers
+            run(k, probe_graph)  # what a task really sees
         # NOTE: configurations alternate within each round so that load from other processes
         # on a shared machine hits all of them alike.
         for _ in range(rounds):
-            for k, sched in enumerate(scheds):
-                times[k] += _time(lambda s=sched: s.run(graph), 1)
+            for k in range(len(configs)):
+                times[k] += _time(lambda k=k: run(k, graph), 1)
     finally:
         for sched in scheds:
             sched.close()

@@ -364,6 +364,7 @@ class Scheduler:
         self._threads: list[threading.Thread] = []
         self._idents: frozenset[int] = frozenset()
         self._closed = False
+        self._pid = os.getpid()
         if num_threads == 1:
             self._finalizer = None
             return
@@ -415,6 +416,10 @@ class Scheduler:
         if self._num_threads == 1:
             self._run_serial(graph, timeout)
             return
+        if os.getpid() != self._pid:
+            raise RuntimeError("Scheduler.run: this scheduler was created in another process "
+                               "(before a fork); its worker threads do not exist here. Create "
+                               "a new Scheduler in this process.")
         if threading.get_ident() in self._idents:
             raise RuntimeError("Scheduler.run: called from a task of the same scheduler; the "
                                "nested run could wait forever for busy workers. Use another "

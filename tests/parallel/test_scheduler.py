@@ -355,6 +355,13 @@ def test_close_stops_threads_and_run_after_close_fails():
         sched.run(TaskGraph.from_edges([print], []))
 
 
+def test_run_in_a_forked_child_is_refused(monkeypatch):
+    with Scheduler(2) as sched:
+        monkeypatch.setattr("os.getpid", lambda: -1)  # what a forked child would see
+        with pytest.raises(RuntimeError, match="created in another process"):
+            sched.run(TaskGraph.from_edges([print], []))
+
+
 def _wait_for_thread_count(expected: int) -> int:
     deadline = time.monotonic() + 5
     while threading.active_count() > expected and time.monotonic() < deadline:

@@ -76,7 +76,7 @@ def overhead(reps: int, n: int) -> None:
 def matmul_experiment(rounds: int, ops: int, size: int) -> None:
     cores = os.cpu_count() or 1
     print(f"\n== 2 replicas x {ops} chained {size}x{size} matmuls ({cores} cores); "
-          f"ms per run: best / median of {rounds} rounds ==")
+          f"ms per run: best / median of {rounds} rounds; CPU time / wall time ==")
     gen = torch.Generator().manual_seed(0)
     a = [torch.randn(size, size, generator=gen) for _ in range(2)]
     c = [torch.empty(size, size) for _ in range(2)]
@@ -92,6 +92,7 @@ def matmul_experiment(rounds: int, ops: int, size: int) -> None:
               for t, k in configs]
     torch.set_num_threads(main_threads)  # the initializer also moved torch's global default
     times: list[list[float]] = [[] for _ in configs]
+    cpu = [0.0] * len(configs)  # process CPU seconds: cpu / wall = cores kept busy
     probe: list[int] = []
     probe_graph = TaskGraph.from_edges([lambda: probe.append(torch.get_num_threads())], [])
 
@@ -113,14 +114,17 @@ def matmul_experiment(rounds: int, ops: int, size: int) -> None:
         # on a shared machine hits all of them alike.
         for _ in range(rounds):
             for k in range(len(configs)):
+                c0 = time.process_time()
                 times[k] += _time(lambda k=k: run(k, graph), 1)
+                cpu[k] += time.process_time() - c0
     finally:
         for sched in scheds:
             sched.close()
-    for (threads, _), ts, seen in zip(configs, times, probe):
+    for (threads, _), ts, seen, c in zip(configs, times, probe, cpu):
         where = "caller" if threads == 1 else "worker"
         print(f"scheduler threads={threads}, torch threads per {where}={seen}: "
-              f"{min(ts) * 1e3:8.2f} / {statistics.median(ts) * 1e3:8.2f}")
+              f"{min(ts) * 1e3:8.2f} / {statistics.median(ts) * 1e3:8.2f}   "
+              f"cores busy {c / sum(ts):.2f}")
 
 
 def main() -> None:
@@ -128,12 +132,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--part", choices=("all", "overhead", "threads"), default="all")
     args = parser.parse_args()
+    # NOTE: parallel speed-ups need idle cores; on a shared machine read them with the load.
+    print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     if args.part in ("all", "overhead"):
         overhead(5 if args.quick else 15, n=2000)
     if args.part in ("all", "threads"):
         rounds = 5 if args.quick else 15
         for size, ops in ((512, 20), (256, 40), (128, 100), (64, 200)):
             matmul_experiment(rounds, ops=ops, size=size)
+    print("\nload average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@
    on the previous one) and a wide fan-out (root -> N independent tasks -> sink), at
    ``num_threads`` 1, 2 and 4. Overhead = (scheduler run time - plain loop calling the same
    callables) / tasks, best and median of several repetitions.
-2. Threading experiment: two independent chains of 512x512 matmuls (two "device replicas",
-   as ParallelExecutor with CPU_NUM=2 builds) run by the scheduler with 1, 2 or 4 threads and
-   1 or 2 torch intra-op threads per worker.
+2. Threading experiment: two independent chains of matmuls (two "device replicas", as
+   ParallelExecutor with CPU_NUM=2 builds; 512x512 down to 64x64) run on the calling thread
+   (num_threads=1, torch threads 2 or 1) or by 2 or 4 workers with 1 or 2 torch intra-op
+   threads each. Also prints CPU time / wall time: how many cores were really busy.
 
 Run::
 

@@ -21,6 +21,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import torch
 
@@ -66,6 +67,17 @@ def overhead(reps: int, n: int) -> None:
                 best = min(times) / n * 1e6 - base
                 med = statistics.median(times) / n * 1e6 - base
                 print(f"num_threads={threads}  {label:8s} {best:7.2f} / {med:7.2f}")
+    # Reference: the floor of a design with a concurrent.futures submit per task (no
+    # dependency tracking at all, just submit n no-ops and wait for them).
+    for threads in (2, 4):
+        with ThreadPoolExecutor(threads) as pool:
+            def submit_all(pool: ThreadPoolExecutor = pool) -> None:
+                wait([pool.submit(_noop) for _ in range(n)])
+            submit_all()
+            times = _time(submit_all, reps)
+        best, med = (t / n * 1e6 - base for t in (min(times), statistics.median(times)))
+        print(f"ThreadPoolExecutor({threads}).submit per task, independent no-ops: "
+              f"{best:.2f} / {med:.2f}")
     with Scheduler(2) as sched:
         tiny = chain_graph(2)
         sched.run(tiny)

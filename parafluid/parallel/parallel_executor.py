@@ -120,7 +120,8 @@ class ParallelExecutor:
         self._local_scopes: list[Scope | None] = [None] * ndev
         self._root_values: dict[str, Any] = {}  # persistable -> ref to the value last copied
         self._communicator = LocalCommunicator(self._devices)
-        self._runtimes = [DeviceRuntime(self, d, self._communicator) for d in range(ndev)]
+        self._runtimes = [DeviceRuntime(self._device_scopes, d, self._communicator)
+                          for d in range(ndev)]
         self._graphs: dict[tuple, tuple[Program, SSAGraph]] = {}
         self._plans: dict[tuple, Plan] = {}
         self._has_run = False

@@ -25,16 +25,20 @@ __all__ = ["Plan", "DeviceRuntime", "node_error"]
 
 
 class DeviceRuntime:
-    """What a kernel sees as ``ctx.runtime`` on one device of a ParallelExecutor."""
+    """What a kernel sees as ``ctx.runtime`` on one device of a ParallelExecutor.
 
-    def __init__(self, executor: Any, device_index: int, communicator: Any) -> None:
-        self.executor = executor
+    It holds the device scopes, not the executor, so that an executor nobody references is
+    freed (and its threads stopped) at once rather than at the next garbage collection.
+    """
+
+    def __init__(self, device_scopes: list[Any], device_index: int, communicator: Any) -> None:
+        self._device_scopes = device_scopes
         self.device_index = device_index
         self.communicator = communicator
 
     @property
     def scope(self) -> Any:
-        return self.executor._device_scopes[self.device_index]
+        return self._device_scopes[self.device_index]
 
 
 def node_error(node: Node, exc: BaseException) -> OpRunError:

@@ -3,7 +3,7 @@
 For the MLP 784-512-512-10 and a small CNN (global batch 256, SGD, softmax cross entropy),
 samples/s of one training step for:
 
-  (a)  parafluid Executor, 1 device (torch's default intra-op threads = all cores)
+  (a)  parafluid Executor, 1 device, one intra-op thread per core
   (a1) parafluid Executor, 1 device, 1 intra-op thread (one core: the unit (b) scales)
   (b)  parafluid ParallelExecutor, 2 CPU devices (CPU_NUM=2), default threading policy
   (c)  the same model hand-written in PyTorch, one process, 2 intra-op threads
@@ -161,8 +161,10 @@ def _ddp_worker(rank: int, world: int, port: int, kind: str, steps: int, repeats
         opt.step()
 
     rate = samples_per_s(step, steps, repeats, n=BATCH)
+    dist.barrier()  # both ranks done before gloo's threads are torn down
     if rank == 0:
         out.put(rate)
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -283,17 +285,24 @@ def main() -> None:
     print(f"# parafluid data-parallel benchmark: torch {torch.__version__}, {cores} cores, "
           f"batch {BATCH}, {steps} steps x best of {repeats}, "
           f"load average {os.getloadavg()[0]:.2f}")
+    # NOTE: read (and so initialise) the main thread's torch threads before any worker sets
+    # the process-wide default, and put that default back after the control's workers.
+    main_threads = torch.get_num_threads()
     print(f"control: torch matmuls in 2 threads vs 1 (ideal 2.00 on an idle machine): "
           f"{thread_scaling_control(repeats):.2f}x")
+    torch.set_num_threads(main_threads)
     for kind in args.models.split(","):
         rates = {
-            "(a) Executor, 1 device": run_executor(kind, steps, repeats, None),
+            "(a) Executor, 1 device": run_executor(kind, steps, repeats, cores),
             "(a1) Executor, 1 device, 1 thread": run_executor(kind, steps, repeats, 1),
             "(b) ParallelExecutor, CPU_NUM=2": run_parallel(kind, steps, repeats),
             "(c) PyTorch, 1 process, 2 threads": run_torch(kind, steps, repeats),
         }
         if not args.no_ddp:
-            rates["(d) PyTorch DDP gloo, 2 x 1 thread"] = run_ddp(kind, steps, repeats)
+            try:
+                rates["(d) PyTorch DDP gloo, 2 x 1 thread"] = run_ddp(kind, steps, repeats)
+            except Exception as e:  # a crashed worker must not hide the other figures
+                print(f"  (d) failed: {type(e).__name__}: {e}")
         print(f"\n## {kind}: samples/s")
         for name, rate in rates.items():
             print(f"  {name:38s} {rate:10.0f}")

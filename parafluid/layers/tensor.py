@@ -12,7 +12,8 @@ from ..framework import Variable
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
 
-__all__ = ["fill_constant", "assign", "create_global_var", "create_tensor", "zeros", "ones",
+__all__ = ["uniform_random", "gaussian_random", "fill_constant", "assign", "create_global_var",
+           "create_tensor", "zeros", "ones",
            "cast", "concat", "split", "reshape", "transpose", "squeeze", "unsqueeze", "expand",
            "one_hot", "argmax", "argmin", "topk", "reduce_sum", "reduce_mean", "reduce_max",
            "reduce_min", "reduce_prod", "fill_constant_batch_size_like"]
@@ -337,4 +338,38 @@ def fill_constant_batch_size_like(input: Variable, shape: list[int], dtype: Any,
                             "input_dim_idx": int(input_dim_idx),
                             "output_dim_idx": int(output_dim_idx)})
     out.stop_gradient = True
+    return out
+
+
+def uniform_random(shape: list[int], dtype: Any = "float32", min: float = -1.0,
+                   max: float = 1.0, seed: int = 0) -> Variable:
+    """A tensor of ``shape`` drawn uniformly from [min, max) on each run (seed 0: random).
+
+    Example::
+
+        noise = fluid.layers.uniform_random([4, 8], min=-0.1, max=0.1, seed=1)
+    """
+    helper = LayerHelper("uniform_random")
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("uniform_random", outputs={"Out": [out]},
+                     attrs={"shape": _int_list("uniform_random", "shape", shape),
+                            "dtype": convert_dtype(dtype), "min": float(min),
+                            "max": float(max), "seed": int(seed)})
+    return out
+
+
+def gaussian_random(shape: list[int], mean: float = 0.0, std: float = 1.0, seed: int = 0,
+                    dtype: Any = "float32") -> Variable:
+    """A tensor of ``shape`` drawn from Normal(mean, std) on each run (seed 0: random).
+
+    Example::
+
+        noise = fluid.layers.gaussian_random([4, 8], std=0.01)
+    """
+    helper = LayerHelper("gaussian_random")
+    out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("gaussian_random", outputs={"Out": [out]},
+                     attrs={"shape": _int_list("gaussian_random", "shape", shape),
+                            "dtype": convert_dtype(dtype), "mean": float(mean),
+                            "std": float(std), "seed": int(seed)})
     return out

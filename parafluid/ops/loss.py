@@ -212,3 +212,34 @@ def _accuracy(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("accuracy", inputs=("Out", "Indices?", "Label"),
             outputs=("Accuracy", "Correct", "Total"), attrs={"k": 1},
             infer_shape=_accuracy_shape, kernel=_accuracy)
+
+# ----------------------------------------------------------------------------- square_error_cost
+
+
+def _square_error_shape(ins: dict, attrs: dict) -> dict:
+    x, y = ins["X"], ins["Y"]
+    if len(x.shape) != len(y.shape) or any(
+            a != b and -1 not in (a, b) for a, b in zip(x.shape, y.shape)):
+        raise ValueError(f"square_error_cost: input {list(x.shape)} and label "
+                         f"{list(y.shape)} must have the same shape")
+    return {"Out": x}
+
+
+def _square_error(ins: dict, attrs: dict, ctx: Any) -> dict:
+    diff = ins["X"] - ins["Y"]
+    return {"Out": diff * diff}
+
+
+def _square_error_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    g = 2.0 * (ins["X"] - ins["Y"]) * ins["Out@GRAD"]
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = g
+    if "Y" in ctx.need:
+        out["Y@GRAD"] = -g
+    return out
+
+
+register_op("square_error_cost", inputs=("X", "Y"), outputs=("Out",),
+            infer_shape=_square_error_shape, kernel=_square_error,
+            grad_kernel=_square_error_grad, grad_uses=("X", "Y"))

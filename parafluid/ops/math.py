@@ -188,3 +188,70 @@ register_op("scale", inputs=("X",), outputs=("Out",),
                 {"type": "scale", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
                  "attrs": {"scale": op.attr("scale"), "bias": 0.0}}])
+
+# ----------------------------------------------------------------------------- matmul
+
+
+def _matmul_operands(x: Any, y: Any, attrs: dict) -> tuple[Any, Any]:
+    """Fluid's matmul: 1-D operands act as row/column vectors; transposes swap the last two."""
+    if attrs["transpose_X"] and x.dim() >= 2:
+        x = x.transpose(-1, -2)
+    if attrs["transpose_Y"] and y.dim() >= 2:
+        y = y.transpose(-1, -2)
+    return x, y
+
+
+def _matmul_shape(ins: dict, attrs: dict) -> dict:
+    x, y = list(ins["X"].shape), list(ins["Y"].shape)
+    if attrs["transpose_X"] and len(x) >= 2:
+        x[-1], x[-2] = x[-2], x[-1]
+    if attrs["transpose_Y"] and len(y) >= 2:
+        y[-1], y[-2] = y[-2], y[-1]
+    x_vec, y_vec = len(x) == 1, len(y) == 1
+    x2 = [1] + x if x_vec else x
+    y2 = y + [1] if y_vec else y
+    k_x, k_y = x2[-1], y2[-2]
+    if -1 not in (k_x, k_y) and k_x != k_y:
+        raise ValueError(f"matmul: X {list(ins['X'].shape)} and Y {list(ins['Y'].shape)} "
+                         f"(transpose_X={attrs['transpose_X']}, "
+                         f"transpose_Y={attrs['transpose_Y']}) contract {k_x} with {k_y}")
+    batch_x, batch_y = x2[:-2], y2[:-2]
+    batch = batch_x if len(batch_x) >= len(batch_y) else batch_y
+    out = list(batch) + [x2[-2], y2[-1]]
+    if x_vec:
+        out.pop(-2)
+    if y_vec:
+        out.pop(-1)
+    return {"Out": Meta(tuple(out) or (1,), ins["X"].dtype)}
+
+
+def _matmul(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, y = _matmul_operands(ins["X"], ins["Y"], attrs)
+    out = torch.matmul(x, y)
+    if attrs["alpha"] != 1.0:
+        out = out * attrs["alpha"]
+    return {"Out": out.reshape(1) if out.dim() == 0 else out}
+
+
+def _matmul_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x0, y0, dout = ins["X"], ins["Y"], ins["Out@GRAD"]
+    x, y = _matmul_operands(x0, y0, attrs)
+    # Work on the >= 2-D forms, then undo the vector promotion and broadcasting.
+    x2 = x.unsqueeze(0) if x.dim() == 1 else x
+    y2 = y.unsqueeze(-1) if y.dim() == 1 else y
+    d = dout.reshape(*torch.broadcast_shapes(x2.shape[:-2], y2.shape[:-2]),
+                     x2.shape[-2], y2.shape[-1]) * attrs["alpha"]
+    out = {}
+    if "X" in ctx.need:
+        dx = unbroadcast(d @ y2.transpose(-1, -2), x2.shape).reshape(x.shape)
+        out["X@GRAD"] = dx.transpose(-1, -2) if attrs["transpose_X"] and x0.dim() >= 2 else dx
+    if "Y" in ctx.need:
+        dy = unbroadcast(x2.transpose(-1, -2) @ d, y2.shape).reshape(y.shape)
+        out["Y@GRAD"] = dy.transpose(-1, -2) if attrs["transpose_Y"] and y0.dim() >= 2 else dy
+    return out
+
+
+register_op("matmul", inputs=("X", "Y"), outputs=("Out",),
+            attrs={"transpose_X": False, "transpose_Y": False, "alpha": 1.0},
+            infer_shape=_matmul_shape, kernel=_matmul, grad_kernel=_matmul_grad,
+            grad_uses=("X", "Y"))

@@ -53,6 +53,8 @@ SCORES = rand(6, 4, seed=5)
 ACC_LABEL = np.array([[0], [1], [2], [3], [1], [0]], "int64")
 
 CASES = [
+    OpCase("square_error_cost", {"X": rand(4, 3), "Y": rand(4, 3, seed=1)},
+           ref=lambda X, Y: {"Out": (X - Y) ** 2}, grad=["X", "Y"]),
     OpCase("cross_entropy", {"X": PROBS, "Label": LABEL}, ref=ce_ref, grad=["X"]),
     OpCase("cross_entropy", {"X": PROBS, "Label": np.array([[0], [2], [3], [2]], "int64")},
            attrs={"ignore_index": 2}, ref=ce_ref, grad=["X"], id="cross_entropy_ignore"),
@@ -159,5 +161,5 @@ def test_loss_layers_build_and_compute():
     want = (x_np.argmax(1) == LABEL[:, 0]).mean()
     np.testing.assert_allclose(acc, [want])
     types = [op.type for op in main.global_block().ops]
-    assert types == ["elementwise_sub", "elementwise_mul", "softmax_with_cross_entropy",
+    assert types == ["square_error_cost", "softmax_with_cross_entropy",
                      "cross_entropy", "accuracy"]

@@ -8,6 +8,8 @@ samples/s of one training step for:
   (b)  parafluid ParallelExecutor, 2 CPU devices (CPU_NUM=2), default threading policy
   (c)  the same model hand-written in PyTorch, one process, 2 intra-op threads
   (d)  PyTorch DistributedDataParallel over gloo, 2 processes x 1 thread (batch 128 each)
+  (e)  a control: PyTorch, one replica per Python thread (1 torch thread, batch 128 each) and
+       no gradient exchange at all: the ceiling of in-process data parallelism here
 
 and the executor's overhead per op on a graph of tiny ops. Pin the process to the cores you
 mean to measure (``taskset -c 0,1``): the figures assume 2 cores.
@@ -181,6 +183,67 @@ def run_ddp(kind: str, steps: int, repeats: int, world: int = 2) -> float:
     return out.get()
 
 
+def run_threads_no_exchange(kind: str, steps: int, repeats: int, ndev: int = 2) -> float:
+    """(e) PyTorch, one model replica per Python thread (1 torch thread each), half the batch
+    each, and NO gradient exchange: an upper bound for any in-process data parallelism on
+    this machine, (b) included (which also splits the feed and all-reduces)."""
+    import threading
+
+    torch.manual_seed(1)
+    replicas = []
+    for rank in range(ndev):
+        model = torch_model(kind)
+        data = batch(kind, BATCH // ndev, seed=rank)
+        replicas.append((model, torch.optim.SGD(model.parameters(), lr=0.01),
+                         torch.from_numpy(data["x"]),
+                         torch.from_numpy(data["label"]).reshape(-1)))
+
+    def one_step(model: Any, opt: Any, x: Any, y: Any) -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    class Workers:
+        """Persistent threads, released once per step (no thread start in the timing)."""
+
+        def __init__(self) -> None:
+            self.go = [threading.Semaphore(0) for _ in replicas]
+            self.done = threading.Semaphore(0)
+            self.stop = False
+            self.threads = [threading.Thread(target=self.loop, args=(r,), daemon=True)
+                            for r in range(ndev)]
+            for t in self.threads:
+                t.start()
+
+        def loop(self, r: int) -> None:
+            torch.set_num_threads(1)
+            while True:
+                self.go[r].acquire()
+                if self.stop:
+                    return
+                one_step(*replicas[r])
+                self.done.release()
+
+        def step(self) -> None:
+            for g in self.go:
+                g.release()
+            for _ in replicas:
+                self.done.acquire()
+
+        def close(self) -> None:
+            self.stop = True
+            for g in self.go:
+                g.release()
+            for t in self.threads:
+                t.join()
+
+    workers = Workers()
+    try:
+        return samples_per_s(workers.step, steps, repeats)
+    finally:
+        workers.close()
+
+
 # ---------------------------------------------------------------------- control
 
 
@@ -297,6 +360,8 @@ def main() -> None:
             "(a1) Executor, 1 device, 1 thread": run_executor(kind, steps, repeats, 1),
             "(b) ParallelExecutor, CPU_NUM=2": run_parallel(kind, steps, repeats),
             "(c) PyTorch, 1 process, 2 threads": run_torch(kind, steps, repeats),
+            "(e) PyTorch, 2 threads x 1 replica, no exchange": run_threads_no_exchange(
+                kind, steps, repeats),
         }
         if not args.no_ddp:
             try:
@@ -305,12 +370,13 @@ def main() -> None:
                 print(f"  (d) failed: {type(e).__name__}: {e}")
         print(f"\n## {kind}: samples/s")
         for name, rate in rates.items():
-            print(f"  {name:38s} {rate:10.0f}")
+            print(f"  {name:48s} {rate:10.0f}")
         a, a1, b = rates["(a) Executor, 1 device"], rates["(a1) Executor, 1 device, 1 thread"], \
             rates["(b) ParallelExecutor, CPU_NUM=2"]
         best_torch = max(v for k, v in rates.items() if k.startswith(("(c)", "(d)")))
+        e = rates["(e) PyTorch, 2 threads x 1 replica, no exchange"]
         print(f"  (b)/(a) = {b / a:.2f}   (b)/(a1) = {b / a1:.2f}   "
-              f"(b)/max((c),(d)) = {b / best_torch:.2f}")
+              f"(b)/max((c),(d)) = {b / best_torch:.2f}   (b)/(e) = {b / e:.2f}")
     print("\n## executor overhead per op (us), chain of 200 tiny scale ops")
     for name, us in op_overhead(200, repeats).items():
         print(f"  {name:38s} {us:8.1f}")

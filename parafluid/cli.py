@@ -86,6 +86,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="N", help="sizes of the hidden layers (default: %(default)s)")
     p.add_argument("--output", "-o", default=d.output, metavar="DIR",
                    help="directory for the saved inference model (default: ./%(default)s)")
+    p.add_argument("--devices", type=_positive_int, default=d.devices, metavar="N",
+                   help="train data-parallel on N CPU devices with the ParallelExecutor "
+                        "(each batch is split between them; default: 1, the plain Executor)")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch intra-op threads (default: %(default)s; this model is too small "
                         "to gain from more, and extra threads hurt on a busy machine)")
@@ -104,7 +107,8 @@ def _train(args: argparse.Namespace) -> int:
         % (2**31 - 1) + 1
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size,
                       learning_rate=args.learning_rate, optimizer=args.optimizer,
-                      hidden=tuple(args.hidden), seed=seed, output=args.output)
+                      hidden=tuple(args.hidden), seed=seed, output=args.output,
+                      devices=args.devices)
     hidden = "-".join(str(h) for h in cfg.hidden)
     # NOTE: check the output directory before training, not after minutes of it.
     try:
@@ -114,7 +118,8 @@ def _train(args: argparse.Namespace) -> int:
     except OSError as e:
         return _fail(f"cannot use --output {cfg.output!r}: {e}")
     _say(f"parafluid train: digits (8x8 images, 10 classes), MLP 64-{hidden}-10, "
-         f"{cfg.optimizer}, batch {cfg.batch_size}, {cfg.epochs} epochs, seed {seed}")
+         f"{cfg.optimizer}, batch {cfg.batch_size}, {cfg.epochs} epochs, seed {seed}"
+         + (f", data-parallel on {cfg.devices} CPU devices" if cfg.devices > 1 else ""))
     start = time.perf_counter()
     try:
         result = train(cfg, log=_say)

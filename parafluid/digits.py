@@ -43,6 +43,7 @@ class TrainConfig:
     hidden: tuple[int, ...] = (128, 64)
     seed: int = 1
     output: str = "parafluid_output"
+    devices: int = 1  # > 1: data-parallel over that many CPU devices (ParallelExecutor)
 
 
 @dataclass
@@ -117,15 +118,22 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
     rng = np.random.RandomState(cfg.seed)
     history = []
     fetch = [net["loss"], net["logits"]]
+    program = net["main"]
+    if cfg.devices > 1:
+        # Each batch is split over the devices; logits come back concatenated in batch order.
+        program = fluid.CompiledProgram(net["main"]).with_data_parallel(
+            loss_name=net["loss"].name, places=fluid.cpu_places(cfg.devices))
     for epoch in range(1, cfg.epochs + 1):
         order = rng.permutation(len(x_train))
         start = time.perf_counter()
         loss_sum = correct = seen = 0.0
         for i in range(0, len(order), cfg.batch_size):
             idx = order[i:i + cfg.batch_size]
-            loss, logits = exe.run(net["main"], feed={"img": x_train[idx], "label": y_train[idx]},
+            if len(idx) < cfg.devices:
+                continue  # a last batch with fewer images than devices cannot be split
+            loss, logits = exe.run(program, feed={"img": x_train[idx], "label": y_train[idx]},
                                    fetch_list=fetch, scope=scope)
-            loss_sum += float(loss[0]) * len(idx)
+            loss_sum += float(loss.mean()) * len(idx)
             correct += int((logits.argmax(axis=1) == y_train[idx][:, 0]).sum())
             seen += len(idx)
         seconds = time.perf_counter() - start

@@ -102,3 +102,15 @@ def test_same_seed_repeats_the_run_exactly(tmp_path, capsys) -> None:
         np.testing.assert_array_equal(value.numpy(), weights["b"][key].numpy())
     assert any(not np.array_equal(v.numpy(), weights["c"][k].numpy())
                for k, v in weights["a"].items())
+
+
+def test_data_parallel_training_on_two_cpu_devices(tmp_path, capsys) -> None:
+    out_dir = str(tmp_path / "dp")
+    code = main(["train", "--devices", "2", "--epochs", "3", "--hidden", "32", "--seed", "4",
+                 "--output", out_dir])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "data-parallel on 2 CPU devices" in out
+    losses = [float(v) for v in re.findall(r"loss ([\d.]+)", out)]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert float(re.search(r"test accuracy ([\d.]+)", out)[1]) > 0.8

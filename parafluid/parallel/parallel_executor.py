@@ -115,10 +115,14 @@ class ParallelExecutor:
                                  f"{share_vars_from.device_count} devices, this executor "
                                  f"{ndev}; they must run on the same devices")
             self._device_scopes: list[Scope] = share_vars_from._device_scopes
+            # NOTE: shared with the source: what it copied to the devices is in place there,
+            # so this executor must not copy device 0's values over them again (batch_norm's
+            # moving statistics, for one, differ per device).
+            self._root_values: dict[str, Any] = share_vars_from._root_values
         else:
             self._device_scopes = [scope] + [scope.new_scope() for _ in range(ndev - 1)]
+            self._root_values = {}  # persistable -> ref to the root value last copied
         self._local_scopes: list[Scope | None] = [None] * ndev
-        self._root_values: dict[str, Any] = {}  # persistable -> ref to the value last copied
         self._communicator = LocalCommunicator(self._devices)
         self._runtimes = [DeviceRuntime(self._device_scopes, d, self._communicator)
                           for d in range(ndev)]

@@ -219,6 +219,43 @@ def test_test_executor_with_share_vars_from_sees_trained_parameters() -> None:
         fresh.run([m["loss"]], feed=data(4))
 
 
+def test_share_vars_from_keeps_each_device_own_persistable_state() -> None:
+    """batch_norm's moving statistics differ per device; a test executor must not overwrite
+    device 1's with device 0's (it used to, on its first run, since it had not seen the
+    source's copies)."""
+    x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+    h = fluid.layers.batch_norm(fluid.layers.fc(input=x, size=3))
+    loss = fluid.layers.mean(h)
+    test_program = fluid.default_main_program().clone(for_test=True)
+    fluid.optimizer.SGD(learning_rate=0.1).minimize(loss)
+    fluid.Executor(fluid.CPUPlace()).run(fluid.default_startup_program())
+    train = fluid.ParallelExecutor(False, loss_name=loss.name)
+    test = fluid.ParallelExecutor(False, main_program=test_program, share_vars_from=train)
+    rng = np.random.RandomState(0)
+    xb = np.concatenate([rng.rand(4, 4), 10 * rng.rand(4, 4)]).astype("float32")
+    train.run([loss], feed={"x": xb})
+    stats = [v.name for v in test_program.list_vars()
+             if v.persistable and v.name.startswith("batch_norm") and v.name.endswith(("w_1",
+                                                                                       "w_2"))]
+    assert len(stats) == 2
+    dev1 = train._device_scopes[1]
+    before = {n: np.array(dev1.find_var(n).get_tensor()) for n in stats}
+    assert not np.allclose(before[stats[0]],
+                           np.array(fluid.global_scope().find_var(stats[0]).get_tensor()))
+    preds, = test.run([h], feed={"x": xb}, return_merged=False)
+    for n in stats:
+        np.testing.assert_array_equal(np.array(dev1.find_var(n).get_tensor()), before[n])
+    # device 1 normalizes its shard with its own moving statistics
+    mean, var = (np.array(dev1.find_var(n).get_tensor()) for n in stats)
+    scope = fluid.global_scope()
+    w, b = (np.array(scope.find_var(n).get_tensor()) for n in ("fc_0.w_0", "fc_0.b_0"))
+    z = xb[4:] @ w + b
+    want = (z - mean) / np.sqrt(var + 1e-5) * np.array(
+        scope.find_var("batch_norm_0.w_0").get_tensor()) + np.array(
+        scope.find_var("batch_norm_0.b_0").get_tensor())
+    np.testing.assert_allclose(preds[1], want, rtol=1e-4, atol=1e-5)
+
+
 def test_drop_local_exe_scopes_drops_temporaries() -> None:
     m = regression()
     pe = fluid.ParallelExecutor(False, loss_name=m["loss"].name)

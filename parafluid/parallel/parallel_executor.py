@@ -96,6 +96,12 @@ class ParallelExecutor:
                 f"ParallelExecutor: num_trainers={trainers}, trainer_id={trainer_id}: "
                 "multi-process data parallelism is not available yet; run one process "
                 "(num_trainers=1) with several devices (CPU_NUM or GPUs)")
+        if len(build_strategy.trainers_endpoints) > 1:
+            raise NotImplementedError(
+                f"ParallelExecutor: BuildStrategy.trainers_endpoints lists "
+                f"{len(build_strategy.trainers_endpoints)} trainers: multi-process data "
+                "parallelism is not available yet, and this process would silently train "
+                "alone; leave trainers_endpoints empty and use several devices instead")
         scope = scope if scope is not None else global_scope()
         if not isinstance(scope, Scope):
             raise TypeError(f"ParallelExecutor: scope must be a Scope, got {type(scope).__name__}")

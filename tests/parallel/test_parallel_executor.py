@@ -105,6 +105,10 @@ def test_constructor_type_errors() -> None:
         fluid.ParallelExecutor(False, main_program="main")
     with pytest.raises(NotImplementedError, match="num_trainers=2"):
         fluid.ParallelExecutor(False, loss_name=m["loss"].name, num_trainers=2, trainer_id=1)
+    bs = fluid.BuildStrategy()
+    bs.trainers_endpoints = ["127.0.0.1:6170", "127.0.0.1:6171"]
+    with pytest.raises(NotImplementedError, match="trainers_endpoints lists 2 trainers"):
+        fluid.ParallelExecutor(False, loss_name=m["loss"].name, build_strategy=bs)
 
 
 def test_missing_loss_name_warns_that_gradients_are_not_aggregated() -> None:

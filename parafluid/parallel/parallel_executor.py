@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..dtypes import to_numpy
 from ..executor import as_feed_tensor, fetch_names
 from ..framework import Program, Variable, default_main_program
 from ..place import cpu_device_count, to_device
@@ -380,7 +381,7 @@ class ParallelExecutor:
             per: list[dict[str, Any]] = [{} for _ in range(n)]
             for name, value in feed.items():
                 var = block._find_var_recursive(name)
-                pieces = _split_value(name, value, n, var is not None and var.persistable)
+                pieces = _split_value(name, value, n, var)
                 for d in range(n):
                     per[d][name] = as_feed_tensor(block, name, pieces[d], self._devices[d])
             return per
@@ -471,11 +472,14 @@ def _make_scheduler(devices: list[torch.device], nthreads: int) -> Any:
         torch.set_num_threads(previous)
 
 
-def _split_value(name: str, value: Any, n: int, persistable: bool) -> list[Any]:
+def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[Any]:
     if isinstance(value, LoDTensor):
         value = value.value
     if not isinstance(value, (np.ndarray, torch.Tensor)):
-        value = np.asarray(value)
+        # as the Executor does: nested lists take the variable's dtype
+        value = np.asarray(value, dtype=to_numpy(var.dtype) if var is not None and var.dtype
+                           else None)
+    persistable = var is not None and var.persistable
     if value.ndim == 0:
         raise ValueError(f"feed {name!r}: a 0-d value cannot be split over {n} devices along "
                          "dim 0; give it a leading dimension, or feed a list of per-device dicts")

@@ -132,6 +132,16 @@ def test_dict_feed_splits_with_remainder_on_the_last_device() -> None:
     assert loss.shape == (2,), "a [1] loss comes back as [device_count]"
 
 
+def test_dict_feed_of_python_lists_takes_the_variable_dtype() -> None:
+    """As in the plain Executor: nested lists are converted to the variable's dtype."""
+    m = regression()
+    pe = fluid.ParallelExecutor(False, loss_name=m["loss"].name)
+    rows = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    xs, = pe.run([m["x"]], feed={"x": rows, "y": [[1], [2], [3]]}, return_merged=False)
+    assert [x.dtype for x in xs] == [np.float32, np.float32]
+    np.testing.assert_array_equal(np.concatenate(xs), np.array(rows, "float32"))
+
+
 def test_batch_smaller_than_device_count_says_the_numbers_and_the_fix(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CPU_NUM", "4")

@@ -29,11 +29,11 @@ import numpy as np
 import torch
 
 from ..dtypes import to_numpy
-from ..executor import as_feed_tensor, fetch_names
+from ..executor import _as_lod_tensor, as_feed_tensor, fetch_names
 from ..framework import Program, Variable, default_main_program
 from ..place import cpu_device_count, to_device
 from ..runtime import OpRunError
-from ..scope import LoDTensor, Scope, ScopeVariable, as_numpy, global_scope
+from ..scope import LoDTensor, Scope, as_numpy, global_scope
 from .comm import LocalCommunicator
 from .plan import DeviceRuntime, Plan
 from .ssa_graph import GraphOptions, SSAGraph, build_graph
@@ -420,13 +420,13 @@ class ParallelExecutor:
                                        "does not hold it")
                 values.append(value)
             if not return_merged:
-                results.append([as_numpy(v) if return_numpy else _lod(name, v)
+                results.append([as_numpy(v) if return_numpy else _as_lod_tensor(name, v)
                                 for v in values])
             elif return_numpy:
                 results.append(np.concatenate([np.atleast_1d(as_numpy(v)) for v in values]))
             else:
                 dense = [as_numpy(v) for v in values]
-                results.append(_lod(name, torch.from_numpy(
+                results.append(_as_lod_tensor(name, torch.from_numpy(
                     np.concatenate([np.atleast_1d(v) for v in dense]))))
         return results
 
@@ -514,9 +514,3 @@ def _ref(value: Any) -> Any:
         return weakref.ref(value)
     except TypeError:
         return lambda: value
-
-
-def _lod(name: str, value: Any) -> LoDTensor:
-    holder = ScopeVariable(name)
-    holder.value = value.clone() if isinstance(value, torch.Tensor) else value
-    return LoDTensor(holder)

@@ -145,9 +145,10 @@ class ParallelExecutor:
 
             nthreads = default_num_threads(ndev, use_cuda)
         self._num_threads = nthreads
+        self._graph()  # build now: errors and warnings surface at construction, as in Fluid
+        # NOTE: only once built: a strategy whose executor failed to build may still be fixed
         exec_strategy._finalize()
         build_strategy._finalize()
-        self._graph()  # build now: errors and warnings surface at construction, as in Fluid
 
     # ------------------------------------------------------------------ public API
     @property

@@ -347,6 +347,18 @@ def test_strategy_is_finalized_once_used() -> None:
         bs.memory_optimize = True
 
 
+def test_strategy_stays_editable_when_the_executor_could_not_be_built() -> None:
+    m = regression()
+    bs, es = fluid.BuildStrategy(), fluid.ExecutionStrategy()
+    with pytest.raises(ValueError, match="loss_name 'nope' is not a variable"):
+        fluid.ParallelExecutor(False, loss_name="nope", build_strategy=bs, exec_strategy=es)
+    bs.memory_optimize = True  # no executor was built: the user may fix and retry
+    es.num_threads = 1
+    pe = fluid.ParallelExecutor(False, loss_name=m["loss"].name, build_strategy=bs,
+                                exec_strategy=es)
+    assert pe.run([m["loss"]], feed=data(4))[0].shape == (2,)
+
+
 def _train(build_fields: dict[str, Any], steps: int = 3, **exec_fields: Any) -> tuple:
     """Train the regression model in fresh programs and a fresh global scope."""
     fluid.framework.switch_main_program(fluid.Program())

@@ -185,11 +185,18 @@ class ParallelExecutor:
             self._check_share_source()
         self._materialize(plan, block)
         steps = self._exec_strategy.num_iteration_per_run
-        for step in range(steps):
-            self._run_plan(plan, feeds, block)
-            if step == steps - 1:
-                results = self._fetch(plan, fetch, return_numpy, return_merged)
-            self._after_iteration(plan)
+        try:
+            for step in range(steps):
+                self._run_plan(plan, feeds, block)
+                if step == steps - 1:
+                    results = self._fetch(plan, fetch, return_numpy, return_merged)
+                self._after_iteration(plan)
+        except BaseException:
+            # no op of the run is in flight any more: drop its values (feeds, activations)
+            # now, so that a caller retrying after an error (out of memory) gets them back
+            for env in plan.envs:
+                env.clear()
+            raise
         self._has_run = True
         return results
 

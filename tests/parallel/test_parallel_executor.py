@@ -332,6 +332,9 @@ def test_op_raising_mid_run_is_reported_and_the_executor_stays_usable(num_thread
     assert "test_parallel_executor.py" in msg, "the user's line that built the op"
     assert "ValueError: injected failure" in msg
     assert isinstance(info.value.__cause__, ValueError)
+    # the failed run's values (feeds, activations) are not kept: a caller that retries after,
+    # say, an out-of-memory error gets that memory back
+    assert all(not env for plan in pe._plans.values() for env in plan.envs)
     loss, = pe.run([m["loss"]], feed=data(4))
     assert loss.shape == (2,) and np.isfinite(loss).all()
 

@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..executor import as_feed_tensor, fetch_names
+from ..dtypes import to_numpy
+from ..executor import _as_lod_tensor, as_feed_tensor, fetch_names
 from ..framework import Program, Variable, default_main_program
 from ..place import cpu_device_count, to_device
 from ..runtime import OpRunError
-from ..scope import LoDTensor, Scope, ScopeVariable, as_numpy, global_scope
+from ..scope import LoDTensor, Scope, as_numpy, global_scope
 from .comm import LocalCommunicator
 from .plan import DeviceRuntime, Plan
 from .ssa_graph import GraphOptions, SSAGraph, build_graph
@@ -96,6 +97,12 @@ class ParallelExecutor:
                 f"ParallelExecutor: num_trainers={trainers}, trainer_id={trainer_id}: "
                 "multi-process data parallelism is not available yet; run one process "
                 "(num_trainers=1) with several devices (CPU_NUM or GPUs)")
+        if len(build_strategy.trainers_endpoints) > 1:
+            raise NotImplementedError(
+                f"ParallelExecutor: BuildStrategy.trainers_endpoints lists "
+                f"{len(build_strategy.trainers_endpoints)} trainers: multi-process data "
+                "parallelism is not available yet, and this process would silently train "
+                "alone; leave trainers_endpoints empty and use several devices instead")
         scope = scope if scope is not None else global_scope()
         if not isinstance(scope, Scope):
             raise TypeError(f"ParallelExecutor: scope must be a Scope, got {type(scope).__name__}")
@@ -115,10 +122,14 @@ class ParallelExecutor:
                                  f"{share_vars_from.device_count} devices, this executor "
                                  f"{ndev}; they must run on the same devices")
             self._device_scopes: list[Scope] = share_vars_from._device_scopes
+            # NOTE: shared with the source: what it copied to the devices is in place there,
+            # so this executor must not copy device 0's values over them again (batch_norm's
+            # moving statistics, for one, differ per device).
+            self._root_values: dict[str, Any] = share_vars_from._root_values
         else:
             self._device_scopes = [scope] + [scope.new_scope() for _ in range(ndev - 1)]
+            self._root_values = {}  # persistable -> ref to the root value last copied
         self._local_scopes: list[Scope | None] = [None] * ndev
-        self._root_values: dict[str, Any] = {}  # persistable -> ref to the value last copied
         self._communicator = LocalCommunicator(self._devices)
         self._runtimes = [DeviceRuntime(self._device_scopes, d, self._communicator)
                           for d in range(ndev)]
@@ -134,9 +145,10 @@ class ParallelExecutor:
 
             nthreads = default_num_threads(ndev, use_cuda)
         self._num_threads = nthreads
+        self._graph()  # build now: errors and warnings surface at construction, as in Fluid
+        # NOTE: only once built: a strategy whose executor failed to build may still be fixed
         exec_strategy._finalize()
         build_strategy._finalize()
-        self._graph()  # build now: errors and warnings surface at construction, as in Fluid
 
     # ------------------------------------------------------------------ public API
     @property
@@ -173,11 +185,18 @@ class ParallelExecutor:
             self._check_share_source()
         self._materialize(plan, block)
         steps = self._exec_strategy.num_iteration_per_run
-        for step in range(steps):
-            self._run_plan(plan, feeds, block)
-            if step == steps - 1:
-                results = self._fetch(plan, fetch, return_numpy, return_merged)
-            self._after_iteration(plan)
+        try:
+            for step in range(steps):
+                self._run_plan(plan, feeds, block)
+                if step == steps - 1:
+                    results = self._fetch(plan, fetch, return_numpy, return_merged)
+                self._after_iteration(plan)
+        except BaseException:
+            # no op of the run is in flight any more: drop its values (feeds, activations)
+            # now, so that a caller retrying after an error (out of memory) gets them back
+            for env in plan.envs:
+                env.clear()
+            raise
         self._has_run = True
         return results
 
@@ -370,7 +389,7 @@ class ParallelExecutor:
             per: list[dict[str, Any]] = [{} for _ in range(n)]
             for name, value in feed.items():
                 var = block._find_var_recursive(name)
-                pieces = _split_value(name, value, n, var is not None and var.persistable)
+                pieces = _split_value(name, value, n, var)
                 for d in range(n):
                     per[d][name] = as_feed_tensor(block, name, pieces[d], self._devices[d])
             return per
@@ -409,13 +428,13 @@ class ParallelExecutor:
                                        "does not hold it")
                 values.append(value)
             if not return_merged:
-                results.append([as_numpy(v) if return_numpy else _lod(name, v)
+                results.append([as_numpy(v) if return_numpy else _as_lod_tensor(name, v)
                                 for v in values])
             elif return_numpy:
                 results.append(np.concatenate([np.atleast_1d(as_numpy(v)) for v in values]))
             else:
                 dense = [as_numpy(v) for v in values]
-                results.append(_lod(name, torch.from_numpy(
+                results.append(_as_lod_tensor(name, torch.from_numpy(
                     np.concatenate([np.atleast_1d(v) for v in dense]))))
         return results
 
@@ -461,11 +480,14 @@ def _make_scheduler(devices: list[torch.device], nthreads: int) -> Any:
         torch.set_num_threads(previous)
 
 
-def _split_value(name: str, value: Any, n: int, persistable: bool) -> list[Any]:
+def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[Any]:
     if isinstance(value, LoDTensor):
         value = value.value
     if not isinstance(value, (np.ndarray, torch.Tensor)):
-        value = np.asarray(value)
+        # as the Executor does: nested lists take the variable's dtype
+        value = np.asarray(value, dtype=to_numpy(var.dtype) if var is not None and var.dtype
+                           else None)
+    persistable = var is not None and var.persistable
     if value.ndim == 0:
         raise ValueError(f"feed {name!r}: a 0-d value cannot be split over {n} devices along "
                          "dim 0; give it a leading dimension, or feed a list of per-device dicts")
@@ -500,9 +522,3 @@ def _ref(value: Any) -> Any:
         return weakref.ref(value)
     except TypeError:
         return lambda: value
-
-
-def _lod(name: str, value: Any) -> LoDTensor:
-    holder = ScopeVariable(name)
-    holder.value = value.clone() if isinstance(value, torch.Tensor) else value
-    return LoDTensor(holder)

@@ -306,6 +306,27 @@ class _Run:
         with self.lock:
             self.failed = True
 
+    def retire(self, n: int) -> None:
+        """Count ``n`` roots that were never queued as done."""
+        if n <= 0:
+            return
+        with self.lock:
+            self.outstanding -= n
+            last = self.outstanding == 0
+        if last:
+            self.done.release()
+
+    def drain(self, deadline: float | None) -> None:
+        """Wait until a stopped run has no task in flight (a second interrupt gives up)."""
+        try:
+            # NOTE: ``done`` is released exactly when ``outstanding`` reaches 0, so a
+            # positive count means it is still to come (never consumed already).
+            if self.outstanding > 0:
+                wait = -1 if deadline is None else max(deadline - time.monotonic(), 0.0)
+                self.done.acquire(timeout=wait)
+        except BaseException:  # noqa: BLE001 - the original interrupt is re-raised
+            pass
+
     def unfinished(self) -> tuple[list[int], list[int]]:
         state = self.state
         running = [i for i, s in enumerate(state) if s == 1]
@@ -426,12 +447,20 @@ class Scheduler:
                                "Scheduler for nested graphs.")
         run = _Run(graph, self._work.put)
         put = self._work.put
-        for r in graph.roots:
-            put((run, r))
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        queued = 0
         try:
+            for r in graph.roots:
+                put((run, r))
+                queued += 1
             finished = run.done.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
         except BaseException:
-            run.stop()  # e.g. KeyboardInterrupt: let the workers drop this run's tasks
+            # e.g. KeyboardInterrupt: no task of this run starts any more, and the caller
+            # goes on only once the tasks in flight finished (its handler may save the
+            # parameters they are updating)
+            run.stop()
+            run.retire(len(graph.roots) - queued)
+            run.drain(deadline)
             raise
         if not finished:
             run.stop()

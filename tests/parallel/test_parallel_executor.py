@@ -105,6 +105,10 @@ def test_constructor_type_errors() -> None:
         fluid.ParallelExecutor(False, main_program="main")
     with pytest.raises(NotImplementedError, match="num_trainers=2"):
         fluid.ParallelExecutor(False, loss_name=m["loss"].name, num_trainers=2, trainer_id=1)
+    bs = fluid.BuildStrategy()
+    bs.trainers_endpoints = ["127.0.0.1:6170", "127.0.0.1:6171"]
+    with pytest.raises(NotImplementedError, match="trainers_endpoints lists 2 trainers"):
+        fluid.ParallelExecutor(False, loss_name=m["loss"].name, build_strategy=bs)
 
 
 def test_missing_loss_name_warns_that_gradients_are_not_aggregated() -> None:
@@ -126,6 +130,16 @@ def test_dict_feed_splits_with_remainder_on_the_last_device() -> None:
     merged, loss = pe.run([m["x"], m["loss"]], feed=feed)
     np.testing.assert_array_equal(merged, feed["x"])
     assert loss.shape == (2,), "a [1] loss comes back as [device_count]"
+
+
+def test_dict_feed_of_python_lists_takes_the_variable_dtype() -> None:
+    """As in the plain Executor: nested lists are converted to the variable's dtype."""
+    m = regression()
+    pe = fluid.ParallelExecutor(False, loss_name=m["loss"].name)
+    rows = [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    xs, = pe.run([m["x"]], feed={"x": rows, "y": [[1], [2], [3]]}, return_merged=False)
+    assert [x.dtype for x in xs] == [np.float32, np.float32]
+    np.testing.assert_array_equal(np.concatenate(xs), np.array(rows, "float32"))
 
 
 def test_batch_smaller_than_device_count_says_the_numbers_and_the_fix(
@@ -219,6 +233,43 @@ def test_test_executor_with_share_vars_from_sees_trained_parameters() -> None:
         fresh.run([m["loss"]], feed=data(4))
 
 
+def test_share_vars_from_keeps_each_device_own_persistable_state() -> None:
+    """batch_norm's moving statistics differ per device; a test executor must not overwrite
+    device 1's with device 0's (it used to, on its first run, since it had not seen the
+    source's copies)."""
+    x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+    h = fluid.layers.batch_norm(fluid.layers.fc(input=x, size=3))
+    loss = fluid.layers.mean(h)
+    test_program = fluid.default_main_program().clone(for_test=True)
+    fluid.optimizer.SGD(learning_rate=0.1).minimize(loss)
+    fluid.Executor(fluid.CPUPlace()).run(fluid.default_startup_program())
+    train = fluid.ParallelExecutor(False, loss_name=loss.name)
+    test = fluid.ParallelExecutor(False, main_program=test_program, share_vars_from=train)
+    rng = np.random.RandomState(0)
+    xb = np.concatenate([rng.rand(4, 4), 10 * rng.rand(4, 4)]).astype("float32")
+    train.run([loss], feed={"x": xb})
+    stats = [v.name for v in test_program.list_vars()
+             if v.persistable and v.name.startswith("batch_norm") and v.name.endswith(("w_1",
+                                                                                       "w_2"))]
+    assert len(stats) == 2
+    dev1 = train._device_scopes[1]
+    before = {n: np.array(dev1.find_var(n).get_tensor()) for n in stats}
+    assert not np.allclose(before[stats[0]],
+                           np.array(fluid.global_scope().find_var(stats[0]).get_tensor()))
+    preds, = test.run([h], feed={"x": xb}, return_merged=False)
+    for n in stats:
+        np.testing.assert_array_equal(np.array(dev1.find_var(n).get_tensor()), before[n])
+    # device 1 normalizes its shard with its own moving statistics
+    mean, var = (np.array(dev1.find_var(n).get_tensor()) for n in stats)
+    scope = fluid.global_scope()
+    w, b = (np.array(scope.find_var(n).get_tensor()) for n in ("fc_0.w_0", "fc_0.b_0"))
+    z = xb[4:] @ w + b
+    want = (z - mean) / np.sqrt(var + 1e-5) * np.array(
+        scope.find_var("batch_norm_0.w_0").get_tensor()) + np.array(
+        scope.find_var("batch_norm_0.b_0").get_tensor())
+    np.testing.assert_allclose(preds[1], want, rtol=1e-4, atol=1e-5)
+
+
 def test_drop_local_exe_scopes_drops_temporaries() -> None:
     m = regression()
     pe = fluid.ParallelExecutor(False, loss_name=m["loss"].name)
@@ -281,6 +332,9 @@ def test_op_raising_mid_run_is_reported_and_the_executor_stays_usable(num_thread
     assert "test_parallel_executor.py" in msg, "the user's line that built the op"
     assert "ValueError: injected failure" in msg
     assert isinstance(info.value.__cause__, ValueError)
+    # the failed run's values (feeds, activations) are not kept: a caller that retries after,
+    # say, an out-of-memory error gets that memory back
+    assert all(not env for plan in pe._plans.values() for env in plan.envs)
     loss, = pe.run([m["loss"]], feed=data(4))
     assert loss.shape == (2,) and np.isfinite(loss).all()
 
@@ -294,6 +348,18 @@ def test_strategy_is_finalized_once_used() -> None:
     fluid.ParallelExecutor(False, loss_name=m["loss"].name, build_strategy=bs)
     with pytest.raises(RuntimeError, match="already used to build an executor"):
         bs.memory_optimize = True
+
+
+def test_strategy_stays_editable_when_the_executor_could_not_be_built() -> None:
+    m = regression()
+    bs, es = fluid.BuildStrategy(), fluid.ExecutionStrategy()
+    with pytest.raises(ValueError, match="loss_name 'nope' is not a variable"):
+        fluid.ParallelExecutor(False, loss_name="nope", build_strategy=bs, exec_strategy=es)
+    bs.memory_optimize = True  # no executor was built: the user may fix and retry
+    es.num_threads = 1
+    pe = fluid.ParallelExecutor(False, loss_name=m["loss"].name, build_strategy=bs,
+                                exec_strategy=es)
+    assert pe.run([m["loss"]], feed=data(4))[0].shape == (2,)
 
 
 def _train(build_fields: dict[str, Any], steps: int = 3, **exec_fields: Any) -> tuple:

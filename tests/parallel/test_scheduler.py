@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import itertools
 import random
+import signal
 import threading
 import time
 
@@ -186,6 +187,36 @@ def test_failure_stops_scheduling_waits_in_flight_and_scheduler_is_reusable():
         fail[0] = False
         sched.run(graph, timeout=30)
         assert next(started_after_failure) == 41  # all 40 ran (+1 for this probe)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread()
+                    or not hasattr(signal, "pthread_kill"), reason="needs SIGINT on main")
+def test_interrupt_waits_for_the_tasks_in_flight_before_raising():
+    """Ctrl-C while run() waits: every task that started has finished when KeyboardInterrupt
+    reaches the caller (a task may be updating state that the caller's handler saves, a
+    checkpoint say), and the scheduler serves the next run."""
+    main = threading.main_thread().ident
+    log: list[str] = []
+
+    def interrupted() -> None:
+        signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.2)  # still running when the caller sees the interrupt
+        log.append("in flight done")
+
+    def successor() -> None:
+        # NOTE: may run when the signal reaches the caller only after the run (it can land
+        # just before the caller blocks); it then has finished too.
+        log.append("successor start")
+        time.sleep(0.05)
+        log.append("successor done")
+    graph = TaskGraph.from_edges([interrupted, successor], [(0, 1)])
+    with Scheduler(2) as sched:
+        with pytest.raises(KeyboardInterrupt):
+            sched.run(graph, timeout=30)
+        assert log in (["in flight done"],
+                       ["in flight done", "successor start", "successor done"])
+        sched.run(TaskGraph.from_edges([lambda: log.append("next run")], []), timeout=30)
+        assert log[-1] == "next run"
 
 
 def test_failure_in_the_middle_of_a_chain():

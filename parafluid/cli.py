@@ -109,6 +109,11 @@ def _train(args: argparse.Namespace) -> int:
                       learning_rate=args.learning_rate, optimizer=args.optimizer,
                       hidden=tuple(args.hidden), seed=seed, output=args.output,
                       devices=args.devices)
+    if cfg.batch_size < cfg.devices:
+        print(f"parafluid train: error: --batch-size {cfg.batch_size} is smaller than --devices "
+              f"{cfg.devices}: each batch is split between the devices, so it needs at least "
+              "one image per device", file=sys.stderr)
+        return 2
     hidden = "-".join(str(h) for h in cfg.hidden)
     # NOTE: check the output directory before training, not after minutes of it.
     try:

@@ -326,6 +326,9 @@ def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> N
         manifest = json.loads(text)
         entries = {e["name"]: e for e in manifest["vars"]}
         version = manifest["format"]
+        lacking = [n for n, e in entries.items() if "shape" not in e or "dtype" not in e]
+        if lacking:
+            raise KeyError(f"no shape or dtype for {_quoted(lacking)}")
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: corrupt manifest in the file metadata: {e}") from None
     if version != VARS_FORMAT:

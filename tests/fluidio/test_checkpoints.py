@@ -169,6 +169,18 @@ def test_flipped_data_byte_fails_the_checksum(model: Model, tmp_path: str) -> No
         fluid.io.load_params(model.exe, str(tmp_path), model.main, scope=model.scope)
 
 
+@pytest.mark.parametrize("key", [b"shape", b"dtype"])
+def test_flipped_manifest_key_is_a_corrupt_file_error(model: Model, tmp_path: str,
+                                                      key: bytes) -> None:
+    path = fluid.io.save_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+    data = open(path, "rb").read()
+    assert key in data
+    open(path, "wb").write(data.replace(key, key[:-1] + b"_", 1))  # one entry loses its key
+    with pytest.raises(ValueError, match="corrupt manifest") as err:
+        fluid.io.load_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+    assert path in str(err.value)
+
+
 class _Exploit:
     """Unpickling this would create a marker file: proof that a loader ran pickle."""
 

@@ -281,7 +281,8 @@ def decode_model(data: bytes, where: str = "<bytes>") -> tuple[Program, list[str
         feeds = [str(n) for n in io_names["feed_target_names"]]
         fetches = [str(n) for n in io_names["fetch_target_names"]]
         program = program_from_dict(doc)
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
+            AttributeError, IndexError) as e:  # well-formed JSON of the wrong shape
         raise ValueError(f"{where}: corrupt or truncated model file: {e}") from None
     block = program.global_block()
     for name in feeds + fetches:

@@ -88,7 +88,8 @@ def save_vars(executor: Any, dirname: str, main_program: Program | None = None,
 
     Returns the path written. Example::
 
-        fluid.io.save_vars(exe, "ckpt", main, predicate=lambda v: v.name.startswith("fc"))
+        fluid.io.save_vars(exe, "ckpt", main,
+                           predicate=lambda v: v.persistable and v.name.startswith("fc"))
     """
     program = _as_program(main_program, "save_vars")
     chosen = _select_vars(program, vars, predicate, "save_vars")
@@ -430,16 +431,22 @@ def _select_vars(program: Program, vars: Any, predicate: Any, where: str) -> lis
 
 
 def _values(scope: Scope, chosen: list[Variable], where: str) -> dict[str, torch.Tensor]:
-    out, empty = {}, []
+    out, empty, temporaries = {}, [], []
     for var in chosen:
         holder = scope.find_var(var.name)
         value = None if holder is None else holder.value
         if value is None:
-            empty.append(var.name)
+            (empty if var.persistable else temporaries).append(var.name)
             continue
         if isinstance(value, SelectedRows):
             value = value.to_dense()
         out[var.name] = value.detach().to("cpu").contiguous().clone()
+    if temporaries:
+        # NOTE: Fluid's save_vars example selects by name alone, which picks these up.
+        raise ValueError(f"{where}: {_quoted(temporaries)} are not persistable: their values "
+                         "exist only during exe.run, so there is nothing to save; select "
+                         "persistable variables, e.g. predicate=lambda v: "
+                         "fluid.io.is_persistable(v) and v.name.startswith(...)")
     if empty:
         raise ValueError(f"{where}: no value in the scope for {_quoted(empty)}; run the "
                          "startup program first, or pass the scope that holds them (scope=)")

@@ -86,6 +86,19 @@ def test_saving_an_uninitialized_variable_says_to_run_startup(tmp_path: str) -> 
         fluid.io.save_params(m.exe, str(tmp_path), m.main, scope=empty)
 
 
+def test_selecting_temporaries_says_they_are_not_persistable(model: Model,
+                                                             tmp_path: str) -> None:
+    # Fluid's own save_vars example (predicate on the name alone) picks the fc temporaries.
+    with pytest.raises(ValueError, match="not persistable") as err:
+        fluid.io.save_vars(model.exe, str(tmp_path), model.main, scope=model.scope,
+                           predicate=lambda v: v.name.startswith("fc_0"))
+    message = str(err.value)
+    assert "'fc_0.tmp_0'" in message and "fluid.io.is_persistable(v) and" in message
+    assert "'fc_0.w_0'" not in message  # it has a value
+    assert "startup" not in message  # running the startup program would not help
+    assert not os.listdir(tmp_path)
+
+
 def test_scope_guard_sets_the_default_scope(model: Model, tmp_path: str) -> None:
     with fluid.scope_guard(model.scope):
         fluid.io.save_params(model.exe, str(tmp_path), model.main)

@@ -341,7 +341,7 @@ def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> N
                          f"file holds {sorted(tensors)}")
     for name, t in tensors.items():
         e = entries[name]
-        if list(t.shape) != e["shape"] or convert_dtype(t.dtype) != e["dtype"]:
+        if list(t.shape) != e["shape"] or _dtype_name(t.dtype) != e["dtype"]:
             raise ValueError(f"{path}: corrupt file: {name!r} is {_meta_str(t)} but the manifest "
                              f"says {e['dtype']}{e['shape']}")
         if "crc32" in e and _crc(t) != e["crc32"]:
@@ -461,7 +461,7 @@ def _check_against_program(path: str, tensors: dict[str, torch.Tensor],
         t = tensors.get(var.name)
         if t is None:
             continue
-        dtype = convert_dtype(t.dtype)
+        dtype = _dtype_name(t.dtype)
         if (var.dtype is not None and dtype != var.dtype) or \
                 (var.shape is not None and not shapes_compatible(var.shape, t.shape)):
             mismatched.append(f"{var.name}: the file has {_meta_str(t)}, the program expects "
@@ -488,8 +488,17 @@ def _crc(t: torch.Tensor) -> int:
     return zlib.crc32(flat.view(torch.uint8).numpy())
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    # NOTE: a file from another tool may hold dtypes parafluid has no name for (uint16,
+    # complex64, float8): torch's name makes them a reported mismatch, not a TypeError.
+    try:
+        return convert_dtype(dtype)
+    except TypeError:
+        return str(dtype).removeprefix("torch.")
+
+
 def _meta_str(t: torch.Tensor) -> str:
-    return f"{convert_dtype(t.dtype)}{list(t.shape)}"
+    return f"{_dtype_name(t.dtype)}{list(t.shape)}"
 
 
 def _quoted(names: Sequence[str]) -> str:

@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
 import parafluid as fluid
 from parafluid import io as fio
@@ -131,6 +132,22 @@ def test_dtype_mismatch_is_reported(model: Model, tmp_path: str) -> None:
     with pytest.raises(ValueError, match=r"fc_0\.w_0: the file has float32\[4, 8\], the "
                                          r"program expects float64\[4, 8\]"):
         fluid.io.load_params(double.exe, str(tmp_path), double.main, scope=double.scope)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.complex64])
+def test_a_dtype_parafluid_lacks_is_reported_as_a_mismatch(model: Model, tmp_path: str,
+                                                           dtype: torch.dtype) -> None:
+    # Written by another tool: plain safetensors, no parafluid manifest.
+    path = os.path.join(tmp_path, fio.DEFAULT_FILENAME)
+    values = {p.name: torch.from_numpy(v) for p, v in zip(model.main.all_parameters(),
+                                                          model.params().values())}
+    values["fc_0.w_0"] = values["fc_0.w_0"].to(dtype)
+    save_file(values, path)
+    name = str(dtype).replace("torch.", "")
+    with pytest.raises(ValueError, match=rf"fc_0\.w_0: the file has {name}\[4, 8\], the "
+                                         r"program expects float32\[4, 8\]") as err:
+        fluid.io.load_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+    assert path in str(err.value)
 
 
 def test_missing_and_unexpected_variables_are_listed(model: Model, tmp_path: str) -> None:

@@ -192,7 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                          args_list[0] not in ("-h", "--help", "--version")):
         args_list.insert(0, DEFAULT_COMMAND)
     args = build_parser().parse_args(args_list)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        # NOTE: saves are atomic, so an interrupted run leaves any previous model intact.
+        print(f"parafluid {args.command or DEFAULT_COMMAND}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -124,3 +124,14 @@ def test_batch_smaller_than_devices_is_a_usage_error(tmp_path, capsys) -> None:
     assert code == 2
     assert "--batch-size 2 is smaller than --devices 4" in captured.err
     assert "epoch" not in captured.out
+
+
+def test_ctrl_c_is_a_short_message_not_a_traceback(tmp_path, capsys, monkeypatch) -> None:
+    import parafluid.digits
+
+    def interrupted(cfg, log):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parafluid.digits, "train", interrupted)
+    assert main(["--epochs", "1", "--output", str(tmp_path / "m")]) == 130
+    assert "parafluid train: interrupted" in capsys.readouterr().err

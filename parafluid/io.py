@@ -142,11 +142,7 @@ def load_vars(executor: Any, dirname: str, main_program: Program | None = None,
     path = os.path.join(dirname, filename or DEFAULT_FILENAME)
     tensors, _ = read_tensors(path)
     _check_against_program(path, tensors, chosen, program)
-    scope = scope if scope is not None else global_scope()
-    device = getattr(executor, "device", torch.device("cpu"))
-    for var in chosen:
-        holder = scope.find_var(var.name) or scope.var(var.name)
-        holder.value = tensors[var.name].to(device)
+    _put_in_scope(scope, executor, chosen, tensors)
 
 
 def load_params(executor: Any, dirname: str, main_program: Program | None = None,
@@ -253,11 +249,7 @@ def load_inference_model(dirname: str, executor: Any, model_filename: str | None
                              f"model than {model_path} (a save was interrupted, or files from "
                              "two saves were mixed); save the model again")
         _check_against_program(params_path, tensors, chosen, program)
-        scope = scope if scope is not None else global_scope()
-        device = getattr(executor, "device", torch.device("cpu"))
-        for var in chosen:
-            holder = scope.find_var(var.name) or scope.var(var.name)
-            holder.value = tensors[var.name].to(device)
+        _put_in_scope(scope, executor, chosen, tensors)
     block = program.global_block()
     return [program, feeds, [block.var(n) for n in fetches]]
 
@@ -451,6 +443,18 @@ def _values(scope: Scope, chosen: list[Variable], where: str) -> dict[str, torch
         raise ValueError(f"{where}: no value in the scope for {_quoted(empty)}; run the "
                          "startup program first, or pass the scope that holds them (scope=)")
     return out
+
+
+def _put_in_scope(scope: Scope | None, executor: Any, chosen: list[Variable],
+                  tensors: dict[str, torch.Tensor]) -> None:
+    scope = scope if scope is not None else global_scope()
+    device = getattr(executor, "device", torch.device("cpu"))
+    # NOTE: every copy to the device is made before the scope changes: a copy that fails
+    # (out of device memory) must leave the scope as it was, not half loaded.
+    moved = {var.name: tensors[var.name].to(device) for var in chosen}
+    for name, value in moved.items():
+        holder = scope.find_var(name) or scope.var(name)
+        holder.value = value
 
 
 def _check_against_program(path: str, tensors: dict[str, torch.Tensor],

@@ -190,6 +190,27 @@ def test_truncated_file_is_an_error_and_loads_nothing(model: Model, tmp_path: st
         np.testing.assert_array_equal(other.value(name), value)
 
 
+def test_a_failed_device_copy_loads_nothing(model: Model, tmp_path: str, monkeypatch) -> None:
+    # On a GPU the copy of the 2nd variable can run out of memory: no variable may change.
+    fluid.io.save_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+    other = Model(seed=7)
+    before = other.params()
+    real_to, calls = torch.Tensor.to, []
+
+    def to(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory")
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        fluid.io.load_params(other.exe, str(tmp_path), other.main, scope=other.scope)
+    monkeypatch.undo()
+    for name, value in before.items():
+        np.testing.assert_array_equal(other.value(name), value)
+
+
 def test_flipped_data_byte_fails_the_checksum(model: Model, tmp_path: str) -> None:
     path = fluid.io.save_params(model.exe, str(tmp_path), model.main, scope=model.scope)
     data = bytearray(open(path, "rb").read())

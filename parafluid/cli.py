@@ -109,6 +109,11 @@ def _train(args: argparse.Namespace) -> int:
                       learning_rate=args.learning_rate, optimizer=args.optimizer,
                       hidden=tuple(args.hidden), seed=seed, output=args.output,
                       devices=args.devices)
+    if cfg.batch_size < cfg.devices:
+        print(f"parafluid train: error: --batch-size {cfg.batch_size} is smaller than --devices "
+              f"{cfg.devices}: each batch is split between the devices, so it needs at least "
+              "one image per device", file=sys.stderr)
+        return 2
     hidden = "-".join(str(h) for h in cfg.hidden)
     # NOTE: check the output directory before training, not after minutes of it.
     try:
@@ -187,7 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                          args_list[0] not in ("-h", "--help", "--version")):
         args_list.insert(0, DEFAULT_COMMAND)
     args = build_parser().parse_args(args_list)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        # NOTE: saves are atomic, so an interrupted run leaves any previous model intact.
+        print(f"parafluid {args.command or DEFAULT_COMMAND}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -110,6 +110,9 @@ def _make_optimizer(cfg: TrainConfig) -> Any:
 
 def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
     """Train, report one line per epoch through ``log``, save and re-load the model, test it."""
+    if cfg.batch_size < cfg.devices:
+        raise ValueError(f"train: batch_size {cfg.batch_size} is smaller than devices "
+                         f"{cfg.devices}; each batch is split between the devices")
     x_train, y_train, x_test, y_test = load_data()
     net = build_model(cfg)
     scope = fluid.Scope()

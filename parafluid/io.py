@@ -88,7 +88,8 @@ def save_vars(executor: Any, dirname: str, main_program: Program | None = None,
 
     Returns the path written. Example::
 
-        fluid.io.save_vars(exe, "ckpt", main, predicate=lambda v: v.name.startswith("fc"))
+        fluid.io.save_vars(exe, "ckpt", main,
+                           predicate=lambda v: v.persistable and v.name.startswith("fc"))
     """
     program = _as_program(main_program, "save_vars")
     chosen = _select_vars(program, vars, predicate, "save_vars")
@@ -141,11 +142,7 @@ def load_vars(executor: Any, dirname: str, main_program: Program | None = None,
     path = os.path.join(dirname, filename or DEFAULT_FILENAME)
     tensors, _ = read_tensors(path)
     _check_against_program(path, tensors, chosen, program)
-    scope = scope if scope is not None else global_scope()
-    device = getattr(executor, "device", torch.device("cpu"))
-    for var in chosen:
-        holder = scope.find_var(var.name) or scope.var(var.name)
-        holder.value = tensors[var.name].to(device)
+    _put_in_scope(scope, executor, chosen, tensors)
 
 
 def load_params(executor: Any, dirname: str, main_program: Program | None = None,
@@ -252,11 +249,7 @@ def load_inference_model(dirname: str, executor: Any, model_filename: str | None
                              f"model than {model_path} (a save was interrupted, or files from "
                              "two saves were mixed); save the model again")
         _check_against_program(params_path, tensors, chosen, program)
-        scope = scope if scope is not None else global_scope()
-        device = getattr(executor, "device", torch.device("cpu"))
-        for var in chosen:
-            holder = scope.find_var(var.name) or scope.var(var.name)
-            holder.value = tensors[var.name].to(device)
+        _put_in_scope(scope, executor, chosen, tensors)
     block = program.global_block()
     return [program, feeds, [block.var(n) for n in fetches]]
 
@@ -281,7 +274,8 @@ def decode_model(data: bytes, where: str = "<bytes>") -> tuple[Program, list[str
         feeds = [str(n) for n in io_names["feed_target_names"]]
         fetches = [str(n) for n in io_names["fetch_target_names"]]
         program = program_from_dict(doc)
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
+            AttributeError, IndexError) as e:  # well-formed JSON of the wrong shape
         raise ValueError(f"{where}: corrupt or truncated model file: {e}") from None
     block = program.global_block()
     for name in feeds + fetches:
@@ -326,6 +320,9 @@ def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> N
         manifest = json.loads(text)
         entries = {e["name"]: e for e in manifest["vars"]}
         version = manifest["format"]
+        lacking = [n for n, e in entries.items() if "shape" not in e or "dtype" not in e]
+        if lacking:
+            raise KeyError(f"no shape or dtype for {_quoted(lacking)}")
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: corrupt manifest in the file metadata: {e}") from None
     if version != VARS_FORMAT:
@@ -336,7 +333,7 @@ def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> N
                          f"file holds {sorted(tensors)}")
     for name, t in tensors.items():
         e = entries[name]
-        if list(t.shape) != e["shape"] or convert_dtype(t.dtype) != e["dtype"]:
+        if list(t.shape) != e["shape"] or _dtype_name(t.dtype) != e["dtype"]:
             raise ValueError(f"{path}: corrupt file: {name!r} is {_meta_str(t)} but the manifest "
                              f"says {e['dtype']}{e['shape']}")
         if "crc32" in e and _crc(t) != e["crc32"]:
@@ -426,20 +423,38 @@ def _select_vars(program: Program, vars: Any, predicate: Any, where: str) -> lis
 
 
 def _values(scope: Scope, chosen: list[Variable], where: str) -> dict[str, torch.Tensor]:
-    out, empty = {}, []
+    out, empty, temporaries = {}, [], []
     for var in chosen:
         holder = scope.find_var(var.name)
         value = None if holder is None else holder.value
         if value is None:
-            empty.append(var.name)
+            (empty if var.persistable else temporaries).append(var.name)
             continue
         if isinstance(value, SelectedRows):
             value = value.to_dense()
         out[var.name] = value.detach().to("cpu").contiguous().clone()
+    if temporaries:
+        # NOTE: Fluid's save_vars example selects by name alone, which picks these up.
+        raise ValueError(f"{where}: {_quoted(temporaries)} are not persistable: their values "
+                         "exist only during exe.run, so there is nothing to save; select "
+                         "persistable variables, e.g. predicate=lambda v: "
+                         "fluid.io.is_persistable(v) and v.name.startswith(...)")
     if empty:
         raise ValueError(f"{where}: no value in the scope for {_quoted(empty)}; run the "
                          "startup program first, or pass the scope that holds them (scope=)")
     return out
+
+
+def _put_in_scope(scope: Scope | None, executor: Any, chosen: list[Variable],
+                  tensors: dict[str, torch.Tensor]) -> None:
+    scope = scope if scope is not None else global_scope()
+    device = getattr(executor, "device", torch.device("cpu"))
+    # NOTE: every copy to the device is made before the scope changes: a copy that fails
+    # (out of device memory) must leave the scope as it was, not half loaded.
+    moved = {var.name: tensors[var.name].to(device) for var in chosen}
+    for name, value in moved.items():
+        holder = scope.find_var(name) or scope.var(name)
+        holder.value = value
 
 
 def _check_against_program(path: str, tensors: dict[str, torch.Tensor],
@@ -450,7 +465,7 @@ def _check_against_program(path: str, tensors: dict[str, torch.Tensor],
         t = tensors.get(var.name)
         if t is None:
             continue
-        dtype = convert_dtype(t.dtype)
+        dtype = _dtype_name(t.dtype)
         if (var.dtype is not None and dtype != var.dtype) or \
                 (var.shape is not None and not shapes_compatible(var.shape, t.shape)):
             mismatched.append(f"{var.name}: the file has {_meta_str(t)}, the program expects "
@@ -477,8 +492,17 @@ def _crc(t: torch.Tensor) -> int:
     return zlib.crc32(flat.view(torch.uint8).numpy())
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    # NOTE: a file from another tool may hold dtypes parafluid has no name for (uint16,
+    # complex64, float8): torch's name makes them a reported mismatch, not a TypeError.
+    try:
+        return convert_dtype(dtype)
+    except TypeError:
+        return str(dtype).removeprefix("torch.")
+
+
 def _meta_str(t: torch.Tensor) -> str:
-    return f"{convert_dtype(t.dtype)}{list(t.shape)}"
+    return f"{_dtype_name(t.dtype)}{list(t.shape)}"
 
 
 def _quoted(names: Sequence[str]) -> str:

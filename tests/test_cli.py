@@ -114,3 +114,24 @@ def test_data_parallel_training_on_two_cpu_devices(tmp_path, capsys) -> None:
     losses = [float(v) for v in re.findall(r"loss ([\d.]+)", out)]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert float(re.search(r"test accuracy ([\d.]+)", out)[1]) > 0.8
+
+
+def test_batch_smaller_than_devices_is_a_usage_error(tmp_path, capsys) -> None:
+    # Every batch would be skipped (it cannot be split), leaving an epoch with no samples.
+    code = main(["--devices", "4", "--batch-size", "2", "--epochs", "1",
+                 "--output", str(tmp_path / "m")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "--batch-size 2 is smaller than --devices 4" in captured.err
+    assert "epoch" not in captured.out
+
+
+def test_ctrl_c_is_a_short_message_not_a_traceback(tmp_path, capsys, monkeypatch) -> None:
+    import parafluid.digits
+
+    def interrupted(cfg, log):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parafluid.digits, "train", interrupted)
+    assert main(["--epochs", "1", "--output", str(tmp_path / "m")]) == 130
+    assert "parafluid train: interrupted" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
 import parafluid as fluid
 from parafluid import io as fio
@@ -86,6 +87,19 @@ def test_saving_an_uninitialized_variable_says_to_run_startup(tmp_path: str) -> 
         fluid.io.save_params(m.exe, str(tmp_path), m.main, scope=empty)
 
 
+def test_selecting_temporaries_says_they_are_not_persistable(model: Model,
+                                                             tmp_path: str) -> None:
+    # Fluid's own save_vars example (predicate on the name alone) picks the fc temporaries.
+    with pytest.raises(ValueError, match="not persistable") as err:
+        fluid.io.save_vars(model.exe, str(tmp_path), model.main, scope=model.scope,
+                           predicate=lambda v: v.name.startswith("fc_0"))
+    message = str(err.value)
+    assert "'fc_0.tmp_0'" in message and "fluid.io.is_persistable(v) and" in message
+    assert "'fc_0.w_0'" not in message  # it has a value
+    assert "startup" not in message  # running the startup program would not help
+    assert not os.listdir(tmp_path)
+
+
 def test_scope_guard_sets_the_default_scope(model: Model, tmp_path: str) -> None:
     with fluid.scope_guard(model.scope):
         fluid.io.save_params(model.exe, str(tmp_path), model.main)
@@ -118,6 +132,22 @@ def test_dtype_mismatch_is_reported(model: Model, tmp_path: str) -> None:
     with pytest.raises(ValueError, match=r"fc_0\.w_0: the file has float32\[4, 8\], the "
                                          r"program expects float64\[4, 8\]"):
         fluid.io.load_params(double.exe, str(tmp_path), double.main, scope=double.scope)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.complex64])
+def test_a_dtype_parafluid_lacks_is_reported_as_a_mismatch(model: Model, tmp_path: str,
+                                                           dtype: torch.dtype) -> None:
+    # Written by another tool: plain safetensors, no parafluid manifest.
+    path = os.path.join(tmp_path, fio.DEFAULT_FILENAME)
+    values = {p.name: torch.from_numpy(v) for p, v in zip(model.main.all_parameters(),
+                                                          model.params().values())}
+    values["fc_0.w_0"] = values["fc_0.w_0"].to(dtype)
+    save_file(values, path)
+    name = str(dtype).replace("torch.", "")
+    with pytest.raises(ValueError, match=rf"fc_0\.w_0: the file has {name}\[4, 8\], the "
+                                         r"program expects float32\[4, 8\]") as err:
+        fluid.io.load_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+    assert path in str(err.value)
 
 
 def test_missing_and_unexpected_variables_are_listed(model: Model, tmp_path: str) -> None:
@@ -160,6 +190,27 @@ def test_truncated_file_is_an_error_and_loads_nothing(model: Model, tmp_path: st
         np.testing.assert_array_equal(other.value(name), value)
 
 
+def test_a_failed_device_copy_loads_nothing(model: Model, tmp_path: str, monkeypatch) -> None:
+    # On a GPU the copy of the 2nd variable can run out of memory: no variable may change.
+    fluid.io.save_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+    other = Model(seed=7)
+    before = other.params()
+    real_to, calls = torch.Tensor.to, []
+
+    def to(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory")
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        fluid.io.load_params(other.exe, str(tmp_path), other.main, scope=other.scope)
+    monkeypatch.undo()
+    for name, value in before.items():
+        np.testing.assert_array_equal(other.value(name), value)
+
+
 def test_flipped_data_byte_fails_the_checksum(model: Model, tmp_path: str) -> None:
     path = fluid.io.save_params(model.exe, str(tmp_path), model.main, scope=model.scope)
     data = bytearray(open(path, "rb").read())
@@ -167,6 +218,18 @@ def test_flipped_data_byte_fails_the_checksum(model: Model, tmp_path: str) -> No
     open(path, "wb").write(bytes(data))
     with pytest.raises(ValueError, match="fails its checksum"):
         fluid.io.load_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+
+
+@pytest.mark.parametrize("key", [b"shape", b"dtype"])
+def test_flipped_manifest_key_is_a_corrupt_file_error(model: Model, tmp_path: str,
+                                                      key: bytes) -> None:
+    path = fluid.io.save_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+    data = open(path, "rb").read()
+    assert key in data
+    open(path, "wb").write(data.replace(key, key[:-1] + b"_", 1))  # one entry loses its key
+    with pytest.raises(ValueError, match="corrupt manifest") as err:
+        fluid.io.load_params(model.exe, str(tmp_path), model.main, scope=model.scope)
+    assert path in str(err.value)
 
 
 class _Exploit:

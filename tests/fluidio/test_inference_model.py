@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 import numpy as np
@@ -138,3 +139,25 @@ def test_bad_arguments_are_type_errors(model: Model, tmp_path: str) -> None:
     with pytest.raises(TypeError, match="target_vars"):
         fluid.io.save_inference_model(str(tmp_path), ["x"], ["pred"], model.exe, model.main,
                                       scope=model.scope)
+
+
+@pytest.mark.parametrize("damage", ["ops not a list", "var not a dict", "attrs not a dict"])
+def test_well_formed_json_with_a_wrong_structure_is_a_corrupt_model(model: Model, tmp_path: str,
+                                                                    damage: str) -> None:
+    fluid.io.save_inference_model(str(tmp_path), ["x"], [model.pred], model.exe, model.main,
+                                  scope=model.scope)
+    path = tmp_path / fio.MODEL_FILENAME
+    data = path.read_bytes()
+    magic, _, body = data.partition(b"\n")  # the header line, then the JSON document
+    doc = json.loads(body)
+    block = doc["blocks"][0]
+    if damage == "ops not a list":
+        block["ops"][0] = 5
+    elif damage == "var not a dict":
+        block["vars"][0] = [1]
+    else:
+        block["ops"][0]["attrs"] = []
+    path.write_bytes(magic + b"\n" + json.dumps(doc).encode())
+    with pytest.raises(ValueError, match="corrupt or truncated model file") as err:
+        fluid.io.load_inference_model(str(tmp_path), model.exe, scope=fluid.Scope())
+    assert str(path) in str(err.value)

@@ -191,3 +191,17 @@ def test_linear_regression_converges():
     assert loss[0] < 1e-4 < first[0]
     w = np.array(fluid.global_scope().find_var("fc_0.w_0").get_tensor())
     np.testing.assert_allclose(w, true_w, atol=1e-2)
+
+
+def test_cast_to_the_same_dtype_is_a_copy_not_an_alias():
+    """A same-dtype cast of a parameter, fetched after the update, shows the old value."""
+    x, _, out, loss = build()
+    w = fluid.default_main_program().global_block().var("fc_0.w_0")
+    w_cast = fluid.layers.cast(w, "float32")
+    fluid.optimizer.SGD(learning_rate=1.0).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(fluid.default_startup_program())
+    before = np.array(fluid.global_scope().find_var("fc_0.w_0").get_tensor())
+    got, after = exe.run(feed={"x": np.ones((2, 3), "float32")}, fetch_list=[w_cast, w])
+    assert not np.array_equal(before, after)
+    np.testing.assert_array_equal(got, before)

@@ -144,6 +144,7 @@ def test_verifier_reports_each_problem():
     blk.ops.append(Operator(blk, "relu_", {"X": ["a"]}, {"Out": ["d"]}, {}))
     blk.ops.append(Operator(blk, "scale", {"X": ["missing"], "Bad": ["a"]}, {"Out": ["d"]},
                             {"scale": 1.0, "bias": 0.0, "bias_after_scale": True}))
+    blk.ops.append(Operator(blk, "relu", {"X": ["a", "d"]}, {"Out": ["d", "c"]}, {}))
     with pytest.raises(ProgramVerificationError) as info:
         prog.verify()
     problems = "\n".join(info.value.problems)
@@ -152,6 +153,8 @@ def test_verifier_reports_each_problem():
     assert "unknown op type 'no_such_op'" in problems
     assert "unknown input slot 'Bad'" in problems
     assert "input 'missing' is not a variable" in problems
+    assert "op #4 relu: input slot 'X' takes one variable, got 2: ['a', 'd']" in problems
+    assert "op #4 relu: output slot 'Out' takes one variable, got 2: ['d', 'c']" in problems
 
 
 def test_append_op_errors_name_op_slot_and_shapes():

@@ -184,3 +184,15 @@ def test_program_guard_type_errors():
     with pytest.raises(TypeError, match="main_program must be a Program"):
         with fluid.program_guard("nope"):
             pass
+
+
+def test_shared_parameter_name_with_another_shape_is_an_error():
+    x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+    x2 = fluid.layers.data(name="x2", shape=[4], dtype="float32")
+    a = fluid.layers.fc(x, size=2, param_attr="w", bias_attr="b")
+    b = fluid.layers.fc(x, size=2, param_attr="w", bias_attr="b")  # same sizes: shared
+    assert [p.name for p in fluid.default_main_program().all_parameters()] == ["w", "b"]
+    assert a.shape == b.shape == (-1, 2)
+    with pytest.raises(ValueError, match=r"parameter 'w' was created before with shape \[3, 2\] "
+                                         r"float32; now asked for shape \[4, 5\] float32"):
+        fluid.layers.fc(x2, size=5, param_attr="w", bias_attr=False)

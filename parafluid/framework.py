@@ -174,11 +174,11 @@ def _as_shape(shape: Sequence[int], name: str) -> tuple[int, ...]:
 
 
 def _normalize_attr(value: Any) -> Any:
-    """Attrs are plain data: numpy scalars become Python scalars, tuples become lists."""
+    """Attrs are plain data: numpy scalars and arrays become Python scalars and lists."""
     if isinstance(value, Block):
         return value
-    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
-        return value.item()
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):
+        return value.tolist()  # numpy scalar (ndim 0) -> scalar, array -> nested lists
     if isinstance(value, (list, tuple)):
         return [_normalize_attr(v) for v in value]
     return value

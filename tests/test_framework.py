@@ -196,3 +196,16 @@ def test_shared_parameter_name_with_another_shape_is_an_error():
     with pytest.raises(ValueError, match=r"parameter 'w' was created before with shape \[3, 2\] "
                                          r"float32; now asked for shape \[4, 5\] float32"):
         fluid.layers.fc(x2, size=5, param_attr="w", bias_attr=False)
+
+
+def test_numpy_attrs_become_plain_data():
+    """A numpy array attr is stored as a list, so the program prints and serializes."""
+    prog = fluid.Program()
+    blk = prog.global_block()
+    blk.create_var(name="o")
+    op = blk.append_op("fill_constant", outputs={"Out": ["o"]},
+                       attrs={"shape": np.array([2, 3]), "value": np.float32(1.5)})
+    assert op.attr("shape") == [2, 3] and type(op.attr("shape")[0]) is int
+    assert "shape=[2, 3]" in str(prog)
+    again = fluid.Program.parse_from_string(prog.serialize_to_string())
+    assert str(again) == str(prog)

@@ -56,12 +56,11 @@ def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
         params = [p for p in program.global_block().all_parameters() if p.trainable]
     no_grad = _names(no_grad_set)
     _mark_loss_op(block, loss)
-    with program._role_guard(OpRole.Backward | OpRole.Loss):
-        block.append_op("fill_constant", outputs={"Out": [grad_var_name(loss.name)]},
-                        attrs={"shape": list(loss.shape or [1]), "value": 1.0,
-                               "dtype": loss.dtype or "float32"})
+    seed = {"type": "fill_constant", "inputs": {}, "outputs": {"Out": [grad_var_name(loss.name)]},
+            "attrs": {"shape": list(loss.shape or [1]), "value": 1.0,
+                      "dtype": loss.dtype or "float32", "op_role": OpRole.Backward | OpRole.Loss}}
     sources = {p.name for p in params} - no_grad
-    produced = _append_grad_ops(block, [loss.name], sources, no_grad)
+    produced = _append_grad_ops(block, [loss.name], [seed], sources, no_grad)
     program._appending_grad_times += 1
     pairs = []
     for p in params:
@@ -92,17 +91,16 @@ def gradients(targets: Any, inputs: Any, target_gradients: Any = None,
     if len(target_gradients) != len(targets):
         raise ValueError(f"gradients: {len(targets)} targets but {len(target_gradients)} "
                          "target_gradients")
-    with program._role_guard(OpRole.Backward):
-        for t, tg in zip(targets, target_gradients):
-            gname = grad_var_name(t.name)
-            if tg is None:
-                block.append_op("fill_any_like", inputs={"X": [t]}, outputs={"Out": [gname]},
-                                attrs={"value": 1.0})
-            else:
-                block.append_op("assign", inputs={"X": [tg]}, outputs={"Out": [gname]})
+    seeds = []
+    for t, tg in zip(targets, target_gradients):
+        out = {"Out": [grad_var_name(t.name)]}
+        seeds.append({"type": "fill_any_like", "inputs": {"X": [t.name]}, "outputs": out,
+                      "attrs": {"value": 1.0}} if tg is None else
+                     {"type": "assign", "inputs": {"X": _ordered_names([tg])}, "outputs": out,
+                      "attrs": {}})
     no_grad = _names(no_grad_set)
     sources = {v.name for v in inputs_list} - no_grad
-    produced = _append_grad_ops(block, [t.name for t in targets], sources, no_grad)
+    produced = _append_grad_ops(block, [t.name for t in targets], seeds, sources, no_grad)
     program._appending_grad_times += 1
     return [block.var(grad_var_name(v.name)) if grad_var_name(v.name) in produced else None
             for v in inputs_list]
@@ -132,9 +130,13 @@ def _mark_loss_op(block: Any, loss: Variable) -> None:
             return
 
 
-def _append_grad_ops(block: Any, targets: list[str], sources: set[str],
-                     no_grad: set[str]) -> set[str]:
-    """Emit gradient ops for the ops between ``sources`` and ``targets``; return grad names."""
+def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]],
+                     sources: set[str], no_grad: set[str]) -> set[str]:
+    """Emit gradient ops for the ops between ``sources`` and ``targets``; return grad names.
+
+    ``seeds`` are the specs of the ops that write the targets' gradients; they go first and
+    count as ordinary contributions (a target that another target depends on gets a sum).
+    """
     fwd_ops = [op for op in block.ops
                if not (op.attrs.get("op_role", 0) & (OpRole.Backward | OpRole.Optimize))]
     # Forward: which variables carry a gradient (depend on a source through differentiable
@@ -159,7 +161,7 @@ def _append_grad_ops(block: Any, targets: list[str], sources: set[str],
             path.append(op)
             needed.update(op.input_arg_names)
     specs: list[dict[str, Any]] = []
-    produced = {grad_var_name(t) for t in targets}
+    produced: set[str] = set()
     pending: dict[str, list[str]] = {}  # grad name -> renamed parts awaiting a sum
     writer: dict[str, tuple[dict[str, Any], str, int]] = {}
     renames: dict[str, int] = {}
@@ -170,6 +172,30 @@ def _append_grad_ops(block: Any, targets: list[str], sources: set[str],
             specs.append({"type": "sum", "inputs": {"X": parts}, "outputs": {"Out": [name]},
                           "attrs": {}})
 
+    def add(spec: dict[str, Any]) -> None:
+        for names in spec["inputs"].values():
+            for n in names:
+                flush(n)
+        for slot, names in spec["outputs"].items():
+            for i, n in enumerate(names):
+                if n == EMPTY:
+                    continue
+                if n in produced:
+                    if n not in pending:  # second writer: rename the first one too
+                        first_spec, first_slot, first_i = writer[n]
+                        part0 = _renamed(n, renames)
+                        first_spec["outputs"][first_slot][first_i] = part0
+                        pending[n] = [part0]
+                    part = _renamed(n, renames)
+                    names[i] = part
+                    pending[n].append(part)
+                else:
+                    produced.add(n)
+                    writer[n] = (spec, slot, i)
+        specs.append(spec)
+
+    for seed in seeds:
+        add(seed)
     for op in path:  # already in reverse order
         opdef = get_op_def(op.type)
         if opdef.grad is None:
@@ -182,27 +208,9 @@ def _append_grad_ops(block: Any, targets: list[str], sources: set[str],
             ok, zero_fills = _prune_missing_grads(spec, produced)
             if not ok:
                 continue
-            specs.extend(zero_fills)
-            for names in spec["inputs"].values():
-                for n in names:
-                    flush(n)
-            for slot, names in spec["outputs"].items():
-                for i, n in enumerate(names):
-                    if n == EMPTY:
-                        continue
-                    if n in produced:
-                        if n not in pending:  # second writer: rename the first one too
-                            first_spec, first_slot, first_i = writer[n]
-                            part0 = _renamed(n, renames)
-                            first_spec["outputs"][first_slot][first_i] = part0
-                            pending[n] = [part0]
-                        part = _renamed(n, renames)
-                        names[i] = part
-                        pending[n].append(part)
-                    else:
-                        produced.add(n)
-                        writer[n] = (spec, slot, i)
-            specs.append(spec)
+            for fill in zero_fills:
+                add(fill)
+            add(spec)
     for name in list(pending):
         flush(name)
     with block.program._role_guard(OpRole.Backward):
@@ -246,10 +254,7 @@ def _prune_missing_grads(spec: dict[str, Any],
                 zero_fills.append({"type": "fill_zeros_like",
                                    "inputs": {"X": [n[: -len(GRAD_SUFFIX)]]},
                                    "outputs": {"Out": [n]}, "attrs": {}})
-    ok = have_any or not has_grad_inputs
-    if ok:  # NOTE: only now: a dropped op's zero fills are never emitted
-        produced.update(z["outputs"]["Out"][0] for z in zero_fills)
-    return ok, zero_fills
+    return have_any or not has_grad_inputs, zero_fills
 
 
 def _set_op_role_var(block: Any, pairs: list[tuple[Parameter, Variable]]) -> None:

@@ -257,13 +257,15 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
     if var.shape is not None and not shapes_compatible(var.shape, shape):
         raise ValueError(f"feed {name!r}: expected shape {list(var.shape)} (-1 = any), "
                          f"got {list(shape)}")
+    # NOTE: a persistable may be updated in place later (optimizer ops): never alias the
+    # caller's memory for one.
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return value.to(device, copy=var.persistable)
     if not value.flags.c_contiguous or not value.flags.writeable:
-        value = np.ascontiguousarray(value).copy()
+        value = np.array(value, order="C")
+    elif var.persistable:
+        value = value.copy()
     t = torch.from_numpy(value)
-    if var.persistable:
-        t = t.clone()  # a persistable may be updated in place later: never alias user memory
     return t if device.type == "cpu" else t.to(device)
 
 

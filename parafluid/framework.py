@@ -174,11 +174,11 @@ def _as_shape(shape: Sequence[int], name: str) -> tuple[int, ...]:
 
 
 def _normalize_attr(value: Any) -> Any:
-    """Attrs are plain data: numpy scalars become Python scalars, tuples become lists."""
+    """Attrs are plain data: numpy scalars and arrays become Python scalars and lists."""
     if isinstance(value, Block):
         return value
-    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
-        return value.item()
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):
+        return value.tolist()  # numpy scalar (ndim 0) -> scalar, array -> nested lists
     if isinstance(value, (list, tuple)):
         return [_normalize_attr(v) for v in value]
     return value
@@ -332,8 +332,18 @@ class Block:
     def create_parameter(self, **kwargs: Any) -> Parameter:
         kwargs.pop("initializer", None)
         name = kwargs.get("name")
-        if name in self.vars and isinstance(self.vars[name], Parameter):
-            return self.vars[name]  # type: ignore[return-value]
+        existing = self.vars.get(name) if name is not None else None
+        if isinstance(existing, Parameter):
+            # A shared parameter (two layers with one ParamAttr name) must agree, as in Fluid.
+            shape = _as_shape(kwargs.get("shape") or (), name)
+            dtype = convert_dtype(kwargs["dtype"]) if kwargs.get("dtype") is not None \
+                else existing.dtype
+            if shape != existing.shape or dtype != existing.dtype:
+                raise ValueError(f"parameter {name!r} was created before with shape "
+                                 f"{list(existing.shape or ())} {existing.dtype}; now asked for "
+                                 f"shape {list(shape)} {dtype}: a shared parameter must keep its "
+                                 "shape and dtype (or give the layers different ParamAttr names)")
+            return existing
         param = Parameter(self, **kwargs)
         self.vars[param.name] = param
         self.program._bump()

@@ -59,11 +59,11 @@ def bind_op(op: Any, device: Any, runtime: Any = None) -> Runner:
     out_spec = [(slot.name, tuple(op.outputs[slot.name]), slot.duplicable)
                 for slot in opdef.outputs if op.outputs.get(slot.name)]
 
-    # NOTE: the common shapes (single-variable slots) get straight-line closures: this is the
-    # per-op hot path of every executor.
-    if all(not dup and len(names) == 1 for _, names, dup in in_spec) and \
+    # NOTE: the common shapes (single-variable slots, absent optional ones) get straight-line
+    # closures: this is the per-op hot path of every executor.
+    if all(not dup and len(names) <= 1 for _, names, dup in in_spec) and \
             all(not dup and len(names) == 1 for _, names, dup in out_spec):
-        in_pairs = tuple((slot, names[0]) for slot, names, _ in in_spec)
+        in_pairs = tuple((slot, names[0]) for slot, names, _ in in_spec if names)
         absent = tuple(slot for slot, names, _ in in_spec if not names)
         out_pairs = tuple((slot, names[0]) for slot, names, _ in out_spec
                           if names[0] != EMPTY)

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ops.registry import EMPTY, Meta, get_op_def, input_metas, shapes_compatible
+from .ops.registry import (
+    EMPTY,
+    Meta,
+    get_op_def,
+    input_metas,
+    shapes_compatible,
+    slot_problems,
+)
 
 __all__ = ["verify", "ProgramVerificationError", "find_problems"]
 
@@ -42,7 +49,7 @@ def find_problems(program: Any) -> list[str]:
             except ValueError as e:
                 problems.append(f"{where}: {e}")
                 continue
-            problems += _check_slots(where, op, opdef)
+            problems += [f"{where}: {p}" for p in slot_problems(op, opdef)]
             for name in op.input_arg_names:
                 if name == EMPTY:
                     continue
@@ -58,21 +65,6 @@ def find_problems(program: Any) -> list[str]:
                 defined.add(name)
             problems += _check_shapes(where, op, opdef, block)
     return problems
-
-
-def _check_slots(where: str, op: Any, opdef: Any) -> list[str]:
-    out = []
-    for kind, given, slots in (("input", op.inputs, opdef.input_by_name),
-                               ("output", op.outputs, opdef.output_by_name)):
-        for name in given:
-            if name not in slots:
-                out.append(f"{where}: unknown {kind} slot {name!r} "
-                           f"(expected {', '.join(map(str, slots.values()))})")
-        if kind == "input":
-            for slot in slots.values():
-                if not slot.optional and not given.get(slot.name):
-                    out.append(f"{where}: required input slot {slot.name!r} is empty")
-    return out
 
 
 def _check_shapes(where: str, op: Any, opdef: Any, block: Any) -> list[str]:

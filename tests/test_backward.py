@@ -202,6 +202,22 @@ def test_gradients_with_target_gradients():
     np.testing.assert_allclose(got, s @ w0.T, rtol=1e-12)
 
 
+
+def test_gradients_of_targets_that_feed_each_other():
+    """d(y1 + y2)/dx where y2 = 3 * y1: the seed of y1@GRAD and y2's contribution add up;
+    a target listed twice counts twice."""
+    for targets, want in ((lambda y1, y2: [y1, y2], 2.0 + 6.0), (lambda y1, y2: [y1, y1], 4.0)):
+        main, startup = _programs()
+        with fluid.program_guard(main, startup):
+            x = L.data(name="x", shape=[3], dtype="float64", stop_gradient=False)
+            y1 = L.scale(x, scale=2.0)
+            y2 = L.scale(y1, scale=3.0)
+            (gx,) = fluid.gradients(targets(y1, y2), [x])
+        main.verify()
+        (got,) = fluid.Executor().run(main, feed={"x": X[:, :3]}, fetch_list=[gx],
+                                      scope=fluid.Scope())
+        np.testing.assert_allclose(got, np.full((6, 3), want))
+
 @pytest.mark.parametrize("make_opt", [
     lambda: fluid.optimizer.Momentum(learning_rate=0.05, momentum=0.9),
     lambda: fluid.optimizer.Adam(learning_rate=0.1),

@@ -191,3 +191,29 @@ def test_linear_regression_converges():
     assert loss[0] < 1e-4 < first[0]
     w = np.array(fluid.global_scope().find_var("fc_0.w_0").get_tensor())
     np.testing.assert_allclose(w, true_w, atol=1e-2)
+
+
+def test_feeding_a_torch_tensor_does_not_alias_it_for_persistables():
+    x, _, out, loss = build()
+    fluid.optimizer.SGD(learning_rate=1.0).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(fluid.default_startup_program())
+    w = torch.ones(3, 2)
+    exe.run(feed={"x": np.ones((2, 3), "float32"), "fc_0.w_0": w}, fetch_list=[loss])
+    assert torch.equal(w, torch.ones(3, 2))  # the SGD update went to the scope's copy
+    updated = np.array(fluid.global_scope().find_var("fc_0.w_0").get_tensor())
+    assert not np.array_equal(updated, np.ones((3, 2), "float32"))
+
+
+def test_cast_to_the_same_dtype_is_a_copy_not_an_alias():
+    """A same-dtype cast of a parameter, fetched after the update, shows the old value."""
+    x, _, out, loss = build()
+    w = fluid.default_main_program().global_block().var("fc_0.w_0")
+    w_cast = fluid.layers.cast(w, "float32")
+    fluid.optimizer.SGD(learning_rate=1.0).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(fluid.default_startup_program())
+    before = np.array(fluid.global_scope().find_var("fc_0.w_0").get_tensor())
+    got, after = exe.run(feed={"x": np.ones((2, 3), "float32")}, fetch_list=[w_cast, w])
+    assert not np.array_equal(before, after)
+    np.testing.assert_array_equal(got, before)

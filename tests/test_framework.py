@@ -144,6 +144,7 @@ def test_verifier_reports_each_problem():
     blk.ops.append(Operator(blk, "relu_", {"X": ["a"]}, {"Out": ["d"]}, {}))
     blk.ops.append(Operator(blk, "scale", {"X": ["missing"], "Bad": ["a"]}, {"Out": ["d"]},
                             {"scale": 1.0, "bias": 0.0, "bias_after_scale": True}))
+    blk.ops.append(Operator(blk, "relu", {"X": ["a", "d"]}, {"Out": ["d", "c"]}, {}))
     with pytest.raises(ProgramVerificationError) as info:
         prog.verify()
     problems = "\n".join(info.value.problems)
@@ -152,6 +153,8 @@ def test_verifier_reports_each_problem():
     assert "unknown op type 'no_such_op'" in problems
     assert "unknown input slot 'Bad'" in problems
     assert "input 'missing' is not a variable" in problems
+    assert "op #4 relu: input slot 'X' takes one variable, got 2: ['a', 'd']" in problems
+    assert "op #4 relu: output slot 'Out' takes one variable, got 2: ['d', 'c']" in problems
 
 
 def test_append_op_errors_name_op_slot_and_shapes():
@@ -181,3 +184,28 @@ def test_program_guard_type_errors():
     with pytest.raises(TypeError, match="main_program must be a Program"):
         with fluid.program_guard("nope"):
             pass
+
+
+def test_shared_parameter_name_with_another_shape_is_an_error():
+    x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+    x2 = fluid.layers.data(name="x2", shape=[4], dtype="float32")
+    a = fluid.layers.fc(x, size=2, param_attr="w", bias_attr="b")
+    b = fluid.layers.fc(x, size=2, param_attr="w", bias_attr="b")  # same sizes: shared
+    assert [p.name for p in fluid.default_main_program().all_parameters()] == ["w", "b"]
+    assert a.shape == b.shape == (-1, 2)
+    with pytest.raises(ValueError, match=r"parameter 'w' was created before with shape \[3, 2\] "
+                                         r"float32; now asked for shape \[4, 5\] float32"):
+        fluid.layers.fc(x2, size=5, param_attr="w", bias_attr=False)
+
+
+def test_numpy_attrs_become_plain_data():
+    """A numpy array attr is stored as a list, so the program prints and serializes."""
+    prog = fluid.Program()
+    blk = prog.global_block()
+    blk.create_var(name="o")
+    op = blk.append_op("fill_constant", outputs={"Out": ["o"]},
+                       attrs={"shape": np.array([2, 3]), "value": np.float32(1.5)})
+    assert op.attr("shape") == [2, 3] and type(op.attr("shape")[0]) is int
+    assert "shape=[2, 3]" in str(prog)
+    again = fluid.Program.parse_from_string(prog.serialize_to_string())
+    assert str(again) == str(prog)

@@ -170,3 +170,18 @@ def test_layer_errors_name_the_layer(build, error, message):
         x = fluid.layers.data("x", shape=[6], dtype="float32")
         with pytest.raises(error, match=message):
             build(x)
+
+
+def test_layers_with_act_take_one_name_from_the_counter():
+    """As Fluid: the op and its activation share one helper, so ``elementwise_add_0``'s
+    activation writes ``elementwise_add_0.tmp_1`` and the next layer is ``_1``."""
+    prog = fluid.Program()
+    with fluid.program_guard(prog, fluid.Program()):
+        x = fluid.layers.data(name="x", shape=[6], dtype="float32")
+        names = [fluid.layers.elementwise_add(x, x, act="relu").name,
+                 fluid.layers.elementwise_add(x, x).name,
+                 fluid.layers.scale(x, act="relu").name, fluid.layers.scale(x).name,
+                 fluid.layers.reshape(x, shape=[-1, 2, 3]).name,
+                 fluid.layers.reshape(x, shape=[-1, 3, 2], act="relu").name]
+    assert names == ["elementwise_add_0.tmp_1", "elementwise_add_1.tmp_0", "scale_0.tmp_1",
+                     "scale_1.tmp_0", "reshape_0.tmp_0", "reshape_1.tmp_1"]

@@ -49,14 +49,16 @@ def fc(input: Variable | list[Variable], size: int, num_flatten_dims: int = 1,
 
 
 def _simple(op_type: str, inputs: dict[str, Any], attrs: dict[str, Any] | None = None,
-            name: str | None = None, out_slot: str = "Out") -> Variable:
-    """One op, one output: the shape of most per-op layer functions."""
-    helper = LayerHelper(op_type, name=name)
+            name: str | None = None, out_slot: str = "Out", act: str | None = None) -> Variable:
+    """One op, one output (then ``act``): the shape of most per-op layer functions."""
+    # NOTE: one helper for the op and its activation, as Fluid: a second LayerHelper would
+    # take another number from the layer type's name counter.
+    helper = LayerHelper(op_type, name=name, act=act)
     first = next(iter(inputs.values()))
     first = first[0] if isinstance(first, (list, tuple)) else first
     out = helper.create_variable_for_type_inference(first.dtype)
     helper.append_op(op_type, inputs=inputs, outputs={out_slot: [out]}, attrs=attrs or {})
-    return out
+    return helper.append_activation(out)
 
 
 def mean(x: Variable, name: str | None = None) -> Variable:
@@ -89,8 +91,7 @@ def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: boo
 def _elementwise(op_type: str) -> Any:
     def layer(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
               name: str | None = None) -> Variable:
-        out = _simple(op_type, {"X": [x], "Y": [y]}, {"axis": axis}, name)
-        return LayerHelper(op_type, act=act).append_activation(out) if act else out
+        return _simple(op_type, {"X": [x], "Y": [y]}, {"axis": axis}, name, act=act)
     layer.__name__ = op_type
     layer.__doc__ = (f"``{op_type}(x, y, axis=-1)``: Fluid broadcasting, ``y`` lines up with "
                      "``x`` from dim ``axis`` (-1: trailing dims).")
@@ -109,9 +110,8 @@ elementwise_pow = _elementwise("elementwise_pow")
 def scale(x: Variable, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True,
           act: str | None = None, name: str | None = None) -> Variable:
     """``scale * x + bias`` (or ``scale * (x + bias)``)."""
-    out = _simple("scale", {"X": [x]}, {"scale": float(scale), "bias": float(bias),
-                                        "bias_after_scale": bias_after_scale}, name)
-    return LayerHelper("scale", act=act).append_activation(out) if act else out
+    return _simple("scale", {"X": [x]}, {"scale": float(scale), "bias": float(bias),
+                                         "bias_after_scale": bias_after_scale}, name, act=act)
 
 
 def sums(input: list[Variable], out: Variable | None = None) -> Variable:

@@ -83,14 +83,15 @@ def _check_var(layer: str, arg: str, x: Any) -> None:
 
 
 def _one_op(op_type: str, x: Variable, attrs: dict[str, Any], name: str | None = None,
-            dtype: Any = None, arg: str = "x", inputs: dict[str, Any] | None = None) -> Variable:
-    """Append ``op_type`` reading ``X`` (plus ``inputs``); return its one output ``Out``."""
+            dtype: Any = None, arg: str = "x", inputs: dict[str, Any] | None = None,
+            act: str | None = None) -> Variable:
+    """Append ``op_type`` reading ``X`` (plus ``inputs``), then ``act``; return the result."""
     _check_var(op_type, arg, x)
-    helper = LayerHelper(op_type, name=name)
+    helper = LayerHelper(op_type, name=name, act=act)
     out = helper.create_variable_for_type_inference(dtype or x.dtype)
     helper.append_op(op_type, inputs={"X": [x], **(inputs or {})}, outputs={"Out": [out]},
                      attrs=attrs)
-    return out
+    return helper.append_activation(out)
 
 
 def _int_list(layer: str, arg: str, value: Any) -> list[int]:
@@ -183,8 +184,7 @@ def reshape(x: Variable, shape: list[int], actual_shape: Variable | None = None,
     if actual_shape is not None:
         _check_var("reshape", "actual_shape", actual_shape)
         inputs["Shape"] = [actual_shape]
-    out = _one_op("reshape", x, {"shape": shape}, name, inputs=inputs)
-    return LayerHelper("reshape", act=act).append_activation(out)
+    return _one_op("reshape", x, {"shape": shape}, name, inputs=inputs, act=act)
 
 
 def transpose(x: Variable, perm: list[int], name: str | None = None) -> Variable:

@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 from ..dtypes import VarType
 
 __all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
-           "prepare_op", "default_grad_maker", "same_as", "GRAD", "EMPTY", "KernelContext"]
+           "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
+           "KernelContext"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -191,23 +192,32 @@ def default_grad_maker(op: Any, no_grad: set[str]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- build-time checks
 
 
-def prepare_op(op: Any, infer: bool = True) -> None:
-    """Check slots, fill attr defaults and infer output metas of a freshly built op."""
-    opdef = get_op_def(op.type)
-    where = f"op {op.type!r}"
+def slot_problems(op: Any, opdef: OpDef) -> list[str]:
+    """What is wrong with an op's slots: unknown slots, missing required inputs, several
+    variables in a single-variable slot (shared by ``prepare_op`` and the verifier)."""
+    problems = []
     for kind, given, slots in (("input", op.inputs, opdef.input_by_name),
                                ("output", op.outputs, opdef.output_by_name)):
         for name in given:
             if name not in slots:
                 expected = ", ".join(str(s) for s in slots.values()) or "none"
-                raise ValueError(f"{where}: unknown {kind} slot {name!r}; expected {expected}")
+                problems.append(f"unknown {kind} slot {name!r}; expected {expected}")
         for slot in slots.values():
             names = given.get(slot.name, [])
             if not names and not slot.optional and kind == "input":
-                raise ValueError(f"{where}: required input slot {slot.name!r} is missing")
+                problems.append(f"required input slot {slot.name!r} is missing")
             if len(names) > 1 and not slot.duplicable:
-                raise ValueError(f"{where}: {kind} slot {slot.name!r} takes one variable, "
-                                 f"got {len(names)}: {names}")
+                problems.append(f"{kind} slot {slot.name!r} takes one variable, "
+                                f"got {len(names)}: {names}")
+    return problems
+
+
+def prepare_op(op: Any, infer: bool = True) -> None:
+    """Check slots, fill attr defaults and infer output metas of a freshly built op."""
+    opdef = get_op_def(op.type)
+    problems = slot_problems(op, opdef)
+    if problems:
+        raise ValueError(f"op {op.type!r}: {problems[0]}")
     for key, default in opdef.attrs.items():
         if key not in op.attrs:
             op.attrs[key] = copy.deepcopy(default)

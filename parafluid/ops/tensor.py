@@ -114,12 +114,15 @@ def _cast_grad(op: Any, no_grad: set) -> list[dict]:
              "attrs": {"in_dtype": out_dtype, "out_dtype": x_dtype}}]
 
 
+def _cast(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # NOTE: copy=True: a same-dtype .to() returns X itself, and an in-place update of X
+    # (an optimizer step on a parameter) would then show through Out.
+    return {"Out": ins["X"].to(to_torch(convert_dtype(attrs["out_dtype"])), copy=True)}
+
+
 register_op("cast", inputs=("X",), outputs=("Out",),
             attrs={"in_dtype": "float32", "out_dtype": "float32"},
-            infer_shape=_cast_shape,
-            kernel=lambda ins, attrs, ctx: {
-                "Out": ins["X"].to(to_torch(convert_dtype(attrs["out_dtype"])))},
-            grad=_cast_grad)
+            infer_shape=_cast_shape, kernel=_cast, grad=_cast_grad)
 
 # ----------------------------------------------------------------------------- concat / split
 

@@ -132,7 +132,10 @@ def check_forward(case: OpCase) -> dict[str, Any]:
     if case.ref is not None:
         expected = _call_ref(case)
         for slot, want in expected.items():
-            for g, w in zip(_as_list(got[slot]), _as_list(want)):
+            gots, wants = _as_list(got[slot]), _as_list(want)
+            assert len(gots) == len(wants), \
+                f"{case}: {slot} has {len(gots)} values, the reference {len(wants)}"
+            for g, w in zip(gots, wants):
                 w = np.asarray(w)
                 assert g.shape == w.shape, f"{case}: {slot} shape {g.shape} != reference {w.shape}"
                 np.testing.assert_allclose(g, w, rtol=case.rtol, atol=case.atol,

@@ -147,3 +147,13 @@ def test_gradients_is_none_when_no_split_piece_has_a_gradient():
         assert fluid.gradients([fluid.layers.mean(rounded)], [x, a]) == [None, None]
     assert "fill_zeros_like" not in [op.type for op in prog.global_block().ops]
     prog.verify()
+
+
+def test_checker_fails_when_a_list_output_has_fewer_values_than_the_reference():
+    """The checker compares every listed value: a missing piece is a failure, not skipped."""
+    from parafluid.testing import check_forward
+
+    case = OpCase("split", {"X": rand(4, 6)}, attrs={"axis": 1, "num": 2}, out_counts={"Out": 2},
+                  ref=lambda X: {"Out": np.split(X, 2, axis=1) + [X]})
+    with pytest.raises(AssertionError, match="Out has 2 values, the reference 3"):
+        check_forward(case)

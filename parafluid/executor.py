@@ -35,6 +35,9 @@ __all__ = ["Executor", "global_scope", "scope_guard", "as_feed_tensor", "fetch_n
 from .scope import scope_guard  # noqa: E402  (re-exported for fluid.executor.scope_guard)
 
 
+_MAX_PLANS = 64  # compiled (program, feed, fetch) signatures an Executor keeps
+
+
 class _Plan:
     """A program compiled for one feed/fetch signature."""
 
@@ -140,8 +143,13 @@ class Executor:
         plan = self._cache.get(key)
         if plan is None:
             plan = compile_block(program, feed, fetch, self.device, runtime=self)
-            # Older versions of the same program are dead: keep the cache small.
-            self._cache = {k: v for k, v in self._cache.items() if k[0] is not program}
+            # Plans of older versions of this program are dead; other feed/fetch signatures of
+            # the same version stay (a loop may alternate fetch lists). The cache is bounded
+            # so that a script building a program per evaluation does not keep them all.
+            self._cache = {k: v for k, v in self._cache.items()
+                           if k[0] is not program or k[1] == program._version}
+            while len(self._cache) >= _MAX_PLANS:
+                del self._cache[next(iter(self._cache))]  # the oldest entry
             self._cache[key] = plan
         return plan
 

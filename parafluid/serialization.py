@@ -117,5 +117,5 @@ def loads(data: bytes) -> Program:
         raise ValueError(f"corrupt parafluid program: {e}") from None
     try:
         return program_from_dict(doc)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
         raise ValueError(f"corrupt parafluid program: missing or malformed field {e}") from None

@@ -217,3 +217,19 @@ def test_cast_to_the_same_dtype_is_a_copy_not_an_alias():
     got, after = exe.run(feed={"x": np.ones((2, 3), "float32")}, fetch_list=[w_cast, w])
     assert not np.array_equal(before, after)
     np.testing.assert_array_equal(got, before)
+
+
+def test_alternating_fetch_lists_reuse_their_plans_and_the_cache_is_bounded():
+    from parafluid import executor as executor_module
+
+    exe, (x, _, out, loss) = started()
+    feed = {"x": np.ones((2, 3), "float32")}
+    exe.run(feed=feed, fetch_list=[loss])
+    exe.run(feed=feed, fetch_list=[loss, out])
+    plans = dict(exe._cache)
+    exe.run(feed=feed, fetch_list=[loss])
+    exe.run(feed=feed, fetch_list=[loss, out])
+    assert all(exe._cache[k] is v for k, v in plans.items())  # nothing recompiled
+    for i in range(executor_module._MAX_PLANS + 5):
+        exe.run(fluid.Program(), feed={}, fetch_list=[])
+    assert len(exe._cache) <= executor_module._MAX_PLANS

@@ -209,3 +209,13 @@ def test_numpy_attrs_become_plain_data():
     assert "shape=[2, 3]" in str(prog)
     again = fluid.Program.parse_from_string(prog.serialize_to_string())
     assert str(again) == str(prog)
+
+
+def test_parse_rejects_well_formed_json_of_the_wrong_structure():
+    prog = fluid.Program()
+    prog.global_block().append_op("fill_constant", outputs={"Out": ["o"]})
+    data = prog.serialize_to_string()
+    for bad in (data.replace(b'"inputs":{}', b'"inputs":[]'),
+                data.replace(b'"blocks":[', b'"blocks":[[],')):
+        with pytest.raises(ValueError, match="corrupt|malformed|out of order"):
+            fluid.Program.parse_from_string(bad)

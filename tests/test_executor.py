@@ -230,6 +230,6 @@ def test_alternating_fetch_lists_reuse_their_plans_and_the_cache_is_bounded():
     exe.run(feed=feed, fetch_list=[loss])
     exe.run(feed=feed, fetch_list=[loss, out])
     assert all(exe._cache[k] is v for k, v in plans.items())  # nothing recompiled
-    for i in range(executor_module._MAX_PLANS + 5):
+    for _ in range(executor_module._MAX_PLANS + 5):
         exe.run(fluid.Program(), feed={}, fetch_list=[])
     assert len(exe._cache) <= executor_module._MAX_PLANS

@@ -28,11 +28,17 @@ from .framework import Block, Program, Variable, default_main_program
 from .ops.registry import EMPTY, shapes_compatible
 from .place import to_device
 from .runtime import OpRunError, bind_op, op_error
-from .scope import LoDTensor, Scope, ScopeVariable, SelectedRows, as_numpy, global_scope
+from .scope import (
+    LoDTensor,
+    Scope,
+    ScopeVariable,
+    SelectedRows,
+    as_numpy,
+    global_scope,
+    scope_guard,
+)
 
 __all__ = ["Executor", "global_scope", "scope_guard", "as_feed_tensor", "fetch_names"]
-
-from .scope import scope_guard  # noqa: E402  (re-exported for fluid.executor.scope_guard)
 
 
 _MAX_PLANS = 64  # compiled (program, feed, fetch) signatures an Executor keeps

@@ -17,7 +17,7 @@ import torch
 from .common import numel
 from .registry import Meta, register_op
 
-__all__ = ["channel_axis", "channel_sums", "stats_from_sums", "grad_sums",
+__all__ = ["channel_axis", "channel_sums", "stats_from_sums", "update_moving_stats", "grad_sums",
            "input_grad_from_sums", "batch_norm_forward"]
 
 # ----------------------------------------------------------------------------- batch_norm
@@ -55,6 +55,25 @@ def stats_from_sums(s: torch.Tensor, ss: torch.Tensor, count: int,
     mean = s / count
     var = (ss / count - mean * mean).clamp_min(0.0)
     return mean.to(dtype), var.to(dtype)
+
+
+def update_moving_stats(ctx: Any, moving_mean: torch.Tensor, moving_var: torch.Tensor,
+                        mean: torch.Tensor, var: torch.Tensor,
+                        momentum: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``moving = moving * momentum + batch * (1 - momentum)`` for the mean and variance.
+
+    In place when ``MeanOut`` is ``Mean`` (as the layer builds it: the persistable is
+    updated); out of place otherwise, so a fed array is never modified.
+    """
+    outs = []
+    for moving, batch, src, dst in ((moving_mean, mean, "Mean", "MeanOut"),
+                                    (moving_var, var, "Variance", "VarianceOut")):
+        batch = batch.to(moving.dtype)
+        if ctx.op.input(src) == ctx.op.output(dst):
+            outs.append(moving.mul_(momentum).add_(batch, alpha=1.0 - momentum))
+        else:
+            outs.append(moving * momentum + batch * (1.0 - momentum))
+    return outs[0], outs[1]
 
 
 def batch_norm_forward(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor,
@@ -115,18 +134,8 @@ def _batch_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
     else:
         s, ss, n = channel_sums(x, layout)
         mean, var = stats_from_sums(s, ss, n, x.dtype)
-        m = float(attrs["momentum"])
-        new_mean = mean.to(moving_mean.dtype)
-        new_var = var.to(moving_var.dtype)
-        if ctx.op.input("Mean") == ctx.op.output("MeanOut"):
-            # MeanOut is Mean (as the layer builds it): update the persistable in place.
-            mean_out = moving_mean.mul_(m).add_(new_mean, alpha=1.0 - m)
-        else:
-            mean_out = moving_mean * m + new_mean * (1.0 - m)
-        if ctx.op.input("Variance") == ctx.op.output("VarianceOut"):
-            var_out = moving_var.mul_(m).add_(new_var, alpha=1.0 - m)
-        else:
-            var_out = moving_var * m + new_var * (1.0 - m)
+        mean_out, var_out = update_moving_stats(ctx, moving_mean, moving_var, mean, var,
+                                                float(attrs["momentum"]))
     inv_std = torch.rsqrt(var + eps)
     y = batch_norm_forward(x, scale.to(x.dtype), bias.to(x.dtype), mean, inv_std, layout)
     # SavedVariance holds the inverse std, as in Fluid; the gradient reads it back.

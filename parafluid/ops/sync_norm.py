@@ -32,6 +32,7 @@ from .norm import (
     grad_sums,
     input_grad_from_sums,
     stats_from_sums,
+    update_moving_stats,
 )
 from .registry import Meta, register_op
 
@@ -72,16 +73,8 @@ def _sync_bn(ins: dict, attrs: dict, ctx: Any) -> dict:
     layout = attrs["data_layout"]
     s, ss, n = _unpack_stats(ins["GlobalStats"])
     mean, var = stats_from_sums(s, ss, n, x.dtype)
-    m = float(attrs["momentum"])
-    new_mean, new_var = mean.to(moving_mean.dtype), var.to(moving_var.dtype)
-    if ctx.op.input("Mean") == ctx.op.output("MeanOut"):
-        mean_out = moving_mean.mul_(m).add_(new_mean, alpha=1.0 - m)
-    else:
-        mean_out = moving_mean * m + new_mean * (1.0 - m)
-    if ctx.op.input("Variance") == ctx.op.output("VarianceOut"):
-        var_out = moving_var.mul_(m).add_(new_var, alpha=1.0 - m)
-    else:
-        var_out = moving_var * m + new_var * (1.0 - m)
+    mean_out, var_out = update_moving_stats(ctx, moving_mean, moving_var, mean, var,
+                                            float(attrs["momentum"]))
     inv_std = torch.rsqrt(var + float(attrs["epsilon"]))
     y = batch_norm_forward(x, scale.to(x.dtype), bias.to(x.dtype), mean, inv_std, layout)
     return {"Y": y, "MeanOut": mean_out, "VarianceOut": var_out, "SavedMean": mean,

@@ -135,6 +135,9 @@ class ParallelExecutor:
                           for d in range(ndev)]
         self._graphs: dict[tuple, tuple[Program, SSAGraph]] = {}
         self._plans: dict[tuple, Plan] = {}
+        # (feed name, numpy dtype, shape) -> per-device row ranges, for feeds already checked
+        # against the program (dtype, shape) and fed as views: later runs skip the checks
+        self._checked_feeds: dict[tuple, list[tuple[int, int]]] = {}
         self._has_run = False
         self._runs_since_drop = 0
         self._scheduler: Any = None
@@ -236,6 +239,7 @@ class ParallelExecutor:
             write_graphs(program, graph, bs.debug_graphviz_path)
         self._graphs = {key: (program, graph)}
         self._plans.clear()
+        self._checked_feeds.clear()
         return program, graph
 
     def _warn(self, program: Program, graph: SSAGraph) -> None:
@@ -387,11 +391,27 @@ class ParallelExecutor:
             return [{} for _ in range(n)]
         if isinstance(feed, dict):
             per: list[dict[str, Any]] = [{} for _ in range(n)]
+            checked = self._checked_feeds
             for name, value in feed.items():
+                bounds = checked.get((name, value.dtype, value.shape)) \
+                    if type(value) is np.ndarray else None
+                if bounds is not None and value.flags.c_contiguous and value.flags.writeable:
+                    # NOTE: what as_feed_tensor would give (a view of the caller's array),
+                    # without checking the var's dtype and shape again
+                    t = torch.from_numpy(value)
+                    for d, (a, b) in enumerate(bounds):
+                        per[d][name] = t[a:b]
+                    continue
                 var = block._find_var_recursive(name)
                 pieces = _split_value(name, value, n, var)
                 for d in range(n):
                     per[d][name] = as_feed_tensor(block, name, pieces[d], self._devices[d])
+                if type(value) is np.ndarray and var is not None and not var.persistable \
+                        and self._devices[0].type == "cpu":
+                    k = int(value.shape[0]) // n
+                    checked[(name, value.dtype, value.shape)] = \
+                        [(d * k, (d + 1) * k) for d in range(n - 1)] + \
+                        [((n - 1) * k, int(value.shape[0]))]
             return per
         if isinstance(feed, (list, tuple)):
             if len(feed) != n:
@@ -431,7 +451,7 @@ class ParallelExecutor:
                 results.append([as_numpy(v) if return_numpy else _as_lod_tensor(name, v)
                                 for v in values])
             elif return_numpy:
-                results.append(np.concatenate([np.atleast_1d(as_numpy(v)) for v in values]))
+                results.append(np.concatenate([np.atleast_1d(_numpy_view(v)) for v in values]))
             else:
                 dense = [as_numpy(v) for v in values]
                 results.append(_as_lod_tensor(name, torch.from_numpy(
@@ -506,6 +526,14 @@ def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[An
                          f"or use at most {rows} devices (set CPU_NUM={rows} or fewer GPUs)")
     k = rows // n
     return [value[i * k:(i + 1) * k] for i in range(n - 1)] + [value[(n - 1) * k:]]
+
+
+def _numpy_view(value: Any) -> np.ndarray:
+    """A numpy view of a CPU tensor (the caller copies it), else ``as_numpy``'s copy."""
+    if type(value) is torch.Tensor and value.device.type == "cpu" and \
+            value.dtype != torch.bfloat16:
+        return value.detach().numpy()
+    return as_numpy(value)
 
 
 def _copy_to(value: Any, device: torch.device) -> Any:

@@ -143,9 +143,9 @@ def test_single_thread_runs_on_caller_in_graph_order():
     rec = Recorder(300)
     graph = TaskGraph.from_edges(rec.fns(), edges)
     sched = Scheduler(1)
-    before = threading.active_count()
+    before = set(threading.enumerate())
     sched.run(graph)
-    assert threading.active_count() == before
+    assert [t for t in threading.enumerate() if t not in before] == []
     rec.check(edges)
     assert set(rec.thread) == {threading.get_ident()}
     assert sorted(range(300), key=lambda i: rec.start[i]) == list(graph.order)
@@ -393,24 +393,29 @@ def test_run_in_a_forked_child_is_refused(monkeypatch):
             sched.run(TaskGraph.from_edges([print], []))
 
 
-def _wait_for_thread_count(expected: int) -> int:
-    deadline = time.monotonic() + 5
-    while threading.active_count() > expected and time.monotonic() < deadline:
+def _wait_for_no_new_threads(before: set, timeout: float = 5.0) -> list:
+    """Threads alive now that were not alive before (waiting up to ``timeout`` for them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        new = [t for t in threading.enumerate() if t not in before]
+        if not new or time.monotonic() > deadline:
+            return new
         time.sleep(0.01)
-    return threading.active_count()
 
 
 def test_no_thread_leak_after_many_create_close_cycles():
-    base = threading.active_count()
+    # NOTE: compare thread identities, not counts: threads of earlier tests may still be
+    # exiting while this one runs.
+    before = set(threading.enumerate())
     graph = TaskGraph.from_edges([lambda: None] * 4, [(0, 1)])
     for _ in range(40):
         with Scheduler(4) as sched:
             sched.run(graph)
-    assert threading.active_count() == base
+    assert [t for t in threading.enumerate() if t not in before] == []
     for _ in range(20):  # dropped without close(): the finalizer stops the workers
         Scheduler(2).run(graph)
     gc.collect()
-    assert _wait_for_thread_count(base) == base
+    assert _wait_for_no_new_threads(before) == []
 
 
 def test_initializer_runs_in_every_worker_and_its_error_is_raised():
@@ -422,13 +427,13 @@ def test_initializer_runs_in_every_worker_and_its_error_is_raised():
             idents.append(threading.get_ident())
     with Scheduler(3, initializer=init) as sched:
         assert sorted(idents) == sorted(t.ident for t in _scheduler_threads(sched))
-    base = threading.active_count()
+    before = set(threading.enumerate())
 
     def bad() -> None:
         raise OSError("no such device")
     with pytest.raises(RuntimeError, match="initializer raised OSError: no such device"):
         Scheduler(2, initializer=bad)
-    assert _wait_for_thread_count(base) == base
+    assert _wait_for_no_new_threads(before) == []
 
 
 def test_torch_threads_initializer_sets_workers_not_caller():

@@ -31,6 +31,8 @@ def _mul_shape(ins: dict, attrs: dict) -> dict:
 
 def _mul(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, y = ins["X"], ins["Y"]
+    if x.dim() == 2 and y.dim() == 2:  # the fc case: nothing to flatten (hot path)
+        return {"Out": x @ y}
     xk, yk = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
     out = x.reshape(_flat2d(x.shape, xk)) @ y.reshape(_flat2d(y.shape, yk))
     return {"Out": out.reshape(*x.shape[:xk], *y.shape[yk:])}
@@ -38,9 +40,12 @@ def _mul(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 def _mul_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, y, dout = ins["X"], ins["Y"], ins["Out@GRAD"]
-    xk, yk = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
-    x2, y2 = x.reshape(_flat2d(x.shape, xk)), y.reshape(_flat2d(y.shape, yk))
-    d2 = dout.reshape(x2.shape[0], y2.shape[1])
+    if x.dim() == 2 and y.dim() == 2:
+        x2, y2, d2 = x, y, dout
+    else:
+        xk, yk = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
+        x2, y2 = x.reshape(_flat2d(x.shape, xk)), y.reshape(_flat2d(y.shape, yk))
+        d2 = dout.reshape(x2.shape[0], y2.shape[1])
     out = {}
     if "X" in ctx.need:
         out["X@GRAD"] = (d2 @ y2.t()).reshape(x.shape)
@@ -64,27 +69,37 @@ def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...
     """``grad_fn(x, y, out, dout) -> (dx, dy)`` on broadcast operands, before unbroadcast."""
 
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
-        x = ins["X"]
-        return {"Out": fn(x, broadcast_y(x, ins["Y"], attrs["axis"]))}
+        x, y = ins["X"], ins["Y"]
+        if not _trailing(x, y, attrs["axis"]):
+            y = broadcast_y(x, y, attrs["axis"])
+        return {"Out": fn(x, y)}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         x, y, dout = ins["X"], ins["Y"], ins["Out@GRAD"]
-        yb = broadcast_y(x, y, attrs["axis"])
+        trailing = _trailing(x, y, attrs["axis"])
+        yb = y if trailing else broadcast_y(x, y, attrs["axis"])
         dx, dy = grad_fn(x, yb, ins.get("Out"), dout, ctx.need)
         out = {}
         if "X" in ctx.need:
             out["X@GRAD"] = unbroadcast(dx, x.shape)
         if "Y" in ctx.need:
-            if x.dim() != y.dim():
+            if trailing:
+                out["Y@GRAD"] = unbroadcast(dy, y.shape)
+            else:
                 view = axis_view_shape(x.shape, y.shape, attrs["axis"])
                 out["Y@GRAD"] = unbroadcast(dy, view).reshape(y.shape)
-            else:
-                out["Y@GRAD"] = unbroadcast(dy, y.shape)
         return out
 
     register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
                 infer_shape=_elementwise_shape, kernel=kernel, grad_kernel=grad,
                 grad_uses=uses)
+
+
+def _trailing(x: torch.Tensor, y: torch.Tensor, axis: int) -> bool:
+    """True when Fluid's ``axis`` rule lines ``y`` up with ``x``'s last dims, where plain
+    (numpy) broadcasting gives the same result without building a view shape (hot path:
+    every fc bias add)."""
+    return axis == -1 or y.dim() == x.dim() or axis == x.dim() - y.dim()
 
 
 def _div_grad(x: Any, y: Any, out: Any, d: Any, need: Any) -> tuple:
@@ -112,7 +127,8 @@ _register_elementwise("elementwise_add", torch.add,
 _register_elementwise("elementwise_sub", torch.sub,
                       lambda x, y, o, d, n: (d, -d), ("X", "Y"))
 _register_elementwise("elementwise_mul", torch.mul,
-                      lambda x, y, o, d, n: (d * y, d * x), ("X", "Y"))
+                      lambda x, y, o, d, n: (d * y if "X" in n else None,
+                                             d * x if "Y" in n else None), ("X", "Y"))
 _register_elementwise("elementwise_div", torch.div, _div_grad, ("X", "Y"))
 _register_elementwise("elementwise_max", torch.maximum, _select_grad(lambda x, y: x >= y),
                       ("X", "Y"))

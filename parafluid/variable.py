@@ -1,0 +1,109 @@
+"""Variables of the Program IR: ``Variable`` and ``Parameter`` (re-exported by framework).
+
+A Variable is a named, typed value in a Block: shape (-1 where only the run knows the
+size), dtype, kind (dense tensor or row-sparse), and flags (persistable, stop_gradient,
+is_data). A Parameter is a persistable, trainable Variable that carries its optimizer
+settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import unique_name
+from .dtypes import VarType, convert_dtype
+
+if TYPE_CHECKING:
+    from .framework import Block
+
+__all__ = ["Variable", "Parameter"]
+
+
+class Variable:
+    """A named, typed value in a Block. ``shape`` uses -1 for sizes known only at run time."""
+
+    def __init__(self, block: Block, name: str | None = None, shape: Sequence[int] | None = None,
+                 dtype: Any = None, type: str = VarType.LOD_TENSOR, lod_level: int = 0,
+                 persistable: bool = False, stop_gradient: bool = False, is_data: bool = False,
+                 need_check_feed: bool = False, **_ignored: Any) -> None:
+        self.block = block
+        self.name = name if name is not None else unique_name.generate("_generated_var")
+        self.shape: tuple[int, ...] | None = None if shape is None else _as_shape(shape, self.name)
+        self.dtype: str | None = None if dtype is None else convert_dtype(dtype)
+        self.type = type
+        self.lod_level = lod_level
+        self.persistable = persistable
+        self.stop_gradient = stop_gradient
+        self.is_data = is_data
+        self.need_check_feed = need_check_feed
+
+    # Fluid exposes these as read-only-ish properties; plain attributes keep it simple.
+    @property
+    def ndim(self) -> int:
+        return len(self.shape or ())
+
+    def _to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": None if self.shape is None else list(self.shape),
+                "dtype": self.dtype, "type": self.type, "lod_level": self.lod_level,
+                "persistable": self.persistable, "stop_gradient": self.stop_gradient,
+                "is_data": self.is_data, "need_check_feed": self.need_check_feed}
+
+    def _describe(self) -> str:
+        shape = "?" if self.shape is None else "[" + ", ".join(map(str, self.shape)) + "]"
+        flags = [f for f, on in (("persistable", self.persistable), ("data", self.is_data),
+                                 ("stop_gradient", self.stop_gradient and not self.is_data
+                                  and not self.persistable),
+                                 (self.type, self.type != VarType.LOD_TENSOR)) if on]
+        kind = "param" if isinstance(self, Parameter) else "var"
+        tail = f" ({', '.join(flags)})" if flags else ""
+        return f"{kind} {self.name} : {self.dtype or '?'}{shape}{tail}"
+
+    def __repr__(self) -> str:
+        return f"<{self._describe()}>"
+
+    __str__ = __repr__
+
+    def to_string(self, throw_on_error: bool = True, with_details: bool = False) -> str:
+        return self._describe()
+
+
+class Parameter(Variable):
+    """A persistable, trainable Variable created by a layer; carries optimizer settings."""
+
+    def __init__(self, block: Block, shape: Sequence[int], dtype: Any, name: str | None = None,
+                 trainable: bool = True, optimize_attr: dict[str, float] | None = None,
+                 regularizer: Any = None, gradient_clip_attr: Any = None,
+                 do_model_average: bool | None = None, **kwargs: Any) -> None:
+        for dim in shape:
+            if dim is None or dim < 0:
+                raise ValueError(f"Parameter {name!r}: every dimension must be known and >= 0, "
+                                 f"got shape {list(shape)}")
+        kwargs.setdefault("persistable", True)
+        super().__init__(block, name=name, shape=shape, dtype=dtype, **kwargs)
+        self.trainable = trainable
+        self.stop_gradient = not trainable
+        self.optimize_attr = optimize_attr or {"learning_rate": 1.0}
+        self.regularizer = regularizer
+        self.gradient_clip_attr = gradient_clip_attr
+        self.do_model_average = do_model_average
+
+    def _to_dict(self) -> dict[str, Any]:
+        d = super()._to_dict()
+        # Regularizer and clip objects are Python-side build helpers; their effect is already
+        # ops in the program, so only the plain settings travel.
+        d.update(parameter=True, trainable=self.trainable, optimize_attr=self.optimize_attr,
+                 do_model_average=self.do_model_average)
+        return d
+
+
+def _as_shape(shape: Sequence[int], name: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"variable {name!r}: shape must be a sequence of ints, got {shape!r}") \
+            from None
+    for d in dims:
+        if d < -1:
+            raise ValueError(f"variable {name!r}: shape dimensions must be >= -1, got {list(dims)}")
+    return dims

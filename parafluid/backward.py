@@ -144,10 +144,7 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
     flows = set(sources)
     for op in fwd_ops:
         opdef = get_op_def(op.type)
-        if opdef.grad is None:
-            continue
-        if any(n in flows for slot, names in op.inputs.items()
-               if slot not in opdef.no_grad_inputs for n in names):
+        if opdef.grad is not None and _reads_flowing(op, opdef, flows):
             for n in op.output_arg_names:
                 var = block._find_var_recursive(n)
                 if n not in no_grad and not (var is not None and var.stop_gradient
@@ -198,10 +195,7 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
         add(seed)
     for op in path:  # already in reverse order
         opdef = get_op_def(op.type)
-        if opdef.grad is None:
-            continue
-        if not any(n in flows for slot, names in op.inputs.items()
-                   if slot not in opdef.no_grad_inputs for n in names):
+        if opdef.grad is None or not _reads_flowing(op, opdef, flows):
             continue
         blocked = {n for n in op.input_arg_names if n not in flows} | no_grad
         for spec in opdef.grad(op, blocked):
@@ -218,6 +212,12 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
             block.append_op(spec["type"], inputs=spec["inputs"], outputs=spec["outputs"],
                             attrs=spec["attrs"])
     return produced
+
+
+def _reads_flowing(op: Any, opdef: Any, flows: set[str]) -> bool:
+    """True if a differentiable input of ``op`` carries a gradient."""
+    return any(n in flows for slot, names in op.inputs.items()
+               if slot not in opdef.no_grad_inputs for n in names)
 
 
 def _renamed(name: str, counters: dict[str, int]) -> str:

@@ -71,7 +71,6 @@ class Executor:
         self.device = to_device(self.place)
         self._cache: dict[tuple, _Plan] = {}
         self._closed = False
-        self._close_hooks: list[Any] = []
 
     # ------------------------------------------------------------------ public API
     def run(self, program: Any = None, feed: dict[str, Any] | None = None,
@@ -135,12 +134,10 @@ class Executor:
         return results
 
     def close(self) -> None:
-        """Release resources; in distributed mode, tell the parameter servers we are done."""
+        """Drop the compiled plans; the executor refuses to run afterwards."""
         if self._closed:
             return
         self._closed = True
-        for hook in self._close_hooks:
-            hook()
         self._cache.clear()
 
     # ------------------------------------------------------------------ compilation

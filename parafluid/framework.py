@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 GRAD_SUFFIX = "@GRAD"
-EMPTY_VAR_NAME = "@EMPTY@"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -292,16 +291,6 @@ class Block:
         self.vars.pop(name, None)
         self.program._bump()
 
-    def _rename_var(self, old: str, new: str) -> Variable:
-        var = self.vars.pop(old)
-        var.name = new
-        self.vars[new] = var
-        for op in self.ops:
-            op._rename_input(old, new)
-            op._rename_output(old, new)
-        self.program._bump()
-        return var
-
     # ---- operators
     def _make_op(self, type: str, inputs: dict[str, Any] | None, outputs: dict[str, Any] | None,
                  attrs: dict[str, Any] | None, infer: bool = True) -> Operator:
@@ -323,7 +312,7 @@ class Block:
 
     def append_op(self, type: str, inputs: dict[str, Any] | None = None,
                   outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
-                  infer_shape: bool = True, **_ignored: Any) -> Operator:
+                  infer_shape: bool = True) -> Operator:
         """Append an op; fills attr defaults and infers output shapes and dtypes."""
         op = self._make_op(type, inputs, outputs, attrs, infer=infer_shape)
         self.ops.append(op)
@@ -375,12 +364,6 @@ class Program:
         self._op_role_var: list[str] = []
         self._name_scope_stack: list[str] = []
         self._appending_grad_times = 0
-        self._is_distributed = False
-        self._is_chief = False
-        self._endpoints: list[str] = []
-        self._trainers_endpoints: list[str] = []
-        self._nccl_comm_num = 1
-        self._hierarchical_allreduce_inter_nranks = 0
 
     def _bump(self) -> None:
         self._version += 1

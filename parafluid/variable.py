@@ -21,7 +21,11 @@ __all__ = ["Variable", "Parameter"]
 
 
 class Variable:
-    """A named, typed value in a Block. ``shape`` uses -1 for sizes known only at run time."""
+    """A named, typed value in a Block. ``shape`` uses -1 for sizes known only at run time.
+
+    Fluid's other keyword arguments (``error_clip``, ``capacity``, ...) are accepted so that
+    ported code builds, and have no effect.
+    """
 
     def __init__(self, block: Block, name: str | None = None, shape: Sequence[int] | None = None,
                  dtype: Any = None, type: str = VarType.LOD_TENSOR, lod_level: int = 0,

@@ -41,7 +41,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import parafluid as fluid  # noqa: E402
-from parafluid.executor import compile_block  # noqa: E402
+from parafluid.executor import compile_program  # noqa: E402
 
 BATCH, SIZES, LR = 128, (784, 512, 512, 10), 0.01
 CHAIN_OPS, CHAIN_WIDTH = 200, 16
@@ -106,22 +106,23 @@ def build_mlp() -> tuple[Callable[[], float], Callable[[], float], Callable[[], 
 
     # The same bound ops the Executor runs, called in a bare loop: the time between this and
     # parafluid_step is what Executor.run itself costs (feeds, scope, fetch).
-    plan = compile_block(main, ("label", "x"), (loss.name,), torch.device("cpu"))
+    plan = compile_program(main, ("label", "x"), (loss.name,), torch.device("cpu"))
     plain_scope = fluid.Scope()
-    for name in plan.scope_reads:
+    plan.services[0].scope = plain_scope
+    for name in plan.reads[0]:
         if name not in feed:
             plain_scope.var(name).value = scope.find_var(name).value.clone()
     tfeed = {"x": tx, "label": tlabel}
 
     def ops_only_step() -> float:
-        env = dict(tfeed)
-        for name in plan.scope_reads:
+        plan.begin()
+        env = plan.envs[0]
+        env.update(tfeed)
+        for name in plan.reads[0]:
             if name not in env:
                 env[name] = plain_scope.find_var(name).value
-        for run, drop in zip(plan.runners, plan.frees):
-            run(env)
-            for name in drop:  # as the Executor does: free temporaries after their last use
-                env.pop(name, None)
+        for task in plan.tasks:  # the Executor's tasks (op, write-back, release) in a loop
+            task()
         return env[loss.name].item()
 
     first = (parafluid_step(), torch_step(), ops_only_step())

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .dtypes import convert_dtype
-from .variable import Parameter, Variable, _as_shape
+from .variable import Parameter, Variable, _as_shape, var_names
 
 __all__ = [
     "OpRole", "Variable", "Parameter", "Operator", "Block", "Program",
@@ -88,24 +88,6 @@ def _normalize_attr(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_normalize_attr(v) for v in value]
     return value
-
-
-def _names(value: Any, where: str) -> list[str]:
-    """Accept a Variable, a name, or a list of either; return the list of names."""
-    if value is None:
-        return []
-    if isinstance(value, (Variable, str)):
-        value = [value]
-    names = []
-    for v in value:
-        if isinstance(v, Variable):
-            names.append(v.name)
-        elif isinstance(v, str):
-            names.append(v)
-        else:
-            raise TypeError(f"{where}: expected a Variable or a variable name, "
-                            f"got {type(v).__name__}: {v!r}")
-    return names
 
 
 class Operator:
@@ -297,8 +279,10 @@ class Block:
         from .ops.registry import prepare_op  # registry imports nothing from here at import
 
         where = f"op {type!r}"
-        ins = {slot: _names(v, f"{where} input {slot!r}") for slot, v in (inputs or {}).items()}
-        outs = {slot: _names(v, f"{where} output {slot!r}") for slot, v in (outputs or {}).items()}
+        ins = {slot: var_names(v, f"{where} input {slot!r}")
+               for slot, v in (inputs or {}).items()}
+        outs = {slot: var_names(v, f"{where} output {slot!r}")
+                for slot, v in (outputs or {}).items()}
         attrs = {k: _normalize_attr(v) for k, v in (attrs or {}).items()}
         program = self.program
         attrs.setdefault("op_role", program._current_role)
@@ -442,7 +426,9 @@ class Program:
         p = program_from_dict(program_to_dict(self))
         p._copy_python_side(self)
         if for_test:
-            _prune_for_test(p)
+            from .passes.for_test import prune_for_test
+
+            prune_for_test(p)
         return p
 
     def _copy_python_side(self, other: Program) -> None:
@@ -483,21 +469,6 @@ class Program:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Program:
         return self.clone()
-
-
-def _prune_for_test(p: Program) -> None:
-    drop = OpRole.Backward | OpRole.Optimize | OpRole.LRSched
-    for block in p.blocks:
-        block.ops = [op for op in block.ops if not (op.attrs.get("op_role", 0) & drop)]
-        for op in block.ops:
-            if "is_test" in op.attrs:
-                op.attrs["is_test"] = True
-        used = {n for op in block.ops for n in op.input_arg_names + op.output_arg_names}
-        for name in list(block.vars):
-            if name not in used and (name.endswith(GRAD_SUFFIX) or GRAD_SUFFIX + "@" in name):
-                del block.vars[name]
-    p._appending_grad_times = 0
-    p._bump()
 
 
 # --------------------------------------------------------------------------- defaults

@@ -41,7 +41,7 @@ from .dataloader import DataLoader, PyReader
 from .dtypes import convert_dtype
 from .framework import Parameter, Program, Variable, default_main_program
 from .ops.registry import shapes_compatible
-from .prune import prune
+from .passes.prune import prune
 from .reader import batch, buffered, chain, compose, firstn, map_readers, shuffle
 from .scope import Scope, SelectedRows, global_scope
 from .serialization import _MAGIC, program_from_dict, program_to_dict

@@ -1,19 +1,39 @@
-"""Binding ops to kernels: the per-op work that executors share.
+"""Binding ops to kernels, the context kernels run in, and the one wrapper every op runs in.
 
-``bind_op(op, device)`` resolves an op's kernel, slots and attrs *once* and returns a
-callable ``run(env)`` that reads its inputs from ``env`` (a dict name -> tensor), calls the
-kernel and writes its outputs back. The sequential Executor runs a list of these in order;
-the ParallelExecutor runs them from a thread pool.
+- ``bind_op(op, device, services)`` resolves an op's kernel, slots and attrs *once* and
+  returns ``run(env)``: read the inputs from ``env`` (name -> value), call the kernel, write
+  the outputs back. Every executor binds ops through it (``parafluid.plan`` does it for them).
+- ``RunContext`` is the ``ctx`` a kernel gets: its device, the run's scope (persistables
+  written by earlier ops are already there), ``run_block`` to run a sub-block of the program,
+  the communicator (collectives) and the transport (send/recv), the RPC deadline.
+- ``RunServices`` is what a binding shares between its ops: per executor device, the
+  scope, the communicator, the transport and the sub-block runner.
+- ``op_error`` makes the one error every failing op raises (``OpRunError``: op index, type,
+  inputs, device, the Python line that created the op).
+- ``add_op_hook(fn)``: per-op instrumentation (the profiler): ``fn(record)`` is called after
+  every op of every run while it is registered. With no hook the executors run the plain
+  task list: the cost when off is one check per run, not per op.
+
+Example (a kernel that runs the op's sub-block against the scope)::
+
+    def _kernel(ins, attrs, ctx):
+        out, = ctx.run_block(attrs["sub_block"].idx, fetch=["y"])
+        return {"Out": out}
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .ops.registry import EMPTY, KernelContext, get_op_def
+import torch
 
-__all__ = ["bind_op", "OpRunError", "describe_op"]
+from .ops.registry import EMPTY, GRAD, get_op_def
+
+__all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext", "RunServices",
+           "OpRecord", "add_op_hook", "remove_op_hook", "op_hooks_active", "op_device"]
 
 Runner = Callable[[dict[str, Any]], None]
 
@@ -21,13 +41,16 @@ Runner = Callable[[dict[str, Any]], None]
 class OpRunError(RuntimeError):
     """An op failed at run time; the message says which op, where it was built, and why.
 
-    The original exception is kept as ``__cause__``; ``op_index`` and ``op_type`` are set.
+    The original exception is kept as ``__cause__``; ``op_index`` and ``op_type`` are set,
+    and ``device`` (the data-parallel device index, or None).
     """
 
-    def __init__(self, message: str, op_index: int, op_type: str) -> None:
+    def __init__(self, message: str, op_index: int, op_type: str,
+                 device: int | None = None) -> None:
         super().__init__(message)
         self.op_index = op_index
         self.op_type = op_type
+        self.device = device
 
 
 def describe_op(op: Any) -> str:
@@ -35,20 +58,165 @@ def describe_op(op: Any) -> str:
     return f"{op.type} ({ins})"
 
 
-def op_error(op: Any, index: int, exc: BaseException) -> OpRunError:
-    msg = (f"while running op #{index} {describe_op(op)}, created at {op.callsite}:\n"
-           f"  {type(exc).__name__}: {exc}")
-    return OpRunError(msg, index, op.type)
+def op_error(op: Any, index: int, exc: BaseException, device: int | None = None) -> OpRunError:
+    """The OpRunError for ``op`` (op #``index`` of its block) failing with ``exc``."""
+    where = f"op #{index} {describe_op(op)}"
+    if device is not None:
+        where += f" on device {device}"
+    msg = f"while running {where}, created at {op.callsite}:\n  {type(exc).__name__}: {exc}"
+    return OpRunError(msg, index, op.type, device)
 
 
-def bind_op(op: Any, device: Any, runtime: Any = None) -> Runner:
-    """Return ``run(env)`` executing ``op`` on ``device`` against the value dict ``env``."""
+# ---------------------------------------------------------------------- devices of ops
+
+
+def op_device(op: Any, default: torch.device) -> torch.device:
+    """The device an op runs on: its ``op_device`` attr ("cpu", "cpu:1", "gpu:0"), else
+    ``default``. CPU devices with different ids are distinct places on one torch CPU."""
+    spec = op.attrs.get("op_device") or ""
+    if not spec:
+        return default
+    kind, _, index = str(spec).partition(":")
+    if kind not in ("cpu", "gpu", "cuda") or (index and not index.isdigit()):
+        raise ValueError(f"op {op.type} (created at {op.callsite}): op_device must be 'cpu', "
+                         f"'cpu:N', 'gpu' or 'gpu:N', got {spec!r}")
+    if kind == "cpu":
+        return torch.device("cpu", int(index)) if index else torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(f"op {op.type} (created at {op.callsite}) is placed on {spec!r} but "
+                         "torch sees no CUDA device here; place it on 'cpu' or run on a GPU "
+                         "machine")
+    return torch.device("cuda", int(index) if index else 0)
+
+
+# ---------------------------------------------------------------------- run context
+
+
+class RunServices:
+    """What the ops bound for one device of one executor reach outside their inputs.
+
+    Args:
+        program: the program being run (for ``run_block``).
+        scope: where persistables live; the executor sets it at the start of each run.
+        communicator: joins this device with the others (collective ops), or None.
+        transport: the RPC endpoint handle of send/recv ops, or None.
+        device_index: this device's index in a data-parallel run (0 for the Executor).
+        local_writes: write persistables into ``scope`` itself, never into a parent scope
+            (the per-device scopes of a ParallelExecutor keep their own copies).
+    """
+
+    __slots__ = ("program", "scope", "communicator", "transport", "device_index",
+                 "local_writes", "device", "_block_runner")
+
+    def __init__(self, program: Any = None, scope: Any = None, communicator: Any = None,
+                 transport: Any = None, device_index: int = 0, local_writes: bool = False,
+                 device: torch.device | None = None) -> None:
+        self.program = program
+        self.scope = scope
+        self.communicator = communicator
+        self.transport = transport
+        self.device_index = device_index
+        self.local_writes = local_writes
+        self.device = device if device is not None else torch.device("cpu")
+        self._block_runner: Any = None
+
+    def write_persistable(self, name: str, value: Any) -> None:
+        """Make a persistable written by an op visible in the scope at once."""
+        scope = self.scope
+        if scope is None:
+            return
+        holder = None if self.local_writes else scope.find_var(name)
+        if holder is None:
+            holder = scope.var(name)
+        holder.value = value
+
+    def run_block(self, block_idx: int, scope: Any = None, feed: dict[str, Any] | None = None,
+                  fetch: Sequence[str] = ()) -> list[Any]:
+        """Run sub-block ``block_idx`` of the program against ``scope`` (default: this one)."""
+        if self.program is None:
+            raise RuntimeError("run_block: this op was bound without a program")
+        if self._block_runner is None:
+            from .plan import BlockRunner
+
+            self._block_runner = BlockRunner(self.program, self.device, self)
+        return self._block_runner.run(block_idx, scope if scope is not None else self.scope,
+                                      feed or {}, tuple(fetch))
+
+
+_NO_SERVICES = RunServices()
+
+
+class RunContext:
+    """What a kernel may need beyond its inputs and attrs (``ctx``); built once per binding.
+
+    ``device``: the torch device of this op. ``need``: for ``_grad`` ops, the forward input
+    slots whose gradient the op must produce. ``scope``: the run's scope. ``communicator`` /
+    ``transport``: the collective and RPC handles (None when not distributed).
+    ``device_index``: the data-parallel device this op runs for. ``run_block(idx, ...)``:
+    run a sub-block. ``deadline_s``: how long a blocking op may wait (FLAGS_rpc_deadline).
+    """
+
+    __slots__ = ("op", "device", "need", "services", "_generator")
+
+    def __init__(self, op: Any, device: Any, services: RunServices | None = None) -> None:
+        self.op = op
+        self.device = device
+        self.services = services if services is not None else _NO_SERVICES
+        self.need = frozenset(s[: -len(GRAD)] for s in op.outputs if s.endswith(GRAD))
+        self._generator = None
+
+    @property
+    def scope(self) -> Any:
+        return self.services.scope
+
+    @property
+    def communicator(self) -> Any:
+        return self.services.communicator
+
+    @property
+    def transport(self) -> Any:
+        return self.services.transport
+
+    @property
+    def device_index(self) -> int:
+        return self.services.device_index
+
+    @property
+    def deadline_s(self) -> float:
+        from .distributed.deadline import rpc_deadline_seconds
+
+        return rpc_deadline_seconds()
+
+    def run_block(self, block_idx: int, scope: Any = None, feed: dict[str, Any] | None = None,
+                  fetch: Sequence[str] = ()) -> list[Any]:
+        """Run sub-block ``block_idx`` against ``scope`` (default: the run's); return fetches."""
+        return self.services.run_block(block_idx, scope, feed, fetch)
+
+    def generator(self, seed: int) -> Any:
+        """A torch.Generator for a seeded random op (seed 0: torch's default generator)."""
+        if not seed:
+            return None
+        if self._generator is None:
+            gen_device = self.device if getattr(self.device, "type", "cpu") == "cuda" else "cpu"
+            self._generator = torch.Generator(device=gen_device)
+            self._generator.manual_seed(int(seed))
+        return self._generator
+
+
+# ---------------------------------------------------------------------- binding
+
+
+def bind_op(op: Any, device: Any, services: RunServices | None = None) -> Runner:
+    """Return ``run(env)`` executing ``op`` on ``device`` against the value dict ``env``.
+
+    The op's own ``op_device`` attr, when set, wins over ``device``.
+    """
     opdef = get_op_def(op.type)
     kernel = opdef.kernel
     if kernel is None:
         raise ValueError(f"op {op.type!r} has no kernel and cannot run in an executor")
     attrs = dict(op.attrs)
-    ctx = KernelContext(op, device, runtime)
+    ctx = RunContext(op, op_device(op, device), services)
     in_spec = []
     for slot in opdef.inputs:
         names = op.inputs.get(slot.name)
@@ -103,3 +271,49 @@ def bind_op(op: Any, device: Any, runtime: Any = None) -> Runner:
             elif names[0] != EMPTY:
                 env[names[0]] = value
     return run_general
+
+
+# ---------------------------------------------------------------------- instrumentation
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op run, as op hooks see it: what ran, where, and when (``perf_counter_ns``)."""
+
+    op_type: str
+    op_index: int
+    device: int  # data-parallel device index (-1: a collective over all devices)
+    start_ns: int
+    end_ns: int
+
+
+_HOOKS: list[Callable[[OpRecord], None]] = []
+
+
+def add_op_hook(fn: Callable[[OpRecord], None]) -> None:
+    """Call ``fn(OpRecord)`` after every op that runs from now on (all executors)."""
+    _HOOKS.append(fn)
+
+
+def remove_op_hook(fn: Callable[[OpRecord], None]) -> None:
+    _HOOKS.remove(fn)
+
+
+def op_hooks_active() -> bool:
+    return bool(_HOOKS)
+
+
+def timed(fn: Callable[[], None], op_type: str, op_index: int, device: int
+          ) -> Callable[[], None]:
+    """``fn`` reporting an OpRecord to the hooks (used only while a hook is registered)."""
+    clock = time.perf_counter_ns
+
+    def run() -> None:
+        start = clock()
+        try:
+            fn()
+        finally:
+            record = OpRecord(op_type, op_index, device, start, clock())
+            for hook in tuple(_HOOKS):
+                hook(record)
+    return run

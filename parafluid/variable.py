@@ -8,7 +8,8 @@ settings.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import unique_name
@@ -17,7 +18,7 @@ from .dtypes import VarType, convert_dtype
 if TYPE_CHECKING:
     from .framework import Block
 
-__all__ = ["Variable", "Parameter"]
+__all__ = ["Variable", "Parameter", "var_name", "var_names", "lookup_vars", "unknown_name_message"]
 
 
 class Variable:
@@ -111,3 +112,57 @@ def _as_shape(shape: Sequence[int], name: str) -> tuple[int, ...]:
         if d < -1:
             raise ValueError(f"variable {name!r}: shape dimensions must be >= -1, got {list(dims)}")
     return dims
+
+
+# --------------------------------------------------------------------------- Variable or name
+# NOTE: the one place that turns "a Variable or a name" into a name: every API that accepts
+# either (fetch lists, feeds, prune targets, io var lists, loss_name) goes through these.
+
+
+def var_name(item: Any, what: str) -> str:
+    """The name of a Variable or a str; TypeError naming ``what`` for anything else."""
+    if isinstance(item, Variable):
+        return item.name
+    if isinstance(item, str):
+        return item
+    raise TypeError(f"{what} must be a Variable or a name, got {type(item).__name__}: {item!r}")
+
+
+def var_names(items: Any, what: str) -> list[str]:
+    """Names of one item or an iterable of Variables/names (``what`` names the argument)."""
+    if items is None:
+        return []
+    if isinstance(items, (Variable, str)):
+        return [var_name(items, what)]
+    if not isinstance(items, Iterable):
+        raise TypeError(f"{what} must be a Variable, a name or a list of them, got "
+                        f"{type(items).__name__}: {items!r}")
+    names = []
+    for item in items:
+        if not isinstance(item, (Variable, str)):
+            raise TypeError(f"{what} items must be Variables or names, got "
+                            f"{type(item).__name__}: {item!r}")
+        names.append(item if isinstance(item, str) else item.name)
+    return names
+
+
+def lookup_vars(block: Block, items: Any, what: str) -> list[Variable]:
+    """The Variables of ``block`` (or its parents) for Variables/names; ValueError if unknown."""
+    out = []
+    for item in [items] if isinstance(items, (Variable, str)) else list(items):
+        if isinstance(item, Variable):
+            out.append(item)
+            continue
+        name, = var_names([item], what)
+        var = block._find_var_recursive(name)
+        if var is None:
+            raise ValueError(unknown_name_message(what, name, block))
+        out.append(var)
+    return out
+
+
+def unknown_name_message(what: str, name: str, block: Block) -> str:
+    """``"<what> 'x' is not a variable of the program; did you mean ...?"``"""
+    close = difflib.get_close_matches(name, list(block.vars), n=3)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    return f"{what} {name!r} is not a variable of the program{hint}"

@@ -25,10 +25,12 @@ import parafluid as fluid
 GOLDEN = Path(__file__).parent / "data" / "golden_training.json"
 STEPS = 6
 BATCH = 32
+THREADS = 2
 
 
 def platform() -> dict[str, str]:
-    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability()}
+    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(),
+            "cores": str(os.cpu_count())}
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -68,6 +70,17 @@ MODES = ("executor", "allreduce", "reduce", "fused")
 
 def run_case(model: str, mode: str) -> dict[str, Any]:
     """Train ``model`` for STEPS steps under ``mode``; return losses and a parameter digest."""
+    # NOTE: conv and matmul sum in an order that depends on torch's thread count, which other
+    # code in the process may have changed: pin it to what the record was made with.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        return _run_case(model, mode)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run_case(model: str, mode: str) -> dict[str, Any]:
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 11
     with fluid.unique_name.guard(), fluid.program_guard(main, startup):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import parafluid as fluid
-from parafluid.executor import compile_block
+from parafluid.executor import compile_program
 
 
 def _program():
@@ -21,8 +21,8 @@ def _program():
 
 def test_temporaries_are_freed_at_their_last_use_only() -> None:
     main, _, x, a, b, c = _program()
-    plan = compile_block(main, ["x"], [c.name, a.name], "cpu")
-    freed = {name: i for i, names in enumerate(plan.frees) for name in names}
+    plan = compile_program(main, ["x"], [c.name, a.name], "cpu")
+    freed = {name: i for i, names in plan.releases.items() for name in names}
     ops = main.global_block().ops
     assert freed["x"] == 1 and ops[1].type == "elementwise_add"  # x's last reader
     assert freed[b.name] == 2 and ops[2].type == "mul"
@@ -48,8 +48,8 @@ def test_a_block_with_a_sub_block_op_keeps_every_value() -> None:
     sub = main._create_block()
     main._rollback()
     main.global_block().ops[0]._set_attr("sub_block", sub)
-    plan = compile_block(main, ["x"], [c.name], "cpu")
-    assert all(names == () for names in plan.frees)
+    plan = compile_program(main, ["x"], [c.name], "cpu")
+    assert not plan.releases
 
 
 def test_sub_blocks_keep_every_value() -> None:
@@ -59,5 +59,5 @@ def test_sub_blocks_keep_every_value() -> None:
     sub.append_op("scale", inputs={"X": [a]}, outputs={"Out": [y]}, attrs={"scale": 3.0})
     sub.append_op("scale", inputs={"X": [y]}, outputs={"Out": [b]}, attrs={"scale": 1.0})
     main._rollback()
-    plan = compile_block(main, [], [], "cpu", block_idx=1)
-    assert all(names == () for names in plan.frees)
+    plan = compile_program(main, [], [], "cpu", block_idx=1)
+    assert not plan.releases

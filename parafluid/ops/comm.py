@@ -1,17 +1,21 @@
 """Collective communication ops: all-reduce, reduce, broadcast, coalesced all-reduce.
 
-A collective op holds *one variable per local device* in its list slots: in the
-multi-device graph of the ParallelExecutor, ``c_allreduce_sum(X=[g@0, g@1])`` reads the
-gradient ``g`` of devices 0 and 1 and writes the sum back to both. In an ordinary program
-(one device's view, e.g. after the sync_batch_norm pass) the lists have one element; with one
-rank the op is the identity, so such a program also runs in the plain Executor.
+In a program (one device's view, as the gradient aggregation pass writes them) a collective
+names one variable per slot: ``{Out=[g]} = c_allreduce_sum(X=[g])``. The multi-device graph
+turns it into one node whose kernel gets that variable *on every local device* as a list:
+``c_allreduce_sum`` reads ``g`` of devices 0 and 1 and writes the sum back to both. With one
+device and no communicator the ops are the identity, so such a program also runs in the
+plain Executor.
 
-The kernels call ``ctx.runtime.communicator`` (see ``parafluid.parallel.comm``), which decides
-how values travel; the sum order is fixed by the communicator.
+``root`` (``c_reduce_sum``, ``c_broadcast``) is a global device index (over all processes);
+``ctx.communicator.rank_offset`` is the global index of this process's device 0.
 
-Example (what the graph builder emits for a gradient on two devices)::
+The kernels call ``ctx.communicator`` (see ``parafluid.parallel.comm``), which decides how
+values travel; the sum order is fixed by the communicator.
 
-    {Out=[fc_0.w_0@GRAD, fc_0.w_0@GRAD]} = c_allreduce_sum(X=[fc_0.w_0@GRAD, fc_0.w_0@GRAD])
+Example (a printed data-parallel program)::
+
+    {Out=[fc_0.w_0@GRAD]} = c_allreduce_sum(X=[fc_0.w_0@GRAD])
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ __all__: list[str] = []
 
 
 def _communicator(ctx: Any, n: int, op: str) -> Any:
-    comm = getattr(ctx.runtime, "communicator", None)
+    comm = ctx.communicator
     if comm is None:
         if n == 1:
             return None
@@ -58,6 +62,7 @@ register_op("c_allreduce_sum", inputs=("X[]",), outputs=("Out[]",), attrs={"ring
 
 
 def _reduce(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """The sum on the root device (None in a process that does not hold the root)."""
     xs = ins["X"]
     comm = _communicator(ctx, len(xs), "c_reduce_sum")
     return {"Out": xs[0] if comm is None else comm.reduce(xs, attrs["root"])}
@@ -69,15 +74,17 @@ register_op("c_reduce_sum", inputs=("X[]",), outputs=("Out",), attrs={"root": 0,
 
 
 def _broadcast(ins: dict, attrs: dict, ctx: Any) -> dict:
-    comm = getattr(ctx.runtime, "communicator", None)
+    """X: the root's value (None where the root is in another process)."""
+    comm = ctx.communicator
     if comm is None:
         return {"Out": []}
     root = attrs["root"]
     values = comm.broadcast(ins["X"], root)
-    return {"Out": [v for i, v in enumerate(values) if i != root]}
+    offset = getattr(comm, "rank_offset", 0)
+    return {"Out": [v for i, v in enumerate(values) if i + offset != root]}
 
 
-# Out lists the *other* devices, in device order: the root keeps its own value.
+# Out lists the local devices other than the root, in device order: the root keeps its value.
 register_op("c_broadcast", inputs=("X",), outputs=("Out[]",), attrs={"root": 0, "ring_id": 0},
             infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_broadcast,
             side_effect=True)

@@ -28,8 +28,7 @@ from typing import Any, NamedTuple
 from ..dtypes import VarType
 
 __all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
-           "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
-           "KernelContext"]
+           "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -76,8 +75,7 @@ class OpDef:
     grad: GradMaker | None = None
     no_grad_inputs: frozenset[str] = frozenset()
     grad_uses: tuple[str, ...] | None = None
-    side_effect: bool = False
-    forward_type: str | None = None  # set on <type>_grad ops
+    side_effect: bool = False  # talks to the outside: never pruned, never reordered
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -120,7 +118,7 @@ def _register_grad_op(fwd: OpDef, kernel: Kernel, infer: InferShape | None) -> N
     grad_out = [Slot(s.name + GRAD, s.duplicable, True) for s in fwd.inputs
                 if s.name not in fwd.no_grad_inputs]
     gdef = OpDef(fwd.type + "_grad", tuple(grad_in), tuple(grad_out), dict(fwd.attrs),
-                 infer or _grads_like_inputs, kernel, forward_type=fwd.type)
+                 infer or _grads_like_inputs, kernel)
     _REGISTRY[gdef.type] = gdef
 
 
@@ -295,33 +293,3 @@ def _merge_meta(op: Any, slot: str, var: Any, meta: Meta) -> None:
 def shapes_compatible(a: Sequence[int], b: Sequence[int]) -> bool:
     """Same rank and every dimension equal or unknown (-1) on one side."""
     return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
-
-
-class KernelContext:
-    """What a kernel may need beyond its inputs and attrs; built once per op binding.
-
-    ``device``: the torch device of this op's place. ``need``: for ``_grad`` ops, the set of
-    forward input slots whose gradient the op must produce. ``runtime``: the executor services
-    (scope access, sub-block runs, communicators) where an op needs them.
-    """
-
-    __slots__ = ("op", "device", "need", "runtime", "_generator")
-
-    def __init__(self, op: Any, device: Any, runtime: Any = None) -> None:
-        self.op = op
-        self.device = device
-        self.runtime = runtime
-        self.need = frozenset(s[: -len(GRAD)] for s in op.outputs if s.endswith(GRAD))
-        self._generator = None
-
-    def generator(self, seed: int) -> Any:
-        """A torch.Generator for a seeded random op (seed 0: torch's default generator)."""
-        import torch
-
-        if not seed:
-            return None
-        if self._generator is None:
-            gen_device = self.device if getattr(self.device, "type", "cpu") == "cuda" else "cpu"
-            self._generator = torch.Generator(device=gen_device)
-            self._generator.manual_seed(int(seed))
-        return self._generator

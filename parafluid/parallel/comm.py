@@ -2,7 +2,7 @@
 
 A ``Communicator`` joins the local devices of one process (and, in a multi-process setup,
 the devices of the other processes). The collective ops of ``parafluid.ops.comm`` call it
-through ``ctx.runtime.communicator``; nothing else in the executor knows how values travel,
+through ``ctx.communicator``; nothing else in the executor knows how values travel,
 so a communicator spanning processes (torch.distributed) replaces ``LocalCommunicator``
 without touching the graph builder or the ops.
 
@@ -33,19 +33,25 @@ Value = Any  # a torch.Tensor or a SelectedRows
 
 
 class Communicator(Protocol):
-    """What the collective ops need. ``nranks`` counts devices over all processes."""
+    """What the collective ops need.
+
+    ``nranks`` counts devices over all processes; ``rank_offset`` is the global index of this
+    process's device 0 (a device's global index is ``rank_offset + local index``). ``root``
+    arguments are global indices.
+    """
 
     nranks: int
+    rank_offset: int
     devices: list[torch.device]
 
     def all_reduce(self, values: Sequence[Value]) -> list[Value]:
         """Sum over all ranks; every local device gets the sum."""
 
-    def reduce(self, values: Sequence[Value], root: int) -> Value:
-        """Sum over all ranks onto local device ``root``; returns the sum (on ``root``)."""
+    def reduce(self, values: Sequence[Value], root: int) -> Value | None:
+        """Sum over all ranks onto device ``root``; the sum there, None in other processes."""
 
-    def broadcast(self, value: Value, root: int) -> list[Value]:
-        """``value`` from local device ``root`` to every local device."""
+    def broadcast(self, value: Value | None, root: int) -> list[Value]:
+        """``value`` from device ``root`` (None in other processes) to every local device."""
 
 
 class LocalCommunicator:
@@ -60,6 +66,7 @@ class LocalCommunicator:
             raise ValueError("LocalCommunicator needs at least one device")
         self.devices = list(devices)
         self.nranks = len(self.devices)
+        self.rank_offset = 0
         # NOTE: on one torch device (several CPU "devices") a result is shared, not copied.
         self._same_device = len({str(d) for d in self.devices}) == 1
 

@@ -25,23 +25,24 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..dtypes import to_numpy
-from ..executor import _as_lod_tensor, as_feed_tensor, fetch_names
-from ..framework import Program, Variable, default_main_program
+from ..feed_fetch import FeedSplitter, fetch_names, merge_fetches, missing_value_message
+from ..framework import Program, default_main_program
+from ..passes import data_parallel_pipeline
+from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
 from ..place import cpu_device_count, to_device
-from ..runtime import OpRunError
-from ..scope import LoDTensor, Scope, as_numpy, global_scope
+from ..plan import Plan, run_plan
+from ..runtime import RunServices
+from ..scope import Scope, global_scope
+from ..variable import unknown_name_message, var_name
 from .comm import LocalCommunicator
-from .plan import DeviceRuntime, Plan
+from .device_scopes import DeviceScopes
 from .ssa_graph import GraphOptions, SSAGraph, build_graph
 from .strategy import (
     BuildStrategy,
     ExecutionStrategy,
     GradientScaleStrategy,
-    ReduceStrategy,
     strategy_warnings,
 )
 
@@ -71,11 +72,8 @@ class ParallelExecutor:
                  trainer_id: int = 0, scope: Scope | None = None, places: Any = None) -> None:
         if not isinstance(use_cuda, bool):
             raise TypeError(f"ParallelExecutor: use_cuda must be a bool, got {use_cuda!r}")
-        if isinstance(loss_name, Variable):
-            loss_name = loss_name.name
-        if loss_name is not None and not isinstance(loss_name, str):
-            raise TypeError(f"ParallelExecutor: loss_name must be a str, got "
-                            f"{type(loss_name).__name__}")
+        if loss_name is not None:
+            loss_name = var_name(loss_name, "ParallelExecutor: loss_name")
         if share_vars_from is not None and not isinstance(share_vars_from, ParallelExecutor):
             raise TypeError("ParallelExecutor: share_vars_from must be a ParallelExecutor, got "
                             f"{type(share_vars_from).__name__}")
@@ -116,28 +114,19 @@ class ParallelExecutor:
         self._scope = scope
         self._share_from = share_vars_from
         ndev = len(self._devices)
-        if share_vars_from is not None:
-            if share_vars_from.device_count != ndev:
-                raise ValueError(f"ParallelExecutor: share_vars_from has "
-                                 f"{share_vars_from.device_count} devices, this executor "
-                                 f"{ndev}; they must run on the same devices")
-            self._device_scopes: list[Scope] = share_vars_from._device_scopes
-            # NOTE: shared with the source: what it copied to the devices is in place there,
-            # so this executor must not copy device 0's values over them again (batch_norm's
-            # moving statistics, for one, differ per device).
-            self._root_values: dict[str, Any] = share_vars_from._root_values
-        else:
-            self._device_scopes = [scope] + [scope.new_scope() for _ in range(ndev - 1)]
-            self._root_values = {}  # persistable -> ref to the root value last copied
-        self._local_scopes: list[Scope | None] = [None] * ndev
+        if share_vars_from is not None and share_vars_from.device_count != ndev:
+            raise ValueError(f"ParallelExecutor: share_vars_from has "
+                             f"{share_vars_from.device_count} devices, this executor "
+                             f"{ndev}; they must run on the same devices")
+        self._scopes = DeviceScopes(scope, self._devices, share=None if share_vars_from is None
+                                    else share_vars_from._scopes)
         self._communicator = LocalCommunicator(self._devices)
-        self._runtimes = [DeviceRuntime(self._device_scopes, d, self._communicator)
-                          for d in range(ndev)]
+        self._services = [RunServices(program, self._scopes.scopes[d], self._communicator,
+                                      device_index=d, local_writes=d > 0,
+                                      device=self._devices[d]) for d in range(ndev)]
         self._graphs: dict[tuple, tuple[Program, SSAGraph]] = {}
         self._plans: dict[tuple, Plan] = {}
-        # (feed name, numpy dtype, shape) -> per-device row ranges, for feeds already checked
-        # against the program (dtype, shape) and fed as views: later runs skip the checks
-        self._checked_feeds: dict[tuple, list[tuple[int, int]]] = {}
+        self._feeds = FeedSplitter(self._devices)
         self._has_run = False
         self._runs_since_drop = 0
         self._scheduler: Any = None
@@ -182,11 +171,11 @@ class ParallelExecutor:
         fetch = tuple(fetch_names(fetch_list))
         program, graph = self._graph()
         block = program.global_block()
-        feeds = self._split_feed(feed, block)
+        feeds = self._feeds.split(feed, block)
         plan = self._plan(program, graph, tuple(sorted(feeds[0])), fetch)
         if not self._has_run:
             self._check_share_source()
-        self._materialize(plan, block)
+        self._scopes.materialize(plan.persist_reads)
         steps = self._exec_strategy.num_iteration_per_run
         try:
             for step in range(steps):
@@ -197,18 +186,14 @@ class ParallelExecutor:
         except BaseException:
             # no op of the run is in flight any more: drop its values (feeds, activations)
             # now, so that a caller retrying after an error (out of memory) gets them back
-            for env in plan.envs:
-                env.clear()
+            plan.end()
             raise
         self._has_run = True
         return results
 
     def drop_local_exe_scopes(self) -> None:
         """Drop the per-device scopes holding the temporaries of past runs now."""
-        for d, local in enumerate(self._local_scopes):
-            if local is not None:
-                self._device_scopes[d].drop_kid(local)
-        self._local_scopes = [None] * len(self._devices)
+        self._scopes.drop_locals()
         self._runs_since_drop = 0
 
     def close(self) -> None:
@@ -222,36 +207,39 @@ class ParallelExecutor:
         hit = self._graphs.get(key)
         if hit is not None:
             return hit
-        from .passes import apply_build_passes
-
-        program = apply_build_passes(self._program, self._build_strategy, self.device_count)
         bs = self._build_strategy
-        opts = GraphOptions(loss_name=self._loss_name,
-                            reduce=bs.reduce_strategy == ReduceStrategy.Reduce,
-                            scale=bs.gradient_scale_strategy,
-                            fuse_all_reduce=bs.fuse_all_reduce_ops,
-                            sequential=bs.enable_sequential_execution)
-        graph = build_graph(program, self.device_count, opts)
-        self._warn(program, graph)
+        pipeline = data_parallel_pipeline(bs, self.device_count, self._loss_name)
+        program = pipeline(self._program)
+        graph = build_graph(program, self.device_count,
+                            GraphOptions(sequential=bs.enable_sequential_execution))
+        self._warn()
         if bs.debug_graphviz_path:
             from .graphviz import write_graphs
 
             write_graphs(program, graph, bs.debug_graphviz_path)
+        for svc in self._services:
+            svc.program = program
         self._graphs = {key: (program, graph)}
         self._plans.clear()
-        self._checked_feeds.clear()
+        self._feeds.clear()
         return program, graph
 
-    def _warn(self, program: Program, graph: SSAGraph) -> None:
+    @property
+    def program(self) -> Program:
+        """The program after the build passes (gradient aggregation ops included)."""
+        return self._graph()[0]
+
+    def _warn(self) -> None:
         ndev = self.device_count
-        msgs = strategy_warnings(self._build_strategy, self._exec_strategy, ndev,
-                                 bool(graph.params_grads))
+        program = self._program
+        aggregated = self._loss_name is not None and ndev > 1 and bool(find_params_grads(program))
+        msgs = strategy_warnings(self._build_strategy, self._exec_strategy, ndev, aggregated)
         has_backward = any(op.attrs.get("op_role_var") for op in program.global_block().ops)
         if self._loss_name is None and ndev > 1 and has_backward:
             msgs.append("ParallelExecutor: loss_name is not set, so gradients are NOT "
                         "aggregated across devices and each device trains on its own shard; "
                         "pass loss_name=loss.name for data-parallel training")
-        if graph.params_grads and not graph.scale_loss_grad and \
+        if aggregated and loss_grad_op_index(program, self._loss_name) is None and \
                 self._build_strategy.gradient_scale_strategy != GradientScaleStrategy.Customized:
             msgs.append(f"ParallelExecutor: no op fills {self._loss_name}@GRAD (was the "
                         "program built with append_backward/minimize on this loss?), so the "
@@ -267,23 +255,20 @@ class ParallelExecutor:
             block = program.global_block()
             for name in fetch:
                 if block._find_var_recursive(name) is None:
-                    from ..executor import _unknown_name_message
-
-                    raise ValueError(_unknown_name_message("fetch target", name, block))
+                    raise ValueError(unknown_name_message("fetch target", name, block))
             inplace = None
             if self._build_strategy.enable_inplace:
-                from .inplace import plan_inplace
+                from ..passes.inplace import plan_inplace
 
                 inplace = plan_inplace(graph, block, set(feed), set(fetch), self._devices)
                 if not inplace:
                     warnings.warn(
                         "BuildStrategy.enable_inplace has no effect on this program: no "
                         "elementwise/activation op has a dead input produced on its device "
-                        "that it could overwrite (see parafluid.parallel.inplace)",
+                        "that it could overwrite (see parafluid.passes.inplace)",
                         stacklevel=3)
-            plan = Plan(graph, block, self._devices, self._runtimes, feed, fetch,
-                        memory_optimize=self._build_strategy.memory_optimize,
-                        inplace=inplace)
+            plan = Plan(graph, block, self._devices, self._services, feed, fetch,
+                        release=bool(self._build_strategy.memory_optimize), inplace=inplace)
             self._plans[key] = plan
         return plan
 
@@ -295,142 +280,40 @@ class ParallelExecutor:
                                "not run yet, so its devices hold no parameters to share; run "
                                "the source (training) executor once before this one")
 
-    def _materialize(self, plan: Plan, block: Any) -> None:
-        """Give device i > 0 its own copy of each persistable it reads, on first need, and
-        again whenever the value in the executor's scope was replaced from outside (a
-        checkpoint loaded, a tensor set), so the devices never silently diverge."""
-        root = self._device_scopes[0]
-        for d in range(1, self.device_count):
-            dscope = self._device_scopes[d]
-            for name in plan.persist_reads[d]:
-                src = root.find_var(name)
-                if src is None or src.value is None:
-                    continue  # reported as missing when the run looks it up
-                holder = dscope.find_local_var(name)
-                seen = self._root_values.get(name)
-                if holder is not None and holder.value is not None and seen is not None \
-                        and seen() is src.value:
-                    continue
-                dscope.var(name).value = _copy_to(src.value, self._devices[d])
-        for names in plan.persist_reads[1:]:
-            for name in names:
-                src = root.find_var(name)
-                if src is not None and src.value is not None:
-                    self._root_values[name] = _ref(src.value)
-
     def _run_plan(self, plan: Plan, feeds: list[dict[str, Any]], block: Any) -> None:
         plan.begin()
         for d, env in enumerate(plan.envs):
             env.update(feeds[d])
-            scope = self._local_scope(d)
+            scope = self._scopes.local(d)
             for name in plan.reads[d]:
                 holder = scope.find_var(name)
                 if holder is None or holder.value is None:
                     raise RuntimeError(self._missing_message(block, name, feeds[d]))
                 env[name] = holder.value
-        if self._num_threads == 1:
-            plan.run_in_order()
-        else:
-            self._run_scheduled(plan)
+        if self._scheduler is None:
+            self._scheduler = _make_scheduler(self._devices, self._num_threads)
+            self._finalizer = weakref.finalize(self, self._scheduler.close)
+        run_plan(plan, self._scheduler)
+        self._scopes.note_own_writes(plan.persist_writes[0])
         for d, env in enumerate(plan.envs):
-            dscope = self._device_scopes[d]
-            for name in plan.persist_writes[d]:
-                if name in env:
-                    holder = (dscope.find_var(name) if d == 0 else None) or dscope.var(name)
-                    holder.value = env[name]
-                    if d == 0:  # our own write: not a reason to copy to the devices again
-                        self._root_values[name] = _ref(holder.value)
-            local = self._local_scope(d)
+            local = self._scopes.local(d)
             for name in plan.temps[d]:
                 value = env.get(name)
                 if value is not None:
                     local.var(name).value = value
 
-    def _run_scheduled(self, plan: Plan) -> None:
-        from .scheduler import TaskError, TaskGraph
-
-        if self._scheduler is None:
-            self._scheduler = _make_scheduler(self._devices, self._num_threads)
-            self._finalizer = weakref.finalize(self, self._scheduler.close)
-        if plan.task_graph is None:
-            plan.task_graph = TaskGraph.from_edges(plan.fns, plan.edges, names=plan.names)
-        try:
-            self._scheduler.run(plan.task_graph)
-        except TaskError as e:
-            cause = e.__cause__
-            if isinstance(cause, OpRunError):
-                raise cause from cause.__cause__
-            raise
-
     def _after_iteration(self, plan: Plan) -> None:
         self._runs_since_drop += 1
         if self._runs_since_drop >= self._exec_strategy.num_iteration_per_drop_scope:
             self.drop_local_exe_scopes()
-        for env in plan.envs:
-            env.clear()
-
-    def _local_scope(self, d: int) -> Scope:
-        local = self._local_scopes[d]
-        if local is None:
-            local = self._local_scopes[d] = self._device_scopes[d].new_scope()
-        return local
+        plan.end()
 
     def _missing_message(self, block: Any, name: str, feed: dict[str, Any]) -> str:
-        from ..executor import _missing_value_message
-
         if self._loss_name is not None and name == self._loss_name + "@GRAD":
             return (f"variable {name!r} must be fed: with "
                     "gradient_scale_strategy=Customized the loss gradient comes from the feed "
                     "(one value per device)")
-        return _missing_value_message(block, name, feed)
-
-    # ------------------------------------------------------------------ feed / fetch
-    def _split_feed(self, feed: Any, block: Any) -> list[dict[str, Any]]:
-        n = self.device_count
-        if feed is None:
-            return [{} for _ in range(n)]
-        if isinstance(feed, dict):
-            per: list[dict[str, Any]] = [{} for _ in range(n)]
-            checked = self._checked_feeds
-            for name, value in feed.items():
-                bounds = checked.get((name, value.dtype, value.shape)) \
-                    if type(value) is np.ndarray else None
-                if bounds is not None and value.flags.c_contiguous and value.flags.writeable:
-                    # NOTE: what as_feed_tensor would give (a view of the caller's array),
-                    # without checking the var's dtype and shape again
-                    t = torch.from_numpy(value)
-                    for d, (a, b) in enumerate(bounds):
-                        per[d][name] = t[a:b]
-                    continue
-                var = block._find_var_recursive(name)
-                pieces = _split_value(name, value, n, var)
-                for d in range(n):
-                    per[d][name] = as_feed_tensor(block, name, pieces[d], self._devices[d])
-                if type(value) is np.ndarray and var is not None and not var.persistable \
-                        and self._devices[0].type == "cpu":
-                    k = int(value.shape[0]) // n
-                    checked[(name, value.dtype, value.shape)] = \
-                        [(d * k, (d + 1) * k) for d in range(n - 1)] + \
-                        [((n - 1) * k, int(value.shape[0]))]
-            return per
-        if isinstance(feed, (list, tuple)):
-            if len(feed) != n:
-                raise ValueError(f"ParallelExecutor.run: a list feed needs one dict per device: "
-                                 f"got {len(feed)} dicts for {n} devices (device_count)")
-            for i, item in enumerate(feed):
-                if not isinstance(item, dict):
-                    raise TypeError(f"ParallelExecutor.run: feed[{i}] must be a dict of name -> "
-                                    f"array, got {type(item).__name__}")
-            names = set(feed[0])
-            for i, item in enumerate(feed[1:], 1):
-                if set(item) != names:
-                    raise ValueError(f"ParallelExecutor.run: feed[{i}] feeds {sorted(item)} but "
-                                     f"feed[0] feeds {sorted(names)}; every device needs the "
-                                     "same variables")
-            return [{name: as_feed_tensor(block, name, value, self._devices[d])
-                     for name, value in item.items()} for d, item in enumerate(feed)]
-        raise ValueError(f"ParallelExecutor.run: feed must be a dict (split over the devices) "
-                         f"or a list of one dict per device, got {type(feed).__name__}")
+        return missing_value_message(block, name, feed)
 
     def _fetch(self, plan: Plan, fetch: tuple[str, ...], return_numpy: bool,
                return_merged: bool) -> list[Any]:
@@ -440,22 +323,14 @@ class ParallelExecutor:
             for d, env in enumerate(plan.envs):
                 value = env.get(name)
                 if value is None:
-                    holder = self._local_scope(d).find_var(name)
+                    holder = self._scopes.local(d).find_var(name)
                     value = None if holder is None else holder.value
                 if value is None:
                     raise RuntimeError(f"fetch target {name!r} has no value on device {d} "
                                        "after the run: no op wrote it there and the scope "
                                        "does not hold it")
                 values.append(value)
-            if not return_merged:
-                results.append([as_numpy(v) if return_numpy else _as_lod_tensor(name, v)
-                                for v in values])
-            elif return_numpy:
-                results.append(np.concatenate([np.atleast_1d(_numpy_view(v)) for v in values]))
-            else:
-                dense = [as_numpy(v) for v in values]
-                results.append(_as_lod_tensor(name, torch.from_numpy(
-                    np.concatenate([np.atleast_1d(v) for v in dense]))))
+            results.append(merge_fetches(name, values, return_numpy, return_merged))
         return results
 
 
@@ -498,55 +373,3 @@ def _make_scheduler(devices: list[torch.device], nthreads: int) -> Any:
     finally:
         # set_num_threads in a worker also moved the default of threads started later
         torch.set_num_threads(previous)
-
-
-def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[Any]:
-    if isinstance(value, LoDTensor):
-        value = value.value
-    if not isinstance(value, (np.ndarray, torch.Tensor)):
-        # as the Executor does: nested lists take the variable's dtype
-        value = np.asarray(value, dtype=to_numpy(var.dtype) if var is not None and var.dtype
-                           else None)
-    persistable = var is not None and var.persistable
-    if value.ndim == 0:
-        raise ValueError(f"feed {name!r}: a 0-d value cannot be split over {n} devices along "
-                         "dim 0; give it a leading dimension, or feed a list of per-device dicts")
-    rows = int(value.shape[0])
-    if persistable:
-        if rows == 1:
-            return [value] * n
-        if rows == n:
-            return [value[i:i + 1] for i in range(n)]
-        raise ValueError(f"feed {name!r}: a persistable variable is fed with {rows} rows on {n} "
-                         f"devices; feed exactly 1 row (copied to every device) or {n} rows "
-                         "(one per device)")
-    if rows < n:
-        raise ValueError(f"feed {name!r}: the batch has {rows} rows but there are {n} devices, "
-                         "so some device would get no data; drop the last (incomplete) batch, "
-                         f"or use at most {rows} devices (set CPU_NUM={rows} or fewer GPUs)")
-    k = rows // n
-    return [value[i * k:(i + 1) * k] for i in range(n - 1)] + [value[(n - 1) * k:]]
-
-
-def _numpy_view(value: Any) -> np.ndarray:
-    """A numpy view of a CPU tensor (the caller copies it), else ``as_numpy``'s copy."""
-    if type(value) is torch.Tensor and value.device.type == "cpu" and \
-            value.dtype != torch.bfloat16:
-        return value.detach().numpy()
-    return as_numpy(value)
-
-
-def _copy_to(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().to(device, copy=True)
-    if hasattr(value, "to"):
-        return value.to(device)
-    return value
-
-
-def _ref(value: Any) -> Any:
-    """A weak reference where the value allows one (tensors do), else a strong one."""
-    try:
-        return weakref.ref(value)
-    except TypeError:
-        return lambda: value

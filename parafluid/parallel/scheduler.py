@@ -96,7 +96,7 @@ class TaskGraph:
 
     __slots__ = ("tasks", "fns", "names", "successors", "num_deps", "roots", "order")
 
-    def __init__(self, tasks: Sequence[Task]) -> None:
+    def __init__(self, tasks: Sequence[Task], order: Sequence[int] | None = None) -> None:
         tasks = tuple(tasks)
         n = len(tasks)
         num_deps = [0] * n
@@ -120,11 +120,12 @@ class TaskGraph:
         for task, deps in zip(tasks, num_deps):
             task.num_deps = deps
         self.roots = tuple(i for i in range(n) if num_deps[i] == 0)
-        self.order = self._serial_order()
+        self.order = self._serial_order() if order is None else self._check_order(order)
 
     @staticmethod
     def from_edges(fns: Sequence[Callable[[], None]], edges: Iterable[tuple[int, int]],
-                   names: Sequence[str] | None = None) -> TaskGraph:
+                   names: Sequence[str] | None = None,
+                   order: Sequence[int] | None = None) -> TaskGraph:
         """Build a graph from callables and ``(before, after)`` index pairs.
 
         Args:
@@ -132,6 +133,8 @@ class TaskGraph:
             edges: ``(a, b)`` means task b starts only after task a finished; duplicates
                 are ignored.
             names: optional task names, one per callable.
+            order: the order one lane runs the tasks in (a topological order; default: the
+                order a worker would follow).
 
         Example::
 
@@ -151,7 +154,7 @@ class TaskGraph:
             if (a, b) not in seen:
                 seen.add((a, b))
                 tasks[a].successors.append(b)
-        return TaskGraph(tasks)
+        return TaskGraph(tasks, order)
 
     def __len__(self) -> int:
         return len(self.fns)
@@ -183,6 +186,18 @@ class TaskGraph:
         if len(order) != len(self.fns):
             raise ValueError(f"TaskGraph: the dependencies form a cycle: {self._find_cycle()}")
         return tuple(order)
+
+    def _check_order(self, order: Sequence[int]) -> tuple[int, ...]:
+        order = tuple(order)
+        position = {t: k for k, t in enumerate(order)}
+        if sorted(order) != list(range(len(self.fns))):
+            raise ValueError(f"TaskGraph: order must list every task index once, got {order!r}")
+        for i, succ in enumerate(self.successors):
+            for s in succ:
+                if position[s] < position[i]:
+                    raise ValueError(f"TaskGraph: order runs task #{s} {self.names[s]!r} before "
+                                     f"its predecessor #{i} {self.names[i]!r}")
+        return order  # (a cycle would have an edge running backwards in any order)
 
     def _find_cycle(self) -> str:
         # Iterative DFS with colours; only called on a graph known to hold a cycle.

@@ -1,29 +1,28 @@
-"""The multi-device SSA graph: a Program replicated on N devices plus communication nodes.
+"""The multi-device SSA graph: a Program replicated on N devices, with dependencies.
 
 ``build_graph(program, ndev, options)`` walks the ops of the global block in order and
 replicates each op once per device. Variables are versioned per ``(device, name)``: a read
 takes the latest version (version 0 has no producer: parameters, feeds), a write appends a
 new version. Edges: read-after-write (producer -> reader), write-after-read (every reader of
 the old version -> the writer of the new one) and write-after-write. This module knows
-nothing of threads or tensors: it only describes nodes and their dependencies; the
-ParallelExecutor binds the nodes to kernels and hands the DAG to the scheduler.
+nothing of threads or tensors: it only describes nodes and their dependencies.
 
-Gradient aggregation (only with a loss, as in Fluid):
-- the op filling ``loss@GRAD`` becomes a scale-loss-grad fill of ``1/nranks``
-  (CoeffNumDevice), ``1`` (One), or disappears (Customized: the user feeds it);
-- AllReduce mode: a ``c_allreduce_sum`` right after the op producing each dense gradient
-  (found through ``op_role_var``), or one ``c_allreduce_coalesced`` per group of gradients
-  when fusing; row-sparse gradients are reduced to one device (``c_reduce_sum``, rows
-  concatenated) and broadcast (``c_broadcast``), never densified;
-- Reduce mode: each gradient gets an owner by greedy balance of element counts; it is
-  reduced to the owner, only the owner runs the parameter's optimizer ops, and the updated
-  parameter is broadcast right after its last optimizer op.
+What to communicate is decided before, by the gradient aggregation pass
+(``parafluid.passes.grad_aggregation``), which writes collective ops into the program. Here:
 
-Collective nodes are chained in program order, so every rank issues them in the same order.
+- a collective op (``c_allreduce_sum``, ``c_allreduce_coalesced``, ``c_reduce_sum``,
+  ``c_broadcast``) names one variable per slot; it becomes ONE node whose slots hold that
+  variable on every local device (``c_reduce_sum`` writes the root only, ``c_broadcast``
+  reads the root only; the root is a global device index, ``rank_offset`` maps it here);
+- an op with the attr ``owner_device`` runs on that device only; its results exist only
+  there, and a replica elsewhere that would read them is skipped (or is an error when it
+  updates a persistable);
+- ops with a side effect (``OpDef.side_effect``: collectives, send/recv) keep their program
+  order on every device they touch, so every process issues them identically.
 
 Example::
 
-    g = build_graph(program, 2, GraphOptions(loss_name=loss.name))
+    g = build_graph(aggregate_gradients(program, opts), 2)
     print(g)           # one node a line, e.g. "#7 dev0 {Out=[fc_0.tmp_0]} = mul(...)"
 """
 
@@ -32,20 +31,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..framework import GRAD_SUFFIX, Operator, OpRole
-from ..ops.common import numel
-from ..ops.registry import EMPTY
-from .strategy import GradientScaleStrategy
+from ..framework import Operator
+from ..ops.registry import EMPTY, get_op_def
 
-__all__ = ["Node", "SSAGraph", "GraphOptions", "build_graph", "ALL_DEVICES"]
+__all__ = ["Node", "SSAGraph", "GraphOptions", "build_graph", "ALL_DEVICES", "COLLECTIVE_OPS"]
 
 ALL_DEVICES = -1
 Key = tuple[int, str]  # (device, variable name)
 VarRef = tuple[int, str, int]  # (device, name, version)
 
-_LOSS_GRAD_ROLE = OpRole.Backward | OpRole.Loss
-# Collective ops that may appear in a program (one device's view): one node across devices.
-PROGRAM_COLLECTIVES = frozenset({"c_allreduce_sum"})
+# Ops of a program (one device's view) that become one node across the devices.
+COLLECTIVE_OPS = frozenset({"c_allreduce_sum", "c_allreduce_coalesced", "c_reduce_sum",
+                            "c_broadcast"})
+OWNER_ATTR = "owner_device"
 
 
 @dataclass(eq=False)
@@ -58,9 +56,9 @@ class Node:
     inputs: dict[str, list[VarRef]]
     outputs: dict[str, list[VarRef]]
     device: int  # ALL_DEVICES for collectives
-    op: Operator | None  # the program op a replica runs (None for collectives)
-    op_index: int  # position of the program op it comes from (or follows)
-    kind: str = "compute"  # compute | scale_loss_grad | collective
+    op: Operator  # the program op this node runs
+    op_index: int  # position of that op in its block
+    kind: str = "compute"  # compute | collective
     deps: set[int] = field(default_factory=set)
     dummy: VarRef | None = None  # stands for the effect of a node that writes no variable
 
@@ -83,15 +81,10 @@ class Node:
 
 @dataclass
 class GraphOptions:
-    """What shapes the graph (from BuildStrategy and the executor)."""
+    """What shapes the graph besides the program."""
 
-    loss_name: str | None = None
-    reduce: bool = False  # ReduceStrategy.Reduce
-    scale: GradientScaleStrategy = GradientScaleStrategy.CoeffNumDevice
-    fuse_all_reduce: bool = False
-    fuse_cap_bytes: int = 32 << 20
-    sequential: bool = False
-    nranks: int | None = None  # default: ndev (num_trainers x local devices in general)
+    sequential: bool = False  # enable_sequential_execution: program order on each device
+    rank_offset: int = 0  # global index of local device 0 (multi-process)
 
 
 @dataclass(repr=False)
@@ -100,20 +93,15 @@ class SSAGraph:
 
     ndev: int
     nodes: list[Node]
-    params_grads: list[tuple[str, str]]  # aggregated (param, grad) pairs, production order
-    owners: dict[str, int]  # param -> owner device (Reduce mode, sparse roots)
     reads0: list[list[str]]  # per device: names read before any write (scope or feed)
-    last_writer: dict[Key, int]  # final version's producer node
-    last_readers: dict[Key, list[int]]  # readers of the final version
-    absent: set[Key]  # Reduce mode: values that exist only on another device
-    scale_loss_grad: bool = False
+    written: set[Key]  # (device, name) some node writes
+    absent: set[Key]  # values that exist only on another device (owner-only results)
 
     def __str__(self) -> str:
         return "\n".join(n.to_string() for n in self.nodes)
 
     def __repr__(self) -> str:
-        return (f"SSAGraph({self.ndev} devices, {len(self.nodes)} nodes, "
-                f"{len(self.params_grads)} aggregated gradients)")
+        return f"SSAGraph({self.ndev} devices, {len(self.nodes)} nodes)"
 
     def count(self, type: str) -> int:
         return sum(1 for n in self.nodes if n.type == type)
@@ -129,12 +117,12 @@ class _Builder:
         self.reads0: list[list[str]] = [[] for _ in range(ndev)]
         self.seen0: list[set[str]] = [set() for _ in range(ndev)]
         self.absent: set[Key] = set()
-        self.last_collective: int | None = None
+        self.last_effect: list[int | None] = [None] * ndev
 
-    def add(self, type: str, attrs: dict[str, Any], ins: dict[str, list[Key]],
-            outs: dict[str, list[Key]], device: int, op: Operator | None, op_index: int,
-            kind: str) -> Node:
-        node = Node(len(self.nodes), type, attrs, {}, {}, device, op, op_index, kind)
+    def add(self, op: Operator, op_index: int, ins: dict[str, list[Key]],
+            outs: dict[str, list[Key]], device: int, side_effect: bool) -> Node:
+        kind = "collective" if device == ALL_DEVICES else "compute"
+        node = Node(len(self.nodes), op.type, op.attrs, {}, {}, device, op, op_index, kind)
         idx = node.index
         for slot, keys in ins.items():
             refs = []
@@ -168,172 +156,97 @@ class _Builder:
             node.outputs[slot] = refs
         if not any(node.outputs.values()):
             node.dummy = (max(device, 0), f"@DUMMY@{idx}", 1)
-        if kind == "collective":
-            # NOTE: one global order of collectives, so that ranks in other processes, which
-            # must issue them identically, never wait on each other in a cycle.
-            if self.last_collective is not None:
-                node.deps.add(self.last_collective)
-            self.last_collective = idx
+        if side_effect:
+            # NOTE: side-effect ops keep their program order on each device they touch; for
+            # collectives this is one global order, so ranks in other processes, which issue
+            # them identically, never wait on each other in a cycle.
+            devs = range(self.ndev) if device == ALL_DEVICES else (device,)
+            for d in devs:
+                prev = self.last_effect[d]
+                if prev is not None:
+                    node.deps.add(prev)
+                self.last_effect[d] = idx
         self.nodes.append(node)
         return node
 
 
-def _op_keys(op: Operator, slots: dict[str, list[str]], dev: int) -> dict[str, list[Key]]:
+def _op_keys(slots: dict[str, list[str]], dev: int) -> dict[str, list[Key]]:
     return {s: [(dev, n) for n in names if n != EMPTY] for s, names in slots.items() if names}
 
 
-def _collective_keys(op: Operator, slots: dict[str, list[str]],
-                     devs: list[int]) -> dict[str, list[Key]]:
-    """A program-level collective names one variable; the node takes it on every device."""
-    out = {}
-    for slot, names in slots.items():
-        if len(names) != 1:
-            raise ValueError(f"{op.type} (created at {op.callsite}): slot {slot} must name one "
-                             f"variable in a program (the graph adds one per device), got "
-                             f"{names}")
-        out[slot] = [(d, names[0]) for d in devs]
-    return out
+def _one_name(op: Operator, slot: str, names: list[str]) -> str:
+    if len(names) != 1:
+        raise ValueError(f"{op.type} (created at {op.callsite}): slot {slot} must name one "
+                         f"variable in a program (the graph adds one per device), got {names}")
+    return names[0]
 
 
-def _role_pairs(op: Operator) -> list[tuple[str, str]]:
-    rv = list(op.attrs.get("op_role_var") or [])
-    return list(zip(rv[0::2], rv[1::2]))
+def _collective_keys(op: Operator, ndev: int, local_root: int | None
+                     ) -> tuple[dict[str, list[Key]], dict[str, list[Key]]]:
+    """The per-device variables a program-level collective reads and writes here."""
+    devs = range(ndev)
+    if op.type == "c_allreduce_coalesced":
+        xs, outs = op.input("X"), op.output("Out")
+        return ({"X": [(d, n) for d in devs for n in xs]},
+                {"Out": [(d, n) for d in devs for n in outs]})
+    x = _one_name(op, "X", op.input("X"))
+    out = _one_name(op, "Out", op.output("Out"))
+    if op.type == "c_reduce_sum":
+        return ({"X": [(d, x) for d in devs]},
+                {"Out": [] if local_root is None else [(local_root, out)]})
+    if op.type == "c_broadcast":
+        return ({"X": [] if local_root is None else [(local_root, x)]},
+                {"Out": [(d, out) for d in devs if d != local_root]})
+    return {"X": [(d, x) for d in devs]}, {"Out": [(d, out) for d in devs]}
 
 
-def build_graph(program: Any, ndev: int, options: GraphOptions | None = None) -> SSAGraph:
-    """Replicate ``program``'s global block on ``ndev`` devices and add aggregation nodes."""
+def _local(index: int, opts: GraphOptions, ndev: int) -> int | None:
+    """A global device index as a local one (None: it lives in another process)."""
+    local = index - opts.rank_offset
+    return local if 0 <= local < ndev else None
+
+
+def build_graph(program: Any, ndev: int, options: GraphOptions | None = None,
+                block_idx: int = 0) -> SSAGraph:
+    """Replicate the ops of a block of ``program`` on ``ndev`` devices, with dependencies."""
     opts = options or GraphOptions()
     if ndev < 1:
         raise ValueError(f"build_graph: ndev must be >= 1, got {ndev}")
-    block = program.global_block()
-    ops = block.ops
-    nranks = opts.nranks or ndev
-    if opts.loss_name is not None and block._find_var_recursive(opts.loss_name) is None:
-        raise ValueError(f"loss_name {opts.loss_name!r} is not a variable of the program")
-    aggregate = opts.loss_name is not None and nranks > 1
-    reduce_mode = opts.reduce and aggregate
-
-    # Gradients: the backward op that finally writes each param's gradient (op_role_var).
-    producer: dict[str, int] = {}
-    param_of: dict[str, str] = {}
-    for i, op in enumerate(ops):
-        if not op.attrs.get("op_role", 0) & OpRole.Backward:
-            continue
-        outs = set(op.output_arg_names)
-        for p, g in _role_pairs(op):
-            if g in outs:
-                producer[g] = i
-                param_of[g] = p
-    grads = sorted(producer, key=lambda g: (producer[g], g)) if aggregate else []
-    params_grads = [(param_of[g], g) for g in grads]
-    grads_at: dict[int, list[str]] = {}
-    for g in grads:
-        grads_at.setdefault(producer[g], []).append(g)
-
-    def grad_var(g: str) -> Any:
-        return block._find_var_recursive(g)
-
-    def is_sparse(g: str) -> bool:
-        var = grad_var(g)
-        return var is not None and var.type == "selected_rows"
-
-    def size_of(name: str) -> int:
-        var = block._find_var_recursive(name)
-        shape = [d for d in (var.shape or ()) if d > 0] if var is not None else []
-        return max(1, numel(shape))
-
-    owners: dict[str, int] = {}
-    load = [0] * ndev
-    for p, g in params_grads:
-        if reduce_mode or is_sparse(g):
-            dev = min(range(ndev), key=lambda d: (load[d], d))  # greedy balance
-            owners[p] = dev
-            load[dev] += size_of(p)
-
-    groups_at: dict[int, list[list[str]]] = {}
-    if aggregate and opts.fuse_all_reduce and not reduce_mode:
-        groups_at = _fuse_groups([g for g in grads if not is_sparse(g)], producer, grad_var,
-                                 size_of, opts.fuse_cap_bytes)
-
-    last_opt: dict[int, list[str]] = {}
-    if reduce_mode:
-        last: dict[str, int] = {}
-        for i, op in enumerate(ops):
-            if op.attrs.get("op_role", 0) & OpRole.Optimize:
-                for p, _ in _role_pairs(op):
-                    if p in owners:
-                        last[p] = i
-        for p, i in last.items():
-            last_opt.setdefault(i, []).append(p)
-
+    block = program.block(block_idx)
     b = _Builder(ndev)
     all_devs = list(range(ndev))
-    scaled = False
-    for i, op in enumerate(ops):
-        role = op.attrs.get("op_role", 0)
-        kind = "compute"
-        if (aggregate and role == _LOSS_GRAD_ROLE and op.type == "fill_constant"
-                and op.output_arg_names == [opts.loss_name + GRAD_SUFFIX]):
-            scaled = True
-            if opts.scale == GradientScaleStrategy.Customized:
-                continue  # the user feeds loss@GRAD
-            value = 1.0 / nranks if opts.scale == GradientScaleStrategy.CoeffNumDevice else 1.0
-            op = Operator(op.block, op.type, op.inputs, op.outputs,
-                          {**op.attrs, "value": value}, op.callsite)
-            kind = "scale_loss_grad"
-        if op.type in PROGRAM_COLLECTIVES:
-            b.add(op.type, op.attrs, _collective_keys(op, op.inputs, all_devs),
-                  _collective_keys(op, op.outputs, all_devs), ALL_DEVICES, None, i,
-                  "collective")
+    for i, op in enumerate(block.ops):
+        side_effect = get_op_def(op.type).side_effect
+        if op.type in COLLECTIVE_OPS:
+            root = _local(int(op.attrs.get("root", 0)), opts, ndev)
+            ins, outs = _collective_keys(op, ndev, root)
+            b.add(op, i, ins, outs, ALL_DEVICES, side_effect)
+            if op.type == "c_reduce_sum":  # the sum exists on the root only
+                out = op.output("Out")[0]
+                b.absent.update((d, out) for d in all_devs if d != root)
             continue
-        devices = all_devs
-        if reduce_mode and role & OpRole.Optimize:
-            owned = [owners[p] for p, _ in _role_pairs(op) if p in owners]
-            if owned:
-                devices = [owned[0]]
+        owner = op.attrs.get(OWNER_ATTR, -1)
+        owner_only = owner is not None and owner >= 0
+        if owner_only:
+            local = _local(int(owner), opts, ndev)
+            devices = [] if local is None else [local]
+        else:
+            devices = all_devs
         for d in devices:
-            ins = _op_keys(op, op.inputs, d)
-            outs = _op_keys(op, op.outputs, d)
+            ins = _op_keys(op.inputs, d)
+            outs = _op_keys(op.outputs, d)
             missing = [k for keys in ins.values() for k in keys if k in b.absent]
             if missing:
-                _skip_or_fail(op, i, d, missing, devices is not all_devs, block)
+                _skip_or_fail(op, i, d, missing, owner_only or side_effect, block)
                 b.absent.update(k for keys in outs.values() for k in keys)
                 continue
-            b.add(op.type, op.attrs, ins, outs, d, op, i, kind)
-        if devices is not all_devs:  # an owner-only op: its results exist on the owner only
+            b.add(op, i, ins, outs, d, side_effect)
+        if owner_only:  # an owner-only op: its results exist on the owner only
             b.absent.update((d, n) for d in all_devs if d not in devices
                             for n in op.output_arg_names if n != EMPTY)
-        if not aggregate:
-            continue
-        for g in grads_at.get(i, []):
-            p = param_of[g]
-            keys = [(d, g) for d in all_devs]
-            if is_sparse(g) or reduce_mode:
-                root = owners[p]
-                b.add("c_reduce_sum", {"root": root}, {"X": keys}, {"Out": [(root, g)]},
-                      ALL_DEVICES, None, i, "collective")
-                others = [(d, g) for d in all_devs if d != root]
-                if reduce_mode:
-                    b.absent.update(others)
-                else:
-                    b.add("c_broadcast", {"root": root}, {"X": [(root, g)]}, {"Out": others},
-                          ALL_DEVICES, None, i, "collective")
-            elif not opts.fuse_all_reduce:
-                b.add("c_allreduce_sum", {}, {"X": keys}, {"Out": keys}, ALL_DEVICES, None, i,
-                      "collective")
-        for group in groups_at.get(i, []):
-            keys = [(d, g) for d in all_devs for g in group]
-            b.add("c_allreduce_coalesced", {"nvars": len(group)}, {"X": keys}, {"Out": keys},
-                  ALL_DEVICES, None, i, "collective")
-        for p in last_opt.get(i, []):
-            root = owners[p]
-            b.add("c_broadcast", {"root": root}, {"X": [(root, p)]},
-                  {"Out": [(d, p) for d in all_devs if d != root]}, ALL_DEVICES, None, i,
-                  "collective")
     if opts.sequential:
         _chain_per_device(b.nodes, ndev)
-    return SSAGraph(ndev, b.nodes, params_grads, owners, b.reads0, dict(b.writer),
-                    {k: list(v) for k, v in b.readers.items()}, set(b.absent), scaled)
+    return SSAGraph(ndev, b.nodes, b.reads0, set(b.writer), set(b.absent))
 
 
 def _skip_or_fail(op: Operator, index: int, dev: int, missing: list[Key], owner_op: bool,
@@ -350,32 +263,6 @@ def _skip_or_fail(op: Operator, index: int, dev: int, missing: list[Key], owner_
             + (f", and it updates persistable {persist}" if persist else "")
             + ". Ops that mix several parameters' gradients (e.g. clipping by global norm) "
             "need ReduceStrategy.AllReduce")
-
-
-def _fuse_groups(dense: list[str], producer: dict[str, int], grad_var: Any, size_of: Any,
-                 cap_bytes: int) -> dict[int, list[list[str]]]:
-    """Consecutive gradients of one dtype, up to ``cap_bytes``; keyed by the closing op."""
-    from ..dtypes import to_torch
-
-    groups: list[list[str]] = []
-    cur: list[str] = []
-    cur_bytes, cur_dtype = 0, None
-    for g in dense:
-        dtype = grad_var(g).dtype
-        nbytes = size_of(g) * to_torch(dtype).itemsize
-        if cur and (dtype != cur_dtype or cur_bytes + nbytes > cap_bytes):
-            groups.append(cur)
-            cur, cur_bytes = [], 0
-        cur.append(g)
-        cur_bytes += nbytes
-        cur_dtype = dtype
-    if cur:
-        groups.append(cur)
-    out: dict[int, list[list[str]]] = {}
-    for group in groups:
-        # NOTE: the fused node waits for the whole group: it follows the group's last producer.
-        out.setdefault(max(producer[g] for g in group), []).append(group)
-    return out
 
 
 def _chain_per_device(nodes: list[Node], ndev: int) -> None:

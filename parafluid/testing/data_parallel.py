@@ -81,7 +81,7 @@ def run_parallel(build: Build, feeds: Sequence[Any], ndev: int, build_strategy: 
                           exec_strategy=exec_strategy, scope=scope,
                           places=[CPUPlace()] * ndev)
     losses = [pe.run([loss.name], feed=f)[0] for f in feeds]
-    device_params = [_param_values(main, s) for s in pe._device_scopes]
+    device_params = [_param_values(main, s) for s in pe._scopes.scopes]
     pe.close()
     return TrainResult(losses, device_params, {"executor": pe, "program": main})
 

@@ -11,7 +11,7 @@ import pytest
 
 import parafluid as fluid
 from parafluid import io as fio
-from parafluid.prune import prune
+from parafluid.passes.prune import prune
 
 from .conftest import Model
 

@@ -18,7 +18,7 @@ RAISE_ON_DEVICE: dict[str, int | None] = {"device": None}
 
 
 def _maybe_raise(ins: dict, attrs: dict, ctx: Any) -> dict:
-    if getattr(ctx.runtime, "device_index", None) == RAISE_ON_DEVICE["device"]:
+    if ctx.device_index == RAISE_ON_DEVICE["device"]:
         raise ValueError("injected failure")
     return {"Out": ins["X"] * 1.0}
 
@@ -252,7 +252,7 @@ def test_share_vars_from_keeps_each_device_own_persistable_state() -> None:
              if v.persistable and v.name.startswith("batch_norm") and v.name.endswith(("w_1",
                                                                                        "w_2"))]
     assert len(stats) == 2
-    dev1 = train._device_scopes[1]
+    dev1 = train._scopes.scopes[1]
     before = {n: np.array(dev1.find_var(n).get_tensor()) for n in stats}
     assert not np.allclose(before[stats[0]],
                            np.array(fluid.global_scope().find_var(stats[0]).get_tensor()))
@@ -480,7 +480,7 @@ BARRIER: dict[str, Any] = {}
 
 def _meet(ins: dict, attrs: dict, ctx: Any) -> dict:
 
-    THREAD_LOG.append((ctx.runtime.device_index, torch.get_num_threads()))
+    THREAD_LOG.append((ctx.device_index, torch.get_num_threads()))
     BARRIER["b"].wait(timeout=10)  # passes only if both devices' ops run at the same time
     return {"Out": ins["X"] * 1.0}
 

@@ -8,7 +8,7 @@ from dp_models import mlp, mlp_feeds
 
 import parafluid as fluid
 from parafluid import unique_name
-from parafluid.parallel.passes.fuse_elewise_add_act import fuse_elewise_add_act
+from parafluid.passes.fuse_elewise_add_act import fuse_elewise_add_act
 from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
 
 
@@ -93,7 +93,7 @@ def test_fused_op_table(act: str, fn: object) -> None:
 def test_sync_batch_norm_pass_structure_and_single_device_numbers() -> None:
     from dp_models import cnn, cnn_feeds
 
-    from parafluid.parallel.passes.sync_batch_norm import sync_batch_norm
+    from parafluid.passes.sync_batch_norm import sync_batch_norm
 
     with unique_name.guard():
         main, startup, loss = cnn()()

@@ -71,8 +71,8 @@ def test_temporaries_reach_the_local_scopes_every_run(threads: int) -> None:
         feed["x"] = feed["x"] + step
         _, hs = pe.run([loss.name, h.name], feed=feed, return_merged=False)
         for d in range(2):
-            holder = pe._local_scopes[d].find_local_var(h.name)
-            assert pe._local_scopes[d].parent is pe._device_scopes[d]
+            holder = pe._scopes.local_scopes[d].find_local_var(h.name)
+            assert pe._scopes.local_scopes[d].parent is pe._scopes.scopes[d]
             np.testing.assert_array_equal(holder.value.numpy(), hs[d])
         assert previous is None or not np.array_equal(previous, hs[0])
         previous = hs[0]
@@ -84,6 +84,6 @@ def test_fetched_arrays_are_copies() -> None:
     pe.run([h.name], feed=_feed())
     got, = pe.run([h.name], feed=_feed())
     got[:] = 12345.0
-    for local in pe._local_scopes:
+    for local in pe._scopes.local_scopes:
         assert not (local.find_local_var(h.name).value.numpy() == 12345.0).any()
     pe.close()

@@ -214,7 +214,7 @@ def test_seed_001_run_with_dict_and_list_feeds() -> None:
 def test_seed_001_drop_local_exe_scopes() -> None:
     ns = run_example(SEED_001_DROP)
     assert ns["loss_data"].shape == (2,)
-    assert ns["parallel_exe"]._local_scopes == [None, None]
+    assert ns["parallel_exe"]._scopes.local_scopes == [None, None]
 
 
 SEED_002 = """

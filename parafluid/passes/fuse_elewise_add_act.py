@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...framework import GRAD_SUFFIX, Operator, Program
-from ...ops.fused import FUSABLE_ACTIVATIONS
-from ...ops.registry import EMPTY
+from ..framework import GRAD_SUFFIX, Operator, Program
+from ..ops.fused import FUSABLE_ACTIVATIONS
+from ..ops.registry import EMPTY
 
 __all__ = ["fuse_elewise_add_act"]
 
@@ -101,7 +101,7 @@ def _fuse_grads(block: Any, ops: list[Operator], readers: dict[str, list[int]],
 
 def _op(block: Any, type: str, inputs: dict[str, list[str]], outputs: dict[str, list[str]],
         attrs: dict[str, Any], callsite: str) -> Operator:
-    from ...ops.registry import prepare_op
+    from ..ops.registry import prepare_op
 
     op = Operator(block, type, {k: list(v) for k, v in inputs.items()},
                   {k: list(v) for k, v in outputs.items()}, dict(attrs), callsite)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...framework import Operator, OpRole, Program
-from ...ops.registry import EMPTY
+from ..framework import Operator, OpRole, Program
+from ..ops.registry import EMPTY
 
 __all__ = ["sync_batch_norm"]
 
@@ -51,7 +51,7 @@ def _var(block: Any, name: str, dtype: str) -> str:
 def _make(block: Any, type: str, inputs: dict[str, list[str]], outputs: dict[str, list[str]],
           attrs: dict[str, Any], like: Operator, role_var: bool = False) -> Operator:
     """An op with ``like``'s role and callsite (and its op_role_var if ``role_var``)."""
-    from ...ops.registry import prepare_op
+    from ..ops.registry import prepare_op
 
     attrs = dict(attrs, op_role=like.attrs.get("op_role", OpRole.Forward),
                  op_role_var=list(like.attrs.get("op_role_var") or []) if role_var else [])

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from ..ops.common import broadcast_y
-from .ssa_graph import ALL_DEVICES, SSAGraph
+from ..parallel.ssa_graph import ALL_DEVICES, SSAGraph
+from .liveness import analyze
 
 __all__ = ["plan_inplace", "INPLACE_KERNELS", "FRESH_OUTPUT_OPS"]
 
@@ -70,25 +71,18 @@ FRESH_OUTPUT_OPS = frozenset({
 def plan_inplace(graph: SSAGraph, block: Any, feed: set[str], fetch: set[str],
                  devices: list[torch.device]) -> dict[int, Factory]:
     """Node index -> factory ``f(env) -> run()`` for the nodes that may run in place."""
-    readers: dict[tuple[int, str, int], int] = {}
-    producer: dict[tuple[int, str, int], Any] = {}
-    for node in graph.nodes:
-        for refs in node.inputs.values():
-            for ref in refs:
-                readers[ref] = readers.get(ref, 0) + 1
-        for refs in node.outputs.values():
-            for ref in refs:
-                producer[ref] = node
+    live = analyze(graph)
+    readers = live.readers
     out: dict[int, Factory] = {}
     for node in graph.nodes:
         update = INPLACE_KERNELS.get(node.type)
-        if update is None or node.device == ALL_DEVICES or node.op is None:
+        if update is None or node.device == ALL_DEVICES:
             continue
         x_refs, outs = node.inputs.get("X"), node.outputs.get("Out")
         if not x_refs or not outs or len(node.outputs) != 1:
             continue
         x_ref, out_ref = x_refs[0], outs[0]
-        src = producer.get(x_ref)
+        src = graph.nodes[live.producer[x_ref]] if x_ref in live.producer else None
         if (readers.get(x_ref) != 1 or src is None or src.device != node.device
                 or src.type not in FRESH_OUTPUT_OPS):
             continue

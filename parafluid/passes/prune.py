@@ -1,10 +1,17 @@
-"""Pruning a program down to what computes some targets from some feeds (for inference).
+"""Pruning: keep only the ops whose results are needed.
 
 ``prune(program, targets, feeds)`` returns a new Program: a ``clone(for_test=True)`` of
 ``program`` (no backward or optimizer ops, ``is_test`` set) keeping only the ops of the
 global block that the targets depend on, walking back from the targets and stopping at the
 feeds. Variables no kept op uses are dropped (feeds and targets always stay). The caller's
 program is never changed.
+
+``eliminate_dead_code(program, keep)`` keeps the training program as it is but drops the
+ops whose outputs nothing reads, that are not persistable and not in ``keep``.
+
+Both keep every op with a side effect (``OpDef.side_effect``: send, recv, collectives,
+barriers), in its order, together with what it reads: such an op matters for what it does
+outside the program, not for its outputs.
 
 Example::
 
@@ -15,12 +22,12 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
-from .framework import Block, Operator, Program, Variable
-from .ops.registry import EMPTY
+from ..framework import Block, Operator, Program, Variable
+from ..ops.registry import EMPTY, get_op_def
+from ..variable import var_names
 
-__all__ = ["prune"]
+__all__ = ["prune", "eliminate_dead_code"]
 
 
 def prune(program: Program, targets: Sequence[Variable | str],
@@ -43,8 +50,8 @@ def prune(program: Program, targets: Sequence[Variable | str],
     """
     if not isinstance(program, Program):
         raise TypeError(f"prune: program must be a Program, got {type(program).__name__}")
-    target_names = _as_names(targets, "targets")
-    feed_names = _as_names(feeds, "feeds")
+    target_names = var_names(targets, "prune: targets")
+    feed_names = var_names(feeds, "prune: feeds")
     if not target_names:
         raise ValueError("prune: no targets given; pass the variables to compute")
     src_block = program.global_block()
@@ -59,23 +66,7 @@ def prune(program: Program, targets: Sequence[Variable | str],
     needed = {n for n in target_names if n not in fed}
     # NOTE: the first reader of each needed name, to say who wants a missing variable.
     wanted_by: dict[str, str] = {n: "the targets" for n in needed}
-    keep: list[Operator] = []
-    for i in range(len(block.ops) - 1, -1, -1):
-        op = block.ops[i]
-        outs = [n for n in op.output_arg_names if n != EMPTY]
-        if not any(n in needed for n in outs):
-            continue
-        keep.append(op)
-        reads = set(op.input_arg_names) | _sub_block_reads(op)
-        for n in outs:
-            if n not in reads:
-                needed.discard(n)
-        for n in reads:
-            if n != EMPTY and n not in fed and n not in needed:
-                needed.add(n)
-                wanted_by[n] = f"op {op.type} (created at {op.callsite})"
-    keep.reverse()
-
+    keep = _walk_back(block, needed, fed, wanted_by)
     for name in sorted(needed):
         var = block._find_var_recursive(name)
         if var is None or not var.persistable:
@@ -95,19 +86,52 @@ def prune(program: Program, targets: Sequence[Variable | str],
     return pruned
 
 
-def _as_names(items: Any, what: str) -> list[str]:
-    if isinstance(items, (Variable, str)):
-        items = [items]
-    names = []
-    for item in items:
-        if isinstance(item, Variable):
-            names.append(item.name)
-        elif isinstance(item, str):
-            names.append(item)
-        else:
-            raise TypeError(f"prune: {what} must be Variables or names, "
-                            f"got {type(item).__name__}: {item!r}")
-    return names
+def eliminate_dead_code(program: Program, keep: Iterable[Variable | str] = ()) -> Program:
+    """A copy of ``program`` without the global-block ops whose results nothing uses.
+
+    An op stays if it has a side effect, writes a persistable, writes a name in ``keep``
+    (e.g. the fetch targets), or writes something a kept op reads.
+
+    Example::
+
+        lean = eliminate_dead_code(main, keep=[loss])
+    """
+    if not isinstance(program, Program):
+        raise TypeError(f"eliminate_dead_code: program must be a Program, got "
+                        f"{type(program).__name__}")
+    out = program.clone()
+    block = out.global_block()
+    needed = set(var_names(keep, "eliminate_dead_code: keep"))
+    needed |= {n for op in block.ops for n in op.output_arg_names
+               if (v := block._find_var_recursive(n)) is not None and v.persistable}
+    kept = _walk_back(block, needed, set(), {})
+    if len(kept) != len(block.ops):
+        block.ops = kept
+        out._bump()
+    return out
+
+
+def _walk_back(block: Block, needed: set[str], fed: set[str], wanted_by: dict[str, str]
+               ) -> list[Operator]:
+    """The ops (in order) that produce ``needed`` or have a side effect; ``needed`` ends up
+    holding what nothing kept produces."""
+    keep: list[Operator] = []
+    for i in range(len(block.ops) - 1, -1, -1):
+        op = block.ops[i]
+        outs = [n for n in op.output_arg_names if n != EMPTY]
+        if not get_op_def(op.type).side_effect and not any(n in needed for n in outs):
+            continue
+        keep.append(op)
+        reads = set(op.input_arg_names) | _sub_block_reads(op)
+        for n in outs:
+            if n not in reads:
+                needed.discard(n)
+        for n in reads:
+            if n != EMPTY and n not in fed and n not in needed:
+                needed.add(n)
+                wanted_by[n] = f"op {op.type} (created at {op.callsite})"
+    keep.reverse()
+    return keep
 
 
 def _sub_block_reads(op: Operator) -> set[str]:

@@ -1,0 +1,211 @@
+"""Feeds in, fetches out: the boundary between user values (numpy) and the run's tensors.
+
+Every executor goes through these functions:
+
+- ``fetch_names(fetch_list)``: Variables or names -> names;
+- ``as_feed_tensor(block, name, value, device)``: check a fed value against its variable
+  (dtype, shape) and return a tensor on ``device``;
+- ``FeedSplitter``: split each fed batch along dim 0 over the devices of a data-parallel run
+  (or check a list of per-device feeds), caching the checks of feeds seen before;
+- ``fetch_value`` / ``merge_fetches``: turn run values into what ``run`` returns (numpy
+  arrays or LoDTensors; per-device values concatenated along dim 0).
+
+Example::
+
+    t = as_feed_tensor(program.global_block(), "x", np.ones([4, 3], "float32"), cpu)
+    per_device = FeedSplitter(devices).split({"x": batch}, block)   # one dict per device
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .dtypes import convert_dtype, to_numpy
+from .ops.registry import shapes_compatible
+from .scope import LoDTensor, ScopeVariable, SelectedRows, as_numpy
+from .variable import Variable, unknown_name_message, var_names
+
+__all__ = ["fetch_names", "as_feed_tensor", "as_lod_tensor", "FeedSplitter", "fetch_value",
+           "merge_fetches", "missing_value_message"]
+
+
+def fetch_names(fetch_list: Sequence[Any]) -> list[str]:
+    """Names of a fetch list of Variables or names."""
+    return var_names(fetch_list, "fetch_list")
+
+
+def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> Any:
+    """Check a fed value against the variable's shape and dtype; return it as a tensor."""
+    var = block._find_var_recursive(name)
+    if var is None:
+        raise ValueError(unknown_name_message("feed", name, block))
+    if isinstance(value, SelectedRows):
+        return value.to(device)
+    if isinstance(value, LoDTensor):
+        value = value.value
+    if isinstance(value, torch.Tensor):
+        arr_dtype = convert_dtype(value.dtype)
+        shape = tuple(value.shape)
+    else:
+        if not isinstance(value, np.ndarray):
+            value = np.asarray(value, dtype=to_numpy(var.dtype) if var.dtype else None)
+        arr_dtype = convert_dtype(value.dtype) if value.dtype != object else "object"
+        shape = value.shape
+    if var.dtype is not None and arr_dtype != var.dtype:
+        raise TypeError(f"feed {name!r}: expected dtype {var.dtype}, got {arr_dtype} "
+                        f"(convert with .astype('{var.dtype}'))")
+    if var.shape is not None and not shapes_compatible(var.shape, shape):
+        raise ValueError(f"feed {name!r}: expected shape {list(var.shape)} (-1 = any), "
+                         f"got {list(shape)}")
+    # NOTE: a persistable may be updated in place later (optimizer ops): never alias the
+    # caller's memory for one.
+    if isinstance(value, torch.Tensor):
+        return value.to(device, copy=var.persistable)
+    if not value.flags.c_contiguous or not value.flags.writeable:
+        value = np.array(value, order="C")
+    elif var.persistable:
+        value = value.copy()
+    t = torch.from_numpy(value)
+    return t if device.type == "cpu" else t.to(device)
+
+
+def as_lod_tensor(name: str, value: Any) -> LoDTensor:
+    """A LoDTensor holding a copy of a run value (``return_numpy=False``)."""
+    holder = ScopeVariable(name)
+    holder.value = value.clone() if isinstance(value, torch.Tensor) else value
+    return LoDTensor(holder)
+
+
+def fetch_value(name: str, value: Any, return_numpy: bool) -> Any:
+    return as_numpy(value) if return_numpy else as_lod_tensor(name, value)
+
+
+def merge_fetches(name: str, values: list[Any], return_numpy: bool, return_merged: bool) -> Any:
+    """Per-device values of one fetch target: concatenated along dim 0, or the list."""
+    if not return_merged:
+        return [fetch_value(name, v, return_numpy) for v in values]
+    if return_numpy:
+        return np.concatenate([np.atleast_1d(_numpy_view(v)) for v in values])
+    dense = [as_numpy(v) for v in values]
+    return as_lod_tensor(name, torch.from_numpy(np.concatenate([np.atleast_1d(v)
+                                                                for v in dense])))
+
+
+def missing_value_message(block: Any, name: str, feed: dict[str, Any]) -> str:
+    """Why a variable the program reads has no value, and what to do about it."""
+    var = block._find_var_recursive(name)
+    if var is not None and var.persistable:
+        return (f"variable {name!r} is read by the program but not initialized in the scope: "
+                "run the startup program first (exe.run(fluid.default_startup_program()))")
+    readers = [f"#{i} {op.type}" for i, op in enumerate(block.ops) if name in op.input_arg_names]
+    return (f"variable {name!r} is needed by op {readers[0] if readers else '?'} but was not fed "
+            f"and no earlier op computes it; feed it (fed: {sorted(feed) or 'nothing'})")
+
+
+class FeedSplitter:
+    """Turns a data-parallel run's feed into one dict of tensors per device.
+
+    A dict feed is split along dim 0 (``batch // n`` rows each, the last device also gets the
+    remainder); a list feed gives one dict per device as is. Numpy feeds already checked
+    against the program (same name, dtype, shape) are fed as views without checking again.
+    """
+
+    def __init__(self, devices: list[torch.device]) -> None:
+        self.devices = devices
+        # (feed name, numpy dtype, shape) -> per-device row ranges
+        self._checked: dict[tuple, list[tuple[int, int]]] = {}
+
+    def clear(self) -> None:
+        """Forget the checked feeds (the program changed)."""
+        self._checked.clear()
+
+    def split(self, feed: Any, block: Any) -> list[dict[str, Any]]:
+        n = len(self.devices)
+        if feed is None:
+            return [{} for _ in range(n)]
+        if isinstance(feed, dict):
+            return self._split_dict(feed, block)
+        if isinstance(feed, (list, tuple)):
+            if len(feed) != n:
+                raise ValueError(f"ParallelExecutor.run: a list feed needs one dict per device: "
+                                 f"got {len(feed)} dicts for {n} devices (device_count)")
+            for i, item in enumerate(feed):
+                if not isinstance(item, dict):
+                    raise TypeError(f"ParallelExecutor.run: feed[{i}] must be a dict of name -> "
+                                    f"array, got {type(item).__name__}")
+            names = set(feed[0])
+            for i, item in enumerate(feed[1:], 1):
+                if set(item) != names:
+                    raise ValueError(f"ParallelExecutor.run: feed[{i}] feeds {sorted(item)} but "
+                                     f"feed[0] feeds {sorted(names)}; every device needs the "
+                                     "same variables")
+            return [{name: as_feed_tensor(block, name, value, self.devices[d])
+                     for name, value in item.items()} for d, item in enumerate(feed)]
+        raise ValueError(f"ParallelExecutor.run: feed must be a dict (split over the devices) "
+                         f"or a list of one dict per device, got {type(feed).__name__}")
+
+    def _split_dict(self, feed: dict[str, Any], block: Any) -> list[dict[str, Any]]:
+        n = len(self.devices)
+        per: list[dict[str, Any]] = [{} for _ in range(n)]
+        checked = self._checked
+        for name, value in feed.items():
+            bounds = checked.get((name, value.dtype, value.shape)) \
+                if type(value) is np.ndarray else None
+            if bounds is not None and value.flags.c_contiguous and value.flags.writeable:
+                # NOTE: what as_feed_tensor would give (a view of the caller's array),
+                # without checking the var's dtype and shape again
+                t = torch.from_numpy(value)
+                for d, (a, b) in enumerate(bounds):
+                    per[d][name] = t[a:b]
+                continue
+            var = block._find_var_recursive(name)
+            pieces = _split_value(name, value, n, var)
+            for d in range(n):
+                per[d][name] = as_feed_tensor(block, name, pieces[d], self.devices[d])
+            if type(value) is np.ndarray and var is not None and not var.persistable \
+                    and self.devices[0].type == "cpu":
+                k = int(value.shape[0]) // n
+                checked[(name, value.dtype, value.shape)] = \
+                    [(d * k, (d + 1) * k) for d in range(n - 1)] + \
+                    [((n - 1) * k, int(value.shape[0]))]
+        return per
+
+
+def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[Any]:
+    if isinstance(value, LoDTensor):
+        value = value.value
+    if not isinstance(value, (np.ndarray, torch.Tensor)):
+        # as the Executor does: nested lists take the variable's dtype
+        value = np.asarray(value, dtype=to_numpy(var.dtype) if var is not None and var.dtype
+                           else None)
+    persistable = var is not None and var.persistable
+    if value.ndim == 0:
+        raise ValueError(f"feed {name!r}: a 0-d value cannot be split over {n} devices along "
+                         "dim 0; give it a leading dimension, or feed a list of per-device dicts")
+    rows = int(value.shape[0])
+    if persistable:
+        if rows == 1:
+            return [value] * n
+        if rows == n:
+            return [value[i:i + 1] for i in range(n)]
+        raise ValueError(f"feed {name!r}: a persistable variable is fed with {rows} rows on {n} "
+                         f"devices; feed exactly 1 row (copied to every device) or {n} rows "
+                         "(one per device)")
+    if rows < n:
+        raise ValueError(f"feed {name!r}: the batch has {rows} rows but there are {n} devices, "
+                         "so some device would get no data; drop the last (incomplete) batch, "
+                         f"or use at most {rows} devices (set CPU_NUM={rows} or fewer GPUs)")
+    k = rows // n
+    return [value[i * k:(i + 1) * k] for i in range(n - 1)] + [value[(n - 1) * k:]]
+
+
+def _numpy_view(value: Any) -> np.ndarray:
+    """A numpy view of a CPU tensor (the caller copies it), else ``as_numpy``'s copy."""
+    if type(value) is torch.Tensor and value.device.type == "cpu" and \
+            value.dtype != torch.bfloat16:
+        return value.detach().numpy()
+    return as_numpy(value)

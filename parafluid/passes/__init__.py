@@ -1,0 +1,63 @@
+"""Every Program -> Program transformation, one module each, one public entry point each.
+
+- ``prune.prune(program, targets, feeds)``: keep what computes the targets (and every
+  side-effect op); ``prune.eliminate_dead_code(program, keep)``: drop ops whose results
+  nothing uses, never a side-effect op.
+- ``for_test.prune_for_test(program)``: drop backward/optimize ops, set ``is_test``
+  (behind ``clone(for_test=True)``).
+- ``fuse_elewise_add_act.fuse_elewise_add_act(program)``: elementwise_add + activation.
+- ``sync_batch_norm.sync_batch_norm(program)``: batch statistics over all devices.
+- ``grad_aggregation.aggregate_gradients(program, opts)``: all-reduce / reduce + broadcast
+  of gradients and the loss-gradient scale, as ops; ``find_params_grads(program)``.
+- ``liveness.analyze(graph)`` / ``release_plan(...)``: the one liveness analysis (eager
+  deletion, memory_optimize, inplace).
+- ``inplace.plan_inplace(graph, ...)``: let an activation overwrite its dead input.
+
+``PassPipeline`` runs an ordered list of them and can dump the program after each
+(``PARAFLUID_DEBUG=1`` or ``PARAFLUID_DUMP_PASSES=DIR``). ``data_parallel_pipeline`` is the
+list the ParallelExecutor runs; the backward pass stays ``parafluid.append_backward``.
+
+Example::
+
+    pipe = data_parallel_pipeline(build_strategy, nranks=2, loss_name=loss.name)
+    print(pipe)             # grad_aggregation
+    print(pipe(program))    # ... c_allreduce_sum ...
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from .pipeline import PassPipeline
+
+__all__ = ["PassPipeline", "data_parallel_pipeline", "executor_pipeline"]
+
+
+def data_parallel_pipeline(build_strategy: Any, nranks: int, loss_name: str | None
+                           ) -> PassPipeline:
+    """The passes the ParallelExecutor applies, in order, for this BuildStrategy."""
+    from ..parallel.strategy import ReduceStrategy
+    from .grad_aggregation import AggregationOptions, aggregate_gradients
+
+    passes: list = []
+    if build_strategy.fuse_elewise_add_act_ops:
+        from .fuse_elewise_add_act import fuse_elewise_add_act
+
+        passes.append(("fuse_elewise_add_act", fuse_elewise_add_act))
+    if build_strategy.sync_batch_norm and nranks > 1:
+        from .sync_batch_norm import sync_batch_norm
+
+        passes.append(("sync_batch_norm", sync_batch_norm))
+    opts = AggregationOptions(
+        loss_name=loss_name, nranks=nranks,
+        reduce=build_strategy.reduce_strategy == ReduceStrategy.Reduce,
+        scale=build_strategy.gradient_scale_strategy,
+        fuse_all_reduce=build_strategy.fuse_all_reduce_ops)
+    passes.append(("grad_aggregation", partial(aggregate_gradients, opts=opts)))
+    return PassPipeline(passes)
+
+
+def executor_pipeline() -> PassPipeline:
+    """The passes the sequential Executor applies (none yet: programs run as written)."""
+    return PassPipeline([])

@@ -1,0 +1,286 @@
+"""A block bound to kernels and ready to run: the one run path of every executor.
+
+A ``Plan`` is built once per (program version, feed names, fetch names) from the SSA graph
+of a block (``parafluid.parallel.ssa_graph``; one device for the Executor, N for the
+ParallelExecutor). It holds one value dict (``env``) per device and one task per node:
+
+- a replica node runs its op (``runtime.bind_op``) against its device's env; a collective
+  node gives the op one value per device and writes the results back to every device;
+- every task runs in the same wrapper: a failure becomes ``OpRunError`` naming the op, its
+  inputs, device and callsite; a persistable the op wrote is put in the scope at once
+  (``RunServices.write_persistable``), so ops that block and serve others see it; values
+  whose last reader ran are dropped (``passes.liveness.release_plan``) when releasing is on;
+- ``run_plan(plan, scheduler)`` hands the tasks to the scheduler: with one lane they run on
+  the calling thread in program order. While an op hook is registered (the profiler) the
+  tasks are wrapped to report their timings; otherwise nothing per op is added.
+
+``BlockRunner`` runs sub-blocks (``RunContext.run_block``) through the same path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .ops.registry import get_op_def
+from .parallel.scheduler import Scheduler, TaskError, TaskGraph
+from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
+from .passes.liveness import release_plan
+from .runtime import OpRunError, RunContext, RunServices, bind_op, op_error, op_hooks_active, timed
+
+__all__ = ["Plan", "run_plan", "BlockRunner", "has_sub_blocks"]
+
+Task = Callable[[], None]
+
+
+def has_sub_blocks(block: Any) -> bool:
+    """Whether an op of ``block`` holds a sub-block (control flow, listen_and_serv)."""
+    from .framework import Block
+
+    return any(isinstance(v, Block) or (isinstance(v, list) and any(isinstance(b, Block)
+                                                                    for b in v))
+               for op in block.ops for v in op.attrs.values())
+
+
+class Plan:
+    """Tasks for the nodes of ``graph``, and the scope traffic around a run.
+
+    Args:
+        graph: the SSA graph of ``block``.
+        block: the block the graph was built from.
+        devices: one torch device per graph device.
+        services: one RunServices per graph device (scope, communicator, ...).
+        feed, fetch: the names fed and fetched (fetch targets are never released).
+        release: drop temporaries after their last reader (eager deletion).
+        inplace: node index -> factory ``f(env) -> task`` for nodes run in place.
+        name_devices: say "on device d" in errors (data-parallel runs).
+    """
+
+    def __init__(self, graph: SSAGraph, block: Any, devices: list[torch.device],
+                 services: list[RunServices], feed: tuple[str, ...], fetch: tuple[str, ...],
+                 release: bool = True, inplace: dict[int, Any] | None = None,
+                 name_devices: bool = True) -> None:
+        self.graph = graph
+        self.ndev = graph.ndev
+        self.feed = feed
+        self.fetch = fetch
+        self.services = services
+        self.envs: list[dict[str, Any]] = [{} for _ in range(self.ndev)]
+        self.in_use = False
+        feed_set = set(feed)
+        self.reads = [[n for n in graph.reads0[d] if n not in feed_set]
+                      for d in range(self.ndev)]
+
+        def persistable(name: str) -> bool:
+            var = block._find_var_recursive(name)
+            return var is not None and var.persistable
+
+        self.persist_reads = [[n for n in names if persistable(n)] for names in self.reads]
+        self.persist_writes: list[list[str]] = [[] for _ in range(self.ndev)]
+        self.temps: list[list[str]] = [[] for _ in range(self.ndev)]
+        written = sorted(graph.written | {(d, n) for d in range(self.ndev) for n in feed})
+        for d, name in written:
+            if persistable(name):
+                if (d, name) not in graph.absent:
+                    self.persist_writes[d].append(name)
+            else:
+                self.temps[d].append(name)
+        if release and (block.idx != 0 or has_sub_blocks(block)):
+            # NOTE: a sub-block may run many times against its parent's values, and an op
+            # with a sub-block may read outer variables that its slots do not list: such
+            # blocks keep every value to the end of the run.
+            release = False
+        releases = release_plan(graph, lambda n: not persistable(n), set(fetch)) \
+            if release else {}
+        # node index -> names dropped after it (for inspection: tests, debugging)
+        self.releases = {i: [key[1] for key, _ in items] for i, items in releases.items()}
+        self._counts: dict[tuple[int, str], int] = {
+            key: n for items in releases.values() for key, n in items if n > 1}
+        self._pending: dict[tuple[int, str], int] = {}
+        self._lock = threading.Lock()
+        self.inplace_nodes = sorted(inplace or {})
+        self._name_devices = name_devices
+        tasks = []
+        for node in graph.nodes:
+            fn = self._bind(node, devices, (inplace or {}).get(node.index))
+            writes = [(self.services[d], self.envs[d], n) for refs in node.outputs.values()
+                      for d, n, _ in refs if persistable(n)]
+            tasks.append(self._wrap(node, fn, writes, releases.get(node.index)))
+        self.tasks = tasks
+        self.edges = [(dep, node.index) for node in graph.nodes for dep in sorted(node.deps)]
+        self.names = [f"{n.type}#{n.index}@{'all' if n.device == ALL_DEVICES else n.device}"
+                      for n in graph.nodes]
+        # NOTE: node order is program order, a topological order: one lane runs in it, so
+        # random ops draw in the order the program lists them.
+        order = range(len(tasks))
+        self.task_graph = TaskGraph.from_edges(tasks, self.edges, names=self.names, order=order)
+        self._timed_graph: TaskGraph | None = None
+
+    # ------------------------------------------------------------------ binding
+    def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
+        if node.device != ALL_DEVICES:
+            env = self.envs[node.device]
+            if inplace is not None:
+                return inplace(env)
+            run = bind_op(node.op, devices[node.device], self.services[node.device])
+            return lambda: run(env)
+        opdef = get_op_def(node.type)
+        kernel, attrs = opdef.kernel, dict(node.attrs)
+        ctx = RunContext(node.op, devices[0], self.services[0])
+        envs = self.envs
+
+        def spec(slots: dict, by_name: dict) -> list:
+            return [(s, [(envs[d], n) for d, n, _ in refs], by_name[s].duplicable)
+                    for s, refs in slots.items()]
+
+        ins_spec = spec(node.inputs, opdef.input_by_name)
+        outs_spec = spec(node.outputs, opdef.output_by_name)
+
+        def run_collective() -> None:
+            ins = {s: [env[n] for env, n in refs] if dup else
+                   (refs[0][0][refs[0][1]] if refs else None) for s, refs, dup in ins_spec}
+            outs = kernel(ins, attrs, ctx)
+            for s, refs, dup in outs_spec:
+                if not refs:
+                    continue
+                values = outs[s] if dup else [outs[s]]
+                if len(values) != len(refs):
+                    raise RuntimeError(f"{node.type} returned {len(values)} values for "
+                                       f"{len(refs)} outputs")
+                for (env, n), v in zip(refs, values):
+                    env[n] = v
+        return run_collective
+
+    def _wrap(self, node: Node, fn: Task, writes: list[tuple[RunServices, dict, str]],
+              release: list[tuple[tuple[int, str], int]] | None) -> Task:
+        lock, pending, envs = self._lock, self._pending, self.envs
+        op, index = node.op, node.op_index
+        device = node.device if self._name_devices else None
+        drops = [(envs[key[0]], key[1], key if n > 1 else None) for key, n in release or ()]
+
+        def task() -> None:
+            try:
+                fn()
+            except OpRunError:
+                raise
+            except Exception as e:
+                raise op_error(op, index, e, device) from e
+            if writes:
+                for svc, env, name in writes:
+                    svc.write_persistable(name, env[name])
+            if drops:
+                for env, name, key in drops:
+                    if key is None:
+                        env.pop(name, None)
+                        continue
+                    with lock:
+                        pending[key] -= 1
+                        last = pending[key] == 0
+                    if last:
+                        env.pop(name, None)
+        return task
+
+    # ------------------------------------------------------------------ running
+    def begin(self) -> None:
+        """Reset per-run state (values, release counters)."""
+        for env in self.envs:
+            env.clear()
+        if self._counts:
+            self._pending.clear()
+            self._pending.update(self._counts)
+
+    def end(self) -> None:
+        """Drop the run's values."""
+        for env in self.envs:
+            env.clear()
+
+    def graph_for_run(self) -> TaskGraph:
+        """The task graph to run now: timed while an op hook is registered."""
+        if not op_hooks_active():
+            return self.task_graph
+        if self._timed_graph is None:
+            tasks = [timed(t, n.type, n.op_index, n.device)
+                     for t, n in zip(self.tasks, self.graph.nodes)]
+            self._timed_graph = TaskGraph.from_edges(tasks, self.edges, names=self.names,
+                                                     order=range(len(tasks)))
+        return self._timed_graph
+
+
+def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None) -> None:
+    """Run every task of ``plan`` (values already in its envs); re-raise an op's error."""
+    try:
+        scheduler.run(plan.graph_for_run(), timeout=timeout)
+    except TaskError as e:
+        cause = e.__cause__
+        if isinstance(cause, OpRunError):
+            raise cause from cause.__cause__
+        raise
+
+
+class BlockRunner:
+    """Runs sub-blocks of a program for ``RunContext.run_block``, one lane, same path."""
+
+    def __init__(self, program: Any, device: torch.device, parent: RunServices) -> None:
+        self.program = program
+        self.device = device
+        self.parent = parent
+        self._plans: dict[tuple, Plan] = {}
+        self._scheduler = Scheduler(1)
+
+    def run(self, block_idx: int, scope: Any, feed: dict[str, Any], fetch: tuple[str, ...]
+            ) -> list[Any]:
+        if scope is None:
+            raise RuntimeError("run_block: no scope to run the sub-block against")
+        if not 0 <= block_idx < self.program.num_blocks:
+            raise ValueError(f"run_block: the program has {self.program.num_blocks} blocks, "
+                             f"got block index {block_idx}")
+        key = (self.program._version, block_idx, tuple(sorted(feed)), fetch)
+        plan = self._plans.get(key)
+        if plan is None or plan.in_use:  # a nested run of the same block gets its own plan
+            block = self.program.block(block_idx)
+            p = self.parent
+            svc = RunServices(self.program, None, p.communicator, p.transport, p.device_index,
+                              device=self.device)
+            graph = build_graph(self.program, 1, GraphOptions(), block_idx=block_idx)
+            plan = Plan(graph, block, [self.device], [svc], key[2], fetch, release=False,
+                        name_devices=False)
+            if key not in self._plans:
+                self._plans = {k: v for k, v in self._plans.items()
+                               if k[0] == self.program._version}
+                self._plans[key] = plan
+        plan.in_use = True
+        try:
+            plan.services[0].scope = scope
+            plan.begin()
+            env = plan.envs[0]
+            env.update(feed)
+            for name in plan.reads[0]:
+                holder = scope.find_var(name)
+                if holder is None or holder.value is None:
+                    raise RuntimeError(f"run_block: sub-block {block_idx} reads {name!r}, which "
+                                       "is neither fed nor in the scope")
+                env[name] = holder.value
+            run_plan(plan, self._scheduler)
+            out = []
+            for name in fetch:
+                if name in env:
+                    out.append(env[name])
+                else:
+                    holder = scope.find_var(name)
+                    if holder is None or holder.value is None:
+                        raise RuntimeError(f"run_block: fetch target {name!r} has no value "
+                                           f"after sub-block {block_idx} ran")
+                    out.append(holder.value)
+            # values of variables that live in the scope (not only in this block) go back
+            for name in plan.temps[0]:
+                holder = scope.find_var(name)
+                if holder is not None and name in env:
+                    holder.value = env[name]
+            return out
+        finally:
+            plan.end()
+            plan.services[0].scope = None
+            plan.in_use = False

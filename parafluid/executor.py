@@ -25,6 +25,7 @@ import torch
 
 from .feed_fetch import as_feed_tensor, fetch_names, fetch_value, missing_value_message
 from .framework import Program, default_main_program
+from .parallel.compiled_program import CompiledProgram
 from .parallel.scheduler import Scheduler
 from .parallel.ssa_graph import build_graph
 from .place import to_device
@@ -66,8 +67,6 @@ class Executor:
             scope: where persistable variables live (default: ``global_scope()``).
             return_numpy: return numpy arrays (else LoDTensors).
         """
-        from .parallel.compiled_program import CompiledProgram
-
         if self._closed:
             raise RuntimeError("Executor.run() after close(): create a new Executor")
         if program is None:

@@ -62,7 +62,7 @@ def op_error(op: Any, index: int, exc: BaseException, device: int | None = None)
     """The OpRunError for ``op`` (op #``index`` of its block) failing with ``exc``."""
     where = f"op #{index} {describe_op(op)}"
     if device is not None:
-        where += f" on device {device}"
+        where += " on all devices" if device < 0 else f" on device {device}"
     msg = f"while running {where}, created at {op.callsite}:\n  {type(exc).__name__}: {exc}"
     return OpRunError(msg, index, op.type, device)
 

@@ -1,5 +1,5 @@
 """Synchronized batch norm: batch statistics over every device, as four ops around two
-all-reduces (written by the ``sync_batch_norm`` pass, see parafluid/parallel/passes).
+all-reduces (written by the ``sync_batch_norm`` pass, see parafluid/passes).
 
 Forward::
 

@@ -30,7 +30,10 @@ caller does not reach the workers. Pass ``initializer=`` to set it in each worke
 
 Tasks must not wait for one another (no barrier between two tasks): express every such
 wait as an edge, or make a collective one task. A task that blocks on another task can
-starve the pool when there are fewer threads than waiting tasks.
+starve the pool when there are fewer threads than waiting tasks. A task may block on the
+*outside* (an op receiving from another process) if it bounds its own wait (ops use
+``ctx.deadline_s``, Fluid's FLAGS_rpc_deadline) and raises when it passes: the run then stops
+like on any failure; ``run(timeout=...)`` bounds the whole graph.
 """
 
 from __future__ import annotations

@@ -439,7 +439,8 @@ class Program:
         """A deep copy; ``for_test=True`` drops backward/optimize ops and sets ``is_test``."""
         from .serialization import program_from_dict, program_to_dict
 
-        p = program_from_dict(program_to_dict(self))
+        # NOTE: no document check: the data comes from a live Program, not from outside
+        p = program_from_dict(program_to_dict(self), check=False)
         p._copy_python_side(self)
         if for_test:
             _prune_for_test(p)

@@ -44,7 +44,7 @@ from .ops.registry import shapes_compatible
 from .prune import prune
 from .reader import batch, buffered, chain, compose, firstn, map_readers, shuffle
 from .scope import Scope, SelectedRows, global_scope
-from .serialization import _MAGIC, program_from_dict, program_to_dict
+from .serialization import _MAGIC, parse_json, program_from_dict, program_to_dict
 
 __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_params",
            "load_persistables", "save_inference_model", "load_inference_model",
@@ -261,21 +261,33 @@ def encode_model(program: Program, feeds: Sequence[str], fetches: Sequence[str])
     return _MAGIC + json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
+_IO_KEYS = ("feed_target_names", "fetch_target_names")
+
+
+def _name_list(io_names: dict[str, Any], key: str) -> list[str]:
+    names = io_names.get(key)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        got = type(names).__name__ if not isinstance(names, list) else "a list holding " + \
+            ", ".join(sorted({type(n).__name__ for n in names}))
+        raise ValueError(f"inference.{key}: expected a list of variable names, got {got}")
+    return names
+
+
 def decode_model(data: bytes, where: str = "<bytes>") -> tuple[Program, list[str], list[str]]:
     """Inverse of ``encode_model``; a ValueError naming ``where`` if the bytes are not one."""
     if not data.startswith(_MAGIC):
         raise ValueError(f"{where}: not a parafluid model file (header missing: truncated, "
                          "or a file of another format)")
     try:
-        doc = json.loads(data[len(_MAGIC):].decode("utf-8"))
+        doc = parse_json(data[len(_MAGIC):])
         io_names = doc.get("inference") if isinstance(doc, dict) else None
         if not isinstance(io_names, dict):
             raise ValueError("no feed/fetch names (a program, not an inference model)")
-        feeds = [str(n) for n in io_names["feed_target_names"]]
-        fetches = [str(n) for n in io_names["fetch_target_names"]]
-        program = program_from_dict(doc)
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
-            AttributeError, IndexError) as e:  # well-formed JSON of the wrong shape
+        feeds, fetches = (_name_list(io_names, key) for key in _IO_KEYS)
+        if set(io_names) != set(_IO_KEYS):
+            raise ValueError(f"'inference' holds {sorted(io_names)}, expected {list(_IO_KEYS)}")
+        program = program_from_dict(doc, extra_keys=("inference",))
+    except ValueError as e:  # NOTE: the checks above and program_from_dict raise only these
         raise ValueError(f"{where}: corrupt or truncated model file: {e}") from None
     block = program.global_block()
     for name in feeds + fetches:

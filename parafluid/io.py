@@ -13,7 +13,9 @@ Files on disk:
 - Nothing is ever pickled: loading a file from an untrusted source cannot run code.
 
 Every file is written to a temporary name in the same directory, flushed to disk, then
-renamed over the old one.
+renamed over the old one. The temporary name holds the writer's host, pid and start time, so
+that the next save to the directory can remove what a killed writer left, and only that.
+A variables file without its manifest, or with an entry lacking its checksum, never loads.
 
 Example::
 
@@ -28,7 +30,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
+import socket
+import stat
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -244,7 +249,12 @@ def load_inference_model(dirname: str, executor: Any, model_filename: str | None
         tensors, meta = read_tensors(params_path)
         digest = hashlib.sha256(data).hexdigest()
         saved_for = meta.get("program_sha256")
-        if saved_for is not None and saved_for != digest:
+        if saved_for is None:
+            raise ValueError(f"load_inference_model: {params_path} does not name the model it "
+                             "belongs to (no 'program_sha256' in its metadata): it was not "
+                             "written by save_inference_model, or its metadata was edited; "
+                             "save the model again")
+        if saved_for != digest:
             raise ValueError(f"load_inference_model: {params_path} was saved with a different "
                              f"model than {model_path} (a save was interrupted, or files from "
                              "two saves were mixed); save the model again")
@@ -322,8 +332,14 @@ def read_tensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     except Exception as e:  # noqa: BLE001 (the Rust reader raises its own error type)
         raise ValueError(f"{path}: not a valid safetensors file (truncated or corrupt, "
                          f"{len(data)} bytes): {e}") from None
-    if _MANIFEST_KEY in metadata:
-        _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
+    if _MANIFEST_KEY not in metadata:
+        # NOTE: without the manifest there are no checksums: a damaged file would load
+        held = f"holds {sorted(metadata)}" if metadata else "holds no metadata"
+        raise ValueError(f"{path}: no parafluid manifest (metadata key {_MANIFEST_KEY!r}; the "
+                         f"file {held}), so its checksums cannot be checked and nothing is "
+                         "loaded. A file written by another tool can be read with "
+                         "safetensors.torch.load_file and its values set in the scope")
+    _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
     return tensors, metadata
 
 
@@ -333,13 +349,18 @@ def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> N
         entries = {e["name"]: e for e in manifest["vars"]}
         version = manifest["format"]
         lacking = [n for n, e in entries.items() if "shape" not in e or "dtype" not in e]
-        if lacking:
-            raise KeyError(f"no shape or dtype for {_quoted(lacking)}")
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{path}: corrupt manifest in the file metadata: {e}") from None
+        unchecked = [n for n, e in entries.items() if type(e.get("crc32")) is not int]
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: {e!r}") from None
     if version != VARS_FORMAT:
         raise ValueError(f"{path}: variables format {version!r} is not supported "
                          f"(this parafluid reads {VARS_FORMAT!r})")
+    if lacking:
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: no shape or dtype "
+                         f"for {_quoted(lacking)}")
+    if unchecked:  # NOTE: every writer records one; without it a damaged tensor would load
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: no checksum (crc32) "
+                         f"for {_quoted(unchecked)}")
     if set(entries) != set(tensors):
         raise ValueError(f"{path}: corrupt file: the manifest lists {sorted(entries)} but the "
                          f"file holds {sorted(tensors)}")
@@ -348,16 +369,22 @@ def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> N
         if list(t.shape) != e["shape"] or _dtype_name(t.dtype) != e["dtype"]:
             raise ValueError(f"{path}: corrupt file: {name!r} is {_meta_str(t)} but the manifest "
                              f"says {e['dtype']}{e['shape']}")
-        if "crc32" in e and _crc(t) != e["crc32"]:
+        if _crc(t) != e["crc32"]:
             raise ValueError(f"{path}: corrupt file: the data of {name!r} fails its checksum")
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, rename."""
+    """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, rename.
+
+    The temporary file is hidden and named after this process
+    (``.<name>.tmp-<host>-<pid>-<start time>-<random>``). A writer killed before the rename
+    leaves it behind; every save first removes such files of writers that are no longer
+    running (``_remove_stale_temps``), so the leak lasts until the next save.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}-"
-                                  f"{secrets.token_hex(4)}")
+    _remove_stale_temps(directory)
+    tmp = _temp_path(path)
     try:
         _write_file(tmp, data)
         os.replace(tmp, path)
@@ -365,6 +392,97 @@ def write_bytes(path: str, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
     _fsync_dir(directory)
+
+
+# NOTE: the name holds what tells a dead writer from a live one: the host (a directory may be
+# shared between machines, whose pids mean nothing here), the pid, and the process's start
+# time in clock ticks since boot (so a later process that got the same pid is not taken for
+# the writer). The second form is the name of earlier versions: pid only.
+_TEMP_NAME = re.compile(r"\.(?P<base>.+)\.tmp-(?:(?P<host>[0-9a-f]{8})-(?P<pid>\d{1,10})-"
+                        r"(?P<started>\d{1,20})|(?P<old_pid>\d{1,10}))-[0-9a-f]{8}")
+
+
+def _temp_path(path: str, pid: int | None = None, *, host: str | None = None,
+               started: int | None = None) -> str:
+    """The temporary name a save to ``path`` by process ``pid`` (default: this one) uses."""
+    pid = os.getpid() if pid is None else pid
+    started = _start_ticks(pid) if started is None else started
+    name = f".{os.path.basename(path)}.tmp-{_host_tag(host)}-{pid}-{started}-" \
+           f"{secrets.token_hex(4)}"
+    return os.path.join(os.path.dirname(os.path.abspath(path)), name)
+
+
+def _host_tag(host: str | None = None) -> str:
+    host = socket.gethostname() if host is None else host
+    return hashlib.sha256(host.encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def _remove_stale_temps(directory: str) -> list[str]:
+    """Remove the save temporaries in ``directory`` whose writer is no longer running.
+
+    A temporary of a live process (this one, or a save in progress elsewhere on this host),
+    of another host, or whose writer cannot be told dead, is kept. Returns the removed paths.
+    """
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed, here = [], _host_tag()
+    for name in names:
+        m = _TEMP_NAME.fullmatch(name)
+        if m is None:
+            continue
+        if m["old_pid"] is not None:
+            pid, started = int(m["old_pid"]), None
+        elif m["host"] != here:
+            continue
+        else:
+            pid, started = int(m["pid"]), int(m["started"]) or None
+        path = os.path.join(directory, name)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode) or _writer_running(pid, started):
+                continue
+            os.unlink(path)
+        except OSError:  # removed by another save meanwhile, or not ours to remove
+            continue
+        removed.append(path)
+    return removed
+
+
+def _writer_running(pid: int, started: int | None) -> bool:
+    """False only when process ``pid`` (started at ``started`` ticks) has surely ended."""
+    if pid == os.getpid() or not 0 < pid < 2 ** 31:
+        return True  # NOTE: never ours to judge; a pid out of range is not a real writer
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: a live process of another user
+        return True
+    state = _proc_stat(pid)
+    if state is None:
+        return True  # no /proc (not Linux), or it ended this instant: keep to be safe
+    if state[0] in ("Z", "X"):
+        return False  # it has exited and only waits to be reaped: it writes nothing more
+    return started is None or state[1] == started  # another start time: the pid was reused
+
+
+def _start_ticks(pid: int) -> int:
+    """When process ``pid`` started, in clock ticks since boot; 0 where that is unknown."""
+    state = _proc_stat(pid)
+    return 0 if state is None else state[1]
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in ticks since boot) of a process, from Linux's /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+        # NOTE: the command name (field 2) may hold spaces and ')': split after the last ')'
+        fields = text[text.rindex(")") + 2:].split()
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _write_file(path: str, data: bytes) -> None:

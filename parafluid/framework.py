@@ -478,6 +478,13 @@ class Program:
 
     @staticmethod
     def parse_from_string(binary: bytes) -> Program:
+        """The Program that ``serialize_to_string`` wrote; the input is untrusted: anything
+        malformed is a ValueError naming the field (``blocks[0].vars[2] ('w').shape[0]: ...``).
+
+        Example::
+
+            same = fluid.Program.parse_from_string(program.serialize_to_string())
+        """
         from .serialization import loads
 
         return loads(binary)

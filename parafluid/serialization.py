@@ -127,6 +127,8 @@ _MAX_ATTR_DEPTH = 8  # an attr is a scalar, a list, or a list of lists (a 2-D nu
 _VAR_KINDS = frozenset({VarType.LOD_TENSOR, VarType.SELECTED_ROWS, VarType.LOD_TENSOR_ARRAY,
                         VarType.RAW})
 _DTYPES = frozenset(_CANONICAL)  # the canonical names only: that is what the writer writes
+_VAR_FLAGS = ("persistable", "stop_gradient", "is_data", "need_check_feed")
+_PLAIN_SCALARS = frozenset({str, float, bool, type(None)})  # ints are range-checked
 _BLOCK_KEYS = ("idx", "parent_idx", "vars", "ops")
 _OP_KEYS = ("type", "inputs", "outputs", "attrs", "callsite")
 
@@ -193,15 +195,19 @@ def _check_var(vd: Any, where: str) -> str:
     shape = vd["shape"]
     if shape is not None:
         low = 0 if is_param else -1  # -1: a size only the run knows (not for a parameter)
-        for k, d in enumerate(_list(shape, f"{where}.shape")):
-            _int(d, f"{where}.shape[{k}]", low, _INT64[1])
+        dims = _list(shape, f"{where}.shape")
+        if not all(type(d) is int and low <= d <= _INT64[1] for d in dims):
+            for k, d in enumerate(dims):  # NOTE: paths are spelt out only on the error path
+                _int(d, f"{where}.shape[{k}]", low, _INT64[1])
     if vd["dtype"] is not None and not _is_one_of(vd["dtype"], _DTYPES):
         raise _bad(f"{where}.dtype", f"null or one of {sorted(_DTYPES)}", vd["dtype"])
     if not _is_one_of(vd["type"], _VAR_KINDS):
         raise _bad(f"{where}.type", f"one of {sorted(_VAR_KINDS)}", vd["type"])
-    _int(vd["lod_level"], f"{where}.lod_level", 0, 2 ** 31 - 1)
-    for key in ("persistable", "stop_gradient", "is_data", "need_check_feed"):
-        _bool(vd[key], f"{where}.{key}")
+    if type(vd["lod_level"]) is not int or not 0 <= vd["lod_level"] < 2 ** 31:
+        _int(vd["lod_level"], f"{where}.lod_level", 0, 2 ** 31 - 1)
+    for key in _VAR_FLAGS:
+        if type(vd[key]) is not bool:
+            raise _bad(f"{where}.{key}", "true or false", vd[key])
     if is_param:
         if vd["parameter"] is not True:
             raise _bad(f"{where}.parameter", "true", vd["parameter"])
@@ -258,6 +264,8 @@ def _check_attr(v: Any, where: str, block_idx: int, n_blocks: int, depth: int) -
         if depth >= _MAX_ATTR_DEPTH:
             raise ValueError(f"corrupt parafluid program: {where}: lists nested more than "
                              f"{_MAX_ATTR_DEPTH} deep")
+        if all(type(x) in _PLAIN_SCALARS for x in v):  # the usual list: no path to spell out
+            return
         for k, x in enumerate(v):
             _check_attr(x, f"{where}[{k}]", block_idx, n_blocks, depth + 1)
     elif kind is dict:

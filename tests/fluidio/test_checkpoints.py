@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 import parafluid as fluid
+from parafluid import atomic_write
 from parafluid import io as fio
 
 from .conftest import Model
@@ -290,13 +291,13 @@ def test_crash_mid_save_keeps_the_previous_checkpoint(model: Model, tmp_path: st
     model.step()
     assert not np.array_equal(model.value("fc_0.w_0"), first["fc_0.w_0"])
 
-    real_write = fio._write_file
+    real_write = atomic_write._write_file
 
     def write_then_crash(path: str, data: bytes) -> None:
         real_write(path, data)  # the new checkpoint is fully on disk under its temp name...
         raise OSError("simulated crash before the rename")
 
-    monkeypatch.setattr(fio, "_write_file", write_then_crash)
+    monkeypatch.setattr(atomic_write, "_write_file", write_then_crash)
     with pytest.raises(OSError, match="simulated crash"):
         fluid.io.save_persistables(model.exe, str(tmp_path), model.main, scope=model.scope)
     monkeypatch.undo()

@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import save as st_save
 
 import parafluid as fluid
+from parafluid import atomic_write
 from parafluid import io as fio
 
 from .conftest import Model
@@ -28,11 +29,11 @@ from .conftest import Model
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The child saves a checkpoint and stops for good halfway through writing the temporary file
-# (its own hook on io._write_file), so the test can kill it at a known point.
+# (its own hook on atomic_write._write_file), so the test can kill it at a known point.
 _CHILD = textwrap.dedent("""
     import os, sys, time
     import parafluid as fluid
-    from parafluid import io as fio
+    from parafluid import atomic_write
 
     def write_half_then_hang(path, data):
         with open(path, "wb") as f:
@@ -42,7 +43,7 @@ _CHILD = textwrap.dedent("""
         print("HALF", len(data), flush=True)
         time.sleep(120)
 
-    fio._write_file = write_half_then_hang
+    atomic_write._write_file = write_half_then_hang
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
         x = fluid.layers.data(name="x", shape=[4], dtype="float32")
@@ -110,22 +111,22 @@ def test_only_temporaries_of_dead_writers_are_removed(model: Model, tmp_path) ->
     try:
         dead = _dead_pid()
         keep = {
-            "mine": fio._temp_path(target, os.getpid()),      # this process: alive
-            "live child": fio._temp_path(target, live.pid),
-            "other host": fio._temp_path(target, dead, host="somewhere-else"),
+            "mine": atomic_write._temp_path(target, os.getpid()),      # this process: alive
+            "live child": atomic_write._temp_path(target, live.pid),
+            "other host": atomic_write._temp_path(target, dead, host="somewhere-else"),
             "not ours": os.path.join(directory, f".notes.tmp-{dead}"),
             "plain dot file": os.path.join(directory, ".keep"),
         }
         remove = {
-            "dead writer": fio._temp_path(target, dead),
-            "dead writer, other file": fio._temp_path(os.path.join(directory, "__model__"),
+            "dead writer": atomic_write._temp_path(target, dead),
+            "dead writer, other file": atomic_write._temp_path(os.path.join(directory, "__model__"),
                                                       dead),
             "older name form": os.path.join(directory, f".{fio.DEFAULT_FILENAME}.tmp-{dead}-"
                                                        "0123abcd"),
         }
         if sys.platform.startswith("linux"):  # start times come from /proc
             # the live child's pid, but another start time: an earlier process had that pid
-            remove["pid reused by a later process"] = fio._temp_path(target, live.pid,
+            remove["pid reused by a later process"] = atomic_write._temp_path(target, live.pid,
                                                                      started=1)
         for path in (*keep.values(), *remove.values()):
             with open(path, "wb") as f:

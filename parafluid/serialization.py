@@ -148,8 +148,8 @@ def check_document(doc: Any, extra_keys: Sequence[str] = ()) -> None:
         check_document(json.loads(text))   # then program_from_dict(doc, check=False)
     """
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise ValueError(f"not a parafluid program: expected format {FORMAT!r}, got {got!r}")
+        got = _show(doc.get("format")) if isinstance(doc, dict) else f"a {type(doc).__name__}"
+        raise ValueError(f"not a parafluid program: expected format {FORMAT!r}, got {got}")
     _keys(doc, "the document", ("format", "blocks"), ("random_seed", *extra_keys))
     if "random_seed" in doc:
         _int(doc["random_seed"], "random_seed", *_INT64)

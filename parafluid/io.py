@@ -13,7 +13,9 @@ Files on disk:
 - Nothing is ever pickled: loading a file from an untrusted source cannot run code.
 
 Every file is written to a temporary name in the same directory, flushed to disk, then
-renamed over the old one.
+renamed over the old one. The temporary name holds the writer's host, pid and start time, so
+that the next save to the directory can remove what a killed writer left, and only that.
+A variables file without its manifest, or with an entry lacking its checksum, never loads.
 
 Example::
 
@@ -28,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +38,7 @@ import torch
 from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 
+from .atomic_write import write_bytes
 from .dataloader import DataLoader, PyReader
 from .dtypes import convert_dtype
 from .framework import Parameter, Program, Variable, default_main_program
@@ -44,7 +46,7 @@ from .ops.registry import shapes_compatible
 from .passes.prune import prune
 from .reader import batch, buffered, chain, compose, firstn, map_readers, shuffle
 from .scope import Scope, SelectedRows, global_scope
-from .serialization import _MAGIC, program_from_dict, program_to_dict
+from .serialization import _MAGIC, parse_json, program_from_dict, program_to_dict
 
 __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_params",
            "load_persistables", "save_inference_model", "load_inference_model",
@@ -244,7 +246,12 @@ def load_inference_model(dirname: str, executor: Any, model_filename: str | None
         tensors, meta = read_tensors(params_path)
         digest = hashlib.sha256(data).hexdigest()
         saved_for = meta.get("program_sha256")
-        if saved_for is not None and saved_for != digest:
+        if saved_for is None:
+            raise ValueError(f"load_inference_model: {params_path} does not name the model it "
+                             "belongs to (no 'program_sha256' in its metadata): it was not "
+                             "written by save_inference_model, or its metadata was edited; "
+                             "save the model again")
+        if saved_for != digest:
             raise ValueError(f"load_inference_model: {params_path} was saved with a different "
                              f"model than {model_path} (a save was interrupted, or files from "
                              "two saves were mixed); save the model again")
@@ -261,21 +268,33 @@ def encode_model(program: Program, feeds: Sequence[str], fetches: Sequence[str])
     return _MAGIC + json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
+_IO_KEYS = ("feed_target_names", "fetch_target_names")
+
+
+def _name_list(io_names: dict[str, Any], key: str) -> list[str]:
+    names = io_names.get(key)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        got = type(names).__name__ if not isinstance(names, list) else "a list holding " + \
+            ", ".join(sorted({type(n).__name__ for n in names}))
+        raise ValueError(f"inference.{key}: expected a list of variable names, got {got}")
+    return names
+
+
 def decode_model(data: bytes, where: str = "<bytes>") -> tuple[Program, list[str], list[str]]:
     """Inverse of ``encode_model``; a ValueError naming ``where`` if the bytes are not one."""
     if not data.startswith(_MAGIC):
         raise ValueError(f"{where}: not a parafluid model file (header missing: truncated, "
                          "or a file of another format)")
     try:
-        doc = json.loads(data[len(_MAGIC):].decode("utf-8"))
+        doc = parse_json(data[len(_MAGIC):])
         io_names = doc.get("inference") if isinstance(doc, dict) else None
         if not isinstance(io_names, dict):
             raise ValueError("no feed/fetch names (a program, not an inference model)")
-        feeds = [str(n) for n in io_names["feed_target_names"]]
-        fetches = [str(n) for n in io_names["fetch_target_names"]]
-        program = program_from_dict(doc)
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
-            AttributeError, IndexError) as e:  # well-formed JSON of the wrong shape
+        feeds, fetches = (_name_list(io_names, key) for key in _IO_KEYS)
+        if set(io_names) != set(_IO_KEYS):
+            raise ValueError(f"'inference' holds {sorted(io_names)}, expected {list(_IO_KEYS)}")
+        program = program_from_dict(doc, extra_keys=("inference",))
+    except ValueError as e:  # NOTE: the checks above and program_from_dict raise only these
         raise ValueError(f"{where}: corrupt or truncated model file: {e}") from None
     block = program.global_block()
     for name in feeds + fetches:
@@ -310,8 +329,14 @@ def read_tensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     except Exception as e:  # noqa: BLE001 (the Rust reader raises its own error type)
         raise ValueError(f"{path}: not a valid safetensors file (truncated or corrupt, "
                          f"{len(data)} bytes): {e}") from None
-    if _MANIFEST_KEY in metadata:
-        _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
+    if _MANIFEST_KEY not in metadata:
+        # NOTE: without the manifest there are no checksums: a damaged file would load
+        held = f"holds {sorted(metadata)}" if metadata else "holds no metadata"
+        raise ValueError(f"{path}: no parafluid manifest (metadata key {_MANIFEST_KEY!r}; the "
+                         f"file {held}), so its checksums cannot be checked and nothing is "
+                         "loaded. A file written by another tool can be read with "
+                         "safetensors.torch.load_file and its values set in the scope")
+    _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
     return tensors, metadata
 
 
@@ -321,13 +346,18 @@ def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> N
         entries = {e["name"]: e for e in manifest["vars"]}
         version = manifest["format"]
         lacking = [n for n, e in entries.items() if "shape" not in e or "dtype" not in e]
-        if lacking:
-            raise KeyError(f"no shape or dtype for {_quoted(lacking)}")
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{path}: corrupt manifest in the file metadata: {e}") from None
+        unchecked = [n for n, e in entries.items() if type(e.get("crc32")) is not int]
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: {e!r}") from None
     if version != VARS_FORMAT:
         raise ValueError(f"{path}: variables format {version!r} is not supported "
                          f"(this parafluid reads {VARS_FORMAT!r})")
+    if lacking:
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: no shape or dtype "
+                         f"for {_quoted(lacking)}")
+    if unchecked:  # NOTE: every writer records one; without it a damaged tensor would load
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: no checksum (crc32) "
+                         f"for {_quoted(unchecked)}")
     if set(entries) != set(tensors):
         raise ValueError(f"{path}: corrupt file: the manifest lists {sorted(entries)} but the "
                          f"file holds {sorted(tensors)}")
@@ -336,44 +366,8 @@ def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> N
         if list(t.shape) != e["shape"] or _dtype_name(t.dtype) != e["dtype"]:
             raise ValueError(f"{path}: corrupt file: {name!r} is {_meta_str(t)} but the manifest "
                              f"says {e['dtype']}{e['shape']}")
-        if "crc32" in e and _crc(t) != e["crc32"]:
+        if _crc(t) != e["crc32"]:
             raise ValueError(f"{path}: corrupt file: the data of {name!r} fails its checksum")
-
-
-def write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file in the same directory, fsync, rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}-"
-                                  f"{secrets.token_hex(4)}")
-    try:
-        _write_file(tmp, data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    _fsync_dir(directory)
-
-
-def _write_file(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(directory: str) -> None:
-    # NOTE: makes the rename itself durable; not every platform can open a directory.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _open_for_read(path: str, what: str) -> Any:

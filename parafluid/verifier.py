@@ -8,6 +8,7 @@ or dtype that disagrees with what the op's shape rule infers.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .ops.registry import (
@@ -91,7 +92,11 @@ def _check_shapes(where: str, op: Any, opdef: Any, block: Any) -> list[str]:
             var = block._find_var_recursive(name)
             if var is None or meta is None or name == EMPTY:
                 continue
-            meta = Meta(*meta)
+            meta = _as_meta(meta)
+            if meta is None:
+                out.append(f"{where}: shape inference gave {name!r} no usable shape and dtype "
+                           "(check the op's attributes)")
+                continue
             if var.shape is None or not shapes_compatible(var.shape, meta.shape):
                 out.append(f"{where}: output {name!r} is declared {list(var.shape or [])} but "
                            f"the op infers {list(meta.shape)}")
@@ -99,3 +104,14 @@ def _check_shapes(where: str, op: Any, opdef: Any, block: Any) -> list[str]:
                 out.append(f"{where}: output {name!r} is declared {var.dtype} but the op "
                            f"infers {meta.dtype}")
     return out
+
+
+def _as_meta(meta: Any) -> Meta | None:
+    """``meta`` as a Meta of integer sizes, or None: a shape rule fed odd attributes (from a
+    damaged program file, say) may return anything, and verify must report, not crash."""
+    try:
+        meta = Meta(*meta)
+        shape = tuple(operator.index(d) for d in meta.shape)  # ints, numpy ints; no floats
+    except TypeError:
+        return None
+    return meta._replace(shape=shape)

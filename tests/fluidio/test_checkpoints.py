@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -11,6 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 import parafluid as fluid
+from parafluid import atomic_write
 from parafluid import io as fio
 
 from .conftest import Model
@@ -137,12 +139,15 @@ def test_dtype_mismatch_is_reported(model: Model, tmp_path: str) -> None:
 @pytest.mark.parametrize("dtype", [torch.uint16, torch.complex64])
 def test_a_dtype_parafluid_lacks_is_reported_as_a_mismatch(model: Model, tmp_path: str,
                                                            dtype: torch.dtype) -> None:
-    # Written by another tool: plain safetensors, no parafluid manifest.
+    # Written by another tool that follows the format: safetensors with a manifest.
     path = os.path.join(tmp_path, fio.DEFAULT_FILENAME)
     values = {p.name: torch.from_numpy(v) for p, v in zip(model.main.all_parameters(),
                                                           model.params().values())}
     values["fc_0.w_0"] = values["fc_0.w_0"].to(dtype)
-    save_file(values, path)
+    manifest = {"format": fio.VARS_FORMAT, "vars": [
+        {"name": n, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch."),
+         "crc32": fio._crc(t)} for n, t in values.items()]}
+    save_file(values, path, metadata={"parafluid": json.dumps(manifest)})
     name = str(dtype).replace("torch.", "")
     with pytest.raises(ValueError, match=rf"fc_0\.w_0: the file has {name}\[4, 8\], the "
                                          r"program expects float32\[4, 8\]") as err:
@@ -286,13 +291,13 @@ def test_crash_mid_save_keeps_the_previous_checkpoint(model: Model, tmp_path: st
     model.step()
     assert not np.array_equal(model.value("fc_0.w_0"), first["fc_0.w_0"])
 
-    real_write = fio._write_file
+    real_write = atomic_write._write_file
 
     def write_then_crash(path: str, data: bytes) -> None:
         real_write(path, data)  # the new checkpoint is fully on disk under its temp name...
         raise OSError("simulated crash before the rename")
 
-    monkeypatch.setattr(fio, "_write_file", write_then_crash)
+    monkeypatch.setattr(atomic_write, "_write_file", write_then_crash)
     with pytest.raises(OSError, match="simulated crash"):
         fluid.io.save_persistables(model.exe, str(tmp_path), model.main, scope=model.scope)
     monkeypatch.undo()

@@ -18,7 +18,7 @@ import pytest
 
 import parafluid as fluid
 from parafluid import io as fio
-from parafluid.prune import prune
+from parafluid.passes.prune import prune
 from parafluid.serialization import _MAGIC
 from parafluid.verifier import ProgramVerificationError
 

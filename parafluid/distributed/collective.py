@@ -39,6 +39,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -457,15 +458,35 @@ def _first_difference(a: str, b: str) -> str:
     return f"{a[:80]!r} vs {b[:80]!r}"
 
 
+def _bind_address(endpoints: Sequence[str], trainer_id: int) -> str:
+    """This trainer's IP: its endpoint's host when that is an address of this machine, else
+    the address this machine uses to reach trainer 0 (endpoints derived from torchrun's
+    MASTER_ADDR only name trainer 0's machine correctly)."""
+    host, _ = parse_endpoint(endpoints[trainer_id])
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+        return host
+    except OSError:
+        pass
+    master, port = parse_endpoint(endpoints[0])
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, port))  # UDP: picks the route, sends nothing
+            return s.getsockname()[0]
+    except OSError:
+        return host
+
+
 def _process_group(backend: str, rdv: Rendezvous, wire: torch.device, timeout_s: float) -> Any:
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.PrefixStore("pg", rdv.store)
-    host, _ = parse_endpoint(rdv.endpoints[rdv.trainer_id])
+    host = _bind_address(rdv.endpoints, rdv.trainer_id)
     if backend == "gloo":
         opts = dist.ProcessGroupGloo._Options()
         opts._timeout = timeout
         # NOTE: bind gloo to this trainer's own address, so that peers on other machines
-        # reach it whatever the hostname resolves to.
+        # reach it whatever this machine's hostname resolves to.
         opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
         return dist.ProcessGroupGloo(store, rdv.trainer_id, rdv.num_trainers, opts)
     if not dist.is_nccl_available():

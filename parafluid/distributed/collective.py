@@ -411,7 +411,8 @@ class ProcessGroupCommunicator:
         self._heartbeat.stop()
         try:
             self._store.set(f"closed/{self.trainer_id}", "1")
-            if self.trainer_id == 0:
+            # NOTE: after a failure the peers may be dead: do not wait for them.
+            if self.trainer_id == 0 and self._broken is None:
                 end = time.monotonic() + wait_s
                 keys = [f"closed/{k}" for k in range(1, self.num_trainers)]
                 while time.monotonic() < end and not all(self._store.check([k]) for k in keys):

@@ -238,13 +238,22 @@ class ProcessGroupCommunicator:
         return divmod(root, len(self.devices))
 
     # ------------------------------------------------------------------ collectives
-    def all_reduce(self, values: Sequence[Value]) -> list[Value]:
-        """Every local device gets the sum over all devices of all trainers."""
+    def all_reduce(self, values: Sequence[Value], donate: bool = False) -> list[Value]:
+        """Every local device gets the sum over all devices of all trainers.
+
+        ``donate=True`` lets a single local device's dense input be summed in place (the
+        caller promises that nothing reads it afterwards), saving one copy of the buffer;
+        with several local devices the local sum is a fresh buffer anyway.
+        """
         self._check(values, "all_reduce")
         if isinstance(values[0], SelectedRows):
             return self._spread(self._gather_rows(values, "all_reduce"))
         _same_kind(values, "all_reduce")
-        buf = self._local_sum(values, self._wire)
+        v = values[0]
+        if donate and len(values) == 1 and v.device == self._wire and v.is_contiguous():
+            buf = v
+        else:
+            buf = self._local_sum(values, self._wire)
         if self.num_trainers > 1 and buf.numel():
             self._run("all_reduce", lambda: self._wait(self._pg.allreduce([buf])))
         return self._spread(buf.to(self.devices[0]))

@@ -76,9 +76,9 @@ def main() -> int:
         elif scenario == "mismatch":
             comm.check_consistent("parameters", "fc_0.w_0 [4, 3]\nfc_0.b_0 [3]")
             comm.check_consistent("parameters", f"fc_0.w_0 [4, {3 + tid}]\nfc_0.b_0 [3]")
-        elif scenario == "kill":
+        elif scenario in ("kill", "kill0"):
             comm.all_reduce([inputs(r, seed) for r in ranks])
-            if tid == 1:
+            if tid == (0 if scenario == "kill0" else 1):
                 os.kill(os.getpid(), 9)
             time.sleep(0.3)
             status["start"] = time.time()

@@ -18,6 +18,12 @@ Row-sparse values (``SelectedRows``) are never densified: rows and values of eve
 all-gathered (variable sizes: counts first, then padded buffers) and concatenated in global
 rank order.
 
+Mismatches: while ``verify_collectives`` is on (the default; the ParallelExecutor turns it off
+after its first step), every collective first compares the trainers' signatures (kind, dtype,
+shape, root) through the store, and a difference raises ``CollectiveMismatchError`` (a
+ValueError) on every trainer naming each one's signature: gloo itself would hand one rank
+garbage and abort the other.
+
 Deadlines: every collective fails within ``deadline_s`` (default ``FLAGS_rpc_deadline``, 180 s):
 the transport's own timeout covers a peer that is alive but never calls, and a peer that
 died resets the connection at once. Either way every live process raises ``CollectiveError``
@@ -53,8 +59,8 @@ from .deadline import rpc_deadline_seconds
 from .health import Heartbeat, diagnose
 from .rendezvous import Rendezvous, parse_endpoint, rendezvous
 
-__all__ = ["CollectiveError", "ProcessGroupCommunicator", "init_collective", "get_collective",
-           "local_devices", "close_all"]
+__all__ = ["CollectiveError", "CollectiveMismatchError", "ProcessGroupCommunicator",
+           "init_collective", "get_collective", "local_devices", "close_all"]
 
 Value = Any  # a torch.Tensor or a SelectedRows
 
@@ -69,6 +75,10 @@ _MAX_ELEMENTS = 1 << 34  # a header claiming more is corrupt, not a tensor to al
 
 class CollectiveError(RuntimeError):
     """A collective could not complete: a peer died, is stuck, or the transport failed."""
+
+
+class CollectiveMismatchError(ValueError):
+    """The trainers issued different collectives (kind, dtype, shape or root) at one point."""
 
 
 def local_devices(use_cuda: bool) -> list[torch.device]:
@@ -156,6 +166,11 @@ class ProcessGroupCommunicator:
         self.deadline_s = rpc_deadline_seconds() if deadline_s is None else float(deadline_s)
         if not self.deadline_s > 0:
             raise ValueError(f"deadline_s must be > 0, got {deadline_s!r}")
+        # NOTE: gloo answers collectives of different sizes on two ranks with silent garbage
+        # on one and an abort on the other; comparing signatures first turns that into a
+        # ValueError on every rank. One store round trip each: the ParallelExecutor turns it
+        # off once its first step went through.
+        self.verify_collectives = True
         self._rdv = rdv
         self._store = rdv.store
         self._lock = threading.Lock()
@@ -169,6 +184,7 @@ class ProcessGroupCommunicator:
         self._interval = min(1.0, self.deadline_s / 16)
         transport_s = max(self.deadline_s - 3 * self._interval, 0.8 * self.deadline_s)
         self._wire = self.devices[0] if self.backend == "nccl" else torch.device("cpu")
+        self._transport_s = transport_s
         self._pg = _process_group(self.backend, rdv, self._wire, transport_s)
         host, port = parse_endpoint(self.endpoints[0])
         self._heartbeat = Heartbeat(
@@ -187,8 +203,12 @@ class ProcessGroupCommunicator:
             raise ValueError(f"{what}: expected one value per local device "
                              f"({len(self.devices)}), got {len(values)}")
 
-    def _run(self, what: str, body: Callable[[], Any]) -> Any:
-        """Run ``body`` (which issues the transport calls) as collective number ``seq``."""
+    def _run(self, what: str, body: Callable[[], Any], signature: str | None = None) -> Any:
+        """Run ``body`` (which issues the transport calls) as collective number ``seq``.
+
+        With ``verify_collectives``, every trainer's ``signature`` (kind, dtype, shape, root)
+        is compared first.
+        """
         with self._lock:
             if self._closed:
                 raise CollectiveError(f"{what}: the communicator of trainer {self.trainer_id} "
@@ -201,8 +221,12 @@ class ProcessGroupCommunicator:
             self._heartbeat.seq = seq
             start = time.monotonic()
             try:
+                if signature is not None and self.verify_collectives:
+                    self._verify(seq, what, signature)
                 return body()
-            except (ValueError, TypeError):
+            except (ValueError, TypeError) as e:
+                if isinstance(e, CollectiveMismatchError):
+                    self._broken = str(e)
                 raise
             except RuntimeError as e:
                 who = diagnose(self._store, self.num_trainers, self.trainer_id,
@@ -213,6 +237,19 @@ class ProcessGroupCommunicator:
                                 f"{time.monotonic() - start:.1f} s (deadline "
                                 f"{self.deadline_s:g} s): {who}. Transport: {detail}")
                 raise CollectiveError(self._broken) from e
+
+    def _verify(self, seq: int, what: str, signature: str) -> None:
+        base = f"sig/{seq}/"
+        self._store.set(base + str(self.trainer_id), signature)
+        keys = [base + str(k) for k in range(self.num_trainers)]
+        self._store.wait(keys, datetime.timedelta(seconds=self._transport_s))
+        sigs = [v.decode("utf-8", "replace") for v in self._store.multi_get(keys)]
+        differ = [k for k, sg in enumerate(sigs) if sg != signature]
+        if differ:
+            raise CollectiveMismatchError(
+                f"{what} (collective #{seq}): the trainers issue different collectives (they "
+                "run different programs or settings): "
+                + "; ".join(f"{self.describe(k)}: {sg}" for k, sg in enumerate(sigs)))
 
     def _wait(self, work: Any) -> None:
         work.wait()
@@ -255,7 +292,8 @@ class ProcessGroupCommunicator:
         else:
             buf = self._local_sum(values, self._wire)
         if self.num_trainers > 1 and buf.numel():
-            self._run("all_reduce", lambda: self._wait(self._pg.allreduce([buf])))
+            self._run("all_reduce", lambda: self._wait(self._pg.allreduce([buf])),
+                      f"all_reduce {buf.dtype} {list(buf.shape)}")
         return self._spread(buf.to(self.devices[0]))
 
     def reduce(self, values: Sequence[Value], root: int) -> Value | None:
@@ -274,7 +312,8 @@ class ProcessGroupCommunicator:
             opts.rootTensor = 0
             opts.reduceOp = dist.ReduceOp.SUM
             self._run(f"reduce to rank {root}",
-                      lambda: self._wait(self._pg.reduce([buf], opts)))
+                      lambda: self._wait(self._pg.reduce([buf], opts)),
+                      f"reduce {buf.dtype} {list(buf.shape)} to rank {root}")
         return buf.to(self.devices[local_root]) if mine else None
 
     def broadcast(self, value: Value | None, root: int) -> list[Value]:
@@ -310,7 +349,7 @@ class ProcessGroupCommunicator:
                 self._wait(self._pg.broadcast([payload], _bopts(owner)))
             return SelectedRows(rows, payload, height) if sparse else payload
 
-        got = self._run(what, body)
+        got = self._run(what, body, what)
         if mine:
             return self._local_broadcast(value, local_root)
         if isinstance(got, SelectedRows):
@@ -373,7 +412,7 @@ class ProcessGroupCommunicator:
                                 torch.cat([v[:c] for v, c in zip(all_vals, counts)]),
                                 local.height)
 
-        return self._run(what, body).to(self.devices[0])
+        return self._run(what, body, f"{what} of rows").to(self.devices[0])
 
     # ------------------------------------------------------------------ checks and lifetime
     def check_consistent(self, what: str, fingerprint: str) -> None:

@@ -104,4 +104,7 @@ def diagnose(store: Any, num_trainers: int, me: int, endpoints: Sequence[str], s
         elif b[1] < seq:
             clauses.append(f"{who} is alive but has not reached this collective (it entered "
                            f"{b[1]}): a slower trainer, or one running a different program")
-    return "; ".join(clauses) if clauses else "every peer looks alive and reached it"
+    if not clauses:
+        return ("every peer is alive and entered this collective: the trainers may disagree "
+                "on its size, dtype or root (different programs or settings?)")
+    return "; ".join(clauses)

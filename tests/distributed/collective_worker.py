@@ -73,11 +73,17 @@ def main() -> int:
             got = comm.broadcast(sparse_inputs(7) if tid == 0 else None, src)
             save("brows", got[-1].rows)
             save("bvalue", got[-1].value)
+        elif scenario == "size":
+            comm.all_reduce([inputs(r, seed) for r in ranks])
+            comm.all_reduce([torch.ones(10 + tid) for _ in ranks])
         elif scenario == "mismatch":
             comm.check_consistent("parameters", "fc_0.w_0 [4, 3]\nfc_0.b_0 [3]")
             comm.check_consistent("parameters", f"fc_0.w_0 [4, {3 + tid}]\nfc_0.b_0 [3]")
         elif scenario in ("kill", "kill0"):
             comm.all_reduce([inputs(r, seed) for r in ranks])
+            # "kill": the transport notices (the executor stops verifying after step 1);
+            # "kill0": the store host dies while signatures are still verified.
+            comm.verify_collectives = scenario == "kill0"
             if tid == (0 if scenario == "kill0" else 1):
                 os.kill(os.getpid(), 9)
             time.sleep(0.3)

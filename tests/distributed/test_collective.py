@@ -82,6 +82,16 @@ def test_check_consistent_names_the_differing_trainer(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_collectives_of_different_shapes_raise_on_every_trainer(tmp_path):
+    status = run_workers("size", 2, str(tmp_path))
+    for s in status:  # and neither process aborted: both wrote their status
+        assert s["error"].startswith("CollectiveMismatchError: all_reduce (collective #2): the "
+                                     "trainers issue different collectives"), s
+        assert "trainer 0 (127.0.0.1:" in s["error"] and "ranks 0-1): all_reduce " \
+            "torch.float32 [10]; trainer 1 (" in s["error"] and "[11]" in s["error"]
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("victim", [1, 0])
 def test_killed_peer_is_named_within_the_deadline(tmp_path, victim):
     status = run_workers("kill" if victim == 1 else "kill0", 1, str(tmp_path), deadline_s=4,

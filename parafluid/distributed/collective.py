@@ -45,7 +45,6 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -58,19 +57,19 @@ from ..scope import SelectedRows
 from .deadline import rpc_deadline_seconds
 from .health import Heartbeat, diagnose
 from .rendezvous import Rendezvous, parse_endpoint, rendezvous
+from .transport import (
+    HEADER_SIZE,
+    broadcast_options,
+    decode_header,
+    encode_header,
+    first_line,
+    make_process_group,
+)
 
 __all__ = ["CollectiveError", "CollectiveMismatchError", "ProcessGroupCommunicator",
            "init_collective", "get_collective", "local_devices", "close_all"]
 
 Value = Any  # a torch.Tensor or a SelectedRows
-
-# The header that tells a receiver what a broadcast (or an all-gather of rows) carries:
-# [kind (0 dense, 1 rows), dtype code, ndim, height (rows only), dims...].
-_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
-           torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
-_MAX_DIMS = 8
-_HEADER = 4 + _MAX_DIMS
-_MAX_ELEMENTS = 1 << 34  # a header claiming more is corrupt, not a tensor to allocate
 
 
 class CollectiveError(RuntimeError):
@@ -103,37 +102,6 @@ def local_devices(use_cuda: bool) -> list[torch.device]:
     else:
         ids = list(range(torch.cuda.device_count()))
     return [torch.device("cuda", i) for i in ids]
-
-
-def _encode(value: Value, wire: torch.device) -> torch.Tensor:
-    sparse = isinstance(value, SelectedRows)
-    t = value.value if sparse else value
-    if t.dtype not in _DTYPES:
-        raise TypeError(f"collective: dtype {t.dtype} cannot be sent (supported: "
-                        f"{', '.join(str(d) for d in _DTYPES)})")
-    if t.dim() > _MAX_DIMS:
-        raise ValueError(f"collective: tensors of at most {_MAX_DIMS} dims can be sent, got "
-                         f"shape {tuple(t.shape)}")
-    head = [int(sparse), _DTYPES.index(t.dtype), t.dim(), value.height if sparse else -1]
-    head += list(t.shape) + [0] * (_MAX_DIMS - t.dim())
-    return torch.tensor(head, dtype=torch.int64, device=wire)
-
-
-def _decode(head: torch.Tensor, who: str) -> tuple[bool, torch.dtype, tuple[int, ...], int]:
-    """Validate a header before anything is allocated from it."""
-    h = [int(x) for x in head.tolist()]
-    kind, code, ndim, height, dims = h[0], h[1], h[2], h[3], h[4:]
-    if kind not in (0, 1) or not 0 <= code < len(_DTYPES) or not 0 <= ndim <= _MAX_DIMS:
-        raise CollectiveError(f"collective: malformed header from {who}: {h}")
-    shape = tuple(dims[:ndim])
-    numel = 1
-    for d in shape:
-        if d < 0:
-            raise CollectiveError(f"collective: malformed header from {who}: shape {shape}")
-        numel *= d
-    if numel > _MAX_ELEMENTS or (kind == 1 and (ndim < 1 or height < 0)):
-        raise CollectiveError(f"collective: malformed header from {who}: {h}")
-    return bool(kind), _DTYPES[code], shape, height
 
 
 class ProcessGroupCommunicator:
@@ -185,7 +153,7 @@ class ProcessGroupCommunicator:
         transport_s = max(self.deadline_s - 3 * self._interval, 0.8 * self.deadline_s)
         self._wire = self.devices[0] if self.backend == "nccl" else torch.device("cpu")
         self._transport_s = transport_s
-        self._pg = _process_group(self.backend, rdv, self._wire, transport_s)
+        self._pg = make_process_group(self.backend, rdv, self._wire, transport_s)
         host, port = parse_endpoint(self.endpoints[0])
         self._heartbeat = Heartbeat(
             lambda: dist.TCPStore(host, port, self.num_trainers, False,
@@ -231,7 +199,7 @@ class ProcessGroupCommunicator:
             except RuntimeError as e:
                 who = diagnose(self._store, self.num_trainers, self.trainer_id,
                                self.endpoints, seq, self._interval)
-                detail = _first_line(e)
+                detail = first_line(e)
                 self._broken = (f"{what} (collective #{seq}) failed on "
                                 f"{self.describe(self.trainer_id)} after "
                                 f"{time.monotonic() - start:.1f} s (deadline "
@@ -332,10 +300,10 @@ class ProcessGroupCommunicator:
         what = f"broadcast from rank {root}"
 
         def body() -> Value:
-            head = _encode(value, self._wire) if mine else \
-                torch.zeros(_HEADER, dtype=torch.int64, device=self._wire)
-            self._wait(self._pg.broadcast([head], _bopts(owner)))
-            sparse, dtype, shape, height = _decode(head.cpu(), self.describe(owner))
+            head = encode_header(value, self._wire) if mine else \
+                torch.zeros(HEADER_SIZE, dtype=torch.int64, device=self._wire)
+            self._wait(self._pg.broadcast([head], broadcast_options(owner)))
+            sparse, dtype, shape, height = decode_header(head.cpu(), self.describe(owner))
             t = value.value if sparse and mine else value
             payload = t.to(self._wire).contiguous() if mine else \
                 torch.empty(shape, dtype=dtype, device=self._wire)
@@ -344,9 +312,9 @@ class ProcessGroupCommunicator:
                 rows = value.rows.to(self._wire, torch.int64).contiguous() if mine else \
                     torch.empty(shape[0], dtype=torch.int64, device=self._wire)
                 if shape[0]:
-                    self._wait(self._pg.broadcast([rows], _bopts(owner)))
+                    self._wait(self._pg.broadcast([rows], broadcast_options(owner)))
             if payload.numel():
-                self._wait(self._pg.broadcast([payload], _bopts(owner)))
+                self._wait(self._pg.broadcast([payload], broadcast_options(owner)))
             return SelectedRows(rows, payload, height) if sparse else payload
 
         got = self._run(what, body, what)
@@ -384,10 +352,10 @@ class ProcessGroupCommunicator:
         n = self.num_trainers
 
         def body() -> SelectedRows:
-            head = _encode(local, self._wire)
+            head = encode_header(local, self._wire)
             heads = [torch.empty_like(head) for _ in range(n)]
             self._wait(self._pg.allgather([heads], [head]))
-            metas = [_decode(h.cpu(), self.describe(k)) for k, h in enumerate(heads)]
+            metas = [decode_header(h.cpu(), self.describe(k)) for k, h in enumerate(heads)]
             mine = metas[self.trainer_id]
             bad = [self.describe(k) + f": {m[1]} rows of shape {m[2]}, height {m[3]}"
                    for k, m in enumerate(metas)
@@ -483,19 +451,6 @@ def _same_kind(values: Sequence[Value], what: str) -> None:
                         "device must produce the same kind")
 
 
-def _first_line(e: BaseException) -> str:
-    """The transport's message without its boilerplate tail."""
-    text = str(e).strip()
-    line = text.splitlines()[0] if text else type(e).__name__
-    return line.split(" This is typically caused")[0]
-
-
-def _bopts(root: int) -> Any:
-    opts = dist.BroadcastOptions()
-    opts.rootRank = root
-    opts.rootTensor = 0
-    return opts
-
 
 def _first_difference(a: str, b: str) -> str:
     la, lb = a.splitlines(), b.splitlines()
@@ -506,47 +461,6 @@ def _first_difference(a: str, b: str) -> str:
         return f"{len(la)} lines vs {len(lb)} lines"
     return f"{a[:80]!r} vs {b[:80]!r}"
 
-
-def _bind_address(endpoints: Sequence[str], trainer_id: int) -> str:
-    """This trainer's IP: its endpoint's host when that is an address of this machine, else
-    the address this machine uses to reach trainer 0 (endpoints derived from torchrun's
-    MASTER_ADDR only name trainer 0's machine correctly)."""
-    host, _ = parse_endpoint(endpoints[trainer_id])
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-        return host
-    except OSError:
-        pass
-    master, port = parse_endpoint(endpoints[0])
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((master, port))  # UDP: picks the route, sends nothing
-            return s.getsockname()[0]
-    except OSError:
-        return host
-
-
-def _process_group(backend: str, rdv: Rendezvous, wire: torch.device, timeout_s: float) -> Any:
-    timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.PrefixStore("pg", rdv.store)
-    host = _bind_address(rdv.endpoints, rdv.trainer_id)
-    if backend == "gloo":
-        opts = dist.ProcessGroupGloo._Options()
-        opts._timeout = timeout
-        # NOTE: bind gloo to this trainer's own address, so that peers on other machines
-        # reach it whatever this machine's hostname resolves to.
-        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
-        return dist.ProcessGroupGloo(store, rdv.trainer_id, rdv.num_trainers, opts)
-    if not dist.is_nccl_available():
-        raise RuntimeError("the collective mode on CUDA needs torch built with NCCL")
-    torch.cuda.set_device(wire)
-    # NOTE: a collective stuck past the timeout cannot be interrupted on a CUDA stream; the
-    # watchdog then tears the process down, and the launcher names the rank.
-    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    opts = dist.ProcessGroupNCCL.Options()
-    opts._timeout = timeout
-    return dist.ProcessGroupNCCL(store, rdv.trainer_id, rdv.num_trainers, opts)
 
 
 # ---------------------------------------------------------------------- process-wide registry

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -116,20 +117,36 @@ def _connect(endpoints: list[str], trainer_id: int, deadline: Deadline) -> Any:
                 f"trainer 0 cannot host the rendezvous at {endpoints[0]}: {_first_line(e)} "
                 "(is the port already in use, or the address not one of this machine's?)"
             ) from e
-    # NOTE: the client retries until the timeout while trainer 0 is not up yet.
     try:
+        # NOTE: wait for the port with plain sockets first: torch's client would retry
+        # just as well, but logs a C++ stack trace for every failed attempt.
+        _wait_for_port(host, port, deadline)
+        timeout = datetime.timedelta(seconds=max(deadline.remaining(), 0.001))
         return dist.TCPStore(host, port, len(endpoints), False, timeout)
     except (RuntimeError, OSError) as e:
         raise RendezvousError(
             f"trainer {trainer_id} ({endpoints[trainer_id]}) could not reach trainer 0 at "
-            f"{endpoints[0]}, the rendezvous host, within {deadline.seconds:.0f} s: "
-            f"{_first_line(e)}. Trainers that never joined: {endpoints[0]} (trainer 0); "
+            f"{endpoints[0]}, the rendezvous host, within {deadline.seconds:g} s "
+            f"({_first_line(e)}). Trainers that never joined: {endpoints[0]} (trainer 0); "
             "start it, or check the address and the firewall") from e
+
+
+def _wait_for_port(host: str, port: int, deadline: Deadline) -> None:
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.05, min(
+                    1.0, deadline.remaining()))):
+                return
+        except OSError as e:
+            if deadline.expired():
+                raise TimeoutError(f"{host}:{port} refused or did not answer: "
+                                   f"{e.strerror or e}") from None
+        time.sleep(min(0.1, deadline.remaining()))
 
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    return text[0].rstrip(".") if text else type(e).__name__
 
 
 def _decode(raw: bytes, who: str) -> dict:

@@ -58,27 +58,21 @@ def worker(rank: int, eps: str, bare_port: int, sizes_mb: list[float], reps: int
         n = int(mb * (1 << 20)) // 4
         g = torch.randn(n, generator=torch.Generator().manual_seed(rank))
         buf, donated = g.clone(), g.clone()
-        ours, ours_donated, bare = [], [], []
+        calls = {"ours": lambda g=g: comm.all_reduce([g]),
+                 "donated": lambda d=donated: comm.all_reduce([d], donate=True),
+                 "bare": lambda b=buf: dist.all_reduce(b)}
+        times: dict[str, list[float]] = {k: [] for k in calls}
+        names = list(calls)
         for i in range(reps + 3):  # 3 warm-up rounds
-            dist.barrier()
-            t0 = time.perf_counter()
-            comm.all_reduce([g])
-            t1 = time.perf_counter()
-            dist.barrier()
-            t2 = time.perf_counter()
-            comm.all_reduce([donated], donate=True)
-            t3 = time.perf_counter()
-            dist.barrier()
-            t4 = time.perf_counter()
-            dist.all_reduce(buf)
-            t5 = time.perf_counter()
-            if i >= 3:
-                ours.append(t1 - t0)
-                ours_donated.append(t3 - t2)
-                bare.append(t5 - t4)
-        rows.append({"mb": mb, "ours": statistics.median(ours),
-                     "donated": statistics.median(ours_donated),
-                     "bare": statistics.median(bare)})
+            # NOTE: rotate the order each round, so that none always runs first after the
+            # barrier (on a busy machine, position alone shifts the timings).
+            for name in names[i % 3:] + names[:i % 3]:
+                dist.barrier()
+                t0 = time.perf_counter()
+                calls[name]()
+                if i >= 3:
+                    times[name].append(time.perf_counter() - t0)
+        rows.append({"mb": mb, **{k: statistics.median(v) for k, v in times.items()}})
     dist.destroy_process_group()
     comm.close()
     if rank == 0:

@@ -22,37 +22,40 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("ndev", [1, 2])
-def test_dense_all_reduce_reduce_broadcast(tmp_path, ndev):
-    nranks = 2 * ndev
+@pytest.mark.parametrize("trainers, ndev, runs", [(2, 1, 1), (2, 2, 2), (3, 1, 2)])
+def test_dense_all_reduce_reduce_broadcast(tmp_path, trainers, ndev, runs):
+    nranks = trainers * ndev
+    last = trainers - 1  # the trainer owning the last global device
     xs = [inputs(r, 3).numpy() for r in range(nranks)]
     total = np.sum(np.stack(xs).astype(np.float64), axis=0)
-    runs = []
-    for run in range(2 if ndev == 2 else 1):
+    bits = []
+    for run in range(runs):
         out = tmp_path / f"run{run}"
         out.mkdir()
-        status = run_workers("dense", ndev, str(out), seed=3)
-        assert [s["nranks"] for s in status] == [nranks, nranks]
-        assert [s["rank_offset"] for s in status] == [0, ndev]
+        status = run_workers("dense", ndev, str(out), seed=3, trainers=trainers)
+        assert [s["nranks"] for s in status] == [nranks] * trainers
+        assert [s["rank_offset"] for s in status] == [t * ndev for t in range(trainers)]
         assert not any("error" in s for s in status), status
-        got = {t: [load(str(out), f"allreduce_d{i}_t{t}") for i in range(ndev)] for t in (0, 1)}
-        for t in (0, 1):
-            for g in got[t]:
-                np.testing.assert_allclose(g, total, rtol=1e-5, atol=1e-5)
-                assert g.tobytes() == got[0][0].tobytes()  # every device: the same bits
-        # reduce to the last global device (trainer 1's) and to device 0 (trainer 0's)
-        assert status[0]["reduce_is_none"] and not status[1]["reduce_is_none"]
-        np.testing.assert_allclose(load(str(out), "reduce_t1"), total, rtol=1e-5, atol=1e-5)
+        first = load(str(out), "allreduce_d0_t0")
+        np.testing.assert_allclose(first, total, rtol=1e-5, atol=1e-5)
+        for t in range(trainers):
+            for i in range(ndev):  # every device of every trainer: the same bits
+                assert load(str(out), f"allreduce_d{i}_t{t}").tobytes() == first.tobytes()
+        # reduce to the last global device, then to device 0: only their owners get a value
+        assert [s["reduce_is_none"] for s in status] == [t != last for t in range(trainers)]
+        np.testing.assert_allclose(load(str(out), f"reduce_t{last}"), total, rtol=1e-5,
+                                   atol=1e-5)
         np.testing.assert_allclose(load(str(out), "reduce0_t0"), total, rtol=1e-5, atol=1e-5)
-        assert not (out / "reduce0_t1.npy").exists() and not (out / "reduce_t0.npy").exists()
-        # broadcast from the last global device: every device of both trainers, own copies
+        assert sorted(p.name for p in out.glob("reduce*")) == \
+            sorted({"reduce0_t0.npy", f"reduce_t{last}.npy"})
+        # broadcast from the last global device: every device of every trainer, own copies
         want = inputs(nranks - 1, 3).numpy() * 2
-        for t in (0, 1):
+        for t in range(trainers):
             for i in range(ndev):
                 np.testing.assert_array_equal(load(str(out), f"bcast_d{i}_t{t}"), want)
             assert status[t]["bcast_distinct"]
-        runs.append(got[0][0].tobytes())
-    assert len(set(runs)) == 1, "two runs of the same job differ"
+        bits.append(first.tobytes())
+    assert len(set(bits)) == 1, "two runs of the same job differ"
 
 
 @pytest.mark.timeout(60)

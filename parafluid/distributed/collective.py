@@ -397,7 +397,7 @@ class ProcessGroupCommunicator:
 
         def body() -> list[str]:
             self._store.set(base + str(self.trainer_id), fingerprint)
-            end = time.monotonic() + self.deadline_s
+            end = time.monotonic() + self._transport_s  # the diagnosis takes the rest
             keys = [base + str(k) for k in range(self.num_trainers)]
             while True:
                 missing = [k for k in range(self.num_trainers) if not self._store.check([keys[k]])]
@@ -405,8 +405,8 @@ class ProcessGroupCommunicator:
                     return [self._store.get(k).decode("utf-8", "replace") for k in keys]
                 if time.monotonic() >= end:
                     raise CollectiveError(
-                        f"check_consistent({what!r}): after {self.deadline_s:g} s no fingerprint "
-                        "from " + ", ".join(self.describe(k) for k in missing))
+                        f"check_consistent({what!r}): after {self._transport_s:.1f} s no "
+                        "fingerprint from " + ", ".join(self.describe(k) for k in missing))
                 time.sleep(0.02)
 
         prints = self._run(f"check_consistent({what!r})", body)

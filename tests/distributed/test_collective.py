@@ -124,7 +124,7 @@ def test_stuck_peer_is_named_within_the_deadline(tmp_path):
     assert s["error"].startswith("CollectiveError: all_reduce (collective #2) failed")
     assert "trainer 1 (127.0.0.1:" in s["error"]
     assert "alive but has not reached this collective (it entered 1)" in s["error"]
-    assert s["end"] - s["start"] < 3.2
+    assert s["end"] - s["start"] < 3 + 0.5  # the deadline, plus slack for a busy machine
 
 
 @pytest.mark.timeout(30)

@@ -10,18 +10,19 @@ import sys
 import time
 
 import pytest
-from dist_helpers import HERE, child_env, reap
+from dist_helpers import HERE, child_env, free_ports, reap, start
 
 pytestmark = pytest.mark.slow
 
 SCRIPT = os.path.join(HERE, "launch_script.py")
 
 
-def launcher(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "parafluid.distributed.launch", *args],
-                            env=child_env(FLAGS_rpc_deadline="20000", CPU_NUM="1"),
+def launcher(*args: str, module: str = "parafluid.distributed.launch") -> subprocess.Popen:
+    env = child_env(FLAGS_rpc_deadline="20000", CPU_NUM="1")
+    env["PYTHONPATH"] += os.pathsep + HERE  # for -m launch_script
+    return subprocess.Popen([sys.executable, "-m", *module.split(), *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kw)
+                            start_new_session=True)
 
 
 def gone(pid: int) -> bool:
@@ -36,7 +37,8 @@ def gone(pid: int) -> bool:
 
 @pytest.mark.timeout(60)
 def test_two_trainers_prefixed_output_and_environment():
-    p = launcher("--nproc_per_node", "2", SCRIPT, "ok")
+    # through the CLI subcommand, with the script as a module: parafluid launch ... -m ...
+    p = launcher("--nproc_per_node", "2", "-m", "launch_script", "ok", module="parafluid launch")
     try:
         out, err = p.communicate(timeout=45)
     finally:
@@ -91,6 +93,25 @@ def test_sigint_stops_every_trainer():
     while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(pids) == 2 and all(gone(pid) for pid in pids)
+
+
+@pytest.mark.timeout(60)
+def test_torchrun_style_environment_set_by_hand():
+    master_port = free_ports(1)[0] - 1  # trainer 0 hosts the rendezvous at MASTER_PORT + 1
+    procs = []
+    try:
+        for rank in (0, 1):
+            env = child_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port),
+                            FLAGS_rpc_deadline="20000", CPU_NUM="1")
+            procs.append(start([SCRIPT, "ok"], env, stdout=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=45)[0] for p in procs]
+    finally:
+        reap(procs)
+    for rank, out in enumerate(outs):
+        assert procs[rank].returncode == 0, out
+        assert f"trainer {rank} of 2 at 127.0.0.1:{master_port + 1 + rank}" in out, out
+        assert "sum [3.0, 3.0]" in out, out
 
 
 def test_plan_sets_fluid_environment_for_several_machines():

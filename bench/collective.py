@@ -72,7 +72,12 @@ def worker(rank: int, eps: str, bare_port: int, sizes_mb: list[float], reps: int
                 calls[name]()
                 if i >= 3:
                     times[name].append(time.perf_counter() - t0)
-        rows.append({"mb": mb, **{k: statistics.median(v) for k, v in times.items()}})
+        row = {"mb": mb, **{k: statistics.median(v) for k, v in times.items()}}
+        # NOTE: the ratio of each round's pair, then the median: load that drifts between
+        # rounds on a busy machine cancels out.
+        for k in ("ours", "donated"):
+            row[k + "_paired"] = statistics.median(a / b for a, b in zip(times[k], times["bare"]))
+        rows.append(row)
     dist.destroy_process_group()
     comm.close()
     if rank == 0:
@@ -111,12 +116,14 @@ def main() -> int:
     rows = json.loads(out.strip().splitlines()[-1])
     print(f"all-reduce, 2 processes x 1 CPU device, gloo on 127.0.0.1, median of {a.reps} "
           f"(torch threads {a.threads})")
+    print("ratio: of the medians; paired: median of each round's ratio (steadier under load)")
     print(f"{'size':>8} {'parafluid ms':>13} {'donate=True ms':>15} {'torch.distributed ms':>21}"
-          f" {'ratio':>7} {'ratio donated':>14}")
+          f" {'ratio':>7} {'paired':>7} {'donated ratio':>14} {'paired':>7}")
     for r in rows:
         print(f"{r['mb']:>6g}MB {r['ours'] * 1e3:>13.2f} {r['donated'] * 1e3:>15.2f} "
               f"{r['bare'] * 1e3:>21.2f} {r['ours'] / r['bare']:>6.2f}x "
-              f"{r['donated'] / r['bare']:>13.2f}x")
+              f"{r['ours_paired']:>6.2f}x {r['donated'] / r['bare']:>13.2f}x "
+              f"{r['donated_paired']:>6.2f}x")
     return 0
 
 

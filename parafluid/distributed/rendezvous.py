@@ -89,10 +89,6 @@ class Rendezvous:
     def num_trainers(self) -> int:
         return len(self.endpoints)
 
-    def describe(self, trainer: int) -> str:
-        """``"trainer 1 (127.0.0.1:6171)"``: how errors name a peer."""
-        return f"trainer {trainer} ({self.endpoints[trainer]})"
-
     def close(self) -> None:
         # NOTE: dropping the last reference closes the connection (and, on trainer 0, the
         # server); TCPStore has no explicit close.

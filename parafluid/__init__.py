@@ -61,6 +61,9 @@ from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data l
 from .data_feeder import DataFeeder
 from .dataloader import DataLoader
 from .reader import batch
+from . import distributed  # noqa: F401  (fluid.distributed.env())
+from . import transpiler  # noqa: F401  (fluid.transpiler)
+from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
 __version__ = "0.1.0"
 
@@ -73,6 +76,7 @@ __all__ = [
     "layers", "optimizer", "initializer", "regularizer", "clip", "backward", "unique_name",
     "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy",
     "io", "DataFeeder", "DataLoader", "batch",
+    "distributed", "transpiler", "DistributeTranspiler", "DistributeTranspilerConfig",
 ]
 
 

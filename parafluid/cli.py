@@ -146,6 +146,21 @@ def _fail(message: str) -> int:
     return 1
 
 
+# ---------------------------------------------------------------------- launch
+
+
+def _launch_arguments(p: argparse.ArgumentParser) -> None:
+    from .distributed.launch import add_arguments
+
+    add_arguments(p)
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from .distributed.launch import run
+
+    return run(args)
+
+
 COMMANDS: list[Command] = [
     Command("train", "train a digit classifier with the Executor (the default command)",
             "Train an MLP on scikit-learn's digits data set (1,797 8x8 images; a fifth held "
@@ -153,13 +168,21 @@ COMMANDS: list[Command] = [
             "training accuracy and samples/s, then saves the inference model, loads it back "
             "and prints its accuracy on the held-out images.",
             _train_arguments, _train),
+    Command("launch", "start the trainers of a multi-process job on this machine",
+            "Start --nproc_per_node processes of a script (or -m module) with Fluid's "
+            "PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM / PADDLE_TRAINER_ENDPOINTS / "
+            "PADDLE_CURRENT_ENDPOINT environment, prefix their output with the rank, and stop "
+            "them all when one fails or on Ctrl-C (the same as python -m "
+            "parafluid.distributed.launch; see docs/distributed.md).",
+            _launch_arguments, _launch),
 ]
 DEFAULT_COMMAND = "train"
 EXAMPLES = """\
   parafluid                                 train with the defaults (= parafluid train)
   parafluid train --epochs 5 --seed 1       a shorter run that repeats exactly
   parafluid --optimizer momentum --lr 0.05  options without a command go to 'train'
-  python -m parafluid train -o /tmp/model   the same, as a module"""
+  python -m parafluid train -o /tmp/model   the same, as a module
+  parafluid launch --nproc_per_node 2 train.py   two trainer processes of train.py"""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 
 from . import activation
 from . import clip
+from . import collective_init
 from . import comm
 from . import fused
 from . import loss

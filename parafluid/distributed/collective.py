@@ -1,0 +1,530 @@
+"""``ProcessGroupCommunicator``: the ``Communicator`` of ``parafluid.parallel.comm`` across
+processes, over torch.distributed (gloo for CPU devices, NCCL for CUDA devices).
+
+One process is one trainer with ``len(devices)`` local devices; the global rank of local
+device ``i`` is ``trainer_id * len(devices) + i`` and ``nranks`` counts the devices of all
+trainers. Every method takes one value per *local* device and leaves its inputs untouched.
+
+Determinism: a dense all-reduce first sums the local devices in device order
+(``((x0 + x1) + x2) ...``, as ``LocalCommunicator`` does) onto local device 0, then all-reduces
+that one buffer between the processes. Gloo's ring all-reduce (and NCCL's, for a fixed
+topology) adds the per-process partial sums in an order fixed by the ranks and the buffer
+size, never by timing, and the chunk sums are then copied, so every rank gets the same bits
+and a rerun gets them again. With two processes the order does not even matter (a + b == b + a
+exactly). This is one buffer of traffic per process, as a bare ``torch.distributed.all_reduce``;
+gathering every device's value and summing in global rank order would reproduce the
+single-process bits but multiply the traffic by the number of processes.
+Row-sparse values (``SelectedRows``) are never densified: rows and values of every device are
+all-gathered (variable sizes: counts first, then padded buffers) and concatenated in global
+rank order.
+
+Mismatches: while ``verify_collectives`` is on (the default; the ParallelExecutor turns it off
+after its first step), every collective first compares the trainers' signatures (kind, dtype,
+shape, root) through the store, and a difference raises ``CollectiveMismatchError`` (a
+ValueError) on every trainer naming each one's signature: gloo itself would hand one rank
+garbage and abort the other.
+
+Deadlines: every collective fails within ``deadline_s`` (default ``FLAGS_rpc_deadline``, 180 s):
+the transport's own timeout covers a peer that is alive but never calls, and a peer that
+died resets the connection at once. Either way every live process raises ``CollectiveError``
+naming the collective, its sequence number and, from the heartbeats (``health.py``), the
+trainer that died or is stuck. After an error the communicator refuses further collectives.
+On NCCL, a timed-out collective is also caught by torch's watchdog, which ends the process
+(the launcher then stops the job and names the rank).
+
+Example (two processes, each runs)::
+
+    comm = init_collective(["127.0.0.1:6170", "127.0.0.1:6171"], trainer_id,
+                           [torch.device("cpu")], deadline_s=60)
+    total, = comm.all_reduce([torch.ones(3)])       # tensor([2., 2., 2.]) on both
+    comm.close()
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..scope import SelectedRows
+from .deadline import rpc_deadline_seconds
+from .health import Heartbeat, diagnose
+from .rendezvous import Rendezvous, parse_endpoint, rendezvous
+from .transport import (
+    HEADER_SIZE,
+    broadcast_options,
+    decode_header,
+    encode_header,
+    first_line,
+    make_process_group,
+)
+
+__all__ = ["CollectiveError", "CollectiveMismatchError", "ProcessGroupCommunicator",
+           "init_collective", "get_collective", "local_devices", "close_all"]
+
+Value = Any  # a torch.Tensor or a SelectedRows
+
+
+class CollectiveError(RuntimeError):
+    """A collective could not complete: a peer died, is stuck, or the transport failed."""
+
+
+class CollectiveMismatchError(ValueError):
+    """The trainers issued different collectives (kind, dtype, shape or root) at one point."""
+
+
+def local_devices(use_cuda: bool) -> list[torch.device]:
+    """The devices one trainer runs, as the ParallelExecutor finds them.
+
+    CPU: ``CPU_NUM`` devices (unset: 1). CUDA: ``FLAGS_selected_gpus`` (what the launcher sets,
+    one GPU per process) or every visible GPU.
+    """
+    if not use_cuda:
+        from ..place import cpu_device_count
+
+        return [torch.device("cpu")] * cpu_device_count()
+    if not torch.cuda.is_available():
+        raise RuntimeError("the collective mode on CUDA needs a GPU, and torch sees none")
+    raw = os.environ.get("FLAGS_selected_gpus", "").strip()
+    if raw:
+        try:
+            ids = [int(x) for x in raw.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"FLAGS_selected_gpus must be GPU ids like '0,1', got {raw!r}"
+                             ) from None
+    else:
+        ids = list(range(torch.cuda.device_count()))
+    return [torch.device("cuda", i) for i in ids]
+
+
+class ProcessGroupCommunicator:
+    """All devices of all trainers. See the module docstring for order and deadlines.
+
+    Args:
+        rdv: the outcome of ``rendezvous`` (its store becomes this communicator's).
+        devices: this trainer's devices (all CPU, or CUDA devices).
+        deadline_s: seconds any collective may take (default ``FLAGS_rpc_deadline``, 180 s).
+    """
+
+    def __init__(self, rdv: Rendezvous, devices: Sequence[torch.device],
+                 deadline_s: float | None = None) -> None:
+        if not devices:
+            raise ValueError("ProcessGroupCommunicator needs at least one local device")
+        self.devices = [torch.device(d) for d in devices]
+        kinds = {d.type for d in self.devices}
+        if len(kinds) != 1 or kinds - {"cpu", "cuda"}:
+            raise ValueError(f"ProcessGroupCommunicator: devices must be all CPU or all CUDA, "
+                             f"got {self.devices}")
+        self.backend = "nccl" if "cuda" in kinds else "gloo"
+        if rdv.backend != self.backend or rdv.local_devices != len(self.devices):
+            raise ValueError(f"ProcessGroupCommunicator: the rendezvous was for "
+                             f"{rdv.local_devices} {rdv.backend} devices, got {self.devices}")
+        self.endpoints = list(rdv.endpoints)
+        self.trainer_id = rdv.trainer_id
+        self.num_trainers = rdv.num_trainers
+        self.nranks = self.num_trainers * len(self.devices)
+        self.rank_offset = self.trainer_id * len(self.devices)
+        self.deadline_s = rpc_deadline_seconds() if deadline_s is None else float(deadline_s)
+        if not self.deadline_s > 0:
+            raise ValueError(f"deadline_s must be > 0, got {deadline_s!r}")
+        # NOTE: gloo answers collectives of different sizes on two ranks with silent garbage
+        # on one and an abort on the other; comparing signatures first turns that into a
+        # ValueError on every rank. One store round trip each: the ParallelExecutor turns it
+        # off once its first step went through.
+        self.verify_collectives = True
+        self._rdv = rdv
+        self._store = rdv.store
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._checks: dict[str, int] = {}
+        self._broken: str | None = None
+        self._closed = False
+        self._same_device = len({str(d) for d in self.devices}) == 1
+        # NOTE: the diagnosis after a failure waits 2.5 heartbeats; the transport's timeout
+        # leaves room for it so that the whole error still comes within the deadline.
+        self._interval = min(1.0, self.deadline_s / 16)
+        transport_s = max(self.deadline_s - 3 * self._interval, 0.8 * self.deadline_s)
+        self._wire = self.devices[0] if self.backend == "nccl" else torch.device("cpu")
+        self._transport_s = transport_s
+        self._pg = make_process_group(self.backend, rdv, self._wire, transport_s)
+        host, port = parse_endpoint(self.endpoints[0])
+        self._heartbeat = Heartbeat(
+            lambda: dist.TCPStore(host, port, self.num_trainers, False,
+                                  datetime.timedelta(seconds=self.deadline_s)),
+            self.trainer_id, self._interval)
+
+    # ------------------------------------------------------------------ plumbing
+    def describe(self, trainer: int) -> str:
+        n = len(self.devices)
+        ranks = f"rank {trainer * n}" if n == 1 else f"ranks {trainer * n}-{trainer * n + n - 1}"
+        return f"trainer {trainer} ({self.endpoints[trainer]}, {ranks})"
+
+    def _check(self, values: Sequence[Value], what: str) -> None:
+        if len(values) != len(self.devices):
+            raise ValueError(f"{what}: expected one value per local device "
+                             f"({len(self.devices)}), got {len(values)}")
+
+    def _run(self, what: str, body: Callable[[], Any], signature: str | None = None) -> Any:
+        """Run ``body`` (which issues the transport calls) as collective number ``seq``.
+
+        With ``verify_collectives``, every trainer's ``signature`` (kind, dtype, shape, root)
+        is compared first.
+        """
+        with self._lock:
+            if self._closed:
+                raise CollectiveError(f"{what}: the communicator of trainer {self.trainer_id} "
+                                      "is closed")
+            if self._broken is not None:
+                raise CollectiveError(f"{what}: this communicator failed earlier and cannot "
+                                      f"be used again ({self._broken})")
+            self._seq += 1
+            seq = self._seq
+            self._heartbeat.seq = seq
+            start = time.monotonic()
+            try:
+                if signature is not None and self.verify_collectives:
+                    self._verify(seq, what, signature)
+                return body()
+            except (ValueError, TypeError) as e:
+                if isinstance(e, CollectiveMismatchError):
+                    self._broken = str(e)
+                raise
+            except RuntimeError as e:
+                who = diagnose(self._store, self.num_trainers, self.trainer_id,
+                               self.endpoints, seq, self._interval)
+                detail = first_line(e)
+                self._broken = (f"{what} (collective #{seq}) failed on "
+                                f"{self.describe(self.trainer_id)} after "
+                                f"{time.monotonic() - start:.1f} s (deadline "
+                                f"{self.deadline_s:g} s): {who}. Transport: {detail}")
+                raise CollectiveError(self._broken) from e
+
+    def _verify(self, seq: int, what: str, signature: str) -> None:
+        base = f"sig/{seq}/"
+        self._store.set(base + str(self.trainer_id), signature)
+        keys = [base + str(k) for k in range(self.num_trainers)]
+        self._store.wait(keys, datetime.timedelta(seconds=self._transport_s))
+        sigs = [v.decode("utf-8", "replace") for v in self._store.multi_get(keys)]
+        differ = [k for k, sg in enumerate(sigs) if sg != signature]
+        if differ:
+            raise CollectiveMismatchError(
+                f"{what} (collective #{seq}): the trainers issue different collectives (they "
+                "run different programs or settings): "
+                + "; ".join(f"{self.describe(k)}: {sg}" for k, sg in enumerate(sigs)))
+
+    def _wait(self, work: Any) -> None:
+        work.wait()
+
+    def _local_sum(self, values: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
+        """A fresh contiguous buffer holding the local sum in device order (inputs untouched)."""
+        if len(values) == 1:
+            return values[0].to(device, copy=True).contiguous()
+        acc = values[0].to(device) + values[1].to(device)
+        for v in values[2:]:
+            acc += v.to(device)
+        return acc.contiguous()
+
+    def _spread(self, value: Value) -> list[Value]:
+        if self._same_device:
+            return [value] * len(self.devices)
+        return [value if value.device == d else value.to(d) for d in self.devices]
+
+    def _owner(self, root: int, what: str) -> tuple[int, int]:
+        if not isinstance(root, int) or not 0 <= root < self.nranks:
+            raise ValueError(f"{what}: root must be a global device index in "
+                             f"0..{self.nranks - 1}, got {root!r}")
+        return divmod(root, len(self.devices))
+
+    # ------------------------------------------------------------------ collectives
+    def all_reduce(self, values: Sequence[Value], donate: bool = False) -> list[Value]:
+        """Every local device gets the sum over all devices of all trainers.
+
+        ``donate=True`` lets a single local device's dense input be summed in place (the
+        caller promises that nothing reads it afterwards), saving one copy of the buffer;
+        with several local devices the local sum is a fresh buffer anyway.
+        """
+        self._check(values, "all_reduce")
+        if isinstance(values[0], SelectedRows):
+            return self._spread(self._gather_rows(values, "all_reduce"))
+        _same_kind(values, "all_reduce")
+        v = values[0]
+        if donate and len(values) == 1 and v.device == self._wire and v.is_contiguous():
+            buf = v
+        else:
+            buf = self._local_sum(values, self._wire)
+        if self.num_trainers > 1 and buf.numel():
+            self._run("all_reduce", lambda: self._wait(self._pg.allreduce([buf])),
+                      f"all_reduce {buf.dtype} {list(buf.shape)}")
+        return self._spread(buf.to(self.devices[0]))
+
+    def reduce(self, values: Sequence[Value], root: int) -> Value | None:
+        """The sum on global device ``root``; None on the trainers that do not own it."""
+        self._check(values, "reduce")
+        owner, local_root = self._owner(root, "reduce")
+        mine = owner == self.trainer_id
+        if isinstance(values[0], SelectedRows):
+            rows = self._gather_rows(values, "reduce")
+            return rows.to(self.devices[local_root]) if mine else None
+        _same_kind(values, "reduce")
+        buf = self._local_sum(values, self._wire)
+        if self.num_trainers > 1 and buf.numel():
+            opts = dist.ReduceOptions()
+            opts.rootRank = owner
+            opts.rootTensor = 0
+            opts.reduceOp = dist.ReduceOp.SUM
+            self._run(f"reduce to rank {root}",
+                      lambda: self._wait(self._pg.reduce([buf], opts)),
+                      f"reduce {buf.dtype} {list(buf.shape)} to rank {root}")
+        return buf.to(self.devices[local_root]) if mine else None
+
+    def broadcast(self, value: Value | None, root: int) -> list[Value]:
+        """``value`` of global device ``root`` to every local device (fresh copies).
+
+        On the trainer owning ``root``, ``value`` is that device's value (and that device's
+        entry of the result is ``value`` itself); elsewhere it is None.
+        """
+        owner, local_root = self._owner(root, "broadcast")
+        mine = owner == self.trainer_id
+        if mine and value is None:
+            raise ValueError(f"broadcast: trainer {self.trainer_id} owns root {root} but "
+                             "passed no value")
+        if self.num_trainers == 1:
+            return self._local_broadcast(value, local_root)
+        what = f"broadcast from rank {root}"
+
+        def body() -> Value:
+            head = encode_header(value, self._wire) if mine else \
+                torch.zeros(HEADER_SIZE, dtype=torch.int64, device=self._wire)
+            self._wait(self._pg.broadcast([head], broadcast_options(owner)))
+            sparse, dtype, shape, height = decode_header(head.cpu(), self.describe(owner))
+            t = value.value if sparse and mine else value
+            payload = t.to(self._wire).contiguous() if mine else \
+                torch.empty(shape, dtype=dtype, device=self._wire)
+            rows = None
+            if sparse:
+                rows = value.rows.to(self._wire, torch.int64).contiguous() if mine else \
+                    torch.empty(shape[0], dtype=torch.int64, device=self._wire)
+                if shape[0]:
+                    self._wait(self._pg.broadcast([rows], broadcast_options(owner)))
+            if payload.numel():
+                self._wait(self._pg.broadcast([payload], broadcast_options(owner)))
+            return SelectedRows(rows, payload, height) if sparse else payload
+
+        got = self._run(what, body, what)
+        if mine:
+            return self._local_broadcast(value, local_root)
+        if isinstance(got, SelectedRows):
+            return self._spread(got.to(self.devices[0]))
+        out, first = [], got.to(self.devices[0])
+        for i, d in enumerate(self.devices):
+            # A broadcast parameter is updated in place later on each device: one copy each.
+            out.append(first if i == 0 else first.to(d, copy=True))
+        return out
+
+    def _local_broadcast(self, value: Value, root: int) -> list[Value]:
+        out = []
+        for i, d in enumerate(self.devices):
+            if i == root:
+                out.append(value)
+            elif isinstance(value, SelectedRows):
+                out.append(value if self._same_device else value.to(d))
+            else:
+                out.append(value.to(d, copy=True))
+        return out
+
+    def _gather_rows(self, values: Sequence[Value], what: str) -> SelectedRows:
+        """Rows and values of every device of every trainer, in global rank order."""
+        if not all(isinstance(v, SelectedRows) for v in values):
+            raise TypeError(f"{what}: cannot combine sparse (SelectedRows) and dense values: "
+                            "every device must produce the same kind")
+        local = SelectedRows(torch.cat([v.rows.to(self._wire, torch.int64) for v in values]),
+                             torch.cat([v.value.to(self._wire) for v in values]),
+                             values[0].height)
+        if self.num_trainers == 1:
+            return local
+        n = self.num_trainers
+
+        def body() -> SelectedRows:
+            head = encode_header(local, self._wire)
+            heads = [torch.empty_like(head) for _ in range(n)]
+            self._wait(self._pg.allgather([heads], [head]))
+            metas = [decode_header(h.cpu(), self.describe(k)) for k, h in enumerate(heads)]
+            mine = metas[self.trainer_id]
+            bad = [self.describe(k) + f": {m[1]} rows of shape {m[2]}, height {m[3]}"
+                   for k, m in enumerate(metas)
+                   if not m[0] or m[1] != mine[1] or m[2][1:] != mine[2][1:] or m[3] != mine[3]]
+            if bad:
+                raise ValueError(f"{what}: row-sparse values differ across trainers (this one "
+                                 f"has {mine[1]} rows of shape {mine[2]}, height {mine[3]}): "
+                                 + "; ".join(bad))
+            counts = [m[2][0] for m in metas]
+            most = max(counts)
+            if most == 0:
+                return local
+            rows = torch.zeros(most, dtype=torch.int64, device=self._wire)
+            rows[:counts[self.trainer_id]] = local.rows
+            vals = torch.zeros((most, *mine[2][1:]), dtype=mine[1], device=self._wire)
+            vals[:counts[self.trainer_id]] = local.value
+            all_rows = [torch.empty_like(rows) for _ in range(n)]
+            all_vals = [torch.empty_like(vals) for _ in range(n)]
+            self._wait(self._pg.allgather([all_rows], [rows]))
+            self._wait(self._pg.allgather([all_vals], [vals]))
+            return SelectedRows(torch.cat([r[:c] for r, c in zip(all_rows, counts)]),
+                                torch.cat([v[:c] for v, c in zip(all_vals, counts)]),
+                                local.height)
+
+        return self._run(what, body, f"{what} of rows").to(self.devices[0])
+
+    # ------------------------------------------------------------------ checks and lifetime
+    def check_consistent(self, what: str, fingerprint: str) -> None:
+        """Raise ValueError naming the trainers whose ``fingerprint`` of ``what`` differs.
+
+        Every trainer must call it with the same ``what`` (e.g. at the first step with the
+        program's parameter names and shapes); a trainer that never calls it within the
+        deadline makes the others raise CollectiveError naming it.
+        """
+        if self.num_trainers == 1:
+            return
+        n = self._checks[what] = self._checks.get(what, 0) + 1
+        base = f"check/{what}/{n}/"
+
+        def body() -> list[str]:
+            self._store.set(base + str(self.trainer_id), fingerprint)
+            end = time.monotonic() + self._transport_s  # the diagnosis takes the rest
+            keys = [base + str(k) for k in range(self.num_trainers)]
+            while True:
+                missing = [k for k in range(self.num_trainers) if not self._store.check([keys[k]])]
+                if not missing:
+                    return [self._store.get(k).decode("utf-8", "replace") for k in keys]
+                if time.monotonic() >= end:
+                    raise CollectiveError(
+                        f"check_consistent({what!r}): after {self._transport_s:.1f} s no "
+                        "fingerprint from " + ", ".join(self.describe(k) for k in missing))
+                time.sleep(0.02)
+
+        prints = self._run(f"check_consistent({what!r})", body)
+        ref = prints[0]
+        differ = [k for k, p in enumerate(prints) if p != ref]
+        if differ:
+            lines = [f"{self.describe(k)} differs from {self.describe(0)}: "
+                     f"{_first_difference(ref, prints[k])}" for k in differ]
+            raise ValueError(f"{what} differs across trainers (every trainer must run the same "
+                             "program with the same settings): " + "; ".join(lines))
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Leave the job; trainer 0 (the store host) waits up to ``wait_s`` for the others."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._heartbeat.stop()
+        try:
+            self._store.set(f"closed/{self.trainer_id}", "1")
+            # NOTE: after a failure the peers may be dead: do not wait for them.
+            if self.trainer_id == 0 and self._broken is None:
+                end = time.monotonic() + wait_s
+                keys = [f"closed/{k}" for k in range(1, self.num_trainers)]
+                while time.monotonic() < end and not all(self._store.check([k]) for k in keys):
+                    time.sleep(0.02)
+        except Exception:  # noqa: BLE001 - the host already left: nothing to tell it
+            pass
+        _forget(self)
+        self._pg = None
+        self._store = None
+        self._rdv.close()
+
+    def __repr__(self) -> str:
+        return (f"ProcessGroupCommunicator({self.backend}, trainer {self.trainer_id} of "
+                f"{self.num_trainers}, {len(self.devices)} local devices, nranks {self.nranks})")
+
+
+def _same_kind(values: Sequence[Value], what: str) -> None:
+    if any(isinstance(v, SelectedRows) for v in values):
+        raise TypeError(f"{what}: cannot combine sparse (SelectedRows) and dense values: every "
+                        "device must produce the same kind")
+
+
+
+def _first_difference(a: str, b: str) -> str:
+    la, lb = a.splitlines(), b.splitlines()
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if x != y:
+            return f"line {i + 1}: {x!r} vs {y!r}"
+    if len(la) != len(lb):
+        return f"{len(la)} lines vs {len(lb)} lines"
+    return f"{a[:80]!r} vs {b[:80]!r}"
+
+
+
+# ---------------------------------------------------------------------- process-wide registry
+
+_REGISTRY: dict[tuple[tuple[str, ...], int], ProcessGroupCommunicator] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def init_collective(endpoints: str | Sequence[str], trainer_id: int,
+                    devices: Sequence[torch.device], deadline_s: float | None = None,
+                    rendezvous_deadline_s: float | None = None) -> ProcessGroupCommunicator:
+    """Meet the other trainers and register the communicator (or return the registered one).
+
+    Args:
+        endpoints: every trainer's "ip:port" (a list, or "ip:port,ip:port").
+        trainer_id: this trainer's index.
+        devices: this trainer's devices (``local_devices(use_cuda)``).
+        deadline_s: per-collective deadline (default ``FLAGS_rpc_deadline``, 180 s).
+        rendezvous_deadline_s: default ``FLAGS_rpc_deadline``, else 300 s.
+    """
+    from .rendezvous import parse_endpoints
+
+    key = (tuple(parse_endpoints(endpoints)), int(trainer_id))
+    with _REGISTRY_LOCK:
+        comm = _REGISTRY.get(key)
+        if comm is not None:
+            if [str(d) for d in comm.devices] != [str(torch.device(d)) for d in devices]:
+                raise ValueError(f"init_collective: trainer {trainer_id} already joined "
+                                 f"{list(key[0])} with devices {comm.devices}, now asked for "
+                                 f"{list(devices)}")
+            return comm
+        backend = "nccl" if any(torch.device(d).type == "cuda" for d in devices) else "gloo"
+        rdv = rendezvous(list(key[0]), key[1], len(devices), backend, rendezvous_deadline_s)
+        try:
+            comm = ProcessGroupCommunicator(rdv, devices, deadline_s)
+        except BaseException:
+            rdv.close()
+            raise
+        _REGISTRY[key] = comm
+        return comm
+
+
+def get_collective(endpoints: str | Sequence[str], trainer_id: int
+                   ) -> ProcessGroupCommunicator | None:
+    """The communicator ``init_collective`` registered for these endpoints, or None."""
+    from .rendezvous import parse_endpoints
+
+    with _REGISTRY_LOCK:
+        return _REGISTRY.get((tuple(parse_endpoints(endpoints)), int(trainer_id)))
+
+
+def _forget(comm: ProcessGroupCommunicator) -> None:
+    with _REGISTRY_LOCK:
+        for k, v in list(_REGISTRY.items()):
+            if v is comm:
+                del _REGISTRY[k]
+
+
+def close_all() -> None:
+    """Close every registered communicator (run at interpreter exit)."""
+    with _REGISTRY_LOCK:
+        comms = list(_REGISTRY.values())
+    for c in comms:
+        c.close(wait_s=2.0)
+
+
+atexit.register(close_all)

@@ -1,0 +1,318 @@
+"""Start the trainers of a collective (nccl2) job on this machine: Fluid 1.x's launcher.
+
+    python -m parafluid.distributed.launch [--nproc_per_node N] [--cluster_node_ips IPS]
+        [--node_ip IP] [--started_port P] [--log_dir DIR] [--selected_gpus IDS]
+        [--grace_period S] (script.py | -m module) [args ...]
+
+(also ``parafluid launch ...``). Each machine of the job runs the launcher with the same
+``--cluster_node_ips`` and its own ``--node_ip``; it starts ``--nproc_per_node`` processes
+with Fluid's environment: ``PADDLE_TRAINER_ID`` (node index x nproc_per_node + local index),
+``PADDLE_TRAINERS_NUM``, ``PADDLE_CURRENT_ENDPOINT``, ``PADDLE_TRAINER_ENDPOINTS`` (every
+node's IP with ports ``started_port``, ``started_port + 1``, ...), ``PADDLE_TRAINING_ROLE``
+``TRAINER`` and, where GPUs exist, ``FLAGS_selected_gpus`` (one GPU per process). On one
+machine without ``--started_port`` the ports are free ones picked by the system.
+
+Output: every line of a process is printed with its rank in front (``[rank 1] ...``), or
+goes to ``DIR/workerlog.<rank>`` with ``--log_dir``. When a process fails, the launcher stops
+the others (SIGTERM, then SIGKILL after ``--grace_period`` seconds) and exits with its status,
+naming the rank and its last error line. Ctrl-C (SIGINT) or SIGTERM stops every process.
+
+The process plan is built by ``plan(args)`` (a list of ``Proc``), so that another role (the
+parameter servers: ``--server_num``/``--worker_num``) is one more planner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+__all__ = ["Proc", "add_arguments", "build_parser", "plan", "run", "main"]
+
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b|Error\b|error:|"
+                         r"[\w. ]*: error:)")
+
+
+@dataclass
+class Proc:
+    """One process to start: its rank (for output and messages), command and extra env."""
+
+    rank: int
+    cmd: list[str]
+    env: dict[str, str]
+    label: str = ""
+    popen: Any = None
+    tail: deque = field(default_factory=lambda: deque(maxlen=200))
+    reader: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.label or f"rank {self.rank}"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The launcher's options (shared by ``python -m ...launch`` and ``parafluid launch``)."""
+    p.add_argument("--nproc_per_node", type=int, default=None,
+                   help="processes (trainers) on this machine (default: one per selected GPU, "
+                        "else 1)")
+    p.add_argument("--cluster_node_ips", default="127.0.0.1",
+                   help="every machine's IP, comma separated, the same on every machine "
+                        "(default: %(default)s)")
+    p.add_argument("--node_ip", default="127.0.0.1",
+                   help="this machine's IP, one of --cluster_node_ips (default: %(default)s)")
+    p.add_argument("--started_port", type=int, default=None,
+                   help="first trainer port on each machine (default: free ports on one "
+                        "machine, 6170 on several)")
+    p.add_argument("--log_dir", default=None,
+                   help="write each process's output to DIR/workerlog.<rank> instead of the "
+                        "terminal")
+    p.add_argument("--selected_gpus", default=None,
+                   help="GPU ids for the processes, e.g. 0,1 (default: every visible GPU)")
+    p.add_argument("--grace_period", type=float, default=5.0,
+                   help="seconds between SIGTERM and SIGKILL when stopping processes "
+                        "(default: %(default)s)")
+    p.add_argument("-m", "--module", action="store_true",
+                   help="the program is a module, run as python -m MODULE")
+    p.add_argument("training_script", help="the script (or, with -m, the module) to run")
+    p.add_argument("training_script_args", nargs=argparse.REMAINDER,
+                   help="its arguments")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m parafluid.distributed.launch",
+                                description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return p
+
+
+def _free_ports(n: int, host: str) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _gpus(selected: str | None) -> list[str]:
+    if selected:
+        return [g.strip() for g in selected.split(",") if g.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [str(i) for i, g in enumerate(visible.split(",")) if g.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        return []
+
+
+def plan(args: argparse.Namespace) -> list[Proc]:
+    """The trainer processes of this machine, with their commands and environment."""
+    ips = [ip.strip() for ip in args.cluster_node_ips.split(",") if ip.strip()]
+    if not ips:
+        raise ValueError("--cluster_node_ips is empty")
+    if len(set(ips)) != len(ips):
+        raise ValueError(f"--cluster_node_ips lists a machine twice: {args.cluster_node_ips}")
+    if args.node_ip not in ips:
+        raise ValueError(f"--node_ip {args.node_ip} is not one of --cluster_node_ips "
+                         f"{','.join(ips)}")
+    gpus = _gpus(args.selected_gpus)
+    nproc = args.nproc_per_node if args.nproc_per_node is not None else max(len(gpus), 1)
+    if nproc < 1:
+        raise ValueError(f"--nproc_per_node must be >= 1, got {nproc}")
+    if gpus and nproc > len(gpus):
+        raise ValueError(f"--nproc_per_node {nproc} is more than the {len(gpus)} GPUs "
+                         f"({','.join(gpus)}): one GPU per process")
+    if args.started_port is None:
+        if len(ips) > 1:
+            ports = list(range(6170, 6170 + nproc))  # Fluid's default, known on every machine
+        else:
+            ports = _free_ports(nproc, args.node_ip)
+    else:
+        if not 0 < args.started_port <= 65535 - nproc:
+            raise ValueError(f"--started_port must leave room for {nproc} ports below 65536, "
+                             f"got {args.started_port}")
+        ports = list(range(args.started_port, args.started_port + nproc))
+    endpoints = [f"{ip}:{port}" for ip in ips for port in ports]
+    node = ips.index(args.node_ip)
+    if args.module:
+        base = [sys.executable, "-u", "-m", args.training_script]
+    else:
+        base = [sys.executable, "-u", args.training_script]
+    procs = []
+    for i in range(nproc):
+        rank = node * nproc + i
+        env = {"PADDLE_TRAINER_ID": str(rank), "PADDLE_TRAINERS_NUM": str(len(endpoints)),
+               "PADDLE_CURRENT_ENDPOINT": endpoints[rank],
+               "PADDLE_TRAINER_ENDPOINTS": ",".join(endpoints),
+               "PADDLE_TRAINING_ROLE": "TRAINER", "PYTHONUNBUFFERED": "1"}
+        if gpus:
+            env["FLAGS_selected_gpus"] = gpus[i]
+        procs.append(Proc(rank, base + list(args.training_script_args), env))
+    return procs
+
+
+class _Output:
+    """Copies each process's lines to the terminal (prefixed) or to its log file."""
+
+    def __init__(self, log_dir: str | None) -> None:
+        self.log_dir = log_dir
+        self.lock = threading.Lock()
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+
+    def follow(self, proc: Proc) -> None:
+        log: IO[str] | None = None
+        if self.log_dir:
+            log = open(os.path.join(self.log_dir, f"workerlog.{proc.rank}"), "w",
+                       encoding="utf-8")
+
+        def pump() -> None:
+            try:
+                for raw in proc.popen.stdout:
+                    line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                    proc.tail.append(line)
+                    if log is not None:
+                        log.write(line + "\n")
+                        log.flush()
+                    else:
+                        with self.lock:
+                            sys.stdout.write(f"[{proc.name}] {line}\n")
+                            sys.stdout.flush()
+            finally:
+                if log is not None:
+                    log.close()
+
+        proc.reader = threading.Thread(target=pump, daemon=True)
+        proc.reader.start()
+
+
+def _last_error(proc: Proc) -> str:
+    lines = [ln.strip() for ln in proc.tail if ln.strip()]
+    for ln in reversed(lines):
+        if _ERROR_LINE.match(ln):
+            return ln
+    return lines[-1] if lines else "(no output)"
+
+
+def _die_with_parent() -> None:
+    # NOTE: Linux only: if the launcher itself is killed (SIGKILL), its children follow.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _signal_all(procs: Sequence[Proc], sig: int) -> None:
+    for p in procs:
+        if p.popen is not None and p.popen.poll() is None:
+            try:
+                os.killpg(p.popen.pid, sig)  # the child's session: it and its own children
+            except ProcessLookupError:
+                pass
+
+
+def _stop(procs: Sequence[Proc], grace: float) -> list[Proc]:
+    """SIGTERM every live process, SIGKILL those still alive after ``grace`` seconds."""
+    alive = [p for p in procs if p.popen is not None and p.popen.poll() is None]
+    _signal_all(alive, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while time.monotonic() < end and any(p.popen.poll() is None for p in alive):
+        time.sleep(0.05)
+    _signal_all(alive, signal.SIGKILL)
+    for p in alive:
+        p.popen.wait()
+    return alive
+
+
+def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
+    """Start the planned processes, follow them, stop them all on the first failure."""
+    err = out or sys.stderr
+    try:
+        procs = plan(args)
+    except ValueError as e:
+        print(f"launch: error: {e}", file=err)
+        return 2
+    output = _Output(args.log_dir)
+    interrupted: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for p in procs:
+            env = dict(os.environ)
+            env.update(p.env)
+            p.popen = subprocess.Popen(p.cmd, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=_die_with_parent)
+            output.follow(p)
+        if args.log_dir:
+            print(f"launch: {len(procs)} processes, logs in {args.log_dir}/workerlog.<rank>",
+                  file=err)
+        failed: Proc | None = None
+        while not interrupted:
+            running = False
+            for p in procs:
+                rc = p.popen.poll()
+                if rc is None:
+                    running = True
+                elif rc != 0 and failed is None:
+                    failed = p
+            if failed is not None or not running:
+                break
+            time.sleep(0.05)
+        if interrupted:
+            stopped = _stop(procs, args.grace_period)
+            name = signal.Signals(interrupted[0]).name
+            print(f"launch: {name} received: stopped "
+                  f"{', '.join(p.name for p in stopped) or 'no running process'}", file=err)
+            return 128 + interrupted[0]
+        if failed is not None:
+            stopped = _stop(procs, args.grace_period)
+            for p in procs:
+                if p.reader is not None:
+                    p.reader.join(timeout=2)
+            rc = failed.popen.returncode
+            how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else \
+                f"exited with status {rc}"
+            print(f"launch: {failed.name} (pid {failed.popen.pid}) {how}; last error: "
+                  f"{_last_error(failed)}"
+                  + (f"; stopped {', '.join(p.name for p in stopped)}" if stopped else ""),
+                  file=err)
+            return rc if rc > 0 else 1
+        for p in procs:
+            if p.reader is not None:
+                p.reader.join(timeout=2)
+        return 0
+    finally:
+        _stop(procs, 0.5)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

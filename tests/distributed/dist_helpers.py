@@ -1,0 +1,91 @@
+"""Starting and reaping the child processes of the multi-process tests (127.0.0.1 only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def endpoints(n: int) -> str:
+    return ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PADDLE_", "FLAGS_")) and k not in ("RANK", "WORLD_SIZE")}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def start(args: Sequence[str], env: dict[str, str], **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *args], env=env, cwd=ROOT, **kw)
+
+
+def reap(procs: Sequence[subprocess.Popen]) -> None:
+    """Kill (by pid) every child still running; call in a ``finally``."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL) if _own_group(p) else p.kill()
+            except ProcessLookupError:
+                pass
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _own_group(p: subprocess.Popen) -> bool:
+    try:
+        return os.getpgid(p.pid) == p.pid
+    except ProcessLookupError:
+        return False
+
+
+def run_workers(scenario: str, ndev: int, out: str, *, seed: int = 0, deadline_s: float = 20,
+                trainers: int = 2, timeout: float = 60) -> list[dict]:
+    """Run ``collective_worker.py SCENARIO`` as ``trainers`` processes; their JSON statuses."""
+    eps = endpoints(trainers)
+    env = child_env(TEST_DEADLINE_S=str(deadline_s))
+    worker = os.path.join(HERE, "collective_worker.py")
+    procs = []
+    try:
+        for t in range(trainers):
+            procs.append(start([worker, scenario, eps, str(t), str(ndev), out, str(seed)], env))
+        for p in procs:
+            p.wait(timeout=timeout)
+    finally:
+        reap(procs)
+    paths = [os.path.join(out, f"status_t{t}.json") for t in range(trainers)]
+    return [load_json(p) if os.path.exists(p) else {} for p in paths]
+
+
+def load_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def load(out: str, name: str) -> np.ndarray:
+    return np.load(os.path.join(out, name + ".npy"), allow_pickle=False)

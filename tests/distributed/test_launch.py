@@ -1,0 +1,142 @@
+"""The launcher: environment, prefixed output, failure propagation, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from dist_helpers import HERE, child_env, free_ports, reap, start
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = os.path.join(HERE, "launch_script.py")
+
+
+def launcher(*args: str, module: str = "parafluid.distributed.launch") -> subprocess.Popen:
+    env = child_env(FLAGS_rpc_deadline="20000", CPU_NUM="1")
+    env["PYTHONPATH"] += os.pathsep + HERE  # for -m launch_script
+    return subprocess.Popen([sys.executable, "-m", *module.split(), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # a zombie of an exited child counts as gone
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ")[1].startswith("Z")
+
+
+@pytest.mark.timeout(60)
+def test_two_trainers_prefixed_output_and_environment():
+    # through the CLI subcommand, with the script as a module: parafluid launch ... -m ...
+    p = launcher("--nproc_per_node", "2", "-m", "launch_script", "ok", module="parafluid launch")
+    try:
+        out, err = p.communicate(timeout=45)
+    finally:
+        reap([p])
+    assert p.returncode == 0, (out, err)
+    lines = out.splitlines()
+    for rank in (0, 1):
+        assert f"[rank {rank}] sum [3.0, 3.0]" in lines, out
+        assert any(re.fullmatch(rf"\[rank {rank}\] pid \d+ trainer {rank} of 2 at "
+                                r"127\.0\.0\.1:\d+", ln) for ln in lines), out
+    assert all(ln.startswith(("[rank 0] ", "[rank 1] ")) for ln in lines), out
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_rank_stops_the_job_and_is_named(tmp_path):
+    p = launcher("--nproc_per_node", "2", "--grace_period", "2", "--log_dir", str(tmp_path),
+                 SCRIPT, "fail")
+    try:
+        out, err = p.communicate(timeout=45)
+    finally:
+        reap([p])
+    assert p.returncode == 1, (out, err)
+    assert "launch: rank 1 (pid" in err and "exited with status 1" in err, err
+    assert "last error: ValueError: boom on rank 1" in err, err
+    assert "stopped rank 0" in err, err
+    log0 = (tmp_path / "workerlog.0").read_text()
+    pid0 = int(re.search(r"pid (\d+)", log0).group(1))
+    assert gone(pid0)
+    assert "Traceback" in (tmp_path / "workerlog.1").read_text()
+
+
+@pytest.mark.timeout(60)
+def test_sigint_stops_every_trainer():
+    p = launcher("--nproc_per_node", "2", SCRIPT, "sleep")
+    pids: list[int] = []
+    try:
+        ready = 0
+        while ready < 2:
+            line = p.stdout.readline()
+            assert line, "the launcher ended early: " + p.stderr.read()
+            m = re.search(r"pid (\d+)", line)
+            if m:
+                pids.append(int(m.group(1)))
+            ready += line.rstrip().endswith("] ready")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        reap([p])
+    assert p.returncode == 128 + signal.SIGINT, err
+    assert "SIGINT received: stopped rank 0, rank 1" in err, err
+    deadline = time.monotonic() + 5
+    while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(pids) == 2 and all(gone(pid) for pid in pids)
+
+
+@pytest.mark.timeout(60)
+def test_torchrun_style_environment_set_by_hand():
+    master_port = free_ports(1)[0] - 1  # trainer 0 hosts the rendezvous at MASTER_PORT + 1
+    procs = []
+    try:
+        for rank in (0, 1):
+            env = child_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port),
+                            FLAGS_rpc_deadline="20000", CPU_NUM="1")
+            procs.append(start([SCRIPT, "ok"], env, stdout=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=45)[0] for p in procs]
+    finally:
+        reap(procs)
+    for rank, out in enumerate(outs):
+        assert procs[rank].returncode == 0, out
+        assert f"trainer {rank} of 2 at 127.0.0.1:{master_port + 1 + rank}" in out, out
+        assert "sum [3.0, 3.0]" in out, out
+
+
+def test_plan_sets_fluid_environment_for_several_machines():
+    from parafluid.distributed.launch import build_parser, plan
+
+    args = build_parser().parse_args(["--cluster_node_ips", "10.0.0.1,10.0.0.2", "--node_ip",
+                                      "10.0.0.2", "--nproc_per_node", "2", "--selected_gpus",
+                                      "0,1", "train.py", "--lr", "0.1"])
+    procs = plan(args)
+    assert [p.rank for p in procs] == [2, 3]
+    eps = "10.0.0.1:6170,10.0.0.1:6171,10.0.0.2:6170,10.0.0.2:6171"
+    assert procs[1].env == {"PADDLE_TRAINER_ID": "3", "PADDLE_TRAINERS_NUM": "4",
+                            "PADDLE_CURRENT_ENDPOINT": "10.0.0.2:6171",
+                            "PADDLE_TRAINER_ENDPOINTS": eps, "PADDLE_TRAINING_ROLE": "TRAINER",
+                            "PYTHONUNBUFFERED": "1", "FLAGS_selected_gpus": "1"}
+    assert procs[0].cmd[-3:] == ["train.py", "--lr", "0.1"]
+    with pytest.raises(ValueError, match="--node_ip 10.0.0.3 is not one of"):
+        plan(build_parser().parse_args(["--cluster_node_ips", "10.0.0.1", "--node_ip",
+                                        "10.0.0.3", "x.py"]))
+
+
+def test_cli_launch_subcommand_parses_the_same_options():
+    from parafluid.cli import build_parser
+
+    args = build_parser().parse_args(["launch", "--nproc_per_node", "3", "-m", "pkg.train",
+                                      "--epochs", "1"])
+    assert (args.nproc_per_node, args.module, args.training_script) == (3, True, "pkg.train")
+    assert args.training_script_args == ["--epochs", "1"]

@@ -33,7 +33,7 @@ from ..passes import data_parallel_pipeline
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
 from ..place import cpu_device_count, to_device
 from ..plan import Plan, run_plan
-from ..runtime import RunServices
+from ..runtime import OpRunError, RunServices
 from ..scope import Scope, global_scope
 from ..variable import unknown_name_message, var_name
 from .comm import LocalCommunicator
@@ -59,7 +59,12 @@ class ParallelExecutor:
         share_vars_from: another ParallelExecutor whose device scopes (so parameters) this
             one uses, e.g. a test executor next to the training one.
         exec_strategy, build_strategy: see ExecutionStrategy / BuildStrategy.
-        num_trainers, trainer_id: multi-process training (not available yet: must be 1, 0).
+        num_trainers, trainer_id: multi-process training (the nccl2 mode): this process is
+            trainer ``trainer_id`` of ``num_trainers``; every all-reduce spans all devices
+            of all trainers. The trainer endpoints come from the program transpiled in
+            nccl2 mode (``DistributeTranspiler``) or ``BuildStrategy.trainers_endpoints``;
+            the communicator is the one the transpiled startup program set up (or it is set
+            up here).
         scope: where parameters live (default ``fluid.global_scope()``).
         places: (parafluid extension, used by CompiledProgram) the exact places to run on,
             e.g. ``fluid.cpu_places(4)``; overrides use_cuda's device discovery.
@@ -90,23 +95,17 @@ class ParallelExecutor:
             raise TypeError(f"ParallelExecutor: build_strategy must be a BuildStrategy, got "
                             f"{type(build_strategy).__name__}")
         trainers = max(num_trainers, build_strategy.num_trainers)
-        if trainers != 1 or trainer_id != 0 or build_strategy.trainer_id != 0:
-            raise NotImplementedError(
-                f"ParallelExecutor: num_trainers={trainers}, trainer_id={trainer_id}: "
-                "multi-process data parallelism is not available yet; run one process "
-                "(num_trainers=1) with several devices (CPU_NUM or GPUs)")
-        if len(build_strategy.trainers_endpoints) > 1:
-            raise NotImplementedError(
-                f"ParallelExecutor: BuildStrategy.trainers_endpoints lists "
-                f"{len(build_strategy.trainers_endpoints)} trainers: multi-process data "
-                "parallelism is not available yet, and this process would silently train "
-                "alone; leave trainers_endpoints empty and use several devices instead")
+        trainer_id = trainer_id or build_strategy.trainer_id
+        endpoints = list(build_strategy.trainers_endpoints) or \
+            list(getattr(program, "_trainers_endpoints", None) or [])
+        if trainers > 1 or len(endpoints) > 1:
+            _check_trainers(trainers, trainer_id, endpoints)
         scope = scope if scope is not None else global_scope()
         if not isinstance(scope, Scope):
             raise TypeError(f"ParallelExecutor: scope must be a Scope, got {type(scope).__name__}")
 
         self._use_cuda = use_cuda
-        self._devices = _devices(use_cuda, places)
+        self._devices = _devices(use_cuda, places, multi_process=trainers > 1)
         self._program = program
         self._loss_name = loss_name
         self._exec_strategy = exec_strategy
@@ -120,7 +119,20 @@ class ParallelExecutor:
                              f"{ndev}; they must run on the same devices")
         self._scopes = DeviceScopes(scope, self._devices, share=None if share_vars_from is None
                                     else share_vars_from._scopes)
-        self._communicator = LocalCommunicator(self._devices)
+        self._communicator: Any = LocalCommunicator(self._devices)
+        self._multi = trainers > 1
+        if self._multi:
+            from ..distributed.collective import get_collective, init_collective
+
+            comm = get_collective(endpoints, trainer_id) or \
+                init_collective(endpoints, trainer_id, self._devices)
+            if len(comm.devices) != ndev:
+                raise ValueError(f"ParallelExecutor: trainer {trainer_id} joined the job with "
+                                 f"{len(comm.devices)} devices but this executor runs {ndev} "
+                                 "(CPU_NUM / places must be the same as when the startup "
+                                 "program ran)")
+            self._communicator = comm
+        self._steps = 0
         self._services = [RunServices(program, self._scopes.scopes[d], self._communicator,
                                       device_index=d, local_writes=d > 0,
                                       device=self._devices[d]) for d in range(ndev)]
@@ -175,19 +187,34 @@ class ParallelExecutor:
         plan = self._plan(program, graph, tuple(sorted(feeds[0])), fetch)
         if not self._has_run:
             self._check_share_source()
+            if self._multi:
+                self._communicator.check_consistent("program", _fingerprint(program, ndev=len(
+                    self._devices)))
         self._scopes.materialize(plan.persist_reads)
         steps = self._exec_strategy.num_iteration_per_run
         try:
             for step in range(steps):
+                self._steps += 1
                 self._run_plan(plan, feeds, block)
                 if step == steps - 1:
                     results = self._fetch(plan, fetch, return_numpy, return_merged)
                 self._after_iteration(plan)
+        except OpRunError as e:
+            plan.end()
+            if not self._multi:
+                raise
+            # which step of the job: the other trainers report the same number
+            raise OpRunError(f"{e} (trainer {self._communicator.trainer_id}, step "
+                             f"{self._steps})", e.op_index, e.op_type, e.device) from e.__cause__
         except BaseException:
             # no op of the run is in flight any more: drop its values (feeds, activations)
             # now, so that a caller retrying after an error (out of memory) gets them back
             plan.end()
             raise
+        if self._multi and not self._has_run:
+            # the first step compared every collective's signature across the trainers;
+            # the graph issues the same ones in the same order from now on
+            self._communicator.verify_collectives = False
         self._has_run = True
         return results
 
@@ -208,10 +235,12 @@ class ParallelExecutor:
         if hit is not None:
             return hit
         bs = self._build_strategy
-        pipeline = data_parallel_pipeline(bs, self.device_count, self._loss_name)
+        comm = self._communicator
+        pipeline = data_parallel_pipeline(bs, comm.nranks, self._loss_name)
         program = pipeline(self._program)
         graph = build_graph(program, self.device_count,
-                            GraphOptions(sequential=bs.enable_sequential_execution))
+                            GraphOptions(sequential=bs.enable_sequential_execution,
+                                         rank_offset=comm.rank_offset))
         self._warn()
         if bs.debug_graphviz_path:
             from .graphviz import write_graphs
@@ -230,7 +259,7 @@ class ParallelExecutor:
         return self._graph()[0]
 
     def _warn(self) -> None:
-        ndev = self.device_count
+        ndev = self._communicator.nranks
         program = self._program
         aggregated = self._loss_name is not None and ndev > 1 and bool(find_params_grads(program))
         msgs = strategy_warnings(self._build_strategy, self._exec_strategy, ndev, aggregated)
@@ -337,7 +366,38 @@ class ParallelExecutor:
 # ---------------------------------------------------------------------- helpers
 
 
-def _devices(use_cuda: bool, places: Any) -> list[torch.device]:
+def _check_trainers(trainers: int, trainer_id: int, endpoints: list[str]) -> None:
+    if not endpoints:
+        raise ValueError(
+            f"ParallelExecutor: num_trainers={trainers} needs the trainers' endpoints: "
+            "transpile the program in nccl2 mode (config.mode = 'nccl2'; "
+            "DistributeTranspiler(config).transpile(trainer_id, trainers='ip:port,...', "
+            "current_endpoint=...)) and run its startup program, or set "
+            "BuildStrategy.trainers_endpoints")
+    if len(endpoints) != trainers:
+        raise ValueError(f"ParallelExecutor: num_trainers={trainers} but "
+                         f"{len(endpoints)} trainer endpoints are known ({endpoints}); this "
+                         "process would train with the wrong gradient scale")
+    if not 0 <= trainer_id < trainers:
+        raise ValueError(f"ParallelExecutor: trainer_id must be in 0..{trainers - 1}, got "
+                         f"{trainer_id}")
+
+
+def _fingerprint(program: Program, ndev: int) -> str:
+    """What every trainer must agree on: devices, parameters and the collectives issued."""
+    import hashlib
+
+    block = program.global_block()
+    parts = [f"devices={ndev}"]
+    parts += [f"param {p.name} {list(p.shape)} {p.dtype}"
+              for p in sorted(block.all_parameters(), key=lambda v: v.name)]
+    parts += [f"{op.type} {op.input_arg_names} root={op.attrs.get('root', '')}"
+              for op in block.ops if op.type.startswith("c_")]
+    text = "\n".join(parts)
+    return f"{hashlib.sha256(text.encode()).hexdigest()[:16]} ({len(parts) - 1} params/ops)"
+
+
+def _devices(use_cuda: bool, places: Any, multi_process: bool = False) -> list[torch.device]:
     if places is not None:
         places = list(places) if isinstance(places, (list, tuple)) else [places]
         if not places:
@@ -346,6 +406,10 @@ def _devices(use_cuda: bool, places: Any) -> list[torch.device]:
         if len({d.type for d in devices}) != 1:
             raise ValueError(f"ParallelExecutor: places mix device types: {places}")
         return devices
+    if multi_process:
+        from ..distributed.collective import local_devices
+
+        return local_devices(use_cuda)
     if use_cuda:
         if not torch.cuda.is_available():
             raise RuntimeError("ParallelExecutor(use_cuda=True): torch sees no CUDA device on "

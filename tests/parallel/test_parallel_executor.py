@@ -103,12 +103,15 @@ def test_constructor_type_errors() -> None:
         fluid.ParallelExecutor(False, exec_strategy=fluid.BuildStrategy())
     with pytest.raises(TypeError, match="main_program must be a Program"):
         fluid.ParallelExecutor(False, main_program="main")
-    with pytest.raises(NotImplementedError, match="num_trainers=2"):
+    with pytest.raises(ValueError, match="num_trainers=2 needs the trainers' endpoints"):
         fluid.ParallelExecutor(False, loss_name=m["loss"].name, num_trainers=2, trainer_id=1)
     bs = fluid.BuildStrategy()
     bs.trainers_endpoints = ["127.0.0.1:6170", "127.0.0.1:6171"]
-    with pytest.raises(NotImplementedError, match="trainers_endpoints lists 2 trainers"):
+    with pytest.raises(ValueError, match="num_trainers=1 but 2 trainer endpoints"):
         fluid.ParallelExecutor(False, loss_name=m["loss"].name, build_strategy=bs)
+    with pytest.raises(ValueError, match="trainer_id must be in 0..1, got 2"):
+        fluid.ParallelExecutor(False, loss_name=m["loss"].name, num_trainers=2, trainer_id=2,
+                               build_strategy=bs)
 
 
 def test_missing_loss_name_warns_that_gradients_are_not_aggregated() -> None:

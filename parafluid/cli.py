@@ -89,6 +89,10 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", type=_positive_int, default=d.devices, metavar="N",
                    help="train data-parallel on N CPU devices with the ParallelExecutor "
                         "(each batch is split between them; default: 1, the plain Executor)")
+    p.add_argument("--nproc", type=_positive_int, default=1, metavar="N",
+                   help="train as N cooperating processes on this machine (the nccl2 mode over "
+                        "torch.distributed, started through 'parafluid launch'; each global "
+                        "batch is split between them; default: 1)")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch intra-op threads (default: %(default)s; this model is too small "
                         "to gain from more, and extra threads hurt on a busy machine)")
@@ -102,18 +106,22 @@ def _train(args: argparse.Namespace) -> int:
 
     from .digits import TrainConfig, train
 
-    torch.set_num_threads(args.threads)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") \
         % (2**31 - 1) + 1
+    if args.nproc > 1:
+        return _train_processes(args, seed)
+    torch.set_num_threads(args.threads)
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size,
                       learning_rate=args.learning_rate, optimizer=args.optimizer,
                       hidden=tuple(args.hidden), seed=seed, output=args.output,
-                      devices=args.devices)
+                      devices=args.devices,
+                      distributed="PADDLE_TRAINERS_NUM" in os.environ)
     if cfg.batch_size < cfg.devices:
         print(f"parafluid train: error: --batch-size {cfg.batch_size} is smaller than --devices "
               f"{cfg.devices}: each batch is split between the devices, so it needs at least "
               "one image per device", file=sys.stderr)
         return 2
+    trainer = int(os.environ.get("PADDLE_TRAINER_ID", "0")) if cfg.distributed else 0
     hidden = "-".join(str(h) for h in cfg.hidden)
     # NOTE: check the output directory before training, not after minutes of it.
     try:
@@ -122,19 +130,52 @@ def _train(args: argparse.Namespace) -> int:
             raise PermissionError(f"{cfg.output} is not writable")
     except OSError as e:
         return _fail(f"cannot use --output {cfg.output!r}: {e}")
-    _say(f"parafluid train: digits (8x8 images, 10 classes), MLP 64-{hidden}-10, "
-         f"{cfg.optimizer}, batch {cfg.batch_size}, {cfg.epochs} epochs, seed {seed}"
-         + (f", data-parallel on {cfg.devices} CPU devices" if cfg.devices > 1 else ""))
+    if trainer == 0:
+        _say(f"parafluid train: digits (8x8 images, 10 classes), MLP 64-{hidden}-10, "
+             f"{cfg.optimizer}, batch {cfg.batch_size}, {cfg.epochs} epochs, seed {seed}"
+             + (f", data-parallel on {cfg.devices} CPU devices" if cfg.devices > 1 else "")
+             + (f", trainer 0 of {os.environ['PADDLE_TRAINERS_NUM']} processes"
+                if cfg.distributed else ""))
     start = time.perf_counter()
     try:
         result = train(cfg, log=_say)
     except (RuntimeError, OSError) as e:
         return _fail(str(e))
+    if trainer != 0:
+        return 0
     _say(f"test accuracy {result.test_accuracy:.4f} on {result.test_samples} held-out images "
          f"({time.perf_counter() - start:.1f} s in all)")
     _say(f"inference model saved to {result.model_dir}")
     _say(f"  load it with: fluid.io.load_inference_model({result.model_dir!r}, exe)")
     return 0
+
+
+def _train_processes(args: argparse.Namespace, seed: int) -> int:
+    """``train --nproc N``: the same command as N trainers under the launcher."""
+    from .distributed.launch import main as launch
+
+    if args.batch_size < args.nproc * args.devices:
+        return _fail(f"--batch-size {args.batch_size} is smaller than --nproc {args.nproc} x "
+                     f"--devices {args.devices}: each batch is split between them")
+    # everything but --nproc, with the seed fixed so that every trainer starts equal
+    child: list[str] = []
+    skip = False
+    for a in args.argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--nproc":
+            skip = True
+            continue
+        if a.startswith("--nproc="):
+            continue
+        child.append(a)
+    if not child or child[0] != "train":
+        child = ["train", *child]
+    if args.seed is None:
+        child += ["--seed", str(seed)]
+    os.environ["CPU_NUM"] = str(args.devices)  # each trainer's devices (inherited)
+    return launch(["--nproc_per_node", str(args.nproc), "-m", "parafluid", *child])
 
 
 def _say(line: str) -> None:
@@ -215,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          args_list[0] not in ("-h", "--help", "--version")):
         args_list.insert(0, DEFAULT_COMMAND)
     args = build_parser().parse_args(args_list)
+    args.argv = args_list
     try:
         return int(args.run(args))
     except KeyboardInterrupt:

@@ -44,6 +44,7 @@ class TrainConfig:
     seed: int = 1
     output: str = "parafluid_output"
     devices: int = 1  # > 1: data-parallel over that many CPU devices (ParallelExecutor)
+    distributed: bool = False  # one trainer of a multi-process job (PADDLE_* environment)
 
 
 @dataclass
@@ -97,6 +98,18 @@ def build_model(cfg: TrainConfig) -> dict[str, Any]:
             "loss": loss}
 
 
+def _join_job(net: dict[str, Any]) -> Any:
+    """Transpile the programs in nccl2 mode for this trainer of the launched job."""
+    job = fluid.distributed.env()
+    if job.trainers > 1:
+        config = fluid.DistributeTranspilerConfig()
+        config.mode = "nccl2"
+        fluid.DistributeTranspiler(config=config).transpile(
+            job.trainer_id, program=net["main"], startup_program=net["startup"],
+            trainers=",".join(job.trainer_endpoints), current_endpoint=job.current_endpoint)
+    return job
+
+
 def _make_optimizer(cfg: TrainConfig) -> Any:
     lr = cfg.learning_rate if cfg.learning_rate is not None else OPTIMIZERS[cfg.optimizer]
     if cfg.optimizer == "sgd":
@@ -115,6 +128,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
                          f"{cfg.devices}; each batch is split between the devices")
     x_train, y_train, x_test, y_test = load_data()
     net = build_model(cfg)
+    job = _join_job(net) if cfg.distributed else None
+    rank, ntrainers = (job.trainer_id, job.trainers) if job is not None else (0, 1)
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(net["startup"], scope=scope)
@@ -122,30 +137,42 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
     history = []
     fetch = [net["loss"], net["logits"]]
     program = net["main"]
-    if cfg.devices > 1:
+    if cfg.devices > 1 or ntrainers > 1:
         # Each batch is split over the devices; logits come back concatenated in batch order.
+        bs = fluid.BuildStrategy()
+        bs.num_trainers, bs.trainer_id = ntrainers, rank
         program = fluid.CompiledProgram(net["main"]).with_data_parallel(
-            loss_name=net["loss"].name, places=fluid.cpu_places(cfg.devices))
+            loss_name=net["loss"].name, places=fluid.cpu_places(cfg.devices),
+            build_strategy=bs)
+    split = cfg.devices * ntrainers
     for epoch in range(1, cfg.epochs + 1):
         order = rng.permutation(len(x_train))
         start = time.perf_counter()
         loss_sum = correct = seen = 0.0
         for i in range(0, len(order), cfg.batch_size):
             idx = order[i:i + cfg.batch_size]
-            if len(idx) < cfg.devices:
+            if len(idx) < split:
                 continue  # a last batch with fewer images than devices cannot be split
+            if ntrainers > 1:  # every trainer takes its share of the same global batch
+                share = len(idx) // ntrainers
+                idx = idx[rank * share:(rank + 1) * share]
             loss, logits = exe.run(program, feed={"img": x_train[idx], "label": y_train[idx]},
                                    fetch_list=fetch, scope=scope)
             loss_sum += float(loss.mean()) * len(idx)
             correct += int((logits.argmax(axis=1) == y_train[idx][:, 0]).sum())
             seen += len(idx)
         seconds = time.perf_counter() - start
-        stats = EpochStats(epoch, loss_sum / seen, correct / seen, seen / seconds, seconds)
+        stats = EpochStats(epoch, loss_sum / seen, correct / seen, seen * ntrainers / seconds,
+                           seconds)
         history.append(stats)
+        if rank != 0:
+            continue  # trainer 0 reports (its shard's loss and accuracy, the job's samples/s)
         log(f"epoch {epoch:>{len(str(cfg.epochs))}}/{cfg.epochs}  loss {stats.loss:.4f}  "
             f"train acc {stats.train_accuracy:.4f}  {stats.samples_per_s:,.0f} samples/s")
 
     model_dir = os.path.abspath(cfg.output)
+    if rank != 0:  # the trainers hold the same parameters: trainer 0 saves and tests
+        return TrainResult(float("nan"), 0, model_dir, history)
     fluid.io.save_inference_model(model_dir, ["img"], [net["logits"]], exe, net["main"],
                                   scope=scope)
     # NOTE: the test accuracy comes from the model as saved, loaded into a fresh scope: it

@@ -135,3 +135,29 @@ def test_ctrl_c_is_a_short_message_not_a_traceback(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(parafluid.digits, "train", interrupted)
     assert main(["--epochs", "1", "--output", str(tmp_path / "m")]) == 130
     assert "parafluid train: interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_two_processes_train_like_two_devices_of_one(tmp_path, capsys) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    multi = str(tmp_path / "nproc")
+    proc = subprocess.run([sys.executable, "-m", "parafluid", "train", "--nproc", "2",
+                           "--epochs", "2", "--hidden", "32", "--seed", "4", "-o", multi],
+                          env=env, capture_output=True, text=True, timeout=150, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "[rank 0] parafluid train:" in out and "trainer 0 of 2 processes" in out
+    assert len(re.findall(r"\[rank 0\] epoch \d/2  loss", out)) == 2
+    assert "[rank 1] epoch" not in out, "trainer 0 reports"
+    assert float(re.search(r"test accuracy ([\d.]+)", out)[1]) > 0.5
+    single = str(tmp_path / "devices")
+    assert main(["train", "--devices", "2", "--epochs", "2", "--hidden", "32", "--seed", "4",
+                 "--output", single]) == 0
+    capsys.readouterr()
+    a = fluid.io.read_tensors(os.path.join(multi, fluid.io.DEFAULT_FILENAME))[0]
+    b = fluid.io.read_tensors(os.path.join(single, fluid.io.DEFAULT_FILENAME))[0]
+    assert a.keys() == b.keys()
+    for key in a:  # 2 processes x 1 device compute what 1 process x 2 devices computes
+        np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), rtol=1e-5, atol=1e-5)

@@ -190,6 +190,7 @@ class ParallelExecutor:
             if self._multi:
                 self._communicator.check_consistent("program", _fingerprint(program, ndev=len(
                     self._devices)))
+                self._start_equal(plan)
         self._scopes.materialize(plan.persist_reads)
         steps = self._exec_strategy.num_iteration_per_run
         try:
@@ -308,6 +309,19 @@ class ParallelExecutor:
             raise RuntimeError("ParallelExecutor: share_vars_from names an executor that has "
                                "not run yet, so its devices hold no parameters to share; run "
                                "the source (training) executor once before this one")
+
+    def _start_equal(self, plan: Plan) -> None:
+        """Multi-process: every trainer starts from trainer 0's parameters and optimizer
+        state (as DDP does), whatever seeds their startup programs ran with."""
+        comm = self._communicator
+        root = self._scopes.scopes[0]
+        for name in sorted(plan.persist_reads[0]):
+            holder = root.find_var(name)
+            if holder is None or holder.value is None:
+                continue  # reported as missing when the run looks it up
+            values = comm.broadcast(holder.value if comm.rank_offset == 0 else None, 0)
+            if comm.rank_offset != 0:
+                holder.value = values[0]
 
     def _run_plan(self, plan: Plan, feeds: list[dict[str, Any]], block: Any) -> None:
         plan.begin()

@@ -1,0 +1,35 @@
+"""The README's distributed example and seed 003's nccl2 example run under the launcher."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from dist_helpers import ROOT, child_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+
+def _launch(script: str) -> str:
+    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000")
+    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
+                           "--nproc_per_node", "2", script], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_readme_distributed_example() -> None:
+    out = _launch(os.path.join("examples", "train_distributed.py"))
+    losses = [float(v) for v in re.findall(r"trainer \d of 2: loss ([\d.]+)", out)]
+    assert len(losses) == 2 and all(v < 0.01 for v in losses), out
+
+
+def test_seed_003_nccl2_example() -> None:
+    out = _launch(os.path.join("examples", "nccl2_seed003.py"))
+    weights = re.findall(r"\[rank (\d)\] trainer \d: loss [\d.]+, weights\[:3\] (\[.*\])", out)
+    assert len(weights) == 2, out
+    assert weights[0][1] == weights[1][1], "both trainers hold trainer 0's start + the same steps"

@@ -61,6 +61,10 @@ from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data l
 from .data_feeder import DataFeeder
 from .dataloader import DataLoader
 from .reader import batch
+from . import transpiler  # noqa: F401  (fluid.transpiler)
+from .transpiler import memory_optimize, release_memory
+from . import profiler  # noqa: F401  (fluid.profiler)
+
 
 __version__ = "0.1.0"
 
@@ -72,7 +76,8 @@ __all__ = [
     "is_compiled_with_cuda", "ParamAttr", "VarType", "append_backward", "gradients",
     "layers", "optimizer", "initializer", "regularizer", "clip", "backward", "unique_name",
     "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy",
-    "io", "DataFeeder", "DataLoader", "batch",
+    "io", "DataFeeder", "DataLoader", "batch", "transpiler", "memory_optimize",
+    "release_memory", "profiler",
 ]
 
 

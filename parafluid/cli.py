@@ -95,6 +95,10 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=_seed, default=None,
                    help="seed of the initial weights and the data order; the same seed "
                         "repeats a run exactly (default: a fresh one, printed)")
+    p.add_argument("--profile", default=None, metavar="FILE",
+                   help="profile every op of the run: print the per-op table at the end and "
+                        "write a Chrome trace (timeline) to FILE; open it in chrome://tracing "
+                        "or ui.perfetto.dev (see docs/profiler.md)")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -127,7 +131,14 @@ def _train(args: argparse.Namespace) -> int:
          + (f", data-parallel on {cfg.devices} CPU devices" if cfg.devices > 1 else ""))
     start = time.perf_counter()
     try:
-        result = train(cfg, log=_say)
+        if args.profile:
+            from .profiler import profiler
+
+            with profiler("CPU", sorted_key="total", profile_path=args.profile):
+                result = train(cfg, log=_say)
+            _say(f"timeline written to {args.profile} (open it in chrome://tracing)")
+        else:
+            result = train(cfg, log=_say)
     except (RuntimeError, OSError) as e:
         return _fail(str(e))
     _say(f"test accuracy {result.test_accuracy:.4f} on {result.test_samples} held-out images "
@@ -159,6 +170,7 @@ EXAMPLES = """\
   parafluid                                 train with the defaults (= parafluid train)
   parafluid train --epochs 5 --seed 1       a shorter run that repeats exactly
   parafluid --optimizer momentum --lr 0.05  options without a command go to 'train'
+  parafluid train --profile /tmp/prof.json  per-op table + a Chrome timeline of the run
   python -m parafluid train -o /tmp/model   the same, as a module"""
 
 

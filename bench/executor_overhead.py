@@ -8,7 +8,9 @@ Python loop. Prints the ratio of the median step times, parafluid / torch (targe
 
 Case ``chain``: 200 tiny elementwise ops (add, scale, mul, repeating) on 16-element tensors,
 forward only, against the same 200 raw torch calls. Prints the per-op overhead
-``(t_parafluid - t_torch) / 200`` in microseconds (target <= 5 us), run overhead included.
+``(t_parafluid - t_torch) / 200`` in microseconds (target <= 5 us), run overhead included,
+and what ``fluid.profiler`` adds per op while it is on (its op hook; the table and trace it
+writes at the end are not counted).
 
 Both sides use the same number of torch intra-op threads and run alternately in one process
 (a block of steps of one, then of the other, repeated); figures are medians over the
@@ -178,6 +180,24 @@ def build_chain() -> tuple[Callable[[], object], Callable[[], object]]:
     return parafluid_chain, torch_chain
 
 
+def profiled(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with fluid.profiler's op hook registered (what profiling costs per op, not
+    counting the table and trace written at the end)."""
+    from parafluid.profiler import _Session
+    from parafluid.runtime import add_op_hook, remove_op_hook
+
+    session = _Session("CPU")
+
+    def run() -> object:
+        add_op_hook(session.hook)
+        try:
+            return fn()
+        finally:
+            remove_op_hook(session.hook)
+            session.records.clear()
+    return run
+
+
 # ---------------------------------------------------------------------- timing
 
 
@@ -245,8 +265,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.case in ("chain", "all"):
         pf, tt = build_chain()
-        ta, tb = interleaved([pf, tt], args.reps, args.chain_steps, warmup=20)
-        mp, mt = statistics.median(ta), statistics.median(tb)
+        ta, tb, tp = interleaved([pf, tt, profiled(pf)], args.reps, args.chain_steps, warmup=20)
+        mp, mt, mprof = statistics.median(ta), statistics.median(tb), statistics.median(tp)
         print(f"\nchain of {CHAIN_OPS} elementwise ops on {CHAIN_WIDTH}-element tensors, "
               f"forward ({args.chain_steps} runs x {args.reps}):")
         print(f"  parafluid Executor  {mp * 1e6:8.1f} us/run   ({mp * 1e6 / CHAIN_OPS:.2f} us/op)")
@@ -256,6 +276,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{statistics.median(per_rep):.2f} us (median of per-rep)   "
               f"{(min(ta) - min(tb)) * 1e6 / CHAIN_OPS:.2f} us (of the minima)")
         print(f"  per-rep overhead (us/op): {', '.join(f'{v:.2f}' for v in per_rep)}")
+        prof_rep = [(x - y) * 1e6 / CHAIN_OPS for x, y in zip(tp, ta)]
+        print(f"  fluid.profiler on   {mprof * 1e6:8.1f} us/run   "
+              f"(+{statistics.median(prof_rep):.2f} us/op over profiling off, median of "
+              f"per-rep; x{mprof / mp:.2f})")
         if args.profile:
             profile(pf, args.chain_steps)
 

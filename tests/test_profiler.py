@@ -214,3 +214,15 @@ def test_cli_train_profile_writes_a_timeline(tmp_path, capsys) -> None:
     counts = Counter(e["name"] for e in ops)
     # per training step: 4 parameters (2 fc layers) -> 4 adam ops, 2 mul_grad ops
     assert counts["adam"] > 0 and counts["adam"] == 2 * counts["mul_grad"]
+
+
+def test_timeline_draws_a_picture(tmp_path) -> None:
+    import xml.etree.ElementTree as ET
+
+    a = _trace(tmp_path, "r0.json", 1, 0)
+    svg = tmp_path / "t.svg"
+    assert timeline_main(["--profile_path", str(a), "--timeline_path", str(tmp_path / "m.json"),
+                          "--svg", str(svg)]) == 0
+    root = ET.parse(svg).getroot()
+    rects = root.findall("{http://www.w3.org/2000/svg}rect")[1:]  # after the background
+    assert [r.get("fill") for r in rects] == ["#4e79a7", "#e15759"]  # mul, then send

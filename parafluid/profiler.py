@@ -14,7 +14,9 @@ executors run the plain tasks: nothing is added per op.
 - In the trace, each device of each process is one track ("rank 0 device 1"; collectives
   over all devices get their own), with one lane per thread; communication ops (all-reduce,
   reduce, broadcast, send, recv, barriers) are in category ``communication``, the others in
-  ``compute``. Timestamps are microseconds since the profiler started; ``otherData`` keeps
+  ``compute``. A ``{rank}`` in ``profile_path`` becomes the rank, so that every process of a
+  job writes its own file. Timestamps are microseconds since the profiler started;
+  ``otherData`` keeps
   the wall-clock time of that start (``start_epoch_ns``) and the rank
   (``PADDLE_TRAINER_ID``), which ``python -m parafluid.timeline`` uses to merge the files of
   several processes on one clock.
@@ -279,8 +281,10 @@ def chrome_trace(records: list[OpRecord], start_ns: int, start_epoch_ns: int,
 
 
 def write_trace(session: _Session, path: str) -> None:
+    rank = _rank()
     trace = chrome_trace(session.records, session.start_ns, session.start_epoch_ns,
-                         session.thread_names)
+                         session.thread_names, rank)
+    path = path.replace("{rank}", str(rank))  # one file per process of a multi-process job
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     with open(path, "w") as f:

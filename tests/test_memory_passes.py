@@ -359,3 +359,45 @@ def test_warnings_do_not_fire_on_a_plain_program() -> None:
         warnings.simplefilter("error")
         fluid.memory_optimize(prog)
         fluid.release_memory(prog)
+
+
+def test_the_loss_gradient_keeps_its_name_for_the_data_parallel_scale(capsys) -> None:
+    from parafluid.passes.grad_aggregation import loss_grad_op_index
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+        m = fluid.layers.mean(fluid.layers.fc(x, 2))
+        loss = fluid.layers.scale(m, scale=2.0)  # m ([1]) dies here: scale_grad does not read it
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    fluid.memory_optimize(main, print_log=True)
+    assert "reuses" in capsys.readouterr().out  # the pass did rename things
+    assert main.global_block().has_var(loss.name + "@GRAD")
+    assert loss_grad_op_index(main, loss.name) is not None
+
+
+def test_reduce_strategy_training_with_memory_optimize_is_bitwise_equal() -> None:
+    pytest.importorskip("sklearn.datasets")
+
+    def run(transform: Callable[[fluid.Program], None] | None) -> tuple[list, str]:
+        main, startup, loss = _mlp_program()
+        if transform is not None:
+            transform(main)
+        x, y = _data()
+        x = x.reshape(-1, 8, 8)
+        scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
+        exe.run(startup, scope=scope)
+        bs = fluid.BuildStrategy()
+        bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
+        bs.memory_optimize = True
+        target = fluid.CompiledProgram(main).with_data_parallel(
+            loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(2))
+        losses = [np.asarray(exe.run(target, feed={"img": x[s:s + BATCH],
+                                                   "label": y[s:s + BATCH]},
+                                     fetch_list=[loss], scope=scope)[0]).tolist()
+                  for s in range(0, 3 * BATCH, BATCH)]
+        params = [np.asarray(scope.find_var(p.name).get_tensor()).tobytes()
+                  for p in main.global_block().all_parameters()]
+        return losses, hashlib.sha256(b"".join(params)).hexdigest()
+
+    assert run(_both) == run(None)

@@ -226,3 +226,43 @@ def test_timeline_draws_a_picture(tmp_path) -> None:
     root = ET.parse(svg).getroot()
     rects = root.findall("{http://www.w3.org/2000/svg}rect")[1:]  # after the background
     assert [r.get("fill") for r in rects] == ["#4e79a7", "#e15759"]  # mul, then send
+
+
+_RANK_JOB = """
+import numpy as np, parafluid as fluid, parafluid.profiler as profiler
+x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+loss = fluid.layers.mean(fluid.layers.fc(x, 2))
+fluid.optimizer.SGD(0.1).minimize(loss)
+exe = fluid.Executor()
+exe.run(fluid.default_startup_program())
+with profiler.profiler("CPU", profile_path={path!r}):
+    for _ in range(2):
+        exe.run(feed={{"x": np.ones((3, 4), "float32")}}, fetch_list=[loss])
+print(len(fluid.default_main_program().global_block().ops))
+"""
+
+
+def test_one_file_per_rank_merged_on_one_clock(tmp_path) -> None:
+    """Two real processes (one after the other): after the merge, every op of the second
+    lies after every op of the first, which only the wall-clock alignment can give."""
+    pattern = str(tmp_path / "profile.rank{rank}.json")
+    env = dict(os.environ, PYTHONPATH=str(Path(fluid.__file__).parents[1]))
+    nops = []
+    for rank in (0, 1):
+        proc = subprocess.run([sys.executable, "-c", _RANK_JOB.format(path=pattern)],
+                              capture_output=True, text=True, timeout=90,
+                              env=dict(env, PADDLE_TRAINER_ID=str(rank)))
+        assert proc.returncode == 0, proc.stderr
+        nops.append(int(proc.stdout.strip().splitlines()[-1]))
+    files = [tmp_path / f"profile.rank{r}.json" for r in (0, 1)]
+    assert all(f.exists() for f in files)
+    out = tmp_path / "timeline.json"
+    assert timeline_main(["--profile_path", ",".join(map(str, files)),
+                          "--timeline_path", str(out)]) == 0
+    ops = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]
+    first = [e for e in ops if e["args"]["trace"] == "rank 0"]
+    second = [e for e in ops if e["args"]["trace"] == "rank 1"]
+    assert len(first) == len(second) == 2 * nops[0]
+    assert {e["pid"] for e in first} == {1} and {e["pid"] for e in second} == {1001}
+    assert {e["args"]["rank"] for e in second} == {1}
+    assert min(e["ts"] for e in second) > max(e["ts"] + e["dur"] for e in first)

@@ -12,9 +12,11 @@ and ``release_memory``).
 
 Never renamed nor reused (``protected_names``): persistables, feed targets (data variables,
 ``feed`` outputs), fetch targets (``fetch`` inputs, the loss, and every variable no op reads,
-which is what a program's results look like), ``skip_opt_set``, with ``skip_grads`` every
-gradient, and every name an op of a sub-block mentions (sub-blocks are left alone, with a
-warning). Renaming changes no computation, so results are bitwise identical.
+which is what a program's results look like), the loss gradient, ``skip_opt_set``, with
+``skip_grads`` every gradient, and every name an op of a sub-block mentions (sub-blocks are
+left alone, with a warning). A parameter gradient may take a dead variable's name, but its
+own name is never handed on (see the note in the code). Renaming changes no computation, so
+results are bitwise identical.
 
 Fetching a variable that was renamed away fails with a message naming the pass; fetching
 one whose buffer another variable took over also fails (``check_fetch_targets``) instead of
@@ -89,6 +91,10 @@ def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None =
             return None
         return var
 
+    # NOTE: a parameter gradient may be renamed (its op_role_var entries follow), but its
+    # name is never handed to another variable: two gradients under one name would hide the
+    # first from the gradient aggregation pass, which finds them through op_role_var.
+    role_vars = {n for op in ops for n in op.attrs.get("op_role_var") or ()}
     pool: list[str] = []  # dead names, in the order they died
     reuse: dict[str, list[tuple[str, int]]] = getattr(program, REUSE_ATTR, None) or {}
     for i, op in enumerate(ops):
@@ -111,12 +117,14 @@ def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None =
                     last_def[c] = max(last_def[c], last_def.get(x, i))
                     block._remove_var(x)
                     reuse.setdefault(c, []).append((x, i))
+                    if x in role_vars:
+                        role_vars.add(c)
                     if print_log:
                         print(f"memory_optimize: op #{i} {op.type}: {x} {list(xv.shape)} "
                               f"{xv.dtype} reuses {c} {list(cv.shape)}")
                     break
         for name in sorted(live.dies_at(i)):
-            if candidate(name) is not None and name not in pool:
+            if candidate(name) is not None and name not in pool and name not in role_vars:
                 pool.append(name)
     setattr(program, REUSE_ATTR, reuse)
     program._bump()
@@ -134,9 +142,10 @@ def protected_names(program: Program, skip_opt_set: Iterable[str] | None, skip_g
             out.update(op.output_arg_names)
         if op.type == "fetch":
             out.update(op.input_arg_names)
-        if op.attrs.get("op_role", 0) & OpRole.Loss and not op.attrs.get("op_role", 0) & \
-                OpRole.Backward:
-            out.update(op.output_arg_names)  # the loss: always fetched
+        if op.attrs.get("op_role", 0) & OpRole.Loss:
+            # the loss (always fetched) and the loss gradient (the data-parallel gradient
+            # scale finds the op that fills it by this name)
+            out.update(op.output_arg_names)
     for op in block.ops:
         out.update(n for n in op.output_arg_names if n not in read)  # results: fetch targets
     for name, var in block.vars.items():

@@ -401,3 +401,20 @@ def test_reduce_strategy_training_with_memory_optimize_is_bitwise_equal() -> Non
         return losses, hashlib.sha256(b"".join(params)).hexdigest()
 
     assert run(_both) == run(None)
+
+
+def test_eager_deletion_drops_every_version_but_not_one_its_reader_overwrites() -> None:
+    prog = fluid.Program()
+    block = prog.global_block()
+    _var(block, "x", is_data=True)
+    for name in ("t", "u", "out"):
+        _var(block, name)
+    for src, dst in (("x", "t"), ("t", "u"), ("u", "t"), ("t", "t"), ("t", "out")):
+        block.append_op("scale", inputs={"X": [src]}, outputs={"Out": [dst]},
+                        attrs={"scale": 2.0})
+    plan = compile_program(prog, ["x"], ["out"], "cpu")
+    # t's first value goes after op 1 reads it (not at the end, when op 2 writes t again);
+    # op 3 reads t and writes it: its reader is its overwriter, nothing to drop there
+    assert plan.releases == {0: ["x"], 1: ["t"], 2: ["u"], 4: ["t"]}
+    got, = _run(prog, ["out"], np.ones((1, 4), "float32"))
+    assert got.tolist() == [[32.0] * 4]

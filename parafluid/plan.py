@@ -100,9 +100,9 @@ class Plan:
         releases = release_plan(graph, lambda n: not persistable(n), set(fetch), eager=release)
         # node index -> names dropped after it (for inspection: tests, debugging)
         self.releases = {i: [key[1] for key, _ in items] for i, items in releases.items()}
-        self._counts: dict[tuple[int, str, int], int] = {
+        self._counts: dict[tuple, int] = {
             key: n for items in releases.values() for key, n in items if n > 1}
-        self._pending: dict[tuple[int, str, int], int] = {}
+        self._pending: dict[tuple, int] = {}
         self._lock = threading.Lock()
         self.inplace_nodes = sorted(inplace or {})
         self._name_devices = name_devices
@@ -158,7 +158,7 @@ class Plan:
         return run_collective
 
     def _wrap(self, node: Node, fn: Task, writes: list[tuple[RunServices, dict, str]],
-              release: list[tuple[tuple[int, str, int], int]] | None) -> Task:
+              release: list[tuple[tuple, int]] | None) -> Task:
         lock, pending, envs = self._lock, self._pending, self.envs
         op, index = node.op, node.op_index
         device = node.device if self._name_devices else None

@@ -73,9 +73,11 @@ def analyze(graph: Any) -> Liveness:
 
 
 def release_plan(graph: Any, is_temp: Callable[[str], bool], keep: set[str] | frozenset[str],
-                 eager: bool = True) -> dict[int, list[tuple[VarRef, int]]]:
-    """Node index -> ``[(version, readers)]``: values to drop after the node (``readers`` > 1:
-    drop when that many readers have run).
+                 eager: bool = True) -> dict[int, list[tuple[tuple, int]]]:
+    """Node index -> ``[(value, readers)]``: values to drop after the node (``readers`` > 1:
+    drop when that many readers have run). A value is ``(device, name)`` for a name's final
+    version and ``(device, name, version)`` for an earlier one (the executors count readers
+    per value, and the short key is the one hashed on the hot path).
 
     ``eager``: drop every version of a temporary after its last reader (eager deletion).
     Whatever ``eager`` says, the version an op with ``OpDef.releases_inputs`` reads is dropped
@@ -95,19 +97,29 @@ def release_plan(graph: Any, is_temp: Callable[[str], bool], keep: set[str] | fr
     for node in graph.nodes:
         if get_op_def(node.type).releases_inputs:
             drops.update(ref for refs in node.inputs.values() for ref in refs)
-    out: dict[int, list[tuple[VarRef, int]]] = {}
+    final = {(*key, v) for key, v in _final_versions(live).items()}
+    out: dict[int, list[tuple[tuple, int]]] = {}
     for ref in sorted(drops):
         if ref[1] in keep or not is_temp(ref[1]):
             continue
         readers = live.version_readers.get(ref) or []
         if live.producer.get((ref[0], ref[1], ref[2] + 1), -1) in readers:
             continue  # a reader writes the next version over it (e.g. an in-place all-reduce)
+        value = ref[:2] if ref in final else ref
         if readers:
             for r in readers:
-                out.setdefault(r, []).append((ref, len(readers)))
+                out.setdefault(r, []).append((value, len(readers)))
         elif ref in live.producer:  # written, never read
-            out.setdefault(live.producer[ref], []).append((ref, 1))
+            out.setdefault(live.producer[ref], []).append((value, 1))
     return out
+
+
+def _final_versions(live: Liveness) -> dict[Key, int]:
+    versions: dict[Key, int] = {}
+    for d, name, v in (*live.producer, *live.version_readers):
+        if v >= versions.get((d, name), -1):
+            versions[(d, name)] = v
+    return versions
 
 
 # ---------------------------------------------------------------------- block level

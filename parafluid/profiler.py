@@ -106,7 +106,9 @@ _SESSION: _Session | None = None
 
 def start_profiler(state: str, tracer_option: str = "Default") -> None:
     """Start timing every op that runs (``state``: "CPU", "GPU" or "All"; they time the same
-    ops here: a GPU op's time is its launch, add a device sync to time the kernel)."""
+    ops here: a GPU op's time is its launch, add a device sync to time the kernel).
+    ``tracer_option`` ("Default", "OpDetail", "AllOpDetail") is accepted for Fluid scripts;
+    every op is traced the same way."""
     global _SESSION
     if state not in STATES:
         raise ValueError(f"start_profiler: state must be one of {', '.join(STATES)}, got "

@@ -138,6 +138,10 @@ def test_fetching_a_reused_or_renamed_variable_says_what_to_do() -> None:
     with pytest.raises(ValueError, match=r"fetch target 't4' is not a variable of the program "
                                          r"any more: memory_optimize renamed it to 't2'"):
         _run(prog, ["t4"])
+    compiled = fluid.CompiledProgram(prog).with_data_parallel(places=fluid.cpu_places(2))
+    with pytest.raises(ValueError, match="fetch target 't1': memory_optimize let 't3'"):
+        fluid.Executor().run(compiled, feed={"x": np.ones((2, 4), "float32")},
+                             fetch_list=["t1"], scope=fluid.Scope())
 
 
 def test_level_1_reuses_a_larger_buffer_of_the_same_pattern_and_dtype_must_match() -> None:

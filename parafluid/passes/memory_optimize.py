@@ -27,7 +27,7 @@ Example::
     loss = build_model()
     fluid.optimizer.SGD(0.1).minimize(loss)
     fluid.memory_optimize(fluid.default_main_program(), print_log=True)
-    # memory_optimize: op #9 relu_grad: fc_1.tmp_1@GRAD [-1, 64] reuses fc_2.tmp_0 ...
+    # memory_optimize: op #9 relu_grad: fc_1.tmp_1@GRAD [-1, 64] float32 reuses fc_2.tmp_0 [-1, 64]
 """
 
 from __future__ import annotations

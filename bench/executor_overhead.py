@@ -8,7 +8,9 @@ Python loop. Prints the ratio of the median step times, parafluid / torch (targe
 
 Case ``chain``: 200 tiny elementwise ops (add, scale, mul, repeating) on 16-element tensors,
 forward only, against the same 200 raw torch calls. Prints the per-op overhead
-``(t_parafluid - t_torch) / 200`` in microseconds (target <= 5 us), run overhead included.
+``(t_parafluid - t_torch) / 200`` in microseconds (target <= 5 us), run overhead included;
+with ``--with-profiler`` also what ``fluid.profiler`` adds per op while it is on (its op
+hook; the table and trace it writes at the end are not counted).
 
 Both sides use the same number of torch intra-op threads and run alternately in one process
 (a block of steps of one, then of the other, repeated); figures are medians over the
@@ -21,6 +23,7 @@ nothing here asserts on a time.
     python bench/executor_overhead.py                   # both cases
     python bench/executor_overhead.py --threads 1 --reps 9
     python bench/executor_overhead.py --case chain --profile
+    python bench/executor_overhead.py --case chain --with-profiler
 """
 
 from __future__ import annotations
@@ -178,6 +181,24 @@ def build_chain() -> tuple[Callable[[], object], Callable[[], object]]:
     return parafluid_chain, torch_chain
 
 
+def profiled(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with fluid.profiler's op hook registered (what profiling costs per op, not
+    counting the table and trace written at the end)."""
+    from parafluid.profiler import _Session
+    from parafluid.runtime import add_op_hook, remove_op_hook
+
+    session = _Session("CPU")
+
+    def run() -> object:
+        add_op_hook(session.hook)
+        try:
+            return fn()
+        finally:
+            remove_op_hook(session.hook)
+            session.records.clear()
+    return run
+
+
 # ---------------------------------------------------------------------- timing
 
 
@@ -218,6 +239,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=10, help="MLP steps per repetition")
     p.add_argument("--chain-steps", type=int, default=200, help="chain runs per repetition")
     p.add_argument("--profile", action="store_true", help="cProfile the parafluid side")
+    p.add_argument("--with-profiler", action="store_true",
+                   help="chain case: also time the parafluid side with fluid.profiler on (its "
+                        "records make the process allocate more, which slows the other "
+                        "sides by a percent or two: off by default)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}; "
@@ -245,7 +270,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.case in ("chain", "all"):
         pf, tt = build_chain()
-        ta, tb = interleaved([pf, tt], args.reps, args.chain_steps, warmup=20)
+        fns = [pf, tt, profiled(pf)] if args.with_profiler else [pf, tt]
+        ta, tb, *tp = interleaved(fns, args.reps, args.chain_steps, warmup=20)
         mp, mt = statistics.median(ta), statistics.median(tb)
         print(f"\nchain of {CHAIN_OPS} elementwise ops on {CHAIN_WIDTH}-element tensors, "
               f"forward ({args.chain_steps} runs x {args.reps}):")
@@ -256,6 +282,12 @@ def main(argv: list[str] | None = None) -> None:
               f"{statistics.median(per_rep):.2f} us (median of per-rep)   "
               f"{(min(ta) - min(tb)) * 1e6 / CHAIN_OPS:.2f} us (of the minima)")
         print(f"  per-rep overhead (us/op): {', '.join(f'{v:.2f}' for v in per_rep)}")
+        if tp:
+            mprof = statistics.median(tp[0])
+            prof_rep = [(x - y) * 1e6 / CHAIN_OPS for x, y in zip(tp[0], ta)]
+            print(f"  fluid.profiler on   {mprof * 1e6:8.1f} us/run   "
+                  f"(+{statistics.median(prof_rep):.2f} us/op over profiling off, median of "
+                  f"per-rep; x{mprof / mp:.2f})")
         if args.profile:
             profile(pf, args.chain_steps)
 

@@ -64,6 +64,8 @@ from .reader import batch
 from . import distributed  # noqa: F401  (fluid.distributed.env())
 from . import transpiler  # noqa: F401  (fluid.transpiler)
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
+from .transpiler import memory_optimize, release_memory
+from . import profiler  # noqa: F401  (fluid.profiler)
 
 __version__ = "0.1.0"
 
@@ -77,6 +79,7 @@ __all__ = [
     "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy",
     "io", "DataFeeder", "DataLoader", "batch",
     "distributed", "transpiler", "DistributeTranspiler", "DistributeTranspilerConfig",
+    "memory_optimize", "release_memory", "profiler",
 ]
 
 

@@ -99,6 +99,10 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=_seed, default=None,
                    help="seed of the initial weights and the data order; the same seed "
                         "repeats a run exactly (default: a fresh one, printed)")
+    p.add_argument("--profile", default=None, metavar="FILE",
+                   help="profile every op of the run: print the per-op table at the end and "
+                        "write a Chrome trace (timeline) to FILE; open it in chrome://tracing "
+                        "or ui.perfetto.dev (see docs/profiler.md)")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -122,6 +126,9 @@ def _train(args: argparse.Namespace) -> int:
               "one image per device", file=sys.stderr)
         return 2
     trainer = int(os.environ.get("PADDLE_TRAINER_ID", "0")) if cfg.distributed else 0
+    if args.profile and cfg.distributed and "{rank}" not in args.profile:
+        base, ext = os.path.splitext(args.profile)  # one timeline per trainer
+        args.profile = f"{base}.rank{trainer}{ext}"
     hidden = "-".join(str(h) for h in cfg.hidden)
     # NOTE: check the output directory before training, not after minutes of it.
     try:
@@ -138,7 +145,14 @@ def _train(args: argparse.Namespace) -> int:
                 if cfg.distributed else ""))
     start = time.perf_counter()
     try:
-        result = train(cfg, log=_say)
+        if args.profile:
+            from .profiler import profiler
+
+            with profiler("CPU", sorted_key="total", profile_path=args.profile):
+                result = train(cfg, log=_say)
+            _say(f"timeline written to {args.profile} (open it in chrome://tracing)")
+        else:
+            result = train(cfg, log=_say)
     except (RuntimeError, OSError) as e:
         return _fail(str(e))
     if trainer != 0:
@@ -222,6 +236,8 @@ EXAMPLES = """\
   parafluid                                 train with the defaults (= parafluid train)
   parafluid train --epochs 5 --seed 1       a shorter run that repeats exactly
   parafluid --optimizer momentum --lr 0.05  options without a command go to 'train'
+  parafluid train --profile /tmp/prof.json  per-op table + a Chrome timeline of the run
+  parafluid train --nproc 2                 the same job as 2 trainer processes
   python -m parafluid train -o /tmp/model   the same, as a module
   parafluid launch --nproc_per_node 2 train.py   two trainer processes of train.py"""
 

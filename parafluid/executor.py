@@ -28,6 +28,7 @@ from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
 from .parallel.scheduler import Scheduler
 from .parallel.ssa_graph import build_graph
+from .passes.release_memory import eager_deletion_enabled
 from .place import to_device
 from .plan import Plan, run_plan
 from .runtime import RunServices
@@ -162,5 +163,6 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
     device = torch.device(device) if isinstance(device, str) else to_device(device)
     graph = build_graph(program, 1, block_idx=block_idx)
     svc = services if services is not None else RunServices(program, device=device)
-    return Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch), release=True,
-                name_devices=False)
+    # FLAGS_eager_delete_tensor_gb < 0 turns eager deletion off, as in Fluid
+    return Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
+                release=eager_deletion_enabled(), name_devices=False)

@@ -441,6 +441,8 @@ class Program:
                     var.regularizer = orig.regularizer
                     var.gradient_clip_attr = orig.gradient_clip_attr
         self._appending_grad_times = other._appending_grad_times
+        if hasattr(other, "_memory_reuse"):  # memory_optimize's record (fetch checks)
+            self._memory_reuse = {k: list(v) for k, v in other._memory_reuse.items()}
 
     # ---- printing, checking, bytes
     def to_string(self, throw_on_error: bool = True, with_details: bool = False) -> str:

@@ -29,6 +29,7 @@ from .ops.registry import get_op_def
 from .parallel.scheduler import Scheduler, TaskError, TaskGraph
 from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .passes.liveness import release_plan
+from .passes.memory_optimize import check_fetch_targets
 from .runtime import OpRunError, RunContext, RunServices, bind_op, op_error, op_hooks_active, timed
 
 __all__ = ["Plan", "run_plan", "BlockRunner", "has_sub_blocks"]
@@ -54,7 +55,8 @@ class Plan:
         devices: one torch device per graph device.
         services: one RunServices per graph device (scope, communicator, ...).
         feed, fetch: the names fed and fetched (fetch targets are never released).
-        release: drop temporaries after their last reader (eager deletion).
+        release: drop temporaries after their last reader (eager deletion); the inputs of
+            ``delete_var`` ops are dropped either way.
         inplace: node index -> factory ``f(env) -> task`` for nodes run in place.
         name_devices: say "on device d" in errors (data-parallel runs).
     """
@@ -69,6 +71,7 @@ class Plan:
         self.fetch = fetch
         self.services = services
         self.envs: list[dict[str, Any]] = [{} for _ in range(self.ndev)]
+        check_fetch_targets(block.program, fetch)  # a buffer memory_optimize handed on
         self.in_use = False
         feed_set = set(feed)
         self.reads = [[n for n in graph.reads0[d] if n not in feed_set]
@@ -93,13 +96,13 @@ class Plan:
             # with a sub-block may read outer variables that its slots do not list: such
             # blocks keep every value to the end of the run.
             release = False
-        releases = release_plan(graph, lambda n: not persistable(n), set(fetch)) \
-            if release else {}
+        # delete_var ops (release_memory) are honoured whether or not eager deletion is on
+        releases = release_plan(graph, lambda n: not persistable(n), set(fetch), eager=release)
         # node index -> names dropped after it (for inspection: tests, debugging)
         self.releases = {i: [key[1] for key, _ in items] for i, items in releases.items()}
-        self._counts: dict[tuple[int, str], int] = {
+        self._counts: dict[tuple, int] = {
             key: n for items in releases.values() for key, n in items if n > 1}
-        self._pending: dict[tuple[int, str], int] = {}
+        self._pending: dict[tuple, int] = {}
         self._lock = threading.Lock()
         self.inplace_nodes = sorted(inplace or {})
         self._name_devices = name_devices
@@ -155,7 +158,7 @@ class Plan:
         return run_collective
 
     def _wrap(self, node: Node, fn: Task, writes: list[tuple[RunServices, dict, str]],
-              release: list[tuple[tuple[int, str], int]] | None) -> Task:
+              release: list[tuple[tuple, int]] | None) -> Task:
         lock, pending, envs = self._lock, self._pending, self.envs
         op, index = node.op, node.op_index
         device = node.device if self._name_devices else None

@@ -23,6 +23,7 @@ Example (a kernel that runs the op's sub-block against the scope)::
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -278,13 +279,15 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None) -> Runner
 
 @dataclass(frozen=True)
 class OpRecord:
-    """One op run, as op hooks see it: what ran, where, and when (``perf_counter_ns``)."""
+    """One op run, as op hooks see it: what ran, where, on which thread, and when
+    (``time.perf_counter_ns``)."""
 
     op_type: str
     op_index: int
     device: int  # data-parallel device index (-1: a collective over all devices)
     start_ns: int
     end_ns: int
+    thread: int = 0  # threading.get_ident() of the thread that ran the op
 
 
 _HOOKS: list[Callable[[OpRecord], None]] = []
@@ -307,13 +310,14 @@ def timed(fn: Callable[[], None], op_type: str, op_index: int, device: int
           ) -> Callable[[], None]:
     """``fn`` reporting an OpRecord to the hooks (used only while a hook is registered)."""
     clock = time.perf_counter_ns
+    ident = threading.get_ident
 
     def run() -> None:
         start = clock()
         try:
             fn()
         finally:
-            record = OpRecord(op_type, op_index, device, start, clock())
+            record = OpRecord(op_type, op_index, device, start, clock(), ident())
             for hook in tuple(_HOOKS):
                 hook(record)
     return run

@@ -163,6 +163,13 @@ def lookup_vars(block: Block, items: Any, what: str) -> list[Variable]:
 
 def unknown_name_message(what: str, name: str, block: Block) -> str:
     """``"<what> 'x' is not a variable of the program; did you mean ...?"``"""
+    from .passes.memory_optimize import renamed_away
+
+    moved = renamed_away(block.program, name)
+    if moved is not None:
+        return (f"{what} {name!r} is not a variable of the program any more: memory_optimize "
+                f"renamed it to {moved!r} to reuse that buffer; pass skip_opt_set={{{name!r}}} "
+                "to memory_optimize to keep it")
     close = difflib.get_close_matches(name, list(block.vars), n=3)
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
     return f"{what} {name!r} is not a variable of the program{hint}"

@@ -9,6 +9,7 @@ from . import fused
 from . import loss
 from . import lr
 from . import math
+from . import memory
 from . import nn
 from . import norm
 from . import optimizer

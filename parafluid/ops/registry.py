@@ -76,6 +76,8 @@ class OpDef:
     no_grad_inputs: frozenset[str] = frozenset()
     grad_uses: tuple[str, ...] | None = None
     side_effect: bool = False  # talks to the outside: never pruned, never reordered
+    # the executors drop the op's inputs once it and their other readers ran (delete_var)
+    releases_inputs: bool = False
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -92,7 +94,7 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                 kernel: Kernel | None = None, grad: GradMaker | None = None,
                 grad_kernel: Kernel | None = None, grad_uses: Sequence[str] | None = None,
                 no_grad_inputs: Sequence[str] = (), grad_infer_shape: InferShape | None = None,
-                side_effect: bool = False) -> OpDef:
+                side_effect: bool = False, releases_inputs: bool = False) -> OpDef:
     """Declare an op type once; see the module docstring for the conventions."""
     if type in _REGISTRY:
         raise ValueError(f"op type {type!r} is registered twice")
@@ -101,7 +103,8 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
     attrs.setdefault("op_role_var", [])
     opdef = OpDef(type, tuple(Slot.parse(s) for s in inputs), tuple(Slot.parse(s) for s in outputs),
                   attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
-                  None if grad_uses is None else tuple(grad_uses), side_effect)
+                  None if grad_uses is None else tuple(grad_uses), side_effect,
+                  releases_inputs)
     if grad_kernel is not None:
         if opdef.grad is None:
             opdef.grad = default_grad_maker

@@ -9,9 +9,13 @@
 - ``sync_batch_norm.sync_batch_norm(program)``: batch statistics over all devices.
 - ``grad_aggregation.aggregate_gradients(program, opts)``: all-reduce / reduce + broadcast
   of gradients and the loss-gradient scale, as ops; ``find_params_grads(program)``.
-- ``liveness.analyze(graph)`` / ``release_plan(...)``: the one liveness analysis (eager
-  deletion, memory_optimize, inplace).
+- ``liveness.analyze(graph)`` / ``release_plan(...)`` / ``block_liveness(block)``: the one
+  liveness analysis (eager deletion, delete_var, memory_optimize, release_memory, inplace).
 - ``inplace.plan_inplace(graph, ...)``: let an activation overwrite its dead input.
+- ``memory_optimize.memory_optimize(program, ...)`` and ``release_memory.release_memory(
+  program, ...)``: Fluid's transpiler functions (``fluid.memory_optimize``,
+  ``fluid.release_memory``), in place as in Fluid; reuse dead variables' names by renaming,
+  or insert ``delete_var`` ops after last uses (see docs/memory.md).
 
 ``PassPipeline`` runs an ordered list of them and can dump the program after each
 (``PARAFLUID_DEBUG=1`` or ``PARAFLUID_DUMP_PASSES=DIR``). ``data_parallel_pipeline`` is the

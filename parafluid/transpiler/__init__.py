@@ -1,12 +1,21 @@
-"""``fluid.transpiler``: program rewrites for distributed training.
+"""Fluid's ``fluid.transpiler``: program rewrites applied before running.
 
 ``DistributeTranspiler`` with ``DistributeTranspilerConfig`` (nccl2 mode; the pserver mode is
-being built). See docs/distributed.md.
+being built; see docs/distributed.md), and ``memory_optimize`` / ``release_memory`` (the
+passes of ``parafluid.passes``; see docs/memory.md).
+
+Example::
+
+    from parafluid import transpiler
+    transpiler.memory_optimize(main_program, skip_opt_set={prediction.name})
 """
 
 from __future__ import annotations
 
+from ..passes.memory_optimize import memory_optimize
+from ..passes.release_memory import release_memory
 from .config import DistributeTranspilerConfig
 from .distribute_transpiler import DistributeTranspiler
 
-__all__ = ["DistributeTranspiler", "DistributeTranspilerConfig"]
+__all__ = ["DistributeTranspiler", "DistributeTranspilerConfig", "memory_optimize",
+           "release_memory"]

@@ -1,0 +1,118 @@
+"""Multi-process training throughput: parafluid's nccl2 mode vs PyTorch DDP, side by side.
+
+Both sides: 2 processes x 1 torch thread on 127.0.0.1 (gloo), global batch 256 (128 rows
+per process), the models of bench/data_parallel.py (MLP 784-512-512-10 and the small CNN),
+SGD. parafluid: ``DistributeTranspiler`` in nccl2 mode + ``ParallelExecutor(num_trainers=2)``
+(CPU_NUM=1). PyTorch: ``DistributedDataParallel`` (bucketed all-reduce overlapping the
+backward pass). The jobs alternate (parafluid, DDP, parafluid, ...) for ``--rounds`` rounds;
+prints the median samples/s of each and the ratio parafluid / DDP (target >= 1.0).
+
+    python bench/collective_train.py [--rounds 3] [--steps 20] [--kinds mlp cnn]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+
+def _ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def parafluid_worker(kind: str, steps: int, repeats: int) -> None:
+    """One trainer (PADDLE_* set by main); rank 0 prints the job's samples/s."""
+    import torch
+    from data_parallel import BATCH, batch, fluid_model, samples_per_s
+
+    import parafluid as fluid
+
+    torch.set_num_threads(1)
+    job = fluid.distributed.env()
+    main, startup, loss = fluid_model(kind)
+    config = fluid.DistributeTranspilerConfig()
+    config.mode = "nccl2"
+    fluid.DistributeTranspiler(config=config).transpile(
+        job.trainer_id, program=main, startup_program=startup,
+        trainers=",".join(job.trainer_endpoints), current_endpoint=job.current_endpoint)
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
+                                num_trainers=job.trainers, trainer_id=job.trainer_id)
+    feed = batch(kind, BATCH // job.trainers, seed=job.trainer_id)
+    rate = samples_per_s(lambda: pe.run([loss.name], feed=feed), steps, repeats, n=BATCH)
+    if job.trainer_id == 0:
+        print(json.dumps({"rate": rate}), flush=True)
+
+
+def run_parafluid(kind: str, steps: int, repeats: int) -> float:
+    ports = _ports(2)
+    eps = ",".join(f"127.0.0.1:{p}" for p in ports)
+    procs = []
+    try:
+        for t in range(2):
+            env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                       CPU_NUM="1", PADDLE_TRAINER_ID=str(t), PADDLE_TRAINERS_NUM="2",
+                       PADDLE_TRAINER_ENDPOINTS=eps, PADDLE_CURRENT_ENDPOINT=eps.split(",")[t])
+            procs.append(subprocess.Popen(
+                [sys.executable, __file__, "--worker", kind, "--steps", str(steps),
+                 "--repeats", str(repeats)], env=env, stdout=subprocess.PIPE, text=True))
+        out = procs[0].communicate(timeout=900)[0]
+        procs[1].wait(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if any(p.returncode for p in procs):
+        codes = [p.returncode for p in procs]
+        raise RuntimeError(f"a parafluid trainer failed: exit codes {codes}")
+    return json.loads(out.strip().splitlines()[-1])["rate"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--kinds", nargs="+", default=["mlp", "cnn"], choices=["mlp", "cnn"])
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        parafluid_worker(a.worker, a.steps, a.repeats)
+        return 0
+    from data_parallel import run_ddp
+
+    print(f"2 processes x 1 torch thread, gloo on 127.0.0.1, global batch 256, SGD; "
+          f"{a.rounds} alternating rounds of {a.repeats} x {a.steps} steps (best of repeats)")
+    for kind in a.kinds:
+        ours, ddp = [], []
+        for _ in range(a.rounds):
+            ours.append(run_parafluid(kind, a.steps, a.repeats))
+            ddp.append(run_ddp(kind, a.steps, a.repeats))
+        ratios = [o / d for o, d in zip(ours, ddp)]
+        mo, md = statistics.median(ours), statistics.median(ddp)
+        print(f"{kind}: parafluid {mo:,.0f} samples/s, DDP {md:,.0f} samples/s, ratio "
+              f"{mo / md:.2f} (per round: {', '.join(f'{r:.2f}' for r in ratios)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

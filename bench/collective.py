@@ -20,24 +20,15 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+from parafluid.distributed.launch import free_ports  # noqa: E402
 
 
 def worker(rank: int, eps: str, bare_port: int, sizes_mb: list[float], reps: int,
@@ -94,7 +85,7 @@ def main() -> int:
     if a.worker:
         worker(int(a.worker[0]), a.worker[1], int(a.worker[2]), a.sizes_mb, a.reps, a.threads)
         return 0
-    ports = _free_ports(3)
+    ports = free_ports(3)
     eps = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     args = ["--reps", str(a.reps), "--threads", str(a.threads), "--sizes-mb",

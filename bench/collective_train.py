@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,16 +24,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-
-def _ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+from parafluid.distributed.launch import free_ports  # noqa: E402
 
 
 def parafluid_worker(kind: str, steps: int, repeats: int) -> None:
@@ -63,7 +53,7 @@ def parafluid_worker(kind: str, steps: int, repeats: int) -> None:
 
 
 def run_parafluid(kind: str, steps: int, repeats: int) -> float:
-    ports = _ports(2)
+    ports = free_ports(2)
     eps = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = []
     try:

@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _free_ports(n: int, host: str) -> list[int]:
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports free on ``host`` now (bound to port 0, then released)."""
     socks = []
     try:
         for _ in range(n):
@@ -143,7 +144,7 @@ def plan(args: argparse.Namespace) -> list[Proc]:
         if len(ips) > 1:
             ports = list(range(6170, 6170 + nproc))  # Fluid's default, known on every machine
         else:
-            ports = _free_ports(nproc, args.node_ip)
+            ports = free_ports(nproc, args.node_ip)
     else:
         if not 0 < args.started_port <= 65535 - nproc:
             raise ValueError(f"--started_port must leave room for {nproc} ports below 65536, "

@@ -49,8 +49,8 @@ def _pserver(args: argparse.Namespace) -> int:
     params = {"w": torch.zeros(SIZE, dtype=torch.float64)}
 
     def optimize(grads: dict[str, list[torch.Tensor]]) -> None:
-        for name, blocks in grads.items():
-            params[name] -= LR * torch.stack(blocks).mean(0)
+        for grad_name, blocks in grads.items():
+            params[grad_name.removesuffix("@GRAD")] -= LR * torch.stack(blocks).mean(0)
 
     ps = ParameterServer(args.endpoint, args.trainers, sync_mode=not args.async_mode,
                          optimize=optimize, get=params.__getitem__, deadline_s=args.deadline)

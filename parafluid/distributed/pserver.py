@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import zmq
 
 from .deadline import rpc_deadline_seconds
 from .rpc import Request, RPCServer
@@ -63,8 +64,9 @@ class ParameterServer:
             ``.trainer_<id>`` suffix matching the sender is stripped from names); async: once
             per gradient with a one-element list.
         get: ``get(name) -> tensor`` for parameter reads (KeyError: the trainer gets an error
-            naming the variable). In sync mode the tensor is sent without a copy and must not
-            change before the next ``optimize``; async mode sends a copy.
+            naming the variable). The tensor is sent without a copy; it must change only
+            inside ``optimize`` (sync mode: every read of a step is received before the next
+            step's optimize; async mode: optimize first waits, briefly, for replies in flight).
         prefetch: ``prefetch(table, rows) -> tensor`` of the requested rows.
         save: ``save(dirname)`` on a checkpoint notice.
         deadline_s: the barrier deadline; None reads ``FLAGS_rpc_deadline``.
@@ -94,6 +96,7 @@ class ParameterServer:
         self._sent_barrier: set[int] = set()   # send barrier received this step
         self._fetched: set[int] = set()        # fetch barrier received this step
         self._held: list[Request] = []         # requests waiting for this step's optimize
+        self._in_flight: list[zmq.MessageTracker] = []  # async: replies still being sent
         self._phase_start = time.monotonic()
         self._warned = False
         self._last_seen = dict.fromkeys(self.live, time.monotonic())
@@ -105,14 +108,18 @@ class ParameterServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def serve(self, handle_sigterm: bool = True) -> None:
+    def serve(self, handle_sigterm: bool = True,
+              on_ready: Callable[[], None] | None = None) -> None:
         """Serve until every trainer completed (or :meth:`stop`, or SIGTERM).
+
+        ``on_ready`` is called when the server is about to serve, with SIGTERM handled (when
+        ``handle_sigterm`` and on the main thread): e.g. to print a "listening" line.
 
         Raises PServerError when a barrier times out or a callback fails; the requests held
         at that moment are answered with the error so that their trainers fail at once.
         """
         try:
-            self._server.serve_forever(handle_sigterm=handle_sigterm)
+            self._server.serve_forever(handle_sigterm=handle_sigterm, on_ready=on_ready)
         except PServerError as e:
             self._error = e
         except Exception as e:
@@ -200,7 +207,7 @@ class ParameterServer:
                 self._maybe_finish_fetch()
             # in the "send" phase: the fetch barrier of a trainer's initial parameter pull
         else:
-            self._serve_read(req, copy=False)
+            self._serve_read(req, track=False)
 
     def _handle_async(self, req: Request, t: int) -> None:
         m = req.msg
@@ -210,9 +217,9 @@ class ParameterServer:
         elif m.kind in (Kind.SEND_BARRIER, Kind.FETCH_BARRIER):
             req.reply()
         else:
-            self._serve_read(req, copy=True)
+            self._serve_read(req, track=True)
 
-    def _serve_read(self, req: Request, copy: bool) -> None:
+    def _serve_read(self, req: Request, track: bool) -> None:
         m = req.msg
         if m.kind == Kind.GET:
             try:
@@ -232,9 +239,9 @@ class ParameterServer:
             raise _RequestError(f"unexpected request {m.kind.name}")
         if value is None:
             raise _RequestError(f"pserver {self.endpoint}: {m.name!r} has no value")
-        if copy and isinstance(value, torch.Tensor):
-            value = value.detach().clone()  # async: optimize may change it while in flight
-        req.reply(value)
+        tracker = req.reply(value, track=track)
+        if tracker is not None and not tracker.done:
+            self._in_flight.append(tracker)
 
     def _checkpoint(self, req: Request) -> None:
         if self._save is None:
@@ -269,6 +276,8 @@ class ParameterServer:
             self._maybe_optimize()  # every live trainer may already be at the next barrier
 
     def _run_optimize(self, grads: dict[str, list[Any]]) -> None:
+        if self._in_flight:
+            self._wait_in_flight()
         try:
             self._optimize(grads)
         except Exception as e:
@@ -276,6 +285,23 @@ class ParameterServer:
                                f"(gradients {sorted(grads)}): {type(e).__name__}: {e}")
             raise err from e
         self.step += 1
+
+    def _wait_in_flight(self) -> None:
+        """Async mode: let the parameter replies still being sent leave before an update.
+
+        NOTE: replies are sent without a copy, so updating a parameter while ZeroMQ still
+        reads it would tear the value a trainer receives. A trainer that does not read its
+        reply for a long time would stall everyone: past a bounded wait the update goes on.
+        """
+        limit = time.monotonic() + min(1.0, self.deadline_s)
+        for tracker in self._in_flight:
+            left = limit - time.monotonic()
+            if left <= 0 or not _wait(tracker, left):
+                log.warning("pserver %s: a parameter reply is still being sent after %.1f s; "
+                            "updating anyway (that trainer may read a mixed value)",
+                            self.endpoint, min(1.0, self.deadline_s))
+                break
+        self._in_flight = [t for t in self._in_flight if not t.done]
 
     def _set_phase(self, phase: str) -> None:
         self._phase = phase
@@ -341,6 +367,14 @@ class ParameterServer:
 
 class _RequestError(Exception):
     """A bad request: answered with an error, the server goes on."""
+
+
+def _wait(tracker: zmq.MessageTracker, seconds: float) -> bool:
+    try:
+        tracker.wait(seconds)
+    except zmq.NotDone:
+        return False
+    return True
 
 
 def _strip_trainer(name: str, trainer_id: int) -> str:

@@ -88,19 +88,24 @@ class Request:
         self._identity = identity
         self.replied = False
 
-    def reply(self, value: Any = None) -> None:
-        """Answer with ``value`` (REPLY_VALUE) or, when None, REPLY_OK. Once per request."""
+    def reply(self, value: Any = None, track: bool = False) -> zmq.MessageTracker | None:
+        """Answer with ``value`` (REPLY_VALUE) or, when None, REPLY_OK. Once per request.
+
+        The tensor is sent without a copy: it must not change until ZeroMQ is done with it.
+        With ``track=True`` the returned tracker says when that is (``tracker.done``).
+        """
         kind = Kind.REPLY_OK if value is None else Kind.REPLY_VALUE
-        self._send(kind, value)
+        return self._send(kind, value, track)
 
     def reply_error(self, text: str) -> None:
         """Answer with an error; the client raises RPCError with ``text``."""
-        self._send(Kind.REPLY_ERROR, text)
+        self._send(Kind.REPLY_ERROR, text, False)
 
-    def _send(self, kind: Kind, value: Any) -> None:
+    def _send(self, kind: Kind, value: Any, track: bool) -> zmq.MessageTracker | None:
         assert not self.replied, f"request {self.msg.kind.name} {self.msg.name!r} replied twice"
         self.replied = True
-        self._server._send(self._identity, kind, self.msg.name, value, self.msg.seq)
+        return self._server._send(self._identity, kind, self.msg.name, value, self.msg.seq,
+                                  track)
 
 
 class RPCServer:
@@ -150,13 +155,17 @@ class RPCServer:
 
     # -- serving -----------------------------------------------------------------------------
 
-    def serve_forever(self, handle_sigterm: bool = False) -> None:
+    def serve_forever(self, handle_sigterm: bool = False,
+                      on_ready: Callable[[], None] | None = None) -> None:
         """Serve until :meth:`stop` (or SIGTERM when ``handle_sigterm`` and on the main thread).
 
+        ``on_ready`` is called once the SIGTERM handler is in place, before the first poll.
         The socket is closed on return, after the pending replies are flushed.
         """
         with self._sigterm(handle_sigterm):
             try:
+                if on_ready is not None:
+                    on_ready()
                 while not self._stop.is_set():
                     if self._sock.poll(self.poll_ms, zmq.POLLIN):
                         self._drain()
@@ -237,9 +246,10 @@ class RPCServer:
         with contextlib.suppress(zmq.ZMQError, ValueError):
             self._send(identity, Kind.REPLY_ERROR, "", f"rejected by {self.endpoint}: {why}", 0)
 
-    def _send(self, identity: bytes, kind: Kind, name: str, value: Any, seq: int) -> None:
+    def _send(self, identity: bytes, kind: Kind, name: str, value: Any, seq: int,
+              track: bool = False) -> zmq.MessageTracker | None:
         frames = encode(kind, name, value, seq=seq, secret=self.secret)
-        self._sock.send_multipart([identity, *frames], copy=False)
+        return self._sock.send_multipart([identity, *frames], copy=False, track=track)
 
     def _close(self) -> None:
         if not self._sock.closed:

@@ -15,7 +15,8 @@ A message is ``[header, *payload, mac?]``:
 
 :func:`decode` validates magic, version, kind, flags, name, dtype, rank, dims, sizes, frame
 count, the message size limit and the MAC, and only then copies the payload into fresh tensors,
-so a hostile message can make it raise :class:`WireError` and nothing else.
+so a hostile message can make it raise :class:`WireError` and nothing else. Payloads received
+by ZeroMQ without a copy become tensors over the same memory; other buffers are copied.
 
 Example::
 
@@ -121,7 +122,7 @@ class WireError(ValueError):
 
 @dataclass(frozen=True)
 class Message:
-    """One decoded message. ``value`` is a fresh CPU tensor or SelectedRows, or None."""
+    """One decoded message. ``value`` is a CPU tensor or SelectedRows it owns, or None."""
 
     kind: Kind
     name: str = ""
@@ -242,16 +243,31 @@ def _alloc(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
-def _copy_out(view: memoryview, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+def _tensor_of(frame: Any, view: memoryview, dtype: torch.dtype,
+               shape: tuple[int, ...]) -> torch.Tensor:
+    """The payload as a tensor: the frame's own memory when that is safe, else a copy.
+
+    A zmq.Frame received with ``copy=False`` owns writable memory that nothing else uses:
+    the tensor takes it over (it keeps the frame alive), so a large payload is never copied
+    after ZeroMQ read it. Immutable buffers (bytes) and misaligned data are copied.
+    """
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if (view.nbytes and hasattr(frame, "buffer") and not view.readonly
+            and _address(view) % itemsize == 0):
+        return torch.frombuffer(frame, dtype=torch.uint8).view(dtype).reshape(shape)
     out = _alloc(view.nbytes)
     if view.nbytes:
         out.numpy()[:] = np.frombuffer(view, dtype=np.uint8)
     return out.view(dtype).reshape(shape)
 
 
+def _address(view: memoryview) -> int:
+    return np.frombuffer(view, dtype=np.uint8).ctypes.data
+
+
 def decode(frames: Sequence[Any], *, secret: bytes | None = None,
            max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Message:
-    """Validate the frames of one message, then copy its payload into fresh CPU tensors.
+    """Validate the frames of one message, then turn its payload into CPU tensors.
 
     Raises WireError (and nothing else) naming the first problem found. With a ``secret``, a
     message without a valid MAC is refused; without one, a MAC frame is accepted unchecked.
@@ -367,10 +383,14 @@ def _decode(frames: Sequence[Any], secret: bytes | None, limit: int) -> Message:
     # Everything is checked: now allocate exactly what was declared.
     value: Value | None = None
     if tdtype is not None and selected:
-        rows = _copy_out(payload[0], torch.int64, (dims[0],))
+        rows = _tensor_of(frames[1], payload[0], torch.int64, (dims[0],))
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= height):
             raise WireError(f"SelectedRows row ids outside [0, {height})")
-        value = SelectedRows(rows, _copy_out(payload[1], tdtype, dims), height)
+        value = SelectedRows(rows, _tensor_of(frames[2], payload[1], tdtype, dims), height)
     elif tdtype is not None:
-        value = _copy_out(payload[0], tdtype, dims)
+        value = _tensor_of(frames[1], payload[0], tdtype, dims)
+    if tdtype is torch.bool:  # NOTE: a bool byte other than 0 or 1 is undefined behaviour
+        data = value.value if isinstance(value, SelectedRows) else value
+        if data.numel() and int(data.view(torch.uint8).max()) > 1:
+            raise WireError("bool payload has bytes other than 0 and 1")
     return Message(kind, name, value, trainer_id, seq)

@@ -54,9 +54,10 @@ def _pserver(args: argparse.Namespace) -> int:
 
     ps = ParameterServer(args.endpoint, args.trainers, sync_mode=not args.async_mode,
                          optimize=optimize, get=params.__getitem__, deadline_s=args.deadline)
-    print(json.dumps({"role": "pserver", "listening": ps.endpoint}), flush=True)
+    def ready() -> None:
+        print(json.dumps({"role": "pserver", "listening": ps.endpoint}), flush=True)
     try:
-        ps.serve()
+        ps.serve(on_ready=ready)
     except PServerError as e:
         print(f"pserver error: {e}", file=sys.stderr, flush=True)
         return 1

@@ -199,6 +199,21 @@ def test_a_trainer_that_vanishes_mid_step_is_named_at_the_fetch_barrier():
     c1.close()
 
 
+def test_two_send_barriers_in_one_step_are_refused():
+    job = Job(deadline_s=5)
+    c0, c1 = PServerClient(job.endpoint, 0, 5), PServerClient(job.endpoint, 1, 5)
+    c0.send_barrier()
+    with pytest.raises(RPCError, match="trainer 0 sent two send barriers in step 0"):
+        c0.send_barrier()
+    c1.send_barrier()  # the step goes on: optimize with no gradients, then the fetch phase
+    c0.fetch_barrier()
+    c1.fetch_barrier()
+    c0.complete()
+    c1.complete()
+    job.join()
+    assert job.error is None and job.ps.step == 1 and job.calls == [{}]
+
+
 def test_dead_server_every_call_errors_within_the_deadline_naming_it():
     ep = f"127.0.0.1:{_free_port()}"
     c = PServerClient(ep, 1, deadline_s=0.3)

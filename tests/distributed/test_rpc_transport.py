@@ -1,6 +1,7 @@
 """RPC over real sockets on 127.0.0.1: hostile peers, secrets, deadlines, start order."""
 
 import logging
+import random
 import socket
 import threading
 import time
@@ -19,6 +20,8 @@ from parafluid.distributed.rpc import (
     wait_for_server,
 )
 from parafluid.distributed.wire import Kind
+from parafluid.scope import SelectedRows
+from parafluid.testing.wire_fuzz import mutate, seed_messages
 
 
 def _free_port():
@@ -30,7 +33,7 @@ def _free_port():
 def _echo(req):
     m = req.msg
     if m.kind == Kind.SEND:
-        req.reply(m.value * 2)
+        req.reply(m.value * 2 if isinstance(m.value, torch.Tensor) else m.value)
     elif m.kind == Kind.GET and m.name == "missing":
         req.reply_error(f"no variable {m.name!r}")
     else:
@@ -40,7 +43,14 @@ def _echo(req):
 class _Serving:
     def __init__(self, endpoint="127.0.0.1:0", handler=_echo, **kw):
         self.server = RPCServer(endpoint, handler, **kw)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.errors = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        try:
+            self.server.serve_forever()
+        except Exception as e:  # noqa: BLE001 - the test fails on it in __exit__
+            self.errors.append(e)
 
     def __enter__(self):
         self.thread.start()
@@ -49,7 +59,7 @@ class _Serving:
     def __exit__(self, *exc):
         self.server.stop()
         self.thread.join(5)
-        assert not self.thread.is_alive()
+        assert not self.thread.is_alive() and not self.errors, self.errors
 
 
 @pytest.fixture(autouse=True)
@@ -194,3 +204,40 @@ def test_client_is_thread_safe():
         [t.start() for t in ts]
         [t.join(10) for t in ts]
     assert out == {i: [2.0 * i] * 20 for i in range(4)}
+
+
+def test_mutated_messages_over_the_socket_then_valid_requests_still_served():
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    rng = random.Random(7)
+    seeds = seed_messages()
+    answered = 0
+    with _Serving() as server:
+        raw.connect(tcp_address(server.endpoint))
+        for _ in range(300):
+            frames = mutate(rng, rng.choice(seeds)) or [b""]
+            raw.send_multipart(frames)
+            if not raw.poll(2000):  # every message gets one answer: a reply or a rejection
+                break
+            wire.decode(raw.recv_multipart())
+            answered += 1
+        with RPCClient(server.endpoint, 5) as c:
+            assert c.call(Kind.SEND, "w", torch.ones(2)).value.tolist() == [2.0, 2.0]
+        assert answered == 300 and server.rejected > 150
+    raw.close()
+    ctx.term()
+
+
+@pytest.mark.parametrize("dtype", [tdt for _, tdt, _ in wire.WIRE_DTYPES.values()], ids=str)
+def test_every_dtype_through_a_live_server(dtype):
+    """Received frames become tensors without a copy; they must still be exact and owned."""
+    def store_and_return(req):
+        req.reply(req.msg.value)
+    t = (torch.arange(24) % 3).to(dtype).reshape(2, 3, 4)
+    sr = SelectedRows(torch.tensor([4, 1]), t[:, :, 0], height=5)
+    with _Serving(handler=store_and_return) as server, RPCClient(server.endpoint, 5) as c:
+        back = c.call(Kind.SEND, "w", t).value
+        assert back.dtype == dtype and torch.equal(back, t)
+        back_sr = c.call(Kind.SEND, "w", sr).value
+        assert back_sr.rows.tolist() == [4, 1] and torch.equal(back_sr.value, sr.value)

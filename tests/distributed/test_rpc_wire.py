@@ -11,6 +11,7 @@ import torch
 from parafluid.distributed import wire
 from parafluid.distributed.wire import HEADER, Kind, WireError, decode, encode
 from parafluid.scope import SelectedRows
+from parafluid.testing.wire_fuzz import mutate, seed_messages
 
 DTYPES = [tdt for _, tdt, _ in wire.WIRE_DTYPES.values()]
 
@@ -120,6 +121,13 @@ def test_decoder_rejects(frames, match):
         decode(frames, max_message_bytes=1 << 20)
 
 
+def test_bool_payload_bytes_must_be_0_or_1():
+    frames = _bytes(encode(Kind.SEND, "mask", torch.tensor([True, False, True])))
+    frames[1] = b"\x01\x00\x07"
+    with pytest.raises(WireError, match="bool payload"):
+        decode(frames)
+
+
 def test_secret_mismatch_and_missing_mac():
     t = torch.ones(3)
     signed = _bytes(encode(Kind.SEND, "w", t, secret=b"right"))
@@ -141,58 +149,6 @@ def test_secret_from_environment(monkeypatch):
     assert wire.rpc_secret() is None
 
 
-def _valid_messages():
-    g = torch.Generator().manual_seed(2)
-    return [
-        _bytes(encode(Kind.SEND, "a@GRAD", torch.randn(4, 3, generator=g), trainer_id=1)),
-        _bytes(encode(Kind.SEND, "emb@GRAD", SelectedRows(torch.tensor([1, 2]),
-                                                          torch.ones(2, 3), 4))),
-        _bytes(encode(Kind.GET, "a", seq=9)),
-        _bytes(encode(Kind.PREFETCH, "emb", torch.tensor([0, 3]))),
-        _bytes(encode(Kind.REPLY_ERROR, "", "oops")),
-        _bytes(encode(Kind.SEND, "b", torch.ones(2, 2, dtype=torch.float16), secret=b"k")),
-    ]
-
-
-def _mutate(rng, frames):
-    frames = [bytearray(f) for f in frames] or [bytearray(rng.randrange(64))]
-    op = rng.randrange(7)
-    i = rng.randrange(len(frames))
-    if op == 0 and frames[i]:  # flip bytes
-        for _ in range(rng.randint(1, 4)):
-            frames[i][rng.randrange(len(frames[i]))] = rng.randrange(256)
-    elif op == 1:  # rewrite one header field with an extreme value
-        head = frames[0]
-        pos = rng.choice([4, 5, 6, 7, 8, 10, 12, 16, 24, 32])
-        width = {4: 1, 5: 1, 6: 1, 7: 1, 8: 2, 10: 2, 12: 4, 16: 8, 24: 8, 32: 8}[pos]
-        val = rng.choice([0, 1, 255, 2**(8 * width) - 1, rng.getrandbits(8 * width)])
-        head[pos:pos + width] = (val % 2**(8 * width)).to_bytes(width, "little")
-    elif op == 2:  # huge or negative dims
-        if len(frames[0]) >= HEADER.size + 8:
-            frames[0][-8:] = struct.pack("<q", rng.choice([-1, 2**62, 2**31, 10**7]))
-    elif op == 3:  # truncate or extend a frame
-        frames[i] = frames[i][:rng.randrange(len(frames[i]) + 1)] if rng.random() < 0.5 \
-            else frames[i] + bytes(rng.randrange(1, 64))
-    elif op == 4:  # drop or duplicate a frame
-        if rng.random() < 0.5 and len(frames) > 1:
-            del frames[i]
-        else:
-            frames.insert(i, frames[i])
-    elif op == 5:  # random garbage frames
-        frames = [bytes(rng.getrandbits(8) for _ in range(rng.randrange(80)))
-                  for _ in range(rng.randint(0, 5))]
-    elif len(frames[0]) >= HEADER.size:  # a consistent header declaring a big float32 tensor
-        head = frames[0]
-        ndim, name_len = head[7], int.from_bytes(head[10:12], "little")
-        if ndim and len(head) == HEADER.size + name_len + 8 * ndim and head[6] == 3:
-            dims = [rng.choice([1, 64, 1024, 10**5]) for _ in range(ndim)]
-            head[HEADER.size + name_len:] = b"".join(struct.pack("<q", d) for d in dims)
-            head[24:32] = struct.pack("<Q", 4 * int(np.prod(dims)))
-            if len(frames) > 1 and np.prod(dims) < 10**6:
-                frames[1] = bytearray(4 * int(np.prod(dims)))
-    return [bytes(f) for f in frames]
-
-
 def test_fuzz_decoder_only_raises_wire_error_and_respects_the_limit(monkeypatch):
     limit = 4096
     biggest = [0]
@@ -205,14 +161,14 @@ def test_fuzz_decoder_only_raises_wire_error_and_respects_the_limit(monkeypatch)
     monkeypatch.setattr(wire, "_alloc", watched_alloc)
 
     rng = random.Random(1234)
-    seeds = _valid_messages()
+    seeds = seed_messages()
     counts = {"ok": 0, "rejected": 0}
     t0 = time.monotonic()
     n = 0
     while n < 100_000 and time.monotonic() - t0 < 20:
         frames = rng.choice(seeds)
         for _ in range(rng.randint(1, 3)):
-            frames = _mutate(rng, frames)
+            frames = mutate(rng, frames)
         try:
             m = decode(frames, secret=b"k" if rng.random() < 0.1 else None,
                        max_message_bytes=limit)

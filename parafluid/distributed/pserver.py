@@ -164,8 +164,8 @@ class ParameterServer:
         self._last_seen[t] = time.monotonic()
         try:
             if m.kind == Kind.COMPLETE:
-                req.reply()
                 self._complete(t)
+                req.reply()  # NOTE: after the state change, so the trainer sees it done
             elif m.kind == Kind.CHECKPOINT:
                 self._checkpoint(req)
             elif self.sync_mode:
@@ -173,6 +173,8 @@ class ParameterServer:
             else:
                 self._handle_async(req, t)
         except PServerError as e:
+            if not req.replied:
+                req.reply_error(str(e))
             self._fail(e)
         except _RequestError as e:
             if not req.replied:

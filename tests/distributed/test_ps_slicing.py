@@ -110,6 +110,8 @@ def test_hash_name_is_stable_and_accepts_variables_and_names():
         hn.dispatch([3])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
 def test_hash_name_agrees_across_processes_with_different_hash_seeds():
     code = ("from parafluid.transpiler.ps_dispatcher import HashName;"
             f"print(HashName({EPS!r}).dispatch(['w.block%d' % i for i in range(16)]))")

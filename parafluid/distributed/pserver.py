@@ -243,6 +243,8 @@ class ParameterServer:
             raise _RequestError(f"pserver {self.endpoint}: {m.name!r} has no value")
         tracker = req.reply(value, track=track)
         if tracker is not None and not tracker.done:
+            if len(self._in_flight) >= 64:  # reads without updates in between: forget the sent
+                self._in_flight = [t for t in self._in_flight if not t.done]
             self._in_flight.append(tracker)
 
     def _checkpoint(self, req: Request) -> None:

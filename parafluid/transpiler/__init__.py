@@ -16,6 +16,7 @@ from ..passes.memory_optimize import memory_optimize
 from ..passes.release_memory import release_memory
 from .config import DistributeTranspilerConfig
 from .distribute_transpiler import DistributeTranspiler
+from .ps_dispatcher import HashName, PSDispatcher, RoundRobin
 
 __all__ = ["DistributeTranspiler", "DistributeTranspilerConfig", "memory_optimize",
-           "release_memory"]
+           "release_memory", "PSDispatcher", "RoundRobin", "HashName"]

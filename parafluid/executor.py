@@ -253,7 +253,9 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
     if isinstance(value, SelectedRows):
         return value.to(device)
     if isinstance(value, LoDTensor):
-        value = value.value
+        from .lod import lod_feed_tensor  # the LoD rides on the tensor (see lod.py)
+
+        return lod_feed_tensor(block, name, value, device)
     if isinstance(value, torch.Tensor):
         arr_dtype = convert_dtype(value.dtype)
         shape = tuple(value.shape)

@@ -14,6 +14,7 @@ from . import optimizer
 from . import reduce
 from . import sync_norm
 from . import tensor
+from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 
 __all__ = ["register_op", "get_op_def", "has_op", "registered_ops"]

@@ -29,7 +29,7 @@ from ..dtypes import VarType
 
 __all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
            "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
-           "KernelContext"]
+           "KernelContext", "share_lod"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -131,6 +131,34 @@ def _grads_like_inputs(ins: dict[str, Any], attrs: dict[str, Any]) -> dict[str, 
         if not slot.endswith(GRAD) and meta is not None:
             out[slot + GRAD] = meta
     return out
+
+
+def share_lod(type: str, src: str, dsts: Sequence[str]) -> None:
+    """Make op ``type`` hand the sequence information (LoD) of input ``src`` to outputs
+    ``dsts`` at run time, as Fluid's ShareLoD does (see ``parafluid/lod.py``).
+
+    The op's kernel is wrapped once here; a run without LoD pays one attribute lookup.
+    """
+    from ..lod import attach_lod, get_lod
+
+    opdef = get_op_def(type)
+    kernel = opdef.kernel
+    assert kernel is not None and not getattr(kernel, "_shares_lod", False), type
+    dup = opdef.input_by_name[src].duplicable
+
+    def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+        outs = kernel(ins, attrs, ctx)
+        x = ins[src]
+        lod = get_lod(x[0] if dup and x else x)
+        if lod:
+            for slot in dsts:
+                out = outs.get(slot)
+                if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
+                    attach_lod(out, lod)
+        return outs
+
+    kernel_sharing_lod._shares_lod = True  # type: ignore[attr-defined]
+    opdef.kernel = kernel_sharing_lod
 
 
 def get_op_def(type: str) -> OpDef:

@@ -1,0 +1,167 @@
+"""Sequence layers over LoD inputs (batches of variable-length sequences).
+
+Feed the data variable (declared with ``lod_level=1``) a LoDTensor, e.g. from
+``fluid.create_lod_tensor`` or a ``DataFeeder``; layers such as ``embedding`` and ``fc`` keep
+the sequence information, and these layers use it.
+
+Example::
+
+    words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+    emb = fluid.layers.embedding(words, size=[5000, 32])
+    conv = fluid.layers.sequence_conv(emb, num_filters=64, filter_size=3, act="tanh")
+    sentence = fluid.layers.sequence_pool(conv, pool_type="max")     # one row per sequence
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..framework import Variable
+from ..layer_helper import LayerHelper
+
+__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax",
+           "sequence_expand", "sequence_concat", "sequence_reshape", "sequence_conv"]
+
+
+def _check(layer: str, arg: str, x: Any) -> None:
+    if not isinstance(x, Variable):
+        raise TypeError(f"{layer}: {arg} must be a Variable, got {type(x).__name__}")
+
+
+def _lod_level(x: Variable, level: int | None = None) -> int:
+    return max(x.lod_level, 1) if level is None else level
+
+
+def sequence_pool(input: Variable, pool_type: str, is_test: bool = False,
+                  pad_value: float = 0.0) -> Variable:
+    """Pool each sequence to one row: ``sum``, ``average``, ``sqrt`` (sum / sqrt(len)),
+    ``max``, ``first`` or ``last``. Empty sequences give ``pad_value``.
+
+    Example::
+
+        pooled = fluid.layers.sequence_pool(emb, pool_type="sum")
+    """
+    _check("sequence_pool", "input", input)
+    kind = str(pool_type).upper()
+    helper = LayerHelper("sequence_pool")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    index = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("sequence_pool", inputs={"X": [input]},
+                     outputs={"Out": [out], "MaxIndex": [index]},
+                     attrs={"pooltype": kind, "is_test": is_test,
+                            "pad_value": float(pad_value)})
+    out.lod_level = max(input.lod_level - 1, 0)
+    return out
+
+
+def sequence_first_step(input: Variable) -> Variable:
+    """The first step of each sequence (``sequence_pool(input, "first")``)."""
+    return sequence_pool(input, "first")
+
+
+def sequence_last_step(input: Variable) -> Variable:
+    """The last step of each sequence (``sequence_pool(input, "last")``)."""
+    return sequence_pool(input, "last")
+
+
+def _one(op_type: str, inputs: dict[str, Any], attrs: dict[str, Any], dtype: Any,
+         lod_level: int, name: str | None = None) -> Variable:
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(dtype)
+    helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+    out.lod_level = lod_level
+    return out
+
+
+def sequence_softmax(input: Variable, use_cudnn: bool = False,
+                     name: str | None = None) -> Variable:
+    """Softmax over the steps of each sequence; ``input`` is ``[N, 1]`` (or ``[N]``).
+
+    Example::
+
+        weights = fluid.layers.sequence_softmax(fluid.layers.fc(h, size=1))
+    """
+    _check("sequence_softmax", "input", input)
+    return _one("sequence_softmax", {"X": [input]}, {"use_cudnn": use_cudnn}, input.dtype,
+                _lod_level(input), name)
+
+
+def sequence_expand(x: Variable, y: Variable, ref_level: int = -1,
+                    name: str | None = None) -> Variable:
+    """Repeat each sequence (or row) ``i`` of ``x`` as many times as sequence ``i`` of ``y``'s
+    LoD level ``ref_level`` has steps.
+
+    Example::
+
+        # one query row per sequence, repeated over the steps of that sequence
+        q = fluid.layers.sequence_expand(query, y=words_emb)
+    """
+    _check("sequence_expand", "x", x)
+    _check("sequence_expand", "y", y)
+    return _one("sequence_expand", {"X": [x], "Y": [y]}, {"ref_level": ref_level}, x.dtype,
+                1, name)
+
+
+def sequence_concat(input: list[Variable], name: str | None = None) -> Variable:
+    """Join sequence ``i`` of every input into sequence ``i`` of the output.
+
+    Example::
+
+        both = fluid.layers.sequence_concat([question, answer])
+    """
+    if not isinstance(input, (list, tuple)) or not input:
+        raise TypeError(f"sequence_concat: input must be a non-empty list of Variables, got "
+                        f"{input!r}")
+    for i, v in enumerate(input):
+        _check("sequence_concat", f"input[{i}]", v)
+    return _one("sequence_concat", {"X": list(input)}, {}, input[0].dtype, 1, name)
+
+
+def sequence_reshape(input: Variable, new_dim: int) -> Variable:
+    """Re-cut each sequence of a ``[N, D]`` input into rows of ``new_dim`` values.
+
+    Example::
+
+        pairs = fluid.layers.sequence_reshape(emb, new_dim=2 * 32)
+    """
+    _check("sequence_reshape", "input", input)
+    return _one("sequence_reshape", {"X": [input]}, {"new_dim": int(new_dim)}, input.dtype, 1)
+
+
+def sequence_conv(input: Variable, num_filters: int, filter_size: int = 3,
+                  filter_stride: int = 1, padding: bool = True,
+                  padding_start: int | None = None, bias_attr: Any = None,
+                  param_attr: Any = None, act: str | None = None,
+                  name: str | None = None) -> Variable:
+    """1-D convolution over the steps of each sequence (windows do not cross sequences;
+    steps outside a sequence read zeros).
+
+    The window of step ``t`` is ``t + padding_start ... t + padding_start + filter_size - 1``
+    (default ``padding_start = -(filter_size // 2)``, centred). The filter has shape
+    ``[filter_size * D, num_filters]``.
+
+    Example::
+
+        conv = fluid.layers.sequence_conv(emb, num_filters=64, filter_size=3, act="tanh")
+    """
+    _check("sequence_conv", "input", input)
+    if filter_stride != 1:
+        raise ValueError(f"sequence_conv: filter_stride must be 1 (as in Fluid), got "
+                         f"{filter_stride}")
+    if input.shape is None or len(input.shape) != 2 or input.shape[1] <= 0:
+        raise ValueError(f"sequence_conv: input {input.name!r} must be 2-D [steps, D] with a "
+                         f"known D, got shape {list(input.shape or [])}")
+    helper = LayerHelper("sequence_conv", input=input, param_attr=param_attr,
+                         bias_attr=bias_attr, act=act, name=name)
+    dtype = helper.input_dtype()
+    w = helper.create_parameter(helper.param_attr, [filter_size * input.shape[1], num_filters],
+                                dtype)
+    pre_bias = helper.create_variable_for_type_inference(dtype)
+    start = -int(filter_size // 2) if padding_start is None else int(padding_start)
+    helper.append_op("sequence_conv", inputs={"X": [input], "Filter": [w]},
+                     outputs={"Out": [pre_bias]},
+                     attrs={"contextStride": filter_stride, "contextStart": start,
+                            "contextLength": filter_size})
+    pre_bias.lod_level = _lod_level(input)
+    pre_act = helper.append_bias_op(pre_bias)
+    return helper.append_activation(pre_act)

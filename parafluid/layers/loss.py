@@ -6,7 +6,8 @@ from __future__ import annotations
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 
-__all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy"]
+__all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy",
+           "auc"]
 
 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
@@ -54,7 +55,8 @@ def softmax_with_cross_entropy(logits: Variable, label: Variable, soft_label: bo
 
 
 def square_error_cost(input: Variable, label: Variable) -> Variable:
-    """Elementwise ``(input - label) ** 2``, one ``square_error_cost`` op.
+    """Elementwise ``(input - label) ** 2``, one ``square_error_cost`` op. A label with a
+    dimension of 1 broadcasts (``[N, 1]`` against ``[N, k]``), as in Fluid.
 
     Example::
 
@@ -73,7 +75,8 @@ def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | N
 
     Unlike Fluid, which appends a ``top_k`` op first, the ``accuracy`` op here ranks the
     scores itself (its ``Indices`` input is optional), so this is one op. ``correct`` and
-    ``total`` (int32 ``[1]``) receive the counts when given.
+    ``total`` receive the counts when given (int32, or cast to the variable's own dtype, e.g.
+    int64). The label may be int64 or hold class ids as floats.
 
     Example::
 
@@ -83,13 +86,61 @@ def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | N
         raise ValueError(f"accuracy: k must be a positive int, got {k!r}")
     helper = LayerHelper("accuracy")
     acc = helper.create_variable_for_type_inference("float32", stop_gradient=True)
-    if correct is None:
-        correct = helper.create_variable_for_type_inference("int32", stop_gradient=True)
-    if total is None:
-        total = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    counts = []
+    for given in (correct, total):
+        # The op counts in int32; a caller's variable of another dtype (Fluid programs pass
+        # int64 ones) receives the count through a cast.
+        own = given if given is not None and given.dtype in (None, "int32") else \
+            helper.create_variable_for_type_inference("int32", stop_gradient=True)
+        counts.append(own)
     helper.append_op("accuracy", inputs={"Out": [input], "Label": [label]},
-                     outputs={"Accuracy": [acc], "Correct": [correct], "Total": [total]},
+                     outputs={"Accuracy": [acc], "Correct": [counts[0]], "Total": [counts[1]]},
                      attrs={"k": k})
+    for given, own in zip((correct, total), counts):
+        if given is not None and given is not own:
+            helper.append_op("cast", inputs={"X": [own]}, outputs={"Out": [given]},
+                             attrs={"in_dtype": "int32", "out_dtype": given.dtype})
     return acc
 
 
+
+
+def auc(input: Variable, label: Variable, curve: str = "ROC", num_thresholds: int = 2 ** 12 - 1,
+        topk: int = 1, slide_steps: int = 1) -> tuple[Variable, Variable, list[Variable]]:
+    """ROC AUC of ``input [N, 2]`` (column 1: probability of the positive class) against 0/1
+    ``label [N, 1]``, over all batches so far and over the last ``slide_steps`` batches.
+
+    Returns ``(auc, batch_auc, [batch_stat_pos, batch_stat_neg, stat_pos, stat_neg])``; the
+    statistics are persistable int64 bucket counts (reset them by re-running the startup
+    program, or zero them in the scope).
+
+    Example::
+
+        prob = fluid.layers.fc(input=h, size=2, act="softmax")
+        auc_var, batch_auc_var, _ = fluid.layers.auc(input=prob, label=label)
+    """
+    from ..initializer import Constant
+
+    if curve != "ROC":
+        raise ValueError(f"auc: only curve='ROC' is supported, got {curve!r}")
+    if not isinstance(slide_steps, int) or slide_steps < 1:
+        raise ValueError(f"auc: slide_steps must be an int >= 1, got {slide_steps!r}")
+    helper = LayerHelper("auc")
+    width = int(num_thresholds) + 1
+    stats = []
+    for rows in (slide_steps, slide_steps, 1, 1):
+        var = helper.create_global_variable(persistable=True, dtype="int64",
+                                            shape=[rows, width], stop_gradient=True)
+        helper.set_variable_initializer(var, Constant(0.0))
+        stats.append(var)
+    batch_pos, batch_neg, stat_pos, stat_neg = stats
+    outs = []
+    for pos, neg, steps in ((stat_pos, stat_neg, 0), (batch_pos, batch_neg, slide_steps)):
+        out = helper.create_variable_for_type_inference("float64", stop_gradient=True)
+        helper.append_op("auc", inputs={"Predict": [input], "Label": [label],
+                                        "StatPos": [pos], "StatNeg": [neg]},
+                         outputs={"AUC": [out], "StatPosOut": [pos], "StatNegOut": [neg]},
+                         attrs={"curve": curve, "num_thresholds": int(num_thresholds),
+                                "slide_steps": steps})
+        outs.append(out)
+    return outs[0], outs[1], [batch_pos, batch_neg, stat_pos, stat_neg]

@@ -110,9 +110,22 @@ def _softmax_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": ins["X"]}
 
 
+# Fluid clips the max-shifted logits from below before exp, so that no probability
+# underflows to exactly 0 (a confidently wrong prediction then has a finite log-loss).
+SOFTMAX_CLIP = -64.0
+
+
+def clipped_log_softmax(x: torch.Tensor, axis: int) -> torch.Tensor:
+    """``log softmax`` with Fluid's clip: ``z = max(x - max(x), -64)``, ``z - log sum exp z``."""
+    z = (x - x.amax(dim=axis, keepdim=True)).clamp_(min=SOFTMAX_CLIP)
+    return z - z.exp().sum(dim=axis, keepdim=True).log()
+
+
 def _softmax(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["X"]
-    return {"Out": torch.softmax(x, dim=_softmax_axis(x.dim(), attrs["axis"]))}
+    axis = _softmax_axis(x.dim(), attrs["axis"])
+    z = (x - x.amax(dim=axis, keepdim=True)).clamp_(min=SOFTMAX_CLIP).exp_()
+    return {"Out": z.div_(z.sum(dim=axis, keepdim=True))}
 
 
 def _softmax_grad(ins: dict, attrs: dict, ctx: Any) -> dict:

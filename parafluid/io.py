@@ -232,7 +232,8 @@ def _with_target_scales(program: Program, targets: Sequence[Variable]
         src = block._find_var_recursive(var.name)
         if src is None:
             raise ValueError(f"save_inference_model: target {var.name!r} is not a variable of "
-                             "main_program")
+                             "main_program (the default main program when none is given); "
+                             "pass the program that built it as main_program=")
         out = block.create_var(name=name, dtype=src.dtype, shape=src.shape)
         block.append_op("scale", inputs={"X": [src]}, outputs={"Out": [out]},
                         attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True})

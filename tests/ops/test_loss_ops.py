@@ -49,6 +49,19 @@ def acc_ref(k):
     return ref
 
 
+def auc_ref(Predict, Label, StatPos, StatNeg):
+    """Exact ROC AUC over the buckets: P(score_pos > score_neg) + P(tie) / 2."""
+    b = np.floor(Predict[:, 1] * 10).astype(int)
+    pos, neg = b[Label[:, 0] == 1], b[Label[:, 0] == 0]
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return {"AUC": np.array([wins / (len(pos) * len(neg))]),
+            "StatPosOut": np.bincount(pos, minlength=11).reshape(1, 11),
+            "StatNegOut": np.bincount(neg, minlength=11).reshape(1, 11)}
+
+
+_P = np.random.RandomState(4).uniform(0, 1, 12)
+AUC_PRED = np.stack([1 - _P, _P], 1)
+AUC_LABEL = (np.random.RandomState(5).uniform(0, 1, (12, 1)) < _P.reshape(-1, 1)).astype("int64")
 SCORES = rand(6, 4, seed=5)
 ACC_LABEL = np.array([[0], [1], [2], [3], [1], [0]], "int64")
 
@@ -86,6 +99,14 @@ CASES = [
     OpCase("accuracy", {"Out": np.sort(SCORES, 1)[:, ::-1][:, :2].copy(),
                         "Indices": np.argsort(-SCORES, 1)[:, :2].astype("int64"),
                         "Label": ACC_LABEL}, ref=acc_ref(2), id="accuracy_given_indices"),
+    OpCase("accuracy", {"Out": SCORES, "Label": ACC_LABEL.astype("float32")}, ref=acc_ref(1),
+           id="accuracy_float_label"),
+    OpCase("square_error_cost", {"X": rand(4, 3), "Y": rand(4, 1, seed=2)},
+           ref=lambda X, Y: {"Out": (X - Y) ** 2}, grad=["X", "Y"],
+           id="square_error_cost_broadcast_label"),
+    OpCase("auc", {"Predict": AUC_PRED, "Label": AUC_LABEL,
+                   "StatPos": np.zeros((1, 11), "int64"), "StatNeg": np.zeros((1, 11), "int64")},
+           attrs={"num_thresholds": 10, "slide_steps": 0}, ref=auc_ref, id="auc"),
 ]
 
 

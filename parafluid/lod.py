@@ -31,7 +31,7 @@ from .scope import LoDTensor
 __all__ = ["create_lod_tensor", "create_random_int_lodtensor", "lengths_to_offsets",
            "offsets_to_lengths", "attach_lod", "get_lod", "require_lod", "lod_feed_tensor"]
 
-_LOD_ATTR = "_parafluid_lod"
+LOD_ATTR = "_parafluid_lod"  # the attribute of a run-time tensor holding its LoD
 
 
 def lengths_to_offsets(lengths: Sequence[int]) -> list[int]:
@@ -126,13 +126,13 @@ def create_random_int_lodtensor(recursive_seq_lens: Sequence[Sequence[int]],
 def attach_lod(tensor: Any, lod: list[list[int]] | None) -> Any:
     """Record ``lod`` on a run-time tensor (no-op for None or an empty LoD); return it."""
     if lod and isinstance(tensor, torch.Tensor):
-        setattr(tensor, _LOD_ATTR, lod)
+        setattr(tensor, LOD_ATTR, lod)
     return tensor
 
 
 def get_lod(tensor: Any) -> list[list[int]] | None:
     """The LoD a run-time tensor carries, or None."""
-    return getattr(tensor, _LOD_ATTR, None)
+    return getattr(tensor, LOD_ATTR, None)
 
 
 def require_lod(op: str, slot: str, tensor: Any) -> list[int]:

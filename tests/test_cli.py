@@ -135,3 +135,9 @@ def test_ctrl_c_is_a_short_message_not_a_traceback(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(parafluid.digits, "train", interrupted)
     assert main(["--epochs", "1", "--output", str(tmp_path / "m")]) == 130
     assert "parafluid train: interrupted" in capsys.readouterr().err
+
+
+def test_one_epoch_is_singular(tmp_path, capsys) -> None:
+    assert main(["--epochs", "1", "--hidden", "8", "--output", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr().out
+    assert ", 1 epoch, seed" in out and "1 epochs" not in out

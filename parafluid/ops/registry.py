@@ -139,23 +139,36 @@ def share_lod(type: str, src: str, dsts: Sequence[str]) -> None:
 
     The op's kernel is wrapped once here; a run without LoD pays one attribute lookup.
     """
-    from ..lod import attach_lod, get_lod
+    from ..lod import LOD_ATTR, attach_lod
 
     opdef = get_op_def(type)
     kernel = opdef.kernel
     assert kernel is not None and not getattr(kernel, "_shares_lod", False), type
-    dup = opdef.input_by_name[src].duplicable
+    dsts = tuple(dsts)
 
-    def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
-        outs = kernel(ins, attrs, ctx)
-        x = ins[src]
-        lod = get_lod(x[0] if dup and x else x)
-        if lod:
-            for slot in dsts:
-                out = outs.get(slot)
-                if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
-                    attach_lod(out, lod)
-        return outs
+    def share(outs: dict[str, Any], x: Any, lod: list[list[int]]) -> None:
+        for slot in dsts:
+            out = outs.get(slot)
+            if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
+                attach_lod(out, lod)
+
+    # NOTE: two closures instead of one with a branch: this runs for every op of every step.
+    if opdef.input_by_name[src].duplicable:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            xs = ins[src]
+            lod = getattr(xs[0], LOD_ATTR, None) if xs else None
+            if lod:
+                share(outs, xs[0], lod)
+            return outs
+    else:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            x = ins[src]
+            lod = getattr(x, LOD_ATTR, None)
+            if lod:
+                share(outs, x, lod)
+            return outs
 
     kernel_sharing_lod._shares_lod = True  # type: ignore[attr-defined]
     opdef.kernel = kernel_sharing_lod

@@ -2,6 +2,7 @@
 # ruff: noqa: F401, F403, I001  (one line per layer module keeps merges trivial)
 
 from . import device
+from . import index
 from . import io
 from . import learning_rate_scheduler
 from . import loss
@@ -10,6 +11,7 @@ from . import nn
 from . import ops
 from . import sequence
 from . import tensor
+from .index import *
 from .io import *
 from .learning_rate_scheduler import *
 from .loss import *
@@ -18,7 +20,7 @@ from .ops import *
 from .sequence import *
 from .tensor import *
 
-__all__ = (io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
+__all__ = (index.__all__ + io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
            + learning_rate_scheduler.__all__ + sequence.__all__)
 
 

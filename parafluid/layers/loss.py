@@ -7,7 +7,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy",
-           "auc"]
+           "auc", "sigmoid_cross_entropy_with_logits", "log_loss", "huber_loss", "label_smooth"]
 
 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
@@ -144,3 +144,67 @@ def auc(input: Variable, label: Variable, curve: str = "ROC", num_thresholds: in
                                 "slide_steps": steps})
         outs.append(out)
     return outs[0], outs[1], [batch_pos, batch_neg, stat_pos, stat_neg]
+
+
+def _one(op_type: str, inputs: dict, out_slot: str, attrs: dict, dtype: str,
+         name: str | None = None, extra: tuple[str, ...] = ()) -> Variable:
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(dtype)
+    outputs = {out_slot: [out]}
+    for slot in extra:
+        outputs[slot] = [helper.create_variable_for_type_inference(dtype)]
+    helper.append_op(op_type, inputs=inputs, outputs=outputs, attrs=attrs)
+    return out
+
+
+def sigmoid_cross_entropy_with_logits(x: Variable, label: Variable, ignore_index: int = -100,
+                                      name: str | None = None,
+                                      normalize: bool = False) -> Variable:
+    """Elementwise binary cross entropy of logits ``x`` and probabilities ``label``, computed
+    stably; elements whose label is ``ignore_index`` give 0 (``normalize``: divide by the
+    number of the others).
+
+    Example::
+
+        loss = fluid.layers.mean(fluid.layers.sigmoid_cross_entropy_with_logits(logits, y))
+    """
+    return _one("sigmoid_cross_entropy_with_logits", {"X": [x], "Label": [label]}, "Out",
+                {"ignore_index": int(ignore_index), "normalize": bool(normalize)}, x.dtype, name)
+
+
+def log_loss(input: Variable, label: Variable, epsilon: float = 1e-4,
+             name: str | None = None) -> Variable:
+    """``-label*log(input+eps) - (1-label)*log(1-input+eps)`` for probabilities ``input``.
+
+    Example::
+
+        loss = fluid.layers.log_loss(fluid.layers.sigmoid(logit), label)
+    """
+    return _one("log_loss", {"Predicted": [input], "Labels": [label]}, "Loss",
+                {"epsilon": float(epsilon)}, input.dtype, name)
+
+
+def huber_loss(input: Variable, label: Variable, delta: float) -> Variable:
+    """``0.5 r²`` where ``|r| <= delta``, else ``delta (|r| - delta/2)``, ``r = label - input``.
+
+    Example::
+
+        loss = fluid.layers.mean(fluid.layers.huber_loss(pred, y, delta=1.0))
+    """
+    return _one("huber_loss", {"X": [input], "Y": [label]}, "Out", {"delta": float(delta)},
+                input.dtype, extra=("Residual",))
+
+
+def label_smooth(label: Variable, prior_dist: Variable | None = None, epsilon: float = 0.1,
+                 dtype: str = "float32", name: str | None = None) -> Variable:
+    """``(1 - epsilon) * label + epsilon * prior`` (uniform ``1/classes`` by default) for
+    one-hot ``label``.
+
+    Example::
+
+        soft = fluid.layers.label_smooth(fluid.layers.one_hot(y, depth=10), epsilon=0.1)
+    """
+    inputs = {"X": [label]}
+    if prior_dist is not None:
+        inputs["PriorDist"] = [prior_dist]
+    return _one("label_smooth", inputs, "Out", {"epsilon": float(epsilon)}, label.dtype, name)

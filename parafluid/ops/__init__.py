@@ -5,6 +5,8 @@ from . import activation
 from . import clip
 from . import comm
 from . import fused
+from . import index
+from . import logic
 from . import loss
 from . import lr
 from . import math

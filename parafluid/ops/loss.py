@@ -306,3 +306,125 @@ register_op("auc", inputs=("Predict", "Label", "StatPos", "StatNeg"),
             outputs=("AUC", "StatPosOut", "StatNegOut"),
             attrs={"curve": "ROC", "num_thresholds": 4095, "slide_steps": 1},
             infer_shape=_auc_shape, kernel=_auc)
+
+# ----------------------------------------------------------------------------- sigmoid CE
+
+
+def _same_shape(op: str, x: Meta, label: Meta) -> None:
+    if len(x.shape) != len(label.shape) or any(
+            a != b and -1 not in (a, b) for a, b in zip(x.shape, label.shape)):
+        raise ValueError(f"{op}: Label {list(label.shape)} must have the shape of X "
+                         f"{list(x.shape)}")
+
+
+def _sigmoid_ce_shape(ins: dict, attrs: dict) -> dict:
+    _same_shape("sigmoid_cross_entropy_with_logits", ins["X"], ins["Label"])
+    return {"Out": ins["X"]}
+
+
+def _sigmoid_ce_valid(label: torch.Tensor, attrs: dict, x: torch.Tensor) -> tuple:
+    valid = (label != attrs["ignore_index"]).to(x.dtype)
+    norm = valid.sum().clamp(min=1.0) if attrs["normalize"] else None
+    return valid, norm
+
+
+def _sigmoid_ce(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # max(x, 0) - x*z + log(1 + exp(-|x|)): exact and overflow-free for any logit
+    x, z = ins["X"], ins["Label"]
+    loss = x.clamp(min=0) - x * z + torch.log1p(torch.exp(-x.abs()))
+    valid, norm = _sigmoid_ce_valid(z, attrs, x)
+    loss = loss * valid
+    return {"Out": loss / norm if norm is not None else loss}
+
+
+def _sigmoid_ce_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, z, d = ins["X"], ins["Label"], ins["Out@GRAD"]
+    valid, norm = _sigmoid_ce_valid(z, attrs, x)
+    g = (torch.sigmoid(x) - z) * valid * d
+    return {"X@GRAD": g / norm if norm is not None else g}
+
+
+register_op("sigmoid_cross_entropy_with_logits", inputs=("X", "Label"), outputs=("Out",),
+            attrs={"ignore_index": -100, "normalize": False},
+            infer_shape=_sigmoid_ce_shape, kernel=_sigmoid_ce, grad_kernel=_sigmoid_ce_grad,
+            grad_uses=("X", "Label"), no_grad_inputs=("Label",))
+
+# ----------------------------------------------------------------------------- log_loss
+
+
+def _log_loss_shape(ins: dict, attrs: dict) -> dict:
+    _same_shape("log_loss", ins["Predicted"], ins["Labels"])
+    return {"Loss": ins["Predicted"]}
+
+
+def _log_loss(ins: dict, attrs: dict, ctx: Any) -> dict:
+    p, y, eps = ins["Predicted"], ins["Labels"], attrs["epsilon"]
+    return {"Loss": -y * torch.log(p + eps) - (1 - y) * torch.log(1 - p + eps)}
+
+
+def _log_loss_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    p, y, d, eps = ins["Predicted"], ins["Labels"], ins["Loss@GRAD"], attrs["epsilon"]
+    return {"Predicted@GRAD": d * (-y / (p + eps) + (1 - y) / (1 - p + eps))}
+
+
+register_op("log_loss", inputs=("Predicted", "Labels"), outputs=("Loss",),
+            attrs={"epsilon": 1e-4}, infer_shape=_log_loss_shape, kernel=_log_loss,
+            grad_kernel=_log_loss_grad, grad_uses=("Predicted", "Labels"),
+            no_grad_inputs=("Labels",))
+
+# ----------------------------------------------------------------------------- huber_loss
+
+
+def _huber_shape(ins: dict, attrs: dict) -> dict:
+    _same_shape("huber_loss", ins["X"], ins["Y"])
+    return {"Out": ins["X"], "Residual": ins["X"]}
+
+
+def _huber(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # r = y - x;  0.5 r² where |r| <= delta, else delta (|r| - delta/2)
+    r = ins["Y"] - ins["X"]
+    delta = attrs["delta"]
+    out = torch.where(r.abs() <= delta, 0.5 * r * r, delta * (r.abs() - 0.5 * delta))
+    return {"Out": out, "Residual": r}
+
+
+def _huber_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    r, d, delta = ins["Residual"], ins["Out@GRAD"], attrs["delta"]
+    dr = d * r.clamp(-delta, delta)
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = -dr
+    if "Y" in ctx.need:
+        out["Y@GRAD"] = dr
+    return out
+
+
+register_op("huber_loss", inputs=("X", "Y"), outputs=("Out", "Residual"),
+            attrs={"delta": 1.0}, infer_shape=_huber_shape, kernel=_huber,
+            grad_kernel=_huber_grad, grad_uses=("Residual",),
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Residual"],
+                                                 "Y@GRAD": ins["Residual"]})
+
+# ----------------------------------------------------------------------------- label_smooth
+
+
+def _label_smooth_shape(ins: dict, attrs: dict) -> dict:
+    x, prior = ins["X"], ins.get("PriorDist")
+    if prior is not None and prior.shape[-1] not in (x.shape[-1], -1):
+        raise ValueError(f"label_smooth: PriorDist {list(prior.shape)} must have the "
+                         f"{x.shape[-1]} classes of X")
+    return {"Out": x}
+
+
+def _label_smooth(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, prior, eps = ins["X"], ins.get("PriorDist"), attrs["epsilon"]
+    smooth = prior.reshape(-1) if prior is not None else 1.0 / x.shape[-1]
+    return {"Out": (1.0 - eps) * x + eps * smooth}
+
+
+register_op("label_smooth", inputs=("X", "PriorDist?"), outputs=("Out",),
+            attrs={"epsilon": 0.0}, infer_shape=_label_smooth_shape, kernel=_label_smooth,
+            grad_kernel=lambda ins, attrs, ctx: {
+                "X@GRAD": ins["Out@GRAD"] * (1.0 - attrs["epsilon"])},
+            grad_uses=(), no_grad_inputs=("PriorDist",),
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]})

@@ -394,7 +394,8 @@ _SHARE_LOD += [(f"elementwise_{k}", "X", ("Out",))
 _SHARE_LOD += [(act, "X", ("Out",)) for act in (
     "relu", "sigmoid", "tanh", "exp", "sqrt", "reciprocal", "log", "square", "abs", "sin",
     "cos", "softplus", "softsign", "logsigmoid", "leaky_relu", "relu6", "elu", "hard_sigmoid",
-    "swish", "pow", "sign", "floor", "ceil", "round")]
+    "swish", "pow", "sign", "floor", "ceil", "round", "gelu", "selu", "brelu", "soft_relu",
+    "hard_shrink", "thresholded_relu", "stanh")]
 
 for _op, _src, _dsts in _SHARE_LOD:
     share_lod(_op, _src, _dsts)

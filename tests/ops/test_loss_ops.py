@@ -184,3 +184,41 @@ def test_loss_layers_build_and_compute():
     types = [op.type for op in main.global_block().ops]
     assert types == ["square_error_cost", "softmax_with_cross_entropy",
                      "cross_entropy", "accuracy"]
+
+
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+LOGITS = rand(4, 3, low=-3, high=3, seed=21)
+TARGET = rand(4, 3, low=0, high=1, seed=22)
+TARGET_IGN = TARGET.copy()
+TARGET_IGN[1, 2] = -100
+EXTRA_CASES = [
+    OpCase("sigmoid_cross_entropy_with_logits", {"X": LOGITS, "Label": TARGET},
+           ref=lambda X, Label: {"Out": -Label * np.log(_sig(X)) - (1 - Label) * np.log(
+               1 - _sig(X))}, grad=["X"]),
+    OpCase("sigmoid_cross_entropy_with_logits", {"X": LOGITS, "Label": TARGET_IGN},
+           attrs={"normalize": True},
+           ref=lambda X, Label: {"Out": np.where(
+               Label == -100, 0.0, -Label * np.log(_sig(X)) - (1 - Label) * np.log(
+                   1 - _sig(X))) / 11}, grad=["X"], id="sigmoid_ce_ignore_normalize"),
+    OpCase("log_loss", {"Predicted": _sig(LOGITS), "Labels": TARGET}, attrs={"epsilon": 1e-4},
+           ref=lambda Predicted, Labels: {"Loss": -Labels * np.log(Predicted + 1e-4) - (
+               1 - Labels) * np.log(1 - Predicted + 1e-4)}, grad=["Predicted"]),
+    OpCase("huber_loss", {"X": LOGITS, "Y": rand(4, 3, low=-3, high=3, seed=23)},
+           attrs={"delta": 1.0},
+           ref=lambda X, Y: {"Out": np.where(np.abs(Y - X) <= 1.0, 0.5 * (Y - X) ** 2,
+                                             np.abs(Y - X) - 0.5), "Residual": Y - X},
+           grad=["X", "Y"], grad_outputs=["Out"]),
+    OpCase("label_smooth", {"X": np.eye(4)[[0, 2, 3]]}, attrs={"epsilon": 0.1},
+           ref=lambda X: {"Out": 0.9 * X + 0.025}, grad=["X"]),
+    OpCase("label_smooth", {"X": np.eye(3)[[0, 2]], "PriorDist": np.array([[0.5, 0.3, 0.2]])},
+           attrs={"epsilon": 0.2}, ref=lambda X, PriorDist: {"Out": 0.8 * X + 0.2 * PriorDist},
+           grad=["X"], id="label_smooth_prior"),
+]
+
+
+@pytest.mark.parametrize("case", EXTRA_CASES, ids=str)
+def test_more_loss_ops(case):
+    check_op(case)

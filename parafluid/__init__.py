@@ -59,7 +59,7 @@ from .runtime import OpRunError
 from .scope import LoDTensor, Scope, global_scope, scope_guard
 from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
 from . import compiler, core, metrics, nets  # noqa: F401  (Fluid 1.6 import spellings)
-from .data_layer import data
+from .data_layer import data, embedding
 from .lod import create_lod_tensor, create_random_int_lodtensor
 from .data_feeder import DataFeeder
 from .dataloader import DataLoader
@@ -76,7 +76,7 @@ __all__ = [
     "layers", "optimizer", "initializer", "regularizer", "clip", "backward", "unique_name",
     "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy",
     "io", "DataFeeder", "DataLoader", "batch",
-    "compiler", "core", "metrics", "nets", "data", "create_lod_tensor",
+    "compiler", "core", "metrics", "nets", "data", "embedding", "create_lod_tensor",
     "create_random_int_lodtensor",
 ]
 

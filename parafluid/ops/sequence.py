@@ -371,6 +371,7 @@ register_op("sequence_conv", inputs=("X", "Filter", "PaddingData?"), outputs=("O
 # op type, the input whose LoD passes on, the outputs that get it (Fluid's ShareLoD)
 _SHARE_LOD: list[tuple[str, str, tuple[str, ...]]] = [
     ("lookup_table", "Ids", ("Out",)),
+    ("lookup_table_v2", "Ids", ("Out",)),
     ("mul", "X", ("Out",)),
     ("sum", "X", ("Out",)),
     ("concat", "X", ("Out",)),

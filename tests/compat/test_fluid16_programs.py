@@ -181,7 +181,7 @@ def test_sentiment_convolution_net_over_lod_ids():
         samples.append((ids.tolist(), [int(positive)]))
 
     def convolution_net(data, label):
-        emb = fluid.layers.embedding(input=data, size=[dict_dim, emb_dim], is_sparse=True)
+        emb = fluid.embedding(input=data, size=[dict_dim, emb_dim], is_sparse=True)
         conv_3 = fluid.nets.sequence_conv_pool(input=emb, num_filters=hid_dim, filter_size=3,
                                                act="tanh", pool_type="sqrt")
         conv_4 = fluid.nets.sequence_conv_pool(input=emb, num_filters=hid_dim, filter_size=4,

@@ -64,9 +64,6 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
     "layers.DynamicRNN": ("DynamicRNN", "not ported yet; use sequence ops over LoD inputs"),
     "layers.beam_search": ("beam search decoding", "not ported"),
     "layers.beam_search_decode": ("beam search decoding", "not ported"),
-    "layers.dynamic_lstm": ("dynamic_lstm", "not ported yet; sequence_conv + sequence_pool "
-                            "cover convolutional text models"),
-    "layers.dynamic_gru": ("dynamic_gru", "not ported yet"),
     "layers.linear_chain_crf": ("linear_chain_crf", "not ported"),
     "layers.crf_decoding": ("crf_decoding", "not ported"),
     "layers.warpctc": ("warpctc", "not ported"),

@@ -20,7 +20,8 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax",
-           "sequence_expand", "sequence_concat", "sequence_reshape", "sequence_conv"]
+           "sequence_expand", "sequence_concat", "sequence_reshape", "sequence_conv",
+           "dynamic_lstm", "dynamic_gru"]
 
 
 def _check(layer: str, arg: str, x: Any) -> None:
@@ -165,3 +166,74 @@ def sequence_conv(input: Variable, num_filters: int, filter_size: int = 3,
     pre_bias.lod_level = _lod_level(input)
     pre_act = helper.append_bias_op(pre_bias)
     return helper.append_activation(pre_act)
+
+
+def dynamic_lstm(input: Variable, size: int, h_0: Variable | None = None,
+                 c_0: Variable | None = None, param_attr: Any = None, bias_attr: Any = None,
+                 use_peepholes: bool = True, is_reverse: bool = False,
+                 gate_activation: str = "sigmoid", cell_activation: str = "tanh",
+                 candidate_activation: str = "tanh", dtype: str = "float32",
+                 name: str | None = None) -> tuple[Variable, Variable]:
+    """An LSTM over each sequence of ``input`` (already projected: ``[steps, size]`` with
+    ``size = 4 * D``). Returns ``(hidden, cell)``, both ``[steps, D]`` with the input's LoD.
+
+    Example::
+
+        proj = fluid.layers.fc(input=emb, size=4 * 64)
+        hidden, cell = fluid.layers.dynamic_lstm(input=proj, size=4 * 64)
+        last = fluid.layers.sequence_last_step(hidden)
+    """
+    _check("dynamic_lstm", "input", input)
+    if size % 4:
+        raise ValueError(f"dynamic_lstm: size must be 4 * hidden size, got {size}")
+    d = size // 4
+    helper = LayerHelper("lstm", param_attr=param_attr, bias_attr=bias_attr, name=name)
+    w = helper.create_parameter(helper.param_attr, [d, 4 * d], dtype)
+    b = helper.create_parameter(helper.bias_attr, [1, 7 * d if use_peepholes else 4 * d],
+                                dtype, is_bias=True)
+    if b is None:
+        raise ValueError("dynamic_lstm: the LSTM needs its bias; do not pass bias_attr=False")
+    hidden = helper.create_variable_for_type_inference(dtype)
+    cell = helper.create_variable_for_type_inference(dtype)
+    inputs: dict[str, Any] = {"Input": [input], "Weight": [w], "Bias": [b]}
+    if h_0 is not None:
+        inputs["H0"] = [h_0]
+    if c_0 is not None:
+        inputs["C0"] = [c_0]
+    helper.append_op("lstm", inputs=inputs, outputs={"Hidden": [hidden], "Cell": [cell]},
+                     attrs={"use_peepholes": use_peepholes, "is_reverse": is_reverse,
+                            "gate_activation": gate_activation,
+                            "cell_activation": cell_activation,
+                            "candidate_activation": candidate_activation})
+    hidden.lod_level = cell.lod_level = _lod_level(input)
+    return hidden, cell
+
+
+def dynamic_gru(input: Variable, size: int, param_attr: Any = None, bias_attr: Any = None,
+                is_reverse: bool = False, gate_activation: str = "sigmoid",
+                candidate_activation: str = "tanh", h_0: Variable | None = None,
+                origin_mode: bool = False) -> Variable:
+    """A GRU over each sequence of ``input`` (already projected: ``[steps, 3 * size]``).
+    Returns the hidden states ``[steps, size]`` with the input's LoD.
+
+    Example::
+
+        proj = fluid.layers.fc(input=emb, size=3 * 64)
+        hidden = fluid.layers.dynamic_gru(input=proj, size=64)
+    """
+    _check("dynamic_gru", "input", input)
+    helper = LayerHelper("gru", param_attr=param_attr, bias_attr=bias_attr)
+    dtype = input.dtype
+    w = helper.create_parameter(helper.param_attr, [size, 3 * size], dtype)
+    b = helper.create_parameter(helper.bias_attr, [1, 3 * size], dtype, is_bias=True)
+    hidden = helper.create_variable_for_type_inference(dtype)
+    inputs: dict[str, Any] = {"Input": [input], "Weight": [w]}
+    if b is not None:
+        inputs["Bias"] = [b]
+    if h_0 is not None:
+        inputs["H0"] = [h_0]
+    helper.append_op("gru", inputs=inputs, outputs={"Hidden": [hidden]},
+                     attrs={"is_reverse": is_reverse, "gate_activation": gate_activation,
+                            "activation": candidate_activation, "origin_mode": origin_mode})
+    hidden.lod_level = _lod_level(input)
+    return hidden

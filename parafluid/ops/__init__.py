@@ -14,6 +14,7 @@ from . import nn
 from . import norm
 from . import optimizer
 from . import reduce
+from . import rnn
 from . import sync_norm
 from . import tensor
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above

@@ -58,7 +58,7 @@ from .place import (
 from .runtime import OpRunError
 from .scope import LoDTensor, Scope, global_scope, scope_guard
 from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
-from . import compiler, core, metrics, nets  # noqa: F401  (Fluid 1.6 import spellings)
+from . import compiler, core, lod, metrics, nets  # noqa: F401  (Fluid 1.6 spellings)
 from .data_layer import data, embedding
 from .lod import create_lod_tensor, create_random_int_lodtensor
 from .data_feeder import DataFeeder

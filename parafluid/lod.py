@@ -28,8 +28,9 @@ import torch
 
 from .scope import LoDTensor
 
-__all__ = ["create_lod_tensor", "create_random_int_lodtensor", "lengths_to_offsets",
-           "offsets_to_lengths", "attach_lod", "get_lod", "require_lod", "lod_feed_tensor"]
+__all__ = ["create_lod_tensor", "create_random_int_lodtensor", "split_by_sequences",
+           "lengths_to_offsets", "offsets_to_lengths", "attach_lod", "get_lod", "require_lod",
+           "lod_feed_tensor"]
 
 LOD_ATTR = "_parafluid_lod"  # the attribute of a run-time tensor holding its LoD
 
@@ -118,6 +119,42 @@ def create_random_int_lodtensor(recursive_seq_lens: Sequence[Sequence[int]],
     rows = sum(int(n) for n in recursive_seq_lens[-1])
     data = np.random.randint(low, high + 1, size=[rows, *base_shape]).astype("int64")
     return create_lod_tensor(data, recursive_seq_lens, place)
+
+
+def split_by_sequences(tensor: LoDTensor, parts: int) -> list[LoDTensor]:
+    """Cut a one-level LoDTensor into ``parts`` LoDTensors of whole sequences (``n // parts``
+    sequences each, the last part also the remainder), e.g. one per device.
+
+    A data-parallel run fed a dict splits every array by rows, which cuts sequences apart;
+    feed a list of one dict per device built with this instead.
+
+    Example::
+
+        words = fluid.create_lod_tensor([[1, 2], [3], [4, 5, 6], [7]], [[2, 1, 3, 1]], None)
+        per_device = fluid.lod.split_by_sequences(words, 2)      # 2 + 2 sequences
+        exe.run(compiled, feed=[{"words": w, "label": l} for w, l in zip(per_device, labels)])
+    """
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"split_by_sequences: parts must be a positive int, got {parts!r}")
+    lod = tensor.lod()
+    if len(lod) != 1:
+        raise ValueError(f"split_by_sequences: needs a tensor with one LoD level, got "
+                         f"{len(lod)} levels")
+    offsets = lod[0]
+    n = len(offsets) - 1
+    if n < parts:
+        raise ValueError(f"split_by_sequences: {n} sequences cannot be split over {parts} "
+                         "parts; use fewer devices or a larger batch")
+    arr = np.array(tensor)
+    k = n // parts
+    bounds = [i * k for i in range(parts)] + [n]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        piece = LoDTensor()
+        piece.set(arr[offsets[a]:offsets[b]])
+        piece.set_lod([[o - offsets[a] for o in offsets[a:b + 1]]])
+        out.append(piece)
+    return out
 
 
 # ----------------------------------------------------------------------------- run time

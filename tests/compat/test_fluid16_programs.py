@@ -5,6 +5,7 @@ with only the import line changed and synthetic readers of the real data's shape
 import os
 
 import numpy as np
+import pytest
 
 import parafluid as fluid
 
@@ -270,3 +271,55 @@ def test_compiled_program_with_compiler_and_core_imports():
                     scope=scope)
         results.append(np.array(scope.find_var("fc_1.w_0").get_tensor()))
     np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6)
+
+
+def test_lod_feeds_on_two_devices_match_one_device():
+    """Sequences split over devices by whole sequences (fluid.lod.split_by_sequences and a
+    list feed) train exactly as one device on the whole batch."""
+    from parafluid import compiler
+
+    rng = np.random.RandomState(4)
+    lengths = [3, 1, 4, 2, 2, 5]
+    ids = rng.randint(0, 12, (sum(lengths), 1)).astype("int64")
+    labels = rng.randint(0, 2, (6, 1)).astype("int64")
+
+    def build():
+        main, startup = fluid.Program(), fluid.Program()
+        startup.random_seed = 9
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            words = fluid.data(name="words", shape=[None, 1], dtype="int64", lod_level=1)
+            label = fluid.data(name="label", shape=[None, 1], dtype="int64")
+            emb = fluid.layers.embedding(words, size=[12, 6])
+            pooled = fluid.layers.sequence_pool(emb, "sum")
+            prob = fluid.layers.fc(pooled, size=2, act="softmax")
+            # a sum over the batch, so that the devices' gradients add up to the whole's
+            loss = fluid.layers.reduce_sum(fluid.layers.cross_entropy(prob, label))
+            fluid.optimizer.SGD(learning_rate=0.1).minimize(loss)
+        return main, startup, loss
+
+    words = fluid.create_lod_tensor(ids, [lengths], fluid.CPUPlace())
+    weights = []
+    for devices in (1, 2):
+        main, startup, loss = build()
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        if devices == 1:
+            program, feed = main, {"words": words, "label": labels}
+        else:
+            strategy = compiler.BuildStrategy()
+            strategy.gradient_scale_strategy = \
+                compiler.BuildStrategy.GradientScaleStrategy.One
+            program = compiler.CompiledProgram(main).with_data_parallel(
+                loss_name=loss.name, build_strategy=strategy, places=fluid.cpu_places(2))
+            parts = fluid.lod.split_by_sequences(words, 2)
+            assert [p.recursive_sequence_lengths() for p in parts] == [[[3, 1, 4]], [[2, 2, 5]]]
+            feed = [{"words": parts[0], "label": labels[:3]},
+                    {"words": parts[1], "label": labels[3:]}]
+            # a dict feed would be cut by rows, through sequences: refused, not mis-pooled
+            with pytest.raises(Exception, match="carries no sequence information"):
+                exe.run(program, feed={"words": words, "label": labels},
+                        fetch_list=[loss.name], scope=scope)
+        for _ in range(3):
+            exe.run(program, feed=feed, fetch_list=[loss.name], scope=scope)
+        weights.append(np.array(scope.find_var("fc_0.w_0").get_tensor()))
+    np.testing.assert_allclose(weights[1], weights[0], rtol=1e-5, atol=1e-6)

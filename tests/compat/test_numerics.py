@@ -134,3 +134,22 @@ def test_fetched_losses_convert_with_float_and_int():
     assert isinstance(loss, np.ndarray) and type(rows) is np.ndarray  # [2]: a plain array
     with pytest.raises(TypeError):
         float(rows)
+
+
+def test_save_inference_model_not_for_deployment_keeps_the_whole_program(tmp_path):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[None, 4], dtype="float32")
+        y = fluid.data(name="y", shape=[None, 1], dtype="float32")
+        pred = fluid.layers.fc(x, 1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        fluid.optimizer.Adam(0.01).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    names = fluid.io.save_inference_model(str(tmp_path), ["x"], [pred], exe, main_program=main,
+                                          export_for_deployment=False, scope=scope)
+    assert names == ["save_infer_model/scale_0"]
+    data = (tmp_path / "__model__.main_program").read_bytes()
+    program, feeds, fetches = fluid.io.decode_model(data)
+    types = [op.type for op in program.global_block().ops]
+    assert "adam" in types and types[-1] == "scale" and fetches == names

@@ -3,11 +3,14 @@ accuracy."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy",
-           "auc", "sigmoid_cross_entropy_with_logits", "log_loss", "huber_loss", "label_smooth"]
+           "auc", "sigmoid_cross_entropy_with_logits", "log_loss", "huber_loss", "label_smooth",
+           "hsigmoid"]
 
 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
@@ -208,3 +211,34 @@ def label_smooth(label: Variable, prior_dist: Variable | None = None, epsilon: f
     if prior_dist is not None:
         inputs["PriorDist"] = [prior_dist]
     return _one("label_smooth", inputs, "Out", {"epsilon": float(epsilon)}, label.dtype, name)
+
+
+def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any = None,
+             bias_attr: Any = None, name: str | None = None, path_table: Variable | None = None,
+             path_code: Variable | None = None, is_custom: bool = False,
+             is_sparse: bool = False) -> Variable:
+    """Hierarchical sigmoid loss over Fluid's default complete binary tree of
+    ``num_classes`` leaves: ``[N, 1]``, a sum of binary cross entropies along the label's
+    path (``log2(num_classes)`` terms instead of a softmax over every class).
+
+    Example::
+
+        cost = fluid.layers.hsigmoid(input=hidden, label=next_word, num_classes=dict_size)
+    """
+    if is_custom or path_table is not None or path_code is not None:
+        raise ValueError("hsigmoid: custom trees (is_custom, path_table, path_code) are not "
+                         "supported; use the default tree")
+    helper = LayerHelper("hierarchical_sigmoid", param_attr=param_attr, bias_attr=bias_attr,
+                         name=name)
+    dtype = input.dtype
+    w = helper.create_parameter(helper.param_attr, [num_classes - 1, input.shape[-1]], dtype)
+    inputs: dict[str, Any] = {"X": [input], "W": [w], "Label": [label]}
+    b = helper.create_parameter(helper.bias_attr, [num_classes - 1, 1], dtype, is_bias=True)
+    if b is not None:
+        inputs["Bias"] = [b]
+    out = helper.create_variable_for_type_inference(dtype)
+    pre = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("hierarchical_sigmoid", inputs=inputs,
+                     outputs={"Out": [out], "PreOut": [pre]},
+                     attrs={"num_classes": int(num_classes), "is_sparse": is_sparse})
+    return out

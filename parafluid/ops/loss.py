@@ -428,3 +428,84 @@ register_op("label_smooth", inputs=("X", "PriorDist?"), outputs=("Out",),
                 "X@GRAD": ins["Out@GRAD"] * (1.0 - attrs["epsilon"])},
             grad_uses=(), no_grad_inputs=("PriorDist",),
             grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]})
+
+# ----------------------------------------------------------------------------- hsigmoid
+
+
+def _hsig_shape(ins: dict, attrs: dict) -> dict:
+    x, w, label = ins["X"], ins["W"], ins["Label"]
+    classes = int(attrs["num_classes"])
+    if classes < 2:
+        raise ValueError(f"hierarchical_sigmoid: num_classes must be >= 2, got {classes}")
+    if tuple(w.shape) != (classes - 1, x.shape[-1]):
+        raise ValueError(f"hierarchical_sigmoid: W must be [num_classes - 1, D] = "
+                         f"[{classes - 1}, {x.shape[-1]}], got {list(w.shape)}")
+    if label.dtype not in ("int64", "int32"):
+        raise TypeError(f"hierarchical_sigmoid: Label must be int64 class ids, got "
+                        f"{label.dtype}")
+    if ins.get("PathTable") is not None or ins.get("PathCode") is not None:
+        raise ValueError("hierarchical_sigmoid: custom trees (PathTable/PathCode) are not "
+                         "supported; use the default complete binary tree")
+    return {"Out": Meta((x.shape[0], 1), x.dtype),
+            "PreOut": Meta((x.shape[0], (classes - 1).bit_length()), x.dtype)}
+
+
+def _hsig_paths(label: torch.Tensor, classes: int) -> tuple:
+    """Fluid's default tree: class c is the leaf c + classes of a heap; its path visits the
+    inner nodes ``(code >> (j + 1)) - 1`` with branch bits ``code & (1 << j)``."""
+    length = (classes - 1).bit_length()
+    code = label.reshape(-1, 1).long() + classes
+    j = torch.arange(length, device=label.device).reshape(1, -1)
+    valid = j < (torch.floor(torch.log2(code.double())).long())
+    index = torch.where(valid, (code >> (j + 1)) - 1, torch.zeros_like(code))
+    bits = ((code >> j) & 1).bool() & valid
+    return index, bits, valid
+
+
+def _hsig_pre(ins: dict, attrs: dict) -> tuple:
+    x, w, bias = ins["X"], ins["W"], ins.get("Bias")
+    label = ins["Label"]
+    classes = int(attrs["num_classes"])
+    if label.numel() and (int(label.min()) < 0 or int(label.max()) >= classes):
+        raise ValueError(f"hierarchical_sigmoid: a label is out of range for {classes} classes")
+    index, bits, valid = _hsig_paths(label, classes)
+    pre = torch.einsum("nld,nd->nl", w[index], x)
+    if bias is not None:
+        pre = pre + bias.reshape(-1)[index]
+    pre = torch.where(valid, pre.clamp(-40.0, 40.0), torch.zeros_like(pre))
+    return pre, index, bits.to(x.dtype), valid
+
+
+def _hsig(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # NOTE: as Fluid, a path shorter than the longest adds softplus(0) = log 2 for each
+    # missing node: a constant that carries no gradient.
+    pre, _, bits, _ = _hsig_pre(ins, attrs)
+    out = torch.nn.functional.softplus(pre).sum(1, keepdim=True) - \
+        (bits * pre).sum(1, keepdim=True)
+    return {"Out": out, "PreOut": pre}
+
+
+def _hsig_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, w, dout = ins["X"], ins["W"], ins["Out@GRAD"]
+    pre, index, bits, valid = _hsig_pre(ins, attrs)
+    dpre = (torch.sigmoid(pre) - bits) * valid * dout
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = torch.einsum("nl,nld->nd", dpre, w[index])
+    if "W" in ctx.need:
+        rows = dpre.unsqueeze(-1) * x.unsqueeze(1)  # [N, L, D]
+        out["W@GRAD"] = torch.zeros_like(w).index_add_(
+            0, index.reshape(-1), rows.reshape(-1, w.shape[1]))
+    if "Bias" in ctx.need:
+        bias = ins["Bias"]
+        out["Bias@GRAD"] = torch.zeros_like(bias.reshape(-1)).index_add_(
+            0, index.reshape(-1), dpre.reshape(-1)).reshape(bias.shape)
+    return out
+
+
+register_op("hierarchical_sigmoid",
+            inputs=("X", "W", "Label", "PathTable?", "PathCode?", "Bias?"),
+            outputs=("Out", "PreOut"), attrs={"num_classes": 2, "is_sparse": False},
+            infer_shape=_hsig_shape, kernel=_hsig, grad_kernel=_hsig_grad,
+            grad_uses=("X", "W", "Label", "Bias"),
+            no_grad_inputs=("Label", "PathTable", "PathCode"))

@@ -222,3 +222,55 @@ EXTRA_CASES = [
 @pytest.mark.parametrize("case", EXTRA_CASES, ids=str)
 def test_more_loss_ops(case):
     check_op(case)
+
+
+def hsig_ref(X, W, Label, Bias, attrs):
+    """Fluid's default tree, written out: leaf c + C of a heap, nodes (code >> (j+1)) - 1."""
+    classes = attrs["num_classes"]
+    length = (classes - 1).bit_length()
+    out, pre_out = np.zeros((X.shape[0], 1)), np.zeros((X.shape[0], length))
+    for i, c in enumerate(Label[:, 0]):
+        code = int(c) + classes
+        for j in range(code.bit_length() - 1):
+            node, bit = (code >> (j + 1)) - 1, (code >> j) & 1
+            pre = np.clip(W[node] @ X[i] + Bias[node, 0], -40, 40)
+            pre_out[i, j] = pre
+            out[i] -= bit * pre
+        out[i] += np.log1p(np.exp(pre_out[i])).sum()  # padding adds log 2, as Fluid
+    return {"Out": out, "PreOut": pre_out}
+
+
+HSIG_CASES = [
+    OpCase("hierarchical_sigmoid",
+           {"X": rand(5, 4, seed=31), "W": rand(5, 4, seed=32),
+            "Label": np.array([[0], [5], [3], [2], [5]], "int64"), "Bias": rand(5, 1, seed=33)},
+           attrs={"num_classes": 6}, ref=hsig_ref, grad=["X", "W", "Bias"],
+           grad_outputs=["Out"]),
+]
+
+
+@pytest.mark.parametrize("case", HSIG_CASES, ids=str)
+def test_hsigmoid_op(case):
+    check_op(case)
+
+
+def test_hsigmoid_layer_trains_word_prediction():
+    rng = np.random.RandomState(0)
+    x = rng.normal(size=(32, 8)).astype("float32")
+    y = (np.abs(x[:, :3]).argmax(1) * 2 + (x[:, 0] > 0)).reshape(-1, 1).astype("int64")
+
+    def build():
+        xv = fluid.layers.data(name="x", shape=[8], dtype="float32")
+        yv = fluid.layers.data(name="y", shape=[1], dtype="int64")
+        cost = fluid.layers.mean(fluid.layers.hsigmoid(input=xv, label=yv, num_classes=6))
+        fluid.optimizer.Adam(learning_rate=0.1).minimize(cost)
+        return [cost]
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        cost = build()[0]
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed={"x": x, "y": y}, fetch_list=[cost], scope=scope)[0])
+              for _ in range(30)]
+    assert losses[-1] < losses[0] * 0.6, losses

@@ -28,8 +28,8 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
                       "parafluid is static-graph only: build a Program with fluid.layers and "
                       "run it with fluid.Executor (or use PyTorch directly for eager code)"),
     "fluid.incubate": ("the incubate package (fleet)",
-                       "use fluid.CompiledProgram(...).with_data_parallel (BuildStrategy "
-                       "num_trainers/trainer_id across processes)"),
+                       "for several devices in one process use "
+                       "fluid.CompiledProgram(...).with_data_parallel"),
     "fluid.contrib": ("contrib (slim, mixed precision decorators, quantization)",
                       "not ported; for float16 training cast explicitly with fluid.layers.cast"),
     "fluid.inference": ("the C++ inference API",

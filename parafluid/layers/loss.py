@@ -10,7 +10,7 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy",
            "auc", "sigmoid_cross_entropy_with_logits", "log_loss", "huber_loss", "label_smooth",
-           "hsigmoid"]
+           "hsigmoid", "nce"]
 
 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
@@ -242,3 +242,41 @@ def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any
                      outputs={"Out": [out], "PreOut": [pre]},
                      attrs={"num_classes": int(num_classes), "is_sparse": is_sparse})
     return out
+
+
+def nce(input: Variable, label: Variable, num_total_classes: int,
+        sample_weight: Variable | None = None, param_attr: Any = None, bias_attr: Any = None,
+        num_neg_samples: int | None = None, name: str | None = None, sampler: str = "uniform",
+        custom_dist: Any = None, seed: int = 0, is_sparse: bool = False) -> Variable:
+    """Noise-contrastive estimation loss ``[N, 1]``: each row's true class against
+    ``num_neg_samples`` (default 10) classes drawn from ``sampler`` ("uniform" or
+    "log_uniform"). A non-zero ``seed`` draws the same negatives on every run.
+
+    Example::
+
+        cost = fluid.layers.nce(input=hidden, label=next_word, num_total_classes=dict_size,
+                                num_neg_samples=5)
+    """
+    if custom_dist is not None or sampler == "custom_dist":
+        raise ValueError("nce: sampler='custom_dist' is not supported; use 'uniform' or "
+                         "'log_uniform'")
+    helper = LayerHelper("nce", param_attr=param_attr, bias_attr=bias_attr, name=name)
+    dtype = input.dtype
+    w = helper.create_parameter(helper.param_attr, [num_total_classes, input.shape[-1]], dtype)
+    inputs: dict[str, Any] = {"Input": [input], "Label": [label], "Weight": [w]}
+    b = helper.create_parameter(helper.bias_attr, [num_total_classes, 1], dtype, is_bias=True)
+    if b is not None:
+        inputs["Bias"] = [b]
+    if sample_weight is not None:
+        inputs["SampleWeight"] = [sample_weight]
+    cost = helper.create_variable_for_type_inference(dtype)
+    logits = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    labels = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("nce", inputs=inputs,
+                     outputs={"Cost": [cost], "SampleLogits": [logits],
+                              "SampleLabels": [labels]},
+                     attrs={"num_total_classes": int(num_total_classes),
+                            "num_neg_samples": 10 if num_neg_samples is None
+                            else int(num_neg_samples),
+                            "sampler": sampler, "seed": int(seed), "is_sparse": is_sparse})
+    return cost

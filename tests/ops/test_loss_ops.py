@@ -274,3 +274,34 @@ def test_hsigmoid_layer_trains_word_prediction():
     losses = [float(exe.run(main, feed={"x": x, "y": y}, fetch_list=[cost], scope=scope)[0])
               for _ in range(30)]
     assert losses[-1] < losses[0] * 0.6, losses
+
+
+def nce_check(got, attrs):
+    """The cost from the returned samples (random negatives), as Fluid defines it."""
+    labels, o = got["SampleLabels"], got["SampleLogits"]
+    assert labels.shape == (4, 4) and (labels[:, 0] == NCE_LABEL[:, 0]).all()
+    assert labels.min() >= 0 and labels.max() < 7
+    z = np.einsum("nkd,nd->nk", NCE_W[labels], NCE_X) + NCE_B[labels, 0]
+    np.testing.assert_allclose(o, _sig(z), rtol=1e-6)
+    q = 3 / 7
+    want = -np.log(o[:, :1] / (o[:, :1] + q)).sum(1) - np.log(q / (o[:, 1:] + q)).sum(1)
+    np.testing.assert_allclose(got["Cost"][:, 0], want, rtol=1e-6)
+
+
+NCE_X, NCE_W, NCE_B = rand(4, 5, seed=41), rand(7, 5, seed=42), rand(7, 1, seed=43)
+NCE_LABEL = np.array([[1], [6], [0], [3]], "int64")
+NCE_CASES = [
+    OpCase("nce", {"Input": NCE_X, "Label": NCE_LABEL, "Weight": NCE_W, "Bias": NCE_B},
+           attrs={"num_total_classes": 7, "num_neg_samples": 3, "seed": 5}, check=nce_check,
+           grad=["Input", "Weight", "Bias"], grad_outputs=["Cost"]),
+    OpCase("nce", {"Input": NCE_X, "Label": NCE_LABEL, "Weight": NCE_W, "Bias": NCE_B,
+                   "SampleWeight": rand(4, 1, low=0.5, high=2, seed=44)},
+           attrs={"num_total_classes": 7, "num_neg_samples": 2, "seed": 6,
+                  "sampler": "log_uniform"},
+           grad=["Input", "Weight", "Bias"], grad_outputs=["Cost"], id="nce_log_uniform"),
+]
+
+
+@pytest.mark.parametrize("case", NCE_CASES, ids=str)
+def test_nce_op(case):
+    check_op(case)

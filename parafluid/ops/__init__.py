@@ -17,6 +17,7 @@ from . import reduce
 from . import rnn
 from . import sync_norm
 from . import tensor
+from . import vocab_loss
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -21,7 +21,8 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax",
            "sequence_expand", "sequence_concat", "sequence_reshape", "sequence_conv",
-           "dynamic_lstm", "dynamic_gru"]
+           "dynamic_lstm", "dynamic_gru", "sequence_expand_as", "sequence_pad",
+           "sequence_unpad", "sequence_mask", "lod_reset"]
 
 
 def _check(layer: str, arg: str, x: Any) -> None:
@@ -237,3 +238,88 @@ def dynamic_gru(input: Variable, size: int, param_attr: Any = None, bias_attr: A
                             "activation": candidate_activation, "origin_mode": origin_mode})
     hidden.lod_level = _lod_level(input)
     return hidden
+
+
+def sequence_expand_as(x: Variable, y: Variable, name: str | None = None) -> Variable:
+    """Repeat row ``i`` of ``x`` once per step of sequence ``i`` of ``y``; the result has
+    ``y``'s LoD.
+
+    Example::
+
+        per_word = fluid.layers.sequence_expand_as(sentence_vec, y=words_emb)
+    """
+    _check("sequence_expand_as", "x", x)
+    _check("sequence_expand_as", "y", y)
+    return _one("sequence_expand_as", {"X": [x], "Y": [y]}, {}, x.dtype, 1, name)
+
+
+def sequence_pad(x: Variable, pad_value: Variable, maxlen: int | None = None,
+                 name: str | None = None) -> tuple[Variable, Variable]:
+    """Sequences -> a dense ``[sequences, maxlen, ...]`` tensor filled with ``pad_value``
+    (a one-element variable), and the int64 lengths.
+
+    Example::
+
+        pad = fluid.layers.assign(np.array([0.0], "float32"))
+        padded, lengths = fluid.layers.sequence_pad(emb, pad_value=pad)
+    """
+    _check("sequence_pad", "x", x)
+    _check("sequence_pad", "pad_value", pad_value)
+    helper = LayerHelper("sequence_pad", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    length = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("sequence_pad", inputs={"X": [x], "PadValue": [pad_value]},
+                     outputs={"Out": [out], "Length": [length]},
+                     attrs={"padded_length": -1 if maxlen is None else int(maxlen)})
+    return out, length
+
+
+def sequence_unpad(x: Variable, length: Variable, name: str | None = None) -> Variable:
+    """The inverse of ``sequence_pad``: the first ``length[i]`` steps of row ``i``, as
+    sequences (with a LoD).
+
+    Example::
+
+        seqs = fluid.layers.sequence_unpad(padded, length=lengths)
+    """
+    _check("sequence_unpad", "x", x)
+    _check("sequence_unpad", "length", length)
+    return _one("sequence_unpad", {"X": [x], "Length": [length]}, {}, x.dtype, 1, name)
+
+
+def sequence_mask(x: Variable, maxlen: int | None = None, dtype: str = "int64",
+                  name: str | None = None) -> Variable:
+    """``mask[..., j] = j < x[...]`` for int lengths ``x``: shape ``x.shape + [maxlen]``
+    (``maxlen`` default: the largest length).
+
+    Example::
+
+        mask = fluid.layers.sequence_mask(lengths, maxlen=20, dtype="float32")
+    """
+    from ..dtypes import convert_dtype
+
+    _check("sequence_mask", "x", x)
+    helper = LayerHelper("sequence_mask", name=name)
+    out = helper.create_variable_for_type_inference(convert_dtype(dtype), stop_gradient=True)
+    helper.append_op("sequence_mask", inputs={"X": [x]}, outputs={"Y": [out]},
+                     attrs={"maxlen": -1 if maxlen is None else int(maxlen),
+                            "out_dtype": convert_dtype(dtype)})
+    return out
+
+
+def lod_reset(x: Variable, y: Variable | None = None,
+              target_lod: list[int] | None = None) -> Variable:
+    """``x`` with a new LoD: ``y``'s LoD (or, if ``y`` has none, ``y``'s values as offsets),
+    else ``target_lod`` (offsets).
+
+    Example::
+
+        out = fluid.layers.lod_reset(x, target_lod=[0, 2, 5])
+    """
+    _check("lod_reset", "x", x)
+    if y is None and target_lod is None:
+        raise ValueError("lod_reset: give y or target_lod")
+    inputs: dict[str, Any] = {"X": [x]}
+    if y is not None:
+        inputs["Y"] = [y]
+    return _one("lod_reset", inputs, {"target_lod": list(target_lod or [])}, x.dtype, 1)

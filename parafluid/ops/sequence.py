@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..lod import attach_lod, get_lod, require_lod
+from ..lod import attach_lod, check_lod, get_lod, require_lod
 from .registry import Meta, register_op, share_lod
 
 __all__: list[str] = []
@@ -365,6 +365,179 @@ register_op("sequence_conv", inputs=("X", "Filter", "PaddingData?"), outputs=("O
                    "paddingTrainable": False},
             infer_shape=_seq_conv_shape, kernel=_seq_conv, grad_kernel=_seq_conv_grad,
             grad_uses=("X", "Filter"), no_grad_inputs=("PaddingData",))
+
+# ----------------------------------------------------------------------------- expand_as
+
+
+def _seq_expand_as_shape(ins: dict, attrs: dict) -> dict:
+    return {"Out": Meta((-1, *ins["X"].shape[1:]), ins["X"].dtype)}
+
+
+def _expand_as_plan(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    offsets = require_lod("sequence_expand_as", "Y", y)
+    if len(offsets) - 1 != x.shape[0]:
+        raise ValueError(f"sequence_expand_as: X has {x.shape[0]} rows but Y has "
+                         f"{len(offsets) - 1} sequences; they must match")
+    seg, _ = _segments(offsets, x.device)
+    return seg, offsets
+
+
+def _seq_expand_as(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    seg, offsets = _expand_as_plan(x, ins["Y"])
+    return {"Out": attach_lod(x.index_select(0, seg), [list(offsets)])}
+
+
+register_op("sequence_expand_as", inputs=("X", "Y"), outputs=("Out",),
+            infer_shape=_seq_expand_as_shape, kernel=_seq_expand_as,
+            grad_kernel=lambda ins, attrs, ctx: {
+                "X@GRAD": torch.zeros_like(ins["X"]).index_add_(
+                    0, _expand_as_plan(ins["X"], ins["Y"])[0], ins["Out@GRAD"])},
+            grad_uses=("X", "Y"), no_grad_inputs=("Y",))
+
+# ----------------------------------------------------------------------------- pad / unpad
+
+
+def _seq_pad_shape(ins: dict, attrs: dict) -> dict:
+    x, pad = ins["X"], ins["PadValue"]
+    if pad.dtype != x.dtype:
+        raise TypeError(f"sequence_pad: PadValue is {pad.dtype} but X is {x.dtype}")
+    length = int(attrs["padded_length"])
+    return {"Out": Meta((-1, length, *x.shape[1:]), x.dtype), "Length": Meta((-1,), "int64")}
+
+
+def _pad_rows(offsets: list[int], length: int, device: torch.device) -> torch.Tensor:
+    """``[sequences, length]``: the X row of each padded position (-1 for padding)."""
+    rows = torch.full((len(offsets) - 1, length), -1, dtype=torch.long)
+    for s, (a, b) in enumerate(zip(offsets, offsets[1:])):
+        rows[s, :b - a] = torch.arange(a, b)
+    return rows.to(device)
+
+
+def _pad_length(offsets: list[int], attrs: dict, op: str) -> int:
+    longest = max((b - a for a, b in zip(offsets, offsets[1:])), default=0)
+    length = int(attrs["padded_length"])
+    if length == -1:
+        return longest
+    if length < longest:
+        raise ValueError(f"{op}: padded_length {length} is shorter than the longest "
+                         f"sequence ({longest} steps)")
+    return length
+
+
+def _seq_pad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, pad = ins["X"], ins["PadValue"]
+    offsets = require_lod("sequence_pad", "X", x)
+    rows = _pad_rows(offsets, _pad_length(offsets, attrs, "sequence_pad"), x.device)
+    filler = pad.reshape(-1)[0] if pad.numel() == 1 else pad.reshape(x.shape[1:])
+    padded = torch.cat([filler.expand((1, *x.shape[1:])).to(x.dtype), x], 0)
+    out = padded.index_select(0, (rows + 1).reshape(-1)).reshape(*rows.shape, *x.shape[1:])
+    lengths = torch.tensor([b - a for a, b in zip(offsets, offsets[1:])], device=x.device)
+    return {"Out": out, "Length": lengths}
+
+
+def _seq_pad_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dout = ins["X"], ins["Out@GRAD"]
+    offsets = require_lod("sequence_pad_grad", "X", x)
+    rows = _pad_rows(offsets, dout.shape[1], x.device).reshape(-1)
+    keep = rows >= 0
+    flat = dout.reshape(-1, *x.shape[1:])
+    return {"X@GRAD": torch.zeros_like(x).index_copy_(0, rows[keep], flat[keep])}
+
+
+register_op("sequence_pad", inputs=("X", "PadValue"), outputs=("Out", "Length"),
+            attrs={"padded_length": -1}, infer_shape=_seq_pad_shape, kernel=_seq_pad,
+            grad_kernel=_seq_pad_grad, grad_uses=("X",), no_grad_inputs=("PadValue",))
+
+
+def _seq_unpad_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if len(x.shape) < 2:
+        raise ValueError(f"sequence_unpad: X must be [sequences, length, ...], got "
+                         f"{list(x.shape)}")
+    return {"Out": Meta((-1, *x.shape[2:]), x.dtype)}
+
+
+def _unpad_offsets(x: torch.Tensor, length: torch.Tensor) -> list[int]:
+    lengths = [int(n) for n in length.reshape(-1).tolist()]
+    if len(lengths) != x.shape[0] or any(n < 0 or n > x.shape[1] for n in lengths):
+        raise ValueError(f"sequence_unpad: Length {lengths} must give one length in "
+                         f"[0, {x.shape[1]}] for each of the {x.shape[0]} sequences")
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    return offsets
+
+
+def _seq_unpad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    offsets = _unpad_offsets(x, ins["Length"])
+    rows = _pad_rows(offsets, x.shape[1], x.device).reshape(-1)
+    keep = rows >= 0
+    out = x.reshape(-1, *x.shape[2:])[keep]
+    return {"Out": attach_lod(out, [offsets])}
+
+
+def _seq_unpad_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dout = ins["X"], ins["Out@GRAD"]
+    offsets = _unpad_offsets(x, ins["Length"])
+    keep = (_pad_rows(offsets, x.shape[1], x.device).reshape(-1) >= 0).nonzero().reshape(-1)
+    dx = torch.zeros_like(x).reshape(-1, *x.shape[2:]).index_copy_(0, keep, dout)
+    return {"X@GRAD": dx.reshape(x.shape)}
+
+
+register_op("sequence_unpad", inputs=("X", "Length"), outputs=("Out",),
+            infer_shape=_seq_unpad_shape, kernel=_seq_unpad, grad_kernel=_seq_unpad_grad,
+            grad_uses=("X", "Length"), no_grad_inputs=("Length",))
+
+# ----------------------------------------------------------------------------- sequence_mask
+
+
+def _seq_mask_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if x.dtype not in ("int32", "int64"):
+        raise TypeError(f"sequence_mask: X must hold int lengths, got {x.dtype}")
+    maxlen = int(attrs["maxlen"])
+    return {"Y": Meta((*x.shape, maxlen if maxlen > 0 else -1), attrs["out_dtype"])}
+
+
+def _seq_mask(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from ..dtypes import to_torch
+
+    x = ins["X"]
+    maxlen = int(attrs["maxlen"])
+    if maxlen <= 0:
+        maxlen = int(x.max()) if x.numel() else 0
+    steps = torch.arange(maxlen, device=x.device)
+    return {"Y": (steps < x.unsqueeze(-1)).to(to_torch(attrs["out_dtype"]))}
+
+
+register_op("sequence_mask", inputs=("X",), outputs=("Y",),
+            attrs={"maxlen": -1, "out_dtype": "int64"}, infer_shape=_seq_mask_shape,
+            kernel=_seq_mask)
+
+# ----------------------------------------------------------------------------- lod_reset
+
+
+def _lod_reset(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, y = ins["X"], ins.get("Y")
+    if y is not None:
+        lod = get_lod(y)
+        if not lod:  # Y's values are the offsets
+            lod = [[int(v) for v in y.reshape(-1).tolist()]]
+    else:
+        lod = [[int(v) for v in attrs["target_lod"]]]
+    if not lod[0]:
+        raise ValueError("lod_reset: give Y (a LoD tensor, or offsets) or target_lod")
+    check_lod(lod, x.shape[0], "lod_reset")
+    return {"Out": attach_lod(x.view(x.shape), lod)}
+
+
+register_op("lod_reset", inputs=("X", "Y?"), outputs=("Out",), attrs={"target_lod": []},
+            infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_lod_reset,
+            grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": ins["Out@GRAD"]},
+            grad_uses=(), no_grad_inputs=("Y",),
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]})
 
 # ----------------------------------------------------------------------------- LoD sharing
 

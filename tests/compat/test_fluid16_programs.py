@@ -323,3 +323,52 @@ def test_lod_feeds_on_two_devices_match_one_device():
             exe.run(program, feed=feed, fetch_list=[loss.name], scope=scope)
         weights.append(np.array(scope.find_var("fc_0.w_0").get_tensor()))
     np.testing.assert_allclose(weights[1], weights[0], rtol=1e-5, atol=1e-6)
+
+
+def test_image_classification_vgg_bn_drop():
+    """The book's image_classification vgg_bn_drop on CIFAR-shaped data (channels shrunk)."""
+    def vgg_bn_drop(input):
+        def conv_block(ipt, num_filter, groups, dropouts):
+            return fluid.nets.img_conv_group(
+                input=ipt, pool_size=2, pool_stride=2, conv_num_filter=[num_filter] * groups,
+                conv_filter_size=3, conv_act="relu", conv_with_batchnorm=True,
+                conv_batchnorm_drop_rate=dropouts, pool_type="max")
+
+        conv1 = conv_block(input, 4, 2, [0.3, 0])
+        conv2 = conv_block(conv1, 8, 2, [0.4, 0])
+        drop = fluid.layers.dropout(x=conv2, dropout_prob=0.5)
+        fc1 = fluid.layers.fc(input=drop, size=16, act=None)
+        bn = fluid.layers.batch_norm(input=fc1, act="relu")
+        drop2 = fluid.layers.dropout(x=bn, dropout_prob=0.5)
+        fc2 = fluid.layers.fc(input=drop2, size=16, act=None)
+        predict = fluid.layers.fc(input=fc2, size=10, act="softmax")
+        return predict
+
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 4
+    with fluid.program_guard(main, startup):
+        images = fluid.data(name="pixel", shape=[None, 3, 32, 32], dtype="float32")
+        label = fluid.data(name="label", shape=[None, 1], dtype="int64")
+        predict = vgg_bn_drop(images)
+        cost = fluid.layers.cross_entropy(input=predict, label=label)
+        avg_cost = fluid.layers.mean(cost)
+        accuracy = fluid.layers.accuracy(input=predict, label=label)
+        test_program = main.clone(for_test=True)
+        fluid.optimizer.Adam(learning_rate=0.01).minimize(avg_cost)
+
+    rng = np.random.RandomState(0)
+    labels = rng.randint(0, 10, (16, 1)).astype("int64")
+    pixels = rng.normal(0, 0.1, (16, 3, 32, 32)).astype("float32")
+    pixels += labels.reshape(-1, 1, 1, 1) / 5.0  # the class is the image's brightness
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"pixel": pixels, "label": labels}
+    losses = [float(exe.run(main, feed=feed, fetch_list=[avg_cost], scope=scope)[0])
+              for _ in range(15)]
+    test_cost, test_acc = exe.run(test_program, feed=feed, fetch_list=[avg_cost, accuracy],
+                                  scope=scope)
+    assert losses[-1] < losses[0], losses
+    assert np.isfinite(float(test_cost)) and 0.0 <= float(test_acc) <= 1.0
+    # inference drops nothing: two test runs agree exactly
+    again, = exe.run(test_program, feed=feed, fetch_list=[avg_cost], scope=scope)
+    assert float(again) == float(test_cost)

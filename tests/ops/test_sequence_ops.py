@@ -160,3 +160,58 @@ def test_bad_lod_is_rejected_at_feed():
 
     with pytest.raises(ValueError, match=r"ends at 3 but must cover the 4 rows"):
         _run(build, {"x": t})
+
+
+def pad_ref(X, PadValue):
+    rows = seqs(X, OFFS)
+    out = np.full((4, 3, X.shape[1]), PadValue[0])
+    for i, s in enumerate(rows):
+        out[i, :len(s)] = s
+    return {"Out": out, "Length": np.array([len(s) for s in rows], "int64")}
+
+
+PADDED = rand(3, 4, 2, seed=13)
+MORE_CASES = [
+    OpCase("sequence_expand_as", {"X": rand(4, 2, seed=14), "Y": rand(6, 1)},
+           ref=lambda X, Y: {"Out": np.repeat(X, np.diff(OFFS), axis=0)}, lod={"Y": [OFFS]},
+           grad=["X"]),
+    OpCase("sequence_pad", {"X": X, "PadValue": np.array([-1.0])}, ref=pad_ref,
+           lod={"X": [OFFS]}, grad=["X"], grad_outputs=["Out"]),
+    OpCase("sequence_pad", {"X": X, "PadValue": np.array([0.5])}, attrs={"padded_length": 5},
+           ref=lambda X, PadValue: {"Out": np.concatenate(
+               [pad_ref(X, PadValue)["Out"], np.full((4, 2, 3), 0.5)], 1)},
+           lod={"X": [OFFS]}, grad=["X"], grad_outputs=["Out"], id="sequence_pad_maxlen"),
+    OpCase("sequence_unpad", {"X": PADDED, "Length": np.array([2, 0, 4], "int64")},
+           ref=lambda X, Length: {"Out": np.concatenate([X[0, :2], X[2, :4]])}, grad=["X"]),
+    OpCase("sequence_mask", {"X": np.array([[3], [0], [1]], "int64")},
+           attrs={"maxlen": 4, "out_dtype": "float32"},
+           ref=lambda X: {"Y": (np.arange(4) < X[..., None]).astype("float32")}),
+    OpCase("lod_reset", {"X": X}, attrs={"target_lod": [0, 1, 6]}, ref=lambda X: {"Out": X},
+           grad=["X"]),
+]
+
+
+@pytest.mark.parametrize("case", MORE_CASES, ids=str)
+def test_more_sequence_ops(case):
+    check_op(case)
+
+
+def test_pad_then_unpad_and_lod_reset_round_trip():
+    """sequence_pad -> sequence_unpad gives back the sequences; lod_reset re-cuts them."""
+    ids = fluid.create_lod_tensor(np.arange(6, dtype="float32").reshape(6, 1), [[2, 4]],
+                                  fluid.CPUPlace())
+
+    def build():
+        x = fluid.layers.data(name="x", shape=[1], dtype="float32", lod_level=1)
+        pad = fluid.layers.fill_constant([1], "float32", 0.0)
+        padded, length = fluid.layers.sequence_pad(x, pad_value=pad)
+        back = fluid.layers.sequence_unpad(padded, length)
+        recut = fluid.layers.lod_reset(back, target_lod=[0, 3, 6])
+        return [padded, length, fluid.layers.sequence_pool(back, "sum"),
+                fluid.layers.sequence_pool(recut, "sum"),
+                fluid.layers.sequence_mask(length, dtype="int64")]
+
+    padded, length, sums, recut_sums, mask = _run(build, {"x": ids})
+    assert padded.shape == (2, 4, 1) and length.tolist() == [2, 4]
+    assert sums[:, 0].tolist() == [1.0, 14.0] and recut_sums[:, 0].tolist() == [3.0, 12.0]
+    assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]

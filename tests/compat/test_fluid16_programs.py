@@ -357,14 +357,14 @@ def test_image_classification_vgg_bn_drop():
         fluid.optimizer.Adam(learning_rate=0.01).minimize(avg_cost)
 
     rng = np.random.RandomState(0)
-    labels = rng.randint(0, 10, (16, 1)).astype("int64")
-    pixels = rng.normal(0, 0.1, (16, 3, 32, 32)).astype("float32")
+    labels = rng.randint(0, 10, (8, 1)).astype("int64")
+    pixels = rng.normal(0, 0.1, (8, 3, 32, 32)).astype("float32")
     pixels += labels.reshape(-1, 1, 1, 1) / 5.0  # the class is the image's brightness
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(startup, scope=scope)
     feed = {"pixel": pixels, "label": labels}
     losses = [float(exe.run(main, feed=feed, fetch_list=[avg_cost], scope=scope)[0])
-              for _ in range(15)]
+              for _ in range(8)]
     test_cost, test_acc = exe.run(test_program, feed=feed, fetch_list=[avg_cost, accuracy],
                                   scope=scope)
     assert losses[-1] < losses[0], losses

@@ -372,3 +372,72 @@ def test_image_classification_vgg_bn_drop():
     # inference drops nothing: two test runs agree exactly
     again, = exe.run(test_program, feed=feed, fetch_list=[avg_cost], scope=scope)
     assert float(again) == float(test_cost)
+
+
+def test_recommender_system():
+    """The book's recommender_system: user and movie towers (embeddings, LoD categories and
+    titles with sequence_pool / sequence_conv_pool), cos_sim, square_error_cost."""
+    sizes = {"user_id": 30, "gender_id": 2, "age_id": 7, "job_id": 21, "movie_id": 40,
+             "category_id": 18, "movie_title": 50}
+
+    def emb_fc(name, dim, lod_level=0):
+        ids = fluid.data(name=name, shape=[None], dtype="int64", lod_level=lod_level)
+        emb = fluid.embedding(input=ids, size=[sizes[name], dim], is_sparse=True,
+                              param_attr=name + "_table")
+        return ids, emb
+
+    def get_usr_combined_features():
+        fcs = []
+        for name, dim in (("user_id", 16), ("gender_id", 4), ("age_id", 4), ("job_id", 4)):
+            _, emb = emb_fc(name, dim)
+            fcs.append(fluid.layers.fc(input=emb, size=dim))
+        concat_embed = fluid.layers.concat(input=fcs, axis=1)
+        return fluid.layers.fc(input=concat_embed, size=32, act="tanh")
+
+    def get_mov_combined_features():
+        _, mov_emb = emb_fc("movie_id", 16)
+        mov_fc = fluid.layers.fc(input=mov_emb, size=16)
+        _, cat_emb = emb_fc("category_id", 16, lod_level=1)
+        mov_categories_hidden = fluid.layers.sequence_pool(input=cat_emb, pool_type="sum")
+        _, title_emb = emb_fc("movie_title", 16, lod_level=1)
+        mov_title_conv = fluid.nets.sequence_conv_pool(input=title_emb, num_filters=16,
+                                                       filter_size=3, act="tanh",
+                                                       pool_type="sum")
+        concat_embed = fluid.layers.concat(
+            input=[mov_fc, mov_categories_hidden, mov_title_conv], axis=1)
+        return fluid.layers.fc(input=concat_embed, size=32, act="tanh")
+
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 6
+    with fluid.program_guard(main, startup):
+        usr = get_usr_combined_features()
+        mov = get_mov_combined_features()
+        inference = fluid.layers.cos_sim(X=usr, Y=mov)
+        scale_infer = fluid.layers.scale(x=inference, scale=5.0)
+        label = fluid.data(name="score", shape=[None, 1], dtype="float32")
+        square_cost = fluid.layers.square_error_cost(input=scale_infer, label=label)
+        avg_cost = fluid.layers.mean(square_cost)
+        fluid.optimizer.SGD(learning_rate=0.2).minimize(avg_cost)
+
+    rng = np.random.RandomState(1)
+    samples = []
+    for _ in range(32):
+        user, movie = rng.randint(0, 30), rng.randint(0, 40)
+        samples.append((user, rng.randint(0, 2), rng.randint(0, 7), rng.randint(0, 21), movie,
+                        rng.randint(0, 18, rng.randint(1, 4)).tolist(),
+                        rng.randint(0, 50, rng.randint(1, 6)).tolist(),
+                        [float((user + movie) % 5 + 1)]))
+    feed_order = ["user_id", "gender_id", "age_id", "job_id", "movie_id", "category_id",
+                  "movie_title", "score"]
+    block = main.global_block()
+    feeder = fluid.DataFeeder(feed_list=[block.var(n) for n in feed_order],
+                              place=fluid.CPUPlace())
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = feeder.feed(samples)
+    losses = [float(exe.run(main, feed=feed, fetch_list=[avg_cost], scope=scope)[0])
+              for _ in range(20)]
+    assert losses[-1] < losses[0] * 0.7, losses
+    predicted, = exe.run(main.clone(for_test=True), feed=feed, fetch_list=[scale_infer],
+                         scope=scope)
+    assert predicted.shape == (32, 1) and np.all(np.abs(predicted) <= 5.0 + 1e-5)

@@ -59,6 +59,7 @@ from .runtime import OpRunError
 from .scope import LoDTensor, Scope, global_scope, scope_guard
 from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
 from . import compiler, core, lod, metrics, nets  # noqa: F401  (Fluid 1.6 spellings)
+from .compat import memory_optimize, release_memory
 from .data_layer import data, embedding
 from .lod import create_lod_tensor, create_random_int_lodtensor
 from .data_feeder import DataFeeder
@@ -77,7 +78,7 @@ __all__ = [
     "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy",
     "io", "DataFeeder", "DataLoader", "batch",
     "compiler", "core", "metrics", "nets", "data", "embedding", "create_lod_tensor",
-    "create_random_int_lodtensor",
+    "create_random_int_lodtensor", "memory_optimize", "release_memory",
 ]
 
 

@@ -15,10 +15,12 @@ Example::
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["NotProvidedError", "NotProvided", "NOT_PROVIDED", "missing_attribute"]
+__all__ = ["NotProvidedError", "NotProvided", "NOT_PROVIDED", "missing_attribute",
+           "memory_optimize", "release_memory"]
 
 _DOC = "docs/fluid_compat.md"
 
@@ -117,3 +119,31 @@ def missing_attribute(prefix: str, name: str, known: Iterable[str]) -> Any:
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise AttributeError(f"{prefix}.{name} is not provided by parafluid{hint} "
                          f"(what is covered: {_DOC})")
+
+
+def memory_optimize(input_program: Any, skip_opt_set: Any = None, print_log: bool = False,
+                    level: int = 0, skip_grads: bool = True) -> None:
+    """Fluid 1.6's deprecated ``fluid.memory_optimize``: accepted, changes nothing (as in
+    Fluid 1.6). parafluid's executors free every temporary after its last use; for buffer
+    reuse in data-parallel runs set ``BuildStrategy.memory_optimize = True``.
+
+    Example::
+
+        fluid.memory_optimize(fluid.default_main_program())   # a warning, no change
+    """
+    warnings.warn("fluid.memory_optimize is deprecated (as in Fluid 1.6) and changes nothing: "
+                  "temporaries are already freed after their last use; for data-parallel "
+                  "runs use BuildStrategy.memory_optimize", DeprecationWarning, stacklevel=2)
+
+
+def release_memory(input_program: Any, skip_opt_set: Any = None) -> None:
+    """Fluid 1.6's deprecated ``fluid.release_memory``: accepted, changes nothing (the
+    executors already free each temporary after its last use).
+
+    Example::
+
+        fluid.release_memory(fluid.default_main_program())
+    """
+    warnings.warn("fluid.release_memory is deprecated (as in Fluid 1.6) and changes nothing: "
+                  "temporaries are already freed after their last use", DeprecationWarning,
+                  stacklevel=2)

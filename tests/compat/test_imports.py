@@ -130,3 +130,15 @@ def test_unknown_name_is_an_attribute_error_with_suggestions():
                                              "sequence_pool"):
         fluid.layers.sequence_pol  # noqa: B018
     assert not hasattr(fluid, "definitely_not_a_fluid_name")
+
+
+def test_memory_optimize_and_release_memory_are_deprecated_no_ops():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        fluid.layers.fc(fluid.layers.data(name="x", shape=[3]), size=2)
+    before = str(main)
+    with pytest.warns(DeprecationWarning, match="changes nothing"):
+        fluid.memory_optimize(main, print_log=True, level=1)
+    with pytest.warns(DeprecationWarning, match="changes nothing"):
+        fluid.release_memory(main)
+    assert str(main) == before

@@ -22,7 +22,7 @@ from ..layer_helper import LayerHelper
 __all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax",
            "sequence_expand", "sequence_concat", "sequence_reshape", "sequence_conv",
            "dynamic_lstm", "dynamic_gru", "sequence_expand_as", "sequence_pad",
-           "sequence_unpad", "sequence_mask", "lod_reset"]
+           "sequence_unpad", "sequence_mask", "lod_reset", "linear_chain_crf", "crf_decoding"]
 
 
 def _check(layer: str, arg: str, x: Any) -> None:
@@ -323,3 +323,65 @@ def lod_reset(x: Variable, y: Variable | None = None,
     if y is not None:
         inputs["Y"] = [y]
     return _one("lod_reset", inputs, {"target_lod": list(target_lod or [])}, x.dtype, 1)
+
+
+def linear_chain_crf(input: Variable, label: Variable, param_attr: Any = None,
+                     length: Variable | None = None) -> Variable:
+    """Linear-chain CRF loss of tag scores ``input [steps, D]`` (sequences by LoD) against
+    int64 tags ``label [steps, 1]``: ``[sequences, 1]``, the negative log-likelihood (Fluid
+    calls the output LogLikelihood; minimize its mean). The transition parameter is
+    ``[D + 2, D]`` (start, end, then tag-to-tag scores); name it in ``param_attr`` to share
+    it with ``crf_decoding``.
+
+    Example::
+
+        crf_cost = fluid.layers.linear_chain_crf(
+            input=feature_out, label=target, param_attr=fluid.ParamAttr(name="crfw"))
+        avg_cost = fluid.layers.mean(crf_cost)
+    """
+    _check("linear_chain_crf", "input", input)
+    if length is not None:
+        raise ValueError("linear_chain_crf: padded input with length= is not supported; "
+                         "feed LoD sequences")
+    helper = LayerHelper("linear_chain_crf", param_attr=param_attr)
+    size = input.shape[-1]
+    transition = helper.create_parameter(helper.param_attr, [size + 2, size], input.dtype)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("linear_chain_crf",
+                     inputs={"Emission": [input], "Transition": [transition],
+                             "Label": [label]},
+                     outputs={"LogLikelihood": [out]})
+    return out
+
+
+def crf_decoding(input: Variable, param_attr: Any, label: Variable | None = None,
+                 length: Variable | None = None) -> Variable:
+    """Viterbi decoding of each sequence with the transition parameter named by
+    ``param_attr`` (created by ``linear_chain_crf``): int64 tags ``[steps, 1]``, or, with
+    ``label``, 1 where the decoded tag equals the label and 0 elsewhere.
+
+    Example::
+
+        decoded = fluid.layers.crf_decoding(input=feature_out,
+                                            param_attr=fluid.ParamAttr(name="crfw"))
+    """
+    from ..param_attr import ParamAttr
+
+    _check("crf_decoding", "input", input)
+    if length is not None:
+        raise ValueError("crf_decoding: padded input with length= is not supported; feed "
+                         "LoD sequences")
+    attr = ParamAttr._to_attr(param_attr)
+    name = getattr(attr, "name", None)
+    block = LayerHelper("crf_decoding").main_program.global_block()
+    if not name or not block.has_var(name):
+        raise ValueError(f"crf_decoding: param_attr must name the transition parameter of a "
+                         f"linear_chain_crf built before (got {name!r})")
+    helper = LayerHelper("crf_decoding")
+    path = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    inputs: dict[str, Any] = {"Emission": [input], "Transition": [block.var(name)]}
+    if label is not None:
+        inputs["Label"] = [label]
+    helper.append_op("crf_decoding", inputs=inputs, outputs={"ViterbiPath": [path]})
+    path.lod_level = _lod_level(input)
+    return path

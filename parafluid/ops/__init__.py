@@ -4,6 +4,7 @@
 from . import activation
 from . import clip
 from . import comm
+from . import crf
 from . import fused
 from . import index
 from . import logic

@@ -119,3 +119,85 @@ def test_lstm_wants_a_4d_projection():
         x = fluid.data(name="x", shape=[None, 10], dtype="float32", lod_level=1)
         with pytest.raises(ValueError, match=r"Input has 10 columns.*fc\(size=12\)"):
             fluid.layers.dynamic_lstm(input=x, size=12)
+
+
+# ----------------------------------------------------------------------------- CRF
+
+TAGS = 3
+CRF_OFFS = [0, 3, 4, 6]
+
+
+def _paths(n):
+    if n == 0:
+        yield ()
+        return
+    for rest in _paths(n - 1):
+        for t in range(TAGS):
+            yield (*rest, t)
+
+
+def _score(x, w, y):
+    s = w[0, y[0]] + w[1, y[-1]] + sum(x[t, y[t]] for t in range(len(y)))
+    return s + sum(w[2 + y[t - 1], y[t]] for t in range(1, len(y)))
+
+
+def crf_ref(Emission, Transition, Label):
+    """Brute force: log Z over every tag sequence, minus the gold score."""
+    out = []
+    for a, b in zip(CRF_OFFS, CRF_OFFS[1:]):
+        x, y = Emission[a:b], Label[a:b, 0]
+        log_z = np.log(sum(np.exp(_score(x, Transition, p)) for p in _paths(b - a)))
+        out.append(log_z - _score(x, Transition, y))
+    return {"LogLikelihood": np.array(out).reshape(-1, 1)}
+
+
+def decode_ref(Emission, Transition):
+    path = []
+    for a, b in zip(CRF_OFFS, CRF_OFFS[1:]):
+        path += max(_paths(b - a), key=lambda p: _score(Emission[a:b], Transition, p))
+    return {"ViterbiPath": np.array(path).reshape(-1, 1)}
+
+
+CRF_X, CRF_W = rand(6, TAGS, seed=61), rand(TAGS + 2, TAGS, seed=62)
+CRF_Y = np.array([[0], [2], [1], [1], [2], [0]], "int64")
+CRF_CASES = [
+    OpCase("linear_chain_crf", {"Emission": CRF_X, "Transition": CRF_W, "Label": CRF_Y},
+           ref=crf_ref, lod={"Emission": [CRF_OFFS], "Label": [CRF_OFFS]},
+           grad=["Emission", "Transition"]),
+    OpCase("crf_decoding", {"Emission": CRF_X * 3, "Transition": CRF_W},
+           ref=decode_ref, lod={"Emission": [CRF_OFFS]}),
+]
+
+
+@pytest.mark.parametrize("case", CRF_CASES, ids=str)
+def test_crf_op(case):
+    check_op(case)
+
+
+def test_crf_tagger_learns_and_decodes():
+    """label_semantic_roles' tail: fc emissions, linear_chain_crf, crf_decoding (shared
+    transition by ParamAttr name)."""
+    rng = np.random.RandomState(3)
+    lengths = [4, 2, 5, 3]
+    words = rng.randint(0, 6, (sum(lengths), 1)).astype("int64")
+    tags = (words % 3).astype("int64")  # the tag is a function of the word
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 8
+    with fluid.program_guard(main, startup):
+        word = fluid.data(name="word", shape=[None, 1], dtype="int64", lod_level=1)
+        target = fluid.data(name="target", shape=[None, 1], dtype="int64", lod_level=1)
+        emb = fluid.layers.embedding(word, size=[6, 8])
+        feature_out = fluid.layers.fc(emb, size=3)
+        crf_cost = fluid.layers.linear_chain_crf(
+            input=feature_out, label=target, param_attr=fluid.ParamAttr(name="crfw"))
+        avg_cost = fluid.layers.mean(crf_cost)
+        fluid.optimizer.Adam(learning_rate=0.1).minimize(avg_cost)
+        decoded = fluid.layers.crf_decoding(input=feature_out,
+                                            param_attr=fluid.ParamAttr(name="crfw"))
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"word": fluid.create_lod_tensor(words, [lengths], None),
+            "target": fluid.create_lod_tensor(tags, [lengths], None)}
+    for _ in range(30):
+        cost, path = exe.run(main, feed=feed, fetch_list=[avg_cost, decoded], scope=scope)
+    assert float(cost) < 0.5 and (path == tags).mean() == 1.0

@@ -22,7 +22,8 @@ from ..layer_helper import LayerHelper
 __all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax",
            "sequence_expand", "sequence_concat", "sequence_reshape", "sequence_conv",
            "dynamic_lstm", "dynamic_gru", "sequence_expand_as", "sequence_pad",
-           "sequence_unpad", "sequence_mask", "lod_reset", "linear_chain_crf", "crf_decoding"]
+           "sequence_unpad", "sequence_mask", "lod_reset", "linear_chain_crf", "crf_decoding",
+           "chunk_eval"]
 
 
 def _check(layer: str, arg: str, x: Any) -> None:
@@ -385,3 +386,36 @@ def crf_decoding(input: Variable, param_attr: Any, label: Variable | None = None
     helper.append_op("crf_decoding", inputs=inputs, outputs={"ViterbiPath": [path]})
     path.lod_level = _lod_level(input)
     return path
+
+
+def chunk_eval(input: Variable, label: Variable, chunk_scheme: str, num_chunk_types: int,
+               excluded_chunk_types: list[int] | None = None,
+               seq_length: Variable | None = None) -> tuple[Variable, ...]:
+    """Chunk precision, recall and F1 of predicted tags ``input`` against ``label`` (both
+    int64 ``[steps, 1]`` sequences), with Fluid's chunk rules for ``chunk_scheme`` "IOB",
+    "IOE", "IOBES" or "plain". Returns ``(precision, recall, f1, num_infer_chunks,
+    num_label_chunks, num_correct_chunks)``; feed the last three to
+    ``fluid.metrics.ChunkEvaluator`` to accumulate over batches.
+
+    Example::
+
+        (precision, recall, f1, n_infer, n_label, n_correct) = fluid.layers.chunk_eval(
+            input=decoded, label=target, chunk_scheme="IOB", num_chunk_types=3)
+    """
+    _check("chunk_eval", "input", input)
+    _check("chunk_eval", "label", label)
+    if seq_length is not None:
+        raise ValueError("chunk_eval: padded input with seq_length= is not supported; feed "
+                         "LoD sequences")
+    helper = LayerHelper("chunk_eval")
+    slots = ["Precision", "Recall", "F1-Score", "NumInferChunks", "NumLabelChunks",
+             "NumCorrectChunks"]
+    outs = [helper.create_variable_for_type_inference("float32" if i < 3 else "int64",
+                                                      stop_gradient=True)
+            for i in range(len(slots))]
+    helper.append_op("chunk_eval", inputs={"Inference": [input], "Label": [label]},
+                     outputs={slot: [v] for slot, v in zip(slots, outs)},
+                     attrs={"num_chunk_types": int(num_chunk_types),
+                            "chunk_scheme": chunk_scheme,
+                            "excluded_chunk_types": list(excluded_chunk_types or [])})
+    return tuple(outs)

@@ -1,5 +1,5 @@
-"""Linear-chain CRF over LoD inputs: ``linear_chain_crf`` (the negative log-likelihood of the
-gold tag sequence) and ``crf_decoding`` (Viterbi).
+"""Sequence tagging over LoD inputs: ``linear_chain_crf`` (the negative log-likelihood of the
+gold tag sequence), ``crf_decoding`` (Viterbi) and ``chunk_eval`` (chunk precision / recall).
 
 ``Emission [steps, D]`` holds each step's tag scores, one sequence per LoD entry;
 ``Transition [D + 2, D]`` is Fluid's layout: row 0 the start scores, row 1 the end scores,
@@ -160,3 +160,97 @@ def _decode(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("crf_decoding", inputs=("Emission", "Transition", "Label?"),
             outputs=("ViterbiPath",), infer_shape=_decode_shape, kernel=_decode)
+
+# ----------------------------------------------------------------------------- chunk_eval
+
+# scheme: (tag kinds per chunk type, begin, inside, end, single); -1 = the scheme has none
+_SCHEMES = {"IOB": (2, 0, 1, -1, -1), "IOE": (2, -1, 0, 1, -1), "IOBES": (4, 0, 1, 2, 3),
+            "plain": (1, -1, -1, -1, -1)}
+
+
+def _chunk_end(prev_tag: int, prev_type: int, tag: int, type_: int, other: int,
+               s: tuple) -> bool:
+    _, begin, inside, end, single = s
+    if prev_type == other:
+        return False
+    if type_ == other or type_ != prev_type:
+        return True
+    if prev_tag in (begin, inside):
+        return tag in (begin, single)
+    return prev_tag in (end, single)
+
+
+def _chunk_begin(prev_tag: int, prev_type: int, tag: int, type_: int, other: int,
+                 s: tuple) -> bool:
+    _, begin, inside, end, single = s
+    if prev_type == other:
+        return type_ != other
+    if type_ == other:
+        return False
+    if type_ != prev_type or tag in (begin, single):
+        return True
+    if tag in (inside, end):
+        return prev_tag in (end, single)
+    return False
+
+
+def chunks(tags: list[int], num_chunk_types: int, scheme: str) -> set[tuple[int, int, int]]:
+    """The (start, end, type) chunks of one tag sequence, with Fluid's rules per scheme."""
+    s = _SCHEMES[scheme]
+    kinds, other = s[0], num_chunk_types
+    found, start, in_chunk = set(), 0, False
+    tag, type_ = -1, other
+    for i, label in enumerate(tags):
+        prev_tag, prev_type = tag, type_
+        tag, type_ = label % kinds, min(label // kinds, other)
+        if in_chunk and _chunk_end(prev_tag, prev_type, tag, type_, other, s):
+            found.add((start, i - 1, prev_type))
+            in_chunk = False
+        if _chunk_begin(prev_tag, prev_type, tag, type_, other, s):
+            start, in_chunk = i, True
+    if in_chunk:
+        found.add((start, len(tags) - 1, type_))
+    return found
+
+
+def _chunk_eval_shape(ins: dict, attrs: dict) -> dict:
+    if attrs["chunk_scheme"] not in _SCHEMES:
+        raise ValueError(f"chunk_eval: chunk_scheme must be one of {sorted(_SCHEMES)}, got "
+                         f"{attrs['chunk_scheme']!r}")
+    rate, count = Meta((1,), "float32"), Meta((1,), "int64")
+    return {"Precision": rate, "Recall": rate, "F1-Score": rate, "NumInferChunks": count,
+            "NumLabelChunks": count, "NumCorrectChunks": count}
+
+
+def _chunk_eval(ins: dict, attrs: dict, ctx: Any) -> dict:
+    pred, label = ins["Inference"], ins["Label"]
+    offsets = require_lod("chunk_eval", "Inference", pred)
+    p, y = pred.reshape(-1).tolist(), label.reshape(-1).tolist()
+    excluded = set(attrs["excluded_chunk_types"])
+    n_types, scheme = int(attrs["num_chunk_types"]), attrs["chunk_scheme"]
+    n_infer = n_label = n_correct = 0
+    for a, b in zip(offsets, offsets[1:]):
+        got = {c for c in chunks(p[a:b], n_types, scheme) if c[2] not in excluded}
+        want = {c for c in chunks(y[a:b], n_types, scheme) if c[2] not in excluded}
+        n_infer, n_label, n_correct = n_infer + len(got), n_label + len(want), \
+            n_correct + len(got & want)
+    precision = n_correct / n_infer if n_infer else 0.0
+    recall = n_correct / n_label if n_label else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if n_correct else 0.0
+
+    def rate(v: float) -> torch.Tensor:
+        return torch.tensor([v], dtype=torch.float32, device=pred.device)
+
+    def count(v: int) -> torch.Tensor:
+        return torch.tensor([v], dtype=torch.int64, device=pred.device)
+
+    return {"Precision": rate(precision), "Recall": rate(recall), "F1-Score": rate(f1),
+            "NumInferChunks": count(n_infer), "NumLabelChunks": count(n_label),
+            "NumCorrectChunks": count(n_correct)}
+
+
+register_op("chunk_eval", inputs=("Inference", "Label"),
+            outputs=("Precision", "Recall", "F1-Score", "NumInferChunks", "NumLabelChunks",
+                     "NumCorrectChunks"),
+            attrs={"num_chunk_types": 1, "chunk_scheme": "IOB", "excluded_chunk_types": []},
+            infer_shape=_chunk_eval_shape, kernel=_chunk_eval)

@@ -201,3 +201,43 @@ def test_crf_tagger_learns_and_decodes():
     for _ in range(30):
         cost, path = exe.run(main, feed=feed, fetch_list=[avg_cost, decoded], scope=scope)
     assert float(cost) < 0.5 and (path == tags).mean() == 1.0
+
+
+@pytest.mark.parametrize("scheme,tags,want", [
+    # IOB with 2 chunk types: B-0=0 I-0=1 B-1=2 I-1=3 O=4
+    ("IOB", [0, 1, 4, 2, 3, 3, 0, 2], {(0, 1, 0), (3, 5, 1), (6, 6, 0), (7, 7, 1)}),
+    ("IOB", [1, 1, 4, 3], {(0, 1, 0), (3, 3, 1)}),  # I without B starts a chunk
+    # IOE: I-0=0 E-0=1 I-1=2 E-1=3 O=4
+    ("IOE", [0, 1, 0, 0, 1, 4, 3], {(0, 1, 0), (2, 4, 0), (6, 6, 1)}),
+    # IOBES: B=0 I=1 E=2 S=3 for type 0, O=8 with 2 types
+    ("IOBES", [0, 1, 2, 3, 8, 7, 4, 6], {(0, 2, 0), (3, 3, 0), (5, 5, 1), (6, 7, 1)}),
+    ("plain", [0, 0, 1, 2, 2, 0], {(0, 1, 0), (2, 2, 1), (5, 5, 0)}),  # 2 types, O=2
+])
+def test_chunk_rules(scheme, tags, want):
+    from parafluid.ops.crf import chunks
+
+    assert chunks(tags, 2, scheme) == want
+
+
+def test_chunk_eval_counts_and_metric():
+    pred = np.array([[0], [1], [4], [2], [3], [0], [1], [4]], "int64")
+    gold = np.array([[0], [1], [4], [2], [4], [0], [1], [1]], "int64")
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        p = fluid.data(name="p", shape=[None, 1], dtype="int64", lod_level=1)
+        g = fluid.data(name="g", shape=[None, 1], dtype="int64", lod_level=1)
+        outs = fluid.layers.chunk_eval(input=p, label=g, chunk_scheme="IOB",
+                                       num_chunk_types=2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    feed = {"p": fluid.create_lod_tensor(pred, [[5, 3]], None),
+            "g": fluid.create_lod_tensor(gold, [[5, 3]], None)}
+    precision, recall, f1, n_infer, n_label, n_correct = exe.run(
+        main, feed=feed, fetch_list=list(outs), scope=fluid.Scope())
+    # seq 1: pred {(0,1,0), (3,4,1)}, gold {(0,1,0), (3,3,1)}; seq 2: pred {(0,1,0)},
+    # gold {(0,2,0)}
+    assert (int(n_infer), int(n_label), int(n_correct)) == (3, 3, 1)
+    np.testing.assert_allclose([float(precision), float(recall), float(f1)], [1 / 3] * 3,
+                               rtol=1e-6)
+    metric = fluid.metrics.ChunkEvaluator()
+    metric.update(n_infer, n_label, n_correct)
+    assert metric.eval() == pytest.approx((1 / 3, 1 / 3, 1 / 3))

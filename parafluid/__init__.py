@@ -58,6 +58,9 @@ from .place import (
 from .runtime import OpRunError
 from .scope import LoDTensor, Scope, global_scope, scope_guard
 from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
+from . import compiler, core, lod, metrics, nets  # noqa: F401  (Fluid 1.6 spellings)
+from .data_layer import data, embedding
+from .lod import create_lod_tensor, create_random_int_lodtensor
 from .data_feeder import DataFeeder
 from .dataloader import DataLoader
 from .reader import batch
@@ -80,18 +83,14 @@ __all__ = [
     "io", "DataFeeder", "DataLoader", "batch",
     "distributed", "transpiler", "DistributeTranspiler", "DistributeTranspilerConfig",
     "memory_optimize", "release_memory", "profiler",
+    "compiler", "core", "metrics", "nets", "data", "embedding", "create_lod_tensor",
+    "create_random_int_lodtensor",
 ]
 
 
-class core:  # noqa: N801  (Fluid scripts reach a few names through fluid.core)
-    """The handful of ``fluid.core`` names that Python-level Fluid code uses."""
+def __getattr__(name: str) -> object:
+    # NOTE: Fluid names parafluid leaves out on purpose (dygraph, the inference API, fleet)
+    # import fine and fail on use with a NotProvidedError saying what to use instead.
+    from .compat import missing_attribute
 
-    VarDesc = type("VarDesc", (), {"VarType": VarType})
-    LoDTensor = LoDTensor
-    Scope = Scope
-    CPUPlace = CPUPlace
-    CUDAPlace = CUDAPlace
-
-    @staticmethod
-    def is_compiled_with_cuda() -> bool:
-        return is_compiled_with_cuda()
+    return missing_attribute("fluid", name, __all__)

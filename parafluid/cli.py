@@ -137,9 +137,10 @@ def _train(args: argparse.Namespace) -> int:
             raise PermissionError(f"{cfg.output} is not writable")
     except OSError as e:
         return _fail(f"cannot use --output {cfg.output!r}: {e}")
+    epochs = f"{cfg.epochs} epoch" + ("" if cfg.epochs == 1 else "s")
     if trainer == 0:
         _say(f"parafluid train: digits (8x8 images, 10 classes), MLP 64-{hidden}-10, "
-             f"{cfg.optimizer}, batch {cfg.batch_size}, {cfg.epochs} epochs, seed {seed}"
+             f"{cfg.optimizer}, batch {cfg.batch_size}, {epochs}, seed {seed}"
              + (f", data-parallel on {cfg.devices} CPU devices" if cfg.devices > 1 else "")
              + (f", trainer 0 of {os.environ['PADDLE_TRAINERS_NUM']} processes"
                 if cfg.distributed else ""))

@@ -46,7 +46,9 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
     if isinstance(value, SelectedRows):
         return value.to(device)
     if isinstance(value, LoDTensor):
-        value = value.value
+        from .lod import lod_feed_tensor  # the LoD rides on the tensor (see lod.py)
+
+        return lod_feed_tensor(block, name, value, device)
     if isinstance(value, torch.Tensor):
         arr_dtype = convert_dtype(value.dtype)
         shape = tuple(value.shape)
@@ -75,8 +77,13 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
 
 def as_lod_tensor(name: str, value: Any) -> LoDTensor:
     """A LoDTensor holding a copy of a run value (``return_numpy=False``)."""
+    from .lod import get_lod
+
     holder = ScopeVariable(name)
     holder.value = value.clone() if isinstance(value, torch.Tensor) else value
+    lod = get_lod(value) if isinstance(value, torch.Tensor) else None
+    if lod:
+        holder.lod = lod
     return LoDTensor(holder)
 
 

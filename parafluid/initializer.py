@@ -10,7 +10,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,32 @@ from .dtypes import convert_dtype
 __all__ = ["Initializer", "Constant", "Uniform", "Normal", "TruncatedNormal", "Xavier", "MSRA",
            "NumpyArrayInitializer", "ConstantInitializer", "UniformInitializer",
            "NormalInitializer", "TruncatedNormalInitializer", "XavierInitializer",
-           "MSRAInitializer"]
+           "MSRAInitializer", "init_on_cpu", "force_init_on_cpu"]
+
+_force_init_on_cpu = False
+
+
+def force_init_on_cpu() -> bool:
+    """True inside ``init_on_cpu()``."""
+    return _force_init_on_cpu
+
+
+@contextlib.contextmanager
+def init_on_cpu() -> Iterator[None]:
+    """Constants created inside the block are filled on the CPU (``force_cpu``), as Fluid's
+    learning-rate schedules ask for their counters.
+
+    Example::
+
+        with fluid.initializer.init_on_cpu():
+            step = fluid.layers.create_global_var([1], 0.0, "float32", persistable=True)
+    """
+    global _force_init_on_cpu
+    old, _force_init_on_cpu = _force_init_on_cpu, True
+    try:
+        yield
+    finally:
+        _force_init_on_cpu = old
 
 
 class Initializer:
@@ -54,7 +81,8 @@ class Constant(Initializer):
     def __call__(self, var: Any, block: Any) -> Any:
         return block.append_op("fill_constant", outputs={"Out": [var]},
                                attrs={"shape": list(var.shape), "dtype": var.dtype,
-                                      "value": float(self.value), "force_cpu": self.force_cpu})
+                                      "value": float(self.value),
+                                      "force_cpu": self.force_cpu or _force_init_on_cpu})
 
 
 class Uniform(Initializer):

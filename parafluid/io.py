@@ -181,7 +181,9 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
     variables it reads to ``dirname/params_filename`` (default ``__variables__.safetensors``).
     With ``export_for_deployment=False`` the whole, unpruned program is written to
     ``<model_filename>.main_program`` instead (as Fluid did) with all its persistables.
-    ``program_only=True`` writes no variables. Returns the target names.
+    ``program_only=True`` writes no variables. As in Fluid 1.6, each target ``i`` is saved
+    behind a ``scale`` by 1 named ``save_infer_model/scale_i`` (the caller's program is not
+    changed), so the loaded model's fetch targets carry those names. Returns them.
 
     Example::
 
@@ -200,7 +202,8 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
         raise TypeError("save_inference_model: target_vars must be a Variable or a non-empty "
                         f"list of Variables, got {target_vars!r}")
     program = _as_program(main_program, "save_inference_model")
-    feeds, fetches = list(feeded_var_names), [v.name for v in target_vars]
+    program, fetches = _with_target_scales(program, target_vars)
+    feeds = list(feeded_var_names)
     model_name = model_filename or MODEL_FILENAME
     if export_for_deployment:
         model = prune(program, fetches, feeds)
@@ -218,6 +221,26 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
                       extra={"program_sha256": digest})
     write_bytes(os.path.join(dirname, model_name), model_bytes)
     return fetches
+
+
+def _with_target_scales(program: Program, targets: Sequence[Variable]
+                        ) -> tuple[Program, list[str]]:
+    """A copy of ``program`` whose target ``i`` is also ``save_infer_model/scale_i``."""
+    program = program.clone()
+    block = program.global_block()
+    names = []
+    for i, var in enumerate(targets):
+        name = f"save_infer_model/scale_{i}"
+        src = block._find_var_recursive(var.name)
+        if src is None:
+            raise ValueError(f"save_inference_model: target {var.name!r} is not a variable of "
+                             "main_program (the default main program when none is given); "
+                             "pass the program that built it as main_program=")
+        out = block.create_var(name=name, dtype=src.dtype, shape=src.shape)
+        block.append_op("scale", inputs={"X": [src]}, outputs={"Out": [out]},
+                        attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True})
+        names.append(name)
+    return program, names
 
 
 def load_inference_model(dirname: str, executor: Any, model_filename: str | None = None,

@@ -31,7 +31,9 @@ from .layer_helper import LayerHelper
 from .regularizer import append_regularization_ops
 
 __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "Adam",
-           "AdamOptimizer", "Adagrad", "AdagradOptimizer", "RMSProp", "RMSPropOptimizer"]
+           "AdamOptimizer", "Adagrad", "AdagradOptimizer", "RMSProp", "RMSPropOptimizer",
+           "DecayedAdagrad", "DecayedAdagradOptimizer", "Adamax", "AdamaxOptimizer", "Ftrl",
+           "FtrlOptimizer", "Lamb", "LambOptimizer"]
 
 
 class Optimizer:
@@ -390,3 +392,175 @@ MomentumOptimizer = Momentum
 AdamOptimizer = Adam
 AdagradOptimizer = Adagrad
 RMSPropOptimizer = RMSProp
+
+
+class DecayedAdagrad(Optimizer):
+    """Adagrad with a decaying moment: ``m = decay*m + (1-decay)*g*g``,
+    ``p -= lr * g / (sqrt(m) + epsilon)``.
+
+    Example::
+
+        fluid.optimizer.DecayedAdagrad(learning_rate=0.1, decay=0.95).minimize(avg_cost)
+    """
+
+    type = "decayed_adagrad"
+    _moment_acc_str = "moment"
+
+    def __init__(self, learning_rate: float | Variable, decay: float = 0.95,
+                 epsilon: float = 1e-6, regularization: Any = None, name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        _check_number("DecayedAdagrad", decay=decay, epsilon=epsilon)
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._decay, self._epsilon = float(decay), float(epsilon)
+
+    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
+        for p in parameters:
+            self._add_accumulator(self._moment_acc_str, p)
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        moment = self._get_accumulator(self._moment_acc_str, param)
+        return block.append_op(
+            "decayed_adagrad",
+            inputs={"Param": [param], "Grad": [grad], "Moment": [moment],
+                    "LearningRate": [self._create_param_lr(param_and_grad)]},
+            outputs={"ParamOut": [param], "MomentOut": [moment]},
+            attrs={"decay": self._decay, "epsilon": self._epsilon})
+
+
+class Adamax(Optimizer):
+    """Adamax (Adam with the infinity norm)::
+
+        m = beta1*m + (1-beta1)*g;  u = max(beta2*u + epsilon, |g|)
+        p -= lr / (1 - beta1^t) * m / u
+
+    Example::
+
+        fluid.optimizer.Adamax(learning_rate=0.002).minimize(avg_cost)
+    """
+
+    type = "adamax"
+    _moment_acc_str = "moment"
+    _inf_norm_acc_str = "inf_norm"
+    _beta1_pow_acc_str = "beta1_pow_acc"
+
+    def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
+                 name: str | None = None, grad_clip: Any = None) -> None:
+        _check_number("Adamax", beta1=beta1, beta2=beta2, epsilon=epsilon)
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+
+    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
+        for p in parameters:
+            self._add_accumulator(self._moment_acc_str, p)
+            self._add_accumulator(self._inf_norm_acc_str, p)
+            self._add_accumulator(self._beta1_pow_acc_str, p, dtype="float32",
+                                  fill_value=self._beta1, shape=[1])
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        moment = self._get_accumulator(self._moment_acc_str, param)
+        inf_norm = self._get_accumulator(self._inf_norm_acc_str, param)
+        return block.append_op(
+            "adamax",
+            inputs={"Param": [param], "Grad": [grad],
+                    "LearningRate": [self._create_param_lr(param_and_grad)],
+                    "Moment": [moment], "InfNorm": [inf_norm],
+                    "Beta1Pow": [self._get_accumulator(self._beta1_pow_acc_str, param)]},
+            outputs={"ParamOut": [param], "MomentOut": [moment], "InfNormOut": [inf_norm]},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon})
+
+    def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
+        """Advance ``beta1^t`` once per step, after every parameter's update."""
+        for param, grad in params_grads:
+            if grad is None or not param.trainable:
+                continue
+            with block.program._optimized_guard([param, grad]):
+                var = self._get_accumulator(self._beta1_pow_acc_str, param)
+                block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
+                                attrs={"scale": self._beta1})
+
+
+class Ftrl(Optimizer):
+    """FTRL-proximal (McMahan et al.) with Fluid's update; ``l1``/``l2`` regularize,
+    ``lr_power`` (-0.5) shapes the per-coordinate learning rate.
+
+    Example::
+
+        fluid.optimizer.Ftrl(learning_rate=0.1, l1=0.01).minimize(avg_cost)
+    """
+
+    type = "ftrl"
+    _squared_acc_str = "squared"
+    _linear_acc_str = "linear"
+
+    def __init__(self, learning_rate: float | Variable, l1: float = 0.0, l2: float = 0.0,
+                 lr_power: float = -0.5, regularization: Any = None, name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        _check_number("Ftrl", l1=l1, l2=l2, lr_power=lr_power)
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._l1, self._l2, self._lr_power = float(l1), float(l2), float(lr_power)
+
+    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
+        for p in parameters:
+            self._add_accumulator(self._squared_acc_str, p)
+            self._add_accumulator(self._linear_acc_str, p)
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        sq = self._get_accumulator(self._squared_acc_str, param)
+        lin = self._get_accumulator(self._linear_acc_str, param)
+        return block.append_op(
+            "ftrl",
+            inputs={"Param": [param], "SquaredAccumulator": [sq], "LinearAccumulator": [lin],
+                    "Grad": [grad], "LearningRate": [self._create_param_lr(param_and_grad)]},
+            outputs={"ParamOut": [param], "SquaredAccumOut": [sq], "LinearAccumOut": [lin]},
+            attrs={"l1": self._l1, "l2": self._l2, "lr_power": self._lr_power})
+
+
+class Lamb(Adam):
+    """LAMB (You et al.): Adam's bias-corrected step plus weight decay, scaled per parameter
+    by the trust ratio ``|p| / |step|``.
+
+    ``exclude_from_weight_decay_fn(param) -> bool`` turns weight decay off for a parameter.
+
+    Example::
+
+        fluid.optimizer.Lamb(learning_rate=0.002, lamb_weight_decay=0.01).minimize(avg_cost)
+    """
+
+    type = "lamb"
+
+    def __init__(self, learning_rate: float | Variable = 0.001, lamb_weight_decay: float = 0.01,
+                 beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-6,
+                 regularization: Any = None, exclude_from_weight_decay_fn: Any = None,
+                 name: str | None = None, grad_clip: Any = None) -> None:
+        _check_number("Lamb", lamb_weight_decay=lamb_weight_decay)
+        super().__init__(learning_rate, beta1, beta2, epsilon, regularization, name,
+                         grad_clip=grad_clip)
+        self._weight_decay = float(lamb_weight_decay)
+        self._exclude_fn = exclude_from_weight_decay_fn
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        param, grad = param_and_grad
+        m1 = self._get_accumulator(self._moment1_acc_str, param)
+        m2 = self._get_accumulator(self._moment2_acc_str, param)
+        decay = 0.0 if self._exclude_fn is not None and self._exclude_fn(param) \
+            else self._weight_decay
+        return block.append_op(
+            "lamb",
+            inputs={"Param": [param], "Grad": [grad],
+                    "LearningRate": [self._create_param_lr(param_and_grad)],
+                    "Moment1": [m1], "Moment2": [m2],
+                    "Beta1Pow": [self._get_accumulator(self._beta1_pow_acc_str, param)],
+                    "Beta2Pow": [self._get_accumulator(self._beta2_pow_acc_str, param)]},
+            outputs={"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
+                   "weight_decay": decay})
+
+
+DecayedAdagradOptimizer = DecayedAdagrad
+AdamaxOptimizer = Adamax
+FtrlOptimizer = Ftrl
+LambOptimizer = Lamb

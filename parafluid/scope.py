@@ -21,7 +21,7 @@ import torch
 from .place import to_device
 
 __all__ = ["Scope", "ScopeVariable", "LoDTensor", "SelectedRows", "global_scope",
-           "scope_guard", "as_numpy"]
+           "scope_guard", "as_numpy", "OneElementArray"]
 
 
 class SelectedRows:
@@ -68,8 +68,27 @@ class SelectedRows:
                f"value_shape={list(self.value.shape)})"
 
 
+class OneElementArray(np.ndarray):
+    """A fetched array of shape ``[1]`` (a ``mean`` loss, an accuracy) that ``float()`` and
+    ``int()`` accept.
+
+    Fluid programs write ``float(loss)`` on such fetches; numpy 2.4 refuses ``float()`` of an
+    array with a dimension. Everything else behaves as a plain ndarray.
+    """
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        return repr(self.view(np.ndarray))
+
+
 def as_numpy(value: Any) -> np.ndarray:
-    """A numpy copy of a tensor (a SelectedRows is densified)."""
+    """A numpy copy of a tensor (a SelectedRows is densified); shape ``[1]`` comes back as a
+    ``OneElementArray`` so that ``float()`` of it works on every numpy."""
     if isinstance(value, SelectedRows):
         value = value.to_dense()
     if isinstance(value, torch.Tensor):
@@ -78,7 +97,8 @@ def as_numpy(value: Any) -> np.ndarray:
             t = t.cpu()
         if t.dtype == torch.bfloat16:
             t = t.float()
-        return t.numpy().copy()
+        arr = t.numpy().copy()
+        return arr.view(OneElementArray) if arr.shape == (1,) else arr
     return np.asarray(value)
 
 

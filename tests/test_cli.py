@@ -137,6 +137,12 @@ def test_ctrl_c_is_a_short_message_not_a_traceback(tmp_path, capsys, monkeypatch
     assert "parafluid train: interrupted" in capsys.readouterr().err
 
 
+def test_one_epoch_is_singular(tmp_path, capsys) -> None:
+    assert main(["--epochs", "1", "--hidden", "8", "--output", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr().out
+    assert ", 1 epoch, seed" in out and "1 epochs" not in out
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_two_processes_train_like_two_devices_of_one(tmp_path, capsys) -> None:

@@ -131,6 +131,42 @@ def fluid_adagrad(lr, eps=1e-6, init=0.0):
     return step
 
 
+def fluid_decayed_adagrad(lr, decay=0.95, eps=1e-6):
+    def step(p, g, s, t):
+        s["m"] = decay * s.get("m", 0.0) + (1 - decay) * g * g
+        p -= lr * g / (np.sqrt(s["m"]) + eps)
+    return step
+
+
+def fluid_adamax(lr, b1=0.9, b2=0.999, eps=1e-8):
+    def step(p, g, s, t):
+        s["m"] = b1 * s.get("m", 0.0) + (1 - b1) * g
+        s["u"] = np.maximum(b2 * s.get("u", 0.0) + eps, np.abs(g))
+        p -= lr / (1 - b1 ** t) * s["m"] / s["u"]
+    return step
+
+
+def fluid_ftrl(lr, l1=0.0, l2=0.0, power=-0.5):
+    def step(p, g, s, t):
+        n, z = s.get("n", np.zeros_like(p)), s.get("z", np.zeros_like(p))
+        n_new = n + g * g
+        z = z + g - (n_new ** -power - n ** -power) / lr * p
+        y = n_new ** -power / lr + 2 * l2
+        p[...] = np.where(np.abs(z) > l1, (l1 * np.sign(z) - z) / y, 0.0)
+        s["n"], s["z"] = n_new, z
+    return step
+
+
+def fluid_lamb(lr, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
+    def step(p, g, s, t):
+        s["m1"] = b1 * s.get("m1", 0.0) + (1 - b1) * g
+        s["m2"] = b2 * s.get("m2", 0.0) + (1 - b2) * g * g
+        r = (s["m1"] / (1 - b1 ** t)) / (np.sqrt(s["m2"] / (1 - b2 ** t)) + eps) + wd * p
+        p_norm, r_norm = np.linalg.norm(p), np.linalg.norm(r)
+        p -= lr * (p_norm / r_norm if p_norm > 0 and r_norm > 0 else 1.0) * r
+    return step
+
+
 # ---------------------------------------------------------------------- vs torch.optim
 
 O = fluid.optimizer
@@ -152,6 +188,9 @@ TORCH_CASES = {
     "rmsprop_centered": (
         lambda: O.RMSPropOptimizer(learning_rate=0.01, rho=0.9, epsilon=1e-14, centered=True),
         lambda ps: torch.optim.RMSprop(ps, lr=0.01, alpha=0.9, eps=1e-14, centered=True)),
+    # torch adds eps to |g|, Fluid to the decayed norm: a tiny eps again.
+    "adamax": (lambda: O.Adamax(learning_rate=0.01, epsilon=1e-14),
+               lambda ps: torch.optim.Adamax(ps, lr=0.01, eps=1e-14)),
 }
 
 
@@ -177,6 +216,16 @@ FORMULA_CASES = {
         lambda: O.RMSProp(learning_rate=0.01, rho=0.8, epsilon=1e-3, momentum=0.9,
                           centered=True),
         fluid_rmsprop(0.01, 0.8, 1e-3, 0.9, True)),
+    "decayed_adagrad": (lambda: O.DecayedAdagrad(learning_rate=0.1, decay=0.9),
+                        fluid_decayed_adagrad(0.1, 0.9)),
+    "adamax": (lambda: O.AdamaxOptimizer(learning_rate=0.05, beta1=0.8, epsilon=1e-3),
+               fluid_adamax(0.05, 0.8, 0.999, 1e-3)),
+    "ftrl": (lambda: O.Ftrl(learning_rate=0.1), fluid_ftrl(0.1)),
+    "ftrl_l1_l2_power": (lambda: O.FtrlOptimizer(learning_rate=0.1, l1=0.01, l2=0.1,
+                                                 lr_power=-0.7),
+                         fluid_ftrl(0.1, 0.01, 0.1, -0.7)),
+    "lamb": (lambda: O.Lamb(learning_rate=0.01, lamb_weight_decay=0.05),
+             fluid_lamb(0.01, 0.05)),
 }
 
 

@@ -1,19 +1,30 @@
 """``fluid.layers``: functions that append ops to the default main program."""
 # ruff: noqa: F401, F403, I001  (one line per layer module keeps merges trivial)
 
+from . import device
+from . import index
 from . import io
 from . import learning_rate_scheduler
 from . import loss
 from . import math_op_patch  # Variable arithmetic operators
 from . import nn
 from . import ops
+from . import sequence
 from . import tensor
+from .index import *
 from .io import *
 from .learning_rate_scheduler import *
 from .loss import *
 from .nn import *
 from .ops import *
+from .sequence import *
 from .tensor import *
 
-__all__ = (io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
-           + learning_rate_scheduler.__all__)
+__all__ = (index.__all__ + io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
+           + learning_rate_scheduler.__all__ + sequence.__all__)
+
+
+def __getattr__(name: str) -> object:
+    from ..compat import missing_attribute
+
+    return missing_attribute("layers", name, __all__)

@@ -37,3 +37,10 @@ def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
     return default_main_program().global_block().create_var(
         name=name, shape=dims, dtype=dtype, type=type, lod_level=lod_level,
         stop_gradient=stop_gradient, is_data=True, need_check_feed=True)
+
+
+def __getattr__(name: str) -> object:
+    # py_reader, read_file, double_buffer, ...: not provided, with what to use instead
+    from ..compat import missing_attribute
+
+    return missing_attribute("layers", name, __all__)

@@ -3,10 +3,14 @@ accuracy."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 
-__all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy"]
+__all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy",
+           "auc", "sigmoid_cross_entropy_with_logits", "log_loss", "huber_loss", "label_smooth",
+           "hsigmoid", "nce"]
 
 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
@@ -54,7 +58,8 @@ def softmax_with_cross_entropy(logits: Variable, label: Variable, soft_label: bo
 
 
 def square_error_cost(input: Variable, label: Variable) -> Variable:
-    """Elementwise ``(input - label) ** 2``, one ``square_error_cost`` op.
+    """Elementwise ``(input - label) ** 2``, one ``square_error_cost`` op. A label with a
+    dimension of 1 broadcasts (``[N, 1]`` against ``[N, k]``), as in Fluid.
 
     Example::
 
@@ -73,7 +78,8 @@ def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | N
 
     Unlike Fluid, which appends a ``top_k`` op first, the ``accuracy`` op here ranks the
     scores itself (its ``Indices`` input is optional), so this is one op. ``correct`` and
-    ``total`` (int32 ``[1]``) receive the counts when given.
+    ``total`` receive the counts when given (int32, or cast to the variable's own dtype, e.g.
+    int64). The label may be int64 or hold class ids as floats.
 
     Example::
 
@@ -83,13 +89,194 @@ def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | N
         raise ValueError(f"accuracy: k must be a positive int, got {k!r}")
     helper = LayerHelper("accuracy")
     acc = helper.create_variable_for_type_inference("float32", stop_gradient=True)
-    if correct is None:
-        correct = helper.create_variable_for_type_inference("int32", stop_gradient=True)
-    if total is None:
-        total = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    counts = []
+    for given in (correct, total):
+        # The op counts in int32; a caller's variable of another dtype (Fluid programs pass
+        # int64 ones) receives the count through a cast.
+        own = given if given is not None and given.dtype in (None, "int32") else \
+            helper.create_variable_for_type_inference("int32", stop_gradient=True)
+        counts.append(own)
     helper.append_op("accuracy", inputs={"Out": [input], "Label": [label]},
-                     outputs={"Accuracy": [acc], "Correct": [correct], "Total": [total]},
+                     outputs={"Accuracy": [acc], "Correct": [counts[0]], "Total": [counts[1]]},
                      attrs={"k": k})
+    for given, own in zip((correct, total), counts):
+        if given is not None and given is not own:
+            helper.append_op("cast", inputs={"X": [own]}, outputs={"Out": [given]},
+                             attrs={"in_dtype": "int32", "out_dtype": given.dtype})
     return acc
 
 
+
+
+def auc(input: Variable, label: Variable, curve: str = "ROC", num_thresholds: int = 2 ** 12 - 1,
+        topk: int = 1, slide_steps: int = 1) -> tuple[Variable, Variable, list[Variable]]:
+    """ROC AUC of ``input [N, 2]`` (column 1: probability of the positive class) against 0/1
+    ``label [N, 1]``, over all batches so far and over the last ``slide_steps`` batches.
+
+    Returns ``(auc, batch_auc, [batch_stat_pos, batch_stat_neg, stat_pos, stat_neg])``; the
+    statistics are persistable int64 bucket counts (reset them by re-running the startup
+    program, or zero them in the scope).
+
+    Example::
+
+        prob = fluid.layers.fc(input=h, size=2, act="softmax")
+        auc_var, batch_auc_var, _ = fluid.layers.auc(input=prob, label=label)
+    """
+    from ..initializer import Constant
+
+    if curve != "ROC":
+        raise ValueError(f"auc: only curve='ROC' is supported, got {curve!r}")
+    if not isinstance(slide_steps, int) or slide_steps < 1:
+        raise ValueError(f"auc: slide_steps must be an int >= 1, got {slide_steps!r}")
+    helper = LayerHelper("auc")
+    width = int(num_thresholds) + 1
+    stats = []
+    for rows in (slide_steps, slide_steps, 1, 1):
+        var = helper.create_global_variable(persistable=True, dtype="int64",
+                                            shape=[rows, width], stop_gradient=True)
+        helper.set_variable_initializer(var, Constant(0.0))
+        stats.append(var)
+    batch_pos, batch_neg, stat_pos, stat_neg = stats
+    outs = []
+    for pos, neg, steps in ((stat_pos, stat_neg, 0), (batch_pos, batch_neg, slide_steps)):
+        out = helper.create_variable_for_type_inference("float64", stop_gradient=True)
+        helper.append_op("auc", inputs={"Predict": [input], "Label": [label],
+                                        "StatPos": [pos], "StatNeg": [neg]},
+                         outputs={"AUC": [out], "StatPosOut": [pos], "StatNegOut": [neg]},
+                         attrs={"curve": curve, "num_thresholds": int(num_thresholds),
+                                "slide_steps": steps})
+        outs.append(out)
+    return outs[0], outs[1], [batch_pos, batch_neg, stat_pos, stat_neg]
+
+
+def _one(op_type: str, inputs: dict, out_slot: str, attrs: dict, dtype: str,
+         name: str | None = None, extra: tuple[str, ...] = ()) -> Variable:
+    helper = LayerHelper(op_type, name=name)
+    out = helper.create_variable_for_type_inference(dtype)
+    outputs = {out_slot: [out]}
+    for slot in extra:
+        outputs[slot] = [helper.create_variable_for_type_inference(dtype)]
+    helper.append_op(op_type, inputs=inputs, outputs=outputs, attrs=attrs)
+    return out
+
+
+def sigmoid_cross_entropy_with_logits(x: Variable, label: Variable, ignore_index: int = -100,
+                                      name: str | None = None,
+                                      normalize: bool = False) -> Variable:
+    """Elementwise binary cross entropy of logits ``x`` and probabilities ``label``, computed
+    stably; elements whose label is ``ignore_index`` give 0 (``normalize``: divide by the
+    number of the others).
+
+    Example::
+
+        loss = fluid.layers.mean(fluid.layers.sigmoid_cross_entropy_with_logits(logits, y))
+    """
+    return _one("sigmoid_cross_entropy_with_logits", {"X": [x], "Label": [label]}, "Out",
+                {"ignore_index": int(ignore_index), "normalize": bool(normalize)}, x.dtype, name)
+
+
+def log_loss(input: Variable, label: Variable, epsilon: float = 1e-4,
+             name: str | None = None) -> Variable:
+    """``-label*log(input+eps) - (1-label)*log(1-input+eps)`` for probabilities ``input``.
+
+    Example::
+
+        loss = fluid.layers.log_loss(fluid.layers.sigmoid(logit), label)
+    """
+    return _one("log_loss", {"Predicted": [input], "Labels": [label]}, "Loss",
+                {"epsilon": float(epsilon)}, input.dtype, name)
+
+
+def huber_loss(input: Variable, label: Variable, delta: float) -> Variable:
+    """``0.5 r²`` where ``|r| <= delta``, else ``delta (|r| - delta/2)``, ``r = label - input``.
+
+    Example::
+
+        loss = fluid.layers.mean(fluid.layers.huber_loss(pred, y, delta=1.0))
+    """
+    return _one("huber_loss", {"X": [input], "Y": [label]}, "Out", {"delta": float(delta)},
+                input.dtype, extra=("Residual",))
+
+
+def label_smooth(label: Variable, prior_dist: Variable | None = None, epsilon: float = 0.1,
+                 dtype: str = "float32", name: str | None = None) -> Variable:
+    """``(1 - epsilon) * label + epsilon * prior`` (uniform ``1/classes`` by default) for
+    one-hot ``label``.
+
+    Example::
+
+        soft = fluid.layers.label_smooth(fluid.layers.one_hot(y, depth=10), epsilon=0.1)
+    """
+    inputs = {"X": [label]}
+    if prior_dist is not None:
+        inputs["PriorDist"] = [prior_dist]
+    return _one("label_smooth", inputs, "Out", {"epsilon": float(epsilon)}, label.dtype, name)
+
+
+def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any = None,
+             bias_attr: Any = None, name: str | None = None, path_table: Variable | None = None,
+             path_code: Variable | None = None, is_custom: bool = False,
+             is_sparse: bool = False) -> Variable:
+    """Hierarchical sigmoid loss over Fluid's default complete binary tree of
+    ``num_classes`` leaves: ``[N, 1]``, a sum of binary cross entropies along the label's
+    path (``log2(num_classes)`` terms instead of a softmax over every class).
+
+    Example::
+
+        cost = fluid.layers.hsigmoid(input=hidden, label=next_word, num_classes=dict_size)
+    """
+    if is_custom or path_table is not None or path_code is not None:
+        raise ValueError("hsigmoid: custom trees (is_custom, path_table, path_code) are not "
+                         "supported; use the default tree")
+    helper = LayerHelper("hierarchical_sigmoid", param_attr=param_attr, bias_attr=bias_attr,
+                         name=name)
+    dtype = input.dtype
+    w = helper.create_parameter(helper.param_attr, [num_classes - 1, input.shape[-1]], dtype)
+    inputs: dict[str, Any] = {"X": [input], "W": [w], "Label": [label]}
+    b = helper.create_parameter(helper.bias_attr, [num_classes - 1, 1], dtype, is_bias=True)
+    if b is not None:
+        inputs["Bias"] = [b]
+    out = helper.create_variable_for_type_inference(dtype)
+    pre = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("hierarchical_sigmoid", inputs=inputs,
+                     outputs={"Out": [out], "PreOut": [pre]},
+                     attrs={"num_classes": int(num_classes), "is_sparse": is_sparse})
+    return out
+
+
+def nce(input: Variable, label: Variable, num_total_classes: int,
+        sample_weight: Variable | None = None, param_attr: Any = None, bias_attr: Any = None,
+        num_neg_samples: int | None = None, name: str | None = None, sampler: str = "uniform",
+        custom_dist: Any = None, seed: int = 0, is_sparse: bool = False) -> Variable:
+    """Noise-contrastive estimation loss ``[N, 1]``: each row's true class against
+    ``num_neg_samples`` (default 10) classes drawn from ``sampler`` ("uniform" or
+    "log_uniform"). A non-zero ``seed`` draws the same negatives on every run.
+
+    Example::
+
+        cost = fluid.layers.nce(input=hidden, label=next_word, num_total_classes=dict_size,
+                                num_neg_samples=5)
+    """
+    if custom_dist is not None or sampler == "custom_dist":
+        raise ValueError("nce: sampler='custom_dist' is not supported; use 'uniform' or "
+                         "'log_uniform'")
+    helper = LayerHelper("nce", param_attr=param_attr, bias_attr=bias_attr, name=name)
+    dtype = input.dtype
+    w = helper.create_parameter(helper.param_attr, [num_total_classes, input.shape[-1]], dtype)
+    inputs: dict[str, Any] = {"Input": [input], "Label": [label], "Weight": [w]}
+    b = helper.create_parameter(helper.bias_attr, [num_total_classes, 1], dtype, is_bias=True)
+    if b is not None:
+        inputs["Bias"] = [b]
+    if sample_weight is not None:
+        inputs["SampleWeight"] = [sample_weight]
+    cost = helper.create_variable_for_type_inference(dtype)
+    logits = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    labels = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("nce", inputs=inputs,
+                     outputs={"Cost": [cost], "SampleLogits": [logits],
+                              "SampleLabels": [labels]},
+                     attrs={"num_total_classes": int(num_total_classes),
+                            "num_neg_samples": 10 if num_neg_samples is None
+                            else int(num_neg_samples),
+                            "sampler": sampler, "seed": int(seed), "is_sparse": is_sparse})
+    return cost

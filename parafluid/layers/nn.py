@@ -125,7 +125,7 @@ def sums(input: list[Variable], out: Variable | None = None) -> Variable:
 
 # ----------------------------------------------------------------------------- conv / pool / norm
 
-__all__ += ["conv2d", "pool2d", "batch_norm", "dropout", "layer_norm", "embedding"]
+__all__ += ["conv2d", "pool2d", "batch_norm", "dropout", "layer_norm", "embedding", "cos_sim"]
 
 
 def _int_pair(value: Any, name: str, layer: str) -> list[int]:
@@ -376,4 +376,21 @@ def embedding(input: Variable, size: list[int], is_sparse: bool = False,
                      attrs={"is_sparse": is_sparse, "is_distributed": is_distributed,
                             "remote_prefetch": is_sparse and not is_distributed,
                             "padding_idx": padding_idx})
+    return out
+
+
+def cos_sim(X: Variable, Y: Variable) -> Variable:
+    """Cosine similarity of the rows of ``X [N, D]`` and ``Y [N, D]`` (or ``[1, D]``, then
+    compared with every row): ``[N, 1]``.
+
+    Example::
+
+        sim = fluid.layers.cos_sim(X=user_vec, Y=movie_vec)
+    """
+    helper = LayerHelper("cos_sim")
+    out = helper.create_variable_for_type_inference(X.dtype)
+    xnorm = helper.create_variable_for_type_inference(X.dtype, stop_gradient=True)
+    ynorm = helper.create_variable_for_type_inference(X.dtype, stop_gradient=True)
+    helper.append_op("cos_sim", inputs={"X": [X], "Y": [Y]},
+                     outputs={"Out": [out], "XNorm": [xnorm], "YNorm": [ynorm]})
     return out

@@ -19,7 +19,8 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["relu", "sigmoid", "tanh", "exp", "sqrt", "reciprocal", "log", "square", "abs",
            "sin", "cos", "softplus", "softsign", "logsigmoid", "sign", "floor", "ceil", "round",
-           "leaky_relu", "relu6", "elu", "hard_sigmoid", "swish", "pow", "softmax", "clip"]
+           "leaky_relu", "relu6", "elu", "hard_sigmoid", "swish", "pow", "softmax", "clip",
+           "gelu", "selu", "brelu", "soft_relu", "hard_shrink", "thresholded_relu", "stanh"]
 
 
 def _check_var(layer: str, arg: str, x: Any) -> None:
@@ -64,6 +65,77 @@ sign = _activation("sign", "sign(x)")
 floor = _activation("floor", "floor(x)")
 ceil = _activation("ceil", "ceil(x)")
 round = _activation("round", "round(x), halves away from zero")  # noqa: A001
+gelu = _activation("gelu", "x * Phi(x), Phi the standard normal cdf (the erf form)")
+
+
+def selu(x: Variable, scale: float | None = None, alpha: float | None = None,
+         name: str | None = None) -> Variable:
+    """``scale * x`` where positive, ``scale * alpha * (exp(x) - 1)`` elsewhere (the
+    self-normalizing constants by default).
+
+    Example::
+
+        y = fluid.layers.selu(x)
+    """
+    attrs = {}
+    if scale is not None:
+        attrs["scale"] = float(scale)
+    if alpha is not None:
+        attrs["alpha"] = float(alpha)
+    return _unary("selu", x, attrs, name)
+
+
+def brelu(x: Variable, t_min: float = 0.0, t_max: float = 24.0,
+          name: str | None = None) -> Variable:
+    """``clip(x, t_min, t_max)`` (bounded relu).
+
+    Example::
+
+        y = fluid.layers.brelu(x, t_min=1.0, t_max=20.0)
+    """
+    return _unary("brelu", x, {"t_min": float(t_min), "t_max": float(t_max)}, name)
+
+
+def soft_relu(x: Variable, threshold: float = 40.0, name: str | None = None) -> Variable:
+    """``ln(1 + exp(clip(x, -threshold, threshold)))``.
+
+    Example::
+
+        y = fluid.layers.soft_relu(x)
+    """
+    return _unary("soft_relu", x, {"threshold": float(threshold)}, name)
+
+
+def hard_shrink(x: Variable, threshold: float | None = None) -> Variable:
+    """``x`` where ``|x| > threshold`` (default 0.5), else 0.
+
+    Example::
+
+        y = fluid.layers.hard_shrink(x, threshold=0.3)
+    """
+    return _unary("hard_shrink", x, {} if threshold is None else {"threshold": float(threshold)})
+
+
+def thresholded_relu(x: Variable, threshold: float | None = None) -> Variable:
+    """``x`` where ``x > threshold`` (default 1.0), else 0.
+
+    Example::
+
+        y = fluid.layers.thresholded_relu(x, threshold=0.5)
+    """
+    return _unary("thresholded_relu", x,
+                  {} if threshold is None else {"threshold": float(threshold)})
+
+
+def stanh(x: Variable, scale_a: float = 0.67, scale_b: float = 1.7159,
+          name: str | None = None) -> Variable:
+    """``scale_b * tanh(scale_a * x)``.
+
+    Example::
+
+        y = fluid.layers.stanh(x)
+    """
+    return _unary("stanh", x, {"scale_a": float(scale_a), "scale_b": float(scale_b)}, name)
 
 
 def leaky_relu(x: Variable, alpha: float = 0.02, name: str | None = None) -> Variable:

@@ -5,7 +5,10 @@ from . import activation
 from . import clip
 from . import collective_init
 from . import comm
+from . import crf
 from . import fused
+from . import index
+from . import logic
 from . import loss
 from . import lr
 from . import math
@@ -14,8 +17,11 @@ from . import nn
 from . import norm
 from . import optimizer
 from . import reduce
+from . import rnn
 from . import sync_norm
 from . import tensor
+from . import vocab_loss
+from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 
 __all__ = ["register_op", "get_op_def", "has_op", "registered_ops"]

@@ -37,6 +37,15 @@ def _swish_grad(x: Tensor, d: Tensor, a: dict) -> Tensor:
     return d * (s + a["beta"] * x * s * (1 - s))
 
 
+_SQRT1_2 = 0.7071067811865476
+
+
+def _gelu_grad(x: Tensor, d: Tensor, a: dict) -> Tensor:
+    # d/dx of x * Phi(x) = Phi(x) + x * phi(x), Phi/phi the standard normal cdf/pdf
+    cdf = 0.5 * (1 + torch.erf(x * _SQRT1_2))
+    return d * (cdf + x * torch.exp(-0.5 * x * x) * 0.3989422804014327)
+
+
 def _in_open_range(v: Tensor, low: float, high: float) -> Tensor:
     return (v > low) & (v < high)
 
@@ -77,6 +86,26 @@ _UNARY: list[tuple[str, Forward, Backward, str, dict[str, Any]]] = [
     ("floor", lambda x, a: torch.floor(x), _zero_grad, "", {}),
     ("ceil", lambda x, a: torch.ceil(x), _zero_grad, "", {}),
     ("round", _round_half_away, _zero_grad, "", {}),
+    ("gelu", lambda x, a: 0.5 * x * (1 + torch.erf(x * _SQRT1_2)), _gelu_grad, "X", {}),
+    ("selu", lambda x, a: a["scale"] * torch.where(x > 0, x, a["alpha"] * torch.expm1(x)),
+     lambda x, d, a: d * a["scale"] * torch.where(x > 0, torch.ones_like(x),
+                                                  a["alpha"] * torch.exp(x)),
+     "X", {"scale": 1.0507009873554805, "alpha": 1.6732632423543772}),
+    ("brelu", lambda x, a: torch.clamp(x, a["t_min"], a["t_max"]),
+     lambda x, d, a: d * _in_open_range(x, a["t_min"], a["t_max"]), "X",
+     {"t_min": 0.0, "t_max": 24.0}),
+    ("soft_relu", lambda x, a: F.softplus(torch.clamp(x, -a["threshold"], a["threshold"])),
+     lambda x, d, a: d * torch.sigmoid(x) * _in_open_range(x, -a["threshold"],
+                                                            a["threshold"]),
+     "X", {"threshold": 40.0}),
+    ("hard_shrink", lambda x, a: torch.where(torch.abs(x) > a["threshold"], x,
+                                             torch.zeros_like(x)),
+     lambda x, d, a: d * (torch.abs(x) > a["threshold"]), "X", {"threshold": 0.5}),
+    ("thresholded_relu", lambda x, a: torch.where(x > a["threshold"], x, torch.zeros_like(x)),
+     lambda x, d, a: d * (x > a["threshold"]), "X", {"threshold": 1.0}),
+    ("stanh", lambda x, a: a["scale_b"] * torch.tanh(a["scale_a"] * x),
+     lambda x, d, a: d * a["scale_a"] * a["scale_b"] * (1 - torch.tanh(a["scale_a"] * x) ** 2),
+     "X", {"scale_a": 0.67, "scale_b": 1.7159}),
 ]
 
 
@@ -110,9 +139,22 @@ def _softmax_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": ins["X"]}
 
 
+# Fluid clips the max-shifted logits from below before exp, so that no probability
+# underflows to exactly 0 (a confidently wrong prediction then has a finite log-loss).
+SOFTMAX_CLIP = -64.0
+
+
+def clipped_log_softmax(x: torch.Tensor, axis: int) -> torch.Tensor:
+    """``log softmax`` with Fluid's clip: ``z = max(x - max(x), -64)``, ``z - log sum exp z``."""
+    z = (x - x.amax(dim=axis, keepdim=True)).clamp_(min=SOFTMAX_CLIP)
+    return z - z.exp().sum(dim=axis, keepdim=True).log()
+
+
 def _softmax(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["X"]
-    return {"Out": torch.softmax(x, dim=_softmax_axis(x.dim(), attrs["axis"]))}
+    axis = _softmax_axis(x.dim(), attrs["axis"])
+    z = (x - x.amax(dim=axis, keepdim=True)).clamp_(min=SOFTMAX_CLIP).exp_()
+    return {"Out": z.div_(z.sum(dim=axis, keepdim=True))}
 
 
 def _softmax_grad(ins: dict, attrs: dict, ctx: Any) -> dict:

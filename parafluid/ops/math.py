@@ -271,3 +271,42 @@ register_op("matmul", inputs=("X", "Y"), outputs=("Out",),
             attrs={"transpose_X": False, "transpose_Y": False, "alpha": 1.0},
             infer_shape=_matmul_shape, kernel=_matmul, grad_kernel=_matmul_grad,
             grad_uses=("X", "Y"))
+
+# ----------------------------------------------------------------------------- cos_sim
+
+
+def _cos_sim_shape(ins: dict, attrs: dict) -> dict:
+    x, y = ins["X"], ins["Y"]
+    if len(x.shape) != 2 or len(y.shape) != 2 or x.shape[1] != y.shape[1]:
+        raise ValueError(f"cos_sim: X and Y must be [N, D] with the same D, got "
+                         f"{list(x.shape)} and {list(y.shape)}")
+    if y.shape[0] not in (1, -1) and x.shape[0] not in (y.shape[0], -1):
+        raise ValueError(f"cos_sim: Y must have X's {x.shape[0]} rows or 1, got {y.shape[0]}")
+    col = Meta((x.shape[0], 1), x.dtype)
+    return {"Out": col, "XNorm": col, "YNorm": Meta((y.shape[0], 1), y.dtype)}
+
+
+def _cos_sim(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, y = ins["X"], ins["Y"]
+    xn = x.norm(dim=1, keepdim=True)
+    yn = y.norm(dim=1, keepdim=True)
+    out = (x * y).sum(1, keepdim=True) / (xn * yn)
+    return {"Out": out, "XNorm": xn, "YNorm": yn}
+
+
+def _cos_sim_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # d cos/dx = y/(|x||y|) - cos * x/|x|²  (and symmetrically for y; a one-row Y sums)
+    x, y, out, d = ins["X"], ins["Y"], ins["Out"], ins["Out@GRAD"]
+    xn, yn = ins["XNorm"], ins["YNorm"]
+    grads = {}
+    if "X" in ctx.need:
+        grads["X@GRAD"] = d * (y / (xn * yn) - out * x / (xn * xn))
+    if "Y" in ctx.need:
+        dy = d * (x / (xn * yn) - out * y / (yn * yn))
+        grads["Y@GRAD"] = dy.sum(0, keepdim=True) if y.shape[0] == 1 != x.shape[0] else dy
+    return grads
+
+
+register_op("cos_sim", inputs=("X", "Y"), outputs=("Out", "XNorm", "YNorm"),
+            infer_shape=_cos_sim_shape, kernel=_cos_sim, grad_kernel=_cos_sim_grad,
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"], "Y@GRAD": ins["Y"]})

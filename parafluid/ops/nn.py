@@ -318,3 +318,27 @@ register_op("lookup_table", inputs=("W", "Ids"), outputs=("Out",),
             infer_shape=_lookup_table_shape, kernel=_lookup_table,
             grad_kernel=_lookup_table_grad, grad_uses=("W", "Ids"),
             no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape)
+
+
+# lookup_table_v2 (fluid.embedding): the same lookup, keeping every dim of Ids.
+
+
+def _lookup_v2_shape(ins: dict, attrs: dict) -> dict:
+    w, ids = ins["W"], ins["Ids"]
+    _check_rank("lookup_table_v2", "W", w, 2)
+    if ids.dtype not in ("int64", "int32"):
+        raise TypeError(f"lookup_table_v2: Ids must be int64 (or int32), got {ids.dtype}")
+    return {"Out": Meta((*ids.shape, w.shape[1]), w.dtype)}
+
+
+def _lookup_v2(ins: dict, attrs: dict, ctx: Any) -> dict:
+    out = _lookup_table(ins, attrs, ctx)["Out"]
+    return {"Out": out.reshape(*ins["Ids"].shape, ins["W"].shape[1])}
+
+
+register_op("lookup_table_v2", inputs=("W", "Ids"), outputs=("Out",),
+            attrs={"is_sparse": False, "is_distributed": False, "padding_idx": -1,
+                   "remote_prefetch": False},
+            infer_shape=_lookup_v2_shape, kernel=_lookup_v2,
+            grad_kernel=_lookup_table_grad, grad_uses=("W", "Ids"),
+            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape)

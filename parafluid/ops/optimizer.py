@@ -18,11 +18,15 @@ Formulas (Fluid 1.x)::
     adagrad:  m += g*g;  p -= lr*g/(sqrt(m)+eps)
     rmsprop:  ms = rho*ms + (1-rho)*g*g;  mg = rho*mg + (1-rho)*g  (centered only)
               mom = momentum*mom + lr*g/sqrt(ms - mg*mg + eps);  p -= mom
+    decayed_adagrad, adamax, ftrl, lamb: see each kernel's comment. Their sparse gradients
+    are densified (every row's state decays, as Fluid's dense kernels do).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 from ..scope import SelectedRows
 from .registry import Meta, register_op
@@ -186,3 +190,113 @@ register_op("rmsprop", inputs=("Param", "MeanSquare", "Grad", "Moment", "Learnin
                                                  ("MeanSquare", "MeanSquareOut"),
                                                  ("MeanGrad", "MeanGradOut"))),
             kernel=_rmsprop)
+
+
+# ----------------------------------------------------------------------------- decayed_adagrad
+
+
+def _dense(grad: Any) -> Any:
+    return grad.to_dense() if isinstance(grad, SelectedRows) else grad
+
+
+def _decayed_adagrad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # moment = decay*moment + (1-decay)*g*g;  p -= lr*g/(sqrt(moment)+eps)
+    param, grad, moment, lr = ins["Param"], _dense(ins["Grad"]), ins["Moment"], \
+        ins["LearningRate"]
+    decay = attrs["decay"]
+    moment.mul_(decay).addcmul_(grad, grad, value=1.0 - decay)
+    param.addcdiv_(grad, moment.sqrt().add_(attrs["epsilon"]).div_(lr), value=-1.0)
+    return {"ParamOut": param, "MomentOut": moment}
+
+
+register_op("decayed_adagrad", inputs=("Param", "Grad", "Moment", "LearningRate"),
+            outputs=("ParamOut", "MomentOut"), attrs={"decay": 0.95, "epsilon": 1e-6},
+            infer_shape=_state_shape("decayed_adagrad", (("Param", "ParamOut"),
+                                                         ("Moment", "MomentOut"))),
+            kernel=_decayed_adagrad)
+
+
+# ----------------------------------------------------------------------------- adamax
+
+
+def _adamax(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # m = b1*m + (1-b1)*g;  u = max(b2*u + eps, |g|);  p -= lr/(1-b1^t) * m/u
+    param, grad, lr = ins["Param"], _dense(ins["Grad"]), ins["LearningRate"]
+    moment, inf_norm = ins["Moment"], ins["InfNorm"]
+    b1, b2 = attrs["beta1"], attrs["beta2"]
+    moment.mul_(b1).add_(grad, alpha=1.0 - b1)
+    torch.maximum(inf_norm.mul_(b2).add_(attrs["epsilon"]), grad.abs(), out=inf_norm)
+    lr_t = lr / (1.0 - ins["Beta1Pow"])
+    param.addcdiv_(moment, inf_norm.div(lr_t), value=-1.0)
+    return {"ParamOut": param, "MomentOut": moment, "InfNormOut": inf_norm}
+
+
+register_op("adamax", inputs=("Param", "Grad", "LearningRate", "Moment", "InfNorm",
+                              "Beta1Pow"),
+            outputs=("ParamOut", "MomentOut", "InfNormOut"),
+            attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
+            infer_shape=_state_shape("adamax", (("Param", "ParamOut"), ("Moment", "MomentOut"),
+                                                ("InfNorm", "InfNormOut"))),
+            kernel=_adamax)
+
+
+# ----------------------------------------------------------------------------- ftrl
+
+
+def _ftrl(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # Fluid's FTRL-proximal: n' = n + g²;  z += g - (n'^-p - n^-p)/lr * w;
+    # w = (l1*sign(z) - z) / (n'^-p/lr + 2*l2) where |z| > l1, else 0;  n = n'
+    param, grad, lr = ins["Param"], _dense(ins["Grad"]), ins["LearningRate"]
+    sq, lin = ins["SquaredAccumulator"], ins["LinearAccumulator"]
+    l1, l2, power = attrs["l1"], attrs["l2"], attrs["lr_power"]
+    new_sq = sq + grad * grad
+    if power == -0.5:
+        sigma = (new_sq.sqrt() - sq.sqrt()) / lr
+        y = new_sq.sqrt() / lr + 2.0 * l2
+    else:
+        sigma = (new_sq.pow(-power) - sq.pow(-power)) / lr
+        y = new_sq.pow(-power) / lr + 2.0 * l2
+    lin.add_(grad - sigma * param)
+    shrunk = (l1 * torch.sign(lin) - lin) / y
+    param.copy_(torch.where(lin.abs() > l1, shrunk, torch.zeros_like(shrunk)))
+    sq.copy_(new_sq)
+    return {"ParamOut": param, "SquaredAccumOut": sq, "LinearAccumOut": lin}
+
+
+register_op("ftrl", inputs=("Param", "SquaredAccumulator", "LinearAccumulator", "Grad",
+                            "LearningRate"),
+            outputs=("ParamOut", "SquaredAccumOut", "LinearAccumOut"),
+            attrs={"l1": 0.0, "l2": 0.0, "lr_power": -0.5},
+            infer_shape=_state_shape("ftrl", (("Param", "ParamOut"),
+                                              ("SquaredAccumulator", "SquaredAccumOut"),
+                                              ("LinearAccumulator", "LinearAccumOut"))),
+            kernel=_ftrl)
+
+
+# ----------------------------------------------------------------------------- lamb
+
+
+def _lamb(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # m1, m2 as Adam; r = (m1/(1-b1^t)) / (sqrt(m2/(1-b2^t)) + eps) + wd*p;
+    # p -= lr * (|p| / |r|) * r   (trust ratio 1 where either norm is 0)
+    param, grad, lr = ins["Param"], _dense(ins["Grad"]), ins["LearningRate"]
+    m1, m2 = ins["Moment1"], ins["Moment2"]
+    b1, b2 = attrs["beta1"], attrs["beta2"]
+    m1.mul_(b1).add_(grad, alpha=1.0 - b1)
+    m2.mul_(b2).addcmul_(grad, grad, value=1.0 - b2)
+    m1_hat = m1 / (1.0 - ins["Beta1Pow"])
+    m2_hat = m2 / (1.0 - ins["Beta2Pow"])
+    r = m1_hat / (m2_hat.sqrt() + attrs["epsilon"]) + attrs["weight_decay"] * param
+    p_norm, r_norm = param.norm(), r.norm()
+    trust = torch.where((p_norm > 0) & (r_norm > 0), p_norm / r_norm, torch.ones_like(p_norm))
+    param.sub_(r * (trust * lr))
+    return {"ParamOut": param, "Moment1Out": m1, "Moment2Out": m2}
+
+
+register_op("lamb", inputs=("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow",
+                            "Beta2Pow"),
+            outputs=("ParamOut", "Moment1Out", "Moment2Out"),
+            attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "weight_decay": 0.01},
+            infer_shape=_state_shape("lamb", (("Param", "ParamOut"), ("Moment1", "Moment1Out"),
+                                              ("Moment2", "Moment2Out"))),
+            kernel=_lamb)

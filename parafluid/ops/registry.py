@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 from ..dtypes import VarType
 
 __all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
-           "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY"]
+           "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
+           "share_lod"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -132,6 +133,47 @@ def _grads_like_inputs(ins: dict[str, Any], attrs: dict[str, Any]) -> dict[str, 
         if not slot.endswith(GRAD) and meta is not None:
             out[slot + GRAD] = meta
     return out
+
+
+def share_lod(type: str, src: str, dsts: Sequence[str]) -> None:
+    """Make op ``type`` hand the sequence information (LoD) of input ``src`` to outputs
+    ``dsts`` at run time, as Fluid's ShareLoD does (see ``parafluid/lod.py``).
+
+    The op's kernel is wrapped once here; a run without LoD pays one attribute lookup.
+    """
+    from ..lod import LOD_ATTR, attach_lod
+
+    opdef = get_op_def(type)
+    kernel = opdef.kernel
+    assert kernel is not None and not getattr(kernel, "_shares_lod", False), type
+    dsts = tuple(dsts)
+
+    def share(outs: dict[str, Any], x: Any, lod: list[list[int]]) -> None:
+        for slot in dsts:
+            out = outs.get(slot)
+            if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
+                attach_lod(out, lod)
+
+    # NOTE: two closures instead of one with a branch: this runs for every op of every step.
+    if opdef.input_by_name[src].duplicable:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            xs = ins[src]
+            lod = getattr(xs[0], LOD_ATTR, None) if xs else None
+            if lod:
+                share(outs, xs[0], lod)
+            return outs
+    else:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            x = ins[src]
+            lod = getattr(x, LOD_ATTR, None)
+            if lod:
+                share(outs, x, lod)
+            return outs
+
+    kernel_sharing_lod._shares_lod = True  # type: ignore[attr-defined]
+    opdef.kernel = kernel_sharing_lod
 
 
 def get_op_def(type: str) -> OpDef:

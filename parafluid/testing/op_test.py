@@ -12,6 +12,8 @@ One ``OpCase`` is one row of a table; ``check_op(case)`` runs all three checks::
 receives the inputs as keyword arguments (numpy arrays) plus ``attrs`` if it accepts it,
 and returns ``{output slot: expected array}``; slots it leaves out are not compared.
 Gradients are checked on ``sum(w * out)`` for a fixed random ``w`` per checked output.
+``lod`` gives sequence offsets for inputs that are batches of sequences (sequence ops):
+``lod={"X": [[0, 2, 5]]}`` feeds ``X`` as a LoDTensor (a list of LoDs for a ``[]`` slot).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ..executor import Executor
 from ..framework import Program, program_guard
 from ..ops.registry import get_op_def
 from ..place import CPUPlace
-from ..scope import Scope
+from ..scope import LoDTensor, Scope
 
 __all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad",
            "run_op", "rand"]
@@ -59,6 +61,7 @@ class OpCase:
     id: str | None = None
     check: Callable[[dict[str, np.ndarray], dict[str, Any]], None] | None = None
     out_counts: dict[str, int] = field(default_factory=dict)  # sizes of list output slots
+    lod: dict[str, Any] = field(default_factory=dict)  # input slot -> LoD offsets
 
     def __str__(self) -> str:
         return self.id or self.op
@@ -81,11 +84,15 @@ class _Built:
             for slot, value in inputs.items():
                 arrays = _as_list(value)
                 names = [f"{slot.lower()}_{i}" for i in range(len(arrays))]
-                for n, a in zip(names, arrays):
+                lods = case.lod.get(slot)
+                if lods is not None and not isinstance(value, (list, tuple)):
+                    lods = [lods]
+                for i, (n, a) in enumerate(zip(names, arrays)):
                     a = np.asarray(a)
+                    lod = lods[i] if lods is not None else None
                     block.create_var(name=n, shape=a.shape, dtype=a.dtype, is_data=True,
-                                     stop_gradient=False)
-                    self.feed[n] = a
+                                     stop_gradient=False, lod_level=len(lod or ()))
+                    self.feed[n] = a if lod is None else _lod_tensor(a, lod)
                 self.in_names[slot] = names
             slots = case.outputs if case.outputs is not None else \
                 [s.name for s in opdef.outputs]
@@ -100,6 +107,13 @@ class _Built:
 
     def fetch_names(self) -> list[str]:
         return [n for names in self.out_names.values() for n in names]
+
+
+def _lod_tensor(array: np.ndarray, lod: list[list[int]]) -> LoDTensor:
+    t = LoDTensor()
+    t.set(array)
+    t.set_lod(lod)
+    return t
 
 
 def run_op(case: OpCase, inputs: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """Op table: activation family (unary rule table, softmax, clip)."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -69,6 +71,17 @@ CASES = [
            ref=lambda X: {"Out": _softmax(X, 1)}, grad=["X"], id="softmax_axis1"),
     OpCase("clip", {"X": X * 2}, attrs={"min": -0.5, "max": 0.8},
            ref=lambda X: {"Out": np.clip(X, -0.5, 0.8)}, grad=["X"]),
+    unary("gelu", X, lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))),
+    unary("selu", X, lambda x: 1.0507009873554805 * np.where(
+        x > 0, x, 1.6732632423543772 * (np.exp(x) - 1))),
+    unary("selu", X, lambda x: 2.0 * np.where(x > 0, x, 0.5 * (np.exp(x) - 1)),
+          attrs={"scale": 2.0, "alpha": 0.5}, id="selu_attrs"),
+    unary("brelu", X * 3, lambda x: np.clip(x, 0.1, 1.5), attrs={"t_min": 0.1, "t_max": 1.5}),
+    unary("soft_relu", X * 3, lambda x: np.log1p(np.exp(np.clip(x, -1.5, 1.5))),
+          attrs={"threshold": 1.5}),
+    unary("hard_shrink", X, lambda x: np.where(np.abs(x) > 0.5, x, 0.0)),
+    unary("thresholded_relu", X * 2, lambda x: np.where(x > 1.0, x, 0.0)),
+    unary("stanh", X, lambda x: 1.7159 * np.tanh(0.67 * x)),
 ]
 
 

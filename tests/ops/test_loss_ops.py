@@ -49,6 +49,19 @@ def acc_ref(k):
     return ref
 
 
+def auc_ref(Predict, Label, StatPos, StatNeg):
+    """Exact ROC AUC over the buckets: P(score_pos > score_neg) + P(tie) / 2."""
+    b = np.floor(Predict[:, 1] * 10).astype(int)
+    pos, neg = b[Label[:, 0] == 1], b[Label[:, 0] == 0]
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return {"AUC": np.array([wins / (len(pos) * len(neg))]),
+            "StatPosOut": np.bincount(pos, minlength=11).reshape(1, 11),
+            "StatNegOut": np.bincount(neg, minlength=11).reshape(1, 11)}
+
+
+_P = np.random.RandomState(4).uniform(0, 1, 12)
+AUC_PRED = np.stack([1 - _P, _P], 1)
+AUC_LABEL = (np.random.RandomState(5).uniform(0, 1, (12, 1)) < _P.reshape(-1, 1)).astype("int64")
 SCORES = rand(6, 4, seed=5)
 ACC_LABEL = np.array([[0], [1], [2], [3], [1], [0]], "int64")
 
@@ -86,6 +99,14 @@ CASES = [
     OpCase("accuracy", {"Out": np.sort(SCORES, 1)[:, ::-1][:, :2].copy(),
                         "Indices": np.argsort(-SCORES, 1)[:, :2].astype("int64"),
                         "Label": ACC_LABEL}, ref=acc_ref(2), id="accuracy_given_indices"),
+    OpCase("accuracy", {"Out": SCORES, "Label": ACC_LABEL.astype("float32")}, ref=acc_ref(1),
+           id="accuracy_float_label"),
+    OpCase("square_error_cost", {"X": rand(4, 3), "Y": rand(4, 1, seed=2)},
+           ref=lambda X, Y: {"Out": (X - Y) ** 2}, grad=["X", "Y"],
+           id="square_error_cost_broadcast_label"),
+    OpCase("auc", {"Predict": AUC_PRED, "Label": AUC_LABEL,
+                   "StatPos": np.zeros((1, 11), "int64"), "StatNeg": np.zeros((1, 11), "int64")},
+           attrs={"num_thresholds": 10, "slide_steps": 0}, ref=auc_ref, id="auc"),
 ]
 
 
@@ -163,3 +184,124 @@ def test_loss_layers_build_and_compute():
     types = [op.type for op in main.global_block().ops]
     assert types == ["square_error_cost", "softmax_with_cross_entropy",
                      "cross_entropy", "accuracy"]
+
+
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+LOGITS = rand(4, 3, low=-3, high=3, seed=21)
+TARGET = rand(4, 3, low=0, high=1, seed=22)
+TARGET_IGN = TARGET.copy()
+TARGET_IGN[1, 2] = -100
+EXTRA_CASES = [
+    OpCase("sigmoid_cross_entropy_with_logits", {"X": LOGITS, "Label": TARGET},
+           ref=lambda X, Label: {"Out": -Label * np.log(_sig(X)) - (1 - Label) * np.log(
+               1 - _sig(X))}, grad=["X"]),
+    OpCase("sigmoid_cross_entropy_with_logits", {"X": LOGITS, "Label": TARGET_IGN},
+           attrs={"normalize": True},
+           ref=lambda X, Label: {"Out": np.where(
+               Label == -100, 0.0, -Label * np.log(_sig(X)) - (1 - Label) * np.log(
+                   1 - _sig(X))) / 11}, grad=["X"], id="sigmoid_ce_ignore_normalize"),
+    OpCase("log_loss", {"Predicted": _sig(LOGITS), "Labels": TARGET}, attrs={"epsilon": 1e-4},
+           ref=lambda Predicted, Labels: {"Loss": -Labels * np.log(Predicted + 1e-4) - (
+               1 - Labels) * np.log(1 - Predicted + 1e-4)}, grad=["Predicted"]),
+    OpCase("huber_loss", {"X": LOGITS, "Y": rand(4, 3, low=-3, high=3, seed=23)},
+           attrs={"delta": 1.0},
+           ref=lambda X, Y: {"Out": np.where(np.abs(Y - X) <= 1.0, 0.5 * (Y - X) ** 2,
+                                             np.abs(Y - X) - 0.5), "Residual": Y - X},
+           grad=["X", "Y"], grad_outputs=["Out"]),
+    OpCase("label_smooth", {"X": np.eye(4)[[0, 2, 3]]}, attrs={"epsilon": 0.1},
+           ref=lambda X: {"Out": 0.9 * X + 0.025}, grad=["X"]),
+    OpCase("label_smooth", {"X": np.eye(3)[[0, 2]], "PriorDist": np.array([[0.5, 0.3, 0.2]])},
+           attrs={"epsilon": 0.2}, ref=lambda X, PriorDist: {"Out": 0.8 * X + 0.2 * PriorDist},
+           grad=["X"], id="label_smooth_prior"),
+]
+
+
+@pytest.mark.parametrize("case", EXTRA_CASES, ids=str)
+def test_more_loss_ops(case):
+    check_op(case)
+
+
+def hsig_ref(X, W, Label, Bias, attrs):
+    """Fluid's default tree, written out: leaf c + C of a heap, nodes (code >> (j+1)) - 1."""
+    classes = attrs["num_classes"]
+    length = (classes - 1).bit_length()
+    out, pre_out = np.zeros((X.shape[0], 1)), np.zeros((X.shape[0], length))
+    for i, c in enumerate(Label[:, 0]):
+        code = int(c) + classes
+        for j in range(code.bit_length() - 1):
+            node, bit = (code >> (j + 1)) - 1, (code >> j) & 1
+            pre = np.clip(W[node] @ X[i] + Bias[node, 0], -40, 40)
+            pre_out[i, j] = pre
+            out[i] -= bit * pre
+        out[i] += np.log1p(np.exp(pre_out[i])).sum()  # padding adds log 2, as Fluid
+    return {"Out": out, "PreOut": pre_out}
+
+
+HSIG_CASES = [
+    OpCase("hierarchical_sigmoid",
+           {"X": rand(5, 4, seed=31), "W": rand(5, 4, seed=32),
+            "Label": np.array([[0], [5], [3], [2], [5]], "int64"), "Bias": rand(5, 1, seed=33)},
+           attrs={"num_classes": 6}, ref=hsig_ref, grad=["X", "W", "Bias"],
+           grad_outputs=["Out"]),
+]
+
+
+@pytest.mark.parametrize("case", HSIG_CASES, ids=str)
+def test_hsigmoid_op(case):
+    check_op(case)
+
+
+def test_hsigmoid_layer_trains_word_prediction():
+    rng = np.random.RandomState(0)
+    x = rng.normal(size=(32, 8)).astype("float32")
+    y = (np.abs(x[:, :3]).argmax(1) * 2 + (x[:, 0] > 0)).reshape(-1, 1).astype("int64")
+
+    def build():
+        xv = fluid.layers.data(name="x", shape=[8], dtype="float32")
+        yv = fluid.layers.data(name="y", shape=[1], dtype="int64")
+        cost = fluid.layers.mean(fluid.layers.hsigmoid(input=xv, label=yv, num_classes=6))
+        fluid.optimizer.Adam(learning_rate=0.1).minimize(cost)
+        return [cost]
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        cost = build()[0]
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed={"x": x, "y": y}, fetch_list=[cost], scope=scope)[0])
+              for _ in range(30)]
+    assert losses[-1] < losses[0] * 0.6, losses
+
+
+def nce_check(got, attrs):
+    """The cost from the returned samples (random negatives), as Fluid defines it."""
+    labels, o = got["SampleLabels"], got["SampleLogits"]
+    assert labels.shape == (4, 4) and (labels[:, 0] == NCE_LABEL[:, 0]).all()
+    assert labels.min() >= 0 and labels.max() < 7
+    z = np.einsum("nkd,nd->nk", NCE_W[labels], NCE_X) + NCE_B[labels, 0]
+    np.testing.assert_allclose(o, _sig(z), rtol=1e-6)
+    q = 3 / 7
+    want = -np.log(o[:, :1] / (o[:, :1] + q)).sum(1) - np.log(q / (o[:, 1:] + q)).sum(1)
+    np.testing.assert_allclose(got["Cost"][:, 0], want, rtol=1e-6)
+
+
+NCE_X, NCE_W, NCE_B = rand(4, 5, seed=41), rand(7, 5, seed=42), rand(7, 1, seed=43)
+NCE_LABEL = np.array([[1], [6], [0], [3]], "int64")
+NCE_CASES = [
+    OpCase("nce", {"Input": NCE_X, "Label": NCE_LABEL, "Weight": NCE_W, "Bias": NCE_B},
+           attrs={"num_total_classes": 7, "num_neg_samples": 3, "seed": 5}, check=nce_check,
+           grad=["Input", "Weight", "Bias"], grad_outputs=["Cost"]),
+    OpCase("nce", {"Input": NCE_X, "Label": NCE_LABEL, "Weight": NCE_W, "Bias": NCE_B,
+                   "SampleWeight": rand(4, 1, low=0.5, high=2, seed=44)},
+           attrs={"num_total_classes": 7, "num_neg_samples": 2, "seed": 6,
+                  "sampler": "log_uniform"},
+           grad=["Input", "Weight", "Bias"], grad_outputs=["Cost"], id="nce_log_uniform"),
+]
+
+
+@pytest.mark.parametrize("case", NCE_CASES, ids=str)
+def test_nce_op(case):
+    check_op(case)

@@ -46,6 +46,14 @@ CASES = [
     OpCase("scale", {"X": rand(3, 4)},
            attrs={"scale": 2.0, "bias": 1.0, "bias_after_scale": False},
            ref=lambda X: {"Out": (X + 1.0) * 2.0}, grad=["X"], id="scale_bias_first"),
+    OpCase("cos_sim", {"X": rand(4, 3, seed=51), "Y": rand(4, 3, seed=52)},
+           ref=lambda X, Y: {"Out": ((X * Y).sum(1) / np.linalg.norm(X, axis=1)
+                                     / np.linalg.norm(Y, axis=1)).reshape(-1, 1)},
+           grad=["X", "Y"], grad_outputs=["Out"]),
+    OpCase("cos_sim", {"X": rand(4, 3, seed=51), "Y": rand(1, 3, seed=53)},
+           ref=lambda X, Y: {"Out": (X @ Y[0] / np.linalg.norm(X, axis=1)
+                                     / np.linalg.norm(Y)).reshape(-1, 1)},
+           grad=["X", "Y"], grad_outputs=["Out"], id="cos_sim_one_row_y"),
 ]
 
 

@@ -197,6 +197,12 @@ CASES = [
            attrs={"padding_idx": 2}, ref=lookup_ref, grad=["W"], id="lookup_table_1d_padding"),
     OpCase("lookup_table", {"W": rand(6, 2), "Ids": np.array([[[1], [5]], [[1], [0]]], "int64")},
            attrs={"is_sparse": True}, ref=lookup_ref, grad=["W"], id="lookup_table_sparse"),
+    OpCase("lookup_table_v2", {"W": rand(5, 3), "Ids": np.array([[1], [3], [1], [0]], "int64")},
+           ref=lambda W, Ids: {"Out": W[Ids]}, grad=["W"]),  # keeps the trailing 1: [4, 1, 3]
+    OpCase("lookup_table_v2", {"W": rand(5, 3), "Ids": np.array([4, 2, 4], "int64")},
+           attrs={"padding_idx": 2, "is_sparse": True},
+           ref=lambda W, Ids: {"Out": np.where((Ids == 2)[:, None], 0.0, W[Ids])}, grad=["W"],
+           id="lookup_table_v2_sparse_padding"),
 ]
 
 

@@ -1,0 +1,117 @@
+"""What of Fluid 1.x parafluid deliberately does not provide, and what to use instead.
+
+Such a name still imports (``from parafluid import dygraph`` works), so that a script fails
+where it *uses* the feature, with a ``NotProvidedError`` saying what to do, not with an
+``AttributeError`` or ``ImportError`` at the top of the file. Names that are neither
+provided nor listed here raise an ``AttributeError`` that points to docs/fluid_compat.md.
+
+Example::
+
+    import parafluid as fluid
+    with fluid.dygraph.guard():   # NotProvidedError: fluid.dygraph is not part of parafluid ...
+        pass
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["NotProvidedError", "NotProvided", "NOT_PROVIDED", "missing_attribute"]
+
+_DOC = "docs/fluid_compat.md"
+
+# name as a Fluid program spells it -> (what it is, what to use instead)
+NOT_PROVIDED: dict[str, tuple[str, str]] = {
+    "fluid.dygraph": ("imperative (dygraph) mode",
+                      "parafluid is static-graph only: build a Program with fluid.layers and "
+                      "run it with fluid.Executor (or use PyTorch directly for eager code)"),
+    "fluid.incubate": ("the incubate package (fleet)",
+                       "for several devices in one process use "
+                       "fluid.CompiledProgram(...).with_data_parallel"),
+    "fluid.contrib": ("contrib (slim, mixed precision decorators, quantization)",
+                      "not ported; for float16 training cast explicitly with fluid.layers.cast"),
+    "fluid.inference": ("the C++ inference API",
+                        "load the model with fluid.io.load_inference_model and run it with "
+                        "fluid.Executor"),
+    "fluid.recordio_writer": ("RecordIO files",
+                              "feed numpy arrays, or use fluid.io.DataLoader.from_generator"),
+    "core.AnalysisConfig": ("the C++ inference predictor's config",
+                            "load the model with fluid.io.load_inference_model and run it "
+                            "with fluid.Executor"),
+    "core.create_paddle_predictor": ("the C++ inference predictor",
+                                     "load the model with fluid.io.load_inference_model and "
+                                     "run it with fluid.Executor"),
+    "core.NativeConfig": ("the C++ inference predictor's config",
+                          "load the model with fluid.io.load_inference_model"),
+    "core.PaddleTensor": ("the C++ inference API's tensor",
+                          "feed numpy arrays to fluid.Executor.run"),
+    "layers.py_reader": ("py_reader (a reader op in the program)",
+                         "use fluid.io.DataLoader.from_generator(feed_list=..., capacity=...)"),
+    "layers.create_py_reader_by_data": ("py_reader", "use fluid.io.DataLoader.from_generator"),
+    "layers.read_file": ("reader ops", "feed numpy arrays, or use fluid.io.DataLoader"),
+    "layers.open_files": ("reader ops over RecordIO files",
+                          "feed numpy arrays, or use fluid.io.DataLoader"),
+    "layers.double_buffer": ("reader ops", "fluid.io.DataLoader prefetches in the background"),
+    "layers.While": ("control flow (While / IfElse / Switch / StaticRNN / DynamicRNN)",
+                     "not ported yet; unroll the loop in Python while building the program"),
+    "layers.IfElse": ("control flow", "not ported yet; compute both branches and select "
+                      "with elementwise ops"),
+    "layers.Switch": ("control flow", "use fluid.layers.piecewise_decay for learning-rate "
+                      "schedules; general Switch is not ported"),
+    "layers.StaticRNN": ("StaticRNN", "not ported yet; unroll the steps in Python"),
+    "layers.DynamicRNN": ("DynamicRNN", "not ported yet; use sequence ops over LoD inputs"),
+    "layers.beam_search": ("beam search decoding", "not ported"),
+    "layers.beam_search_decode": ("beam search decoding", "not ported"),
+    "layers.warpctc": ("warpctc", "not ported"),
+}
+
+
+class NotProvidedError(NotImplementedError):
+    """A Fluid 1.x feature that parafluid does not provide was used."""
+
+
+def _message(key: str) -> str:
+    what, instead = NOT_PROVIDED[key]
+    return (f"{key} ({what}) is not part of parafluid: {instead}. "
+            f"See {_DOC} for what is covered.")
+
+
+class NotProvided:
+    """Stands for a Fluid name parafluid does not provide: importing it works, using it
+    (calling it, reading an attribute, entering it) raises ``NotProvidedError``."""
+
+    def __init__(self, key: str) -> None:
+        object.__setattr__(self, "_key", key)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # keep copy/pickle/inspect probes ordinary
+        raise NotProvidedError(_message(object.__getattribute__(self, "_key")))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotProvidedError(_message(self._key))
+
+    def __enter__(self) -> Any:
+        raise NotProvidedError(_message(self._key))
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"<not provided by parafluid: {self._key}>"
+
+
+def missing_attribute(prefix: str, name: str, known: Iterable[str]) -> Any:
+    """Module ``__getattr__`` body: a ``NotProvided`` for a listed name, else an
+    AttributeError with close matches and the coverage table's path."""
+    key = f"{prefix}.{name}"
+    if key in NOT_PROVIDED:
+        return NotProvided(key)
+    if name.startswith("__"):
+        raise AttributeError(f"module {prefix!r} has no attribute {name!r}")
+    close = difflib.get_close_matches(name, list(known), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise AttributeError(f"{prefix}.{name} is not provided by parafluid{hint} "
+                         f"(what is covered: {_DOC})")

@@ -1,0 +1,202 @@
+"""Level-of-detail (sequence) information: how a batch of variable-length sequences travels.
+
+A LoDTensor holds the steps of every sequence of a batch stacked along dim 0, plus offsets:
+``lod = [[0, 2, 5]]`` says rows 0-1 are the first sequence and rows 2-4 the second. Fluid
+code builds one with ``fluid.create_lod_tensor``, ``LoDTensor.set_lod`` or a ``DataFeeder``
+over a ``lod_level=1`` variable.
+
+At run time the offsets ride on the tensor itself (``attach_lod`` / ``get_lod``): an op
+declared in ``ops/sequence.py``'s sharing table hands its input's offsets to its output (as
+Fluid's ShareLoD does), and the sequence ops read them. Only the last (finest) level is
+interpreted by the ops; the levels above it are carried along.
+
+Example::
+
+    import numpy as np, parafluid as fluid
+    t = fluid.create_lod_tensor(np.arange(5).reshape(5, 1), [[2, 3]], fluid.CPUPlace())
+    t.lod()                          # [[0, 2, 5]]
+    t.recursive_sequence_lengths()   # [[2, 3]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .scope import LoDTensor
+
+__all__ = ["create_lod_tensor", "create_random_int_lodtensor", "split_by_sequences",
+           "lengths_to_offsets", "offsets_to_lengths", "attach_lod", "get_lod", "require_lod",
+           "lod_feed_tensor"]
+
+LOD_ATTR = "_parafluid_lod"  # the attribute of a run-time tensor holding its LoD
+
+
+def lengths_to_offsets(lengths: Sequence[int]) -> list[int]:
+    """``[2, 3]`` -> ``[0, 2, 5]``."""
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + int(n))
+    return offsets
+
+
+def offsets_to_lengths(offsets: Sequence[int]) -> list[int]:
+    """``[0, 2, 5]`` -> ``[2, 3]``."""
+    return [int(b) - int(a) for a, b in zip(offsets, offsets[1:])]
+
+
+def check_lod(lod: Sequence[Sequence[int]], rows: int, where: str) -> list[list[int]]:
+    """Validate offsets (start at 0, non-decreasing, each level indexes the next, the last
+    ends at ``rows``); return them as plain lists."""
+    lod = [[int(v) for v in level] for level in lod]
+    for i, level in enumerate(lod):
+        if not level or level[0] != 0 or any(b < a for a, b in zip(level, level[1:])):
+            raise ValueError(f"{where}: LoD level {i} {level} must start at 0 and never "
+                             "decrease")
+        end = rows if i == len(lod) - 1 else len(lod[i + 1]) - 1
+        if level[-1] != end:
+            what = f"the {rows} rows of the tensor" if i == len(lod) - 1 else \
+                f"the {end} sequences of level {i + 1}"
+            raise ValueError(f"{where}: LoD level {i} {level} ends at {level[-1]} but must "
+                             f"cover {what}")
+    return lod
+
+
+# ----------------------------------------------------------------------------- user API
+
+
+def create_lod_tensor(data: Any, recursive_seq_lens: Sequence[Sequence[int]],
+                      place: Any = None) -> LoDTensor:
+    """A LoDTensor from an array (or a list of sequences) and sequence lengths per level.
+
+    Args:
+        data: a numpy array whose rows are the steps of all sequences, a LoDTensor, or a list
+            of sequences of ints (each becomes rows of one int64 column, as in Fluid).
+        recursive_seq_lens: lengths per level, e.g. ``[[2, 3]]`` for two sequences of 2 and
+            3 steps.
+        place: where the tensor lives (default CPU).
+
+    Example::
+
+        words = fluid.create_lod_tensor([[1, 2], [3, 4, 5]], [[2, 3]], fluid.CPUPlace())
+    """
+    if isinstance(data, LoDTensor):
+        data = np.array(data)
+    elif isinstance(data, list):
+        flat = [v for seq in data for v in (seq if isinstance(seq, (list, tuple)) else [seq])]
+        lens = [len(seq) if isinstance(seq, (list, tuple)) else 1 for seq in data]
+        if list(lens) != [int(n) for n in recursive_seq_lens[-1]]:
+            raise ValueError(f"create_lod_tensor: the sequences have lengths {lens} but "
+                             f"recursive_seq_lens ends with {list(recursive_seq_lens[-1])}")
+        data = np.asarray(flat, dtype="int64").reshape(-1, 1)
+    arr = np.asarray(data)
+    if arr.ndim == 0:
+        raise ValueError("create_lod_tensor: data must have at least one dimension (the steps)")
+    lod = check_lod([lengths_to_offsets(level) for level in recursive_seq_lens],
+                    arr.shape[0], "create_lod_tensor")
+    tensor = LoDTensor()
+    tensor.set(arr, place)
+    tensor.set_lod(lod)
+    return tensor
+
+
+def create_random_int_lodtensor(recursive_seq_lens: Sequence[Sequence[int]],
+                                base_shape: Sequence[int], place: Any = None, low: int = 0,
+                                high: int = 1) -> LoDTensor:
+    """A LoDTensor of random int64 values in ``[low, high]`` (both inclusive, as Fluid).
+
+    The shape is ``[total steps] + base_shape``.
+
+    Example::
+
+        ids = fluid.create_random_int_lodtensor([[2, 3]], [1], fluid.CPUPlace(), 0, 9)
+    """
+    if low > high:
+        raise ValueError(f"create_random_int_lodtensor: low ({low}) must be <= high ({high})")
+    rows = sum(int(n) for n in recursive_seq_lens[-1])
+    data = np.random.randint(low, high + 1, size=[rows, *base_shape]).astype("int64")
+    return create_lod_tensor(data, recursive_seq_lens, place)
+
+
+def split_by_sequences(tensor: LoDTensor, parts: int) -> list[LoDTensor]:
+    """Cut a one-level LoDTensor into ``parts`` LoDTensors of whole sequences (``n // parts``
+    sequences each, the last part also the remainder), e.g. one per device.
+
+    A data-parallel run fed a dict splits every array by rows, which cuts sequences apart;
+    feed a list of one dict per device built with this instead.
+
+    Example::
+
+        words = fluid.create_lod_tensor([[1, 2], [3], [4, 5, 6], [7]], [[2, 1, 3, 1]], None)
+        per_device = fluid.lod.split_by_sequences(words, 2)      # 2 + 2 sequences
+        exe.run(compiled, feed=[{"words": w, "label": l} for w, l in zip(per_device, labels)])
+    """
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"split_by_sequences: parts must be a positive int, got {parts!r}")
+    lod = tensor.lod()
+    if len(lod) != 1:
+        raise ValueError(f"split_by_sequences: needs a tensor with one LoD level, got "
+                         f"{len(lod)} levels")
+    offsets = lod[0]
+    n = len(offsets) - 1
+    if n < parts:
+        raise ValueError(f"split_by_sequences: {n} sequences cannot be split over {parts} "
+                         "parts; use fewer devices or a larger batch")
+    arr = np.array(tensor)
+    k = n // parts
+    bounds = [i * k for i in range(parts)] + [n]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        piece = LoDTensor()
+        piece.set(arr[offsets[a]:offsets[b]])
+        piece.set_lod([[o - offsets[a] for o in offsets[a:b + 1]]])
+        out.append(piece)
+    return out
+
+
+# ----------------------------------------------------------------------------- run time
+
+
+def attach_lod(tensor: Any, lod: list[list[int]] | None) -> Any:
+    """Record ``lod`` on a run-time tensor (no-op for None or an empty LoD); return it."""
+    if lod and isinstance(tensor, torch.Tensor):
+        setattr(tensor, LOD_ATTR, lod)
+    return tensor
+
+
+def get_lod(tensor: Any) -> list[list[int]] | None:
+    """The LoD a run-time tensor carries, or None."""
+    return getattr(tensor, LOD_ATTR, None)
+
+
+def require_lod(op: str, slot: str, tensor: Any) -> list[int]:
+    """The finest-level offsets of ``tensor``; a ValueError saying how to feed them if absent."""
+    lod = get_lod(tensor)
+    if not lod:
+        raise ValueError(f"{op}: input {slot} carries no sequence information (LoD); feed a "
+                         "LoDTensor (fluid.create_lod_tensor, or a DataFeeder over a data "
+                         "variable declared with lod_level=1)")
+    offsets = lod[-1]
+    if offsets[-1] != tensor.shape[0]:
+        raise ValueError(f"{op}: input {slot} has {tensor.shape[0]} rows but its LoD "
+                         f"{offsets} covers {offsets[-1]}")
+    return offsets
+
+
+def lod_feed_tensor(block: Any, name: str, value: LoDTensor, device: torch.device) -> Any:
+    """What the executors make of a fed LoDTensor: its tensor, carrying the LoD."""
+    from .feed_fetch import as_feed_tensor
+
+    if value.value is None:
+        raise ValueError(f"feed {name!r}: the LoDTensor has no value; call .set(array, place)")
+    t = as_feed_tensor(block, name, value.value, device)
+    lod = value.lod()
+    if not lod:
+        return t
+    check_lod(lod, t.shape[0], f"feed {name!r}")
+    if t is value.value:
+        t = t.view(t.shape)  # a new tensor object, so that the LoD is not left on the holder's
+    return attach_lod(t, [list(level) for level in lod])

@@ -1,0 +1,312 @@
+"""Recurrent ops over LoD inputs: ``lstm`` (dynamic_lstm) and ``gru`` (dynamic_gru).
+
+The input is already projected (``fc`` of size 4·D for the LSTM, 3·D for the GRU), one row
+per step; the LoD says where each sequence starts. Sequences run side by side, padded at the
+end: a step past a sequence's end leaves its state unchanged. The gradient kernels recompute
+the forward pass and run back-propagation through time; they are checked against finite
+differences in ``tests/ops/test_rnn_ops.py``.
+
+Fluid's layouts: LSTM gates are ordered (candidate, input, forget, output) in the weight
+``[D, 4D]`` and the bias ``[1, 4D]`` (``[1, 7D]`` with peepholes: ``W_ic, W_fc, W_oc``
+follow). GRU: the weight ``[D, 3D]`` holds the update and reset gates' ``[D, 2D]`` then the
+candidate's ``[D, D]``; ``origin_mode`` picks ``h = u·h_prev + (1-u)·c`` over Fluid's
+default ``h = (1-u)·h_prev + u·c``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..lod import attach_lod, get_lod, require_lod
+from .registry import Meta, register_op
+
+__all__: list[str] = []
+
+# activation: (forward, derivative from the output)
+_ACTS = {
+    "sigmoid": (torch.sigmoid, lambda y: y * (1 - y)),
+    "tanh": (torch.tanh, lambda y: 1 - y * y),
+    "relu": (torch.relu, lambda y: (y > 0).to(y.dtype)),
+    "identity": (lambda x: x, lambda y: torch.ones_like(y)),
+}
+
+
+def _act(name: str, op: str) -> tuple[Any, Any]:
+    if name not in _ACTS:
+        raise ValueError(f"{op}: activation must be one of {sorted(_ACTS)}, got {name!r}")
+    return _ACTS[name]
+
+
+class _Steps:
+    """Where each (time step, sequence) of the padded batch lives among the input's rows."""
+
+    def __init__(self, x: torch.Tensor, op: str, reverse: bool) -> None:
+        offsets = require_lod(op, "Input", x)
+        self.lod = get_lod(x)
+        lengths = [b - a for a, b in zip(offsets, offsets[1:])]
+        self.batch, self.steps = len(lengths), max(lengths, default=0)
+        rows = torch.full((self.steps, self.batch), -1, dtype=torch.long)
+        for s, (a, n) in enumerate(zip(offsets, lengths)):
+            seq = torch.arange(a, a + n)
+            rows[:n, s] = seq.flip(0) if reverse else seq
+        self.rows = rows.to(x.device)
+        self.mask = (self.rows >= 0).to(x.dtype).unsqueeze(-1)  # [L, B, 1]
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows -> padded ``[L, B, ...]`` (zeros past each sequence's end)."""
+        padded = torch.cat([x.new_zeros((1, *x.shape[1:])), x], 0)
+        return padded.index_select(0, (self.rows + 1).reshape(-1)).reshape(
+            self.steps, self.batch, *x.shape[1:])
+
+    def scatter(self, padded: torch.Tensor, rows: int) -> torch.Tensor:
+        """Padded ``[L, B, ...]`` -> rows (the inverse of ``gather``)."""
+        flat = padded.reshape(-1, *padded.shape[2:])
+        keep = self.rows.reshape(-1) >= 0
+        out = padded.new_zeros((rows, *padded.shape[2:]))
+        out[self.rows.reshape(-1)[keep]] = flat[keep]
+        return out
+
+
+def _initial(v: torch.Tensor | None, batch: int, width: int, like: torch.Tensor) -> torch.Tensor:
+    if v is None:
+        return like.new_zeros((batch, width))
+    if tuple(v.shape) != (batch, width):
+        raise ValueError(f"initial state has shape {list(v.shape)}; expected [{batch}, {width}] "
+                         "(one row per sequence)")
+    return v
+
+
+# ----------------------------------------------------------------------------- lstm
+
+
+def _lstm_shape(ins: dict, attrs: dict) -> dict:
+    x, w, b = ins["Input"], ins["Weight"], ins["Bias"]
+    d = w.shape[0]
+    if len(w.shape) != 2 or w.shape[1] != 4 * d:
+        raise ValueError(f"lstm: Weight must be [D, 4D], got {list(w.shape)}")
+    if x.shape[-1] not in (4 * d, -1):
+        raise ValueError(f"lstm: Input has {x.shape[-1]} columns; the Weight {list(w.shape)} "
+                         f"needs 4*D = {4 * d} (project the input with fc(size={4 * d}))")
+    want = 7 * d if attrs["use_peepholes"] else 4 * d
+    if tuple(b.shape) != (1, want):
+        raise ValueError(f"lstm: Bias must be [1, {want}] (use_peepholes="
+                         f"{attrs['use_peepholes']}), got {list(b.shape)}")
+    for act in ("gate_activation", "cell_activation", "candidate_activation"):
+        _act(attrs[act], "lstm")
+    meta = Meta((x.shape[0], d), x.dtype)
+    return {"Hidden": meta, "Cell": meta}
+
+
+def _lstm_run(ins: dict, attrs: dict, keep: bool) -> tuple:
+    x, w, b = ins["Input"], ins["Weight"], ins["Bias"]
+    d = w.shape[0]
+    steps = _Steps(x, "lstm", attrs["is_reverse"])
+    gate, _ = _act(attrs["gate_activation"], "lstm")
+    cell_act, _ = _act(attrs["cell_activation"], "lstm")
+    cand_act, _ = _act(attrs["candidate_activation"], "lstm")
+    peep = attrs["use_peepholes"]
+    bias = b.reshape(-1)
+    w_ic, w_fc, w_oc = (bias[4 * d:5 * d], bias[5 * d:6 * d], bias[6 * d:]) if peep else \
+        (None, None, None)
+    xs = steps.gather(x)
+    h = _initial(ins.get("H0"), steps.batch, d, x)
+    c = _initial(ins.get("C0"), steps.batch, d, x)
+    hs, cs, saved = [], [], []
+    for t in range(steps.steps):
+        g = xs[t] + h @ w + bias[:4 * d]
+        cand, i, f, o = g[:, :d], g[:, d:2 * d], g[:, 2 * d:3 * d], g[:, 3 * d:]
+        if peep:
+            i = i + c * w_ic
+            f = f + c * w_fc
+        cand, i, f = cand_act(cand), gate(i), gate(f)
+        c_new = f * c + i * cand
+        if peep:
+            o = o + c_new * w_oc
+        o = gate(o)
+        act_c = cell_act(c_new)
+        h_new = o * act_c
+        m = steps.mask[t]
+        if keep:
+            saved.append((h, c, cand, i, f, o, c_new, act_c))
+        h = m * h_new + (1 - m) * h
+        c = m * c_new + (1 - m) * c
+        hs.append(h_new)
+        cs.append(c_new)
+    return steps, hs, cs, saved, (w_ic, w_fc, w_oc)
+
+
+def _lstm(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["Input"]
+    steps, hs, cs, _, _ = _lstm_run(ins, attrs, keep=False)
+    d = ins["Weight"].shape[0]
+    if not hs:
+        empty = x.new_zeros((0, d))
+        return {"Hidden": empty, "Cell": empty.clone()}
+    hidden = steps.scatter(torch.stack(hs), x.shape[0])
+    cell = steps.scatter(torch.stack(cs), x.shape[0])
+    return {"Hidden": attach_lod(hidden, steps.lod), "Cell": attach_lod(cell, steps.lod)}
+
+
+def _lstm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, w = ins["Input"], ins["Weight"]
+    d = w.shape[0]
+    steps, _, _, saved, (w_ic, w_fc, w_oc) = _lstm_run(ins, attrs, keep=True)
+    _, d_gate = _act(attrs["gate_activation"], "lstm")
+    _, d_cell = _act(attrs["cell_activation"], "lstm")
+    _, d_cand = _act(attrs["candidate_activation"], "lstm")
+    peep = attrs["use_peepholes"]
+    zeros = x.new_zeros((x.shape[0], d))
+    dhidden = steps.gather(ins.get("Hidden@GRAD") if ins.get("Hidden@GRAD") is not None
+                           else zeros)
+    dcell = steps.gather(ins.get("Cell@GRAD") if ins.get("Cell@GRAD") is not None else zeros)
+    dh_next = x.new_zeros((steps.batch, d))
+    dc_next = x.new_zeros((steps.batch, d))
+    dgates = x.new_zeros((steps.steps, steps.batch, 4 * d))
+    dw = torch.zeros_like(w)
+    dbias = torch.zeros_like(ins["Bias"].reshape(-1))
+    for t in reversed(range(steps.steps)):
+        h_prev, c_prev, cand, i, f, o, c_new, act_c = saved[t]
+        m = steps.mask[t]
+        dh = dhidden[t] + dh_next
+        do = dh * act_c * d_gate(o)
+        dc = dh * o * d_cell(act_c) + dc_next + dcell[t]
+        if peep:
+            dc = dc + do * w_oc
+        di = dc * cand * d_gate(i)
+        df = dc * c_prev * d_gate(f)
+        dcand = dc * i * d_cand(cand)
+        dc_prev = dc * f
+        if peep:
+            dc_prev = dc_prev + di * w_ic + df * w_fc
+            dbias[4 * d:5 * d] += (m * di * c_prev).sum(0)
+            dbias[5 * d:6 * d] += (m * df * c_prev).sum(0)
+            dbias[6 * d:] += (m * do * c_new).sum(0)
+        g = torch.cat([dcand, di, df, do], 1) * m
+        dgates[t] = g
+        dw += h_prev.t() @ g
+        dbias[:4 * d] += g.sum(0)
+        dh_next = g @ w.t() + (1 - m) * dh
+        dc_next = m * dc_prev + (1 - m) * dc_next
+    out = {}
+    if "Input" in ctx.need:
+        out["Input@GRAD"] = steps.scatter(dgates, x.shape[0])
+    if "Weight" in ctx.need:
+        out["Weight@GRAD"] = dw
+    if "Bias" in ctx.need:
+        out["Bias@GRAD"] = dbias.reshape(ins["Bias"].shape)
+    if "H0" in ctx.need:
+        out["H0@GRAD"] = dh_next
+    if "C0" in ctx.need:
+        out["C0@GRAD"] = dc_next
+    return out
+
+
+register_op("lstm", inputs=("Input", "H0?", "C0?", "Weight", "Bias"),
+            outputs=("Hidden", "Cell"),
+            attrs={"use_peepholes": True, "is_reverse": False,
+                   "gate_activation": "sigmoid", "cell_activation": "tanh",
+                   "candidate_activation": "tanh"},
+            infer_shape=_lstm_shape, kernel=_lstm, grad_kernel=_lstm_grad,
+            grad_uses=("Input", "H0", "C0", "Weight", "Bias"))
+
+# ----------------------------------------------------------------------------- gru
+
+
+def _gru_shape(ins: dict, attrs: dict) -> dict:
+    x, w, b = ins["Input"], ins["Weight"], ins.get("Bias")
+    d = w.shape[0]
+    if len(w.shape) != 2 or w.shape[1] != 3 * d:
+        raise ValueError(f"gru: Weight must be [D, 3D], got {list(w.shape)}")
+    if x.shape[-1] not in (3 * d, -1):
+        raise ValueError(f"gru: Input has {x.shape[-1]} columns; the Weight {list(w.shape)} "
+                         f"needs 3*D = {3 * d} (project the input with fc(size={3 * d}))")
+    if b is not None and tuple(b.shape) != (1, 3 * d):
+        raise ValueError(f"gru: Bias must be [1, {3 * d}], got {list(b.shape)}")
+    for act in ("gate_activation", "activation"):
+        _act(attrs[act], "gru")
+    return {"Hidden": Meta((x.shape[0], d), x.dtype)}
+
+
+def _gru_run(ins: dict, attrs: dict, keep: bool) -> tuple:
+    x, w, b = ins["Input"], ins["Weight"], ins.get("Bias")
+    d = w.shape[0]
+    steps = _Steps(x, "gru", attrs["is_reverse"])
+    gate, _ = _act(attrs["gate_activation"], "gru")
+    act, _ = _act(attrs["activation"], "gru")
+    w_ur, w_c = w[:, :2 * d], w[:, 2 * d:]
+    xs = steps.gather(x)
+    if b is not None:
+        xs = xs + b.reshape(-1)
+    h = _initial(ins.get("H0"), steps.batch, d, x)
+    hs, saved = [], []
+    for t in range(steps.steps):
+        ur = gate(xs[t][:, :2 * d] + h @ w_ur)
+        u, r = ur[:, :d], ur[:, d:]
+        rh = r * h
+        cand = act(xs[t][:, 2 * d:] + rh @ w_c)
+        h_new = u * h + (1 - u) * cand if attrs["origin_mode"] else (1 - u) * h + u * cand
+        if keep:
+            saved.append((h, u, r, rh, cand))
+        m = steps.mask[t]
+        h = m * h_new + (1 - m) * h
+        hs.append(h_new)
+    return steps, hs, saved
+
+
+def _gru(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["Input"]
+    steps, hs, _ = _gru_run(ins, attrs, keep=False)
+    if not hs:
+        return {"Hidden": x.new_zeros((0, ins["Weight"].shape[0]))}
+    return {"Hidden": attach_lod(steps.scatter(torch.stack(hs), x.shape[0]), steps.lod)}
+
+
+def _gru_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, w = ins["Input"], ins["Weight"]
+    d = w.shape[0]
+    steps, _, saved = _gru_run(ins, attrs, keep=True)
+    _, d_gate = _act(attrs["gate_activation"], "gru")
+    _, d_act = _act(attrs["activation"], "gru")
+    w_ur, w_c = w[:, :2 * d], w[:, 2 * d:]
+    dhidden = steps.gather(ins["Hidden@GRAD"])
+    dh_next = x.new_zeros((steps.batch, d))
+    dxs = x.new_zeros((steps.steps, steps.batch, 3 * d))
+    dw = torch.zeros_like(w)
+    for t in reversed(range(steps.steps)):
+        h_prev, u, r, rh, cand = saved[t]
+        m = steps.mask[t]
+        dh = dhidden[t] + dh_next
+        if attrs["origin_mode"]:
+            du, dcand, dh_prev = dh * (h_prev - cand), dh * (1 - u), dh * u
+        else:
+            du, dcand, dh_prev = dh * (cand - h_prev), dh * u, dh * (1 - u)
+        dc_pre = dcand * d_act(cand)
+        drh = dc_pre @ w_c.t()
+        dr = drh * h_prev
+        dh_prev = dh_prev + drh * r
+        dur = torch.cat([du, dr], 1) * d_gate(torch.cat([u, r], 1))
+        g = torch.cat([dur, dc_pre], 1) * m
+        dxs[t] = g
+        dw[:, :2 * d] += h_prev.t() @ g[:, :2 * d]
+        dw[:, 2 * d:] += rh.t() @ g[:, 2 * d:]
+        dh_prev = dh_prev + g[:, :2 * d] @ w_ur.t()
+        dh_next = m * dh_prev + (1 - m) * dh
+    out = {}
+    if "Input" in ctx.need:
+        out["Input@GRAD"] = steps.scatter(dxs, x.shape[0])
+    if "Weight" in ctx.need:
+        out["Weight@GRAD"] = dw
+    if "Bias" in ctx.need:
+        out["Bias@GRAD"] = dxs.sum((0, 1)).reshape(1, -1)
+    if "H0" in ctx.need:
+        out["H0@GRAD"] = dh_next
+    return out
+
+
+register_op("gru", inputs=("Input", "H0?", "Weight", "Bias?"), outputs=("Hidden",),
+            attrs={"is_reverse": False, "gate_activation": "sigmoid", "activation": "tanh",
+                   "origin_mode": False},
+            infer_shape=_gru_shape, kernel=_gru, grad_kernel=_gru_grad,
+            grad_uses=("Input", "H0", "Weight", "Bias"))

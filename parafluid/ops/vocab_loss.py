@@ -1,0 +1,190 @@
+"""Losses over large output vocabularies: ``hierarchical_sigmoid`` (hsigmoid) and ``nce``.
+
+Both replace a softmax over every class: hsigmoid walks the label's path in Fluid's default
+complete binary tree (``log2`` of the classes binary decisions); nce scores the true class
+against a few sampled negatives. Label slots never get gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .registry import Meta, register_op
+
+__all__: list[str] = []
+
+# ----------------------------------------------------------------------------- hsigmoid
+
+
+def _hsig_shape(ins: dict, attrs: dict) -> dict:
+    x, w, label = ins["X"], ins["W"], ins["Label"]
+    classes = int(attrs["num_classes"])
+    if classes < 2:
+        raise ValueError(f"hierarchical_sigmoid: num_classes must be >= 2, got {classes}")
+    if tuple(w.shape) != (classes - 1, x.shape[-1]):
+        raise ValueError(f"hierarchical_sigmoid: W must be [num_classes - 1, D] = "
+                         f"[{classes - 1}, {x.shape[-1]}], got {list(w.shape)}")
+    if label.dtype not in ("int64", "int32"):
+        raise TypeError(f"hierarchical_sigmoid: Label must be int64 class ids, got "
+                        f"{label.dtype}")
+    if ins.get("PathTable") is not None or ins.get("PathCode") is not None:
+        raise ValueError("hierarchical_sigmoid: custom trees (PathTable/PathCode) are not "
+                         "supported; use the default complete binary tree")
+    return {"Out": Meta((x.shape[0], 1), x.dtype),
+            "PreOut": Meta((x.shape[0], (classes - 1).bit_length()), x.dtype)}
+
+
+def _hsig_paths(label: torch.Tensor, classes: int) -> tuple:
+    """Fluid's default tree: class c is the leaf c + classes of a heap; its path visits the
+    inner nodes ``(code >> (j + 1)) - 1`` with branch bits ``code & (1 << j)``."""
+    length = (classes - 1).bit_length()
+    code = label.reshape(-1, 1).long() + classes
+    j = torch.arange(length, device=label.device).reshape(1, -1)
+    valid = j < (torch.floor(torch.log2(code.double())).long())
+    index = torch.where(valid, (code >> (j + 1)) - 1, torch.zeros_like(code))
+    bits = ((code >> j) & 1).bool() & valid
+    return index, bits, valid
+
+
+def _hsig_pre(ins: dict, attrs: dict) -> tuple:
+    x, w, bias = ins["X"], ins["W"], ins.get("Bias")
+    label = ins["Label"]
+    classes = int(attrs["num_classes"])
+    if label.numel() and (int(label.min()) < 0 or int(label.max()) >= classes):
+        raise ValueError(f"hierarchical_sigmoid: a label is out of range for {classes} classes")
+    index, bits, valid = _hsig_paths(label, classes)
+    pre = torch.einsum("nld,nd->nl", w[index], x)
+    if bias is not None:
+        pre = pre + bias.reshape(-1)[index]
+    pre = torch.where(valid, pre.clamp(-40.0, 40.0), torch.zeros_like(pre))
+    return pre, index, bits.to(x.dtype), valid
+
+
+def _hsig(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # NOTE: as Fluid, a path shorter than the longest adds softplus(0) = log 2 for each
+    # missing node: a constant that carries no gradient.
+    pre, _, bits, _ = _hsig_pre(ins, attrs)
+    out = torch.nn.functional.softplus(pre).sum(1, keepdim=True) - \
+        (bits * pre).sum(1, keepdim=True)
+    return {"Out": out, "PreOut": pre}
+
+
+def _hsig_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, w, dout = ins["X"], ins["W"], ins["Out@GRAD"]
+    pre, index, bits, valid = _hsig_pre(ins, attrs)
+    dpre = (torch.sigmoid(pre) - bits) * valid * dout
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = torch.einsum("nl,nld->nd", dpre, w[index])
+    if "W" in ctx.need:
+        rows = dpre.unsqueeze(-1) * x.unsqueeze(1)  # [N, L, D]
+        out["W@GRAD"] = torch.zeros_like(w).index_add_(
+            0, index.reshape(-1), rows.reshape(-1, w.shape[1]))
+    if "Bias" in ctx.need:
+        bias = ins["Bias"]
+        out["Bias@GRAD"] = torch.zeros_like(bias.reshape(-1)).index_add_(
+            0, index.reshape(-1), dpre.reshape(-1)).reshape(bias.shape)
+    return out
+
+
+register_op("hierarchical_sigmoid",
+            inputs=("X", "W", "Label", "PathTable?", "PathCode?", "Bias?"),
+            outputs=("Out", "PreOut"), attrs={"num_classes": 2, "is_sparse": False},
+            infer_shape=_hsig_shape, kernel=_hsig, grad_kernel=_hsig_grad,
+            grad_uses=("X", "W", "Label", "Bias"),
+            no_grad_inputs=("Label", "PathTable", "PathCode"))
+
+# ----------------------------------------------------------------------------- nce
+
+_NCE_SAMPLERS = ("uniform", "log_uniform")
+
+
+def _nce_shape(ins: dict, attrs: dict) -> dict:
+    x, label, w = ins["Input"], ins["Label"], ins["Weight"]
+    classes = int(attrs["num_total_classes"])
+    if tuple(w.shape) != (classes, x.shape[-1]):
+        raise ValueError(f"nce: Weight must be [num_total_classes, D] = [{classes}, "
+                         f"{x.shape[-1]}], got {list(w.shape)}")
+    if label.dtype not in ("int64", "int32"):
+        raise TypeError(f"nce: Label must be int64 class ids, got {label.dtype}")
+    if attrs["sampler"] not in _NCE_SAMPLERS:
+        raise ValueError(f"nce: sampler must be one of {_NCE_SAMPLERS} (custom_dist is not "
+                         f"supported), got {attrs['sampler']!r}")
+    width = label.shape[-1] + int(attrs["num_neg_samples"])
+    return {"Cost": Meta((x.shape[0], 1), x.dtype),
+            "SampleLogits": Meta((x.shape[0], width), x.dtype),
+            "SampleLabels": Meta((x.shape[0], width), "int64")}
+
+
+def _nce_prob(labels: torch.Tensor, attrs: dict, dtype: torch.dtype) -> torch.Tensor:
+    classes = int(attrs["num_total_classes"])
+    if attrs["sampler"] == "uniform":
+        return torch.full(labels.shape, 1.0 / classes, dtype=dtype, device=labels.device)
+    k = labels.to(dtype)
+    return torch.log((k + 2) / (k + 1)) / torch.log(torch.tensor(classes + 1.0, dtype=dtype))
+
+
+def _nce_logits(ins: dict, labels: torch.Tensor) -> torch.Tensor:
+    x, w, b = ins["Input"], ins["Weight"], ins.get("Bias")
+    z = torch.einsum("nkd,nd->nk", w[labels], x)
+    return z + b.reshape(-1)[labels] if b is not None else z
+
+
+def _nce(ins: dict, attrs: dict, ctx: Any) -> dict:
+    # Each row's true classes, then num_neg_samples negatives drawn from the sampler;
+    # o = sigmoid(w·x + b), q = k·P(class): cost = -Σ_true log(o/(o+q)) - Σ_neg log(q/(o+q)).
+    x, label = ins["Input"], ins["Label"].long()
+    classes, k = int(attrs["num_total_classes"]), int(attrs["num_neg_samples"])
+    if label.numel() and (int(label.min()) < 0 or int(label.max()) >= classes):
+        raise ValueError(f"nce: a label is out of range for {classes} classes")
+    gen = ctx.generator(int(attrs["seed"]))
+    shape = (x.shape[0], k)
+    if attrs["sampler"] == "uniform":
+        neg = torch.randint(0, classes, shape, generator=gen, device=x.device)
+    else:  # log-uniform (Zipfian): floor(exp(u·log(C+1))) - 1
+        u = torch.rand(shape, generator=gen, device=x.device, dtype=torch.float64)
+        neg = (torch.exp(u * torch.log(torch.tensor(classes + 1.0))).floor().long() - 1) \
+            .clamp_(0, classes - 1)
+    labels = torch.cat([label.reshape(x.shape[0], -1), neg], 1)
+    o = torch.sigmoid(_nce_logits(ins, labels))
+    q = _nce_prob(labels, attrs, x.dtype) * k
+    true = label.reshape(x.shape[0], -1).shape[1]
+    cost = -torch.log(o[:, :true] / (o[:, :true] + q[:, :true])).sum(1, keepdim=True) - \
+        torch.log(q[:, true:] / (o[:, true:] + q[:, true:])).sum(1, keepdim=True)
+    if ins.get("SampleWeight") is not None:
+        cost = cost * ins["SampleWeight"].reshape(-1, 1)
+    return {"Cost": cost, "SampleLogits": o, "SampleLabels": labels}
+
+
+def _nce_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, w, labels = ins["Input"], ins["Weight"], ins["SampleLabels"]
+    true = ins["Label"].reshape(x.shape[0], -1).shape[1]
+    o = torch.sigmoid(_nce_logits(ins, labels))
+    q = _nce_prob(labels, attrs, x.dtype) * int(attrs["num_neg_samples"])
+    dz = torch.cat([(q[:, :true] / (o[:, :true] + q[:, :true])) * (o[:, :true] - 1),
+                    o[:, true:] * (1 - o[:, true:]) / (o[:, true:] + q[:, true:])], 1)
+    dz = dz * ins["Cost@GRAD"].reshape(-1, 1)
+    if ins.get("SampleWeight") is not None:
+        dz = dz * ins["SampleWeight"].reshape(-1, 1)
+    out = {}
+    if "Input" in ctx.need:
+        out["Input@GRAD"] = torch.einsum("nk,nkd->nd", dz, w[labels])
+    if "Weight" in ctx.need:
+        rows = (dz.unsqueeze(-1) * x.unsqueeze(1)).reshape(-1, w.shape[1])
+        out["Weight@GRAD"] = torch.zeros_like(w).index_add_(0, labels.reshape(-1), rows)
+    if "Bias" in ctx.need:
+        b = ins["Bias"]
+        out["Bias@GRAD"] = torch.zeros_like(b.reshape(-1)).index_add_(
+            0, labels.reshape(-1), dz.reshape(-1)).reshape(b.shape)
+    return out
+
+
+register_op("nce", inputs=("Input", "Label", "Weight", "Bias?", "SampleWeight?"),
+            outputs=("Cost", "SampleLogits", "SampleLabels"),
+            attrs={"num_total_classes": 2, "num_neg_samples": 10, "sampler": "uniform",
+                   "seed": 0, "is_sparse": False},
+            infer_shape=_nce_shape, kernel=_nce, grad_kernel=_nce_grad,
+            grad_uses=("Input", "Label", "Weight", "Bias", "SampleWeight", "SampleLabels"),
+            no_grad_inputs=("Label", "SampleWeight"))

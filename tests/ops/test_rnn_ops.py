@@ -1,0 +1,243 @@
+"""Op table: lstm (dynamic_lstm) and gru (dynamic_gru) over LoD inputs, against a numpy
+step-by-step reference, with gradients vs finite differences."""
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid.testing import OpCase, check_op, rand
+
+D = 3
+OFFS = [0, 3, 4, 6]  # sequences of 3, 1 and 2 steps
+
+
+def sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def lstm_ref(Input, Weight, Bias, attrs, H0=None, C0=None):
+    peep, rev = attrs["use_peepholes"], attrs["is_reverse"]
+    b = Bias.reshape(-1)
+    hidden, cell = np.zeros((Input.shape[0], D)), np.zeros((Input.shape[0], D))
+    for s, (a, e) in enumerate(zip(OFFS, OFFS[1:])):
+        h = H0[s] if H0 is not None else np.zeros(D)
+        c = C0[s] if C0 is not None else np.zeros(D)
+        for row in (range(e - 1, a - 1, -1) if rev else range(a, e)):
+            g = Input[row] + h @ Weight + b[:4 * D]
+            cand, i, f, o = np.split(g, 4)
+            if peep:
+                i, f = i + c * b[4 * D:5 * D], f + c * b[5 * D:6 * D]
+            cand, i, f = np.tanh(cand), sig(i), sig(f)
+            c = f * c + i * cand
+            o = sig(o + c * b[6 * D:]) if peep else sig(o)
+            h = o * np.tanh(c)
+            hidden[row], cell[row] = h, c
+    return {"Hidden": hidden, "Cell": cell}
+
+
+def gru_ref(Input, Weight, attrs, Bias=None, H0=None):
+    rev, origin = attrs["is_reverse"], attrs["origin_mode"]
+    x = Input + (Bias.reshape(-1) if Bias is not None else 0)
+    hidden = np.zeros((Input.shape[0], D))
+    for s, (a, e) in enumerate(zip(OFFS, OFFS[1:])):
+        h = H0[s] if H0 is not None else np.zeros(D)
+        for row in (range(e - 1, a - 1, -1) if rev else range(a, e)):
+            ur = sig(x[row, :2 * D] + h @ Weight[:, :2 * D])
+            u, r = ur[:D], ur[D:]
+            cand = np.tanh(x[row, 2 * D:] + (r * h) @ Weight[:, 2 * D:])
+            h = u * h + (1 - u) * cand if origin else (1 - u) * h + u * cand
+            hidden[row] = h
+    return {"Hidden": hidden}
+
+
+def lstm_case(peep, rev, h0=False, id=None):
+    inputs = {"Input": rand(6, 4 * D, seed=1), "Weight": rand(D, 4 * D, seed=2) * 0.5,
+              "Bias": rand(1, (7 if peep else 4) * D, seed=3)}
+    if h0:
+        inputs["H0"], inputs["C0"] = rand(3, D, seed=4), rand(3, D, seed=5)
+    return OpCase("lstm", inputs, attrs={"use_peepholes": peep, "is_reverse": rev},
+                  ref=lstm_ref, lod={"Input": [OFFS]}, grad=list(inputs), rtol=1e-5,
+                  id=id)
+
+
+def gru_case(rev, origin, h0=False, id=None):
+    inputs = {"Input": rand(6, 3 * D, seed=6), "Weight": rand(D, 3 * D, seed=7) * 0.5,
+              "Bias": rand(1, 3 * D, seed=8)}
+    if h0:
+        inputs["H0"] = rand(3, D, seed=9)
+    return OpCase("gru", inputs, attrs={"is_reverse": rev, "origin_mode": origin},
+                  ref=gru_ref, lod={"Input": [OFFS]}, grad=list(inputs), id=id)
+
+
+CASES = [
+    lstm_case(True, False, id="lstm_peepholes"),
+    lstm_case(False, True, id="lstm_reverse_no_peepholes"),
+    lstm_case(True, False, h0=True, id="lstm_initial_state"),
+    gru_case(False, False, id="gru"),
+    gru_case(True, True, id="gru_reverse_origin_mode"),
+    gru_case(False, False, h0=True, id="gru_initial_state"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_rnn_op(case):
+    check_op(case)
+
+
+def test_stacked_lstm_text_classifier_trains():
+    """understand_sentiment's stacked_lstm_net shape: fc -> dynamic_lstm -> max pools."""
+    rng = np.random.RandomState(0)
+    samples = []
+    for _ in range(16):
+        pos = rng.rand() < 0.5
+        ids = rng.randint(0, 10, rng.randint(2, 5)) + (0 if pos else 10)
+        samples.append((ids.tolist(), [int(pos)]))
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 2
+    with fluid.program_guard(main, startup):
+        words = fluid.data(name="words", shape=[None], dtype="int64", lod_level=1)
+        label = fluid.data(name="label", shape=[None, 1], dtype="int64")
+        emb = fluid.embedding(words, size=[20, 8])
+        fc1 = fluid.layers.fc(input=emb, size=4 * 8)
+        lstm1, _ = fluid.layers.dynamic_lstm(input=fc1, size=4 * 8)
+        gru = fluid.layers.dynamic_gru(fluid.layers.fc(input=lstm1, size=3 * 8), size=8,
+                                       is_reverse=True)
+        pooled = [fluid.layers.sequence_pool(fc1, "max"), fluid.layers.sequence_pool(gru, "max")]
+        prediction = fluid.layers.fc(input=pooled, size=2, act="softmax")
+        cost = fluid.layers.mean(fluid.layers.cross_entropy(prediction, label))
+        fluid.optimizer.Adam(learning_rate=0.1).minimize(cost)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feeder = fluid.DataFeeder(feed_list=[words, label], place=fluid.CPUPlace())
+    losses = [float(exe.run(main, feed=feeder.feed(samples), fetch_list=[cost],
+                            scope=scope)[0]) for _ in range(8)]
+    assert losses[-1] < losses[0] / 2, losses
+
+
+def test_lstm_wants_a_4d_projection():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.data(name="x", shape=[None, 10], dtype="float32", lod_level=1)
+        with pytest.raises(ValueError, match=r"Input has 10 columns.*fc\(size=12\)"):
+            fluid.layers.dynamic_lstm(input=x, size=12)
+
+
+# ----------------------------------------------------------------------------- CRF
+
+TAGS = 3
+CRF_OFFS = [0, 3, 4, 6]
+
+
+def _paths(n):
+    if n == 0:
+        yield ()
+        return
+    for rest in _paths(n - 1):
+        for t in range(TAGS):
+            yield (*rest, t)
+
+
+def _score(x, w, y):
+    s = w[0, y[0]] + w[1, y[-1]] + sum(x[t, y[t]] for t in range(len(y)))
+    return s + sum(w[2 + y[t - 1], y[t]] for t in range(1, len(y)))
+
+
+def crf_ref(Emission, Transition, Label):
+    """Brute force: log Z over every tag sequence, minus the gold score."""
+    out = []
+    for a, b in zip(CRF_OFFS, CRF_OFFS[1:]):
+        x, y = Emission[a:b], Label[a:b, 0]
+        log_z = np.log(sum(np.exp(_score(x, Transition, p)) for p in _paths(b - a)))
+        out.append(log_z - _score(x, Transition, y))
+    return {"LogLikelihood": np.array(out).reshape(-1, 1)}
+
+
+def decode_ref(Emission, Transition):
+    path = []
+    for a, b in zip(CRF_OFFS, CRF_OFFS[1:]):
+        path += max(_paths(b - a), key=lambda p: _score(Emission[a:b], Transition, p))
+    return {"ViterbiPath": np.array(path).reshape(-1, 1)}
+
+
+CRF_X, CRF_W = rand(6, TAGS, seed=61), rand(TAGS + 2, TAGS, seed=62)
+CRF_Y = np.array([[0], [2], [1], [1], [2], [0]], "int64")
+CRF_CASES = [
+    OpCase("linear_chain_crf", {"Emission": CRF_X, "Transition": CRF_W, "Label": CRF_Y},
+           ref=crf_ref, lod={"Emission": [CRF_OFFS], "Label": [CRF_OFFS]},
+           grad=["Emission", "Transition"]),
+    OpCase("crf_decoding", {"Emission": CRF_X * 3, "Transition": CRF_W},
+           ref=decode_ref, lod={"Emission": [CRF_OFFS]}),
+]
+
+
+@pytest.mark.parametrize("case", CRF_CASES, ids=str)
+def test_crf_op(case):
+    check_op(case)
+
+
+def test_crf_tagger_learns_and_decodes():
+    """label_semantic_roles' tail: fc emissions, linear_chain_crf, crf_decoding (shared
+    transition by ParamAttr name)."""
+    rng = np.random.RandomState(3)
+    lengths = [4, 2, 5, 3]
+    words = rng.randint(0, 6, (sum(lengths), 1)).astype("int64")
+    tags = (words % 3).astype("int64")  # the tag is a function of the word
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 8
+    with fluid.program_guard(main, startup):
+        word = fluid.data(name="word", shape=[None, 1], dtype="int64", lod_level=1)
+        target = fluid.data(name="target", shape=[None, 1], dtype="int64", lod_level=1)
+        emb = fluid.layers.embedding(word, size=[6, 8])
+        feature_out = fluid.layers.fc(emb, size=3)
+        crf_cost = fluid.layers.linear_chain_crf(
+            input=feature_out, label=target, param_attr=fluid.ParamAttr(name="crfw"))
+        avg_cost = fluid.layers.mean(crf_cost)
+        fluid.optimizer.Adam(learning_rate=0.1).minimize(avg_cost)
+        decoded = fluid.layers.crf_decoding(input=feature_out,
+                                            param_attr=fluid.ParamAttr(name="crfw"))
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"word": fluid.create_lod_tensor(words, [lengths], None),
+            "target": fluid.create_lod_tensor(tags, [lengths], None)}
+    for _ in range(30):
+        cost, path = exe.run(main, feed=feed, fetch_list=[avg_cost, decoded], scope=scope)
+    assert float(cost) < 0.5 and (path == tags).mean() == 1.0
+
+
+@pytest.mark.parametrize("scheme,tags,want", [
+    # IOB with 2 chunk types: B-0=0 I-0=1 B-1=2 I-1=3 O=4
+    ("IOB", [0, 1, 4, 2, 3, 3, 0, 2], {(0, 1, 0), (3, 5, 1), (6, 6, 0), (7, 7, 1)}),
+    ("IOB", [1, 1, 4, 3], {(0, 1, 0), (3, 3, 1)}),  # I without B starts a chunk
+    # IOE: I-0=0 E-0=1 I-1=2 E-1=3 O=4
+    ("IOE", [0, 1, 0, 0, 1, 4, 3], {(0, 1, 0), (2, 4, 0), (6, 6, 1)}),
+    # IOBES: B=0 I=1 E=2 S=3 for type 0, O=8 with 2 types
+    ("IOBES", [0, 1, 2, 3, 8, 7, 4, 6], {(0, 2, 0), (3, 3, 0), (5, 5, 1), (6, 7, 1)}),
+    ("plain", [0, 0, 1, 2, 2, 0], {(0, 1, 0), (2, 2, 1), (5, 5, 0)}),  # 2 types, O=2
+])
+def test_chunk_rules(scheme, tags, want):
+    from parafluid.ops.crf import chunks
+
+    assert chunks(tags, 2, scheme) == want
+
+
+def test_chunk_eval_counts_and_metric():
+    pred = np.array([[0], [1], [4], [2], [3], [0], [1], [4]], "int64")
+    gold = np.array([[0], [1], [4], [2], [4], [0], [1], [1]], "int64")
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        p = fluid.data(name="p", shape=[None, 1], dtype="int64", lod_level=1)
+        g = fluid.data(name="g", shape=[None, 1], dtype="int64", lod_level=1)
+        outs = fluid.layers.chunk_eval(input=p, label=g, chunk_scheme="IOB",
+                                       num_chunk_types=2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    feed = {"p": fluid.create_lod_tensor(pred, [[5, 3]], None),
+            "g": fluid.create_lod_tensor(gold, [[5, 3]], None)}
+    precision, recall, f1, n_infer, n_label, n_correct = exe.run(
+        main, feed=feed, fetch_list=list(outs), scope=fluid.Scope())
+    # seq 1: pred {(0,1,0), (3,4,1)}, gold {(0,1,0), (3,3,1)}; seq 2: pred {(0,1,0)},
+    # gold {(0,2,0)}
+    assert (int(n_infer), int(n_label), int(n_correct)) == (3, 3, 1)
+    np.testing.assert_allclose([float(precision), float(recall), float(f1)], [1 / 3] * 3,
+                               rtol=1e-6)
+    metric = fluid.metrics.ChunkEvaluator()
+    metric.update(n_infer, n_label, n_correct)
+    assert metric.eval() == pytest.approx((1 / 3, 1 / 3, 1 / 3))

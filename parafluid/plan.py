@@ -10,9 +10,14 @@ ParallelExecutor). It holds one value dict (``env``) per device and one task per
   inputs, device and callsite; a persistable the op wrote is put in the scope at once
   (``RunServices.write_persistable``), so ops that block and serve others see it; values
   whose last reader ran are dropped (``passes.liveness.release_plan``) when releasing is on;
-- ``run_plan(plan, scheduler)`` hands the tasks to the scheduler: with one lane they run on
-  the calling thread in program order. While an op hook is registered (the profiler) the
-  tasks are wrapped to report their timings; otherwise nothing per op is added.
+- ``run_plan(plan, scheduler)`` hands the tasks to the scheduler in two phases, so that a
+  step happens whole or not at all (``parafluid.atomic``): the compute phase, then the
+  commit phase (the update tail: optimizer ops and what only they feed) with SIGINT held
+  back; a failure or an interrupt restores the persistables the step wrote, on every
+  device. With one lane each phase runs on the calling thread in program order. While an
+  op hook is registered (the profiler) the tasks are wrapped to report their timings, and
+  with FLAGS_check_nan_inf to check their outputs: each mode is a task list of its own,
+  chosen once per run, so nothing per op is added when they are off.
 
 ``BlockRunner`` runs sub-blocks (``RunContext.run_block``) through the same path.
 """
@@ -20,11 +25,14 @@ ParallelExecutor). It holds one value dict (``env``) per device and one task per
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from .atomic import UndoLog, check_finite, deferred_interrupts, nan_inf_flag
+from .feed_fetch import batch_feeds
 from .ops.registry import get_op_def
 from .parallel.scheduler import Scheduler, TaskError, TaskGraph
 from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
@@ -103,21 +111,47 @@ class Plan:
         self._lock = threading.Lock()
         self.inplace_nodes = sorted(inplace or {})
         self._name_devices = name_devices
-        tasks = []
+        self.batch_feeds = batch_feeds(block, feed)
+        self.undo = UndoLog()
+        self.proven = False  # a run of this plan succeeded (see _graphs_for)
+        self._fns: list[Task] = []
+        self._writes: list[list[tuple[RunServices, dict, str]]] = []
+        self._records: list[list[tuple[RunServices, str, bool]]] = []
+        self._releases = releases
         for node in graph.nodes:
-            fn = self._bind(node, devices, (inplace or {}).get(node.index))
-            writes = [(self.services[d], self.envs[d], n) for refs in node.outputs.values()
-                      for d, n, _ in refs if persistable(n)]
-            tasks.append(self._wrap(node, fn, writes, releases.get(node.index)))
-        self.tasks = tasks
+            self._fns.append(self._bind(node, devices, (inplace or {}).get(node.index)))
+            self._writes.append([(self.services[d], self.envs[d], n)
+                                 for refs in node.outputs.values() for d, n, _ in refs
+                                 if persistable(n)])
+            reads = {(d, n) for refs in node.inputs.values() for d, n, _ in refs}
+            self._records.append([(self.services[d], n, (d, n) in reads)
+                                  for refs in node.outputs.values() for d, n, _ in refs
+                                  if persistable(n)])
         self.edges = [(dep, node.index) for node in graph.nodes for dep in sorted(node.deps)]
         self.names = [f"{n.type}#{n.index}@{'all' if n.device == ALL_DEVICES else n.device}"
                       for n in graph.nodes]
-        # NOTE: node order is program order, a topological order: one lane runs in it, so
-        # random ops draw in the order the program lists them.
-        order = range(len(tasks))
-        self.task_graph = TaskGraph.from_edges(tasks, self.edges, names=self.names, order=order)
-        self._timed_graph: TaskGraph | None = None
+        # The update tail: the last nodes in program order, as long as each writes a
+        # persistable (optimizer updates, beta-pow accumulators, parameter broadcasts). It
+        # runs after every other node succeeded (the commit phase, see parafluid.atomic).
+        # NOTE: a suffix of the program order, not any set closed under successors: an op
+        # may read a persistable through ctx.scope without an edge, and one lane keeps
+        # program order. A writer followed by another op (an evaluation after minimize) is
+        # recorded in the undo log instead.
+        commit = [False] * len(graph.nodes)
+        for i in reversed(range(len(graph.nodes))):
+            if not self._writes[i]:
+                break
+            commit[i] = True
+        self.commit_nodes = [i for i, c in enumerate(commit) if c]
+        self.compute_nodes = [i for i, c in enumerate(commit) if not c]
+        # compute-phase nodes that write persistables: recorded in the undo log every run
+        self.recorded_nodes = [i for i in self.compute_nodes if self._writes[i]]
+        recorded = set(self.recorded_nodes)
+        # the tasks of the common run mode, one per node (node order)
+        self.tasks = [self._task(i, record=i in recorded, check=False)
+                      for i in range(len(graph.nodes))]
+        self._variants: dict[tuple[bool, bool, bool], tuple[TaskGraph, TaskGraph | None]] = {}
+        self._graphs_for(False, False, False)  # build the common one now
 
     # ------------------------------------------------------------------ binding
     def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
@@ -154,16 +188,32 @@ class Plan:
                     env[n] = v
         return run_collective
 
-    def _wrap(self, node: Node, fn: Task, writes: list[tuple[RunServices, dict, str]],
-              release: list[tuple[tuple[int, str], int]] | None) -> Task:
+    def _task(self, i: int, record: bool, check: bool) -> Task:
+        """The task of node ``i``: its op, then its scope writes and releases.
+
+        ``record``: note the persistables it writes in the undo log first. ``check``: raise
+        on a NaN/Inf output (FLAGS_check_nan_inf) before the value reaches the scope.
+        """
+        node = self.graph.nodes[i]
+        fn, writes = self._fns[i], self._writes[i]
         lock, pending, envs = self._lock, self._pending, self.envs
         op, index = node.op, node.op_index
         device = node.device if self._name_devices else None
-        drops = [(envs[key[0]], key[1], key if n > 1 else None) for key, n in release or ()]
+        drops = [(envs[key[0]], key[1], key if n > 1 else None)
+                 for key, n in self._releases.get(i) or ()]
+        records = self._records[i] if record else None
+        undo = self.undo
+        outputs = [(slot, envs[d], n) for slot, refs in node.outputs.items()
+                   for d, n, _ in refs] if check else None
 
         def task() -> None:
+            if records:
+                for svc, name, in_place in records:
+                    undo.record(svc.scope, name, in_place, svc.local_writes)
             try:
                 fn()
+                if outputs:
+                    check_finite((slot, n, env[n]) for slot, env, n in outputs if n in env)
             except OpRunError:
                 raise
             except Exception as e:
@@ -185,39 +235,90 @@ class Plan:
 
     # ------------------------------------------------------------------ running
     def begin(self) -> None:
-        """Reset per-run state (values, release counters)."""
+        """Reset per-run state (values, release counters, undo log)."""
         for env in self.envs:
             env.clear()
+        self.undo.clear()
         if self._counts:
             self._pending.clear()
             self._pending.update(self._counts)
 
     def end(self) -> None:
-        """Drop the run's values."""
+        """Drop the run's values (and the undo log's copies)."""
         for env in self.envs:
             env.clear()
+        self.undo.clear()
 
-    def graph_for_run(self) -> TaskGraph:
-        """The task graph to run now: timed while an op hook is registered."""
-        if not op_hooks_active():
-            return self.task_graph
-        if self._timed_graph is None:
+    def _graphs_for(self, record_commit: bool, check: bool, timed_: bool
+                    ) -> tuple[TaskGraph, TaskGraph | None]:
+        """(compute graph, commit graph or None) of one run mode, built on first use.
+
+        ``record_commit``: the commit tasks note their writes in the undo log too (a plan's
+        first run, and while checking NaN/Inf); ``check``: outputs checked for NaN/Inf;
+        ``timed_``: tasks report to the op hooks (the profiler).
+        """
+        key = (record_commit, check, timed_)
+        hit = self._variants.get(key)
+        if hit is not None:
+            return hit
+        recorded = set(self.recorded_nodes)
+        if record_commit:
+            recorded.update(self.commit_nodes)
+        if not (record_commit or check):
+            tasks = self.tasks
+        else:
+            tasks = [self._task(i, i in recorded, check) for i in range(len(self.tasks))]
+        if timed_:
             tasks = [timed(t, n.type, n.op_index, n.device)
-                     for t, n in zip(self.tasks, self.graph.nodes)]
-            self._timed_graph = TaskGraph.from_edges(tasks, self.edges, names=self.names,
-                                                     order=range(len(tasks)))
-        return self._timed_graph
+                     for t, n in zip(tasks, self.graph.nodes)]
+
+        def subgraph(nodes: list[int]) -> TaskGraph:
+            # NOTE: the nodes of a phase keep program order, a topological order: one lane
+            # runs in it, so random ops draw in the order the program lists them.
+            pos = {n: k for k, n in enumerate(nodes)}
+            edges = [(pos[a], pos[b]) for a, b in self.edges if a in pos and b in pos]
+            return TaskGraph.from_edges([tasks[n] for n in nodes], edges,
+                                        names=[self.names[n] for n in nodes],
+                                        order=range(len(nodes)))
+        if not self.commit_nodes:
+            graphs: tuple[TaskGraph, TaskGraph | None] = (
+                TaskGraph.from_edges(tasks, self.edges, names=self.names,
+                                     order=range(len(tasks))), None)
+        else:
+            graphs = (subgraph(self.compute_nodes), subgraph(self.commit_nodes))
+        self._variants[key] = graphs
+        return graphs
+
+    def graphs_for_run(self, check_nan_inf: bool = False
+                       ) -> tuple[TaskGraph, TaskGraph | None]:
+        """The (compute, commit) task graphs to run now; decided once per run."""
+        check = check_nan_inf or nan_inf_flag()
+        return self._graphs_for(check or not self.proven, check, op_hooks_active())
 
 
-def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None) -> None:
-    """Run every task of ``plan`` (values already in its envs); re-raise an op's error."""
+def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
+             check_nan_inf: bool = False) -> None:
+    """Run every task of ``plan`` (values already in its envs) as one step, whole or not at
+    all: the compute phase, then the commit phase with SIGINT held back; on any failure or
+    interrupt the persistables the step wrote are restored. Re-raise an op's error."""
+    compute, commit = plan.graphs_for_run(check_nan_inf)
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        scheduler.run(plan.graph_for_run(), timeout=timeout)
-    except TaskError as e:
-        cause = e.__cause__
-        if isinstance(cause, OpRunError):
-            raise cause from cause.__cause__
+        scheduler.run(compute, timeout=timeout)
+        if commit is not None:
+            with deferred_interrupts():
+                scheduler.run(commit, timeout=None if deadline is None
+                              else max(deadline - time.monotonic(), 0.0))
+    except BaseException as e:
+        with deferred_interrupts():  # a second Ctrl-C must not cut the restore short
+            plan.undo.rollback()
+        if isinstance(e, TaskError):
+            cause = e.__cause__
+            if isinstance(cause, OpRunError):
+                raise cause from cause.__cause__
         raise
+    plan.undo.clear()
+    plan.proven = True
 
 
 class BlockRunner:

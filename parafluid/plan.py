@@ -303,21 +303,29 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
     interrupt the persistables the step wrote are restored. Re-raise an op's error."""
     compute, commit = plan.graphs_for_run(check_nan_inf)
     deadline = None if timeout is None else time.monotonic() + timeout
+    committed = False
     try:
         scheduler.run(compute, timeout=timeout)
-        if commit is not None:
+        if commit is None:
+            committed = True
+        else:
             with deferred_interrupts():
                 scheduler.run(commit, timeout=None if deadline is None
                               else max(deadline - time.monotonic(), 0.0))
+                # NOTE: set while SIGINT is held back: a Ctrl-C that arrived during the
+                # updates is raised when the block ends, and must not undo the step
+                committed = True
     except BaseException as e:
-        with deferred_interrupts():  # a second Ctrl-C must not cut the restore short
-            plan.undo.rollback()
+        if not committed:
+            with deferred_interrupts():  # a second Ctrl-C must not cut the restore short
+                plan.undo.rollback()
         if isinstance(e, TaskError):
             cause = e.__cause__
             if isinstance(cause, OpRunError):
                 raise cause from cause.__cause__
         raise
-    plan.undo.clear()
+    finally:
+        plan.undo.clear()
     plan.proven = True
 
 

@@ -92,11 +92,13 @@ class DeviceScopes:
     def release(self, owner: bool) -> None:
         """Free what these scopes hold: the temporaries of past runs and, for the ``owner``
         (the executor that created the device scopes, not one sharing them), the devices'
-        copies, detached from the executor's scope so that they are collected."""
+        copies; the device scopes are detached from the executor's scope. An executor
+        still sharing them copies what it needs from device 0 again on its next run."""
         self.drop_locals()
         if owner:
             root = self.scopes[0]
             for kid in self.scopes[1:]:
+                kid.erase(kid.local_var_names())
                 root.drop_kid(kid)
             self._root_values.clear()
 

@@ -1,12 +1,13 @@
-"""The cost of atomic steps: the same runs with and without the two-phase run of a plan.
+"""The cost of atomic steps: the same runs with and without what makes a step atomic.
 
-A step is atomic (``parafluid.atomic``): a plan runs its compute phase, then its update
-tail with SIGINT held back, keeping an undo log of the persistables written before the
-tail. "Without" runs the same plan the way the engine did before: its tasks as one task
-graph, no undo log, no deferred interrupts (``single_phase`` below, swapped in for
-``run_plan`` around each "without" block). Both sides run alternately in one process, in
-small blocks, so that a shared, noisy machine slows both alike; the figure is the median of
-the per-pair ratios with / without (1.00 = no cost).
+A step is atomic (``parafluid.atomic``): compute nodes that write persistables record them
+in an undo log, update-tail nodes check the step guard (and record their writes while
+compute nodes still run), SIGINT goes to the guard during the run. "Without" runs the same
+bound ops the way the engine did before this: each op in the task wrapper of that time (op,
+error, scope writes, releases), all tasks in one graph, nothing recorded, SIGINT untouched
+(``legacy_run_plan`` below, swapped in for ``run_plan`` around each "without" block). Both
+sides run alternately in one process, in small blocks, so that a shared, noisy machine slows
+both alike; the figure is the median of the per-pair ratios with / without (1.00 = free).
 
 Cases:
   mlp      Executor, MLP 784-512-512-10, batch 128, SGD (bench/executor_overhead.py's step)
@@ -40,19 +41,53 @@ import parafluid.executor as executor_module  # noqa: E402
 import parafluid.parallel.parallel_executor as pe_module  # noqa: E402
 from parafluid.parallel.scheduler import TaskError, TaskGraph  # noqa: E402
 from parafluid.plan import Plan, run_plan  # noqa: E402
-from parafluid.runtime import OpRunError  # noqa: E402
+from parafluid.runtime import OpRunError, op_error  # noqa: E402
 
 BATCH, SIZES = 128, (784, 512, 512, 10)
-_SINGLE: dict[int, TaskGraph] = {}
+_LEGACY: dict[int, TaskGraph] = {}
 
 
-def single_phase(plan: Plan, scheduler: Any, timeout: float | None = None,
-                 check_nan_inf: bool = False) -> None:
-    """A plan run as before atomic steps: every task in one graph, nothing recorded."""
-    graph = _SINGLE.get(id(plan))
+def legacy_task(plan: Plan, i: int) -> Callable[[], None]:
+    """Node ``i``'s task as the engine wrapped it before atomic steps."""
+    node = plan.graph.nodes[i]
+    fn, writes = plan._fns[i], plan._writes[i]
+    lock, pending, envs = plan._lock, plan._pending, plan.envs
+    op, index = node.op, node.op_index
+    device = node.device if plan._name_devices else None
+    drops = [(envs[key[0]], key[1], key if n > 1 else None)
+             for key, n in plan._releases.get(i) or ()]
+
+    def task() -> None:
+        try:
+            fn()
+        except OpRunError:
+            raise
+        except Exception as e:
+            raise op_error(op, index, e, device) from e
+        if writes:
+            for svc, env, name in writes:
+                svc.write_persistable(name, env[name])
+        if drops:
+            for env, name, key in drops:
+                if key is None:
+                    env.pop(name, None)
+                    continue
+                with lock:
+                    pending[key] -= 1
+                    last = pending[key] == 0
+                if last:
+                    env.pop(name, None)
+    return task
+
+
+def legacy_run_plan(plan: Plan, scheduler: Any, timeout: float | None = None,
+                    check_nan_inf: bool = False) -> None:
+    """A plan run as before atomic steps: one graph of legacy tasks, nothing recorded."""
+    graph = _LEGACY.get(id(plan))
     if graph is None:
-        graph = _SINGLE[id(plan)] = TaskGraph.from_edges(
-            plan.tasks, plan.edges, names=plan.names, order=range(len(plan.tasks)))
+        graph = _LEGACY[id(plan)] = TaskGraph.from_edges(
+            [legacy_task(plan, i) for i in range(len(plan.tasks))], plan.edges,
+            names=plan.names, order=range(len(plan.tasks)))
     try:
         scheduler.run(graph, timeout=timeout)
     except TaskError as e:
@@ -63,7 +98,7 @@ def single_phase(plan: Plan, scheduler: Any, timeout: float | None = None,
 
 def without(step: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
-        executor_module.run_plan = pe_module.run_plan = single_phase
+        executor_module.run_plan = pe_module.run_plan = legacy_run_plan
         try:
             return step()
         finally:

@@ -1,23 +1,29 @@
 """What makes a training step happen whole or not at all, and the NaN/Inf guard.
 
-A plan (``parafluid.plan``) runs a step in two phases:
+A plan (``parafluid.plan``) splits the nodes of a step in two:
 
-- the *compute* phase: every op except the update tail below. Most of these ops write
-  no persistable; the few that do (a learning-rate step counter, batch_norm's moving
-  statistics, ``recv``) are recorded in an ``UndoLog`` just before they run: an old value
-  they overwrite in place is copied, a value they replace is kept by reference;
-- the *commit* phase: the update tail, the ops that write persistables (optimizer
-  updates, beta-pow accumulators, Reduce's parameter broadcasts) and that only other such
-  ops depend on. It starts once every compute op has succeeded, and runs with SIGINT
-  deferred (``deferred_interrupts``): a Ctrl-C in it lands once every device's update is
-  done.
+- the *update tail*: the last nodes in program order, as long as each writes a persistable
+  (optimizer updates, beta-pow accumulators, Reduce's parameter broadcasts);
+- the *compute* nodes: every other one. The few of them that write a persistable (a
+  learning-rate step counter, batch_norm's moving statistics, ``recv``, an optimizer
+  followed by an evaluation op) are recorded in an ``UndoLog`` just before they run: an old
+  value they overwrite in place is copied, a value they replace is kept by reference.
+
+The tail starts once every compute node has finished: a barrier task between the two,
+``StepGuard.enter_tail``, marks the moment. Before it, a Ctrl-C (SIGINT) stops the run at
+once (no node starts any more) and the step is undone; after it, the Ctrl-C is held back
+until the whole tail ran, then raised. (Letting the tail overlap the backward pass, as the
+ParallelExecutor's graph otherwise would, means recording the tail's writes while compute
+nodes still run: measured on the Adam MLP with 2 devices it copied a third of the
+parameters and optimizer state each step and cost as much as the barrier.)
 
 When a step fails or is interrupted, ``UndoLog.rollback`` restores every recorded value on
 every device, so the scope (and each device replica) is as before the step. A failure
-inside the commit phase can only be undone for writes that were recorded: the commit ops
-are recorded on a plan's first run (a kernel that fails for a reason of its own, a wrong
-dtype or shape, fails then) and while the NaN/Inf check is on. A kernel that fails later in
-the commit phase for lack of memory is the one case left partial (docs/robustness.md).
+raised by a tail op after every compute node finished can only be undone where its writes
+were recorded: the tail is recorded on a plan's first run (a kernel that fails for a reason
+of its own, a wrong dtype or shape, fails then) and while the NaN/Inf check is on. A tail
+kernel failing later, for lack of memory, is the one case left partial: its error says so
+(see docs/robustness.md).
 
 ``FLAGS_check_nan_inf`` (environment, ``1``/``true`` as in Fluid), ``Executor(...,
 check_nan_inf=True)`` or ``ExecutionStrategy.check_nan_inf``: every op's outputs are checked
@@ -38,14 +44,14 @@ import os
 import signal
 import threading
 from collections.abc import Iterable
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 import torch
 
 from .scope import SelectedRows
 
-__all__ = ["UndoLog", "deferred_interrupts", "nan_inf_flag", "check_finite"]
+__all__ = ["UndoLog", "StepGuard", "StepCancelled", "nan_inf_flag", "check_finite"]
 
 
 class UndoLog:
@@ -109,41 +115,87 @@ class UndoLog:
         return len(self.entries)
 
 
-class deferred_interrupts:  # noqa: N801 - used as a context manager, like contextlib's
-    """Hold SIGINT back for the duration of a ``with`` block; deliver it at the end.
+_MAIN_THREAD = threading.main_thread().ident
+_SIGINT = int(signal.SIGINT)
+try:
+    # NOTE: the C function behind signal.signal; the Python wrapper converts handlers to
+    # enums and costs 5 us a call, the C one 0.2 us
+    from _signal import signal as _set_handler
+except ImportError:  # pragma: no cover - not CPython
+    _set_handler = signal.signal
+class StepCancelled(Exception):
+    """The update tail did not start: the step was interrupted before it."""
 
-    Python runs signal handlers on the main thread only, so elsewhere this does nothing.
-    A signal that arrived inside the block is handed to the previous handler on exit (the
-    default one raises ``KeyboardInterrupt`` there).
+
+class StepGuard:
+    """One plan's view of a run in flight: has the update tail begun, and SIGINT.
+
+    ``start()`` (a run begins) resets it and, on the main thread, routes SIGINT to it; the
+    barrier task calls ``enter_tail()`` once every compute node finished. SIGINT before
+    that stops the step (``enter_tail`` refuses, ``KeyboardInterrupt`` is raised where the
+    main thread is); after it, it is held and raised by ``finish()``, after the whole step.
+    ``hold()`` holds every SIGINT (while a failed step is being restored).
 
     Example::
 
-        with deferred_interrupts():
-            apply_every_update()      # a Ctrl-C here is raised after the block
+        guard = StepGuard()
+        guard.start()
+        try:
+            scheduler.run(graph)   # its barrier task calls guard.enter_tail()
+        finally:
+            guard.finish()         # a Ctrl-C held during the updates is raised here
     """
 
-    __slots__ = ("_previous", "_pending", "_active")
+    __slots__ = ("lock", "in_tail", "stopped", "unrecorded", "_held", "_pending",
+                 "_previous", "_active")
 
-    def __enter__(self) -> deferred_interrupts:
+    def __init__(self) -> None:
+        # NOTE: re-entrant: on one lane the handler runs on the thread inside enter_tail
+        self.lock = threading.RLock()
+        self.in_tail = False
+        self.stopped = False
+        self.unrecorded = False  # a tail node ran without recording its writes
+        self._held = False
         self._pending: tuple[int, FrameType | None] | None = None
+        self._previous: Any = None
+        self._active = False
+
+    def start(self) -> None:
+        self.in_tail = self.stopped = self.unrecorded = self._held = False
+        self._pending = None
         self._active = threading.get_ident() == _MAIN_THREAD
         if self._active:
-            # NOTE: one call each way (it returns the previous handler): this runs once per
-            # training step
-            self._previous = _set_handler(_SIGINT, self._hold)
-        return self
+            # NOTE: one call each way (it returns the previous handler): once per step
+            self._previous = _set_handler(_SIGINT, self._on_sigint)
 
-    def _hold(self, signum: int, frame: FrameType | None) -> None:
-        self._pending = (signum, frame)
+    def enter_tail(self) -> None:
+        """The barrier: every compute node finished; from now on SIGINT waits."""
+        with self.lock:
+            if self.stopped:
+                raise StepCancelled("the step was interrupted before its updates")
+            self.in_tail = True
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def hold(self) -> None:
+        self._held = True
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        with self.lock:
+            if self._held or self.in_tail:
+                self._pending = (signum, frame)  # the updates are under way: let them end
+                return
+            self.stopped = True
+        raise KeyboardInterrupt
+
+    def finish(self) -> None:
+        """Give SIGINT back to its handler; raise a Ctrl-C that was held."""
         if not self._active:
             return
+        self._active = False
         previous = self._previous
+        self._previous = None
         # a handler installed from C (None) cannot be put back: Python's default stands in
         _set_handler(_SIGINT, previous if previous is not None else signal.default_int_handler)
-        pending = self._pending
+        pending, self._pending = self._pending, None
         if pending is None:
             return
         if callable(previous):
@@ -154,14 +206,6 @@ class deferred_interrupts:  # noqa: N801 - used as a context manager, like conte
             signal.raise_signal(signal.SIGINT)
 
 
-_MAIN_THREAD = threading.main_thread().ident
-_SIGINT = int(signal.SIGINT)
-try:
-    # NOTE: the C function behind signal.signal; the Python wrapper converts handlers to
-    # enums and costs 5 us a call, the C one 0.2 us
-    from _signal import signal as _set_handler
-except ImportError:  # pragma: no cover - not CPython
-    _set_handler = signal.signal
 _TRUE = ("1", "true", "True", "TRUE", "yes", "on")
 
 

@@ -25,13 +25,12 @@ ParallelExecutor). It holds one value dict (``env``) per device and one task per
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .atomic import UndoLog, check_finite, deferred_interrupts, nan_inf_flag
+from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .feed_fetch import batch_feeds
 from .ops.registry import get_op_def
 from .parallel.scheduler import Scheduler, TaskError, TaskGraph
@@ -113,7 +112,7 @@ class Plan:
         self._name_devices = name_devices
         self.batch_feeds = batch_feeds(block, feed)
         self.undo = UndoLog()
-        self.proven = False  # a run of this plan succeeded (see _graphs_for)
+        self.proven = False  # a run of this plan succeeded (see _graph_for)
         self._fns: list[Task] = []
         self._writes: list[list[tuple[RunServices, dict, str]]] = []
         self._records: list[list[tuple[RunServices, str, bool]]] = []
@@ -147,11 +146,26 @@ class Plan:
         # compute-phase nodes that write persistables: recorded in the undo log every run
         self.recorded_nodes = [i for i in self.compute_nodes if self._writes[i]]
         recorded = set(self.recorded_nodes)
+        self._in_tail = set(self.commit_nodes)
+        self.guard = StepGuard()
+        n = len(graph.nodes)
+        self._order: list[int] = list(range(n))
+        self._edges = list(self.edges)
+        self._names = list(self.names)
+        if self.commit_nodes and self.compute_nodes:
+            # the barrier (task n): after every compute node, before every tail node
+            compute = set(self.compute_nodes)
+            has_compute_succ = {a for a, b in self.edges if b in compute}
+            self._edges += [(i, n) for i in self.compute_nodes if i not in has_compute_succ]
+            self._edges += [(n, i) for i in self.commit_nodes]
+            k = len(self.compute_nodes)  # the tail is a suffix of the node order
+            self._order = list(range(k)) + [n] + list(range(k, n))
+            self._names.append("barrier: every compute node done, the updates begin")
         # the tasks of the common run mode, one per node (node order)
         self.tasks = [self._task(i, record=i in recorded, check=False)
                       for i in range(len(graph.nodes))]
-        self._variants: dict[tuple[bool, bool, bool], tuple[TaskGraph, TaskGraph | None]] = {}
-        self._graphs_for(False, False, False)  # build the common one now
+        self._variants: dict[tuple[bool, bool, bool], TaskGraph] = {}
+        self._graph_for(False, False, False)  # build the common one now
 
     # ------------------------------------------------------------------ binding
     def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
@@ -191,7 +205,8 @@ class Plan:
     def _task(self, i: int, record: bool, check: bool) -> Task:
         """The task of node ``i``: its op, then its scope writes and releases.
 
-        ``record``: note the persistables it writes in the undo log first. ``check``: raise
+        ``record``: note the persistables it writes in the undo log first (a tail node
+        records only while compute nodes still run, unless ``record``). ``check``: raise
         on a NaN/Inf output (FLAGS_check_nan_inf) before the value reaches the scope.
         """
         node = self.graph.nodes[i]
@@ -201,8 +216,11 @@ class Plan:
         device = node.device if self._name_devices else None
         drops = [(envs[key[0]], key[1], key if n > 1 else None)
                  for key, n in self._releases.get(i) or ()]
+        undo, guard = self.undo, self.guard
+        # a tail node that does not record tells the guard it ran (the error of a later
+        # failure says the step is partly applied)
+        unrecorded = i in self._in_tail and not record
         records = self._records[i] if record else None
-        undo = self.undo
         outputs = [(slot, envs[d], n) for slot, refs in node.outputs.items()
                    for d, n, _ in refs] if check else None
 
@@ -231,6 +249,8 @@ class Plan:
                         last = pending[key] == 0
                     if last:
                         env.pop(name, None)
+            if unrecorded:
+                guard.unrecorded = True
         return task
 
     # ------------------------------------------------------------------ running
@@ -249,83 +269,73 @@ class Plan:
             env.clear()
         self.undo.clear()
 
-    def _graphs_for(self, record_commit: bool, check: bool, timed_: bool
-                    ) -> tuple[TaskGraph, TaskGraph | None]:
-        """(compute graph, commit graph or None) of one run mode, built on first use.
+    def _graph_for(self, record_tail: bool, check: bool, timed_: bool) -> TaskGraph:
+        """The task graph of one run mode, built on first use.
 
-        ``record_commit``: the commit tasks note their writes in the undo log too (a plan's
-        first run, and while checking NaN/Inf); ``check``: outputs checked for NaN/Inf;
-        ``timed_``: tasks report to the op hooks (the profiler).
+        ``record_tail``: the update tail records its writes in the undo log whatever the
+        moment (a plan's first run, and while checking NaN/Inf); ``check``: outputs checked
+        for NaN/Inf; ``timed_``: tasks report to the op hooks (the profiler).
         """
-        key = (record_commit, check, timed_)
+        key = (record_tail, check, timed_)
         hit = self._variants.get(key)
         if hit is not None:
             return hit
-        recorded = set(self.recorded_nodes)
-        if record_commit:
-            recorded.update(self.commit_nodes)
-        if not (record_commit or check):
+        if not (record_tail or check):
             tasks = self.tasks
         else:
+            recorded = set(self.recorded_nodes) | (self._in_tail if record_tail else set())
             tasks = [self._task(i, i in recorded, check) for i in range(len(self.tasks))]
         if timed_:
             tasks = [timed(t, n.type, n.op_index, n.device)
                      for t, n in zip(tasks, self.graph.nodes)]
+        if len(self._order) > len(tasks):
+            tasks = [*tasks, self.guard.enter_tail]
+        # NOTE: node order is program order, a topological order: one lane runs in it (the
+        # barrier before the update tail, a suffix of it), so random ops draw in the order
+        # the program lists them.
+        graph = TaskGraph.from_edges(tasks, self._edges, names=self._names,
+                                     order=self._order)
+        self._variants[key] = graph
+        return graph
 
-        def subgraph(nodes: list[int]) -> TaskGraph:
-            # NOTE: the nodes of a phase keep program order, a topological order: one lane
-            # runs in it, so random ops draw in the order the program lists them.
-            pos = {n: k for k, n in enumerate(nodes)}
-            edges = [(pos[a], pos[b]) for a, b in self.edges if a in pos and b in pos]
-            return TaskGraph.from_edges([tasks[n] for n in nodes], edges,
-                                        names=[self.names[n] for n in nodes],
-                                        order=range(len(nodes)))
-        if not self.commit_nodes:
-            graphs: tuple[TaskGraph, TaskGraph | None] = (
-                TaskGraph.from_edges(tasks, self.edges, names=self.names,
-                                     order=range(len(tasks))), None)
-        else:
-            graphs = (subgraph(self.compute_nodes), subgraph(self.commit_nodes))
-        self._variants[key] = graphs
-        return graphs
-
-    def graphs_for_run(self, check_nan_inf: bool = False
-                       ) -> tuple[TaskGraph, TaskGraph | None]:
-        """The (compute, commit) task graphs to run now; decided once per run."""
+    def graph_for_run(self, check_nan_inf: bool = False) -> TaskGraph:
+        """The task graph to run now; its mode is decided once per run."""
         check = check_nan_inf or nan_inf_flag()
-        return self._graphs_for(check or not self.proven, check, op_hooks_active())
+        return self._graph_for(check or not self.proven, check, op_hooks_active())
 
 
 def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
              check_nan_inf: bool = False) -> None:
     """Run every task of ``plan`` (values already in its envs) as one step, whole or not at
-    all: the compute phase, then the commit phase with SIGINT held back; on any failure or
-    interrupt the persistables the step wrote are restored. Re-raise an op's error."""
-    compute, commit = plan.graphs_for_run(check_nan_inf)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    committed = False
+    all (see ``parafluid.atomic``): on a failure, or a Ctrl-C before the update tail, the
+    persistables the step wrote are restored on every device; a Ctrl-C during the updates
+    is raised once they are done. Re-raise an op's error."""
+    graph = plan.graph_for_run(check_nan_inf)
+    guard = plan.guard
+    if plan.commit_nodes:
+        guard.start()
     try:
-        scheduler.run(compute, timeout=timeout)
-        if commit is None:
-            committed = True
-        else:
-            with deferred_interrupts():
-                scheduler.run(commit, timeout=None if deadline is None
-                              else max(deadline - time.monotonic(), 0.0))
-                # NOTE: set while SIGINT is held back: a Ctrl-C that arrived during the
-                # updates is raised when the block ends, and must not undo the step
-                committed = True
+        scheduler.run(graph, timeout=timeout)
     except BaseException as e:
-        if not committed:
-            with deferred_interrupts():  # a second Ctrl-C must not cut the restore short
-                plan.undo.rollback()
+        guard.hold()  # a second Ctrl-C must not cut the restore short
+        plan.undo.rollback()
+        if guard.unrecorded:
+            # NOTE: only an update op failing on a later run than the plan's first and
+            # without the NaN/Inf check gets here
+            e.add_note("parafluid: update ops that ran before this failure could not be "
+                       "undone: the step is partly applied (ParallelExecutor.check_replicas "
+                       "tells whether the devices still agree); restore a checkpoint")
         if isinstance(e, TaskError):
             cause = e.__cause__
             if isinstance(cause, OpRunError):
+                if guard.unrecorded:
+                    cause.add_note(e.__notes__[-1])
                 raise cause from cause.__cause__
         raise
     finally:
         plan.undo.clear()
+        if plan.commit_nodes:
+            guard.finish()  # raises a Ctrl-C held during the updates, the step done
     plan.proven = True
 
 

@@ -13,6 +13,7 @@ Cases:
   mlp      Executor, MLP 784-512-512-10, batch 128, SGD (bench/executor_overhead.py's step)
   adam     the same with Adam (in-place moments, beta-pow accumulators in the update tail)
   pe       ParallelExecutor, CPU_NUM=2, the Adam MLP, batch 128 split over the devices
+  pe-sgd   ParallelExecutor, CPU_NUM=2, the SGD MLP, batch 256 (bench/data_parallel.py's (b))
   chain    Executor, 200 tiny elementwise ops, forward only (per-run overhead, no tail)
 
     python bench/atomic_step.py                      # every case
@@ -122,10 +123,10 @@ def mlp_program(adam: bool) -> tuple[Any, Any, Any]:
     return main, startup, loss
 
 
-def mlp_feed() -> dict[str, np.ndarray]:
+def mlp_feed(batch: int = BATCH) -> dict[str, np.ndarray]:
     rng = np.random.RandomState(0)
-    return {"x": rng.uniform(0, 1, (BATCH, SIZES[0])).astype("float32"),
-            "label": rng.randint(0, SIZES[-1], (BATCH, 1)).astype("int64")}
+    return {"x": rng.uniform(0, 1, (batch, SIZES[0])).astype("float32"),
+            "label": rng.randint(0, SIZES[-1], (batch, 1)).astype("int64")}
 
 
 def executor_step(adam: bool) -> Callable[[], Any]:
@@ -136,15 +137,15 @@ def executor_step(adam: bool) -> Callable[[], Any]:
     return lambda: exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
 
 
-def parallel_step() -> Callable[[], Any]:
-    main, startup, loss = mlp_program(adam=True)
+def parallel_step(adam: bool = True, batch: int = BATCH) -> Callable[[], Any]:
+    main, startup, loss = mlp_program(adam=adam)
     scope = fluid.Scope()
     fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
                                     scope=scope)
-    feed = mlp_feed()
+    feed = mlp_feed(batch)
     return lambda: pe.run([loss], feed=feed)
 
 
@@ -186,14 +187,16 @@ def compare(name: str, step: Callable[[], Any], pairs: int, block: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--case", choices=("mlp", "adam", "pe", "chain", "all"), default="all")
+    p.add_argument("--case", choices=("mlp", "adam", "pe", "pe-sgd", "chain", "all"),
+                   default="all")
     p.add_argument("--pairs", type=int, default=40, help="with/without block pairs")
     p.add_argument("--block", type=int, default=5, help="steps per block")
     args = p.parse_args(argv)
     print(f"{os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} intra-op thread(s), CPU_NUM={os.environ['CPU_NUM']}")
     cases = {"mlp": lambda: executor_step(adam=False), "adam": lambda: executor_step(True),
-             "pe": parallel_step, "chain": chain_step}
+             "pe": parallel_step, "pe-sgd": lambda: parallel_step(adam=False, batch=256),
+             "chain": chain_step}
     for name, make in cases.items():
         if args.case in (name, "all"):
             block = args.block * (20 if name == "chain" else 1)

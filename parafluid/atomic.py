@@ -160,8 +160,10 @@ class StepGuard:
         self._previous: Any = None
         self._active = False
 
-    def start(self) -> None:
-        self.in_tail = self.stopped = self.unrecorded = self._held = False
+    def start(self, tail_only: bool = False) -> None:
+        """A run begins (``tail_only``: it has no compute node, the updates begin now)."""
+        self.stopped = self.unrecorded = self._held = False
+        self.in_tail = tail_only
         self._pending = None
         self._active = threading.get_ident() == _MAIN_THREAD
         if self._active:

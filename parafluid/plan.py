@@ -10,14 +10,15 @@ ParallelExecutor). It holds one value dict (``env``) per device and one task per
   inputs, device and callsite; a persistable the op wrote is put in the scope at once
   (``RunServices.write_persistable``), so ops that block and serve others see it; values
   whose last reader ran are dropped (``passes.liveness.release_plan``) when releasing is on;
-- ``run_plan(plan, scheduler)`` hands the tasks to the scheduler in two phases, so that a
-  step happens whole or not at all (``parafluid.atomic``): the compute phase, then the
-  commit phase (the update tail: optimizer ops and what only they feed) with SIGINT held
-  back; a failure or an interrupt restores the persistables the step wrote, on every
-  device. With one lane each phase runs on the calling thread in program order. While an
-  op hook is registered (the profiler) the tasks are wrapped to report their timings, and
-  with FLAGS_check_nan_inf to check their outputs: each mode is a task list of its own,
-  chosen once per run, so nothing per op is added when they are off.
+- ``run_plan(plan, scheduler)`` hands the tasks to the scheduler so that a step happens
+  whole or not at all (``parafluid.atomic``): the update tail (the program's last ops
+  that write persistables: optimizer updates, beta-pow accumulators) starts after a barrier
+  task, once every other node finished; SIGINT is held back during the tail; a failure or
+  an earlier interrupt restores the persistables the step wrote (the undo log), on every
+  device. With one lane the tasks run on the calling thread in program order. While an op
+  hook is registered (the profiler) the tasks are wrapped to report their timings, and with
+  FLAGS_check_nan_inf to check their outputs: each mode is a task list of its own, chosen
+  once per run, so nothing per op is added when they are off.
 
 ``BlockRunner`` runs sub-blocks (``RunContext.run_block``) through the same path.
 """
@@ -131,33 +132,33 @@ class Plan:
                       for n in graph.nodes]
         # The update tail: the last nodes in program order, as long as each writes a
         # persistable (optimizer updates, beta-pow accumulators, parameter broadcasts). It
-        # runs after every other node succeeded (the commit phase, see parafluid.atomic).
+        # runs after every other node succeeded (after a barrier task, see parafluid.atomic).
         # NOTE: a suffix of the program order, not any set closed under successors: an op
         # may read a persistable through ctx.scope without an edge, and one lane keeps
         # program order. A writer followed by another op (an evaluation after minimize) is
         # recorded in the undo log instead.
-        commit = [False] * len(graph.nodes)
+        tail = [False] * len(graph.nodes)
         for i in reversed(range(len(graph.nodes))):
             if not self._writes[i]:
                 break
-            commit[i] = True
-        self.commit_nodes = [i for i, c in enumerate(commit) if c]
-        self.compute_nodes = [i for i, c in enumerate(commit) if not c]
-        # compute-phase nodes that write persistables: recorded in the undo log every run
+            tail[i] = True
+        self.tail_nodes = [i for i, c in enumerate(tail) if c]
+        self.compute_nodes = [i for i, c in enumerate(tail) if not c]
+        # compute nodes that write persistables: recorded in the undo log every run
         self.recorded_nodes = [i for i in self.compute_nodes if self._writes[i]]
         recorded = set(self.recorded_nodes)
-        self._in_tail = set(self.commit_nodes)
+        self._in_tail = set(self.tail_nodes)
         self.guard = StepGuard()
         n = len(graph.nodes)
         self._order: list[int] = list(range(n))
         self._edges = list(self.edges)
         self._names = list(self.names)
-        if self.commit_nodes and self.compute_nodes:
+        if self.tail_nodes and self.compute_nodes:
             # the barrier (task n): after every compute node, before every tail node
             compute = set(self.compute_nodes)
             has_compute_succ = {a for a, b in self.edges if b in compute}
             self._edges += [(i, n) for i in self.compute_nodes if i not in has_compute_succ]
-            self._edges += [(n, i) for i in self.commit_nodes]
+            self._edges += [(n, i) for i in self.tail_nodes]
             k = len(self.compute_nodes)  # the tail is a suffix of the node order
             self._order = list(range(k)) + [n] + list(range(k, n))
             self._names.append("barrier: every compute node done, the updates begin")
@@ -312,8 +313,8 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
     is raised once they are done. Re-raise an op's error."""
     graph = plan.graph_for_run(check_nan_inf)
     guard = plan.guard
-    if plan.commit_nodes:
-        guard.start()
+    if plan.tail_nodes:
+        guard.start(tail_only=not plan.compute_nodes)
     try:
         scheduler.run(graph, timeout=timeout)
     except BaseException as e:
@@ -334,7 +335,7 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         raise
     finally:
         plan.undo.clear()
-        if plan.commit_nodes:
+        if plan.tail_nodes:
             guard.finish()  # raises a Ctrl-C held during the updates, the step done
     plan.proven = True
 

@@ -339,7 +339,7 @@ def test_randomly_failed_and_interrupted_runs_never_split_the_replicas(threads: 
     pe.run([m["loss"]], feed=batch(0))
     ref.run([m["loss"]], feed=batch(0))
     plan = next(iter(pe._plans.values()))
-    assert plan.commit_nodes and plan.recorded_nodes, "both phases and the counter are used"
+    assert plan.tail_nodes and plan.recorded_nodes, "both phases and the counter are used"
     start = time.perf_counter()
     for _ in range(5):
         pe.run([m["loss"]], feed=batch(1))
@@ -418,7 +418,7 @@ def test_check_nan_inf_off_lets_nan_through_and_adds_no_task() -> None:
     assert np.isnan(loss).all()
     plan = next(p for p in exe._cache.values() if p.fetch == (m["loss"].name,))
     # when off, a run takes the plain task list: the check costs nothing per op
-    assert plan.commit_nodes and plan.proven
+    assert plan.tail_nodes and plan.proven
     assert list(plan.graph_for_run().fns) == [*plan.tasks, plan.guard.enter_tail]
 
 

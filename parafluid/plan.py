@@ -317,6 +317,7 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         guard.start(tail_only=not plan.compute_nodes)
     try:
         scheduler.run(graph, timeout=timeout)
+        plan.proven = True
     except BaseException as e:
         guard.hold()  # a second Ctrl-C must not cut the restore short
         plan.undo.rollback()
@@ -337,7 +338,6 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         plan.undo.clear()
         if plan.tail_nodes:
             guard.finish()  # raises a Ctrl-C held during the updates, the step done
-    plan.proven = True
 
 
 class BlockRunner:

@@ -282,6 +282,21 @@ def test_an_update_op_failing_on_its_first_run_is_undone_on_every_device() -> No
     pe.check_replicas()
 
 
+def test_an_update_op_failing_on_a_later_run_says_the_step_is_partly_applied() -> None:
+    # the one case not undone (an update kernel out of memory, say): the error says so and
+    # check_replicas finds the devices apart
+    m = build(tail_update=True)
+    pe = make_pe(m, fluid.Scope())
+    pe.run([m["loss"]], feed=batch(0))
+    FAIL["device"] = 1
+    with pytest.raises(fluid.OpRunError) as info:
+        pe.run([m["loss"]], feed=batch(1))
+    FAIL["device"] = None
+    assert "the step is partly applied" in "\n".join(info.value.__notes__)
+    with pytest.raises(RuntimeError, match="'tail_counter' on device 1 differs"):
+        pe.check_replicas()
+
+
 def test_check_replicas_names_a_device_copy_that_differs() -> None:
     m = build()
     scope = fluid.Scope()

@@ -134,7 +134,8 @@ class StepGuard:
     barrier task calls ``enter_tail()`` once every compute node finished. SIGINT before
     that stops the step (``enter_tail`` refuses, ``KeyboardInterrupt`` is raised where the
     main thread is); after it, it is held and raised by ``finish()``, after the whole step.
-    ``hold()`` holds every SIGINT (while a failed step is being restored).
+    ``hold()`` holds every SIGINT (while a failed step is being restored). An ignored
+    SIGINT stays ignored; a handler the program installed is called after the step.
 
     Example::
 
@@ -181,9 +182,15 @@ class StepGuard:
         self._held = True
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        previous = self._previous
+        if previous == signal.SIG_IGN:
+            return
         with self.lock:
-            if self._held or self.in_tail:
-                self._pending = (signum, frame)  # the updates are under way: let them end
+            # NOTE: a handler of the program's own (a flag for a clean shutdown, say) runs
+            # once the step is over, whole or undone; Python's default one stops the step
+            if self._held or self.in_tail or (
+                    previous is not None and previous is not signal.default_int_handler):
+                self._pending = (signum, frame)
                 return
             self.stopped = True
         raise KeyboardInterrupt

@@ -241,6 +241,31 @@ def test_ctrl_c_among_the_updates_lands_after_every_update() -> None:
     assert same(state, persistables(ref_scope, m["main"]))
 
 
+def test_a_sigint_handler_of_the_program_runs_after_the_whole_step() -> None:
+    m = build(lr_decay=True, interrupt_in="forward")
+    scope, ref_scope = fluid.Scope(), fluid.Scope()
+    exe, ref = fluid.Executor(fluid.CPUPlace()), fluid.Executor(fluid.CPUPlace())
+    for e, s in ((exe, scope), (ref, ref_scope)):
+        e.run(m["startup"], scope=s)
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        SIGNAL_AT["on"] = True
+        exe.run(m["main"], feed=batch(1), fetch_list=[m["loss"]], scope=scope)
+        SIGNAL_AT["on"] = False
+        assert seen == [signal.SIGINT]  # called once, after the step
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        SIGNAL_AT["on"] = True
+        exe.run(m["main"], feed=batch(2), fetch_list=[m["loss"]], scope=scope)  # ignored
+    finally:
+        SIGNAL_AT["on"] = False
+        signal.signal(signal.SIGINT, previous)
+    assert signal.getsignal(signal.SIGINT) is previous
+    for k in (1, 2):
+        ref.run(m["main"], feed=batch(k), fetch_list=[m["loss"]], scope=ref_scope)
+    assert same(persistables(scope, m["main"]), persistables(ref_scope, m["main"]))
+
+
 # ------------------------------------------------------------------ item 1: ParallelExecutor
 
 

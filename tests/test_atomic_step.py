@@ -368,25 +368,29 @@ def _attempt(pe: fluid.ParallelExecutor, m: dict[str, Any], feed: dict[str, np.n
 
 
 @pytest.mark.parametrize("threads", [2, 8])
-def test_randomly_failed_and_interrupted_runs_never_split_the_replicas(threads: int) -> None:
-    """100 runs per thread count (200 in all) fail or get Ctrl-C at random points; after
-    each the devices agree and hold either the state before or after the step, and the next
-    step is the step of an executor that never failed."""
-    rng = random.Random(1234 + threads)
-    m = build(lr_decay=True, points=True)
+@pytest.mark.parametrize("program", ["updates_last", "eval_after"])
+def test_randomly_failed_and_interrupted_runs_never_split_the_replicas(
+        threads: int, program: str) -> None:
+    """50 runs per case (200 in all) fail or get Ctrl-C at random points; after each the
+    devices agree and hold either the state before or after the step, and the next step is
+    the step of an executor that never failed. With the updates last they form the update
+    tail; with an evaluation op after them every update is recorded in the undo log."""
+    rng = random.Random(1234 + threads + len(program))
+    eval_after = program == "eval_after"
+    m = build(lr_decay=True, points=True, eval_after=eval_after)
     scope, ref_scope = fluid.Scope(), fluid.Scope()
     pe, ref = make_pe(m, scope, threads), make_pe(m, ref_scope, threads)
     pe.run([m["loss"]], feed=batch(0))
     ref.run([m["loss"]], feed=batch(0))
     plan = next(iter(pe._plans.values()))
-    assert plan.tail_nodes and plan.recorded_nodes, "both phases and the counter are used"
+    assert bool(plan.tail_nodes) != eval_after and plan.recorded_nodes
     start = time.perf_counter()
     for _ in range(5):
         pe.run([m["loss"]], feed=batch(1))
         ref.run([m["loss"]], feed=batch(1))
     run_s = (time.perf_counter() - start) / 10
     outcomes: dict[str, int] = {}
-    for trial in range(100):
+    for trial in range(50):
         feed = batch(100 + trial)
         before = device_state(pe, m["main"])
         outcome = _attempt(pe, m, feed, rng, run_s)
@@ -404,7 +408,7 @@ def test_randomly_failed_and_interrupted_runs_never_split_the_replicas(threads: 
         got, = pe.run([m["loss"]], feed=batch(trial))
         want, = ref.run([m["loss"]], feed=batch(trial))
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial} ({outcome})")
-    assert outcomes.get("failed", 0) > 20 and outcomes.get("interrupted", 0) > 5, outcomes
+    assert outcomes.get("failed", 0) > 10 and outcomes.get("interrupted", 0) > 3, outcomes
 
 
 # ------------------------------------------------------------------ item 8: NaN/Inf check

@@ -218,7 +218,7 @@ def _as_array(name: str, value: Any, var: Variable | None) -> np.ndarray:
     if isinstance(value, np.ndarray) and value.dtype != object \
             and value.dtype.kind not in "USV":
         return value
-    if isinstance(value, (str, bytes, dict, set)) or (
+    if value is None or isinstance(value, (str, bytes, dict, set)) or (
             isinstance(value, np.ndarray) and value.dtype.kind in "USV"):
         raise TypeError(f"feed {name!r}: expected {_expected(var)} (numpy, torch or nested "
                         f"lists of numbers), got a {type(value).__name__}: "

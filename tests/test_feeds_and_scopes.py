@@ -152,6 +152,7 @@ def test_a_fixed_size_feed_with_no_rows_never_suggests_cpu_num_0() -> None:
 
 @pytest.mark.parametrize("value, actual", [
     ("abc", "got a str: 'abc'"),
+    (None, "got a NoneType: None"),
     (b"abc", "got a bytes: b'abc'"),
     ({"a": 1}, "got a dict: {'a': 1}"),
     ([[1.0, 2.0, 3.0], [4.0, 5.0]], "got a ragged nested list"),

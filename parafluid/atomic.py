@@ -219,7 +219,13 @@ _TRUE = ("1", "true", "True", "TRUE", "yes", "on")
 
 
 def nan_inf_flag() -> bool:
-    """Whether ``FLAGS_check_nan_inf`` is set in the environment (read at every run)."""
+    """Whether ``FLAGS_check_nan_inf`` is set in the environment (read at every run).
+
+    Example::
+
+        os.environ["FLAGS_check_nan_inf"] = "1"
+        nan_inf_flag()      # True
+    """
     raw = os.environ.get("FLAGS_check_nan_inf")
     return raw is not None and raw.strip() in _TRUE
 
@@ -228,6 +234,11 @@ def check_finite(outputs: Iterable[tuple[str, str, Any]]) -> None:
     """Raise ``FloatingPointError`` for the first output holding NaN or Inf.
 
     ``outputs``: ``(slot, variable name, value)`` triples; non-float values are skipped.
+
+    Example::
+
+        check_finite([("Out", "y", torch.tensor([1.0, float("nan")]))])
+        # FloatingPointError: output Out: variable 'y' holds 1 NaN and 0 Inf of 2 values ...
     """
     for slot, name, value in outputs:
         t = value.value if isinstance(value, SelectedRows) else value

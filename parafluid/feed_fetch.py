@@ -245,7 +245,12 @@ def _short(value: Any) -> str:
 
 def batch_feeds(block: Any, feed: Sequence[str]) -> tuple[str, ...]:
     """The fed variables the program says share the batch: dim 0 is -1, no LoD, not
-    persistable. ``check_batch_sizes`` holds them to one batch size."""
+    persistable. ``check_batch_sizes`` holds them to one batch size.
+
+    Example::
+
+        batch_feeds(program.global_block(), ["x", "label", "lr"])   # ('x', 'label')
+    """
     names = []
     for name in feed:
         var = block._find_var_recursive(name)

@@ -18,6 +18,7 @@ Cases:
 
     python bench/atomic_step.py                      # every case
     python bench/atomic_step.py --case mlp --pairs 60
+    python bench/atomic_step.py --case mlp --threads 1 --clock cpu   # on a loaded machine
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ def chain_step() -> Callable[[], Any]:
     return lambda: exe.run(main, feed=feed, fetch_list=[h], scope=scope)
 
 
-def compare(name: str, step: Callable[[], Any], pairs: int, block: int) -> None:
+def compare(name: str, step: Callable[[], Any], pairs: int, block: int,
+            clock: Callable[[], float] = time.perf_counter) -> None:
     """Alternate blocks of ``block`` steps with and without; print the per-pair ratios."""
     sides = {"with": step, "without": without(step)}
     for fn in sides.values():  # warm up both (plans built, first-run snapshots taken)
@@ -172,10 +174,10 @@ def compare(name: str, step: Callable[[], Any], pairs: int, block: int) -> None:
         order = ("with", "without") if p % 2 == 0 else ("without", "with")
         for side in order:
             fn = sides[side]
-            start = time.perf_counter()
+            start = clock()
             for _ in range(block):
                 fn()
-            times[side].append((time.perf_counter() - start) / block)
+            times[side].append((clock() - start) / block)
     ratios = [a / b for a, b in zip(times["with"], times["without"])]
     w, wo = statistics.median(times["with"]), statistics.median(times["without"])
     q = statistics.quantiles(ratios, n=4)
@@ -191,7 +193,14 @@ def main(argv: list[str] | None = None) -> None:
                    default="all")
     p.add_argument("--pairs", type=int, default=40, help="with/without block pairs")
     p.add_argument("--block", type=int, default=5, help="steps per block")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: perf_counter; cpu: the process's CPU time (all threads), "
+                        "blind to other processes' load but also to idle cores")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                   help="torch intra-op threads of the calling thread (default %(default)s)")
     args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     print(f"{os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} intra-op thread(s), CPU_NUM={os.environ['CPU_NUM']}")
     cases = {"mlp": lambda: executor_step(adam=False), "adam": lambda: executor_step(True),
@@ -200,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, make in cases.items():
         if args.case in (name, "all"):
             block = args.block * (20 if name == "chain" else 1)
-            compare(name, make(), args.pairs, block)
+            compare(name, make(), args.pairs, block, clock)
 
 
 if __name__ == "__main__":

@@ -155,15 +155,17 @@ class StepGuard:
         self.lock = threading.RLock()
         self.in_tail = False
         self.stopped = False
-        self.unrecorded = False  # a tail node ran without recording its writes
+        self.unrecorded = False  # this run's update tail is not recorded
         self._held = False
         self._pending: tuple[int, FrameType | None] | None = None
         self._previous: Any = None
         self._active = False
 
-    def start(self, tail_only: bool = False) -> None:
-        """A run begins (``tail_only``: it has no compute node, the updates begin now)."""
-        self.stopped = self.unrecorded = self._held = False
+    def start(self, tail_only: bool = False, recorded: bool = False) -> None:
+        """A run begins. ``tail_only``: it has no compute node, the updates begin now;
+        ``recorded``: its updates are recorded in the undo log (else ``unrecorded``)."""
+        self.stopped = self._held = False
+        self.unrecorded = not recorded
         self.in_tail = tail_only
         self._pending = None
         self._active = threading.get_ident() == _MAIN_THREAD

@@ -206,9 +206,10 @@ class Plan:
     def _task(self, i: int, record: bool, check: bool) -> Task:
         """The task of node ``i``: its op, then its scope writes and releases.
 
-        ``record``: note the persistables it writes in the undo log first (a tail node
-        records only while compute nodes still run, unless ``record``). ``check``: raise
+        ``record``: note the persistables it writes in the undo log first. ``check``: raise
         on a NaN/Inf output (FLAGS_check_nan_inf) before the value reaches the scope.
+        NOTE: each is a closure of its own, built only when asked for: the task of the
+        common mode is the op, its error, its writes and its releases, nothing per op more.
         """
         node = self.graph.nodes[i]
         fn, writes = self._fns[i], self._writes[i]
@@ -217,22 +218,18 @@ class Plan:
         device = node.device if self._name_devices else None
         drops = [(envs[key[0]], key[1], key if n > 1 else None)
                  for key, n in self._releases.get(i) or ()]
-        undo, guard = self.undo, self.guard
-        # a tail node that does not record tells the guard it ran (the error of a later
-        # failure says the step is partly applied)
-        unrecorded = i in self._in_tail and not record
-        records = self._records[i] if record else None
-        outputs = [(slot, envs[d], n) for slot, refs in node.outputs.items()
-                   for d, n, _ in refs] if check else None
+        if check:
+            outputs = [(slot, envs[d], n) for slot, refs in node.outputs.items()
+                       for d, n, _ in refs]
+            run_op = fn
+
+            def fn() -> None:
+                run_op()
+                check_finite((slot, n, env[n]) for slot, env, n in outputs if n in env)
 
         def task() -> None:
-            if records:
-                for svc, name, in_place in records:
-                    undo.record(svc.scope, name, in_place, svc.local_writes)
             try:
                 fn()
-                if outputs:
-                    check_finite((slot, n, env[n]) for slot, env, n in outputs if n in env)
             except OpRunError:
                 raise
             except Exception as e:
@@ -250,9 +247,15 @@ class Plan:
                         last = pending[key] == 0
                     if last:
                         env.pop(name, None)
-            if unrecorded:
-                guard.unrecorded = True
-        return task
+        if not record or not self._records[i]:
+            return task
+        records, undo = self._records[i], self.undo
+
+        def recorded_task() -> None:
+            for svc, name, in_place in records:
+                undo.record(svc.scope, name, in_place, svc.local_writes)
+            task()
+        return recorded_task
 
     # ------------------------------------------------------------------ running
     def begin(self) -> None:
@@ -302,7 +305,11 @@ class Plan:
     def graph_for_run(self, check_nan_inf: bool = False) -> TaskGraph:
         """The task graph to run now; its mode is decided once per run."""
         check = check_nan_inf or nan_inf_flag()
-        return self._graph_for(check or not self.proven, check, op_hooks_active())
+        return self._graph_for(self.records_tail(check_nan_inf), check, op_hooks_active())
+
+    def records_tail(self, check_nan_inf: bool = False) -> bool:
+        """Whether this run records the update tail (the first run, the NaN/Inf check)."""
+        return not self.proven or check_nan_inf or nan_inf_flag()
 
 
 def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
@@ -314,23 +321,25 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
     graph = plan.graph_for_run(check_nan_inf)
     guard = plan.guard
     if plan.tail_nodes:
-        guard.start(tail_only=not plan.compute_nodes)
+        guard.start(tail_only=not plan.compute_nodes,
+                    recorded=plan.records_tail(check_nan_inf))
     try:
         scheduler.run(graph, timeout=timeout)
         plan.proven = True
     except BaseException as e:
         guard.hold()  # a second Ctrl-C must not cut the restore short
         plan.undo.rollback()
-        if guard.unrecorded:
+        if guard.in_tail and guard.unrecorded:
             # NOTE: only an update op failing on a later run than the plan's first and
             # without the NaN/Inf check gets here
-            e.add_note("parafluid: update ops that ran before this failure could not be "
-                       "undone: the step is partly applied (ParallelExecutor.check_replicas "
-                       "tells whether the devices still agree); restore a checkpoint")
+            e.add_note("parafluid: the failure came during the parameter updates, which this "
+                       "run does not record: the step may be partly applied "
+                       "(ParallelExecutor.check_replicas tells whether the devices still "
+                       "agree); restore a checkpoint")
         if isinstance(e, TaskError):
             cause = e.__cause__
             if isinstance(cause, OpRunError):
-                if guard.unrecorded:
+                if guard.in_tail and guard.unrecorded:
                     cause.add_note(e.__notes__[-1])
                 raise cause from cause.__cause__
         raise

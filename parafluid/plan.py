@@ -302,14 +302,13 @@ class Plan:
         self._variants[key] = graph
         return graph
 
-    def graph_for_run(self, check_nan_inf: bool = False) -> TaskGraph:
-        """The task graph to run now; its mode is decided once per run."""
+    def graph_for_run(self, check_nan_inf: bool = False) -> tuple[TaskGraph, bool]:
+        """(the task graph to run now, whether it records the update tail); the mode is
+        decided once per run: NaN/Inf check (the option or FLAGS_check_nan_inf), the tail
+        recorded (a first run, or checking), op hooks."""
         check = check_nan_inf or nan_inf_flag()
-        return self._graph_for(self.records_tail(check_nan_inf), check, op_hooks_active())
-
-    def records_tail(self, check_nan_inf: bool = False) -> bool:
-        """Whether this run records the update tail (the first run, the NaN/Inf check)."""
-        return not self.proven or check_nan_inf or nan_inf_flag()
+        record_tail = check or not self.proven
+        return self._graph_for(record_tail, check, op_hooks_active()), record_tail
 
 
 def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
@@ -318,11 +317,10 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
     all (see ``parafluid.atomic``): on a failure, or a Ctrl-C before the update tail, the
     persistables the step wrote are restored on every device; a Ctrl-C during the updates
     is raised once they are done. Re-raise an op's error."""
-    graph = plan.graph_for_run(check_nan_inf)
+    graph, record_tail = plan.graph_for_run(check_nan_inf)
     guard = plan.guard
     if plan.tail_nodes:
-        guard.start(tail_only=not plan.compute_nodes,
-                    recorded=plan.records_tail(check_nan_inf))
+        guard.start(tail_only=not plan.compute_nodes, recorded=record_tail)
     try:
         scheduler.run(graph, timeout=timeout)
         plan.proven = True

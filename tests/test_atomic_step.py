@@ -463,7 +463,8 @@ def test_check_nan_inf_off_lets_nan_through_and_adds_no_task() -> None:
     plan = next(p for p in exe._cache.values() if p.fetch == (m["loss"].name,))
     # when off, a run takes the plain task list: the check costs nothing per op
     assert plan.tail_nodes and plan.proven
-    assert list(plan.graph_for_run().fns) == [*plan.tasks, plan.guard.enter_tail]
+    graph, record_tail = plan.graph_for_run()
+    assert not record_tail and list(graph.fns) == [*plan.tasks, plan.guard.enter_tail]
 
 
 def test_check_nan_inf_catches_an_update_that_overflows_and_restores_it() -> None:

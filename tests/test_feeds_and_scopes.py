@@ -196,7 +196,7 @@ def test_dropped_parallel_executors_and_compiled_programs_free_their_device_scop
     refs: list[weakref.ref] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for k in range(50):  # 100 executors in all
+        for k in range(30):  # 60 executors in all
             pe = fluid.ParallelExecutor(False, loss_name=m["loss"].name,
                                         main_program=m["main"], scope=scope)
             pe.run([m["loss"]], feed=data(8))

@@ -319,7 +319,9 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
     is raised once they are done. Re-raise an op's error."""
     graph, record_tail = plan.graph_for_run(check_nan_inf)
     guard = plan.guard
-    if plan.tail_nodes:
+    # NOTE: a run that writes no persistable has nothing to protect: SIGINT stays as it is
+    guarded = bool(plan.tail_nodes or plan.recorded_nodes)
+    if guarded:
         guard.start(tail_only=not plan.compute_nodes, recorded=record_tail)
     try:
         scheduler.run(graph, timeout=timeout)
@@ -343,7 +345,7 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         raise
     finally:
         plan.undo.clear()
-        if plan.tail_nodes:
+        if guarded:
             guard.finish()  # raises a Ctrl-C held during the updates, the step done
 
 

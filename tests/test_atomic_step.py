@@ -408,7 +408,9 @@ def test_randomly_failed_and_interrupted_runs_never_split_the_replicas(
         got, = pe.run([m["loss"]], feed=batch(trial))
         want, = ref.run([m["loss"]], feed=batch(trial))
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial} ({outcome})")
-    assert outcomes.get("failed", 0) > 10 and outcomes.get("interrupted", 0) > 3, outcomes
+    # (about 25 failures and 10 to 20 interrupts; the bounds only keep the test from
+    # passing with nothing failed or interrupted, even on a loaded machine)
+    assert outcomes.get("failed", 0) >= 8 and outcomes.get("interrupted", 0) >= 2, outcomes
 
 
 # ------------------------------------------------------------------ item 8: NaN/Inf check

@@ -13,6 +13,11 @@ one-device SSA graph, the same run path as the ParallelExecutor's, run on one la
 calling thread) in program order. A temporary is dropped right after the last op that uses
 it (Fluid's eager deletion), which keeps the peak memory of a step low: holding every
 temporary to the end made the allocator return and re-fault a few MB per step.
+
+A run is one step, whole or not at all (``parafluid.atomic``): if an op fails, the NaN/Inf
+check fires or Ctrl-C arrives, the persistables (parameters, optimizer state, counters) are
+as before the run. ``check_nan_inf=True`` (or ``FLAGS_check_nan_inf=1``) checks every op's
+outputs for NaN and Inf.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from typing import Any
 
 import torch
 
-from .feed_fetch import as_feed_tensor, fetch_names, fetch_value, missing_value_message
+from .feed_fetch import (
+    as_feed_tensor,
+    check_batch_sizes,
+    fetch_names,
+    fetch_value,
+    missing_value_message,
+)
 from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
 from .parallel.scheduler import Scheduler
@@ -42,11 +53,27 @@ _MAX_PLANS = 64  # compiled (program, feed, fetch) signatures an Executor keeps
 
 
 class Executor:
-    """Runs programs on one place (``CPUPlace()`` or ``CUDAPlace(i)``)."""
+    """Runs programs on one place (``CPUPlace()`` or ``CUDAPlace(i)``).
 
-    def __init__(self, place: Any = None) -> None:
+    Args:
+        place: where to run (default ``CPUPlace()``).
+        check_nan_inf: check every op's outputs and raise, naming the op and the variable,
+            at the first NaN or Inf, before any parameter is updated (also turned on by
+            ``FLAGS_check_nan_inf=1`` in the environment). Off by default: it reads every
+            output once more.
+
+    Example::
+
+        exe = fluid.Executor(fluid.CPUPlace(), check_nan_inf=True)
+    """
+
+    def __init__(self, place: Any = None, check_nan_inf: bool = False) -> None:
         from .place import CPUPlace
 
+        if not isinstance(check_nan_inf, bool):
+            raise TypeError(f"Executor: check_nan_inf must be a bool, got "
+                            f"{type(check_nan_inf).__name__}")
+        self.check_nan_inf = check_nan_inf
         self.place = place if place is not None else CPUPlace()
         self.device = to_device(self.place)
         self._cache: dict[tuple, Plan] = {}
@@ -94,12 +121,14 @@ class Executor:
             env = plan.envs[0]
             for name, value in feed.items():
                 env[name] = as_feed_tensor(block, name, value, self.device)
+            if plan.batch_feeds:
+                check_batch_sizes(plan.batch_feeds, env)
             for name in plan.reads[0]:
                 holder = scope.find_var(name)
                 if holder is None or holder.value is None:
                     raise RuntimeError(missing_value_message(block, name, feed))
                 env[name] = holder.value
-            run_plan(plan, self._scheduler)
+            run_plan(plan, self._scheduler, check_nan_inf=self.check_nan_inf)
             results = []
             for name in plan.fetch:
                 value = env.get(name)

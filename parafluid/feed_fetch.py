@@ -7,6 +7,8 @@ Every executor goes through these functions:
   (dtype, shape) and return a tensor on ``device``;
 - ``FeedSplitter``: split each fed batch along dim 0 over the devices of a data-parallel run
   (or check a list of per-device feeds), caching the checks of feeds seen before;
+- ``batch_feeds`` / ``check_batch_sizes``: the fed variables whose dim 0 is the batch (-1 in
+  the program) must agree on it, and hold at least one row;
 - ``fetch_value`` / ``merge_fetches``: turn run values into what ``run`` returns (numpy
   arrays or LoDTensors; per-device values concatenated along dim 0).
 
@@ -30,7 +32,7 @@ from .scope import LoDTensor, ScopeVariable, SelectedRows, as_numpy
 from .variable import Variable, unknown_name_message, var_names
 
 __all__ = ["fetch_names", "as_feed_tensor", "as_lod_tensor", "FeedSplitter", "fetch_value",
-           "merge_fetches", "missing_value_message"]
+           "merge_fetches", "missing_value_message", "batch_feeds", "check_batch_sizes"]
 
 
 def fetch_names(fetch_list: Sequence[Any]) -> list[str]:
@@ -53,9 +55,8 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
         arr_dtype = convert_dtype(value.dtype)
         shape = tuple(value.shape)
     else:
-        if not isinstance(value, np.ndarray):
-            value = np.asarray(value, dtype=to_numpy(var.dtype) if var.dtype else None)
-        arr_dtype = convert_dtype(value.dtype) if value.dtype != object else "object"
+        value = _as_array(name, value, var)
+        arr_dtype = convert_dtype(value.dtype)
         shape = value.shape
     if var.dtype is not None and arr_dtype != var.dtype:
         raise TypeError(f"feed {name!r}: expected dtype {var.dtype}, got {arr_dtype} "
@@ -185,10 +186,8 @@ class FeedSplitter:
 def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[Any]:
     if isinstance(value, LoDTensor):
         value = value.value
-    if not isinstance(value, (np.ndarray, torch.Tensor)):
-        # as the Executor does: nested lists take the variable's dtype
-        value = np.asarray(value, dtype=to_numpy(var.dtype) if var is not None and var.dtype
-                           else None)
+    if not isinstance(value, torch.Tensor):
+        value = _as_array(name, value, var)  # as the Executor does
     persistable = var is not None and var.persistable
     if value.ndim == 0:
         raise ValueError(f"feed {name!r}: a 0-d value cannot be split over {n} devices along "
@@ -202,12 +201,107 @@ def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[An
         raise ValueError(f"feed {name!r}: a persistable variable is fed with {rows} rows on {n} "
                          f"devices; feed exactly 1 row (copied to every device) or {n} rows "
                          "(one per device)")
+    if rows == 0:
+        raise ValueError(f"feed {name!r}: the batch is empty (0 rows, shape "
+                         f"{list(value.shape)}); every device needs at least one row: skip "
+                         "empty batches")
     if rows < n:
         raise ValueError(f"feed {name!r}: the batch has {rows} rows but there are {n} devices, "
                          "so some device would get no data; drop the last (incomplete) batch, "
                          f"or use at most {rows} devices (set CPU_NUM={rows} or fewer GPUs)")
     k = rows // n
     return [value[i * k:(i + 1) * k] for i in range(n - 1)] + [value[(n - 1) * k:]]
+
+
+def _expected(var: Variable | None) -> str:
+    if var is None:
+        return "an array"
+    shape = "" if var.shape is None else f" of shape {list(var.shape)} (-1 = any)"
+    return f"an array of {var.dtype or 'numbers'}{shape}"
+
+
+def _as_array(name: str, value: Any, var: Variable | None) -> np.ndarray:
+    """A fed value as a numpy array of numbers; an error naming the feed otherwise."""
+    if isinstance(value, np.ndarray) and value.dtype != object \
+            and value.dtype.kind not in "USV":
+        return value
+    if value is None or isinstance(value, (str, bytes, dict, set)) or (
+            isinstance(value, np.ndarray) and value.dtype.kind in "USV"):
+        raise TypeError(f"feed {name!r}: expected {_expected(var)} (numpy, torch or nested "
+                        f"lists of numbers), got a {type(value).__name__}: "
+                        f"{_short(value)}")
+    dtype = to_numpy(var.dtype) if var is not None and var.dtype else None
+    try:
+        arr = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        ragged = "inhomogeneous" in str(e) or "sequence" in str(e)
+        what = ("a ragged nested list (rows of different lengths, or a mix of lists and "
+                "numbers)") if ragged else f"a {type(value).__name__} holding non-numbers"
+        raise TypeError(f"feed {name!r}: expected {_expected(var)}, got {what}: "
+                        f"{_short(value)} ({type(e).__name__}: {e})") from e
+    if arr.dtype == object or arr.dtype.kind in "USV":
+        raise TypeError(f"feed {name!r}: expected {_expected(var)}, got a "
+                        f"{type(value).__name__} of {arr.dtype} values: {_short(value)}")
+    return arr
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def batch_feeds(block: Any, feed: Sequence[str]) -> tuple[str, ...]:
+    """The fed variables the program says share the batch: dim 0 is -1, no LoD, not
+    persistable. ``check_batch_sizes`` holds them to one batch size.
+
+    Example::
+
+        batch_feeds(program.global_block(), ["x", "label", "lr"])   # ('x', 'label')
+    """
+    names = []
+    for name in feed:
+        var = block._find_var_recursive(name)
+        if var is not None and not var.persistable and not var.lod_level and var.shape \
+                and var.shape[0] == -1:
+            names.append(name)
+    return tuple(names)
+
+
+def _rows(value: Any) -> int | None:
+    if isinstance(value, LoDTensor):
+        value = value.value
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else None
+    if isinstance(value, (list, tuple)):
+        return len(value)
+    return None
+
+
+def check_batch_sizes(names: Sequence[str], feed: dict[str, Any], where: str = "") -> None:
+    """Raise ValueError when the fed batch variables ``names`` hold 0 rows or disagree.
+
+    Example::
+
+        check_batch_sizes(("x", "label"), {"x": x8, "label": label6})
+        # ValueError: feeds 'x' and 'label' must have the same batch size ...
+    """
+    first: tuple[str, int] | None = None
+    for name in names:
+        rows = _rows(feed[name])
+        if rows is None:
+            continue  # a 0-d value: the shape check reports it
+        if rows == 0:
+            raise ValueError(f"feed {name!r}{where}: the batch is empty (0 rows); dim 0 of "
+                             f"{name!r} is the batch (-1 in the program) and needs at least "
+                             "one row: skip empty batches")
+        if first is None:
+            first = (name, rows)
+        elif rows != first[1]:
+            raise ValueError(
+                f"feeds {first[0]!r} and {name!r}{where} must have the same batch size (dim 0 "
+                f"is -1, the batch, in the program for both): {first[0]!r} has {first[1]} "
+                f"rows, {name!r} has {rows}")
 
 
 def _numpy_view(value: Any) -> np.ndarray:

@@ -10,9 +10,15 @@ ParallelExecutor). It holds one value dict (``env``) per device and one task per
   inputs, device and callsite; a persistable the op wrote is put in the scope at once
   (``RunServices.write_persistable``), so ops that block and serve others see it; values
   whose last reader ran are dropped (``passes.liveness.release_plan``) when releasing is on;
-- ``run_plan(plan, scheduler)`` hands the tasks to the scheduler: with one lane they run on
-  the calling thread in program order. While an op hook is registered (the profiler) the
-  tasks are wrapped to report their timings; otherwise nothing per op is added.
+- ``run_plan(plan, scheduler)`` hands the tasks to the scheduler so that a step happens
+  whole or not at all (``parafluid.atomic``): the update tail (the program's last ops
+  that write persistables: optimizer updates, beta-pow accumulators) starts after a barrier
+  task, once every other node finished; SIGINT is held back during the tail; a failure or
+  an earlier interrupt restores the persistables the step wrote (the undo log), on every
+  device. With one lane the tasks run on the calling thread in program order. While an op
+  hook is registered (the profiler) the tasks are wrapped to report their timings, and with
+  FLAGS_check_nan_inf to check their outputs: each mode is a task list of its own, chosen
+  once per run, so nothing per op is added when they are off.
 
 ``BlockRunner`` runs sub-blocks (``RunContext.run_block``) through the same path.
 """
@@ -25,6 +31,8 @@ from typing import Any
 
 import torch
 
+from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
+from .feed_fetch import batch_feeds
 from .ops.registry import get_op_def
 from .parallel.scheduler import Scheduler, TaskError, TaskGraph
 from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
@@ -106,21 +114,62 @@ class Plan:
         self._lock = threading.Lock()
         self.inplace_nodes = sorted(inplace or {})
         self._name_devices = name_devices
-        tasks = []
+        self.batch_feeds = batch_feeds(block, feed)
+        self.undo = UndoLog()
+        self.proven = False  # a run of this plan succeeded (see _graph_for)
+        self._fns: list[Task] = []
+        self._writes: list[list[tuple[RunServices, dict, str]]] = []
+        self._records: list[list[tuple[RunServices, str, bool]]] = []
+        self._releases = releases
         for node in graph.nodes:
-            fn = self._bind(node, devices, (inplace or {}).get(node.index))
-            writes = [(self.services[d], self.envs[d], n) for refs in node.outputs.values()
-                      for d, n, _ in refs if persistable(n)]
-            tasks.append(self._wrap(node, fn, writes, releases.get(node.index)))
-        self.tasks = tasks
+            self._fns.append(self._bind(node, devices, (inplace or {}).get(node.index)))
+            self._writes.append([(self.services[d], self.envs[d], n)
+                                 for refs in node.outputs.values() for d, n, _ in refs
+                                 if persistable(n)])
+            reads = {(d, n) for refs in node.inputs.values() for d, n, _ in refs}
+            self._records.append([(self.services[d], n, (d, n) in reads)
+                                  for refs in node.outputs.values() for d, n, _ in refs
+                                  if persistable(n)])
         self.edges = [(dep, node.index) for node in graph.nodes for dep in sorted(node.deps)]
         self.names = [f"{n.type}#{n.index}@{'all' if n.device == ALL_DEVICES else n.device}"
                       for n in graph.nodes]
-        # NOTE: node order is program order, a topological order: one lane runs in it, so
-        # random ops draw in the order the program lists them.
-        order = range(len(tasks))
-        self.task_graph = TaskGraph.from_edges(tasks, self.edges, names=self.names, order=order)
-        self._timed_graph: TaskGraph | None = None
+        # The update tail: the last nodes in program order, as long as each writes a
+        # persistable (optimizer updates, beta-pow accumulators, parameter broadcasts). It
+        # runs after every other node succeeded (after a barrier task, see parafluid.atomic).
+        # NOTE: a suffix of the program order, not any set closed under successors: an op
+        # may read a persistable through ctx.scope without an edge, and one lane keeps
+        # program order. A writer followed by another op (an evaluation after minimize) is
+        # recorded in the undo log instead.
+        tail = [False] * len(graph.nodes)
+        for i in reversed(range(len(graph.nodes))):
+            if not self._writes[i]:
+                break
+            tail[i] = True
+        self.tail_nodes = [i for i, c in enumerate(tail) if c]
+        self.compute_nodes = [i for i, c in enumerate(tail) if not c]
+        # compute nodes that write persistables: recorded in the undo log every run
+        self.recorded_nodes = [i for i in self.compute_nodes if self._writes[i]]
+        recorded = set(self.recorded_nodes)
+        self._in_tail = set(self.tail_nodes)
+        self.guard = StepGuard()
+        n = len(graph.nodes)
+        self._order: list[int] = list(range(n))
+        self._edges = list(self.edges)
+        self._names = list(self.names)
+        if self.tail_nodes and self.compute_nodes:
+            # the barrier (task n): after every compute node, before every tail node
+            compute = set(self.compute_nodes)
+            has_compute_succ = {a for a, b in self.edges if b in compute}
+            self._edges += [(i, n) for i in self.compute_nodes if i not in has_compute_succ]
+            self._edges += [(n, i) for i in self.tail_nodes]
+            k = len(self.compute_nodes)  # the tail is a suffix of the node order
+            self._order = list(range(k)) + [n] + list(range(k, n))
+            self._names.append("barrier: every compute node done, the updates begin")
+        # the tasks of the common run mode, one per node (node order)
+        self.tasks = [self._task(i, record=i in recorded, check=False)
+                      for i in range(len(graph.nodes))]
+        self._variants: dict[tuple[bool, bool, bool], TaskGraph] = {}
+        self._graph_for(False, False, False)  # build the common one now
 
     # ------------------------------------------------------------------ binding
     def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
@@ -157,12 +206,29 @@ class Plan:
                     env[n] = v
         return run_collective
 
-    def _wrap(self, node: Node, fn: Task, writes: list[tuple[RunServices, dict, str]],
-              release: list[tuple[tuple, int]] | None) -> Task:
+    def _task(self, i: int, record: bool, check: bool) -> Task:
+        """The task of node ``i``: its op, then its scope writes and releases.
+
+        ``record``: note the persistables it writes in the undo log first. ``check``: raise
+        on a NaN/Inf output (FLAGS_check_nan_inf) before the value reaches the scope.
+        NOTE: each is a closure of its own, built only when asked for: the task of the
+        common mode is the op, its error, its writes and its releases, nothing per op more.
+        """
+        node = self.graph.nodes[i]
+        fn, writes = self._fns[i], self._writes[i]
         lock, pending, envs = self._lock, self._pending, self.envs
         op, index = node.op, node.op_index
         device = node.device if self._name_devices else None
-        drops = [(envs[key[0]], key[1], key if n > 1 else None) for key, n in release or ()]
+        drops = [(envs[key[0]], key[1], key if n > 1 else None)
+                 for key, n in self._releases.get(i) or ()]
+        if check:
+            outputs = [(slot, envs[d], n) for slot, refs in node.outputs.items()
+                       for d, n, _ in refs]
+            run_op = fn
+
+            def fn() -> None:
+                run_op()
+                check_finite((slot, n, env[n]) for slot, env, n in outputs if n in env)
 
         def task() -> None:
             try:
@@ -184,43 +250,106 @@ class Plan:
                         last = pending[key] == 0
                     if last:
                         env.pop(name, None)
-        return task
+        if not record or not self._records[i]:
+            return task
+        records, undo = self._records[i], self.undo
+
+        def recorded_task() -> None:
+            for svc, name, in_place in records:
+                undo.record(svc.scope, name, in_place, svc.local_writes)
+            task()
+        return recorded_task
 
     # ------------------------------------------------------------------ running
     def begin(self) -> None:
-        """Reset per-run state (values, release counters)."""
+        """Reset per-run state (values, release counters, undo log)."""
         for env in self.envs:
             env.clear()
+        self.undo.clear()
         if self._counts:
             self._pending.clear()
             self._pending.update(self._counts)
 
     def end(self) -> None:
-        """Drop the run's values."""
+        """Drop the run's values (and the undo log's copies)."""
         for env in self.envs:
             env.clear()
+        self.undo.clear()
 
-    def graph_for_run(self) -> TaskGraph:
-        """The task graph to run now: timed while an op hook is registered."""
-        if not op_hooks_active():
-            return self.task_graph
-        if self._timed_graph is None:
+    def _graph_for(self, record_tail: bool, check: bool, timed_: bool) -> TaskGraph:
+        """The task graph of one run mode, built on first use.
+
+        ``record_tail``: the update tail records its writes in the undo log whatever the
+        moment (a plan's first run, and while checking NaN/Inf); ``check``: outputs checked
+        for NaN/Inf; ``timed_``: tasks report to the op hooks (the profiler).
+        """
+        key = (record_tail, check, timed_)
+        hit = self._variants.get(key)
+        if hit is not None:
+            return hit
+        if not (record_tail or check):
+            tasks = self.tasks
+        else:
+            recorded = set(self.recorded_nodes) | (self._in_tail if record_tail else set())
+            tasks = [self._task(i, i in recorded, check) for i in range(len(self.tasks))]
+        if timed_:
             tasks = [timed(t, n.type, n.op_index, n.device)
-                     for t, n in zip(self.tasks, self.graph.nodes)]
-            self._timed_graph = TaskGraph.from_edges(tasks, self.edges, names=self.names,
-                                                     order=range(len(tasks)))
-        return self._timed_graph
+                     for t, n in zip(tasks, self.graph.nodes)]
+        if len(self._order) > len(tasks):
+            tasks = [*tasks, self.guard.enter_tail]
+        # NOTE: node order is program order, a topological order: one lane runs in it (the
+        # barrier before the update tail, a suffix of it), so random ops draw in the order
+        # the program lists them.
+        graph = TaskGraph.from_edges(tasks, self._edges, names=self._names,
+                                     order=self._order)
+        self._variants[key] = graph
+        return graph
+
+    def graph_for_run(self, check_nan_inf: bool = False) -> tuple[TaskGraph, bool]:
+        """(the task graph to run now, whether it records the update tail); the mode is
+        decided once per run: NaN/Inf check (the option or FLAGS_check_nan_inf), the tail
+        recorded (a first run, or checking), op hooks."""
+        check = check_nan_inf or nan_inf_flag()
+        record_tail = check or not self.proven
+        return self._graph_for(record_tail, check, op_hooks_active()), record_tail
 
 
-def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None) -> None:
-    """Run every task of ``plan`` (values already in its envs); re-raise an op's error."""
+def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
+             check_nan_inf: bool = False) -> None:
+    """Run every task of ``plan`` (values already in its envs) as one step, whole or not at
+    all (see ``parafluid.atomic``): on a failure, or a Ctrl-C before the update tail, the
+    persistables the step wrote are restored on every device; a Ctrl-C during the updates
+    is raised once they are done. Re-raise an op's error."""
+    graph, record_tail = plan.graph_for_run(check_nan_inf)
+    guard = plan.guard
+    # NOTE: a run that writes no persistable has nothing to protect: SIGINT stays as it is
+    guarded = bool(plan.tail_nodes or plan.recorded_nodes)
+    if guarded:
+        guard.start(tail_only=not plan.compute_nodes, recorded=record_tail)
     try:
-        scheduler.run(plan.graph_for_run(), timeout=timeout)
-    except TaskError as e:
-        cause = e.__cause__
-        if isinstance(cause, OpRunError):
-            raise cause from cause.__cause__
+        scheduler.run(graph, timeout=timeout)
+        plan.proven = True
+    except BaseException as e:
+        guard.hold()  # a second Ctrl-C must not cut the restore short
+        plan.undo.rollback()
+        if guard.in_tail and guard.unrecorded:
+            # NOTE: only an update op failing on a later run than the plan's first and
+            # without the NaN/Inf check gets here
+            e.add_note("parafluid: the failure came during the parameter updates, which this "
+                       "run does not record: the step may be partly applied "
+                       "(ParallelExecutor.check_replicas tells whether the devices still "
+                       "agree); restore a checkpoint")
+        if isinstance(e, TaskError):
+            cause = e.__cause__
+            if isinstance(cause, OpRunError):
+                if guard.in_tail and guard.unrecorded:
+                    cause.add_note(e.__notes__[-1])
+                raise cause from cause.__cause__
         raise
+    finally:
+        plan.undo.clear()
+        if guarded:
+            guard.finish()  # raises a Ctrl-C held during the updates, the step done
 
 
 class BlockRunner:

@@ -96,7 +96,8 @@ class CompiledProgram:
         elif scope is not self._scope:
             raise ValueError("CompiledProgram: it was compiled for another scope; run it with "
                              "the scope of its first run, or create a new CompiledProgram")
-        return self._executor.run(fetch_list, feed=feed or None, return_numpy=return_numpy)
+        return self._executor._run(fetch_list, feed or None, return_numpy, True,
+                                   check_nan_inf=exe.check_nan_inf)
 
     def _compile(self, exe: Any, scope: Scope) -> ParallelExecutor:
         use_cuda = isinstance(exe.place, CUDAPlace)

@@ -89,6 +89,19 @@ class DeviceScopes:
                 self.scopes[d].drop_kid(local)
         self._locals = [None] * len(self.devices)
 
+    def release(self, owner: bool) -> None:
+        """Free what these scopes hold: the temporaries of past runs and, for the ``owner``
+        (the executor that created the device scopes, not one sharing them), the devices'
+        copies; the device scopes are detached from the executor's scope. An executor
+        still sharing them copies what it needs from device 0 again on its next run."""
+        self.drop_locals()
+        if owner:
+            root = self.scopes[0]
+            for kid in self.scopes[1:]:
+                kid.erase(kid.local_var_names())
+                root.drop_kid(kid)
+            self._root_values.clear()
+
 
 def _copy_to(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):

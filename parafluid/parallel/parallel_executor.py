@@ -15,7 +15,12 @@ Example::
 Scopes: device 0 works in the given scope, device ``i > 0`` in a child scope that gets its
 own copy of every persistable variable the first time it is needed. Temporaries of a run
 stay in per-device local scopes (children of the device scopes) until they are dropped,
-every ``num_iteration_per_drop_scope`` runs or on ``drop_local_exe_scopes()``.
+every ``num_iteration_per_drop_scope`` runs or on ``drop_local_exe_scopes()``. ``close()``
+(or collecting the executor) frees the device scopes and the threads.
+
+A run is one step, whole or not at all (``parafluid.atomic``): when an op fails on any
+device, the NaN/Inf check fires or Ctrl-C arrives, every device's persistables are as
+before the run, so the replicas never drift apart; ``check_replicas()`` verifies it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ from typing import Any
 
 import torch
 
-from ..feed_fetch import FeedSplitter, fetch_names, merge_fetches, missing_value_message
+from ..feed_fetch import (
+    FeedSplitter,
+    check_batch_sizes,
+    fetch_names,
+    merge_fetches,
+    missing_value_message,
+)
 from ..framework import Program, default_main_program
 from ..passes import data_parallel_pipeline
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
@@ -141,8 +152,11 @@ class ParallelExecutor:
         self._feeds = FeedSplitter(self._devices)
         self._has_run = False
         self._runs_since_drop = 0
-        self._scheduler: Any = None
-        self._finalizer: Any = None
+        # NOTE: what close() and collection free, reachable without the executor, so that a
+        # dropped executor is collected and its finalizer frees the device copies
+        self._owned = _Owned(self._scopes, owner=share_vars_from is None)
+        self._finalizer = weakref.finalize(self, self._owned.release)
+        self._closed = False
         nthreads = exec_strategy.num_threads
         if nthreads == 0:
             from .scheduler import default_num_threads
@@ -178,6 +192,13 @@ class ParallelExecutor:
             warnings.warn("ParallelExecutor.run: feed_dict is deprecated, use feed",
                           DeprecationWarning, stacklevel=2)
             feed = feed_dict
+        return self._run(fetch_list, feed, return_numpy, return_merged)
+
+    def _run(self, fetch_list: Sequence[Any], feed: Any, return_numpy: bool,
+             return_merged: bool, check_nan_inf: bool = False) -> list[Any]:
+        if self._closed:
+            raise RuntimeError("ParallelExecutor.run() after close(): its device scopes were "
+                               "freed; create a new ParallelExecutor")
         if not isinstance(fetch_list, (list, tuple)):
             fetch_list = [fetch_list]
         fetch = tuple(fetch_names(fetch_list))
@@ -185,6 +206,12 @@ class ParallelExecutor:
         block = program.global_block()
         feeds = self._feeds.split(feed, block)
         plan = self._plan(program, graph, tuple(sorted(feeds[0])), fetch)
+        if plan.batch_feeds:
+            if isinstance(feed, dict):
+                check_batch_sizes(plan.batch_feeds, feed)
+            else:
+                for d, item in enumerate(feeds):
+                    check_batch_sizes(plan.batch_feeds, item, f" of feed[{d}]")
         if not self._has_run:
             self._check_share_source()
             if self._multi:
@@ -193,10 +220,11 @@ class ParallelExecutor:
                 self._start_equal(plan)
         self._scopes.materialize(plan.persist_reads)
         steps = self._exec_strategy.num_iteration_per_run
+        check = check_nan_inf or self._exec_strategy.check_nan_inf
         try:
             for step in range(steps):
                 self._steps += 1
-                self._run_plan(plan, feeds, block)
+                self._run_plan(plan, feeds, block, check)
                 if step == steps - 1:
                     results = self._fetch(plan, fetch, return_numpy, return_merged)
                 self._after_iteration(plan)
@@ -225,9 +253,74 @@ class ParallelExecutor:
         self._runs_since_drop = 0
 
     def close(self) -> None:
-        """Stop the scheduler's threads (also done when the executor is collected)."""
-        if self._finalizer is not None:
-            self._finalizer()
+        """Free the per-device scopes (parameter copies, optimizer state, temporaries) and
+        stop the scheduler's threads; the executor refuses to run afterwards. Collecting an
+        executor does the same. An executor built with ``share_vars_from`` leaves the
+        device scopes to its source.
+
+        Example::
+
+            pe = fluid.ParallelExecutor(False, loss_name=loss.name)
+            pe.run([loss], feed=feed)
+            pe.close()
+        """
+        self._closed = True
+        self._finalizer()
+
+    def check_replicas(self) -> int:
+        """Check that every device holds the same value as device 0 for each persistable it
+        mirrors (parameters, optimizer state, counters); return how many were compared.
+
+        Raises RuntimeError naming the variables that differ, the device and the largest
+        difference. batch_norm's moving statistics are per device by design (each device
+        sees its own shard) and are not compared, unless sync_batch_norm makes them equal.
+
+        Example::
+
+            try:
+                pe.run([loss], feed=feed)
+            except KeyboardInterrupt:
+                pe.check_replicas()   # the interrupted step left no device behind
+        """
+        root = self._scopes.scopes[0]
+        per_device = self._per_device_vars()
+        compared: set[str] = set()
+        diffs = []
+        for d in range(1, self.device_count):
+            dscope = self._scopes.scopes[d]
+            for name in sorted(dscope.local_var_names()):
+                if name in per_device:
+                    continue
+                mine, ref = dscope.find_local_var(name), root.find_var(name)
+                if mine is None or ref is None or mine.value is None or ref.value is None:
+                    continue
+                a, b = _dense(mine.value), _dense(ref.value)
+                if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+                    continue
+                compared.add(name)
+                a, b = a.detach().cpu(), b.detach().cpu()
+                if a.shape != b.shape or a.dtype != b.dtype:
+                    diffs.append(f"{name!r} on device {d}: shape {list(a.shape)} {a.dtype}, "
+                                 f"device 0: {list(b.shape)} {b.dtype}")
+                elif not torch.equal(a, b):
+                    gap = (a.double() - b.double()).abs().max().item()
+                    diffs.append(f"{name!r} on device {d} differs from device 0 (largest "
+                                 f"difference {gap:.3g})")
+        if diffs:
+            shown = "; ".join(diffs[:8]) + (f"; and {len(diffs) - 8} more" if len(diffs) > 8
+                                            else "")
+            raise RuntimeError(f"ParallelExecutor.check_replicas: {len(diffs)} device "
+                               f"copies differ: {shown}")
+        return len(compared)
+
+    def _per_device_vars(self) -> set[str]:
+        """Persistables each device keeps for itself (batch_norm's moving statistics)."""
+        names: set[str] = set()
+        for op in self.program.global_block().ops:
+            if op.type == "batch_norm":
+                for slot in ("MeanOut", "VarianceOut"):
+                    names.update(op.outputs.get(slot, ()))
+        return names
 
     # ------------------------------------------------------------------ building
     def _graph(self) -> tuple[Program, SSAGraph]:
@@ -323,20 +416,23 @@ class ParallelExecutor:
             if comm.rank_offset != 0:
                 holder.value = values[0]
 
-    def _run_plan(self, plan: Plan, feeds: list[dict[str, Any]], block: Any) -> None:
+    def _run_plan(self, plan: Plan, feeds: list[dict[str, Any]], block: Any,
+                  check_nan_inf: bool) -> None:
         plan.begin()
         for d, env in enumerate(plan.envs):
             env.update(feeds[d])
-            scope = self._scopes.local(d)
+            # NOTE: the device scope, not the local scope of past runs' temporaries: a feed
+            # left out must not silently reuse the previous batch kept there
+            scope = self._scopes.scopes[d]
             for name in plan.reads[d]:
                 holder = scope.find_var(name)
                 if holder is None or holder.value is None:
                     raise RuntimeError(self._missing_message(block, name, feeds[d]))
                 env[name] = holder.value
-        if self._scheduler is None:
-            self._scheduler = _make_scheduler(self._devices, self._num_threads)
-            self._finalizer = weakref.finalize(self, self._scheduler.close)
-        run_plan(plan, self._scheduler)
+        owned = self._owned
+        if owned.scheduler is None:
+            owned.scheduler = _make_scheduler(self._devices, self._num_threads)
+        run_plan(plan, owned.scheduler, check_nan_inf=check_nan_inf)
         self._scopes.note_own_writes(plan.persist_writes[0])
         for d, env in enumerate(plan.envs):
             local = self._scopes.local(d)
@@ -409,6 +505,28 @@ def _fingerprint(program: Program, ndev: int) -> str:
               for op in block.ops if op.type.startswith("c_")]
     text = "\n".join(parts)
     return f"{hashlib.sha256(text.encode()).hexdigest()[:16]} ({len(parts) - 1} params/ops)"
+
+
+class _Owned:
+    """What a ParallelExecutor frees on close() or collection; holds no reference to it."""
+
+    __slots__ = ("scopes", "owner", "scheduler")
+
+    def __init__(self, scopes: DeviceScopes, owner: bool) -> None:
+        self.scopes = scopes
+        self.owner = owner
+        self.scheduler: Any = None
+
+    def release(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.close()
+            self.scheduler = None
+        self.scopes.release(self.owner)
+
+
+def _dense(value: Any) -> Any:
+    to_dense = getattr(value, "to_dense", None)
+    return to_dense() if to_dense is not None and not isinstance(value, torch.Tensor) else value
 
 
 def _devices(use_cuda: bool, places: Any, multi_process: bool = False) -> list[torch.device]:

@@ -99,6 +99,9 @@ class ExecutionStrategy(_Strategy):
             so does parafluid (setting it to True warns).
         use_experimental_executor: accepted; parafluid has one scheduler, the design of
             Fluid's experimental fast-threaded executor, whatever the value.
+        check_nan_inf: check every op's outputs on every device and raise, naming the op,
+            the device and the variable, at the first NaN or Inf, before any parameter is
+            updated (as ``FLAGS_check_nan_inf=1`` in the environment does). Off by default.
 
     Example::
 
@@ -113,6 +116,7 @@ class ExecutionStrategy(_Strategy):
         "num_iteration_per_run": (int, 1),
         "allow_op_delay": (bool, False),
         "use_experimental_executor": (bool, False),
+        "check_nan_inf": (bool, False),
     }
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -26,10 +26,12 @@ import torch
 from .feed_fetch import as_feed_tensor, fetch_names, fetch_value, missing_value_message
 from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
+from .parallel.device_lanes import lane_scheduler, placed_graph
 from .parallel.scheduler import Scheduler
 from .parallel.ssa_graph import build_graph
 from .passes.release_memory import eager_deletion_enabled
 from .place import to_device
+from .placement import is_placed
 from .plan import Plan, run_plan
 from .runtime import RunServices
 from .scope import Scope, global_scope, scope_guard
@@ -52,6 +54,7 @@ class Executor:
         self._cache: dict[tuple, Plan] = {}
         self._lock = threading.Lock()
         self._scheduler = Scheduler(1)
+        self._lane_schedulers: dict[int, Scheduler] = {}  # placed programs: device count
         self._closed = False
 
     # ------------------------------------------------------------------ public API
@@ -99,7 +102,7 @@ class Executor:
                 if holder is None or holder.value is None:
                     raise RuntimeError(missing_value_message(block, name, feed))
                 env[name] = holder.value
-            run_plan(plan, self._scheduler)
+            run_plan(plan, self._scheduler_for(plan))
             results = []
             for name in plan.fetch:
                 value = env.get(name)
@@ -122,6 +125,20 @@ class Executor:
             return
         self._closed = True
         self._cache.clear()
+        for sched in self._lane_schedulers.values():
+            sched.close()
+        self._lane_schedulers.clear()
+
+    def _scheduler_for(self, plan: Plan) -> Scheduler:
+        """One lane, or one worker per device for a program placed on several."""
+        lanes = getattr(plan, "lanes", 1)
+        if lanes == 1:
+            return self._scheduler
+        with self._lock:
+            sched = self._lane_schedulers.get(lanes)
+            if sched is None:
+                sched = self._lane_schedulers[lanes] = lane_scheduler(lanes)
+        return sched
 
     # ------------------------------------------------------------------ compilation
     def _take_plan(self, program: Program, feed: tuple[str, ...], fetch: tuple[str, ...]
@@ -161,8 +178,16 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
         if block._find_var_recursive(name) is None:
             raise ValueError(unknown_name_message("fetch target", name, block))
     device = torch.device(device) if isinstance(device, str) else to_device(device)
-    graph = build_graph(program, 1, block_idx=block_idx)
+    lanes = 1
+    if block_idx == 0 and is_placed(program):
+        # ops placed on several devices: copies between them, one lane per device
+        program, graph, lanes = placed_graph(program, device)
+        block = program.global_block()
+    else:
+        graph = build_graph(program, 1, block_idx=block_idx)
     svc = services if services is not None else RunServices(program, device=device)
     # FLAGS_eager_delete_tensor_gb < 0 turns eager deletion off, as in Fluid
-    return Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
+    plan = Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
                 release=eager_deletion_enabled(), name_devices=False)
+    plan.lanes = lanes  # type: ignore[attr-defined]  # read by Executor._scheduler_for
+    return plan

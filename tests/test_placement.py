@@ -4,10 +4,16 @@ placed on two CPU devices computes what the unplaced program computes."""
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import numpy as np
 import pytest
 
 import parafluid as fluid
+from parafluid.ops.registry import register_op, same_as
+from parafluid.passes.place_transfers import insert_place_transfers
 from parafluid.placement import GRAMMAR, is_placed, parse_place, place_of
 
 STAGE0, STAGE1 = "/node:worker/cpu:0", "/node:worker/cpu:1"
@@ -22,7 +28,7 @@ def _mlp(stage0: str | None = None, stage1: str | None = None, opt_place: str | 
     def guard(place: str | None):
         return fluid.place_guard(place) if place else _null()
 
-    with fluid.program_guard(main, startup):
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
         x = fluid.layers.data(name="x", shape=[6], dtype="float32")
         y = fluid.layers.data(name="y", shape=[1], dtype="float32")
         with guard(stage0):
@@ -62,7 +68,8 @@ def _train(main: fluid.Program, startup: fluid.Program, loss: fluid.Variable, st
         exe.run(startup)
         losses = [float(exe.run(main, feed=b, fetch_list=[loss])[0][0])
                   for b in _batches(steps)]
-    params = {p.name: np.array(scope.find_var(p.name).value) for p in main.all_parameters()}
+    params = {p.name: scope.find_var(p.name).value.numpy().copy()
+              for p in main.all_parameters()}
     exe.close()
     return losses, params
 
@@ -153,3 +160,201 @@ def test_an_unplaced_program_records_no_place() -> None:
     main, startup, _ = _mlp()
     assert not is_placed(main) and not is_placed(startup)
     assert "op_device" not in str(main) and "op_node" not in str(main)
+
+
+# ------------------------------------------------------------------ the transfer pass
+
+
+def _op_lines(program: fluid.Program) -> list[str]:
+    return [str(op) for op in program.global_block().ops]
+
+
+def test_the_pass_copies_each_crossing_value_once_and_leaves_the_input_alone() -> None:
+    main, _, _ = _mlp(STAGE0, STAGE1)
+    before = str(main)
+    placed = insert_place_transfers(main)
+    assert str(main) == before, "the caller's program is not modified"
+    placed.verify()
+    lines = _op_lines(placed)
+    copies = [line for line in lines if " = memcpy(" in line]
+    # the activation and the label go to stage 1, the activation's gradient comes back,
+    # the learning rate (held on cpu:0, where feeds and unplaced values are) goes to cpu:1
+    assert copies == [
+        "{Out=[fc_1.tmp_2@cpu:1]} = memcpy(X=[fc_1.tmp_2]) "
+        "{op_device='cpu:1', op_node='worker', src_device='cpu:0'}",
+        "{Out=[y@cpu:1]} = memcpy(X=[y]) {op_device='cpu:1', op_node='worker', "
+        "src_device='cpu:0'}",
+        "{Out=[fc_1.tmp_2@GRAD@cpu:0]} = memcpy(X=[fc_1.tmp_2@GRAD]) "
+        "{op_device='cpu:0', op_node='worker', src_device='cpu:1'}",
+        "{Out=[learning_rate_0@cpu:1]} = memcpy(X=[learning_rate_0]) "
+        "{op_device='cpu:1', op_node='worker', src_device='cpu:0'}"]
+    # one copy, several readers: the forward mul and its mul_grad both read the copy
+    readers = [line for line in lines if "X=[fc_1.tmp_2@cpu:1]" in line]
+    assert [r.split(" = ")[1].split("(")[0] for r in readers] == ["mul", "mul_grad"]
+    assert sum("LearningRate=[learning_rate_0@cpu:1]" in line for line in lines) == 4
+
+
+def test_a_program_on_one_device_or_unplaced_comes_back_as_is() -> None:
+    main, startup, _ = _mlp()
+    assert insert_place_transfers(main) is main
+    one, _, _ = _mlp(STAGE1, STAGE1, opt_place=STAGE1)
+    placed = insert_place_transfers(one, default_device="cpu:1")
+    assert placed is one
+    # fed on cpu:0 (the executor's device) and read on cpu:1: the feeds are copied
+    moved = insert_place_transfers(one)
+    assert [line.split(" = ")[0] for line in _op_lines(moved) if "memcpy" in line] == [
+        "{Out=[x@cpu:1]}", "{Out=[y@cpu:1]}", "{Out=[learning_rate_0@cpu:1]}"]
+
+
+def test_a_parameter_updated_on_one_device_and_read_on_another_is_copied_every_step() -> None:
+    main, startup, loss = _mlp(STAGE0, STAGE1, opt_place=STAGE0)  # all updates on cpu:0
+    lines = _op_lines(insert_place_transfers(main))
+    first_mul_1 = next(i for i, line in enumerate(lines) if "Y=[fc_2.w_0@cpu:1]" in line)
+    assert "memcpy(X=[fc_2.w_0])" in lines[first_mul_1 - 1]
+    update = next(i for i, line in enumerate(lines) if "ParamOut=[fc_2.w_0]" in line)
+    assert "op_device='cpu:0'" in lines[update] and update > first_mul_1
+    ref_losses, ref_params = _train(*_mlp())
+    losses, params = _train(main, startup, loss)
+    np.testing.assert_allclose(losses, ref_losses, rtol=0, atol=1e-5)
+    for name, value in ref_params.items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_memcpy_gradient_is_a_copy_back() -> None:
+    x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+    x.stop_gradient = False
+    block = fluid.default_main_program().global_block()
+    moved = block.create_var(name="x@cpu:1", shape=[-1, 3], dtype="float32")
+    block.append_op("memcpy", inputs={"X": [x]}, outputs={"Out": [moved]},
+                    attrs={"op_device": "cpu:1", "src_device": "cpu:0"})
+    with fluid.device_guard("cpu:1"):
+        loss = fluid.layers.reduce_sum(fluid.layers.scale(moved, scale=3.0))
+    grads = fluid.gradients([loss], [x])
+    back = [op for op in block.ops if op.type == "memcpy" and op.input("X") == ["x@cpu:1@GRAD"]]
+    assert back and back[0].attrs["op_device"] == "cpu:0"
+    assert back[0].attrs["src_device"] == "cpu:1"
+    exe = fluid.Executor(fluid.CPUPlace())
+    got, = exe.run(feed={"x": np.ones([2, 3], "float32")}, fetch_list=[grads[0]])
+    np.testing.assert_array_equal(got, np.full([2, 3], 3.0, "float32"))
+
+
+# ------------------------------------------------------------------ running placed programs
+
+
+def test_two_stages_on_two_cpu_devices_train_as_the_unplaced_program() -> None:
+    ref_losses, ref_params = _train(*_mlp(), steps=6)
+    main, startup, loss = _mlp(STAGE0, STAGE1)
+    losses, params = _train(main, startup, loss, steps=6)
+    np.testing.assert_allclose(losses, ref_losses, rtol=0, atol=1e-5)
+    for name, value in ref_params.items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-5, err_msg=name)
+    # NOTE: at these sizes torch splits no kernel over threads, so the numbers are the same
+    # bits however many threads each device lane has
+    assert losses == ref_losses
+    assert all(np.array_equal(params[n], v) for n, v in ref_params.items())
+
+
+def test_the_executor_runs_a_placed_program_on_one_worker_per_device() -> None:
+    main, startup, loss = _mlp(STAGE0, STAGE1)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    exe.run(main, feed=_batches(1)[0], fetch_list=[loss])
+    plan = next(iter(p for p in exe._cache.values() if p.graph.count("memcpy")))
+    assert plan.lanes == 2 and plan.graph.count("memcpy") == 4
+    assert exe._scheduler_for(plan).num_threads == 2
+    exe.close()
+
+
+# Two ops on two devices, with no data flow between them, must be running at the same time
+# to pass the barrier; ops of one device must never overlap.
+_BARRIER = threading.Barrier(2, timeout=10)
+_ACTIVE: dict[str, int] = {}
+_OVERLAP: list[str] = []
+_LOCK = threading.Lock()
+
+
+def _meet(ins: dict, attrs: dict, ctx: Any) -> dict:
+    dev = str(ctx.device)
+    with _LOCK:
+        _ACTIVE[dev] = _ACTIVE.get(dev, 0) + 1
+        if _ACTIVE[dev] > 1:
+            _OVERLAP.append(dev)
+    try:
+        if attrs["meet"]:
+            _BARRIER.wait()
+        time.sleep(0.01)
+    finally:
+        with _LOCK:
+            _ACTIVE[dev] -= 1
+    return {"Out": ins["X"] + 1.0}
+
+
+register_op("placement_test_meet", inputs=("X",), outputs=("Out",), attrs={"meet": False},
+            infer_shape=same_as("X"), kernel=_meet)
+
+
+def _meet_op(x: fluid.Variable, meet: bool) -> fluid.Variable:
+    block = fluid.default_main_program().global_block()
+    out = block.create_var(name=fluid.unique_name.generate("meet"), shape=x.shape,
+                           dtype=x.dtype)
+    block.append_op("placement_test_meet", inputs={"X": [x]}, outputs={"Out": [out]},
+                    attrs={"meet": meet})
+    return out
+
+
+def test_ops_on_different_devices_run_concurrently_and_one_device_runs_one_op_at_a_time(
+        ) -> None:
+    x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+    with fluid.place_guard(STAGE0):
+        a = _meet_op(_meet_op(x, False), True)
+        a2 = _meet_op(x, False)  # independent of a's chain, same device: waits its turn
+    with fluid.place_guard(STAGE1):
+        b = _meet_op(_meet_op(x, False), True)
+    with fluid.place_guard(STAGE0):
+        out = fluid.layers.sums([a, a2, b])
+    exe = fluid.Executor(fluid.CPUPlace())
+    _OVERLAP.clear()
+    for _ in range(3):
+        got, = exe.run(feed={"x": np.zeros([2, 3], "float32")}, fetch_list=[out])
+        np.testing.assert_array_equal(got, np.full([2, 3], 5.0))
+    assert _OVERLAP == [], "two ops of one device ran at the same time"
+    exe.close()
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _relu_at(place: str | None = None, device: str | None = None) -> fluid.Variable:
+    x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+    if place is not None:
+        with fluid.place_guard(place):
+            return fluid.layers.relu(x)
+    with fluid.device_guard(device):
+        return fluid.layers.relu(x)
+
+
+@pytest.mark.parametrize("place, message", [
+    ("/node:worker/cpu:4096", "device id 4096 does not exist; this process has \\d+ cpu"),
+    ("/node:worker:1/cpu:0", "this process runs /node:worker:0 \\(and /node:worker\\) only"),
+    ("/node:ps/cpu", "this process runs /node:worker:0"),
+    ("/node:worker/cpu:0-1", "a device range means data parallelism"),
+])
+def test_places_this_process_cannot_run_are_errors_naming_the_op_and_its_place(
+        place: str, message: str) -> None:
+    y = _relu_at(place)
+    exe = fluid.Executor(fluid.CPUPlace())
+    with pytest.raises(ValueError, match=message) as info:
+        exe.run(feed={"x": np.ones([2, 3], "float32")}, fetch_list=[y])
+    assert f"op #0 relu (created at {__file__}" in str(info.value)
+    assert f"placed on {place!r}" in str(info.value)
+
+
+def test_gpu_on_a_machine_without_one_is_an_error_naming_the_op() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    y = _relu_at(device="gpu:0")
+    exe = fluid.Executor(fluid.CPUPlace())
+    with pytest.raises(ValueError, match="op #0 relu .*placed on 'gpu:0': torch sees no GPU"):
+        exe.run(feed={"x": np.ones([2, 3], "float32")}, fetch_list=[y])

@@ -1,0 +1,73 @@
+"""Running a placed program: one lane per device, devices running concurrently.
+
+The Executor runs an unplaced program on one lane, in program order. A program whose ops
+are placed on several local devices (``fluid.place_guard``) goes through
+``passes.executor_pipeline`` (the copies of ``insert_place_transfers``), then its one-device
+SSA graph gets, besides its data dependencies, one chain per device: the ops of a device run
+one at a time, in program order, as on a device's stream, while ops of different devices run
+concurrently wherever the data flow allows. The Scheduler gets one worker per device, each
+with an equal share of the cores for torch's intra-op threads.
+
+Random ops drawing from torch's default generator (``seed`` attr 0) also keep their program
+order across devices, so that a placed program draws the same numbers as the unplaced one.
+
+Example::
+
+    program, graph, lanes = placed_graph(main, "cpu:0")
+    lanes                               # 2 for a program placed on cpu:0 and cpu:1
+    sched = lane_scheduler(lanes)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..passes.place_transfers import device_name, op_devices
+from .scheduler import Scheduler, intra_op_threads, torch_threads_initializer
+from .ssa_graph import SSAGraph, build_graph
+
+__all__ = ["placed_graph", "chain_by_device", "lane_scheduler"]
+
+
+def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int]:
+    """The placed program (copies inserted), its graph with per-device chains, and the
+    number of devices (lanes) it uses."""
+    from ..passes import executor_pipeline
+
+    placed = executor_pipeline(device_name(device))(program)
+    devices = op_devices(placed, device_name(device))
+    graph = build_graph(placed, 1)
+    return placed, graph, chain_by_device(graph, devices)
+
+
+def chain_by_device(graph: SSAGraph, devices: list[str]) -> int:
+    """Add edges so that each device runs its ops in program order; return the device count.
+
+    ``devices[i]`` is the device of op ``i`` of the block the graph was built from.
+    """
+    last: dict[str, int] = {}
+    last_random: int | None = None
+    for node in graph.nodes:  # program order
+        dev = devices[node.op_index]
+        prev = last.get(dev)
+        if prev is not None and prev != node.index:
+            node.deps.add(prev)
+        last[dev] = node.index
+        if node.attrs.get("seed", None) == 0:  # torch's default generator: keep draw order
+            if last_random is not None:
+                node.deps.add(last_random)
+            last_random = node.index
+    return max(1, len(last))
+
+
+def lane_scheduler(lanes: int) -> Scheduler:
+    """A Scheduler with one worker per device, each with ``cores // lanes`` torch threads."""
+    previous = torch.get_num_threads()
+    try:
+        return Scheduler(lanes, initializer=torch_threads_initializer(intra_op_threads(lanes)))
+    finally:
+        # NOTE: set_num_threads in the workers also sets the default of threads not yet
+        # started; the caller keeps its own count
+        torch.set_num_threads(previous)

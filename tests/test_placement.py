@@ -20,7 +20,8 @@ STAGE0, STAGE1 = "/node:worker/cpu:0", "/node:worker/cpu:1"
 
 
 def _mlp(stage0: str | None = None, stage1: str | None = None, opt_place: str | None = None,
-         seed: int = 7) -> tuple[fluid.Program, fluid.Program, fluid.Variable]:
+         seed: int = 7, slow: bool = False
+         ) -> tuple[fluid.Program, fluid.Program, fluid.Variable]:
     """A 2-stage MLP regression; each stage optionally inside a place_guard."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = seed
@@ -34,13 +35,36 @@ def _mlp(stage0: str | None = None, stage1: str | None = None, opt_place: str | 
         with guard(stage0):
             h = fluid.layers.fc(input=x, size=16, act="tanh")
             h = fluid.layers.fc(input=h, size=16, act="relu")
+            h = _slow(h) if slow else h
         with guard(stage1):
             h = fluid.layers.fc(input=h, size=8, act="tanh")
+            h = _slow(h) if slow else h
             pred = fluid.layers.fc(input=h, size=1)
             loss = fluid.layers.mean(fluid.layers.square_error_cost(input=pred, label=y))
         with guard(opt_place):
             fluid.optimizer.Momentum(learning_rate=0.05, momentum=0.9).minimize(loss)
     return main, startup, loss
+
+
+def _slow_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+    time.sleep(0.004)  # a stage that takes a while, so that overlap shows in the timings
+    return {"Out": ins["X"]}
+
+
+register_op("placement_test_slow", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
+            kernel=_slow_kernel,
+            grad=lambda op, no_grad: [{"type": "placement_test_slow",
+                                       "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
+                                       "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
+                                       "attrs": {}}])
+
+
+def _slow(x: fluid.Variable) -> fluid.Variable:
+    block = fluid.default_main_program().global_block()
+    out = block.create_var(name=fluid.unique_name.generate("slow"), shape=x.shape,
+                           dtype=x.dtype)
+    block.append_op("placement_test_slow", inputs={"X": [x]}, outputs={"Out": [out]})
+    return out
 
 
 class _null:
@@ -358,3 +382,113 @@ def test_gpu_on_a_machine_without_one_is_an_error_naming_the_op() -> None:
     exe = fluid.Executor(fluid.CPUPlace())
     with pytest.raises(ValueError, match="op #0 relu .*placed on 'gpu:0': torch sees no GPU"):
         exe.run(feed={"x": np.ones([2, 3], "float32")}, fetch_list=[y])
+
+
+# ------------------------------------------------------------------ ParallelExecutor, micro-batches
+
+
+def _train_compiled(main: fluid.Program, startup: fluid.Program, loss: fluid.Variable,
+                    steps: int = 6, num_microbatches: int = 1
+                    ) -> tuple[list[float], dict[str, np.ndarray], fluid.Program]:
+    bs = fluid.BuildStrategy()
+    bs.num_microbatches = num_microbatches
+    compiled = fluid.CompiledProgram(main, build_strategy=bs)
+    compiled._loss_name = loss.name  # what with_data_parallel(loss_name=...) records
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        losses = [float(np.asarray(exe.run(compiled, feed=b, fetch_list=[loss])[0]).ravel()[0])
+                  for b in _batches(steps)]
+    params = {p.name: scope.find_var(p.name).value.numpy().copy()
+              for p in main.all_parameters()}
+    return losses, params, compiled._executor.program
+
+
+def test_the_parallel_executor_on_one_place_runs_a_placed_program_as_the_executor() -> None:
+    ref_losses, ref_params = _train(*_mlp())
+    losses, params, program = _train_compiled(*_mlp(STAGE0, STAGE1))
+    assert [op.type for op in program.global_block().ops].count("memcpy") == 4
+    np.testing.assert_allclose(losses, ref_losses, rtol=0, atol=1e-5)
+    for name, value in ref_params.items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_a_placed_program_on_several_data_parallel_devices_is_refused() -> None:
+    main, _, loss = _mlp(STAGE0, STAGE1)
+    with pytest.raises(ValueError, match="hybrid parallelism.*not supported in one process"):
+        fluid.ParallelExecutor(use_cuda=False, loss_name=loss.name, main_program=main,
+                               places=fluid.cpu_places(2))
+
+
+def test_micro_batches_split_forward_and_backward_and_average_the_gradients() -> None:
+    from parafluid.passes.microbatch import split_microbatches
+
+    main, _, loss = _mlp(STAGE0, STAGE1)
+    assert split_microbatches(main, 1, [loss.name]) is main
+    mb = split_microbatches(main, 4, [loss.name])
+    mb.verify()
+    types = [op.type for op in mb.global_block().ops]
+    assert types[:2] == ["split", "split"] and types.count("mul") == 4 * 4
+    assert types.count("mul_grad") == 4 * 4 and types.count("momentum") == 8
+    lines = _op_lines(mb)
+    assert "{Out=[x@MB0, x@MB1, x@MB2, x@MB3]} = split(X=[x]) {axis=0, num=4, sections=[]}" \
+        in lines
+    # GPipe order: every forward op of every micro-batch comes before the first backward op
+    last_fwd = max(i for i, t in enumerate(types) if t == "mean")
+    assert last_fwd < types.index("mean_grad")
+    merged = [line for line in lines if line.startswith("{Out=[fc_0.w_0@GRAD]}")]
+    assert merged == [
+        "{Out=[fc_0.w_0@GRAD]} = sum(X=[fc_0.w_0@GRAD@MB0, fc_0.w_0@GRAD@MB1, "
+        "fc_0.w_0@GRAD@MB2, fc_0.w_0@GRAD@MB3]) {op_device='cpu:0', op_node='worker'}",
+        "{Out=[fc_0.w_0@GRAD]} = scale(X=[fc_0.w_0@GRAD]) {bias=0.0, bias_after_scale=True, "
+        "op_device='cpu:0', op_node='worker', scale=0.25}"]
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_micro_batched_training_matches_the_unplaced_program(k: int) -> None:
+    ref_losses, ref_params = _train(*_mlp())
+    losses, params, program = _train_compiled(*_mlp(STAGE0, STAGE1), num_microbatches=k)
+    types = [op.type for op in program.global_block().ops]
+    assert types.count("mul") == 4 * k and types.count("split") == (2 if k > 1 else 0)
+    # per micro-batch: its activation and label cross to stage 1, the activation's
+    # gradient comes back; once a step: the learning rate
+    assert types.count("memcpy") == 3 * k + 1
+    np.testing.assert_allclose(losses, ref_losses, rtol=0, atol=1e-5)
+    for name, value in ref_params.items():
+        np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-5, err_msg=name)
+    if k == 1:  # one micro-batch is the unplaced program, to the bit
+        assert losses == ref_losses
+        assert all(np.array_equal(params[n], v) for n, v in ref_params.items())
+
+
+def _stage_overlap_ms(num_microbatches: int) -> tuple[float, list[float]]:
+    """Train 3 steps of the slow 2-stage MLP; return the time both devices were busy with
+    their slow ops at once (ms, over the 3 steps) and the losses."""
+    from parafluid.runtime import add_op_hook, remove_op_hook
+
+    records: list[Any] = []
+    hook = records.append
+    add_op_hook(hook)
+    try:
+        losses, _, program = _train_compiled(*_mlp(STAGE0, STAGE1, slow=True), steps=3,
+                                             num_microbatches=num_microbatches)
+    finally:
+        remove_op_hook(hook)
+    ops = program.global_block().ops
+    busy: dict[str, list[tuple[int, int]]] = {"cpu:0": [], "cpu:1": []}
+    for r in records:
+        if r.op_index < len(ops) and ops[r.op_index].type == "placement_test_slow":
+            busy[ops[r.op_index].attrs["op_device"]].append((r.start_ns, r.end_ns))
+    both = sum(max(0, min(e0, e1) - max(s0, s1))
+               for s0, e0 in busy["cpu:0"] for s1, e1 in busy["cpu:1"])
+    return both / 1e6, losses
+
+
+def test_with_micro_batches_the_two_stages_run_at_the_same_time() -> None:
+    serial, ref = _stage_overlap_ms(1)
+    overlapped, losses = _stage_overlap_ms(4)
+    np.testing.assert_allclose(losses, ref, rtol=0, atol=1e-5)
+    assert serial == 0.0, "one batch: stage 1 waits for stage 0 and back"
+    # 4 micro-batches x (forward + backward) x 4 ms per stage and step: stages overlap
+    assert overlapped > 4.0

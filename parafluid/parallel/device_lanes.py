@@ -26,9 +26,9 @@ import torch
 
 from ..passes.place_transfers import device_name, op_devices
 from .scheduler import Scheduler, intra_op_threads, torch_threads_initializer
-from .ssa_graph import SSAGraph, build_graph
+from .ssa_graph import GraphOptions, SSAGraph, build_graph
 
-__all__ = ["placed_graph", "chain_by_device", "lane_scheduler"]
+__all__ = ["placed_graph", "placed_parallel_graph", "chain_by_device", "lane_scheduler"]
 
 
 def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int]:
@@ -40,6 +40,32 @@ def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int]:
     devices = op_devices(placed, device_name(device))
     graph = build_graph(placed, 1)
     return placed, graph, chain_by_device(graph, devices)
+
+
+def placed_parallel_graph(program: Any, devices: list[torch.device], options: GraphOptions,
+                          num_microbatches: int = 1, loss_name: str | None = None
+                          ) -> tuple[Any, SSAGraph, int]:
+    """The ParallelExecutor's graph of a placed (or micro-batched) program on one device.
+
+    ``num_microbatches > 1`` first splits the batch (``passes.microbatch``); the copies
+    between devices come after, so each micro-batch's activations cross on their own.
+    """
+    if len(devices) != 1:
+        raise ValueError(
+            f"ParallelExecutor: this program places ops on devices (fluid.place_guard) or "
+            f"asks for micro-batches, and runs data-parallel on {len(devices)} devices; "
+            "data parallelism inside a placed program (hybrid parallelism) is not supported "
+            "in one process: run it on one place (CompiledProgram(program, build_strategy) "
+            "without with_data_parallel, or places=[one place])")
+    from ..passes.microbatch import split_microbatches
+    from ..passes.place_transfers import insert_place_transfers
+
+    default = device_name(devices[0])
+    fetch = [loss_name] if loss_name else []
+    program = split_microbatches(program, num_microbatches, fetch)
+    placed = insert_place_transfers(program, default)
+    graph = build_graph(placed, 1, options)
+    return placed, graph, chain_by_device(graph, op_devices(placed, default))
 
 
 def chain_by_device(graph: SSAGraph, devices: list[str]) -> int:

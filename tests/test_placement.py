@@ -393,7 +393,6 @@ def _train_compiled(main: fluid.Program, startup: fluid.Program, loss: fluid.Var
     bs = fluid.BuildStrategy()
     bs.num_microbatches = num_microbatches
     compiled = fluid.CompiledProgram(main, build_strategy=bs)
-    compiled._loss_name = loss.name  # what with_data_parallel(loss_name=...) records
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
     with fluid.scope_guard(scope):

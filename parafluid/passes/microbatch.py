@@ -12,7 +12,8 @@ computes micro-batch m.
 For a loss that is a mean over the batch (and equal micro-batches), the averaged gradient
 is the full batch's gradient, up to float rounding. A fetched loss (one element) is the mean
 of the micro-batches' losses; another fetched temporary with a batch dimension is their
-concatenation. ``k == 1`` returns the program as is.
+concatenation. The loss (the output of the op ``append_backward`` marked) is always merged.
+``k == 1`` returns the program as is.
 
 Not supported (a ValueError names the op): a forward or backward op that updates a
 persistable (batch_norm's moving statistics would be updated k times), and optimizer ops
@@ -129,7 +130,9 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
                 result.append(copy)
     # what the updates (and the caller) read from the forward/backward pass, merged
     needed = [n for op in updates for n in op.input_arg_names if n in written]
-    needed += [n for n in fetch if n in written and n not in needed]
+    losses = [n for op in forward if op.attrs.get("op_role", 0) & OpRole.Loss
+              for n in op.output_arg_names]
+    needed += [n for n in (*fetch, *losses) if n in written and n not in needed]
     for name in dict.fromkeys(needed):
         attrs = dict(place_attrs(last_writer[name]))
         attrs["op_role"] = last_writer[name].attrs.get("op_role", 0) & ~OpRole.Loss

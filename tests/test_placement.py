@@ -244,6 +244,20 @@ def test_a_parameter_updated_on_one_device_and_read_on_another_is_copied_every_s
         np.testing.assert_allclose(params[name], value, rtol=0, atol=1e-5, err_msg=name)
 
 
+def test_release_memory_on_a_placed_program_frees_values_where_they_are() -> None:
+    main, startup, loss = _mlp(STAGE0, STAGE1)
+    fluid.release_memory(main)
+    placed = insert_place_transfers(main)
+    types = [op.type for op in placed.global_block().ops]
+    assert types.count("memcpy") == 4 and types.count("delete_var") > 4
+    freed = {n for op in placed.global_block().ops if op.type == "delete_var"
+             for n in op.input("X")}
+    assert "fc_1.tmp_2@cpu:1" not in freed and "fc_2.tmp_1" in freed
+    ref_losses, _ = _train(*_mlp())
+    losses, _ = _train(main, startup, loss)
+    assert losses == ref_losses
+
+
 def test_memcpy_gradient_is_a_copy_back() -> None:
     x = fluid.layers.data(name="x", shape=[3], dtype="float32")
     x.stop_gradient = False

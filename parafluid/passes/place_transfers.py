@@ -17,7 +17,8 @@ Where a value is at the start of a step:
 - any other value read before it is written (feeds, persistables the block only reads):
   on the executor's device (``default_device``), where the executor puts feeds.
 
-Unplaced ops run on ``default_device``. Node parts are checked against the node this
+Unplaced ops run on ``default_device``; ``delete_var`` (``release_memory``) frees a value
+where it is and never causes a copy. Node parts are checked against the node this
 process runs (``node``, default trainer 0): a single process runs ``/node:worker`` and
 ``/node:worker:0`` ops; any other node is a ValueError naming the op and its place, as is a
 malformed place, a device id this machine does not have, a GPU where torch sees none, and a
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ops.registry import EMPTY
+from ..ops.registry import EMPTY, get_op_def
 from ..placement import (
     DEVICE_ATTR,
     NODE_ATTR,
@@ -152,6 +153,9 @@ def insert_place_transfers(program: Any, default_device: str = "cpu:0",
     held: dict[str, dict[str, str]] = {}  # name -> {device: name of the copy there}
     result = []
     for op, dev in zip(ops, devices):
+        if _releases(op):  # delete_var frees the value where it is: nothing to copy
+            result.append(op)
+            continue
         for names in op.inputs.values():
             for k, name in enumerate(names):
                 if name == EMPTY:
@@ -174,6 +178,8 @@ def _crossings(ops: list[Any], devices: list[str], home: dict[str, str], default
                ) -> bool:
     at: dict[str, set[str]] = {}
     for op, dev in zip(ops, devices):
+        if _releases(op):
+            continue
         for name in op.input_arg_names:
             if name != EMPTY and dev not in at.setdefault(name, {home.get(name, default)}):
                 return True
@@ -198,6 +204,10 @@ def _copy(block: Any, reader: Any, name: str, src_dev: str, dev: str, result: li
         attrs[NODE_ATTR] = reader.attrs[NODE_ATTR]
     result.append(block._make_op("memcpy", {"X": [name]}, {"Out": [copy_name]}, attrs))
     return copy_name
+
+
+def _releases(op: Any) -> bool:
+    return get_op_def(op.type).releases_inputs
 
 
 def _has_sub_blocks(block: Any) -> bool:

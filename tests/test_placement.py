@@ -15,6 +15,7 @@ import parafluid as fluid
 from parafluid.ops.registry import register_op, same_as
 from parafluid.passes.place_transfers import insert_place_transfers
 from parafluid.placement import GRAMMAR, is_placed, parse_place, place_of
+from parafluid.testing import OpCase, check_op, rand
 
 STAGE0, STAGE1 = "/node:worker/cpu:0", "/node:worker/cpu:1"
 
@@ -256,6 +257,14 @@ def test_release_memory_on_a_placed_program_frees_values_where_they_are() -> Non
     ref_losses, _ = _train(*_mlp())
     losses, _ = _train(main, startup, loss)
     assert losses == ref_losses
+
+
+@pytest.mark.parametrize("case", [
+    OpCase("memcpy", {"X": rand(3, 2)}, attrs={"op_device": "cpu:1", "src_device": "cpu:0"},
+           ref=lambda X: {"Out": X}, grad=["X"]),
+], ids=str)
+def test_memcpy_in_the_op_table(case: OpCase) -> None:
+    check_op(case)  # forward, inferred shape, and the gradient (a copy back) vs differences
 
 
 def test_memcpy_gradient_is_a_copy_back() -> None:

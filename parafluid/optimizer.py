@@ -28,7 +28,7 @@ from .framework import (
 )
 from .initializer import Constant
 from .layer_helper import LayerHelper
-from .placement import _follow, place_attrs
+from .placement import follow_place, place_attrs
 from .regularizer import append_regularization_ops
 
 __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "Adam",
@@ -145,7 +145,7 @@ class Optimizer:
             # NOTE: with no guard around minimize, an update runs where its gradient is made
             # (nothing changes for an unplaced program: its ops carry no place)
             with program._optimized_guard([param, grad]), \
-                    _follow(_writer_place(block, grad)):
+                    follow_place(_writer_place(block, grad)):
                 ops.append(self._append_optimize_op(block, (param, grad)))
         with program._role_guard(OpRole.Optimize):
             self._finish_update(block, params_grads)

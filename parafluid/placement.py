@@ -38,8 +38,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Place", "parse_place", "place_guard", "device_guard", "place_of", "is_placed",
-           "GRAMMAR", "DEVICE_ATTR", "NODE_ATTR", "local_device_count"]
+__all__ = ["Place", "parse_place", "parse_device", "place_guard", "device_guard", "place_of",
+           "place_attrs", "follow_place", "is_placed", "GRAMMAR", "DEVICE_ATTR", "NODE_ATTR",
+           "local_device_count"]
 
 DEVICE_ATTR = "op_device"
 NODE_ATTR = "op_node"
@@ -209,8 +210,16 @@ def device_guard(device: str | None = None) -> contextlib.AbstractContextManager
     return _guard(parse_device(device), False)
 
 
-def _follow(attrs: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
-    """Append ops at the place recorded in ``attrs`` unless a guard is in force."""
+def follow_place(attrs: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+    """Append ops at the place recorded in ``attrs`` (an op's ``place_attrs``) unless a
+    guard is in force; no place there changes nothing. The optimizer uses it so that an
+    update runs where its gradient is made.
+
+    Example::
+
+        with follow_place(place_attrs(grad_op)):
+            block.append_op("sgd", ...)
+    """
     if _STACK or not (attrs.get(DEVICE_ATTR) or attrs.get(NODE_ATTR)):
         return contextlib.nullcontext()
     return _guard(place_of_attrs(attrs), True)

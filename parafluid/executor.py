@@ -26,7 +26,7 @@ import torch
 from .feed_fetch import as_feed_tensor, fetch_names, fetch_value, missing_value_message
 from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
-from .parallel.device_lanes import lane_scheduler, placed_graph
+from .parallel.device_lanes import at_home, lane_scheduler, placed_graph
 from .parallel.scheduler import Scheduler
 from .parallel.ssa_graph import build_graph
 from .passes.release_memory import eager_deletion_enabled
@@ -97,10 +97,13 @@ class Executor:
             env = plan.envs[0]
             for name, value in feed.items():
                 env[name] = as_feed_tensor(block, name, value, self.device)
+            homes = getattr(plan, "homes", None)
             for name in plan.reads[0]:
                 holder = scope.find_var(name)
                 if holder is None or holder.value is None:
                     raise RuntimeError(missing_value_message(block, name, feed))
+                if homes and name in homes:  # placed: where the copies expect it (once)
+                    holder.value = at_home(holder.value, homes[name])
                 env[name] = holder.value
             run_plan(plan, self._scheduler_for(plan))
             results = []
@@ -178,10 +181,10 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
         if block._find_var_recursive(name) is None:
             raise ValueError(unknown_name_message("fetch target", name, block))
     device = torch.device(device) if isinstance(device, str) else to_device(device)
-    lanes = 1
+    lanes, homes = 1, None
     if block_idx == 0 and is_placed(program):
         # ops placed on several devices: copies between them, one lane per device
-        program, graph, lanes = placed_graph(program, device)
+        program, graph, lanes, homes = placed_graph(program, device)
         block = program.global_block()
     else:
         graph = build_graph(program, 1, block_idx=block_idx)
@@ -190,4 +193,5 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
     plan = Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
                 release=eager_deletion_enabled(), name_devices=False)
     plan.lanes = lanes  # type: ignore[attr-defined]  # read by Executor._scheduler_for
+    plan.homes = homes  # type: ignore[attr-defined]  # read by Executor.run
     return plan

@@ -13,7 +13,7 @@ order across devices, so that a placed program draws the same numbers as the unp
 
 Example::
 
-    program, graph, lanes = placed_graph(main, "cpu:0")
+    program, graph, lanes, homes = placed_graph(main, "cpu:0")
     lanes                               # 2 for a program placed on cpu:0 and cpu:1
     sched = lane_scheduler(lanes)
 """
@@ -24,22 +24,47 @@ from typing import Any
 
 import torch
 
-from ..passes.place_transfers import device_name, op_devices
+from ..passes.place_transfers import device_name, op_devices, persistable_homes
 from .scheduler import Scheduler, intra_op_threads, torch_threads_initializer
 from .ssa_graph import GraphOptions, SSAGraph, build_graph
 
-__all__ = ["placed_graph", "placed_parallel_graph", "chain_by_device", "lane_scheduler"]
+__all__ = ["placed_graph", "placed_parallel_graph", "chain_by_device", "lane_scheduler",
+           "at_home"]
 
 
-def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int]:
-    """The placed program (copies inserted), its graph with per-device chains, and the
-    number of devices (lanes) it uses."""
+def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int, dict[str, Any]]:
+    """The placed program (copies inserted), its graph with per-device chains, the number
+    of devices (lanes) it uses, and the torch device each persistable it reads must be on
+    at the start of a step (see ``at_home``)."""
     from ..passes import executor_pipeline
 
     placed = executor_pipeline(device_name(device))(program)
     devices = op_devices(placed, device_name(device))
     graph = build_graph(placed, 1)
-    return placed, graph, chain_by_device(graph, devices)
+    homes = {name: _torch_device(dev)
+             for name, dev in persistable_homes(placed, device_name(device)).items()}
+    return placed, graph, chain_by_device(graph, devices), homes
+
+
+def _torch_device(dev: str) -> torch.device:
+    kind, _, index = dev.partition(":")
+    # NOTE: CPU devices of one process share torch's one CPU: a CPU value is home anywhere
+    return torch.device("cpu") if kind == "cpu" else torch.device("cuda", int(index or 0))
+
+
+def at_home(value: Any, home: torch.device) -> Any:
+    """``value`` on its home device: itself when it is there (always so on CPU-only runs),
+    else a copy there (a parameter that a GPU initializer made and a CPU optimizer updates).
+
+    Example::
+
+        holder.value = at_home(holder.value, torch.device("cpu"))
+    """
+    if not isinstance(value, torch.Tensor):
+        return value
+    if home.type == "cpu":
+        return value if value.device.type == "cpu" else value.to(home)
+    return value if value.device == home else value.to(home)
 
 
 def placed_parallel_graph(program: Any, devices: list[torch.device], options: GraphOptions,

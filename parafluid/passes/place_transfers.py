@@ -47,7 +47,7 @@ from ..placement import (
     place_of,
 )
 
-__all__ = ["insert_place_transfers", "op_devices", "device_name"]
+__all__ = ["insert_place_transfers", "op_devices", "device_name", "persistable_homes"]
 
 
 def device_name(device: Any) -> str:
@@ -138,12 +138,7 @@ def insert_place_transfers(program: Any, default_device: str = "cpu:0",
         raise ValueError("insert_place_transfers: an op of this program holds a sub-block "
                          "(control flow), whose reads the pass cannot see; place such "
                          "programs on one device")
-    persistable = {n for n, v in block.vars.items() if v.persistable}
-    home: dict[str, str] = {}  # where a value is at the start of a step
-    for op, dev in zip(block.ops, devices):
-        for name in op.output_arg_names:
-            if name in persistable:
-                home[name] = dev  # the last writer wins
+    home = _homes(block, devices)  # where a persistable is at the start of a step
     crossing = _crossings(block.ops, devices, home, default)
     if not crossing:
         return program
@@ -172,6 +167,30 @@ def insert_place_transfers(program: Any, default_device: str = "cpu:0",
     new_block.ops = result
     out._bump()
     return out
+
+
+def _homes(block: Any, devices: list[str]) -> dict[str, str]:
+    persistable = {n for n, v in block.vars.items() if v.persistable}
+    home: dict[str, str] = {}
+    for op, dev in zip(block.ops, devices):
+        for name in op.output_arg_names:
+            if name in persistable:
+                home[name] = dev  # the last writer wins
+    return home
+
+
+def persistable_homes(program: Any, default_device: str = "cpu:0") -> dict[str, str]:
+    """Where the pass assumes each persistable the global block reads is at the start of a
+    step: its last writer's device, else ``default_device``. The Executor moves a scope
+    value that is elsewhere (a parameter its initializer made on a GPU, updated on the CPU)
+    there before the step, once."""
+    default = device_name(default_device)
+    block = program.global_block()
+    devices = op_devices(program, default)
+    home = _homes(block, devices)
+    reads = {n for op in block.ops for n in op.input_arg_names}
+    return {n: home.get(n, default) for n in sorted(reads)
+            if (v := block._find_var_recursive(n)) is not None and v.persistable}
 
 
 def _crossings(ops: list[Any], devices: list[str], home: dict[str, str], default: str

@@ -47,6 +47,7 @@ from .framework import (  # noqa: F401
 )
 from .parallel import BuildStrategy, CompiledProgram, ExecutionStrategy, ParallelExecutor
 from .param_attr import ParamAttr
+from .placement import device_guard, place_guard
 from .place import (
     CPUPlace,
     CUDAPinnedPlace,
@@ -82,7 +83,7 @@ __all__ = [
     "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy",
     "io", "DataFeeder", "DataLoader", "batch",
     "distributed", "transpiler", "DistributeTranspiler", "DistributeTranspilerConfig",
-    "memory_optimize", "release_memory", "profiler",
+    "memory_optimize", "release_memory", "profiler", "place_guard", "device_guard",
     "compiler", "core", "metrics", "nets", "data", "embedding", "create_lod_tensor",
     "create_random_int_lodtensor",
 ]

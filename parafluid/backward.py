@@ -21,6 +21,7 @@ from typing import Any
 
 from .framework import GRAD_SUFFIX, OpRole, Parameter, Variable, grad_var_name
 from .ops.registry import EMPTY, get_op_def
+from .placement import DEVICE_ATTR, NODE_ATTR, place_attrs
 
 __all__ = ["append_backward", "gradients", "calc_gradient"]
 
@@ -162,12 +163,14 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
     pending: dict[str, list[str]] = {}  # grad name -> renamed parts awaiting a sum
     writer: dict[str, tuple[dict[str, Any], str, int]] = {}
     renames: dict[str, int] = {}
+    part_place: dict[str, dict[str, str]] = {}  # renamed part -> place of its writer
 
     def flush(name: str) -> None:
         parts = pending.pop(name, None)
         if parts:
+            # NOTE: a sum of gradient parts runs where its last part was produced
             specs.append({"type": "sum", "inputs": {"X": parts}, "outputs": {"Out": [name]},
-                          "attrs": {}})
+                          "attrs": dict(part_place.get(parts[-1], {}))})
 
     def add(spec: dict[str, Any]) -> None:
         for names in spec["inputs"].values():
@@ -183,15 +186,18 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
                         part0 = _renamed(n, renames)
                         first_spec["outputs"][first_slot][first_i] = part0
                         pending[n] = [part0]
+                        part_place[part0] = _place_of_spec(first_spec)
                     part = _renamed(n, renames)
                     names[i] = part
                     pending[n].append(part)
+                    part_place[part] = _place_of_spec(spec)
                 else:
                     produced.add(n)
                     writer[n] = (spec, slot, i)
         specs.append(spec)
 
     for seed in seeds:
+        _place_like(seed, _writer_of(fwd_ops, seed["outputs"]["Out"][0][: -len(GRAD_SUFFIX)]))
         add(seed)
     for op in path:  # already in reverse order
         opdef = get_op_def(op.type)
@@ -203,8 +209,8 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
             if not ok:
                 continue
             for fill in zero_fills:
-                add(fill)
-            add(spec)
+                add(_place_like(fill, op))
+            add(_place_like(spec, op))
     for name in list(pending):
         flush(name)
     with block.program._role_guard(OpRole.Backward):
@@ -212,6 +218,27 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
             block.append_op(spec["type"], inputs=spec["inputs"], outputs=spec["outputs"],
                             attrs=spec["attrs"])
     return produced
+
+
+def _writer_of(ops: list[Any], name: str) -> Any:
+    """The last of ``ops`` that writes ``name`` (None if none does)."""
+    for op in reversed(ops):
+        if name in op.output_arg_names:
+            return op
+    return None
+
+
+def _place_like(spec: dict[str, Any], op: Any) -> dict[str, Any]:
+    """A gradient op runs where its forward op runs: copy the forward op's place attrs
+    (a place the grad maker set explicitly wins)."""
+    if op is not None:
+        for key, value in place_attrs(op).items():
+            spec["attrs"].setdefault(key, value)
+    return spec
+
+
+def _place_of_spec(spec: dict[str, Any]) -> dict[str, str]:
+    return {k: spec["attrs"][k] for k in (DEVICE_ATTR, NODE_ATTR) if spec["attrs"].get(k)}
 
 
 def _reads_flowing(op: Any, opdef: Any, flows: set[str]) -> bool:

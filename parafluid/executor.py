@@ -37,10 +37,12 @@ from .feed_fetch import (
 )
 from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
+from .parallel.device_lanes import at_home, lane_scheduler, placed_graph
 from .parallel.scheduler import Scheduler
 from .parallel.ssa_graph import build_graph
 from .passes.release_memory import eager_deletion_enabled
 from .place import to_device
+from .placement import is_placed
 from .plan import Plan, run_plan
 from .runtime import RunServices
 from .scope import Scope, global_scope, scope_guard
@@ -79,6 +81,7 @@ class Executor:
         self._cache: dict[tuple, Plan] = {}
         self._lock = threading.Lock()
         self._scheduler = Scheduler(1)
+        self._lane_schedulers: dict[int, Scheduler] = {}  # placed programs: device count
         self._closed = False
 
     # ------------------------------------------------------------------ public API
@@ -123,12 +126,15 @@ class Executor:
                 env[name] = as_feed_tensor(block, name, value, self.device)
             if plan.batch_feeds:
                 check_batch_sizes(plan.batch_feeds, env)
+            homes = getattr(plan, "homes", None)
             for name in plan.reads[0]:
                 holder = scope.find_var(name)
                 if holder is None or holder.value is None:
                     raise RuntimeError(missing_value_message(block, name, feed))
+                if homes and name in homes:  # placed: where the copies expect it (once)
+                    holder.value = at_home(holder.value, homes[name])
                 env[name] = holder.value
-            run_plan(plan, self._scheduler, check_nan_inf=self.check_nan_inf)
+            run_plan(plan, self._scheduler_for(plan), check_nan_inf=self.check_nan_inf)
             results = []
             for name in plan.fetch:
                 value = env.get(name)
@@ -151,6 +157,20 @@ class Executor:
             return
         self._closed = True
         self._cache.clear()
+        for sched in self._lane_schedulers.values():
+            sched.close()
+        self._lane_schedulers.clear()
+
+    def _scheduler_for(self, plan: Plan) -> Scheduler:
+        """One lane, or one worker per device for a program placed on several."""
+        lanes = getattr(plan, "lanes", 1)
+        if lanes == 1:
+            return self._scheduler
+        with self._lock:
+            sched = self._lane_schedulers.get(lanes)
+            if sched is None:
+                sched = self._lane_schedulers[lanes] = lane_scheduler(lanes)
+        return sched
 
     # ------------------------------------------------------------------ compilation
     def _take_plan(self, program: Program, feed: tuple[str, ...], fetch: tuple[str, ...]
@@ -190,8 +210,17 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
         if block._find_var_recursive(name) is None:
             raise ValueError(unknown_name_message("fetch target", name, block))
     device = torch.device(device) if isinstance(device, str) else to_device(device)
-    graph = build_graph(program, 1, block_idx=block_idx)
+    lanes, homes = 1, None
+    if block_idx == 0 and is_placed(program):
+        # ops placed on several devices: copies between them, one lane per device
+        program, graph, lanes, homes = placed_graph(program, device)
+        block = program.global_block()
+    else:
+        graph = build_graph(program, 1, block_idx=block_idx)
     svc = services if services is not None else RunServices(program, device=device)
     # FLAGS_eager_delete_tensor_gb < 0 turns eager deletion off, as in Fluid
-    return Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
+    plan = Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
                 release=eager_deletion_enabled(), name_devices=False)
+    plan.lanes = lanes  # type: ignore[attr-defined]  # read by Executor._scheduler_for
+    plan.homes = homes  # type: ignore[attr-defined]  # read by Executor.run
+    return plan

@@ -277,6 +277,7 @@ class Block:
     def _make_op(self, type: str, inputs: dict[str, Any] | None, outputs: dict[str, Any] | None,
                  attrs: dict[str, Any] | None, infer: bool = True) -> Operator:
         from .ops.registry import prepare_op  # registry imports nothing from here at import
+        from .placement import apply_current_place
 
         where = f"op {type!r}"
         ins = {slot: var_names(v, f"{where} input {slot!r}")
@@ -290,6 +291,7 @@ class Block:
             attrs["op_role_var"] = list(program._op_role_var)
         if program._name_scope_stack:
             attrs.setdefault("op_namescope", "/" + "/".join(program._name_scope_stack) + "/")
+        apply_current_place(attrs)  # place_guard / device_guard (placement.py)
         op = Operator(self, type, ins, outs, attrs, callsite=_user_callsite())
         prepare_op(op, infer=infer)
         return op

@@ -28,6 +28,7 @@ from .framework import (
 )
 from .initializer import Constant
 from .layer_helper import LayerHelper
+from .placement import follow_place, place_attrs
 from .regularizer import append_regularization_ops
 
 __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "Adam",
@@ -143,7 +144,10 @@ class Optimizer:
         for param, grad in params_grads:
             if grad is None or not param.trainable:
                 continue
-            with program._optimized_guard([param, grad]):
+            # NOTE: with no guard around minimize, an update runs where its gradient is made
+            # (nothing changes for an unplaced program: its ops carry no place)
+            with program._optimized_guard([param, grad]), \
+                    follow_place(_writer_place(block, grad)):
                 ops.append(self._append_optimize_op(block, (param, grad)))
         with program._role_guard(OpRole.Optimize):
             self._finish_update(block, params_grads)
@@ -160,6 +164,15 @@ class Optimizer:
         """Append backward and update ops for ``loss``; return (optimize_ops, params_grads)."""
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
         return self.apply_optimize(loss, startup_program, params_grads), params_grads
+
+
+def _writer_place(block: Any, var: Any) -> dict[str, str]:
+    """The place attrs of the last op of ``block`` writing ``var`` (empty if unplaced)."""
+    name = var.name if isinstance(var, Variable) else var
+    for op in reversed(block.ops):
+        if name in op.output_arg_names:
+            return place_attrs(op)
+    return {}
 
 
 class SGD(Optimizer):

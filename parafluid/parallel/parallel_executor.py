@@ -43,11 +43,13 @@ from ..framework import Program, default_main_program
 from ..passes import data_parallel_pipeline
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
 from ..place import cpu_device_count, to_device
+from ..placement import is_placed
 from ..plan import Plan, run_plan
 from ..runtime import OpRunError, RunServices
 from ..scope import Scope, global_scope
 from ..variable import unknown_name_message, var_name
 from .comm import LocalCommunicator
+from .device_lanes import lane_scheduler, placed_parallel_graph
 from .device_scopes import DeviceScopes
 from .ssa_graph import GraphOptions, SSAGraph, build_graph
 from .strategy import (
@@ -332,9 +334,16 @@ class ParallelExecutor:
         comm = self._communicator
         pipeline = data_parallel_pipeline(bs, comm.nranks, self._loss_name)
         program = pipeline(self._program)
-        graph = build_graph(program, self.device_count,
-                            GraphOptions(sequential=bs.enable_sequential_execution,
-                                         rank_offset=comm.rank_offset))
+        options = GraphOptions(sequential=bs.enable_sequential_execution,
+                               rank_offset=comm.rank_offset)
+        if is_placed(program) or bs.num_microbatches > 1:
+            # operator placement in one process (docs/placement.md): one lane per device
+            program, graph, lanes = placed_parallel_graph(
+                program, self._devices, options, bs.num_microbatches, self._loss_name)
+            if lanes > 1 and self._owned.scheduler is None:
+                self._owned.scheduler = lane_scheduler(lanes)  # closed with the executor
+        else:
+            graph = build_graph(program, self.device_count, options)
         self._warn()
         if bs.debug_graphviz_path:
             from .graphviz import write_graphs

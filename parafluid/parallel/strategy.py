@@ -166,6 +166,8 @@ class BuildStrategy(_Strategy):
             so when one is turned on).
         num_trainers, trainer_id, trainers_endpoints: the multi-process setting
             (``nranks = num_trainers * devices``).
+        num_microbatches: split each batch into this many micro-batches, GPipe-style, so
+            that the stages of a placed program overlap (one place only; docs/placement.md).
 
     Example::
 
@@ -196,6 +198,7 @@ class BuildStrategy(_Strategy):
         "num_trainers": (int, 1),
         "trainer_id": (int, 0),
         "trainers_endpoints": (list, list),
+        "num_microbatches": (int, 1),
     }
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -208,6 +211,9 @@ class BuildStrategy(_Strategy):
         if name == "trainer_id" and value < 0:
             object.__setattr__(self, name, 0)
             raise ValueError(f"BuildStrategy.trainer_id must be >= 0, got {value}")
+        if name == "num_microbatches" and value < 1:
+            object.__setattr__(self, name, 1)
+            raise ValueError(f"BuildStrategy.num_microbatches must be >= 1, got {value}")
 
 
 _NO_EFFECT = {

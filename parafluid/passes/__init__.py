@@ -17,6 +17,9 @@
   ``fluid.release_memory``), in place as in Fluid; reuse dead variables' names by renaming,
   or insert ``delete_var`` ops after last uses (see docs/memory.md).
 
+- ``place_transfers.insert_place_transfers(program)``: a ``memcpy`` wherever a value
+  produced on one device is read on another (placed programs, see docs/placement.md).
+
 ``PassPipeline`` runs an ordered list of them and can dump the program after each
 (``PARAFLUID_DEBUG=1`` or ``PARAFLUID_DUMP_PASSES=DIR``). ``data_parallel_pipeline`` is the
 list the ParallelExecutor runs; the backward pass stays ``parafluid.append_backward``.
@@ -62,6 +65,10 @@ def data_parallel_pipeline(build_strategy: Any, nranks: int, loss_name: str | No
     return PassPipeline(passes)
 
 
-def executor_pipeline() -> PassPipeline:
-    """The passes the sequential Executor applies (none yet: programs run as written)."""
-    return PassPipeline([])
+def executor_pipeline(default_device: str = "cpu:0") -> PassPipeline:
+    """The passes the sequential Executor applies to a placed program (``fluid.place_guard``):
+    copies where values cross devices. Unplaced programs run as written."""
+    from .place_transfers import insert_place_transfers
+
+    return PassPipeline([("place_transfers",
+                          partial(insert_place_transfers, default_device=default_device))])

@@ -1,0 +1,166 @@
+"""GPipe-style micro-batching: ``split_microbatches(program, k, fetch) -> program``.
+
+A model split over devices (``fluid.place_guard``) runs its stages one after another on one
+batch: while stage 1 computes, stage 0 waits. This pass splits every fed batch into ``k``
+micro-batches along axis 0 (a ``split`` op), repeats the forward and backward ops once per
+micro-batch (every temporary renamed ``<name>@MB<m>``), all forwards first and then all
+backwards, as GPipe does, and then sums each gradient over the micro-batches and scales it by
+``1/k`` before the unchanged optimizer ops. With one lane per device in program order
+(``parafluid.parallel.device_lanes``) stage 0 computes micro-batch m+1 while stage 1
+computes micro-batch m.
+
+For a loss that is a mean over the batch (and equal micro-batches), the averaged gradient
+is the full batch's gradient, up to float rounding. A fetched loss (one element) is the mean
+of the micro-batches' losses; another fetched temporary with a batch dimension is their
+concatenation. The loss (the output of the op ``append_backward`` marked) is always merged.
+``k == 1`` returns the program as is.
+
+Not supported (a ValueError names the op): a forward or backward op that updates a
+persistable (batch_norm's moving statistics would be updated k times), and optimizer ops
+interleaved with the forward/backward ones.
+
+Example::
+
+    mb = split_microbatches(main, 4, fetch=[loss.name])
+    print(mb)   # split(X=[x]) -> x@MB0..x@MB3, 4 x forward, 4 x backward, sum + scale, sgd
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..framework import OpRole
+from ..ops.registry import EMPTY
+from ..placement import place_attrs
+
+__all__ = ["split_microbatches"]
+
+_UPDATE = OpRole.Optimize | OpRole.LRSched
+
+
+def _mb(name: str, m: int) -> str:
+    return f"{name}@MB{m}"
+
+
+def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
+    """``program`` with its forward/backward run on ``k`` micro-batches (see the module doc).
+
+    Args:
+        program: a training program (forward, backward, then updates).
+        k: the number of micro-batches (>= 1); every fed batch must divide by it.
+        fetch: names the caller fetches (merged over the micro-batches).
+    """
+    if type(k) is not int or k < 1:
+        raise ValueError(f"split_microbatches: k must be an int >= 1, got {k!r}")
+    if k == 1:
+        return program
+    block = program.global_block()
+    ops = block.ops
+    first_update = next((i for i, op in enumerate(ops)
+                         if op.attrs.get("op_role", 0) & _UPDATE), len(ops))
+    body, updates = ops[:first_update], ops[first_update:]
+    for i, op in enumerate(updates, first_update):
+        if not op.attrs.get("op_role", 0) & _UPDATE:
+            raise ValueError(f"split_microbatches: op #{i} {op.type} (created at {op.callsite}) "
+                             "is a forward/backward op after the first optimizer op; "
+                             "micro-batching needs the updates last")
+
+    def persistable(name: str) -> bool:
+        var = block._find_var_recursive(name)
+        return var is not None and var.persistable
+
+    written: set[str] = set()
+    feeds: list[str] = []
+    last_writer: dict[str, Any] = {}
+    for i, op in enumerate(body):
+        for name in op.input_arg_names:
+            if name != EMPTY and name not in written and not persistable(name) \
+                    and name not in feeds:
+                feeds.append(name)
+        for name in op.output_arg_names:
+            if name == EMPTY:
+                continue
+            if persistable(name):
+                raise ValueError(
+                    f"split_microbatches: op #{i} {op.type} (created at {op.callsite}) updates "
+                    f"persistable {name!r} in the forward/backward pass; it would be updated "
+                    f"{k} times a step with micro-batches (use num_microbatches=1)")
+            written.add(name)
+            last_writer[name] = op
+    out = program.clone()
+    new_block = out.global_block()
+    src_ops = new_block.ops[:first_update]
+    result: list[Any] = []
+
+    def var_like(name: str, new_name: str) -> None:
+        if new_name in new_block.vars:
+            return
+        var = new_block._find_var_recursive(name)
+        meta = {} if var is None else {"shape": var.shape, "dtype": var.dtype, "type": var.type,
+                                       "lod_level": var.lod_level,
+                                       "stop_gradient": var.stop_gradient}
+        new_block.create_var(name=new_name, **meta)
+
+    for name in feeds:
+        parts = [_mb(name, m) for m in range(k)]
+        for part in parts:
+            var_like(name, part)
+        result.append(new_block._make_op("split", {"X": [name]}, {"Out": parts},
+                                         {"axis": 0, "num": k}))
+    local = written | set(feeds)
+
+    def renamed(slots: dict[str, list[str]], m: int) -> dict[str, list[str]]:
+        out_slots = {}
+        for slot, names in slots.items():
+            out_slots[slot] = [_mb(n, m) if n in local else n for n in names]
+            for n in names:
+                if n in local:
+                    var_like(n, _mb(n, m))
+        return out_slots
+
+    forward = [op for op in src_ops if not op.attrs.get("op_role", 0) & OpRole.Backward]
+    backward = [op for op in src_ops if op.attrs.get("op_role", 0) & OpRole.Backward]
+    for phase in (forward, backward):  # GPipe: every forward, then every backward
+        for m in range(k):
+            for op in phase:
+                copy = new_block._make_op(op.type, renamed(op.inputs, m),
+                                          renamed(op.outputs, m), dict(op.attrs))
+                copy.callsite = op.callsite  # errors point at the user's line, not here
+                result.append(copy)
+    # what the updates (and the caller) read from the forward/backward pass, merged
+    needed = [n for op in updates for n in op.input_arg_names if n in written]
+    losses = [n for op in forward if op.attrs.get("op_role", 0) & OpRole.Loss
+              for n in op.output_arg_names]
+    needed += [n for n in (*fetch, *losses) if n in written and n not in needed]
+    for name in dict.fromkeys(needed):
+        attrs = dict(place_attrs(last_writer[name]))
+        attrs["op_role"] = last_writer[name].attrs.get("op_role", 0) & ~OpRole.Loss
+        parts = [_mb(name, m) for m in range(k)]
+        var = new_block._find_var_recursive(name)
+        shape = list(var.shape) if var is not None and var.shape is not None else None
+        grad_or_loss = name in (n for op in updates for n in op.input_arg_names) or \
+            (shape is not None and _numel(shape) == 1)
+        if grad_or_loss:
+            # gradients of a mean loss, and the loss itself: the mean over micro-batches
+            result.append(new_block._make_op("sum", {"X": parts}, {"Out": [name]}, attrs))
+            result.append(new_block._make_op("scale", {"X": [name]}, {"Out": [name]},
+                                             {**attrs, "scale": 1.0 / k}))
+        elif shape is not None and shape and shape[0] == -1:
+            result.append(new_block._make_op("concat", {"X": parts}, {"Out": [name]},
+                                             {**attrs, "axis": 0}))
+        else:
+            raise ValueError(f"split_microbatches: cannot merge fetch target {name!r} (shape "
+                             f"{shape}) over {k} micro-batches: fetch the loss, or a value "
+                             "with a batch dimension")
+    result.extend(new_block.ops[first_update:])
+    new_block.ops = result
+    out._bump()
+    return out
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -177,8 +177,7 @@ class Plan:
             env = self.envs[node.device]
             if inplace is not None:
                 return inplace(env)
-            run = bind_op(node.op, devices[node.device], self.services[node.device])
-            return lambda: run(env)
+            return bind_op(node.op, devices[node.device], self.services[node.device], env=env)
         opdef = get_op_def(node.type)
         kernel, attrs = opdef.kernel, dict(node.attrs)
         ctx = RunContext(node.op, devices[0], self.services[0])
@@ -217,8 +216,6 @@ class Plan:
         node = self.graph.nodes[i]
         fn, writes = self._fns[i], self._writes[i]
         lock, pending, envs = self._lock, self._pending, self.envs
-        op, index = node.op, node.op_index
-        device = node.device if self._name_devices else None
         drops = [(envs[key[0]], key[1], key if n > 1 else None)
                  for key, n in self._releases.get(i) or ()]
         if check:
@@ -230,26 +227,26 @@ class Plan:
                 run_op()
                 check_finite((slot, n, env[n]) for slot, env, n in outputs if n in env)
 
-        def task() -> None:
-            try:
+        # NOTE: an op's exception becomes its OpRunError in run_plan (by task index), so a
+        # task without writes or releases is the bound op itself: no frame added per op
+        if not writes and not drops:
+            task = fn
+        else:
+            def task() -> None:
                 fn()
-            except OpRunError:
-                raise
-            except Exception as e:
-                raise op_error(op, index, e, device) from e
-            if writes:
-                for svc, env, name in writes:
-                    svc.write_persistable(name, env[name])
-            if drops:
-                for env, name, key in drops:
-                    if key is None:
-                        env.pop(name, None)
-                        continue
-                    with lock:
-                        pending[key] -= 1
-                        last = pending[key] == 0
-                    if last:
-                        env.pop(name, None)
+                if writes:
+                    for svc, env, name in writes:
+                        svc.write_persistable(name, env[name])
+                if drops:
+                    for env, name, key in drops:
+                        if key is None:
+                            env.pop(name, None)
+                            continue
+                        with lock:
+                            pending[key] -= 1
+                            last = pending[key] == 0
+                        if last:
+                            env.pop(name, None)
         if not record or not self._records[i]:
             return task
         records, undo = self._records[i], self.undo
@@ -345,6 +342,15 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
                 if guard.in_tail and guard.unrecorded:
                     cause.add_note(e.__notes__[-1])
                 raise cause from cause.__cause__
+            if isinstance(cause, Exception) and e.task_index < len(plan.graph.nodes):
+                # the one error of a failing op: which op, its inputs, device and callsite
+                node = plan.graph.nodes[e.task_index]
+                err = op_error(node.op, node.op_index, cause,
+                               node.device if plan._name_devices else None)
+                for note in getattr(e, "__notes__", ())[-1:] if guard.in_tail and \
+                        guard.unrecorded else ():
+                    err.add_note(note)
+                raise err from cause
         raise
     finally:
         plan.undo.clear()

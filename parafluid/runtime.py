@@ -207,10 +207,12 @@ class RunContext:
 # ---------------------------------------------------------------------- binding
 
 
-def bind_op(op: Any, device: Any, services: RunServices | None = None) -> Runner:
+def bind_op(op: Any, device: Any, services: RunServices | None = None,
+            env: dict[str, Any] | None = None) -> Runner:
     """Return ``run(env)`` executing ``op`` on ``device`` against the value dict ``env``.
 
-    The op's own ``op_device`` attr, when set, wins over ``device``.
+    The op's own ``op_device`` attr, when set, wins over ``device``. Given ``env``, the
+    closure also runs with no argument, against that dict (one call less per op).
     """
     opdef = get_op_def(op.type)
     kernel = opdef.kernel
@@ -239,11 +241,11 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None) -> Runner
         if not absent and len(out_pairs) == 1:
             out_slot, out_name = out_pairs[0]
 
-            def run_one(env: dict[str, Any]) -> None:
+            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
                 env[out_name] = kernel({s: env[n] for s, n in in_pairs}, attrs, ctx)[out_slot]
             return run_one
 
-        def run_simple(env: dict[str, Any]) -> None:
+        def run_simple(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
             ins = {s: env[n] for s, n in in_pairs}
             for s in absent:
                 ins[s] = None
@@ -252,7 +254,7 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None) -> Runner
                 env[n] = outs[s]
         return run_simple
 
-    def run_general(env: dict[str, Any]) -> None:
+    def run_general(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
         ins: dict[str, Any] = {}
         for slot, names, dup in in_spec:
             if dup:

@@ -1,0 +1,139 @@
+"""The trainer side of the parameter-server protocol: one client per pserver endpoint.
+
+The ``send``/``recv``/barrier/``prefetch`` op kernels are thin wrappers over these calls: they
+hold an endpoint, a variable name and a tensor, and ask a :class:`ClientPool` (owned by the
+run context) for the endpoint's :class:`PServerClient`. Every call waits at most the deadline
+(``FLAGS_rpc_deadline``) and its error names the endpoint, the request and the variable.
+
+Example::
+
+    pool = ClientPool(trainer_id=0)
+    ps = pool.get("127.0.0.1:6174")
+    ps.send("fc_0.w_0@GRAD", grad)
+    pool.send_barrier(["127.0.0.1:6174"])
+    w = ps.recv("fc_0.w_0")
+    pool.fetch_barrier(["127.0.0.1:6174"])
+    pool.complete()          # Executor.close(): every pserver this trainer talked to
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from .rpc import RPCClient, wait_for_server
+from .wire import Kind
+
+__all__ = ["PServerClient", "ClientPool", "wait_for_server"]
+
+
+class PServerClient:
+    """Requests of trainer ``trainer_id`` to the pserver at ``endpoint``.
+
+    Args:
+        endpoint: ``host:port`` of the pserver.
+        trainer_id: this trainer's id (0-based), sent with every request.
+        deadline_s: per-call deadline; None reads ``FLAGS_rpc_deadline`` (ms).
+        secret: shared secret; None reads ``$PARAFLUID_RPC_SECRET``.
+    """
+
+    def __init__(self, endpoint: str, trainer_id: int, deadline_s: float | None = None,
+                 secret: bytes | str | None = None) -> None:
+        self._rpc = RPCClient(endpoint, deadline_s, secret, trainer_id=trainer_id)
+        self.endpoint = self._rpc.endpoint
+        self.trainer_id = int(trainer_id)
+
+    def send(self, name: str, value: Any) -> None:
+        """Push a gradient (tensor or SelectedRows); returns once the pserver has it."""
+        self._rpc.call(Kind.SEND, name, value)
+
+    def send_barrier(self) -> None:
+        """Tell the pserver this trainer sent all its gradients of the step."""
+        self._rpc.call(Kind.SEND_BARRIER)
+
+    def recv(self, name: str) -> torch.Tensor:
+        """The current value of a parameter (block); in sync mode, after the step's update."""
+        return self._rpc.call(Kind.GET, name).value
+
+    def fetch_barrier(self) -> None:
+        """Tell the pserver this trainer read all its parameters of the step."""
+        self._rpc.call(Kind.FETCH_BARRIER)
+
+    def prefetch(self, table: str, rows: Any) -> torch.Tensor:
+        """Rows ``rows`` (int64 ids local to this pserver's shard) of lookup table ``table``."""
+        ids = torch.as_tensor(rows, dtype=torch.int64).reshape(-1)
+        return self._rpc.call(Kind.PREFETCH, table, ids).value
+
+    def checkpoint_notify(self, dirname: str) -> None:
+        """Ask the pserver to save its blocks under ``dirname`` (its own file system)."""
+        self._rpc.call(Kind.CHECKPOINT, "", dirname)
+
+    def complete(self) -> None:
+        """Tell the pserver this trainer is done (it leaves the fan-in)."""
+        self._rpc.call(Kind.COMPLETE)
+
+    def close(self) -> None:
+        self._rpc.close()
+
+    def __repr__(self) -> str:
+        return f"PServerClient({self.endpoint!r}, trainer_id={self.trainer_id})"
+
+
+class ClientPool:
+    """One :class:`PServerClient` per endpoint for one trainer, created on first use."""
+
+    def __init__(self, trainer_id: int, deadline_s: float | None = None,
+                 secret: bytes | str | None = None) -> None:
+        self.trainer_id = int(trainer_id)
+        self.deadline_s = deadline_s
+        self.secret = secret
+        self._clients: dict[str, PServerClient] = {}
+        self._lock = threading.Lock()
+
+    def get(self, endpoint: str) -> PServerClient:
+        with self._lock:
+            c = self._clients.get(endpoint)
+            if c is None:
+                c = self._clients[endpoint] = PServerClient(endpoint, self.trainer_id,
+                                                            self.deadline_s, self.secret)
+            return c
+
+    @property
+    def endpoints(self) -> list[str]:
+        return list(self._clients)
+
+    def send_barrier(self, endpoints: Iterable[str]) -> None:
+        for ep in endpoints:
+            self.get(ep).send_barrier()
+
+    def fetch_barrier(self, endpoints: Iterable[str]) -> None:
+        for ep in endpoints:
+            self.get(ep).fetch_barrier()
+
+    def checkpoint_notify(self, dirname: str, endpoints: Iterable[str]) -> None:
+        for ep in endpoints:
+            self.get(ep).checkpoint_notify(dirname)
+
+    def complete(self, endpoints: Iterable[str] | None = None) -> None:
+        """Send COMPLETE to ``endpoints`` (default: every endpoint used), then close.
+
+        Every endpoint is tried; the first error is raised after the others were told.
+        """
+        first: Exception | None = None
+        for ep in list(self._clients) if endpoints is None else list(endpoints):
+            try:
+                self.get(ep).complete()
+            except Exception as e:  # NOTE: keep telling the other pservers
+                first = first or e
+        self.close()
+        if first is not None:
+            raise first
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._clients.values():
+                c.close()
+            self._clients.clear()

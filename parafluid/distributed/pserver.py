@@ -1,0 +1,382 @@
+"""The parameter-server loop, independent of programs: barriers, fan-in, deadlines.
+
+A :class:`ParameterServer` serves gradient pushes, parameter reads, table prefetches,
+checkpoint requests and completion notices from ``fan_in`` trainers, and calls back into its
+owner (the ``listen_and_serv`` op, or a test) to optimize, read, prefetch and save.
+
+Sync mode, per step: wait until every live trainer has sent its gradients and its send
+barrier; call ``optimize`` once with every live trainer's gradients; serve parameter reads
+until every live trainer has passed its fetch barrier; repeat. A read or fetch barrier from a
+trainer that already sent this step's send barrier waits (its reply is held) until the
+optimization has run. A trainer's ``complete`` removes it from the fan-in, so trainers with
+different amounts of data do not stall the others; ``serve()`` returns once every trainer has
+completed. Async mode: each gradient is optimized as it arrives; barriers are answered at once.
+
+Every wait has the deadline (``FLAGS_rpc_deadline``): when it passes, ``serve()`` raises
+:class:`PServerError` naming the missing trainer ids and what they were waiting for.
+
+Example::
+
+    params = {"w": torch.zeros(4)}
+    def optimize(grads):                      # {"w": [grad of trainer 0, grad of trainer 1]}
+        for name, blocks in grads.items():
+            params[name] -= 0.1 * sum(blocks) / len(blocks)
+    ps = ParameterServer("127.0.0.1:0", fan_in=2, optimize=optimize, get=params.__getitem__)
+    ps.serve()                                # returns when both trainers called complete()
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import zmq
+
+from .deadline import rpc_deadline_seconds
+from .rpc import Request, RPCServer
+from .wire import DEFAULT_MAX_MESSAGE_BYTES, Kind
+
+__all__ = ["ParameterServer", "PServerError"]
+
+log = logging.getLogger("parafluid.distributed.pserver")
+
+_TRAINER_SUFFIX = re.compile(r"\.trainer_(\d+)$")
+
+
+class PServerError(RuntimeError):
+    """The server loop cannot go on: a barrier timed out, or a callback failed."""
+
+
+class ParameterServer:
+    """The server loop of one pserver endpoint (see the module docstring for the protocol).
+
+    Args:
+        endpoint: ``host:port`` to bind (port 0: a free port, see ``self.endpoint``).
+        fan_in: the number of trainers (ids ``0 .. fan_in-1``).
+        sync_mode: barriers and one optimization per step (True), or apply each gradient as
+            it arrives (False).
+        optimize: ``optimize({name: [value, ...]})``; sync mode: once per step with the
+            gradients of every live trainer that sent one, in trainer-id order (a
+            ``.trainer_<id>`` suffix matching the sender is stripped from names); async: once
+            per gradient with a one-element list.
+        get: ``get(name) -> tensor`` for parameter reads (KeyError: the trainer gets an error
+            naming the variable). The tensor is sent without a copy; it must change only
+            inside ``optimize`` (sync mode: every read of a step is received before the next
+            step's optimize; async mode: optimize first waits, briefly, for replies in flight).
+        prefetch: ``prefetch(table, rows) -> tensor`` of the requested rows.
+        save: ``save(dirname)`` on a checkpoint notice.
+        deadline_s: the barrier deadline; None reads ``FLAGS_rpc_deadline``.
+        secret: shared secret; None reads ``$PARAFLUID_RPC_SECRET``.
+    """
+
+    def __init__(self, endpoint: str, fan_in: int, sync_mode: bool = True, *,
+                 optimize: Callable[[dict[str, list[Any]]], None],
+                 get: Callable[[str], Any],
+                 prefetch: Callable[[str, torch.Tensor], Any] | None = None,
+                 save: Callable[[str], None] | None = None,
+                 deadline_s: float | None = None,
+                 secret: bytes | str | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 poll_interval_s: float = 0.05) -> None:
+        if not isinstance(fan_in, int) or fan_in < 1:
+            raise ValueError(f"ParameterServer: fan_in must be an int >= 1, got {fan_in!r}")
+        self.fan_in = fan_in
+        self.sync_mode = bool(sync_mode)
+        self._optimize, self._get, self._prefetch, self._save = optimize, get, prefetch, save
+        self.deadline_s = rpc_deadline_seconds() if deadline_s is None else float(deadline_s)
+        self.live: set[int] = set(range(fan_in))
+        self.completed: set[int] = set()
+        self.step = 0  # optimizations run (sync: steps; async: gradients applied)
+        self._phase = "send"  # sync: "send" (collect grads + send barriers) or "fetch"
+        self._grads: dict[str, dict[int, Any]] = {}
+        self._sent_barrier: set[int] = set()   # send barrier received this step
+        self._fetched: set[int] = set()        # fetch barrier received this step
+        self._held: list[Request] = []         # requests waiting for this step's optimize
+        self._in_flight: list[zmq.MessageTracker] = []  # async: replies still being sent
+        self._phase_start = time.monotonic()
+        self._warned = False
+        self._last_seen = dict.fromkeys(self.live, time.monotonic())
+        self._error: PServerError | None = None
+        self._server = RPCServer(endpoint, self._handle, secret,
+                                 max_message_bytes=max_message_bytes,
+                                 poll_interval_s=poll_interval_s, on_tick=self._tick)
+        self.endpoint = self._server.endpoint
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def serve(self, handle_sigterm: bool = True,
+              on_ready: Callable[[], None] | None = None) -> None:
+        """Serve until every trainer completed (or :meth:`stop`, or SIGTERM).
+
+        ``on_ready`` is called when the server is about to serve, with SIGTERM handled (when
+        ``handle_sigterm`` and on the main thread): e.g. to print a "listening" line.
+
+        Raises PServerError when a barrier times out or a callback fails; the requests held
+        at that moment are answered with the error so that their trainers fail at once.
+        """
+        try:
+            self._server.serve_forever(handle_sigterm=handle_sigterm, on_ready=on_ready)
+        except PServerError as e:
+            self._error = e
+        except Exception as e:
+            self._error = PServerError(f"pserver {self.endpoint}: {type(e).__name__}: {e}")
+            self._error.__cause__ = e
+        if self._error is not None:
+            raise self._error
+        if self._server.stopped_by:
+            log.warning("pserver %s: stopped by %s at step %d", self.endpoint,
+                        self._server.stopped_by, self.step)
+
+    def stop(self) -> None:
+        """End :meth:`serve` (thread-safe)."""
+        self._server.stop()
+
+    @property
+    def stopped_by(self) -> str | None:
+        return self._server.stopped_by
+
+    def close(self) -> None:
+        """Release the socket of a server whose ``serve()`` was never called."""
+        self._server.close()
+
+    # -- request handling (serving thread only) ----------------------------------------------
+
+    def _handle(self, req: Request) -> None:
+        m = req.msg
+        if m.kind == Kind.PING:
+            req.reply()
+            return
+        t = m.trainer_id
+        if not 0 <= t < self.fan_in:
+            req.reply_error(f"trainer id {t} is not in 0..{self.fan_in - 1} (this pserver "
+                            f"serves {self.fan_in} trainers)")
+            return
+        if t in self.completed:
+            if m.kind == Kind.COMPLETE:
+                req.reply()
+            else:
+                req.reply_error(f"trainer {t} already completed and cannot {m.kind.name}")
+            return
+        self._last_seen[t] = time.monotonic()
+        try:
+            if m.kind == Kind.COMPLETE:
+                req.reply()
+                self._complete(t)
+            elif m.kind == Kind.CHECKPOINT:
+                self._checkpoint(req)
+            elif self.sync_mode:
+                self._handle_sync(req, t)
+            else:
+                self._handle_async(req, t)
+        except PServerError as e:
+            self._fail(e)
+        except _RequestError as e:
+            if not req.replied:
+                req.reply_error(str(e))
+
+    def _handle_sync(self, req: Request, t: int) -> None:
+        m = req.msg
+        if m.kind == Kind.SEND:
+            name = _strip_trainer(m.name, t)
+            blocks = self._grads.setdefault(name, {})
+            if t in blocks:
+                raise _RequestError(f"trainer {t} sent {name!r} twice in step {self.step}")
+            blocks[t] = m.value
+            req.reply()
+        elif m.kind == Kind.SEND_BARRIER:
+            if self._phase == "fetch" and t not in self._fetched:
+                raise _RequestError(f"trainer {t} sent a send barrier before its fetch barrier "
+                                    f"of step {self.step - 1}")
+            if t in self._sent_barrier:
+                raise _RequestError(f"trainer {t} sent two send barriers in step {self.step}")
+            self._sent_barrier.add(t)
+            req.reply()
+            self._maybe_optimize()
+        elif t in self._sent_barrier:
+            # NOTE: this trainer is past its send barrier: it reads this step's result, so
+            # the reply waits for the optimization (Fluid's "wait cond kRequestGet").
+            self._held.append(req)
+        elif m.kind == Kind.FETCH_BARRIER:
+            req.reply()
+            if self._phase == "fetch":
+                self._fetched.add(t)
+                self._maybe_finish_fetch()
+            # in the "send" phase: the fetch barrier of a trainer's initial parameter pull
+        else:
+            self._serve_read(req, track=False)
+
+    def _handle_async(self, req: Request, t: int) -> None:
+        m = req.msg
+        if m.kind == Kind.SEND:
+            self._run_optimize({_strip_trainer(m.name, t): [m.value]})
+            req.reply()
+        elif m.kind in (Kind.SEND_BARRIER, Kind.FETCH_BARRIER):
+            req.reply()
+        else:
+            self._serve_read(req, track=True)
+
+    def _serve_read(self, req: Request, track: bool) -> None:
+        m = req.msg
+        if m.kind == Kind.GET:
+            try:
+                value = self._get(m.name)
+            except KeyError:
+                raise _RequestError(f"pserver {self.endpoint} has no variable {m.name!r}"
+                                    ) from None
+        elif m.kind == Kind.PREFETCH:
+            if self._prefetch is None:
+                raise _RequestError(f"pserver {self.endpoint} holds no lookup table "
+                                    f"(prefetch of {m.name!r})")
+            try:
+                value = self._prefetch(m.name, m.value)
+            except (KeyError, IndexError, ValueError) as e:
+                raise _RequestError(f"prefetch of {m.name!r} on {self.endpoint}: {e}") from None
+        else:
+            raise _RequestError(f"unexpected request {m.kind.name}")
+        if value is None:
+            raise _RequestError(f"pserver {self.endpoint}: {m.name!r} has no value")
+        tracker = req.reply(value, track=track)
+        if tracker is not None and not tracker.done:
+            self._in_flight.append(tracker)
+
+    def _checkpoint(self, req: Request) -> None:
+        if self._save is None:
+            raise _RequestError(f"pserver {self.endpoint} has no checkpoint handler")
+        dirname = req.msg.text()
+        try:
+            self._save(dirname)
+        except OSError as e:
+            raise _RequestError(f"pserver {self.endpoint} could not save to {dirname!r}: {e}"
+                                ) from None
+        req.reply()
+
+    # -- barriers ----------------------------------------------------------------------------
+
+    def _maybe_optimize(self) -> None:
+        if self._phase != "send" or not self.live or not self.live <= self._sent_barrier:
+            return
+        grads = {name: [blocks[t] for t in sorted(blocks)] for name, blocks in
+                 sorted(self._grads.items())}
+        self._grads.clear()
+        self._run_optimize(grads)
+        self._sent_barrier.clear()
+        self._set_phase("fetch")
+        held, self._held = self._held, []
+        for req in held:  # their trainers are no longer past a send barrier: served now
+            self._handle(req)
+
+    def _maybe_finish_fetch(self) -> None:
+        if self._phase == "fetch" and self.live <= self._fetched:
+            self._fetched.clear()
+            self._set_phase("send")
+            self._maybe_optimize()  # every live trainer may already be at the next barrier
+
+    def _run_optimize(self, grads: dict[str, list[Any]]) -> None:
+        if self._in_flight:
+            self._wait_in_flight()
+        try:
+            self._optimize(grads)
+        except Exception as e:
+            err = PServerError(f"pserver {self.endpoint}: optimize failed at step {self.step} "
+                               f"(gradients {sorted(grads)}): {type(e).__name__}: {e}")
+            raise err from e
+        self.step += 1
+
+    def _wait_in_flight(self) -> None:
+        """Async mode: let the parameter replies still being sent leave before an update.
+
+        NOTE: replies are sent without a copy, so updating a parameter while ZeroMQ still
+        reads it would tear the value a trainer receives. A trainer that does not read its
+        reply for a long time would stall everyone: past a bounded wait the update goes on.
+        """
+        limit = time.monotonic() + min(1.0, self.deadline_s)
+        for tracker in self._in_flight:
+            left = limit - time.monotonic()
+            if left <= 0 or not _wait(tracker, left):
+                log.warning("pserver %s: a parameter reply is still being sent after %.1f s; "
+                            "updating anyway (that trainer may read a mixed value)",
+                            self.endpoint, min(1.0, self.deadline_s))
+                break
+        self._in_flight = [t for t in self._in_flight if not t.done]
+
+    def _set_phase(self, phase: str) -> None:
+        self._phase = phase
+        self._phase_start = time.monotonic()
+        self._warned = False
+
+    def _complete(self, t: int) -> None:
+        self.live.discard(t)
+        self.completed.add(t)
+        dropped = [name for name, blocks in self._grads.items() if blocks.pop(t, None) is not None]
+        if dropped:
+            log.warning("pserver %s: trainer %d completed mid-step %d; its gradients %s are "
+                        "dropped", self.endpoint, t, self.step, dropped)
+        self._sent_barrier.discard(t)
+        self._fetched.discard(t)
+        log.info("pserver %s: trainer %d completed (%d still training)", self.endpoint, t,
+                 len(self.live))
+        if not self.live:
+            self._server.stop()
+            return
+        if self.sync_mode:
+            self._maybe_finish_fetch()
+            self._maybe_optimize()
+
+    # -- deadlines ---------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if not self.sync_mode:
+            silent = sorted(t for t in self.live if now - self._last_seen[t] > self.deadline_s)
+            if silent:
+                self._fail(PServerError(
+                    f"pserver {self.endpoint} (async): no message from trainer(s) {silent} for "
+                    f"{self.deadline_s:.1f} s (FLAGS_rpc_deadline); they died or stalled"))
+            return
+        waited = now - self._phase_start
+        if self._phase == "send":
+            missing = sorted(self.live - self._sent_barrier)
+            what = "gradients and send barrier"
+        else:
+            missing = sorted(self.live - self._fetched)
+            what = "fetch barrier"
+        if not missing:
+            return
+        if waited > self.deadline_s:
+            self._fail(PServerError(
+                f"pserver {self.endpoint}: step {self.step}: waited {waited:.1f} s for the "
+                f"{what} of trainer(s) {missing} (FLAGS_rpc_deadline is "
+                f"{self.deadline_s * 1000:.0f} ms); trainers done with this barrier: "
+                f"{sorted(self.live - set(missing))}, completed: {sorted(self.completed)}"))
+        elif waited > self.deadline_s / 2 and not self._warned:
+            self._warned = True
+            log.warning("pserver %s: step %d: still waiting for the %s of trainer(s) %s after "
+                        "%.1f s (deadline %.1f s)", self.endpoint, self.step, what, missing,
+                        waited, self.deadline_s)
+
+    def _fail(self, err: PServerError) -> None:
+        held, self._held = self._held, []
+        for req in held:
+            req.reply_error(str(err))
+        raise err
+
+
+class _RequestError(Exception):
+    """A bad request: answered with an error, the server goes on."""
+
+
+def _wait(tracker: zmq.MessageTracker, seconds: float) -> bool:
+    try:
+        tracker.wait(seconds)
+    except zmq.NotDone:
+        return False
+    return True
+
+
+def _strip_trainer(name: str, trainer_id: int) -> str:
+    m = _TRAINER_SUFFIX.search(name)
+    return name[:m.start()] if m and int(m.group(1)) == trainer_id else name

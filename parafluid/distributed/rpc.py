@@ -1,0 +1,397 @@
+"""Request/reply RPC over ZeroMQ for the parameter servers (frames: :mod:`.wire`).
+
+The server is a ROUTER socket bound to exactly the given ``host:port``, served by one thread
+that polls with a short timeout (so :meth:`RPCServer.stop` from another thread, or SIGTERM,
+ends it promptly). Each valid request reaches the handler as a :class:`Request`, which the
+handler answers at once or keeps and answers later from the same thread (how a sync-mode
+pserver holds a parameter read until the step's optimization has run). Invalid messages are
+logged with the peer's address, answered with an error when possible, and dropped.
+
+The client is a DEALER socket; every call has a deadline and raises :class:`RPCTimeoutError`
+naming the endpoint, the request kind and the variable when no reply comes in time.
+
+Example::
+
+    def handler(req):
+        req.reply(torch.ones(2) if req.msg.kind == Kind.GET else None)
+
+    server = RPCServer("127.0.0.1:0", handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = RPCClient(server.endpoint, deadline_s=5)
+    client.call(Kind.GET, "w").value          # tensor([1., 1.])
+    client.close(); server.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import zmq
+
+from .deadline import Deadline, rpc_deadline_seconds
+from .wire import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    SECRET_ENV,
+    Kind,
+    Message,
+    WireError,
+    decode,
+    encode,
+    rpc_secret,
+)
+
+__all__ = ["RPCServer", "RPCClient", "Request", "RPCError", "RPCTimeoutError",
+           "wait_for_server", "tcp_address"]
+
+log = logging.getLogger("parafluid.distributed.rpc")
+
+_MAX_FRAMES = 4  # header, two payload frames, MAC
+
+
+class RPCError(RuntimeError):
+    """A request the peer refused, or whose reply could not be used."""
+
+
+class RPCTimeoutError(RPCError, TimeoutError):
+    """No reply within the deadline."""
+
+
+def tcp_address(endpoint: str) -> str:
+    """``"127.0.0.1:6174"`` -> ``"tcp://127.0.0.1:6174"`` (port 0 binds a free port)."""
+    if endpoint.startswith("tcp://"):
+        endpoint = endpoint[len("tcp://"):]
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"endpoint must be 'host:port', got {endpoint!r}")
+    return f"tcp://{host}:{'*' if int(port) == 0 else port}"
+
+
+def _endpoint_of(address: str) -> str:
+    return address[len("tcp://"):] if address.startswith("tcp://") else address
+
+
+class Request:
+    """One validated request: ``msg``, the ``peer`` (address, for messages), and ``reply``."""
+
+    __slots__ = ("msg", "peer", "_server", "_identity", "replied")
+
+    def __init__(self, server: RPCServer, identity: bytes, msg: Message, peer: str) -> None:
+        self.msg = msg
+        self.peer = peer
+        self._server = server
+        self._identity = identity
+        self.replied = False
+
+    def reply(self, value: Any = None, track: bool = False) -> zmq.MessageTracker | None:
+        """Answer with ``value`` (REPLY_VALUE) or, when None, REPLY_OK. Once per request.
+
+        The tensor is sent without a copy: it must not change until ZeroMQ is done with it.
+        With ``track=True`` the returned tracker says when that is (``tracker.done``).
+        """
+        kind = Kind.REPLY_OK if value is None else Kind.REPLY_VALUE
+        return self._send(kind, value, track)
+
+    def reply_error(self, text: str) -> None:
+        """Answer with an error; the client raises RPCError with ``text``."""
+        self._send(Kind.REPLY_ERROR, text, False)
+
+    def _send(self, kind: Kind, value: Any, track: bool) -> zmq.MessageTracker | None:
+        assert not self.replied, f"request {self.msg.kind.name} {self.msg.name!r} replied twice"
+        self.replied = True
+        return self._server._send(self._identity, kind, self.msg.name, value, self.msg.seq,
+                                  track)
+
+
+class RPCServer:
+    """A ROUTER socket bound to ``endpoint`` that hands each valid request to ``handler``.
+
+    Args:
+        endpoint: ``host:port`` to bind (exactly that address; port 0 picks a free port,
+            read the result from ``self.endpoint``).
+        handler: called with each :class:`Request` on the serving thread; it must reply now or
+            keep the request and reply later from the same thread (``on_tick`` or a later
+            handler call). An exception from it ends ``serve_forever`` with that exception.
+        secret: shared secret; None reads ``$PARAFLUID_RPC_SECRET``.
+        max_message_bytes: payload limit per message (larger ones are refused by ZeroMQ before
+            they are read, and by the decoder).
+        poll_interval_s: how often ``on_tick`` runs and ``stop()`` is noticed when idle.
+        on_tick: called on the serving thread after every poll (deadline checks).
+    """
+
+    def __init__(self, endpoint: str, handler: Callable[[Request], None],
+                 secret: bytes | str | None = None, *,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 poll_interval_s: float = 0.05,
+                 on_tick: Callable[[], None] | None = None) -> None:
+        self.handler = handler
+        self.on_tick = on_tick
+        self.secret = rpc_secret(secret)
+        self.max_message_bytes = int(max_message_bytes)
+        self.poll_ms = max(1, int(poll_interval_s * 1000))
+        self.stopped_by: str | None = None  # "SIGTERM" when a signal ended serve_forever
+        self.rejected = 0  # messages refused by the decoder (for tests and logs)
+        self._stop = threading.Event()
+        # NOTE: a context of its own, so that close() can wait for the last replies to leave
+        # before the process exits (a trainer's final COMPLETE must get its answer).
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 2000)
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # ZeroMQ drops (and disconnects) a peer whose frame is larger than this, before the
+        # frame is buffered whole; the decoder checks the declared sizes again.
+        self._sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes + 65536)
+        try:
+            self._sock.bind(tcp_address(endpoint))
+        except zmq.ZMQError as e:
+            self._close()
+            raise OSError(f"pserver cannot bind {endpoint}: {e}") from None
+        self.endpoint = _endpoint_of(self._sock.getsockopt_string(zmq.LAST_ENDPOINT))
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def serve_forever(self, handle_sigterm: bool = False,
+                      on_ready: Callable[[], None] | None = None) -> None:
+        """Serve until :meth:`stop` (or SIGTERM when ``handle_sigterm`` and on the main thread).
+
+        ``on_ready`` is called once the SIGTERM handler is in place, before the first poll.
+        The socket is closed on return, after the pending replies are flushed.
+        """
+        with self._sigterm(handle_sigterm):
+            try:
+                if on_ready is not None:
+                    on_ready()
+                while not self._stop.is_set():
+                    if self._sock.poll(self.poll_ms, zmq.POLLIN):
+                        self._drain()
+                    if self.on_tick is not None and not self._stop.is_set():
+                        self.on_tick()
+            finally:
+                self._close()
+
+    def stop(self) -> None:
+        """Ask ``serve_forever`` to return (thread-safe; takes effect within one poll)."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Close a server that is not serving (serve_forever closes on its own)."""
+        self._close()
+
+    @contextlib.contextmanager
+    def _sigterm(self, enabled: bool) -> Iterator[None]:
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_term(signum: int, frame: Any) -> None:
+            self.stopped_by = "SIGTERM"
+            self._stop.set()
+        old = signal.signal(signal.SIGTERM, on_term)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, old)
+
+    def _drain(self) -> None:
+        # NOTE: bounded so that a flood of requests cannot starve on_tick's deadline checks.
+        for _ in range(256):
+            try:
+                parts = self._recv_parts()
+            except zmq.Again:
+                return
+            if parts is None:
+                continue
+            identity, frames = parts
+            self._dispatch(identity, frames)
+            if self._stop.is_set():
+                return
+
+    def _recv_parts(self) -> tuple[bytes, list[zmq.Frame]] | None:
+        first = self._sock.recv(zmq.NOBLOCK, copy=False)
+        frames: list[zmq.Frame] = []
+        extra = 0
+        while self._sock.getsockopt(zmq.RCVMORE):
+            f = self._sock.recv(copy=False)
+            if len(frames) < _MAX_FRAMES + 1:
+                frames.append(f)
+            else:  # keep reading to the end of the message, but hold on to nothing more
+                extra += 1
+        identity = first.bytes
+        if extra:
+            self._reject(identity, first, f"{len(frames) + extra} frames (at most "
+                                          f"{_MAX_FRAMES})")
+            return None
+        return identity, frames
+
+    def _dispatch(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+        try:
+            msg = decode(frames, secret=self.secret, max_message_bytes=self.max_message_bytes)
+        except WireError as e:
+            self._reject(identity, frames[0] if frames else None, str(e))
+            return
+        if msg.kind >= Kind.REPLY_OK:
+            self._reject(identity, frames[0], f"a reply ({msg.kind.name}) sent to a server")
+            return
+        self.handler(Request(self, identity, msg, _peer(frames[0], identity)))
+
+    def _reject(self, identity: bytes, frame: zmq.Frame | None, why: str) -> None:
+        self.rejected += 1
+        log.error("rpc server %s: rejected a message from %s: %s", self.endpoint,
+                  _peer(frame, identity), why)
+        with contextlib.suppress(zmq.ZMQError, ValueError):
+            self._send(identity, Kind.REPLY_ERROR, "", f"rejected by {self.endpoint}: {why}", 0)
+
+    def _send(self, identity: bytes, kind: Kind, name: str, value: Any, seq: int,
+              track: bool = False) -> zmq.MessageTracker | None:
+        frames = encode(kind, name, value, seq=seq, secret=self.secret)
+        return self._sock.send_multipart([identity, *frames], copy=False, track=track)
+
+    def _close(self) -> None:
+        if not self._sock.closed:
+            self._sock.close()
+        if not self._ctx.closed:
+            self._ctx.term()  # waits up to LINGER for the last replies to be sent
+
+
+def _peer(frame: Any, identity: bytes) -> str:
+    addr = None
+    if frame is not None:
+        with contextlib.suppress(Exception):
+            addr = frame.get("Peer-Address")
+    return f"{addr or 'unknown address'} (zmq id {identity.hex()})"
+
+
+_client_ctx: zmq.Context | None = None
+_client_ctx_lock = threading.Lock()
+
+
+def _shared_context() -> zmq.Context:
+    global _client_ctx
+    with _client_ctx_lock:
+        if _client_ctx is None or _client_ctx.closed:
+            _client_ctx = zmq.Context()
+        return _client_ctx
+
+
+class RPCClient:
+    """A DEALER connection to one RPC server; calls are serialised by a lock (thread-safe).
+
+    Args:
+        endpoint: ``host:port`` of the server (it may start later, within the deadline).
+        deadline_s: seconds each call waits for its reply; None reads ``FLAGS_rpc_deadline``.
+        secret: shared secret; None reads ``$PARAFLUID_RPC_SECRET``.
+        trainer_id: sent in every request header.
+    """
+
+    def __init__(self, endpoint: str, deadline_s: float | None = None,
+                 secret: bytes | str | None = None, *, trainer_id: int = -1,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+        self.endpoint = _endpoint_of(endpoint)
+        self.address = tcp_address(self.endpoint)
+        if self.address.endswith(":*"):
+            raise ValueError(f"RPCClient: endpoint {endpoint!r} has port 0")
+        self.deadline_s = rpc_deadline_seconds() if deadline_s is None else float(deadline_s)
+        self.secret = rpc_secret(secret)
+        self.trainer_id = int(trainer_id)
+        self.max_message_bytes = int(max_message_bytes)
+        self._lock = threading.Lock()
+        self._seq = itertools.count(1)
+        self._sock: zmq.Socket | None = None
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            s = _shared_context().socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes + 65536)
+            s.connect(self.address)
+            self._sock = s
+        return self._sock
+
+    def _reset(self) -> None:
+        # NOTE: after a timeout the unanswered request may still sit in the socket's queue; a
+        # new socket makes sure it is never delivered late to a server that starts afterwards.
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def call(self, kind: Kind, name: str = "", value: Any = None, *,
+             deadline_s: float | None = None) -> Message:
+        """Send one request and return the reply (REPLY_OK or REPLY_VALUE).
+
+        Raises RPCTimeoutError when no reply comes within the deadline, RPCError when the
+        server answers with an error or the reply is invalid.
+        """
+        what = f"{Kind(kind).name.lower()}{f' of {name!r}' if name else ''}"
+        dl = Deadline(self.deadline_s if deadline_s is None else deadline_s)
+        with self._lock:
+            seq = next(self._seq)
+            frames = encode(kind, name, value, trainer_id=self.trainer_id, seq=seq,
+                            secret=self.secret)
+            sock = self._socket()
+            try:
+                sock.send_multipart(frames, copy=False)
+                while True:
+                    left_ms = int(dl.remaining() * 1000)
+                    if left_ms <= 0 or not sock.poll(left_ms, zmq.POLLIN):
+                        self._reset()
+                        raise RPCTimeoutError(
+                            f"{what} to pserver {self.endpoint} (trainer {self.trainer_id}): "
+                            f"no reply within {dl.seconds:.1f} s; the pserver is down, has "
+                            "not started, or is stuck waiting for another trainer "
+                            "(deadline: FLAGS_rpc_deadline, in ms)")
+                    reply = self._read_reply(sock, what)
+                    if reply is None or (reply.seq != seq and not (
+                            reply.kind == Kind.REPLY_ERROR and reply.seq == 0)):
+                        continue  # a late reply to an earlier, timed-out request
+                    if reply.kind == Kind.REPLY_ERROR:
+                        raise RPCError(f"pserver {self.endpoint} refused {what} "
+                                       f"(trainer {self.trainer_id}): {reply.text()}")
+                    return reply
+            except zmq.ZMQError as e:
+                self._reset()
+                raise RPCError(f"{what} to pserver {self.endpoint}: {e}") from None
+
+    def _read_reply(self, sock: zmq.Socket, what: str) -> Message | None:
+        parts = sock.recv_multipart(copy=False)
+        try:
+            return decode(parts, secret=self.secret, max_message_bytes=self.max_message_bytes)
+        except WireError as e:
+            hint = f" (does the pserver have ${SECRET_ENV}?)" if self.secret and "MAC" in str(e) \
+                else ""
+            raise RPCError(f"{what}: invalid reply from pserver {self.endpoint}: {e}{hint}"
+                           ) from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
+
+    def __enter__(self) -> RPCClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def wait_for_server(endpoint: str, deadline: Deadline | float | None = None,
+                    secret: bytes | str | None = None) -> None:
+    """Block until the RPC server at ``endpoint`` answers a ping; RPCTimeoutError otherwise.
+
+    ``deadline`` is a Deadline or seconds (None: ``FLAGS_rpc_deadline``). Used by
+    ``get_trainer_program(wait_port=True)``.
+    """
+    if isinstance(deadline, Deadline):
+        seconds = max(deadline.remaining(), 1e-3)
+    else:
+        seconds = rpc_deadline_seconds() if deadline is None else float(deadline)
+    with RPCClient(endpoint, seconds, secret) as client:
+        try:
+            client.call(Kind.PING)
+        except RPCTimeoutError:
+            raise RPCTimeoutError(f"pserver {client.endpoint} did not answer within "
+                                  f"{seconds:.1f} s (waiting for its port; is it started?)"
+                                  ) from None

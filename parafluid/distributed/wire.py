@@ -1,0 +1,396 @@
+"""The parameter-server wire format: one ZeroMQ multipart message per request or reply.
+
+A message is ``[header, *payload, mac?]``:
+
+* ``header``: a fixed little-endian struct (:data:`HEADER`) followed by the UTF-8 variable
+  name and ``ndim`` signed 64-bit dims. It says everything the decoder needs to check the rest
+  before it allocates anything: kind, dtype, shape, payload size, trainer id, sequence number.
+* ``payload``: raw tensor bytes, sent from a memoryview of the CPU tensor (no pickle, no
+  serialisation step). A dense tensor is one frame; a SelectedRows is two (int64 rows, then
+  the ``[len(rows), ...]`` values, with ``height`` in the header). Kinds without a value have
+  no payload frame.
+* ``mac``: HMAC-SHA256 of the header and payload frames, present when the sender has a shared
+  secret (``PARAFLUID_RPC_SECRET``); a receiver with a secret refuses messages without a valid
+  one.
+
+:func:`decode` validates magic, version, kind, flags, name, dtype, rank, dims, sizes, frame
+count, the message size limit and the MAC, and only then copies the payload into fresh tensors,
+so a hostile message can make it raise :class:`WireError` and nothing else. Payloads received
+by ZeroMQ without a copy become tensors over the same memory; other buffers are copied.
+
+Example::
+
+    frames = encode(Kind.SEND, "fc_0.w_0@GRAD", torch.ones(2, 3), trainer_id=1, seq=7)
+    msg = decode([bytes(memoryview(f)) for f in frames])
+    msg.kind, msg.name, msg.value.shape   # (Kind.SEND, 'fc_0.w_0@GRAD', torch.Size([2, 3]))
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import math
+import os
+import re
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from ..scope import SelectedRows
+
+__all__ = ["Kind", "Message", "WireError", "encode", "decode", "rpc_secret", "HEADER",
+           "MAGIC", "VERSION", "DEFAULT_MAX_MESSAGE_BYTES", "WIRE_DTYPES", "SECRET_ENV"]
+
+MAGIC = b"PFRP"
+VERSION = 1
+SECRET_ENV = "PARAFLUID_RPC_SECRET"
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB of payload per message
+MAX_NAME_BYTES = 512
+MAX_NDIM = 8
+MAX_TEXT_BYTES = 64 * 1024  # error texts and checkpoint directory names
+MAC_BYTES = 32
+
+# magic, version, kind, dtype code, ndim, flags, name length, trainer id, seq, nbytes, height
+HEADER = struct.Struct("<4sBBBBHHiQQq")
+_DIM = struct.Struct("<q")
+
+_FLAG_MAC = 1
+_FLAG_SELECTED_ROWS = 2
+_KNOWN_FLAGS = _FLAG_MAC | _FLAG_SELECTED_ROWS
+
+
+class Kind(enum.IntEnum):
+    """Message kinds: requests from trainers, then the three kinds of reply."""
+
+    PING = 1            # is the server up? (wait_for_server)
+    SEND = 2            # a gradient (dense or SelectedRows) for the pserver
+    GET = 3             # read a parameter block (Fluid's recv op)
+    SEND_BARRIER = 4    # this trainer sent all its gradients of the step
+    FETCH_BARRIER = 5   # this trainer read all its parameters of the step
+    PREFETCH = 6        # rows of a distributed lookup table (value: int64 row ids)
+    CHECKPOINT = 7      # save your blocks (value: the directory as UTF-8 bytes)
+    COMPLETE = 8        # this trainer is done (Executor.close())
+    REPLY_OK = 16
+    REPLY_VALUE = 17
+    REPLY_ERROR = 18    # value: the error text as UTF-8 bytes
+
+
+# What each kind carries: name required?, value: None | "any" | "dense" | "rows" | "text"
+_RULES: dict[Kind, tuple[bool, str | None]] = {
+    Kind.PING: (False, None),
+    Kind.SEND: (True, "any"),
+    Kind.GET: (True, None),
+    Kind.SEND_BARRIER: (False, None),
+    Kind.FETCH_BARRIER: (False, None),
+    Kind.PREFETCH: (True, "rows"),
+    Kind.CHECKPOINT: (False, "text"),
+    Kind.COMPLETE: (False, None),
+    Kind.REPLY_OK: (False, None),
+    Kind.REPLY_VALUE: (False, "any"),
+    Kind.REPLY_ERROR: (False, "text"),
+}
+
+# Wire dtype codes: fixed forever (a new dtype gets a new code, old codes never move).
+WIRE_DTYPES: dict[int, tuple[str, torch.dtype, int]] = {
+    1: ("float16", torch.float16, 2),
+    2: ("bfloat16", torch.bfloat16, 2),
+    3: ("float32", torch.float32, 4),
+    4: ("float64", torch.float64, 8),
+    5: ("int8", torch.int8, 1),
+    6: ("uint8", torch.uint8, 1),
+    7: ("int16", torch.int16, 2),
+    8: ("int32", torch.int32, 4),
+    9: ("int64", torch.int64, 8),
+    10: ("bool", torch.bool, 1),
+}
+_CODE_OF = {tdt: code for code, (_, tdt, _) in WIRE_DTYPES.items()}
+
+# Fluid variable names: letters, digits and _ . @ : / - (e.g. fc_0.w_0@GRAD.block1.trainer_0)
+_NAME_RE = re.compile(r"[A-Za-z0-9_.@:/\-]+")
+
+Value = Union[torch.Tensor, SelectedRows]  # noqa: UP007 (a runtime alias on 3.10)
+
+
+class WireError(ValueError):
+    """A message that is malformed, too large, or fails authentication."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One decoded message. ``value`` is a CPU tensor or SelectedRows it owns, or None."""
+
+    kind: Kind
+    name: str = ""
+    value: Value | None = None
+    trainer_id: int = -1
+    seq: int = 0
+
+    def text(self) -> str:
+        """The UTF-8 text of a REPLY_ERROR or CHECKPOINT message."""
+        if not isinstance(self.value, torch.Tensor):
+            return ""
+        return bytes(self.value.numpy()).decode("utf-8", errors="replace")
+
+
+def rpc_secret(secret: bytes | str | None = None) -> bytes | None:
+    """The shared secret: ``secret`` if given, else ``$PARAFLUID_RPC_SECRET``, else None."""
+    if secret is None:
+        secret = os.environ.get(SECRET_ENV) or None
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    return secret or None
+
+
+# ---------------------------------------------------------------------------------------------
+# encoding
+
+
+def _as_cpu_tensor(value: Any, what: str) -> torch.Tensor:
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(np.ascontiguousarray(value))
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{what}: expected a torch.Tensor, numpy array or SelectedRows, "
+                        f"got {type(value).__name__}")
+    if value.dtype not in _CODE_OF:
+        raise TypeError(f"{what}: dtype {value.dtype} cannot be sent; allowed: "
+                        f"{sorted(n for n, _, _ in WIRE_DTYPES.values())}")
+    t = value.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.contiguous()  # NOTE: a no-op (no copy) for the usual contiguous tensor
+
+
+def _buffer(t: torch.Tensor) -> memoryview:
+    """A zero-copy byte view of a contiguous CPU tensor."""
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: view the same bytes as int16
+        t = t.view(torch.int16)
+    return memoryview(t.numpy().reshape(-1)).cast("B")
+
+
+def _text_tensor(text: str | bytes) -> torch.Tensor:
+    raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    raw = raw[:MAX_TEXT_BYTES]
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else \
+        torch.empty(0, dtype=torch.uint8)
+
+
+def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -1,
+           seq: int = 0, secret: bytes | None = None) -> list[Any]:
+    """The frames of one message: ``[header, *payload, mac?]``; payloads are zero-copy views.
+
+    ``value`` is a tensor (or numpy array), a SelectedRows, or for CHECKPOINT and REPLY_ERROR a
+    str. The caller must not modify the tensor until the message has been sent.
+    """
+    kind = Kind(kind)
+    if kind in (Kind.CHECKPOINT, Kind.REPLY_ERROR) and isinstance(value, (str, bytes)):
+        value = _text_tensor(value)
+    name_b = name.encode("utf-8")
+    if len(name_b) > MAX_NAME_BYTES or (name and not _NAME_RE.fullmatch(name)):
+        raise ValueError(f"rpc {kind.name}: variable name {name!r} is not a valid name "
+                         f"(letters, digits, _ . @ : / -; at most {MAX_NAME_BYTES} bytes)")
+    flags = _FLAG_MAC if secret else 0
+    height = 0
+    if value is None:
+        code, dims, payload = 0, (), []
+    elif isinstance(value, SelectedRows):
+        rows = _as_cpu_tensor(value.rows, f"rpc {kind.name} {name!r} rows").to(torch.int64)
+        vals = _as_cpu_tensor(value.value, f"rpc {kind.name} {name!r}")
+        if vals.dim() < 1 or vals.shape[0] != rows.numel():
+            raise ValueError(f"rpc {kind.name} {name!r}: SelectedRows has {rows.numel()} rows "
+                             f"but values of shape {list(vals.shape)}")
+        flags |= _FLAG_SELECTED_ROWS
+        code, dims, height = _CODE_OF[vals.dtype], tuple(vals.shape), value.height
+        payload = [_buffer(rows.contiguous()), _buffer(vals)]
+    else:
+        t = _as_cpu_tensor(value, f"rpc {kind.name} {name!r}")
+        code, dims, payload = _CODE_OF[t.dtype], tuple(t.shape), [_buffer(t)]
+    if len(dims) > MAX_NDIM:
+        raise ValueError(f"rpc {kind.name} {name!r}: rank {len(dims)} > {MAX_NDIM}")
+    nbytes = sum(p.nbytes for p in payload)
+    header = HEADER.pack(MAGIC, VERSION, int(kind), code, len(dims), flags, len(name_b),
+                         int(trainer_id), int(seq), nbytes, height) + name_b + \
+        b"".join(_DIM.pack(d) for d in dims)
+    frames: list[Any] = [header, *payload]
+    if secret:
+        frames.append(_mac(secret, header, payload))
+    return frames
+
+
+def _mac(secret: bytes, header: Any, payload: Sequence[Any]) -> bytes:
+    h = hmac.new(secret, digestmod=hashlib.sha256)
+    h.update(header)
+    for p in payload:
+        h.update(p)
+    return h.digest()
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding
+
+
+def _view(frame: Any) -> memoryview:
+    buf = getattr(frame, "buffer", None)  # a zmq.Frame received with copy=False
+    return (buf if buf is not None else memoryview(frame)).cast("B")
+
+
+def _alloc(nbytes: int) -> torch.Tensor:
+    """Every payload allocation of the decoder goes through here (the fuzz test watches it)."""
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
+def _tensor_of(frame: Any, view: memoryview, dtype: torch.dtype,
+               shape: tuple[int, ...]) -> torch.Tensor:
+    """The payload as a tensor: the frame's own memory when that is safe, else a copy.
+
+    A zmq.Frame received with ``copy=False`` owns writable memory that nothing else uses:
+    the tensor takes it over (it keeps the frame alive), so a large payload is never copied
+    after ZeroMQ read it. Immutable buffers (bytes) and misaligned data are copied.
+    """
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if (view.nbytes and hasattr(frame, "buffer") and not view.readonly
+            and _address(view) % itemsize == 0):
+        return torch.frombuffer(frame, dtype=torch.uint8).view(dtype).reshape(shape)
+    out = _alloc(view.nbytes)
+    if view.nbytes:
+        out.numpy()[:] = np.frombuffer(view, dtype=np.uint8)
+    return out.view(dtype).reshape(shape)
+
+
+def _address(view: memoryview) -> int:
+    return np.frombuffer(view, dtype=np.uint8).ctypes.data
+
+
+def decode(frames: Sequence[Any], *, secret: bytes | None = None,
+           max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Message:
+    """Validate the frames of one message, then turn its payload into CPU tensors.
+
+    Raises WireError (and nothing else) naming the first problem found. With a ``secret``, a
+    message without a valid MAC is refused; without one, a MAC frame is accepted unchecked.
+    """
+    try:
+        return _decode(frames, secret, max_message_bytes)
+    except WireError:
+        raise
+    except Exception as e:  # NOTE: defence in depth; every path above should be a WireError
+        raise WireError(f"undecodable message ({type(e).__name__}: {e})") from None
+
+
+def _decode(frames: Sequence[Any], secret: bytes | None, limit: int) -> Message:
+    if not 1 <= len(frames) <= 4:
+        raise WireError(f"expected 1 to 4 frames, got {len(frames)}")
+    head = _view(frames[0])
+    if head.nbytes < HEADER.size:
+        raise WireError(f"header of {head.nbytes} bytes is shorter than {HEADER.size}")
+    (magic, version, kind_code, code, ndim, flags, name_len, trainer_id, seq, nbytes,
+     height) = HEADER.unpack_from(head)
+    if magic != MAGIC:
+        raise WireError(f"bad magic {bytes(magic)!r} (not a parafluid RPC message)")
+    if version != VERSION:
+        raise WireError(f"wire version {version}, this build speaks version {VERSION}")
+    try:
+        kind = Kind(kind_code)
+    except ValueError:
+        raise WireError(f"unknown message kind {kind_code}") from None
+    if flags & ~_KNOWN_FLAGS:
+        raise WireError(f"unknown flag bits {flags:#x}")
+    if ndim > MAX_NDIM:
+        raise WireError(f"rank {ndim} > {MAX_NDIM}")
+    if name_len > MAX_NAME_BYTES:
+        raise WireError(f"name of {name_len} bytes > {MAX_NAME_BYTES}")
+    expect = HEADER.size + name_len + _DIM.size * ndim
+    if head.nbytes != expect:
+        raise WireError(f"header is {head.nbytes} bytes, its fields say {expect}")
+    if trainer_id < -1:
+        raise WireError(f"trainer id {trainer_id} < -1")
+    try:
+        name = bytes(head[HEADER.size:HEADER.size + name_len]).decode("ascii")
+    except UnicodeDecodeError:
+        raise WireError("variable name is not ASCII") from None
+    if name and not _NAME_RE.fullmatch(name):
+        raise WireError(f"variable name {name[:80]!r} has characters outside [A-Za-z0-9_.@:/-]")
+    need_name, value_rule = _RULES[kind]
+    if need_name and not name:
+        raise WireError(f"{kind.name} without a variable name")
+    off = HEADER.size + name_len
+    dims = tuple(_DIM.unpack_from(head, off + _DIM.size * i)[0] for i in range(ndim))
+
+    selected = bool(flags & _FLAG_SELECTED_ROWS)
+    if code == 0:
+        if ndim or nbytes or height or selected:
+            raise WireError("a message without a value declares a shape, size or rows")
+        if value_rule is not None and kind is not Kind.REPLY_VALUE:
+            raise WireError(f"{kind.name} needs a value")
+        payload_sizes: list[int] = []
+        itemsize, tdtype = 0, None
+    else:
+        if code not in WIRE_DTYPES:
+            raise WireError(f"dtype code {code} is not an allowed dtype")
+        if value_rule is None:
+            raise WireError(f"{kind.name} carries no value, but one is declared")
+        _, tdtype, itemsize = WIRE_DTYPES[code]
+        if any(d < 0 for d in dims):
+            raise WireError(f"negative dimension in shape {list(dims)}")
+        numel = math.prod(dims)
+        if selected:
+            if value_rule != "any":
+                raise WireError(f"{kind.name} cannot carry SelectedRows")
+            if ndim < 1:
+                raise WireError("SelectedRows values need rank >= 1")
+            if height < 0:
+                raise WireError(f"SelectedRows height {height} < 0")
+            payload_sizes = [dims[0] * 8, numel * itemsize]
+        else:
+            if height:
+                raise WireError("a dense tensor declares a SelectedRows height")
+            if value_rule == "rows" and (tdtype is not torch.int64 or ndim != 1):
+                raise WireError(f"{kind.name} needs a 1-D int64 tensor of row ids")
+            if value_rule == "text" and (tdtype is not torch.uint8 or ndim != 1
+                                         or numel > MAX_TEXT_BYTES):
+                raise WireError(f"{kind.name} needs 1-D uint8 text of <= {MAX_TEXT_BYTES} bytes")
+            payload_sizes = [numel * itemsize]
+        if sum(payload_sizes) != nbytes:
+            raise WireError(f"header says {nbytes} payload bytes, shape {list(dims)} of "
+                            f"{WIRE_DTYPES[code][0]} needs {sum(payload_sizes)}")
+    if nbytes > limit:
+        raise WireError(f"payload of {nbytes} bytes exceeds the limit of {limit}")
+    has_mac = bool(flags & _FLAG_MAC)
+    want = 1 + len(payload_sizes) + has_mac
+    if len(frames) != want:
+        raise WireError(f"{kind.name} with {len(payload_sizes)} payload frame(s)"
+                        f"{' and a MAC' if has_mac else ''} needs {want} frames, got "
+                        f"{len(frames)}")
+    payload = [_view(f) for f in frames[1:1 + len(payload_sizes)]]
+    for i, (p, size) in enumerate(zip(payload, payload_sizes)):
+        if p.nbytes != size:
+            raise WireError(f"payload frame {i} has {p.nbytes} bytes, header says {size}")
+    if secret:
+        if not has_mac:
+            raise WireError("message is not authenticated (no MAC) but this endpoint "
+                            f"requires the shared secret (${SECRET_ENV})")
+        mac = _view(frames[-1])
+        if mac.nbytes != MAC_BYTES or not hmac.compare_digest(
+                bytes(mac), _mac(secret, head, payload)):
+            raise WireError(f"MAC mismatch: the peer does not know this endpoint's shared "
+                            f"secret (${SECRET_ENV})")
+    elif has_mac and _view(frames[-1]).nbytes != MAC_BYTES:
+        raise WireError(f"MAC frame of {_view(frames[-1]).nbytes} bytes, expected {MAC_BYTES}")
+
+    # Everything is checked: now allocate exactly what was declared.
+    value: Value | None = None
+    if tdtype is not None and selected:
+        rows = _tensor_of(frames[1], payload[0], torch.int64, (dims[0],))
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= height):
+            raise WireError(f"SelectedRows row ids outside [0, {height})")
+        value = SelectedRows(rows, _tensor_of(frames[2], payload[1], tdtype, dims), height)
+    elif tdtype is not None:
+        value = _tensor_of(frames[1], payload[0], tdtype, dims)
+    if tdtype is torch.bool:  # NOTE: a bool byte other than 0 or 1 is undefined behaviour
+        data = value.value if isinstance(value, SelectedRows) else value
+        if data.numel() and int(data.view(torch.uint8).max()) > 1:
+            raise WireError("bool payload has bytes other than 0 and 1")
+    return Message(kind, name, value, trainer_id, seq)

@@ -14,6 +14,7 @@ from . import nn
 from . import norm
 from . import optimizer
 from . import reduce
+from . import rpc
 from . import sync_norm
 from . import tensor
 from .registry import get_op_def, has_op, register_op, registered_ops

@@ -1,7 +1,8 @@
 """Fluid's ``fluid.transpiler``: program rewrites applied before running.
 
-``DistributeTranspiler`` with ``DistributeTranspilerConfig`` (nccl2 mode; the pserver mode is
-being built; see docs/distributed.md), and ``memory_optimize`` / ``release_memory`` (the
+``DistributeTranspiler`` with ``DistributeTranspilerConfig`` (pserver mode, see
+docs/pserver.md; nccl2 mode, see docs/distributed.md), the dispatchers ``RoundRobin`` and
+``HashName``, and ``memory_optimize`` / ``release_memory`` (the
 passes of ``parafluid.passes``; see docs/memory.md).
 
 Example::
@@ -16,6 +17,7 @@ from ..passes.memory_optimize import memory_optimize
 from ..passes.release_memory import release_memory
 from .config import DistributeTranspilerConfig
 from .distribute_transpiler import DistributeTranspiler
+from .ps_dispatcher import HashName, PSDispatcher, RoundRobin
 
 __all__ = ["DistributeTranspiler", "DistributeTranspilerConfig", "memory_optimize",
-           "release_memory"]
+           "release_memory", "RoundRobin", "HashName", "PSDispatcher"]

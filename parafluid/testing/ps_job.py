@@ -1,0 +1,199 @@
+"""A small parameter-server training job for tests: one model, its data, and the roles.
+
+The same functions serve the in-process tests (pservers and trainers as threads, one scope
+and one Executor each) and the multi-process ones (``python -m parafluid.testing.ps_job``):
+
+- :func:`build` makes the (main, startup, loss) of an MLP regressor (20 -> 40 -> 1, so with
+  ``min_block_size=100`` its first weight, 800 elements, is split over two pservers) with
+  SGD, Momentum, Adam or Adagrad, optionally with an exponential LR decay and L2 decay;
+- :func:`data` gives each step's full batch; trainer ``t`` of ``n`` trains on rows
+  ``t::n`` of it (or a step count of its own: uneven data);
+- :func:`run_pserver` / :func:`run_trainer` transpile and run one role;
+- :func:`reference` runs the untranspiled program in one process on the batches the
+  trainers' average corresponds to, from given initial parameters: what the job must equal.
+
+Example::
+
+    python -m parafluid.testing.ps_job pserver --pservers 127.0.0.1:6174,127.0.0.1:6175 \\
+        --endpoint 127.0.0.1:6174 --trainers 2
+    python -m parafluid.testing.ps_job trainer --pservers ... --trainer-id 0 --trainers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["build", "data", "run_pserver", "run_trainer", "reference", "evaluate", "PARAMS", "main"]
+
+IN, HIDDEN = 20, 40
+BATCH = 8  # rows per trainer per step
+PARAMS = ("fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0")
+
+
+def build(optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0) -> tuple[Any, ...]:
+    """``(main, startup, loss)`` of the test model; names are the same in every call."""
+    import parafluid as fluid
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[IN], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        h = fluid.layers.fc(x, size=HIDDEN, act="tanh")
+        pred = fluid.layers.fc(h, size=1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        lr: Any = 0.05
+        if lr_decay:
+            lr = fluid.layers.exponential_decay(0.05, decay_steps=2, decay_rate=0.5)
+        reg = fluid.regularizer.L2Decay(l2) if l2 else None
+        opt = {"sgd": lambda: fluid.optimizer.SGD(lr, regularization=reg),
+               "momentum": lambda: fluid.optimizer.Momentum(lr, momentum=0.9,
+                                                            regularization=reg),
+               "adam": lambda: fluid.optimizer.Adam(lr, regularization=reg),
+               "adagrad": lambda: fluid.optimizer.Adagrad(lr, regularization=reg)}[optimizer]()
+        opt.minimize(loss)
+    return main, startup, loss
+
+
+def data(steps: int, trainers: int, seed: int = 7) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The full batch of every step: ``trainers * BATCH`` rows."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((IN, 1)).astype("float32")
+    out = []
+    for _ in range(steps):
+        x = rng.standard_normal((trainers * BATCH, IN)).astype("float32")
+        out.append((x, (np.sin(x @ w)).astype("float32")))
+    return out
+
+
+def _config(split_method: str, min_block_size: int, sync: bool) -> Any:
+    import parafluid as fluid
+
+    config = fluid.DistributeTranspilerConfig()
+    config.split_method = {"round_robin": fluid.transpiler.RoundRobin,
+                           "hash_name": fluid.transpiler.HashName}[split_method]
+    config.min_block_size = min_block_size
+    config.sync_mode = sync
+    return config
+
+
+def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "sgd",
+                lr_decay: bool = False, l2: float = 0.0, split_method: str = "round_robin",
+                min_block_size: int = 100, sync: bool = True) -> None:
+    """Transpile as the pserver at ``endpoint`` and serve until every trainer is done."""
+    import parafluid as fluid
+
+    main, startup, _ = build(optimizer, lr_decay, l2)
+    t = fluid.DistributeTranspiler(_config(split_method, min_block_size, sync))
+    t.transpile(0, program=main, startup_program=startup, pservers=pservers,
+                trainers=trainers, sync_mode=sync)
+    prog, pstartup = t.get_pserver_programs(endpoint)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(pstartup, scope=scope)
+    exe.run(prog, scope=scope)
+
+
+def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
+                optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
+                split_method: str = "round_robin", min_block_size: int = 100,
+                sync: bool = True, total_steps: int | None = None) -> dict[str, Any]:
+    """Train ``steps`` steps as trainer ``trainer_id``; return its losses and parameters
+    (initial and final, as lists)."""
+    import parafluid as fluid
+
+    main, startup, loss = build(optimizer, lr_decay, l2)
+    t = fluid.DistributeTranspiler(_config(split_method, min_block_size, sync))
+    t.transpile(trainer_id, program=main, startup_program=startup, pservers=pservers,
+                trainers=trainers, sync_mode=sync)
+    prog = t.get_trainer_program()
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    initial = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
+    losses = []
+    batches = data(total_steps or steps, trainers)
+    for x, y in batches[:steps]:
+        out, = exe.run(prog, feed={"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]},
+                       fetch_list=[loss], scope=scope)
+        losses.append(float(out[0]))
+    exe.close()
+    final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
+    return {"trainer_id": trainer_id, "losses": losses, "initial": initial, "final": final}
+
+
+def reference(initial: dict[str, Any], steps: Sequence[int], optimizer: str = "sgd",
+              lr_decay: bool = False, l2: float = 0.0) -> dict[str, Any]:
+    """One process: step s trains on the rows of the trainers whose ``steps[t] > s``."""
+    import parafluid as fluid
+
+    trainers = len(steps)
+    main, startup, loss = build(optimizer, lr_decay, l2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    for p, v in initial.items():
+        scope.find_var(p).get_tensor().set(np.asarray(v, dtype="float32"), fluid.CPUPlace())
+    losses = []
+    batches = data(max(steps), trainers)
+    for s, (x, y) in enumerate(batches):
+        live = [t for t in range(trainers) if steps[t] > s]
+        rows = np.concatenate([np.arange(t, len(x), trainers) for t in live])
+        rows.sort()
+        out, = exe.run(main, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss],
+                       scope=scope)
+        losses.append(float(out[0]))
+    final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
+    return {"losses": losses, "final": final}
+
+
+def evaluate(params: dict[str, Any], seed: int = 99) -> float:
+    """The loss of ``params`` on a fixed batch of 256 rows (the same task as :func:`data`)."""
+    import parafluid as fluid
+
+    main, startup, loss = build("sgd")
+    test = main.clone(for_test=True)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    for p, v in params.items():
+        scope.find_var(p).get_tensor().set(np.asarray(v, dtype="float32"), fluid.CPUPlace())
+    x, y = data(1, 256 // BATCH, seed=7)[0]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x.shape).astype("float32")
+    w = np.random.default_rng(7).standard_normal((IN, 1)).astype("float32")
+    out, = exe.run(test, feed={"x": x, "y": np.sin(x @ w).astype("float32")},
+                   fetch_list=[loss.name], scope=scope)
+    return float(out[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m parafluid.testing.ps_job")
+    p.add_argument("role", choices=["pserver", "trainer"])
+    p.add_argument("--pservers", required=True)
+    p.add_argument("--endpoint", default="")
+    p.add_argument("--trainers", type=int, default=2)
+    p.add_argument("--trainer-id", type=int, default=0)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--optimizer", default="sgd")
+    p.add_argument("--split-method", default="round_robin")
+    p.add_argument("--async", dest="sync", action="store_false")
+    a = p.parse_args(argv)
+    if a.role == "pserver":
+        run_pserver(a.endpoint, a.pservers, a.trainers, a.optimizer,
+                    split_method=a.split_method, sync=a.sync)
+        print(json.dumps({"role": "pserver", "endpoint": a.endpoint}), flush=True)
+    else:
+        out = run_trainer(a.trainer_id, a.pservers, a.trainers, a.steps, a.optimizer,
+                          split_method=a.split_method, sync=a.sync)
+        print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,12 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["build", "data", "run_pserver", "run_trainer", "reference", "evaluate", "PARAMS", "main"]
+__all__ = ["build", "data", "batches", "run_pserver", "run_trainer", "reference", "evaluate",
+           "PARAMS", "main"]
 
 IN, HIDDEN = 20, 40
 BATCH = 8  # rows per trainer per step
@@ -60,15 +61,19 @@ def build(optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0) -> tu
     return main, startup, loss
 
 
-def data(steps: int, trainers: int, seed: int = 7) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The full batch of every step: ``trainers * BATCH`` rows."""
+def batches(steps: int, trainers: int, seed: int = 7
+            ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The full batch of every step (``trainers * BATCH`` rows), made as they are needed."""
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((IN, 1)).astype("float32")
-    out = []
     for _ in range(steps):
         x = rng.standard_normal((trainers * BATCH, IN)).astype("float32")
-        out.append((x, (np.sin(x @ w)).astype("float32")))
-    return out
+        yield x, np.tanh(x @ w / 3).astype("float32")
+
+
+def data(steps: int, trainers: int, seed: int = 7) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The full batch of every step, as a list."""
+    return list(batches(steps, trainers, seed))
 
 
 def _config(split_method: str, min_block_size: int, sync: bool) -> Any:
@@ -102,9 +107,10 @@ def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "s
 def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
                 optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
                 split_method: str = "round_robin", min_block_size: int = 100,
-                sync: bool = True, total_steps: int | None = None) -> dict[str, Any]:
+                sync: bool = True,
+                progress: bool = False) -> dict[str, Any]:
     """Train ``steps`` steps as trainer ``trainer_id``; return its losses and parameters
-    (initial and final, as lists)."""
+    (initial and final, as lists). ``progress`` prints a JSON line after each step."""
     import parafluid as fluid
 
     main, startup, loss = build(optimizer, lr_decay, l2)
@@ -117,11 +123,12 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
     exe.run(startup, scope=scope)
     initial = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
     losses = []
-    batches = data(total_steps or steps, trainers)
-    for x, y in batches[:steps]:
+    for x, y in batches(steps, trainers):
         out, = exe.run(prog, feed={"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]},
                        fetch_list=[loss], scope=scope)
         losses.append(float(out[0]))
+        if progress:
+            print(json.dumps({"trainer_id": trainer_id, "step": len(losses) - 1}), flush=True)
     exe.close()
     final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
     return {"trainer_id": trainer_id, "losses": losses, "initial": initial, "final": final}
@@ -140,8 +147,7 @@ def reference(initial: dict[str, Any], steps: Sequence[int], optimizer: str = "s
     for p, v in initial.items():
         scope.find_var(p).get_tensor().set(np.asarray(v, dtype="float32"), fluid.CPUPlace())
     losses = []
-    batches = data(max(steps), trainers)
-    for s, (x, y) in enumerate(batches):
+    for s, (x, y) in enumerate(batches(max(steps), trainers)):
         live = [t for t in range(trainers) if steps[t] > s]
         rows = np.concatenate([np.arange(t, len(x), trainers) for t in live])
         rows.sort()
@@ -167,7 +173,7 @@ def evaluate(params: dict[str, Any], seed: int = 99) -> float:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x.shape).astype("float32")
     w = np.random.default_rng(7).standard_normal((IN, 1)).astype("float32")
-    out, = exe.run(test, feed={"x": x, "y": np.sin(x @ w).astype("float32")},
+    out, = exe.run(test, feed={"x": x, "y": np.tanh(x @ w / 3).astype("float32")},
                    fetch_list=[loss.name], scope=scope)
     return float(out[0])
 
@@ -183,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optimizer", default="sgd")
     p.add_argument("--split-method", default="round_robin")
     p.add_argument("--async", dest="sync", action="store_false")
+    p.add_argument("--progress", action="store_true", help="a JSON line after each step")
     a = p.parse_args(argv)
     if a.role == "pserver":
         run_pserver(a.endpoint, a.pservers, a.trainers, a.optimizer,
@@ -190,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"role": "pserver", "endpoint": a.endpoint}), flush=True)
     else:
         out = run_trainer(a.trainer_id, a.pservers, a.trainers, a.steps, a.optimizer,
-                          split_method=a.split_method, sync=a.sync)
+                          split_method=a.split_method, sync=a.sync, progress=a.progress)
         print(json.dumps(out), flush=True)
     return 0
 

@@ -12,10 +12,10 @@ import threading
 
 import numpy as np
 import pytest
+from dist_helpers import endpoints
 
 import parafluid as fluid
 from parafluid.testing import ps_job
-from tests.distributed.dist_helpers import endpoints
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps
 
     threads = [guarded(ps_job.run_pserver, ep, eps, trainers, **kw) for ep in eps.split(",")]
     threads += [guarded(ps_job.run_trainer, t, eps, trainers, steps[t],
-                        total_steps=max(steps), **kw) for t in range(trainers)]
+                        **kw) for t in range(trainers)]
     for th in threads:
         th.start()
     for th in threads:
@@ -93,13 +93,17 @@ def test_uneven_data_the_pserver_averages_over_the_trainers_still_training():
 
 
 @pytest.mark.timeout(120)
-def test_async_mode_trains():
+def test_async_mode_converges_near_sync():
+    sync = _job("sgd", steps=(30, 30))
+    sync_loss = ps_job.evaluate(sync[0]["final"])
     results = _job("sgd", sync=False, steps=(30, 30))
     before = ps_job.evaluate(results[0]["initial"])
     for t in (0, 1):
         assert np.isfinite(results[t]["losses"]).all()
         after = ps_job.evaluate(results[t]["final"])
-        assert after < 0.7 * before, (t, before, after)
+        # stale gradients cost a little, not convergence (held-out loss, same data)
+        assert after < 0.25 * before and after < 1.5 * sync_loss + 0.02, \
+            (t, before, after, sync_loss)
 
 
 def test_programs_print_verify_and_round_trip():

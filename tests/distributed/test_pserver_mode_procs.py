@@ -1,0 +1,138 @@
+"""Pserver mode across real processes: the seed 003 example under the launcher, start order
+and numbers, a killed pserver named by every trainer, a killed trainer named by the pserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from dist_helpers import ROOT, child_env, endpoints, reap
+
+from parafluid.testing import ps_job
+
+pytestmark = pytest.mark.slow
+
+
+def _job(role, *args, env):
+    cmd = [sys.executable, "-m", "parafluid.testing.ps_job", role, *map(str, args)]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _last_json(out):
+    lines = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    return lines[-1] if lines else None
+
+
+@pytest.mark.timeout(150)
+def test_seed_003_pserver_example_under_the_launcher():
+    env = child_env(FLAGS_rpc_deadline="30000")
+    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
+                           "--server_num", "2", "--worker_num", "2",
+                           os.path.join("examples", "pserver_seed003.py")],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    weights = [w for _, w in sorted(
+        re.findall(r"\[trainer (\d)\] trainer \d: loss [\d.]+, weights\[:3\] "
+                                 r"(\[.*\])", out))]
+    assert len(weights) == 2 and weights[0] == weights[1], out  # sync: the same parameters
+    assert out.count("trainers done") == 2, out  # both pservers returned by themselves
+
+
+@pytest.mark.timeout(150)
+def test_trainers_started_first_pservers_5s_later_equal_one_process():
+    eps = endpoints(2)
+    env = child_env(FLAGS_rpc_deadline="60000")
+    common = ["--pservers", eps, "--trainers", 2, "--steps", 5, "--optimizer", "adam",
+              "--split-method", "hash_name"]
+    procs = []
+    try:
+        trainers = [_job("trainer", *common, "--trainer-id", t, env=env) for t in (0, 1)]
+        procs += trainers
+        time.sleep(5)
+        servers = [_job("pserver", *common, "--endpoint", ep, env=env) for ep in eps.split(",")]
+        procs += servers
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        reap(procs)
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    results = {r["trainer_id"]: r for r in (_last_json(outs[t][0]) for t in (0, 1))}
+    ref = ps_job.reference(results[0]["initial"], (5, 5), "adam")
+    for s in range(5):
+        got = np.mean([results[t]["losses"][s] for t in (0, 1)])
+        assert abs(got - ref["losses"][s]) < 1e-5
+    for t in (0, 1):
+        for name in ps_job.PARAMS:
+            np.testing.assert_allclose(results[t]["final"][name], ref["final"][name], atol=1e-5)
+
+
+def _wait_for_step(proc, step, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"the trainer exited ({proc.returncode}) before step {step}: "
+                                 f"{proc.stderr.read()}")
+        if line.startswith("{") and json.loads(line).get("step", -1) >= step:
+            return
+    raise AssertionError(f"no step {step} within {timeout} s")
+
+
+@pytest.mark.timeout(150)
+def test_killed_pserver_is_named_by_every_trainer_within_the_deadline():
+    eps = endpoints(2)
+    dead = eps.split(",")[1]
+    env = child_env(FLAGS_rpc_deadline="4000")
+    common = ["--pservers", eps, "--trainers", 2, "--steps", 100000]
+    procs = []
+    try:
+        servers = [_job("pserver", *common, "--endpoint", ep, env=env) for ep in eps.split(",")]
+        trainers = [_job("trainer", *common, "--trainer-id", t, "--progress", env=env)
+                    for t in (0, 1)]
+        procs = servers + trainers
+        _wait_for_step(trainers[0], 2, 60)
+        servers[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        for t in trainers:
+            _, err = t.communicate(timeout=30)
+            assert t.returncode != 0
+            assert dead in err and "no reply within 4.0 s" in err, err
+        assert time.monotonic() - killed_at < 4 + 10  # the deadline, plus process exit
+        # the surviving pserver: its trainers died without completing; it names them
+        _, err = servers[0].communicate(timeout=30)
+        assert servers[0].returncode != 0
+        assert "trainer(s) [0, 1]" in err, err
+    finally:
+        reap(procs)
+
+
+@pytest.mark.timeout(150)
+def test_killed_trainer_is_named_by_the_pserver_which_exits_nonzero():
+    eps = endpoints(1)
+    env = child_env(FLAGS_rpc_deadline="4000")
+    common = ["--pservers", eps, "--trainers", 2, "--steps", 100000]
+    procs = []
+    try:
+        server = _job("pserver", *common, "--endpoint", eps, env=env)
+        trainers = [_job("trainer", *common, "--trainer-id", t, "--progress", env=env)
+                    for t in (0, 1)]
+        procs = [server, *trainers]
+        _wait_for_step(trainers[1], 2, 60)
+        trainers[1].send_signal(signal.SIGKILL)
+        _, err = server.communicate(timeout=30)
+        assert server.returncode != 0
+        assert "trainer(s) [1]" in err, err
+        _, err0 = trainers[0].communicate(timeout=30)
+        assert trainers[0].returncode != 0  # its held read is answered with the error
+        assert eps in err0, err0
+    finally:
+        reap(procs)

@@ -136,3 +136,35 @@ def test_killed_trainer_is_named_by_the_pserver_which_exits_nonzero():
         assert eps in err0, err0
     finally:
         reap(procs)
+
+
+def _train_cli(*args, cwd):
+    env = child_env(FLAGS_rpc_deadline="60000")
+    proc = subprocess.run([sys.executable, "-m", "parafluid", "train", *args], env=env,
+                          cwd=cwd, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.timeout(300)
+def test_parafluid_train_with_pservers_sync_equals_two_devices_and_async_converges(tmp_path):
+    import parafluid as fluid
+
+    common = ["--epochs", "3", "--hidden", "32", "--seed", "4"]
+    sync_dir, async_dir, dev_dir = (str(tmp_path / n) for n in ("sync", "async", "devices"))
+    out = _train_cli("--pservers", "2", "--trainers", "2", *common, "-o", sync_dir, cwd=ROOT)
+    assert "trainer 0 of 2 processes with 2 parameter servers (sync)" in out, out
+    assert len(re.findall(r"\[trainer 0\] epoch \d/3  loss", out)) == 3, out
+    assert "[trainer 1] epoch" not in out and "[pserver" not in out, "trainer 0 reports"
+    sync_acc = float(re.search(r"test accuracy ([\d.]+)", out)[1])
+    out = _train_cli("--pservers", "2", "--trainers", "2", "--async", *common, "-o", async_dir,
+                     cwd=ROOT)
+    assert "(async)" in out
+    async_acc = float(re.search(r"test accuracy ([\d.]+)", out)[1])
+    assert async_acc >= sync_acc - 0.02, (async_acc, sync_acc)
+    _train_cli("--devices", "2", *common, "-o", dev_dir, cwd=ROOT)
+    a = fluid.io.read_tensors(os.path.join(sync_dir, fluid.io.DEFAULT_FILENAME))[0]
+    b = fluid.io.read_tensors(os.path.join(dev_dir, fluid.io.DEFAULT_FILENAME))[0]
+    assert a.keys() == b.keys()
+    for key in a:  # 2 trainers + 2 pservers compute what 1 process x 2 devices computes
+        np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), rtol=1e-5, atol=1e-5)

@@ -170,6 +170,17 @@ class _Server:
                 feed[name + trainer_suffix(i)] = mean
         return feed
 
+    def save(self, dirname: str) -> None:
+        """Checkpoint notice: this pserver's persistables into ``dirname`` (see io)."""
+        from ..io import pserver_checkpoint_filename, save_vars
+
+        program = self.ctx.op.block.program
+        scope = self.ctx.scope
+        names = [n for n, v in program.global_block().vars.items() if v.persistable
+                 and scope.find_var(n) is not None and scope.find_var(n).value is not None]
+        save_vars(None, dirname, program, vars=names,
+                  filename=pserver_checkpoint_filename(program), scope=scope)
+
     def get(self, name: str) -> torch.Tensor:
         holder = self.ctx.scope.find_var(name)
         if holder is None or holder.value is None:
@@ -182,7 +193,7 @@ def _listen_and_serv(ins: dict, attrs: dict, ctx: Any) -> dict:
 
     server = _Server(attrs, ctx)
     ps = ParameterServer(server.endpoint, server.fan_in, server.sync, optimize=server.optimize,
-                         get=server.get, deadline_s=ctx.deadline_s)
+                         get=server.get, save=server.save, deadline_s=ctx.deadline_s)
     main = threading.current_thread() is threading.main_thread()
 
     def ready() -> None:

@@ -89,8 +89,10 @@ def _config(split_method: str, min_block_size: int, sync: bool) -> Any:
 
 def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "sgd",
                 lr_decay: bool = False, l2: float = 0.0, split_method: str = "round_robin",
-                min_block_size: int = 100, sync: bool = True) -> None:
-    """Transpile as the pserver at ``endpoint`` and serve until every trainer is done."""
+                min_block_size: int = 100, sync: bool = True, load_dir: str | None = None
+                ) -> None:
+    """Transpile as the pserver at ``endpoint`` and serve until every trainer is done
+    (``load_dir``: first load the blocks a checkpoint saved there)."""
     import parafluid as fluid
 
     main, startup, _ = build(optimizer, lr_decay, l2)
@@ -101,16 +103,21 @@ def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "s
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.Scope()
     exe.run(pstartup, scope=scope)
+    if load_dir is not None:
+        fluid.io.load_persistables(exe, load_dir, prog, scope=scope)
     exe.run(prog, scope=scope)
 
 
 def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
                 optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
                 split_method: str = "round_robin", min_block_size: int = 100,
-                sync: bool = True,
-                progress: bool = False) -> dict[str, Any]:
-    """Train ``steps`` steps as trainer ``trainer_id``; return its losses and parameters
-    (initial and final, as lists). ``progress`` prints a JSON line after each step."""
+                sync: bool = True, progress: bool = False, first_step: int = 0,
+                checkpoint_at: int | None = None, checkpoint_dir: str | None = None
+                ) -> dict[str, Any]:
+    """Train steps ``first_step .. steps-1`` as trainer ``trainer_id``; return its losses and
+    parameters (initial and final, as lists). ``progress`` prints a JSON line after each
+    step; trainer 0 saves a checkpoint into ``checkpoint_dir`` after ``checkpoint_at``
+    steps."""
     import parafluid as fluid
 
     main, startup, loss = build(optimizer, lr_decay, l2)
@@ -123,12 +130,16 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
     exe.run(startup, scope=scope)
     initial = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
     losses = []
-    for x, y in batches(steps, trainers):
+    for step, (x, y) in enumerate(batches(steps, trainers)):
+        if step < first_step:
+            continue
         out, = exe.run(prog, feed={"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]},
                        fetch_list=[loss], scope=scope)
         losses.append(float(out[0]))
         if progress:
-            print(json.dumps({"trainer_id": trainer_id, "step": len(losses) - 1}), flush=True)
+            print(json.dumps({"trainer_id": trainer_id, "step": step}), flush=True)
+        if trainer_id == 0 and checkpoint_at == step + 1:
+            fluid.io.save_persistables(exe, checkpoint_dir, prog, scope=scope)
     exe.close()
     final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
     return {"trainer_id": trainer_id, "losses": losses, "initial": initial, "final": final}

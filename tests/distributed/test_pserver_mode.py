@@ -23,12 +23,14 @@ STEPS = 5
 
 
 def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps=(STEPS, STEPS),
-         sync=True, min_block_size=100):
+         sync=True, min_block_size=100, first_step=0, checkpoint_at=None, ckpt=None,
+         load_dir=None):
     """Run 2 pservers + len(steps) trainers as threads; return the trainers' results."""
     eps = endpoints(2)
     trainers = len(steps)
     kw = dict(optimizer=optimizer, lr_decay=lr_decay, l2=l2, split_method=split_method,
               min_block_size=min_block_size, sync=sync)
+    trainer_kw = dict(first_step=first_step, checkpoint_at=checkpoint_at, checkpoint_dir=ckpt)
     results, errors = {}, []
 
     def guarded(fn, *a, **k):
@@ -41,9 +43,10 @@ def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps
                 errors.append(e)
         return threading.Thread(target=run, daemon=True)
 
-    threads = [guarded(ps_job.run_pserver, ep, eps, trainers, **kw) for ep in eps.split(",")]
-    threads += [guarded(ps_job.run_trainer, t, eps, trainers, steps[t],
-                        **kw) for t in range(trainers)]
+    threads = [guarded(ps_job.run_pserver, ep, eps, trainers, load_dir=load_dir, **kw)
+               for ep in eps.split(",")]
+    threads += [guarded(ps_job.run_trainer, t, eps, trainers, steps[t], **trainer_kw, **kw)
+                for t in range(trainers)]
     for th in threads:
         th.start()
     for th in threads:
@@ -104,6 +107,23 @@ def test_async_mode_converges_near_sync():
         # stale gradients cost a little, not convergence (held-out loss, same data)
         assert after < 0.25 * before and after < 1.5 * sync_loss + 0.02, \
             (t, before, after, sync_loss)
+
+
+@pytest.mark.timeout(120)
+def test_checkpoint_then_restart_from_it_reaches_the_same_parameters(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    kw = dict(lr_decay=True, split_method="hash_name")
+    full = _job("adam", steps=(6, 6), checkpoint_at=3, ckpt=ckpt, **kw)
+    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert files == ["__variables__.safetensors", "pserver_0.safetensors",
+                     "pserver_1.safetensors"]
+    # new pservers load their blocks (parameters, moments, beta powers, LR counter); the
+    # trainers pull the parameters at startup and run steps 3..5 again
+    resumed = _job("adam", steps=(6, 6), first_step=3, load_dir=ckpt, **kw)
+    for t in (0, 1):
+        assert resumed[t]["losses"] == pytest.approx(full[t]["losses"][3:], abs=1e-6)
+        for p in ps_job.PARAMS:
+            np.testing.assert_allclose(resumed[t]["final"][p], full[t]["final"][p], atol=1e-6)
 
 
 def test_programs_print_verify_and_round_trip():

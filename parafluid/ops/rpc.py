@@ -33,7 +33,8 @@ __all__ = ["RPC_OP_TYPES", "trainer_suffix", "parse_grad_to_block"]
 
 log = logging.getLogger("parafluid.ops.rpc")
 
-RPC_OP_TYPES = frozenset({"send", "recv", "send_barrier", "fetch_barrier"})
+RPC_OP_TYPES = frozenset({"send", "recv", "send_barrier", "fetch_barrier",
+                          "distributed_lookup_table"})
 
 
 def trainer_suffix(trainer_id: int) -> str:
@@ -108,6 +109,110 @@ register_op("send", inputs=("X[]",), outputs=(),
 register_op("recv", inputs=(), outputs=("Out[]",),
             attrs={"epmap": [], "varnames": [], "trainer_id": 0},
             infer_shape=_no_shapes, kernel=_recv, side_effect=True)
+# ------------------------------------------------------------------ distributed lookup table
+
+
+def _shards(attrs: dict) -> list[tuple[str, str, int, int]]:
+    """``(block name, endpoint, first row, rows)`` of each shard of the table."""
+    names, eps, sections = attrs["table_names"], attrs["epmap"], attrs["height_sections"]
+    if not (len(names) == len(eps) == len(sections)):
+        raise ValueError(f"distributed_lookup_table: table_names {names}, epmap {eps} and "
+                         f"height_sections {sections} must have one entry per shard")
+    out, start = [], 0
+    for name, ep, rows in zip(names, eps, sections):
+        out.append((name, ep, start, int(rows)))
+        start += int(rows)
+    return out
+
+
+def _dist_lookup_shape(ins: dict, attrs: dict) -> dict:
+    from .nn import _ids_out_shape
+    from .registry import Meta
+
+    ids = ins["Ids"]
+    if ids.dtype not in ("int64", "int32"):
+        raise TypeError(f"distributed_lookup_table: Ids must be int64, got {ids.dtype}")
+    return {"Out": Meta((*_ids_out_shape(ids.shape), int(attrs["width"])), attrs["dtype"])}
+
+
+def _dist_lookup(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Prefetch only the rows the ids name, from the pserver holding each row."""
+    from .nn import _flat_ids, _ids_out_shape
+
+    ids = ins["Ids"]
+    height, width = int(attrs["height"]), int(attrs["width"])
+    flat = _flat_ids(ids, height)
+    out = None
+    pool = _pool(attrs)
+    for name, ep, first, rows in _shards(attrs):
+        mask = (flat >= first) & (flat < first + rows)
+        if not bool(mask.any()):
+            continue
+        uniq, inverse = torch.unique(flat[mask] - first, return_inverse=True)
+        got = pool.get(ep).prefetch(name, uniq)
+        if tuple(got.shape) != (len(uniq), width):
+            raise ValueError(f"distributed_lookup_table: pserver {ep} returned rows of shape "
+                             f"{list(got.shape)} for {len(uniq)} ids of {name!r}, expected "
+                             f"[{len(uniq)}, {width}]")
+        if out is None:
+            out = torch.zeros((flat.numel(), width), dtype=got.dtype)
+        out[mask] = got[inverse]
+    if out is None:
+        out = torch.zeros((flat.numel(), width))
+    pad = attrs["padding_idx"]
+    if pad != -1:
+        out = out.masked_fill((flat == pad).unsqueeze(1), 0.0)
+    return {"Out": out.to(ctx.device).reshape(*_ids_out_shape(ids.shape), width)}
+
+
+def _dist_lookup_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """The row-sparse gradient of the table: the output gradient's rows, at their ids."""
+    from ..scope import SelectedRows
+
+    flat = ins["Ids"].reshape(-1).long()
+    rows = ins["Out@GRAD"].reshape(-1, int(attrs["width"]))
+    pad = attrs["padding_idx"]
+    if pad != -1:
+        rows = rows.masked_fill((flat == pad).unsqueeze(1), 0.0)
+    return {"W@GRAD": SelectedRows(flat, rows, int(attrs["height"]))}
+
+
+def _sparse_grad_shape(ins: dict, attrs: dict) -> dict:
+    from .registry import Meta
+
+    return {"W@GRAD": Meta((int(attrs["height"]), int(attrs["width"])), attrs["dtype"],
+                           "selected_rows")}
+
+
+def _split_selected_rows(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Cut row-sparse X by row ranges (``height_sections``); rows become shard-local."""
+    from ..scope import SelectedRows
+
+    x = ins["X"]
+    if not isinstance(x, SelectedRows):
+        raise TypeError(f"split_selected_rows: X must be row-sparse (SelectedRows), got a "
+                        f"dense {type(x).__name__}")
+    out, first = [], 0
+    for rows in attrs["height_sections"]:
+        mask = (x.rows >= first) & (x.rows < first + rows)
+        out.append(SelectedRows(x.rows[mask] - first, x.value[mask], rows))
+        first += rows
+    if first != x.height:
+        raise ValueError(f"split_selected_rows: height_sections {attrs['height_sections']} "
+                         f"add up to {first}, but X has {x.height} rows")
+    return {"Out": out}
+
+
+_TABLE_ATTRS = {"table_names": [], "epmap": [], "height_sections": [], "height": 0, "width": 0,
+                "padding_idx": -1, "dtype": "float32", "trainer_id": 0}
+register_op("distributed_lookup_table", inputs=("Ids",), outputs=("Out",),
+            attrs=dict(_TABLE_ATTRS), infer_shape=_dist_lookup_shape, kernel=_dist_lookup,
+            side_effect=True)
+register_op("distributed_lookup_table_grad", inputs=("Ids", "Out@GRAD"), outputs=("W@GRAD",),
+            attrs=dict(_TABLE_ATTRS), infer_shape=_sparse_grad_shape, kernel=_dist_lookup_grad)
+register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),
+            attrs={"height_sections": []}, infer_shape=_no_shapes,
+            kernel=_split_selected_rows)
 register_op("send_barrier", inputs=(), outputs=(),
             attrs={"endpoints": [], "trainer_id": 0},
             infer_shape=_no_shapes, kernel=_send_barrier, side_effect=True)
@@ -129,6 +234,19 @@ def parse_grad_to_block(entries: list[str]) -> dict[str, int]:
                              f"'gradient:block_index', got {entry!r}")
         out[name] = int(idx)
     return out
+
+
+def _mean(values: list[Any]) -> Any:
+    """The mean of dense tensors, or of row-sparse ones (rows concatenated, values scaled)."""
+    from ..scope import SelectedRows
+
+    if len(values) == 1:
+        return values[0]
+    if isinstance(values[0], SelectedRows):
+        return SelectedRows(torch.cat([v.rows for v in values]),
+                            torch.cat([v.value for v in values]) / len(values),
+                            values[0].height)
+    return torch.stack(values).mean(0)
 
 
 class _Server:
@@ -165,10 +283,20 @@ class _Server:
         # so the block computes the mean over the trainers still training.
         feed = {name + trainer_suffix(i): v for i, v in enumerate(values)}
         if len(values) < self.fan_in:
-            mean = torch.stack(values).mean(0) if len(values) > 1 else values[0]
+            mean = _mean(values)
             for i in range(len(values), self.fan_in):
                 feed[name + trainer_suffix(i)] = mean
         return feed
+
+    def prefetch(self, table: str, rows: torch.Tensor) -> torch.Tensor:
+        holder = self.ctx.scope.find_var(table)
+        if holder is None or holder.value is None:
+            raise KeyError(f"no lookup table block {table!r}")
+        value = holder.value
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= value.shape[0]):
+            raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} are outside the "
+                             f"{value.shape[0]} rows of {table!r}")
+        return value.index_select(0, rows.to(value.device))
 
     def save(self, dirname: str) -> None:
         """Checkpoint notice: this pserver's persistables into ``dirname`` (see io)."""
@@ -193,7 +321,8 @@ def _listen_and_serv(ins: dict, attrs: dict, ctx: Any) -> dict:
 
     server = _Server(attrs, ctx)
     ps = ParameterServer(server.endpoint, server.fan_in, server.sync, optimize=server.optimize,
-                         get=server.get, save=server.save, deadline_s=ctx.deadline_s)
+                         get=server.get, save=server.save,
+                         prefetch=server.prefetch, deadline_s=ctx.deadline_s)
     main = threading.current_thread() is threading.main_thread()
 
     def ready() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -33,18 +34,39 @@ __all__ = ["build", "data", "batches", "run_pserver", "run_trainer", "reference"
            "PARAMS", "main"]
 
 IN, HIDDEN = 20, 40
+VOCAB, EMB = 50, 8  # the embedding variant's table ("emb": 400 elements, 2 shards)
 BATCH = 8  # rows per trainer per step
+_BUILD_LOCK = threading.Lock()
 PARAMS = ("fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0")
 
 
-def build(optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0) -> tuple[Any, ...]:
-    """``(main, startup, loss)`` of the test model; names are the same in every call."""
+def build(optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
+          embedding: str = "") -> tuple[Any, ...]:
+    """``(main, startup, loss)`` of the test model; names are the same in every call.
+
+    ``embedding``: "" (none), "local" (a sparse embedding of ids fed as ``ids``) or
+    "distributed" (the same table with ``is_distributed=True``), concatenated to ``x``.
+    """
     import parafluid as fluid
 
     main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+    # a fixed initialization: Adam's update of a near-zero gradient amplifies rounding, and
+    # a test must not pass or fail with the draw
+    main.random_seed = startup.random_seed = 5
+    # NOTE: program_guard and unique_name.guard switch process-wide defaults: roles running
+    # as threads of one process must not build at the same time
+    with _BUILD_LOCK, fluid.program_guard(main, startup), fluid.unique_name.guard():
         x = fluid.layers.data(name="x", shape=[IN], dtype="float32")
         y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        if embedding:
+            ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+            table = np.random.default_rng(3).standard_normal((VOCAB, EMB)).astype("float32")
+            emb = fluid.layers.embedding(
+                ids, size=[VOCAB, EMB], is_sparse=True,
+                is_distributed=embedding == "distributed",
+                param_attr=fluid.ParamAttr(
+                    name="emb", initializer=fluid.initializer.NumpyArrayInitializer(table)))
+            x = fluid.layers.concat([x, emb], axis=1)
         h = fluid.layers.fc(x, size=HIDDEN, act="tanh")
         pred = fluid.layers.fc(h, size=1)
         loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
@@ -71,6 +93,15 @@ def batches(steps: int, trainers: int, seed: int = 7
         yield x, np.tanh(x @ w / 3).astype("float32")
 
 
+def ids_of(steps: int, trainers: int) -> list[np.ndarray]:
+    """The ids of every step's full batch (the embedding variant), ``[rows, 1]`` int64."""
+    rng = np.random.default_rng(11)
+    # NOTE: ids from half the vocabulary only, so some rows (and a shard's part) get no
+    # gradient at all: the sparse path must leave them untouched
+    return [rng.integers(0, VOCAB // 2 + 5, (trainers * BATCH, 1)).astype("int64")
+            for _ in range(steps)]
+
+
 def data(steps: int, trainers: int, seed: int = 7) -> list[tuple[np.ndarray, np.ndarray]]:
     """The full batch of every step, as a list."""
     return list(batches(steps, trainers, seed))
@@ -89,13 +120,13 @@ def _config(split_method: str, min_block_size: int, sync: bool) -> Any:
 
 def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "sgd",
                 lr_decay: bool = False, l2: float = 0.0, split_method: str = "round_robin",
-                min_block_size: int = 100, sync: bool = True, load_dir: str | None = None
-                ) -> None:
+                min_block_size: int = 100, sync: bool = True, load_dir: str | None = None,
+                embedding: str = "") -> None:
     """Transpile as the pserver at ``endpoint`` and serve until every trainer is done
     (``load_dir``: first load the blocks a checkpoint saved there)."""
     import parafluid as fluid
 
-    main, startup, _ = build(optimizer, lr_decay, l2)
+    main, startup, _ = build(optimizer, lr_decay, l2, embedding)
     t = fluid.DistributeTranspiler(_config(split_method, min_block_size, sync))
     t.transpile(0, program=main, startup_program=startup, pservers=pservers,
                 trainers=trainers, sync_mode=sync)
@@ -112,15 +143,15 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
                 optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
                 split_method: str = "round_robin", min_block_size: int = 100,
                 sync: bool = True, progress: bool = False, first_step: int = 0,
-                checkpoint_at: int | None = None, checkpoint_dir: str | None = None
-                ) -> dict[str, Any]:
+                checkpoint_at: int | None = None, checkpoint_dir: str | None = None,
+                embedding: str = "") -> dict[str, Any]:
     """Train steps ``first_step .. steps-1`` as trainer ``trainer_id``; return its losses and
     parameters (initial and final, as lists). ``progress`` prints a JSON line after each
     step; trainer 0 saves a checkpoint into ``checkpoint_dir`` after ``checkpoint_at``
     steps."""
     import parafluid as fluid
 
-    main, startup, loss = build(optimizer, lr_decay, l2)
+    main, startup, loss = build(optimizer, lr_decay, l2, embedding)
     t = fluid.DistributeTranspiler(_config(split_method, min_block_size, sync))
     t.transpile(trainer_id, program=main, startup_program=startup, pservers=pservers,
                 trainers=trainers, sync_mode=sync)
@@ -130,31 +161,44 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
     exe.run(startup, scope=scope)
     initial = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
     losses = []
+    all_ids = ids_of(steps, trainers) if embedding else None
     for step, (x, y) in enumerate(batches(steps, trainers)):
         if step < first_step:
             continue
-        out, = exe.run(prog, feed={"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]},
-                       fetch_list=[loss], scope=scope)
+        feed = {"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]}
+        if all_ids is not None:
+            feed["ids"] = all_ids[step][trainer_id::trainers]
+        out, = exe.run(prog, feed=feed, fetch_list=[loss], scope=scope)
         losses.append(float(out[0]))
         if progress:
             print(json.dumps({"trainer_id": trainer_id, "step": step}), flush=True)
         if trainer_id == 0 and checkpoint_at == step + 1:
             fluid.io.save_persistables(exe, checkpoint_dir, prog, scope=scope)
-    exe.close()
     final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
+    if embedding == "distributed":  # the table never comes whole: read its shards
+        from ..distributed.ps_registry import client_pool
+
+        op = next(op for op in prog.global_block().ops if op.type == "distributed_lookup_table")
+        pool = client_pool(trainer_id)
+        final["emb"] = np.concatenate([
+            pool.get(ep).prefetch(name, np.arange(rows)).numpy()
+            for name, ep, rows in zip(op.attr("table_names"), op.attr("epmap"),
+                                      op.attr("height_sections"))]).tolist()
+    exe.close()
     return {"trainer_id": trainer_id, "losses": losses, "initial": initial, "final": final}
 
 
 def reference(initial: dict[str, Any], steps: Sequence[int], optimizer: str = "sgd",
-              lr_decay: bool = False, l2: float = 0.0) -> dict[str, Any]:
+              lr_decay: bool = False, l2: float = 0.0, embedding: str = "") -> dict[str, Any]:
     """One process: step s trains on the rows of the trainers whose ``steps[t] > s``."""
     import parafluid as fluid
 
     trainers = len(steps)
-    main, startup, loss = build(optimizer, lr_decay, l2)
+    main, startup, loss = build(optimizer, lr_decay, l2, "local" if embedding else "")
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.Scope()
     exe.run(startup, scope=scope)
+    all_ids = ids_of(max(steps), trainers) if embedding else None
     for p, v in initial.items():
         scope.find_var(p).get_tensor().set(np.asarray(v, dtype="float32"), fluid.CPUPlace())
     losses = []
@@ -162,10 +206,13 @@ def reference(initial: dict[str, Any], steps: Sequence[int], optimizer: str = "s
         live = [t for t in range(trainers) if steps[t] > s]
         rows = np.concatenate([np.arange(t, len(x), trainers) for t in live])
         rows.sort()
-        out, = exe.run(main, feed={"x": x[rows], "y": y[rows]}, fetch_list=[loss],
-                       scope=scope)
+        feed = {"x": x[rows], "y": y[rows]}
+        if all_ids is not None:
+            feed["ids"] = all_ids[s][rows]
+        out, = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
         losses.append(float(out[0]))
-    final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
+    names = PARAMS + (("emb",) if embedding else ())
+    final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in names}
     return {"losses": losses, "final": final}
 
 

@@ -75,6 +75,7 @@ class _ParamPlan:
     blocks: list[VarBlock]
     eps: list[str]
     opt_ops: list[Any] = field(default_factory=list)  # ops of the original, program order
+    table: bool = False  # a distributed lookup table: sharded by rows, never pulled whole
 
     @property
     def sliced(self) -> bool:
@@ -128,6 +129,15 @@ class PServerTranspile:
                              "optimizer.minimize(loss) before transpiling")
         optimized = {op.input("Param")[0] for op in block.ops
                      if "Param" in op.inputs and "Grad" in op.inputs and op.input("Param")}
+        tables = {op.input("W")[0] for op in block.ops
+                  if op.type == "lookup_table" and op.attrs.get("is_distributed")}
+        for name in sorted(tables):
+            uses = [op for op in block.ops if op.type == "lookup_table" and name in op.input("W")]
+            if not all(op.attrs.get("is_sparse") and op.attrs.get("is_distributed")
+                       for op in uses):
+                raise ValueError(f"transpile: the distributed lookup table {name} is also read "
+                                 "by a lookup_table without is_sparse=True, is_distributed=True; "
+                                 "every embedding of a distributed table must set both")
         method = self.config.split_method or RoundRobin
         dispatcher = method(self.eps)
         if not isinstance(dispatcher, PSDispatcher):
@@ -138,11 +148,17 @@ class PServerTranspile:
             if param not in optimized:
                 continue  # no optimizer op updates it (e.g. trainable=False downstream)
             var = block.var(param)
+            if param in tables:
+                # one shard of whole rows per pserver, in pserver order
+                blocks = slice_variable(param, var.shape, len(self.eps), 1)
+                plans.append(_ParamPlan(param, grad, tuple(var.shape), var.dtype, blocks,
+                                        self.eps[:len(blocks)], table=True))
+                continue
             if block.var(grad).type == "selected_rows":
                 raise NotImplementedError(
                     f"transpile: {param} has a sparse gradient (embedding is_sparse=True); "
-                    "sparse gradients and distributed lookup tables are not available in "
-                    "pserver mode yet: use is_sparse=False")
+                    "in pserver mode a sparse embedding must be a distributed table: set "
+                    "is_distributed=True too (or is_sparse=False)")
             blocks = slice_variable(param, var.shape, len(self.eps), self.config.min_block_size,
                                     self.config.slice_var_up)
             eps = dispatcher.dispatch([b.name for b in blocks])
@@ -223,6 +239,7 @@ class PServerTranspile:
             role = block.ops[i].attrs.get("op_role", 0)
             if role & (OpRole.Optimize | OpRole.LRSched):
                 block._remove_op(i)
+        self._distribute_tables(block)
         suffix = self._suffix()
         # insert each gradient's split + send right after its producer (last writer first, so
         # earlier indices stay valid)
@@ -235,7 +252,20 @@ class PServerTranspile:
                 raise ValueError(f"transpile: no op of the main program writes {plan.grad!r}, "
                                  f"the gradient of {plan.param}")
             at = producer[plan.grad] + 1
-            if plan.sliced:
+            if plan.table:
+                names = [plan.grad_block(b.block_id) + suffix for b in plan.blocks]
+                for name, b in zip(names, plan.blocks):
+                    block.create_var(name=name, shape=list(b.shape), dtype=plan.dtype,
+                                     type="selected_rows")
+                block._insert_op(at, "split_selected_rows", inputs={"X": [plan.grad]},
+                                 outputs={"Out": names},
+                                 attrs={"height_sections": [b.shape[0] for b in plan.blocks],
+                                        "op_role": OpRole.Dist})
+                block._insert_op(at + 1, "send", inputs={"X": names},
+                                 attrs={"epmap": list(plan.eps), "send_varnames": names,
+                                        "trainer_id": self.trainer_id, "sync_mode": self.sync,
+                                        "op_role": OpRole.RPC})
+            elif plan.sliced:
                 names = [plan.grad_block(b.block_id) + suffix for b in plan.blocks]
                 for name, b in zip(names, plan.blocks):
                     block.create_var(name=name, shape=list(b.shape), dtype=plan.dtype)
@@ -263,10 +293,45 @@ class PServerTranspile:
         self.program._trainer_id = self.trainer_id
         self.program._pserver_endpoints = list(self.eps)
 
+    def _distribute_tables(self, block: Any) -> None:
+        """Lookups of a distributed table prefetch their rows; its gradient stays row-sparse
+        and needs no table; the trainer neither initializes nor holds the table."""
+        tables = {p.param: p for p in self.plans if p.table}
+        if not tables:
+            return
+        for i, op in enumerate(list(block.ops)):
+            if op.type not in ("lookup_table", "lookup_table_grad"):
+                continue
+            plan = tables.get(op.input("W")[0])
+            if plan is None:
+                continue
+            attrs = {"table_names": [b.name for b in plan.blocks], "epmap": list(plan.eps),
+                     "height_sections": [b.shape[0] for b in plan.blocks],
+                     "height": plan.shape[0], "width": plan.shape[1],
+                     "padding_idx": op.attrs.get("padding_idx", -1), "dtype": str(plan.dtype),
+                     "trainer_id": self.trainer_id, "op_role": op.attrs.get("op_role", 0)}
+            if op.type == "lookup_table":
+                new = block._make_op("distributed_lookup_table", {"Ids": op.input("Ids")},
+                                     {"Out": op.output("Out")}, attrs)
+            else:
+                new = block._make_op("distributed_lookup_table_grad",
+                                     {"Ids": op.input("Ids"), "Out@GRAD": op.input("Out@GRAD")},
+                                     {"W@GRAD": op.output("W@GRAD")}, attrs)
+            block.ops[i] = new
+        block.program._bump()
+        for name in tables:
+            block.var(name).persistable = False  # lives on the pservers only
+        sb = self.startup.global_block()
+        for i in reversed(range(len(sb.ops))):
+            if set(sb.ops[i].output_arg_names) & set(tables):
+                sb._remove_op(i)
+
     def _append_pull(self, program: Program) -> None:
         """recv every parameter block, fetch_barrier, concat the sliced ones."""
         block = program.global_block()
         for plan in self.plans:
+            if plan.table:
+                continue  # rows are prefetched by the lookups that need them
             if plan.sliced:
                 for b in plan.blocks:
                     block.create_var(name=b.name, shape=list(b.shape), dtype=plan.dtype)
@@ -282,7 +347,7 @@ class PServerTranspile:
                                                     "trainer_id": self.trainer_id,
                                                     "op_role": OpRole.RPC})
         for plan in self.plans:
-            if plan.sliced:
+            if plan.sliced and not plan.table:
                 block.append_op("concat", inputs={"X": [b.name for b in plan.blocks]},
                                 outputs={"Out": [plan.param]},
                                 attrs={"axis": 0, "op_role": OpRole.Dist})

@@ -248,14 +248,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split-method", default="round_robin")
     p.add_argument("--async", dest="sync", action="store_false")
     p.add_argument("--progress", action="store_true", help="a JSON line after each step")
+    p.add_argument("--first-step", type=int, default=0, help="trainer: resume at this step")
+    p.add_argument("--checkpoint-at", type=int, default=None,
+                   help="trainer 0: save a checkpoint after this many steps")
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--load-dir", default=None, help="pserver: load a checkpoint first")
     a = p.parse_args(argv)
     if a.role == "pserver":
         run_pserver(a.endpoint, a.pservers, a.trainers, a.optimizer,
-                    split_method=a.split_method, sync=a.sync)
+                    split_method=a.split_method, sync=a.sync, load_dir=a.load_dir)
         print(json.dumps({"role": "pserver", "endpoint": a.endpoint}), flush=True)
     else:
         out = run_trainer(a.trainer_id, a.pservers, a.trainers, a.steps, a.optimizer,
-                          split_method=a.split_method, sync=a.sync, progress=a.progress)
+                          split_method=a.split_method, sync=a.sync, progress=a.progress,
+                          first_step=a.first_step, checkpoint_at=a.checkpoint_at,
+                          checkpoint_dir=a.checkpoint_dir)
         print(json.dumps(out), flush=True)
     return 0
 

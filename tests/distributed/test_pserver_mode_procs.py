@@ -168,3 +168,64 @@ def test_parafluid_train_with_pservers_sync_equals_two_devices_and_async_converg
     assert a.keys() == b.keys()
     for key in a:  # 2 trainers + 2 pservers compute what 1 process x 2 devices computes
         np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(200)
+def test_pserver_killed_after_a_checkpoint_job_restarted_from_it_ends_as_without_the_crash(
+        tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    env = child_env(FLAGS_rpc_deadline="4000")
+    eps = endpoints(2)
+    common = ["--pservers", eps, "--trainers", 2, "--optimizer", "momentum"]
+    procs = []
+    try:
+        servers = [_job("pserver", *common, "--endpoint", ep, env=env) for ep in eps.split(",")]
+        trainers = [_job("trainer", *common, "--steps", 100000, "--trainer-id", t,
+                         "--progress", "--checkpoint-at", 3, "--checkpoint-dir", ckpt,
+                         env=env) for t in (0, 1)]
+        procs += servers + trainers
+        _wait_for_step(trainers[0], 4, 60)  # the checkpoint after step 3 is written
+        servers[1].send_signal(signal.SIGKILL)
+        for p in servers[:1] + trainers:
+            p.communicate(timeout=30)
+            assert p.returncode != 0  # every process ends: nothing hangs
+        # restart everything from the checkpoint: steps 3..5 again
+        env = child_env(FLAGS_rpc_deadline="30000")
+        servers = [_job("pserver", *common, "--endpoint", ep, "--load-dir", ckpt, env=env)
+                   for ep in eps.split(",")]
+        trainers = [_job("trainer", *common, "--steps", 6, "--first-step", 3,
+                         "--trainer-id", t, env=env) for t in (0, 1)]
+        procs += servers + trainers
+        outs = [p.communicate(timeout=60) for p in servers + trainers]
+        for p, (_, err) in zip(servers + trainers, outs):
+            assert p.returncode == 0, err
+    finally:
+        reap(procs)
+    resumed = _last_json(outs[2][0])
+    # the same job without the crash (its initialization is seeded, so equal in every run)
+    ref = ps_job.reference(_uninterrupted_initial(), (6, 6), "momentum")
+    for name in ps_job.PARAMS:
+        np.testing.assert_allclose(resumed["final"][name], ref["final"][name], atol=1e-5)
+
+
+def _uninterrupted_initial():
+    """The pservers' initial parameters (seeded): what an uninterrupted job starts from."""
+    import parafluid as fluid
+
+    eps = "127.0.0.1:1,127.0.0.1:2"
+    values = {}
+    for ep in eps.split(","):
+        main, startup, _ = ps_job.build("momentum")
+        t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))
+        t.transpile(0, program=main, startup_program=startup, pservers=eps, trainers=2)
+        _, pstartup = t.get_pserver_programs(ep)
+        scope = fluid.Scope()
+        fluid.Executor(fluid.CPUPlace()).run(pstartup, scope=scope)
+        for name in pstartup.global_block().vars:
+            if name.startswith("fc_") and "_moment" not in name and "velocity" not in name:
+                values[name] = np.array(scope.find_var(name).get_tensor())
+    out = {}
+    for p in ps_job.PARAMS:
+        blocks = sorted(n for n in values if n.startswith(p + ".block"))
+        out[p] = np.concatenate([values[b] for b in blocks]) if blocks else values[p]
+    return out

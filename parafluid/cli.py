@@ -261,7 +261,9 @@ COMMANDS: list[Command] = [
             "PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM / PADDLE_TRAINER_ENDPOINTS / "
             "PADDLE_CURRENT_ENDPOINT environment, prefix their output with the rank, and stop "
             "them all when one fails or on Ctrl-C (the same as python -m "
-            "parafluid.distributed.launch; see docs/distributed.md).",
+            "parafluid.distributed.launch; see docs/distributed.md). With --server_num P "
+            "--worker_num N it starts a parameter-server job instead: P pservers and N trainers "
+            "with PADDLE_TRAINING_ROLE and PADDLE_PSERVER_ENDPOINTS (see docs/pserver.md).",
             _launch_arguments, _launch),
 ]
 DEFAULT_COMMAND = "train"
@@ -273,7 +275,8 @@ EXAMPLES = """\
   parafluid train --nproc 2                 the same job as 2 trainer processes
   parafluid train --pservers 2 --trainers 2 parameter-server mode (add --async for async)
   python -m parafluid train -o /tmp/model   the same, as a module
-  parafluid launch --nproc_per_node 2 train.py   two trainer processes of train.py"""
+  parafluid launch --nproc_per_node 2 train.py   two trainer processes of train.py
+  parafluid launch --server_num 2 --worker_num 2 train.py   2 pservers + 2 trainers"""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,11 +41,12 @@ PARAMS = ("fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0")
 
 
 def build(optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
-          embedding: str = "") -> tuple[Any, ...]:
+          embedding: str = "", clip: float = 0.0) -> tuple[Any, ...]:
     """``(main, startup, loss)`` of the test model; names are the same in every call.
 
     ``embedding``: "" (none), "local" (a sparse embedding of ids fed as ``ids``) or
     "distributed" (the same table with ``is_distributed=True``), concatenated to ``x``.
+    ``clip``: clip every gradient element to ``[-clip, clip]`` (GradientClipByValue).
     """
     import parafluid as fluid
 
@@ -74,6 +75,8 @@ def build(optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
         if lr_decay:
             lr = fluid.layers.exponential_decay(0.05, decay_steps=2, decay_rate=0.5)
         reg = fluid.regularizer.L2Decay(l2) if l2 else None
+        if clip:
+            fluid.clip.set_gradient_clip(fluid.clip.GradientClipByValue(clip), program=main)
         opt = {"sgd": lambda: fluid.optimizer.SGD(lr, regularization=reg),
                "momentum": lambda: fluid.optimizer.Momentum(lr, momentum=0.9,
                                                             regularization=reg),

@@ -92,6 +92,22 @@ def test_sync_2x2_equals_one_process(optimizer, split_method, lr_decay, l2):
     _check_equal_to_one_process(results, optimizer, lr_decay=lr_decay, l2=l2)
 
 
+def test_gradient_clipping_by_value_runs_per_block_and_equals_one_process(monkeypatch):
+    real = ps_job.build
+    monkeypatch.setattr(ps_job, "build", lambda *a, **k: real(*a, **k, clip=0.02))
+    results = _job("momentum")
+    init = results[0]["initial"]
+    ref = ps_job.reference(init, (STEPS, STEPS), "momentum")
+    for t in (0, 1):
+        for p in ps_job.PARAMS:
+            np.testing.assert_allclose(results[t]["final"][p], ref["final"][p], atol=1e-5)
+    # the clip matters here: without it the parameters end elsewhere
+    monkeypatch.setattr(ps_job, "build", real)
+    free = ps_job.reference(init, (STEPS, STEPS), "momentum")
+    assert max(np.abs(np.subtract(free["final"][p], ref["final"][p])).max()
+               for p in ps_job.PARAMS) > 1e-3
+
+
 @pytest.mark.timeout(120)
 def test_uneven_data_the_pserver_averages_over_the_trainers_still_training():
     steps = (6, 3)

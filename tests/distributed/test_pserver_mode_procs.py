@@ -229,3 +229,23 @@ def _uninterrupted_initial():
         blocks = sorted(n for n in values if n.startswith(p + ".block"))
         out[p] = np.concatenate([values[b] for b in blocks]) if blocks else values[p]
     return out
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_ends_a_serving_pserver_cleanly():
+    from parafluid.distributed.rpc import wait_for_server
+
+    eps = endpoints(1)
+    procs = []
+    try:
+        server = _job("pserver", "--pservers", eps, "--trainers", 2, "--endpoint", eps,
+                      env=child_env(FLAGS_rpc_deadline="30000"))
+        procs.append(server)
+        wait_for_server(eps, 30)  # serving: exe.run(pserver_program) is inside listen_and_serv
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=15)
+    finally:
+        reap(procs)
+    assert server.returncode == 0, err
+    assert _last_json(out) == {"role": "pserver", "endpoint": eps}  # exe.run returned
+    assert "stopped by SIGTERM" in err, err

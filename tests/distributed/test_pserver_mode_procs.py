@@ -48,18 +48,21 @@ def test_seed_003_pserver_example_under_the_launcher():
 
 
 @pytest.mark.timeout(150)
-def test_trainers_started_first_pservers_5s_later_equal_one_process():
+def test_trainers_first_a_pserver_5s_after_the_others_equal_one_process():
     eps = endpoints(2)
     env = child_env(FLAGS_rpc_deadline="60000")
     common = ["--pservers", eps, "--trainers", 2, "--steps", 5, "--optimizer", "adam",
               "--split-method", "hash_name"]
     procs = []
     try:
+        # the trainers first, then pserver 0, and pserver 1 five seconds after the others
         trainers = [_job("trainer", *common, "--trainer-id", t, env=env) for t in (0, 1)]
         procs += trainers
-        time.sleep(5)
-        servers = [_job("pserver", *common, "--endpoint", ep, env=env) for ep in eps.split(",")]
+        servers = [_job("pserver", *common, "--endpoint", eps.split(",")[0], env=env)]
         procs += servers
+        time.sleep(5)
+        servers.append(_job("pserver", *common, "--endpoint", eps.split(",")[1], env=env))
+        procs += servers[1:]
         outs = [p.communicate(timeout=120) for p in procs]
     finally:
         reap(procs)

@@ -42,9 +42,15 @@ def trainer_suffix(trainer_id: int) -> str:
     return f".trainer_{trainer_id}"
 
 
-def _pool(attrs: dict) -> Any:
+def _pool(attrs: dict, ctx: Any) -> Any:
     from ..distributed.ps_registry import client_pool
 
+    if ctx.device_index:
+        # NOTE: every replica would push its part of the batch under the same name
+        raise ValueError(f"{ctx.op.type}: a pserver-mode trainer program runs on one device "
+                         "(fluid.Executor); it was replicated over several (ParallelExecutor "
+                         "or CompiledProgram.with_data_parallel), which pserver mode does not "
+                         "support")
     return client_pool(int(attrs["trainer_id"]))
 
 
@@ -66,7 +72,7 @@ def _send(ins: dict, attrs: dict, ctx: Any) -> dict:
     names = list(attrs["send_varnames"]) or list(ctx.op.input("X"))
     epmap = list(attrs["epmap"])
     _check_lists("send", names, epmap, "variables")
-    pool = _pool(attrs)
+    pool = _pool(attrs, ctx)
     for name, ep, value in zip(names, epmap, values):
         if value is None:
             raise ValueError(f"send: {name!r} (to pserver {ep}) has no value: the op that "
@@ -79,7 +85,7 @@ def _recv(ins: dict, attrs: dict, ctx: Any) -> dict:
     names = list(attrs["varnames"]) or list(ctx.op.output("Out"))
     epmap = list(attrs["epmap"])
     _check_lists("recv", names, epmap, "variables")
-    pool = _pool(attrs)
+    pool = _pool(attrs, ctx)
     block = ctx.op.block
     out = []
     for name, var_name, ep in zip(names, ctx.op.output("Out"), epmap):
@@ -94,12 +100,12 @@ def _recv(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 def _send_barrier(ins: dict, attrs: dict, ctx: Any) -> dict:
-    _pool(attrs).send_barrier(attrs["endpoints"])
+    _pool(attrs, ctx).send_barrier(attrs["endpoints"])
     return {}
 
 
 def _fetch_barrier(ins: dict, attrs: dict, ctx: Any) -> dict:
-    _pool(attrs).fetch_barrier(attrs["endpoints"])
+    _pool(attrs, ctx).fetch_barrier(attrs["endpoints"])
     return {}
 
 
@@ -143,7 +149,7 @@ def _dist_lookup(ins: dict, attrs: dict, ctx: Any) -> dict:
     height, width = int(attrs["height"]), int(attrs["width"])
     flat = _flat_ids(ids, height)
     out = None
-    pool = _pool(attrs)
+    pool = _pool(attrs, ctx)
     for name, ep, first, rows in _shards(attrs):
         mask = (flat >= first) & (flat < first + rows)
         if not bool(mask.any()):

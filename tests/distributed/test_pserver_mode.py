@@ -270,3 +270,25 @@ def test_global_norm_clipping_is_refused_by_name():
     with pytest.raises(NotImplementedError, match="global norm"):
         t.transpile(0, program=main, startup_program=startup, pservers="127.0.0.1:6174",
                     trainers=2)
+
+
+@pytest.mark.timeout(60)
+def test_a_replicated_trainer_program_is_refused_by_name():
+    eps = endpoints(1)
+    server = threading.Thread(target=ps_job.run_pserver, args=(eps, eps, 1), daemon=True)
+    server.start()
+    main, startup, loss = ps_job.build("sgd")
+    t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))
+    t.transpile(0, program=main, startup_program=startup, pservers=eps, trainers=1)
+    prog = t.get_trainer_program()
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    compiled = fluid.CompiledProgram(prog).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(2))
+    x, y = ps_job.data(1, 1)[0]
+    with pytest.raises(Exception, match="runs on one device .* replicated over several"):
+        exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    exe.close()  # the pserver drops the partial step and ends
+    server.join(timeout=30)
+    assert not server.is_alive()

@@ -177,7 +177,8 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
             print(json.dumps({"trainer_id": trainer_id, "step": step}), flush=True)
         if trainer_id == 0 and checkpoint_at == step + 1:
             fluid.io.save_persistables(exe, checkpoint_dir, prog, scope=scope)
-    final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
+    names = PARAMS + (("emb",) if embedding == "local" else ())
+    final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in names}
     if embedding == "distributed":  # the table never comes whole: read its shards
         from ..distributed.ps_registry import client_pool
 

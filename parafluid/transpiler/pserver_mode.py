@@ -76,6 +76,7 @@ class _ParamPlan:
     eps: list[str]
     opt_ops: list[Any] = field(default_factory=list)  # ops of the original, program order
     table: bool = False  # a distributed lookup table: sharded by rows, never pulled whole
+    sparse: bool = False  # a row-sparse gradient (SelectedRows), cut by rows when sliced
 
     @property
     def sliced(self) -> bool:
@@ -152,17 +153,13 @@ class PServerTranspile:
                 # one shard of whole rows per pserver, in pserver order
                 blocks = slice_variable(param, var.shape, len(self.eps), 1)
                 plans.append(_ParamPlan(param, grad, tuple(var.shape), var.dtype, blocks,
-                                        self.eps[:len(blocks)], table=True))
+                                        self.eps[:len(blocks)], table=True, sparse=True))
                 continue
-            if block.var(grad).type == "selected_rows":
-                raise NotImplementedError(
-                    f"transpile: {param} has a sparse gradient (embedding is_sparse=True); "
-                    "in pserver mode a sparse embedding must be a distributed table: set "
-                    "is_distributed=True too (or is_sparse=False)")
             blocks = slice_variable(param, var.shape, len(self.eps), self.config.min_block_size,
                                     self.config.slice_var_up)
             eps = dispatcher.dispatch([b.name for b in blocks])
-            plans.append(_ParamPlan(param, grad, tuple(var.shape), var.dtype, blocks, eps))
+            plans.append(_ParamPlan(param, grad, tuple(var.shape), var.dtype, blocks, eps,
+                                    sparse=block.var(grad).type == "selected_rows"))
         return plans
 
     def _assign_optimize_ops(self) -> None:
@@ -252,7 +249,7 @@ class PServerTranspile:
                 raise ValueError(f"transpile: no op of the main program writes {plan.grad!r}, "
                                  f"the gradient of {plan.param}")
             at = producer[plan.grad] + 1
-            if plan.table:
+            if plan.sparse:
                 names = [plan.grad_block(b.block_id) + suffix for b in plan.blocks]
                 for name, b in zip(names, plan.blocks):
                     block.create_var(name=name, shape=list(b.shape), dtype=plan.dtype,

@@ -150,6 +150,18 @@ def test_distributed_lookup_table_equals_a_local_embedding(optimizer):
                                        err_msg=f"trainer {t} {p}")
 
 
+@pytest.mark.timeout(120)
+def test_sparse_embedding_not_distributed_is_pulled_whole_and_updated_by_rows():
+    # the table (50 x 8 = 400 elements, min_block_size 100) is cut in two row blocks; the
+    # trainers receive it whole, and send row-sparse gradients cut by those rows
+    results = _job("sgd", embedding="local", split_method="round_robin")
+    ref = ps_job.reference(results[0]["initial"], (STEPS, STEPS), "sgd", embedding="local")
+    for t in (0, 1):
+        for p in (*ps_job.PARAMS, "emb"):
+            np.testing.assert_allclose(results[t]["final"][p], ref["final"][p], atol=1e-5,
+                                       err_msg=f"trainer {t} {p}")
+
+
 def test_distributed_lookup_table_programs():
     main, startup, _ = ps_job.build("sgd", embedding="distributed")
     t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))

@@ -93,6 +93,15 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="train as N cooperating processes on this machine (the nccl2 mode over "
                         "torch.distributed, started through 'parafluid launch'; each global "
                         "batch is split between them; default: 1)")
+    p.add_argument("--pservers", type=_positive_int, default=None, metavar="N",
+                   help="train in parameter-server mode: N pserver processes hold the "
+                        "parameters and run the optimizer, --trainers trainer processes compute "
+                        "gradients (started through 'parafluid launch'; see docs/pserver.md)")
+    p.add_argument("--trainers", type=_positive_int, default=2, metavar="N",
+                   help="trainer processes with --pservers (default: %(default)s)")
+    p.add_argument("--async", dest="async_mode", action="store_true",
+                   help="with --pservers: asynchronous updates (no barriers; each gradient "
+                        "is applied as it arrives)")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch intra-op threads (default: %(default)s; this model is too small "
                         "to gain from more, and extra threads hurt on a busy machine)")
@@ -112,13 +121,18 @@ def _train(args: argparse.Namespace) -> int:
 
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") \
         % (2**31 - 1) + 1
+    if args.pservers is not None:
+        return _train_processes(args, seed, pservers=args.pservers)
+    if args.async_mode and "PADDLE_PSERVER_ENDPOINTS" not in os.environ:
+        return _fail("--async needs --pservers (it is the parameter-server mode's async "
+                     "training)")
     if args.nproc > 1:
         return _train_processes(args, seed)
     torch.set_num_threads(args.threads)
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size,
                       learning_rate=args.learning_rate, optimizer=args.optimizer,
                       hidden=tuple(args.hidden), seed=seed, output=args.output,
-                      devices=args.devices,
+                      devices=args.devices, async_mode=args.async_mode,
                       distributed="PADDLE_TRAINERS_NUM" in os.environ)
     if cfg.batch_size < cfg.devices:
         print(f"parafluid train: error: --batch-size {cfg.batch_size} is smaller than --devices "
@@ -126,6 +140,9 @@ def _train(args: argparse.Namespace) -> int:
               "one image per device", file=sys.stderr)
         return 2
     trainer = int(os.environ.get("PADDLE_TRAINER_ID", "0")) if cfg.distributed else 0
+    pserver = os.environ.get("PADDLE_TRAINING_ROLE", "").upper() == "PSERVER"
+    if pserver:
+        trainer = -1  # says nothing but errors; returns when the trainers are done
     if args.profile and cfg.distributed and "{rank}" not in args.profile:
         base, ext = os.path.splitext(args.profile)  # one timeline per trainer
         args.profile = f"{base}.rank{trainer}{ext}"
@@ -143,7 +160,10 @@ def _train(args: argparse.Namespace) -> int:
              f"{cfg.optimizer}, batch {cfg.batch_size}, {epochs}, seed {seed}"
              + (f", data-parallel on {cfg.devices} CPU devices" if cfg.devices > 1 else "")
              + (f", trainer 0 of {os.environ['PADDLE_TRAINERS_NUM']} processes"
-                if cfg.distributed else ""))
+                if cfg.distributed else "")
+             + (f" with {len(os.environ['PADDLE_PSERVER_ENDPOINTS'].split(','))} parameter "
+                f"servers ({'async' if cfg.async_mode else 'sync'})"
+                if "PADDLE_PSERVER_ENDPOINTS" in os.environ else ""))
     start = time.perf_counter()
     try:
         if args.profile:
@@ -154,7 +174,7 @@ def _train(args: argparse.Namespace) -> int:
             _say(f"timeline written to {args.profile} (open it in chrome://tracing)")
         else:
             result = train(cfg, log=_say)
-    except (RuntimeError, OSError) as e:
+    except (RuntimeError, OSError, ValueError) as e:
         return _fail(str(e))
     if trainer != 0:
         return 0
@@ -165,24 +185,34 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_processes(args: argparse.Namespace, seed: int) -> int:
-    """``train --nproc N``: the same command as N trainers under the launcher."""
+def _train_processes(args: argparse.Namespace, seed: int, pservers: int | None = None) -> int:
+    """``train --nproc N`` (N trainers, nccl2 mode) or ``train --pservers P --trainers N``
+    (parameter-server mode): the same command as processes under the launcher."""
     from .distributed.launch import main as launch
 
-    if args.batch_size < args.nproc * args.devices:
+    if pservers is not None:
+        if args.nproc > 1 or args.devices > 1:
+            return _fail("--pservers runs one device per trainer: use --trainers, not "
+                         "--nproc or --devices")
+        if args.batch_size < args.trainers:
+            return _fail(f"--batch-size {args.batch_size} is smaller than --trainers "
+                         f"{args.trainers}: each batch is split between them")
+    elif args.batch_size < args.nproc * args.devices:
         return _fail(f"--batch-size {args.batch_size} is smaller than --nproc {args.nproc} x "
                      f"--devices {args.devices}: each batch is split between them")
-    # everything but --nproc, with the seed fixed so that every trainer starts equal
+    # everything but the process options, with the seed fixed so that every trainer starts
+    # equal
+    launcher_opts = ("--nproc", "--pservers", "--trainers")
     child: list[str] = []
     skip = False
     for a in args.argv:
         if skip:
             skip = False
             continue
-        if a == "--nproc":
+        if a in launcher_opts:
             skip = True
             continue
-        if a.startswith("--nproc="):
+        if a.startswith(tuple(o + "=" for o in launcher_opts)):
             continue
         child.append(a)
     if not child or child[0] != "train":
@@ -190,6 +220,9 @@ def _train_processes(args: argparse.Namespace, seed: int) -> int:
     if args.seed is None:
         child += ["--seed", str(seed)]
     os.environ["CPU_NUM"] = str(args.devices)  # each trainer's devices (inherited)
+    if pservers is not None:
+        return launch(["--server_num", str(pservers), "--worker_num", str(args.trainers),
+                       "-m", "parafluid", *child])
     return launch(["--nproc_per_node", str(args.nproc), "-m", "parafluid", *child])
 
 
@@ -229,7 +262,9 @@ COMMANDS: list[Command] = [
             "PADDLE_TRAINER_ID / PADDLE_TRAINERS_NUM / PADDLE_TRAINER_ENDPOINTS / "
             "PADDLE_CURRENT_ENDPOINT environment, prefix their output with the rank, and stop "
             "them all when one fails or on Ctrl-C (the same as python -m "
-            "parafluid.distributed.launch; see docs/distributed.md).",
+            "parafluid.distributed.launch; see docs/distributed.md). With --server_num P "
+            "--worker_num N it starts a parameter-server job instead: P pservers and N trainers "
+            "with PADDLE_TRAINING_ROLE and PADDLE_PSERVER_ENDPOINTS (see docs/pserver.md).",
             _launch_arguments, _launch),
 ]
 DEFAULT_COMMAND = "train"
@@ -239,8 +274,10 @@ EXAMPLES = """\
   parafluid --optimizer momentum --lr 0.05  options without a command go to 'train'
   parafluid train --profile /tmp/prof.json  per-op table + a Chrome timeline of the run
   parafluid train --nproc 2                 the same job as 2 trainer processes
+  parafluid train --pservers 2 --trainers 2 parameter-server mode (add --async for async)
   python -m parafluid train -o /tmp/model   the same, as a module
-  parafluid launch --nproc_per_node 2 train.py   two trainer processes of train.py"""
+  parafluid launch --nproc_per_node 2 train.py   two trainer processes of train.py
+  parafluid launch --server_num 2 --worker_num 2 train.py   2 pservers + 2 trainers"""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,6 +45,7 @@ class TrainConfig:
     output: str = "parafluid_output"
     devices: int = 1  # > 1: data-parallel over that many CPU devices (ParallelExecutor)
     distributed: bool = False  # one trainer of a multi-process job (PADDLE_* environment)
+    async_mode: bool = False  # parameter-server jobs: asynchronous updates
 
 
 @dataclass
@@ -110,6 +111,26 @@ def _join_job(net: dict[str, Any]) -> Any:
     return job
 
 
+def _pserver_job(net: dict[str, Any], cfg: TrainConfig) -> tuple[Any, Any]:
+    """Transpile in pserver mode for this process of the launched job: ``(job, program)``,
+    where ``program`` is the trainer program, or None for a pserver (which then serves)."""
+    job = fluid.distributed.env()
+    config = fluid.DistributeTranspilerConfig()
+    config.sync_mode = not cfg.async_mode
+    t = fluid.DistributeTranspiler(config=config)
+    t.transpile(job.trainer_id, program=net["main"], startup_program=net["startup"],
+                pservers=",".join(job.pserver_endpoints), trainers=job.trainers,
+                sync_mode=not cfg.async_mode)
+    if job.training_role == "PSERVER":
+        prog, startup = t.get_pserver_programs(job.current_endpoint)
+        exe = fluid.Executor(fluid.CPUPlace())
+        scope = fluid.Scope()
+        exe.run(startup, scope=scope)
+        exe.run(prog, scope=scope)  # returns when every trainer is done
+        return job, None
+    return job, t.get_trainer_program()
+
+
 def _make_optimizer(cfg: TrainConfig) -> Any:
     lr = cfg.learning_rate if cfg.learning_rate is not None else OPTIMIZERS[cfg.optimizer]
     if cfg.optimizer == "sgd":
@@ -128,16 +149,25 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
                          f"{cfg.devices}; each batch is split between the devices")
     x_train, y_train, x_test, y_test = load_data()
     net = build_model(cfg)
-    job = _join_job(net) if cfg.distributed else None
+    pserver_mode = cfg.distributed and bool(fluid.distributed.env().pserver_endpoints)
+    program = net["main"]
+    if pserver_mode:
+        if cfg.devices > 1:
+            raise ValueError("train: a parameter-server trainer runs on one device; "
+                             f"got devices={cfg.devices}")
+        job, program = _pserver_job(net, cfg)
+        if program is None:  # this process was a pserver: it served until the trainers ended
+            return TrainResult(float("nan"), 0, os.path.abspath(cfg.output), [])
+    else:
+        job = _join_job(net) if cfg.distributed else None
     rank, ntrainers = (job.trainer_id, job.trainers) if job is not None else (0, 1)
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
-    exe.run(net["startup"], scope=scope)
+    exe.run(net["startup"], scope=scope)  # pserver mode: also pulls the initial parameters
     rng = np.random.RandomState(cfg.seed)
     history = []
     fetch = [net["loss"], net["logits"]]
-    program = net["main"]
-    if cfg.devices > 1 or ntrainers > 1:
+    if not pserver_mode and (cfg.devices > 1 or ntrainers > 1):
         # Each batch is split over the devices; logits come back concatenated in batch order.
         bs = fluid.BuildStrategy()
         bs.num_trainers, bs.trainer_id = ntrainers, rank
@@ -171,9 +201,14 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
             f"train acc {stats.train_accuracy:.4f}  {stats.samples_per_s:,.0f} samples/s")
 
     model_dir = os.path.abspath(cfg.output)
+    main = net["main"]
+    if pserver_mode:
+        exe.close()  # tells the pservers this trainer is done
+        exe = fluid.Executor(fluid.CPUPlace())
+        main = build_model(cfg)["main"]  # untranspiled (no send/recv), same names
     if rank != 0:  # the trainers hold the same parameters: trainer 0 saves and tests
         return TrainResult(float("nan"), 0, model_dir, history)
-    fluid.io.save_inference_model(model_dir, ["img"], [net["logits"]], exe, net["main"],
+    fluid.io.save_inference_model(model_dir, ["img"], [net["logits"]], exe, main,
                                   scope=scope)
     # NOTE: the test accuracy comes from the model as saved, loaded into a fresh scope: it
     # proves the files on disk are complete, not just that training worked.

@@ -83,6 +83,7 @@ class Executor:
         self._scheduler = Scheduler(1)
         self._lane_schedulers: dict[int, Scheduler] = {}  # placed programs: device count
         self._closed = False
+        self._ps_trainers: set[int] = set()  # trainer ids of the pserver-mode ops it ran
 
     # ------------------------------------------------------------------ public API
     def run(self, program: Any = None, feed: dict[str, Any] | None = None,
@@ -152,11 +153,20 @@ class Executor:
             plan.in_use = False
 
     def close(self) -> None:
-        """Drop the compiled plans; the executor refuses to run afterwards."""
+        """Drop the compiled plans; the executor refuses to run afterwards.
+
+        A trainer of the parameter-server mode also tells every pserver it talked to that it
+        is done (the pservers go on with the other trainers, and end when all are done).
+        """
         if self._closed:
             return
         self._closed = True
         self._cache.clear()
+        if self._ps_trainers:
+            from .distributed.ps_registry import complete
+
+            ids, self._ps_trainers = sorted(self._ps_trainers), set()
+            complete(ids)
         for sched in self._lane_schedulers.values():
             sched.close()
         self._lane_schedulers.clear()
@@ -185,6 +195,7 @@ class Executor:
                 return plan
         fresh = compile_program(program, feed, fetch, self.device)
         fresh.in_use = True
+        self._ps_trainers.update(_rpc_trainer_ids(program))
         with self._lock:
             if key not in self._cache:
                 # Plans of older versions of this program are dead; other feed/fetch
@@ -197,6 +208,14 @@ class Executor:
                     del self._cache[next(iter(self._cache))]  # the oldest entry
                 self._cache[key] = fresh
         return fresh
+
+
+def _rpc_trainer_ids(program: Program) -> set[int]:
+    """Trainer ids of the send/recv/barrier ops of ``program`` (pserver mode)."""
+    from .ops.rpc import RPC_OP_TYPES
+
+    return {int(op.attrs.get("trainer_id", 0)) for block in program.blocks for op in block.ops
+            if op.type in RPC_OP_TYPES}
 
 
 def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str], device: Any,

@@ -52,7 +52,8 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
            "load_persistables", "save_inference_model", "load_inference_model",
            "is_parameter", "is_persistable", "DataLoader", "PyReader", "batch", "shuffle",
            "buffered", "chain", "compose", "firstn", "map_readers", "DEFAULT_FILENAME",
-           "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model"]
+           "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model",
+           "pserver_checkpoint_filename"]
 
 DEFAULT_FILENAME = "__variables__.safetensors"
 MODEL_FILENAME = "__model__"
@@ -112,12 +113,35 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
                       filename: str | None = None, *, scope: Scope | None = None) -> str:
     """Save all persistable variables: parameters, optimizer state, learning rate, counters.
 
+    On a transpiled pserver-mode trainer program (call it from trainer 0), every pserver
+    also saves its parameter blocks and optimizer state into ``dirname`` (on its own file
+    system) as ``pserver_<id>.safetensors``.
+
     Example::
 
         fluid.io.save_persistables(exe, "ckpt", fluid.default_main_program())
     """
-    return save_vars(executor, dirname, main_program, predicate=is_persistable,
+    path = save_vars(executor, dirname, main_program, predicate=is_persistable,
                      filename=filename, scope=scope)
+    program = _as_program(main_program, "save_persistables")
+    pservers = getattr(program, "_pserver_endpoints", None)
+    if pservers:
+        # a transpiled pserver-mode trainer program: the parameters and optimizer state live
+        # on the pservers; each saves its own blocks into dirname (Fluid's checkpoint_notify)
+        from .distributed.ps_registry import client_pool
+
+        client_pool(int(program._trainer_id)).checkpoint_notify(os.path.abspath(dirname),
+                                                                pservers)
+    return path
+
+
+def pserver_checkpoint_filename(pserver_program: Program) -> str | None:
+    """The file a pserver's blocks are saved in (``pserver_<id>.safetensors``), or None when
+    ``pserver_program`` is not a pserver program (no ``listen_and_serv`` op)."""
+    for op in pserver_program.global_block().ops:
+        if op.type == "listen_and_serv":
+            return f"pserver_{int(op.attr('pserver_id'))}.safetensors"
+    return None
 
 
 # ---------------------------------------------------------------------- loading variables
@@ -158,10 +182,16 @@ def load_persistables(executor: Any, dirname: str, main_program: Program | None 
                       filename: str | None = None, *, scope: Scope | None = None) -> None:
     """Load all persistable variables of ``main_program`` (see ``load_vars``).
 
+    A pserver program (pserver mode) reads ``pserver_<id>.safetensors``, the file its pserver
+    wrote when trainer 0 saved a checkpoint: a restarted pserver runs its startup program,
+    then this, then serves.
+
     Example::
 
         fluid.io.load_persistables(exe, "ckpt", fluid.default_main_program())
     """
+    if filename is None:  # a pserver program reads the file its checkpoint wrote
+        filename = pserver_checkpoint_filename(_as_program(main_program, "load_persistables"))
     load_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename,
               scope=scope)
 

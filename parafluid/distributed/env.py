@@ -5,7 +5,8 @@ Two conventions are read:
 - Fluid's (set by ``python -m parafluid.distributed.launch``, or by a Slurm/Kubernetes job
   spec): ``PADDLE_TRAINER_ID``, ``PADDLE_TRAINERS_NUM``, ``PADDLE_TRAINER_ENDPOINTS``
   ("ip:port,ip:port"), ``PADDLE_CURRENT_ENDPOINT``, and ``PADDLE_TRAINING_ROLE`` (TRAINER by
-  default; PSERVER for parameter servers, with ``PADDLE_PSERVERS_IP_PORT_LIST``).
+  default; PSERVER for parameter servers), and the pservers' endpoints in
+  ``PADDLE_PSERVER_ENDPOINTS`` or Fluid's ``PADDLE_PSERVERS_IP_PORT_LIST``.
 - torchrun's: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``.
   torchrun's own store already listens on ``MASTER_PORT``, so trainer 0 hosts parafluid's
   rendezvous at ``MASTER_ADDR:MASTER_PORT+1``; trainer k's endpoint is written
@@ -73,6 +74,13 @@ def _from_paddle(e: Mapping[str, str]) -> DistributedEnv:
         raise ValueError(f"PADDLE_TRAINING_ROLE must be TRAINER or PSERVER, got {role!r}")
     pservers = parse_endpoints(e["PADDLE_PSERVERS_IP_PORT_LIST"], "PADDLE_PSERVERS_IP_PORT_LIST") \
         if e.get("PADDLE_PSERVERS_IP_PORT_LIST", "").strip() else []
+    if e.get("PADDLE_PSERVER_ENDPOINTS", "").strip():
+        listed = parse_endpoints(e["PADDLE_PSERVER_ENDPOINTS"], "PADDLE_PSERVER_ENDPOINTS")
+        if pservers and listed != pservers:
+            raise ValueError(f"PADDLE_PSERVER_ENDPOINTS={','.join(listed)} and "
+                             f"PADDLE_PSERVERS_IP_PORT_LIST={','.join(pservers)} disagree; set "
+                             "one, or both to the same list")
+        pservers = listed
     eps = parse_endpoints(e["PADDLE_TRAINER_ENDPOINTS"], "PADDLE_TRAINER_ENDPOINTS") \
         if e.get("PADDLE_TRAINER_ENDPOINTS", "").strip() else []
     tid = _int(e, "PADDLE_TRAINER_ID") if "PADDLE_TRAINER_ID" in e else 0

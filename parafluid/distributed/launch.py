@@ -1,8 +1,18 @@
-"""Start the trainers of a collective (nccl2) job on this machine: Fluid 1.x's launcher.
+"""Start the processes of a distributed job on this machine: Fluid 1.x's launcher.
 
     python -m parafluid.distributed.launch [--nproc_per_node N] [--cluster_node_ips IPS]
         [--node_ip IP] [--started_port P] [--log_dir DIR] [--selected_gpus IDS]
         [--grace_period S] (script.py | -m module) [args ...]
+    python -m parafluid.distributed.launch (--server_num N | --servers EPS)
+        (--worker_num M | --workers EPS) [--node_ip IP] [--log_dir DIR] script.py [args ...]
+
+The second form starts a parameter-server job: the pservers run the script with
+``PADDLE_TRAINING_ROLE=PSERVER``, ``PADDLE_CURRENT_ENDPOINT`` (and Fluid's ``PADDLE_PORT``,
+``POD_IP``) set to their own endpoint; the trainers with ``PADDLE_TRAINING_ROLE=TRAINER`` and
+``PADDLE_TRAINER_ID``; both get ``PADDLE_PSERVER_ENDPOINTS`` (= Fluid's
+``PADDLE_PSERVERS_IP_PORT_LIST``), ``PADDLE_TRAINERS_NUM`` and ``PADDLE_TRAINER_ENDPOINTS``.
+Output lines are prefixed ``[pserver 0]`` / ``[trainer 1]``; logs go to
+``DIR/serverlog.<i>`` and ``DIR/workerlog.<i>``.
 
 (also ``parafluid launch ...``). Each machine of the job runs the launcher with the same
 ``--cluster_node_ips`` and its own ``--node_ip``; it starts ``--nproc_per_node`` processes
@@ -17,8 +27,8 @@ goes to ``DIR/workerlog.<rank>`` with ``--log_dir``. When a process fails, the l
 the others (SIGTERM, then SIGKILL after ``--grace_period`` seconds) and exits with its status,
 naming the rank and its last error line. Ctrl-C (SIGINT) or SIGTERM stops every process.
 
-The process plan is built by ``plan(args)`` (a list of ``Proc``), so that another role (the
-parameter servers: ``--server_num``/``--worker_num``) is one more planner.
+The process plan is built by ``plan(args)`` (a list of ``Proc``): ``plan_pserver`` for the
+parameter-server mode.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-__all__ = ["Proc", "add_arguments", "build_parser", "plan", "run", "main"]
+__all__ = ["Proc", "add_arguments", "build_parser", "plan", "plan_pserver", "run", "main"]
 
 _ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b|Error\b|error:|"
                          r"[\w. ]*: error:)")
@@ -51,6 +61,7 @@ class Proc:
     cmd: list[str]
     env: dict[str, str]
     label: str = ""
+    log_name: str = ""
     popen: Any = None
     tail: deque = field(default_factory=lambda: deque(maxlen=200))
     reader: Any = None
@@ -81,6 +92,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grace_period", type=float, default=5.0,
                    help="seconds between SIGTERM and SIGKILL when stopping processes "
                         "(default: %(default)s)")
+    ps = p.add_argument_group("parameter-server mode")
+    ps.add_argument("--server_num", type=int, default=None,
+                    help="start N pservers on this machine (free ports)")
+    ps.add_argument("--servers", default=None,
+                    help="the pservers' 'ip:port' list, comma separated (instead of "
+                         "--server_num); those on --node_ip are started here")
+    ps.add_argument("--worker_num", type=int, default=None,
+                    help="start M trainers on this machine (pserver mode)")
+    ps.add_argument("--workers", default=None,
+                    help="the trainers' 'ip:port' list (instead of --worker_num); those on "
+                         "--node_ip are started here")
     p.add_argument("-m", "--module", action="store_true",
                    help="the program is a module, run as python -m MODULE")
     p.add_argument("training_script", help="the script (or, with -m, the module) to run")
@@ -123,8 +145,72 @@ def _gpus(selected: str | None) -> list[str]:
         return []
 
 
+def _ps_endpoints(listed: str | None, count: int | None, what: str, node_ip: str,
+                  taken: int = 0) -> list[str]:
+    if listed is not None and count is not None:
+        raise ValueError(f"give --{what}s or --{what}_num, not both")
+    if listed is not None:
+        eps = [e.strip() for e in listed.split(",") if e.strip()]
+        for ep in eps:
+            host, sep, port = ep.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"--{what}s: {ep!r} is not 'ip:port'")
+        if not eps or len(set(eps)) != len(eps):
+            raise ValueError(f"--{what}s must list distinct 'ip:port' entries, got {listed!r}")
+        return eps
+    if count is None or count < 1:
+        raise ValueError(f"--{what}_num must be >= 1, got {count}")
+    return [f"{node_ip}:{port}" for port in free_ports(count + taken, node_ip)[taken:]]
+
+
+def plan_pserver(args: argparse.Namespace) -> list[Proc]:
+    """The pserver and trainer processes of this machine (parameter-server mode)."""
+    servers = _ps_endpoints(args.servers, args.server_num, "server", args.node_ip)
+    workers = _ps_endpoints(args.workers, args.worker_num, "worker", args.node_ip,
+                            taken=len(servers) if args.servers is None else 0)
+    if set(servers) & set(workers):
+        raise ValueError(f"--servers and --workers share endpoints: "
+                         f"{sorted(set(servers) & set(workers))}")
+    base = [sys.executable, "-u", "-m", args.training_script] if args.module else \
+        [sys.executable, "-u", args.training_script]
+    common = {"PADDLE_PSERVER_ENDPOINTS": ",".join(servers),
+              "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(servers),
+              "PADDLE_TRAINERS_NUM": str(len(workers)),
+              "PADDLE_TRAINER_ENDPOINTS": ",".join(workers), "PYTHONUNBUFFERED": "1"}
+    procs = []
+    for i, ep in enumerate(servers):
+        host, _, port = ep.rpartition(":")
+        if host != args.node_ip:
+            continue
+        env = dict(common, PADDLE_TRAINING_ROLE="PSERVER", PADDLE_CURRENT_ENDPOINT=ep,
+                   PADDLE_PORT=port, POD_IP=host, PADDLE_TRAINER_ID="0")
+        procs.append(Proc(len(procs), base + list(args.training_script_args), env,
+                          label=f"pserver {i}", log_name=f"serverlog.{i}"))
+    for t, ep in enumerate(workers):
+        if ep.rpartition(":")[0] != args.node_ip:
+            continue
+        env = dict(common, PADDLE_TRAINING_ROLE="TRAINER", PADDLE_CURRENT_ENDPOINT=ep,
+                   PADDLE_TRAINER_ID=str(t), POD_IP=args.node_ip)
+        procs.append(Proc(len(procs), base + list(args.training_script_args), env,
+                          label=f"trainer {t}", log_name=f"workerlog.{t}"))
+    if not procs:
+        raise ValueError(f"no pserver or trainer endpoint is on --node_ip {args.node_ip}")
+    return procs
+
+
+def _pserver_mode(args: argparse.Namespace) -> bool:
+    return any(getattr(args, k, None) is not None
+               for k in ("server_num", "servers", "worker_num", "workers"))
+
+
 def plan(args: argparse.Namespace) -> list[Proc]:
-    """The trainer processes of this machine, with their commands and environment."""
+    """The processes of this machine, with their commands and environment."""
+    if _pserver_mode(args):
+        if not ((args.server_num is not None or args.servers is not None) and
+                (args.worker_num is not None or args.workers is not None)):
+            raise ValueError("parameter-server mode needs both the pservers (--server_num or "
+                             "--servers) and the trainers (--worker_num or --workers)")
+        return plan_pserver(args)
     ips = [ip.strip() for ip in args.cluster_node_ips.split(",") if ip.strip()]
     if not ips:
         raise ValueError("--cluster_node_ips is empty")
@@ -181,7 +267,7 @@ class _Output:
     def follow(self, proc: Proc) -> None:
         log: IO[str] | None = None
         if self.log_dir:
-            log = open(os.path.join(self.log_dir, f"workerlog.{proc.rank}"), "w",
+            log = open(os.path.join(self.log_dir, proc.log_name or f"workerlog.{proc.rank}"), "w",
                        encoding="utf-8")
 
         def pump() -> None:

@@ -18,6 +18,7 @@ from . import norm
 from . import optimizer
 from . import reduce
 from . import rnn
+from . import rpc
 from . import sync_norm
 from . import tensor
 from . import vocab_loss

@@ -1,7 +1,8 @@
 """Fluid's ``fluid.transpiler``: program rewrites applied before running.
 
-``DistributeTranspiler`` with ``DistributeTranspilerConfig`` (nccl2 mode; the pserver mode is
-being built; see docs/distributed.md), and ``memory_optimize`` / ``release_memory`` (the
+``DistributeTranspiler`` with ``DistributeTranspilerConfig`` (pserver mode, see
+docs/pserver.md; nccl2 mode, see docs/distributed.md), the dispatchers ``RoundRobin`` and
+``HashName``, and ``memory_optimize`` / ``release_memory`` (the
 passes of ``parafluid.passes``; see docs/memory.md).
 
 Example::

@@ -1,9 +1,22 @@
 """``DistributeTranspiler``: turns a single-process program into a distributed one.
 
-Mode "nccl2" (collective all-reduce between trainers) is here; mode "pserver" (parameter
-servers) is being built and raises ``NotImplementedError`` for now.
+Mode "pserver" (the default: parameter servers hold the parameters and run the optimizer,
+see ``pserver_mode`` and docs/pserver.md) and mode "nccl2" (collective all-reduce between
+trainers).
 
-Example (trainer 1 of 2; run the same script on both machines with its own id)::
+Example, pserver mode (the same script runs as every trainer and every pserver)::
+
+    t = fluid.DistributeTranspiler()
+    t.transpile(trainer_id, pservers="127.0.0.1:6174,127.0.0.1:6175", trainers=2)
+    if role == "PSERVER":
+        prog, startup = t.get_pserver_programs(current_endpoint)
+        exe.run(startup)
+        exe.run(prog)                          # returns when every trainer is done
+    else:
+        main = t.get_trainer_program()         # waits for the pservers' ports
+        exe.run(fluid.default_startup_program())   # pulls the initial parameters
+
+Example, nccl2 mode (trainer 1 of 2; run the same script on both machines with its own id)::
 
     config = fluid.DistributeTranspilerConfig()
     config.mode = "nccl2"
@@ -20,6 +33,7 @@ from typing import Any
 from ..framework import default_main_program, default_startup_program
 from .collective import transpile_nccl2
 from .config import DistributeTranspilerConfig
+from .pserver_mode import PServerTranspile
 
 __all__ = ["DistributeTranspiler"]
 
@@ -42,6 +56,7 @@ class DistributeTranspiler:
         self.trainer_num = 1
         self.origin_program: Any = None
         self.startup_program: Any = None
+        self._ps: PServerTranspile | None = None
 
     def transpile(self, trainer_id: int, program: Any = None,
                   pservers: str = "127.0.0.1:6174", trainers: int | str = 1,
@@ -84,13 +99,54 @@ class DistributeTranspiler:
             raise NotImplementedError("DistributeTranspiler: mode 'collective' (Fluid 1.6's "
                                       "grad_allreduce/local_sgd) is not available; use mode "
                                       "'nccl2' with a ParallelExecutor")
-        raise NotImplementedError("DistributeTranspiler: the pserver mode is being built; "
-                                  "use config.mode = 'nccl2' for collective data parallelism")
+        if isinstance(trainers, str):
+            raise TypeError(f"transpile: in pserver mode trainers is the number of trainers, "
+                            f"got the string {trainers!r}")
+        sync = bool(sync_mode) and self.config.sync_mode
+        self._ps = PServerTranspile(self.config, program, startup_program, trainer_id,
+                                    pservers, trainers, sync)
+        self._ps.build_trainer()
+        self.trainer_num = trainers
+        self.sync_mode = sync
+        self.pserver_endpoints = list(self._ps.eps)
 
     def get_trainer_program(self, wait_port: bool = True) -> Any:
-        """nccl2 mode: the main program itself (the all-reduces come from the executor)."""
+        """The trainer's main program.
+
+        pserver mode: the transpiled main program (sends gradients, receives parameters);
+        with ``wait_port`` it first waits, up to ``FLAGS_rpc_deadline``, until every pserver
+        answers. nccl2 mode: the main program itself (the executor adds the all-reduces).
+        """
         if self.origin_program is None:
             raise RuntimeError("DistributeTranspiler: call transpile() first")
-        if self.config.mode != "nccl2":
-            raise NotImplementedError("DistributeTranspiler: the pserver mode is being built")
+        if self.config.mode == "pserver" and wait_port and self.config.wait_port:
+            from ..distributed.rpc import wait_for_server
+
+            for ep in self._pserver().eps:
+                wait_for_server(ep)
         return self.origin_program
+
+    def _pserver(self) -> PServerTranspile:
+        if self._ps is None:
+            raise RuntimeError("DistributeTranspiler: call transpile() in pserver mode first "
+                               f"(config.mode is {self.config.mode!r})")
+        return self._ps
+
+    def get_pserver_program(self, endpoint: str) -> Any:
+        """The program of the pserver at ``endpoint``: one ``listen_and_serv`` op holding an
+        optimize sub-block per parameter block it owns (and the LR schedule's block).
+
+        ``exe.run(program)`` serves until every trainer's ``Executor.close()``.
+        """
+        return self._pserver().pserver(endpoint)[0]
+
+    def get_pserver_programs(self, endpoint: str) -> tuple[Any, Any]:
+        """``(pserver main program, pserver startup program)`` of ``endpoint``."""
+        return self.get_pserver_program(endpoint), self.get_startup_program(endpoint)
+
+    def get_startup_program(self, endpoint: str, pserver_program: Any = None,
+                            startup_program: Any = None) -> Any:
+        """The startup program of the pserver at ``endpoint``: the initializers of its
+        blocks only, sliced variables resized to their block (Fluid's deprecated
+        ``pserver_program`` / ``startup_program`` arguments are accepted and not needed)."""
+        return self._pserver().pserver_startup(endpoint)

@@ -87,8 +87,9 @@ def test_seed_spelling_workers_and_errors():
         _nccl2(0, "127.0.0.1:6170,127.0.0.1:6171", "127.0.0.1:6171")
     with pytest.raises(ValueError, match="trainer_id must be in 0..1"):
         _nccl2(2, "127.0.0.1:6170,127.0.0.1:6171", "127.0.0.1:6171")
-    with pytest.raises(NotImplementedError, match="pserver mode is being built"):
-        fluid.DistributeTranspiler().transpile(0, pservers="127.0.0.1:6174", trainers=2)
+    with pytest.raises(ValueError, match="no parameter gradients; call optimizer.minimize"):
+        fluid.DistributeTranspiler().transpile(0, program=fluid.Program(),
+                                               pservers="127.0.0.1:6174", trainers=2)
     config = fluid.DistributeTranspilerConfig()
     with pytest.raises(ValueError, match="mode must be one of"):
         config.mode = "ring"

@@ -1,0 +1,346 @@
+"""Parameter-server ops: ``send``, ``recv``, ``send_barrier``, ``fetch_barrier`` (trainer side)
+and ``listen_and_serv`` (pserver side). All are side effects: pruning never drops them and
+executors keep them in program order.
+
+The trainer-side kernels are thin wrappers over the process's client pool of their trainer
+(``parafluid.distributed.ps_registry.client_pool(attrs["trainer_id"])``): one connection per
+pserver, every call bounded by ``FLAGS_rpc_deadline``, errors naming the endpoint and the
+variable. ``listen_and_serv`` runs the program-independent server loop
+(``parafluid.distributed.pserver.ParameterServer``) with callbacks that run the op's
+optimize sub-blocks against the scope (``ctx.run_block``) and read parameter blocks from it.
+
+What ``DistributeTranspiler`` (pserver mode) writes, printed::
+
+    {} = send(X=[fc_0.w_0@GRAD.block0.trainer_1]) {epmap=['127.0.0.1:6174'], ...}
+    {} = send_barrier() {endpoints=['127.0.0.1:6174', '127.0.0.1:6175'], trainer_id=1}
+    {Out=[fc_0.w_0.block0]} = recv() {epmap=['127.0.0.1:6174'], varnames=['fc_0.w_0.block0']}
+    {} = fetch_barrier() {endpoints=[...], trainer_id=1}
+    {} = listen_and_serv() {Fanin=2, endpoint='127.0.0.1:6174', grad_to_block_id=[...],
+                            lr_decay_block_id=1, optimize_blocks=[block 2, block 3], ...}
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import torch
+
+from .registry import register_op
+
+__all__ = ["RPC_OP_TYPES", "trainer_suffix", "parse_grad_to_block"]
+
+log = logging.getLogger("parafluid.ops.rpc")
+
+RPC_OP_TYPES = frozenset({"send", "recv", "send_barrier", "fetch_barrier",
+                          "distributed_lookup_table"})
+
+
+def trainer_suffix(trainer_id: int) -> str:
+    """The suffix of a gradient block sent by trainer ``trainer_id`` in sync mode."""
+    return f".trainer_{trainer_id}"
+
+
+def _pool(attrs: dict, ctx: Any) -> Any:
+    from ..distributed.ps_registry import client_pool
+
+    if ctx.device_index:
+        # NOTE: every replica would push its part of the batch under the same name
+        raise ValueError(f"{ctx.op.type}: a pserver-mode trainer program runs on one device "
+                         "(fluid.Executor); it was replicated over several (ParallelExecutor "
+                         "or CompiledProgram.with_data_parallel), which pserver mode does not "
+                         "support")
+    return client_pool(int(attrs["trainer_id"]))
+
+
+def _no_shapes(ins: dict, attrs: dict) -> dict:
+    return {}  # outputs keep the shapes the transpiler declared
+
+
+def _check_lists(op: str, names: list, epmap: list, what: str) -> None:
+    if len(names) != len(epmap):
+        raise ValueError(f"{op}: {len(names)} {what} but {len(epmap)} endpoints in 'epmap' "
+                         f"({names} vs {epmap}); they must pair up")
+
+
+# ----------------------------------------------------------------------------- trainer side
+
+
+def _send(ins: dict, attrs: dict, ctx: Any) -> dict:
+    values = ins["X"]
+    names = list(attrs["send_varnames"]) or list(ctx.op.input("X"))
+    epmap = list(attrs["epmap"])
+    _check_lists("send", names, epmap, "variables")
+    pool = _pool(attrs, ctx)
+    for name, ep, value in zip(names, epmap, values):
+        if value is None:
+            raise ValueError(f"send: {name!r} (to pserver {ep}) has no value: the op that "
+                             "computes this gradient did not run")
+        pool.get(ep).send(name, value)
+    return {}
+
+
+def _recv(ins: dict, attrs: dict, ctx: Any) -> dict:
+    names = list(attrs["varnames"]) or list(ctx.op.output("Out"))
+    epmap = list(attrs["epmap"])
+    _check_lists("recv", names, epmap, "variables")
+    pool = _pool(attrs, ctx)
+    block = ctx.op.block
+    out = []
+    for name, var_name, ep in zip(names, ctx.op.output("Out"), epmap):
+        value = pool.get(ep).recv(name)
+        var = block._find_var_recursive(var_name)
+        if var is not None and var.shape is not None and tuple(value.shape) != tuple(var.shape):
+            raise ValueError(f"recv: pserver {ep} sent {name!r} with shape {list(value.shape)}, "
+                             f"but {var_name!r} has shape {list(var.shape)}: the pserver runs a "
+                             "program transpiled with other settings")
+        out.append(value.to(ctx.device) if value.device != ctx.device else value)
+    return {"Out": out}
+
+
+def _send_barrier(ins: dict, attrs: dict, ctx: Any) -> dict:
+    _pool(attrs, ctx).send_barrier(attrs["endpoints"])
+    return {}
+
+
+def _fetch_barrier(ins: dict, attrs: dict, ctx: Any) -> dict:
+    _pool(attrs, ctx).fetch_barrier(attrs["endpoints"])
+    return {}
+
+
+register_op("send", inputs=("X[]",), outputs=(),
+            attrs={"epmap": [], "send_varnames": [], "trainer_id": 0, "sync_mode": True},
+            infer_shape=_no_shapes, kernel=_send, side_effect=True)
+register_op("recv", inputs=(), outputs=("Out[]",),
+            attrs={"epmap": [], "varnames": [], "trainer_id": 0},
+            infer_shape=_no_shapes, kernel=_recv, side_effect=True)
+# ------------------------------------------------------------------ distributed lookup table
+
+
+def _shards(attrs: dict) -> list[tuple[str, str, int, int]]:
+    """``(block name, endpoint, first row, rows)`` of each shard of the table."""
+    names, eps, sections = attrs["table_names"], attrs["epmap"], attrs["height_sections"]
+    if not (len(names) == len(eps) == len(sections)):
+        raise ValueError(f"distributed_lookup_table: table_names {names}, epmap {eps} and "
+                         f"height_sections {sections} must have one entry per shard")
+    out, start = [], 0
+    for name, ep, rows in zip(names, eps, sections):
+        out.append((name, ep, start, int(rows)))
+        start += int(rows)
+    return out
+
+
+def _dist_lookup_shape(ins: dict, attrs: dict) -> dict:
+    from .nn import _ids_out_shape
+    from .registry import Meta
+
+    ids = ins["Ids"]
+    if ids.dtype not in ("int64", "int32"):
+        raise TypeError(f"distributed_lookup_table: Ids must be int64, got {ids.dtype}")
+    return {"Out": Meta((*_ids_out_shape(ids.shape), int(attrs["width"])), attrs["dtype"])}
+
+
+def _dist_lookup(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Prefetch only the rows the ids name, from the pserver holding each row."""
+    from .nn import _flat_ids, _ids_out_shape
+
+    ids = ins["Ids"]
+    height, width = int(attrs["height"]), int(attrs["width"])
+    flat = _flat_ids(ids, height)
+    out = None
+    pool = _pool(attrs, ctx)
+    for name, ep, first, rows in _shards(attrs):
+        mask = (flat >= first) & (flat < first + rows)
+        if not bool(mask.any()):
+            continue
+        uniq, inverse = torch.unique(flat[mask] - first, return_inverse=True)
+        got = pool.get(ep).prefetch(name, uniq)
+        if tuple(got.shape) != (len(uniq), width):
+            raise ValueError(f"distributed_lookup_table: pserver {ep} returned rows of shape "
+                             f"{list(got.shape)} for {len(uniq)} ids of {name!r}, expected "
+                             f"[{len(uniq)}, {width}]")
+        if out is None:
+            out = torch.zeros((flat.numel(), width), dtype=got.dtype)
+        out[mask] = got[inverse]
+    if out is None:
+        out = torch.zeros((flat.numel(), width))
+    pad = attrs["padding_idx"]
+    if pad != -1:
+        out = out.masked_fill((flat == pad).unsqueeze(1), 0.0)
+    return {"Out": out.to(ctx.device).reshape(*_ids_out_shape(ids.shape), width)}
+
+
+def _dist_lookup_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """The row-sparse gradient of the table: the output gradient's rows, at their ids."""
+    from ..scope import SelectedRows
+
+    flat = ins["Ids"].reshape(-1).long()
+    rows = ins["Out@GRAD"].reshape(-1, int(attrs["width"]))
+    pad = attrs["padding_idx"]
+    if pad != -1:
+        rows = rows.masked_fill((flat == pad).unsqueeze(1), 0.0)
+    return {"W@GRAD": SelectedRows(flat, rows, int(attrs["height"]))}
+
+
+def _sparse_grad_shape(ins: dict, attrs: dict) -> dict:
+    from .registry import Meta
+
+    return {"W@GRAD": Meta((int(attrs["height"]), int(attrs["width"])), attrs["dtype"],
+                           "selected_rows")}
+
+
+def _split_selected_rows(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Cut row-sparse X by row ranges (``height_sections``); rows become shard-local."""
+    from ..scope import SelectedRows
+
+    x = ins["X"]
+    if not isinstance(x, SelectedRows):
+        raise TypeError(f"split_selected_rows: X must be row-sparse (SelectedRows), got a "
+                        f"dense {type(x).__name__}")
+    out, first = [], 0
+    for rows in attrs["height_sections"]:
+        mask = (x.rows >= first) & (x.rows < first + rows)
+        out.append(SelectedRows(x.rows[mask] - first, x.value[mask], rows))
+        first += rows
+    if first != x.height:
+        raise ValueError(f"split_selected_rows: height_sections {attrs['height_sections']} "
+                         f"add up to {first}, but X has {x.height} rows")
+    return {"Out": out}
+
+
+_TABLE_ATTRS = {"table_names": [], "epmap": [], "height_sections": [], "height": 0, "width": 0,
+                "padding_idx": -1, "dtype": "float32", "trainer_id": 0}
+register_op("distributed_lookup_table", inputs=("Ids",), outputs=("Out",),
+            attrs=dict(_TABLE_ATTRS), infer_shape=_dist_lookup_shape, kernel=_dist_lookup,
+            side_effect=True)
+register_op("distributed_lookup_table_grad", inputs=("Ids", "Out@GRAD"), outputs=("W@GRAD",),
+            attrs=dict(_TABLE_ATTRS), infer_shape=_sparse_grad_shape, kernel=_dist_lookup_grad)
+register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),
+            attrs={"height_sections": []}, infer_shape=_no_shapes,
+            kernel=_split_selected_rows)
+register_op("send_barrier", inputs=(), outputs=(),
+            attrs={"endpoints": [], "trainer_id": 0},
+            infer_shape=_no_shapes, kernel=_send_barrier, side_effect=True)
+register_op("fetch_barrier", inputs=(), outputs=(),
+            attrs={"endpoints": [], "trainer_id": 0},
+            infer_shape=_no_shapes, kernel=_fetch_barrier, side_effect=True)
+
+
+# ----------------------------------------------------------------------------- pserver side
+
+
+def parse_grad_to_block(entries: list[str]) -> dict[str, int]:
+    """``["w@GRAD.block0:2", ...]`` (Fluid's attr format) -> ``{"w@GRAD.block0": 2, ...}``."""
+    out = {}
+    for entry in entries:
+        name, sep, idx = str(entry).rpartition(":")
+        if not sep or not name or not idx.isdigit():
+            raise ValueError(f"listen_and_serv: grad_to_block_id entries must be "
+                             f"'gradient:block_index', got {entry!r}")
+        out[name] = int(idx)
+    return out
+
+
+def _mean(values: list[Any]) -> Any:
+    """The mean of dense tensors, or of row-sparse ones (rows concatenated, values scaled)."""
+    from ..scope import SelectedRows
+
+    if len(values) == 1:
+        return values[0]
+    if isinstance(values[0], SelectedRows):
+        return SelectedRows(torch.cat([v.rows for v in values]),
+                            torch.cat([v.value for v in values]) / len(values),
+                            values[0].height)
+    return torch.stack(values).mean(0)
+
+
+class _Server:
+    """The callbacks of one ``listen_and_serv`` run (state lives only during the run)."""
+
+    def __init__(self, attrs: dict, ctx: Any) -> None:
+        self.ctx = ctx
+        self.endpoint = attrs["endpoint"]
+        self.fan_in = int(attrs["Fanin"])
+        self.sync = bool(attrs["sync_mode"])
+        self.grad_to_block = parse_grad_to_block(attrs["grad_to_block_id"])
+        self.lr_block = int(attrs["lr_decay_block_id"])
+        # async mode: the LR block runs once per arrival of this gradient (one per trainer
+        # step), not once per gradient block
+        self.lr_trigger = min(self.grad_to_block, key=self.grad_to_block.__getitem__) \
+            if self.grad_to_block else None
+
+    def optimize(self, grads: dict[str, list[torch.Tensor]]) -> None:
+        unknown = sorted(set(grads) - set(self.grad_to_block))
+        if unknown:
+            raise ValueError(f"pserver {self.endpoint} got gradients it does not optimize: "
+                             f"{unknown} (it holds {sorted(self.grad_to_block)}); the trainer "
+                             "runs a program transpiled with other pservers or settings")
+        if self.lr_block >= 0 and (self.sync or self.lr_trigger in grads):
+            self.ctx.run_block(self.lr_block)
+        for name in sorted(grads, key=self.grad_to_block.__getitem__):
+            self.ctx.run_block(self.grad_to_block[name], feed=self._feed(name, grads[name]))
+
+    def _feed(self, name: str, values: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        if not self.sync or self.fan_in == 1:
+            return {name: values[0]}
+        # The optimize block sums Fanin gradient slots and scales by 1/Fanin. When trainers
+        # have completed (uneven data), the absent slots get the mean of the present ones,
+        # so the block computes the mean over the trainers still training.
+        feed = {name + trainer_suffix(i): v for i, v in enumerate(values)}
+        if len(values) < self.fan_in:
+            mean = _mean(values)
+            for i in range(len(values), self.fan_in):
+                feed[name + trainer_suffix(i)] = mean
+        return feed
+
+    def prefetch(self, table: str, rows: torch.Tensor) -> torch.Tensor:
+        holder = self.ctx.scope.find_var(table)
+        if holder is None or holder.value is None:
+            raise KeyError(f"no lookup table block {table!r}")
+        value = holder.value
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= value.shape[0]):
+            raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} are outside the "
+                             f"{value.shape[0]} rows of {table!r}")
+        return value.index_select(0, rows.to(value.device))
+
+    def save(self, dirname: str) -> None:
+        """Checkpoint notice: this pserver's persistables into ``dirname`` (see io)."""
+        from ..io import pserver_checkpoint_filename, save_vars
+
+        program = self.ctx.op.block.program
+        scope = self.ctx.scope
+        names = [n for n, v in program.global_block().vars.items() if v.persistable
+                 and scope.find_var(n) is not None and scope.find_var(n).value is not None]
+        save_vars(None, dirname, program, vars=names,
+                  filename=pserver_checkpoint_filename(program), scope=scope)
+
+    def get(self, name: str) -> torch.Tensor:
+        holder = self.ctx.scope.find_var(name)
+        if holder is None or holder.value is None:
+            raise KeyError(name)
+        return holder.value
+
+
+def _listen_and_serv(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from ..distributed.pserver import ParameterServer
+
+    server = _Server(attrs, ctx)
+    ps = ParameterServer(server.endpoint, server.fan_in, server.sync, optimize=server.optimize,
+                         get=server.get, save=server.save,
+                         prefetch=server.prefetch, deadline_s=ctx.deadline_s)
+    main = threading.current_thread() is threading.main_thread()
+
+    def ready() -> None:
+        log.info("pserver %s: serving %d trainers (%s mode), %d optimize blocks", ps.endpoint,
+                 server.fan_in, "sync" if server.sync else "async", len(server.grad_to_block))
+
+    ps.serve(handle_sigterm=main, on_ready=ready)
+    return {}
+
+
+register_op("listen_and_serv", inputs=(), outputs=(),
+            attrs={"endpoint": "", "Fanin": 1, "sync_mode": True, "optimize_blocks": [],
+                   "grad_to_block_id": [], "lr_decay_block_id": -1, "pserver_id": 0,
+                   "distributed_mode": 0},
+            infer_shape=_no_shapes, kernel=_listen_and_serv, side_effect=True)

@@ -1,0 +1,306 @@
+"""DistributeTranspiler pserver mode: the programs it writes, and training that equals one process.
+
+The training tests run 2 pservers and 2 trainers as threads of this process (each with its
+own programs, scope and Executor, talking over ZeroMQ on 127.0.0.1): the whole RPC path runs,
+without the cost of four interpreters. tests/distributed/test_pserver_procs_mode.py runs
+real processes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from dist_helpers import endpoints
+
+import parafluid as fluid
+from parafluid.testing import ps_job
+
+pytestmark = pytest.mark.slow
+
+STEPS = 5
+
+
+@pytest.fixture(autouse=True)
+def _short_deadline(monkeypatch):
+    # a failing thread must not leave the others waiting for the default 180 s
+    monkeypatch.setenv("FLAGS_rpc_deadline", "15000")
+
+
+def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps=(STEPS, STEPS),
+         sync=True, min_block_size=100, first_step=0, checkpoint_at=None, ckpt=None,
+         load_dir=None, embedding=""):
+    """Run 2 pservers + len(steps) trainers as threads; return the trainers' results."""
+    eps = endpoints(2)
+    trainers = len(steps)
+    kw = dict(optimizer=optimizer, lr_decay=lr_decay, l2=l2, split_method=split_method,
+              min_block_size=min_block_size, sync=sync, embedding=embedding)
+    trainer_kw = dict(first_step=first_step, checkpoint_at=checkpoint_at, checkpoint_dir=ckpt)
+    results, errors = {}, []
+
+    def guarded(fn, *a, **k):
+        def run():
+            try:
+                out = fn(*a, **k)
+                if out is not None:
+                    results[out["trainer_id"]] = out
+            except BaseException as e:  # noqa: BLE001  (reported by the test thread)
+                errors.append(e)
+        return threading.Thread(target=run, daemon=True)
+
+    threads = [guarded(ps_job.run_pserver, ep, eps, trainers, load_dir=load_dir, **kw)
+               for ep in eps.split(",")]
+    threads += [guarded(ps_job.run_trainer, t, eps, trainers, steps[t], **trainer_kw, **kw)
+                for t in range(trainers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    if errors:
+        raise errors[0]
+    assert not any(th.is_alive() for th in threads), "a pserver or trainer thread hangs"
+    return results
+
+
+def _check_equal_to_one_process(results, optimizer, steps=(STEPS, STEPS), **kw):
+    init = results[0]["initial"]
+    for t in results:  # the startup program pulled the pservers' values: all start equal
+        for p in ps_job.PARAMS:
+            np.testing.assert_array_equal(results[t]["initial"][p], init[p])
+    ref = ps_job.reference(init, steps, optimizer, **kw)
+    for s in range(max(steps)):
+        live = [t for t in results if steps[t] > s]
+        got = np.mean([results[t]["losses"][s] for t in live])
+        assert abs(got - ref["losses"][s]) < 1e-5 * max(1.0, abs(ref["losses"][s])), \
+            (s, got, ref["losses"][s])
+    for t in results:
+        for p in ps_job.PARAMS:
+            np.testing.assert_allclose(results[t]["final"][p], ref["final"][p], rtol=0,
+                                       atol=1e-5, err_msg=f"trainer {t} {p}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("optimizer,split_method,lr_decay,l2", [
+    ("sgd", "round_robin", False, 0.0),
+    ("momentum", "hash_name", False, 0.0),
+    ("adam", "round_robin", True, 0.01),
+    ("adagrad", "hash_name", True, 0.0),
+])
+def test_sync_2x2_equals_one_process(optimizer, split_method, lr_decay, l2):
+    results = _job(optimizer, split_method=split_method, lr_decay=lr_decay, l2=l2)
+    _check_equal_to_one_process(results, optimizer, lr_decay=lr_decay, l2=l2)
+
+
+def test_gradient_clipping_by_value_runs_per_block_and_equals_one_process(monkeypatch):
+    real = ps_job.build
+    monkeypatch.setattr(ps_job, "build", lambda *a, **k: real(*a, **k, clip=0.02))
+    results = _job("momentum")
+    init = results[0]["initial"]
+    ref = ps_job.reference(init, (STEPS, STEPS), "momentum")
+    for t in (0, 1):
+        for p in ps_job.PARAMS:
+            np.testing.assert_allclose(results[t]["final"][p], ref["final"][p], atol=1e-5)
+    # the clip matters here: without it the parameters end elsewhere
+    monkeypatch.setattr(ps_job, "build", real)
+    free = ps_job.reference(init, (STEPS, STEPS), "momentum")
+    assert max(np.abs(np.subtract(free["final"][p], ref["final"][p])).max()
+               for p in ps_job.PARAMS) > 1e-3
+
+
+@pytest.mark.timeout(120)
+def test_uneven_data_the_pserver_averages_over_the_trainers_still_training():
+    steps = (6, 3)
+    results = _job("momentum", steps=steps)
+    assert [len(results[t]["losses"]) for t in (0, 1)] == [6, 3]
+    ref = ps_job.reference(results[0]["initial"], steps, "momentum")
+    for p in ps_job.PARAMS:
+        np.testing.assert_allclose(results[0]["final"][p], ref["final"][p], atol=1e-5)
+
+
+@pytest.mark.timeout(120)
+def test_async_mode_converges_near_sync():
+    sync = _job("sgd", steps=(30, 30))
+    sync_loss = ps_job.evaluate(sync[0]["final"])
+    results = _job("sgd", sync=False, steps=(30, 30))
+    # the loss of predicting 0 everywhere: what a model that learned nothing scores
+    zero = ps_job.evaluate({p: np.zeros_like(v) for p, v in results[0]["initial"].items()})
+    assert sync_loss < 0.5 * zero
+    for t in (0, 1):
+        assert np.isfinite(results[t]["losses"]).all()
+        after = ps_job.evaluate(results[t]["final"])
+        # stale gradients cost a little, not convergence (held-out loss, same data)
+        assert after < 0.5 * zero and after < 1.5 * sync_loss + 0.02, \
+            (t, zero, after, sync_loss)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_distributed_lookup_table_equals_a_local_embedding(optimizer):
+    results = _job(optimizer, embedding="distributed", split_method="hash_name")
+    ref = ps_job.reference(results[0]["initial"], (STEPS, STEPS), optimizer,
+                           embedding="local")
+    for s in range(STEPS):
+        got = np.mean([results[t]["losses"][s] for t in (0, 1)])
+        assert abs(got - ref["losses"][s]) < 1e-5 * max(1.0, abs(ref["losses"][s])), \
+            (s, got, ref["losses"][s])
+    for t in (0, 1):
+        for p in (*ps_job.PARAMS, "emb"):
+            np.testing.assert_allclose(results[t]["final"][p], ref["final"][p], atol=1e-5,
+                                       err_msg=f"trainer {t} {p}")
+
+
+@pytest.mark.timeout(120)
+def test_sparse_embedding_not_distributed_is_pulled_whole_and_updated_by_rows():
+    # the table (50 x 8 = 400 elements, min_block_size 100) is cut in two row blocks; the
+    # trainers receive it whole, and send row-sparse gradients cut by those rows
+    results = _job("sgd", embedding="local", split_method="round_robin")
+    ref = ps_job.reference(results[0]["initial"], (STEPS, STEPS), "sgd", embedding="local")
+    for t in (0, 1):
+        for p in (*ps_job.PARAMS, "emb"):
+            np.testing.assert_allclose(results[t]["final"][p], ref["final"][p], atol=1e-5,
+                                       err_msg=f"trainer {t} {p}")
+
+
+def test_distributed_lookup_table_programs():
+    main, startup, _ = ps_job.build("sgd", embedding="distributed")
+    t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))
+    t.transpile(0, program=main, startup_program=startup,
+                pservers="127.0.0.1:6174,127.0.0.1:6175", trainers=2)
+    types = [op.type for op in main.global_block().ops]
+    assert "lookup_table" not in types and "lookup_table_grad" not in types
+    assert "distributed_lookup_table" in types and "split_selected_rows" in types
+    assert not main.global_block().var("emb").persistable  # the trainer never holds it
+    recv_outs = [n for op in main.global_block().ops if op.type == "recv"
+                 for n in op.output("Out")]
+    assert not any(n.startswith("emb") for n in recv_outs)
+    assert not any("emb" in op.output_arg_names for op in startup.global_block().ops)
+    for ep, first in (("127.0.0.1:6174", 0), ("127.0.0.1:6175", 25)):
+        prog, pstartup = t.get_pserver_programs(ep)
+        prog.verify()
+        shard = f"emb.block{first // 25}"
+        assert prog.global_block().var(shard).shape == (25, ps_job.EMB)
+        # the table's initializer cannot be resized: the whole value is made, then split
+        split = next(op for op in pstartup.global_block().ops if op.type == "split")
+        assert shard in split.output("Out")
+
+
+@pytest.mark.timeout(120)
+def test_checkpoint_then_restart_from_it_reaches_the_same_parameters(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    kw = dict(lr_decay=True, split_method="hash_name")
+    full = _job("adam", steps=(6, 6), checkpoint_at=3, ckpt=ckpt, **kw)
+    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert files == ["__variables__.safetensors", "pserver_0.safetensors",
+                     "pserver_1.safetensors"]
+    # new pservers load their blocks (parameters, moments, beta powers, LR counter); the
+    # trainers pull the parameters at startup and run steps 3..5 again
+    resumed = _job("adam", steps=(6, 6), first_step=3, load_dir=ckpt, **kw)
+    for t in (0, 1):
+        assert resumed[t]["losses"] == pytest.approx(full[t]["losses"][3:], abs=1e-6)
+        for p in ps_job.PARAMS:
+            np.testing.assert_allclose(resumed[t]["final"][p], full[t]["final"][p], atol=1e-6)
+
+
+def test_programs_print_verify_and_round_trip():
+    eps = "127.0.0.1:6174,127.0.0.1:6175"
+    main, startup, _ = ps_job.build("adam", lr_decay=True, l2=0.01)
+    t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))
+    t.transpile(1, program=main, startup_program=startup, pservers=eps, trainers=2)
+    text = str(main)
+    types = [op.type for op in main.global_block().ops]
+    assert "adam" not in types and "exponential_decay_lr" not in types
+    assert types.count("send") == 4 and types.count("recv") == 4
+    assert types[-3:] == ["recv", "fetch_barrier", "concat"]
+    assert types.index("send_barrier") > max(i for i, x in enumerate(types) if x == "send")
+    # fc_0.w_0 (20 x 40 = 800 elements, min_block_size 100) is split over both pservers
+    assert "split(X=[fc_0.w_0@GRAD]) {axis=0, num=0, sections=[10, 10]}" in text
+    assert "send_varnames=['fc_0.w_0@GRAD.block0.trainer_1', 'fc_0.w_0@GRAD.block1.trainer_1']" \
+        in text
+    split_send = next(op for op in main.global_block().ops
+                      if op.type == "send" and len(op.input("X")) == 2)
+    assert sorted(split_send.attr("epmap")) == eps.split(",")  # one block on each pserver
+    startup_types = [op.type for op in startup.global_block().ops]
+    assert startup_types[-3:] == ["recv", "fetch_barrier", "concat"]
+
+    blocks_of = {}
+    for ep in eps.split(","):
+        prog, pstartup = t.get_pserver_programs(ep)
+        prog.verify()
+        assert str(fluid.Program.parse_from_string(prog.serialize_to_string())) == str(prog)
+        assert str(fluid.Program.parse_from_string(pstartup.serialize_to_string())) == \
+            str(pstartup)
+        ls, = prog.global_block().ops
+        assert ls.type == "listen_and_serv" and ls.attr("Fanin") == 2 and ls.attr("sync_mode")
+        lr_block = prog.block(ls.attr("lr_decay_block_id"))
+        assert [op.type for op in lr_block.ops] == ["increment", "exponential_decay_lr"]
+        blocks_of[ep] = [g.split(":")[0] for g in ls.attr("grad_to_block_id")]
+        for blk in ls.attr("optimize_blocks"):
+            types = [op.type for op in blk.ops]
+            assert types[:2] == ["sum", "scale"] and "adam" in types
+            assert blk.ops[1].attr("scale") == 0.5
+        # the pserver initializes only its own blocks, resized
+        inits = {op.output("Out")[0]: op for op in pstartup.global_block().ops}
+        for g in blocks_of[ep]:
+            param = g.replace("@GRAD", "")
+            assert param in inits
+        if "fc_0.w_0@GRAD.block1" in blocks_of[ep]:
+            assert inits["fc_0.w_0.block1"].attr("shape") == [10, 40]
+            assert inits["fc_0.w_0_moment1_0.block1"].attr("shape") == [10, 40]
+            assert "fc_0.w_0_beta1_pow_acc_0.block1" in inits
+    # every block lives on exactly one pserver
+    all_blocks = sorted(blocks_of[eps.split(",")[0]] + blocks_of[eps.split(",")[1]])
+    assert all_blocks == sorted(["fc_0.w_0@GRAD.block0", "fc_0.w_0@GRAD.block1",
+                                 "fc_0.b_0@GRAD", "fc_1.w_0@GRAD", "fc_1.b_0@GRAD"])
+    with pytest.raises(ValueError, match="127.0.0.1:9999.*is not one of the pservers"):
+        t.get_pserver_program("127.0.0.1:9999")
+
+
+def test_slicing_off_and_one_trainer_keep_names():
+    main, startup, _ = ps_job.build("sgd")
+    config = ps_job._config("round_robin", 100, True)
+    config.slice_var_up = False
+    t = fluid.DistributeTranspiler(config)
+    t.transpile(0, program=main, startup_program=startup, pservers="127.0.0.1:6174",
+                trainers=1)
+    types = [op.type for op in main.global_block().ops]
+    assert "split" not in types and "concat" not in types
+    assert "send_varnames=['fc_0.w_0@GRAD']" in str(main)
+    prog = t.get_pserver_program("127.0.0.1:6174")
+    blk = prog.block(1)
+    assert [op.type for op in blk.ops] == ["sgd"]  # one trainer: no sum, no scale
+
+
+def test_global_norm_clipping_is_refused_by_name():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+        loss = fluid.layers.mean(fluid.layers.fc(x, size=2))
+        fluid.clip.set_gradient_clip(fluid.clip.GradientClipByGlobalNorm(1.0), program=main)
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    t = fluid.DistributeTranspiler()
+    with pytest.raises(NotImplementedError, match="global norm"):
+        t.transpile(0, program=main, startup_program=startup, pservers="127.0.0.1:6174",
+                    trainers=2)
+
+
+@pytest.mark.timeout(60)
+def test_a_replicated_trainer_program_is_refused_by_name():
+    eps = endpoints(1)
+    server = threading.Thread(target=ps_job.run_pserver, args=(eps, eps, 1), daemon=True)
+    server.start()
+    main, startup, loss = ps_job.build("sgd")
+    t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))
+    t.transpile(0, program=main, startup_program=startup, pservers=eps, trainers=1)
+    prog = t.get_trainer_program()
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    compiled = fluid.CompiledProgram(prog).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(2))
+    x, y = ps_job.data(1, 1)[0]
+    with pytest.raises(Exception, match="runs on one device .* replicated over several"):
+        exe.run(compiled, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    exe.close()  # the pserver drops the partial step and ends
+    server.join(timeout=30)
+    assert not server.is_alive()

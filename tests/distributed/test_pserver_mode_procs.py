@@ -1,0 +1,260 @@
+"""Pserver mode across real processes: the seed 003 example under the launcher, start order
+and numbers, a killed pserver named by every trainer, a killed trainer named by the pserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from dist_helpers import ROOT, child_env, endpoints, reap
+
+from parafluid.testing import ps_job
+
+pytestmark = pytest.mark.slow
+
+
+def _job(role, *args, env):
+    cmd = [sys.executable, "-m", "parafluid.testing.ps_job", role, *map(str, args)]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _last_json(out):
+    lines = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    return lines[-1] if lines else None
+
+
+@pytest.mark.timeout(150)
+def test_seed_003_pserver_example_under_the_launcher():
+    env = child_env(FLAGS_rpc_deadline="30000")
+    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
+                           "--server_num", "2", "--worker_num", "2",
+                           os.path.join("examples", "pserver_seed003.py")],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    weights = [w for _, w in sorted(
+        re.findall(r"\[trainer (\d)\] trainer \d: loss [\d.]+, weights\[:3\] "
+                                 r"(\[.*\])", out))]
+    assert len(weights) == 2 and weights[0] == weights[1], out  # sync: the same parameters
+    assert out.count("trainers done") == 2, out  # both pservers returned by themselves
+
+
+@pytest.mark.timeout(150)
+def test_trainers_first_a_pserver_5s_after_the_others_equal_one_process():
+    eps = endpoints(2)
+    env = child_env(FLAGS_rpc_deadline="60000")
+    common = ["--pservers", eps, "--trainers", 2, "--steps", 5, "--optimizer", "adam",
+              "--split-method", "hash_name"]
+    procs = []
+    try:
+        # the trainers first, then pserver 0, and pserver 1 five seconds after the others
+        trainers = [_job("trainer", *common, "--trainer-id", t, env=env) for t in (0, 1)]
+        procs += trainers
+        servers = [_job("pserver", *common, "--endpoint", eps.split(",")[0], env=env)]
+        procs += servers
+        time.sleep(5)
+        servers.append(_job("pserver", *common, "--endpoint", eps.split(",")[1], env=env))
+        procs += servers[1:]
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        reap(procs)
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    results = {r["trainer_id"]: r for r in (_last_json(outs[t][0]) for t in (0, 1))}
+    ref = ps_job.reference(results[0]["initial"], (5, 5), "adam")
+    for s in range(5):
+        got = np.mean([results[t]["losses"][s] for t in (0, 1)])
+        assert abs(got - ref["losses"][s]) < 1e-5
+    for t in (0, 1):
+        for name in ps_job.PARAMS:
+            np.testing.assert_allclose(results[t]["final"][name], ref["final"][name], atol=1e-5)
+
+
+def _wait_for_step(proc, step, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"the trainer exited ({proc.returncode}) before step {step}: "
+                                 f"{proc.stderr.read()}")
+        if line.startswith("{") and json.loads(line).get("step", -1) >= step:
+            return
+    raise AssertionError(f"no step {step} within {timeout} s")
+
+
+@pytest.mark.timeout(150)
+def test_killed_pserver_is_named_by_every_trainer_within_the_deadline():
+    eps = endpoints(2)
+    dead = eps.split(",")[1]
+    env = child_env(FLAGS_rpc_deadline="4000")
+    # NOTE: the surviving pserver waits longer than the trainers, so that every trainer's
+    # first error is its own call to the dead one (not a held read the survivor gives up on)
+    server_env = child_env(FLAGS_rpc_deadline="8000")
+    common = ["--pservers", eps, "--trainers", 2, "--steps", 100000]
+    procs = []
+    try:
+        servers = [_job("pserver", *common, "--endpoint", ep, env=server_env)
+                   for ep in eps.split(",")]
+        trainers = [_job("trainer", *common, "--trainer-id", t, "--progress", env=env)
+                    for t in (0, 1)]
+        procs = servers + trainers
+        _wait_for_step(trainers[0], 2, 60)
+        servers[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        for t in trainers:
+            _, err = t.communicate(timeout=30)
+            assert t.returncode != 0
+            assert dead in err, err  # the dead pserver is named (a timeout or a reset)
+        assert time.monotonic() - killed_at < 4 + 10  # the deadline, plus process exit
+        # the surviving pserver: its trainers died without completing; it names them
+        _, err = servers[0].communicate(timeout=30)
+        assert servers[0].returncode != 0
+        # which trainers it still waits for depends on where each was when the other
+        # pserver died (one may have passed this pserver's barrier already)
+        assert re.search(r"trainer\(s\) \[(0|1|0, 1)\]", err), err
+    finally:
+        reap(procs)
+
+
+@pytest.mark.timeout(150)
+def test_killed_trainer_is_named_by_the_pserver_which_exits_nonzero():
+    eps = endpoints(1)
+    env = child_env(FLAGS_rpc_deadline="4000")
+    common = ["--pservers", eps, "--trainers", 2, "--steps", 100000]
+    procs = []
+    try:
+        server = _job("pserver", *common, "--endpoint", eps, env=env)
+        trainers = [_job("trainer", *common, "--trainer-id", t, "--progress", env=env)
+                    for t in (0, 1)]
+        procs = [server, *trainers]
+        _wait_for_step(trainers[1], 2, 60)
+        trainers[1].send_signal(signal.SIGKILL)
+        _, err = server.communicate(timeout=30)
+        assert server.returncode != 0
+        assert "trainer(s) [1]" in err, err
+        _, err0 = trainers[0].communicate(timeout=30)
+        assert trainers[0].returncode != 0  # its held read is answered with the error
+        assert eps in err0, err0
+    finally:
+        reap(procs)
+
+
+def _train_cli(*args, cwd):
+    env = child_env(FLAGS_rpc_deadline="60000")
+    proc = subprocess.run([sys.executable, "-m", "parafluid", "train", *args], env=env,
+                          cwd=cwd, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.timeout(300)
+def test_parafluid_train_with_pservers_sync_equals_two_devices_and_async_converges(tmp_path):
+    import parafluid as fluid
+
+    common = ["--epochs", "3", "--hidden", "32", "--seed", "4"]
+    sync_dir, async_dir, dev_dir = (str(tmp_path / n) for n in ("sync", "async", "devices"))
+    out = _train_cli("--pservers", "2", "--trainers", "2", *common, "-o", sync_dir, cwd=ROOT)
+    assert "trainer 0 of 2 processes with 2 parameter servers (sync)" in out, out
+    assert len(re.findall(r"\[trainer 0\] epoch \d/3  loss", out)) == 3, out
+    assert "[trainer 1] epoch" not in out and "[pserver" not in out, "trainer 0 reports"
+    sync_acc = float(re.search(r"test accuracy ([\d.]+)", out)[1])
+    out = _train_cli("--pservers", "2", "--trainers", "2", "--async", *common, "-o", async_dir,
+                     cwd=ROOT)
+    assert "(async)" in out
+    async_acc = float(re.search(r"test accuracy ([\d.]+)", out)[1])
+    assert async_acc >= sync_acc - 0.02, (async_acc, sync_acc)
+    _train_cli("--devices", "2", *common, "-o", dev_dir, cwd=ROOT)
+    a = fluid.io.read_tensors(os.path.join(sync_dir, fluid.io.DEFAULT_FILENAME))[0]
+    b = fluid.io.read_tensors(os.path.join(dev_dir, fluid.io.DEFAULT_FILENAME))[0]
+    assert a.keys() == b.keys()
+    for key in a:  # 2 trainers + 2 pservers compute what 1 process x 2 devices computes
+        np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(200)
+def test_pserver_killed_after_a_checkpoint_job_restarted_from_it_ends_as_without_the_crash(
+        tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    env = child_env(FLAGS_rpc_deadline="4000")
+    eps = endpoints(2)
+    common = ["--pservers", eps, "--trainers", 2, "--optimizer", "momentum"]
+    procs = []
+    try:
+        servers = [_job("pserver", *common, "--endpoint", ep, env=env) for ep in eps.split(",")]
+        trainers = [_job("trainer", *common, "--steps", 100000, "--trainer-id", t,
+                         "--progress", "--checkpoint-at", 3, "--checkpoint-dir", ckpt,
+                         env=env) for t in (0, 1)]
+        procs += servers + trainers
+        _wait_for_step(trainers[0], 4, 60)  # the checkpoint after step 3 is written
+        servers[1].send_signal(signal.SIGKILL)
+        for p in servers[:1] + trainers:
+            p.communicate(timeout=30)
+            assert p.returncode != 0  # every process ends: nothing hangs
+        # restart everything from the checkpoint: steps 3..5 again
+        env = child_env(FLAGS_rpc_deadline="30000")
+        servers = [_job("pserver", *common, "--endpoint", ep, "--load-dir", ckpt, env=env)
+                   for ep in eps.split(",")]
+        trainers = [_job("trainer", *common, "--steps", 6, "--first-step", 3,
+                         "--trainer-id", t, env=env) for t in (0, 1)]
+        procs += servers + trainers
+        outs = [p.communicate(timeout=60) for p in servers + trainers]
+        for p, (_, err) in zip(servers + trainers, outs):
+            assert p.returncode == 0, err
+    finally:
+        reap(procs)
+    resumed = _last_json(outs[2][0])
+    # the same job without the crash (its initialization is seeded, so equal in every run)
+    ref = ps_job.reference(_uninterrupted_initial(), (6, 6), "momentum")
+    for name in ps_job.PARAMS:
+        np.testing.assert_allclose(resumed["final"][name], ref["final"][name], atol=1e-5)
+
+
+def _uninterrupted_initial():
+    """The pservers' initial parameters (seeded): what an uninterrupted job starts from."""
+    import parafluid as fluid
+
+    eps = "127.0.0.1:1,127.0.0.1:2"
+    values = {}
+    for ep in eps.split(","):
+        main, startup, _ = ps_job.build("momentum")
+        t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))
+        t.transpile(0, program=main, startup_program=startup, pservers=eps, trainers=2)
+        _, pstartup = t.get_pserver_programs(ep)
+        scope = fluid.Scope()
+        fluid.Executor(fluid.CPUPlace()).run(pstartup, scope=scope)
+        for name in pstartup.global_block().vars:
+            if name.startswith("fc_") and "_moment" not in name and "velocity" not in name:
+                values[name] = np.array(scope.find_var(name).get_tensor())
+    out = {}
+    for p in ps_job.PARAMS:
+        blocks = sorted(n for n in values if n.startswith(p + ".block"))
+        out[p] = np.concatenate([values[b] for b in blocks]) if blocks else values[p]
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_ends_a_serving_pserver_cleanly():
+    from parafluid.distributed.rpc import wait_for_server
+
+    eps = endpoints(1)
+    procs = []
+    try:
+        server = _job("pserver", "--pservers", eps, "--trainers", 2, "--endpoint", eps,
+                      env=child_env(FLAGS_rpc_deadline="30000"))
+        procs.append(server)
+        wait_for_server(eps, 30)  # serving: exe.run(pserver_program) is inside listen_and_serv
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=15)
+    finally:
+        reap(procs)
+    assert server.returncode == 0, err
+    assert _last_json(out) == {"role": "pserver", "endpoint": eps}  # exe.run returned
+    assert "stopped by SIGTERM" in err, err

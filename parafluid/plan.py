@@ -118,11 +118,25 @@ class Plan:
         self.undo = UndoLog()
         self.proven = False  # a run of this plan succeeded (see _graph_for)
         self._fns: list[Task] = []
+        self._inline: list[Task | None] = []
         self._writes: list[list[tuple[RunServices, dict, str]]] = []
         self._records: list[list[tuple[RunServices, str, bool]]] = []
         self._releases = releases
         for node in graph.nodes:
             self._fns.append(self._bind(node, devices, (inplace or {}).get(node.index)))
+            # NOTE: a replica that writes no persistable and is the only last reader of what
+            # it releases drops those values itself: the plain run's task is then the bound
+            # op alone (the hot path). Checked runs use the plain binding (outputs are read
+            # after the op) and release in the task.
+            rel = releases.get(node.index) or []
+            inline = None
+            if node.device != ALL_DEVICES and not (inplace or {}).get(node.index) and rel \
+                    and all(n == 1 for _, n in rel) and not any(
+                        persistable(n) for refs in node.outputs.values() for _, n, _ in refs):
+                inline = bind_op(node.op, devices[node.device], self.services[node.device],
+                                 env=self.envs[node.device],
+                                 drop=tuple(key[1] for key, _ in rel))
+            self._inline.append(inline)
             self._writes.append([(self.services[d], self.envs[d], n)
                                  for refs in node.outputs.values() for d, n, _ in refs
                                  if persistable(n)])
@@ -215,6 +229,8 @@ class Plan:
         """
         node = self.graph.nodes[i]
         fn, writes = self._fns[i], self._writes[i]
+        if not check and self._inline[i] is not None:
+            return self._inline[i]  # (it writes no persistable: nothing to record)
         lock, pending, envs = self._lock, self._pending, self.envs
         drops = [(envs[key[0]], key[1], key if n > 1 else None)
                  for key, n in self._releases.get(i) or ()]

@@ -208,11 +208,12 @@ class RunContext:
 
 
 def bind_op(op: Any, device: Any, services: RunServices | None = None,
-            env: dict[str, Any] | None = None) -> Runner:
+            env: dict[str, Any] | None = None, drop: tuple[str, ...] = ()) -> Runner:
     """Return ``run(env)`` executing ``op`` on ``device`` against the value dict ``env``.
 
     The op's own ``op_device`` attr, when set, wins over ``device``. Given ``env``, the
-    closure also runs with no argument, against that dict (one call less per op).
+    closure also runs with no argument, against that dict (one call less per op). ``drop``:
+    names to remove from the dict once the op ran (the values it was the last to read).
     """
     opdef = get_op_def(op.type)
     kernel = opdef.kernel
@@ -243,6 +244,9 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
 
             def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
                 env[out_name] = kernel({s: env[n] for s, n in in_pairs}, attrs, ctx)[out_slot]
+                if drop:
+                    for n in drop:
+                        env.pop(n, None)
             return run_one
 
         def run_simple(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
@@ -252,6 +256,9 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
             outs = kernel(ins, attrs, ctx)
             for s, n in out_pairs:
                 env[n] = outs[s]
+            if drop:
+                for n in drop:
+                    env.pop(n, None)
         return run_simple
 
     def run_general(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
@@ -273,6 +280,9 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
                         env[n] = v
             elif names[0] != EMPTY:
                 env[names[0]] = value
+        if drop:
+            for n in drop:
+                env.pop(n, None)
     return run_general
 
 

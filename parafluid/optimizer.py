@@ -114,6 +114,19 @@ class Optimizer:
     def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
         """Subclasses append ops that run once after all updates (e.g. Adam's beta powers)."""
 
+    def _advance_powers(self, block: Any, params_grads: list[tuple[Any, Any]],
+                        powers: tuple[tuple[str, float], ...]) -> None:
+        """Multiply each ``(accumulator, beta)`` of every updated parameter by beta: the
+        ``beta^t`` bias corrections of the Adam family, advanced once per step."""
+        for param, grad in params_grads:
+            if grad is None or not param.trainable:
+                continue
+            with block.program._optimized_guard([param, grad]):
+                for acc, beta in powers:
+                    var = self._get_accumulator(acc, param)
+                    block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
+                                    attrs={"scale": beta})
+
     def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
         raise NotImplementedError  # abstract: every optimizer defines its update op
 
@@ -288,32 +301,28 @@ class Adam(Optimizer):
                                   fill_value=self._beta2, shape=[1])
 
     def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        m1 = self._get_accumulator(self._moment1_acc_str, param)
-        m2 = self._get_accumulator(self._moment2_acc_str, param)
+        inputs, outputs = self._adam_slots(param_and_grad)
         return block.append_op(
-            "adam",
-            inputs={"Param": [param], "Grad": [grad],
-                    "LearningRate": [self._create_param_lr(param_and_grad)],
-                    "Moment1": [m1], "Moment2": [m2],
-                    "Beta1Pow": [self._get_accumulator(self._beta1_pow_acc_str, param)],
-                    "Beta2Pow": [self._get_accumulator(self._beta2_pow_acc_str, param)]},
-            outputs={"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]},
+            "adam", inputs=inputs, outputs=outputs,
             attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
                    "lazy_mode": self._lazy_mode})
 
     def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
         """Advance ``beta^t`` once per step, after every parameter's update."""
-        main_block = block.program.global_block()
-        for param, grad in params_grads:
-            if grad is None or not param.trainable:
-                continue
-            with main_block.program._optimized_guard([param, grad]):
-                for acc, beta in ((self._beta1_pow_acc_str, self._beta1),
-                                  (self._beta2_pow_acc_str, self._beta2)):
-                    var = self._get_accumulator(acc, param)
-                    main_block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
-                                         attrs={"scale": beta})
+        self._advance_powers(block, params_grads, ((self._beta1_pow_acc_str, self._beta1),
+                                                   (self._beta2_pow_acc_str, self._beta2)))
+
+    def _adam_slots(self, param_and_grad: tuple[Any, Any]) -> tuple[dict, dict]:
+        """The inputs and outputs of an Adam-family update op (``adam``, ``lamb``)."""
+        param, grad = param_and_grad
+        m1 = self._get_accumulator(self._moment1_acc_str, param)
+        m2 = self._get_accumulator(self._moment2_acc_str, param)
+        inputs = {"Param": [param], "Grad": [grad],
+                  "LearningRate": [self._create_param_lr(param_and_grad)],
+                  "Moment1": [m1], "Moment2": [m2],
+                  "Beta1Pow": [self._get_accumulator(self._beta1_pow_acc_str, param)],
+                  "Beta2Pow": [self._get_accumulator(self._beta2_pow_acc_str, param)]}
+        return inputs, {"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]}
 
 
 class Adagrad(Optimizer):
@@ -486,13 +495,7 @@ class Adamax(Optimizer):
 
     def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
         """Advance ``beta1^t`` once per step, after every parameter's update."""
-        for param, grad in params_grads:
-            if grad is None or not param.trainable:
-                continue
-            with block.program._optimized_guard([param, grad]):
-                var = self._get_accumulator(self._beta1_pow_acc_str, param)
-                block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
-                                attrs={"scale": self._beta1})
+        self._advance_powers(block, params_grads, ((self._beta1_pow_acc_str, self._beta1),))
 
 
 class Ftrl(Optimizer):
@@ -556,19 +559,12 @@ class Lamb(Adam):
         self._exclude_fn = exclude_from_weight_decay_fn
 
     def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        m1 = self._get_accumulator(self._moment1_acc_str, param)
-        m2 = self._get_accumulator(self._moment2_acc_str, param)
+        param = param_and_grad[0]
         decay = 0.0 if self._exclude_fn is not None and self._exclude_fn(param) \
             else self._weight_decay
+        inputs, outputs = self._adam_slots(param_and_grad)
         return block.append_op(
-            "lamb",
-            inputs={"Param": [param], "Grad": [grad],
-                    "LearningRate": [self._create_param_lr(param_and_grad)],
-                    "Moment1": [m1], "Moment2": [m2],
-                    "Beta1Pow": [self._get_accumulator(self._beta1_pow_acc_str, param)],
-                    "Beta2Pow": [self._get_accumulator(self._beta2_pow_acc_str, param)]},
-            outputs={"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]},
+            "lamb", inputs=inputs, outputs=outputs,
             attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
                    "weight_decay": decay})
 

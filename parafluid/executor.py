@@ -127,7 +127,7 @@ class Executor:
                 env[name] = as_feed_tensor(block, name, value, self.device)
             if plan.batch_feeds:
                 check_batch_sizes(plan.batch_feeds, env)
-            homes = getattr(plan, "homes", None)
+            homes = plan.homes
             for name in plan.reads[0]:
                 holder = scope.find_var(name)
                 if holder is None or holder.value is None:
@@ -173,7 +173,7 @@ class Executor:
 
     def _scheduler_for(self, plan: Plan) -> Scheduler:
         """One lane, or one worker per device for a program placed on several."""
-        lanes = getattr(plan, "lanes", 1)
+        lanes = plan.lanes
         if lanes == 1:
             return self._scheduler
         with self._lock:
@@ -238,8 +238,6 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
         graph = build_graph(program, 1, block_idx=block_idx)
     svc = services if services is not None else RunServices(program, device=device)
     # FLAGS_eager_delete_tensor_gb < 0 turns eager deletion off, as in Fluid
-    plan = Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
-                release=eager_deletion_enabled(), name_devices=False)
-    plan.lanes = lanes  # type: ignore[attr-defined]  # read by Executor._scheduler_for
-    plan.homes = homes  # type: ignore[attr-defined]  # read by Executor.run
-    return plan
+    return Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
+                release=eager_deletion_enabled(), name_devices=False, serial=True,
+                lanes=lanes, homes=homes)

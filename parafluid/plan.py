@@ -67,13 +67,21 @@ class Plan:
             ``delete_var`` ops are dropped either way.
         inplace: node index -> factory ``f(env) -> task`` for nodes run in place.
         name_devices: say "on device d" in errors (data-parallel runs).
+        serial: the plan only ever runs on one lane in node order (the Executor): a value
+            read by several ops is dropped by its last reader alone, with no count to keep.
+        lanes: scheduler lanes the plan wants (one per device of a placed program).
+        homes: where each persistable must be before a step (placement's
+            ``persistable_homes``), or None.
     """
 
     def __init__(self, graph: SSAGraph, block: Any, devices: list[torch.device],
                  services: list[RunServices], feed: tuple[str, ...], fetch: tuple[str, ...],
                  release: bool = True, inplace: dict[int, Any] | None = None,
-                 name_devices: bool = True) -> None:
+                 name_devices: bool = True, serial: bool = False, lanes: int = 1,
+                 homes: dict[str, Any] | None = None) -> None:
         self.graph = graph
+        self.lanes = lanes
+        self.homes = homes
         self.ndev = graph.ndev
         self.feed = feed
         self.fetch = fetch
@@ -105,7 +113,8 @@ class Plan:
             # blocks keep every value to the end of the run.
             release = False
         # delete_var ops (release_memory) are honoured whether or not eager deletion is on
-        releases = release_plan(graph, lambda n: not persistable(n), set(fetch), eager=release)
+        releases = release_plan(graph, lambda n: not persistable(n), set(fetch), eager=release,
+                                serial=serial and lanes == 1)
         # node index -> names dropped after it (for inspection: tests, debugging)
         self.releases = {i: [key[1] for key, _ in items] for i, items in releases.items()}
         self._counts: dict[tuple, int] = {

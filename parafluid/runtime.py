@@ -240,14 +240,16 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
         out_pairs = tuple((slot, names[0]) for slot, names, _ in out_spec
                           if names[0] != EMPTY)
         if not absent and len(out_pairs) == 1:
-            out_slot, out_name = out_pairs[0]
-
-            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-                env[out_name] = kernel({s: env[n] for s, n in in_pairs}, attrs, ctx)[out_slot]
-                if drop:
-                    for n in drop:
-                        env.pop(n, None)
-            return run_one
+            src_name = None
+            if opdef.lod_share is not None:
+                src, dsts, plain = opdef.lod_share
+                if opdef.input_by_name[src].duplicable:
+                    plain = kernel  # (the wrapper handles a list of inputs)
+                elif out_pairs[0][0] in dsts:
+                    src_name = dict(in_pairs).get(src)
+                kernel = plain
+            return _single_output_runner(kernel, in_pairs, attrs, ctx, *out_pairs[0], env, drop,
+                                         src_name)
 
         def run_simple(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
             ins = {s: env[n] for s, n in in_pairs}
@@ -284,6 +286,78 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
             for n in drop:
                 env.pop(n, None)
     return run_general
+
+
+def _single_output_runner(kernel: Any, in_pairs: tuple[tuple[str, str], ...],
+                          attrs: dict[str, Any], ctx: RunContext, out_slot: str, out_name: str,
+                          env: dict[str, Any] | None, drop: tuple[str, ...],
+                          src_name: str | None) -> Runner:
+    """``run(env)`` of an op with single-variable input slots and one output: the hot path.
+
+    ``src_name``: the input whose LoD the output takes (``share_lod``), shared here rather
+    than by the kernel's wrapper. NOTE: one closure per input count and LoD case, with the
+    input dict written out: a dict display costs half a comprehension (which, in Python
+    3.11, is a call), and this runs for every op of every step.
+    """
+    from .lod import LOD_ATTR, attach_lod
+
+    def share(out: Any, x: Any, lod: list[list[int]]) -> None:
+        if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
+            attach_lod(out, lod)
+
+    if len(in_pairs) == 1:
+        (s0, n0), = in_pairs
+        if src_name is None:
+            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+                env[out_name] = kernel({s0: env[n0]}, attrs, ctx)[out_slot]
+                if drop:
+                    for n in drop:
+                        env.pop(n, None)
+        else:
+            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+                x = env[n0]
+                env[out_name] = out = kernel({s0: x}, attrs, ctx)[out_slot]
+                lod = getattr(x, LOD_ATTR, None)
+                if lod:
+                    share(out, x, lod)
+                if drop:
+                    for n in drop:
+                        env.pop(n, None)
+    elif len(in_pairs) == 2:
+        (s0, n0), (s1, n1) = in_pairs
+        if src_name is None:
+            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+                env[out_name] = kernel({s0: env[n0], s1: env[n1]}, attrs, ctx)[out_slot]
+                if drop:
+                    for n in drop:
+                        env.pop(n, None)
+        else:
+            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+                x = env[src_name]
+                env[out_name] = out = kernel({s0: env[n0], s1: env[n1]}, attrs, ctx)[out_slot]
+                lod = getattr(x, LOD_ATTR, None)
+                if lod:
+                    share(out, x, lod)
+                if drop:
+                    for n in drop:
+                        env.pop(n, None)
+    elif src_name is None:
+        def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+            env[out_name] = kernel({s: env[n] for s, n in in_pairs}, attrs, ctx)[out_slot]
+            if drop:
+                for n in drop:
+                    env.pop(n, None)
+    else:
+        def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+            x = env[src_name]
+            env[out_name] = out = kernel({s: env[n] for s, n in in_pairs}, attrs, ctx)[out_slot]
+            lod = getattr(x, LOD_ATTR, None)
+            if lod:
+                share(out, x, lod)
+            if drop:
+                for n in drop:
+                    env.pop(n, None)
+    return run_one
 
 
 # ---------------------------------------------------------------------- instrumentation

@@ -79,6 +79,9 @@ class OpDef:
     side_effect: bool = False  # talks to the outside: never pruned, never reordered
     # the executors drop the op's inputs once it and their other readers ran (delete_var)
     releases_inputs: bool = False
+    # set by share_lod: (input slot, output slots, the kernel before the LoD wrapper), so
+    # that bind_op can share the LoD in its own closure instead of through the wrapper
+    lod_share: tuple[str, tuple[str, ...], Kernel] | None = None
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -174,6 +177,7 @@ def share_lod(type: str, src: str, dsts: Sequence[str]) -> None:
 
     kernel_sharing_lod._shares_lod = True  # type: ignore[attr-defined]
     opdef.kernel = kernel_sharing_lod
+    opdef.lod_share = (src, dsts, kernel)
 
 
 def get_op_def(type: str) -> OpDef:

@@ -97,7 +97,8 @@ class TaskGraph:
         len(graph)    # 3
     """
 
-    __slots__ = ("tasks", "fns", "names", "successors", "num_deps", "roots", "order")
+    __slots__ = ("tasks", "fns", "names", "successors", "num_deps", "roots", "order",
+                 "serial_fns")
 
     def __init__(self, tasks: Sequence[Task], order: Sequence[int] | None = None) -> None:
         tasks = tuple(tasks)
@@ -124,6 +125,7 @@ class TaskGraph:
             task.num_deps = deps
         self.roots = tuple(i for i in range(n) if num_deps[i] == 0)
         self.order = self._serial_order() if order is None else self._check_order(order)
+        self.serial_fns = tuple(self.fns[i] for i in self.order)  # one lane runs these
 
     @staticmethod
     def from_edges(fns: Sequence[Callable[[], None]], edges: Iterable[tuple[int, int]],
@@ -493,8 +495,18 @@ class Scheduler:
             raise _task_error(graph, index, exc, run.others) from exc
 
     def _run_serial(self, graph: TaskGraph, timeout: float | None) -> None:
-        fns = graph.fns
         order = graph.order
+        if timeout is None:
+            # NOTE: the hot path of the Executor: a bare loop, the failing task found by its
+            # position only when one raises
+            k = 0
+            try:
+                for k, fn in enumerate(graph.serial_fns):
+                    fn()
+            except Exception as exc:
+                raise _task_error(graph, order[k], exc, 0) from exc
+            return
+        fns = graph.fns
         deadline = None if timeout is None else time.monotonic() + timeout
         for k, i in enumerate(order):
             if deadline is not None and time.monotonic() > deadline:

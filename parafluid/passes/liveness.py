@@ -73,7 +73,7 @@ def analyze(graph: Any) -> Liveness:
 
 
 def release_plan(graph: Any, is_temp: Callable[[str], bool], keep: set[str] | frozenset[str],
-                 eager: bool = True) -> dict[int, list[tuple[tuple, int]]]:
+                 eager: bool = True, serial: bool = False) -> dict[int, list[tuple[tuple, int]]]:
     """Node index -> ``[(value, readers)]``: values to drop after the node (``readers`` > 1:
     drop when that many readers have run). A value is ``(device, name)`` for a name's final
     version and ``(device, name, version)`` for an earlier one (the executors count readers
@@ -82,6 +82,9 @@ def release_plan(graph: Any, is_temp: Callable[[str], bool], keep: set[str] | fr
     ``eager``: drop every version of a temporary after its last reader (eager deletion).
     Whatever ``eager`` says, the version an op with ``OpDef.releases_inputs`` reads is dropped
     once all its readers ran. Persistables (``is_temp`` false) and ``keep`` are never dropped.
+
+    ``serial``: the graph runs one node at a time in node order (the Executor's one lane), so
+    the last reader in that order drops the value alone (``readers`` 1, no count to keep).
     Dropping an old version early is safe: its next writer waits for all its readers (a
     write-after-read edge), and the reader that drops it is one of them.
     """
@@ -106,7 +109,9 @@ def release_plan(graph: Any, is_temp: Callable[[str], bool], keep: set[str] | fr
         if live.producer.get((ref[0], ref[1], ref[2] + 1), -1) in readers:
             continue  # a reader writes the next version over it (e.g. an in-place all-reduce)
         value = ref[:2] if ref in final else ref
-        if readers:
+        if readers and serial:
+            out.setdefault(max(readers), []).append((value, 1))
+        elif readers:
             for r in readers:
                 out.setdefault(r, []).append((value, len(readers)))
         elif ref in live.producer:  # written, never read

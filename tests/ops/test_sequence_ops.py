@@ -133,6 +133,25 @@ def test_lod_passes_through_embedding_fc_and_activation():
     np.testing.assert_allclose(pooled, np.stack([h[:2].sum(0), h[2:].sum(0)]), rtol=1e-6)
 
 
+def test_lod_passes_through_one_and_two_input_ops_bound_on_the_hot_path():
+    """scale (one input) and elementwise_mul (two) hand X's sequences on to sequence_pool;
+    an elementwise_add whose X is dense and whose Y carries the LoD still computes."""
+    x = fluid.create_lod_tensor(np.arange(10, dtype="float32").reshape(5, 2), [[1, 4]],
+                                fluid.CPUPlace())
+    dense = np.ones((5, 2), "float32")
+
+    def build():
+        xs = fluid.layers.data(name="xs", shape=[2], dtype="float32", lod_level=1)
+        d = fluid.layers.data(name="d", shape=[2], dtype="float32")
+        h = fluid.layers.elementwise_mul(fluid.layers.scale(xs, scale=2.0), d)
+        return [fluid.layers.sequence_pool(h, "sum"), fluid.layers.elementwise_add(d, h)]
+
+    pooled, added = _run(build, {"xs": x, "d": dense})
+    h = np.arange(10, dtype="float32").reshape(5, 2) * 2.0
+    np.testing.assert_allclose(pooled, np.stack([h[:1].sum(0), h[1:].sum(0)]), rtol=1e-6)
+    np.testing.assert_allclose(added, h + 1.0, rtol=1e-6)
+
+
 def test_sequence_op_without_lod_says_how_to_feed():
     def build():
         x = fluid.layers.data(name="x", shape=[3], dtype="float32", lod_level=1)

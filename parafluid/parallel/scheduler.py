@@ -501,7 +501,7 @@ class Scheduler:
             # position only when one raises
             k = 0
             try:
-                for k, fn in enumerate(graph.serial_fns):
+                for k, fn in enumerate(graph.serial_fns):  # noqa: B007 (read on failure)
                     fn()
             except Exception as exc:
                 raise _task_error(graph, order[k], exc, 0) from exc

@@ -44,6 +44,9 @@ class VarType:
     RAW = "raw"
 
 
+_NUMPY_NAMES: dict[np.dtype, str] = {}  # numpy dtype -> canonical name, filled on use
+
+
 def convert_dtype(dtype: object) -> str:
     """Return the canonical name ('float32', 'int64', ...) of a str, numpy or torch dtype."""
     if isinstance(dtype, str):
@@ -54,11 +57,18 @@ def convert_dtype(dtype: object) -> str:
         if dtype in _TORCH_TO_NAME:
             return _TORCH_TO_NAME[dtype]
     else:
+        if isinstance(dtype, np.dtype):
+            # NOTE: every fed array asks this; np.dtype.name builds a string each time
+            name = _NUMPY_NAMES.get(dtype)
+            if name is not None:
+                return name
         try:
             name = np.dtype(dtype).name  # type: ignore[arg-type]
         except TypeError:
             name = None
         if name in _CANONICAL:
+            if isinstance(dtype, np.dtype):
+                _NUMPY_NAMES[dtype] = name
             return name
     raise TypeError(f"unsupported dtype {dtype!r}; expected one of {sorted(_CANONICAL)}")
 

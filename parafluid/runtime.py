@@ -295,9 +295,10 @@ def _single_output_runner(kernel: Any, in_pairs: tuple[tuple[str, str], ...],
     """``run(env)`` of an op with single-variable input slots and one output: the hot path.
 
     ``src_name``: the input whose LoD the output takes (``share_lod``), shared here rather
-    than by the kernel's wrapper. NOTE: one closure per input count and LoD case, with the
-    input dict written out: a dict display costs half a comprehension (which, in Python
-    3.11, is a call), and this runs for every op of every step.
+    than by the kernel's wrapper (the input is still in ``env`` after the kernel: the output
+    is stored after the check). NOTE: one closure per input count, with the input dict
+    written out: a dict display costs half a comprehension (which, in Python 3.11, is a
+    call), and this runs for every op of every step.
     """
     from .lod import LOD_ATTR, attach_lod
 
@@ -307,53 +308,32 @@ def _single_output_runner(kernel: Any, in_pairs: tuple[tuple[str, str], ...],
 
     if len(in_pairs) == 1:
         (s0, n0), = in_pairs
-        if src_name is None:
-            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-                env[out_name] = kernel({s0: env[n0]}, attrs, ctx)[out_slot]
-                if drop:
-                    for n in drop:
-                        env.pop(n, None)
-        else:
-            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-                x = env[n0]
-                env[out_name] = out = kernel({s0: x}, attrs, ctx)[out_slot]
-                lod = getattr(x, LOD_ATTR, None)
-                if lod:
-                    share(out, x, lod)
-                if drop:
-                    for n in drop:
-                        env.pop(n, None)
+
+        def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+            out = kernel({s0: env[n0]}, attrs, ctx)[out_slot]
+            if src_name is not None and (lod := getattr(env[src_name], LOD_ATTR, None)):
+                share(out, env[src_name], lod)
+            env[out_name] = out
+            if drop:
+                for n in drop:
+                    env.pop(n, None)
     elif len(in_pairs) == 2:
         (s0, n0), (s1, n1) = in_pairs
-        if src_name is None:
-            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-                env[out_name] = kernel({s0: env[n0], s1: env[n1]}, attrs, ctx)[out_slot]
-                if drop:
-                    for n in drop:
-                        env.pop(n, None)
-        else:
-            def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-                x = env[src_name]
-                env[out_name] = out = kernel({s0: env[n0], s1: env[n1]}, attrs, ctx)[out_slot]
-                lod = getattr(x, LOD_ATTR, None)
-                if lod:
-                    share(out, x, lod)
-                if drop:
-                    for n in drop:
-                        env.pop(n, None)
-    elif src_name is None:
+
         def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-            env[out_name] = kernel({s: env[n] for s, n in in_pairs}, attrs, ctx)[out_slot]
+            out = kernel({s0: env[n0], s1: env[n1]}, attrs, ctx)[out_slot]
+            if src_name is not None and (lod := getattr(env[src_name], LOD_ATTR, None)):
+                share(out, env[src_name], lod)
+            env[out_name] = out
             if drop:
                 for n in drop:
                     env.pop(n, None)
     else:
         def run_one(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-            x = env[src_name]
-            env[out_name] = out = kernel({s: env[n] for s, n in in_pairs}, attrs, ctx)[out_slot]
-            lod = getattr(x, LOD_ATTR, None)
-            if lod:
-                share(out, x, lod)
+            out = kernel({s: env[n] for s, n in in_pairs}, attrs, ctx)[out_slot]
+            if src_name is not None and (lod := getattr(env[src_name], LOD_ATTR, None)):
+                share(out, env[src_name], lod)
+            env[out_name] = out
             if drop:
                 for n in drop:
                     env.pop(n, None)

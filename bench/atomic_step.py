@@ -38,6 +38,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("CPU_NUM", "2")
 
+from models import classifier  # noqa: E402
+
 import parafluid as fluid  # noqa: E402
 import parafluid.executor as executor_module  # noqa: E402
 import parafluid.parallel.parallel_executor as pe_module  # noqa: E402
@@ -109,19 +111,8 @@ def without(step: Callable[[], Any]) -> Callable[[], Any]:
 
 
 def mlp_program(adam: bool) -> tuple[Any, Any, Any]:
-    main, startup = fluid.Program(), fluid.Program()
-    main.random_seed = startup.random_seed = 1
-    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=[SIZES[0]], dtype="float32")
-        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
-        h = x
-        for size in SIZES[1:-1]:
-            h = fluid.layers.fc(input=h, size=size, act="relu")
-        logits = fluid.layers.fc(input=h, size=SIZES[-1])
-        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
-        opt = fluid.optimizer.Adam(1e-3) if adam else fluid.optimizer.SGD(0.01)
-        opt.minimize(loss)
-    return main, startup, loss
+    opt = fluid.optimizer.Adam(1e-3) if adam else fluid.optimizer.SGD(0.01)
+    return classifier("mlp", hidden=SIZES[1:-1], optimizer=opt)
 
 
 def mlp_feed(batch: int = BATCH) -> dict[str, np.ndarray]:

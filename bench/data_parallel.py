@@ -34,6 +34,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from models import classifier  # noqa: E402
+
 import parafluid as fluid  # noqa: E402
 from parafluid import unique_name  # noqa: E402
 
@@ -44,24 +46,7 @@ BATCH = 256
 
 
 def fluid_model(kind: str) -> tuple[Any, Any, Any]:
-    main, startup = fluid.Program(), fluid.Program()
-    main.random_seed = startup.random_seed = 1
-    with unique_name.guard(), fluid.program_guard(main, startup):
-        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
-        if kind == "mlp":
-            x = fluid.layers.data(name="x", shape=[784], dtype="float32")
-            h = fluid.layers.fc(input=x, size=512, act="relu")
-            h = fluid.layers.fc(input=h, size=512, act="relu")
-        else:
-            x = fluid.layers.data(name="x", shape=[1, 28, 28], dtype="float32")
-            h = fluid.layers.conv2d(x, num_filters=16, filter_size=3, padding=1, act="relu")
-            h = fluid.layers.pool2d(h, pool_size=2, pool_type="max", pool_stride=2)
-            h = fluid.layers.conv2d(h, num_filters=32, filter_size=3, padding=1, act="relu")
-            h = fluid.layers.pool2d(h, pool_size=2, pool_type="max", pool_stride=2)
-        logits = fluid.layers.fc(input=h, size=10)
-        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
-        fluid.optimizer.SGD(learning_rate=0.01).minimize(loss)
-    return main, startup, loss
+    return classifier(kind)
 
 
 def torch_model(kind: str) -> torch.nn.Module:

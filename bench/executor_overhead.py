@@ -43,6 +43,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from models import classifier  # noqa: E402
+
 import parafluid as fluid  # noqa: E402
 from parafluid.executor import compile_program  # noqa: E402
 
@@ -56,17 +58,8 @@ CHAIN_OPS, CHAIN_WIDTH = 200, 16
 def build_mlp() -> tuple[Callable[[], float], Callable[[], float], Callable[[], float]]:
     """(parafluid step, torch step, parafluid's bound ops called without Executor.run), all
     starting from the same weights and fed the same batch."""
-    main, startup = fluid.Program(), fluid.Program()
-    main.random_seed = startup.random_seed = 1
-    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=[SIZES[0]], dtype="float32")
-        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
-        h = x
-        for size in SIZES[1:-1]:
-            h = fluid.layers.fc(input=h, size=size, act="relu")
-        logits = fluid.layers.fc(input=h, size=SIZES[-1])
-        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
-        fluid.optimizer.SGD(learning_rate=LR).minimize(loss)
+    main, startup, loss = classifier("mlp", hidden=SIZES[1:-1],
+                                     optimizer=fluid.optimizer.SGD(learning_rate=LR))
     scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
     exe.run(startup, scope=scope)
 

@@ -46,33 +46,14 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from models import classifier  # noqa: E402
 
 BATCH = 256
 CONFIGS = ("none", "memory_optimize", "mo level 1", "release_memory", "eager", "mo+eager")
 
 
 def build(model: str) -> tuple[Any, Any, Any]:
-    import parafluid as fluid
-
-    main, startup = fluid.Program(), fluid.Program()
-    main.random_seed = startup.random_seed = 1
-    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
-        if model == "mlp":
-            x = fluid.layers.data(name="x", shape=[784], dtype="float32")
-            h = x
-            for _ in range(8):
-                h = fluid.layers.fc(input=h, size=1024, act="relu")
-        else:
-            x = fluid.layers.data(name="x", shape=[1, 28, 28], dtype="float32")
-            h = fluid.layers.conv2d(x, num_filters=16, filter_size=3, padding=1, act="relu")
-            h = fluid.layers.pool2d(h, pool_size=2, pool_type="max", pool_stride=2)
-            h = fluid.layers.conv2d(h, num_filters=32, filter_size=3, padding=1, act="relu")
-            h = fluid.layers.pool2d(h, pool_size=2, pool_type="max", pool_stride=2)
-        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
-        logits = fluid.layers.fc(input=h, size=10)
-        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
-        fluid.optimizer.SGD(learning_rate=0.01).minimize(loss)
-    return main, startup, loss
+    return classifier(model, hidden=(1024,) * 8)
 
 
 def _status(key: str) -> int:

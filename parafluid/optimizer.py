@@ -13,7 +13,7 @@ persistable accumulators named ``<param>_<acc>_0``.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import unique_name
 from .backward import append_backward
@@ -37,10 +37,23 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "FtrlOptimizer", "Lamb", "LambOptimizer"]
 
 
+class State(NamedTuple):
+    """One accumulator of an optimizer's update op, per parameter (``Optimizer._state``)."""
+
+    slot: str          # the update op's input slot ("Velocity")
+    acc: str           # the accumulator's name ("velocity": <param>_velocity_0)
+    out: str = ""      # the output slot writing it back ("VelocityOut"); "" = input only
+    fill: float | str = 0.0  # initial value, or the name of the optimizer attr holding it
+    scalar: bool = False     # a float32 [1] value (beta^t), not the parameter's shape
+
+
 class Optimizer:
-    """Base class. Subclasses set ``type`` and implement ``_append_optimize_op``."""
+    """Base class. A subclass sets ``type`` (its update op), ``_state`` (the accumulators
+    the op reads and writes, one ``State`` each) and ``_update_attrs``; one whose op does
+    not fit that shape overrides ``_append_optimize_op``."""
 
     type = ""
+    _state: tuple[State, ...] = ()
 
     def __init__(self, learning_rate: float | Variable, regularization: Any = None,
                  name: str | None = None, grad_clip: Any = None) -> None:
@@ -109,7 +122,19 @@ class Optimizer:
                              f"{param.name!r}") from None
 
     def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        """Subclasses with state create it here."""
+        """One accumulator per parameter and entry of ``_state``, in that order."""
+        for p in parameters:
+            for st in self._state:
+                fill = getattr(self, st.fill) if isinstance(st.fill, str) else st.fill
+                if st.scalar:
+                    self._add_accumulator(st.acc, p, dtype="float32", fill_value=fill,
+                                          shape=[1])
+                else:
+                    self._add_accumulator(st.acc, p, fill_value=fill)
+
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        """The attrs of ``param``'s update op."""
+        return {}
 
     def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
         """Subclasses append ops that run once after all updates (e.g. Adam's beta powers)."""
@@ -128,7 +153,19 @@ class Optimizer:
                                     attrs={"scale": beta})
 
     def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        raise NotImplementedError  # abstract: every optimizer defines its update op
+        """The update op ``self.type``: Param, Grad, LearningRate and the ``_state``
+        accumulators in; ParamOut and the accumulators it writes out (in place)."""
+        param, grad = param_and_grad
+        inputs = {"Param": [param], "Grad": [grad],
+                  "LearningRate": [self._create_param_lr(param_and_grad)]}
+        outputs = {"ParamOut": [param]}
+        for st in self._state:
+            acc = self._get_accumulator(st.acc, param)
+            inputs[st.slot] = [acc]
+            if st.out:
+                outputs[st.out] = [acc]
+        return block.append_op(self.type, inputs=inputs, outputs=outputs,
+                               attrs=self._update_attrs(param))
 
     # ---- the passes
     def backward(self, loss: Variable, startup_program: Program | None = None,
@@ -197,13 +234,6 @@ class SGD(Optimizer):
                  name: str | None = None, grad_clip: Any = None) -> None:
         super().__init__(learning_rate, regularization, name, grad_clip)
 
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        return block.append_op("sgd", inputs={"Param": [param], "Grad": [grad],
-                                              "LearningRate": [self._create_param_lr(
-                                                  param_and_grad)]},
-                               outputs={"ParamOut": [param]})
-
 
 SGDOptimizer = SGD
 
@@ -231,7 +261,7 @@ class Momentum(Optimizer):
     """
 
     type = "momentum"
-    _velocity_acc_str = "velocity"
+    _state = (State("Velocity", "velocity", "VelocityOut"),)
 
     def __init__(self, learning_rate: float | Variable, momentum: float,
                  use_nesterov: bool = False, regularization: Any = None,
@@ -241,21 +271,8 @@ class Momentum(Optimizer):
         self._momentum = float(momentum)
         self._use_nesterov = bool(use_nesterov)
 
-    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        for p in parameters:
-            self._add_accumulator(self._velocity_acc_str, p)
-
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        velocity = self._get_accumulator(self._velocity_acc_str, param)
-        return block.append_op(
-            "momentum",
-            inputs={"Param": [param], "Grad": [grad], "Velocity": [velocity],
-                    "LearningRate": [self._create_param_lr(param_and_grad)]},
-            outputs={"ParamOut": [param], "VelocityOut": [velocity]},
-            attrs={"mu": self._momentum, "use_nesterov": self._use_nesterov})
-
-
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"mu": self._momentum, "use_nesterov": self._use_nesterov}
 class Adam(Optimizer):
     """Adam (Kingma & Ba) with Fluid's update::
 
@@ -274,10 +291,11 @@ class Adam(Optimizer):
     """
 
     type = "adam"
-    _moment1_acc_str = "moment1"
-    _moment2_acc_str = "moment2"
     _beta1_pow_acc_str = "beta1_pow_acc"
     _beta2_pow_acc_str = "beta2_pow_acc"
+    _state = (State("Moment1", "moment1", "Moment1Out"), State("Moment2", "moment2", "Moment2Out"),
+              State("Beta1Pow", _beta1_pow_acc_str, fill="_beta1", scalar=True),
+              State("Beta2Pow", _beta2_pow_acc_str, fill="_beta2", scalar=True))
 
     def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
                  beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
@@ -291,39 +309,13 @@ class Adam(Optimizer):
         self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
         self._lazy_mode = bool(lazy_mode)
 
-    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        for p in parameters:
-            self._add_accumulator(self._moment1_acc_str, p)
-            self._add_accumulator(self._moment2_acc_str, p)
-            self._add_accumulator(self._beta1_pow_acc_str, p, dtype="float32",
-                                  fill_value=self._beta1, shape=[1])
-            self._add_accumulator(self._beta2_pow_acc_str, p, dtype="float32",
-                                  fill_value=self._beta2, shape=[1])
-
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        inputs, outputs = self._adam_slots(param_and_grad)
-        return block.append_op(
-            "adam", inputs=inputs, outputs=outputs,
-            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
-                   "lazy_mode": self._lazy_mode})
-
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
+                "lazy_mode": self._lazy_mode}
     def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
         """Advance ``beta^t`` once per step, after every parameter's update."""
         self._advance_powers(block, params_grads, ((self._beta1_pow_acc_str, self._beta1),
                                                    (self._beta2_pow_acc_str, self._beta2)))
-
-    def _adam_slots(self, param_and_grad: tuple[Any, Any]) -> tuple[dict, dict]:
-        """The inputs and outputs of an Adam-family update op (``adam``, ``lamb``)."""
-        param, grad = param_and_grad
-        m1 = self._get_accumulator(self._moment1_acc_str, param)
-        m2 = self._get_accumulator(self._moment2_acc_str, param)
-        inputs = {"Param": [param], "Grad": [grad],
-                  "LearningRate": [self._create_param_lr(param_and_grad)],
-                  "Moment1": [m1], "Moment2": [m2],
-                  "Beta1Pow": [self._get_accumulator(self._beta1_pow_acc_str, param)],
-                  "Beta2Pow": [self._get_accumulator(self._beta2_pow_acc_str, param)]}
-        return inputs, {"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]}
-
 
 class Adagrad(Optimizer):
     """Adagrad: ``m += g*g``, ``p -= lr * g / (sqrt(m) + epsilon)``.
@@ -335,7 +327,7 @@ class Adagrad(Optimizer):
     """
 
     type = "adagrad"
-    _moment_acc_str = "moment"
+    _state = (State("Moment", "moment", "MomentOut", fill="_initial_accumulator_value"),)
 
     def __init__(self, learning_rate: float | Variable, epsilon: float = 1e-6,
                  regularization: Any = None, name: str | None = None,
@@ -346,22 +338,8 @@ class Adagrad(Optimizer):
         self._epsilon = float(epsilon)
         self._initial_accumulator_value = float(initial_accumulator_value)
 
-    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        for p in parameters:
-            self._add_accumulator(self._moment_acc_str, p,
-                                  fill_value=self._initial_accumulator_value)
-
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        moment = self._get_accumulator(self._moment_acc_str, param)
-        return block.append_op(
-            "adagrad",
-            inputs={"Param": [param], "Grad": [grad], "Moment": [moment],
-                    "LearningRate": [self._create_param_lr(param_and_grad)]},
-            outputs={"ParamOut": [param], "MomentOut": [moment]},
-            attrs={"epsilon": self._epsilon})
-
-
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"epsilon": self._epsilon}
 class RMSProp(Optimizer):
     """RMSProp with Fluid's update::
 
@@ -376,9 +354,9 @@ class RMSProp(Optimizer):
     """
 
     type = "rmsprop"
-    _momentum_acc_str = "momentum"
-    _mean_square_acc_str = "mean_square"
-    _mean_grad_acc_str = "mean_grad"
+    _state = (State("Moment", "momentum", "MomentOut"),
+              State("MeanSquare", "mean_square", "MeanSquareOut"),
+              State("MeanGrad", "mean_grad", "MeanGradOut"))
 
     def __init__(self, learning_rate: float | Variable, rho: float = 0.95,
                  epsilon: float = 1e-6, momentum: float = 0.0, centered: bool = False,
@@ -389,27 +367,9 @@ class RMSProp(Optimizer):
         self._rho, self._epsilon = float(rho), float(epsilon)
         self._momentum, self._centered = float(momentum), bool(centered)
 
-    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        for p in parameters:
-            self._add_accumulator(self._momentum_acc_str, p)
-            self._add_accumulator(self._mean_square_acc_str, p)
-            self._add_accumulator(self._mean_grad_acc_str, p)
-
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        mom = self._get_accumulator(self._momentum_acc_str, param)
-        ms = self._get_accumulator(self._mean_square_acc_str, param)
-        mg = self._get_accumulator(self._mean_grad_acc_str, param)
-        return block.append_op(
-            "rmsprop",
-            inputs={"Param": [param], "Grad": [grad], "Moment": [mom], "MeanSquare": [ms],
-                    "MeanGrad": [mg], "LearningRate": [self._create_param_lr(param_and_grad)]},
-            outputs={"ParamOut": [param], "MomentOut": [mom], "MeanSquareOut": [ms],
-                     "MeanGradOut": [mg]},
-            attrs={"decay": self._rho, "epsilon": self._epsilon, "momentum": self._momentum,
-                   "centered": self._centered})
-
-
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"decay": self._rho, "epsilon": self._epsilon, "momentum": self._momentum,
+                "centered": self._centered}
 MomentumOptimizer = Momentum
 AdamOptimizer = Adam
 AdagradOptimizer = Adagrad
@@ -426,7 +386,7 @@ class DecayedAdagrad(Optimizer):
     """
 
     type = "decayed_adagrad"
-    _moment_acc_str = "moment"
+    _state = (State("Moment", "moment", "MomentOut"),)
 
     def __init__(self, learning_rate: float | Variable, decay: float = 0.95,
                  epsilon: float = 1e-6, regularization: Any = None, name: str | None = None,
@@ -435,21 +395,8 @@ class DecayedAdagrad(Optimizer):
         super().__init__(learning_rate, regularization, name, grad_clip)
         self._decay, self._epsilon = float(decay), float(epsilon)
 
-    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        for p in parameters:
-            self._add_accumulator(self._moment_acc_str, p)
-
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        moment = self._get_accumulator(self._moment_acc_str, param)
-        return block.append_op(
-            "decayed_adagrad",
-            inputs={"Param": [param], "Grad": [grad], "Moment": [moment],
-                    "LearningRate": [self._create_param_lr(param_and_grad)]},
-            outputs={"ParamOut": [param], "MomentOut": [moment]},
-            attrs={"decay": self._decay, "epsilon": self._epsilon})
-
-
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"decay": self._decay, "epsilon": self._epsilon}
 class Adamax(Optimizer):
     """Adamax (Adam with the infinity norm)::
 
@@ -462,9 +409,9 @@ class Adamax(Optimizer):
     """
 
     type = "adamax"
-    _moment_acc_str = "moment"
-    _inf_norm_acc_str = "inf_norm"
     _beta1_pow_acc_str = "beta1_pow_acc"
+    _state = (State("Moment", "moment", "MomentOut"), State("InfNorm", "inf_norm", "InfNormOut"),
+              State("Beta1Pow", _beta1_pow_acc_str, fill="_beta1", scalar=True))
 
     def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
                  beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
@@ -473,26 +420,8 @@ class Adamax(Optimizer):
         super().__init__(learning_rate, regularization, name, grad_clip)
         self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
 
-    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        for p in parameters:
-            self._add_accumulator(self._moment_acc_str, p)
-            self._add_accumulator(self._inf_norm_acc_str, p)
-            self._add_accumulator(self._beta1_pow_acc_str, p, dtype="float32",
-                                  fill_value=self._beta1, shape=[1])
-
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        moment = self._get_accumulator(self._moment_acc_str, param)
-        inf_norm = self._get_accumulator(self._inf_norm_acc_str, param)
-        return block.append_op(
-            "adamax",
-            inputs={"Param": [param], "Grad": [grad],
-                    "LearningRate": [self._create_param_lr(param_and_grad)],
-                    "Moment": [moment], "InfNorm": [inf_norm],
-                    "Beta1Pow": [self._get_accumulator(self._beta1_pow_acc_str, param)]},
-            outputs={"ParamOut": [param], "MomentOut": [moment], "InfNormOut": [inf_norm]},
-            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon})
-
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon}
     def _finish_update(self, block: Any, params_grads: list[tuple[Any, Any]]) -> None:
         """Advance ``beta1^t`` once per step, after every parameter's update."""
         self._advance_powers(block, params_grads, ((self._beta1_pow_acc_str, self._beta1),))
@@ -508,8 +437,8 @@ class Ftrl(Optimizer):
     """
 
     type = "ftrl"
-    _squared_acc_str = "squared"
-    _linear_acc_str = "linear"
+    _state = (State("SquaredAccumulator", "squared", "SquaredAccumOut"),
+              State("LinearAccumulator", "linear", "LinearAccumOut"))
 
     def __init__(self, learning_rate: float | Variable, l1: float = 0.0, l2: float = 0.0,
                  lr_power: float = -0.5, regularization: Any = None, name: str | None = None,
@@ -518,23 +447,8 @@ class Ftrl(Optimizer):
         super().__init__(learning_rate, regularization, name, grad_clip)
         self._l1, self._l2, self._lr_power = float(l1), float(l2), float(lr_power)
 
-    def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        for p in parameters:
-            self._add_accumulator(self._squared_acc_str, p)
-            self._add_accumulator(self._linear_acc_str, p)
-
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param, grad = param_and_grad
-        sq = self._get_accumulator(self._squared_acc_str, param)
-        lin = self._get_accumulator(self._linear_acc_str, param)
-        return block.append_op(
-            "ftrl",
-            inputs={"Param": [param], "SquaredAccumulator": [sq], "LinearAccumulator": [lin],
-                    "Grad": [grad], "LearningRate": [self._create_param_lr(param_and_grad)]},
-            outputs={"ParamOut": [param], "SquaredAccumOut": [sq], "LinearAccumOut": [lin]},
-            attrs={"l1": self._l1, "l2": self._l2, "lr_power": self._lr_power})
-
-
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"l1": self._l1, "l2": self._l2, "lr_power": self._lr_power}
 class Lamb(Adam):
     """LAMB (You et al.): Adam's bias-corrected step plus weight decay, scaled per parameter
     by the trust ratio ``|p| / |step|``.
@@ -558,17 +472,11 @@ class Lamb(Adam):
         self._weight_decay = float(lamb_weight_decay)
         self._exclude_fn = exclude_from_weight_decay_fn
 
-    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
-        param = param_and_grad[0]
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
         decay = 0.0 if self._exclude_fn is not None and self._exclude_fn(param) \
             else self._weight_decay
-        inputs, outputs = self._adam_slots(param_and_grad)
-        return block.append_op(
-            "lamb", inputs=inputs, outputs=outputs,
-            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
-                   "weight_decay": decay})
-
-
+        return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
+                "weight_decay": decay}
 DecayedAdagradOptimizer = DecayedAdagrad
 AdamaxOptimizer = Adamax
 FtrlOptimizer = Ftrl

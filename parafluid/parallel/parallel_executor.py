@@ -399,8 +399,13 @@ class ParallelExecutor:
                         "elementwise/activation op has a dead input produced on its device "
                         "that it could overwrite (see parafluid.passes.inplace)",
                         stacklevel=3)
+            # one worker thread runs the nodes one at a time in node order: a value's last
+            # reader drops it alone (no shared count)
+            sched = self._owned.scheduler
+            serial = (sched.num_threads if sched is not None else self._num_threads) == 1
             plan = Plan(graph, block, self._devices, self._services, feed, fetch,
-                        release=bool(self._build_strategy.memory_optimize), inplace=inplace)
+                        release=bool(self._build_strategy.memory_optimize), inplace=inplace,
+                        serial=serial)
             self._plans[key] = plan
         return plan
 

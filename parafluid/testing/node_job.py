@@ -1,0 +1,196 @@
+"""A small model-parallel job for tests: a 2-stage MLP placed on two worker processes.
+
+The same functions serve the in-process tests (workers as threads) and the multi-process
+ones (``python -m parafluid.testing.node_job``):
+
+- :func:`build` makes ``(main, startup, loss)`` of an MLP regressor (16 -> 32 -> 1) with
+  stage 0 (the hidden layer) and stage 1 (the output layer, the loss) placed on
+  ``/node:worker:0/cpu`` and ``/node:worker:1/cpu`` (``placed="nodes"``), with the optimizer
+  on the parameter servers (``placed="ps"``: forward/backward on ``/node:worker/cpu``, the
+  updates on ``/node:ps/cpu``), or unplaced (``placed=""``: the oracle);
+- :func:`batch` gives each step's batch (every worker is fed the whole batch);
+- :func:`run_worker` transpiles and trains one worker, :func:`run_pserver` serves one
+  pserver; :func:`reference` trains the unplaced program in one process.
+
+Random initializers draw from torch's default generator (``torch.manual_seed(SEED)`` in
+every process), so the split startup programs must keep the draw order to match.
+
+Example::
+
+    python -m parafluid.testing.node_job worker --trainers 127.0.0.1:7000,127.0.0.1:7001 \\
+        --trainer-id 0 --steps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["build", "batch", "run_worker", "run_pserver", "reference", "PARAMS", "main"]
+
+IN, HIDDEN, BATCH, SEED = 16, 32, 8, 7
+PARAMS = ("fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0")
+_BUILD_LOCK = threading.Lock()
+
+
+def build(placed: str = "", optimizer: str = "sgd") -> tuple[Any, Any, Any]:
+    """``(main, startup, loss)``; ``placed`` is "" (unplaced), "nodes" or "ps"."""
+    import parafluid as fluid
+
+    if placed not in ("", "nodes", "ps"):
+        raise ValueError(f"build: placed must be '', 'nodes' or 'ps', got {placed!r}")
+    stage0 = {"nodes": "/node:worker:0/cpu", "ps": "/node:worker/cpu"}.get(placed)
+    stage1 = {"nodes": "/node:worker:1/cpu", "ps": "/node:worker/cpu"}.get(placed)
+    main, startup = fluid.Program(), fluid.Program()
+    # NOTE: program_guard, unique_name.guard and place_guard switch process-wide defaults:
+    # workers running as threads of one process must not build at the same time
+    with _BUILD_LOCK, fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[IN], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        with _guard(stage0):
+            h = fluid.layers.fc(x, size=HIDDEN, act="tanh")
+        with _guard(stage1):
+            pred = fluid.layers.fc(h, size=1)
+            loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        opt = {"sgd": lambda: fluid.optimizer.SGD(0.1),
+               "adam": lambda: fluid.optimizer.Adam(0.01)}[optimizer]()
+        with _guard("/node:ps/cpu" if placed == "ps" else None):
+            opt.minimize(loss)
+    return main, startup, loss
+
+
+def _guard(place: str | None) -> Any:
+    import contextlib
+
+    import parafluid as fluid
+
+    return fluid.place_guard(place) if place else contextlib.nullcontext()
+
+
+def batch(step: int) -> dict[str, np.ndarray]:
+    """The batch of ``step`` (the same in every process)."""
+    rng = np.random.default_rng(100 + step)
+    x = rng.standard_normal((BATCH, IN)).astype("float32")
+    y = (x[:, :4].sum(1, keepdims=True) * 0.5).astype("float32")
+    return {"x": x, "y": y}
+
+
+def _params(scope: Any, names: Any) -> dict[str, list]:
+    out = {}
+    for name in names:
+        holder = scope.find_var(name)
+        if holder is not None and holder.value is not None:
+            out[name] = np.asarray(holder.get_tensor()).tolist()
+    return out
+
+
+def reference(steps: int, optimizer: str = "sgd") -> dict[str, Any]:
+    """Losses and final parameters of the unplaced program in one process."""
+    import torch
+
+    import parafluid as fluid
+
+    main, startup, loss = build("", optimizer)
+    torch.manual_seed(SEED)
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    losses = []
+    exe.run(startup, scope=scope)
+    for s in range(steps):
+        out, = exe.run(main, feed=batch(s), fetch_list=[loss], scope=scope)
+        losses.append(float(np.asarray(out).reshape(-1)[0]))
+    return {"losses": losses, "params": _params(scope, PARAMS)}
+
+
+def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd",
+               pservers: str = "", placed: str = "nodes", die_at_step: int = -1
+               ) -> dict[str, Any]:
+    """Transpile and train worker ``trainer_id``; its losses (where the loss is), the
+    parameters its scope holds, and what crossed (the node_send/node_recv ops' variables,
+    what the transport carried). ``die_at_step``: the process exits at once (code 3) when
+    that step starts, as a crashed stage would."""
+    import torch
+
+    import parafluid as fluid
+    from parafluid.distributed.node_mailbox import carried
+
+    main, startup, loss = build(placed, optimizer)
+    t = fluid.DistributeTranspiler()
+    if placed == "ps":
+        t.transpile(trainer_id, program=main, startup_program=startup, pservers=pservers,
+                    trainers=int(trainers))
+    else:
+        t.transpile(trainer_id, program=main, startup_program=startup, trainers=trainers)
+    prog = t.get_trainer_program()
+    has_loss = any(loss.name in op.output_arg_names for op in prog.global_block().ops)
+    torch.manual_seed(SEED)
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    losses = []
+    exe.run(startup, scope=scope)
+    for s in range(steps):
+        if s == die_at_step:
+            os._exit(3)
+        out = exe.run(prog, feed=batch(s), fetch_list=[loss] if has_loss else [], scope=scope)
+        if has_loss:
+            losses.append(float(np.asarray(out[0]).reshape(-1)[0]))
+    params = _params(scope, PARAMS)
+    exe.close()
+    ops = prog.global_block().ops
+    return {"trainer_id": trainer_id, "losses": losses, "params": params,
+            "sends": [op.input("X")[0] for op in ops if op.type == "node_send"],
+            "recvs": [op.output("Out")[0] for op in ops if op.type == "node_recv"],
+            "carried": {k: list(v) for k, v in carried().items()},
+            "program": str(prog)}
+
+
+def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "sgd") -> None:
+    """Serve the ops placed on ``/node:ps`` at ``endpoint`` until every trainer is done."""
+    import torch
+
+    import parafluid as fluid
+
+    main, startup, loss = build("ps", optimizer)
+    t = fluid.DistributeTranspiler()
+    t.transpile(0, program=main, startup_program=startup, pservers=pservers,
+                trainers=trainers)
+    prog, ps_startup = t.get_pserver_programs(endpoint)
+    torch.manual_seed(SEED)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(ps_startup, scope=scope)
+    exe.run(prog, scope=scope)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("role", choices=("worker", "pserver"))
+    p.add_argument("--trainers", required=True,
+                   help="workers' endpoints (placed=nodes) or the number of trainers (ps)")
+    p.add_argument("--trainer-id", type=int, default=0)
+    p.add_argument("--pservers", default="")
+    p.add_argument("--endpoint", default="")
+    p.add_argument("--placed", default="nodes", choices=("nodes", "ps"))
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
+    p.add_argument("--die-at-step", type=int, default=-1)
+    args = p.parse_args(argv)
+    if args.role == "pserver":
+        run_pserver(args.endpoint, args.pservers, int(args.trainers), args.optimizer)
+        print(json.dumps({"pserver": args.endpoint, "done": True}), flush=True)
+        return 0
+    out = run_worker(args.trainer_id, args.trainers, args.steps, args.optimizer,
+                     args.pservers, args.placed, args.die_at_step)
+    out.pop("program")
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Splitting a placed program by node: one program per worker process (model parallelism).
+
+``DistributeTranspiler.transpile(trainer_id, program, trainers="ip:port,ip:port")`` on a
+program with ops placed on ``/node:worker:<i>`` (``fluid.place_guard``) runs
+:class:`NodeSplit`, which rewrites the (main, startup) pair, in place as Fluid's transpiler
+does, into worker ``trainer_id``'s programs:
+
+- **which ops**: those placed on ``/node:worker:<trainer_id>``; ops with no node id
+  (``/node:worker/...``, or no place) run on every worker;
+- **what crosses**: the pass walks the ops in program order and tracks, for every variable,
+  the workers that hold its current value. At the start of a step, fed values and the
+  persistables the program only reads are on every worker (each process is fed, each
+  startup initializes what its ops read); a persistable the program writes is on the
+  worker(s) of its last writer (what their scopes hold since the previous step). Where an op
+  reads a value its worker does not hold, the producer's program gets a ``node_send`` right
+  after the op that made the value and the reader's program a ``node_recv`` right before
+  the op: activations forward, activation gradients backward. A value crosses to a worker
+  once per step, however many readers it has there;
+- **startup**: each worker initializes the persistables its own ops read or write. The
+  random initializers of the other workers' parameters that draw from torch's default
+  generator (``seed`` 0) still run, into a discarded ``<name>@UNUSED`` temporary, so that the
+  draws of this worker's own initializers are those of the unplaced program (seeded
+  initializers draw from their own generator and are simply left out).
+
+The transport is ``parafluid.distributed.node_mailbox`` (ZeroMQ, the parameter servers' wire
+format, ``FLAGS_rpc_deadline`` on every wait).
+
+Example (worker 1 of a 2-stage MLP)::
+
+    t = fluid.DistributeTranspiler()
+    t.transpile(1, trainers="127.0.0.1:7000,127.0.0.1:7001")
+    print(t.get_trainer_program())   # {Out=[fc_0.tmp_2]} = node_recv() {peer=0, ...} ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..framework import OpRole, Program
+from ..ops.registry import EMPTY, get_op_def
+from ..placement import DEVICE_ATTR, NODE_ATTR, place_of
+from .pserver_mode import parse_endpoints
+
+__all__ = ["NodeSplit", "node_ids", "has_numbered_workers", "op_workers", "Transfer"]
+
+Transfer = tuple[str, int, int]  # (variable, from worker, to worker)
+
+
+def node_ids(program: Program) -> set[str]:
+    """The ``op_node`` values of ``program``'s ops (``"worker:1"``, ``"ps"``, ...)."""
+    return {str(op.attrs.get(NODE_ATTR)) for block in program.blocks for op in block.ops
+            if op.attrs.get(NODE_ATTR)}
+
+
+def has_numbered_workers(program: Program) -> bool:
+    """Whether an op of ``program`` is placed on a numbered worker (``/node:worker:<i>``)."""
+    return any(n.startswith("worker:") for n in node_ids(program))
+
+
+def _where(op: Any, index: int, what: str = "op") -> str:
+    return f"{what} #{index} {op.type} (created at {op.callsite}), placed on {place_of(op)!r}"
+
+
+def op_workers(op: Any, index: int, workers: int, what: str = "op") -> frozenset[int]:
+    """The workers that run ``op``: its node id, or all of them when it has none.
+
+    ValueError naming the op and its place for a worker id ``>= workers`` and for an op
+    placed on ``/node:ps`` (which the parameter-server split handles, not this one).
+    """
+    node = str(op.attrs.get(NODE_ATTR) or "")
+    name, _, nid = node.partition(":")
+    if name == "ps":
+        raise ValueError(f"{_where(op, index, what)}: ops placed on /node:ps together with "
+                         "ops on numbered workers (/node:worker:<i>) are not supported; place "
+                         "the parameter updates on the workers, or drop the worker ids (data "
+                         "parallelism over trainers with the updates on the pservers)")
+    if not nid:
+        return frozenset(range(workers))
+    wid = int(nid)
+    if wid >= workers:
+        raise ValueError(f"{_where(op, index, what)}: worker id {wid} does not exist; "
+                         f"transpile(trainers=...) gives {workers} worker(s), ids "
+                         f"0-{workers - 1}")
+    return frozenset((wid,))
+
+
+class NodeSplit:
+    """The split of one (main, startup) pair for worker ``trainer_id`` (see the module doc).
+
+    Args:
+        program, startup: the placed programs; changed in place into this worker's.
+        trainer_id: this worker's id.
+        endpoints: every worker's ``"ip:port"`` (its mailbox), in worker order.
+    """
+
+    def __init__(self, program: Program, startup: Program, trainer_id: int,
+                 endpoints: Any) -> None:
+        self.endpoints = parse_endpoints(endpoints, "trainers")
+        self.workers = len(self.endpoints)
+        if isinstance(trainer_id, bool) or not isinstance(trainer_id, int) or \
+                not 0 <= trainer_id < self.workers:
+            raise ValueError(f"transpile: trainer_id must be in 0..{self.workers - 1} for the "
+                             f"{self.workers} worker endpoints {self.endpoints}, got "
+                             f"{trainer_id!r}")
+        self.trainer_id = trainer_id
+        self.origin = program.clone()
+        self.program, self.startup = program, startup
+        block = program.global_block()
+        self._check_no_sub_blocks(block)
+        self.op_workers = [op_workers(op, i, self.workers) for i, op in enumerate(block.ops)]
+        for i, op in enumerate(startup.global_block().ops):
+            op_workers(op, i, self.workers, "startup op")  # the same checks, at transpile
+        self.transfers = self._plan_transfers(block)
+
+    @property
+    def endpoint(self) -> str:
+        return self.endpoints[self.trainer_id]
+
+    @staticmethod
+    def _check_no_sub_blocks(block: Any) -> None:
+        from ..plan import has_sub_blocks
+
+        if has_sub_blocks(block):
+            raise ValueError("transpile: an op of this placed program holds a sub-block "
+                             "(control flow), whose reads the split by node cannot see; place "
+                             "such programs on one worker")
+
+    # ------------------------------------------------------------------ planning
+
+    def _plan_transfers(self, block: Any) -> dict[tuple[str, int], list[Transfer]]:
+        """``{("after", i) | ("before", i): [(var, src, dst), ...]}``; ``("after", -1)`` is
+        the start of the step."""
+        ops = block.ops
+        everyone = frozenset(range(self.workers))
+        persistable = {n for n, v in block.vars.items() if v.persistable}
+        made: dict[str, frozenset[int]] = {}  # the workers whose value is the truth
+        writer: dict[str, int] = {}           # the op that made it (-1: before the step)
+        for op, ws in zip(ops, self.op_workers):
+            for name in op.output_arg_names:
+                if name in persistable:
+                    made[name] = ws  # the last writer's workers hold it at the next step
+        held = dict(made)
+        out: dict[tuple[str, int], list[Transfer]] = {}
+        for i, (op, ws) in enumerate(zip(ops, self.op_workers)):
+            if not get_op_def(op.type).releases_inputs:  # delete_var frees where it is
+                for name in dict.fromkeys(op.input_arg_names):
+                    if name == EMPTY:
+                        continue
+                    have = held.get(name, everyone)
+                    for dst in sorted(ws - have):
+                        src = min(made.get(name, have))
+                        out.setdefault(("after", writer.get(name, -1)), []).append(
+                            (name, src, dst))
+                        out.setdefault(("before", i), []).append((name, src, dst))
+                    held[name] = have | ws
+            for name in op.output_arg_names:
+                if name != EMPTY:
+                    held[name] = made[name] = ws
+                    writer[name] = i
+        return out
+
+    def crossings(self) -> list[Transfer]:
+        """Every (variable, from, to) crossing of a step, in program order of the receives."""
+        return [t for (where, _), ts in sorted(self.transfers.items(), key=lambda kv: kv[0][1])
+                if where == "before" for t in ts]
+
+    # ------------------------------------------------------------------ rewriting
+
+    def build(self) -> None:
+        """Rewrite ``self.program`` and ``self.startup`` into this worker's programs."""
+        me = self.trainer_id
+        block = self.program.global_block()
+        ops = list(block.ops)
+        result = [self._comm_op(block, "node_send", t, ops[0] if ops else None)
+                  for t in self.transfers.get(("after", -1), []) if t[1] == me]
+        for i, (op, ws) in enumerate(zip(ops, self.op_workers)):
+            result += [self._comm_op(block, "node_recv", t, op)
+                       for t in self.transfers.get(("before", i), []) if t[2] == me]
+            if me in ws:
+                result.append(op)
+            result += [self._comm_op(block, "node_send", t, op)
+                       for t in self.transfers.get(("after", i), []) if t[1] == me]
+        block.ops = result
+        self.program._bump()
+        self.program._placement_node = ("worker", me)
+        self.program._trainer_id = me
+        self._split_startup({n for op in result for n in op.input_arg_names +
+                             op.output_arg_names})
+
+    def _comm_op(self, block: Any, kind: str, t: Transfer, near: Any) -> Any:
+        name, src, dst = t
+        me, peer = (src, dst) if kind == "node_send" else (dst, src)
+        attrs = {"worker_id": me, "endpoint": self.endpoints[me], "peer": peer,
+                 "peer_endpoint": self.endpoints[peer], "op_role": OpRole.RPC,
+                 NODE_ATTR: f"worker:{me}"}
+        if near is not None and near.attrs.get(DEVICE_ATTR):
+            attrs[DEVICE_ATTR] = near.attrs[DEVICE_ATTR]
+        if kind == "node_send":
+            return block._make_op(kind, {"X": [name]}, {}, attrs, infer=False)
+        return block._make_op(kind, {}, {"Out": [name]}, attrs, infer=False)
+
+    def _split_startup(self, used: set[str]) -> None:
+        block = self.startup.global_block()
+        kept = []
+        for op in block.ops:
+            outs = [n for n in op.output_arg_names if n != EMPTY]
+            if any(n in used for n in outs) or not outs:
+                kept.append(op)
+            elif op.attrs.get("seed", None) == 0:
+                # NOTE: torch's default generator: the draw must happen, in program order,
+                # for this worker's own initializers to draw what the unplaced program does
+                for slot, names in op.outputs.items():
+                    op.outputs[slot] = [self._unused(block, n) for n in names]
+                kept.append(op)
+        for op in kept:  # NOTE: all of them run on this worker now
+            op.attrs.pop(NODE_ATTR, None)
+        block.ops = kept
+        self.startup._bump()
+        self.startup._placement_node = ("worker", self.trainer_id)
+
+    @staticmethod
+    def _unused(block: Any, name: str) -> str:
+        tmp = f"{name}@UNUSED"
+        if not block.has_var(tmp):
+            var = block._find_var_recursive(name)
+            meta = {} if var is None else {"shape": var.shape, "dtype": var.dtype}
+            block.create_var(name=tmp, persistable=False, **meta)
+        return tmp

@@ -1,0 +1,165 @@
+"""Model parallelism across processes: a program placed on /node:worker:<i> split by node.
+
+The oracle is the unplaced program trained in one process (``node_job.reference``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from dist_helpers import ROOT, child_env, endpoints, reap
+
+import parafluid as fluid
+from parafluid.testing import node_job
+from parafluid.transpiler.node_split import NodeSplit
+
+STEPS = 5
+
+
+def _split(trainer_id, eps="127.0.0.1:7000,127.0.0.1:7001", placed="nodes"):
+    main, startup, loss = node_job.build(placed)
+    t = fluid.DistributeTranspiler()
+    t.transpile(trainer_id, program=main, startup_program=startup, trainers=eps)
+    return t, t.get_trainer_program(wait_port=False), startup, loss
+
+
+def test_each_worker_gets_its_stage_and_only_activations_cross():
+    origin, _, _ = node_job.build("nodes")
+    _, w0, s0, loss = _split(0)
+    _, w1, s1, _ = _split(1)
+    ops0 = [op.type for op in w0.global_block().ops]
+    ops1 = [op.type for op in w1.global_block().ops]
+    # every op of the original runs on exactly one worker (all are placed on one)
+    original = [op.type for op in origin.global_block().ops]
+    assert sorted(original) == sorted(t for t in ops0 + ops1 if not t.startswith("node_"))
+    sends0 = [op.input("X")[0] for op in w0.global_block().ops if op.type == "node_send"]
+    recvs0 = [op.output("Out")[0] for op in w0.global_block().ops if op.type == "node_recv"]
+    sends1 = [op.input("X")[0] for op in w1.global_block().ops if op.type == "node_send"]
+    recvs1 = [op.output("Out")[0] for op in w1.global_block().ops if op.type == "node_recv"]
+    assert (sends0, recvs1) == (["fc_0.tmp_2"], ["fc_0.tmp_2"])              # activation
+    assert (sends1, recvs0) == (["fc_0.tmp_2@GRAD"], ["fc_0.tmp_2@GRAD"])    # its gradient
+    # the send follows the producer, the receive precedes the first reader
+    assert ops0[ops0.index("node_send") - 1] == "tanh"
+    assert ops0[ops0.index("node_recv") + 1] == "tanh_grad"
+    assert ops1[0] == "node_recv" and ops1[1] == "mul"
+    assert "node_recv() {endpoint='127.0.0.1:7001', op_device='cpu', op_node='worker:1', " \
+           "peer=0, peer_endpoint='127.0.0.1:7000', worker_id=1}" in str(w1)
+    # the loss lives on worker 1 only; each worker updates its own parameters only
+    assert not any(loss.name in op.output_arg_names for op in w0.global_block().ops)
+    upd0 = {op.input("Param")[0] for op in w0.global_block().ops if op.type == "sgd"}
+    upd1 = {op.input("Param")[0] for op in w1.global_block().ops if op.type == "sgd"}
+    assert (upd0, upd1) == ({"fc_0.w_0", "fc_0.b_0"}, {"fc_1.w_0", "fc_1.b_0"})
+    # startup: own parameters; the other stage's default-generator draw goes to a temporary
+    init0 = [n for op in s0.global_block().ops for n in op.output_arg_names]
+    init1 = [n for op in s1.global_block().ops for n in op.output_arg_names]
+    assert init0 == ["fc_0.w_0", "fc_0.b_0", "fc_1.w_0@UNUSED", "learning_rate_0"]
+    assert init1 == ["fc_0.w_0@UNUSED", "fc_1.w_0", "fc_1.b_0", "learning_rate_0"]
+    w0.verify()
+    w1.verify()
+
+
+def test_unnumbered_ops_run_on_every_worker_and_values_they_need_cross():
+    main, startup, loss = node_job.build("")  # nothing placed ...
+    with fluid.program_guard(main, startup):  # ... but one op on worker 1
+        with fluid.place_guard("/node:worker:1/cpu"):
+            extra = fluid.layers.scale(loss, scale=2.0)
+        fluid.layers.scale(extra, scale=0.5)  # unplaced: every worker, reads worker 1's
+    split = NodeSplit(main.clone(), startup.clone(), 0, "127.0.0.1:1,127.0.0.1:2")
+    assert split.crossings() == [(extra.name, 1, 0)]
+
+
+def test_worker_id_beyond_trainers_is_refused_at_transpile_naming_op_and_place():
+    main, startup, _ = node_job.build("nodes")
+    with pytest.raises(ValueError, match=r"op #\d+ mul \(created at .*\), placed on "
+                                         r"'/node:worker:1/cpu': worker id 1 does not exist; "
+                                         r"transpile\(trainers=...\) gives 1 worker"):
+        fluid.DistributeTranspiler().transpile(0, program=main, startup_program=startup,
+                                               trainers="127.0.0.1:7000")
+
+
+def test_trainers_must_be_endpoints_for_numbered_workers():
+    main, startup, _ = node_job.build("nodes")
+    with pytest.raises(TypeError, match="every worker's 'ip:port'"):
+        fluid.DistributeTranspiler().transpile(0, program=main, startup_program=startup,
+                                               trainers=2)
+
+
+def _worker(t, eps, env, *extra):
+    cmd = [sys.executable, "-m", "parafluid.testing.node_job", "worker", "--trainers", eps,
+           "--trainer-id", str(t), "--steps", str(STEPS), *extra]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _result(out):
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_two_stages_in_two_processes_equal_the_unplaced_program(optimizer):
+    eps = endpoints(2)
+    env = child_env(FLAGS_rpc_deadline="30000")
+    procs = []
+    try:
+        procs = [_worker(t, eps, env, "--optimizer", optimizer) for t in (0, 1)]
+        outs = [p.communicate(timeout=75) for p in procs]
+    finally:
+        reap(procs)
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    r0, r1 = (_result(o) for o, _ in outs)
+    ref = node_job.reference(STEPS, optimizer)
+    np.testing.assert_allclose(r1["losses"], ref["losses"], atol=1e-5)
+    assert r0["losses"] == []  # the loss is on stage 1
+    for r, names in ((r0, ("fc_0.w_0", "fc_0.b_0")), (r1, ("fc_1.w_0", "fc_1.b_0"))):
+        for name in names:
+            np.testing.assert_allclose(r["params"][name], ref["params"][name], atol=1e-5)
+    # what the transport carried: the activation forward, its gradient backward, once a step
+    act = 4 * node_job.BATCH * node_job.HIDDEN
+    assert r0["carried"] == {"fc_0.tmp_2": [STEPS, STEPS * act]}
+    assert r1["carried"] == {"fc_0.tmp_2@GRAD": [STEPS, STEPS * act]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_dead_stage_is_named_by_the_other_within_the_deadline():
+    eps = endpoints(2)
+    env = child_env(FLAGS_rpc_deadline="4000")
+    procs = []
+    try:
+        # stage 0 dies when step 2 starts; stage 1 waits for its activation of step 2
+        procs = [_worker(0, eps, env, "--die-at-step", "2"), _worker(1, eps, env)]
+        start = time.monotonic()
+        outs = [p.communicate(timeout=45) for p in procs]
+        took = time.monotonic() - start
+    finally:
+        reap(procs)
+    assert procs[0].returncode == 3
+    assert procs[1].returncode != 0
+    err = outs[1][1]
+    assert "NodeTransferError: worker 1" in err, err
+    assert f"waited 4.0 s for 'fc_0.tmp_2' from worker 0 at {eps.split(',')[0]}" in err, err
+    assert took < 40, took
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_missing_receiver_is_named_by_the_sender():
+    eps = endpoints(2)
+    env = child_env(FLAGS_rpc_deadline="3000")
+    procs = []
+    try:
+        procs = [_worker(0, eps, env)]  # worker 1 never starts
+        outs = [p.communicate(timeout=45) for p in procs]
+    finally:
+        reap(procs)
+    assert procs[0].returncode != 0
+    assert f"worker 0: worker 1 at {eps.split(',')[1]} did not answer within 3.0 s" \
+        in outs[0][1], outs[0][1]

@@ -39,15 +39,19 @@ PARAMS = ("fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0")
 _BUILD_LOCK = threading.Lock()
 
 
-def build(placed: str = "", optimizer: str = "sgd") -> tuple[Any, Any, Any]:
-    """``(main, startup, loss)``; ``placed`` is "" (unplaced), "nodes" or "ps"."""
+def build(placed: str = "", optimizer: str = "sgd", seed: int = 0) -> tuple[Any, Any, Any]:
+    """``(main, startup, loss)``; ``placed`` is "" (unplaced), "nodes", "ps" or "ps1" (only
+    the output layer's updates on ``/node:ps``, the hidden layer's on the worker); ``seed``:
+    the programs' ``random_seed`` (0: initializers draw from torch's default generator)."""
     import parafluid as fluid
 
-    if placed not in ("", "nodes", "ps"):
-        raise ValueError(f"build: placed must be '', 'nodes' or 'ps', got {placed!r}")
-    stage0 = {"nodes": "/node:worker:0/cpu", "ps": "/node:worker/cpu"}.get(placed)
-    stage1 = {"nodes": "/node:worker:1/cpu", "ps": "/node:worker/cpu"}.get(placed)
+    if placed not in ("", "nodes", "ps", "ps1"):
+        raise ValueError(f"build: placed must be '', 'nodes', 'ps' or 'ps1', got {placed!r}")
+    worker = "/node:worker/cpu" if placed in ("ps", "ps1") else None
+    stage0 = "/node:worker:0/cpu" if placed == "nodes" else worker
+    stage1 = "/node:worker:1/cpu" if placed == "nodes" else worker
     main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = seed
     # NOTE: program_guard, unique_name.guard and place_guard switch process-wide defaults:
     # workers running as threads of one process must not build at the same time
     with _BUILD_LOCK, fluid.program_guard(main, startup), fluid.unique_name.guard():
@@ -60,8 +64,16 @@ def build(placed: str = "", optimizer: str = "sgd") -> tuple[Any, Any, Any]:
             loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
         opt = {"sgd": lambda: fluid.optimizer.SGD(0.1),
                "adam": lambda: fluid.optimizer.Adam(0.01)}[optimizer]()
-        with _guard("/node:ps/cpu" if placed == "ps" else None):
-            opt.minimize(loss)
+        if placed == "ps1":
+            with _guard(worker):
+                params_grads = fluid.backward.append_backward(loss)
+            with _guard("/node:ps/cpu"):
+                opt.apply_gradients([pg for pg in params_grads if pg[0].name.startswith("fc_1")])
+            with _guard(worker):
+                opt.apply_gradients([pg for pg in params_grads if pg[0].name.startswith("fc_0")])
+        else:
+            with _guard("/node:ps/cpu" if placed == "ps" else None):
+                opt.minimize(loss)
     return main, startup, loss
 
 
@@ -73,12 +85,12 @@ def _guard(place: str | None) -> Any:
     return fluid.place_guard(place) if place else contextlib.nullcontext()
 
 
-def batch(step: int) -> dict[str, np.ndarray]:
-    """The batch of ``step`` (the same in every process)."""
+def batch(step: int, part: int = 0, parts: int = 1) -> dict[str, np.ndarray]:
+    """The batch of ``step``, or its rows ``part::parts`` (a data-parallel trainer's)."""
     rng = np.random.default_rng(100 + step)
     x = rng.standard_normal((BATCH, IN)).astype("float32")
     y = (x[:, :4].sum(1, keepdims=True) * 0.5).astype("float32")
-    return {"x": x, "y": y}
+    return {"x": x[part::parts], "y": y[part::parts]}
 
 
 def _params(scope: Any, names: Any) -> dict[str, list]:
@@ -90,13 +102,13 @@ def _params(scope: Any, names: Any) -> dict[str, list]:
     return out
 
 
-def reference(steps: int, optimizer: str = "sgd") -> dict[str, Any]:
+def reference(steps: int, optimizer: str = "sgd", seed: int = 0) -> dict[str, Any]:
     """Losses and final parameters of the unplaced program in one process."""
     import torch
 
     import parafluid as fluid
 
-    main, startup, loss = build("", optimizer)
+    main, startup, loss = build("", optimizer, seed)
     torch.manual_seed(SEED)
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
@@ -109,20 +121,24 @@ def reference(steps: int, optimizer: str = "sgd") -> dict[str, Any]:
 
 
 def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd",
-               pservers: str = "", placed: str = "nodes", die_at_step: int = -1
-               ) -> dict[str, Any]:
+               pservers: str = "", placed: str = "nodes", die_at_step: int = -1,
+               seed: int = 0) -> dict[str, Any]:
     """Transpile and train worker ``trainer_id``; its losses (where the loss is), the
     parameters its scope holds, and what crossed (the node_send/node_recv ops' variables,
     what the transport carried). ``die_at_step``: the process exits at once (code 3) when
-    that step starts, as a crashed stage would."""
+    that step starts, as a crashed stage would. With ``placed="ps"``, ``trainers`` is their
+    number and trainer t trains on rows ``t::trainers`` of each batch."""
     import torch
 
     import parafluid as fluid
     from parafluid.distributed.node_mailbox import carried
 
-    main, startup, loss = build(placed, optimizer)
+    main, startup, loss = build(placed, optimizer, seed)
+    by_ps = placed in ("ps", "ps1")
+    parts = int(trainers) if by_ps else 1
+    part = trainer_id if by_ps else 0
     t = fluid.DistributeTranspiler()
-    if placed == "ps":
+    if by_ps:
         t.transpile(trainer_id, program=main, startup_program=startup, pservers=pservers,
                     trainers=int(trainers))
     else:
@@ -137,7 +153,8 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
     for s in range(steps):
         if s == die_at_step:
             os._exit(3)
-        out = exe.run(prog, feed=batch(s), fetch_list=[loss] if has_loss else [], scope=scope)
+        out = exe.run(prog, feed=batch(s, part, parts), fetch_list=[loss] if has_loss else [],
+                      scope=scope)
         if has_loss:
             losses.append(float(np.asarray(out[0]).reshape(-1)[0]))
     params = _params(scope, PARAMS)
@@ -150,13 +167,14 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
             "program": str(prog)}
 
 
-def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "sgd") -> None:
+def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "sgd",
+                seed: int = 0, placed: str = "ps") -> None:
     """Serve the ops placed on ``/node:ps`` at ``endpoint`` until every trainer is done."""
     import torch
 
     import parafluid as fluid
 
-    main, startup, loss = build("ps", optimizer)
+    main, startup, loss = build(placed, optimizer, seed)
     t = fluid.DistributeTranspiler()
     t.transpile(0, program=main, startup_program=startup, pservers=pservers,
                 trainers=trainers)
@@ -176,17 +194,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trainer-id", type=int, default=0)
     p.add_argument("--pservers", default="")
     p.add_argument("--endpoint", default="")
-    p.add_argument("--placed", default="nodes", choices=("nodes", "ps"))
+    p.add_argument("--placed", default="nodes", choices=("nodes", "ps", "ps1"))
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
     p.add_argument("--die-at-step", type=int, default=-1)
+    p.add_argument("--seed", type=int, default=0, help="the programs' random_seed")
     args = p.parse_args(argv)
     if args.role == "pserver":
-        run_pserver(args.endpoint, args.pservers, int(args.trainers), args.optimizer)
+        run_pserver(args.endpoint, args.pservers, int(args.trainers), args.optimizer,
+                    args.seed, args.placed)
         print(json.dumps({"pserver": args.endpoint, "done": True}), flush=True)
         return 0
     out = run_worker(args.trainer_id, args.trainers, args.steps, args.optimizer,
-                     args.pservers, args.placed, args.die_at_step)
+                     args.pservers, args.placed, args.die_at_step, args.seed)
     out.pop("program")
     print(json.dumps(out), flush=True)
     return 0

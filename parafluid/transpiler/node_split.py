@@ -41,7 +41,8 @@ from ..ops.registry import EMPTY, get_op_def
 from ..placement import DEVICE_ATTR, NODE_ATTR, place_of
 from .pserver_mode import parse_endpoints
 
-__all__ = ["NodeSplit", "node_ids", "has_numbered_workers", "op_workers", "Transfer"]
+__all__ = ["NodeSplit", "node_ids", "has_numbered_workers", "op_workers", "split_startup",
+           "Transfer"]
 
 Transfer = tuple[str, int, int]  # (variable, from worker, to worker)
 
@@ -184,8 +185,8 @@ class NodeSplit:
         self.program._bump()
         self.program._placement_node = ("worker", me)
         self.program._trainer_id = me
-        self._split_startup({n for op in result for n in op.input_arg_names +
-                             op.output_arg_names})
+        used = {n for op in result for n in op.input_arg_names + op.output_arg_names}
+        split_startup(self.startup, used, ("worker", me))
 
     def _comm_op(self, block: Any, kind: str, t: Transfer, near: Any) -> Any:
         name, src, dst = t
@@ -199,30 +200,37 @@ class NodeSplit:
             return block._make_op(kind, {"X": [name]}, {}, attrs, infer=False)
         return block._make_op(kind, {}, {"Out": [name]}, attrs, infer=False)
 
-    def _split_startup(self, used: set[str]) -> None:
-        block = self.startup.global_block()
-        kept = []
-        for op in block.ops:
-            outs = [n for n in op.output_arg_names if n != EMPTY]
-            if any(n in used for n in outs) or not outs:
-                kept.append(op)
-            elif op.attrs.get("seed", None) == 0:
-                # NOTE: torch's default generator: the draw must happen, in program order,
-                # for this worker's own initializers to draw what the unplaced program does
-                for slot, names in op.outputs.items():
-                    op.outputs[slot] = [self._unused(block, n) for n in names]
-                kept.append(op)
-        for op in kept:  # NOTE: all of them run on this worker now
-            op.attrs.pop(NODE_ATTR, None)
-        block.ops = kept
-        self.startup._bump()
-        self.startup._placement_node = ("worker", self.trainer_id)
 
-    @staticmethod
-    def _unused(block: Any, name: str) -> str:
-        tmp = f"{name}@UNUSED"
-        if not block.has_var(tmp):
-            var = block._find_var_recursive(name)
-            meta = {} if var is None else {"shape": var.shape, "dtype": var.dtype}
-            block.create_var(name=tmp, persistable=False, **meta)
-        return tmp
+
+def split_startup(startup: Program, used: set[str], node: tuple[str, int]) -> None:
+    """Keep (in place) the startup ops writing a variable in ``used`` (and those writing
+    nothing); a random initializer of another node's variable that draws from torch's default
+    generator (``seed`` 0) still draws, into a ``<name>@UNUSED`` temporary, so that the
+    draws of the kept initializers are those of the whole program. The kept ops lose their
+    node attr (they all run on ``node`` now)."""
+    block = startup.global_block()
+    kept = []
+    for op in block.ops:
+        outs = [n for n in op.output_arg_names if n != EMPTY]
+        if any(n in used for n in outs) or not outs:
+            kept.append(op)
+        elif op.attrs.get("seed", None) == 0:
+            # NOTE: torch's default generator: the draw must happen, in program order, for
+            # this node's own initializers to draw what the unplaced program does
+            for slot, names in op.outputs.items():
+                op.outputs[slot] = [_unused(block, n) for n in names]
+            kept.append(op)
+    for op in kept:
+        op.attrs.pop(NODE_ATTR, None)
+    block.ops = kept
+    startup._bump()
+    startup._placement_node = node
+
+
+def _unused(block: Any, name: str) -> str:
+    tmp = f"{name}@UNUSED"
+    if not block.has_var(tmp):
+        var = block._find_var_recursive(name)
+        meta = {} if var is None else {"shape": var.shape, "dtype": var.dtype}
+        block.create_var(name=tmp, persistable=False, **meta)
+    return tmp

@@ -40,16 +40,20 @@ _BUILD_LOCK = threading.Lock()
 
 
 def build(placed: str = "", optimizer: str = "sgd", seed: int = 0) -> tuple[Any, Any, Any]:
-    """``(main, startup, loss)``; ``placed`` is "" (unplaced), "nodes", "ps" or "ps1" (only
-    the output layer's updates on ``/node:ps``, the hidden layer's on the worker); ``seed``:
+    """``(main, startup, loss)``; ``placed`` is "" (unplaced), "nodes", "hybrid" (the two
+    stages on ``/node:worker:<i>/cpu:0-1``: 2-device data parallelism inside each), "ps" or
+    "ps1" (only the output layer's updates on ``/node:ps``, the hidden layer's on the
+    worker); ``seed``:
     the programs' ``random_seed`` (0: initializers draw from torch's default generator)."""
     import parafluid as fluid
 
-    if placed not in ("", "nodes", "ps", "ps1"):
-        raise ValueError(f"build: placed must be '', 'nodes', 'ps' or 'ps1', got {placed!r}")
+    if placed not in ("", "nodes", "hybrid", "ps", "ps1"):
+        raise ValueError(f"build: placed must be '', 'nodes', 'hybrid', 'ps' or 'ps1', got "
+                         f"{placed!r}")
     worker = "/node:worker/cpu" if placed in ("ps", "ps1") else None
-    stage0 = "/node:worker:0/cpu" if placed == "nodes" else worker
-    stage1 = "/node:worker:1/cpu" if placed == "nodes" else worker
+    devices = {"nodes": "cpu", "hybrid": "cpu:0-1"}.get(placed)
+    stage0 = f"/node:worker:0/{devices}" if devices else worker
+    stage1 = f"/node:worker:1/{devices}" if devices else worker
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = seed
     # NOTE: program_guard, unique_name.guard and place_guard switch process-wide defaults:
@@ -145,6 +149,11 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
         t.transpile(trainer_id, program=main, startup_program=startup, trainers=trainers)
     prog = t.get_trainer_program()
     has_loss = any(loss.name in op.output_arg_names for op in prog.global_block().ops)
+    run_prog: Any = prog
+    devices = getattr(prog, "_data_parallel_devices", None)
+    if devices:  # hybrid: this stage is data parallel over its device range
+        run_prog = fluid.CompiledProgram(prog).with_data_parallel(
+            loss_name=loss.name, places=fluid.cpu_places(len(devices)))
     torch.manual_seed(SEED)
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
@@ -153,10 +162,10 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
     for s in range(steps):
         if s == die_at_step:
             os._exit(3)
-        out = exe.run(prog, feed=batch(s, part, parts), fetch_list=[loss] if has_loss else [],
-                      scope=scope)
-        if has_loss:
-            losses.append(float(np.asarray(out[0]).reshape(-1)[0]))
+        out = exe.run(run_prog, feed=batch(s, part, parts),
+                      fetch_list=[loss] if has_loss else [], scope=scope)
+        if has_loss:  # (one loss per replica: the mean of their equal shares)
+            losses.append(float(np.mean(np.asarray(out[0]))))
     params = _params(scope, PARAMS)
     exe.close()
     ops = prog.global_block().ops
@@ -194,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trainer-id", type=int, default=0)
     p.add_argument("--pservers", default="")
     p.add_argument("--endpoint", default="")
-    p.add_argument("--placed", default="nodes", choices=("nodes", "ps", "ps1"))
+    p.add_argument("--placed", default="nodes", choices=("nodes", "hybrid", "ps", "ps1"))
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
     p.add_argument("--die-at-step", type=int, default=-1)

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..framework import OpRole, Program
 from ..ops.registry import EMPTY, get_op_def
-from ..placement import DEVICE_ATTR, NODE_ATTR, place_of
+from ..placement import DEVICE_ATTR, NODE_ATTR, local_device_count, parse_device, place_of
 from .pserver_mode import parse_endpoints
 
 __all__ = ["NodeSplit", "node_ids", "has_numbered_workers", "op_workers", "split_startup",
@@ -111,11 +111,60 @@ class NodeSplit:
         self.op_workers = [op_workers(op, i, self.workers) for i, op in enumerate(block.ops)]
         for i, op in enumerate(startup.global_block().ops):
             op_workers(op, i, self.workers, "startup op")  # the same checks, at transpile
+        self.ranges = self._device_ranges(block)
         self.transfers = self._plan_transfers(block)
 
     @property
     def endpoint(self) -> str:
         return self.endpoints[self.trainer_id]
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel replicas of each worker: the size of its device range (1: none)."""
+        sizes = {len(ids) for _, ids in self.ranges.values()}
+        return sizes.pop() if sizes else 1
+
+    def _device_ranges(self, block: Any) -> dict[int, tuple[str, tuple[int, ...]]]:
+        """``{worker: (device type, ids)}`` of the workers whose ops are placed on a device
+        range (data parallelism inside the stage: hybrid parallelism). Checked: a range
+        covers all of its worker's ops, and every worker has as many replicas (replica i of
+        one stage exchanges values with replica i of the next)."""
+        found: dict[int, dict[str, tuple[int, Any]]] = {}
+        for i, (op, ws) in enumerate(zip(block.ops, self.op_workers)):
+            spec = str(op.attrs.get(DEVICE_ATTR) or "")
+            for w in ws:
+                found.setdefault(w, {}).setdefault(spec, (i, op))
+        ranges: dict[int, tuple[str, tuple[int, ...]]] = {}
+        for w, specs in sorted(found.items()):
+            ranged = {sp: io for sp, io in specs.items()
+                      if sp and len(parse_device(sp).device_ids) > 1}
+            if not ranged:
+                continue
+            others = {sp: io for sp, io in specs.items() if sp and sp not in ranged}
+            if len(ranged) > 1 or others:
+                (ia, oa), (ib, ob) = sorted({**ranged, **others}.values(),
+                                            key=lambda io: io[0])[:2]
+                raise ValueError(
+                    f"transpile: worker {w} runs {_where(oa, ia)} and {_where(ob, ib)}; a "
+                    "device range (data parallelism) must hold all the ops of its worker, "
+                    "and a worker's ops on one range are not combined with other devices or "
+                    "ranges in that process")
+            spec, (i, op) = next(iter(ranged.items()))
+            dev = parse_device(spec)
+            ranges[w] = (str(dev.device_type), dev.device_ids)
+            if w == self.trainer_id:
+                have = local_device_count(str(dev.device_type))
+                if max(dev.device_ids) >= have:
+                    raise ValueError(f"transpile: {_where(op, i)}: device id "
+                                     f"{max(dev.device_ids)} does not exist; this process has "
+                                     f"{have} {dev.device_type} device(s)")
+        sizes = {w: len(ids) for w, (_, ids) in ranges.items()}
+        if ranges and (len(set(sizes.values())) > 1 or len(sizes) < self.workers):
+            counts = ", ".join(f"worker {w}: {sizes.get(w, 1)}" for w in range(self.workers))
+            raise ValueError(f"transpile: every worker of a hybrid-parallel program needs as "
+                             f"many data-parallel devices (replica i of a stage exchanges "
+                             f"values with replica i of the others); got {counts}")
+        return ranges
 
     @staticmethod
     def _check_no_sub_blocks(block: Any) -> None:
@@ -182,6 +231,14 @@ class NodeSplit:
             result += [self._comm_op(block, "node_send", t, op)
                        for t in self.transfers.get(("after", i), []) if t[1] == me]
         block.ops = result
+        if me in self.ranges:
+            # NOTE: a plain data-parallel program, run over the range's places by a
+            # ParallelExecutor: one replica per device, each with its share of the batch
+            for op in result:
+                op.attrs.pop(NODE_ATTR, None)
+                op.attrs.pop(DEVICE_ATTR, None)
+            kind, ids = self.ranges[me]
+            self.program._data_parallel_devices = [f"{kind}:{i}" for i in ids]
         self.program._bump()
         self.program._placement_node = ("worker", me)
         self.program._trainer_id = me
@@ -192,8 +249,8 @@ class NodeSplit:
         name, src, dst = t
         me, peer = (src, dst) if kind == "node_send" else (dst, src)
         attrs = {"worker_id": me, "endpoint": self.endpoints[me], "peer": peer,
-                 "peer_endpoint": self.endpoints[peer], "op_role": OpRole.RPC,
-                 NODE_ATTR: f"worker:{me}"}
+                 "peer_endpoint": self.endpoints[peer], "replicas": self.replicas,
+                 "op_role": OpRole.RPC, NODE_ATTR: f"worker:{me}"}
         if near is not None and near.attrs.get(DEVICE_ATTR):
             attrs[DEVICE_ATTR] = near.attrs[DEVICE_ATTR]
         if kind == "node_send":
@@ -222,6 +279,9 @@ def split_startup(startup: Program, used: set[str], node: tuple[str, int]) -> No
             kept.append(op)
     for op in kept:
         op.attrs.pop(NODE_ATTR, None)
+        spec = op.attrs.get(DEVICE_ATTR)
+        if spec and len(parse_device(str(spec)).device_ids) > 1:
+            op.attrs.pop(DEVICE_ATTR)  # initialized once, then copied to every replica
     block.ops = kept
     startup._bump()
     startup._placement_node = node

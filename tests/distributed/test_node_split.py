@@ -47,7 +47,7 @@ def test_each_worker_gets_its_stage_and_only_activations_cross():
     assert ops0[ops0.index("node_recv") + 1] == "tanh_grad"
     assert ops1[0] == "node_recv" and ops1[1] == "mul"
     assert "node_recv() {endpoint='127.0.0.1:7001', op_device='cpu', op_node='worker:1', " \
-           "peer=0, peer_endpoint='127.0.0.1:7000', worker_id=1}" in str(w1)
+           "peer=0, peer_endpoint='127.0.0.1:7000', replicas=1, worker_id=1}" in str(w1)
     # the loss lives on worker 1 only; each worker updates its own parameters only
     assert not any(loss.name in op.output_arg_names for op in w0.global_block().ops)
     upd0 = {op.input("Param")[0] for op in w0.global_block().ops if op.type == "sgd"}
@@ -88,6 +88,68 @@ def test_trainers_must_be_endpoints_for_numbered_workers():
                                                trainers=2)
 
 
+def test_hybrid_split_gives_each_worker_a_data_parallel_program_over_its_range():
+    _, w0, s0, _ = _split(0, placed="hybrid")
+    assert w0._data_parallel_devices == ["cpu:0", "cpu:1"]
+    comm = [op for op in w0.global_block().ops if op.type.startswith("node_")]
+    assert [(op.type, op.attrs["replicas"]) for op in comm] == [("node_send", 2),
+                                                                ("node_recv", 2)]
+    # no place left: an ordinary program for CompiledProgram.with_data_parallel
+    assert not any(op.attrs.get("op_device") or op.attrs.get("op_node")
+                   for op in w0.global_block().ops + s0.global_block().ops)
+
+
+def test_hybrid_stage_run_on_one_device_is_refused_naming_the_range():
+    _, w0, s0, _ = _split(0, placed="hybrid")
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(s0, scope=scope)
+    with pytest.raises(Exception, match=r"node_send of 'fc_0.tmp_2': this worker's program is "
+                                        r"placed on a device range of 2 device\(s\) .* but "
+                                        r"runs on 1; run it with fluid.CompiledProgram"):
+        exe.run(w0, feed=node_job.batch(0), scope=scope)
+
+
+def test_a_range_mixed_with_other_devices_in_one_worker_is_refused():
+    main, startup, _ = node_job.build("hybrid")
+    relu = next(op for op in main.global_block().ops if op.type == "tanh")
+    relu.attrs["op_device"] = "cpu:0"
+    with pytest.raises(ValueError, match=r"worker 0 runs op #0 mul .* and op #2 tanh .*; a "
+                                         r"device range \(data parallelism\) must hold all"):
+        fluid.DistributeTranspiler().transpile(0, program=main, startup_program=startup,
+                                               trainers="127.0.0.1:7000,127.0.0.1:7001")
+
+
+def test_stages_with_different_replica_counts_are_refused():
+    main, startup, _ = node_job.build("hybrid")
+    for op in main.global_block().ops:
+        if op.attrs.get("op_node") == "worker:1":
+            op.attrs["op_device"] = "cpu"
+    with pytest.raises(ValueError, match=r"as many data-parallel devices .*; got worker 0: 2, "
+                                         r"worker 1: 1"):
+        fluid.DistributeTranspiler().transpile(0, program=main, startup_program=startup,
+                                               trainers="127.0.0.1:7000,127.0.0.1:7001")
+
+
+def test_mailbox_errors_name_the_peer_and_the_variable():
+    from parafluid.distributed.launch import free_ports
+    from parafluid.distributed.node_mailbox import Mailbox, NodeTransferError, client
+
+    box = Mailbox("127.0.0.1:0", worker_id=1)
+    try:
+        with pytest.raises(NodeTransferError, match=r"worker 1 \(127.0.0.1:\d+\): waited 0.3 s "
+                                                    r"for 'h' from worker 0 at 127.0.0.1:9"):
+            box.take("h", 0, "127.0.0.1:9", deadline_s=0.3)
+        client(box.endpoint, 0).send("h", np.ones(2, "float32"), 1, deadline_s=5)
+        assert box.take("h", 0, "127.0.0.1:9", deadline_s=5).tolist() == [1.0, 1.0]
+    finally:
+        box.stop()
+    nobody = f"127.0.0.1:{free_ports(1)[0]}"
+    with pytest.raises(NodeTransferError, match=rf"worker 0: sending 'h' to worker 1 at "
+                                                rf"{nobody} failed after 0.3 s"):
+        client(nobody, 0).send("h", np.ones(2, "float32"), 1, deadline_s=0.3)
+
+
 def _worker(t, eps, env, *extra):
     cmd = [sys.executable, "-m", "parafluid.testing.node_job", "worker", "--trainers", eps,
            "--trainer-id", str(t), "--steps", str(STEPS), *extra]
@@ -125,6 +187,32 @@ def test_two_stages_in_two_processes_equal_the_unplaced_program(optimizer):
     act = 4 * node_job.BATCH * node_job.HIDDEN
     assert r0["carried"] == {"fc_0.tmp_2": [STEPS, STEPS * act]}
     assert r1["carried"] == {"fc_0.tmp_2@GRAD": [STEPS, STEPS * act]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_hybrid_two_stages_each_data_parallel_on_two_devices_equal_the_unplaced_program():
+    eps = endpoints(2)
+    env = child_env(FLAGS_rpc_deadline="30000", CPU_NUM="2")
+    procs = []
+    try:
+        procs = [_worker(t, eps, env, "--placed", "hybrid") for t in (0, 1)]
+        outs = [p.communicate(timeout=75) for p in procs]
+    finally:
+        reap(procs)
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    r0, r1 = (_result(o) for o, _ in outs)
+    ref = node_job.reference(STEPS)
+    np.testing.assert_allclose(r1["losses"], ref["losses"], atol=1e-5)
+    for r, names in ((r0, ("fc_0.w_0", "fc_0.b_0")), (r1, ("fc_1.w_0", "fc_1.b_0"))):
+        for name in names:
+            np.testing.assert_allclose(r["params"][name], ref["params"][name], atol=1e-5)
+    # replica i's half of the activation (and of its gradient) goes to replica i
+    half = 4 * node_job.BATCH * node_job.HIDDEN // 2
+    assert r0["carried"] == {f"fc_0.tmp_2@replica{i}": [STEPS, STEPS * half] for i in (0, 1)}
+    assert r1["carried"] == {f"fc_0.tmp_2@GRAD@replica{i}": [STEPS, STEPS * half]
+                             for i in (0, 1)}
 
 
 @pytest.mark.slow

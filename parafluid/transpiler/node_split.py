@@ -18,9 +18,9 @@ does, into worker ``trainer_id``'s programs:
   once per step, however many readers it has there;
 - **startup**: each worker initializes the persistables its own ops read or write. The
   random initializers of the other workers' parameters that draw from torch's default
-  generator (``seed`` 0) still run, into a discarded ``<name>@UNUSED`` temporary, so that the
-  draws of this worker's own initializers are those of the unplaced program (seeded
-  initializers draw from their own generator and are simply left out).
+  generator (``seed`` 0) before this worker's own still run, into a discarded
+  ``<name>@UNUSED`` temporary, so that this worker's initializers draw what they draw in the
+  unplaced program (seeded initializers draw from their own generator and are left out).
 
 The transport is ``parafluid.distributed.node_mailbox`` (ZeroMQ, the parameter servers' wire
 format, ``FLAGS_rpc_deadline`` on every wait).
@@ -262,21 +262,29 @@ class NodeSplit:
 def split_startup(startup: Program, used: set[str], node: tuple[str, int]) -> None:
     """Keep (in place) the startup ops writing a variable in ``used`` (and those writing
     nothing); a random initializer of another node's variable that draws from torch's default
-    generator (``seed`` 0) still draws, into a ``<name>@UNUSED`` temporary, so that the
-    draws of the kept initializers are those of the whole program. The kept ops lose their
-    node attr (they all run on ``node`` now)."""
+    generator (``seed`` 0) before one of this node's still draws, into a ``<name>@UNUSED``
+    temporary, so that the draws of the kept initializers are those of the whole program.
+    The kept ops lose their node attr (they all run on ``node`` now)."""
     block = startup.global_block()
-    kept = []
+    kept, draws_only = [], []
     for op in block.ops:
         outs = [n for n in op.output_arg_names if n != EMPTY]
         if any(n in used for n in outs) or not outs:
             kept.append(op)
         elif op.attrs.get("seed", None) == 0:
-            # NOTE: torch's default generator: the draw must happen, in program order, for
-            # this node's own initializers to draw what the unplaced program does
+            draws_only.append(op)
+            kept.append(op)
+    own_draws = [i for i, op in enumerate(kept)
+                 if op.attrs.get("seed", None) == 0 and op not in draws_only]
+    # NOTE: torch's default generator: the other nodes' draws before this node's last one
+    # must happen, in program order, for its own initializers to draw what the unplaced
+    # program does; those after it change nothing here
+    kept = [op for i, op in enumerate(kept)
+            if op not in draws_only or (own_draws and i < own_draws[-1])]
+    for op in kept:
+        if op in draws_only:
             for slot, names in op.outputs.items():
                 op.outputs[slot] = [_unused(block, n) for n in names]
-            kept.append(op)
     for op in kept:
         op.attrs.pop(NODE_ATTR, None)
         spec = op.attrs.get(DEVICE_ATTR)

@@ -126,12 +126,13 @@ def reference(steps: int, optimizer: str = "sgd", seed: int = 0) -> dict[str, An
 
 def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd",
                pservers: str = "", placed: str = "nodes", die_at_step: int = -1,
-               seed: int = 0) -> dict[str, Any]:
+               seed: int = 0, microbatches: int = 1) -> dict[str, Any]:
     """Transpile and train worker ``trainer_id``; its losses (where the loss is), the
     parameters its scope holds, and what crossed (the node_send/node_recv ops' variables,
     what the transport carried). ``die_at_step``: the process exits at once (code 3) when
     that step starts, as a crashed stage would. With ``placed="ps"``, ``trainers`` is their
-    number and trainer t trains on rows ``t::trainers`` of each batch."""
+    number and trainer t trains on rows ``t::trainers`` of each batch. ``microbatches``:
+    ``BuildStrategy.num_microbatches`` of a CompiledProgram running this worker's program."""
     import torch
 
     import parafluid as fluid
@@ -154,6 +155,10 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
     if devices:  # hybrid: this stage is data parallel over its device range
         run_prog = fluid.CompiledProgram(prog).with_data_parallel(
             loss_name=loss.name, places=fluid.cpu_places(len(devices)))
+    elif microbatches > 1:
+        bs = fluid.BuildStrategy()
+        bs.num_microbatches = microbatches
+        run_prog = fluid.CompiledProgram(prog, build_strategy=bs)
     torch.manual_seed(SEED)
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
@@ -208,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
     p.add_argument("--die-at-step", type=int, default=-1)
     p.add_argument("--seed", type=int, default=0, help="the programs' random_seed")
+    p.add_argument("--microbatches", type=int, default=1)
     args = p.parse_args(argv)
     if args.role == "pserver":
         run_pserver(args.endpoint, args.pservers, int(args.trainers), args.optimizer,
@@ -215,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"pserver": args.endpoint, "done": True}), flush=True)
         return 0
     out = run_worker(args.trainer_id, args.trainers, args.steps, args.optimizer,
-                     args.pservers, args.placed, args.die_at_step, args.seed)
+                     args.pservers, args.placed, args.die_at_step, args.seed,
+                     args.microbatches)
     out.pop("program")
     print(json.dumps(out), flush=True)
     return 0

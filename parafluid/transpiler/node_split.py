@@ -248,9 +248,12 @@ class NodeSplit:
     def _comm_op(self, block: Any, kind: str, t: Transfer, near: Any) -> Any:
         name, src, dst = t
         me, peer = (src, dst) if kind == "node_send" else (dst, src)
+        # NOTE: the role of the op it follows (send) or precedes (recv): a gradient's
+        # transfer is part of the backward pass (micro-batching and clone(for_test) see it so)
+        role = near.attrs.get("op_role", 0) & ~OpRole.Loss if near is not None else 0
         attrs = {"worker_id": me, "endpoint": self.endpoints[me], "peer": peer,
                  "peer_endpoint": self.endpoints[peer], "replicas": self.replicas,
-                 "op_role": OpRole.RPC, NODE_ATTR: f"worker:{me}"}
+                 "op_role": role, NODE_ATTR: f"worker:{me}"}
         if near is not None and near.attrs.get(DEVICE_ATTR):
             attrs[DEVICE_ATTR] = near.attrs[DEVICE_ATTR]
         if kind == "node_send":

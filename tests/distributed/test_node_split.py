@@ -191,6 +191,32 @@ def test_two_stages_in_two_processes_equal_the_unplaced_program(optimizer):
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
+def test_two_processes_with_four_microbatches_pipeline_and_equal_the_unplaced_program():
+    eps = endpoints(2)
+    env = child_env(FLAGS_rpc_deadline="30000")
+    procs = []
+    try:
+        procs = [_worker(t, eps, env, "--microbatches", "4") for t in (0, 1)]
+        outs = [p.communicate(timeout=75) for p in procs]
+    finally:
+        reap(procs)
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    r0, r1 = (_result(o) for o, _ in outs)
+    ref = node_job.reference(STEPS)
+    np.testing.assert_allclose(r1["losses"], ref["losses"], atol=1e-5)
+    for r, names in ((r0, ("fc_0.w_0", "fc_0.b_0")), (r1, ("fc_1.w_0", "fc_1.b_0"))):
+        for name in names:
+            np.testing.assert_allclose(r["params"][name], ref["params"][name], atol=1e-5)
+    # each micro-batch's activation crosses on its own (stage 0 goes on with the next)
+    quarter = 4 * node_job.BATCH * node_job.HIDDEN // 4
+    assert r0["carried"] == {f"fc_0.tmp_2@MB{m}": [STEPS, STEPS * quarter] for m in range(4)}
+    assert r1["carried"] == {f"fc_0.tmp_2@GRAD@MB{m}": [STEPS, STEPS * quarter]
+                             for m in range(4)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
 def test_hybrid_two_stages_each_data_parallel_on_two_devices_equal_the_unplaced_program():
     eps = endpoints(2)
     env = child_env(FLAGS_rpc_deadline="30000", CPU_NUM="2")

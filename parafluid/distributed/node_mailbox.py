@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from .deadline import Deadline, rpc_deadline_seconds
-from .rpc import Request, RPCClient, RPCError, RPCServer
+from .rpc import Request, RPCClient, RPCError, RPCServer, RPCTimeoutError
 from .wire import Kind
 
 __all__ = ["Mailbox", "NodeTransferError", "mailbox", "client", "stop_all", "carried"]
@@ -127,10 +127,15 @@ class _Client:
         """Store ``value`` as ``name`` in the receiver's mailbox; NodeTransferError after the
         deadline, naming the receiver."""
         start = time.monotonic()
+        who = f"worker {receiver} at {self.endpoint}" if receiver >= 0 else self.endpoint
         try:
             self._rpc.call(Kind.SEND, name, value, deadline_s=deadline_s)
+        except RPCTimeoutError:
+            raise NodeTransferError(
+                f"worker {self._rpc.trainer_id}: sending {name!r} to {who} failed after "
+                f"{time.monotonic() - start:.1f} s: no reply; that process died, stalled or "
+                "has not started (deadline: FLAGS_rpc_deadline, in ms)") from None
         except RPCError as e:
-            who = f"worker {receiver} at {self.endpoint}" if receiver >= 0 else self.endpoint
             raise NodeTransferError(
                 f"worker {self._rpc.trainer_id}: sending {name!r} to {who} failed after "
                 f"{time.monotonic() - start:.1f} s: {e}") from None

@@ -126,13 +126,16 @@ def reference(steps: int, optimizer: str = "sgd", seed: int = 0) -> dict[str, An
 
 def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd",
                pservers: str = "", placed: str = "nodes", die_at_step: int = -1,
-               seed: int = 0, microbatches: int = 1) -> dict[str, Any]:
+               seed: int = 0, microbatches: int = 1, train_deadline_ms: int = 0
+               ) -> dict[str, Any]:
     """Transpile and train worker ``trainer_id``; its losses (where the loss is), the
     parameters its scope holds, and what crossed (the node_send/node_recv ops' variables,
     what the transport carried). ``die_at_step``: the process exits at once (code 3) when
     that step starts, as a crashed stage would. With ``placed="ps"``, ``trainers`` is their
     number and trainer t trains on rows ``t::trainers`` of each batch. ``microbatches``:
-    ``BuildStrategy.num_microbatches`` of a CompiledProgram running this worker's program."""
+    ``BuildStrategy.num_microbatches`` of a CompiledProgram running this worker's program.
+    ``train_deadline_ms``: ``FLAGS_rpc_deadline`` once every worker is up (a short deadline
+    for the steps that does not race the other process's start)."""
     import torch
 
     import parafluid as fluid
@@ -149,6 +152,8 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
     else:
         t.transpile(trainer_id, program=main, startup_program=startup, trainers=trainers)
     prog = t.get_trainer_program()
+    if train_deadline_ms:
+        os.environ["FLAGS_rpc_deadline"] = str(train_deadline_ms)
     has_loss = any(loss.name in op.output_arg_names for op in prog.global_block().ops)
     run_prog: Any = prog
     devices = getattr(prog, "_data_parallel_devices", None)
@@ -214,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--die-at-step", type=int, default=-1)
     p.add_argument("--seed", type=int, default=0, help="the programs' random_seed")
     p.add_argument("--microbatches", type=int, default=1)
+    p.add_argument("--train-deadline-ms", type=int, default=0)
     args = p.parse_args(argv)
     if args.role == "pserver":
         run_pserver(args.endpoint, args.pservers, int(args.trainers), args.optimizer,
@@ -222,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = run_worker(args.trainer_id, args.trainers, args.steps, args.optimizer,
                      args.pservers, args.placed, args.die_at_step, args.seed,
-                     args.microbatches)
+                     args.microbatches, args.train_deadline_ms)
     out.pop("program")
     print(json.dumps(out), flush=True)
     return 0

@@ -19,10 +19,12 @@ Where a value is at the start of a step:
 
 Unplaced ops run on ``default_device``; ``delete_var`` (``release_memory``) frees a value
 where it is and never causes a copy. Node parts are checked against the node this
-process runs (``node``, default trainer 0): a single process runs ``/node:worker`` and
-``/node:worker:0`` ops; any other node is a ValueError naming the op and its place, as is a
-malformed place, a device id this machine does not have, a GPU where torch sees none, and a
-device range (data parallelism over devices is the ParallelExecutor's).
+process runs (``node``; default: the worker or pserver a ``DistributeTranspiler`` split by
+node made the program for, else trainer 0): a process runs the ops of its own node and
+those with no node id (``/node:worker``); any other node is a ValueError naming the op and
+its place, as is a malformed place, a device id this machine does not have, a GPU where
+torch sees none, and a device range (the split by node turns a worker's range into a
+data-parallel program for the ParallelExecutor).
 
 The caller's program is never modified: a program that needs no copy is returned as is,
 otherwise a clone with the copies.

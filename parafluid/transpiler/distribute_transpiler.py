@@ -96,7 +96,7 @@ class DistributeTranspiler:
             else startup_program
         self.origin_program, self.startup_program = program, startup_program
         self.trainer_id = trainer_id
-        if has_numbered_workers(program):
+        if self.config.mode == "pserver" and has_numbered_workers(program):
             self._split_by_node(program, startup_program, trainer_id, trainers)
             return
         mode = self.config.mode

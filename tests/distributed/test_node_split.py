@@ -72,6 +72,74 @@ def test_unnumbered_ops_run_on_every_worker_and_values_they_need_cross():
     assert split.crossings() == [(extra.name, 1, 0)]
 
 
+def _shared_weights_model(placed):
+    """x -> fc (weight "shared") on worker 0 -> fc (the same weight) on worker 1 -> fc."""
+    import contextlib
+
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 3  # per-op generators: threads do not race
+    guard = fluid.place_guard if placed else (lambda p: contextlib.nullcontext())
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[8], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        shared = fluid.ParamAttr(name="shared")
+        with guard("/node:worker:0/cpu"):
+            h = fluid.layers.fc(x, size=8, act="tanh", param_attr=shared)
+        with guard("/node:worker:1/cpu"):
+            h = fluid.layers.fc(h, size=8, act="tanh", param_attr=shared)
+            loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(h, 1), y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, startup, loss
+
+
+@pytest.mark.timeout(60)
+def test_a_weight_shared_by_two_workers_crosses_from_its_updater_and_equals_unplaced():
+    import threading
+
+    from parafluid.distributed.launch import free_ports
+
+    rng = np.random.default_rng(0)
+    data = [{"x": rng.standard_normal((8, 8)).astype("float32"),
+             "y": rng.standard_normal((8, 1)).astype("float32")} for _ in range(5)]
+    main, startup, loss = _shared_weights_model(False)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    ref = [float(exe.run(main, feed=d, fetch_list=[loss], scope=scope)[0][0]) for d in data]
+    ref_w = np.array(scope.find_var("shared").get_tensor())
+    eps = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
+    jobs = []
+    for w in (0, 1):
+        main, startup, loss = _shared_weights_model(True)
+        split = NodeSplit(main, startup, w, eps)
+        split.build()
+        jobs.append((main, startup, loss))
+    # the weight crosses at the start of a step from worker 0, which updates it; worker 1's
+    # part of its gradient crosses back to be summed there
+    assert ("shared", 0, 1) in split.crossings()
+    assert ("shared@GRAD@RENAME@0", 1, 0) in split.crossings()
+    results, errors = {}, []
+
+    def run(w):
+        try:
+            prog, start, lo = jobs[w]
+            ex, sc = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            ex.run(start, scope=sc)
+            out = [ex.run(prog, feed=d, fetch_list=[lo] if w == 1 else [], scope=sc)
+                   for d in data]
+            results[w] = (out, np.array(sc.find_var("shared").get_tensor()))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(50)
+    assert not errors, errors
+    np.testing.assert_allclose([float(o[0][0]) for o in results[1][0]], ref, atol=1e-6)
+    np.testing.assert_allclose(results[0][1], ref_w, atol=1e-6)
+
+
 def test_worker_id_beyond_trainers_is_refused_at_transpile_naming_op_and_place():
     main, startup, _ = node_job.build("nodes")
     with pytest.raises(ValueError, match=r"op #\d+ mul \(created at .*\), placed on "

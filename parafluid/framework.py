@@ -443,6 +443,8 @@ class Program:
                     var.regularizer = orig.regularizer
                     var.gradient_clip_attr = orig.gradient_clip_attr
         self._appending_grad_times = other._appending_grad_times
+        if getattr(other, "_placement_node", None):  # the worker a split by node made it for
+            self._placement_node = other._placement_node
         if hasattr(other, "_memory_reuse"):  # memory_optimize's record (fetch checks)
             self._memory_reuse = {k: list(v) for k, v in other._memory_reuse.items()}
 

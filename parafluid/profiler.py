@@ -58,7 +58,7 @@ COMM_OPS = frozenset({
     "c_allreduce_sum", "c_allreduce_coalesced", "c_reduce_sum", "c_broadcast",
     "c_gen_nccl_id", "gen_nccl_id", "c_sync_comm_stream", "allreduce", "broadcast",
     "send", "recv", "send_barrier", "fetch_barrier", "listen_and_serv", "prefetch",
-    "barrier", "checkpoint_notify",
+    "barrier", "checkpoint_notify", "node_send", "node_recv",
 })
 
 

@@ -14,6 +14,7 @@ from . import lr
 from . import math
 from . import memory
 from . import nn
+from . import node_comm
 from . import norm
 from . import optimizer
 from . import reduce

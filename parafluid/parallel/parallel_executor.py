@@ -371,7 +371,11 @@ class ParallelExecutor:
             msgs.append("ParallelExecutor: loss_name is not set, so gradients are NOT "
                         "aggregated across devices and each device trains on its own shard; "
                         "pass loss_name=loss.name for data-parallel training")
+        # NOTE: a stage of a model split by node (node_recv) may hold no loss: the stage that
+        # has it scales the loss gradient, the others receive gradients already scaled
+        other_stage = any(op.type == "node_recv" for op in program.global_block().ops)
         if aggregated and loss_grad_op_index(program, self._loss_name) is None and \
+                not other_stage and \
                 self._build_strategy.gradient_scale_strategy != GradientScaleStrategy.Customized:
             msgs.append(f"ParallelExecutor: no op fills {self._loss_name}@GRAD (was the "
                         "program built with append_backward/minimize on this loss?), so the "

@@ -19,10 +19,12 @@ Where a value is at the start of a step:
 
 Unplaced ops run on ``default_device``; ``delete_var`` (``release_memory``) frees a value
 where it is and never causes a copy. Node parts are checked against the node this
-process runs (``node``, default trainer 0): a single process runs ``/node:worker`` and
-``/node:worker:0`` ops; any other node is a ValueError naming the op and its place, as is a
-malformed place, a device id this machine does not have, a GPU where torch sees none, and a
-device range (data parallelism over devices is the ParallelExecutor's).
+process runs (``node``; default: the worker or pserver a ``DistributeTranspiler`` split by
+node made the program for, else trainer 0): a process runs the ops of its own node and
+those with no node id (``/node:worker``); any other node is a ValueError naming the op and
+its place, as is a malformed place, a device id this machine does not have, a GPU where
+torch sees none, and a device range (the split by node turns a worker's range into a
+data-parallel program for the ParallelExecutor).
 
 The caller's program is never modified: a program that needs no copy is returned as is,
 otherwise a clone with the copies.
@@ -47,7 +49,8 @@ from ..placement import (
     place_of,
 )
 
-__all__ = ["insert_place_transfers", "op_devices", "device_name", "persistable_homes"]
+__all__ = ["insert_place_transfers", "op_devices", "device_name", "persistable_homes",
+           "process_node"]
 
 
 def device_name(device: Any) -> str:
@@ -100,10 +103,19 @@ def _op_device(op: Any, index: int, default: str) -> str:
     return f"{dev.device_type}:{dev_id}"
 
 
+def process_node(program: Any, node: tuple[str, int] | None = None) -> tuple[str, int]:
+    """The node a process running ``program`` is: ``node`` when given, else the one a split
+    by node recorded on the program (``_placement_node``), else trainer 0."""
+    if node is not None:
+        return node
+    return getattr(program, "_placement_node", None) or ("worker", 0)
+
+
 def op_devices(program: Any, default_device: str = "cpu:0",
-               node: tuple[str, int] = ("worker", 0)) -> list[str]:
+               node: tuple[str, int] | None = None) -> list[str]:
     """The canonical device of each op of the global block (checked: see the module doc)."""
     default = device_name(default_device)
+    node = process_node(program, node)
     out = []
     for i, op in enumerate(program.global_block().ops):
         _check_node(op, i, node)
@@ -112,13 +124,14 @@ def op_devices(program: Any, default_device: str = "cpu:0",
 
 
 def insert_place_transfers(program: Any, default_device: str = "cpu:0",
-                           node: tuple[str, int] = ("worker", 0)) -> Any:
+                           node: tuple[str, int] | None = None) -> Any:
     """``program`` with a ``memcpy`` wherever a value is read on another device.
 
     Args:
         program: a Program whose ops may carry places (``fluid.place_guard``).
         default_device: where unplaced ops run and feeds arrive (the executor's device).
-        node: the ``(NODE_NAME, NODE_ID)`` this process runs.
+        node: the ``(NODE_NAME, NODE_ID)`` this process runs (default: the one the
+            DistributeTranspiler's split by node recorded, else ``("worker", 0)``).
 
     Returns ``program`` itself when it is unplaced or nothing crosses devices, else a clone
     with the copies.

@@ -16,6 +16,14 @@ Example, pserver mode (the same script runs as every trainer and every pserver):
         main = t.get_trainer_program()         # waits for the pservers' ports
         exe.run(fluid.default_startup_program())   # pulls the initial parameters
 
+Model parallelism (a program placed on ``/node:worker:<i>``, see ``node_split`` and
+docs/placement.md): worker ``trainer_id`` gets the ops placed on it and the ``node_send`` /
+``node_recv`` ops of the values crossing to and from the other workers::
+
+    t.transpile(1, trainers="127.0.0.1:7000,127.0.0.1:7001")   # every worker's ip:port
+    main = t.get_trainer_program()     # starts this worker's mailbox, waits for the others
+    exe.run(fluid.default_startup_program())   # this worker's parameters only
+
 Example, nccl2 mode (trainer 1 of 2; run the same script on both machines with its own id)::
 
     config = fluid.DistributeTranspilerConfig()
@@ -33,6 +41,7 @@ from typing import Any
 from ..framework import default_main_program, default_startup_program
 from .collective import transpile_nccl2
 from .config import DistributeTranspilerConfig
+from .node_split import NodeSplit, has_numbered_workers
 from .pserver_mode import PServerTranspile
 
 __all__ = ["DistributeTranspiler"]
@@ -57,6 +66,7 @@ class DistributeTranspiler:
         self.origin_program: Any = None
         self.startup_program: Any = None
         self._ps: PServerTranspile | None = None
+        self._nodes: NodeSplit | None = None
 
     def transpile(self, trainer_id: int, program: Any = None,
                   pservers: str = "127.0.0.1:6174", trainers: int | str = 1,
@@ -69,7 +79,8 @@ class DistributeTranspiler:
             program, startup_program: default ``fluid.default_main_program()`` /
                 ``default_startup_program()``; changed in place (as in Fluid).
             pservers: pserver mode: the parameter servers' "ip:port,ip:port".
-            trainers: pserver mode: the number of trainers; nccl2 mode: every trainer's
+            trainers: pserver mode: the number of trainers; nccl2 mode, and a program placed
+                on numbered workers (``/node:worker:<i>``, split by node): every trainer's
                 "ip:port,ip:port" in trainer order (``workers=`` is accepted as its alias).
             sync_mode: synchronous training.
             current_endpoint: nccl2 mode: this trainer's "ip:port" (entry ``trainer_id`` of
@@ -85,6 +96,9 @@ class DistributeTranspiler:
             else startup_program
         self.origin_program, self.startup_program = program, startup_program
         self.trainer_id = trainer_id
+        if self.config.mode == "pserver" and has_numbered_workers(program):
+            self._split_by_node(program, startup_program, trainer_id, trainers)
+            return
         mode = self.config.mode
         if mode == "nccl2":
             if not isinstance(trainers, (str, list, tuple)):
@@ -110,6 +124,18 @@ class DistributeTranspiler:
         self.sync_mode = sync
         self.pserver_endpoints = list(self._ps.eps)
 
+    def _split_by_node(self, program: Any, startup: Any, trainer_id: int, trainers: Any
+                       ) -> None:
+        """Model parallelism: ops placed on ``/node:worker:<i>`` run on worker i's process."""
+        if not isinstance(trainers, (str, list, tuple)):
+            raise TypeError(f"transpile: this program places ops on numbered workers "
+                            f"(/node:worker:<i>); trainers must list every worker's "
+                            f"'ip:port' (where the values other workers send it arrive), "
+                            f"got {trainers!r}")
+        self._nodes = NodeSplit(program, startup, trainer_id, trainers)
+        self._nodes.build()
+        self.trainer_num = self._nodes.workers
+
     def get_trainer_program(self, wait_port: bool = True) -> Any:
         """The trainer's main program.
 
@@ -119,12 +145,37 @@ class DistributeTranspiler:
         """
         if self.origin_program is None:
             raise RuntimeError("DistributeTranspiler: call transpile() first")
+        if self._nodes is not None:
+            if wait_port and self.config.wait_port:
+                self._wait_for_workers()
+            return self.origin_program
         if self.config.mode == "pserver" and wait_port and self.config.wait_port:
             from ..distributed.rpc import wait_for_server
 
             for ep in self._pserver().eps:
                 wait_for_server(ep)
         return self.origin_program
+
+    def _wait_for_workers(self) -> None:
+        """Start this worker's mailbox, then wait (``FLAGS_rpc_deadline``) until every other
+        worker's answers."""
+        from ..distributed.deadline import Deadline, rpc_deadline_seconds
+        from ..distributed.node_mailbox import NodeTransferError, mailbox
+        from ..distributed.rpc import RPCTimeoutError, wait_for_server
+
+        nodes = self._nodes
+        mailbox(nodes.endpoint, nodes.trainer_id)
+        deadline = Deadline(rpc_deadline_seconds())
+        for i, ep in enumerate(nodes.endpoints):
+            if i == nodes.trainer_id:
+                continue
+            try:
+                wait_for_server(ep, deadline)
+            except RPCTimeoutError:
+                raise NodeTransferError(
+                    f"worker {nodes.trainer_id}: worker {i} at {ep} did not answer within "
+                    f"{deadline.seconds:.1f} s (FLAGS_rpc_deadline); start every worker of "
+                    "the job (each calls get_trainer_program())") from None
 
     def _pserver(self) -> PServerTranspile:
         if self._ps is None:

@@ -20,6 +20,12 @@
 - each pserver startup program initializes only that pserver's variables, the sliced ones
   with their shape resized to the block.
 
+Which ops go to the pservers: in a program that places ops on ``/node:ps``
+(``fluid.place_guard``, seed 004), exactly those, because of their place: they must be the
+updates (optimize role) or the LR schedule, and the optimize ops placed on the workers stay
+on the workers (allowed with one trainer, whose local updates nobody else needs). In any
+other program, every optimize-role and LR-schedule op (Fluid's rule, by role).
+
 Example (what the pserver of a 2 x 2 job runs)::
 
     t = fluid.DistributeTranspiler()
@@ -35,6 +41,7 @@ from typing import Any
 from ..framework import OpRole, Program
 from ..ops.rpc import trainer_suffix
 from ..passes.grad_aggregation import find_params_grads
+from ..placement import NODE_ATTR, place_of
 from .ps_dispatcher import PSDispatcher, RoundRobin
 from .slicing import VarBlock, slice_variable
 
@@ -116,11 +123,46 @@ class PServerTranspile:
         self.origin = program.clone()
         self.origin_startup = startup.clone()
         self.program, self.startup = program, startup
+        # seed 004: ops placed on /node:ps run on the pservers because of their place
+        self.by_place = any(op.attrs.get(NODE_ATTR) == "ps"
+                            for op in self.origin.global_block().ops)
+        if self.by_place:
+            self._check_placed_on_ps()
         self.plans = self._plan_params()
         self._assign_optimize_ops()
         self._pservers: dict[str, tuple[Program, dict[str, tuple[str, VarBlock | None]]]] = {}
 
     # ------------------------------------------------------------------ planning
+
+    def _moves(self, op: Any) -> bool:
+        """Whether ``op`` runs on the pservers: placed on /node:ps, or (unplaced programs)
+        an optimize-role or LR-schedule op."""
+        if self.by_place:
+            return op.attrs.get(NODE_ATTR) == "ps"
+        return bool(op.attrs.get("op_role", 0) & (OpRole.Optimize | OpRole.LRSched))
+
+    def _check_placed_on_ps(self) -> None:
+        ops = self.origin.global_block().ops
+        for i, op in enumerate(ops):
+            role = op.attrs.get("op_role", 0)
+            if op.attrs.get(NODE_ATTR) == "ps" and not role & (OpRole.Optimize | OpRole.LRSched):
+                raise ValueError(
+                    f"transpile: op #{i} {op.type} (created at {op.callsite}), placed on "
+                    f"{place_of(op)!r}, is not a parameter update or an LR schedule op; a "
+                    "pserver runs the updates of the parameters it holds (place the forward "
+                    "and backward ops on /node:worker, the optimizer.minimize on /node:ps)")
+        if self.trainers > 1:
+            local = [(i, op) for i, op in enumerate(ops)
+                     if op.attrs.get("op_role", 0) & OpRole.Optimize and "Param" in op.inputs
+                     and op.attrs.get(NODE_ATTR) != "ps"]
+            if local:
+                i, op = local[0]
+                raise ValueError(
+                    f"transpile: op #{i} {op.type} (created at {op.callsite}) updates "
+                    f"{op.input('Param')[0]} on {place_of(op) or 'the worker'!r} while other "
+                    f"updates are placed on /node:ps; with {self.trainers} trainers each "
+                    "would update its own copy of it from its own gradient: place every "
+                    "update on /node:ps, or train with one trainer")
 
     def _plan_params(self) -> list[_ParamPlan]:
         block = self.origin.global_block()
@@ -129,7 +171,11 @@ class PServerTranspile:
             raise ValueError("transpile: the program has no parameter gradients; call "
                              "optimizer.minimize(loss) before transpiling")
         optimized = {op.input("Param")[0] for op in block.ops
-                     if "Param" in op.inputs and "Grad" in op.inputs and op.input("Param")}
+                     if "Param" in op.inputs and "Grad" in op.inputs and op.input("Param")
+                     and self._moves(op)}
+        if self.by_place and not optimized:
+            raise ValueError("transpile: ops are placed on /node:ps but none of them updates "
+                             "a parameter (place optimizer.minimize(loss) on /node:ps)")
         tables = {op.input("W")[0] for op in block.ops
                   if op.type == "lookup_table" and op.attrs.get("is_distributed")}
         for name in sorted(tables):
@@ -169,7 +215,7 @@ class PServerTranspile:
         owner_of_var: dict[str, _ParamPlan] = {}
         for op in block.ops:
             role = op.attrs.get("op_role", 0)
-            if not role & OpRole.Optimize or role & OpRole.LRSched:
+            if not role & OpRole.Optimize or role & OpRole.LRSched or not self._moves(op):
                 continue
             if "Param" in op.inputs and "Grad" in op.inputs:
                 plan = by_param.get(op.input("Param")[0])
@@ -180,7 +226,7 @@ class PServerTranspile:
         others = {p.param for p in self.plans} | {p.grad for p in self.plans}
         for op in block.ops:
             role = op.attrs.get("op_role", 0)
-            if not role & OpRole.Optimize or role & OpRole.LRSched:
+            if not role & OpRole.Optimize or role & OpRole.LRSched or not self._moves(op):
                 continue
             role_var = op.attrs.get("op_role_var") or []
             plan = by_param.get(role_var[0]) if role_var else None
@@ -222,7 +268,7 @@ class PServerTranspile:
 
     def _lr_ops(self) -> list[Any]:
         return [op for op in self.origin.global_block().ops
-                if op.attrs.get("op_role", 0) & OpRole.LRSched]
+                if op.attrs.get("op_role", 0) & OpRole.LRSched and self._moves(op)]
 
     # ------------------------------------------------------------------ trainer side
 
@@ -233,8 +279,7 @@ class PServerTranspile:
         """Rewrite ``self.program`` and ``self.startup`` into the trainer's programs."""
         block = self.program.global_block()
         for i in reversed(range(len(block.ops))):
-            role = block.ops[i].attrs.get("op_role", 0)
-            if role & (OpRole.Optimize | OpRole.LRSched):
+            if self._moves(block.ops[i]):
                 block._remove_op(i)
         self._distribute_tables(block)
         suffix = self._suffix()
@@ -287,8 +332,19 @@ class PServerTranspile:
                                                    "op_role": OpRole.RPC})
         self._append_pull(self.program)
         self._append_pull(self.startup)
+        if self.by_place:
+            self._drop_pserver_only_init()
         self.program._trainer_id = self.trainer_id
         self.program._pserver_endpoints = list(self.eps)
+
+    def _drop_pserver_only_init(self) -> None:
+        """Placed programs: the trainer's startup initializes only what the trainer program
+        uses (the optimizer state of the updates on /node:ps lives on the pservers)."""
+        from .node_split import split_startup
+
+        used = {n for op in self.program.global_block().ops
+                for n in op.input_arg_names + op.output_arg_names}
+        split_startup(self.startup, used, ("worker", self.trainer_id))
 
     def _distribute_tables(self, block: Any) -> None:
         """Lookups of a distributed table prefetch their rows; its gradient stays row-sparse
@@ -436,6 +492,7 @@ class PServerTranspile:
                             "lr_decay_block_id": lr_block_idx,
                             "pserver_id": self.eps.index(endpoint), "op_role": OpRole.RPC})
         prog.random_seed = self.origin.random_seed
+        prog._placement_node = ("ps", self.eps.index(endpoint))
         return prog, sources
 
     def _block_renames(self, plan: _ParamPlan, b: VarBlock) -> Any:
@@ -470,6 +527,7 @@ class PServerTranspile:
                 writers[name] = op
         startup = Program()
         startup.random_seed = self.origin_startup.random_seed
+        startup._placement_node = ("ps", self.eps.index(endpoint))
         sb = startup.global_block()
         for name, (orig, vblock) in sources.items():
             op = writers.get(orig)
@@ -507,4 +565,6 @@ class PServerTranspile:
                 sb.append_op(op.type, inputs=dict(op.inputs),
                              outputs={k: [name if v == orig else v for v in vs]
                                       for k, vs in op.outputs.items()}, attrs=attrs)
+        for op in sb.ops:  # NOTE: initializers placed on the workers run here too
+            op.attrs.pop(NODE_ATTR, None)
         return startup

@@ -33,3 +33,19 @@ def test_seed_003_nccl2_example() -> None:
     weights = re.findall(r"\[rank (\d)\] trainer \d: loss [\d.]+, weights\[:3\] (\[.*\])", out)
     assert len(weights) == 2, out
     assert weights[0][1] == weights[1][1], "both trainers hold trainer 0's start + the same steps"
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_model_parallel_example(hybrid: bool) -> None:
+    env = child_env(CPU_NUM="2", FLAGS_rpc_deadline="30000")
+    args = ["--hybrid"] if hybrid else []
+    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
+                           "--nproc_per_node", "2", os.path.join("examples", "model_parallel.py"),
+                           *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    first, last = (float(v) for v in re.findall(r"\[rank 1\] worker 1: step \d+ loss ([\d.]+)",
+                                                out))
+    assert last < first / 10, out
+    assert "worker 0 of 2: done" in out and "worker 1 of 2: done" in out, out

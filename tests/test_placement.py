@@ -219,6 +219,25 @@ def test_the_pass_copies_each_crossing_value_once_and_leaves_the_input_alone() -
     assert sum("LearningRate=[learning_rate_0@cpu:1]" in line for line in lines) == 4
 
 
+def test_the_ops_only_picture_boxes_each_place_and_marks_the_copies() -> None:
+    from parafluid.parallel.graphviz import program_to_dot
+
+    placed = insert_place_transfers(_mlp(STAGE0, STAGE1)[0])
+    dot = program_to_dot(placed, ops_only=True)
+    ops = placed.global_block().ops
+    clusters = [line for line in dot.splitlines() if "subgraph cluster_" in line]
+    assert [c.split('label="')[1].split('"')[0] for c in clusters] == ["cpu:0", "cpu:1"]
+    for i, op in enumerate(ops):  # each op in the box of its place, copies in orange
+        box = clusters[0] if op.attrs["op_device"] == "cpu:0" else clusters[1]
+        assert f" op{i};" in box or f" op{i} " in box
+        node = next(line for line in dot.splitlines() if line.startswith(f"  op{i} ["))
+        assert ('"#f6b26b"' in node) == (op.type == "memcpy"), node
+    # the activation crosses: relu (stage 0) -> its copy -> stage 1's mul, edges labelled
+    copy = next(i for i, op in enumerate(ops) if op.output("Out") == ["fc_1.tmp_2@cpu:1"])
+    assert f'-> op{copy} [label="fc_1.tmp_2"' in dot
+    assert "ellipse" not in dot  # ops only
+
+
 def test_a_program_on_one_device_or_unplaced_comes_back_as_is() -> None:
     main, startup, _ = _mlp()
     assert insert_place_transfers(main) is main

@@ -4,6 +4,9 @@
 the global block) and ``<path>_multi_devices.dot`` (every node of the SSA graph, variables
 as ``name@device#version``, control dependencies dashed); when ``path`` is a directory the
 files go inside it. If the ``dot`` program is installed, an ``.svg`` of each is written too.
+In a program placed on several devices (``fluid.place_guard``), each op is labelled and
+coloured by its place, the ops of one place are boxed together, and the copies between
+places stand out.
 """
 
 from __future__ import annotations
@@ -17,20 +20,59 @@ from .ssa_graph import ALL_DEVICES, SSAGraph
 __all__ = ["program_to_dot", "graph_to_dot", "write_graphs"]
 
 _DEVICE_COLORS = ["#cfe2f3", "#d9ead3", "#fff2cc", "#f4cccc", "#d9d2e9", "#fce5cd"]
+_COPY_COLOR = "#f6b26b"  # memcpy / node_send / node_recv between places
+_COPY_OPS = ("memcpy", "node_send", "node_recv")
+
+
+def _place(op: object) -> str:
+    """An op's place as ``[node/]device`` (``"cpu:1"``, ``"worker:1/cpu"``), or ""."""
+    attrs = getattr(op, "attrs", {})
+    device, node = str(attrs.get("op_device") or ""), str(attrs.get("op_node") or "")
+    if not device:
+        return ""
+    return device if node in ("", "worker") else f"{node}/{device}"
+
+
+def _clusters(lines: list[str], members: dict[str, list[str]]) -> None:
+    """Box the ops of each place together (graphviz clusters)."""
+    for k, (place, ids) in enumerate(sorted(members.items())):
+        lines.append(f"  subgraph cluster_{k} {{ label={_q(place)}; style=dashed; "
+                     + " ".join(ids) + "; }")
 
 
 def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def program_to_dot(program: object) -> str:
-    """The global block as a bipartite graph of variables (ellipses) and ops (boxes)."""
+def program_to_dot(program: object, ops_only: bool = False) -> str:
+    """The global block as a bipartite graph of variables (ellipses) and ops (boxes).
+
+    ``ops_only``: ops alone, an edge from each op to the readers of what it wrote (labelled
+    with the variable), the ops of each place boxed together: the picture of a placed
+    program in docs/placement.md.
+    """
     block = program.global_block()  # type: ignore[attr-defined]
     lines = ["digraph program {", "  rankdir=TB;", "  node [fontsize=10];"]
     seen: set[str] = set()
+    places = sorted({_place(op) for op in block.ops} - {""})
+    members: dict[str, list[str]] = {}
+    writer: dict[str, int] = {}
     for i, op in enumerate(block.ops):
-        lines.append(f"  op{i} [shape=box, style=filled, fillcolor=\"#eeeeee\", "
-                     f"label={_q(f'#{i} {op.type}')}];")
+        place = _place(op)
+        color = _COPY_COLOR if place and op.type in _COPY_OPS else \
+            _DEVICE_COLORS[places.index(place) % len(_DEVICE_COLORS)] if place else "#eeeeee"
+        label = f"#{i} {op.type}" + (f" ({place})" if place else "")
+        lines.append(f"  op{i} [shape=box, style=filled, fillcolor={_q(color)}, "
+                     f"label={_q(label)}];")
+        if place:
+            members.setdefault(place, []).append(f"op{i}")
+        if ops_only:
+            for name in op.input_arg_names:
+                if name in writer:
+                    lines.append(f"  op{writer[name]} -> op{i} [label={_q(name)}, "
+                                 "fontsize=8];")
+            writer.update((name, i) for name in op.output_arg_names)
+            continue
         for name in op.input_arg_names + op.output_arg_names:
             if name not in seen:
                 seen.add(name)
@@ -41,6 +83,8 @@ def program_to_dot(program: object) -> str:
             lines.append(f"  {_q('v:' + name)} -> op{i};")
         for name in op.output_arg_names:
             lines.append(f"  op{i} -> {_q('v:' + name)};")
+    if ops_only:
+        _clusters(lines, members)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -59,10 +103,16 @@ def graph_to_dot(graph: SSAGraph) -> str:
             lines.append(f"  {vid} [shape=ellipse, label={_q(f'{n}@{d}#{v}')}];")
         return vid
 
+    places = sorted({_place(node.op) for node in graph.nodes} - {""})
     for node in graph.nodes:
+        place = _place(node.op)
         color = "#ffd966" if node.device == ALL_DEVICES else \
+            _COPY_COLOR if place and node.type in _COPY_OPS else \
+            _DEVICE_COLORS[places.index(place) % len(_DEVICE_COLORS)] if place else \
             _DEVICE_COLORS[node.device % len(_DEVICE_COLORS)]
         where = "all devices" if node.device == ALL_DEVICES else f"device {node.device}"
+        if place:
+            where = place if graph.ndev == 1 else f"{where}, {place}"
         lines.append(f"  n{node.index} [shape=box, style=filled, fillcolor={_q(color)}, "
                      f"label={_q(f'#{node.index} {node.type} ({where})')}];")
         data_deps = set()

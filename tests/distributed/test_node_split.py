@@ -230,27 +230,37 @@ def _result(out):
     return json.loads(lines[-1]) if lines else None
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(90)
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_two_stages_in_two_processes_equal_the_unplaced_program(optimizer):
+def _train_pair(*extra, **env_vars):
+    """Both workers trained as processes (killed by pid in the end); their results."""
     eps = endpoints(2)
-    env = child_env(FLAGS_rpc_deadline="30000")
+    env = child_env(FLAGS_rpc_deadline="30000", **env_vars)
     procs = []
     try:
-        procs = [_worker(t, eps, env, "--optimizer", optimizer) for t in (0, 1)]
+        procs = [_worker(t, eps, env, *extra) for t in (0, 1)]
         outs = [p.communicate(timeout=75) for p in procs]
     finally:
         reap(procs)
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err
-    r0, r1 = (_result(o) for o, _ in outs)
+    return tuple(_result(o) for o, _ in outs)
+
+
+def _assert_equal_to_unplaced(r0, r1, optimizer="sgd"):
+    """Stage 1's losses and each stage's parameters equal the unplaced program's."""
     ref = node_job.reference(STEPS, optimizer)
     np.testing.assert_allclose(r1["losses"], ref["losses"], atol=1e-5)
-    assert r0["losses"] == []  # the loss is on stage 1
     for r, names in ((r0, ("fc_0.w_0", "fc_0.b_0")), (r1, ("fc_1.w_0", "fc_1.b_0"))):
         for name in names:
             np.testing.assert_allclose(r["params"][name], ref["params"][name], atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_two_stages_in_two_processes_equal_the_unplaced_program(optimizer):
+    r0, r1 = _train_pair("--optimizer", optimizer)
+    _assert_equal_to_unplaced(r0, r1, optimizer)
+    assert r0["losses"] == []  # the loss is on stage 1
     # what the transport carried: the activation forward, its gradient backward, once a step
     act = 4 * node_job.BATCH * node_job.HIDDEN
     assert r0["carried"] == {"fc_0.tmp_2": [STEPS, STEPS * act]}
@@ -260,22 +270,8 @@ def test_two_stages_in_two_processes_equal_the_unplaced_program(optimizer):
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_two_processes_with_four_microbatches_pipeline_and_equal_the_unplaced_program():
-    eps = endpoints(2)
-    env = child_env(FLAGS_rpc_deadline="30000")
-    procs = []
-    try:
-        procs = [_worker(t, eps, env, "--microbatches", "4") for t in (0, 1)]
-        outs = [p.communicate(timeout=75) for p in procs]
-    finally:
-        reap(procs)
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-    r0, r1 = (_result(o) for o, _ in outs)
-    ref = node_job.reference(STEPS)
-    np.testing.assert_allclose(r1["losses"], ref["losses"], atol=1e-5)
-    for r, names in ((r0, ("fc_0.w_0", "fc_0.b_0")), (r1, ("fc_1.w_0", "fc_1.b_0"))):
-        for name in names:
-            np.testing.assert_allclose(r["params"][name], ref["params"][name], atol=1e-5)
+    r0, r1 = _train_pair("--microbatches", "4")
+    _assert_equal_to_unplaced(r0, r1)
     # each micro-batch's activation crosses on its own (stage 0 goes on with the next)
     quarter = 4 * node_job.BATCH * node_job.HIDDEN // 4
     assert r0["carried"] == {f"fc_0.tmp_2@MB{m}": [STEPS, STEPS * quarter] for m in range(4)}
@@ -286,22 +282,8 @@ def test_two_processes_with_four_microbatches_pipeline_and_equal_the_unplaced_pr
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_hybrid_two_stages_each_data_parallel_on_two_devices_equal_the_unplaced_program():
-    eps = endpoints(2)
-    env = child_env(FLAGS_rpc_deadline="30000", CPU_NUM="2")
-    procs = []
-    try:
-        procs = [_worker(t, eps, env, "--placed", "hybrid") for t in (0, 1)]
-        outs = [p.communicate(timeout=75) for p in procs]
-    finally:
-        reap(procs)
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err
-    r0, r1 = (_result(o) for o, _ in outs)
-    ref = node_job.reference(STEPS)
-    np.testing.assert_allclose(r1["losses"], ref["losses"], atol=1e-5)
-    for r, names in ((r0, ("fc_0.w_0", "fc_0.b_0")), (r1, ("fc_1.w_0", "fc_1.b_0"))):
-        for name in names:
-            np.testing.assert_allclose(r["params"][name], ref["params"][name], atol=1e-5)
+    r0, r1 = _train_pair("--placed", "hybrid", CPU_NUM="2")
+    _assert_equal_to_unplaced(r0, r1)
     # replica i's half of the activation (and of its gradient) goes to replica i
     half = 4 * node_job.BATCH * node_job.HIDDEN // 2
     assert r0["carried"] == {f"fc_0.tmp_2@replica{i}": [STEPS, STEPS * half] for i in (0, 1)}

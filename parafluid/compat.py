@@ -64,7 +64,6 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
     "layers.DynamicRNN": ("DynamicRNN", "not ported yet; use sequence ops over LoD inputs"),
     "layers.beam_search": ("beam search decoding", "not ported"),
     "layers.beam_search_decode": ("beam search decoding", "not ported"),
-    "layers.warpctc": ("warpctc", "not ported"),
 }
 
 

@@ -28,7 +28,7 @@ import torch
 
 from .dtypes import convert_dtype, to_numpy
 from .ops.registry import shapes_compatible
-from .scope import LoDTensor, ScopeVariable, SelectedRows, as_numpy
+from .scope import LoDTensor, OneElementArray, ScopeVariable, SelectedRows, as_numpy
 from .variable import Variable, unknown_name_message, var_names
 
 __all__ = ["fetch_names", "as_feed_tensor", "as_lod_tensor", "FeedSplitter", "fetch_value",
@@ -93,14 +93,21 @@ def fetch_value(name: str, value: Any, return_numpy: bool) -> Any:
 
 
 def merge_fetches(name: str, values: list[Any], return_numpy: bool, return_merged: bool) -> Any:
-    """Per-device values of one fetch target: concatenated along dim 0, or the list."""
+    """Per-device values of one fetch target: concatenated along dim 0, or the list. A
+    merged LoDTensor (``return_numpy=False``) carries the devices' LoDs appended."""
     if not return_merged:
         return [fetch_value(name, v, return_numpy) for v in values]
     if return_numpy:
-        return np.concatenate([np.atleast_1d(_numpy_view(v)) for v in values])
+        merged = np.concatenate([np.atleast_1d(_numpy_view(v)) for v in values])
+        # NOTE: one device's [1] loss converts with float() as the Executor's does; one row
+        # per device ([ndev]) is refused by numpy as in Fluid: take np.mean(loss)
+        return merged.view(OneElementArray) if merged.shape == (1,) else merged
+    from .lod import attach_lod, get_lod, merge_lods
+
     dense = [as_numpy(v) for v in values]
-    return as_lod_tensor(name, torch.from_numpy(np.concatenate([np.atleast_1d(v)
-                                                                for v in dense])))
+    merged = torch.from_numpy(np.concatenate([np.atleast_1d(v) for v in dense]))
+    lods = [get_lod(v) if isinstance(v, torch.Tensor) else None for v in values]
+    return as_lod_tensor(name, attach_lod(merged, merge_lods(lods)))
 
 
 def missing_value_message(block: Any, name: str, feed: dict[str, Any]) -> str:
@@ -118,7 +125,8 @@ class FeedSplitter:
     """Turns a data-parallel run's feed into one dict of tensors per device.
 
     A dict feed is split along dim 0 (``batch // n`` rows each, the last device also gets the
-    remainder); a list feed gives one dict per device as is. Numpy feeds already checked
+    remainder), or by whole sequences when it holds LoDTensors (``_SequenceSplit``); a list
+    feed gives one dict per device as is. Numpy feeds already checked
     against the program (same name, dtype, shape) are fed as views without checking again.
     """
 
@@ -159,7 +167,8 @@ class FeedSplitter:
     def _split_dict(self, feed: dict[str, Any], block: Any) -> list[dict[str, Any]]:
         n = len(self.devices)
         per: list[dict[str, Any]] = [{} for _ in range(n)]
-        checked = self._checked
+        sequences = _SequenceSplit.of(feed, n)
+        checked = self._checked if sequences is None else {}
         for name, value in feed.items():
             bounds = checked.get((name, value.dtype, value.shape)) \
                 if type(value) is np.ndarray else None
@@ -171,16 +180,78 @@ class FeedSplitter:
                     per[d][name] = t[a:b]
                 continue
             var = block._find_var_recursive(name)
-            pieces = _split_value(name, value, n, var)
+            if sequences is not None and (name in sequences.lods or (
+                    not (var is not None and var.persistable)
+                    and _rows(value) in (sequences.count, sequences.steps))):
+                pieces = sequences.split(name, value, var)
+            else:
+                pieces = _split_value(name, value, n, var)
             for d in range(n):
                 per[d][name] = as_feed_tensor(block, name, pieces[d], self.devices[d])
-            if type(value) is np.ndarray and var is not None and not var.persistable \
-                    and self.devices[0].type == "cpu":
+            if sequences is None and type(value) is np.ndarray and var is not None \
+                    and not var.persistable and self.devices[0].type == "cpu":
                 k = int(value.shape[0]) // n
                 checked[(name, value.dtype, value.shape)] = \
                     [(d * k, (d + 1) * k) for d in range(n - 1)] + \
                     [((n - 1) * k, int(value.shape[0]))]
         return per
+
+
+class _SequenceSplit:
+    """How a dict feed holding LoDTensors is split over ``n`` devices: by whole top-level
+    sequences, never through one.
+
+    Every LoDTensor of the feed must hold the same number of top-level sequences; each is cut
+    into the same per-device counts (``count // n``, the last device also the remainder, as
+    rows are). A feed without LoD whose rows are one per sequence (a label) is cut into those
+    same counts; one whose rows are one per step of the (first) LoDTensor is cut at its
+    sequence boundaries; any other feed is split by rows as usual.
+    """
+
+    def __init__(self, lods: dict[str, list[list[int]]], n: int) -> None:
+        from .lod import sequence_ranges, slice_lod
+
+        self.lods = lods
+        first, lod = next(iter(lods.items()))
+        self.count = len(lod[0]) - 1
+        for name, other in lods.items():
+            if len(other[0]) - 1 != self.count:
+                raise ValueError(
+                    f"feeds {first!r} and {name!r} are LoDTensors with different numbers of "
+                    f"top-level sequences ({self.count} and {len(other[0]) - 1}): a "
+                    "data-parallel run splits them over the devices by whole sequences and "
+                    "needs the same count in every LoD feed of a step")
+        ranges = sequence_ranges(self.count, n, f"feed {first!r}")
+        self.ranges = ranges
+        self.steps = lod[-1][-1]
+        self.step_ranges = [slice_lod(lod, a, b)[0] for a, b in ranges]
+        self._slice_lod = slice_lod
+
+    @classmethod
+    def of(cls, feed: dict[str, Any], n: int) -> _SequenceSplit | None:
+        """The split of ``feed`` when it holds a LoDTensor with a LoD, else None."""
+        lods = {name: value.lod() for name, value in feed.items()
+                if isinstance(value, LoDTensor) and value.lod()}
+        return cls(lods, n) if lods else None
+
+    def split(self, name: str, value: Any, var: Variable | None) -> list[Any]:
+        """``value`` cut into one piece per device (LoDTensors keep their LoD)."""
+        if name in self.lods:
+            lod = self.lods[name]
+            pieces = []
+            for a, b in self.ranges:
+                (r0, r1), piece_lod = self._slice_lod(lod, a, b)
+                holder = ScopeVariable(name)
+                holder.value, holder.lod = value.value[r0:r1], piece_lod
+                pieces.append(LoDTensor(holder))
+            return pieces
+        if isinstance(value, LoDTensor):
+            value = value.value
+        if not isinstance(value, torch.Tensor):
+            value = _as_array(name, value, var)  # as the Executor does
+        rows = _rows(value)
+        bounds = self.ranges if rows == self.count else self.step_ranges
+        return [value[a:b] for a, b in bounds]
 
 
 def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[Any]:

@@ -29,8 +29,8 @@ import torch
 from .scope import LoDTensor
 
 __all__ = ["create_lod_tensor", "create_random_int_lodtensor", "split_by_sequences",
-           "lengths_to_offsets", "offsets_to_lengths", "attach_lod", "get_lod", "require_lod",
-           "lod_feed_tensor"]
+           "sequence_ranges", "slice_lod", "merge_lods", "lengths_to_offsets",
+           "offsets_to_lengths", "attach_lod", "get_lod", "require_lod", "lod_feed_tensor"]
 
 LOD_ATTR = "_parafluid_lod"  # the attribute of a run-time tensor holding its LoD
 
@@ -122,11 +122,12 @@ def create_random_int_lodtensor(recursive_seq_lens: Sequence[Sequence[int]],
 
 
 def split_by_sequences(tensor: LoDTensor, parts: int) -> list[LoDTensor]:
-    """Cut a one-level LoDTensor into ``parts`` LoDTensors of whole sequences (``n // parts``
+    """Cut a LoDTensor into ``parts`` LoDTensors of whole top-level sequences (``n // parts``
     sequences each, the last part also the remainder), e.g. one per device.
 
-    A data-parallel run fed a dict splits every array by rows, which cuts sequences apart;
-    feed a list of one dict per device built with this instead.
+    This is what a data-parallel run does with a dict feed's LoDTensors; it is also useful to
+    build a list feed of one dict per device by hand. With several LoD levels the cut is at
+    the top level (a paragraph is never split across devices) and every level is re-based.
 
     Example::
 
@@ -137,24 +138,70 @@ def split_by_sequences(tensor: LoDTensor, parts: int) -> list[LoDTensor]:
     if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
         raise ValueError(f"split_by_sequences: parts must be a positive int, got {parts!r}")
     lod = tensor.lod()
-    if len(lod) != 1:
-        raise ValueError(f"split_by_sequences: needs a tensor with one LoD level, got "
-                         f"{len(lod)} levels")
-    offsets = lod[0]
-    n = len(offsets) - 1
-    if n < parts:
-        raise ValueError(f"split_by_sequences: {n} sequences cannot be split over {parts} "
-                         "parts; use fewer devices or a larger batch")
-    arr = np.array(tensor)
-    k = n // parts
-    bounds = [i * k for i in range(parts)] + [n]
+    if not lod:
+        raise ValueError("split_by_sequences: the tensor has no LoD (set one with set_lod or "
+                         "create_lod_tensor)")
+    value = tensor.value
+    if value is None:
+        raise ValueError("split_by_sequences: the LoDTensor has no value; call .set(array)")
     out = []
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in sequence_ranges(len(lod[0]) - 1, parts, "split_by_sequences"):
+        rows, piece_lod = slice_lod(lod, a, b)
         piece = LoDTensor()
-        piece.set(arr[offsets[a]:offsets[b]])
-        piece.set_lod([[o - offsets[a] for o in offsets[a:b + 1]]])
+        piece._holder.value = value[rows[0]:rows[1]]
+        piece.set_lod(piece_lod)
         out.append(piece)
     return out
+
+
+def sequence_ranges(sequences: int, parts: int, where: str) -> list[tuple[int, int]]:
+    """``[start, end)`` sequence indices of each of ``parts`` parts: ``sequences // parts``
+    each, the last part also the remainder (as rows are split over devices)."""
+    if sequences < parts:
+        raise ValueError(f"{where}: {sequences} sequences cannot be split over {parts} "
+                         "devices, so some device would get no data; use fewer devices or a "
+                         "larger batch (at least one sequence per device)")
+    k = sequences // parts
+    bounds = [i * k for i in range(parts)] + [sequences]
+    return list(zip(bounds, bounds[1:]))
+
+
+def slice_lod(lod: Sequence[Sequence[int]], start: int,
+              end: int) -> tuple[tuple[int, int], list[list[int]]]:
+    """Top-level sequences ``[start, end)`` of a LoD: the rows they cover and their own LoD
+    (every level re-based to start at 0).
+
+    Example::
+
+        slice_lod([[0, 2, 3], [0, 1, 4, 6]], 1, 2)   # ((4, 6), [[0, 1], [0, 2]])
+    """
+    out = []
+    a, b = start, end
+    for level in lod:
+        offsets = [int(o) for o in level[a:b + 1]]
+        out.append([o - offsets[0] for o in offsets])
+        a, b = offsets[0], offsets[-1]
+    return (a, b), out
+
+
+def merge_lods(lods: Sequence[Sequence[Sequence[int]]]) -> list[list[int]] | None:
+    """The LoD of per-device values stacked along dim 0 (a merged fetch): each level's
+    offsets appended, shifted; None unless every part has a LoD of the same depth.
+
+    Example::
+
+        merge_lods([[[0, 2, 3]], [[0, 4]]])   # [[0, 2, 3, 7]]
+    """
+    if not lods or any(not lod or len(lod) != len(lods[0]) for lod in lods):
+        return None
+    merged = []
+    for i in range(len(lods[0])):
+        level = [0]
+        for lod in lods:
+            base = level[-1]
+            level.extend(base + int(o) for o in lod[i][1:])
+        merged.append(level)
+    return merged
 
 
 # ----------------------------------------------------------------------------- run time

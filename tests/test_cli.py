@@ -114,6 +114,23 @@ def test_data_parallel_training_on_two_cpu_devices(tmp_path, capsys) -> None:
     losses = [float(v) for v in re.findall(r"loss ([\d.]+)", out)]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert float(re.search(r"test accuracy ([\d.]+)", out)[1]) > 0.8
+    # the note (when data parallelism did not pay on this machine) names both step times
+    note = re.search(r"note: data parallelism does not pay .* ([\d.]+) ms on 2 devices vs "
+                     r"([\d.]+) ms on 1", out)
+    assert note is None or float(note[1]) > float(note[2])
+
+
+def test_data_parallel_note_compares_with_a_measured_single_device_step() -> None:
+    from parafluid.digits import TrainConfig, _data_parallel_note, build_model
+
+    cfg = TrainConfig(epochs=1, batch_size=32, hidden=(16,), seed=1, devices=2)
+    net = build_model(cfg)
+    x, y, _, _ = load_data()
+    note = _data_parallel_note(net, x, y, cfg, parallel_step=10.0)
+    assert note.startswith("note: data parallelism does not pay for a model this small: a "
+                           "step took 10000.00 ms on 2 devices vs ")
+    assert "Use --devices 1" in note
+    assert _data_parallel_note(net, x, y, cfg, parallel_step=0.0) is None
 
 
 def test_batch_smaller_than_devices_is_a_usage_error(tmp_path, capsys) -> None:

@@ -10,7 +10,7 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy",
            "auc", "sigmoid_cross_entropy_with_logits", "log_loss", "huber_loss", "label_smooth",
-           "hsigmoid", "nce"]
+           "hsigmoid", "nce", "warpctc"]
 
 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
@@ -280,3 +280,35 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
                             else int(num_neg_samples),
                             "sampler": sampler, "seed": int(seed), "is_sparse": is_sparse})
     return cost
+
+
+def warpctc(input: Variable, label: Variable, blank: int = 0, norm_by_times: bool = False,
+            input_length: Variable | None = None,
+            label_length: Variable | None = None) -> Variable:
+    """CTC loss of unnormalized logits against int label sequences (Fluid 1.6's warpctc):
+    ``[N, 1]``, ``-log p(label | input)`` per sequence; the op applies softmax itself.
+
+    LoD form: ``input [steps, C]`` and ``label [label steps, 1]`` (int32/int64), both with
+    ``lod_level=1``. Padded form: ``input [Tmax, N, C]`` (time-major), ``label [N, Smax]``,
+    and int64 ``input_length [N]``, ``label_length [N]``. ``C`` counts the blank class, whose
+    index is ``blank``; ``norm_by_times`` divides each sequence's *gradient* by its number of
+    steps (the loss is unchanged, as in Fluid).
+
+    Example::
+
+        logits = fluid.layers.fc(features, size=num_classes + 1)   # features: LoD steps
+        cost = fluid.layers.warpctc(input=logits, label=label, blank=num_classes)
+        avg_cost = fluid.layers.mean(cost)
+    """
+    if not isinstance(blank, int) or isinstance(blank, bool) or blank < 0:
+        raise ValueError(f"warpctc: blank must be a non-negative int, got {blank!r}")
+    if (input_length is None) != (label_length is None):
+        raise ValueError("warpctc: give both input_length and label_length (padded input) or "
+                         "neither (LoD input)")
+    inputs: dict[str, Any] = {"Logits": [input], "Label": [label]}
+    if input_length is not None:
+        inputs["LogitsLength"] = [input_length]
+        inputs["LabelLength"] = [label_length]
+    return _one("warpctc", inputs, "Loss",
+                {"blank": blank, "norm_by_times": bool(norm_by_times)}, input.dtype,
+                extra=("WarpCTCGrad",))

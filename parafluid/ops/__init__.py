@@ -6,6 +6,7 @@ from . import clip
 from . import collective_init
 from . import comm
 from . import crf
+from . import ctc
 from . import fused
 from . import index
 from . import logic

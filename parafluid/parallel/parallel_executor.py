@@ -184,7 +184,8 @@ class ParallelExecutor:
             fetch_list: Variables or names; each comes back concatenated over devices
                 along dim 0 (a ``[1]`` loss becomes ``[device_count]``).
             feed: a dict (each array is split along dim 0 over the devices: ``batch // n``
-                rows each, the last device also gets the remainder) or a list of one dict
+                rows each, the last device also gets the remainder; LoDTensors by whole
+                sequences, see ``feed_fetch._SequenceSplit``) or a list of one dict
                 per device (fed as is).
             feed_dict: deprecated alias of ``feed``.
             return_numpy: numpy arrays (else LoDTensors).

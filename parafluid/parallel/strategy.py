@@ -60,6 +60,9 @@ class _Strategy:
         return f"{type(self).__name__}({fields})"
 
 
+_OPTIONAL_BOOL = "None, False or True"  # a field kind: Fluid's boost::optional<bool>
+
+
 def _check_field(cls: str, name: str, kind: Any, value: Any) -> Any:
     if kind is bool:
         if not isinstance(value, (bool, int)) or isinstance(value, float):
@@ -77,6 +80,17 @@ def _check_field(cls: str, name: str, kind: Any, value: Any) -> Any:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise TypeError(f"{cls}.{name} must be a list of str, got {value!r}")
         return list(value)
+    if kind is set:
+        if not isinstance(value, (set, frozenset, list, tuple)) or \
+                not all(isinstance(v, str) for v in value):
+            raise TypeError(f"{cls}.{name} must be a set of str (op types), got {value!r}")
+        return set(value)
+    if kind is _OPTIONAL_BOOL:
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise TypeError(f"{cls}.{name} must be None, False or True, got {value!r}")
+        return value
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         if isinstance(value, kind):
             return value
@@ -99,6 +113,9 @@ class ExecutionStrategy(_Strategy):
             so does parafluid (setting it to True warns).
         use_experimental_executor: accepted; parafluid has one scheduler, the design of
             Fluid's experimental fast-threaded executor, whatever the value.
+        use_cuda, use_thread_barrier: accepted, no effect (the places decide the devices; the
+            thread barrier belongs to Fluid's asynchronous pserver executor).
+        _dry_run: accepted; parafluid always runs the ops (setting True warns).
         check_nan_inf: check every op's outputs on every device and raise, naming the op,
             the device and the variable, at the first NaN or Inf, before any parameter is
             updated (as ``FLAGS_check_nan_inf=1`` in the environment does). Off by default.
@@ -116,6 +133,9 @@ class ExecutionStrategy(_Strategy):
         "num_iteration_per_run": (int, 1),
         "allow_op_delay": (bool, False),
         "use_experimental_executor": (bool, False),
+        "use_cuda": (bool, True),
+        "use_thread_barrier": (bool, False),
+        "_dry_run": (bool, False),
         "check_nan_inf": (bool, False),
     }
 
@@ -156,14 +176,18 @@ class BuildStrategy(_Strategy):
         fuse_all_reduce_ops: one all-reduce per group of gradients (AllReduce mode only).
         fuse_elewise_add_act_ops: fuse ``elementwise_add`` + activation into one op.
         sync_batch_norm: batch_norm statistics over all devices (forward and backward).
-        memory_optimize: free each temporary as soon as its last reader has run.
+        memory_optimize: free each temporary as soon as its last reader has run (None, the
+            default, is Fluid's "let the framework decide": off).
         enable_inplace: an elementwise/activation op writes into its dead input's buffer.
         enable_sequential_execution: every device runs its ops in program order.
         debug_graphviz_path: write dot files of the program and of the multi-device graph.
         fuse_all_optimizer_ops, fuse_relu_depthwise_conv, fuse_broadcast_ops,
         remove_unnecessary_lock, enable_backward_optimizer_op_deps,
-        use_hierarchical_allreduce: accepted; they have no effect in parafluid (a warning says
-            so when one is turned on).
+        use_hierarchical_allreduce, is_distribution, async_mode: accepted; they have no effect
+            in parafluid (a warning says so when one is turned on).
+        cache_runtime_context, mkldnn_enabled_op_types, nccl_comm_num,
+        hierarchical_allreduce_inter_nranks: performance knobs of Fluid's C++ engine,
+            accepted with Fluid's defaults and types; no effect (no warning).
         num_trainers, trainer_id, trainers_endpoints: the multi-process setting
             (``nranks = num_trainers * devices``).
         num_microbatches: split each batch into this many micro-batches, GPipe-style, so
@@ -190,11 +214,17 @@ class BuildStrategy(_Strategy):
         "fuse_relu_depthwise_conv": (bool, False),
         "fuse_broadcast_ops": (bool, False),
         "sync_batch_norm": (bool, False),
-        "memory_optimize": (bool, False),
+        "memory_optimize": (_OPTIONAL_BOOL, None),
         "enable_inplace": (bool, False),
         "remove_unnecessary_lock": (bool, True),
         "enable_backward_optimizer_op_deps": (bool, False),
         "use_hierarchical_allreduce": (bool, False),
+        "hierarchical_allreduce_inter_nranks": (int, 0),
+        "nccl_comm_num": (int, 1),
+        "is_distribution": (bool, False),
+        "async_mode": (bool, False),
+        "cache_runtime_context": (bool, False),
+        "mkldnn_enabled_op_types": (set, set),
         "num_trainers": (int, 1),
         "trainer_id": (int, 0),
         "trainers_endpoints": (list, list),
@@ -202,8 +232,6 @@ class BuildStrategy(_Strategy):
     }
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "memory_optimize" and value is None:
-            value = False  # Fluid 1.6 uses None for "decide for me"; parafluid decides: off
         super().__setattr__(name, value)
         if name == "num_trainers" and value < 1:
             object.__setattr__(self, name, 1)
@@ -211,6 +239,9 @@ class BuildStrategy(_Strategy):
         if name == "trainer_id" and value < 0:
             object.__setattr__(self, name, 0)
             raise ValueError(f"BuildStrategy.trainer_id must be >= 0, got {value}")
+        if name == "nccl_comm_num" and value < 1:
+            object.__setattr__(self, name, 1)
+            raise ValueError(f"BuildStrategy.nccl_comm_num must be >= 1, got {value}")
         if name == "num_microbatches" and value < 1:
             object.__setattr__(self, name, 1)
             raise ValueError(f"BuildStrategy.num_microbatches must be >= 1, got {value}")
@@ -225,6 +256,10 @@ _NO_EFFECT = {
     "enable_backward_optimizer_op_deps": "parafluid orders optimizer ops by data dependencies "
                                          "only",
     "use_hierarchical_allreduce": "in-process all-reduce has a single level",
+    "is_distribution": "parameter-server training runs through the send/recv ops that "
+                       "fluid.DistributeTranspiler puts in the program",
+    "async_mode": "asynchronous parameter-server training is chosen when transpiling "
+                  "(DistributeTranspiler(...).transpile(..., sync_mode=False))",
 }
 
 
@@ -249,6 +284,9 @@ def strategy_warnings(build: BuildStrategy, exec_: ExecutionStrategy, nranks: in
     for name, why in _NO_EFFECT.items():
         if getattr(build, name):
             out.append(f"BuildStrategy.{name} has no effect: {why}")
+    if exec_._dry_run:
+        out.append("ExecutionStrategy._dry_run has no effect: parafluid always runs the ops "
+                   "(time the scheduler with fluid.profiler instead)")
     if exec_.allow_op_delay:
         out.append("ExecutionStrategy.allow_op_delay has no effect (Fluid documents it as "
                    "invalid; communication ops already run as soon as their inputs are ready)")

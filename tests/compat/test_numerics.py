@@ -153,3 +153,27 @@ def test_save_inference_model_not_for_deployment_keeps_the_whole_program(tmp_pat
     program, feeds, fetches = fluid.io.decode_model(data)
     types = [op.type for op in program.global_block().ops]
     assert "adam" in types and types[-1] == "scale" and fetches == names
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_data_parallel_losses_convert_as_in_fluid(devices):
+    """One device: the merged [1] loss converts like the Executor's. Several: one row per
+    device, which numpy refuses to float() as Fluid's numpy did; np.mean and loss[0] work."""
+    from parafluid import compiler
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        loss = fluid.layers.mean(x)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    program = compiler.CompiledProgram(main).with_data_parallel(
+        places=fluid.cpu_places(devices))
+    merged, = exe.run(program, feed={"x": np.ones((4, 3), "float32")}, fetch_list=[loss])
+    assert merged.shape == (devices,) and float(np.mean(merged)) == 1.0 and merged[0] == 1.0
+    if devices == 1:
+        assert float(merged) == 1.0 and int(merged) == 1
+    else:
+        assert type(merged) is np.ndarray
+        with pytest.raises(TypeError):
+            float(merged)

@@ -43,8 +43,78 @@ def test_fields_are_type_checked() -> None:
         bs.fuse_everything = True
     with pytest.raises(TypeError, match="debug_graphviz_path must be a str"):
         bs.debug_graphviz_path = 3
-    bs.memory_optimize = None  # Fluid 1.6's "undecided"
-    assert bs.memory_optimize is False
+    bs.memory_optimize = True
+    bs.memory_optimize = None  # Fluid 1.6's "undecided" (off here)
+    assert bs.memory_optimize is None
+    with pytest.raises(TypeError, match="memory_optimize must be None, False or True"):
+        bs.memory_optimize = 1
+    with pytest.raises(TypeError, match="mkldnn_enabled_op_types must be a set of str"):
+        bs.mkldnn_enabled_op_types = "conv2d"
+    bs.mkldnn_enabled_op_types = ["conv2d", "pool2d"]
+    assert bs.mkldnn_enabled_op_types == {"conv2d", "pool2d"}
+    with pytest.raises(ValueError, match="nccl_comm_num must be >= 1, got 0"):
+        bs.nccl_comm_num = 0
+    with pytest.raises(TypeError, match="use_thread_barrier must be a bool"):
+        es.use_thread_barrier = "yes"
+
+
+# every property of Fluid 1.6's pybind BuildStrategy / ExecutionStrategy, with its default
+FLUID_16_BUILD = {
+    "reduce_strategy": RS.AllReduce, "gradient_scale_strategy": GS.CoeffNumDevice,
+    "debug_graphviz_path": "", "enable_sequential_execution": False,
+    "remove_unnecessary_lock": True, "num_trainers": 1, "trainers_endpoints": [],
+    "trainer_id": 0, "nccl_comm_num": 1, "use_hierarchical_allreduce": False,
+    "hierarchical_allreduce_inter_nranks": 0, "fuse_elewise_add_act_ops": False,
+    "fuse_relu_depthwise_conv": False, "fuse_broadcast_ops": False,
+    "fuse_all_optimizer_ops": False, "sync_batch_norm": False, "memory_optimize": None,
+    "is_distribution": False, "async_mode": False, "enable_inplace": False,
+    "fuse_all_reduce_ops": False, "enable_backward_optimizer_op_deps": False,
+    "cache_runtime_context": False, "mkldnn_enabled_op_types": set(),
+}
+FLUID_16_EXEC = {
+    "num_threads": 0, "use_cuda": True, "allow_op_delay": False,
+    "num_iteration_per_drop_scope": 100, "num_iteration_per_run": 1, "_dry_run": False,
+    "use_experimental_executor": False, "use_thread_barrier": False,
+}
+
+
+def _other(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (RS, GS)):
+        return type(value)(1)
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return "graph"
+    if value is None:
+        return True
+    return type(value)(["a"])
+
+
+@pytest.mark.parametrize("cls, fields", [(fluid.BuildStrategy, FLUID_16_BUILD),
+                                         (fluid.ExecutionStrategy, FLUID_16_EXEC)])
+def test_every_fluid_1_6_field_is_settable_with_fluid_defaults(cls, fields) -> None:
+    strategy = cls()
+    for name, default in fields.items():
+        assert getattr(strategy, name) == default, name
+        setattr(strategy, name, _other(default))
+        assert getattr(strategy, name) == _other(default), name
+        setattr(strategy, name, default)
+    with pytest.raises(TypeError, match=r"must be (a bool|None, False or True|an int)"):
+        setattr(strategy, next(n for n, v in fields.items() if isinstance(v, bool)), "on")
+
+
+def test_fluid_only_flags_that_change_nothing_warn() -> None:
+    bs, es = fluid.BuildStrategy(), fluid.ExecutionStrategy()
+    bs.async_mode = bs.is_distribution = True
+    es._dry_run = True
+    bs.cache_runtime_context = True   # a pure performance knob: silently accepted
+    bs.nccl_comm_num = 2
+    text = " ".join(strategy_warnings(bs, es, 2, True))
+    assert "async_mode has no effect" in text and "is_distribution has no effect" in text
+    assert "_dry_run has no effect" in text
+    assert "cache_runtime_context" not in text and "nccl_comm_num" not in text
 
 
 def test_warnings_for_fields_that_cannot_apply() -> None:

@@ -1,0 +1,153 @@
+"""``warpctc``: the CTC loss of Fluid 1.6 (its warp-ctc op), over LoD or padded sequences.
+
+The input is *unnormalized* logits; the op applies log-softmax over the classes itself, as
+warp-ctc does. Per sequence, ``Loss = -log p(label | logits)``, summed over every alignment
+of the label (with ``blank`` between and around its tokens) to the input steps. Two layouts,
+as in Fluid:
+
+- LoD: ``Logits [steps, C]`` and int ``Label [label steps, 1]``, both carrying one sequence
+  per LoD entry;
+- padded: ``Logits [Tmax, N, C]`` (time-major), ``Label [N, Smax]``, plus int64
+  ``LogitsLength [N]`` and ``LabelLength [N]``.
+
+``Loss`` is ``[N, 1]``. As Fluid's op, the forward also writes ``WarpCTCGrad``, the gradient
+of each sequence's loss w.r.t. its logits, padded and time-major ``[Tmax, N, C]``; the
+gradient op only scales it by ``Loss@GRAD`` (and by ``1 / steps`` with ``norm_by_times``,
+which like Fluid's scales the gradient only, not the loss) and unpads it.
+
+The kernels are PyTorch's CTC kernels called directly (``aten::_ctc_loss`` and
+``aten::_ctc_loss_backward``: alpha-beta recursions, no autograd).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..lod import require_lod
+from .registry import Meta, register_op
+
+__all__: list[str] = []
+
+_INT = ("int32", "int64")
+
+
+def _ctc_shape(ins: dict, attrs: dict) -> dict:
+    logits, label = ins["Logits"], ins["Label"]
+    padded = ins.get("LogitsLength") is not None
+    if (ins.get("LabelLength") is not None) != padded:
+        raise ValueError("warpctc: give both LogitsLength and LabelLength (padded input) or "
+                         "neither (LoD input)")
+    if label.dtype not in _INT:
+        raise TypeError(f"warpctc: Label must be int32 or int64 tokens, got {label.dtype}")
+    classes = logits.shape[-1]
+    blank = attrs.get("blank", 0)
+    if classes > 0 and not 0 <= blank < classes:
+        raise ValueError(f"warpctc: blank must be in [0, {classes}) (the classes of Logits, "
+                         f"blank included), got {blank}")
+    if padded:
+        if len(logits.shape) != 3 or len(label.shape) != 2:
+            raise ValueError(f"warpctc: padded input needs Logits [Tmax, N, C] (time-major) "
+                             f"and Label [N, Smax]; got {list(logits.shape)} and "
+                             f"{list(label.shape)}")
+        return {"Loss": Meta((logits.shape[1], 1), logits.dtype),
+                "WarpCTCGrad": Meta(tuple(logits.shape), logits.dtype)}
+    if len(logits.shape) != 2:
+        raise ValueError(f"warpctc: LoD input needs Logits [steps, C] (one sequence per LoD "
+                         f"entry), got {list(logits.shape)}; for [Tmax, N, C] give "
+                         "input_length and label_length")
+    return {"Loss": Meta((-1, 1), logits.dtype),
+            "WarpCTCGrad": Meta((-1, -1, classes), logits.dtype)}
+
+
+def _lengths(t: torch.Tensor, n: int, what: str) -> list[int]:
+    lengths = [int(v) for v in t.reshape(-1).tolist()]
+    if len(lengths) != n:
+        raise ValueError(f"warpctc: {what} has {len(lengths)} entries for {n} sequences")
+    if any(v < 0 for v in lengths):
+        raise ValueError(f"warpctc: {what} holds a negative length: {lengths}")
+    return lengths
+
+
+def _padded_inputs(ins: dict) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """Time-major logits, ``[N, Smax]`` targets and both lengths, from either layout."""
+    logits, label = ins["Logits"], ins["Label"]
+    if ins.get("LogitsLength") is not None:
+        n = logits.shape[1]
+        t_len = _lengths(ins["LogitsLength"], n, "LogitsLength")
+        s_len = _lengths(ins["LabelLength"], n, "LabelLength")
+        if max(t_len, default=0) > logits.shape[0] or max(s_len, default=0) > label.shape[1]:
+            raise ValueError(f"warpctc: a length exceeds the padded size (Logits has "
+                             f"{logits.shape[0]} steps, Label {label.shape[1]}; lengths "
+                             f"{t_len} and {s_len})")
+        return logits, label, t_len, s_len
+    offs = require_lod("warpctc", "Logits", logits)
+    label_offs = require_lod("warpctc", "Label", label)
+    if len(offs) != len(label_offs):
+        raise ValueError(f"warpctc: Logits holds {len(offs) - 1} sequences but Label "
+                         f"{len(label_offs) - 1}; give one label sequence per input sequence")
+    t_len = [b - a for a, b in zip(offs, offs[1:])]
+    s_len = [b - a for a, b in zip(label_offs, label_offs[1:])]
+    n, classes = len(t_len), logits.shape[1]
+    padded = logits.new_zeros((max(t_len, default=0), n, classes))
+    targets = label.new_zeros((n, max(s_len, default=0)))
+    flat = label.reshape(-1)
+    for i in range(n):
+        padded[:t_len[i], i] = logits[offs[i]:offs[i + 1]]
+        targets[i, :s_len[i]] = flat[label_offs[i]:label_offs[i + 1]]
+    return padded, targets, t_len, s_len
+
+
+def _check_tokens(targets: torch.Tensor, s_len: list[int], classes: int, blank: int) -> None:
+    for i, n in enumerate(s_len):
+        row = targets[i, :n]
+        if n and (int(row.min()) < 0 or int(row.max()) >= classes):
+            raise ValueError(f"warpctc: label of sequence {i} holds a token outside "
+                             f"[0, {classes}): {row.tolist()}")
+        if n and bool((row == blank).any()):
+            raise ValueError(f"warpctc: label of sequence {i} holds the blank token {blank}: "
+                             f"{row.tolist()}")
+
+
+def _warpctc(ins: dict, attrs: dict, ctx: Any) -> dict:
+    logits, targets, t_len, s_len = _padded_inputs(ins)
+    blank = int(attrs.get("blank", 0))
+    _check_tokens(targets, s_len, logits.shape[-1], blank)
+    n = logits.shape[1]
+    if n == 0:
+        return {"Loss": logits.new_zeros((0, 1)), "WarpCTCGrad": torch.zeros_like(logits)}
+    log_probs = torch.log_softmax(logits, dim=-1)
+    targets = targets.long()
+    nll, log_alpha = torch.ops.aten._ctc_loss(log_probs, targets, t_len, s_len, blank, False)
+    grad = torch.ops.aten._ctc_loss_backward(torch.ones_like(nll), log_probs, targets, t_len,
+                                             s_len, nll, log_alpha, blank, False)
+    # the kernel's gradient w.r.t. the log-probabilities, through log_softmax to the logits
+    grad = grad - torch.exp(log_probs) * grad.sum(-1, keepdim=True)
+    return {"Loss": nll.reshape(n, 1), "WarpCTCGrad": grad}
+
+
+def _warpctc_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    logits, grad, dloss = ins["Logits"], ins["WarpCTCGrad"], ins["Loss@GRAD"]
+    n = grad.shape[1]
+    if ins.get("LogitsLength") is not None:
+        t_len = _lengths(ins["LogitsLength"], n, "LogitsLength")
+    else:
+        offs = require_lod("warpctc", "Logits", logits)
+        t_len = [b - a for a, b in zip(offs, offs[1:])]
+    scale = dloss.reshape(1, n, 1).to(grad.dtype)
+    if attrs.get("norm_by_times", False):
+        steps = torch.tensor([max(t, 1) for t in t_len], dtype=grad.dtype, device=grad.device)
+        scale = scale / steps.reshape(1, n, 1)
+    scaled = grad * scale
+    if ins.get("LogitsLength") is not None:
+        return {"Logits@GRAD": scaled}
+    return {"Logits@GRAD": torch.cat([scaled[:t, i] for i, t in enumerate(t_len)])
+            if n else torch.zeros_like(logits)}
+
+
+register_op("warpctc", inputs=("Logits", "Label", "LogitsLength?", "LabelLength?"),
+            outputs=("WarpCTCGrad", "Loss"), attrs={"blank": 0, "norm_by_times": False},
+            infer_shape=_ctc_shape, kernel=_warpctc, grad_kernel=_warpctc_grad,
+            grad_uses=("Logits", "WarpCTCGrad", "LogitsLength"),
+            no_grad_inputs=("Label", "LogitsLength", "LabelLength"))

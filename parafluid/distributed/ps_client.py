@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from .rpc import RPCClient, wait_for_server
+from .deadline import rpc_deadline_seconds
+from .rpc import RPCClient, RPCError, RPCTimeoutError, wait_for_server
 from .wire import Kind
 
 __all__ = ["PServerClient", "ClientPool", "wait_for_server"]
@@ -41,39 +42,52 @@ class PServerClient:
     """
 
     def __init__(self, endpoint: str, trainer_id: int, deadline_s: float | None = None,
-                 secret: bytes | str | None = None) -> None:
+                 secret: bytes | str | None = None, pool: ClientPool | None = None) -> None:
         self._rpc = RPCClient(endpoint, deadline_s, secret, trainer_id=trainer_id)
         self.endpoint = self._rpc.endpoint
         self.trainer_id = int(trainer_id)
+        self._pool = pool
+
+    def _call(self, kind: Kind, name: str = "", value: Any = None) -> Any:
+        try:
+            return self._rpc.call(kind, name, value)
+        except RPCTimeoutError as e:
+            if self._pool is not None:
+                self._pool.explain_timeout(self.endpoint, e)  # raises, naming a dead pserver
+            raise
+
+    def ping(self, deadline_s: float) -> None:
+        """Return once the pserver answers a ping; RPCError (or its timeout) otherwise."""
+        self._rpc.call(Kind.PING, deadline_s=deadline_s)
 
     def send(self, name: str, value: Any) -> None:
         """Push a gradient (tensor or SelectedRows); returns once the pserver has it."""
-        self._rpc.call(Kind.SEND, name, value)
+        self._call(Kind.SEND, name, value)
 
     def send_barrier(self) -> None:
         """Tell the pserver this trainer sent all its gradients of the step."""
-        self._rpc.call(Kind.SEND_BARRIER)
+        self._call(Kind.SEND_BARRIER)
 
     def recv(self, name: str) -> torch.Tensor:
         """The current value of a parameter (block); in sync mode, after the step's update."""
-        return self._rpc.call(Kind.GET, name).value
+        return self._call(Kind.GET, name).value
 
     def fetch_barrier(self) -> None:
         """Tell the pserver this trainer read all its parameters of the step."""
-        self._rpc.call(Kind.FETCH_BARRIER)
+        self._call(Kind.FETCH_BARRIER)
 
     def prefetch(self, table: str, rows: Any) -> torch.Tensor:
         """Rows ``rows`` (int64 ids local to this pserver's shard) of lookup table ``table``."""
         ids = torch.as_tensor(rows, dtype=torch.int64).reshape(-1)
-        return self._rpc.call(Kind.PREFETCH, table, ids).value
+        return self._call(Kind.PREFETCH, table, ids).value
 
     def checkpoint_notify(self, dirname: str) -> None:
         """Ask the pserver to save its blocks under ``dirname`` (its own file system)."""
-        self._rpc.call(Kind.CHECKPOINT, "", dirname)
+        self._call(Kind.CHECKPOINT, "", dirname)
 
     def complete(self) -> None:
         """Tell the pserver this trainer is done (it leaves the fan-in)."""
-        self._rpc.call(Kind.COMPLETE)
+        self._call(Kind.COMPLETE)
 
     def close(self) -> None:
         self._rpc.close()
@@ -98,8 +112,34 @@ class ClientPool:
             c = self._clients.get(endpoint)
             if c is None:
                 c = self._clients[endpoint] = PServerClient(endpoint, self.trainer_id,
-                                                            self.deadline_s, self.secret)
+                                                            self.deadline_s, self.secret,
+                                                            pool=self)
             return c
+
+    def explain_timeout(self, endpoint: str, error: RPCTimeoutError) -> None:
+        """After a call to ``endpoint`` timed out: ping the other pservers this trainer
+        talked to, and if one does not answer, raise an error naming it.
+
+        A pserver waiting for a trainer that a dead pserver stopped holds this trainer's
+        request until the deadline; the timeout then names the live pserver, and the dead
+        one is the cause worth naming. Returns (the caller re-raises ``error``) when every
+        other pserver answers.
+        """
+        with self._lock:
+            others = [c for ep, c in self._clients.items() if ep != endpoint]
+        base = rpc_deadline_seconds() if self.deadline_s is None else self.deadline_s
+        probe = min(1.0, max(0.2, base / 4))
+        dead = []
+        for c in others:
+            try:
+                c.ping(probe)
+            except RPCError:
+                dead.append(c.endpoint)
+        if dead:
+            raise RPCTimeoutError(
+                f"{error}; pserver {', '.join(dead)} of this job does not answer a ping "
+                f"either (within {probe:.1f} s): it is down or stuck, the likely cause "
+                f"(trainer {self.trainer_id})") from error
 
     @property
     def endpoints(self) -> list[str]:

@@ -152,6 +152,47 @@ def test_dead_server_times_out_naming_endpoint_kind_and_variable():
         wait_for_server(ep, 0.2)
 
 
+def test_a_held_request_timing_out_names_the_other_pserver_that_is_dead():
+    """A live pserver holding a trainer's read (it waits for a trainer that a dead pserver
+    stopped) times out; the error names the dead pserver, which the trainer pings."""
+    from parafluid.distributed.ps_client import ClientPool
+
+    held = []
+
+    def hold_gets(req):  # answers pings and sends, never a read: a stuck fan-in
+        if req.msg.kind == Kind.GET:
+            held.append(req)
+        else:
+            req.reply()
+
+    dead_port = _free_port()
+    dead_server = RPCServer(f"127.0.0.1:{dead_port}", _echo)
+    dead_thread = threading.Thread(target=dead_server.serve_forever, daemon=True)
+    dead_thread.start()
+    with _Serving(handler=hold_gets) as live:
+        pool = ClientPool(trainer_id=1, deadline_s=0.6)
+        try:
+            pool.get(live.endpoint).send("w@GRAD", torch.ones(2))
+            pool.get(f"127.0.0.1:{dead_port}").send("v@GRAD", torch.ones(2))
+            dead_server.stop()       # the second pserver dies
+            dead_thread.join(5)
+            with pytest.raises(RPCTimeoutError) as info:
+                pool.get(live.endpoint).recv("w")
+            text = str(info.value)
+            assert f"get of 'w' to pserver {live.endpoint} (trainer 1)" in text
+            assert f"pserver 127.0.0.1:{dead_port} of this job does not answer a ping" in text
+            # with every other pserver alive, the plain timeout stands
+            alone = ClientPool(trainer_id=1, deadline_s=0.4)
+            try:
+                with pytest.raises(RPCTimeoutError, match="no reply within") as info2:
+                    alone.get(live.endpoint).recv("w")
+                assert "does not answer a ping" not in str(info2.value)
+            finally:
+                alone.close()
+        finally:
+            pool.close()
+
+
 def test_timed_out_request_is_not_delivered_late():
     """A request that timed out must not reach a server that starts afterwards."""
     seen = []

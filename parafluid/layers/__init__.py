@@ -11,6 +11,7 @@ from . import nn
 from . import ops
 from . import sequence
 from . import tensor
+from . import vision
 from .index import *
 from .io import *
 from .learning_rate_scheduler import *
@@ -19,9 +20,11 @@ from .nn import *
 from .ops import *
 from .sequence import *
 from .tensor import *
+from .vision import *
 
 __all__ = (index.__all__ + io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
            + learning_rate_scheduler.__all__ + sequence.__all__)
+__all__ += vision.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -1,0 +1,270 @@
+"""Assorted tensor ops of Fluid 1.6: shape, where, scatter, unstack, multiplex,
+elementwise_mod / elementwise_floordiv, reduce_all / reduce_any, the ``*_batch_size_like``
+random fills and sampling_id.
+
+Ops with integer or boolean results (shape, where, mod, floordiv, reduce_all/any,
+sampling_id) have no gradient, as in Fluid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..dtypes import convert_dtype, to_torch
+from .common import broadcast_meta, broadcast_y
+from .reduce import _reduce_axes, _reduced_shape
+from .registry import Meta, register_op
+from .tensor import _batch_like_shape
+
+__all__: list[str] = []
+
+# ----------------------------------------------------------------------------- shape / where
+
+register_op("shape", inputs=("Input",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((len(ins["Input"].shape),), "int32")},
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor(
+                list(ins["Input"].shape), dtype=torch.int32, device=ins["Input"].device)})
+
+
+def _where_shape(ins: dict, attrs: dict) -> dict:
+    cond = ins["Condition"]
+    if cond.dtype != "bool":
+        raise TypeError(f"where: Condition must be bool, got {cond.dtype}")
+    return {"Out": Meta((-1, len(cond.shape)), "int64")}
+
+
+register_op("where", inputs=("Condition",), outputs=("Out",), infer_shape=_where_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": torch.nonzero(ins["Condition"])})
+
+# ----------------------------------------------------------------------------- scatter
+
+
+def _scatter_shape(ins: dict, attrs: dict) -> dict:
+    x, ids, upd = ins["X"], ins["Ids"], ins["Updates"]
+    if ids.dtype not in ("int32", "int64"):
+        raise TypeError(f"scatter: Ids must be int32 or int64, got {ids.dtype}")
+    if len(ids.shape) != 1 and not (len(ids.shape) == 2 and ids.shape[1] == 1):
+        raise ValueError(f"scatter: Ids must be 1-D (or [N, 1]), got {list(ids.shape)}")
+    if len(upd.shape) != len(x.shape) or any(
+            a != b and -1 not in (a, b) for a, b in zip(upd.shape[1:], x.shape[1:])):
+        raise ValueError(f"scatter: Updates {list(upd.shape)} must be [len(Ids)] + "
+                         f"X.shape[1:] = [{ids.shape[0]}, {', '.join(map(str, x.shape[1:]))}]")
+    return {"Out": x}
+
+
+def _rows(ids: torch.Tensor, height: int) -> torch.Tensor:
+    rows = ids.reshape(-1).long()
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= height):
+        raise ValueError(f"scatter: index {rows[(rows < 0) | (rows >= height)][0].item()} is "
+                         f"out of range for X with {height} rows")
+    return rows
+
+
+def _scatter(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Overwrite: ``out[ids[i]] = updates[i]``. Otherwise the indexed rows are zeroed, then
+    the updates added (repeated ids accumulate), as Fluid's kernel."""
+    x, upd = ins["X"], ins["Updates"]
+    rows = _rows(ins["Ids"], x.shape[0])
+    out = x.clone()
+    if attrs["overwrite"]:
+        out[rows] = upd.to(x.dtype)
+    else:
+        out[rows] = 0
+        out.index_add_(0, rows, upd.to(x.dtype))
+    return {"Out": out}
+
+
+def _scatter_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    dout = ins["Out@GRAD"]
+    rows = ins["Ids"].reshape(-1).long()
+    out = {}
+    if "X" in ctx.need:
+        dx = dout.clone()
+        dx[rows] = 0  # these rows of X were replaced
+        out["X@GRAD"] = dx
+    if "Updates" in ctx.need:
+        out["Updates@GRAD"] = dout.index_select(0, rows)
+    return out
+
+
+register_op("scatter", inputs=("X", "Ids", "Updates"), outputs=("Out",),
+            attrs={"overwrite": True}, infer_shape=_scatter_shape, kernel=_scatter,
+            grad_kernel=_scatter_grad, grad_uses=("X", "Ids", "Updates"),
+            no_grad_inputs=("Ids",))
+
+# ----------------------------------------------------------------------------- unstack
+
+
+def _unstack_axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ValueError(f"unstack: axis {axis} is out of range for X of rank {rank}")
+    return axis % rank
+
+
+def _unstack_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    axis = _unstack_axis(int(attrs["axis"]), len(x.shape))
+    num = int(attrs["num"])
+    if x.shape[axis] != -1 and num != x.shape[axis]:
+        raise ValueError(f"unstack: num={num} must equal dim {axis} of X {list(x.shape)}")
+    piece = Meta(tuple(d for i, d in enumerate(x.shape) if i != axis), x.dtype)
+    return {"Y": [piece] * num}
+
+
+register_op("unstack", inputs=("X",), outputs=("Y[]",), attrs={"axis": 0, "num": 0},
+            infer_shape=_unstack_shape,
+            kernel=lambda ins, attrs, ctx: {"Y": [t.clone() for t in torch.unbind(
+                ins["X"], _unstack_axis(int(attrs["axis"]), ins["X"].dim()))]},
+            grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": torch.stack(
+                ins["Y@GRAD"], _unstack_axis(int(attrs["axis"]), ins["X"].dim()))},
+            grad_uses=("X",))
+
+# ----------------------------------------------------------------------------- multiplex
+
+
+def _multiplex_shape(ins: dict, attrs: dict) -> dict:
+    xs, ids = ins["X"], ins["Ids"]
+    if not xs:
+        raise ValueError("multiplex: X needs at least one input")
+    shapes = {tuple(m.shape) for m in xs}
+    if len(shapes) != 1:
+        raise ValueError(f"multiplex: every X must have the same shape, got "
+                         f"{[list(m.shape) for m in xs]}")
+    if ids.dtype not in ("int32", "int64") or len(ids.shape) != 2 or ids.shape[1] != 1:
+        raise ValueError(f"multiplex: Ids must be int32 [N, 1], got {ids.dtype} "
+                         f"{list(ids.shape)}")
+    return {"Out": xs[0]}
+
+
+def _picks(ids: torch.Tensor, count: int) -> torch.Tensor:
+    picks = ids.reshape(-1).long()
+    if picks.numel() and (int(picks.min()) < 0 or int(picks.max()) >= count):
+        raise ValueError(f"multiplex: index {picks[(picks < 0) | (picks >= count)][0].item()} "
+                         f"is out of range for {count} candidate inputs")
+    return picks
+
+
+def _multiplex(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Row ``i`` of the output is row ``i`` of ``X[Ids[i]]``."""
+    xs = ins["X"]
+    picks = _picks(ins["Ids"], len(xs))
+    stacked = torch.stack(xs)
+    return {"Out": stacked[picks, torch.arange(picks.numel(), device=picks.device)]}
+
+
+def _multiplex_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    xs, dout = ins["X"], ins["Out@GRAD"]
+    picks = ins["Ids"].reshape(-1).long()
+    view = (-1,) + (1,) * (dout.dim() - 1)
+    return {"X@GRAD": [dout * (picks == k).reshape(view).to(dout.dtype)
+                       for k in range(len(xs))]}
+
+
+register_op("multiplex", inputs=("X[]", "Ids"), outputs=("Out",),
+            infer_shape=_multiplex_shape, kernel=_multiplex, grad_kernel=_multiplex_grad,
+            grad_uses=("X", "Ids"), no_grad_inputs=("Ids",))
+
+# ----------------------------------------------------------------------------- mod / floordiv
+
+
+def _register_int_elementwise(name: str, fn: Any) -> None:
+    """No gradient: Fluid 1.6 registers none for these."""
+
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x, y = ins["X"], ins["Y"]
+        if y.dim() != x.dim():
+            y = broadcast_y(x, y, attrs["axis"])
+        if not (x.is_floating_point() or y.is_floating_point()) and bool((y == 0).any()):
+            raise ValueError(f"{name}: integer division by zero (a zero in Y)")
+        return {"Out": fn(x, y)}
+
+    register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
+                infer_shape=lambda ins, attrs: {"Out": broadcast_meta(ins["X"], ins["Y"],
+                                                                      attrs["axis"])},
+                kernel=kernel)
+
+
+# Fluid 1.6's kernels are C's: the remainder has the sign of X (fmod) and the quotient is
+# truncated toward zero (Python's % and // round toward -inf instead).
+_register_int_elementwise("elementwise_mod", torch.fmod)
+_register_int_elementwise("elementwise_floordiv",
+                          lambda x, y: torch.div(x, y, rounding_mode="trunc"))
+
+# ----------------------------------------------------------------------------- reduce_all / any
+
+
+def _register_bool_reduce(name: str, fn: Any) -> None:
+    def infer(ins: dict, attrs: dict) -> dict:
+        x = ins["X"]
+        if x.dtype != "bool":
+            raise TypeError(f"{name}: X must be bool, got {x.dtype}")
+        axes = _reduce_axes(name, attrs, len(x.shape))
+        return {"Out": Meta(_reduced_shape(x.shape, axes, attrs["keep_dim"]), "bool")}
+
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x = ins["X"]
+        axes = _reduce_axes(name, attrs, x.dim())
+        out = fn(x, dim=tuple(axes), keepdim=True)
+        return {"Out": out.reshape(_reduced_shape(x.shape, axes, attrs["keep_dim"]))}
+
+    register_op(name, inputs=("X",), outputs=("Out",),
+                attrs={"dim": [0], "keep_dim": False, "reduce_all": False},
+                infer_shape=infer, kernel=kernel)
+
+
+_register_bool_reduce("reduce_all", torch.all)
+_register_bool_reduce("reduce_any", torch.any)
+
+# ----------------------------------------------------------------------------- random fills
+
+
+def _register_random_like(name: str, fill: Any, extra: dict) -> None:
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        shape = _batch_like_shape(name, tuple(ins["Input"].shape), attrs)
+        out = torch.empty(shape, dtype=to_torch(convert_dtype(attrs["dtype"])),
+                          device=ctx.device)
+        return {"Out": fill(out, attrs, ctx.generator(attrs["seed"]))}
+
+    register_op(name, inputs=("Input",), outputs=("Out",),
+                attrs={"shape": [1], "dtype": "float32", "input_dim_idx": 0,
+                       "output_dim_idx": 0, "seed": 0, **extra},
+                infer_shape=lambda ins, attrs: {"Out": Meta(
+                    _batch_like_shape(name, ins["Input"].shape, attrs),
+                    convert_dtype(attrs["dtype"]))},
+                kernel=kernel)
+
+
+_register_random_like("uniform_random_batch_size_like",
+                      lambda out, a, gen: out.uniform_(a["min"], a["max"], generator=gen),
+                      {"min": -1.0, "max": 1.0})
+_register_random_like("gaussian_random_batch_size_like",
+                      lambda out, a, gen: out.normal_(a["mean"], a["std"], generator=gen),
+                      {"mean": 0.0, "std": 1.0})
+
+# ----------------------------------------------------------------------------- sampling_id
+
+
+def _sampling_id_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if len(x.shape) != 2:
+        raise ValueError(f"sampling_id: X must be 2-D [batch, classes], got {list(x.shape)}")
+    return {"Out": Meta((x.shape[0],), "int64")}
+
+
+def _sampling_id(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Per row, draw ``r ~ U(min, max)`` and return the first class whose running sum of
+    probabilities exceeds ``r`` (the last class if none does), as Fluid's kernel."""
+    x = ins["X"]
+    gen = ctx.generator(attrs["seed"])
+    r = torch.empty(x.shape[0], dtype=torch.float64, device=x.device)
+    r.uniform_(float(attrs["min"]), float(attrs["max"]), generator=gen)
+    cum = torch.cumsum(x.to(torch.float64), dim=1)
+    picked = (cum <= r.unsqueeze(1)).sum(dim=1).clamp(max=x.shape[1] - 1)
+    return {"Out": picked.to(torch.int64)}
+
+
+register_op("sampling_id", inputs=("X",), outputs=("Out",),
+            attrs={"min": 0.0, "max": 1.0, "seed": 0}, infer_shape=_sampling_id_shape,
+            kernel=_sampling_id)

@@ -323,14 +323,21 @@ def _pixel_shuffle_shape(ins: dict, attrs: dict) -> dict:
                          -1 if w == -1 else w * r), x.dtype)}
 
 
+def _pixel_shuffle_grad_shape(ins: dict, attrs: dict) -> dict:
+    n, c, h, w = ins["Out@GRAD"].shape
+    r = int(attrs["upscale_factor"])
+    unknown_or = lambda d, v: -1 if d == -1 else v  # noqa: E731
+    return {"X@GRAD": Meta((n, unknown_or(c, c * r * r), unknown_or(h, h // r),
+                            unknown_or(w, w // r)), ins["Out@GRAD"].dtype)}
+
+
 register_op("pixel_shuffle", inputs=("X",), outputs=("Out",), attrs={"upscale_factor": 1},
             infer_shape=_pixel_shuffle_shape,
             kernel=lambda ins, attrs, ctx: {"Out": F.pixel_shuffle(
                 ins["X"], int(attrs["upscale_factor"]))},
             grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": F.pixel_unshuffle(
                 ins["Out@GRAD"], int(attrs["upscale_factor"]))},
-            grad_uses=(), grad_infer_shape=lambda ins, attrs: {"X@GRAD": Meta(
-                (-1, -1, -1, -1), ins["Out@GRAD"].dtype)})
+            grad_uses=(), grad_infer_shape=_pixel_shuffle_grad_shape)
 
 
 def _space_to_depth_shape(ins: dict, attrs: dict) -> dict:

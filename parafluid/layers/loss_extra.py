@@ -124,8 +124,8 @@ def npair_loss(anchor: Variable, positive: Variable, labels: Variable,
     of ``labels``) must be known when the layer is built, as in Fluid."""
     from .index import equal
     from .loss import softmax_with_cross_entropy
-    from .nn import elementwise_div, elementwise_mul, matmul, scale
     from .nn import elementwise_add as add
+    from .nn import elementwise_div, elementwise_mul, matmul, scale
     from .ops import square
     from .tensor import cast, expand, reduce_mean, reduce_sum, reshape, transpose
 

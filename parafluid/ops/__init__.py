@@ -27,6 +27,8 @@ from . import norm_extra
 from . import vision
 from . import misc
 from . import loss_extra
+from . import seq_extra
+from . import rnn_unit
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

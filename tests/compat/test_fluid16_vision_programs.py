@@ -51,7 +51,7 @@ def test_dcgan_style_generator_learns_to_draw_blobs():
     exe.run(startup_program)
     rng = np.random.RandomState(0)
     losses = []
-    for step in range(60):
+    for _step in range(60):
         z = rng.uniform(-0.8, 0.8, (32, NOISE_DIM)).astype("float32")
         loss, = exe.run(main_program, feed={"code": z, "real": _blobs(z)},
                         fetch_list=[g_loss])

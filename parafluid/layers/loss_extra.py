@@ -9,7 +9,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["smooth_l1", "kldiv_loss", "margin_rank_loss", "rank_loss", "bpr_loss",
-           "dice_loss", "npair_loss"]
+           "dice_loss", "npair_loss", "teacher_student_sigmoid_loss"]
 
 
 def _check_vars(layer: str, **args: Any) -> None:
@@ -90,6 +90,18 @@ def bpr_loss(input: Variable, label: Variable, name: str | None = None) -> Varia
     ``-mean_{j != label} log(sigmoid(s_label - s_j))`` per row, ``[N, 1]``."""
     _check_vars("bpr_loss", input=input, label=label)
     return _one("bpr_loss", {"X": [input], "Label": [label]}, "Y", {}, input.dtype, name)
+
+
+def teacher_student_sigmoid_loss(input: Variable, label: Variable,
+                                 soft_max_up_bound: float = 15.0,
+                                 soft_max_lower_bound: float = -15.0) -> Variable:
+    """Click-through loss distilled from a teacher: ``label`` is -2 / -1 (no teacher score,
+    no click / click) or ``q`` / ``1 + q`` (teacher score ``q``, no click / click); ``[N, 1]``.
+    The gradient is zero where the logit is beyond the bounds (Fluid's kernel)."""
+    _check_vars("teacher_student_sigmoid_loss", input=input, label=label)
+    return _one("teacher_student_sigmoid_loss", {"X": [input], "Label": [label]}, "Y",
+                {"soft_max_up_bound": float(soft_max_up_bound),
+                 "soft_max_lower_bound": float(soft_max_lower_bound)}, input.dtype, None)
 
 
 def dice_loss(input: Variable, label: Variable, epsilon: float = 0.00001) -> Variable:

@@ -221,3 +221,40 @@ def _bpr_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("bpr_loss", inputs=("X", "Label"), outputs=("Y",), infer_shape=_bpr_shape,
             kernel=_bpr, grad_kernel=_bpr_grad, grad_uses=("X", "Label"),
             no_grad_inputs=("Label",))
+
+# ----------------------------------------------------------------------------- teacher-student
+
+
+def _ts_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    _same_shape("teacher_student_sigmoid_loss", "X", "Label", ins)
+    if len(x.shape) != 2 or x.shape[1] not in (1, -1):
+        raise ValueError(f"teacher_student_sigmoid_loss: X must be [N, 1], got {list(x.shape)}")
+    return {"Y": x}
+
+
+def _ts_loss(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """The label packs a click and an optional teacher score q: -2 (no q, no click), -1 (no q,
+    click), q (no click), 1 + q (click). The loss is the sigmoid cross entropy against the
+    click, plus the one against q when there is a q."""
+    x, label = ins["X"], ins["Label"].to(ins["X"].dtype)
+    sp = torch.nn.functional.softplus(x)
+    y = torch.where(label < -1.0, sp,
+                    torch.where(label < 0.0, sp - x, 2 * sp - x * label))
+    return {"Y": y}
+
+
+def _ts_loss_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Fluid's gradient: zero where x is at or beyond ``soft_max_{lower,up}_bound``."""
+    x, label, dy = ins["X"], ins["Label"].to(ins["X"].dtype), ins["Y@GRAD"]
+    up, low = float(attrs["soft_max_up_bound"]), float(attrs["soft_max_lower_bound"])
+    pred = torch.sigmoid(x)
+    g = torch.where(label < -1.0, pred, torch.where(label < 0.0, pred - 1.0, 2 * pred - label))
+    g = torch.where((x >= up) | (x <= low), torch.zeros_like(g), g)
+    return {"X@GRAD": g * dy}
+
+
+register_op("teacher_student_sigmoid_loss", inputs=("X", "Label"), outputs=("Y",),
+            attrs={"soft_max_up_bound": 15.0, "soft_max_lower_bound": -15.0},
+            infer_shape=_ts_shape, kernel=_ts_loss, grad_kernel=_ts_loss_grad,
+            grad_uses=("X", "Label"), no_grad_inputs=("Label",))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.testing import OpCase, check_op, rand
+from parafluid.testing import OpCase, check_op, rand, run_op
 
 
 def smooth_l1_ref(X, Y, attrs, InsideWeight=None, OutsideWeight=None):
@@ -33,6 +33,15 @@ def bpr_ref(X, Label):
         out[i] = -sum(np.log(1 / (1 + np.exp(-(X[i, lab] - X[i, j]))))
                       for j in range(c) if j != lab) / (c - 1)
     return {"Y": out}
+
+
+def ts_ref(X, Label):
+    """Fluid's kernel, case by case."""
+    sp = np.log1p(np.exp(-np.abs(X))) + np.maximum(X, 0)
+    y = np.where(Label < -1, sp, np.where(Label < 0, sp - X,
+                                          np.where(Label < 1, 2 * sp - X * Label,
+                                                   2 * sp - X - X * (Label - 1))))
+    return {"Y": y}
 
 
 LABEL_PM = np.array([[1.0], [-1.0], [1.0], [-1.0]])
@@ -63,6 +72,10 @@ CASES = [
            ref=lambda Label, Left, Right: {"Out": np.log1p(np.exp(Left - Right))
                                            - Label * (Left - Right)},
            grad=["Left", "Right"]),
+    OpCase("teacher_student_sigmoid_loss",
+           {"X": np.array([[0.3], [-1.2], [2.0], [0.7], [-0.4]]),
+            "Label": np.array([[-2.0], [-1.0], [0.3], [1.6], [0.0]])},
+           ref=ts_ref, grad=["X"]),
     OpCase("bpr_loss", {"X": rand(4, 5), "Label": np.array([[0], [3], [4], [1]], "int64")},
            ref=bpr_ref, grad=["X"]),
 ]
@@ -71,6 +84,14 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)
+
+
+def test_teacher_student_gradient_is_zero_beyond_the_bounds():
+    case = OpCase("teacher_student_sigmoid_loss_grad",
+                  {"X": np.array([[16.0], [-15.0], [3.0]]), "Label": np.array([[1.5]] * 3),
+                   "Y@GRAD": np.ones((3, 1))}, outputs=["X@GRAD"])
+    got = run_op(case)["X@GRAD"]
+    np.testing.assert_allclose(got, [[0.0], [0.0], [2 / (1 + np.exp(-3.0)) - 1.5]])
 
 
 def _run(build, feed):

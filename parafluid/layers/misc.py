@@ -14,7 +14,7 @@ from ..layer_helper import LayerHelper
 __all__ = ["shape", "rank", "sum", "where", "scatter", "unstack", "multiplex",
            "elementwise_mod", "elementwise_floordiv", "reduce_all", "reduce_any",
            "clip_by_norm", "uniform_random_batch_size_like", "gaussian_random_batch_size_like",
-           "sampling_id"]
+           "sampling_id", "size", "expand_as", "gather_nd", "scatter_nd_add", "scatter_nd"]
 
 
 def _check_var(layer: str, arg: str, x: Any) -> None:
@@ -215,3 +215,49 @@ def sampling_id(x: Variable, min: float = 0.0, max: float = 1.0, seed: int = 0,
     return _append("sampling_id", {"X": [x]},
                    {"min": float(min), "max": float(max), "seed": int(seed)}, "int64",
                    stop_gradient=True)
+
+
+def size(input: Variable) -> Variable:
+    """The number of elements of ``input`` at run time, int64 ``[1]``."""
+    _check_var("size", "input", input)
+    return _append("size", {"Input": [input]}, {}, "int64", stop_gradient=True)
+
+
+def expand_as(x: Variable, target_tensor: Variable, name: str | None = None) -> Variable:
+    """Tile ``x`` to the shape of ``target_tensor`` (each dim a whole number of copies)."""
+    _check_var("expand_as", "x", x)
+    _check_var("expand_as", "target_tensor", target_tensor)
+    return _append("expand_as", {"X": [x], "target_tensor": [target_tensor]}, {}, x.dtype,
+                   name)
+
+
+def gather_nd(input: Variable, index: Variable, name: str | None = None) -> Variable:
+    """``out[i...] = input[index[i..., 0], ..., index[i..., k-1]]``: shape
+    ``index.shape[:-1] + input.shape[k:]``.
+
+    Example::
+
+        picked = fluid.layers.gather_nd(x, index)   # x [3, 4, 5], index [2, 2] -> [2, 5]
+    """
+    _check_var("gather_nd", "input", input)
+    _check_var("gather_nd", "index", index)
+    return _append("gather_nd", {"X": [input], "Index": [index]}, {}, input.dtype, name)
+
+
+def scatter_nd_add(ref: Variable, index: Variable, updates: Variable,
+                   name: str | None = None) -> Variable:
+    """A copy of ``ref`` with ``updates`` added at the ``index`` positions (``gather_nd``'s
+    indexing; repeated positions add up)."""
+    for arg, v in (("ref", ref), ("index", index), ("updates", updates)):
+        _check_var("scatter_nd_add", arg, v)
+    return _append("scatter_nd_add", {"X": [ref], "Index": [index], "Updates": [updates]}, {},
+                   ref.dtype, name)
+
+
+def scatter_nd(index: Variable, updates: Variable, shape: list[int],
+               name: str | None = None) -> Variable:
+    """``scatter_nd_add`` into zeros of ``shape`` (as Fluid composes it)."""
+    from .tensor import fill_constant
+
+    zeros = fill_constant([int(s) for s in shape], updates.dtype, 0.0)
+    return scatter_nd_add(zeros, index, updates, name)

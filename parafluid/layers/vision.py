@@ -14,7 +14,8 @@ from ..layer_helper import LayerHelper
 __all__ = ["conv2d_transpose", "conv3d", "conv3d_transpose", "pool3d", "adaptive_pool2d",
            "adaptive_pool3d", "image_resize", "resize_bilinear", "resize_nearest", "pad",
            "pad2d", "pad_constant_like", "crop", "l2_normalize", "prelu", "group_norm", "lrn",
-           "maxout", "pixel_shuffle", "space_to_depth", "shuffle_channel", "affine_channel"]
+           "maxout", "pixel_shuffle", "space_to_depth", "shuffle_channel", "affine_channel",
+           "instance_norm", "unfold"]
 
 
 def _ints(value: Any, n: int, name: str, layer: str) -> list[int]:
@@ -494,3 +495,53 @@ def shuffle_channel(x: Variable, group: int, name: str | None = None) -> Variabl
     """ShuffleNet's channel shuffle: ``[N, g, C/g, H, W]`` transposed to ``[N, C/g, g, H, W]``."""
     _check_rank("shuffle_channel", x, 4, "NCHW")
     return _one("shuffle_channel", {"X": [x]}, {"group": int(group)}, name)
+
+
+def instance_norm(input: Variable, epsilon: float = 1e-05, param_attr: Any = None,
+                  bias_attr: Any = None, name: str | None = None) -> Variable:
+    """Normalize each channel of each sample over its spatial dims, then scale and shift per
+    channel (style transfer, GANs).
+
+    Example::
+
+        h = fluid.layers.instance_norm(fluid.layers.conv2d(img, 32, 3))
+    """
+    from ..initializer import Constant
+
+    helper = LayerHelper("instance_norm", input=input, param_attr=param_attr,
+                         bias_attr=bias_attr, name=name)
+    dtype = helper.input_dtype()
+    c = _known_channels("instance_norm", input)
+    inputs: dict[str, Any] = {"X": [input]}
+    if param_attr is not False:
+        inputs["Scale"] = [helper.create_parameter(helper.param_attr, [c], dtype,
+                                                   default_initializer=Constant(1.0))]
+    if bias_attr is not False:
+        inputs["Bias"] = [helper.create_parameter(helper.bias_attr, [c], dtype, is_bias=True)]
+    out = helper.create_variable_for_type_inference(dtype)
+    mean = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    inv_std = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("instance_norm", inputs=inputs,
+                     outputs={"Y": [out], "SavedMean": [mean], "SavedVariance": [inv_std]},
+                     attrs={"epsilon": float(epsilon)})
+    return out
+
+
+def unfold(x: Variable, kernel_sizes: Any, strides: Any = 1, paddings: Any = 0,
+           dilations: Any = 1, name: str | None = None) -> Variable:
+    """im2col: ``[N, C, H, W]`` -> ``[N, C * kh * kw, L]``, one column per block;
+    ``paddings`` is an int, 2 values ``[h, w]`` or 4 ``[top, left, bottom, right]``."""
+    _check_rank("unfold", x, 4, "NCHW")
+    pads = [paddings] * 4 if isinstance(paddings, int) else [int(p) for p in paddings]
+    if len(pads) == 2:
+        pads = pads + pads
+    if len(pads) != 4:
+        raise ValueError(f"unfold: paddings must be an int, 2 or 4 ints, got {paddings!r}")
+    helper = LayerHelper("unfold", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("unfold", inputs={"X": [x]}, outputs={"Y": [out]},
+                     attrs={"kernel_sizes": _ints(kernel_sizes, 2, "kernel_sizes", "unfold"),
+                            "strides": _ints(strides, 2, "strides", "unfold"),
+                            "paddings": pads,
+                            "dilations": _ints(dilations, 2, "dilations", "unfold")})
+    return out

@@ -268,3 +268,127 @@ def _sampling_id(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("sampling_id", inputs=("X",), outputs=("Out",),
             attrs={"min": 0.0, "max": 1.0, "seed": 0}, infer_shape=_sampling_id_shape,
             kernel=_sampling_id)
+
+# ----------------------------------------------------------------------------- size / expand_as
+
+register_op("size", inputs=("Input",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), "int64")},
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor(
+                [ins["Input"].numel()], dtype=torch.int64, device=ins["Input"].device)})
+
+
+def _expand_as_times(op: str, x_shape: Any, t_shape: Any) -> list[int]:
+    if len(x_shape) != len(t_shape):
+        raise ValueError(f"{op}: X {list(x_shape)} and target_tensor {list(t_shape)} must "
+                         "have the same rank")
+    times = []
+    for a, b in zip(x_shape, t_shape):
+        if a == -1 or b == -1:
+            times.append(-1)
+        elif a <= 0 or b % a:
+            raise ValueError(f"{op}: target_tensor {list(t_shape)} is not a whole number of "
+                             f"copies of X {list(x_shape)}")
+        else:
+            times.append(b // a)
+    return times
+
+
+def _expand_as_shape(ins: dict, attrs: dict) -> dict:
+    x, t = ins["X"], ins["target_tensor"]
+    _expand_as_times("expand_as", x.shape, t.shape)
+    return {"Out": Meta(tuple(t.shape), x.dtype)}
+
+
+def _expand_as_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Sum the copies: view the gradient as ``[times_0, x_0, times_1, x_1, ...]``."""
+    x, dout = ins["X"], ins["Out@GRAD"]
+    times = _expand_as_times("expand_as", tuple(x.shape), tuple(dout.shape))
+    view = [v for t, d in zip(times, x.shape) for v in (t, d)]
+    return {"X@GRAD": dout.reshape(view).sum(dim=tuple(range(0, 2 * x.dim(), 2)))}
+
+
+register_op("expand_as", inputs=("X", "target_tensor"), outputs=("Out",),
+            infer_shape=_expand_as_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": ins["X"].repeat(_expand_as_times(
+                "expand_as", tuple(ins["X"].shape), tuple(ins["target_tensor"].shape)))},
+            grad_kernel=_expand_as_grad, grad_uses=("X",), no_grad_inputs=("target_tensor",))
+
+# ----------------------------------------------------------------------------- gather_nd, scatter
+
+
+def _nd_index(op: str, x_shape: Any, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The columns of ``index [..., k]`` as a tuple indexing the first ``k`` dims of X."""
+    k = index.shape[-1]
+    if k > len(x_shape):
+        raise ValueError(f"{op}: Index's last dim {k} exceeds the rank of X {list(x_shape)}")
+    flat = index.reshape(-1, k).long()
+    for d in range(k):
+        col = flat[:, d]
+        if col.numel() and (int(col.min()) < 0 or int(col.max()) >= x_shape[d]):
+            raise ValueError(f"{op}: an index in column {d} is out of range for dim {d} of X "
+                             f"{list(x_shape)}")
+    return tuple(flat[:, d] for d in range(k))
+
+
+def _gather_nd_shape(ins: dict, attrs: dict) -> dict:
+    x, index = ins["X"], ins["Index"]
+    k = index.shape[-1]
+    if index.dtype not in ("int32", "int64") or k == -1 or k > len(x.shape):
+        raise ValueError(f"gather_nd: Index must be int with a known last dim <= the rank of "
+                         f"X {list(x.shape)}, got {index.dtype} {list(index.shape)}")
+    return {"Out": Meta((*index.shape[:-1], *x.shape[k:]), x.dtype)}
+
+
+def _gather_nd(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, index = ins["X"], ins["Index"]
+    picked = x[_nd_index("gather_nd", x.shape, index)]
+    return {"Out": picked.reshape(*index.shape[:-1], *x.shape[index.shape[-1]:])}
+
+
+def _gather_nd_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, index, dout = ins["X"], ins["Index"], ins["Out@GRAD"]
+    k = index.shape[-1]
+    rows = dout.reshape(-1, *x.shape[k:])
+    dx = torch.zeros_like(x).index_put_(_nd_index("gather_nd", x.shape, index), rows,
+                                        accumulate=True)
+    return {"X@GRAD": dx}
+
+
+register_op("gather_nd", inputs=("X", "Index"), outputs=("Out",),
+            infer_shape=_gather_nd_shape, kernel=_gather_nd, grad_kernel=_gather_nd_grad,
+            grad_uses=("X", "Index"), no_grad_inputs=("Index",))
+
+
+def _scatter_nd_add_shape(ins: dict, attrs: dict) -> dict:
+    x, index, upd = ins["X"], ins["Index"], ins["Updates"]
+    k = index.shape[-1]
+    want = (*index.shape[:-1], *x.shape[k:]) if k != -1 else None
+    if want is None or len(upd.shape) != len(want) or any(
+            a != b and -1 not in (a, b) for a, b in zip(upd.shape, want)):
+        raise ValueError(f"scatter_nd_add: Updates {list(upd.shape)} must be Index.shape[:-1] "
+                         f"+ X.shape[k:] = {list(want or [])}")
+    return {"Out": x}
+
+
+def _scatter_nd_add(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, index, upd = ins["X"], ins["Index"], ins["Updates"]
+    rows = upd.reshape(-1, *x.shape[index.shape[-1]:]).to(x.dtype)
+    return {"Out": x.clone().index_put_(_nd_index("scatter_nd_add", x.shape, index), rows,
+                                        accumulate=True)}
+
+
+def _scatter_nd_add_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    index, upd, dout = ins["Index"], ins["Updates"], ins["Out@GRAD"]
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = dout
+    if "Updates" in ctx.need:
+        out["Updates@GRAD"] = dout[_nd_index("scatter_nd_add", dout.shape, index)].reshape(
+            upd.shape)
+    return out
+
+
+register_op("scatter_nd_add", inputs=("X", "Index", "Updates"), outputs=("Out",),
+            infer_shape=_scatter_nd_add_shape, kernel=_scatter_nd_add,
+            grad_kernel=_scatter_nd_add_grad, grad_uses=("X", "Index", "Updates"),
+            no_grad_inputs=("Index",))

@@ -304,3 +304,49 @@ register_op("affine_channel", inputs=("X", "Scale", "Bias"), outputs=("Out",),
                 ins["Scale"], ins["X"], attrs["data_layout"]) + _channel_view(
                 ins["Bias"], ins["X"], attrs["data_layout"])},
             grad_kernel=_affine_channel_grad, grad_uses=("X", "Scale", "Bias"))
+
+# ----------------------------------------------------------------------------- instance_norm
+
+
+def _instance_norm_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if len(x.shape) < 3:
+        raise ValueError(f"instance_norm: X must be at least 3-D (N, C, ...), "
+                         f"got {list(x.shape)}")
+    c = x.shape[1]
+    for slot in ("Scale", "Bias"):
+        meta = ins.get(slot)
+        if meta is not None and (len(meta.shape) != 1 or meta.shape[0] not in (c, -1)):
+            raise ValueError(f"instance_norm: {slot} must have shape [{c}] (the channels of X "
+                             f"{list(x.shape)}), got {list(meta.shape)}")
+    n = -1 if -1 in (x.shape[0], c) else x.shape[0] * c
+    stat = Meta((n,), x.dtype)
+    return {"Y": x, "SavedMean": stat, "SavedVariance": stat}
+
+
+def _instance_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Group norm with one channel per group; ``SavedVariance`` is the inverse std (Fluid)."""
+    x = ins["X"]
+    n, c, hw = _gn_dims(x)
+    y, mean, rstd = torch.ops.aten.native_group_norm(x.contiguous(), ins.get("Scale"),
+                                                     ins.get("Bias"), n, c, hw, c,
+                                                     float(attrs["epsilon"]))
+    return {"Y": y, "SavedMean": mean.reshape(-1), "SavedVariance": rstd.reshape(-1)}
+
+
+def _instance_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dy = ins["X"], ins["Y@GRAD"]
+    n, c, hw = _gn_dims(x)
+    mask = ["X" in ctx.need, "Scale" in ctx.need, "Bias" in ctx.need]
+    grads = torch.ops.aten.native_group_norm_backward(
+        dy.contiguous(), x.contiguous(), ins["SavedMean"].reshape(n, c),
+        ins["SavedVariance"].reshape(n, c), ins.get("Scale"), n, c, hw, c, mask)
+    return {slot + "@GRAD": g for slot, g in zip(("X", "Scale", "Bias"), grads)
+            if slot in ctx.need}
+
+
+register_op("instance_norm", inputs=("X", "Scale?", "Bias?"),
+            outputs=("Y", "SavedMean", "SavedVariance"), attrs={"epsilon": 1e-5},
+            infer_shape=_instance_norm_shape, kernel=_instance_norm,
+            grad_kernel=_instance_norm_grad,
+            grad_uses=("X", "Scale", "Bias", "SavedMean", "SavedVariance"))

@@ -394,3 +394,49 @@ register_op("shuffle_channel", inputs=("X",), outputs=("Out",), attrs={"group": 
             grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": _shuffle(
                 ins["Out@GRAD"], ins["Out@GRAD"].shape[1] // int(attrs["group"]))},
             grad_uses=(), grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]})
+
+# ----------------------------------------------------------------------------- unfold
+
+
+def _unfold_params(attrs: dict) -> tuple[list[int], list[int], list[int], list[int]]:
+    ks, st, dl = (list(attrs[k]) for k in ("kernel_sizes", "strides", "dilations"))
+    pads = list(attrs["paddings"])  # top, left, bottom, right
+    if len(ks) != 2 or len(st) != 2 or len(dl) != 2 or len(pads) != 4:
+        raise ValueError(f"unfold: kernel_sizes, strides, dilations need 2 values and "
+                         f"paddings 4, got {ks}, {st}, {dl}, {pads}")
+    return ks, st, dl, pads
+
+
+def _unfold_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    _check_rank("unfold", "X", x, 4)
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = _unfold_params(attrs)
+    sizes = []
+    for size, k, s, d, before, after in ((x.shape[2], kh, sh, dh, pt, pb),
+                                         (x.shape[3], kw, sw, dw, pl, pr)):
+        sizes.append(-1 if size == -1 else (size + before + after - (d * (k - 1) + 1)) // s + 1)
+    if any(v == 0 or v < -1 for v in sizes):
+        raise ValueError(f"unfold: X {list(x.shape)} is smaller than the dilated kernel")
+    blocks = -1 if -1 in sizes else sizes[0] * sizes[1]
+    c = -1 if x.shape[1] == -1 else x.shape[1] * kh * kw
+    return {"Y": Meta((x.shape[0], c, blocks), x.dtype)}
+
+
+def _unfold(ins: dict, attrs: dict, ctx: Any) -> dict:
+    ks, st, dl, (pt, pl, pb, pr) = _unfold_params(attrs)
+    return {"Y": F.unfold(F.pad(ins["X"], [pl, pr, pt, pb]), ks, dilation=dl, stride=st)}
+
+
+def _unfold_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dy = ins["X"], ins["Y@GRAD"]
+    ks, st, dl, (pt, pl, pb, pr) = _unfold_params(attrs)
+    h, w = x.shape[2], x.shape[3]
+    dx = F.fold(dy, (h + pt + pb, w + pl + pr), ks, dilation=dl, stride=st)
+    return {"X@GRAD": dx[:, :, pt:pt + h, pl:pl + w].contiguous()}
+
+
+register_op("unfold", inputs=("X",), outputs=("Y",),
+            attrs={"kernel_sizes": [1, 1], "strides": [1, 1], "paddings": [0, 0, 0, 0],
+                   "dilations": [1, 1]},
+            infer_shape=_unfold_shape, kernel=_unfold, grad_kernel=_unfold_grad,
+            grad_uses=("X",))

@@ -43,6 +43,16 @@ def sampling_check(got, attrs):
 SAMPLING_X = np.concatenate([np.tile([0.0, 0.0, 1.0], (200, 1)),
                              np.tile([0.25, 0.75, 0.0], (200, 1))]).astype("float32")
 
+ND_INDEX = np.array([[[0, 1], [2, 3]], [[1, 1], [0, 1]]], "int64")  # [0, 1] twice
+
+
+def scatter_nd_add_ref(X, Index, Updates):
+    out = X.copy()
+    for pos, upd in zip(Index.reshape(-1, 2), Updates.reshape(-1, X.shape[-1])):
+        out[tuple(pos)] += upd
+    return {"Out": out}
+
+
 CASES = [
     OpCase("shape", {"Input": rand(2, 3, 4)},
            ref=lambda Input: {"Out": np.array([2, 3, 4], "int32")}),
@@ -83,6 +93,16 @@ CASES = [
                   "mean": 1.0, "std": 0.1, "seed": 3},
            check=batch_like_check(0.0, 2.0, (40, 9))),
     OpCase("sampling_id", {"X": SAMPLING_X}, attrs={"seed": 7}, check=sampling_check),
+    OpCase("size", {"Input": rand(2, 3, 4)}, ref=lambda Input: {"Out": np.array([24])}),
+    OpCase("expand_as", {"X": rand(2, 1, 3), "target_tensor": rand(4, 3, 3, seed=1)},
+           ref=lambda X, target_tensor: {"Out": np.tile(X, (2, 3, 1))}, grad=["X"]),
+    OpCase("gather_nd", {"X": rand(3, 4, 2), "Index": ND_INDEX},
+           ref=lambda X, Index: {"Out": X[Index[..., 0], Index[..., 1]]}, grad=["X"]),
+    OpCase("gather_nd", {"X": rand(3, 4), "Index": np.array([[2], [0], [2]], "int64")},
+           ref=lambda X, Index: {"Out": X[Index[:, 0]]}, grad=["X"], id="gather_nd_rows"),
+    OpCase("scatter_nd_add", {"X": rand(3, 4, 2), "Index": ND_INDEX,
+                              "Updates": rand(2, 2, 2, seed=1)},
+           ref=scatter_nd_add_ref, grad=["X", "Updates"]),
 ]
 
 
@@ -150,6 +170,19 @@ def test_layers_scatter_multiplex_mod_and_clip_by_norm():
     np.testing.assert_allclose(clipped, x_np / np.linalg.norm(x_np), rtol=1e-5)
     np.testing.assert_allclose(mod, np.fmod(x_np, 4.0), rtol=1e-5)
     np.testing.assert_allclose(div, np.trunc(x_np / 4.0))
+
+
+def test_scatter_nd_layer_builds_on_zeros():
+    index = np.array([[1, 2], [0, 0], [1, 2]], "int64")
+    upd = np.array([1.0, 2.0, 3.0], "float32")
+
+    def build():
+        idx = fluid.layers.assign(index)
+        u = fluid.layers.assign(upd)
+        return [fluid.layers.scatter_nd(idx, u, shape=[2, 3])]
+
+    out, = _run(build, {})
+    np.testing.assert_allclose(out, [[2.0, 0, 0], [0, 0, 4.0]])
 
 
 def test_integer_division_by_zero_is_an_error():

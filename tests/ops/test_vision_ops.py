@@ -135,6 +135,13 @@ def group_norm_ref(X, Scale, Bias, attrs):
     return {"Y": y * Scale.reshape(view) + Bias.reshape(view), "Mean": mean, "Variance": var}
 
 
+def instance_norm_ref(X, Scale, Bias, attrs):
+    mean = X.mean((2, 3), keepdims=True)
+    inv = 1 / np.sqrt(X.var((2, 3), keepdims=True) + attrs["epsilon"])
+    y = (X - mean) * inv * Scale.reshape(1, -1, 1, 1) + Bias.reshape(1, -1, 1, 1)
+    return {"Y": y, "SavedMean": mean.reshape(-1), "SavedVariance": inv.reshape(-1)}
+
+
 def prelu_ref(X, Alpha, attrs):
     mode = attrs["mode"]
     a = Alpha.reshape(()) if mode == "all" else (
@@ -277,6 +284,14 @@ CASES = [
                               "Bias": rand(3, seed=2)}, attrs={"data_layout": "NHWC"},
            ref=lambda X, Scale, Bias: {"Out": X * Scale + Bias},
            grad=["X", "Scale", "Bias"], id="affine_channel_nhwc"),
+    OpCase("instance_norm", {"X": rand(2, 3, 2, 3), "Scale": rand(3, seed=1),
+                             "Bias": rand(3, seed=2)}, ref=instance_norm_ref,
+           grad=["X", "Scale", "Bias"], grad_outputs=["Y"]),
+    OpCase("unfold", {"X": rand(2, 2, 4, 5)},
+           attrs={"kernel_sizes": [2, 3], "strides": [1, 2], "paddings": [1, 0, 0, 1],
+                  "dilations": [2, 1]},
+           ref=lambda X: {"Y": F.unfold(F.pad(_t(X), [0, 1, 1, 0]), (2, 3), dilation=(2, 1),
+                                        stride=(1, 2)).numpy()}, grad=["X"]),
 ]
 
 

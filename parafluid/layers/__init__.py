@@ -15,6 +15,7 @@ from . import vision
 from . import misc
 from . import loss_extra
 from . import seq_extra
+from . import spatial
 from .index import *
 from .io import *
 from .learning_rate_scheduler import *
@@ -27,10 +28,12 @@ from .vision import *
 from .misc import *
 from .loss_extra import *
 from .seq_extra import *
+from .spatial import *
 
 __all__ = (index.__all__ + io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
            + learning_rate_scheduler.__all__ + sequence.__all__)
 __all__ += vision.__all__ + misc.__all__ + loss_extra.__all__ + seq_extra.__all__
+__all__ += spatial.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -29,6 +29,7 @@ from . import misc
 from . import loss_extra
 from . import seq_extra
 from . import rnn_unit
+from . import spatial
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -14,7 +14,8 @@ from ..layer_helper import LayerHelper
 __all__ = ["shape", "rank", "sum", "where", "scatter", "unstack", "multiplex",
            "elementwise_mod", "elementwise_floordiv", "reduce_all", "reduce_any",
            "clip_by_norm", "uniform_random_batch_size_like", "gaussian_random_batch_size_like",
-           "sampling_id", "size", "expand_as", "gather_nd", "scatter_nd_add", "scatter_nd"]
+           "sampling_id", "size", "expand_as", "gather_nd", "scatter_nd_add", "scatter_nd",
+           "unique", "unique_with_counts", "mean_iou", "strided_slice"]
 
 
 def _check_var(layer: str, arg: str, x: Any) -> None:
@@ -261,3 +262,70 @@ def scatter_nd(index: Variable, updates: Variable, shape: list[int],
 
     zeros = fill_constant([int(s) for s in shape], updates.dtype, 0.0)
     return scatter_nd_add(zeros, index, updates, name)
+
+
+def _unique(op_type: str, x: Variable, dtype: Any) -> list[Variable]:
+    from ..dtypes import convert_dtype
+
+    _check_var(op_type, "x", x)
+    dtype = convert_dtype(dtype)
+    if dtype not in ("int32", "int64"):
+        raise TypeError(f"{op_type}: dtype must be int32 or int64, got {dtype}")
+    helper = LayerHelper(op_type)
+    slots = ["Out", "Index"] + (["Count"] if op_type == "unique_with_counts" else [])
+    outs = [helper.create_variable_for_type_inference(x.dtype if s == "Out" else dtype,
+                                                      stop_gradient=True) for s in slots]
+    helper.append_op(op_type, inputs={"X": [x]},
+                     outputs={s: [v] for s, v in zip(slots, outs)}, attrs={"dtype": dtype})
+    return outs
+
+
+def unique(x: Variable, dtype: Any = "int32") -> tuple[Variable, Variable]:
+    """The distinct values of a 1-D ``x`` in order of first occurrence, and for every element
+    the position of its value among them: ``(out, index)``.
+
+    Example::
+
+        out, index = fluid.layers.unique(ids)   # [2, 3, 3, 1] -> [2, 3, 1], [0, 1, 1, 2]
+    """
+    out, index = _unique("unique", x, dtype)
+    return out, index
+
+
+def unique_with_counts(x: Variable, dtype: Any = "int32") -> tuple[Variable, Variable, Variable]:
+    """``unique`` plus how often each distinct value occurs: ``(out, index, count)``."""
+    out, index, count = _unique("unique_with_counts", x, dtype)
+    return out, index, count
+
+
+def mean_iou(input: Variable, label: Variable,
+             num_classes: int) -> tuple[Variable, Variable, Variable]:
+    """Mean intersection-over-union of predicted and true class ids (segmentation metric):
+    ``(mean_iou [1], wrong [num_classes], correct [num_classes])``."""
+    _check_var("mean_iou", "input", input)
+    _check_var("mean_iou", "label", label)
+    helper = LayerHelper("mean_iou")
+    miou = helper.create_variable_for_type_inference("float32", stop_gradient=True)
+    wrong = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    correct = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("mean_iou", inputs={"Predictions": [input], "Labels": [label]},
+                     outputs={"OutMeanIou": [miou], "OutWrong": [wrong],
+                              "OutCorrect": [correct]},
+                     attrs={"num_classes": int(num_classes)})
+    return miou, wrong, correct
+
+
+def strided_slice(input: Variable, axes: list[int], starts: list[int], ends: list[int],
+                  strides: list[int]) -> Variable:
+    """``input[start:end:stride]`` along each of ``axes`` (Python's slice rules: negative
+    bounds count from the end, bounds clamp, a negative stride walks backwards).
+
+    Example::
+
+        rev = fluid.layers.strided_slice(x, axes=[1], starts=[-1], ends=[-1000], strides=[-1])
+    """
+    _check_var("strided_slice", "input", input)
+    return _append("strided_slice", {"Input": [input]},
+                   {"axes": [int(a) for a in axes], "starts": [int(s) for s in starts],
+                    "ends": [int(e) for e in ends], "strides": [int(s) for s in strides],
+                    "infer_flags": [1] * len(axes)}, input.dtype)

@@ -392,3 +392,136 @@ register_op("scatter_nd_add", inputs=("X", "Index", "Updates"), outputs=("Out",)
             infer_shape=_scatter_nd_add_shape, kernel=_scatter_nd_add,
             grad_kernel=_scatter_nd_add_grad, grad_uses=("X", "Index", "Updates"),
             no_grad_inputs=("Index",))
+
+# ----------------------------------------------------------------------------- unique
+
+
+def _unique_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if len(x.shape) != 1:
+        raise ValueError(f"unique: X must be 1-D, got {list(x.shape)}")
+    index = Meta(x.shape, convert_dtype(attrs["dtype"]))
+    return {"Out": Meta((-1,), x.dtype), "Index": index, "Count": Meta((-1,), index.dtype)}
+
+
+def _unique(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Values in order of first occurrence (Fluid's order, not sorted), the position of every
+    element's value in them, and how often each occurs."""
+    x = ins["X"]
+    values, inverse, counts = torch.unique(x, sorted=True, return_inverse=True,
+                                           return_counts=True)
+    first = torch.full((values.numel(),), x.numel(), dtype=torch.long, device=x.device)
+    first.scatter_reduce_(0, inverse, torch.arange(x.numel(), device=x.device), "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=x.device)
+    dtype = to_torch(convert_dtype(attrs["dtype"]))
+    return {"Out": values[order], "Index": rank[inverse].to(dtype),
+            "Count": counts[order].to(dtype)}
+
+
+register_op("unique", inputs=("X",), outputs=("Out", "Index"), attrs={"dtype": "int32"},
+            infer_shape=_unique_shape,
+            kernel=lambda ins, attrs, ctx: {k: v for k, v in _unique(ins, attrs, ctx).items()
+                                            if k != "Count"})
+register_op("unique_with_counts", inputs=("X",), outputs=("Out", "Index", "Count"),
+            attrs={"dtype": "int32"}, infer_shape=_unique_shape, kernel=_unique)
+
+# ----------------------------------------------------------------------------- mean_iou
+
+
+def _mean_iou_shape(ins: dict, attrs: dict) -> dict:
+    n = int(attrs["num_classes"])
+    if n <= 0:
+        raise ValueError(f"mean_iou: num_classes must be > 0, got {n}")
+    for slot in ("Predictions", "Labels"):
+        if ins[slot].dtype not in ("int32", "int64"):
+            raise TypeError(f"mean_iou: {slot} must hold int class ids, got {ins[slot].dtype}")
+    return {"OutMeanIou": Meta((1,), "float32"), "OutWrong": Meta((n,), "int32"),
+            "OutCorrect": Meta((n,), "int32")}
+
+
+def _mean_iou(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Per class ``correct / (correct + wrong)`` (a miss counts as wrong for both the true
+    and the predicted class), averaged over the classes that occur; as Fluid's kernel."""
+    n = int(attrs["num_classes"])
+    pred, label = ins["Predictions"].reshape(-1).long(), ins["Labels"].reshape(-1).long()
+    for name, t in (("Predictions", pred), ("Labels", label)):
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+            raise ValueError(f"mean_iou: {name} holds a class outside [0, {n})")
+    hit = pred == label
+    correct = torch.bincount(pred[hit], minlength=n)
+    wrong = torch.bincount(pred[~hit], minlength=n) + torch.bincount(label[~hit], minlength=n)
+    denom = correct + wrong
+    valid = denom > 0
+    iou = torch.where(valid, correct.double() / denom.clamp(min=1).double(),
+                      torch.zeros(n, dtype=torch.float64, device=pred.device))
+    mean = iou.sum() / valid.sum().clamp(min=1)
+    return {"OutMeanIou": mean.reshape(1).float(), "OutWrong": wrong.int(),
+            "OutCorrect": correct.int()}
+
+
+register_op("mean_iou", inputs=("Predictions", "Labels"),
+            outputs=("OutMeanIou", "OutWrong", "OutCorrect"), attrs={"num_classes": 2},
+            infer_shape=_mean_iou_shape, kernel=_mean_iou)
+
+# ----------------------------------------------------------------------------- strided_slice
+
+
+def _strided_index(shape: Any, attrs: dict) -> list[Any]:
+    """Per dim: ``slice(None)`` or the positions Python's ``slice(start, end, stride)``
+    selects (negative bounds count from the end, bounds clamp, negative strides reverse)."""
+    axes, starts, ends, strides = (list(attrs[k]) for k in ("axes", "starts", "ends",
+                                                              "strides"))
+    if not len(axes) == len(starts) == len(ends) == len(strides):
+        raise ValueError(f"strided_slice: axes {axes}, starts {starts}, ends {ends} and "
+                         f"strides {strides} must have the same length")
+    index: list[Any] = [slice(None)] * len(shape)
+    for a, s, e, st in zip(axes, starts, ends, strides):
+        if not 0 <= a < len(shape):
+            raise ValueError(f"strided_slice: axis {a} is out of range for rank {len(shape)}")
+        if st == 0:
+            raise ValueError("strided_slice: a stride cannot be 0")
+        index[a] = None if shape[a] == -1 else list(range(*slice(s, e, st).indices(shape[a])))
+    return index
+
+
+def _strided_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["Input"]
+    index = _strided_index(x.shape, attrs)
+    shape = tuple(d if isinstance(i, slice) else (-1 if i is None else len(i))
+                  for d, i in zip(x.shape, index))
+    return {"Out": Meta(shape, x.dtype)}
+
+
+def _strided_pick(x: torch.Tensor, attrs: dict) -> list[Any]:
+    return [i if isinstance(i, slice) else torch.tensor(i, dtype=torch.long, device=x.device)
+            for i in _strided_index(tuple(x.shape), attrs)]
+
+
+def _strided_slice(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["Input"]
+    for dim, idx in enumerate(_strided_pick(x, attrs)):
+        if not isinstance(idx, slice):
+            x = x.index_select(dim, idx)
+    return {"Out": x.contiguous()}
+
+
+def _strided_slice_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dout = ins["Input"], ins["Out@GRAD"]
+    grad = dout
+    picks = _strided_pick(x, attrs)
+    for dim in range(x.dim() - 1, -1, -1):
+        idx = picks[dim]
+        if not isinstance(idx, slice):
+            shape = list(grad.shape)
+            shape[dim] = x.shape[dim]
+            grad = torch.zeros(shape, dtype=dout.dtype, device=dout.device).index_add_(
+                dim, idx, grad)
+    return {"Input@GRAD": grad}
+
+
+register_op("strided_slice", inputs=("Input",), outputs=("Out",),
+            attrs={"axes": [], "starts": [], "ends": [], "strides": [], "infer_flags": []},
+            infer_shape=_strided_shape, kernel=_strided_slice,
+            grad_kernel=_strided_slice_grad, grad_uses=("Input",))

@@ -53,6 +53,21 @@ def scatter_nd_add_ref(X, Index, Updates):
     return {"Out": out}
 
 
+def mean_iou_ref(Predictions, Labels, attrs):
+    n = attrs["num_classes"]
+    correct, wrong = np.zeros(n, "int32"), np.zeros(n, "int32")
+    for p, lab in zip(Predictions, Labels):
+        if p == lab:
+            correct[p] += 1
+        else:
+            wrong[p] += 1
+            wrong[lab] += 1
+    denom = correct + wrong
+    iou = np.where(denom > 0, correct / np.maximum(denom, 1), 0)
+    return {"OutMeanIou": np.array([iou.sum() / (denom > 0).sum()], "float32"),
+            "OutWrong": wrong, "OutCorrect": correct}
+
+
 CASES = [
     OpCase("shape", {"Input": rand(2, 3, 4)},
            ref=lambda Input: {"Out": np.array([2, 3, 4], "int32")}),
@@ -103,6 +118,19 @@ CASES = [
     OpCase("scatter_nd_add", {"X": rand(3, 4, 2), "Index": ND_INDEX,
                               "Updates": rand(2, 2, 2, seed=1)},
            ref=scatter_nd_add_ref, grad=["X", "Updates"]),
+    OpCase("unique", {"X": np.array([2, 3, 3, 1, 5, 3], "int64")},
+           ref=lambda X: {"Out": np.array([2, 3, 1, 5]),
+                          "Index": np.array([0, 1, 1, 2, 3, 1], "int32")}),
+    OpCase("unique_with_counts", {"X": np.array([0.5, -1.0, 0.5, 2.0])},
+           attrs={"dtype": "int64"},
+           ref=lambda X: {"Out": np.array([0.5, -1.0, 2.0]), "Index": np.array([0, 1, 0, 2]),
+                          "Count": np.array([2, 1, 1])}),
+    OpCase("mean_iou", {"Predictions": np.array([0, 1, 1, 2, 2, 0], "int32"),
+                        "Labels": np.array([0, 1, 2, 2, 2, 1], "int32")},
+           attrs={"num_classes": 4}, ref=mean_iou_ref),
+    OpCase("strided_slice", {"Input": rand(4, 5, 3)},
+           attrs={"axes": [0, 1], "starts": [1, -1], "ends": [100, -6], "strides": [2, -2]},
+           ref=lambda Input: {"Out": Input[1:100:2, -1:-6:-2]}, grad=["Input"]),
 ]
 
 

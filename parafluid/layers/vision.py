@@ -12,7 +12,8 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["conv2d_transpose", "conv3d", "conv3d_transpose", "pool3d", "adaptive_pool2d",
-           "adaptive_pool3d", "image_resize", "resize_bilinear", "resize_nearest", "pad",
+           "adaptive_pool3d", "image_resize", "image_resize_short", "resize_bilinear",
+           "resize_trilinear", "resize_nearest", "pad",
            "pad2d", "pad_constant_like", "crop", "l2_normalize", "prelu", "group_norm", "lrn",
            "maxout", "pixel_shuffle", "space_to_depth", "shuffle_channel", "affine_channel",
            "instance_norm", "unfold"]
@@ -215,20 +216,22 @@ def adaptive_pool3d(input: Variable, pool_size: Any, pool_type: str = "max",
 
 # ----------------------------------------------------------------------------- resizing
 
-_RESAMPLE = {"BILINEAR": "bilinear_interp", "NEAREST": "nearest_interp"}
+_RESAMPLE = {"BILINEAR": "bilinear_interp", "NEAREST": "nearest_interp",
+             "TRILINEAR": "trilinear_interp"}
 
 
 def image_resize(input: Variable, out_shape: Any = None, scale: float | None = None,
                  name: str | None = None, resample: str = "BILINEAR",
                  actual_shape: Variable | None = None, align_corners: bool = True,
                  align_mode: int = 1) -> Variable:
-    """Resize the H and W of an NCHW input, bilinear or nearest, as Fluid's interpolate ops.
+    """Resize the spatial dims as Fluid's interpolate ops: H and W of an NCHW input
+    (``BILINEAR``, ``NEAREST``) or D, H and W of an NCDHW input (``TRILINEAR``).
 
-    ``out_shape`` is ``[out_h, out_w]`` (ints, or an int32 Variable of 2 values); otherwise
-    ``scale`` gives ``int(H * scale)``. ``actual_shape`` (an int32 Variable) overrides the
-    size at run time. ``align_corners`` maps corner pixels onto corner pixels; without it,
-    bilinear ``align_mode=0`` samples at half-pixel centres and ``align_mode=1`` at
-    ``in / out * k``.
+    ``out_shape`` is ``[out_h, out_w]`` (``[out_d, out_h, out_w]``), ints or an int32
+    Variable; otherwise ``scale`` gives ``int(size * scale)``. ``actual_shape`` (an int32
+    Variable) overrides the size at run time. ``align_corners`` maps corner pixels onto
+    corner pixels; without it, linear ``align_mode=0`` samples at half-pixel centres and
+    ``align_mode=1`` at ``in / out * k``.
 
     Example::
 
@@ -236,25 +239,27 @@ def image_resize(input: Variable, out_shape: Any = None, scale: float | None = N
     """
     resample = resample.upper()
     if resample not in _RESAMPLE:
-        raise ValueError(f"image_resize: resample must be 'BILINEAR' or 'NEAREST', "
+        raise ValueError(f"image_resize: resample must be one of {sorted(_RESAMPLE)}, "
                          f"got {resample!r}")
     if align_mode not in (0, 1):
         raise ValueError(f"image_resize: align_mode must be 0 or 1, got {align_mode!r}")
     op = _RESAMPLE[resample]
-    _check_rank("image_resize", input, 4, "NCHW")
+    nd = 3 if resample == "TRILINEAR" else 2
+    keys = ["out_h", "out_w"] if nd == 2 else ["out_d", "out_h", "out_w"]
+    _check_rank("image_resize", input, nd + 2, "NCHW" if nd == 2 else "NCDHW")
     if out_shape is None and scale is None:
         raise ValueError("image_resize: one of out_shape and scale must be given")
     inputs: dict[str, Any] = {"X": [input]}
     attrs: dict[str, Any] = {"interp_method": resample.lower(), "align_corners": align_corners,
-                             "align_mode": align_mode, "out_h": -1, "out_w": -1, "scale": 0.0}
+                             "align_mode": align_mode, "scale": 0.0, **{k: -1 for k in keys}}
     if isinstance(out_shape, Variable):
         actual_shape = actual_shape if actual_shape is not None else out_shape
     elif out_shape is not None:
-        if not isinstance(out_shape, (list, tuple)) or len(out_shape) != 2 or \
+        if not isinstance(out_shape, (list, tuple)) or len(out_shape) != nd or \
                 not all(isinstance(v, int) and v > 0 for v in out_shape):
-            raise ValueError(f"image_resize: out_shape must be 2 positive ints [out_h, out_w], "
-                             f"got {out_shape!r}")
-        attrs["out_h"], attrs["out_w"] = int(out_shape[0]), int(out_shape[1])
+            raise ValueError(f"image_resize: out_shape must be {nd} positive ints "
+                             f"{keys}, got {out_shape!r}")
+        attrs.update({k: int(v) for k, v in zip(keys, out_shape)})
     else:
         if float(scale) <= 0:
             raise ValueError(f"image_resize: scale must be > 0, got {scale}")
@@ -264,11 +269,35 @@ def image_resize(input: Variable, out_shape: Any = None, scale: float | None = N
     return _one(op, inputs, attrs, name)
 
 
+def image_resize_short(input: Variable, out_short_len: int,
+                       resample: str = "BILINEAR") -> Variable:
+    """Resize so that the shorter of H and W becomes ``out_short_len``, keeping the aspect
+    ratio (the longer side rounds to the nearest int)."""
+    _check_rank("image_resize_short", input, 4, "NCHW")
+    hw = list(input.shape[2:4])
+    if min(hw) <= 0:
+        raise ValueError(f"image_resize_short: H and W of {input.name!r} must be known, got "
+                         f"{list(input.shape)}")
+    short = hw.index(min(hw))
+    out = list(hw)
+    out[short] = int(out_short_len)
+    out[1 - short] = int(float(hw[1 - short]) * (float(out_short_len) / hw[short]) + 0.5)
+    return image_resize(input, out_shape=out, resample=resample)
+
+
 def resize_bilinear(input: Variable, out_shape: Any = None, scale: float | None = None,
                     name: str | None = None, actual_shape: Variable | None = None,
                     align_corners: bool = True, align_mode: int = 1) -> Variable:
     """``image_resize(..., resample="BILINEAR")``."""
     return image_resize(input, out_shape, scale, name, "BILINEAR", actual_shape,
+                        align_corners, align_mode)
+
+
+def resize_trilinear(input: Variable, out_shape: Any = None, scale: float | None = None,
+                     name: str | None = None, actual_shape: Variable | None = None,
+                     align_corners: bool = True, align_mode: int = 1) -> Variable:
+    """``image_resize(..., resample="TRILINEAR")`` over an NCDHW input."""
+    return image_resize(input, out_shape, scale, name, "TRILINEAR", actual_shape,
                         align_corners, align_mode)
 
 

@@ -45,7 +45,7 @@ def interp_matrix(in_size: int, out_size: int, method: str, align_corners: bool,
         ratio = 0.0
     a = torch.zeros(out_size, in_size, dtype=torch.float64)
     rows = torch.arange(out_size)
-    if method == "nearest":
+    if method == "nearest":  # bilinear and trilinear are the same 1-D weights per axis
         src = torch.floor(ratio * k + 0.5) if align_corners else torch.floor(ratio * k)
         a[rows, src.long().clamp(0, in_size - 1)] = 1.0
         return a.to(dtype=dtype, device=device)
@@ -61,60 +61,71 @@ def interp_matrix(in_size: int, out_size: int, method: str, align_corners: bool,
     return a.to(dtype=dtype, device=device)
 
 
-def _interp_out_size(attrs: dict, in_hw: Sequence[int]) -> list[int]:
-    """(out_h, out_w) from the attrs: explicit sizes win, else ``int(in * scale)``."""
-    out_h, out_w, scale = int(attrs["out_h"]), int(attrs["out_w"]), float(attrs["scale"])
-    if scale > 0 and (out_h <= 0 or out_w <= 0):
-        return [-1 if d == -1 else int(d * scale) for d in in_hw]
-    return [out_h, out_w]
+def _interp_out_size(attrs: dict, in_sizes: Sequence[int], keys: Sequence[str]) -> list[int]:
+    """Output sizes from the attrs (``out_d``/``out_h``/``out_w``): explicit sizes win, else
+    ``int(in * scale)``."""
+    outs, scale = [int(attrs[k]) for k in keys], float(attrs["scale"])
+    if scale > 0 and min(outs) <= 0:
+        return [-1 if d == -1 else int(d * scale) for d in in_sizes]
+    return outs
 
 
-def _register_interp(op: str, method: str) -> None:
+def _apply_matrices(x: torch.Tensor, mats: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Multiply spatial dim ``i`` of ``x`` (N, C, spatial...) by ``mats[i]`` (``[out, in]``)."""
+    for i, a in enumerate(mats):
+        x = torch.movedim(torch.matmul(a, torch.movedim(x, 2 + i, -2)), -2, 2 + i)
+    return x.contiguous()
+
+
+def _register_interp(op: str, method: str, nd: int) -> None:
+    keys = ("out_h", "out_w") if nd == 2 else ("out_d", "out_h", "out_w")
+    layout = "NCHW" if nd == 2 else "NCDHW"
+
     def infer(ins: dict, attrs: dict) -> dict:
         x = ins["X"]
-        _check_rank(op, "X", x, 4)
-        if attrs["data_layout"] != "NCHW":
-            raise ValueError(f"{op}: only data_layout 'NCHW' is supported, "
+        _check_rank(op, "X", x, nd + 2)
+        if attrs["data_layout"] != layout:
+            raise ValueError(f"{op}: only data_layout {layout!r} is supported, "
                              f"got {attrs['data_layout']!r}")
         if ins.get("OutSize") is not None:
-            return {"Out": Meta((x.shape[0], x.shape[1], -1, -1), x.dtype)}
-        hw = _interp_out_size(attrs, x.shape[2:])
-        no_size = float(attrs["scale"]) <= 0 and min(int(attrs["out_h"]), int(attrs["out_w"])) <= 0
-        if no_size or any(d == 0 or d < -1 for d in hw):
+            return {"Out": Meta((x.shape[0], x.shape[1], *[-1] * nd), x.dtype)}
+        sizes = _interp_out_size(attrs, x.shape[2:], keys)
+        no_size = float(attrs["scale"]) <= 0 and min(int(attrs[k]) for k in keys) <= 0
+        if no_size or any(d == 0 or d < -1 for d in sizes):
+            given = ", ".join(f"{k}={attrs[k]}" for k in keys)
             raise ValueError(f"{op}: the output size must be positive; give out_shape or a "
-                             f"scale > 0 (got out_h={attrs['out_h']}, out_w={attrs['out_w']}, "
-                             f"scale={attrs['scale']})")
-        return {"Out": Meta((x.shape[0], x.shape[1], *hw), x.dtype)}
+                             f"scale > 0 (got {given}, scale={attrs['scale']})")
+        return {"Out": Meta((x.shape[0], x.shape[1], *sizes), x.dtype)}
 
-    def matrices(x: torch.Tensor, attrs: dict, out_size: Any) -> tuple[torch.Tensor, ...]:
+    def matrices(x: torch.Tensor, attrs: dict, out_size: Any) -> list[torch.Tensor]:
         if out_size is not None:
-            hw = [int(v) for v in out_size.reshape(-1).tolist()]
+            sizes = [int(v) for v in out_size.reshape(-1).tolist()]
         else:
-            hw = _interp_out_size(attrs, x.shape[2:])
+            sizes = _interp_out_size(attrs, x.shape[2:], keys)
         align = bool(attrs["align_corners"])
         mode = int(attrs["align_mode"])
-        return tuple(interp_matrix(x.shape[2 + i], hw[i], method, align, mode, x.dtype,
-                                   x.device) for i in range(2))
+        return [interp_matrix(x.shape[2 + i], sizes[i], method, align, mode, x.dtype,
+                              x.device) for i in range(nd)]
 
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
         x = ins["X"]
-        ah, aw = matrices(x, attrs, ins.get("OutSize"))
-        return {"Out": torch.matmul(torch.matmul(ah, x), aw.t())}
+        return {"Out": _apply_matrices(x, matrices(x, attrs, ins.get("OutSize")))}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         x, dout = ins["X"], ins["Out@GRAD"]
-        ah, aw = matrices(x, attrs, ins.get("OutSize"))
-        return {"X@GRAD": torch.matmul(torch.matmul(ah.t(), dout), aw)}
+        mats = matrices(x, attrs, ins.get("OutSize"))
+        return {"X@GRAD": _apply_matrices(dout, [a.t() for a in mats])}
 
     register_op(op, inputs=("X", "OutSize?"), outputs=("Out",),
-                attrs={"out_h": -1, "out_w": -1, "scale": 0.0, "interp_method": method,
-                       "align_corners": True, "align_mode": 1, "data_layout": "NCHW"},
+                attrs={**{k: -1 for k in keys}, "scale": 0.0, "interp_method": method,
+                       "align_corners": True, "align_mode": 1, "data_layout": layout},
                 infer_shape=infer, kernel=kernel, grad_kernel=grad, grad_uses=("X", "OutSize"),
                 no_grad_inputs=("OutSize",))
 
 
-_register_interp("bilinear_interp", "bilinear")
-_register_interp("nearest_interp", "nearest")
+_register_interp("bilinear_interp", "bilinear", 2)
+_register_interp("nearest_interp", "nearest", 2)
+_register_interp("trilinear_interp", "trilinear", 3)
 
 # ----------------------------------------------------------------------------- pad
 

@@ -224,6 +224,12 @@ CASES = [
     OpCase("nearest_interp", {"X": rand(1, 2, 4, 4)},
            attrs=interp_attrs("nearest", out_h=3, out_w=8, align_corners=False),
            ref=interp_ref, grad=["X"], id="nearest_no_align"),
+    OpCase("trilinear_interp", {"X": rand(1, 2, 2, 3, 4)},
+           attrs={"out_d": 3, "out_h": 4, "out_w": 3, "scale": 0.0, "align_corners": False,
+                  "align_mode": 0},
+           ref=lambda X: {"Out": F.interpolate(_t(X), size=(3, 4, 3), mode="trilinear",
+                                               align_corners=False).numpy()},
+           grad=["X"]),
     OpCase("pad", {"X": rand(2, 3)}, attrs={"paddings": [1, 0, 2, 3], "pad_value": 0.5},
            ref=lambda X: {"Out": np.pad(X, [(1, 0), (2, 3)], constant_values=0.5)},
            grad=["X"]),
@@ -371,6 +377,12 @@ def test_resize_layers_and_adaptive_pool_build_fluid_ops():
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
     _, _, near = _build(lambda x: fluid.layers.resize_nearest(x, scale=2.0), [2, 5, 7])
     assert near.shape == (-1, 2, 10, 14)
+    _, _, short = _build(lambda x: fluid.layers.image_resize_short(x, 4), [2, 5, 7])
+    assert short.shape == (-1, 2, 4, 6)  # 7 * 4 / 5 = 5.6 rounds to 6
+    main, _, tri = _build(lambda x: fluid.layers.resize_trilinear(x, out_shape=[4, 6, 2]),
+                          [1, 2, 3, 4])
+    assert tri.shape == (-1, 1, 4, 6, 2)
+    assert main.global_block().ops[-1].attr("out_d") == 4
 
 
 def test_prelu_and_group_norm_layers_create_fluid_parameters():

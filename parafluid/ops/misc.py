@@ -15,7 +15,7 @@ import torch
 from ..dtypes import convert_dtype, to_torch
 from .common import broadcast_meta, broadcast_y
 from .reduce import _reduce_axes, _reduced_shape
-from .registry import Meta, register_op
+from .registry import Meta, register_op, share_lod
 from .tensor import _batch_like_shape
 
 __all__: list[str] = []
@@ -525,3 +525,7 @@ register_op("strided_slice", inputs=("Input",), outputs=("Out",),
             attrs={"axes": [], "starts": [], "ends": [], "strides": [], "infer_flags": []},
             infer_shape=_strided_shape, kernel=_strided_slice,
             grad_kernel=_strided_slice_grad, grad_uses=("Input",))
+
+# Fluid's ShareLoD for the elementwise ops and clip_by_norm over sequence rows.
+for _op in ("elementwise_mod", "elementwise_floordiv", "clip_by_norm"):
+    share_lod(_op, "X", ("Out",))

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .registry import Meta, register_op
+from .registry import Meta, register_op, share_lod
 
 __all__: list[str] = []
 
@@ -350,3 +350,7 @@ register_op("instance_norm", inputs=("X", "Scale?", "Bias?"),
             infer_shape=_instance_norm_shape, kernel=_instance_norm,
             grad_kernel=_instance_norm_grad,
             grad_uses=("X", "Scale", "Bias", "SavedMean", "SavedVariance"))
+
+# Fluid's ShareLoD: l2_normalize and prelu over sequence rows keep the sequences.
+share_lod("norm", "X", ("Out",))
+share_lod("prelu", "X", ("Out",))

@@ -231,3 +231,18 @@ def test_lstm_unit_and_gru_unit_layers_train_a_step_loop():
     feed["y"] = (feed["x0"][:, :1] * feed["x2"][:, 1:2]).astype("float32")
     losses = [float(exe.run(main, feed=feed, fetch_list=[loss])[0][0]) for _ in range(40)]
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_lod_passes_through_l2_normalize_prelu_mod_and_clip_by_norm():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32", lod_level=1)
+        two = fluid.layers.fill_constant([1], "float32", 2.0)
+        h = fluid.layers.prelu(fluid.layers.l2_normalize(x, axis=1), mode="all")
+        h = fluid.layers.clip_by_norm(fluid.layers.elementwise_mod(h, two), max_norm=10.0)
+        pooled = fluid.layers.sequence_pool(h, "sum")
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    got, = exe.run(main, feed={"x": _lod(np.ones((5, 3)), [2, 3])}, fetch_list=[pooled])
+    np.testing.assert_allclose(got, np.array([[2.0], [3.0]]) / np.sqrt(3) * np.ones(3),
+                               rtol=1e-5)

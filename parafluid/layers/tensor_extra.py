@@ -1,5 +1,5 @@
 """More tensor layers of Fluid 1.6: spectral_norm, crop_tensor, shard_index,
-merge_selected_rows, get_tensor_from_selected_rows."""
+merge_selected_rows, get_tensor_from_selected_rows, py_func."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["spectral_norm", "crop_tensor", "shard_index", "merge_selected_rows",
-           "get_tensor_from_selected_rows"]
+           "get_tensor_from_selected_rows", "py_func"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -108,3 +108,52 @@ def get_tensor_from_selected_rows(x: Variable, name: str | None = None) -> Varia
     _check("get_tensor_from_selected_rows", x=x)
     return _append("get_tensor_from_selected_rows", {"X": [x]}, {}, x.dtype, name,
                    stop_gradient=True)
+
+
+def py_func(func: Any, x: Any, out: Any, backward_func: Any = None,
+            skip_vars_in_backward_input: Any = None) -> Any:
+    """Run ``func`` (Python) as an op: it gets the ``x`` variables as LoDTensors and returns
+    one numpy array (or LoDTensor) per ``out`` variable, which the caller creates with its
+    shape and dtype (``out=None``: no outputs, e.g. a debug print).
+
+    ``backward_func`` gets the inputs, the outputs and the outputs' gradients (minus the
+    variables in ``skip_vars_in_backward_input``) and returns one gradient per input.
+    The functions stay in this process; the op holds their ids, as in Fluid.
+
+    Example::
+
+        def tanh(x):
+            return np.tanh(np.array(x))
+
+        def tanh_grad(y, dy):
+            return np.array(dy) * (1 - np.square(np.array(y)))
+
+        out = main.global_block().create_var(name="y", shape=[-1, 4], dtype="float32")
+        fluid.layers.py_func(tanh, x, out, backward_func=tanh_grad,
+                             skip_vars_in_backward_input=x)
+    """
+    from ..ops.py_func import register_callable
+
+    xs = [] if x is None else ([x] if isinstance(x, Variable) else list(x))
+    outs = [] if out is None else ([out] if isinstance(out, Variable) else list(out))
+    for i, v in enumerate(xs + outs):
+        _check("py_func", **{f"x[{i}]" if i < len(xs) else f"out[{i - len(xs)}]": v})
+    for v in outs:
+        if v.shape is None or v.dtype is None:
+            raise ValueError(f"py_func: output {v.name!r} needs a shape and a dtype; create it "
+                             "with block.create_var(name=..., shape=..., dtype=...)")
+    skip = skip_vars_in_backward_input
+    skip = [] if skip is None else ([skip] if isinstance(skip, Variable) else list(skip))
+    skip_names = [v.name if isinstance(v, Variable) else str(v) for v in skip]
+    known = {v.name for v in xs + outs}
+    for n in skip_names:
+        if n not in known:
+            raise ValueError(f"py_func: skip_vars_in_backward_input names {n!r}, which is "
+                             "neither an input nor an output")
+    helper = LayerHelper("py_func")
+    helper.append_op("py_func", inputs={"X": xs}, outputs={"Out": outs},
+                     attrs={"forward_callable_id": register_callable(func),
+                            "backward_callable_id": (register_callable(backward_func)
+                                                     if backward_func is not None else -1),
+                            "backward_skip_vars": skip_names})
+    return out

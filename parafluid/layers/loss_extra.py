@@ -9,7 +9,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["smooth_l1", "kldiv_loss", "margin_rank_loss", "rank_loss", "bpr_loss",
-           "dice_loss", "npair_loss", "teacher_student_sigmoid_loss"]
+           "dice_loss", "npair_loss", "teacher_student_sigmoid_loss", "center_loss"]
 
 
 def _check_vars(layer: str, **args: Any) -> None:
@@ -157,3 +157,49 @@ def npair_loss(anchor: Variable, positive: Variable, labels: Variable,
     ce = softmax_with_cross_entropy(logits=sim, label=targets, soft_label=True)
     ce = reduce_mean(reduce_sum(elementwise_mul(targets, ce), dim=0))
     return add(l2, ce)
+
+
+def center_loss(input: Variable, label: Variable, num_classes: int, alpha: Any,
+                param_attr: Any, update_center: bool = True) -> Variable:
+    """Center loss (face recognition): ``0.5 * |x - c_label|^2`` per row ``[N, 1]``; the
+    ``[num_classes, D]`` centers (a non-trainable parameter) move toward their samples at
+    rate ``alpha`` (a float or a Variable) on every training step when ``update_center``.
+
+    Example::
+
+        loss = fluid.layers.center_loss(feat, label, num_classes=10, alpha=0.1,
+                                        param_attr=fluid.initializer.Xavier(uniform=False))
+    """
+    import copy
+
+    from ..initializer import Constant
+    from ..param_attr import ParamAttr
+
+    _check_vars("center_loss", input=input, label=label)
+    if len(input.shape or ()) != 2 or input.shape[1] <= 0:
+        raise ValueError(f"center_loss: input must be [N, D] with a known D, got "
+                         f"{list(input.shape or [])}")
+    helper = LayerHelper("center_loss")
+    attr = ParamAttr._to_attr(param_attr)
+    if attr is False:
+        raise ValueError("center_loss: param_attr=False leaves no centers; pass a ParamAttr or "
+                         "an initializer")
+    attr = copy.copy(attr)
+    attr.trainable = False  # the op moves the centers itself; optimizers leave them alone
+    centers = helper.create_parameter(attr, [int(num_classes), input.shape[1]], input.dtype)
+    centers.stop_gradient = True
+    if isinstance(alpha, Variable):
+        rate = alpha
+    else:
+        rate = helper.create_global_variable(persistable=True, shape=[1], dtype="float32")
+        rate.stop_gradient = True
+        helper.set_variable_initializer(rate, Constant(float(alpha)))
+    diff = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    loss = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("center_loss",
+                     inputs={"X": [input], "Label": [label], "Centers": [centers],
+                             "CenterUpdateRate": [rate]},
+                     outputs={"SampleCenterDiff": [diff], "Loss": [loss],
+                              "CentersOut": [centers]},
+                     attrs={"cluster_num": int(num_classes), "need_update": bool(update_center)})
+    return loss

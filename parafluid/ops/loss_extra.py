@@ -258,3 +258,49 @@ register_op("teacher_student_sigmoid_loss", inputs=("X", "Label"), outputs=("Y",
             attrs={"soft_max_up_bound": 15.0, "soft_max_lower_bound": -15.0},
             infer_shape=_ts_shape, kernel=_ts_loss, grad_kernel=_ts_loss_grad,
             grad_uses=("X", "Label"), no_grad_inputs=("Label",))
+
+# ----------------------------------------------------------------------------- center_loss
+
+
+def _center_loss_shape(ins: dict, attrs: dict) -> dict:
+    x, label, centers = ins["X"], ins["Label"], ins["Centers"]
+    if len(x.shape) != 2 or len(centers.shape) != 2 or x.shape[1] != centers.shape[1]:
+        raise ValueError(f"center_loss: X [N, D] and Centers [K, D] must share D, got "
+                         f"{list(x.shape)} and {list(centers.shape)}")
+    if label.dtype not in ("int32", "int64"):
+        raise TypeError(f"center_loss: Label must hold int class ids, got {label.dtype}")
+    return {"SampleCenterDiff": x, "Loss": _rows_meta(x), "CentersOut": centers}
+
+
+def _center_loss(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """``0.5 * |x - c_label|^2`` per row. With ``need_update`` the centers move toward their
+    samples: ``c_k += rate * sum_{label = k}(x - c_k) / (1 + count_k)`` (Fluid's rule), in
+    place when ``CentersOut`` is ``Centers``."""
+    x, centers = ins["X"], ins["Centers"]
+    label = ins["Label"].reshape(-1).long()
+    k = centers.shape[0]
+    if label.numel() and (int(label.min()) < 0 or int(label.max()) >= k):
+        raise ValueError(f"center_loss: a label is outside the {k} centers")
+    diff = x - centers.index_select(0, label).to(x.dtype)
+    loss = 0.5 * (diff * diff).sum(1, keepdim=True)
+    new_centers = centers
+    if attrs["need_update"]:
+        rate = float(ins["CenterUpdateRate"].reshape(-1)[0])
+        acc = torch.zeros_like(centers).index_add_(0, label, diff.to(centers.dtype))
+        count = 1 + torch.bincount(label, minlength=k).to(centers.dtype)
+        step = rate * acc / count.unsqueeze(1)
+        if ctx.op.input("Centers") == ctx.op.output("CentersOut"):
+            new_centers = centers.add_(step)
+        else:
+            new_centers = centers + step
+    return {"SampleCenterDiff": diff, "Loss": loss, "CentersOut": new_centers}
+
+
+register_op("center_loss", inputs=("X", "Label", "Centers", "CenterUpdateRate"),
+            outputs=("SampleCenterDiff", "Loss", "CentersOut"),
+            attrs={"cluster_num": 0, "need_update": True}, infer_shape=_center_loss_shape,
+            kernel=_center_loss,
+            grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": ins["SampleCenterDiff"]
+                                                 * ins["Loss@GRAD"]},
+            grad_uses=("X", "SampleCenterDiff"),
+            no_grad_inputs=("Label", "Centers", "CenterUpdateRate"))

@@ -178,3 +178,44 @@ def test_loss_layers_train_a_ranker():
     feed = {"lx": left, "rx": right, "y": label}
     losses = [float(exe.run(main, feed=feed, fetch_list=[loss])[0][0]) for _ in range(30)]
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def center_loss_ref(X, Label, Centers, CenterUpdateRate, attrs):
+    diff = X - Centers[Label[:, 0]]
+    out = Centers.copy()
+    if attrs["need_update"]:
+        for k in range(len(Centers)):
+            rows = Label[:, 0] == k
+            out[k] += CenterUpdateRate[0] * diff[rows].sum(0) / (1 + rows.sum())
+    return {"SampleCenterDiff": diff, "Loss": 0.5 * (diff ** 2).sum(1, keepdims=True),
+            "CentersOut": out}
+
+
+CENTER_IN = {"X": rand(5, 3), "Label": np.array([[0], [2], [0], [1], [0]], "int64"),
+             "Centers": rand(4, 3, seed=1), "CenterUpdateRate": np.array([0.5])}
+
+
+@pytest.mark.parametrize("update", [True, False])
+def test_center_loss_op(update):
+    check_op(OpCase("center_loss", dict(CENTER_IN), attrs={"need_update": update},
+                    ref=center_loss_ref, grad=["X"], grad_outputs=["Loss"]))
+
+
+def test_center_loss_layer_moves_the_centers_in_place():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="int64")
+        loss = fluid.layers.mean(fluid.layers.center_loss(
+            x, y, num_classes=4, alpha=0.5,
+            param_attr=fluid.ParamAttr(name="centers",
+                                       initializer=fluid.initializer.Constant(0.0))))
+        fluid.optimizer.SGD(learning_rate=0.1).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": CENTER_IN["X"].astype("float32"), "y": CENTER_IN["Label"]}
+    exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
+    want = center_loss_ref(feed["x"], feed["y"], np.zeros((4, 3), "float32"), [0.5],
+                           {"need_update": True})["CentersOut"]
+    np.testing.assert_allclose(np.array(scope.find_var("centers").get_tensor()), want,
+                               rtol=1e-5)

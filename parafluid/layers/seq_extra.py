@@ -11,7 +11,7 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["sequence_reverse", "sequence_slice", "sequence_enumerate", "im2sequence",
            "row_conv", "add_position_encoding", "edit_distance", "ctc_greedy_decoder",
-           "lstm_unit", "gru_unit", "bilinear_tensor_product"]
+           "lstm_unit", "gru_unit", "bilinear_tensor_product", "sequence_scatter"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -282,3 +282,12 @@ def bilinear_tensor_product(x: Variable, y: Variable, size: int, act: str | None
     out = helper.create_variable_for_type_inference(dtype)
     helper.append_op("bilinear_tensor_product", inputs=inputs, outputs={"Out": [out]})
     return helper.append_activation(out)
+
+
+def sequence_scatter(input: Variable, index: Variable, updates: Variable,
+                     name: str | None = None) -> Variable:
+    """Add ``updates`` into a dense ``input [N, D]``: step ``j`` of sequence ``i`` of the LoD
+    ``index`` (int positions, ``[M, 1]``) adds ``updates[j]`` at ``input[i, index[j]]``."""
+    _check("sequence_scatter", input=input, index=index, updates=updates)
+    return _one("sequence_scatter", {"X": [input], "Ids": [index], "Updates": [updates]}, {},
+                input.dtype, 0, name)

@@ -377,3 +377,58 @@ register_op("ctc_align", inputs=("Input",), outputs=("Output",),
 
 # ctc_greedy_decoder runs ctc_align on top_k's indices: top_k keeps its input's sequences.
 share_lod("top_k", "X", ("Out", "Indices"))
+
+# ----------------------------------------------------------------------------- sequence_scatter
+
+
+def _seq_scatter_shape(ins: dict, attrs: dict) -> dict:
+    x, ids, upd = ins["X"], ins["Ids"], ins["Updates"]
+    if len(x.shape) != 2:
+        raise ValueError(f"sequence_scatter: X must be 2-D [N, D], got {list(x.shape)}")
+    if ids.dtype not in ("int32", "int64"):
+        raise TypeError(f"sequence_scatter: Ids must hold int positions, got {ids.dtype}")
+    if len(upd.shape) != len(ids.shape) or any(
+            a != b and -1 not in (a, b) for a, b in zip(upd.shape, ids.shape)):
+        raise ValueError(f"sequence_scatter: Updates {list(upd.shape)} must have the shape "
+                         f"of Ids {list(ids.shape)}")
+    return {"Out": x}
+
+
+def _scatter_targets(ins: dict, op: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, column) of ``X`` for every id: sequence ``i`` of ``Ids`` addresses row ``i``."""
+    x, ids = ins["X"], ins["Ids"]
+    offsets = require_lod(op, "Ids", ids)
+    if len(offsets) - 1 != x.shape[0]:
+        raise ValueError(f"{op}: Ids has {len(offsets) - 1} sequences but X has "
+                         f"{x.shape[0]} rows; sequence i updates row i")
+    rows = torch.repeat_interleave(torch.arange(x.shape[0], device=x.device),
+                                   torch.tensor(_lengths(offsets), device=x.device))
+    cols = ids.reshape(-1).long()
+    if cols.numel() and (int(cols.min()) < 0 or int(cols.max()) >= x.shape[1]):
+        raise ValueError(f"{op}: a position in Ids is outside the {x.shape[1]} columns of X")
+    return rows, cols
+
+
+def _seq_scatter(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """``out[i, ids[j]] += updates[j]`` for every step ``j`` of sequence ``i``."""
+    x = ins["X"]
+    rows, cols = _scatter_targets(ins, "sequence_scatter")
+    upd = ins["Updates"].reshape(-1).to(x.dtype)
+    return {"Out": x.clone().index_put_((rows, cols), upd, accumulate=True)}
+
+
+def _seq_scatter_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    dout = ins["Out@GRAD"]
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = dout
+    if "Updates" in ctx.need:
+        rows, cols = _scatter_targets(ins, "sequence_scatter_grad")
+        out["Updates@GRAD"] = dout[rows, cols].reshape(ins["Updates"].shape)
+    return out
+
+
+register_op("sequence_scatter", inputs=("X", "Ids", "Updates"), outputs=("Out",),
+            infer_shape=_seq_scatter_shape, kernel=_seq_scatter,
+            grad_kernel=_seq_scatter_grad, grad_uses=("X", "Ids", "Updates"),
+            no_grad_inputs=("Ids",))

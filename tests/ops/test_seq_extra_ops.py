@@ -95,6 +95,14 @@ def levenshtein(a, b):
     return d[-1]
 
 
+def seq_scatter_ref(X, Ids, Updates):
+    out = X.copy()
+    for row, (a, b) in enumerate(zip([0, 3, 3], [3, 3, 5])):
+        for j in range(a, b):
+            out[row, Ids[j, 0]] += Updates[j, 0]
+    return {"Out": out}
+
+
 IDS = np.array([[3], [1], [4], [1], [5], [9]], "int64")
 GRU_IN = {"Input": rand(3, 6), "HiddenPrev": rand(3, 2, seed=1),
           "Weight": rand(2, 6, seed=2), "Bias": rand(1, 6, seed=3)}
@@ -139,6 +147,11 @@ CASES = [
     OpCase("gru_unit", dict(GRU_IN), attrs={"origin_mode": True}, ref=gru_unit_ref,
            grad=["Input", "HiddenPrev", "Weight", "Bias"], grad_outputs=["Hidden"],
            id="gru_unit_origin_mode"),
+    OpCase("sequence_scatter", {"X": rand(3, 4), "Ids": np.array([[1], [3], [1], [0], [2]],
+                                                                  "int64"),
+                                "Updates": rand(5, 1, seed=1)},
+           ref=seq_scatter_ref, lod={"Ids": [[0, 3, 3, 5]], "Updates": [[0, 3, 3, 5]]},
+           grad=["X", "Updates"]),
     OpCase("bilinear_tensor_product", {"X": rand(3, 2), "Y": rand(3, 4, seed=1),
                                        "Weight": rand(5, 2, 4, seed=2),
                                        "Bias": rand(1, 5, seed=3)},

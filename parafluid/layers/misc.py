@@ -15,7 +15,7 @@ __all__ = ["shape", "rank", "sum", "where", "scatter", "unstack", "multiplex",
            "elementwise_mod", "elementwise_floordiv", "reduce_all", "reduce_any",
            "clip_by_norm", "uniform_random_batch_size_like", "gaussian_random_batch_size_like",
            "sampling_id", "size", "expand_as", "gather_nd", "scatter_nd_add", "scatter_nd",
-           "unique", "unique_with_counts", "mean_iou", "strided_slice"]
+           "unique", "unique_with_counts", "mean_iou", "strided_slice", "hash"]
 
 
 def _check_var(layer: str, arg: str, x: Any) -> None:
@@ -329,3 +329,17 @@ def strided_slice(input: Variable, axes: list[int], starts: list[int], ends: lis
                    {"axes": [int(a) for a in axes], "starts": [int(s) for s in starts],
                     "ends": [int(e) for e in ends], "strides": [int(s) for s in strides],
                     "infer_flags": [1] * len(axes)}, input.dtype)
+
+
+def hash(input: Variable, hash_size: int, num_hash: int = 1,
+         name: str | None = None) -> Variable:
+    """Hash each int32 row of ``input [N, k]`` with ``num_hash`` seeds into ``[0, hash_size)``:
+    int64 ``[N, num_hash, 1]`` (XXH64, as Fluid; e.g. feature hashing of n-grams).
+
+    Example::
+
+        bucket = fluid.layers.hash(ngram_ids, hash_size=100000, num_hash=2)
+    """
+    _check_var("hash", "input", input)
+    return _append("hash", {"X": [input]}, {"num_hash": int(num_hash), "mod_by": int(hash_size)},
+                   "int64", name, stop_gradient=True)

@@ -529,3 +529,75 @@ register_op("strided_slice", inputs=("Input",), outputs=("Out",),
 # Fluid's ShareLoD for the elementwise ops and clip_by_norm over sequence rows.
 for _op in ("elementwise_mod", "elementwise_floordiv", "clip_by_norm"):
     share_lod(_op, "X", ("Out",))
+
+# ----------------------------------------------------------------------------- hash
+
+_MASK = (1 << 64) - 1
+_P1, _P2, _P3 = 11400714785074694791, 14029467366897019727, 1609587929392839161
+_P4, _P5 = 9650029242287828579, 2870177450012600261
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _MASK
+
+
+def _round(acc: int, lane: int) -> int:
+    return (_rotl((acc + lane * _P2) & _MASK, 31) * _P1) & _MASK
+
+
+def xxh64(data: bytes, seed: int) -> int:
+    """XXH64 of ``data`` (the hash Fluid's ``hash`` op uses), in plain Python ints."""
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(seed + _P1 + _P2) & _MASK, (seed + _P2) & _MASK, seed & _MASK,
+             (seed - _P1) & _MASK]
+        while i + 32 <= n:
+            for k in range(4):
+                v[k] = _round(v[k], int.from_bytes(data[i + 8 * k:i + 8 * k + 8], "little"))
+            i += 32
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _MASK
+        for lane in v:
+            h = ((h ^ _round(0, lane)) * _P1 + _P4) & _MASK
+    else:
+        h = (seed + _P5) & _MASK
+    h = (h + n) & _MASK
+    while i + 8 <= n:
+        h ^= _round(0, int.from_bytes(data[i:i + 8], "little"))
+        h = (_rotl(h, 27) * _P1 + _P4) & _MASK
+        i += 8
+    if i + 4 <= n:
+        h ^= (int.from_bytes(data[i:i + 4], "little") * _P1) & _MASK
+        h = (_rotl(h, 23) * _P2 + _P3) & _MASK
+        i += 4
+    while i < n:
+        h ^= (data[i] * _P5) & _MASK
+        h = (_rotl(h, 11) * _P1) & _MASK
+        i += 1
+    h ^= h >> 33
+    h = (h * _P2) & _MASK
+    h ^= h >> 29
+    h = (h * _P3) & _MASK
+    return h ^ (h >> 32)
+
+
+def _hash_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if x.dtype != "int32" or len(x.shape) != 2:
+        raise ValueError(f"hash: X must be int32 [N, k] (Fluid hashes int32 rows), got "
+                         f"{x.dtype} {list(x.shape)}")
+    return {"Out": Meta((x.shape[0], int(attrs["num_hash"]), 1), "int64")}
+
+
+def _hash(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Per row and seed ``0 .. num_hash - 1``: ``XXH64(row's int32 bytes, seed) % mod_by``."""
+    x = ins["X"]
+    rows = x.detach().cpu().numpy().astype("<i4")
+    k, mod = int(attrs["num_hash"]), int(attrs["mod_by"])
+    out = [[xxh64(r.tobytes(), seed) % mod for seed in range(k)] for r in rows]
+    result = torch.tensor(out, dtype=torch.int64, device=x.device).reshape(len(rows), k, 1)
+    return {"Out": result}
+
+
+register_op("hash", inputs=("X",), outputs=("Out",), attrs={"num_hash": 1, "mod_by": 100000},
+            infer_shape=_hash_shape, kernel=_hash)
+share_lod("hash", "X", ("Out",))

@@ -213,6 +213,26 @@ def test_scatter_nd_layer_builds_on_zeros():
     np.testing.assert_allclose(out, [[2.0, 0, 0], [0, 0, 4.0]])
 
 
+@pytest.mark.parametrize("data,seed,want", [
+    # reference values of the xxHash library (XXH64)
+    (b"", 0, 0xEF46DB3751D8E999),
+    (b"abc", 0, 0x44BC2CF5AD770999),
+    (bytes(range(40)), 0, 17715543491017654761),
+    (bytes(range(101)), 7, 16751395520403760378),
+])
+def test_xxh64_matches_the_reference(data, seed, want):
+    from parafluid.ops.misc import xxh64
+
+    assert xxh64(data, seed) == want
+
+
+def test_hash_op_hashes_int32_rows_with_one_seed_per_hash():
+    rows = np.array([[1, 2, 3], [7, 7, 7], [1, 2, 3]], "int32")
+    case = OpCase("hash", {"X": rows}, attrs={"num_hash": 2, "mod_by": 1000},
+                  ref=lambda X: {"Out": np.array([[756, 228], [208, 658], [756, 228]])[..., None]})
+    check_op(case)
+
+
 def test_integer_division_by_zero_is_an_error():
     case = OpCase("elementwise_floordiv", {"X": INTS_X, "Y": np.zeros_like(INTS_Y)})
     with pytest.raises(fluid.OpRunError, match="integer division by zero"):

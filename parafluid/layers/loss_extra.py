@@ -9,7 +9,8 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["smooth_l1", "kldiv_loss", "margin_rank_loss", "rank_loss", "bpr_loss",
-           "dice_loss", "npair_loss", "teacher_student_sigmoid_loss", "center_loss"]
+           "dice_loss", "npair_loss", "teacher_student_sigmoid_loss", "center_loss",
+           "continuous_value_model"]
 
 
 def _check_vars(layer: str, **args: Any) -> None:
@@ -203,3 +204,12 @@ def center_loss(input: Variable, label: Variable, num_classes: int, alpha: Any,
                               "CentersOut": [centers]},
                      attrs={"cluster_num": int(num_classes), "need_update": bool(update_center)})
     return loss
+
+
+def continuous_value_model(input: Variable, cvm: Variable, use_cvm: bool = True) -> Variable:
+    """CTR models' show/click features: the first two columns of ``input`` (show, click)
+    become ``log(show + 1)`` and ``log(click + 1) - log(show + 1)`` (``use_cvm``) or are
+    dropped. As in Fluid, the gradient of those two columns is ``cvm`` itself."""
+    _check_vars("continuous_value_model", input=input, cvm=cvm)
+    return _one("cvm", {"X": [input], "CVM": [cvm]}, "Y", {"use_cvm": bool(use_cvm)},
+                input.dtype, None)

@@ -304,3 +304,39 @@ register_op("center_loss", inputs=("X", "Label", "Centers", "CenterUpdateRate"),
                                                  * ins["Loss@GRAD"]},
             grad_uses=("X", "SampleCenterDiff"),
             no_grad_inputs=("Label", "Centers", "CenterUpdateRate"))
+
+# ----------------------------------------------------------------------------- cvm
+
+
+def _cvm_shape(ins: dict, attrs: dict) -> dict:
+    x, cvm = ins["X"], ins["CVM"]
+    if len(x.shape) != 2 or (x.shape[1] != -1 and x.shape[1] < 2):
+        raise ValueError(f"cvm: X must be [N, D] with D >= 2 (show, click, ...), got "
+                         f"{list(x.shape)}")
+    if len(cvm.shape) != 2 or cvm.shape[1] not in (2, -1):
+        raise ValueError(f"cvm: CVM must be [N, 2] (show, click), got {list(cvm.shape)}")
+    width = x.shape[1] if attrs["use_cvm"] or x.shape[1] == -1 else x.shape[1] - 2
+    return {"Y": Meta((x.shape[0], width), x.dtype)}
+
+
+def _cvm(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """``use_cvm``: the first two columns (show, click) become ``log(show + 1)`` and
+    ``log(click + 1) - log(show + 1)``; otherwise they are dropped."""
+    x = ins["X"]
+    if not attrs["use_cvm"]:
+        return {"Y": x[:, 2:].contiguous()}
+    show = torch.log(x[:, :1] + 1)
+    return {"Y": torch.cat([show, torch.log(x[:, 1:2] + 1) - show, x[:, 2:]], 1)}
+
+
+def _cvm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Fluid's rule, not a derivative: the rest of the columns get ``Y@GRAD``, the show and
+    click columns get the ``CVM`` values (what the CTR embedding update expects)."""
+    dy, cvm = ins["Y@GRAD"], ins["CVM"].to(ins["Y@GRAD"].dtype)
+    rest = dy[:, 2:] if attrs["use_cvm"] else dy
+    return {"X@GRAD": torch.cat([cvm, rest], 1)}
+
+
+register_op("cvm", inputs=("X", "CVM"), outputs=("Y",), attrs={"use_cvm": True},
+            infer_shape=_cvm_shape, kernel=_cvm, grad_kernel=_cvm_grad,
+            grad_uses=("X", "CVM"), no_grad_inputs=("CVM",))

@@ -219,3 +219,21 @@ def test_center_loss_layer_moves_the_centers_in_place():
                            {"need_update": True})["CentersOut"]
     np.testing.assert_allclose(np.array(scope.find_var("centers").get_tensor()), want,
                                rtol=1e-5)
+
+
+CVM_X = np.abs(rand(3, 4, seed=6)) * 5
+CVM_IN = np.abs(rand(3, 2, seed=7))
+
+
+@pytest.mark.parametrize("use_cvm", [True, False])
+def test_cvm_forward_and_fluid_gradient_rule(use_cvm):
+    show = np.log(CVM_X[:, :1] + 1)
+    want = np.concatenate([show, np.log(CVM_X[:, 1:2] + 1) - show, CVM_X[:, 2:]], 1) \
+        if use_cvm else CVM_X[:, 2:]
+    check_op(OpCase("cvm", {"X": CVM_X, "CVM": CVM_IN}, attrs={"use_cvm": use_cvm},
+                    ref=lambda X, CVM: {"Y": want}))
+    dy = rand(*want.shape, seed=8)
+    grad = run_op(OpCase("cvm_grad", {"X": CVM_X, "CVM": CVM_IN, "Y@GRAD": dy},
+                         attrs={"use_cvm": use_cvm}, outputs=["X@GRAD"]))["X@GRAD"]
+    np.testing.assert_allclose(grad[:, :2], CVM_IN)
+    np.testing.assert_allclose(grad[:, 2:], dy[:, 2:] if use_cvm else dy)

@@ -9,7 +9,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["spectral_norm", "crop_tensor", "shard_index", "merge_selected_rows",
-           "get_tensor_from_selected_rows", "py_func"]
+           "get_tensor_from_selected_rows", "py_func", "random_crop"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -156,4 +156,41 @@ def py_func(func: Any, x: Any, out: Any, backward_func: Any = None,
                             "backward_callable_id": (register_callable(backward_func)
                                                      if backward_func is not None else -1),
                             "backward_skip_vars": skip_names})
+    return out
+
+
+def random_crop(x: Variable, shape: list[int], seed: Any = None) -> Variable:
+    """A random crop of size ``shape`` from the trailing dims of each instance of ``x``
+    (data augmentation); no gradient. ``seed`` is an int (default: drawn from numpy) or an
+    int64 Variable; the seed variable advances on every run.
+
+    Example::
+
+        patch = fluid.layers.random_crop(img, shape=[3, 24, 24])   # img [N, 3, 32, 32]
+    """
+    import numpy as np
+
+    from .. import unique_name
+    from ..initializer import Constant
+
+    _check("random_crop", x=x)
+    helper = LayerHelper("random_crop")
+    if seed is None:
+        seed = int(np.random.randint(-65536, 65536))
+    attrs: dict[str, Any] = {"shape": [int(s) for s in shape]}
+    if isinstance(seed, int):
+        attrs["startup_seed"] = seed
+        seed_var = helper.create_global_variable(
+            name=unique_name.generate("random_crop_seed"), shape=[1], dtype="int64",
+            persistable=True)
+        seed_var.stop_gradient = True
+        helper.set_variable_initializer(seed_var, Constant(float(seed)))
+    elif isinstance(seed, Variable):
+        seed_var = seed
+    else:
+        raise TypeError(f"random_crop: seed must be an int or a Variable, "
+                        f"got {type(seed).__name__}")
+    out = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    helper.append_op("random_crop", inputs={"X": [x], "Seed": [seed_var]},
+                     outputs={"Out": [out], "SeedOut": [seed_var]}, attrs=attrs)
     return out

@@ -183,3 +183,42 @@ register_op("get_tensor_from_selected_rows", inputs=("X",), outputs=("Out",),
             infer_shape=_rows_tensor_shape,
             kernel=lambda ins, attrs, ctx: {"Out": _check_selected(
                 "get_tensor_from_selected_rows", ins["X"]).value.clone()})
+
+# ----------------------------------------------------------------------------- random_crop
+
+
+def _random_crop_shape(ins: dict, attrs: dict) -> dict:
+    x, shape = ins["X"], [int(s) for s in attrs["shape"]]
+    if not shape or len(shape) > len(x.shape):
+        raise ValueError(f"random_crop: shape {shape} must crop the trailing dims of X "
+                         f"{list(x.shape)}")
+    lead = len(x.shape) - len(shape)
+    for s, d in zip(shape, x.shape[lead:]):
+        if s <= 0 or (d != -1 and s > d):
+            raise ValueError(f"random_crop: shape {shape} does not fit in X {list(x.shape)}")
+    return {"Out": Meta((*x.shape[:lead], *shape), x.dtype), "SeedOut": Meta((1,), "int64")}
+
+
+def _random_crop(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Every instance (the leading dims) gets its own uniformly drawn crop of the trailing
+    dims; the generator starts from ``Seed`` and ``SeedOut`` carries the next seed, so
+    successive runs draw new crops and a run is reproducible from its seed."""
+    x, shape = ins["X"], [int(s) for s in attrs["shape"]]
+    gen = torch.Generator().manual_seed(int(ins["Seed"].reshape(-1)[0]))
+    lead = x.dim() - len(shape)
+    flat = x.reshape(-1, *x.shape[lead:])
+    crops = []
+    for inst in flat:
+        box = tuple(slice(o, o + s) for o, s in zip(
+            (int(torch.randint(0, d - s + 1, (1,), generator=gen)) for d, s in
+             zip(inst.shape, shape)), shape))
+        crops.append(inst[box])
+    out = torch.stack(crops).reshape(*x.shape[:lead], *shape) if crops else \
+        x.new_zeros((*x.shape[:lead], *shape))
+    next_seed = torch.randint(0, 2 ** 62, (1,), generator=gen)
+    return {"Out": out, "SeedOut": next_seed.to(ins["Seed"].device)}
+
+
+register_op("random_crop", inputs=("X", "Seed"), outputs=("Out", "SeedOut"),
+            attrs={"shape": [], "startup_seed": 0}, infer_shape=_random_crop_shape,
+            kernel=_random_crop)

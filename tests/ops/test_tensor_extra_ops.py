@@ -138,3 +138,22 @@ def test_py_func_without_outputs_runs_for_its_side_effect():
     exe.run(startup)
     exe.run(main, feed={"x": np.ones((3, 2), "float32")}, fetch_list=[out])
     assert seen == [6.0]
+
+
+def test_random_crop_draws_in_bounds_crops_that_change_between_runs():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        img = fluid.layers.data(name="img", shape=[2, 6, 6], dtype="float32")
+        patch = fluid.layers.random_crop(img, shape=[2, 3, 3], seed=11)
+    assert patch.shape == (-1, 2, 3, 3)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    x = np.arange(4 * 2 * 6 * 6, dtype="float32").reshape(4, 2, 6, 6)
+    firsts = []
+    for _ in range(3):
+        got, = exe.run(main, feed={"img": x}, fetch_list=[patch])
+        for n in range(4):  # each patch is a contiguous 3x3 window of its own image
+            r, c = divmod(int(got[n, 0, 0, 0] - x[n, 0, 0, 0]), 6)
+            np.testing.assert_array_equal(got[n], x[n, :, r:r + 3, c:c + 3])
+        firsts.append(got[:, 0, 0, 0].tolist())
+    assert firsts[0] != firsts[1] or firsts[1] != firsts[2]  # the seed advanced

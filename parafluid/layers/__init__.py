@@ -11,6 +11,12 @@ from . import nn
 from . import ops
 from . import sequence
 from . import tensor
+from . import vision
+from . import misc
+from . import loss_extra
+from . import seq_extra
+from . import spatial
+from . import tensor_extra
 from .index import *
 from .io import *
 from .learning_rate_scheduler import *
@@ -19,9 +25,17 @@ from .nn import *
 from .ops import *
 from .sequence import *
 from .tensor import *
+from .vision import *
+from .misc import *
+from .loss_extra import *
+from .seq_extra import *
+from .spatial import *
+from .tensor_extra import *
 
 __all__ = (index.__all__ + io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
            + learning_rate_scheduler.__all__ + sequence.__all__)
+__all__ += vision.__all__ + misc.__all__ + loss_extra.__all__ + seq_extra.__all__
+__all__ += spatial.__all__ + tensor_extra.__all__
 
 
 def __getattr__(name: str) -> object:

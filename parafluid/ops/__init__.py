@@ -24,6 +24,16 @@ from . import rpc
 from . import sync_norm
 from . import tensor
 from . import vocab_loss
+from . import conv_nd
+from . import norm_extra
+from . import vision
+from . import misc
+from . import loss_extra
+from . import seq_extra
+from . import rnn_unit
+from . import spatial
+from . import tensor_extra
+from . import py_func
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -143,6 +143,8 @@ def _pool2d_shape(ins: dict, attrs: dict) -> dict:
     if attrs["global_pooling"]:
         return {"Out": Meta((x.shape[0], x.shape[1], 1, 1), x.dtype)}
     ksize, strides, pads = _pool_params(attrs, x.shape[2:])
+    if attrs["adaptive"]:  # ksize is the output size (adaptive_pool2d)
+        return {"Out": Meta((x.shape[0], x.shape[1], *ksize), x.dtype)}
     for k, p in zip(ksize, pads):
         if p > k // 2:
             raise ValueError(f"pool2d: paddings {pads} must be at most half of ksize {ksize}")
@@ -170,6 +172,9 @@ def _pool_layout(x: torch.Tensor) -> torch.Tensor:
 def _pool2d(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["X"]
     ksize, strides, pads = _pool_params(attrs, x.shape[2:])
+    if attrs["adaptive"] and not attrs["global_pooling"]:
+        fn = F.adaptive_max_pool2d if attrs["pooling_type"] == "max" else F.adaptive_avg_pool2d
+        return {"Out": fn(x, ksize)}
     if attrs["pooling_type"] == "max":
         x = _pool_layout(x)
         out = F.max_pool2d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"])
@@ -184,6 +189,8 @@ def _pool2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, dy = ins["X"], ins["Out@GRAD"]
     ksize, strides, pads = _pool_params(attrs, x.shape[2:])
     ceil = attrs["ceil_mode"]
+    if attrs["adaptive"] and not attrs["global_pooling"]:
+        return {"X@GRAD": _adaptive_pool2d_grad(x, dy, ksize, attrs["pooling_type"])}
     if attrs["pooling_type"] == "max":
         # NOTE: recomputing the argmax is cheaper than keeping an index tensor alive between
         # the forward and backward passes.
@@ -198,9 +205,19 @@ def _pool2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"X@GRAD": dx}
 
 
+def _adaptive_pool2d_grad(x: torch.Tensor, dy: torch.Tensor, size: list[int],
+                          pooling_type: str) -> torch.Tensor:
+    """Adaptive bins are Fluid's: ``[floor(i * H / out), ceil((i + 1) * H / out))``."""
+    if pooling_type == "max":
+        _, idx = F.adaptive_max_pool2d(x, size, return_indices=True)
+        return torch.ops.aten.adaptive_max_pool2d_backward(dy, x, idx)
+    return torch.ops.aten._adaptive_avg_pool2d_backward(dy, x)
+
+
 register_op("pool2d", inputs=("X",), outputs=("Out",),
             attrs={"pooling_type": "max", "ksize": [1, 1], "strides": [1, 1],
                    "paddings": [0, 0], "global_pooling": False, "exclusive": True,
+                   "adaptive": False,
                    "ceil_mode": False, "use_cudnn": True, "data_format": "NCHW"},
             infer_shape=_pool2d_shape, kernel=_pool2d, grad_kernel=_pool2d_grad,
             grad_uses=("X",))

@@ -1,0 +1,576 @@
+"""Image layers of Fluid 1.6: transposed and 3-D convolutions, 3-D and adaptive pooling,
+resizing, padding, cropping, normalizations and channel rearrangements.
+
+Each keeps Fluid 1.6's signature and appends the op Fluid appends (see docs/fluid_compat.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..framework import Variable
+from ..layer_helper import LayerHelper
+
+__all__ = ["conv2d_transpose", "conv3d", "conv3d_transpose", "pool3d", "adaptive_pool2d",
+           "adaptive_pool3d", "image_resize", "image_resize_short", "resize_bilinear",
+           "resize_trilinear", "resize_nearest", "pad",
+           "pad2d", "pad_constant_like", "crop", "l2_normalize", "prelu", "group_norm", "lrn",
+           "maxout", "pixel_shuffle", "space_to_depth", "shuffle_channel", "affine_channel",
+           "instance_norm", "unfold"]
+
+
+def _ints(value: Any, n: int, name: str, layer: str) -> list[int]:
+    """An int or a list of ``n`` ints (a 1-list repeats)."""
+    if isinstance(value, int):
+        return [value] * n
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+        if len(value) == 1:
+            return [int(value[0])] * n
+        if len(value) == n:
+            return [int(v) for v in value]
+    raise TypeError(f"{layer}: {name} must be an int or a list of {n} ints, got {value!r}")
+
+
+def _check_rank(layer: str, input: Variable, rank: int, layout: str) -> None:
+    if not isinstance(input, Variable):
+        raise TypeError(f"{layer}: input must be a Variable, got {type(input).__name__}")
+    if len(input.shape or ()) != rank:
+        raise ValueError(f"{layer}: input {input.name!r} must be {rank}-D {layout}, "
+                         f"got shape {list(input.shape or [])}")
+
+
+def _known_channels(layer: str, input: Variable, axis: int = 1) -> int:
+    c = input.shape[axis]
+    if c <= 0:
+        raise ValueError(f"{layer}: input {input.name!r} has an unknown channel dimension "
+                         f"(shape {list(input.shape)})")
+    return c
+
+
+def _one(op_type: str, inputs: dict[str, Any], attrs: dict[str, Any], name: str | None,
+         act: str | None = None, dtype: Any = None) -> Variable:
+    helper = LayerHelper(op_type, name=name, act=act)
+    first = next(iter(inputs.values()))[0]
+    out = helper.create_variable_for_type_inference(dtype or first.dtype)
+    helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+    return helper.append_activation(out)
+
+
+# ----------------------------------------------------------------------------- convolutions
+
+
+def _conv_nd(op: str, nd: int, input: Variable, num_filters: int, filter_size: Any,
+             stride: Any, padding: Any, dilation: Any, groups: int | None, param_attr: Any,
+             bias_attr: Any, use_cudnn: bool, act: str | None, name: str | None,
+             transposed: bool, output_size: Any = None) -> Variable:
+    from ..initializer import Normal
+
+    layout = "NCHW" if nd == 2 else "NCDHW"
+    _check_rank(op, input, nd + 2, layout)
+    helper = LayerHelper(op, input=input, param_attr=param_attr, bias_attr=bias_attr,
+                         act=act, name=name)
+    dtype = helper.input_dtype()
+    channels = _known_channels(op, input)
+    groups = 1 if groups is None else int(groups)
+    if groups <= 0 or channels % groups or (transposed and num_filters % groups):
+        raise ValueError(f"{op}: the {channels} input channels of {input.name!r} (and "
+                         f"num_filters={num_filters}) must be divisible by groups={groups}")
+    strides = _ints(stride, nd, "stride", op)
+    pads = _ints(padding, nd, "padding", op)
+    dilations = _ints(dilation, nd, "dilation", op)
+    out_sizes = [] if output_size is None else _ints(output_size, nd, "output_size", op)
+    if filter_size is None:
+        if not out_sizes:
+            raise ValueError(f"{op}: give filter_size or output_size")
+        in_sizes = input.shape[2:]
+        if any(d <= 0 for d in in_sizes):
+            raise ValueError(f"{op}: filter_size=None needs the spatial dims of "
+                             f"{input.name!r} to be known, got {list(input.shape)}")
+        # Fluid derives the filter that makes the output exactly output_size.
+        k = [(out_sizes[i] - (in_sizes[i] - 1) * strides[i] + 2 * pads[i] - 1)
+             // dilations[i] + 1 for i in range(nd)]
+    else:
+        k = _ints(filter_size, nd, "filter_size", op)
+    attrs: dict[str, Any] = {"strides": strides, "paddings": pads, "dilations": dilations,
+                             "groups": groups, "use_cudnn": use_cudnn}
+    if transposed:
+        shape = [channels, num_filters // groups, *k]
+        w = helper.create_parameter(helper.param_attr, shape, dtype)  # Xavier, as Fluid
+        attrs["output_size"] = out_sizes
+    else:
+        numel = channels
+        for d in k:
+            numel *= d
+        w = helper.create_parameter(helper.param_attr, [num_filters, channels // groups, *k],
+                                    dtype, default_initializer=Normal(0.0, (2.0 / numel) ** 0.5,
+                                                                      0))
+    pre_bias = helper.create_variable_for_type_inference(dtype)
+    helper.append_op(op, inputs={"Input": [input], "Filter": [w]},
+                     outputs={"Output": [pre_bias]}, attrs=attrs)
+    pre_act = helper.append_bias_op(pre_bias, dim_start=1, dim_end=2)
+    return helper.append_activation(pre_act)
+
+
+def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
+                     filter_size: Any = None, padding: Any = 0, stride: Any = 1,
+                     dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
+                     bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
+                     name: str | None = None) -> Variable:
+    """Transposed 2-D convolution (NCHW); the filter is ``[C, num_filters / groups, kh, kw]``.
+
+    Output size ``(H - 1) * stride - 2 * padding + dilation * (k - 1) + 1``; an
+    ``output_size`` up to ``stride - 1`` larger is reached by extra trailing rows, and with
+    ``filter_size=None`` the filter is sized to give ``output_size`` exactly.
+
+    Example::
+
+        up = fluid.layers.conv2d_transpose(h, num_filters=16, filter_size=4, stride=2,
+                                           padding=1)   # doubles H and W
+    """
+    return _conv_nd("conv2d_transpose", 2, input, num_filters, filter_size, stride, padding,
+                    dilation, groups, param_attr, bias_attr, use_cudnn, act, name, True,
+                    output_size)
+
+
+def conv3d_transpose(input: Variable, num_filters: int, output_size: Any = None,
+                     filter_size: Any = None, padding: Any = 0, stride: Any = 1,
+                     dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
+                     bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
+                     name: str | None = None) -> Variable:
+    """Transposed 3-D convolution (NCDHW); see ``conv2d_transpose``."""
+    return _conv_nd("conv3d_transpose", 3, input, num_filters, filter_size, stride, padding,
+                    dilation, groups, param_attr, bias_attr, use_cudnn, act, name, True,
+                    output_size)
+
+
+def conv3d(input: Variable, num_filters: int, filter_size: Any, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int | None = None,
+           param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
+           act: str | None = None, name: str | None = None) -> Variable:
+    """3-D convolution over an NCDHW input; filter ``[num_filters, C / groups, kd, kh, kw]``
+    starting from ``Normal(0, sqrt(2 / (kd * kh * kw * C)))``.
+
+    Example::
+
+        h = fluid.layers.conv3d(vol, num_filters=4, filter_size=3, padding=1, act="relu")
+    """
+    return _conv_nd("conv3d", 3, input, num_filters, filter_size, stride, padding, dilation,
+                    groups, param_attr, bias_attr, use_cudnn, act, name, False)
+
+
+# ----------------------------------------------------------------------------- pooling
+
+
+def pool3d(input: Variable, pool_size: Any = -1, pool_type: str = "max", pool_stride: Any = 1,
+           pool_padding: Any = 0, global_pooling: bool = False, use_cudnn: bool = True,
+           ceil_mode: bool = False, name: str | None = None, exclusive: bool = True) -> Variable:
+    """Max or average pooling over an NCDHW input (``pool2d``'s rules in 3-D)."""
+    if pool_type not in ("max", "avg"):
+        raise ValueError(f"pool3d: pool_type must be 'max' or 'avg', got {pool_type!r}")
+    if not global_pooling and pool_size == -1:
+        raise ValueError("pool3d: pool_size must be given when global_pooling is False")
+    _check_rank("pool3d", input, 5, "NCDHW")
+    ksize = [1, 1, 1] if global_pooling and pool_size == -1 else \
+        _ints(pool_size, 3, "pool_size", "pool3d")
+    return _one("pool3d", {"X": [input]}, {
+        "pooling_type": pool_type, "ksize": ksize,
+        "strides": _ints(pool_stride, 3, "pool_stride", "pool3d"),
+        "paddings": _ints(pool_padding, 3, "pool_padding", "pool3d"),
+        "global_pooling": global_pooling, "use_cudnn": use_cudnn, "ceil_mode": ceil_mode,
+        "exclusive": exclusive}, name)
+
+
+def _adaptive(nd: int, input: Variable, pool_size: Any, pool_type: str, require_index: bool,
+              name: str | None) -> Variable:
+    op = f"pool{nd}d"
+    layer = f"adaptive_pool{nd}d"
+    if pool_type not in ("max", "avg"):
+        raise ValueError(f"{layer}: pool_type must be 'max' or 'avg', got {pool_type!r}")
+    if require_index:
+        raise ValueError(f"{layer}: require_index=True (the max_pool{nd}d_with_index op) is "
+                         "not supported; use require_index=False")
+    _check_rank(layer, input, nd + 2, "NCHW" if nd == 2 else "NCDHW")
+    size = _ints(pool_size, nd, "pool_size", layer)
+    return _one(op, {"X": [input]}, {"pooling_type": pool_type, "ksize": size,
+                                     "adaptive": True}, name)
+
+
+def adaptive_pool2d(input: Variable, pool_size: Any, pool_type: str = "max",
+                    require_index: bool = False, name: str | None = None) -> Variable:
+    """Pool an NCHW input to ``pool_size`` output bins; bin ``i`` of ``out`` covers rows
+    ``[floor(i * H / out), ceil((i + 1) * H / out))`` (appends ``pool2d`` with
+    ``adaptive=True``).
+
+    Example::
+
+        feat = fluid.layers.adaptive_pool2d(h, pool_size=[3, 3], pool_type="avg")
+    """
+    return _adaptive(2, input, pool_size, pool_type, require_index, name)
+
+
+def adaptive_pool3d(input: Variable, pool_size: Any, pool_type: str = "max",
+                    require_index: bool = False, name: str | None = None) -> Variable:
+    """``adaptive_pool2d`` over an NCDHW input (appends ``pool3d`` with ``adaptive=True``)."""
+    return _adaptive(3, input, pool_size, pool_type, require_index, name)
+
+
+# ----------------------------------------------------------------------------- resizing
+
+_RESAMPLE = {"BILINEAR": "bilinear_interp", "NEAREST": "nearest_interp",
+             "TRILINEAR": "trilinear_interp"}
+
+
+def image_resize(input: Variable, out_shape: Any = None, scale: float | None = None,
+                 name: str | None = None, resample: str = "BILINEAR",
+                 actual_shape: Variable | None = None, align_corners: bool = True,
+                 align_mode: int = 1) -> Variable:
+    """Resize the spatial dims as Fluid's interpolate ops: H and W of an NCHW input
+    (``BILINEAR``, ``NEAREST``) or D, H and W of an NCDHW input (``TRILINEAR``).
+
+    ``out_shape`` is ``[out_h, out_w]`` (``[out_d, out_h, out_w]``), ints or an int32
+    Variable; otherwise ``scale`` gives ``int(size * scale)``. ``actual_shape`` (an int32
+    Variable) overrides the size at run time. ``align_corners`` maps corner pixels onto
+    corner pixels; without it, linear ``align_mode=0`` samples at half-pixel centres and
+    ``align_mode=1`` at ``in / out * k``.
+
+    Example::
+
+        up = fluid.layers.image_resize(feat, out_shape=[64, 64])   # bilinear, align_corners
+    """
+    resample = resample.upper()
+    if resample not in _RESAMPLE:
+        raise ValueError(f"image_resize: resample must be one of {sorted(_RESAMPLE)}, "
+                         f"got {resample!r}")
+    if align_mode not in (0, 1):
+        raise ValueError(f"image_resize: align_mode must be 0 or 1, got {align_mode!r}")
+    op = _RESAMPLE[resample]
+    nd = 3 if resample == "TRILINEAR" else 2
+    keys = ["out_h", "out_w"] if nd == 2 else ["out_d", "out_h", "out_w"]
+    _check_rank("image_resize", input, nd + 2, "NCHW" if nd == 2 else "NCDHW")
+    if out_shape is None and scale is None:
+        raise ValueError("image_resize: one of out_shape and scale must be given")
+    inputs: dict[str, Any] = {"X": [input]}
+    attrs: dict[str, Any] = {"interp_method": resample.lower(), "align_corners": align_corners,
+                             "align_mode": align_mode, "scale": 0.0, **{k: -1 for k in keys}}
+    if isinstance(out_shape, Variable):
+        actual_shape = actual_shape if actual_shape is not None else out_shape
+    elif out_shape is not None:
+        if not isinstance(out_shape, (list, tuple)) or len(out_shape) != nd or \
+                not all(isinstance(v, int) and v > 0 for v in out_shape):
+            raise ValueError(f"image_resize: out_shape must be {nd} positive ints "
+                             f"{keys}, got {out_shape!r}")
+        attrs.update({k: int(v) for k, v in zip(keys, out_shape)})
+    else:
+        if float(scale) <= 0:
+            raise ValueError(f"image_resize: scale must be > 0, got {scale}")
+        attrs["scale"] = float(scale)
+    if actual_shape is not None:
+        inputs["OutSize"] = [actual_shape]
+    return _one(op, inputs, attrs, name)
+
+
+def image_resize_short(input: Variable, out_short_len: int,
+                       resample: str = "BILINEAR") -> Variable:
+    """Resize so that the shorter of H and W becomes ``out_short_len``, keeping the aspect
+    ratio (the longer side rounds to the nearest int)."""
+    _check_rank("image_resize_short", input, 4, "NCHW")
+    hw = list(input.shape[2:4])
+    if min(hw) <= 0:
+        raise ValueError(f"image_resize_short: H and W of {input.name!r} must be known, got "
+                         f"{list(input.shape)}")
+    short = hw.index(min(hw))
+    out = list(hw)
+    out[short] = int(out_short_len)
+    out[1 - short] = int(float(hw[1 - short]) * (float(out_short_len) / hw[short]) + 0.5)
+    return image_resize(input, out_shape=out, resample=resample)
+
+
+def resize_bilinear(input: Variable, out_shape: Any = None, scale: float | None = None,
+                    name: str | None = None, actual_shape: Variable | None = None,
+                    align_corners: bool = True, align_mode: int = 1) -> Variable:
+    """``image_resize(..., resample="BILINEAR")``."""
+    return image_resize(input, out_shape, scale, name, "BILINEAR", actual_shape,
+                        align_corners, align_mode)
+
+
+def resize_trilinear(input: Variable, out_shape: Any = None, scale: float | None = None,
+                     name: str | None = None, actual_shape: Variable | None = None,
+                     align_corners: bool = True, align_mode: int = 1) -> Variable:
+    """``image_resize(..., resample="TRILINEAR")`` over an NCDHW input."""
+    return image_resize(input, out_shape, scale, name, "TRILINEAR", actual_shape,
+                        align_corners, align_mode)
+
+
+def resize_nearest(input: Variable, out_shape: Any = None, scale: float | None = None,
+                   name: str | None = None, actual_shape: Variable | None = None,
+                   align_corners: bool = True) -> Variable:
+    """``image_resize(..., resample="NEAREST")``."""
+    return image_resize(input, out_shape, scale, name, "NEAREST", actual_shape,
+                        align_corners, 1)
+
+
+# ----------------------------------------------------------------------------- pad / crop
+
+
+def pad(x: Variable, paddings: list[int], pad_value: float = 0.0,
+        name: str | None = None) -> Variable:
+    """Pad every dim with a constant: ``paddings`` is ``[before_0, after_0, before_1, ...]``.
+
+    Example::
+
+        y = fluid.layers.pad(x, paddings=[0, 0, 1, 2], pad_value=0.0)   # x: [N, D]
+    """
+    if len(paddings) != 2 * len(x.shape or ()):
+        raise ValueError(f"pad: paddings must have 2 values per dim of {x.name!r} "
+                         f"{list(x.shape or [])}, got {list(paddings)}")
+    return _one("pad", {"X": [x]}, {"paddings": [int(p) for p in paddings],
+                                    "pad_value": float(pad_value)}, name)
+
+
+def pad2d(input: Variable, paddings: Any = (0, 0, 0, 0), mode: str = "constant",
+          pad_value: float = 0.0, data_format: str = "NCHW",
+          name: str | None = None) -> Variable:
+    """Pad H and W of a 4-D input: ``paddings = [top, bottom, left, right]``; ``mode`` is
+    ``constant``, ``reflect`` or ``edge``.
+
+    Example::
+
+        y = fluid.layers.pad2d(img, paddings=[1, 1, 2, 2], mode="reflect")
+    """
+    if isinstance(paddings, Variable):
+        raise ValueError("pad2d: paddings as a Variable is not supported; pass 4 ints")
+    _check_rank("pad2d", input, 4, data_format)
+    return _one("pad2d", {"X": [input]}, {"paddings": [int(p) for p in paddings], "mode": mode,
+                                          "pad_value": float(pad_value),
+                                          "data_format": data_format}, name)
+
+
+def pad_constant_like(x: Variable, y: Variable, pad_value: float = 0.0,
+                      name: str | None = None) -> Variable:
+    """Pad ``y`` at the end of each dim with ``pad_value`` up to the shape of ``x``."""
+    helper = LayerHelper("pad_constant_like", name=name)
+    out = helper.create_variable_for_type_inference(y.dtype)
+    helper.append_op("pad_constant_like", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
+                     attrs={"pad_value": float(pad_value)})
+    return out
+
+
+def crop(x: Variable, shape: Any = None, offsets: Any = None,
+         name: str | None = None) -> Variable:
+    """Crop ``x`` to ``shape`` (ints, or a Variable whose shape is used) at ``offsets``
+    (ints or an int32 Variable; default all 0).
+
+    Example::
+
+        y = fluid.layers.crop(x, shape=[-1, 2, 3], offsets=[0, 1, 0])
+    """
+    inputs: dict[str, Any] = {"X": [x]}
+    attrs: dict[str, Any] = {}
+    if isinstance(shape, Variable):
+        inputs["Y"] = [shape]
+    elif shape is None:
+        raise ValueError("crop: shape must be given (a list of ints or a Variable)")
+    else:
+        attrs["shape"] = [int(s) for s in shape]
+    if isinstance(offsets, Variable):
+        inputs["Offsets"] = [offsets]
+    else:
+        attrs["offsets"] = [0] * len(x.shape or ()) if offsets is None else \
+            [int(o) for o in offsets]
+    return _one("crop", inputs, attrs, name)
+
+
+# ----------------------------------------------------------------------------- normalizations
+
+
+def l2_normalize(x: Variable, axis: int, epsilon: float = 1e-12,
+                 name: str | None = None) -> Variable:
+    """``x / sqrt(sum(x^2, axis) + epsilon)`` (appends the ``norm`` op).
+
+    Example::
+
+        emb = fluid.layers.l2_normalize(emb, axis=1)
+    """
+    if len(x.shape or ()) == 1:
+        axis = 0
+    helper = LayerHelper("l2_normalize", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    norm = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    helper.append_op("norm", inputs={"X": [x]}, outputs={"Out": [out], "Norm": [norm]},
+                     attrs={"axis": 1 if axis is None else int(axis),
+                            "epsilon": float(epsilon)})
+    return out
+
+
+def prelu(x: Variable, mode: str, param_attr: Any = None, name: str | None = None) -> Variable:
+    """``x`` where positive, ``alpha * x`` elsewhere; ``alpha`` (a parameter starting at 0.25)
+    is one value (``mode="all"``), one per channel (``"channel"``, shape ``[1, C, 1, 1]``) or
+    one per element of a sample (``"element"``).
+
+    Example::
+
+        h = fluid.layers.prelu(h, mode="channel")
+    """
+    from ..initializer import Constant
+
+    if mode not in ("all", "channel", "element"):
+        raise ValueError(f"prelu: mode must be 'all', 'channel' or 'element', got {mode!r}")
+    helper = LayerHelper("prelu", param_attr=param_attr, name=name)
+    shape = list(x.shape or ())
+    if mode == "all":
+        alpha_shape = [1]
+    elif mode == "channel":
+        if len(shape) < 2 or shape[1] <= 0:
+            raise ValueError(f"prelu: mode 'channel' needs a known channel dim, "
+                             f"got {x.name!r} of shape {shape}")
+        alpha_shape = [1, shape[1], 1, 1]
+    else:
+        alpha_shape = [1] + shape[1:]
+    alpha = helper.create_parameter(helper.param_attr, alpha_shape, "float32",
+                                    default_initializer=Constant(0.25))
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("prelu", inputs={"X": [x], "Alpha": [alpha]}, outputs={"Out": [out]},
+                     attrs={"mode": mode})
+    return out
+
+
+def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr: Any = None,
+               bias_attr: Any = None, act: str | None = None, data_layout: str = "NCHW",
+               name: str | None = None) -> Variable:
+    """Normalize each sample over groups of ``C / groups`` channels, then scale and shift
+    per channel (scale starts at 1, bias at 0; ``False`` leaves either out).
+
+    Example::
+
+        h = fluid.layers.group_norm(h, groups=4, act="relu")
+    """
+    from ..initializer import Constant
+
+    if data_layout != "NCHW":
+        raise ValueError(f"group_norm: only data_layout 'NCHW' is supported, "
+                         f"got {data_layout!r}")
+    helper = LayerHelper("group_norm", input=input, param_attr=param_attr,
+                         bias_attr=bias_attr, act=act, name=name)
+    dtype = helper.input_dtype()
+    c = _known_channels("group_norm", input)
+    inputs: dict[str, Any] = {"X": [input]}
+    if param_attr is not False:
+        inputs["Scale"] = [helper.create_parameter(helper.param_attr, [c], dtype,
+                                                   default_initializer=Constant(1.0))]
+    if bias_attr is not False:
+        inputs["Bias"] = [helper.create_parameter(helper.bias_attr, [c], dtype, is_bias=True)]
+    out = helper.create_variable_for_type_inference(dtype)
+    mean = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    variance = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("group_norm", inputs=inputs,
+                     outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
+                     attrs={"epsilon": float(epsilon), "groups": int(groups)})
+    return helper.append_activation(out)
+
+
+def lrn(input: Variable, n: int = 5, k: float = 1.0, alpha: float = 1e-4, beta: float = 0.75,
+        name: str | None = None) -> Variable:
+    """Local response normalization across channels (AlexNet):
+    ``x / (k + alpha * sum_{n channels around c} x^2) ** beta``.
+
+    Example::
+
+        h = fluid.layers.lrn(h, n=5, alpha=1e-4, beta=0.75)
+    """
+    _check_rank("lrn", input, 4, "NCHW")
+    helper = LayerHelper("lrn", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    mid = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    helper.append_op("lrn", inputs={"X": [input]}, outputs={"Out": [out], "MidOut": [mid]},
+                     attrs={"n": int(n), "k": float(k), "alpha": float(alpha),
+                            "beta": float(beta)})
+    return out
+
+
+def maxout(x: Variable, groups: int, name: str | None = None) -> Variable:
+    """Max over each run of ``groups`` consecutive channels: ``[N, C, H, W]`` ->
+    ``[N, C / groups, H, W]``."""
+    _check_rank("maxout", x, 4, "NCHW")
+    return _one("maxout", {"X": [x]}, {"groups": int(groups)}, name)
+
+
+def affine_channel(x: Variable, scale: Variable | None = None, bias: Variable | None = None,
+                   data_layout: str = "NCHW", name: str | None = None,
+                   act: str | None = None) -> Variable:
+    """``x * scale[c] + bias[c]`` with given ``[C]`` variables (a frozen batch norm)."""
+    if scale is None or bias is None:
+        raise ValueError("affine_channel: scale and bias must both be given as [C] Variables")
+    return _one("affine_channel", {"X": [x], "Scale": [scale], "Bias": [bias]},
+                {"data_layout": data_layout}, name, act=act)
+
+
+# ----------------------------------------------------------------------------- rearrangements
+
+
+def pixel_shuffle(x: Variable, upscale_factor: int) -> Variable:
+    """``[N, C * r^2, H, W]`` -> ``[N, C, H * r, W * r]`` (sub-pixel convolution)."""
+    _check_rank("pixel_shuffle", x, 4, "NCHW")
+    return _one("pixel_shuffle", {"X": [x]}, {"upscale_factor": int(upscale_factor)}, None)
+
+
+def space_to_depth(x: Variable, blocksize: int, name: str | None = None) -> Variable:
+    """``[N, C, H, W]`` -> ``[N, C * b^2, H / b, W / b]`` in Fluid's element order (the
+    darknet "reorg" layer; ``C`` must be divisible by ``b^2``)."""
+    _check_rank("space_to_depth", x, 4, "NCHW")
+    return _one("space_to_depth", {"X": [x]}, {"blocksize": int(blocksize)}, name)
+
+
+def shuffle_channel(x: Variable, group: int, name: str | None = None) -> Variable:
+    """ShuffleNet's channel shuffle: ``[N, g, C/g, H, W]`` transposed to ``[N, C/g, g, H, W]``."""
+    _check_rank("shuffle_channel", x, 4, "NCHW")
+    return _one("shuffle_channel", {"X": [x]}, {"group": int(group)}, name)
+
+
+def instance_norm(input: Variable, epsilon: float = 1e-05, param_attr: Any = None,
+                  bias_attr: Any = None, name: str | None = None) -> Variable:
+    """Normalize each channel of each sample over its spatial dims, then scale and shift per
+    channel (style transfer, GANs).
+
+    Example::
+
+        h = fluid.layers.instance_norm(fluid.layers.conv2d(img, 32, 3))
+    """
+    from ..initializer import Constant
+
+    helper = LayerHelper("instance_norm", input=input, param_attr=param_attr,
+                         bias_attr=bias_attr, name=name)
+    dtype = helper.input_dtype()
+    c = _known_channels("instance_norm", input)
+    inputs: dict[str, Any] = {"X": [input]}
+    if param_attr is not False:
+        inputs["Scale"] = [helper.create_parameter(helper.param_attr, [c], dtype,
+                                                   default_initializer=Constant(1.0))]
+    if bias_attr is not False:
+        inputs["Bias"] = [helper.create_parameter(helper.bias_attr, [c], dtype, is_bias=True)]
+    out = helper.create_variable_for_type_inference(dtype)
+    mean = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    inv_std = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
+    helper.append_op("instance_norm", inputs=inputs,
+                     outputs={"Y": [out], "SavedMean": [mean], "SavedVariance": [inv_std]},
+                     attrs={"epsilon": float(epsilon)})
+    return out
+
+
+def unfold(x: Variable, kernel_sizes: Any, strides: Any = 1, paddings: Any = 0,
+           dilations: Any = 1, name: str | None = None) -> Variable:
+    """im2col: ``[N, C, H, W]`` -> ``[N, C * kh * kw, L]``, one column per block;
+    ``paddings`` is an int, 2 values ``[h, w]`` or 4 ``[top, left, bottom, right]``."""
+    _check_rank("unfold", x, 4, "NCHW")
+    pads = [paddings] * 4 if isinstance(paddings, int) else [int(p) for p in paddings]
+    if len(pads) == 2:
+        pads = pads + pads
+    if len(pads) != 4:
+        raise ValueError(f"unfold: paddings must be an int, 2 or 4 ints, got {paddings!r}")
+    helper = LayerHelper("unfold", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("unfold", inputs={"X": [x]}, outputs={"Y": [out]},
+                     attrs={"kernel_sizes": _ints(kernel_sizes, 2, "kernel_sizes", "unfold"),
+                            "strides": _ints(strides, 2, "strides", "unfold"),
+                            "paddings": pads,
+                            "dilations": _ints(dilations, 2, "dilations", "unfold")})
+    return out

@@ -1,0 +1,223 @@
+"""Transposed and 3-D convolutions, 3-D pooling: conv2d_transpose, conv3d, conv3d_transpose,
+pool3d.
+
+Forward kernels are ``torch.nn.functional`` calls; gradients call aten's backward kernels
+(``convolution_backward``, ``max_pool3d_with_indices_backward``, ...), never autograd. The
+2-D convolution and pooling ops live in ``nn.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .nn import conv_out_size, pair, pool_out_size
+from .registry import Meta, register_op
+
+__all__ = ["conv_transpose_out_size"]
+
+
+def conv_transpose_out_size(size: int, k: int, pad: int, stride: int, dilation: int) -> int:
+    """Output length of a transposed convolution along one dim (-1 stays unknown)."""
+    if size == -1:
+        return -1
+    return (size - 1) * stride - 2 * pad + dilation * (k - 1) + 1
+
+
+def _paddings(op: str, value: Any, nd: int) -> list[int]:
+    """``nd`` paddings, or ``2 * nd`` (before, after per dim) when each pair is symmetric."""
+    pads = [int(value)] if isinstance(value, int) else [int(p) for p in value]
+    if len(pads) == 2 * nd:
+        if any(pads[2 * i] != pads[2 * i + 1] for i in range(nd)):
+            raise ValueError(f"{op}: asymmetric paddings {pads} are not supported; pad the "
+                             "input explicitly (fluid.layers.pad)")
+        pads = pads[::2]
+    return pair(pads, "paddings", op, nd)
+
+
+def _conv_params(op: str, attrs: dict, nd: int) -> tuple[list[int], list[int], list[int], int]:
+    return (pair(attrs["strides"], "strides", op, nd), _paddings(op, attrs["paddings"], nd),
+            pair(attrs["dilations"], "dilations", op, nd), int(attrs["groups"] or 1))
+
+
+def _check_rank(op: str, slot: str, meta: Meta, rank: int) -> None:
+    if len(meta.shape) != rank:
+        raise ValueError(f"{op}: input {slot} must be {rank}-D, got shape {list(meta.shape)}")
+
+
+def _output_padding(op: str, attrs: dict, nd: int, in_sizes: list[int], k: list[int],
+                    strides: list[int], pads: list[int], dilations: list[int]) -> list[int]:
+    """Extra trailing output rows a transposed conv needs to reach attr ``output_size``.
+
+    Fluid accepts any ``output_size`` in ``[inferred, inferred + stride)``; torch's
+    ``output_padding`` says the same thing as an offset.
+    """
+    want = list(attrs.get("output_size") or [])
+    if not want:
+        return [0] * nd
+    want = pair(want, "output_size", op, nd)
+    extra = []
+    for i in range(nd):
+        base = conv_transpose_out_size(in_sizes[i], k[i], pads[i], strides[i], dilations[i])
+        if base == -1:
+            extra.append(0)
+            continue
+        if not base <= want[i] < base + strides[i]:
+            raise ValueError(f"{op}: output_size {want} is not reachable: dim {i} must be in "
+                             f"[{base}, {base + strides[i]}) for this input, filter and stride")
+        extra.append(want[i] - base)
+    return extra
+
+
+def _register_conv(op: str, nd: int, transposed: bool) -> None:
+    """One registration for conv{2,3}d(_transpose): NC + ``nd`` spatial dims."""
+    rank = nd + 2
+
+    def infer(ins: dict, attrs: dict) -> dict:
+        x, w = ins["Input"], ins["Filter"]
+        _check_rank(op, "Input", x, rank)
+        _check_rank(op, "Filter", w, rank)
+        strides, pads, dilations, groups = _conv_params(op, attrs, nd)
+        in_c = x.shape[1]
+        want_c = w.shape[0] if transposed else w.shape[1] * groups
+        if in_c != -1 and in_c != want_c:
+            raise ValueError(f"{op}: Input has {in_c} channels but Filter {list(w.shape)} with "
+                             f"groups={groups} expects {want_c}")
+        out_c = w.shape[1] * groups if transposed else w.shape[0]
+        k = list(w.shape[2:])
+        if transposed:
+            extra = _output_padding(op, attrs, nd, list(x.shape[2:]), k, strides, pads,
+                                    dilations)
+            sizes = [conv_transpose_out_size(x.shape[2 + i], k[i], pads[i], strides[i],
+                                             dilations[i]) for i in range(nd)]
+            sizes = [s if s == -1 else s + e for s, e in zip(sizes, extra)]
+        else:
+            sizes = [conv_out_size(x.shape[2 + i], k[i], pads[i], strides[i], dilations[i])
+                     for i in range(nd)]
+        if any(d == 0 or d < -1 for d in sizes):
+            raise ValueError(f"{op}: Input {list(x.shape)} and Filter {list(w.shape)} with "
+                             f"paddings {pads}, dilations {dilations} give an empty output")
+        return {"Output": Meta((x.shape[0], out_c, *sizes), x.dtype)}
+
+    def extra_of(x: torch.Tensor, w: torch.Tensor, attrs: dict) -> list[int]:
+        strides, pads, dilations, _ = _conv_params(op, attrs, nd)
+        return _output_padding(op, attrs, nd, list(x.shape[2:]), list(w.shape[2:]), strides,
+                               pads, dilations)
+
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x, w = ins["Input"], ins["Filter"]
+        strides, pads, dilations, groups = _conv_params(op, attrs, nd)
+        if transposed:
+            fn = F.conv_transpose2d if nd == 2 else F.conv_transpose3d
+            out = fn(x, w, None, strides, pads, extra_of(x, w, attrs), groups, dilations)
+        else:
+            fn = F.conv2d if nd == 2 else F.conv3d
+            out = fn(x, w, None, strides, pads, dilations, groups)
+        return {"Output": out}
+
+    def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x, w, dy = ins["Input"], ins["Filter"], ins["Output@GRAD"]
+        strides, pads, dilations, groups = _conv_params(op, attrs, nd)
+        extra = extra_of(x, w, attrs) if transposed else [0] * nd
+        mask = ["Input" in ctx.need, "Filter" in ctx.need, False]
+        dx, dw, _ = torch.ops.aten.convolution_backward(dy, x, w, None, strides, pads,
+                                                        dilations, transposed, extra, groups,
+                                                        mask)
+        out = {}
+        if mask[0]:
+            out["Input@GRAD"] = dx
+        if mask[1]:
+            out["Filter@GRAD"] = dw
+        return out
+
+    attrs = {"strides": [1] * nd, "paddings": [0] * nd, "dilations": [1] * nd, "groups": 1,
+             "use_cudnn": True, "data_format": "NCHW" if nd == 2 else "NCDHW"}
+    if transposed:
+        attrs["output_size"] = []
+    register_op(op, inputs=("Input", "Filter"), outputs=("Output",), attrs=attrs,
+                infer_shape=infer, kernel=kernel, grad_kernel=grad,
+                grad_uses=("Input", "Filter"))
+
+
+_register_conv("conv2d_transpose", 2, transposed=True)
+_register_conv("conv3d", 3, transposed=False)
+_register_conv("conv3d_transpose", 3, transposed=True)
+
+# ----------------------------------------------------------------------------- pool3d
+
+
+def _pool3d_params(attrs: dict, dhw: Any) -> tuple[list[int], list[int], list[int]]:
+    if attrs["global_pooling"]:
+        return [int(d) for d in dhw], [1, 1, 1], [0, 0, 0]
+    return (pair(attrs["ksize"], "ksize", "pool3d", 3),
+            pair(attrs["strides"], "strides", "pool3d", 3),
+            _paddings("pool3d", attrs["paddings"], 3))
+
+
+def _pool3d_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    _check_rank("pool3d", "X", x, 5)
+    if attrs["pooling_type"] not in ("max", "avg"):
+        raise ValueError(f"pool3d: pooling_type must be 'max' or 'avg', "
+                         f"got {attrs['pooling_type']!r}")
+    if attrs["global_pooling"]:
+        return {"Out": Meta((x.shape[0], x.shape[1], 1, 1, 1), x.dtype)}
+    ksize, strides, pads = _pool3d_params(attrs, x.shape[2:])
+    if attrs["adaptive"]:
+        return {"Out": Meta((x.shape[0], x.shape[1], *ksize), x.dtype)}
+    for k, p in zip(ksize, pads):
+        if p > k // 2:
+            raise ValueError(f"pool3d: paddings {pads} must be at most half of ksize {ksize}")
+    sizes = [pool_out_size(x.shape[2 + i], ksize[i], pads[i], strides[i], attrs["ceil_mode"])
+             for i in range(3)]
+    if any(d == 0 or d < -1 for d in sizes):
+        raise ValueError(f"pool3d: X {list(x.shape)} is smaller than ksize {ksize} "
+                         f"with paddings {pads}")
+    return {"Out": Meta((x.shape[0], x.shape[1], *sizes), x.dtype)}
+
+
+def _divisor(attrs: dict, ksize: list[int]) -> int | None:
+    return None if attrs["exclusive"] else ksize[0] * ksize[1] * ksize[2]
+
+
+def _pool3d(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    ksize, strides, pads = _pool3d_params(attrs, x.shape[2:])
+    is_max = attrs["pooling_type"] == "max"
+    if attrs["adaptive"] and not attrs["global_pooling"]:
+        fn = F.adaptive_max_pool3d if is_max else F.adaptive_avg_pool3d
+        return {"Out": fn(x, ksize)}
+    if is_max:
+        return {"Out": F.max_pool3d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"])}
+    return {"Out": F.avg_pool3d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"],
+                                count_include_pad=not attrs["exclusive"],
+                                divisor_override=_divisor(attrs, ksize))}
+
+
+def _pool3d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dy = ins["X"], ins["Out@GRAD"]
+    ksize, strides, pads = _pool3d_params(attrs, x.shape[2:])
+    ceil, is_max = attrs["ceil_mode"], attrs["pooling_type"] == "max"
+    aten = torch.ops.aten
+    if attrs["adaptive"] and not attrs["global_pooling"]:
+        if is_max:
+            _, idx = F.adaptive_max_pool3d(x, ksize, return_indices=True)
+            return {"X@GRAD": aten.adaptive_max_pool3d_backward(dy, x, idx)}
+        return {"X@GRAD": aten._adaptive_avg_pool3d_backward(dy, x)}
+    if is_max:
+        _, idx = F.max_pool3d(x, ksize, strides, pads, ceil_mode=ceil, return_indices=True)
+        return {"X@GRAD": aten.max_pool3d_with_indices_backward(dy, x, ksize, strides, pads,
+                                                                [1, 1, 1], ceil, idx)}
+    return {"X@GRAD": aten.avg_pool3d_backward(dy, x, ksize, strides, pads, ceil,
+                                               not attrs["exclusive"], _divisor(attrs, ksize))}
+
+
+register_op("pool3d", inputs=("X",), outputs=("Out",),
+            attrs={"pooling_type": "max", "ksize": [1, 1, 1], "strides": [1, 1, 1],
+                   "paddings": [0, 0, 0], "global_pooling": False, "exclusive": True,
+                   "adaptive": False, "ceil_mode": False, "use_cudnn": True,
+                   "data_format": "NCDHW"},
+            infer_shape=_pool3d_shape, kernel=_pool3d, grad_kernel=_pool3d_grad,
+            grad_uses=("X",))

@@ -1,6 +1,7 @@
 """``fluid.layers``: functions that append ops to the default main program."""
 # ruff: noqa: F401, F403, I001  (one line per layer module keeps merges trivial)
 
+from . import control_flow
 from . import device
 from . import index
 from . import io
@@ -11,6 +12,7 @@ from . import nn
 from . import ops
 from . import sequence
 from . import tensor
+from .control_flow import *
 from .index import *
 from .io import *
 from .learning_rate_scheduler import *
@@ -20,8 +22,8 @@ from .ops import *
 from .sequence import *
 from .tensor import *
 
-__all__ = (index.__all__ + io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
-           + learning_rate_scheduler.__all__ + sequence.__all__)
+__all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
+           + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__)
 
 
 def __getattr__(name: str) -> object:

@@ -5,6 +5,7 @@ from . import activation
 from . import clip
 from . import collective_init
 from . import comm
+from . import control_flow
 from . import crf
 from . import fused
 from . import index

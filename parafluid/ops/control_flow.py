@@ -1,0 +1,264 @@
+"""Control flow and tensor arrays: ops whose kernels run a sub-block, and the array ops.
+
+- ``while``: runs its ``sub_block`` while the bool ``Condition`` (one element) is true. ``X``
+  lists the outer values the body reads (and the earlier values of what it writes, so that
+  a loop that runs zero times hands them on); ``Out`` the outer variables the body writes
+  (the condition among them). Each iteration runs the body through ``ctx.run_block`` with
+  the current values fed and ``Out`` fetched: the values are threaded from one iteration to
+  the next in the kernel, nothing lives in hidden step scopes.
+- ``conditional_block``: runs its ``sub_block`` once if the condition holds
+  (``is_scalar_condition``: ``Cond`` is one bool element that is true; otherwise every
+  ``Cond`` tensor is non-empty, as Fluid's IfElse uses it); when it does not run, ``Out``
+  keeps the values it had before (read through ``Input``).
+- ``split_lod_tensor`` / ``merge_lod_tensor``: the rows where a bool ``Mask`` column is
+  true / false, and back (IfElse's branches).
+- ``create_array``, ``write_to_array``, ``read_from_array``, ``lod_array_length``: tensor
+  arrays (``LOD_TENSOR_ARRAY`` variables), whose run-time value is a ``TensorArray`` (a list
+  of tensors). Writing returns a new list: a value read earlier is never changed under its
+  reader's feet.
+
+Example (what ``fluid.layers.While`` builds)::
+
+    {Out=[i, cond]} = while(Condition=[cond], X=[i, n]) {sub_block=block[1]}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..dtypes import VarType
+from ..scope import TensorArray
+from .registry import Meta, register_op
+
+__all__: list[str] = []
+
+
+def _scalar_truth(op_type: str, cond: Any) -> bool:
+    """The value of a one-element bool condition; an error naming the op otherwise."""
+    if not isinstance(cond, torch.Tensor) or cond.numel() != 1:
+        shape = list(cond.shape) if isinstance(cond, torch.Tensor) else type(cond).__name__
+        raise ValueError(f"{op_type}: the condition must be a tensor of one element, "
+                         f"got {shape}")
+    return bool(cond.reshape(()).item())
+
+
+# ----------------------------------------------------------------------------- while
+
+
+def _while(ins: dict, attrs: dict, ctx: Any) -> dict:
+    op = ctx.op
+    block = attrs["sub_block"]
+    x_names = list(op.inputs.get("X", ()))
+    out_names = list(op.outputs.get("Out", ()))
+    cond_name = op.inputs["Condition"][0]
+    if cond_name not in out_names:
+        raise ValueError(f"while: the loop body never writes its condition {cond_name!r}, so "
+                         "the loop would not end; update it inside the block (e.g. "
+                         "fluid.layers.less_than(x=i, y=n, cond=cond))")
+    values = dict(zip(x_names, ins["X"]))
+    cond = ins["Condition"]
+    fetch = tuple(out_names)
+    while _scalar_truth("while", cond):
+        outs = ctx.run_block(block.idx, feed={n: values[n] for n in x_names}, fetch=fetch)
+        values.update(zip(out_names, outs))
+        cond = values[cond_name]
+    values[cond_name] = cond
+    return {"Out": [_carried(values, n, "while") for n in out_names]}
+
+
+def _carried(values: dict, name: str, op_type: str) -> Any:
+    if name not in values:
+        raise RuntimeError(f"{op_type}: {name!r} is written by the block, which did not run, "
+                           "and had no value before it; give it one before the block")
+    return values[name]
+
+
+register_op("while", inputs=("X[]?", "Condition"), outputs=("Out[]?",),
+            attrs={"sub_block": None, "is_test": False}, kernel=_while)
+
+
+# ----------------------------------------------------------------------------- conditional
+
+
+def _conditional_block(ins: dict, attrs: dict, ctx: Any) -> dict:
+    op = ctx.op
+    conds = ins["Cond"]
+    if attrs["is_scalar_condition"]:
+        if len(conds) != 1:
+            raise ValueError(f"conditional_block: a scalar condition is one variable, got "
+                             f"{len(conds)}")
+        run = _scalar_truth("conditional_block", conds[0])
+    else:
+        run = all(c is not None and c.numel() != 0 for c in conds)
+    in_names = list(op.inputs.get("Input", ()))
+    out_names = list(op.outputs.get("Out", ()))
+    values = dict(zip(in_names, ins["Input"]))
+    if run:
+        outs = ctx.run_block(attrs["sub_block"].idx, feed=dict(values), fetch=tuple(out_names))
+        values.update(zip(out_names, outs))
+    return {"Out": [_carried(values, n, "conditional_block") for n in out_names]}
+
+
+register_op("conditional_block", inputs=("Cond[]", "Input[]?"), outputs=("Out[]?",),
+            attrs={"sub_block": None, "is_scalar_condition": False}, kernel=_conditional_block)
+
+
+# ----------------------------------------------------------------------------- IfElse rows
+
+
+def _row_mask(op_type: str, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    from ..lod import get_lod
+
+    if get_lod(x):
+        raise ValueError(f"{op_type}: splitting sequences (an input with LoD) by a mask is not "
+                         "supported; split dense rows")
+    m = mask.reshape(-1).to(torch.bool)
+    if m.numel() != x.shape[0]:
+        raise ValueError(f"{op_type}: the mask has {m.numel()} entries but the input has "
+                         f"{x.shape[0]} rows")
+    return m.to(x.device)
+
+
+def _split_lod_tensor(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    m = _row_mask("split_lod_tensor", x, ins["Mask"])
+    return {"OutTrue": x[m], "OutFalse": x[~m]}
+
+
+def _split_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    meta = Meta((-1, *x.shape[1:]), x.dtype)
+    return {"OutTrue": meta, "OutFalse": meta}
+
+
+def _split_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    m = _row_mask("split_lod_tensor_grad", x, ins["Mask"])
+    g = torch.zeros_like(x)
+    for rows, slot in ((m, "OutTrue@GRAD"), (~m, "OutFalse@GRAD")):
+        if ins[slot] is not None:
+            g[rows] = ins[slot]
+    return {"X@GRAD": g}
+
+
+register_op("split_lod_tensor", inputs=("X", "Mask"), outputs=("OutTrue", "OutFalse"),
+            attrs={"level": 0}, infer_shape=_split_shape, kernel=_split_lod_tensor,
+            grad_kernel=_split_grad, grad_uses=("X", "Mask"), no_grad_inputs=("Mask",))
+
+
+def _merge_lod_tensor(ins: dict, attrs: dict, ctx: Any) -> dict:
+    t, f = ins["InTrue"], ins["InFalse"]
+    m = ins["Mask"].reshape(-1).to(torch.bool)
+    some = t if t is not None else f
+    out = torch.zeros((m.numel(), *some.shape[1:]), dtype=some.dtype, device=some.device)
+    m = m.to(out.device)
+    for rows, part, name in ((m, t, "InTrue"), (~m, f, "InFalse")):
+        n = int(rows.sum())
+        if part is None or part.shape[0] != n:
+            got = "nothing" if part is None else f"{part.shape[0]} rows"
+            if n:
+                raise ValueError(f"merge_lod_tensor: the mask selects {n} rows for {name}, "
+                                 f"which has {got}")
+            continue
+        out[rows] = part
+    return {"Out": out}
+
+
+def _merge_shape(ins: dict, attrs: dict) -> dict:
+    some = ins["InTrue"] if ins["InTrue"] is not None else ins["InFalse"]
+    return {"Out": Meta((-1, *some.shape[1:]), some.dtype)}
+
+
+def _merge_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    g = ins["Out@GRAD"]
+    m = ins["Mask"].reshape(-1).to(torch.bool).to(g.device)
+    return {"InTrue@GRAD": g[m], "InFalse@GRAD": g[~m]}
+
+
+register_op("merge_lod_tensor", inputs=("X", "Mask", "InTrue?", "InFalse?"), outputs=("Out",),
+            attrs={"level": 0}, infer_shape=_merge_shape, kernel=_merge_lod_tensor,
+            grad_kernel=_merge_grad, grad_uses=("Mask", "InTrue", "InFalse"),
+            no_grad_inputs=("X", "Mask"))
+
+
+# ----------------------------------------------------------------------------- arrays
+
+
+def _index(op_type: str, i: Any) -> int:
+    if not isinstance(i, torch.Tensor) or i.numel() != 1:
+        raise ValueError(f"{op_type}: the index I must be a tensor of one element")
+    if i.is_floating_point():
+        raise TypeError(f"{op_type}: the index I must be an integer tensor, got {i.dtype}")
+    k = int(i.reshape(()).item())
+    if k < 0:
+        raise IndexError(f"{op_type}: index {k} is negative")
+    return k
+
+
+def _create_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    return {"Out": TensorArray()}
+
+
+register_op("create_array", outputs=("Out",), attrs={"dtype": "float32"}, kernel=_create_array)
+
+
+def _write_to_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _index("write_to_array", ins["I"])
+    old = ins["Array"]
+    if not isinstance(old, list):
+        raise TypeError(f"write_to_array: Array must hold a tensor array, got "
+                        f"{type(old).__name__}")
+    arr = TensorArray(old)
+    if k >= len(arr):
+        arr.extend([None] * (k + 1 - len(arr)))
+    arr[k] = ins["X"]
+    return {"Out": arr}
+
+
+def _write_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    return {"Out": Meta(x.shape, x.dtype, VarType.LOD_TENSOR_ARRAY)}
+
+
+register_op("write_to_array", inputs=("X", "I", "Array"), outputs=("Out",),
+            infer_shape=_write_shape, kernel=_write_to_array)
+
+
+def _read_from_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _index("read_from_array", ins["I"])
+    arr = ins["X"]
+    if not isinstance(arr, list):
+        raise TypeError(f"read_from_array: X must hold a tensor array, got "
+                        f"{type(arr).__name__}")
+    if k >= len(arr) or arr[k] is None:
+        raise IndexError(f"read_from_array: index {k} was never written (the array has "
+                         f"{len(arr)} slots)")
+    return {"Out": arr[k]}
+
+
+def _read_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    return {"Out": Meta(x.shape, x.dtype)}
+
+
+register_op("read_from_array", inputs=("X", "I"), outputs=("Out",), infer_shape=_read_shape,
+            kernel=_read_from_array)
+
+
+def _array_length(ins: dict, attrs: dict, ctx: Any) -> dict:
+    arr = ins["X"]
+    if not isinstance(arr, list):
+        raise TypeError(f"lod_array_length: X must hold a tensor array, got "
+                        f"{type(arr).__name__}")
+    return {"Out": torch.tensor([len(arr)], dtype=torch.int64)}
+
+
+register_op("lod_array_length", inputs=("X",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), "int64")}, kernel=_array_length)
+
+
+register_op("is_empty", inputs=("X",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), "bool")},
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor([ins["X"].numel() == 0])})

@@ -1,0 +1,246 @@
+"""Control flow layers (While, Switch, IfElse, ConditionalBlock) and tensor arrays, against
+numpy; their sub-blocks through the passes (prune, clone, serialization, memory passes) and
+the ParallelExecutor."""
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+
+L = fluid.layers
+
+
+def _run(main, startup, feed, fetch, scope=None):
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = scope or fluid.Scope()
+    exe.run(startup, scope=scope)
+    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
+
+
+def _loop_program(steps=4, read=True):
+    """x -> a While that writes tanh(x * w + k) at slot k of an array for k < steps and sums
+    the slots' means; then reads slot 2 and the array's length."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[3], dtype="float32")
+        w = L.create_global_var(shape=[3], value=0.5, dtype="float32", persistable=True,
+                                name="w")
+        i = L.fill_constant([1], "int64", 0)
+        n = L.fill_constant([1], "int64", steps)
+        total = L.fill_constant([1], "float32", 0.0)
+        arr = L.create_array("float32")
+        cond = L.less_than(x=i, y=n)
+        loop = L.While(cond=cond)
+        with loop.block():
+            k = L.cast(i, "float32")
+            y = L.tanh(L.elementwise_add(L.elementwise_mul(x, w), k))
+            L.array_write(y, i=i, array=arr)
+            L.assign(L.elementwise_add(total, L.reduce_mean(y)), output=total)
+            L.increment(x=i, value=1, in_place=True)
+            L.less_than(x=i, y=n, cond=cond)
+        slot2 = L.array_read(arr, L.fill_constant([1], "int64", 2)) if read else None
+        length = L.array_length(arr)
+    return main, startup, {"x": x, "i": i, "total": total, "arr": arr, "slot2": slot2,
+                           "length": length, "cond": cond}
+
+
+XS = np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3)
+
+
+def _loop_reference(steps=4):
+    ys = [np.tanh(XS * 0.5 + k) for k in range(steps)]
+    return ys, sum(float(y.mean()) for y in ys)
+
+
+# ----------------------------------------------------------------------------- While
+
+
+def test_while_counts_writes_an_array_and_carries_values():
+    main, startup, v = _loop_program()
+    i, total, slot2, length, arr = _run(main, startup, {"x": XS},
+                                        [v["i"], v["total"], v["slot2"], v["length"], v["arr"]])
+    ys, ref_total = _loop_reference()
+    assert int(i) == 4 and int(length) == 4
+    np.testing.assert_allclose(float(total), ref_total, rtol=1e-5)
+    np.testing.assert_allclose(slot2, ys[2], rtol=1e-6)
+    # a fetched tensor array is a list of numpy arrays, one per slot
+    assert isinstance(arr, list) and len(arr) == 4
+    for got, want in zip(arr, ys):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_while_op_lists_what_the_body_reads_and_writes():
+    main, _, v = _loop_program()
+    op = next(op for op in main.global_block().ops if op.type == "while")
+    assert op.attr("sub_block").idx == 1
+    assert op.input("Condition") == [v["cond"].name]
+    assert {"x", "w", v["i"].name, v["total"].name}.issubset(op.input("X"))
+    assert set(op.output("Out")) == {v["i"].name, v["total"].name, v["arr"].name,
+                                     v["cond"].name}
+    main.verify()
+
+
+def test_while_that_never_runs_hands_on_the_values_before_it():
+    main, startup, v = _loop_program(steps=0, read=False)
+    i, total, length = _run(main, startup, {"x": XS}, [v["i"], v["total"], v["length"]])
+    assert int(i) == 0 and float(total) == 0.0 and int(length) == 0
+
+
+def test_nested_while_sums_a_triangle():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        i = L.fill_constant([1], "int64", 0)
+        n = L.fill_constant([1], "int64", 5)
+        acc = L.fill_constant([1], "int64", 0)
+        c1 = L.less_than(x=i, y=n)
+        outer = L.While(cond=c1)
+        with outer.block():
+            j = L.fill_constant([1], "int64", 0)
+            c2 = L.less_than(x=j, y=i)
+            inner = L.While(cond=c2)
+            with inner.block():
+                L.assign(L.elementwise_add(acc, j), output=acc)
+                L.increment(x=j, value=1, in_place=True)
+                L.less_than(x=j, y=i, cond=c2)
+            L.increment(x=i, value=1, in_place=True)
+            L.less_than(x=i, y=n, cond=c1)
+    acc_v, = _run(main, startup, {}, [acc])
+    assert int(acc_v) == sum(j for i in range(5) for j in range(i))
+
+
+def test_while_whose_body_never_writes_its_condition_is_refused():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        i = L.fill_constant([1], "int64", 0)
+        cond = L.less_than(x=i, y=L.fill_constant([1], "int64", 3))
+        loop = L.While(cond=cond)
+        with pytest.raises(ValueError, match="never writes its condition"):
+            with loop.block():
+                L.increment(x=i, value=1, in_place=True)
+    assert main.current_block_idx == 0
+
+
+def test_while_wants_a_bool_condition():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(TypeError, match="While: cond must be a bool variable, got int64"):
+            L.While(cond=L.fill_constant([1], "int64", 1))
+
+
+def test_array_read_of_a_slot_never_written_names_the_index():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.fill_constant([2], "float32", 1.0)
+        arr = L.array_write(x, i=L.fill_constant([1], "int64", 0))
+        out = L.array_read(arr, L.fill_constant([1], "int64", 3))
+    with pytest.raises(fluid.OpRunError, match="read_from_array: index 3 was never written"):
+        _run(main, startup, {}, [out])
+
+
+def test_array_write_grows_the_array_and_leaves_earlier_values_alone():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        a = L.fill_constant([2], "float32", 1.0)
+        b = L.fill_constant([2], "float32", 2.0)
+        arr = L.array_write(a, i=L.fill_constant([1], "int64", 0))
+        first_len = L.array_length(arr)
+        L.array_write(b, i=L.fill_constant([1], "int64", 2), array=arr)
+        n = L.array_length(arr)
+        back = L.array_read(arr, L.fill_constant([1], "int64", 2))
+    first, n_v, back_v, arr_v = _run(main, startup, {}, [first_len, n, back, arr])
+    assert int(first) == 1 and int(n_v) == 3
+    np.testing.assert_array_equal(back_v, [2.0, 2.0])
+    assert arr_v[1] is None and arr_v[0].tolist() == [1.0, 1.0]
+
+
+# ----------------------------------------------------------------------------- Switch
+
+
+def _piecewise_program(boundaries=(3.0, 5.0), values=(1.0, 0.5, 0.1)):
+    """Fluid's piecewise_decay written by hand with Switch over a persistable step counter."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        step = L.create_global_var(shape=[1], value=0.0, dtype="float32", persistable=True,
+                                   name="step")
+        L.increment(step, 1.0)
+        lr = L.create_global_var(shape=[1], value=0.0, dtype="float32", persistable=True,
+                                 name="lr")
+        with L.Switch() as switch:
+            for b, val in zip(boundaries, values):
+                with switch.case(L.less_than(step, L.fill_constant([1], "float32", b))):
+                    L.assign(L.fill_constant([1], "float32", val), output=lr)
+            with switch.default():
+                L.assign(L.fill_constant([1], "float32", values[-1]), output=lr)
+    return main, startup, step, lr
+
+
+def test_switch_takes_the_first_true_case_else_the_default():
+    main, startup, step, lr = _piecewise_program()
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    got = [float(exe.run(main, fetch_list=[lr], scope=scope)[0]) for _ in range(7)]
+    want = [1.0 if s < 3 else 0.5 if s < 5 else 0.1 for s in range(1, 8)]
+    assert got == pytest.approx(want)
+    assert sum(op.type == "conditional_block" for op in main.global_block().ops) == 3
+
+
+def test_switch_case_outside_the_with_is_refused():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        switch = L.Switch()
+        with pytest.raises(ValueError, match="inside 'with Switch"):
+            switch.case(L.fill_constant([1], "bool", 1))
+        with switch, pytest.raises(ValueError, match="at least one case"):
+            switch.default()
+
+
+def test_conditional_block_that_does_not_run_keeps_the_old_value():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        flag = L.data(name="flag", shape=[1], dtype="bool", append_batch_size=False)
+        out = L.fill_constant([2], "float32", 7.0)
+        cb = L.ConditionalBlock([flag], is_scalar_condition=True)
+        with cb.block():
+            L.assign(L.fill_constant([2], "float32", -1.0), output=out)
+        res = L.scale(out, scale=2.0)
+    for flag, want in ((True, -2.0), (False, 14.0)):
+        r, = _run(main, startup, {"flag": np.array([flag])}, [res])
+        assert r.tolist() == [want, want]
+
+
+# ----------------------------------------------------------------------------- IfElse
+
+
+def test_ifelse_runs_each_branch_on_its_rows_and_merges_in_order():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[2], dtype="float32")
+        limit = L.fill_constant_batch_size_like(x, [-1, 1], "float32", 2.5)
+        cond = L.less_than(L.reduce_mean(x, dim=[1], keep_dim=True), limit)
+        ie = L.IfElse(cond)
+        with ie.true_block():
+            xt = ie.input(x)
+            ie.output(L.scale(xt, scale=10.0), L.reduce_sum(xt, dim=[1], keep_dim=True))
+        with ie.false_block():
+            xf = ie.input(x)
+            ie.output(L.scale(xf, scale=-1.0), L.reduce_max(xf, dim=[1], keep_dim=True))
+        a, b = ie()
+    xs = np.arange(10, dtype="float32").reshape(5, 2)
+    av, bv = _run(main, startup, {"x": xs}, [a, b])
+    low = xs.mean(1) < 2.5
+    np.testing.assert_allclose(av, np.where(low[:, None], xs * 10, -xs))
+    np.testing.assert_allclose(bv[:, 0], np.where(low, xs.sum(1), xs.max(1)))
+    # a batch where every row takes one branch leaves the other with no rows
+    av, = _run(main, startup, {"x": xs[3:]}, [a])
+    np.testing.assert_allclose(av, -xs[3:])
+
+
+def test_ifelse_branches_must_give_as_many_outputs():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = L.data(name="x", shape=[2], dtype="float32")
+        ie = L.IfElse(L.less_than(x, x))
+        with ie.true_block():
+            ie.output(ie.input(x), ie.input(x))
+        with ie.false_block():
+            ie.output(ie.input(x))
+        with pytest.raises(ValueError, match="true branch gave 2 outputs and the false "
+                                             "branch 1"):
+            ie()

@@ -244,3 +244,112 @@ def test_ifelse_branches_must_give_as_many_outputs():
         with pytest.raises(ValueError, match="true branch gave 2 outputs and the false "
                                              "branch 1"):
             ie()
+
+
+# ----------------------------------------------------------------------------- passes
+
+
+def _loop_results(program, startup, fetch_names):
+    return _run(program, startup, {"x": XS}, fetch_names)
+
+
+def test_prune_keeps_what_the_loop_body_reads_and_drops_what_nobody_needs():
+    from parafluid.passes.prune import eliminate_dead_code, prune
+
+    main, startup, v = _loop_program()
+    want, = _loop_results(main, startup, [v["total"].name])
+    pruned = prune(main, [v["total"]], ["x"])
+    types = [op.type for op in pruned.global_block().ops]
+    # the bound n is produced by an op only the loop body reads
+    assert types.count("fill_constant") == 3 and "while" in types
+    assert "read_from_array" not in types and "lod_array_length" not in types
+    assert pruned.num_blocks == 2
+    got, = _loop_results(pruned, startup, [v["total"].name])
+    assert float(got) == float(want)
+    lean = eliminate_dead_code(main, keep=[v["total"]])
+    assert "while" in [op.type for op in lean.global_block().ops]
+    assert float(_loop_results(lean, startup, [v["total"].name])[0]) == float(want)
+
+
+def test_clone_for_test_and_a_serialization_round_trip_keep_the_sub_block():
+    main, startup, v = _loop_program()
+    names = [v["total"].name, v["slot2"].name, v["arr"].name]
+    want = _loop_results(main, startup, names)
+    for other in (main.clone(for_test=True), main.clone(),
+                  fluid.Program.parse_from_string(main.serialize_to_string())):
+        assert other.num_blocks == 2
+        op = next(op for op in other.global_block().ops if op.type == "while")
+        assert op.attr("sub_block") is other.block(1)  # the copy's own block
+        other.verify()
+        got = _loop_results(other, startup, names)
+        assert float(got[0]) == float(want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert len(got[2]) == len(want[2])
+
+
+def test_eager_deletion_frees_temporaries_around_the_loop_but_not_what_it_reads():
+    from parafluid.executor import compile_program
+
+    main, startup, v = _loop_program()
+    plan = compile_program(main, ["x"], [v["total"].name], "cpu")
+    ops = main.global_block().ops
+    loop_at = next(i for i, op in enumerate(ops) if op.type == "while")
+    # a value several ops read is dropped once the last of them ran (a count per reader):
+    # whatever the loop reads is never dropped before it, and the bound n dies with it
+    for name in ops[loop_at].input("X"):
+        nodes = [i for i, names in plan.releases.items() if name in names]
+        assert not nodes or max(nodes) >= loop_at, (name, nodes)
+    assert {"x", v["i"].name}.issubset(plan.releases[loop_at])
+    assert v["arr"].name in plan.releases[len(ops) - 1]  # the array's last reader
+    freed = {name for names in plan.releases.values() for name in names}
+    assert v["total"].name not in freed  # fetched
+    ys, ref_total = _loop_reference()
+    total, = _loop_results(main, startup, [v["total"].name])
+    np.testing.assert_allclose(float(total), ref_total, rtol=1e-5)
+
+
+def test_an_op_whose_sub_block_reads_unlisted_values_turns_release_off():
+    from parafluid.passes.liveness import sub_block_io, sub_block_io_listed
+
+    main, _, v = _loop_program()
+    op = next(op for op in main.global_block().ops if op.type == "while")
+    reads, writes = sub_block_io(op)
+    assert reads <= set(op.input("X")) and writes <= set(op.output("Out"))
+    assert sub_block_io_listed(main.global_block())
+    op.inputs["X"] = [n for n in op.inputs["X"] if n != "w"]
+    assert not sub_block_io_listed(main.global_block())
+
+
+def test_memory_passes_leave_the_loop_values_alone():
+    main, startup, v = _loop_program()
+    names = [v["total"].name, v["slot2"].name]
+    want = _loop_results(main, startup, names)
+    inner = {n for op in main.block(1).ops for n in op.input_arg_names + op.output_arg_names}
+    with pytest.warns(UserWarning, match="sub-block"):
+        fluid.memory_optimize(main)
+    with pytest.warns(UserWarning, match="sub-block"):
+        fluid.release_memory(main)
+    deleted = {n for op in main.global_block().ops if op.type == "delete_var"
+               for n in op.input("X")}
+    assert not deleted & inner
+    got = _loop_results(main, startup, names)
+    assert float(got[0]) == float(want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_parallel_executor_runs_the_loop_on_every_device(monkeypatch):
+    monkeypatch.setenv("CPU_NUM", "2")
+    main, startup, v = _loop_program()
+    xs = np.linspace(-1, 1, 12, dtype="float32").reshape(4, 3)
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    slot2_single, = exe.run(main, feed={"x": xs}, fetch_list=[v["slot2"]], scope=scope)
+    compiled = fluid.CompiledProgram(main).with_data_parallel()
+    slot2, total = exe.run(compiled, feed={"x": xs}, fetch_list=[v["slot2"], v["total"]],
+                           scope=scope)
+    np.testing.assert_allclose(slot2, slot2_single, rtol=1e-6)
+    # each device sums the means of its half of the batch
+    halves = [sum(float(np.tanh(h * 0.5 + k).mean()) for k in range(4))
+              for h in (xs[:2], xs[2:])]
+    np.testing.assert_allclose(total, halves, rtol=1e-5)

@@ -173,14 +173,19 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
                           "attrs": dict(part_place.get(parts[-1], {}))})
 
     def add(spec: dict[str, Any]) -> None:
+        reads = set()
         for names in spec["inputs"].values():
             for n in names:
                 flush(n)
+                reads.add(n)
         for slot, names in spec["outputs"].items():
             for i, n in enumerate(names):
                 if n == EMPTY:
                     continue
-                if n in produced:
+                # NOTE: an op that reads and writes the same gradient (the gradient of a
+                # variable its forward op overwrote, a loop-carried value) replaces it: from
+                # here on the name means the gradient of the earlier value
+                if n in produced and n not in reads:
                     if n not in pending:  # second writer: rename the first one too
                         first_spec, first_slot, first_i = writer[n]
                         part0 = _renamed(n, renames)

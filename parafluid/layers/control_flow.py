@@ -251,9 +251,14 @@ class While:
             raise ValueError(f"While: the loop block never writes its condition "
                              f"{self.cond_var.name!r}, so the loop would not end; update it "
                              "inside the block (fluid.layers.less_than(x=i, y=n, cond=cond))")
+        outputs: dict[str, Any] = {"Out": outs}
+        if not self.is_test:
+            # the inputs of each iteration, kept for the gradient (while_grad)
+            outputs["StepScopes"] = [parent.create_var(
+                name=unique_name.generate(f"{self.helper.name}.step_scopes"),
+                type=VarType.RAW, stop_gradient=True)]
         parent.append_op("while", inputs={"X": ins, "Condition": [self.cond_var]},
-                         outputs={"Out": outs},
-                         attrs={"sub_block": inner, "is_test": self.is_test})
+                         outputs=outputs, attrs={"sub_block": inner, "is_test": self.is_test})
 
 
 class ConditionalBlock:

@@ -30,6 +30,7 @@ import torch
 
 from ..dtypes import VarType
 from ..scope import TensorArray
+from .control_flow_grad import conditional_block_grad_maker, while_grad_maker
 from .registry import Meta, register_op
 
 __all__: list[str] = []
@@ -60,12 +61,20 @@ def _while(ins: dict, attrs: dict, ctx: Any) -> dict:
     values = dict(zip(x_names, ins["X"]))
     cond = ins["Condition"]
     fetch = tuple(out_names)
+    # the inputs of every iteration, for while_grad (Fluid keeps a scope per step)
+    steps: list[dict[str, Any]] | None = [] if op.outputs.get("StepScopes") else None
     while _scalar_truth("while", cond):
-        outs = ctx.run_block(block.idx, feed={n: values[n] for n in x_names}, fetch=fetch)
+        feed = {n: values[n] for n in x_names}
+        if steps is not None:
+            steps.append(feed)
+        outs = ctx.run_block(block.idx, feed=dict(feed), fetch=fetch)
         values.update(zip(out_names, outs))
         cond = values[cond_name]
     values[cond_name] = cond
-    return {"Out": [_carried(values, n, "while") for n in out_names]}
+    out: dict[str, Any] = {"Out": [_carried(values, n, "while") for n in out_names]}
+    if steps is not None:
+        out["StepScopes"] = steps
+    return out
 
 
 def _carried(values: dict, name: str, op_type: str) -> Any:
@@ -75,8 +84,8 @@ def _carried(values: dict, name: str, op_type: str) -> Any:
     return values[name]
 
 
-register_op("while", inputs=("X[]?", "Condition"), outputs=("Out[]?",),
-            attrs={"sub_block": None, "is_test": False}, kernel=_while)
+register_op("while", inputs=("X[]?", "Condition"), outputs=("Out[]?", "StepScopes?"),
+            attrs={"sub_block": None, "is_test": False}, kernel=_while, grad=while_grad_maker)
 
 
 # ----------------------------------------------------------------------------- conditional
@@ -102,7 +111,8 @@ def _conditional_block(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("conditional_block", inputs=("Cond[]", "Input[]?"), outputs=("Out[]?",),
-            attrs={"sub_block": None, "is_scalar_condition": False}, kernel=_conditional_block)
+            attrs={"sub_block": None, "is_scalar_condition": False}, kernel=_conditional_block,
+            grad=conditional_block_grad_maker)
 
 
 # ----------------------------------------------------------------------------- IfElse rows

@@ -54,8 +54,6 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
     "layers.open_files": ("reader ops over RecordIO files",
                           "feed numpy arrays, or use fluid.io.DataLoader"),
     "layers.double_buffer": ("reader ops", "fluid.io.DataLoader prefetches in the background"),
-    "layers.StaticRNN": ("StaticRNN", "not ported yet; unroll the steps in Python, or write "
-                         "the recurrence with fluid.layers.While and tensor arrays"),
     "layers.DynamicRNN": ("DynamicRNN", "not ported yet; use sequence ops over LoD inputs"),
     "layers.beam_search": ("beam search decoding", "not ported yet"),
     "layers.beam_search_decode": ("beam search decoding", "not ported yet"),

@@ -11,6 +11,7 @@ from . import math_op_patch  # Variable arithmetic operators
 from . import nn
 from . import ops
 from . import sequence
+from . import static_rnn
 from . import tensor
 from .control_flow import *
 from .index import *
@@ -20,10 +21,12 @@ from .loss import *
 from .nn import *
 from .ops import *
 from .sequence import *
+from .static_rnn import *
 from .tensor import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
-           + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__)
+           + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
+           + static_rnn.__all__)
 
 
 def __getattr__(name: str) -> object:

@@ -55,8 +55,6 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
                           "feed numpy arrays, or use fluid.io.DataLoader"),
     "layers.double_buffer": ("reader ops", "fluid.io.DataLoader prefetches in the background"),
     "layers.DynamicRNN": ("DynamicRNN", "not ported yet; use sequence ops over LoD inputs"),
-    "layers.beam_search": ("beam search decoding", "not ported yet"),
-    "layers.beam_search_decode": ("beam search decoding", "not ported yet"),
     "layers.warpctc": ("warpctc", "not ported"),
 }
 

@@ -31,7 +31,7 @@ from .tensor import assign
 
 __all__ = ["While", "Switch", "IfElse", "ConditionalBlock", "increment", "create_array",
            "array_write", "array_read", "array_length", "split_lod_tensor",
-           "merge_lod_tensor", "is_empty"]
+           "merge_lod_tensor", "is_empty", "beam_search", "beam_search_decode"]
 
 
 def _check_var(layer: str, arg: str, x: Any) -> None:
@@ -476,3 +476,62 @@ class IfElse:
         return [merge_lod_tensor(in_true=t, in_false=f, x=self.cond, mask=self.cond)
                 for f, t in zip(false_outs, true_outs)]
 
+
+
+# ----------------------------------------------------------------------------- beam search
+
+
+def beam_search(pre_ids: Variable, pre_scores: Variable, ids: Variable | None,
+                scores: Variable, beam_size: int, end_id: int, level: int = 0,
+                is_accumulated: bool = True, name: str | None = None,
+                return_parent_idx: bool = False) -> Any:
+    """One step of beam search (see ``parafluid/ops/beam_search.py`` for the LoD layout):
+    ``(selected_ids, selected_scores)``, and ``parent_idx`` with ``return_parent_idx``.
+
+    Example::
+
+        topk_scores, topk_ids = fluid.layers.topk(probs, k=beam_size)
+        accu = fluid.layers.elementwise_add(fluid.layers.log(topk_scores),
+                                            fluid.layers.reshape(pre_score, [-1]), axis=0)
+        ids, scores = fluid.layers.beam_search(pre_ids, pre_score, topk_ids, accu,
+                                               beam_size=4, end_id=1)
+    """
+    for arg, v in (("pre_ids", pre_ids), ("pre_scores", pre_scores), ("scores", scores)):
+        _check_var("beam_search", arg, v)
+    helper = LayerHelper("beam_search", name=name)
+    sel_ids = helper.create_variable_for_type_inference("int64")
+    sel_scores = helper.create_variable_for_type_inference(scores.dtype)
+    parent = helper.create_variable_for_type_inference("int32")
+    inputs = {"pre_ids": [pre_ids], "pre_scores": [pre_scores], "scores": [scores]}
+    if ids is not None:
+        inputs["ids"] = [ids]
+    helper.append_op("beam_search", inputs=inputs,
+                     outputs={"selected_ids": [sel_ids], "selected_scores": [sel_scores],
+                              "parent_idx": [parent]},
+                     attrs={"level": level, "beam_size": int(beam_size), "end_id": int(end_id),
+                            "is_accumulated": bool(is_accumulated)})
+    for v in (sel_ids, sel_scores, parent):
+        v.stop_gradient = True
+    return (sel_ids, sel_scores, parent) if return_parent_idx else (sel_ids, sel_scores)
+
+
+def beam_search_decode(ids: Variable, scores: Variable, beam_size: int, end_id: int,
+                       name: str | None = None) -> tuple[Variable, Variable]:
+    """The sentences of a finished beam search, from the arrays of each step's selected ids
+    and scores: ``(sentence_ids, sentence_scores)`` with the LoD ``[sentences per source,
+    tokens per sentence]``, best sentence first.
+
+    Example::
+
+        sent_ids, sent_scores = fluid.layers.beam_search_decode(ids_array, scores_array,
+                                                                beam_size=4, end_id=1)
+    """
+    _check_var("beam_search_decode", "ids", ids)
+    _check_var("beam_search_decode", "scores", scores)
+    helper = LayerHelper("beam_search_decode", name=name)
+    sent_ids = helper.create_variable_for_type_inference("int64")
+    sent_scores = helper.create_variable_for_type_inference(scores.dtype)
+    helper.append_op("beam_search_decode", inputs={"Ids": [ids], "Scores": [scores]},
+                     outputs={"SentenceIds": [sent_ids], "SentenceScores": [sent_scores]},
+                     attrs={"beam_size": int(beam_size), "end_id": int(end_id)})
+    return sent_ids, sent_scores

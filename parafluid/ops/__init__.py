@@ -2,6 +2,7 @@
 # ruff: noqa: F401, I001  (one import per family, for its registration side effects)
 
 from . import activation
+from . import beam_search
 from . import clip
 from . import collective_init
 from . import comm

@@ -54,7 +54,6 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
     "layers.open_files": ("reader ops over RecordIO files",
                           "feed numpy arrays, or use fluid.io.DataLoader"),
     "layers.double_buffer": ("reader ops", "fluid.io.DataLoader prefetches in the background"),
-    "layers.DynamicRNN": ("DynamicRNN", "not ported yet; use sequence ops over LoD inputs"),
     "layers.warpctc": ("warpctc", "not ported"),
 }
 

@@ -3,6 +3,7 @@
 
 from . import control_flow
 from . import device
+from . import dynamic_rnn
 from . import index
 from . import io
 from . import learning_rate_scheduler
@@ -14,6 +15,7 @@ from . import sequence
 from . import static_rnn
 from . import tensor
 from .control_flow import *
+from .dynamic_rnn import *
 from .index import *
 from .io import *
 from .learning_rate_scheduler import *
@@ -26,7 +28,7 @@ from .tensor import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
-           + static_rnn.__all__)
+           + static_rnn.__all__ + dynamic_rnn.__all__)
 
 
 def __getattr__(name: str) -> object:

@@ -272,3 +272,112 @@ register_op("lod_array_length", inputs=("X",), outputs=("Out",),
 register_op("is_empty", inputs=("X",), outputs=("Out",),
             infer_shape=lambda ins, attrs: {"Out": Meta((1,), "bool")},
             kernel=lambda ins, attrs, ctx: {"Out": torch.tensor([ins["X"].numel() == 0])})
+
+
+# ----------------------------------------------------------------------------- DynamicRNN
+# A rank table is an int64 tensor [n_sequences, 2]: (sequence index, length), longest first
+# (ties keep the input order). Step t of a DynamicRNN processes the sequences longer than t,
+# which are the first rows in rank order.
+
+
+def _rank_table(ins: dict, attrs: dict, ctx: Any) -> dict:
+    lod = get_lod_level(ins["X"], int(attrs["level"]))
+    lengths = [b - a for a, b in zip(lod, lod[1:])]
+    order = sorted(range(len(lengths)), key=lambda k: -lengths[k])
+    return {"Out": torch.tensor([[k, lengths[k]] for k in order], dtype=torch.int64
+                                ).reshape(-1, 2)}
+
+
+def get_lod_level(x: torch.Tensor, level: int) -> list[int]:
+    """Absolute row offsets of ``x``'s LoD at ``level`` (an error naming the op otherwise)."""
+    from ..lod import get_lod
+
+    lod = get_lod(x)
+    if not lod or level >= len(lod):
+        raise ValueError(f"lod_rank_table: the input must carry a LoD with level {level}, got "
+                         f"{lod}; feed a LoDTensor")
+    offs = list(lod[level])
+    for finer in lod[level + 1:]:
+        offs = [finer[o] for o in offs]
+    return offs
+
+
+register_op("lod_rank_table", inputs=("X",), outputs=("Out",), attrs={"level": 0},
+            infer_shape=lambda ins, attrs: {"Out": Meta((-1, 2), "int64")}, kernel=_rank_table)
+
+register_op("max_sequence_len", inputs=("RankTable",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), "int64")},
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor(
+                [int(ins["RankTable"][:, 1].max()) if ins["RankTable"].shape[0] else 0],
+                dtype=torch.int64)})
+
+
+def _active(table: torch.Tensor, t: int) -> int:
+    """How many sequences are longer than ``t`` (they lead the rank order)."""
+    return int((table[:, 1] > t).sum())
+
+
+def _to_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, table = ins["X"], ins["RankTable"]
+    offs = get_lod_level(x, 0)
+    ranked = table.tolist()
+    steps = ranked[0][1] if ranked else 0
+    arr = TensorArray()
+    for t in range(steps):
+        rows = [offs[k] + t for k, n in ranked if n > t]
+        arr.append(x.index_select(0, torch.tensor(rows, dtype=torch.long, device=x.device)))
+    return {"Out": arr}
+
+
+register_op("lod_tensor_to_array", inputs=("X", "RankTable"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta(ins["X"].shape, ins["X"].dtype,
+                                                        VarType.LOD_TENSOR_ARRAY)},
+            kernel=_to_array)
+
+
+def _from_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from ..lod import attach_lod, lengths_to_offsets
+
+    arr, table = ins["X"], ins["RankTable"]
+    ranked = table.tolist()
+    by_seq = sorted(range(len(ranked)), key=lambda pos: ranked[pos][0])
+    pieces = []
+    for pos in by_seq:
+        _, n = ranked[pos]
+        pieces += [arr[t][pos:pos + 1] for t in range(n)]
+    lengths = [ranked[pos][1] for pos in by_seq]
+    if not pieces:
+        raise ValueError("array_to_lod_tensor: every sequence is empty")
+    return {"Out": attach_lod(torch.cat(pieces), [lengths_to_offsets(lengths)])}
+
+
+register_op("array_to_lod_tensor", inputs=("X", "RankTable"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta(ins["X"].shape, ins["X"].dtype)},
+            kernel=_from_array)
+
+
+def _shrink(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _active(ins["RankTable"], _index("shrink_rnn_memory", ins["I"]))
+    return {"Out": ins["X"][:k]}
+
+
+def _shrink_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, g = ins["X"], ins["Out@GRAD"]
+    out = torch.zeros_like(x)
+    out[: g.shape[0]] = g
+    return {"X@GRAD": out}
+
+
+register_op("shrink_rnn_memory", inputs=("X", "RankTable", "I"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_shrink,
+            grad_kernel=_shrink_grad, grad_uses=("X",), no_grad_inputs=("RankTable", "I"))
+
+
+def _reorder_by_rank(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, table = ins["X"], ins["RankTable"]
+    idx = table[:, 0].to(device=x.device, dtype=torch.long)
+    return {"Out": x.index_select(0, idx)}
+
+
+register_op("reorder_lod_tensor_by_rank", inputs=("X", "RankTable"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_reorder_by_rank)

@@ -369,7 +369,8 @@ def _shrink_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("shrink_rnn_memory", inputs=("X", "RankTable", "I"), outputs=("Out",),
-            infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_shrink,
+            infer_shape=lambda ins, attrs: {"Out": Meta((-1, *ins["X"].shape[1:]),
+                                                        ins["X"].dtype)}, kernel=_shrink,
             grad_kernel=_shrink_grad, grad_uses=("X",), no_grad_inputs=("RankTable", "I"))
 
 

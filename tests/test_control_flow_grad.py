@@ -16,10 +16,14 @@ PARAMS = {"wx": RNG.uniform(-0.5, 0.5, (3, 3)).astype("float32"),
           "b": RNG.uniform(-0.1, 0.1, (3,)).astype("float32")}
 
 
+def _attr(name):
+    return fluid.ParamAttr(name=name,
+                           initializer=fluid.initializer.NumpyArrayInitializer(PARAMS[name]))
+
+
 def _cell(x, h):
-    return L.fc(input=[x, h], size=3, act="tanh",
-                param_attr=[fluid.ParamAttr(name="wx"), fluid.ParamAttr(name="wh")],
-                bias_attr=fluid.ParamAttr(name="b"))
+    return L.fc(input=[x, h], size=3, act="tanh", param_attr=[_attr("wx"), _attr("wh")],
+                bias_attr=_attr("b"))
 
 
 def _rnn(loop: bool):
@@ -65,6 +69,36 @@ def test_a_while_loop_trains_like_the_unrolled_program():
         for a, b in zip(step_l, step_u):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert float(looped[-1][0]) < float(looped[0][0])  # it learns
+
+
+def test_a_cloned_and_a_reloaded_loop_program_train_the_same():
+    main, startup, loss = _rnn(loop=True)
+    want = _train(main, startup, loss)
+    for other in (main.clone(), fluid.Program.parse_from_string(main.serialize_to_string())):
+        assert other.num_blocks == main.num_blocks  # the body and its gradient block
+        got = _train(other, startup, loss)
+        for a_step, b_step in zip(got, want):
+            for a, b in zip(a_step, b_step):
+                np.testing.assert_array_equal(a, b)
+    test_prog = main.clone(for_test=True)
+    assert [op.type for op in test_prog.global_block().ops].count("while_grad") == 0
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    first, = exe.run(test_prog, feed={"x": XS}, fetch_list=[loss], scope=scope)
+    np.testing.assert_allclose(first, want[0][0], rtol=1e-6)
+
+
+@pytest.mark.timeout(60)
+def test_parallel_executor_trains_the_loop_like_one_device():
+    from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
+
+    def build():
+        return _rnn(loop=True)
+
+    xs = np.random.RandomState(3).uniform(-1, 1, (8, 3)).astype("float32")
+    feeds = [{"x": xs}] * 3
+    assert_same_training(run_single(build, feeds), run_parallel(build, feeds, ndev=2),
+                         atol=1e-5)
 
 
 def test_while_gradient_matches_finite_differences():

@@ -61,18 +61,21 @@ def _while(ins: dict, attrs: dict, ctx: Any) -> dict:
     values = dict(zip(x_names, ins["X"]))
     cond = ins["Condition"]
     fetch = tuple(out_names)
-    # the inputs of every iteration, for while_grad (Fluid keeps a scope per step)
-    steps: list[dict[str, Any]] | None = [] if op.outputs.get("StepScopes") else None
+    # the inputs of every iteration, for while_grad (Fluid keeps a scope per step); an
+    # evaluation (is_test, e.g. after clone(for_test=True)) keeps none
+    has_steps = bool(op.outputs.get("StepScopes"))
+    steps: list[dict[str, Any]] = []
+    record = has_steps and not attrs["is_test"]
     while _scalar_truth("while", cond):
         feed = {n: values[n] for n in x_names}
-        if steps is not None:
+        if record:
             steps.append(feed)
         outs = ctx.run_block(block.idx, feed=dict(feed), fetch=fetch)
         values.update(zip(out_names, outs))
         cond = values[cond_name]
     values[cond_name] = cond
     out: dict[str, Any] = {"Out": [_carried(values, n, "while") for n in out_names]}
-    if steps is not None:
+    if has_steps:
         out["StepScopes"] = steps
     return out
 

@@ -265,7 +265,7 @@ def _array_length(ins: dict, attrs: dict, ctx: Any) -> dict:
     if not isinstance(arr, list):
         raise TypeError(f"lod_array_length: X must hold a tensor array, got "
                         f"{type(arr).__name__}")
-    return {"Out": torch.tensor([len(arr)], dtype=torch.int64)}
+    return {"Out": torch.tensor([len(arr)], dtype=torch.int64, device=ctx.device)}
 
 
 register_op("lod_array_length", inputs=("X",), outputs=("Out",),
@@ -274,7 +274,8 @@ register_op("lod_array_length", inputs=("X",), outputs=("Out",),
 
 register_op("is_empty", inputs=("X",), outputs=("Out",),
             infer_shape=lambda ins, attrs: {"Out": Meta((1,), "bool")},
-            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor([ins["X"].numel() == 0])})
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor([ins["X"].numel() == 0],
+                                                                device=ctx.device)})
 
 
 # ----------------------------------------------------------------------------- DynamicRNN
@@ -312,7 +313,7 @@ register_op("max_sequence_len", inputs=("RankTable",), outputs=("Out",),
             infer_shape=lambda ins, attrs: {"Out": Meta((1,), "int64")},
             kernel=lambda ins, attrs, ctx: {"Out": torch.tensor(
                 [int(ins["RankTable"][:, 1].max()) if ins["RankTable"].shape[0] else 0],
-                dtype=torch.int64)})
+                dtype=torch.int64, device=ctx.device)})
 
 
 def _active(table: torch.Tensor, t: int) -> int:

@@ -133,6 +133,44 @@ def test_while_gradient_matches_finite_differences():
     np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
 
 
+def test_gradient_through_a_tensor_array_written_in_the_loop():
+    """Each step writes h_t into an array; the loss weighs every slot: the gradient comes
+    back through the array reads, the loop and the array writes."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[3], dtype="float64")
+        x.stop_gradient = False
+        h = L.fill_constant_batch_size_like(x, [-1, 3], "float64", 0.1)
+        h.stop_gradient = False
+        arr = L.create_array("float64")
+        i = L.fill_constant([1], "int64", 0)
+        n = L.fill_constant([1], "int64", 3)
+        cond = L.less_than(x=i, y=n)
+        w = L.While(cond=cond)
+        with w.block():
+            L.assign(L.tanh(L.elementwise_add(L.elementwise_mul(h, x), x)), output=h)
+            L.array_write(h, i=i, array=arr)
+            L.increment(x=i, value=1, in_place=True)
+            L.less_than(x=i, y=n, cond=cond)
+        terms = [L.scale(L.reduce_sum(L.array_read(arr, L.fill_constant([1], "int64", k))),
+                         scale=float(k + 1)) for k in range(3)]
+        loss = L.sums(terms)
+        gx, = fluid.backward.gradients([loss], [x])
+    xs = RNG.uniform(-1, 1, (2, 3))
+    exe = fluid.Executor(fluid.CPUPlace())
+
+    def f(v):
+        return float(exe.run(main, feed={"x": v}, fetch_list=[loss], scope=fluid.Scope())[0])
+
+    g, = exe.run(main, feed={"x": xs}, fetch_list=[gx], scope=fluid.Scope())
+    fd = np.zeros_like(xs)
+    for k in np.ndindex(xs.shape):
+        d = np.zeros_like(xs)
+        d[k] = 1e-6
+        fd[k] = (f(xs + d) - f(xs - d)) / 2e-6
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-8)
+
+
 def _branches(control_flow: bool):
     """Rows whose mean is below 0 go through fc A, the others through fc B."""
     main, startup = fluid.Program(), fluid.Program()

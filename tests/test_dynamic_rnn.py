@@ -13,6 +13,7 @@ WX = RNG.uniform(-0.8, 0.8, (D, H)).astype("float32")
 WH = RNG.uniform(-0.8, 0.8, (H, H)).astype("float32")
 LENGTHS = [2, 4, 1, 4]  # unsorted, with a tie: the rank table must keep the input order
 XS = RNG.uniform(-1, 1, (sum(LENGTHS), D)).astype("float32")
+WEIGHTS = RNG.uniform(-1, 1, (sum(LENGTHS), H))  # weighs every output row in the loss
 
 
 def _init(a):
@@ -92,3 +93,45 @@ def test_dynamic_rnn_misuse_is_named():
         drnn = L.DynamicRNN()
         with pytest.raises(ValueError, match="inside 'with drnn.block"):
             drnn.memory(shape=[H])
+
+
+def test_dynamic_rnn_gradient_matches_finite_differences():
+    """Through the rank-table ops, the arrays, the shrunk memories and the loop."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        sentence = L.data(name="sentence", shape=[D], dtype="float64", lod_level=1)
+        sentence.stop_gradient = False
+        h0 = L.data(name="h0", shape=[H], dtype="float64")
+        h0.stop_gradient = False
+        drnn = L.DynamicRNN()
+        with drnn.block():
+            word = drnn.step_input(sentence)
+            prev = drnn.memory(init=h0, need_reorder=True)
+            hidden = L.fc(input=[word, prev], size=H, act="tanh", bias_attr=False,
+                          param_attr=[fluid.ParamAttr(name="wx", initializer=_init(WX)),
+                                      fluid.ParamAttr(name="wh", initializer=_init(WH))])
+            drnn.update_memory(prev, hidden)
+            drnn.output(hidden)
+        out = drnn()
+        weights = L.assign(WEIGHTS)
+        loss = L.reduce_sum(L.elementwise_mul(out, weights))
+        gx, gh = fluid.backward.gradients([loss], [sentence, h0])
+    place = fluid.CPUPlace()
+    exe, scope = fluid.Executor(place), fluid.Scope()
+    exe.run(startup, scope=scope)
+    xs = XS.astype("float64")
+    h0v = RNG.uniform(-1, 1, (len(LENGTHS), H))
+
+    def run(x, h, fetch):
+        return exe.run(main, feed={"sentence": fluid.create_lod_tensor(x, [LENGTHS], place),
+                                   "h0": h}, fetch_list=fetch, scope=scope)
+
+    got_x, got_h = run(xs, h0v, [gx, gh])
+    for arr, got, f in ((xs, got_x, lambda a: run(a, h0v, [loss])[0]),
+                        (h0v, got_h, lambda a: run(xs, a, [loss])[0])):
+        fd = np.zeros_like(arr)
+        for k in np.ndindex(arr.shape):
+            d = np.zeros_like(arr)
+            d[k] = 1e-6
+            fd[k] = (float(f(arr + d)) - float(f(arr - d))) / 2e-6
+        np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-7)

@@ -4,8 +4,8 @@ the rows of the sequences longer than t, memories live in tensor arrays and are 
 the sequences still running (``shrink_rnn_memory``), a ``While`` runs the step, and
 ``array_to_lod_tensor`` puts the step outputs back in sequence order with the input's LoD.
 
-Forward only: values do not carry gradients through the tensor arrays (see
-docs/fluid_compat.md).
+The gradient is the ordinary backward of those ops (the rank-table ops, the array ops and
+``while_grad`` have gradients).
 
 Example::
 

@@ -235,8 +235,38 @@ def _write_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": Meta(x.shape, x.dtype, VarType.LOD_TENSOR_ARRAY)}
 
 
+def add_grads(a: Any, b: Any) -> Any:
+    """``a + b`` for gradients: tensors, or tensor arrays slot by slot (None is zero)."""
+    if not isinstance(a, list):
+        return a + b
+    out = TensorArray(a)
+    for k, g in enumerate(b):
+        if k >= len(out):
+            out.append(g)
+        elif g is not None:
+            out[k] = g if out[k] is None else out[k] + g
+    return out
+
+
+def _write_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _index("write_to_array_grad", ins["I"])
+    g = ins["Out@GRAD"] or TensorArray()
+    out: dict[str, Any] = {}
+    if "X" in ctx.need:
+        gx = g[k] if k < len(g) else None
+        out["X@GRAD"] = gx if gx is not None else torch.zeros_like(ins["X"])
+    if "Array" in ctx.need:
+        # the slot was overwritten: what the array held there before gets no gradient
+        before = TensorArray(g)
+        if k < len(before):
+            before[k] = None
+        out["Array@GRAD"] = before
+    return out
+
+
 register_op("write_to_array", inputs=("X", "I", "Array"), outputs=("Out",),
-            infer_shape=_write_shape, kernel=_write_to_array)
+            infer_shape=_write_shape, kernel=_write_to_array, grad_kernel=_write_grad,
+            grad_uses=("X", "I", "Array"), no_grad_inputs=("I",))
 
 
 def _read_from_array(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -256,8 +286,16 @@ def _read_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": Meta(x.shape, x.dtype)}
 
 
+def _read_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _index("read_from_array_grad", ins["I"])
+    g = TensorArray([None] * max(len(ins["X"]), k + 1))
+    g[k] = ins["Out@GRAD"]
+    return {"X@GRAD": g}
+
+
 register_op("read_from_array", inputs=("X", "I"), outputs=("Out",), infer_shape=_read_shape,
-            kernel=_read_from_array)
+            kernel=_read_from_array, grad_kernel=_read_grad, grad_uses=("X", "I"),
+            no_grad_inputs=("I",))
 
 
 def _array_length(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -333,10 +371,28 @@ def _to_array(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": arr}
 
 
+def _step_rows(ranked: list[list[int]], offs: list[int], t: int) -> list[int]:
+    """Rows of step ``t`` (token t of each sequence longer than t, in rank order), given
+    the row offsets of the sequences."""
+    return [offs[k] + t for k, n in ranked if n > t]
+
+
+def _to_array_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, ranked = ins["X"], ins["RankTable"].tolist()
+    offs = get_lod_level(x, 0)
+    g = torch.zeros_like(x)
+    for t, gt in enumerate(ins["Out@GRAD"] or ()):
+        if gt is not None:
+            rows = torch.tensor(_step_rows(ranked, offs, t), dtype=torch.long, device=x.device)
+            g.index_add_(0, rows, gt)
+    return {"X@GRAD": g}
+
+
 register_op("lod_tensor_to_array", inputs=("X", "RankTable"), outputs=("Out",),
             infer_shape=lambda ins, attrs: {"Out": Meta(ins["X"].shape, ins["X"].dtype,
                                                         VarType.LOD_TENSOR_ARRAY)},
-            kernel=_to_array)
+            kernel=_to_array, grad_kernel=_to_array_grad, grad_uses=("X", "RankTable"),
+            no_grad_inputs=("RankTable",))
 
 
 def _from_array(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -355,9 +411,24 @@ def _from_array(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": attach_lod(torch.cat(pieces), [lengths_to_offsets(lengths)])}
 
 
+def _from_array_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from ..lod import lengths_to_offsets
+
+    ranked, g = ins["RankTable"].tolist(), ins["Out@GRAD"]
+    lengths = [n for _, n in sorted(ranked)]  # in sequence order
+    offs = lengths_to_offsets(lengths)
+    steps = ranked[0][1] if ranked else 0
+    out = TensorArray()
+    for t in range(steps):
+        rows = torch.tensor(_step_rows(ranked, offs, t), dtype=torch.long, device=g.device)
+        out.append(g.index_select(0, rows))
+    return {"X@GRAD": out}
+
+
 register_op("array_to_lod_tensor", inputs=("X", "RankTable"), outputs=("Out",),
             infer_shape=lambda ins, attrs: {"Out": Meta(ins["X"].shape, ins["X"].dtype)},
-            kernel=_from_array)
+            kernel=_from_array, grad_kernel=_from_array_grad, grad_uses=("X", "RankTable"),
+            no_grad_inputs=("RankTable",))
 
 
 def _shrink(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -384,5 +455,13 @@ def _reorder_by_rank(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": x.index_select(0, idx)}
 
 
+def _reorder_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, g = ins["X"], ins["Out@GRAD"]
+    idx = ins["RankTable"][:, 0].to(device=x.device, dtype=torch.long)
+    return {"X@GRAD": torch.zeros_like(x).index_copy_(0, idx, g)}
+
+
 register_op("reorder_lod_tensor_by_rank", inputs=("X", "RankTable"), outputs=("Out",),
-            infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_reorder_by_rank)
+            infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_reorder_by_rank,
+            grad_kernel=_reorder_grad, grad_uses=("X", "RankTable"),
+            no_grad_inputs=("RankTable",))

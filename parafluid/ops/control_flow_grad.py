@@ -17,8 +17,9 @@ again when recomputed; keep such bodies free of dropout.
   loop-carried variables flow from one iteration to the one before it, those of the other
   inputs (parameters, the data the body reads) add up over the iterations.
 
-Not differentiated: bodies that hold control flow themselves (nested While/IfElse), and
-values that travel through tensor arrays.
+Tensor arrays carry gradients as tensor arrays (a slot nothing wrote a gradient for is
+None, i.e. zero). Not differentiated: bodies that hold control flow themselves (nested
+While/IfElse).
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 def _differentiable(block: Any, name: str) -> bool:
     var = block._find_var_recursive(name)
-    return (var is not None and var.type == VarType.LOD_TENSOR and var.dtype in _FLOATS)
+    return (var is not None and var.type in (VarType.LOD_TENSOR, VarType.LOD_TENSOR_ARRAY)
+            and var.dtype in _FLOATS)
+
+
+def _zeros_like(v: Any) -> Any:
+    from ..scope import TensorArray
+
+    return TensorArray() if isinstance(v, list) else torch.zeros_like(v)
 
 
 def _declare(grad_block: Any, src_block: Any, name: str, new_name: str) -> None:
@@ -140,7 +148,7 @@ def _run_grad_block(ctx: Any, attrs: dict, values: dict[str, Any], in_names: lis
     feed = dict(values)
     for name, feed_name in zip(attrs["out_grad_names"], attrs["grad_feeds"]):
         g = out_grads.get(name)
-        feed[feed_name] = g if g is not None else torch.zeros_like(likes[name])
+        feed[feed_name] = g if g is not None else _zeros_like(likes[name])
     wanted = [(n, f) for n, f in zip(in_names, attrs["grad_fetches"]) if f]
     got = ctx.run_block(attrs["sub_block"].idx, feed=feed, fetch=tuple(f for _, f in wanted))
     return {n: g for (n, _), g in zip(wanted, got)}
@@ -169,7 +177,7 @@ def _conditional_block_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 def _or_zeros(g: Any, like: Any) -> Any:
     if g is not None:
         return g
-    return torch.zeros_like(like) if isinstance(like, torch.Tensor) else None
+    return _zeros_like(like) if isinstance(like, (torch.Tensor, list)) else None
 
 
 register_op("conditional_block_grad", inputs=("Cond[]", "Input[]?", "Out@GRAD[]?"),
@@ -189,6 +197,8 @@ def conditional_block_grad_maker(op: Any, blocked: set[str]) -> list[dict[str, A
 
 
 def _while_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from .control_flow import add_grads
+
     op = ctx.op
     in_names = list(op.inputs.get("X", ()))
     steps = ins["StepScopes"]
@@ -205,7 +215,7 @@ def _while_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         carried = {n: grads.get(n) for n in carried if n in values}
         for n, g in grads.items():
             if n not in carried:
-                total[n] = g if n not in total else total[n] + g
+                total[n] = g if n not in total else add_grads(total[n], g)
     first = steps[0] if steps else dict(zip(in_names, ins["X"]))
     out = []
     for n in in_names:

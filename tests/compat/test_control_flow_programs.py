@@ -65,6 +65,8 @@ def test_while_sums_an_array_as_fluids_while_op_test():
         d0 = layers.data("d0", shape=[10], append_batch_size=False, dtype="float32")
         d1 = layers.data("d1", shape=[10], append_batch_size=False, dtype="float32")
         d2 = layers.data("d2", shape=[10], append_batch_size=False, dtype="float32")
+        for d in (d0, d1, d2):
+            d.stop_gradient = False
         i = layers.zeros(shape=[1], dtype="int64")
         i.stop_gradient = True
         init = layers.zeros(shape=[10], dtype="float32")
@@ -89,11 +91,18 @@ def test_while_sums_an_array_as_fluids_while_op_test():
             layers.less_than(x=i, y=array_len, cond=cond)
         sum_result = layers.array_read(array=mem_array, i=i)
         loss = layers.mean(sum_result)
+        # (Fluid's test calls append_backward, which also differentiates the data; here
+        # append_backward differentiates the parameters only, gradients() the data)
+        fluid.backward.gradients([loss], [d0, d1, d2])
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup)
     rng = np.random.RandomState(3)
     feed = {f"d{k}": rng.random_sample(10).astype("float32") for k in range(3)}
-    out, avg = exe.run(main, feed=feed, fetch_list=[sum_result, loss])
+    out, avg, *grads = exe.run(main, feed=feed, fetch_list=[sum_result, loss, "d0@GRAD",
+                                                              "d1@GRAD", "d2@GRAD"])
     want = feed["d0"] + feed["d1"] + feed["d2"]
     np.testing.assert_allclose(out, want, rtol=1e-6)
     np.testing.assert_allclose(float(avg), want.mean(), rtol=1e-6)
+    # through the arrays and the loop: each input adds once to the mean of 10 values
+    for g in grads:
+        np.testing.assert_allclose(g, np.full(10, 0.1, "float32"), rtol=1e-6)

@@ -37,7 +37,7 @@ CASES = [
                                  "I": np.array([1], "int64")},
            ref=lambda X, RankTable, I: {"Out": X[:3]}, grad=["X"]),
     OpCase("reorder_lod_tensor_by_rank", {"X": X[:4], "RankTable": np.array(RANKS, "int64")},
-           ref=lambda X, RankTable: {"Out": X[[1, 3, 0, 2]]}),
+           ref=lambda X, RankTable: {"Out": X[[1, 3, 0, 2]]}, grad=["X"]),
     OpCase("beam_search", {"pre_ids": np.array([[4], [1], [3]], "int64"),
                            "pre_scores": np.array([[-1.0], [-0.5], [-2.0]], "float32"),
                            "ids": np.array([[2, 5], [3, 4], [1, 2]], "int64"),

@@ -145,6 +145,7 @@ def _numpy_beam_search(state0):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_decoder_loop_finds_the_numpy_beams(seed):
     main, startup, ids, scores = _decoder_program()
+    main.verify()
     state0 = np.random.RandomState(seed).normal(0, 1, (2, H)).astype("float32")
     place = fluid.CPUPlace()
     init_ids = fluid.create_lod_tensor(np.full((2, 1), START, "int64"), [[1, 1], [1, 1]], place)

@@ -73,6 +73,7 @@ def test_a_while_loop_trains_like_the_unrolled_program():
 
 def test_a_cloned_and_a_reloaded_loop_program_train_the_same():
     main, startup, loss = _rnn(loop=True)
+    main.verify()  # the body, and its gradient block (fed: the outputs' gradients)
     want = _train(main, startup, loss)
     for other in (main.clone(), fluid.Program.parse_from_string(main.serialize_to_string())):
         assert other.num_blocks == main.num_blocks  # the body and its gradient block

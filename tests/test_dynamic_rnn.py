@@ -116,6 +116,7 @@ def test_dynamic_rnn_gradient_matches_finite_differences():
         weights = L.assign(WEIGHTS)
         loss = L.reduce_sum(L.elementwise_mul(out, weights))
         gx, gh = fluid.backward.gradients([loss], [sentence, h0])
+    main.verify()
     place = fluid.CPUPlace()
     exe, scope = fluid.Executor(place), fluid.Scope()
     exe.run(startup, scope=scope)

@@ -108,6 +108,7 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
     for n in diff_out:
         feed = f"{n}@GRAD@OUTER"
         _declare(grad_block, parent, n, feed)
+        grad_block.var(feed).is_data = True  # fed by the grad op: the gradient of the output
         feeds.append(feed)
         seeds.append({"type": "assign", "inputs": {"X": [feed]},
                       "outputs": {"Out": [version.get(n, n) + GRAD]}, "attrs": {}})

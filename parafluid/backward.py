@@ -173,14 +173,19 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
                           "attrs": dict(part_place.get(parts[-1], {}))})
 
     def add(spec: dict[str, Any]) -> None:
+        reads = set()
         for names in spec["inputs"].values():
             for n in names:
                 flush(n)
+                reads.add(n)
         for slot, names in spec["outputs"].items():
             for i, n in enumerate(names):
                 if n == EMPTY:
                     continue
-                if n in produced:
+                # NOTE: an op that reads and writes the same gradient (the gradient of a
+                # variable its forward op overwrote, a loop-carried value) replaces it: from
+                # here on the name means the gradient of the earlier value
+                if n in produced and n not in reads:
                     if n not in pending:  # second writer: rename the first one too
                         first_spec, first_slot, first_i = writer[n]
                         part0 = _renamed(n, renames)
@@ -196,6 +201,13 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
                     writer[n] = (spec, slot, i)
         specs.append(spec)
 
+    # names each forward op's later ops overwrite (a loop counter, a carried value)
+    written_later: dict[int, set[str]] = {}
+    seen: set[str] = set()
+    for op in reversed(fwd_ops):
+        written_later[id(op)] = set(seen)
+        seen.update(op.output_arg_names)
+    snapshots: list[tuple[Any, str, str]] = []
     for seed in seeds:
         _place_like(seed, _writer_of(fwd_ops, seed["outputs"]["Out"][0][: -len(GRAD_SUFFIX)]))
         add(seed)
@@ -205,6 +217,7 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
             continue
         blocked = {n for n in op.input_arg_names if n not in flows} | no_grad
         for spec in opdef.grad(op, blocked):
+            _read_snapshots(block, op, spec, written_later[id(op)], snapshots)
             ok, zero_fills = _prune_missing_grads(spec, produced)
             if not ok:
                 continue
@@ -213,11 +226,33 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
             add(_place_like(spec, op))
     for name in list(pending):
         flush(name)
+    for op, name, snap in snapshots:
+        block._insert_op(block.ops.index(op) + 1, "assign", inputs={"X": [name]},
+                         outputs={"Out": [snap]}, attrs=dict(place_attrs(op)))
     with block.program._role_guard(OpRole.Backward):
         for spec in specs:
             block.append_op(spec["type"], inputs=spec["inputs"], outputs=spec["outputs"],
                             attrs=spec["attrs"])
     return produced
+
+
+def _read_snapshots(block: Any, op: Any, spec: dict[str, Any], overwritten: set[str],
+                    snapshots: list[tuple[Any, str, str]]) -> None:
+    """Make the gradient op read the values the forward op saw: a forward input that a later
+    forward op overwrites (``increment(i)`` after ``array_write(x, i)``) is copied right
+    after the forward op (an ``assign`` into ``<name>@FWD@<k>``) and read from the copy."""
+    for names in spec["inputs"].values():
+        for k, n in enumerate(names):
+            if n.endswith(GRAD_SUFFIX) or n not in overwritten or n not in op.input_arg_names:
+                continue
+            snap = next((s for o, m, s in snapshots if o is op and m == n), None)
+            if snap is None:
+                src = block._find_var_recursive(n)
+                snap = f"{n}@FWD@{len(snapshots)}"
+                block.create_var(name=snap, shape=src.shape, dtype=src.dtype, type=src.type,
+                                 stop_gradient=True)
+                snapshots.append((op, n, snap))
+            names[k] = snap
 
 
 def _writer_of(ops: list[Any], name: str) -> Any:

@@ -54,16 +54,6 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
     "layers.open_files": ("reader ops over RecordIO files",
                           "feed numpy arrays, or use fluid.io.DataLoader"),
     "layers.double_buffer": ("reader ops", "fluid.io.DataLoader prefetches in the background"),
-    "layers.While": ("control flow (While / IfElse / Switch / StaticRNN / DynamicRNN)",
-                     "not ported yet; unroll the loop in Python while building the program"),
-    "layers.IfElse": ("control flow", "not ported yet; compute both branches and select "
-                      "with elementwise ops"),
-    "layers.Switch": ("control flow", "use fluid.layers.piecewise_decay for learning-rate "
-                      "schedules; general Switch is not ported"),
-    "layers.StaticRNN": ("StaticRNN", "not ported yet; unroll the steps in Python"),
-    "layers.DynamicRNN": ("DynamicRNN", "not ported yet; use sequence ops over LoD inputs"),
-    "layers.beam_search": ("beam search decoding", "not ported"),
-    "layers.beam_search_decode": ("beam search decoding", "not ported"),
 }
 
 

@@ -28,7 +28,7 @@ import torch
 
 from .dtypes import convert_dtype, to_numpy
 from .ops.registry import shapes_compatible
-from .scope import LoDTensor, OneElementArray, ScopeVariable, SelectedRows, as_numpy
+from .scope import LoDTensor, OneElementArray, ScopeVariable, SelectedRows, TensorArray, as_numpy
 from .variable import Variable, unknown_name_message, var_names
 
 __all__ = ["fetch_names", "as_feed_tensor", "as_lod_tensor", "FeedSplitter", "fetch_value",
@@ -80,6 +80,8 @@ def as_lod_tensor(name: str, value: Any) -> LoDTensor:
     """A LoDTensor holding a copy of a run value (``return_numpy=False``)."""
     from .lod import get_lod
 
+    if isinstance(value, TensorArray):
+        return [as_lod_tensor(f"{name}[{i}]", v) for i, v in enumerate(value)]  # type: ignore
     holder = ScopeVariable(name)
     holder.value = value.clone() if isinstance(value, torch.Tensor) else value
     lod = get_lod(value) if isinstance(value, torch.Tensor) else None

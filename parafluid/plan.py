@@ -36,7 +36,7 @@ from .feed_fetch import batch_feeds
 from .ops.registry import get_op_def
 from .parallel.scheduler import Scheduler, TaskError, TaskGraph
 from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
-from .passes.liveness import release_plan
+from .passes.liveness import release_plan, sub_block_io_listed
 from .passes.memory_optimize import check_fetch_targets
 from .runtime import OpRunError, RunContext, RunServices, bind_op, op_error, op_hooks_active, timed
 
@@ -107,10 +107,12 @@ class Plan:
                     self.persist_writes[d].append(name)
             else:
                 self.temps[d].append(name)
-        if release and (block.idx != 0 or has_sub_blocks(block)):
+        if release and (block.idx != 0 or not sub_block_io_listed(block)):
             # NOTE: a sub-block may run many times against its parent's values, and an op
-            # with a sub-block may read outer variables that its slots do not list: such
-            # blocks keep every value to the end of the run.
+            # with a sub-block may read outer variables that its slots do not list
+            # (listen_and_serv): such blocks keep every value to the end of the run. The
+            # control-flow ops list what their sub-blocks read and write, so the liveness
+            # seen through their slots is exact.
             release = False
         # delete_var ops (release_memory) are honoured whether or not eager deletion is on
         releases = release_plan(graph, lambda n: not persistable(n), set(fetch), eager=release,

@@ -20,8 +20,15 @@ import torch
 
 from .place import to_device
 
-__all__ = ["Scope", "ScopeVariable", "LoDTensor", "SelectedRows", "global_scope",
+__all__ = ["Scope", "ScopeVariable", "LoDTensor", "SelectedRows", "TensorArray", "global_scope",
            "scope_guard", "as_numpy", "OneElementArray"]
+
+
+class TensorArray(list):
+    """The run-time value of a ``LOD_TENSOR_ARRAY`` variable: a list of tensors (a slot never
+    written holds None). Fetching one gives a list of numpy arrays, as Fluid does."""
+
+    __slots__ = ()
 
 
 class SelectedRows:
@@ -91,6 +98,8 @@ def as_numpy(value: Any) -> np.ndarray:
     ``OneElementArray`` so that ``float()`` of it works on every numpy."""
     if isinstance(value, SelectedRows):
         value = value.to_dense()
+    if isinstance(value, TensorArray):
+        return [None if v is None else as_numpy(v) for v in value]  # type: ignore[return-value]
     if isinstance(value, torch.Tensor):
         t = value.detach()
         if t.device.type != "cpu":

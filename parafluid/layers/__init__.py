@@ -1,7 +1,9 @@
 """``fluid.layers``: functions that append ops to the default main program."""
 # ruff: noqa: F401, F403, I001  (one line per layer module keeps merges trivial)
 
+from . import control_flow
 from . import device
+from . import dynamic_rnn
 from . import index
 from . import io
 from . import learning_rate_scheduler
@@ -10,6 +12,7 @@ from . import math_op_patch  # Variable arithmetic operators
 from . import nn
 from . import ops
 from . import sequence
+from . import static_rnn
 from . import tensor
 from . import vision
 from . import misc
@@ -17,6 +20,8 @@ from . import loss_extra
 from . import seq_extra
 from . import spatial
 from . import tensor_extra
+from .control_flow import *
+from .dynamic_rnn import *
 from .index import *
 from .io import *
 from .learning_rate_scheduler import *
@@ -24,6 +29,7 @@ from .loss import *
 from .nn import *
 from .ops import *
 from .sequence import *
+from .static_rnn import *
 from .tensor import *
 from .vision import *
 from .misc import *
@@ -32,8 +38,9 @@ from .seq_extra import *
 from .spatial import *
 from .tensor_extra import *
 
-__all__ = (index.__all__ + io.__all__ + nn.__all__ + tensor.__all__ + ops.__all__ + loss.__all__
-           + learning_rate_scheduler.__all__ + sequence.__all__)
+__all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
+           + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
+           + static_rnn.__all__ + dynamic_rnn.__all__)
 __all__ += vision.__all__ + misc.__all__ + loss_extra.__all__ + seq_extra.__all__
 __all__ += spatial.__all__ + tensor_extra.__all__
 

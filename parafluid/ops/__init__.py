@@ -2,9 +2,11 @@
 # ruff: noqa: F401, I001  (one import per family, for its registration side effects)
 
 from . import activation
+from . import beam_search
 from . import clip
 from . import collective_init
 from . import comm
+from . import control_flow
 from . import crf
 from . import ctc
 from . import fused

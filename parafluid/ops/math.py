@@ -147,12 +147,21 @@ def _sum_shape(ins: dict, attrs: dict) -> dict:
     for m in metas[1:]:
         if len(m.shape) != len(first.shape):
             raise ValueError(f"sum: inputs have different ranks: {[list(m.shape) for m in metas]}")
+    if all(m.type == "lod_tensor_array" for m in metas):
+        return {"Out": first}
     dense = any(m.type != "selected_rows" for m in metas)
     return {"Out": Meta(first.shape, first.dtype, "lod_tensor" if dense else "selected_rows")}
 
 
 def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
     xs = [x for x in ins["X"] if x is not None]
+    if any(isinstance(x, list) for x in xs):  # gradients of a tensor array: slot by slot
+        from .control_flow import add_grads
+
+        out = xs[0]
+        for x in xs[1:]:
+            out = add_grads(out, x)
+        return {"Out": out}
     # NOTE: a fixed left-to-right order keeps results bitwise reproducible.
     if all(isinstance(x, SelectedRows) for x in xs):
         return {"Out": SelectedRows(torch.cat([x.rows for x in xs]),

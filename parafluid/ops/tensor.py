@@ -25,8 +25,16 @@ register_op("fill_constant", outputs=("Out",),
             attrs={"shape": [1], "value": 0.0, "dtype": "float32", "force_cpu": False},
             infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_fill_constant)
 
+def _fill_zeros_like(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from ..scope import TensorArray
+
+    x = ins["X"]
+    # the zero of a tensor array (a gradient nothing produced): slots never written
+    return {"Out": TensorArray() if isinstance(x, list) else torch.zeros_like(x)}
+
+
 register_op("fill_zeros_like", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
-            kernel=lambda ins, attrs, ctx: {"Out": torch.zeros_like(ins["X"])})
+            kernel=_fill_zeros_like)
 
 register_op("fill_any_like", inputs=("X",), outputs=("Out",), attrs={"value": 0.0},
             infer_shape=same_as("X"),

@@ -25,7 +25,10 @@ def prune_for_test(p: Program) -> None:
         for op in block.ops:
             if "is_test" in op.attrs:
                 op.attrs["is_test"] = True
-        used = {n for op in block.ops for n in op.input_arg_names + op.output_arg_names}
+    # NOTE: over every block: a variable of the global block may be used only in a sub-block
+    used = {n for block in p.blocks for op in block.ops
+            for n in op.input_arg_names + op.output_arg_names}
+    for block in p.blocks:
         for name in list(block.vars):
             if name not in used and (name.endswith(GRAD_SUFFIX) or GRAD_SUFFIX + "@" in name):
                 del block.vars[name]

@@ -1,0 +1,467 @@
+"""Control flow and tensor arrays: ops whose kernels run a sub-block, and the array ops.
+
+- ``while``: runs its ``sub_block`` while the bool ``Condition`` (one element) is true. ``X``
+  lists the outer values the body reads (and the earlier values of what it writes, so that
+  a loop that runs zero times hands them on); ``Out`` the outer variables the body writes
+  (the condition among them). Each iteration runs the body through ``ctx.run_block`` with
+  the current values fed and ``Out`` fetched: the values are threaded from one iteration to
+  the next in the kernel, nothing lives in hidden step scopes.
+- ``conditional_block``: runs its ``sub_block`` once if the condition holds
+  (``is_scalar_condition``: ``Cond`` is one bool element that is true; otherwise every
+  ``Cond`` tensor is non-empty, as Fluid's IfElse uses it); when it does not run, ``Out``
+  keeps the values it had before (read through ``Input``).
+- ``split_lod_tensor`` / ``merge_lod_tensor``: the rows where a bool ``Mask`` column is
+  true / false, and back (IfElse's branches).
+- ``create_array``, ``write_to_array``, ``read_from_array``, ``lod_array_length``: tensor
+  arrays (``LOD_TENSOR_ARRAY`` variables), whose run-time value is a ``TensorArray`` (a list
+  of tensors). Writing returns a new list: a value read earlier is never changed under its
+  reader's feet.
+
+Example (what ``fluid.layers.While`` builds)::
+
+    {Out=[i, cond]} = while(Condition=[cond], X=[i, n]) {sub_block=block[1]}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..dtypes import VarType
+from ..scope import TensorArray
+from .control_flow_grad import conditional_block_grad_maker, while_grad_maker
+from .registry import Meta, register_op
+
+__all__: list[str] = []
+
+
+def _scalar_truth(op_type: str, cond: Any) -> bool:
+    """The value of a one-element bool condition; an error naming the op otherwise."""
+    if not isinstance(cond, torch.Tensor) or cond.numel() != 1:
+        shape = list(cond.shape) if isinstance(cond, torch.Tensor) else type(cond).__name__
+        raise ValueError(f"{op_type}: the condition must be a tensor of one element, "
+                         f"got {shape}")
+    return bool(cond.reshape(()).item())
+
+
+# ----------------------------------------------------------------------------- while
+
+
+def _while(ins: dict, attrs: dict, ctx: Any) -> dict:
+    op = ctx.op
+    block = attrs["sub_block"]
+    x_names = list(op.inputs.get("X", ()))
+    out_names = list(op.outputs.get("Out", ()))
+    cond_name = op.inputs["Condition"][0]
+    if cond_name not in out_names:
+        raise ValueError(f"while: the loop body never writes its condition {cond_name!r}, so "
+                         "the loop would not end; update it inside the block (e.g. "
+                         "fluid.layers.less_than(x=i, y=n, cond=cond))")
+    values = dict(zip(x_names, ins["X"]))
+    cond = ins["Condition"]
+    fetch = tuple(out_names)
+    # the inputs of every iteration, for while_grad (Fluid keeps a scope per step); an
+    # evaluation (is_test, e.g. after clone(for_test=True)) keeps none
+    has_steps = bool(op.outputs.get("StepScopes"))
+    steps: list[dict[str, Any]] = []
+    record = has_steps and not attrs["is_test"]
+    while _scalar_truth("while", cond):
+        feed = {n: values[n] for n in x_names}
+        if record:
+            steps.append(feed)
+        outs = ctx.run_block(block.idx, feed=dict(feed), fetch=fetch)
+        values.update(zip(out_names, outs))
+        cond = values[cond_name]
+    values[cond_name] = cond
+    out: dict[str, Any] = {"Out": [_carried(values, n, "while") for n in out_names]}
+    if has_steps:
+        out["StepScopes"] = steps
+    return out
+
+
+def _carried(values: dict, name: str, op_type: str) -> Any:
+    if name not in values:
+        raise RuntimeError(f"{op_type}: {name!r} is written by the block, which did not run, "
+                           "and had no value before it; give it one before the block")
+    return values[name]
+
+
+register_op("while", inputs=("X[]?", "Condition"), outputs=("Out[]?", "StepScopes?"),
+            attrs={"sub_block": None, "is_test": False}, kernel=_while, grad=while_grad_maker)
+
+
+# ----------------------------------------------------------------------------- conditional
+
+
+def _conditional_block(ins: dict, attrs: dict, ctx: Any) -> dict:
+    op = ctx.op
+    conds = ins["Cond"]
+    if attrs["is_scalar_condition"]:
+        if len(conds) != 1:
+            raise ValueError(f"conditional_block: a scalar condition is one variable, got "
+                             f"{len(conds)}")
+        run = _scalar_truth("conditional_block", conds[0])
+    else:
+        run = all(c is not None and c.numel() != 0 for c in conds)
+    in_names = list(op.inputs.get("Input", ()))
+    out_names = list(op.outputs.get("Out", ()))
+    values = dict(zip(in_names, ins["Input"]))
+    if run:
+        outs = ctx.run_block(attrs["sub_block"].idx, feed=dict(values), fetch=tuple(out_names))
+        values.update(zip(out_names, outs))
+    return {"Out": [_carried(values, n, "conditional_block") for n in out_names]}
+
+
+register_op("conditional_block", inputs=("Cond[]", "Input[]?"), outputs=("Out[]?",),
+            attrs={"sub_block": None, "is_scalar_condition": False}, kernel=_conditional_block,
+            grad=conditional_block_grad_maker)
+
+
+# ----------------------------------------------------------------------------- IfElse rows
+
+
+def _row_mask(op_type: str, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    from ..lod import get_lod
+
+    if get_lod(x):
+        raise ValueError(f"{op_type}: splitting sequences (an input with LoD) by a mask is not "
+                         "supported; split dense rows")
+    m = mask.reshape(-1).to(torch.bool)
+    if m.numel() != x.shape[0]:
+        raise ValueError(f"{op_type}: the mask has {m.numel()} entries but the input has "
+                         f"{x.shape[0]} rows")
+    return m.to(x.device)
+
+
+def _split_lod_tensor(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    m = _row_mask("split_lod_tensor", x, ins["Mask"])
+    return {"OutTrue": x[m], "OutFalse": x[~m]}
+
+
+def _split_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    meta = Meta((-1, *x.shape[1:]), x.dtype)
+    return {"OutTrue": meta, "OutFalse": meta}
+
+
+def _split_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    m = _row_mask("split_lod_tensor_grad", x, ins["Mask"])
+    g = torch.zeros_like(x)
+    for rows, slot in ((m, "OutTrue@GRAD"), (~m, "OutFalse@GRAD")):
+        if ins[slot] is not None:
+            g[rows] = ins[slot]
+    return {"X@GRAD": g}
+
+
+register_op("split_lod_tensor", inputs=("X", "Mask"), outputs=("OutTrue", "OutFalse"),
+            attrs={"level": 0}, infer_shape=_split_shape, kernel=_split_lod_tensor,
+            grad_kernel=_split_grad, grad_uses=("X", "Mask"), no_grad_inputs=("Mask",))
+
+
+def _merge_lod_tensor(ins: dict, attrs: dict, ctx: Any) -> dict:
+    t, f = ins["InTrue"], ins["InFalse"]
+    m = ins["Mask"].reshape(-1).to(torch.bool)
+    some = t if t is not None else f
+    out = torch.zeros((m.numel(), *some.shape[1:]), dtype=some.dtype, device=some.device)
+    m = m.to(out.device)
+    for rows, part, name in ((m, t, "InTrue"), (~m, f, "InFalse")):
+        n = int(rows.sum())
+        if part is None or part.shape[0] != n:
+            got = "nothing" if part is None else f"{part.shape[0]} rows"
+            if n:
+                raise ValueError(f"merge_lod_tensor: the mask selects {n} rows for {name}, "
+                                 f"which has {got}")
+            continue
+        out[rows] = part
+    return {"Out": out}
+
+
+def _merge_shape(ins: dict, attrs: dict) -> dict:
+    some = ins["InTrue"] if ins["InTrue"] is not None else ins["InFalse"]
+    return {"Out": Meta((-1, *some.shape[1:]), some.dtype)}
+
+
+def _merge_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    g = ins["Out@GRAD"]
+    m = ins["Mask"].reshape(-1).to(torch.bool).to(g.device)
+    return {"InTrue@GRAD": g[m], "InFalse@GRAD": g[~m]}
+
+
+register_op("merge_lod_tensor", inputs=("X", "Mask", "InTrue?", "InFalse?"), outputs=("Out",),
+            attrs={"level": 0}, infer_shape=_merge_shape, kernel=_merge_lod_tensor,
+            grad_kernel=_merge_grad, grad_uses=("Mask", "InTrue", "InFalse"),
+            no_grad_inputs=("X", "Mask"))
+
+
+# ----------------------------------------------------------------------------- arrays
+
+
+def _index(op_type: str, i: Any) -> int:
+    if not isinstance(i, torch.Tensor) or i.numel() != 1:
+        raise ValueError(f"{op_type}: the index I must be a tensor of one element")
+    if i.is_floating_point():
+        raise TypeError(f"{op_type}: the index I must be an integer tensor, got {i.dtype}")
+    k = int(i.reshape(()).item())
+    if k < 0:
+        raise IndexError(f"{op_type}: index {k} is negative")
+    return k
+
+
+def _create_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    return {"Out": TensorArray()}
+
+
+register_op("create_array", outputs=("Out",), attrs={"dtype": "float32"}, kernel=_create_array)
+
+
+def _write_to_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _index("write_to_array", ins["I"])
+    old = ins["Array"]
+    if not isinstance(old, list):
+        raise TypeError(f"write_to_array: Array must hold a tensor array, got "
+                        f"{type(old).__name__}")
+    arr = TensorArray(old)
+    if k >= len(arr):
+        arr.extend([None] * (k + 1 - len(arr)))
+    arr[k] = ins["X"]
+    return {"Out": arr}
+
+
+def _write_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    return {"Out": Meta(x.shape, x.dtype, VarType.LOD_TENSOR_ARRAY)}
+
+
+def add_grads(a: Any, b: Any) -> Any:
+    """``a + b`` for gradients: tensors, or tensor arrays slot by slot (None is zero)."""
+    if not isinstance(a, list):
+        return a + b
+    out = TensorArray(a)
+    for k, g in enumerate(b):
+        if k >= len(out):
+            out.append(g)
+        elif g is not None:
+            out[k] = g if out[k] is None else out[k] + g
+    return out
+
+
+def _write_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _index("write_to_array_grad", ins["I"])
+    g = ins["Out@GRAD"] or TensorArray()
+    out: dict[str, Any] = {}
+    if "X" in ctx.need:
+        gx = g[k] if k < len(g) else None
+        out["X@GRAD"] = gx if gx is not None else torch.zeros_like(ins["X"])
+    if "Array" in ctx.need:
+        # the slot was overwritten: what the array held there before gets no gradient
+        before = TensorArray(g)
+        if k < len(before):
+            before[k] = None
+        out["Array@GRAD"] = before
+    return out
+
+
+register_op("write_to_array", inputs=("X", "I", "Array"), outputs=("Out",),
+            infer_shape=_write_shape, kernel=_write_to_array, grad_kernel=_write_grad,
+            grad_uses=("X", "I", "Array"), no_grad_inputs=("I",))
+
+
+def _read_from_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _index("read_from_array", ins["I"])
+    arr = ins["X"]
+    if not isinstance(arr, list):
+        raise TypeError(f"read_from_array: X must hold a tensor array, got "
+                        f"{type(arr).__name__}")
+    if k >= len(arr) or arr[k] is None:
+        raise IndexError(f"read_from_array: index {k} was never written (the array has "
+                         f"{len(arr)} slots)")
+    return {"Out": arr[k]}
+
+
+def _read_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    return {"Out": Meta(x.shape, x.dtype)}
+
+
+def _read_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _index("read_from_array_grad", ins["I"])
+    g = TensorArray([None] * max(len(ins["X"]), k + 1))
+    g[k] = ins["Out@GRAD"]
+    return {"X@GRAD": g}
+
+
+register_op("read_from_array", inputs=("X", "I"), outputs=("Out",), infer_shape=_read_shape,
+            kernel=_read_from_array, grad_kernel=_read_grad, grad_uses=("X", "I"),
+            no_grad_inputs=("I",))
+
+
+def _array_length(ins: dict, attrs: dict, ctx: Any) -> dict:
+    arr = ins["X"]
+    if not isinstance(arr, list):
+        raise TypeError(f"lod_array_length: X must hold a tensor array, got "
+                        f"{type(arr).__name__}")
+    return {"Out": torch.tensor([len(arr)], dtype=torch.int64, device=ctx.device)}
+
+
+register_op("lod_array_length", inputs=("X",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), "int64")}, kernel=_array_length)
+
+
+register_op("is_empty", inputs=("X",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), "bool")},
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor([ins["X"].numel() == 0],
+                                                                device=ctx.device)})
+
+
+# ----------------------------------------------------------------------------- DynamicRNN
+# A rank table is an int64 tensor [n_sequences, 2]: (sequence index, length), longest first
+# (ties keep the input order). Step t of a DynamicRNN processes the sequences longer than t,
+# which are the first rows in rank order.
+
+
+def _rank_table(ins: dict, attrs: dict, ctx: Any) -> dict:
+    lod = get_lod_level(ins["X"], int(attrs["level"]))
+    lengths = [b - a for a, b in zip(lod, lod[1:])]
+    order = sorted(range(len(lengths)), key=lambda k: -lengths[k])
+    return {"Out": torch.tensor([[k, lengths[k]] for k in order], dtype=torch.int64
+                                ).reshape(-1, 2)}
+
+
+def get_lod_level(x: torch.Tensor, level: int) -> list[int]:
+    """Absolute row offsets of ``x``'s LoD at ``level`` (an error naming the op otherwise)."""
+    from ..lod import get_lod
+
+    lod = get_lod(x)
+    if not lod or level >= len(lod):
+        raise ValueError(f"lod_rank_table: the input must carry a LoD with level {level}, got "
+                         f"{lod}; feed a LoDTensor")
+    offs = list(lod[level])
+    for finer in lod[level + 1:]:
+        offs = [finer[o] for o in offs]
+    return offs
+
+
+register_op("lod_rank_table", inputs=("X",), outputs=("Out",), attrs={"level": 0},
+            infer_shape=lambda ins, attrs: {"Out": Meta((-1, 2), "int64")}, kernel=_rank_table)
+
+register_op("max_sequence_len", inputs=("RankTable",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), "int64")},
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor(
+                [int(ins["RankTable"][:, 1].max()) if ins["RankTable"].shape[0] else 0],
+                dtype=torch.int64, device=ctx.device)})
+
+
+def _active(table: torch.Tensor, t: int) -> int:
+    """How many sequences are longer than ``t`` (they lead the rank order)."""
+    return int((table[:, 1] > t).sum())
+
+
+def _to_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, table = ins["X"], ins["RankTable"]
+    offs = get_lod_level(x, 0)
+    ranked = table.tolist()
+    steps = ranked[0][1] if ranked else 0
+    arr = TensorArray()
+    for t in range(steps):
+        rows = [offs[k] + t for k, n in ranked if n > t]
+        arr.append(x.index_select(0, torch.tensor(rows, dtype=torch.long, device=x.device)))
+    return {"Out": arr}
+
+
+def _step_rows(ranked: list[list[int]], offs: list[int], t: int) -> list[int]:
+    """Rows of step ``t`` (token t of each sequence longer than t, in rank order), given
+    the row offsets of the sequences."""
+    return [offs[k] + t for k, n in ranked if n > t]
+
+
+def _to_array_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, ranked = ins["X"], ins["RankTable"].tolist()
+    offs = get_lod_level(x, 0)
+    g = torch.zeros_like(x)
+    for t, gt in enumerate(ins["Out@GRAD"] or ()):
+        if gt is not None:
+            rows = torch.tensor(_step_rows(ranked, offs, t), dtype=torch.long, device=x.device)
+            g.index_add_(0, rows, gt)
+    return {"X@GRAD": g}
+
+
+register_op("lod_tensor_to_array", inputs=("X", "RankTable"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta(ins["X"].shape, ins["X"].dtype,
+                                                        VarType.LOD_TENSOR_ARRAY)},
+            kernel=_to_array, grad_kernel=_to_array_grad, grad_uses=("X", "RankTable"),
+            no_grad_inputs=("RankTable",))
+
+
+def _from_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from ..lod import attach_lod, lengths_to_offsets
+
+    arr, table = ins["X"], ins["RankTable"]
+    ranked = table.tolist()
+    by_seq = sorted(range(len(ranked)), key=lambda pos: ranked[pos][0])
+    pieces = []
+    for pos in by_seq:
+        _, n = ranked[pos]
+        pieces += [arr[t][pos:pos + 1] for t in range(n)]
+    lengths = [ranked[pos][1] for pos in by_seq]
+    if not pieces:
+        raise ValueError("array_to_lod_tensor: every sequence is empty")
+    return {"Out": attach_lod(torch.cat(pieces), [lengths_to_offsets(lengths)])}
+
+
+def _from_array_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from ..lod import lengths_to_offsets
+
+    ranked, g = ins["RankTable"].tolist(), ins["Out@GRAD"]
+    lengths = [n for _, n in sorted(ranked)]  # in sequence order
+    offs = lengths_to_offsets(lengths)
+    steps = ranked[0][1] if ranked else 0
+    out = TensorArray()
+    for t in range(steps):
+        rows = torch.tensor(_step_rows(ranked, offs, t), dtype=torch.long, device=g.device)
+        out.append(g.index_select(0, rows))
+    return {"X@GRAD": out}
+
+
+register_op("array_to_lod_tensor", inputs=("X", "RankTable"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta(ins["X"].shape, ins["X"].dtype)},
+            kernel=_from_array, grad_kernel=_from_array_grad, grad_uses=("X", "RankTable"),
+            no_grad_inputs=("RankTable",))
+
+
+def _shrink(ins: dict, attrs: dict, ctx: Any) -> dict:
+    k = _active(ins["RankTable"], _index("shrink_rnn_memory", ins["I"]))
+    return {"Out": ins["X"][:k]}
+
+
+def _shrink_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, g = ins["X"], ins["Out@GRAD"]
+    out = torch.zeros_like(x)
+    out[: g.shape[0]] = g
+    return {"X@GRAD": out}
+
+
+register_op("shrink_rnn_memory", inputs=("X", "RankTable", "I"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((-1, *ins["X"].shape[1:]),
+                                                        ins["X"].dtype)}, kernel=_shrink,
+            grad_kernel=_shrink_grad, grad_uses=("X",), no_grad_inputs=("RankTable", "I"))
+
+
+def _reorder_by_rank(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, table = ins["X"], ins["RankTable"]
+    idx = table[:, 0].to(device=x.device, dtype=torch.long)
+    return {"Out": x.index_select(0, idx)}
+
+
+def _reorder_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, g = ins["X"], ins["Out@GRAD"]
+    idx = ins["RankTable"][:, 0].to(device=x.device, dtype=torch.long)
+    return {"X@GRAD": torch.zeros_like(x).index_copy_(0, idx, g)}
+
+
+register_op("reorder_lod_tensor_by_rank", inputs=("X", "RankTable"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_reorder_by_rank,
+            grad_kernel=_reorder_grad, grad_uses=("X", "RankTable"),
+            no_grad_inputs=("RankTable",))

@@ -1,0 +1,138 @@
+"""DynamicRNN over LoD input (forward), against a numpy RNN run on each sequence alone; the
+rank-table ops it is built from."""
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+
+L = fluid.layers
+D, H = 3, 4
+RNG = np.random.RandomState(9)
+WX = RNG.uniform(-0.8, 0.8, (D, H)).astype("float32")
+WH = RNG.uniform(-0.8, 0.8, (H, H)).astype("float32")
+LENGTHS = [2, 4, 1, 4]  # unsorted, with a tie: the rank table must keep the input order
+XS = RNG.uniform(-1, 1, (sum(LENGTHS), D)).astype("float32")
+WEIGHTS = RNG.uniform(-1, 1, (sum(LENGTHS), H))  # weighs every output row in the loss
+
+
+def _init(a):
+    return fluid.initializer.NumpyArrayInitializer(a)
+
+
+def _program(boot=False):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        sentence = L.data(name="sentence", shape=[D], dtype="float32", lod_level=1)
+        h0 = L.data(name="h0", shape=[H], dtype="float32") if boot else None
+        drnn = L.DynamicRNN()
+        with drnn.block():
+            word = drnn.step_input(sentence)
+            prev = drnn.memory(init=h0, need_reorder=True) if boot else drnn.memory(shape=[H])
+            hidden = L.fc(input=[word, prev], size=H, act="tanh", bias_attr=False,
+                          param_attr=[fluid.ParamAttr(name="wx", initializer=_init(WX)),
+                                      fluid.ParamAttr(name="wh", initializer=_init(WH))])
+            drnn.update_memory(prev, hidden)
+            drnn.output(hidden)
+        out = drnn()
+        last = L.sequence_last_step(out)
+    return main, startup, out, last
+
+
+def _numpy(h0=None):
+    outs, lasts, start = [], [], 0
+    for k, n in enumerate(LENGTHS):
+        h = np.zeros(H, "float32") if h0 is None else h0[k]
+        for t in range(n):
+            h = np.tanh(XS[start + t] @ WX + h @ WH)
+            outs.append(h)
+        lasts.append(h)
+        start += n
+    return np.stack(outs), np.stack(lasts)
+
+
+@pytest.mark.parametrize("boot", [False, True])
+def test_dynamic_rnn_matches_numpy_per_sequence(boot):
+    main, startup, out, last = _program(boot)
+    place = fluid.CPUPlace()
+    feed = {"sentence": fluid.create_lod_tensor(XS, [LENGTHS], place)}
+    h0 = RNG.uniform(-1, 1, (len(LENGTHS), H)).astype("float32") if boot else None
+    if boot:
+        feed["h0"] = h0
+    exe, scope = fluid.Executor(place), fluid.Scope()
+    exe.run(startup, scope=scope)
+    got, got_last = exe.run(main, feed=feed, fetch_list=[out, last], scope=scope,
+                            return_numpy=False)
+    want, want_last = _numpy(h0)
+    assert got.recursive_sequence_lengths() == [LENGTHS]
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.array(got_last), want_last, rtol=1e-5, atol=1e-6)
+
+
+def test_rank_table_orders_longest_first_and_keeps_ties_in_order():
+    import torch
+
+    from parafluid.lod import attach_lod, lengths_to_offsets
+    from parafluid.ops.registry import get_op_def
+
+    x = attach_lod(torch.zeros(sum(LENGTHS), 1), [lengths_to_offsets(LENGTHS)])
+    table = get_op_def("lod_rank_table").kernel({"X": x}, {"level": 0}, None)["Out"]
+    assert table.tolist() == [[1, 4], [3, 4], [0, 2], [2, 1]]
+    arr = get_op_def("lod_tensor_to_array").kernel(
+        {"X": attach_lod(torch.arange(11.0).reshape(-1, 1), [lengths_to_offsets(LENGTHS)]),
+         "RankTable": table}, {}, None)["Out"]
+    # step t holds, in rank order, token t of each sequence longer than t
+    assert [a.reshape(-1).tolist() for a in arr] == [[2, 7, 0, 6], [3, 8, 1], [4, 9], [5, 10]]
+    back = get_op_def("array_to_lod_tensor").kernel({"X": arr, "RankTable": table}, {},
+                                                    None)["Out"]
+    assert back.reshape(-1).tolist() == list(range(11))
+
+
+def test_dynamic_rnn_misuse_is_named():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        drnn = L.DynamicRNN()
+        with pytest.raises(ValueError, match="inside 'with drnn.block"):
+            drnn.memory(shape=[H])
+
+
+def test_dynamic_rnn_gradient_matches_finite_differences():
+    """Through the rank-table ops, the arrays, the shrunk memories and the loop."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        sentence = L.data(name="sentence", shape=[D], dtype="float64", lod_level=1)
+        sentence.stop_gradient = False
+        h0 = L.data(name="h0", shape=[H], dtype="float64")
+        h0.stop_gradient = False
+        drnn = L.DynamicRNN()
+        with drnn.block():
+            word = drnn.step_input(sentence)
+            prev = drnn.memory(init=h0, need_reorder=True)
+            hidden = L.fc(input=[word, prev], size=H, act="tanh", bias_attr=False,
+                          param_attr=[fluid.ParamAttr(name="wx", initializer=_init(WX)),
+                                      fluid.ParamAttr(name="wh", initializer=_init(WH))])
+            drnn.update_memory(prev, hidden)
+            drnn.output(hidden)
+        out = drnn()
+        weights = L.assign(WEIGHTS)
+        loss = L.reduce_sum(L.elementwise_mul(out, weights))
+        gx, gh = fluid.backward.gradients([loss], [sentence, h0])
+    main.verify()
+    place = fluid.CPUPlace()
+    exe, scope = fluid.Executor(place), fluid.Scope()
+    exe.run(startup, scope=scope)
+    xs = XS.astype("float64")
+    h0v = RNG.uniform(-1, 1, (len(LENGTHS), H))
+
+    def run(x, h, fetch):
+        return exe.run(main, feed={"sentence": fluid.create_lod_tensor(x, [LENGTHS], place),
+                                   "h0": h}, fetch_list=fetch, scope=scope)
+
+    got_x, got_h = run(xs, h0v, [gx, gh])
+    for arr, got, f in ((xs, got_x, lambda a: run(a, h0v, [loss])[0]),
+                        (h0v, got_h, lambda a: run(xs, a, [loss])[0])):
+        fd = np.zeros_like(arr)
+        for k in np.ndindex(arr.shape):
+            d = np.zeros_like(arr)
+            d[k] = 1e-6
+            fd[k] = (float(f(arr + d)) - float(f(arr - d))) / 2e-6
+        np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-7)

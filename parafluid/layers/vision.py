@@ -444,15 +444,24 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr:
 
         h = fluid.layers.group_norm(h, groups=4, act="relu")
     """
-    from ..initializer import Constant
-
     if data_layout != "NCHW":
         raise ValueError(f"group_norm: only data_layout 'NCHW' is supported, "
                          f"got {data_layout!r}")
     helper = LayerHelper("group_norm", input=input, param_attr=param_attr,
                          bias_attr=bias_attr, act=act, name=name)
+    out = _channel_norm(helper, "group_norm", input, param_attr, bias_attr,
+                        ("Mean", "Variance"), {"epsilon": float(epsilon), "groups": int(groups)})
+    return helper.append_activation(out)
+
+
+def _channel_norm(helper: LayerHelper, op: str, input: Variable, param_attr: Any,
+                  bias_attr: Any, stats: tuple[str, str], attrs: dict[str, Any]) -> Variable:
+    """Append a normalization op with a per-channel scale (starting at 1) and bias (at 0),
+    either left out by ``False``; its two statistics outputs ``stats``; return ``Y``."""
+    from ..initializer import Constant
+
     dtype = helper.input_dtype()
-    c = _known_channels("group_norm", input)
+    c = _known_channels(op, input)
     inputs: dict[str, Any] = {"X": [input]}
     if param_attr is not False:
         inputs["Scale"] = [helper.create_parameter(helper.param_attr, [c], dtype,
@@ -460,12 +469,11 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr:
     if bias_attr is not False:
         inputs["Bias"] = [helper.create_parameter(helper.bias_attr, [c], dtype, is_bias=True)]
     out = helper.create_variable_for_type_inference(dtype)
-    mean = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
-    variance = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
-    helper.append_op("group_norm", inputs=inputs,
-                     outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
-                     attrs={"epsilon": float(epsilon), "groups": int(groups)})
-    return helper.append_activation(out)
+    outputs = {"Y": [out]}
+    for slot in stats:
+        outputs[slot] = [helper.create_variable_for_type_inference(dtype, stop_gradient=True)]
+    helper.append_op(op, inputs=inputs, outputs=outputs, attrs=attrs)
+    return out
 
 
 def lrn(input: Variable, n: int = 5, k: float = 1.0, alpha: float = 1e-4, beta: float = 0.75,
@@ -535,25 +543,10 @@ def instance_norm(input: Variable, epsilon: float = 1e-05, param_attr: Any = Non
 
         h = fluid.layers.instance_norm(fluid.layers.conv2d(img, 32, 3))
     """
-    from ..initializer import Constant
-
     helper = LayerHelper("instance_norm", input=input, param_attr=param_attr,
                          bias_attr=bias_attr, name=name)
-    dtype = helper.input_dtype()
-    c = _known_channels("instance_norm", input)
-    inputs: dict[str, Any] = {"X": [input]}
-    if param_attr is not False:
-        inputs["Scale"] = [helper.create_parameter(helper.param_attr, [c], dtype,
-                                                   default_initializer=Constant(1.0))]
-    if bias_attr is not False:
-        inputs["Bias"] = [helper.create_parameter(helper.bias_attr, [c], dtype, is_bias=True)]
-    out = helper.create_variable_for_type_inference(dtype)
-    mean = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
-    inv_std = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
-    helper.append_op("instance_norm", inputs=inputs,
-                     outputs={"Y": [out], "SavedMean": [mean], "SavedVariance": [inv_std]},
-                     attrs={"epsilon": float(epsilon)})
-    return out
+    return _channel_norm(helper, "instance_norm", input, param_attr, bias_attr,
+                         ("SavedMean", "SavedVariance"), {"epsilon": float(epsilon)})
 
 
 def unfold(x: Variable, kernel_sizes: Any, strides: Any = 1, paddings: Any = 0,

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .nn import conv_out_size, pair, pool_out_size
+from .nn import conv_out_size, pair, pooled_meta
 from .registry import Meta, register_op
 
 __all__ = ["conv_transpose_out_size"]
@@ -157,25 +157,7 @@ def _pool3d_params(attrs: dict, dhw: Any) -> tuple[list[int], list[int], list[in
 
 
 def _pool3d_shape(ins: dict, attrs: dict) -> dict:
-    x = ins["X"]
-    _check_rank("pool3d", "X", x, 5)
-    if attrs["pooling_type"] not in ("max", "avg"):
-        raise ValueError(f"pool3d: pooling_type must be 'max' or 'avg', "
-                         f"got {attrs['pooling_type']!r}")
-    if attrs["global_pooling"]:
-        return {"Out": Meta((x.shape[0], x.shape[1], 1, 1, 1), x.dtype)}
-    ksize, strides, pads = _pool3d_params(attrs, x.shape[2:])
-    if attrs["adaptive"]:
-        return {"Out": Meta((x.shape[0], x.shape[1], *ksize), x.dtype)}
-    for k, p in zip(ksize, pads):
-        if p > k // 2:
-            raise ValueError(f"pool3d: paddings {pads} must be at most half of ksize {ksize}")
-    sizes = [pool_out_size(x.shape[2 + i], ksize[i], pads[i], strides[i], attrs["ceil_mode"])
-             for i in range(3)]
-    if any(d == 0 or d < -1 for d in sizes):
-        raise ValueError(f"pool3d: X {list(x.shape)} is smaller than ksize {ksize} "
-                         f"with paddings {pads}")
-    return {"Out": Meta((x.shape[0], x.shape[1], *sizes), x.dtype)}
+    return pooled_meta("pool3d", ins["X"], attrs, 3, _pool3d_params)
 
 
 def _divisor(attrs: dict, ksize: list[int]) -> int | None:

@@ -135,25 +135,30 @@ def _pool_params(attrs: dict, hw: Sequence[int]) -> tuple[list[int], list[int], 
 
 
 def _pool2d_shape(ins: dict, attrs: dict) -> dict:
-    x = ins["X"]
-    _check_rank("pool2d", "X", x, 4)
+    return pooled_meta("pool2d", ins["X"], attrs, 2, _pool_params)
+
+
+def pooled_meta(op: str, x: Meta, attrs: dict, ndims: int, params: Any) -> dict:
+    """The shape rule of ``pool2d`` / ``pool3d`` (``ndims`` spatial dims; ``params(attrs,
+    spatial) -> (ksize, strides, paddings)``)."""
+    _check_rank(op, "X", x, ndims + 2)
     if attrs["pooling_type"] not in ("max", "avg"):
-        raise ValueError(f"pool2d: pooling_type must be 'max' or 'avg', "
+        raise ValueError(f"{op}: pooling_type must be 'max' or 'avg', "
                          f"got {attrs['pooling_type']!r}")
     if attrs["global_pooling"]:
-        return {"Out": Meta((x.shape[0], x.shape[1], 1, 1), x.dtype)}
-    ksize, strides, pads = _pool_params(attrs, x.shape[2:])
-    if attrs["adaptive"]:  # ksize is the output size (adaptive_pool2d)
+        return {"Out": Meta((x.shape[0], x.shape[1]) + (1,) * ndims, x.dtype)}
+    ksize, strides, pads = params(attrs, x.shape[2:])
+    if attrs["adaptive"]:  # ksize is the output size (adaptive pooling)
         return {"Out": Meta((x.shape[0], x.shape[1], *ksize), x.dtype)}
     for k, p in zip(ksize, pads):
         if p > k // 2:
-            raise ValueError(f"pool2d: paddings {pads} must be at most half of ksize {ksize}")
-    hw = [pool_out_size(x.shape[2 + i], ksize[i], pads[i], strides[i], attrs["ceil_mode"])
-          for i in range(2)]
-    if any(d == 0 or d < -1 for d in hw):
-        raise ValueError(f"pool2d: X {list(x.shape)} is smaller than ksize {ksize} "
+            raise ValueError(f"{op}: paddings {pads} must be at most half of ksize {ksize}")
+    sizes = [pool_out_size(x.shape[2 + i], ksize[i], pads[i], strides[i], attrs["ceil_mode"])
+             for i in range(ndims)]
+    if any(d == 0 or d < -1 for d in sizes):
+        raise ValueError(f"{op}: X {list(x.shape)} is smaller than ksize {ksize} "
                          f"with paddings {pads}")
-    return {"Out": Meta((x.shape[0], x.shape[1], *hw), x.dtype)}
+    return {"Out": Meta((x.shape[0], x.shape[1], *sizes), x.dtype)}
 
 
 def _avg_divisor(attrs: dict, ksize: list[int]) -> int | None:

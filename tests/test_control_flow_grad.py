@@ -119,19 +119,7 @@ def test_while_gradient_matches_finite_differences():
             L.less_than(x=i, y=n, cond=cond)
         loss = L.reduce_sum(acc)
         gx, = fluid.backward.gradients([loss], [x])
-    xs = RNG.uniform(0.5, 1.5, (2, 3))
-    exe = fluid.Executor(fluid.CPUPlace())
-
-    def f(v):
-        return float(exe.run(main, feed={"x": v}, fetch_list=[loss], scope=fluid.Scope())[0])
-
-    g, = exe.run(main, feed={"x": xs}, fetch_list=[gx], scope=fluid.Scope())
-    fd = np.zeros_like(xs)
-    for k in np.ndindex(xs.shape):
-        d = np.zeros_like(xs)
-        d[k] = 1e-6
-        fd[k] = (f(xs + d) - f(xs - d)) / 2e-6
-    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+    _check_with_finite_differences(main, loss, gx, RNG.uniform(0.5, 1.5, (2, 3)), atol=1e-7)
 
 
 def test_gradient_through_a_tensor_array_written_in_the_loop():
@@ -157,7 +145,11 @@ def test_gradient_through_a_tensor_array_written_in_the_loop():
                          scale=float(k + 1)) for k in range(3)]
         loss = L.sums(terms)
         gx, = fluid.backward.gradients([loss], [x])
-    xs = RNG.uniform(-1, 1, (2, 3))
+    _check_with_finite_differences(main, loss, gx, RNG.uniform(-1, 1, (2, 3)), atol=1e-8)
+
+
+def _check_with_finite_differences(main, loss, gx, xs, atol):
+    """The program's gradient of ``loss`` for feed ``x`` against central differences."""
     exe = fluid.Executor(fluid.CPUPlace())
 
     def f(v):
@@ -169,7 +161,7 @@ def test_gradient_through_a_tensor_array_written_in_the_loop():
         d = np.zeros_like(xs)
         d[k] = 1e-6
         fd[k] = (f(xs + d) - f(xs - d)) / 2e-6
-    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=atol)
 
 
 def _branches(control_flow: bool):

@@ -1,4 +1,7 @@
-"""Arithmetic operators on Variables: ``a + b``, ``a * 2.0``, ``-a``, ``a / b``, ``a ** 2``."""
+"""Arithmetic operators on Variables: ``a + b``, ``a * 2.0``, ``-a``, ``a / b``, ``a ** 2``,
+and the orderings ``a < b``, ``a <= 1.0``, ``a > b``, ``a >= b`` (bool variables, as Fluid
+1.6's ``less_than`` etc.; ``==`` and ``!=`` keep Python's identity meaning, so Variables stay
+usable as dict keys and in ``in`` tests)."""
 
 from __future__ import annotations
 
@@ -42,3 +45,20 @@ Variable.__truediv__ = _binary("elementwise_div", scalar=lambda x, v: _scalar_op
 Variable.__rtruediv__ = _binary("elementwise_div", reverse=True)
 Variable.__pow__ = _binary("elementwise_pow")
 Variable.__neg__ = lambda self: _scalar_op(self, -1.0, 0.0)
+
+
+def _ordering(op_type: str) -> Any:
+    def method(self: Variable, other: Any) -> Variable:
+        from . import index  # (the comparison layers import this module's package)
+
+        if not isinstance(other, Variable):
+            other = fill_constant([1], self.dtype, float(other))
+        return getattr(index, op_type)(self, other)
+    method.__name__ = op_type
+    return method
+
+
+Variable.__lt__ = _ordering("less_than")
+Variable.__le__ = _ordering("less_equal")
+Variable.__gt__ = _ordering("greater_than")
+Variable.__ge__ = _ordering("greater_equal")

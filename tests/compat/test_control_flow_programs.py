@@ -29,7 +29,7 @@ def _fit_a_line(hand_written_lr: bool):
                         shape=[1], dtype="float32", value=float(boundaries[i]), force_cpu=True)
                     value_var = fluid.layers.fill_constant(shape=[1], dtype="float32",
                                                            value=float(values[i]))
-                    with switch.case(fluid.layers.less_than(global_step, boundary_val)):
+                    with switch.case(global_step < boundary_val):  # as Fluid 1.6 wrote it
                         fluid.layers.assign(value_var, lr)
                 last_value_var = fluid.layers.fill_constant(shape=[1], dtype="float32",
                                                             value=float(values[-1]))

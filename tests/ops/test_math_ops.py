@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import parafluid as fluid
 from parafluid.testing import OpCase, check_op, rand
 
 CASES = [
@@ -60,3 +61,21 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)
+
+
+def test_variable_orderings_are_comparison_ops_and_equality_stays_identity():
+    """``a < b`` and ``a >= 2.0`` append Fluid 1.6's comparison ops (a bool variable), as
+    programs like Fluid's own piecewise_decay write them; ``==`` keeps Python's meaning."""
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        a = fluid.layers.data(name="a", shape=[3], dtype="float32", append_batch_size=False)
+        b = fluid.layers.data(name="b", shape=[3], dtype="float32", append_batch_size=False)
+        outs = [a < b, a <= 1.0, a > b, a >= 2.0]
+    assert [op.type for op in main.global_block().ops if "than" in op.type or "equal" in
+            op.type] == ["less_than", "less_equal", "greater_than", "greater_equal"]
+    assert all(v.dtype == "bool" for v in outs)
+    av, bv = np.array([1, 2, 3], "float32"), np.array([2, 2, 2], "float32")
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed={"a": av, "b": bv}, fetch_list=outs)
+    for g, want in zip(got, [av < bv, av <= 1.0, av > bv, av >= 2.0]):
+        np.testing.assert_array_equal(g, want)
+    assert (a == a) is True and (a == b) is False and {a: 1}[a] == 1 and a in [b, a]

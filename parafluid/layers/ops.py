@@ -20,7 +20,8 @@ from ..layer_helper import LayerHelper
 __all__ = ["relu", "sigmoid", "tanh", "exp", "sqrt", "reciprocal", "log", "square", "abs",
            "sin", "cos", "softplus", "softsign", "logsigmoid", "sign", "floor", "ceil", "round",
            "leaky_relu", "relu6", "elu", "hard_sigmoid", "swish", "pow", "softmax", "clip",
-           "gelu", "selu", "brelu", "soft_relu", "hard_shrink", "thresholded_relu", "stanh"]
+           "gelu", "selu", "brelu", "soft_relu", "hard_shrink", "thresholded_relu", "stanh",
+           "atan", "asin", "acos", "rsqrt", "tanh_shrink", "softshrink"]
 
 
 def _check_var(layer: str, arg: str, x: Any) -> None:
@@ -104,6 +105,24 @@ def soft_relu(x: Variable, threshold: float = 40.0, name: str | None = None) -> 
         y = fluid.layers.soft_relu(x)
     """
     return _unary("soft_relu", x, {"threshold": float(threshold)}, name)
+
+
+atan = _activation("atan", "arctan(x)")
+asin = _activation("asin", "arcsin(x)")
+acos = _activation("acos", "arccos(x)")
+rsqrt = _activation("rsqrt", "1 / sqrt(x)")
+tanh_shrink = _activation("tanh_shrink", "x - tanh(x)")
+
+
+def softshrink(x: Variable, alpha: float | None = None) -> Variable:
+    """``x - alpha`` where ``x > alpha``, ``x + alpha`` where ``x < -alpha``, else 0 (``alpha``
+    defaults to 0.5; Fluid's attr ``lambda``).
+
+    Example::
+
+        y = fluid.layers.softshrink(x, alpha=0.3)
+    """
+    return _unary("softshrink", x, {} if alpha is None else {"lambda": float(alpha)})
 
 
 def hard_shrink(x: Variable, threshold: float | None = None) -> Variable:

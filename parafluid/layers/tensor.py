@@ -373,3 +373,4 @@ def gaussian_random(shape: list[int], mean: float = 0.0, std: float = 1.0, seed:
                             "dtype": convert_dtype(dtype), "mean": float(mean),
                             "std": float(std), "seed": int(seed)})
     return out
+

@@ -36,6 +36,7 @@ from . import rnn_unit
 from . import spatial
 from . import tensor_extra
 from . import py_func
+from . import tensor_more
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

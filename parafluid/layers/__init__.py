@@ -21,6 +21,7 @@ from . import seq_extra
 from . import spatial
 from . import tensor_extra
 from . import tensor_more
+from . import debug
 from .control_flow import *
 from .dynamic_rnn import *
 from .index import *
@@ -39,12 +40,13 @@ from .seq_extra import *
 from .spatial import *
 from .tensor_extra import *
 from .tensor_more import *
+from .debug import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
            + static_rnn.__all__ + dynamic_rnn.__all__)
 __all__ += vision.__all__ + misc.__all__ + loss_extra.__all__ + seq_extra.__all__
-__all__ += spatial.__all__ + tensor_extra.__all__ + tensor_more.__all__
+__all__ += spatial.__all__ + tensor_extra.__all__ + tensor_more.__all__ + debug.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -1,6 +1,15 @@
 """Test helpers for parafluid and for users who add ops: the table-driven op checker."""
 
-from .op_test import OpCase, check_forward, check_grad, check_infer_shape, check_op, rand, run_op
+from .op_test import (
+    OpCase,
+    check_forward,
+    check_grad,
+    check_infer_shape,
+    check_op,
+    rand,
+    run_layers,
+    run_op,
+)
 
 __all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad", "run_op",
-           "rand"]
+           "run_layers", "rand"]

@@ -33,7 +33,7 @@ from ..place import CPUPlace
 from ..scope import LoDTensor, Scope
 
 __all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad",
-           "run_op", "rand"]
+           "run_op", "run_layers", "rand"]
 
 
 def rand(*shape: int, low: float = -1.0, high: float = 1.0, seed: int = 0,
@@ -114,6 +114,22 @@ def _lod_tensor(array: np.ndarray, lod: list[list[int]]) -> LoDTensor:
     t.set(array)
     t.set_lod(lod)
     return t
+
+
+def run_layers(build: Callable[[], Any], feed: dict[str, Any]) -> list[Any]:
+    """Build a program with ``build()`` (layer calls; it returns the variables to fetch), run
+    its startup and then it once on ``feed`` in a fresh scope; return the fetched values.
+
+    Example::
+
+        pooled, = run_layers(lambda: [fluid.layers.sequence_pool(words, "sum")], feed)
+    """
+    main, startup = Program(), Program()
+    with program_guard(main, startup):
+        fetch = build()
+    exe, scope = Executor(CPUPlace()), Scope()
+    exe.run(startup, scope=scope)
+    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
 
 
 def run_op(case: OpCase, inputs: dict[str, Any] | None = None) -> dict[str, Any]:

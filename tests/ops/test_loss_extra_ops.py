@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.testing import OpCase, check_op, rand, run_op
+from parafluid.testing import OpCase, check_op, rand, run_layers, run_op
 
 
 def smooth_l1_ref(X, Y, attrs, InsideWeight=None, OutsideWeight=None):
@@ -94,13 +94,6 @@ def test_teacher_student_gradient_is_zero_beyond_the_bounds():
     np.testing.assert_allclose(got, [[0.0], [0.0], [2 / (1 + np.exp(-3.0)) - 1.5]])
 
 
-def _run(build, feed):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        outs = build()
-    exe = fluid.Executor(fluid.CPUPlace())
-    exe.run(startup)
-    return exe.run(main, feed=feed, fetch_list=outs)
 
 
 def test_dice_loss_matches_numpy():
@@ -112,7 +105,7 @@ def test_dice_loss_matches_numpy():
         y = fluid.layers.data(name="y", shape=[4, 1], dtype="int64")
         return [fluid.layers.dice_loss(p, y)]
 
-    got, = _run(build, {"p": prob, "y": label})
+    got, = run_layers(build, {"p": prob, "y": label})
     onehot = np.eye(3)[label[..., 0]]
     inse = (prob * onehot).sum((1, 2))
     want = (1 - 2 * inse / (prob.sum((1, 2)) + onehot.sum((1, 2)) + 1e-5)).mean()
@@ -133,7 +126,7 @@ def test_npair_loss_matches_numpy():
                                 append_batch_size=False)
         return [fluid.layers.npair_loss(anchor, pos, lab, l2_reg=0.01)]
 
-    got, = _run(build, {"a": a, "p": p, "l": labels})
+    got, = run_layers(build, {"a": a, "p": p, "l": labels})
     same = (labels == labels.T).astype("float64")
     targets = same / same.sum(1, keepdims=True)
     sim = a.astype("float64") @ p.T

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.testing import OpCase, check_op, rand, run_op
+from parafluid.testing import OpCase, check_op, rand, run_layers, run_op
 
 BOOLS = np.array([[True, False, True], [False, False, True]])
 INTS_X = np.array([[7, -7, 9], [-9, 5, 0]], "int64")
@@ -146,13 +146,6 @@ def test_gaussian_batch_size_like_statistics():
     assert abs(out.mean() - 1.0) < 0.02 and abs(out.std() - 0.5) < 0.02
 
 
-def _run(build, feed):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        outs = build()
-    exe = fluid.Executor(fluid.CPUPlace())
-    exe.run(startup)
-    return exe.run(main, feed=feed, fetch_list=outs)
 
 
 def test_layers_shape_rank_sum_where_unstack():
@@ -167,7 +160,7 @@ def test_layers_shape_rank_sum_where_unstack():
         any_pos = fluid.layers.reduce_any(fluid.layers.greater_than(x, zero), dim=1)
         return [fluid.layers.shape(x), fluid.layers.rank(x), total, pos, any_pos]
 
-    shape, rank, total, pos, any_pos = _run(build, {"x": x_np})
+    shape, rank, total, pos, any_pos = run_layers(build, {"x": x_np})
     np.testing.assert_array_equal(shape, [3, 4])
     np.testing.assert_array_equal(rank, [2])
     np.testing.assert_allclose(total, x_np.sum(1), rtol=1e-6)
@@ -191,7 +184,7 @@ def test_layers_scatter_multiplex_mod_and_clip_by_norm():
                 fluid.layers.elementwise_floordiv(x, two)]
 
     ids = np.array([[1], [0], [1], [0]], "int32")
-    picked, clipped, mod, div = _run(build, {"x": x_np, "ids": ids})
+    picked, clipped, mod, div = run_layers(build, {"x": x_np, "ids": ids})
     scattered = x_np.copy()
     scattered[[2, 0]] = 1.5
     np.testing.assert_allclose(picked, np.where(ids == 1, scattered, x_np))
@@ -209,7 +202,7 @@ def test_scatter_nd_layer_builds_on_zeros():
         u = fluid.layers.assign(upd)
         return [fluid.layers.scatter_nd(idx, u, shape=[2, 3])]
 
-    out, = _run(build, {})
+    out, = run_layers(build, {})
     np.testing.assert_allclose(out, [[2.0, 0, 0], [0, 0, 4.0]])
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.testing import OpCase, check_op, rand
+from parafluid.testing import OpCase, check_op, rand, run_layers
 
 OFFS = [0, 2, 2, 5, 6]  # four sequences of 2, 0, 3 and 1 steps
 X = rand(6, 3, seed=3)
@@ -108,14 +108,6 @@ def test_sequence_op(case):
     check_op(case)
 
 
-def _run(build, feed):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        fetch = build()
-    exe = fluid.Executor(fluid.CPUPlace())
-    scope = fluid.Scope()
-    exe.run(startup, scope=scope)
-    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
 
 
 def test_lod_passes_through_embedding_fc_and_activation():
@@ -129,7 +121,7 @@ def test_lod_passes_through_embedding_fc_and_activation():
         h = fluid.layers.fc(emb, size=3, act="relu")
         return [h, fluid.layers.sequence_pool(h, "sum")]
 
-    h, pooled = _run(build, {"words": ids})
+    h, pooled = run_layers(build, {"words": ids})
     np.testing.assert_allclose(pooled, np.stack([h[:2].sum(0), h[2:].sum(0)]), rtol=1e-6)
 
 
@@ -146,7 +138,7 @@ def test_lod_passes_through_one_and_two_input_ops_bound_on_the_hot_path():
         h = fluid.layers.elementwise_mul(fluid.layers.scale(xs, scale=2.0), d)
         return [fluid.layers.sequence_pool(h, "sum"), fluid.layers.elementwise_add(d, h)]
 
-    pooled, added = _run(build, {"xs": x, "d": dense})
+    pooled, added = run_layers(build, {"xs": x, "d": dense})
     h = np.arange(10, dtype="float32").reshape(5, 2) * 2.0
     np.testing.assert_allclose(pooled, np.stack([h[:1].sum(0), h[1:].sum(0)]), rtol=1e-6)
     np.testing.assert_allclose(added, h + 1.0, rtol=1e-6)
@@ -158,7 +150,7 @@ def test_sequence_op_without_lod_says_how_to_feed():
         return [fluid.layers.sequence_pool(x, "sum")]
 
     with pytest.raises(fluid.OpRunError, match="create_lod_tensor"):
-        _run(build, {"x": np.ones((4, 3), "float32")})
+        run_layers(build, {"x": np.ones((4, 3), "float32")})
 
 
 def test_sequence_reshape_rejects_an_uneven_sequence():
@@ -178,7 +170,7 @@ def test_bad_lod_is_rejected_at_feed():
         return [fluid.layers.sequence_pool(x, "sum")]
 
     with pytest.raises(ValueError, match=r"ends at 3 but must cover the 4 rows"):
-        _run(build, {"x": t})
+        run_layers(build, {"x": t})
 
 
 def pad_ref(X, PadValue):
@@ -230,7 +222,7 @@ def test_pad_then_unpad_and_lod_reset_round_trip():
                 fluid.layers.sequence_pool(recut, "sum"),
                 fluid.layers.sequence_mask(length, dtype="int64")]
 
-    padded, length, sums, recut_sums, mask = _run(build, {"x": ids})
+    padded, length, sums, recut_sums, mask = run_layers(build, {"x": ids})
     assert padded.shape == (2, 4, 1) and length.tolist() == [2, 4]
     assert sums[:, 0].tolist() == [1.0, 14.0] and recut_sums[:, 0].tolist() == [3.0, 12.0]
     assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]

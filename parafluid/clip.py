@@ -251,3 +251,10 @@ def _apply(params_grads: list[tuple[Any, Any]], clip_of: Any) -> list[tuple[Any,
         with g.block.program._optimized_guard([p, g]):
             out.append(attr._create_operators(p, g, context))
     return out
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 names left out here import and fail on use, saying what to use instead
+    from .compat import missing_attribute
+
+    return missing_attribute("clip", name, __all__)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .compat import NotProvided
 from .feed_fetch import (
     as_feed_tensor,
     check_batch_sizes,
@@ -151,6 +152,10 @@ class Executor:
             plan.end()
             plan.services[0].scope = None
             plan.in_use = False
+
+    # Fluid's Dataset trainers: importable, fail on use with what to use instead
+    train_from_dataset = NotProvided("Executor.train_from_dataset")
+    infer_from_dataset = NotProvided("Executor.infer_from_dataset")
 
     def close(self) -> None:
         """Drop the compiled plans; the executor refuses to run afterwards.

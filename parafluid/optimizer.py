@@ -114,6 +114,18 @@ class Optimizer:
         self._accumulators[name][param.name] = var
         return var
 
+    def get_opti_var_name_list(self) -> list[str]:
+        """The names of the state variables (moments, accumulators) this optimizer created."""
+        return [var.name for per_param in self._accumulators.values()
+                for var in per_param.values()]
+
+    def load(self, stat_dict: dict[str, Any]) -> None:
+        """Fluid loads optimizer state this way only in dygraph mode; static programs load
+        it with the persistables (``fluid.io.load_persistables``)."""
+        raise TypeError(f"{type(self).__name__}.load(stat_dict) works only in dygraph mode, "
+                        "which parafluid does not have; load the optimizer's state with "
+                        "fluid.io.load_persistables(exe, dirname, main_program)")
+
     def _get_accumulator(self, name: str, param: Parameter) -> Variable:
         try:
             return self._accumulators[name][param.name]
@@ -209,9 +221,13 @@ class Optimizer:
             return self.apply_gradients(params_grads)
 
     def minimize(self, loss: Variable, startup_program: Program | None = None,
-                 parameter_list: list[Any] | None = None,
-                 no_grad_set: Any = None) -> tuple[list[Any], list[tuple[Any, Any]]]:
-        """Append backward and update ops for ``loss``; return (optimize_ops, params_grads)."""
+                 parameter_list: list[Any] | None = None, no_grad_set: Any = None,
+                 grad_clip: Any = None) -> tuple[list[Any], list[tuple[Any, Any]]]:
+        """Append backward and update ops for ``loss``; return (optimize_ops, params_grads).
+
+        ``grad_clip`` is accepted as in Fluid 1.6, where only dygraph mode applies it; static
+        programs clip with ``fluid.clip.set_gradient_clip`` or a ParamAttr's
+        ``gradient_clip``."""
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
         return self.apply_optimize(loss, startup_program, params_grads), params_grads
 
@@ -481,3 +497,10 @@ DecayedAdagradOptimizer = DecayedAdagrad
 AdamaxOptimizer = Adamax
 FtrlOptimizer = Ftrl
 LambOptimizer = Lamb
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 names left out here import and fail on use, saying what to use instead
+    from .compat import missing_attribute
+
+    return missing_attribute("optimizer", name, __all__)

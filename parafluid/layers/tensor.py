@@ -374,3 +374,9 @@ def gaussian_random(shape: list[int], mean: float = 0.0, std: float = 1.0, seed:
                             "std": float(std), "seed": int(seed)})
     return out
 
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 spells the layers it defined here as fluid.layers.tensor.<name>
+    from .fluid_paths import resolve
+
+    return resolve("tensor", name)

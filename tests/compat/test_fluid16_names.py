@@ -1,0 +1,477 @@
+"""Names of Fluid 1.6's API added or aligned with Fluid's signatures, used as Fluid's own
+tests and programs use them."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import parafluid as fluid
+from parafluid import core
+from parafluid.testing.op_test import run_layers
+
+
+def _run(main, startup, feed, fetch):
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
+
+
+# ------------------------------------------------------------------ framework and places
+
+
+def test_program_blocks_name_scope_and_modes():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        with fluid.name_scope("encoder"):
+            x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+            fluid.layers.fc(x, 3)
+        assert main.current_block() is main.global_block()
+    assert not fluid.in_dygraph_mode()
+    same = fluid.Program.parse_from_string(binary_str=main.serialize_to_string())
+    assert str(same) == str(main)
+
+
+def test_cuda_pinned_places():
+    assert fluid.cuda_pinned_places(2) == [fluid.CUDAPinnedPlace()] * 2
+    assert core.CUDAPinnedPlace is fluid.CUDAPinnedPlace
+    assert isinstance(fluid.CUDAPinnedPlace(), fluid.CPUPlace)  # host memory
+
+
+def test_lod_tensor_validity_and_tensor_arrays():
+    t = fluid.LoDTensor()
+    t.set(np.zeros((5, 1), "float32"), fluid.CPUPlace())
+    t.set_recursive_sequence_lengths([[2, 3]])
+    assert t.has_valid_recursive_sequence_lengths() and t.lod() == [[0, 2, 5]]
+    t.set_recursive_sequence_lengths([[2, 2]])
+    assert not t.has_valid_recursive_sequence_lengths()  # covers 4 of 5 rows
+    for cls in (fluid.LoDTensorArray, core.LoDTensorArray):
+        arr = cls()
+        arr.append(t)
+        assert len(arr) == 1 and arr[0] is t
+        with pytest.raises(TypeError, match="expected a LoDTensor, got ndarray"):
+            arr.append(np.zeros(2))
+
+
+def test_core_eof_exception_is_an_exception_programs_can_catch():
+    with pytest.raises(core.EOFException):
+        raise core.EOFException("no more batches")
+    assert issubclass(core.EOFException, Exception)
+
+
+# ------------------------------------------------------------------ readers and loaders
+
+
+def test_reader_decorators_cache_xmap_fake():
+    calls = []
+
+    def reader():
+        calls.append(1)
+        yield from range(6)
+
+    cached = fluid.io.cache(reader)
+    assert list(cached()) == list(cached()) == list(range(6)) and len(calls) == 1
+    squares = fluid.io.xmap_readers(lambda v: v * v, reader, process_num=3, buffer_size=2,
+                                    order=True)
+    assert list(squares()) == [0, 1, 4, 9, 16, 25]
+    unordered = fluid.io.xmap_readers(lambda v: v + 1, reader, 4, 3, order=False)
+    assert sorted(unordered()) == [1, 2, 3, 4, 5, 6]
+
+    def boom(v):
+        raise KeyError(f"bad sample {v}")
+    with pytest.raises(KeyError, match="bad sample 0"):
+        list(fluid.io.xmap_readers(boom, reader, 2, 2)())
+    fake = fluid.io.Fake()(reader, 4)
+    assert list(fake()) == [0, 0, 0, 0] and list(fake()) == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("file_type", ["plain", "gzip"])
+def test_pipe_reader_lines_of_a_command(tmp_path, file_type):
+    path = tmp_path / "data.txt"
+    text = "1 2\n3 4\nlast"
+    path.write_bytes(gzip.compress(text.encode()) if file_type == "gzip" else text.encode())
+    reader = fluid.io.PipeReader(f"cat {path}", bufsize=4, file_type=file_type)
+    assert list(reader.get_line()) == ["1 2", "3 4", "last"]
+    assert "".join(reader.get_line(cut_lines=False)) == text
+    with pytest.raises(ValueError, match="file_type must be 'plain' or 'gzip'"):
+        fluid.io.PipeReader("cat x", file_type="zip")
+
+
+def test_py_reader_decorators_feed_a_training_loop():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        total = fluid.layers.reduce_sum(x)
+    samples = [(np.full([2], i, "float32"),) for i in range(6)]
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+
+    reader = fluid.io.PyReader(feed_list=[x], capacity=4, iterable=True)
+    reader.decorate_sample_generator(sample_generator=lambda: iter(samples), batch_size=3,
+                                     drop_last=True, places=fluid.CPUPlace())
+    sums = [float(exe.run(main, feed=f, fetch_list=[total], scope=scope)[0]) for f in reader()]
+    assert sums == [2 * (0 + 1 + 2), 2 * (3 + 4 + 5)]
+
+    def batches():
+        yield [np.ones((4, 2), "float32")]
+    reader.decorate_batch_generator(batches, places=fluid.CPUPlace())
+    assert [float(exe.run(main, feed=f, fetch_list=[total], scope=scope)[0])
+            for f in reader()] == [8.0]
+
+
+def test_loader_classes_at_fluids_reader_module():
+    from parafluid.reader import DataLoaderBase, GeneratorLoader, PyReader
+
+    assert issubclass(GeneratorLoader, DataLoaderBase) and issubclass(PyReader, GeneratorLoader)
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.layers.data(name="x_loader", shape=[1], dtype="float32")
+    loader = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=2)
+    assert isinstance(loader, GeneratorLoader) and isinstance(loader, DataLoaderBase)
+    base = DataLoaderBase()
+    assert base() is base
+    with pytest.raises(NotImplementedError):
+        iter(base)
+
+
+# ------------------------------------------------------------------ initializers
+
+
+def _init_value(initializer, shape):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        w = fluid.layers.create_parameter(shape, "float32", attr=fluid.ParamAttr(
+            name="w", initializer=initializer))
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    return np.array(scope.find_var(w.name).get_tensor())
+
+
+def test_initializers_by_their_long_names():
+    I = fluid.initializer  # noqa: E741
+    assert (_init_value(I.ConstantInitializer(value=2.5), [3, 4]) == 2.5).all()
+    normal = _init_value(I.NormalInitializer(loc=1.0, scale=0.01, seed=3), [200, 50])
+    assert abs(normal.mean() - 1.0) < 0.01 and 0.005 < normal.std() < 0.02
+    trunc = _init_value(I.TruncatedNormalInitializer(loc=0.0, scale=1.0, seed=3), [100, 100])
+    assert np.abs(trunc).max() <= 2.0 and 0.7 < trunc.std() < 0.95
+    xavier = _init_value(I.XavierInitializer(uniform=True, seed=3), [30, 20])
+    assert np.abs(xavier).max() <= math.sqrt(6.0 / 50) and xavier.std() > 0.1
+    msra = _init_value(I.MSRAInitializer(uniform=False, seed=3), [400, 50])
+    assert abs(msra.std() - math.sqrt(2.0 / 400)) < 0.01
+    assert I.Normal is I.NormalInitializer and I.TruncatedNormal is I.TruncatedNormalInitializer
+
+
+def test_uniform_initializer_sets_fluids_diagonal():
+    w = _init_value(fluid.initializer.UniformInitializer(
+        low=-0.1, high=0.1, seed=5, diag_num=3, diag_step=4, diag_val=7.0), [4, 4])
+    flat = w.reshape(-1)
+    assert flat[0] == flat[5] == flat[10] == 7.0 and flat[15] != 7.0  # 3 diagonal elements
+    rest = np.delete(flat, [0, 5, 10])
+    assert np.abs(rest).max() < 0.1 and rest.std() > 0.01
+    with pytest.raises(ValueError, match="reaches past the 16 elements"):
+        _init_value(fluid.initializer.UniformInitializer(diag_num=5, diag_step=4), [4, 4])
+
+
+@pytest.mark.parametrize("name", ["Bilinear", "BilinearInitializer"])
+def test_bilinear_initializer_upsamples_by_interpolation(name):
+    init = getattr(fluid.initializer, name)()
+    w = _init_value(init, [2, 1, 4, 4])
+    tent = np.array([0.25, 0.75, 0.75, 0.25], "float32")  # K = 4: factor 2
+    assert np.allclose(w, np.broadcast_to(np.outer(tent, tent), (2, 1, 4, 4)))
+    # a channel-wise transposed convolution with this filter upsamples a ramp linearly
+    ramp = np.tile(np.arange(4, dtype="float32"), (1, 2, 4, 1))
+
+    def build():
+        img = fluid.layers.data(name="img", shape=[2, 4, 4], dtype="float32")
+        return [fluid.layers.conv2d_transpose(
+            img, num_filters=2, filter_size=4, stride=2, padding=1, groups=2, bias_attr=False,
+            param_attr=fluid.ParamAttr(initializer=getattr(fluid.initializer, name)()))]
+    up, = run_layers(build, {"img": ramp})
+    row = up[0, 0, 3]
+    assert up.shape == (1, 2, 8, 8) and np.allclose(np.diff(row[1:-1]), 0.5)
+    with pytest.raises(ValueError, match="square kernels"):
+        _init_value(init, [2, 3])
+
+
+# ------------------------------------------------------------------ layers
+
+
+def test_hard_swish_forward_and_gradient_match_fluids_formula():
+    xs = np.array([[-5.0, -3.0, -1.0, 0.0, 1.5, 2.9, 3.1, 8.0]], "float32")
+
+    def build():
+        x = fluid.layers.data(name="x", shape=[1, 8], dtype="float32", append_batch_size=False)
+        x.stop_gradient = False
+        y = fluid.layers.hard_swish(x, threshold=6.0, scale=6.0, offset=3.0)
+        return [y, fluid.gradients([fluid.layers.reduce_sum(y)], [x])[0]]
+    y, dx = run_layers(build, {"x": xs})
+    assert np.allclose(y, xs * np.clip(xs + 3, 0, 6) / 6, atol=1e-6)
+    want = np.where(xs + 3 <= 0, 0.0, np.where(xs + 3 < 6, (2 * xs + 3) / 6, 1.0))
+    assert np.allclose(dx, want, atol=1e-6)
+
+
+def test_rank_table_layers_at_control_flows_module_path():
+    from parafluid.layers.control_flow import (
+        array_to_lod_tensor,
+        lod_rank_table,
+        lod_tensor_to_array,
+        max_sequence_len,
+        reorder_lod_tensor_by_rank,
+        shrink_memory,
+    )
+
+    def build():
+        words = fluid.layers.data(name="w", shape=[1], dtype="float32", lod_level=1)
+        per_seq = fluid.layers.data(name="s", shape=[1], dtype="float32")
+        table = lod_rank_table(words, level=0)
+        arr = lod_tensor_to_array(words, table)
+        back = array_to_lod_tensor(arr, table)
+        ordered = reorder_lod_tensor_by_rank(per_seq, table)
+        one = fluid.layers.fill_constant([1], "int64", 1)
+        running = shrink_memory(ordered, one, table)
+        return [table, max_sequence_len(table), back, ordered, running]
+    seq = fluid.create_lod_tensor(np.arange(6, dtype="float32").reshape(6, 1), [[1, 3, 2]],
+                                  fluid.CPUPlace())
+    table, longest, back, ordered, running = run_layers(
+        build, {"w": seq, "s": np.array([[10.0], [20.0], [30.0]], "float32")})
+    assert table.tolist() == [[1, 3], [2, 2], [0, 1]] and int(longest) == 3
+    assert back.reshape(-1).tolist() == list(range(6))
+    assert ordered.reshape(-1).tolist() == [20.0, 30.0, 10.0]
+    assert running.reshape(-1).tolist() == [20.0, 30.0]  # sequences longer than step 1
+
+
+def test_dynamic_rnn_static_input_follows_the_running_sequences():
+    def build():
+        words = fluid.layers.data(name="w", shape=[1], dtype="float32", lod_level=1)
+        bias = fluid.layers.data(name="b", shape=[1], dtype="float32")
+        drnn = fluid.layers.DynamicRNN()
+        with drnn.block():
+            step = drnn.step_input(words)
+            b = drnn.static_input(bias)
+            drnn.output(step + b)
+        return [drnn()]
+    seq = fluid.create_lod_tensor(np.arange(6, dtype="float32").reshape(6, 1), [[1, 3, 2]],
+                                  fluid.CPUPlace())
+    out, = run_layers(build, {"w": seq, "b": np.array([[100.0], [200.0], [300.0]], "float32")})
+    assert out.reshape(-1).tolist() == [100.0, 201.0, 202.0, 203.0, 304.0, 305.0]
+
+
+def test_layers_named_in_fluids_nn_module():
+    def build():
+        vol = fluid.layers.data(name="v", shape=[2, 4, 4, 4], dtype="float32")
+        img = fluid.layers.data(name="i", shape=[1, 2, 2], dtype="float32")
+        seq = fluid.layers.data(name="q", shape=[1], dtype="float32", lod_level=1)
+        ctr = fluid.layers.data(name="c", shape=[4], dtype="float32")
+        show = fluid.layers.data(name="sc", shape=[2], dtype="float32")
+        return [fluid.layers.nn.adaptive_pool3d(vol, pool_size=2, pool_type="avg"),
+                fluid.layers.nn.image_resize(img, out_shape=[4, 4], resample="BILINEAR"),
+                fluid.layers.resize_bilinear(img, out_shape=[4, 4]),
+                fluid.layers.nn.sequence_first_step(seq),
+                fluid.layers.nn.continuous_value_model(ctr, show, use_cvm=True)]
+    v = np.random.RandomState(0).rand(1, 2, 4, 4, 4).astype("float32")
+    i = np.array([[[[1.0, 2.0], [3.0, 4.0]]]], "float32")
+    q = fluid.create_lod_tensor(np.arange(5, dtype="float32").reshape(5, 1), [[2, 3]], None)
+    c = np.array([[3.0, 1.0, 0.5, -0.5]], "float32")
+    pooled, resized, bilinear, first, cvm = run_layers(
+        build, {"v": v, "i": i, "q": q, "c": c, "sc": np.ones((1, 2), "float32")})
+    want = torch.nn.functional.adaptive_avg_pool3d(torch.from_numpy(v), 2).numpy()
+    assert np.allclose(pooled, want, atol=1e-6)
+    assert np.allclose(resized, bilinear) and resized.shape == (1, 1, 4, 4)
+    assert first.reshape(-1).tolist() == [0.0, 2.0]
+    assert np.allclose(cvm, [[math.log(4), math.log(2) - math.log(4), 0.5, -0.5]], atol=1e-6)
+
+
+# ------------------------------------------------------------------ distributions
+
+
+def test_normal_distribution_densities_and_kl():
+    from parafluid.layers.distributions import Normal
+
+    def build():
+        value = fluid.layers.data(name="val", shape=[2], dtype="float32",
+                                  append_batch_size=False)
+        a = Normal(loc=[0.0, 1.0], scale=[1.0, 2.0])
+        b = Normal(loc=[1.0, 1.0], scale=[2.0, 0.5])
+        return [a.entropy(), a.log_prob(value), a.kl_divergence(b), a.sample([5000], seed=7)]
+    ent, lp, kl, sample = run_layers(build, {"val": np.array([0.5, -1.0], "float32")})
+    mu, sd = np.array([0.0, 1.0]), np.array([1.0, 2.0])
+    mu2, sd2 = np.array([1.0, 1.0]), np.array([2.0, 0.5])
+    assert np.allclose(ent, 0.5 + 0.5 * np.log(2 * np.pi) + np.log(sd), atol=1e-5)
+    v = np.array([0.5, -1.0])
+    assert np.allclose(lp, -(v - mu) ** 2 / (2 * sd ** 2) - np.log(sd * np.sqrt(2 * np.pi)),
+                       atol=1e-5)
+    want_kl = np.log(sd2 / sd) + (sd ** 2 + (mu - mu2) ** 2) / (2 * sd2 ** 2) - 0.5
+    assert np.allclose(kl, want_kl, atol=1e-5)
+    assert sample.shape == (5000, 2)
+    assert np.allclose(sample.mean(0), mu, atol=0.1) and np.allclose(sample.std(0), sd, atol=0.1)
+
+
+def test_uniform_distribution_densities():
+    from parafluid.layers.distributions import Uniform
+
+    def build():
+        value = fluid.layers.data(name="uval", shape=[2], dtype="float32",
+                                  append_batch_size=False)
+        u = Uniform(low=[0.0, -1.0], high=[2.0, 3.0])
+        return [u.entropy(), u.log_prob(value), u.sample([2000], seed=3)]
+    ent, lp, sample = run_layers(build, {"uval": np.array([1.0, 5.0], "float32")})
+    assert np.allclose(ent, np.log([2.0, 4.0]))
+    assert np.isclose(lp[0], -np.log(2.0)) and lp[1] == -np.inf  # 5 is outside [-1, 3)
+    assert sample.shape == (2000, 2) and (sample[:, 0] >= 0).all() and (sample[:, 0] < 2).all()
+    assert (sample[:, 1] >= -1).all() and (sample[:, 1] < 3).all()
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(NotImplementedError, match="kl_divergence is not defined"):
+            Uniform(0.0, 1.0).kl_divergence(Uniform(0.0, 2.0))
+        with pytest.raises(ValueError, match="finite"):
+            Uniform(0.0, float("inf"))
+
+
+# ------------------------------------------------------------------ optimizers, regularizers
+
+OPTIMIZERS = {
+    "SGDOptimizer": dict(learning_rate=0.1),
+    "MomentumOptimizer": dict(learning_rate=0.1, momentum=0.9, use_nesterov=True),
+    "AdagradOptimizer": dict(learning_rate=0.1, epsilon=1e-6, initial_accumulator_value=0.1),
+    "AdamOptimizer": dict(learning_rate=0.05, beta1=0.9, beta2=0.999, lazy_mode=False),
+    "AdamaxOptimizer": dict(learning_rate=0.05, beta1=0.9, beta2=0.999),
+    "DecayedAdagradOptimizer": dict(learning_rate=0.1, decay=0.95),
+    "FtrlOptimizer": dict(learning_rate=0.1, l1=0.0, l2=0.0, lr_power=-0.5),
+    "RMSPropOptimizer": dict(learning_rate=0.01, rho=0.95, momentum=0.0, centered=False),
+    "LambOptimizer": dict(learning_rate=0.01, lamb_weight_decay=0.01),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_backward_then_apply_optimize_trains(name):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(x, 1), y))
+        opt = getattr(fluid.optimizer, name)(**OPTIMIZERS[name])
+        params_grads = opt.backward(loss, startup_program=startup)
+        opt.apply_optimize(loss, startup_program=startup, params_grads=params_grads)
+    state = opt.get_opti_var_name_list()
+    assert (state == []) == (name == "SGDOptimizer")
+    assert all(main.global_block().var(n).persistable for n in state)
+    with pytest.raises(TypeError, match="only in dygraph mode"):
+        opt.load({})
+    rng = np.random.RandomState(0)
+    xs = rng.rand(32, 3).astype("float32")
+    feed = {"x": xs, "y": xs.sum(1, keepdims=True)}
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0])
+              for _ in range(20)]
+    assert losses[-1] < losses[0]
+
+
+def test_minimize_accepts_grad_clip_as_fluid_does_in_static_mode():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        loss = fluid.layers.mean(fluid.layers.fc(x, 1))
+        ops, params_grads = fluid.optimizer.SGDOptimizer(0.1).minimize(
+            loss, grad_clip=fluid.clip.GradientClipByValue(max=1.0))
+    assert [op.type for op in ops] == ["sgd", "sgd"] and len(params_grads) == 2
+
+
+@pytest.mark.parametrize("cls,decay", [("L2DecayRegularizer", lambda w: 0.5 * w),
+                                       ("L1DecayRegularizer", lambda w: 0.5 * np.sign(w))])
+def test_regularizers_take_fluids_keyword(cls, decay):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        out = fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(
+            name="w", initializer=fluid.initializer.NumpyArrayInitializer(
+                np.array([[1.0], [-2.0]], "float32"))))
+        loss = fluid.layers.mean(out)
+        reg = getattr(fluid.regularizer, cls)(regularization_coeff=0.5)
+        fluid.optimizer.SGD(learning_rate=0.1, regularization=reg).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed={"x": np.array([[1.0, 1.0]], "float32")}, scope=scope)
+    w0 = np.array([[1.0], [-2.0]])
+    want = w0 - 0.1 * (np.ones((2, 1)) + decay(w0))  # d mean(x w) / dw = x = 1
+    assert np.allclose(np.array(scope.find_var("w").get_tensor()), want)
+    with pytest.raises(ValueError, match="regularization_coeff must be >= 0"):
+        getattr(fluid.regularizer, cls)(regularization_coeff=-1.0)
+
+
+# ------------------------------------------------------------------ metrics, tools
+
+
+def test_metric_base_is_the_base_of_user_metrics():
+    class Mean(fluid.metrics.MetricBase):
+        def __init__(self, name=None):
+            super().__init__(name)
+            self.total, self.count = 0.0, 0
+
+        def update(self, value):
+            self.total += float(np.mean(value))
+            self.count += 1
+
+        def eval(self):
+            return self.total / self.count
+
+    m = Mean("loss")
+    for v in (1.0, 2.0, 6.0):
+        m.update(np.array([v], "float32"))
+    assert m.eval() == 3.0 and m.get_config()["name"] == "loss"
+    m.reset()
+    assert m.total == 0.0 and m.count == 0
+
+
+def test_install_check_trains_and_says_so(capsys):
+    fluid.install_check.run_check()
+    assert "parafluid works" in capsys.readouterr().out
+
+
+def test_log_helper_get_logger(capsys):
+    from parafluid.log_helper import get_logger
+
+    logger = get_logger("parafluid.test.log_helper", logging.INFO, fmt="%(levelname)s|%(message)s")
+    again = get_logger("parafluid.test.log_helper", logging.INFO, fmt="%(message)s")
+    assert again is logger and len(logger.handlers) == 1
+    logger.info("epoch %d", 3)
+    logger.debug("hidden")
+    assert capsys.readouterr().err == "INFO|epoch 3\n"
+
+
+def test_fluid_one_hot_keeps_every_dim():
+    def build():
+        ids = fluid.data(name="ids", shape=[None], dtype="int64")
+        col = fluid.data(name="col", shape=[None, 1], dtype="int64")
+        return [fluid.one_hot(ids, depth=4), fluid.one_hot(input=col, depth=3)]
+    a, b = run_layers(build, {"ids": np.array([2, 0], "int64"),
+                              "col": np.array([[1], [2]], "int64")})
+    assert a.tolist() == [[0, 0, 1, 0], [1, 0, 0, 0]]
+    assert b.shape == (2, 1, 3) and b[:, 0].tolist() == [[0, 1, 0], [0, 0, 1]]
+
+
+def test_fluid_save_and_load_parameters_and_optimizer_state(tmp_path):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        loss = fluid.layers.mean(fluid.layers.fc(x, 2))
+        fluid.optimizer.Adam(0.1).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    feed = {"x": np.ones((4, 3), "float32")}
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        exe.run(main, feed=feed)
+        fluid.save(main, str(tmp_path / "model"))
+        after_save = [float(exe.run(main, feed=feed, fetch_list=[loss])[0]) for _ in range(3)]
+    assert {p.name for p in tmp_path.iterdir()} == {"model.pdparams", "model.pdopt",
+                                                   "model.pdmodel"}
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        fluid.load(main, str(tmp_path / "model"), exe)
+        resumed = [float(exe.run(main, feed=feed, fetch_list=[loss])[0]) for _ in range(3)]
+    assert resumed == after_save  # parameters and Adam's moments both restored
+    with pytest.raises(ValueError, match="model_path must name a file prefix"):
+        fluid.save(main, str(tmp_path) + "/")

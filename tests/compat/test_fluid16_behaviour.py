@@ -31,12 +31,12 @@ def test_fetched_values_rows_and_elements_convert_as_on_fluids_numpy():
         exe.run(startup)
         loss_v, acc_v, prob_v = exe.run(main, feed=feed, fetch_list=[loss, acc, prob])
     # the lines Fluid 1.x programs print with
-    text = "loss %.4f acc %.2f" % (loss_v, acc_v)
+    text = "loss %.4f acc %.2f" % (loss_v, acc_v)  # noqa: UP031  (as Fluid programs write)
     assert text == f"loss {loss_v.item():.4f} acc {acc_v.item():.2f}"
     assert float(loss_v) == float(loss_v[0]) == loss_v.item() and int(acc_v) in (0, 1)
     column = prob_v[:, :1]                          # [6, 1]: each row is a [1] array
     assert float(column[2]) == prob_v[2, 0]
-    assert "%.3f" % column[2] == f"{prob_v[2, 0]:.3f}"
+    assert "%.3f" % column[2] == f"{prob_v[2, 0]:.3f}"  # noqa: UP031
     assert [float(r) for r in column] == prob_v[:, 0].tolist()
     assert float(prob_v[1][2]) == prob_v[1, 2]      # an element
     with pytest.raises(TypeError, match="size-1 arrays"):

@@ -300,3 +300,54 @@ register_op("lamb", inputs=("Param", "Grad", "LearningRate", "Moment1", "Moment2
             infer_shape=_state_shape("lamb", (("Param", "ParamOut"), ("Moment1", "Moment1Out"),
                                               ("Moment2", "Moment2Out"))),
             kernel=_lamb)
+
+
+# ----------------------------------------------------------------------------- adadelta
+
+
+def _adadelta(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Fluid's adadelta (no learning rate): the step is ``-sqrt((E[dx^2] + eps) /
+    (E[g^2] + eps)) * g`` with both averages decayed by ``rho``."""
+    param, grad = ins["Param"], _dense(ins["Grad"])
+    sq_grad, sq_update = ins["AvgSquaredGrad"], ins["AvgSquaredUpdate"]
+    rho, eps = attrs["rho"], attrs["epsilon"]
+    sq_grad.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+    update = -((sq_update + eps) / (sq_grad + eps)).sqrt() * grad
+    sq_update.mul_(rho).addcmul_(update, update, value=1 - rho)
+    param.add_(update)
+    return {"ParamOut": param, "AvgSquaredGradOut": sq_grad, "AvgSquaredUpdateOut": sq_update}
+
+
+register_op("adadelta", inputs=("Param", "Grad", "AvgSquaredGrad", "AvgSquaredUpdate"),
+            outputs=("ParamOut", "AvgSquaredGradOut", "AvgSquaredUpdateOut"),
+            attrs={"rho": 0.95, "epsilon": 1e-6},
+            infer_shape=_state_shape("adadelta", (("Param", "ParamOut"),
+                                                  ("AvgSquaredGrad", "AvgSquaredGradOut"),
+                                                  ("AvgSquaredUpdate", "AvgSquaredUpdateOut"))),
+            kernel=_adadelta)
+
+
+# ----------------------------------------------------------------------------- lars_momentum
+
+
+def _lars_momentum(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Momentum with a layer-wise learning rate ``lr * lars_coeff * |p| / (|g| +
+    lars_weight_decay * |p|)`` (plain ``lr`` where a norm is 0 or the decay is 0)."""
+    param, grad, velocity = ins["Param"], _dense(ins["Grad"]), ins["Velocity"]
+    lr = ins["LearningRate"].reshape(())
+    decay = attrs["lars_weight_decay"]
+    p_norm, g_norm = param.norm(), grad.norm()
+    local_lr = lr
+    if decay > 0 and bool(p_norm > 0) and bool(g_norm > 0):
+        local_lr = lr * attrs["lars_coeff"] * p_norm / (g_norm + decay * p_norm)
+    velocity.mul_(attrs["mu"]).add_(local_lr * (grad + decay * param))
+    param.sub_(velocity)
+    return {"ParamOut": param, "VelocityOut": velocity}
+
+
+register_op("lars_momentum", inputs=("Param", "Grad", "Velocity", "LearningRate"),
+            outputs=("ParamOut", "VelocityOut"),
+            attrs={"mu": 0.9, "lars_coeff": 0.001, "lars_weight_decay": 0.0005},
+            infer_shape=_state_shape("lars_momentum", (("Param", "ParamOut"),
+                                                       ("Velocity", "VelocityOut"))),
+            kernel=_lars_momentum)

@@ -342,7 +342,52 @@ OPTIMIZERS = {
     "FtrlOptimizer": dict(learning_rate=0.1, l1=0.0, l2=0.0, lr_power=-0.5),
     "RMSPropOptimizer": dict(learning_rate=0.01, rho=0.95, momentum=0.0, centered=False),
     "LambOptimizer": dict(learning_rate=0.01, lamb_weight_decay=0.01),
+    "AdadeltaOptimizer": dict(learning_rate=0.01, epsilon=1e-6, rho=0.95),
+    "LarsMomentumOptimizer": dict(learning_rate=0.1, momentum=0.9, lars_coeff=0.01,
+                                  lars_weight_decay=0.0005),
 }
+
+
+def _two_steps(opt):
+    """Two updates of ``w`` [2, 1] under ``loss = mean(x @ w)`` with x = [[1, 3]]: the
+    gradient is x^T every step."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        out = fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(
+            name="w", initializer=fluid.initializer.NumpyArrayInitializer(
+                np.array([[0.5], [-1.0]], "float32"))))
+        opt.minimize(fluid.layers.mean(out))
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    seen = []
+    for _ in range(2):
+        exe.run(main, feed={"x": np.array([[1.0, 3.0]], "float32")}, scope=scope)
+        seen.append(np.array(scope.find_var("w").get_tensor()))
+    return seen
+
+
+def test_adadelta_matches_fluids_update():
+    got = _two_steps(fluid.optimizer.Adadelta(learning_rate=0.5, epsilon=1e-2, rho=0.9))
+    w, g = np.array([[0.5], [-1.0]]), np.array([[1.0], [3.0]])
+    sq_g, sq_u = np.zeros_like(w), np.zeros_like(w)
+    for step in got:  # the learning rate plays no part, as in Fluid
+        sq_g = 0.9 * sq_g + 0.1 * g * g
+        update = -np.sqrt((sq_u + 1e-2) / (sq_g + 1e-2)) * g
+        sq_u = 0.9 * sq_u + 0.1 * update * update
+        w = w + update
+        assert np.allclose(step, w, atol=1e-6)
+
+
+def test_lars_momentum_matches_fluids_update():
+    got = _two_steps(fluid.optimizer.LarsMomentum(learning_rate=0.1, momentum=0.9,
+                                                  lars_coeff=0.01, lars_weight_decay=0.5))
+    w, g, v = np.array([[0.5], [-1.0]]), np.array([[1.0], [3.0]]), np.zeros((2, 1))
+    for step in got:
+        local = 0.1 * 0.01 * np.linalg.norm(w) / (np.linalg.norm(g) + 0.5 * np.linalg.norm(w))
+        v = 0.9 * v + local * (g + 0.5 * w)
+        w = w - v
+        assert np.allclose(step, w, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))

@@ -244,6 +244,27 @@ def test_rank_table_layers_at_control_flows_module_path():
     assert running.reshape(-1).tolist() == [20.0, 30.0]  # sequences longer than step 1
 
 
+def test_tensor_array_to_tensor_joins_items_and_its_gradient_cuts_them_back():
+    def build():
+        a = fluid.layers.data(name="a", shape=[2, 2], dtype="float32", append_batch_size=False)
+        b = fluid.layers.data(name="b", shape=[2, 2], dtype="float32", append_batch_size=False)
+        a.stop_gradient = b.stop_gradient = False
+        arr = fluid.layers.create_array("float32")
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        fluid.layers.array_write(a, i, array=arr)
+        fluid.layers.array_write(b, fluid.layers.increment(i, in_place=False), array=arr)
+        joined, sizes = fluid.layers.tensor.tensor_array_to_tensor(input=arr, axis=1)
+        weights = fluid.layers.assign(np.arange(8, dtype="float32").reshape(2, 4))
+        loss = fluid.layers.reduce_sum(joined * weights)
+        return [joined, sizes] + fluid.gradients([loss], [a, b])
+    av = np.array([[1.0, -1.0], [2.0, -2.0]], "float32")
+    bv = np.arange(4, dtype="float32").reshape(2, 2)
+    joined, sizes, ga, gb = run_layers(build, {"a": av, "b": bv})
+    assert np.array_equal(joined, np.concatenate([av, bv], 1)) and sizes.tolist() == [2, 2]
+    w = np.arange(8, dtype="float32").reshape(2, 4)
+    assert np.array_equal(ga, w[:, :2]) and np.array_equal(gb, w[:, 2:])
+
+
 def test_dynamic_rnn_static_input_follows_the_running_sequences():
     def build():
         words = fluid.layers.data(name="w", shape=[1], dtype="float32", lod_level=1)

@@ -35,7 +35,7 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "AdamOptimizer", "Adagrad", "AdagradOptimizer", "RMSProp", "RMSPropOptimizer",
            "DecayedAdagrad", "DecayedAdagradOptimizer", "Adamax", "AdamaxOptimizer", "Ftrl",
            "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
-           "LarsMomentum", "LarsMomentumOptimizer"]
+           "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage"]
 
 
 class State(NamedTuple):
@@ -570,6 +570,8 @@ class LarsMomentum(Optimizer):
 
 AdadeltaOptimizer = Adadelta
 LarsMomentumOptimizer = LarsMomentum
+
+from .moving_average import ExponentialMovingAverage  # noqa: E402  (Fluid's optimizer module)
 
 
 def __getattr__(name: str) -> object:

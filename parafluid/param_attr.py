@@ -19,7 +19,7 @@ class ParamAttr:
 
     def __init__(self, name: str | None = None, initializer: Any = None,
                  learning_rate: float = 1.0, regularizer: Any = None, trainable: bool = True,
-                 gradient_clip: Any = None, do_model_average: bool = False) -> None:
+                 gradient_clip: Any = None, do_model_average: bool = True) -> None:
         self.name = name
         self.initializer = initializer
         self.learning_rate = learning_rate

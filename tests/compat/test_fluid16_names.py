@@ -541,3 +541,40 @@ def test_fluid_save_and_load_parameters_and_optimizer_state(tmp_path):
     assert resumed == after_save  # parameters and Adam's moments both restored
     with pytest.raises(ValueError, match="model_path must name a file prefix"):
         fluid.save(main, str(tmp_path) + "/")
+
+
+@pytest.mark.parametrize("thres", [False, True])
+def test_exponential_moving_average_apply_and_restore(thres):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        pred = fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(name="w"))
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, fluid.layers.reduce_sum(
+            x, dim=1, keep_dim=True)))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+        steps = fluid.layers.autoincreased_step_counter(begin=0) if thres else None
+        ema = fluid.optimizer.ExponentialMovingAverage(0.9, thres_steps=steps)
+        ema.update()
+    exe = fluid.Executor(fluid.CPUPlace())
+    feed = {"x": np.array([[1.0, 2.0], [3.0, -1.0]], "float32")}
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        seen, avg, pow_ = [], np.zeros((2, 1)), 1.0
+        for t in range(4):
+            exe.run(main, feed=feed)
+            w = np.array(fluid.global_scope().find_var("w").get_tensor())
+            decay = min(0.9, (t + 1.0) / (t + 10.0)) if thres else 0.9
+            avg, pow_ = decay * avg + (1 - decay) * w, pow_ * decay
+            seen.append(w)
+        value = lambda: np.array(fluid.global_scope().find_var("w").get_tensor())  # noqa: E731
+        with ema.apply(exe):
+            applied = value()
+        restored = value()
+        with ema.apply(exe, need_restore=False):
+            pass
+        kept = value()
+        ema.restore(exe)
+        restored_again = value()
+    assert np.allclose(applied, avg / (1 - pow_), atol=1e-5)
+    assert not np.allclose(applied, seen[-1]) and np.array_equal(restored, seen[-1])
+    assert np.array_equal(kept, applied) and np.array_equal(restored_again, seen[-1])

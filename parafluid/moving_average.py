@@ -1,0 +1,120 @@
+"""``fluid.optimizer.ExponentialMovingAverage``: shadow copies of the parameters that follow
+them with a decay, swapped in for evaluation (``apply``) and swapped back (``restore``).
+
+Each ``update()`` (ops appended to the main program after ``minimize``) computes
+``ema = decay * ema + (1 - decay) * param`` and ``decay_pow *= decay``; ``apply`` runs a
+program that saves the parameters and writes the bias-corrected averages
+``ema / (1 - decay_pow)`` into them, ``restore`` one that puts the saved values back. With
+``thres_steps`` (a step counter Variable) the decay of each step is
+``min(decay, (thres_steps + 1) / (thres_steps + 10))``.
+
+Example::
+
+    opt.minimize(loss)
+    ema = fluid.optimizer.ExponentialMovingAverage(0.999)
+    ema.update()
+    ...                                   # train with exe.run(main)
+    with ema.apply(exe):
+        exe.run(test_program)             # evaluated with the averaged parameters
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from . import unique_name
+from .framework import Program, Variable, default_main_program, program_guard
+
+__all__ = ["ExponentialMovingAverage"]
+
+
+class ExponentialMovingAverage:
+    """Moving averages of every parameter whose ``ParamAttr(do_model_average=...)`` is not
+    False, in the default main program when it is constructed."""
+
+    def __init__(self, decay: float = 0.999, thres_steps: Variable | None = None,
+                 name: str | None = None) -> None:
+        from .layers import create_global_var
+
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or \
+                not 0.0 < decay < 1.0:
+            raise ValueError(f"ExponentialMovingAverage: decay must be a number in (0, 1), "
+                             f"got {decay!r}")
+        if thres_steps is not None and not isinstance(thres_steps, Variable):
+            raise TypeError(f"ExponentialMovingAverage: thres_steps must be a step-counter "
+                            f"Variable or None, got {type(thres_steps).__name__}")
+        self._decay, self._thres_steps = float(decay), thres_steps
+        self._name = name or ""
+        self._params = [p for p in default_main_program().global_block().all_parameters()
+                        if p.do_model_average is not False]
+        if not self._params:
+            raise ValueError("ExponentialMovingAverage: the default main program has no "
+                             "parameters to average; build the model first")
+        self._ema: dict[str, Variable] = {}
+        self._backup: dict[str, Variable] = {}
+        for p in self._params:
+            self._ema[p.name] = create_global_var(
+                shape=list(p.shape), value=0.0, dtype=p.dtype, persistable=True,
+                name=unique_name.generate(f"{self._name}{p.name}_ema"))
+            self._backup[p.name] = create_global_var(
+                shape=list(p.shape), value=0.0, dtype=p.dtype, persistable=True,
+                name=unique_name.generate(f"{self._name}{p.name}_ema_backup"))
+        self._decay_pow = create_global_var(
+            shape=[1], value=1.0, dtype="float32", persistable=True,
+            name=unique_name.generate(f"{self._name}ema_decay_pow"))
+        self.apply_program = self._swap_program(to_average=True)
+        self.restore_program = self._swap_program(to_average=False)
+
+    def _swap_program(self, to_average: bool) -> Program:
+        from .layers import assign, elementwise_div, fill_constant, scale
+
+        program = Program()
+        block = program.global_block()
+        with program_guard(program, Program()):
+            for p in self._params:
+                param, ema, backup = (block.create_var(
+                    name=v.name, shape=list(v.shape), dtype=v.dtype, persistable=True)
+                    for v in (p, self._ema[p.name], self._backup[p.name]))
+                if to_average:
+                    decay_pow = block.create_var(name=self._decay_pow.name, shape=[1],
+                                                 dtype="float32", persistable=True)
+                    assign(param, output=backup)
+                    # bias correction: ema / (1 - decay_pow)
+                    one_minus = scale(decay_pow, scale=-1.0, bias=1.0)
+                    corrected = elementwise_div(
+                        ema, fill_constant(list(p.shape), p.dtype, 0.0) + one_minus)
+                    assign(corrected, output=param)
+                else:
+                    assign(backup, output=param)
+        return program
+
+    def update(self) -> None:
+        """Append the averaging ops to the default main program (after ``minimize``)."""
+        from .layers import assign, elementwise_min, fill_constant
+
+        decay: Any = fill_constant([1], "float32", self._decay)
+        if self._thres_steps is not None:
+            steps = self._thres_steps
+            warm = (steps + 1.0) / (steps + 10.0)
+            decay = elementwise_min(decay, warm)
+        for p in self._params:
+            ema = self._ema[p.name]
+            assign(ema * decay + p * (1.0 - decay), output=ema)
+        assign(self._decay_pow * decay, output=self._decay_pow)
+
+    @contextlib.contextmanager
+    def apply(self, executor: Any, need_restore: bool = True) -> Iterator[None]:
+        """Swap the averages in for the block's duration (and back after, with
+        ``need_restore``)."""
+        executor.run(self.apply_program)
+        try:
+            yield
+        finally:
+            if need_restore:
+                self.restore(executor)
+
+    def restore(self, executor: Any) -> None:
+        """Put back the parameters ``apply`` replaced."""
+        executor.run(self.restore_program)

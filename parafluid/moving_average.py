@@ -1,5 +1,7 @@
-"""``fluid.optimizer.ExponentialMovingAverage``: shadow copies of the parameters that follow
-them with a decay, swapped in for evaluation (``apply``) and swapped back (``restore``).
+"""Averaged weights of Fluid's optimizer module: ``ExponentialMovingAverage`` (shadow copies
+of the parameters that follow them with a decay, swapped in for evaluation with ``apply``
+and back with ``restore``) and ``LookaheadOptimizer`` (slow weights pulled towards the fast
+ones every ``k`` steps).
 
 Each ``update()`` (ops appended to the main program after ``minimize``) computes
 ``ema = decay * ema + (1 - decay) * param`` and ``decay_pow *= decay``; ``apply`` runs a
@@ -27,7 +29,7 @@ from typing import Any
 from . import unique_name
 from .framework import Program, Variable, default_main_program, program_guard
 
-__all__ = ["ExponentialMovingAverage"]
+__all__ = ["ExponentialMovingAverage", "LookaheadOptimizer"]
 
 
 class ExponentialMovingAverage:
@@ -118,3 +120,63 @@ class ExponentialMovingAverage:
     def restore(self, executor: Any) -> None:
         """Put back the parameters ``apply`` replaced."""
         executor.run(self.restore_program)
+
+
+class LookaheadOptimizer:
+    """Lookahead (Zhang et al.): ``inner_optimizer`` updates the fast weights every step;
+    every ``k`` steps the slow weights move ``alpha`` of the way to them and the fast
+    weights restart from there::
+
+        slow = alpha * fast + (1 - alpha) * slow;  fast = slow
+
+    Example::
+
+        sgd = fluid.optimizer.SGD(learning_rate=0.1)
+        fluid.optimizer.LookaheadOptimizer(sgd, alpha=0.5, k=5).minimize(loss)
+    """
+
+    def __init__(self, inner_optimizer: Any, alpha: float = 0.5, k: int = 5) -> None:
+        if inner_optimizer is None or not hasattr(inner_optimizer, "minimize"):
+            raise TypeError(f"LookaheadOptimizer: inner_optimizer must be an optimizer, got "
+                            f"{inner_optimizer!r}")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
+                not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"LookaheadOptimizer: alpha must be in [0, 1], got {alpha!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise ValueError(f"LookaheadOptimizer: k must be a positive int, got {k!r}")
+        self.inner_optimizer, self.alpha, self.k = inner_optimizer, float(alpha), k
+
+    def minimize(self, loss: Variable, startup_program: Program | None = None) -> Any:
+        """The inner optimizer's ``minimize``, then the slow weights (copied from the
+        parameters by the startup program) and their every-``k``-steps update."""
+        from .framework import default_startup_program
+        from .layers import (Switch, assign, create_global_var, elementwise_mod, equal,
+                             fill_constant, increment)
+
+        result = self.inner_optimizer.minimize(loss, startup_program=startup_program)
+        main = loss.block.program
+        startup = startup_program or default_startup_program()
+        params = [p for p in main.global_block().all_parameters() if p.trainable]
+        slow: dict[str, Variable] = {}
+        with program_guard(main, startup):
+            for p in params:
+                slow[p.name] = create_global_var(
+                    shape=list(p.shape), value=0.0, dtype=p.dtype, persistable=True,
+                    name=unique_name.generate(f"{p.name}@SLOW"))
+        sblock = startup.global_block()
+        for p in params:  # after the initializers: slow starts equal to the parameter
+            sblock.append_op("assign", inputs={"X": [sblock.var(p.name)]},
+                             outputs={"Out": [sblock.var(slow[p.name].name)]})
+        with program_guard(main, startup):
+            step = create_global_var([1], 0.0, "int64", persistable=True,
+                                     name=unique_name.generate("lookahead_step"))
+            increment(step, 1.0, in_place=True)
+            k = fill_constant([1], "int64", self.k)
+            sync = equal(elementwise_mod(step, k), fill_constant([1], "int64", 0))
+            with Switch() as switch:
+                with switch.case(sync):
+                    for p in params:
+                        mixed = p * self.alpha + slow[p.name] * (1.0 - self.alpha)
+                        assign(mixed, output=slow[p.name])
+                        assign(mixed, output=p)
+        return result

@@ -35,7 +35,8 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "AdamOptimizer", "Adagrad", "AdagradOptimizer", "RMSProp", "RMSPropOptimizer",
            "DecayedAdagrad", "DecayedAdagradOptimizer", "Adamax", "AdamaxOptimizer", "Ftrl",
            "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
-           "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage"]
+           "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage",
+           "LookaheadOptimizer"]
 
 
 class State(NamedTuple):
@@ -571,7 +572,7 @@ class LarsMomentum(Optimizer):
 AdadeltaOptimizer = Adadelta
 LarsMomentumOptimizer = LarsMomentum
 
-from .moving_average import ExponentialMovingAverage  # noqa: E402  (Fluid's optimizer module)
+from .moving_average import ExponentialMovingAverage, LookaheadOptimizer  # noqa: E402
 
 
 def __getattr__(name: str) -> object:

@@ -578,3 +578,31 @@ def test_exponential_moving_average_apply_and_restore(thres):
     assert np.allclose(applied, avg / (1 - pow_), atol=1e-5)
     assert not np.allclose(applied, seen[-1]) and np.array_equal(restored, seen[-1])
     assert np.array_equal(kept, applied) and np.array_equal(restored_again, seen[-1])
+
+
+def test_lookahead_pulls_slow_weights_every_k_steps():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        out = fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(
+            name="w", initializer=fluid.initializer.NumpyArrayInitializer(
+                np.array([[0.5], [-1.0]], "float32"))))
+        loss = fluid.layers.mean(out)  # gradient x^T every step
+        inner = fluid.optimizer.SGD(learning_rate=0.1)
+        fluid.optimizer.LookaheadOptimizer(inner, alpha=0.25, k=2).minimize(
+            loss, startup_program=startup)
+    exe = fluid.Executor(fluid.CPUPlace())
+    g = np.array([[1.0], [3.0]])
+    fast = slow = np.array([[0.5], [-1.0]])
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        for step in range(1, 6):
+            exe.run(main, feed={"x": np.array([[1.0, 3.0]], "float32")})
+            fast = fast - 0.1 * g
+            if step % 2 == 0:
+                slow = 0.25 * fast + 0.75 * slow
+                fast = slow
+            got = np.array(fluid.global_scope().find_var("w").get_tensor())
+            assert np.allclose(got, fast, atol=1e-6), step
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        fluid.optimizer.LookaheadOptimizer(inner, k=0)

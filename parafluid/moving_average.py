@@ -150,8 +150,15 @@ class LookaheadOptimizer:
         """The inner optimizer's ``minimize``, then the slow weights (copied from the
         parameters by the startup program) and their every-``k``-steps update."""
         from .framework import default_startup_program
-        from .layers import (Switch, assign, create_global_var, elementwise_mod, equal,
-                             fill_constant, increment)
+        from .layers import (
+            Switch,
+            assign,
+            create_global_var,
+            elementwise_mod,
+            equal,
+            fill_constant,
+            increment,
+        )
 
         result = self.inner_optimizer.minimize(loss, startup_program=startup_program)
         main = loss.block.program

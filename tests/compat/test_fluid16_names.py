@@ -246,8 +246,8 @@ def test_rank_table_layers_at_control_flows_module_path():
 
 def test_tensor_array_to_tensor_joins_items_and_its_gradient_cuts_them_back():
     def build():
-        a = fluid.layers.data(name="a", shape=[2, 2], dtype="float32", append_batch_size=False)
-        b = fluid.layers.data(name="b", shape=[2, 2], dtype="float32", append_batch_size=False)
+        a = fluid.layers.data(name="a", shape=[2, 1], dtype="float32", append_batch_size=False)
+        b = fluid.layers.data(name="b", shape=[2, 3], dtype="float32", append_batch_size=False)
         a.stop_gradient = b.stop_gradient = False
         arr = fluid.layers.create_array("float32")
         i = fluid.layers.fill_constant([1], "int64", 0)
@@ -257,12 +257,12 @@ def test_tensor_array_to_tensor_joins_items_and_its_gradient_cuts_them_back():
         weights = fluid.layers.assign(np.arange(8, dtype="float32").reshape(2, 4))
         loss = fluid.layers.reduce_sum(joined * weights)
         return [joined, sizes] + fluid.gradients([loss], [a, b])
-    av = np.array([[1.0, -1.0], [2.0, -2.0]], "float32")
-    bv = np.arange(4, dtype="float32").reshape(2, 2)
+    av = np.array([[1.0], [2.0]], "float32")  # items of different widths, as Fluid allows
+    bv = np.arange(6, dtype="float32").reshape(2, 3)
     joined, sizes, ga, gb = run_layers(build, {"a": av, "b": bv})
-    assert np.array_equal(joined, np.concatenate([av, bv], 1)) and sizes.tolist() == [2, 2]
+    assert np.array_equal(joined, np.concatenate([av, bv], 1)) and sizes.tolist() == [1, 3]
     w = np.arange(8, dtype="float32").reshape(2, 4)
-    assert np.array_equal(ga, w[:, :2]) and np.array_equal(gb, w[:, 2:])
+    assert np.array_equal(ga, w[:, :1]) and np.array_equal(gb, w[:, 1:])
 
 
 def test_dynamic_rnn_static_input_follows_the_running_sequences():

@@ -81,10 +81,10 @@ _family(["layers.prior_box", "layers.density_prior_box", "layers.multi_box_head"
 _family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",
          "layers.tree_conv", "layers.match_matrix_tensor", "layers.var_conv_2d",
          "layers.similarity_focus", "layers.filter_by_instag", "layers.data_norm",
-         "layers.lod_append"],
+         ],
         "a layer of layers.nn not ported yet",
         "dynamic_lstm for dynamic_lstmp, softmax_with_cross_entropy or nce for sampled "
-        "softmax, lod_reset for lod_append")
+        "softmax")
 _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
         "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],

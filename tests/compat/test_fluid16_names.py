@@ -265,6 +265,30 @@ def test_tensor_array_to_tensor_joins_items_and_its_gradient_cuts_them_back():
     assert np.array_equal(ga, w[:, :1]) and np.array_equal(gb, w[:, 1:])
 
 
+def test_lod_append_adds_an_inner_level():
+    def build():
+        x = fluid.layers.data(name="x", shape=[1], dtype="float32")
+        offsets = fluid.layers.data(name="o", shape=[3, 1], dtype="int32",
+                                    append_batch_size=False)
+        nested = fluid.layers.lod_append(x, [0, 1, 3, 4, 6])
+        by_var = fluid.layers.nn.lod_append(x, offsets)
+        return [nested, by_var, fluid.layers.sequence_pool(nested, "sum")]
+    x = np.arange(6, dtype="float32").reshape(6, 1)
+    exe = fluid.Executor(fluid.CPUPlace())
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        fetch = build()
+    assert fetch[0].lod_level == 1
+    nested, by_var, pooled = exe.run(
+        main, feed={"x": x, "o": np.array([[0], [3], [6]], "int32")}, fetch_list=fetch,
+        return_numpy=False)
+    assert nested.lod() == [[0, 1, 3, 4, 6]] and by_var.lod() == [[0, 3, 6]]
+    assert np.array(pooled).reshape(-1).tolist() == [0.0, 3.0, 3.0, 9.0]
+    with pytest.raises(fluid.OpRunError, match=r"lod_append: LoD level 0 \[0, 5\] ends at 5"):
+        run_layers(lambda: [fluid.layers.lod_append(
+            fluid.layers.data(name="x", shape=[1], dtype="float32"), [0, 5])], {"x": x})
+
+
 def test_dynamic_rnn_static_input_follows_the_running_sequences():
     def build():
         words = fluid.layers.data(name="w", shape=[1], dtype="float32", lod_level=1)

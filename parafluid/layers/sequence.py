@@ -20,7 +20,8 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["lod_append", "sequence_pool", "sequence_first_step", "sequence_last_step",
-           "sequence_softmax", "sequence_expand", "sequence_concat", "sequence_reshape", "sequence_conv",
+           "sequence_softmax", "sequence_expand", "sequence_concat", "sequence_reshape",
+           "sequence_conv",
            "dynamic_lstm", "dynamic_gru", "sequence_expand_as", "sequence_pad",
            "sequence_unpad", "sequence_mask", "lod_reset", "linear_chain_crf", "crf_decoding",
            "chunk_eval"]

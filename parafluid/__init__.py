@@ -46,7 +46,7 @@ from .framework import (  # noqa: F401
     program_guard,
 )
 from .parallel import BuildStrategy, CompiledProgram, ExecutionStrategy, ParallelExecutor
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
 from .placement import device_guard, place_guard
 from .place import (
     CPUPlace,
@@ -89,7 +89,7 @@ __all__ = [
     "memory_optimize", "release_memory", "profiler", "place_guard", "device_guard",
     "compiler", "core", "metrics", "nets", "data", "embedding", "create_lod_tensor",
     "create_random_int_lodtensor", "cuda_pinned_places", "LoDTensorArray", "one_hot", "save",
-    "load", "install_check", "log_helper", "reader",
+    "load", "install_check", "log_helper", "reader", "WeightNormParamAttr",
 ]
 
 

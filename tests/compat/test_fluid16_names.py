@@ -630,3 +630,34 @@ def test_lookahead_pulls_slow_weights_every_k_steps():
             assert np.allclose(got, fast, atol=1e-6), step
     with pytest.raises(ValueError, match="k must be a positive int"):
         fluid.optimizer.LookaheadOptimizer(inner, k=0)
+
+
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_param_attr_reparameterizes_and_trains(dim):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        out = fluid.layers.fc(x, 2, bias_attr=False, param_attr=fluid.WeightNormParamAttr(
+            dim=dim, name="wn", initializer=fluid.initializer.Normal(0.0, 1.0, seed=4)))
+        loss = fluid.layers.mean(fluid.layers.square(out - 1.0))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    names = {p.name: p.shape for p in main.all_parameters()}
+    g_shape = {0: (3, 1), 1: (1, 2), None: (1, 1)}[dim]
+    assert names == {"wn_v": (3, 2), "wn_g": g_shape}
+    xs = np.array([[1.0, 2.0, -1.0], [0.5, -1.0, 2.0]], "float32")
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        scope = fluid.global_scope()
+        v0 = np.array(scope.find_var("wn_v").get_tensor())
+        axes = tuple(i for i in range(2) if i != dim)
+        assert np.allclose(np.array(scope.find_var("wn_g").get_tensor()),
+                           np.sqrt((v0 ** 2).sum(axis=axes, keepdims=True)), atol=1e-6)
+        first, = exe.run(main, feed={"x": xs}, fetch_list=[out])
+        assert np.allclose(first, xs @ v0, atol=1e-5)  # w starts equal to v
+        losses = [float(exe.run(main, feed={"x": xs}, fetch_list=[loss])[0]) for _ in range(5)]
+        v, g = (np.array(scope.find_var(n).get_tensor()) for n in ("wn_v", "wn_g"))
+        now, = exe.run(main, feed={"x": xs}, fetch_list=[out])
+    w = g * v / np.sqrt((v ** 2).sum(axis=axes, keepdims=True))
+    assert losses[-1] < losses[0] and not np.allclose(v, v0)
+    assert np.allclose(now, xs @ w, atol=1e-4)

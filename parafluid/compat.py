@@ -103,8 +103,6 @@ _family(["CompiledProgram.with_inference_optimize", "core.PaddleBuf", "core.Padd
         "load the model with fluid.io.load_inference_model and run it with fluid.Executor")
 _family(["fluid.dygraph_grad_clip"], "imperative (dygraph) gradient clipping",
         "fluid.clip.GradientClipByValue / ByNorm / ByGlobalNorm with set_gradient_clip")
-_family(["clip.ErrorClipByValue"], "clipping of the error (a gradient) during backward",
-        "clip parameter gradients with fluid.clip.GradientClipByValue")
 _family(["layers.load"], "the load op (Fluid's binary tensor files)",
         "use fluid.io.load_vars or fluid.io.load_persistables")
 _family(["io.multiprocess_reader"], "readers in child processes",

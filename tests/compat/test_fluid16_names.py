@@ -661,3 +661,25 @@ def test_weight_norm_param_attr_reparameterizes_and_trains(dim):
     w = g * v / np.sqrt((v ** 2).sum(axis=axes, keepdims=True))
     assert losses[-1] < losses[0] and not np.allclose(v, v0)
     assert np.allclose(now, xs @ w, atol=1e-4)
+
+
+def test_error_clip_by_value_clips_a_variables_gradient():
+    def build(clip):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        hidden = fluid.layers.fc(x, 2, bias_attr=False, param_attr=fluid.ParamAttr(
+            name="w", initializer=fluid.initializer.Constant(1.0)))
+        if clip:
+            hidden.error_clip = fluid.clip.ErrorClipByValue(max=2.0, min=-0.5)
+        loss = fluid.layers.reduce_sum(hidden * hidden)  # d loss / d hidden = 2 * hidden
+        fluid.backward.append_backward(loss, callbacks=[fluid.clip.error_clip_callback])
+        block = loss.block
+        return [block.var("w@GRAD"), block.var(hidden.name + "@GRAD")]
+    xs = np.array([[0.1, 0.2, 0.3], [-1.0, 0.5, 0.1]], "float32")
+    gw, gh = run_layers(lambda: build(True), {"x": xs})
+    h = xs @ np.ones((3, 2))
+    assert np.allclose(gh, np.clip(2 * h, -0.5, 2.0))
+    assert np.allclose(gw, xs.T @ gh, atol=1e-6)  # the clipped error flows on
+    gw_plain, _ = run_layers(lambda: build(False), {"x": xs})
+    assert np.allclose(gw_plain, xs.T @ (2 * h), atol=1e-6)
+    with pytest.raises(ValueError, match="min .* must be <= max"):
+        fluid.clip.ErrorClipByValue(max=-1.0, min=0.0)

@@ -243,6 +243,6 @@ def _releases(op: Any) -> bool:
 
 
 def _has_sub_blocks(block: Any) -> bool:
-    from ..plan import has_sub_blocks
+    from ..engine.plan import has_sub_blocks
 
     return has_sub_blocks(block)

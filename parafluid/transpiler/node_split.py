@@ -168,7 +168,7 @@ class NodeSplit:
 
     @staticmethod
     def _check_no_sub_blocks(block: Any) -> None:
-        from ..plan import has_sub_blocks
+        from ..engine.plan import has_sub_blocks
 
         if has_sub_blocks(block):
             raise ValueError("transpile: an op of this placed program holds a sub-block "

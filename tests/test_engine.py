@@ -105,10 +105,9 @@ def test_a_failed_plan_run_names_the_variable_and_leaves_the_plan_free() -> None
     main, _, hidden, out = _program()
     scope = fluid.Scope()  # the startup program did not run: no parameters
     plan = _plan(main, (out,))
-    before = plan.services[0].scope
     with pytest.raises(RuntimeError, match="fc_0.w_0.*not initialized.*startup program"):
         plan.run([scope], [{"x": torch.ones(2, 3)}], Scheduler(1))
-    assert not plan.envs[0] and not plan.in_use and plan.services[0].scope is before
+    assert not plan.envs[0] and not plan.in_use and plan.services[0].scope is None
     with pytest.raises(RuntimeError, match="custom: fc_0.w_0"):
         plan.run([scope], [{"x": torch.ones(2, 3)}], Scheduler(1),
                  missing=lambda block, name, feed: f"custom: {name}")

@@ -384,11 +384,10 @@ class Plan:
                 (a sub-block writing variables of the block around it).
 
         Returns ``fetches[d][i]``, the value of ``fetch[i]`` on device ``d``. Afterwards, and
-        whatever happened, the plan holds no value and is free (``in_use`` is False).
+        whatever happened, the plan holds no value nor scope and is free (``in_use`` False).
         """
         self.in_use = True
         services = self.services
-        previous = [svc.scope for svc in services]
         try:
             self.begin()
             homes = self.homes
@@ -423,8 +422,8 @@ class Plan:
             return fetches
         finally:
             self.end()
-            for svc, scope in zip(services, previous):
-                svc.scope = scope
+            for svc in services:
+                svc.scope = None  # (a scope is the run's: the plan keeps none alive)
             self.in_use = False
 
     def _keep_temps(self, scopes: Sequence[Any], keep: Sequence[Any] | None) -> None:

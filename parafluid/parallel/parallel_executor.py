@@ -147,7 +147,8 @@ class ParallelExecutor:
                                  "program ran)")
             self._communicator = comm
         self._steps = 0
-        self._services = [RunServices(program, self._scopes.scopes[d], self._communicator,
+        # (each run gives the services its device scope: Plan.run)
+        self._services = [RunServices(program, communicator=self._communicator,
                                       device_index=d, local_writes=d > 0,
                                       device=self._devices[d]) for d in range(ndev)]
         self._graphs: dict[tuple, tuple[Program, SSAGraph]] = {}

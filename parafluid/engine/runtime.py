@@ -118,6 +118,8 @@ class RunContext:
     ``transport``: the collective and RPC handles (None when not distributed).
     ``device_index``: the data-parallel device this op runs for. ``run_block(idx, ...)``:
     run a sub-block. ``deadline_s``: how long a blocking op may wait (FLAGS_rpc_deadline).
+    All but the deadline come from ``services``, the binding's ``plan.RunServices`` (None: an
+    op bound alone, with no scope nor sub-block runner).
     """
 
     __slots__ = ("op", "device", "need", "services", "_generator")

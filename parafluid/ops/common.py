@@ -9,7 +9,7 @@ import torch
 
 from .registry import Meta
 
-__all__ = ["axis_view_shape", "broadcast_y", "unbroadcast", "numel", "meta_like",
+__all__ = ["axis_in_range", "axis_view_shape", "broadcast_y", "unbroadcast", "numel", "meta_like",
            "broadcast_meta", "reduce_dims"]
 
 
@@ -93,3 +93,10 @@ def reduce_dims(dim: Any, ndim: int, reduce_all: bool) -> list[int]:
         return list(range(ndim))
     dims = [dim] if isinstance(dim, int) else list(dim)
     return sorted(d + ndim if d < 0 else d for d in dims)
+
+
+def axis_in_range(op: str, axis: int, ndim: int) -> int:
+    """``axis`` as a non-negative dim of an input of rank ``ndim`` (a scalar has dim 0)."""
+    if not -ndim <= axis < max(ndim, 1):
+        raise ValueError(f"{op}: axis {axis} is out of range for an input of rank {ndim}")
+    return axis % max(ndim, 1)

@@ -214,7 +214,7 @@ def test_scatter_nd_layer_builds_on_zeros():
     (bytes(range(101)), 7, 16751395520403760378),
 ])
 def test_xxh64_matches_the_reference(data, seed, want):
-    from parafluid.ops.misc import xxh64
+    from parafluid.ops.embedding import xxh64
 
     assert xxh64(data, seed) == want
 

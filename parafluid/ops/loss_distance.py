@@ -11,7 +11,7 @@ import torch
 
 from .common import unbroadcast
 from .loss import _rows_meta, _same_shape, _slots_same_shape
-from .registry import Meta, register_op
+from .registry import register_op
 
 __all__: list[str] = []
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.testing import OpCase, check_op, rand, run_op
+from parafluid.testing import OpCase, check_op, rand, run_layers, run_op
 
 
 def softmax(z, axis=-1):
@@ -65,6 +65,34 @@ AUC_LABEL = (np.random.RandomState(5).uniform(0, 1, (12, 1)) < _P.reshape(-1, 1)
 SCORES = rand(6, 4, seed=5)
 ACC_LABEL = np.array([[0], [1], [2], [3], [1], [0]], "int64")
 
+def kldiv_ref(X, Target, attrs):
+    loss = np.where(Target > 0, Target * (np.log(np.where(Target > 0, Target, 1)) - X), 0)
+    red = attrs["reduction"]
+    if red == "none":
+        return {"Loss": loss}
+    div = {"batchmean": len(X), "mean": X.size, "sum": 1}[red]
+    return {"Loss": np.array([loss.sum() / div])}
+
+def bpr_ref(X, Label):
+    n, c = X.shape
+    out = np.zeros((n, 1))
+    for i in range(n):
+        lab = Label[i, 0]
+        out[i] = -sum(np.log(1 / (1 + np.exp(-(X[i, lab] - X[i, j]))))
+                      for j in range(c) if j != lab) / (c - 1)
+    return {"Y": out}
+
+def ts_ref(X, Label):
+    """Fluid's kernel, case by case."""
+    sp = np.log1p(np.exp(-np.abs(X))) + np.maximum(X, 0)
+    y = np.where(Label < -1, sp, np.where(Label < 0, sp - X,
+                                          np.where(Label < 1, 2 * sp - X * Label,
+                                                   2 * sp - X - X * (Label - 1))))
+    return {"Y": y}
+
+KL_TARGET = np.abs(rand(3, 4, seed=5)) * np.array([1, 0, 1, 1])  # some zero targets
+
+
 CASES = [
     OpCase("square_error_cost", {"X": rand(4, 3), "Y": rand(4, 3, seed=1)},
            ref=lambda X, Y: {"Out": (X - Y) ** 2}, grad=["X", "Y"]),
@@ -107,6 +135,18 @@ CASES = [
     OpCase("auc", {"Predict": AUC_PRED, "Label": AUC_LABEL,
                    "StatPos": np.zeros((1, 11), "int64"), "StatNeg": np.zeros((1, 11), "int64")},
            attrs={"num_thresholds": 10, "slide_steps": 0}, ref=auc_ref, id="auc"),
+    OpCase("kldiv_loss", {"X": rand(3, 4), "Target": KL_TARGET}, ref=kldiv_ref, grad=["X"]),
+    OpCase("kldiv_loss", {"X": rand(3, 4), "Target": KL_TARGET},
+           attrs={"reduction": "batchmean"}, ref=kldiv_ref, grad=["X"],
+           id="kldiv_loss_batchmean"),
+    OpCase("kldiv_loss", {"X": rand(3, 4), "Target": KL_TARGET}, attrs={"reduction": "none"},
+           ref=kldiv_ref, grad=["X"], id="kldiv_loss_none"),
+    OpCase("teacher_student_sigmoid_loss",
+           {"X": np.array([[0.3], [-1.2], [2.0], [0.7], [-0.4]]),
+            "Label": np.array([[-2.0], [-1.0], [0.3], [1.6], [0.0]])},
+           ref=ts_ref, grad=["X"]),
+    OpCase("bpr_loss", {"X": rand(4, 5), "Label": np.array([[0], [3], [4], [1]], "int64")},
+           ref=bpr_ref, grad=["X"]),
 ]
 
 
@@ -305,3 +345,62 @@ NCE_CASES = [
 @pytest.mark.parametrize("case", NCE_CASES, ids=str)
 def test_nce_op(case):
     check_op(case)
+
+
+def test_teacher_student_gradient_is_zero_beyond_the_bounds():
+    case = OpCase("teacher_student_sigmoid_loss_grad",
+                  {"X": np.array([[16.0], [-15.0], [3.0]]), "Label": np.array([[1.5]] * 3),
+                   "Y@GRAD": np.ones((3, 1))}, outputs=["X@GRAD"])
+    got = run_op(case)["X@GRAD"]
+    np.testing.assert_allclose(got, [[0.0], [0.0], [2 / (1 + np.exp(-3.0)) - 1.5]])
+
+
+def test_dice_loss_matches_numpy():
+    prob = np.random.RandomState(0).dirichlet(np.ones(3), size=(2, 4)).astype("float32")
+    label = np.random.RandomState(1).randint(0, 3, (2, 4, 1)).astype("int64")
+
+    def build():
+        p = fluid.layers.data(name="p", shape=[4, 3], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[4, 1], dtype="int64")
+        return [fluid.layers.dice_loss(p, y)]
+
+    got, = run_layers(build, {"p": prob, "y": label})
+    onehot = np.eye(3)[label[..., 0]]
+    inse = (prob * onehot).sum((1, 2))
+    want = (1 - 2 * inse / (prob.sum((1, 2)) + onehot.sum((1, 2)) + 1e-5)).mean()
+    np.testing.assert_allclose(got, [want], rtol=1e-5)
+
+
+def test_npair_loss_matches_numpy():
+    rng = np.random.RandomState(2)
+    a, p = rng.randn(4, 3).astype("float32"), rng.randn(4, 3).astype("float32")
+    labels = np.array([[1], [2], [1], [0]], "float32")
+
+    def build():
+        anchor = fluid.layers.data(name="a", shape=[4, 3], dtype="float32",
+                                   append_batch_size=False)
+        pos = fluid.layers.data(name="p", shape=[4, 3], dtype="float32",
+                                append_batch_size=False)
+        lab = fluid.layers.data(name="l", shape=[4, 1], dtype="float32",
+                                append_batch_size=False)
+        return [fluid.layers.npair_loss(anchor, pos, lab, l2_reg=0.01)]
+
+    got, = run_layers(build, {"a": a, "p": p, "l": labels})
+    same = (labels == labels.T).astype("float64")
+    targets = same / same.sum(1, keepdims=True)
+    sim = a.astype("float64") @ p.T
+    logp = sim - sim.max(1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+    ce = -(targets * logp).sum(1, keepdims=True)
+    want = (targets * ce).sum(0).mean() + 0.25 * 0.01 * (
+        (a ** 2).sum(1).mean() + (p ** 2).sum(1).mean())
+    np.testing.assert_allclose(got, [want], rtol=1e-5)
+
+
+def test_npair_loss_needs_a_known_batch():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        a = fluid.layers.data(name="a", shape=[3], dtype="float32")
+        lab = fluid.layers.data(name="l", shape=[1], dtype="float32")
+        with pytest.raises(ValueError, match="npair_loss: the batch size"):
+            fluid.layers.npair_loss(a, a, lab)

@@ -69,6 +69,29 @@ def gru_case(rev, origin, h0=False, id=None):
                   ref=gru_ref, lod={"Input": [OFFS]}, grad=list(inputs), id=id)
 
 
+def lstm_unit_ref(X, C_prev, attrs):
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    xi, xf, xo, xg = np.split(X, 4, axis=1)
+    c = sig(xf + attrs["forget_bias"]) * C_prev + sig(xi) * np.tanh(xg)
+    return {"C": c, "H": sig(xo) * np.tanh(c)}
+
+def gru_unit_ref(Input, HiddenPrev, Weight, Bias, attrs):
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    d = HiddenPrev.shape[1]
+    flat = Weight.reshape(-1)
+    w_ur, w_c = flat[:2 * d * d].reshape(d, 2 * d), flat[2 * d * d:].reshape(d, d)
+    g = Input + Bias
+    ur = sig(g[:, :2 * d] + HiddenPrev @ w_ur)
+    u, r = ur[:, :d], ur[:, d:]
+    c = np.tanh(g[:, 2 * d:] + (r * HiddenPrev) @ w_c)
+    h = u * HiddenPrev + (1 - u) * c if attrs["origin_mode"] else (1 - u) * HiddenPrev + u * c
+    return {"Gate": np.concatenate([u, r, c], 1), "ResetHiddenPrev": r * HiddenPrev,
+            "Hidden": h}
+
+GRU_IN = {"Input": rand(3, 6), "HiddenPrev": rand(3, 2, seed=1),
+          "Weight": rand(2, 6, seed=2), "Bias": rand(1, 6, seed=3)}
+
+
 CASES = [
     lstm_case(True, False, id="lstm_peepholes"),
     lstm_case(False, True, id="lstm_reverse_no_peepholes"),
@@ -76,6 +99,13 @@ CASES = [
     gru_case(False, False, id="gru"),
     gru_case(True, True, id="gru_reverse_origin_mode"),
     gru_case(False, False, h0=True, id="gru_initial_state"),
+    OpCase("lstm_unit", {"X": rand(3, 8), "C_prev": rand(3, 2, seed=1)},
+           attrs={"forget_bias": 0.5}, ref=lstm_unit_ref, grad=["X", "C_prev"]),
+    OpCase("gru_unit", dict(GRU_IN), ref=gru_unit_ref,
+           grad=["Input", "HiddenPrev", "Weight", "Bias"], grad_outputs=["Hidden"]),
+    OpCase("gru_unit", dict(GRU_IN), attrs={"origin_mode": True}, ref=gru_unit_ref,
+           grad=["Input", "HiddenPrev", "Weight", "Bias"], grad_outputs=["Hidden"],
+           id="gru_unit_origin_mode"),
 ]
 
 
@@ -241,3 +271,30 @@ def test_chunk_eval_counts_and_metric():
     metric = fluid.metrics.ChunkEvaluator()
     metric.update(n_infer, n_label, n_correct)
     assert metric.eval() == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+
+
+def test_lstm_unit_and_gru_unit_layers_train_a_step_loop():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        xs = [fluid.layers.data(name=f"x{t}", shape=[3], dtype="float32") for t in range(3)]
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        h = fluid.layers.fill_constant_batch_size_like(xs[0], [-1, 4], "float32", 0.0)
+        c = fluid.layers.fill_constant_batch_size_like(xs[0], [-1, 4], "float32", 0.0)
+        g = fluid.layers.fill_constant_batch_size_like(xs[0], [-1, 2], "float32", 0.0)
+        lstm_attr, gru_attr = fluid.ParamAttr(name="lstm_w"), fluid.ParamAttr(name="gru_w")
+        for x in xs:
+            h, c = fluid.layers.lstm_unit(x, h, c, param_attr=lstm_attr,
+                                          bias_attr=fluid.ParamAttr(name="lstm_b"))
+            g, _, _ = fluid.layers.gru_unit(fluid.layers.fc(x, size=6), g, size=6,
+                                            param_attr=gru_attr,
+                                            bias_attr=fluid.ParamAttr(name="gru_b"))
+        pred = fluid.layers.fc(fluid.layers.bilinear_tensor_product(h, g, size=3), size=1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        fluid.optimizer.Adam(learning_rate=0.05).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    rng = np.random.RandomState(0)
+    feed = {f"x{t}": rng.randn(16, 3).astype("float32") for t in range(3)}
+    feed["y"] = (feed["x0"][:, :1] * feed["x2"][:, 1:2]).astype("float32")
+    losses = [float(exe.run(main, feed=feed, fetch_list=[loss])[0][0]) for _ in range(40)]
+    assert losses[-1] < 0.5 * losses[0], losses

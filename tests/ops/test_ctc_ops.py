@@ -1,5 +1,6 @@
 """warpctc: Fluid 1.6's CTC loss in both layouts (LoD and padded), against a brute-force sum
-over every alignment, with gradients vs finite differences and a small training run."""
+over every alignment, with gradients vs finite differences and a small training run;
+ctc_align and the greedy decoder."""
 
 import itertools
 

@@ -1,4 +1,5 @@
-"""Op table."""
+"""Op table: embeddings and ids (lookup_table / lookup_table_v2, hash, shard_index, cvm); the
+embedding layer's sparse update and padding_idx."""
 
 
 

@@ -1,4 +1,6 @@
-"""Op table."""
+"""Op table: losses of distances (square_error_cost, huber_loss, smooth_l1_loss,
+margin_rank_loss, rank_loss, center_loss) and the layers that train with them."""
+
 
 
 import numpy as np
@@ -34,6 +36,9 @@ CENTER_IN = {"X": rand(5, 3), "Label": np.array([[0], [2], [0], [1], [0]], "int6
              "Centers": rand(4, 3, seed=1), "CenterUpdateRate": np.array([0.5])}
 
 
+HUBER_X = rand(4, 3, low=-3, high=3, seed=21)
+
+
 CASES = [
     OpCase("smooth_l1_loss", {"X": rand(3, 4), "Y": rand(3, 4, seed=1)},
            attrs={"sigma": 2.0}, ref=smooth_l1_ref, grad=["X", "Y"], grad_outputs=["Out"]),
@@ -53,6 +58,16 @@ CASES = [
            ref=lambda Label, Left, Right: {"Out": np.log1p(np.exp(Left - Right))
                                            - Label * (Left - Right)},
            grad=["Left", "Right"]),
+    OpCase("square_error_cost", {"X": rand(4, 3), "Y": rand(4, 3, seed=1)},
+           ref=lambda X, Y: {"Out": (X - Y) ** 2}, grad=["X", "Y"]),
+    OpCase("square_error_cost", {"X": rand(4, 3), "Y": rand(4, 1, seed=2)},
+           ref=lambda X, Y: {"Out": (X - Y) ** 2}, grad=["X", "Y"],
+           id="square_error_cost_broadcast_label"),
+    OpCase("huber_loss", {"X": HUBER_X, "Y": rand(4, 3, low=-3, high=3, seed=23)},
+           attrs={"delta": 1.0},
+           ref=lambda X, Y: {"Out": np.where(np.abs(Y - X) <= 1.0, 0.5 * (Y - X) ** 2,
+                                             np.abs(Y - X) - 0.5), "Residual": Y - X},
+           grad=["X", "Y"], grad_outputs=["Out"]),
 ]
 
 
@@ -68,6 +83,9 @@ def test_loss_layers_train_a_ranker():
     w_true = np.array([1.0, -2.0, 0.5, 1.0], "float32")
     label = np.where(left @ w_true > right @ w_true, 1.0, -1.0).astype("float32")[:, None]
     main, startup = fluid.Program(), fluid.Program()
+    # NOTE: a seeded start, so the result does not depend on the tests that ran before (from
+    # about one start in ten, 30 steps take the loss to 0.55x instead of below 0.5x)
+    startup.random_seed = 2
     with fluid.program_guard(main, startup):
         lx = fluid.layers.data(name="lx", shape=[4], dtype="float32")
         rx = fluid.layers.data(name="rx", shape=[4], dtype="float32")

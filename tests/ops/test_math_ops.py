@@ -1,4 +1,5 @@
-"""Op table: math family (mul, elementwise_*, sum, mean, scale)."""
+"""Op table: math family (mul, elementwise_* including mod / floordiv, sum, mean, scale,
+cumsum, bilinear_tensor_product)."""
 
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Op table."""
+"""Op table: normalizations (batch_norm, layer_norm, group_norm, instance_norm) and their
+layers' parameters and moving statistics."""
 
 
 import re

@@ -1,4 +1,4 @@
-"""Op table."""
+"""Op table: rescaling ops (norm / l2_normalize, lrn, affine_channel, spectral_norm)."""
 
 
 

@@ -1,4 +1,4 @@
-"""Op table."""
+"""Op table: pooling (pool2d, pool3d; max and average, global, adaptive, ceil mode)."""
 
 
 import re

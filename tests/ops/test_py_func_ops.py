@@ -1,4 +1,4 @@
-"""Op table."""
+"""py_func: Python functions as ops, forward and backward, and run for their side effect."""
 
 
 import numpy as np

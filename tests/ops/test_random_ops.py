@@ -1,4 +1,5 @@
-"""Op table: creation ops (fill_*, assign*, random initializers) and the initializers."""
+"""Op table: random ops (uniform / gaussian / truncated gaussian fills, their batch-size-like
+forms, sampling_id, random_crop, dropout) and the initializers built on them."""
 
 
 import math

@@ -1,4 +1,5 @@
-"""Op table: reduction family (reduce_*, arg_max/arg_min, top_k)."""
+"""Op table: reduction family (reduce_*, reduce_all / reduce_any, arg_max / arg_min, top_k,
+argsort)."""
 
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Op table."""
+"""SelectedRows ops (merge_selected_rows, get_tensor_from_selected_rows) on a sparse gradient."""
 
 
 import numpy as np

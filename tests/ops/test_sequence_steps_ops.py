@@ -1,6 +1,5 @@
 """Op table: sequence_reverse, sequence_slice, sequence_enumerate, sequence_erase,
-im2sequence, row_conv, add_position_encoding, edit_distance, ctc_align, lstm_unit, gru_unit,
-bilinear_tensor_product; and their layers with LoD feeds."""
+sequence_scatter, add_position_encoding, row_conv, im2sequence; and their layers with LoD feeds."""
 
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""Op table: tensor manipulation family (cast, concat, split, reshape, transpose, squeeze,
-unsqueeze, expand, one_hot, fill_constant_batch_size_like)."""
+"""Op table: tensor family (fills, assign, range, linspace, eye, diag, cast, concat, split,
+reshape, transpose, squeeze, unsqueeze, expand / expand_as, reverse, one_hot, shape, size)."""
 
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""Op table: image ops (conv2d_transpose, conv3d(_transpose), pool3d, adaptive pooling,
-interpolation, padding, crop, rearrangements) and the extra normalizations."""
+"""Op table: image ops (interpolation, padding, crop / crop_tensor, rearrangements, unfold) and
+their layers."""
 
 
 import re

@@ -54,7 +54,6 @@ def maxout_ref(X, attrs):
 # keep maxout away from ties.
 DISTINCT = (np.random.RandomState(4).permutation(48).reshape(1, 4, 3, 4) / 10.0 - 2.35)
 
-
 CASES = [
     unary("relu", X, lambda x: np.maximum(x, 0)),
     unary("sigmoid", X, _sigmoid),

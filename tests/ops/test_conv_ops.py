@@ -1,7 +1,6 @@
 """Op table: convolutions (conv2d, conv2d_transpose, conv3d, conv3d_transpose) against
 torch, with gradients vs finite differences; the conv2d_transpose layer."""
 
-
 import re
 
 import numpy as np

@@ -1,8 +1,6 @@
 """Op table: embeddings and ids (lookup_table / lookup_table_v2, hash, shard_index, cvm); the
 embedding layer's sparse update and padding_idx."""
 
-
-
 import numpy as np
 import pytest
 
@@ -33,9 +31,7 @@ def _embedding_program(is_sparse, padding_idx=None):
 
 CVM_X = np.abs(rand(3, 4, seed=6)) * 5
 
-
 CVM_IN = np.abs(rand(3, 2, seed=7))
-
 
 CASES = [
     OpCase("shard_index", {"X": np.array([[1], [6], [12], [19]], "int64")},

@@ -12,7 +12,6 @@ from parafluid.testing import OpCase, check_op, rand, run_layers, run_op
 IDX = np.array([2, 0, 2], "int64")
 BOOLS = np.array([[True, False, True], [False, False, True]])
 
-
 ND_INDEX = np.array([[[0, 1], [2, 3]], [[1, 1], [0, 1]]], "int64")  # [0, 1] twice
 
 

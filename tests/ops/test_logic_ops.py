@@ -9,9 +9,7 @@ A, B = rand(3, 4, seed=1), rand(3, 4, seed=2)
 B[0, 0] = A[0, 0]  # one tie, so equal / less_equal see both outcomes
 X = rand(3, 4, seed=3)
 
-
 NAN_INF = np.array([1.0, np.inf, -2.0], "float32")
-
 
 CASES = [
     OpCase("isfinite", {"X": NAN_INF}, ref=lambda X: {"Out": np.array([False])}),

@@ -1,8 +1,6 @@
 """Op table: losses of distances (square_error_cost, huber_loss, smooth_l1_loss,
 margin_rank_loss, rank_loss, center_loss) and the layers that train with them."""
 
-
-
 import numpy as np
 import pytest
 
@@ -35,9 +33,7 @@ def center_loss_ref(X, Label, Centers, CenterUpdateRate, attrs):
 CENTER_IN = {"X": rand(5, 3), "Label": np.array([[0], [2], [0], [1], [0]], "int64"),
              "Centers": rand(4, 3, seed=1), "CenterUpdateRate": np.array([0.5])}
 
-
 HUBER_X = rand(4, 3, low=-3, high=3, seed=21)
-
 
 CASES = [
     OpCase("smooth_l1_loss", {"X": rand(3, 4), "Y": rand(3, 4, seed=1)},

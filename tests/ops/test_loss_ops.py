@@ -2,7 +2,6 @@
 log_loss, kldiv_loss, bpr_loss, teacher_student_sigmoid_loss, label_smooth), hsigmoid / nce,
 and the loss layers."""
 
-
 import re
 
 import numpy as np
@@ -19,9 +18,7 @@ def softmax(z, axis=-1):
 
 PROBS = softmax(rand(4, 5, low=-2, high=2))
 
-
 SOFT = softmax(rand(4, 5, seed=9))
-
 
 LABEL = np.array([[0], [2], [4], [1]], "int64")
 
@@ -92,15 +89,11 @@ def _sig(x):
 
 LOGITS = rand(4, 3, low=-3, high=3, seed=21)
 
-
 TARGET = rand(4, 3, low=0, high=1, seed=22)
-
 
 TARGET_IGN = TARGET.copy()
 
-
 TARGET_IGN[1, 2] = -100
-
 
 EXTRA_CASES = [
     OpCase("sigmoid_cross_entropy_with_logits", {"X": LOGITS, "Label": TARGET},
@@ -161,9 +154,7 @@ def nce_check(got, attrs):
 
 NCE_X, NCE_W, NCE_B = rand(4, 5, seed=41), rand(7, 5, seed=42), rand(7, 1, seed=43)
 
-
 NCE_LABEL = np.array([[1], [6], [0], [3]], "int64")
-
 
 NCE_CASES = [
     OpCase("nce", {"Input": NCE_X, "Label": NCE_LABEL, "Weight": NCE_W, "Bias": NCE_B},
@@ -175,7 +166,6 @@ NCE_CASES = [
                   "sampler": "log_uniform"},
            grad=["Input", "Weight", "Bias"], grad_outputs=["Cost"], id="nce_log_uniform"),
 ]
-
 
 CASES = [
     OpCase("cross_entropy", {"X": PROBS, "Label": LABEL}, ref=ce_ref, grad=["X"]),

@@ -1,7 +1,6 @@
 """Op table: math family (mul, elementwise_* including mod / floordiv, sum, mean, scale,
 cumsum, bilinear_tensor_product)."""
 
-
 import numpy as np
 import pytest
 
@@ -28,7 +27,6 @@ def _cumsum_ref(X, attrs):
     return {"Out": np.flip(out, axis) if attrs.get("reverse") else out}
 
 X = rand(3, 4, seed=3)
-
 
 CASES = [
     OpCase("mul", {"X": rand(3, 4), "Y": rand(4, 5, seed=1)},

@@ -1,7 +1,5 @@
 """Op table: metric ops (accuracy, auc, mean_iou, edit_distance)."""
 
-
-
 import numpy as np
 import pytest
 
@@ -54,18 +52,13 @@ def auc_ref(Predict, Label, StatPos, StatNeg):
 
 _P = np.random.RandomState(4).uniform(0, 1, 12)
 
-
 AUC_PRED = np.stack([1 - _P, _P], 1)
-
 
 AUC_LABEL = (np.random.RandomState(5).uniform(0, 1, (12, 1)) < _P.reshape(-1, 1)).astype("int64")
 
-
 SCORES = rand(6, 4, seed=5)
 
-
 ACC_LABEL = np.array([[0], [1], [2], [3], [1], [0]], "int64")
-
 
 CASES = [
     OpCase("mean_iou", {"Predictions": np.array([0, 1, 1, 2, 2, 0], "int32"),

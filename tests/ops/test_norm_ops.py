@@ -1,7 +1,6 @@
 """Op table: normalizations (batch_norm, layer_norm, group_norm, instance_norm) and their
 layers' parameters and moving statistics."""
 
-
 import re
 
 import numpy as np

@@ -1,7 +1,5 @@
 """Op table: rescaling ops (norm / l2_normalize, lrn, affine_channel, spectral_norm)."""
 
-
-
 import numpy as np
 import pytest
 

@@ -1,6 +1,5 @@
 """Op table: pooling (pool2d, pool3d; max and average, global, adaptive, ceil mode)."""
 
-
 import re
 
 import numpy as np
@@ -72,7 +71,6 @@ def adaptive_ref(X, attrs):
 
 POOL3 = {"pooling_type": "max", "ksize": [2, 2, 2], "strides": [2, 2, 2],
          "paddings": [0, 0, 0], "global_pooling": False, "exclusive": True, "ceil_mode": False}
-
 
 CASES = [
     OpCase("pool2d", {"X": rand(1, 2, 4, 4)}, attrs=dict(POOL), ref=fluid_pool_ref,

@@ -1,6 +1,5 @@
 """py_func: Python functions as ops, forward and backward, and run for their side effect."""
 
-
 import numpy as np
 
 import parafluid as fluid

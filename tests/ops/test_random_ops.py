@@ -1,7 +1,6 @@
 """Op table: random ops (uniform / gaussian / truncated gaussian fills, their batch-size-like
 forms, sampling_id, random_crop, dropout) and the initializers built on them."""
 
-
 import math
 import re
 

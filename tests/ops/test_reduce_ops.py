@@ -1,7 +1,6 @@
 """Op table: reduction family (reduce_*, reduce_all / reduce_any, arg_max / arg_min, top_k,
 argsort)."""
 
-
 import numpy as np
 import pytest
 
@@ -33,7 +32,6 @@ X = _distinct(2, 3, 4)
 BOOLS = np.array([[True, False, True], [False, False, True]])
 
 X34 = rand(3, 4, seed=3)
-
 
 CASES = [
     reduce_case("reduce_sum", np.sum, X, dim=[1], id="sum_dim1"),

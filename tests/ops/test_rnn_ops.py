@@ -92,7 +92,6 @@ def gru_unit_ref(Input, HiddenPrev, Weight, Bias, attrs):
 GRU_IN = {"Input": rand(3, 6), "HiddenPrev": rand(3, 2, seed=1),
           "Weight": rand(2, 6, seed=2), "Bias": rand(1, 6, seed=3)}
 
-
 CASES = [
     lstm_case(True, False, id="lstm_peepholes"),
     lstm_case(False, True, id="lstm_reverse_no_peepholes"),

@@ -1,6 +1,5 @@
 """SelectedRows ops (merge_selected_rows, get_tensor_from_selected_rows) on a sparse gradient."""
 
-
 import numpy as np
 import pytest
 

@@ -1,7 +1,6 @@
 """Op table: sequence_reverse, sequence_slice, sequence_enumerate, sequence_erase,
 sequence_scatter, add_position_encoding, row_conv, im2sequence; and their layers with LoD feeds."""
 
-
 import numpy as np
 import pytest
 import torch

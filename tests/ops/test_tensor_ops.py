@@ -1,7 +1,6 @@
 """Op table: tensor family (fills, assign, range, linspace, eye, diag, cast, concat, split,
 reshape, transpose, squeeze, unsqueeze, expand / expand_as, reverse, one_hot, shape, size)."""
 
-
 import numpy as np
 import pytest
 
@@ -12,7 +11,6 @@ X = rand(2, 3, 4)
 LABELS = np.array([[3], [0], [1], [4]], dtype="int64")
 
 X34 = rand(3, 4, seed=3)
-
 
 CASES = [
     OpCase("cast", {"X": rand(3, 4)}, attrs={"in_dtype": "float64", "out_dtype": "float32"},

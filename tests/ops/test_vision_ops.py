@@ -1,7 +1,6 @@
 """Op table: image ops (interpolation, padding, crop / crop_tensor, rearrangements, unfold) and
 their layers."""
 
-
 import re
 
 import numpy as np

@@ -136,6 +136,18 @@ class Operator:
     def attr_names(self) -> list[str]:
         return list(self.attrs)
 
+    @property
+    def sub_blocks(self) -> list[Block]:
+        """The blocks this op holds in its attributes (``while`` / ``conditional_block``:
+        ``sub_block``; ``listen_and_serv``: ``optimize_blocks``), in attribute order."""
+        out: list[Block] = []
+        for v in self.attrs.values():
+            if isinstance(v, Block):
+                out.append(v)
+            elif isinstance(v, list):
+                out += [b for b in v if isinstance(b, Block)]
+        return out
+
     def _set_attr(self, name: str, value: Any) -> None:
         self.attrs[name] = _normalize_attr(value)
         self.block.program._bump()

@@ -63,7 +63,6 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
     """(gradient block, the names its Out-gradient feeds take, per ``in_names`` entry the
     name of its gradient in the block or "" when the block does not produce one)."""
     from ..backward import _append_grad_ops
-    from ..passes.liveness import sub_blocks_of
 
     fwd = op.attrs["sub_block"]
     parent = op.block
@@ -76,7 +75,7 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
     outer = set(in_names) | set(op.output_arg_names)
     counter = 0
     for fop in fwd.ops:
-        if sub_blocks_of(fop):
+        if fop.sub_blocks:
             raise ValueError(f"{op.type}: the gradient of a block holding control flow itself "
                              f"({fop.type} at {fop.callsite}) is not supported; unroll the "
                              "inner construct or keep it out of the differentiated path")

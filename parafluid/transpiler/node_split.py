@@ -168,9 +168,7 @@ class NodeSplit:
 
     @staticmethod
     def _check_no_sub_blocks(block: Any) -> None:
-        from ..plan import has_sub_blocks
-
-        if has_sub_blocks(block):
+        if any(op.sub_blocks for op in block.ops):
             raise ValueError("transpile: an op of this placed program holds a sub-block "
                              "(control flow), whose reads the split by node cannot see; place "
                              "such programs on one worker")

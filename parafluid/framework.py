@@ -441,10 +441,29 @@ class Program:
         p = program_from_dict(program_to_dict(self), check=False)
         p._copy_python_side(self)
         if for_test:
-            from .passes.for_test import prune_for_test
-
-            prune_for_test(p)
+            p._prune_for_test()
         return p
+
+    def _prune_for_test(self) -> None:
+        """In place, on a fresh copy: what an evaluation runs. Backward, optimize and
+        LR-schedule ops go, ops with an ``is_test`` attr (dropout, batch_norm) switch to
+        inference behaviour, gradient variables nothing uses any more go."""
+        drop = OpRole.Backward | OpRole.Optimize | OpRole.LRSched
+        for block in self.blocks:
+            block.ops = [op for op in block.ops if not (op.attrs.get("op_role", 0) & drop)]
+            for op in block.ops:
+                if "is_test" in op.attrs:
+                    op.attrs["is_test"] = True
+        # NOTE: over every block: a variable of the global block may be used only in a
+        # sub-block
+        used = {n for block in self.blocks for op in block.ops
+                for n in op.input_arg_names + op.output_arg_names}
+        for block in self.blocks:
+            for name in list(block.vars):
+                if name not in used and (name.endswith(GRAD_SUFFIX) or GRAD_SUFFIX + "@" in name):
+                    del block.vars[name]
+        self._appending_grad_times = 0
+        self._bump()
 
     def _copy_python_side(self, other: Program) -> None:
         """Carry over what serialization does not: regularizer/clip objects on parameters."""

@@ -3,8 +3,6 @@
 - ``prune.prune(program, targets, feeds)``: keep what computes the targets (and every
   side-effect op); ``prune.eliminate_dead_code(program, keep)``: drop ops whose results
   nothing uses, never a side-effect op.
-- ``for_test.prune_for_test(program)``: drop backward/optimize ops, set ``is_test``
-  (behind ``clone(for_test=True)``).
 - ``fuse_elewise_add_act.fuse_elewise_add_act(program)``: elementwise_add + activation.
 - ``sync_batch_norm.sync_batch_norm(program)``: batch statistics over all devices.
 - ``grad_aggregation.aggregate_gradients(program, opts)``: all-reduce / reduce + broadcast

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .dtypes import convert_dtype
+from .program_meta import ProgramMeta
 from .variable import Parameter, Variable, _as_shape, var_names
 
 __all__ = [
@@ -362,6 +363,8 @@ class Program:
         self._op_role_var: list[str] = []
         self._name_scope_stack: list[str] = []
         self._appending_grad_times = 0
+        # what passes and transpilers record about the job (kept by clone and serialization)
+        self.meta = ProgramMeta()
 
     def _bump(self) -> None:
         self._version += 1
@@ -410,6 +413,18 @@ class Program:
         if not isinstance(seed, int):
             raise TypeError(f"Program.random_seed must be an int, got {type(seed).__name__}")
         self._seed = seed
+
+    @property
+    def _trainers_endpoints(self) -> list[str]:
+        """Fluid's name for the trainer endpoints of an nccl2 job (``meta.trainers_endpoints``)."""
+        return self.meta.trainers_endpoints
+
+    @_trainers_endpoints.setter
+    def _trainers_endpoints(self, endpoints: Sequence[str]) -> None:
+        if isinstance(endpoints, str) or not all(isinstance(e, str) for e in endpoints):
+            raise TypeError(f"Program._trainers_endpoints must be a list of 'ip:port' strings, "
+                            f"got {endpoints!r}")
+        self.meta.trainers_endpoints = list(endpoints)
 
     # ---- role guards used by backward and optimizers
     @contextlib.contextmanager
@@ -474,10 +489,6 @@ class Program:
                     var.regularizer = orig.regularizer
                     var.gradient_clip_attr = orig.gradient_clip_attr
         self._appending_grad_times = other._appending_grad_times
-        if getattr(other, "_placement_node", None):  # the worker a split by node made it for
-            self._placement_node = other._placement_node
-        if hasattr(other, "_memory_reuse"):  # memory_optimize's record (fetch checks)
-            self._memory_reuse = {k: list(v) for k, v in other._memory_reuse.items()}
 
     # ---- printing, checking, bytes
     def to_string(self, throw_on_error: bool = True, with_details: bool = False) -> str:

@@ -110,7 +110,7 @@ class ParallelExecutor:
         trainers = max(num_trainers, build_strategy.num_trainers)
         trainer_id = trainer_id or build_strategy.trainer_id
         endpoints = list(build_strategy.trainers_endpoints) or \
-            list(getattr(program, "_trainers_endpoints", None) or [])
+            list(program.meta.trainers_endpoints)
         if trainers > 1 or len(endpoints) > 1:
             _check_trainers(trainers, trainer_id, endpoints)
         scope = scope if scope is not None else global_scope()

@@ -105,10 +105,10 @@ def _op_device(op: Any, index: int, default: str) -> str:
 
 def process_node(program: Any, node: tuple[str, int] | None = None) -> tuple[str, int]:
     """The node a process running ``program`` is: ``node`` when given, else the one a split
-    by node recorded on the program (``_placement_node``), else trainer 0."""
+    by node recorded on the program (``program.meta.placement_node``), else trainer 0."""
     if node is not None:
         return node
-    return getattr(program, "_placement_node", None) or ("worker", 0)
+    return program.meta.placement_node or ("worker", 0)
 
 
 def op_devices(program: Any, default_device: str = "cpu:0",

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ..dtypes import VarType
-from .registry import EMPTY, GRAD, register_op
+from .registry import EMPTY, GRAD, GradContext, register_op
 
 __all__: list[str] = []
 
@@ -58,12 +58,10 @@ def _declare(grad_block: Any, src_block: Any, name: str, new_name: str) -> None:
                           stop_gradient=bool(src.stop_gradient) if src is not None else False)
 
 
-def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out: list[str]
-                      ) -> tuple[Any, list[str], list[str]]:
+def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out: list[str],
+                      ctx: GradContext) -> tuple[Any, list[str], list[str]]:
     """(gradient block, the names its Out-gradient feeds take, per ``in_names`` entry the
     name of its gradient in the block or "" when the block does not produce one)."""
-    from ..backward import _append_grad_ops
-
     fwd = op.attrs["sub_block"]
     parent = op.block
     program = parent.program
@@ -113,20 +111,20 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
                       "outputs": {"Out": [version.get(n, n) + GRAD]}, "attrs": {}})
     targets = [version.get(n, n) for n in diff_out]
     blocked = {n for n in in_names if n not in diff_in}
-    produced = _append_grad_ops(grad_block, targets, seeds, set(diff_in), blocked)
+    produced = ctx.append_grad_ops(grad_block, targets, seeds, set(diff_in), blocked)
     fetches = [n + GRAD if n in diff_in and n + GRAD in produced else "" for n in in_names]
     return grad_block, feeds, fetches
 
 
 def _grad_spec(op: Any, grad_type: str, in_slot: str, blocked: set[str],
-               extra_inputs: dict[str, list[str]]) -> list[dict[str, Any]]:
+               extra_inputs: dict[str, list[str]], ctx: GradContext) -> list[dict[str, Any]]:
     in_names = list(op.inputs.get(in_slot, ()))
     out_names = list(op.outputs.get("Out", ()))
     diff_in = [n for n in in_names if n not in blocked and _differentiable(op.block, n)]
     diff_out = [n for n in out_names if _differentiable(op.block, n)]
     if not diff_in or not diff_out:
         return []
-    grad_block, feeds, fetches = _build_grad_block(op, in_names, diff_in, diff_out)
+    grad_block, feeds, fetches = _build_grad_block(op, in_names, diff_in, diff_out, ctx)
     carried = set(diff_out)
     grads = [n + GRAD if n in diff_in and (fetch or n in carried) else EMPTY
              for n, fetch in zip(in_names, fetches)]
@@ -188,9 +186,10 @@ register_op("conditional_block_grad", inputs=("Cond[]", "Input[]?", "Out@GRAD[]?
             kernel=_conditional_block_grad)
 
 
-def conditional_block_grad_maker(op: Any, blocked: set[str]) -> list[dict[str, Any]]:
+def conditional_block_grad_maker(op: Any, blocked: set[str], ctx: GradContext
+                                 ) -> list[dict[str, Any]]:
     return _grad_spec(op, "conditional_block_grad", "Input", blocked,
-                      {"Cond": list(op.inputs["Cond"])})
+                      {"Cond": list(op.inputs["Cond"])}, ctx)
 
 
 # ----------------------------------------------------------------------------- while
@@ -231,9 +230,9 @@ register_op("while_grad", inputs=("X[]?", "Out@GRAD[]?", "StepScopes"),
             infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]}, kernel=_while_grad)
 
 
-def while_grad_maker(op: Any, blocked: set[str]) -> list[dict[str, Any]]:
+def while_grad_maker(op: Any, blocked: set[str], ctx: GradContext) -> list[dict[str, Any]]:
     steps = op.outputs.get("StepScopes")
     if not steps:
         raise ValueError("while: this loop records no StepScopes (is_test=True), so it has no "
                          "gradient; build it with is_test=False to train through it")
-    return _grad_spec(op, "while_grad", "X", blocked, {"StepScopes": list(steps)})
+    return _grad_spec(op, "while_grad", "X", blocked, {"StepScopes": list(steps)}, ctx)

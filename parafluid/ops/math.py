@@ -177,7 +177,7 @@ def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("sum", inputs=("X[]",), outputs=("Out",), infer_shape=_sum_shape, kernel=_sum,
-            grad=lambda op, no_grad: [
+            grad=lambda op, no_grad, ctx: [
                 {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [x + "@GRAD"]}, "attrs": {}}
                 for x in op.input("X") if x not in no_grad])
@@ -209,7 +209,7 @@ def _scale(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("scale", inputs=("X",), outputs=("Out",),
             attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
             infer_shape=same_as("X"), kernel=_scale,
-            grad=lambda op, no_grad: [] if op.input("X")[0] in no_grad else [
+            grad=lambda op, no_grad, ctx: [] if op.input("X")[0] in no_grad else [
                 {"type": "scale", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
                  "attrs": {"scale": op.attr("scale"), "bias": 0.0}}])

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..dtypes import VarType
+from .common import add_grads, scalar_truth
 from .registry import EMPTY, GRAD, GradContext, register_op
 
 __all__: list[str] = []
@@ -156,15 +157,13 @@ def _run_grad_block(ctx: Any, attrs: dict, values: dict[str, Any], in_names: lis
 
 
 def _conditional_block_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from .control_flow import _scalar_truth
-
     op = ctx.op
     in_names = list(op.inputs.get("Input", ()))
     values = dict(zip(in_names, ins["Input"]))
     out_grads = dict(zip(attrs["out_grad_names"], ins["Out@GRAD"] or ()))
     conds = ins["Cond"]
     if attrs["is_scalar_condition"]:
-        ran = _scalar_truth("conditional_block_grad", conds[0])
+        ran = scalar_truth("conditional_block_grad", conds[0])
     else:
         ran = all(c is not None and c.numel() != 0 for c in conds)
     grads = _run_grad_block(ctx, attrs, values, in_names, out_grads, out_grads) if ran else {
@@ -196,8 +195,6 @@ def conditional_block_grad_maker(op: Any, blocked: set[str], ctx: GradContext
 
 
 def _while_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from .control_flow import add_grads
-
     op = ctx.op
     in_names = list(op.inputs.get("X", ()))
     steps = ins["StepScopes"]

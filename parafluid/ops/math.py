@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ..scope import SelectedRows
-from .common import axis_view_shape, broadcast_meta, broadcast_y, numel, unbroadcast
+from .common import add_grads, axis_view_shape, broadcast_meta, broadcast_y, numel, unbroadcast
 from .registry import Meta, register_op, same_as
 
 # ----------------------------------------------------------------------------- mul
@@ -156,8 +156,6 @@ def _sum_shape(ins: dict, attrs: dict) -> dict:
 def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
     xs = [x for x in ins["X"] if x is not None]
     if any(isinstance(x, list) for x in xs):  # gradients of a tensor array: slot by slot
-        from .control_flow import add_grads
-
         out = xs[0]
         for x in xs[1:]:
             out = add_grads(out, x)

@@ -51,18 +51,9 @@ from .lanes import at_home
 from .runtime import OpRunError, RunContext, bind_op, op_error, op_hooks_active, timed
 from .scheduler import Scheduler, TaskError, TaskGraph
 
-__all__ = ["Plan", "run_plan", "RunServices", "BlockRunner", "has_sub_blocks"]
+__all__ = ["Plan", "run_plan", "RunServices", "BlockRunner"]
 
 Task = Callable[[], None]
-
-
-def has_sub_blocks(block: Any) -> bool:
-    """Whether an op of ``block`` holds a sub-block (control flow, listen_and_serv)."""
-    from ..framework import Block
-
-    return any(isinstance(v, Block) or (isinstance(v, list) and any(isinstance(b, Block)
-                                                                    for b in v))
-               for op in block.ops for v in op.attrs.values())
 
 
 class RunServices:

@@ -428,6 +428,33 @@ def hard_swish(x: Variable, threshold: float = 6.0, scale: float = 6.0, offset: 
 
 __all__ += ["hard_swish"]
 
+
+def similarity_focus(input: Variable, axis: int, indexes: list[int],
+                     name: str | None = None) -> Variable:
+    """A 0/1 mask of ``input`` ``[N, C, A, B]``: for each of ``indexes`` along ``axis``
+    (1, 2 or 3) the greedy one-to-one matching of the remaining two axes (largest value
+    first, its row and column then excluded), the union over ``indexes``, repeated along
+    ``axis``. No gradient, as in Fluid.
+
+    Example::
+
+        x = fluid.layers.data(name="x", shape=[3, 2, 2], dtype="float32")
+        mask = fluid.layers.similarity_focus(input=x, axis=1, indexes=[0])
+    """
+    if not isinstance(input, Variable):
+        raise TypeError(f"similarity_focus: input must be a Variable, got "
+                        f"{type(input).__name__}")
+    if isinstance(indexes, int):
+        indexes = [indexes]
+    helper = LayerHelper("similarity_focus", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    helper.append_op("similarity_focus", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"axis": int(axis), "indexes": [int(i) for i in indexes]})
+    return out
+
+
+__all__ += ["similarity_focus"]
+
 def __getattr__(name: str) -> object:
     # Fluid 1.6 spells the layers it defined here as fluid.layers.nn.<name>
     from .fluid_paths import resolve

@@ -683,3 +683,34 @@ def test_error_clip_by_value_clips_a_variables_gradient():
     assert np.allclose(gw_plain, xs.T @ (2 * h), atol=1e-6)
     with pytest.raises(ValueError, match="min .* must be <= max"):
         fluid.clip.ErrorClipByValue(max=-1.0, min=0.0)
+
+
+def test_similarity_focus_marks_fluids_greedy_matching():
+    x = np.array([[[[0.8, 0.1], [0.4, 0.5]],
+                   [[0.9, 0.7], [0.9, 0.95]],
+                   [[0.8, 0.9], [0.1, 0.2]]],
+                  [[[0.2, 0.5], [0.3, 0.4]],
+                   [[0.9, 0.7], [0.8, 0.4]],
+                   [[0.0, 0.2], [0.4, 0.7]]]], "float32")
+
+    def build(axis, indexes):
+        def layers():
+            v = fluid.layers.data(name="x", shape=[3, 2, 2], dtype="float32")
+            return [fluid.layers.similarity_focus(input=v, axis=axis, indexes=indexes)]
+        return layers
+    out, = run_layers(build(1, [0]), {"x": x})
+    # channel 0 of sample 0: 0.8 first, then 0.5 (row and column of 0.8 excluded)
+    assert out[0, :, 0, 0].tolist() == [1, 1, 1] and out[0, :, 1, 1].tolist() == [1, 1, 1]
+    assert out[0, :, 0, 1].sum() == out[0, :, 1, 0].sum() == 0
+    # sample 1: 0.5 at (0, 1) first, then 0.3 at (1, 0)
+    assert out[1, 0].tolist() == [[0, 1], [1, 0]]
+    union, = run_layers(build(1, [0, 2]), {"x": x})
+    # channel 2 of sample 0 picks 0.9 at (0, 1), then 0.1 at (1, 0): with channel 0, all
+    assert union[0, 0].tolist() == [[1, 1], [1, 1]]
+    along_last, = run_layers(build(3, [1]), {"x": x})
+    # axis 3: the matrices are X[n, :, :, 1] ([C, A] = [3, 2]); sample 0 picks 0.95 at
+    # (1, 1), then 0.9 at (2, 0) (row 1 and column 1 are taken)
+    assert along_last[0, :, :, 0].tolist() == [[0, 0], [0, 1], [1, 0]]
+    assert np.array_equal(along_last[..., 0], along_last[..., 1])
+    with pytest.raises(ValueError, match="index 3 is out of range for axis 1 of size 3"):
+        run_layers(build(1, [3]), {"x": x})

@@ -80,7 +80,7 @@ _family(["layers.prior_box", "layers.density_prior_box", "layers.multi_box_head"
         "results")
 _family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",
          "layers.tree_conv", "layers.match_matrix_tensor", "layers.var_conv_2d",
-         "layers.filter_by_instag", "layers.data_norm",
+         "layers.data_norm",
          ],
         "a layer of layers.nn not ported yet",
         "dynamic_lstm for dynamic_lstmp, softmax_with_cross_entropy or nce for sampled "

@@ -455,6 +455,40 @@ def similarity_focus(input: Variable, axis: int, indexes: list[int],
 
 __all__ += ["similarity_focus"]
 
+
+def filter_by_instag(ins: Variable, ins_tag: Variable, filter_tag: Variable,
+                     is_lod: bool) -> tuple[Variable, Variable]:
+    """The instances of ``ins`` (rows, or with ``is_lod`` its LoD sequences) that carry a
+    tag of ``filter_tag``: ``(out, loss_weight)``; ``ins_tag`` holds each instance's int64
+    tags (one LoD sequence per instance). ``out`` has a LoD of the kept lengths and
+    ``loss_weight`` a 1 per kept instance; when none is kept ``out`` is one zero row with
+    weight 0. The gradient goes back to the kept rows.
+
+    Example::
+
+        ins = fluid.layers.data(name="Ins", shape=[32], lod_level=0, dtype="float64")
+        ins_tag = fluid.layers.data(name="Ins_tag", shape=[1], lod_level=1, dtype="int64")
+        filter_tag = fluid.layers.data(name="Filter_tag", shape=[1], dtype="int64")
+        out, loss_weight = fluid.layers.filter_by_instag(ins, ins_tag, filter_tag, False)
+    """
+    for arg, v in (("ins", ins), ("ins_tag", ins_tag), ("filter_tag", filter_tag)):
+        if not isinstance(v, Variable):
+            raise TypeError(f"filter_by_instag: {arg} must be a Variable, got "
+                            f"{type(v).__name__}")
+    helper = LayerHelper("filter_by_instag")
+    out = helper.create_variable_for_type_inference(ins.dtype)
+    weight = helper.create_variable_for_type_inference(ins.dtype, stop_gradient=True)
+    index = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("filter_by_instag",
+                     inputs={"Ins": [ins], "Ins_tag": [ins_tag], "Filter_tag": [filter_tag]},
+                     outputs={"Out": [out], "LossWeight": [weight], "IndexMap": [index]},
+                     attrs={"is_lod": bool(is_lod)})
+    out.lod_level = 1
+    return out, weight
+
+
+__all__ += ["filter_by_instag"]
+
 def __getattr__(name: str) -> object:
     # Fluid 1.6 spells the layers it defined here as fluid.layers.nn.<name>
     from .fluid_paths import resolve

@@ -714,3 +714,53 @@ def test_similarity_focus_marks_fluids_greedy_matching():
     assert np.array_equal(along_last[..., 0], along_last[..., 1])
     with pytest.raises(ValueError, match="index 3 is out of range for axis 1 of size 3"):
         run_layers(build(1, [3]), {"x": x})
+
+
+@pytest.mark.parametrize("is_lod", [False, True])
+def test_filter_by_instag_keeps_tagged_instances_and_routes_their_gradient(is_lod):
+    rows = np.arange(12, dtype="float64").reshape(6, 2)
+    lengths = [1, 2, 1, 2] if is_lod else [1] * 6
+    tags = [[1, 3], [2], [5, 1], [4]] if is_lod else [[1], [2], [3], [1, 2], [7], [3]]
+
+    def build():
+        ins = fluid.layers.data(name="ins", shape=[2], dtype="float64",
+                                lod_level=1 if is_lod else 0)
+        ins.stop_gradient = False
+        ins_tag = fluid.layers.data(name="tag", shape=[1], dtype="int64", lod_level=1)
+        keep = fluid.layers.data(name="keep", shape=[2, 1], dtype="int64",
+                                 append_batch_size=False)
+        out, weight = fluid.layers.filter_by_instag(ins, ins_tag, keep, is_lod)
+        loss = fluid.layers.reduce_sum(out * out)
+        return [out, weight, fluid.gradients([loss], [ins])[0]]
+    feed = {"ins": fluid.create_lod_tensor(rows, [lengths], None) if is_lod else rows,
+            "tag": fluid.create_lod_tensor(np.array(sum(tags, []), "int64").reshape(-1, 1),
+                                           [[len(t) for t in tags]], None),
+            "keep": np.array([[1], [3]], "int64")}
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        fetch = build()
+    exe = fluid.Executor(fluid.CPUPlace())
+    out, weight, grad = exe.run(main, feed=feed, fetch_list=fetch, return_numpy=False)
+    kept = [0, 2] if is_lod else [0, 2, 3, 5]  # instances with tag 1 or 3
+    starts = np.cumsum([0] + lengths)
+    kept_rows = np.concatenate([rows[starts[i]:starts[i + 1]] for i in kept])
+    assert np.array_equal(np.array(out), kept_rows)
+    assert out.recursive_sequence_lengths() == [[lengths[i] for i in kept]]
+    assert np.array(weight).tolist() == [[1.0]] * len(kept)
+    mask = np.zeros((6, 1))
+    for i in kept:
+        mask[starts[i]:starts[i + 1]] = 1
+    assert np.array_equal(np.array(grad), 2 * rows * mask)
+
+
+def test_filter_by_instag_with_nothing_kept_gives_a_zero_row_of_weight_zero():
+    def build():
+        ins = fluid.layers.data(name="ins", shape=[2], dtype="float32")
+        ins_tag = fluid.layers.data(name="tag", shape=[1], dtype="int64", lod_level=1)
+        keep = fluid.layers.data(name="keep", shape=[1, 1], dtype="int64",
+                                 append_batch_size=False)
+        return list(fluid.layers.nn.filter_by_instag(ins, ins_tag, keep, is_lod=False))
+    tag = fluid.create_lod_tensor(np.array([[1], [2]], "int64"), [[1, 1]], None)
+    out, weight = run_layers(build, {"ins": np.ones((2, 2), "float32"), "tag": tag,
+                                     "keep": np.array([[9]], "int64")})
+    assert out.tolist() == [[0.0, 0.0]] and weight.tolist() == [[0.0]]

@@ -137,6 +137,10 @@ def test_every_fluid16_name_is_provided_or_listed_and_the_docs_show_the_counts()
     assert shown == table, f"docs/fluid_compat.md shows other counts; write:\n{table}"
     total = sum(c["names"] for c in counts.values())
     assert total == len(ENTRIES) > 600
+    provided = sum(c["provided"] for c in counts.values())
+    readme = " ".join((TESTS.parent / "README.md").read_text().split())
+    assert f"walks the {total} public names" in readme and f"{provided} are provided" in readme, \
+        f"README.md must state {total} names and {provided} provided"
     assert counts["fluid.layers.nn"]["names"] == 180
 
 

@@ -92,9 +92,6 @@ _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
         "use fluid.optimizer.Momentum")
 _family(["optimizer.PipelineOptimizer"], "the section-worker pipeline trainer",
         "place ops with fluid.device_guard and use the microbatch pipeline (docs/placement.md)")
-_family(["optimizer.ModelAverage"],
-        "an optimizer or parameter averaging not ported yet",
-        "use fluid.optimizer.Momentum, Adam or RMSProp")
 _family(["fluid.DataFeedDesc", "Executor.train_from_dataset", "Executor.infer_from_dataset"],
         "Dataset training (the C++ data-feed trainers)",
         "feed batches with fluid.io.DataLoader.from_generator and call Executor.run")

@@ -1,7 +1,7 @@
 """Averaged weights of Fluid's optimizer module: ``ExponentialMovingAverage`` (shadow copies
 of the parameters that follow them with a decay, swapped in for evaluation with ``apply``
 and back with ``restore``) and ``LookaheadOptimizer`` (slow weights pulled towards the fast
-ones every ``k`` steps).
+ones every ``k`` steps) and ``ModelAverage`` (the average over a sliding window of steps).
 
 Each ``update()`` (ops appended to the main program after ``minimize``) computes
 ``ema = decay * ema + (1 - decay) * param`` and ``decay_pow *= decay``; ``apply`` runs a
@@ -28,8 +28,9 @@ from typing import Any
 
 from . import unique_name
 from .framework import Program, Variable, default_main_program, program_guard
+from .optimizer import Optimizer
 
-__all__ = ["ExponentialMovingAverage", "LookaheadOptimizer"]
+__all__ = ["ExponentialMovingAverage", "LookaheadOptimizer", "ModelAverage"]
 
 
 class ExponentialMovingAverage:
@@ -187,3 +188,103 @@ class LookaheadOptimizer:
                         assign(mixed, output=slow[p.name])
                         assign(mixed, output=p)
         return result
+
+
+class ModelAverage(Optimizer):
+    """Fluid's ModelAverage (an ``Optimizer`` there too, whose methods it inherits): the
+    parameters averaged over a sliding window of recent steps, swapped in for evaluation by
+    ``apply`` and back by ``restore``.
+
+    Construct it after ``minimize``: every trainable parameter (``do_model_average`` not
+    False) gets the accumulators of op ``average_accumulates`` (``sum_1``, ``sum_2``,
+    ``sum_3`` and three int64 counters), updated each step. ``apply`` writes
+    ``(sum_1 + sum_2 + sum_3) / (num_accumulates + old_num_accumulates)`` into the
+    parameters. The window holds at least ``min_average_window`` steps, and restarts once it
+    holds ``min(max_average_window, steps * average_window_rate)``.
+
+    Example::
+
+        opt.minimize(loss)
+        model_average = fluid.optimizer.ModelAverage(0.15, min_average_window=10000,
+                                                     max_average_window=20000)
+        ...
+        with model_average.apply(exe):
+            exe.run(test_program)
+    """
+
+    def __init__(self, average_window_rate: float, min_average_window: int = 10000,
+                 max_average_window: int = 10000, regularization: Any = None,
+                 name: str | None = None) -> None:
+        from .layers import create_global_var
+
+        super().__init__(0.0, regularization, name)
+        self.average_window = float(average_window_rate)
+        self.min_average_window = int(min_average_window)
+        self.max_average_window = int(max_average_window)
+        prefix = name or ""
+        main = default_main_program()
+        self._params = [p for p in main.global_block().all_parameters()
+                        if p.trainable and p.do_model_average is not False]
+        if not self._params:
+            raise ValueError("ModelAverage: the default main program has no trainable "
+                             "parameters to average; build the model and minimize first")
+        self._acc: dict[str, dict[str, Variable]] = {}
+        for p in self._params:
+            acc = {}
+            for slot in ("sum_1", "sum_2", "sum_3", "backup"):
+                acc[slot] = create_global_var(list(p.shape), 0.0, p.dtype, persistable=True,
+                                              name=unique_name.generate(f"{prefix}{p.name}_{slot}"))
+            for slot in ("num_accumulates", "old_num_accumulates", "num_updates"):
+                acc[slot] = create_global_var([1], 0.0, "int64", persistable=True,
+                                              name=unique_name.generate(f"{prefix}{p.name}_{slot}"))
+            self._acc[p.name] = acc
+            block = main.global_block()
+            block.append_op(
+                "average_accumulates",
+                inputs={"param": [p], **{f"in_{k}": [acc[k]] for k in (
+                    "sum_1", "sum_2", "sum_3", "num_accumulates", "old_num_accumulates",
+                    "num_updates")}},
+                outputs={f"out_{k}": [acc[k]] for k in (
+                    "sum_1", "sum_2", "sum_3", "num_accumulates", "old_num_accumulates",
+                    "num_updates")},
+                attrs={"average_window": self.average_window,
+                       "min_average_window": self.min_average_window,
+                       "max_average_window": self.max_average_window})
+        self.apply_program = self._swap_program(to_average=True)
+        self.restore_program = self._swap_program(to_average=False)
+
+    def _swap_program(self, to_average: bool) -> Program:
+        from .layers import assign, cast, elementwise_div, sums
+
+        program = Program()
+        block = program.global_block()
+        with program_guard(program, Program()):
+            for p in self._params:
+                acc = {k: block.create_var(name=v.name, shape=list(v.shape), dtype=v.dtype,
+                                           persistable=True)
+                       for k, v in self._acc[p.name].items()}
+                param = block.create_var(name=p.name, shape=list(p.shape), dtype=p.dtype,
+                                         persistable=True)
+                if to_average:
+                    assign(param, output=acc["backup"])
+                    total = sums([acc["sum_1"], acc["sum_2"], acc["sum_3"]])
+                    count = cast(sums([acc["num_accumulates"], acc["old_num_accumulates"]]),
+                                 p.dtype)
+                    assign(elementwise_div(total, count), output=param)
+                else:
+                    assign(acc["backup"], output=param)
+        return program
+
+    @contextlib.contextmanager
+    def apply(self, executor: Any, need_restore: bool = True) -> Iterator[None]:
+        """The window's averages in the parameters for the block's duration."""
+        executor.run(self.apply_program)
+        try:
+            yield
+        finally:
+            if need_restore:
+                self.restore(executor)
+
+    def restore(self, executor: Any) -> None:
+        """Put back the parameters ``apply`` replaced."""
+        executor.run(self.restore_program)

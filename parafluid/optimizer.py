@@ -36,7 +36,7 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "DecayedAdagrad", "DecayedAdagradOptimizer", "Adamax", "AdamaxOptimizer", "Ftrl",
            "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
            "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage",
-           "LookaheadOptimizer"]
+           "LookaheadOptimizer", "ModelAverage"]
 
 
 class State(NamedTuple):
@@ -572,7 +572,11 @@ class LarsMomentum(Optimizer):
 AdadeltaOptimizer = Adadelta
 LarsMomentumOptimizer = LarsMomentum
 
-from .moving_average import ExponentialMovingAverage, LookaheadOptimizer  # noqa: E402
+from .moving_average import (  # noqa: E402
+    ExponentialMovingAverage,
+    LookaheadOptimizer,
+    ModelAverage,
+)
 
 
 def __getattr__(name: str) -> object:

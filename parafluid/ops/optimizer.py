@@ -351,3 +351,53 @@ register_op("lars_momentum", inputs=("Param", "Grad", "Velocity", "LearningRate"
             infer_shape=_state_shape("lars_momentum", (("Param", "ParamOut"),
                                                        ("Velocity", "VelocityOut"))),
             kernel=_lars_momentum)
+
+
+# ----------------------------------------------------------------------------- average_accumulates
+
+_MAX_NUM_ACCUMULATES = 16384  # Fluid's: sum_1 moves into sum_2 this often (precision)
+
+
+def _average_accumulates(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """ModelAverage's bookkeeping, as Fluid's kernel: ``sum_1 += param``; every 16384
+    updates ``sum_1`` moves into ``sum_2``; once the window is long enough (``min_average_
+    window`` and ``min(max_average_window, num_updates * average_window)``) the sums so far
+    move into ``sum_3`` and the window restarts."""
+    param = ins["param"]
+    s1, s2, s3 = ins["in_sum_1"], ins["in_sum_2"], ins["in_sum_3"]
+    num_acc = int(ins["in_num_accumulates"].reshape(-1)[0]) + 1
+    old_acc = int(ins["in_old_num_accumulates"].reshape(-1)[0])
+    num_upd = int(ins["in_num_updates"].reshape(-1)[0]) + 1
+    out1, out2, out3 = s1 + param, s2.clone(), s3.clone()
+    if num_upd % _MAX_NUM_ACCUMULATES == 0:
+        out2 = s2 + s1
+        out1 = torch.zeros_like(s1)
+    window = min(attrs["max_average_window"], num_upd * attrs["average_window"])
+    if num_acc >= attrs["min_average_window"] and num_acc >= window:
+        out3 = s1 + s2
+        out1, out2 = torch.zeros_like(s1), torch.zeros_like(s2)
+        old_acc, num_acc = num_acc, 0
+
+    def count(v: int, like: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(like, v)
+    return {"out_sum_1": out1, "out_sum_2": out2, "out_sum_3": out3,
+            "out_num_accumulates": count(num_acc, ins["in_num_accumulates"]),
+            "out_old_num_accumulates": count(old_acc, ins["in_old_num_accumulates"]),
+            "out_num_updates": count(num_upd, ins["in_num_updates"])}
+
+
+def _average_accumulates_shape(ins: dict, attrs: dict) -> dict:
+    return {"out_sum_1": ins["in_sum_1"], "out_sum_2": ins["in_sum_2"],
+            "out_sum_3": ins["in_sum_3"], "out_num_accumulates": ins["in_num_accumulates"],
+            "out_old_num_accumulates": ins["in_old_num_accumulates"],
+            "out_num_updates": ins["in_num_updates"]}
+
+
+register_op("average_accumulates",
+            inputs=("param", "in_sum_1", "in_sum_2", "in_sum_3", "in_num_accumulates",
+                    "in_old_num_accumulates", "in_num_updates"),
+            outputs=("out_sum_1", "out_sum_2", "out_sum_3", "out_num_accumulates",
+                     "out_old_num_accumulates", "out_num_updates"),
+            attrs={"average_window": 0.0, "max_average_window": 2 ** 63 - 1,
+                   "min_average_window": 10000},
+            infer_shape=_average_accumulates_shape, kernel=_average_accumulates)

@@ -764,3 +764,38 @@ def test_filter_by_instag_with_nothing_kept_gives_a_zero_row_of_weight_zero():
     out, weight = run_layers(build, {"ins": np.ones((2, 2), "float32"), "tag": tag,
                                      "keep": np.array([[9]], "int64")})
     assert out.tolist() == [[0.0, 0.0]] and weight.tolist() == [[0.0]]
+
+
+def test_model_average_applies_the_window_average_as_fluids_kernel_keeps_it():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        out = fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(
+            name="w", initializer=fluid.initializer.NumpyArrayInitializer(
+                np.array([[0.5], [-1.0]], "float32"))))
+        fluid.optimizer.SGD(0.1).minimize(fluid.layers.mean(out))
+        average = fluid.optimizer.ModelAverage(0.5, min_average_window=2,
+                                               max_average_window=3)
+    exe = fluid.Executor(fluid.CPUPlace())
+    w = np.array([[0.5], [-1.0]])
+    sums, n_acc, n_old, n_upd = [np.zeros((2, 1))] * 3, 0, 0, 0
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        for _ in range(7):
+            exe.run(main, feed={"x": np.array([[1.0, 3.0]], "float32")})
+            w = w - 0.1 * np.array([[1.0], [3.0]])
+            s1, s2, s3 = sums
+            n_acc, n_upd = n_acc + 1, n_upd + 1
+            new1 = s1 + w
+            if n_acc >= 2 and n_acc >= min(3, n_upd * 0.5):  # the window restarts
+                sums, n_old, n_acc = [np.zeros((2, 1)), np.zeros((2, 1)), s1 + s2], n_acc, 0
+            else:
+                sums = [new1, s2, s3]
+        with average.apply(exe):
+            applied = np.array(fluid.global_scope().find_var("w").get_tensor())
+        restored = np.array(fluid.global_scope().find_var("w").get_tensor())
+    assert np.allclose(applied, sum(sums) / (n_acc + n_old), atol=1e-5)
+    assert np.allclose(restored, w, atol=1e-6)
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(ValueError, match="no trainable parameters to average"):
+            fluid.optimizer.ModelAverage(0.1)

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .ops.registry import EMPTY, GRAD, get_op_def
+from .placement import torch_device
 
 __all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext", "RunServices",
            "OpRecord", "add_op_hook", "remove_op_hook", "op_hooks_active", "op_device"]
@@ -77,17 +78,7 @@ def op_device(op: Any, default: torch.device) -> torch.device:
     spec = op.attrs.get("op_device") or ""
     if not spec:
         return default
-    kind, _, index = str(spec).partition(":")
-    if kind not in ("cpu", "gpu", "cuda") or (index and not index.isdigit()):
-        raise ValueError(f"op {op.type} (created at {op.callsite}): op_device must be 'cpu', "
-                         f"'cpu:N', 'gpu' or 'gpu:N', got {spec!r}")
-    if kind == "cpu":
-        return torch.device("cpu", int(index)) if index else torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError(f"op {op.type} (created at {op.callsite}) is placed on {spec!r} but "
-                         "torch sees no CUDA device here; place it on 'cpu' or run on a GPU "
-                         "machine")
-    return torch.device("cuda", int(index) if index else 0)
+    return torch_device(spec, f"op {op.type} (created at {op.callsite}): op_device")
 
 
 # ---------------------------------------------------------------------- run context

@@ -55,8 +55,9 @@ import torch.distributed as dist
 
 from ..scope import SelectedRows
 from .deadline import rpc_deadline_seconds
+from .endpoints import parse_endpoint, parse_endpoints
 from .health import Heartbeat, diagnose
-from .rendezvous import Rendezvous, parse_endpoint, rendezvous
+from .rendezvous import Rendezvous, rendezvous
 from .transport import (
     HEADER_SIZE,
     broadcast_options,
@@ -481,8 +482,6 @@ def init_collective(endpoints: str | Sequence[str], trainer_id: int,
         deadline_s: per-collective deadline (default ``FLAGS_rpc_deadline``, 180 s).
         rendezvous_deadline_s: default ``FLAGS_rpc_deadline``, else 300 s.
     """
-    from .rendezvous import parse_endpoints
-
     key = (tuple(parse_endpoints(endpoints)), int(trainer_id))
     with _REGISTRY_LOCK:
         comm = _REGISTRY.get(key)
@@ -506,8 +505,6 @@ def init_collective(endpoints: str | Sequence[str], trainer_id: int,
 def get_collective(endpoints: str | Sequence[str], trainer_id: int
                    ) -> ProcessGroupCommunicator | None:
     """The communicator ``init_collective`` registered for these endpoints, or None."""
-    from .rendezvous import parse_endpoints
-
     with _REGISTRY_LOCK:
         return _REGISTRY.get((tuple(parse_endpoints(endpoints)), int(trainer_id)))
 

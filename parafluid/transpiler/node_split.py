@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..distributed.endpoints import parse_endpoints
 from ..framework import OpRole, Program
 from ..ops.registry import EMPTY, get_op_def
 from ..placement import (
@@ -46,7 +47,6 @@ from ..placement import (
     parse_node,
     place_of,
 )
-from .pserver_mode import parse_endpoints
 
 __all__ = ["NodeSplit", "node_ids", "has_numbered_workers", "op_workers", "split_startup",
            "Transfer"]

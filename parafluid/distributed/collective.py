@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,6 +52,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..flags import flag
 from ..scope import SelectedRows
 from .deadline import rpc_deadline_seconds
 from .endpoints import parse_endpoint, parse_endpoints
@@ -93,13 +93,9 @@ def local_devices(use_cuda: bool) -> list[torch.device]:
         return [torch.device("cpu")] * cpu_device_count()
     if not torch.cuda.is_available():
         raise RuntimeError("the collective mode on CUDA needs a GPU, and torch sees none")
-    raw = os.environ.get("FLAGS_selected_gpus", "").strip()
+    raw = flag("FLAGS_selected_gpus")
     if raw:
-        try:
-            ids = [int(x) for x in raw.split(",") if x.strip()]
-        except ValueError:
-            raise ValueError(f"FLAGS_selected_gpus must be GPU ids like '0,1', got {raw!r}"
-                             ) from None
+        ids = [int(x) for x in raw.split(",")]
     else:
         ids = list(range(torch.cuda.device_count()))
     return [torch.device("cuda", i) for i in ids]

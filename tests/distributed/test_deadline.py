@@ -3,7 +3,6 @@ import time
 import pytest
 
 import parafluid as fluid
-
 from parafluid.distributed.deadline import Deadline, rpc_deadline_seconds
 
 

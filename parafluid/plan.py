@@ -407,7 +407,7 @@ class BlockRunner:
         if plan is None or plan.in_use:  # a nested run of the same block gets its own plan
             block = self.program.block(block_idx)
             p = self.parent
-            svc = RunServices(self.program, None, p.communicator, p.transport, p.device_index,
+            svc = RunServices(self.program, None, p.communicator, p.device_index,
                               device=self.device)
             graph = build_graph(self.program, 1, GraphOptions(), block_idx=block_idx)
             plan = Plan(graph, block, [self.device], [svc], key[2], fetch, release=False,

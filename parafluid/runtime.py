@@ -5,9 +5,9 @@
   the outputs back. Every executor binds ops through it (``parafluid.plan`` does it for them).
 - ``RunContext`` is the ``ctx`` a kernel gets: its device, the run's scope (persistables
   written by earlier ops are already there), ``run_block`` to run a sub-block of the program,
-  the communicator (collectives) and the transport (send/recv), the RPC deadline.
+  the communicator (collectives), the RPC deadline.
 - ``RunServices`` is what a binding shares between its ops: per executor device, the
-  scope, the communicator, the transport and the sub-block runner.
+  scope, the communicator and the sub-block runner.
 - ``op_error`` makes the one error every failing op raises (``OpRunError``: op index, type,
   inputs, device, the Python line that created the op).
 - ``add_op_hook(fn)``: per-op instrumentation (the profiler): ``fn(record)`` is called after
@@ -91,22 +91,20 @@ class RunServices:
         program: the program being run (for ``run_block``).
         scope: where persistables live; the executor sets it at the start of each run.
         communicator: joins this device with the others (collective ops), or None.
-        transport: the RPC endpoint handle of send/recv ops, or None.
         device_index: this device's index in a data-parallel run (0 for the Executor).
         local_writes: write persistables into ``scope`` itself, never into a parent scope
             (the per-device scopes of a ParallelExecutor keep their own copies).
     """
 
-    __slots__ = ("program", "scope", "communicator", "transport", "device_index",
+    __slots__ = ("program", "scope", "communicator", "device_index",
                  "local_writes", "device", "_block_runner")
 
     def __init__(self, program: Any = None, scope: Any = None, communicator: Any = None,
-                 transport: Any = None, device_index: int = 0, local_writes: bool = False,
+                 device_index: int = 0, local_writes: bool = False,
                  device: torch.device | None = None) -> None:
         self.program = program
         self.scope = scope
         self.communicator = communicator
-        self.transport = transport
         self.device_index = device_index
         self.local_writes = local_writes
         self.device = device if device is not None else torch.device("cpu")
@@ -142,8 +140,9 @@ class RunContext:
     """What a kernel may need beyond its inputs and attrs (``ctx``); built once per binding.
 
     ``device``: the torch device of this op. ``need``: for ``_grad`` ops, the forward input
-    slots whose gradient the op must produce. ``scope``: the run's scope. ``communicator`` /
-    ``transport``: the collective and RPC handles (None when not distributed).
+    slots whose gradient the op must produce. ``scope``: the run's scope. ``communicator``:
+    the collective handle (None when not data-parallel; RPC ops reach their clients
+    through ``parafluid.distributed.ps_registry``).
     ``device_index``: the data-parallel device this op runs for. ``run_block(idx, ...)``:
     run a sub-block. ``deadline_s``: how long a blocking op may wait (FLAGS_rpc_deadline).
     """
@@ -164,10 +163,6 @@ class RunContext:
     @property
     def communicator(self) -> Any:
         return self.services.communicator
-
-    @property
-    def transport(self) -> Any:
-        return self.services.transport
 
     @property
     def device_index(self) -> int:
@@ -224,6 +219,10 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
 
     # NOTE: the common shapes (single-variable slots, absent optional ones) get straight-line
     # closures: this is the per-op hot path of every executor.
+    plain = kernel
+    if opdef.share_lod is not None:
+        src, dsts = opdef.share_lod
+        kernel = _kernel_sharing_lod(kernel, src, dsts, opdef.input_by_name[src].duplicable)
     if all(not dup and len(names) <= 1 for _, names, dup in in_spec) and \
             all(not dup and len(names) == 1 for _, names, dup in out_spec):
         in_pairs = tuple((slot, names[0]) for slot, names, _ in in_spec if names)
@@ -232,13 +231,12 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
                           if names[0] != EMPTY)
         if not absent and len(out_pairs) == 1:
             src_name = None
-            if opdef.lod_share is not None:
-                src, dsts, plain = opdef.lod_share
-                if opdef.input_by_name[src].duplicable:
-                    plain = kernel  # (the wrapper handles a list of inputs)
-                elif out_pairs[0][0] in dsts:
-                    src_name = dict(in_pairs).get(src)
-                kernel = plain
+            if opdef.share_lod is not None:
+                src, dsts = opdef.share_lod
+                if not opdef.input_by_name[src].duplicable:
+                    kernel = plain  # the runner shares the LoD itself, without the wrapper
+                    if out_pairs[0][0] in dsts:
+                        src_name = dict(in_pairs).get(src)
             return _single_output_runner(kernel, in_pairs, attrs, ctx, *out_pairs[0], env, drop,
                                          src_name)
 
@@ -279,17 +277,49 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
     return run_general
 
 
+def _kernel_sharing_lod(kernel: Any, src: str, dsts: tuple[str, ...], duplicable: bool) -> Any:
+    """``kernel`` that hands input ``src``'s LoD to outputs ``dsts`` (the op's ``share_lod``
+    row), as Fluid's ShareLoD: an output gets it when it has as many rows as the LoD covers.
+    A run without LoD pays one attribute lookup."""
+    from .lod import LOD_ATTR, attach_lod
+
+    def share(outs: dict[str, Any], x: Any, lod: list[list[int]]) -> None:
+        for slot in dsts:
+            out = outs.get(slot)
+            if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
+                attach_lod(out, lod)
+
+    # NOTE: two closures instead of one with a branch: this runs for every op of every step.
+    if duplicable:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            xs = ins[src]
+            lod = getattr(xs[0], LOD_ATTR, None) if xs else None
+            if lod:
+                share(outs, xs[0], lod)
+            return outs
+    else:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            x = ins[src]
+            lod = getattr(x, LOD_ATTR, None)
+            if lod:
+                share(outs, x, lod)
+            return outs
+    return kernel_sharing_lod
+
+
 def _single_output_runner(kernel: Any, in_pairs: tuple[tuple[str, str], ...],
                           attrs: dict[str, Any], ctx: RunContext, out_slot: str, out_name: str,
                           env: dict[str, Any] | None, drop: tuple[str, ...],
                           src_name: str | None) -> Runner:
     """``run(env)`` of an op with single-variable input slots and one output: the hot path.
 
-    ``src_name``: the input whose LoD the output takes (``share_lod``), shared here rather
-    than by the kernel's wrapper (the input is still in ``env`` after the kernel: the output
-    is stored after the check). NOTE: one closure per input count, with the input dict
-    written out: a dict display costs half a comprehension (which, in Python 3.11, is a
-    call), and this runs for every op of every step.
+    ``src_name``: the input whose LoD the output takes (the op's ``share_lod`` row), shared
+    here rather than by ``_kernel_sharing_lod`` (the input is still in ``env`` after the
+    kernel: the output is stored after the check). NOTE: one closure per input count, with
+    the input dict written out: a dict display costs half a comprehension (which, in Python
+    3.11, is a call), and this runs for every op of every step.
     """
     from .lod import LOD_ATTR, attach_lod
 

@@ -15,7 +15,7 @@ import torch
 from ..dtypes import convert_dtype, to_torch
 from .common import broadcast_meta, broadcast_y
 from .reduce import _reduce_axes, _reduced_shape
-from .registry import Meta, register_op, share_lod
+from .registry import Meta, register_op
 from .tensor import _batch_like_shape
 
 __all__: list[str] = []
@@ -183,7 +183,7 @@ def _register_int_elementwise(name: str, fn: Any) -> None:
     register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
                 infer_shape=lambda ins, attrs: {"Out": broadcast_meta(ins["X"], ins["Y"],
                                                                       attrs["axis"])},
-                kernel=kernel)
+                kernel=kernel, share_lod=("X", "Out"))
 
 
 # Fluid 1.6's kernels are C's: the remainder has the sign of X (fmod) and the quotient is
@@ -526,10 +526,6 @@ register_op("strided_slice", inputs=("Input",), outputs=("Out",),
             infer_shape=_strided_shape, kernel=_strided_slice,
             grad_kernel=_strided_slice_grad, grad_uses=("Input",))
 
-# Fluid's ShareLoD for the elementwise ops and clip_by_norm over sequence rows.
-for _op in ("elementwise_mod", "elementwise_floordiv", "clip_by_norm"):
-    share_lod(_op, "X", ("Out",))
-
 # ----------------------------------------------------------------------------- hash
 
 _MASK = (1 << 64) - 1
@@ -599,5 +595,4 @@ def _hash(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("hash", inputs=("X",), outputs=("Out",), attrs={"num_hash": 1, "mod_by": 100000},
-            infer_shape=_hash_shape, kernel=_hash)
-share_lod("hash", "X", ("Out",))
+            infer_shape=_hash_shape, kernel=_hash, share_lod=("X", "Out"))

@@ -121,7 +121,7 @@ register_op("conv2d", inputs=("Input", "Filter"), outputs=("Output",),
             attrs={"strides": [1, 1], "paddings": [0, 0], "dilations": [1, 1], "groups": 1,
                    "use_cudnn": True, "data_format": "NCHW"},
             infer_shape=_conv2d_shape, kernel=_conv2d, grad_kernel=_conv2d_grad,
-            grad_uses=("Input", "Filter"))
+            grad_uses=("Input", "Filter"), fresh_output=True)
 
 # ----------------------------------------------------------------------------- pool2d
 
@@ -225,7 +225,7 @@ register_op("pool2d", inputs=("X",), outputs=("Out",),
                    "adaptive": False,
                    "ceil_mode": False, "use_cudnn": True, "data_format": "NCHW"},
             infer_shape=_pool2d_shape, kernel=_pool2d, grad_kernel=_pool2d_grad,
-            grad_uses=("X",))
+            grad_uses=("X",), fresh_output=True)
 
 # ----------------------------------------------------------------------------- dropout
 
@@ -279,7 +279,8 @@ register_op("dropout", inputs=("X",), outputs=("Out", "Mask"),
                    "dropout_implementation": "downgrade_in_infer"},
             infer_shape=_dropout_shape, kernel=_dropout, grad_kernel=_dropout_grad,
             grad_uses=("Mask",),
-            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]})
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]},
+            share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- lookup_table
 
@@ -339,7 +340,8 @@ register_op("lookup_table", inputs=("W", "Ids"), outputs=("Out",),
                    "remote_prefetch": False},
             infer_shape=_lookup_table_shape, kernel=_lookup_table,
             grad_kernel=_lookup_table_grad, grad_uses=("W", "Ids"),
-            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape)
+            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape,
+            share_lod=("Ids", "Out"))
 
 
 # lookup_table_v2 (fluid.embedding): the same lookup, keeping every dim of Ids.
@@ -363,4 +365,5 @@ register_op("lookup_table_v2", inputs=("W", "Ids"), outputs=("Out",),
                    "remote_prefetch": False},
             infer_shape=_lookup_v2_shape, kernel=_lookup_v2,
             grad_kernel=_lookup_table_grad, grad_uses=("W", "Ids"),
-            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape)
+            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape,
+            share_lod=("Ids", "Out"))

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .registry import Meta, register_op, share_lod
+from .registry import Meta, register_op
 
 __all__: list[str] = []
 
@@ -51,7 +51,7 @@ def _norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("norm", inputs=("X",), outputs=("Out", "Norm"),
             attrs={"axis": 1, "epsilon": 1e-10, "is_test": False},
             infer_shape=_norm_shape, kernel=_norm, grad_kernel=_norm_grad,
-            grad_uses=("X", "Norm"))
+            grad_uses=("X", "Norm"), share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- group_norm
 
@@ -227,7 +227,7 @@ def _prelu_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("prelu", inputs=("X", "Alpha"), outputs=("Out",), attrs={"mode": "all"},
             infer_shape=_prelu_shape, kernel=_prelu, grad_kernel=_prelu_grad,
-            grad_uses=("X", "Alpha"))
+            grad_uses=("X", "Alpha"), share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- maxout
 
@@ -352,5 +352,3 @@ register_op("instance_norm", inputs=("X", "Scale?", "Bias?"),
             grad_uses=("X", "Scale", "Bias", "SavedMean", "SavedVariance"))
 
 # Fluid's ShareLoD: l2_normalize and prelu over sequence rows keep the sequences.
-share_lod("norm", "X", ("Out",))
-share_lod("prelu", "X", ("Out",))

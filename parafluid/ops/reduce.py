@@ -146,4 +146,4 @@ def _top_k_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("top_k", inputs=("X",), outputs=("Out", "Indices"), attrs={"k": 1},
             infer_shape=_top_k_shape, kernel=_top_k, grad_kernel=_top_k_grad,
-            grad_uses=("X", "Indices"))
+            grad_uses=("X", "Indices"), share_lod=("X", ("Out", "Indices")))

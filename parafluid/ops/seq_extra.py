@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..lod import attach_lod, get_lod, lengths_to_offsets, require_lod
-from .registry import Meta, register_op, share_lod
+from .registry import Meta, register_op
 
 __all__: list[str] = []
 
@@ -376,7 +376,6 @@ register_op("ctc_align", inputs=("Input",), outputs=("Output",),
 
 
 # ctc_greedy_decoder runs ctc_align on top_k's indices: top_k keeps its input's sequences.
-share_lod("top_k", "X", ("Out", "Indices"))
 
 # ----------------------------------------------------------------------------- sequence_scatter
 

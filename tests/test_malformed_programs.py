@@ -57,9 +57,9 @@ def _op(doc: dict[str, Any], type: str) -> dict[str, Any]:
     return next(o for o in doc["blocks"][0]["ops"] if o["type"] == type)
 
 
-# Each case: a way to damage the document, and what the error must say. On the old code the
-# first ones crashed (RecursionError, OverflowError, TypeError in verify, a hang) and the
-# later ones loaded silently with the damage in them.
+# Each case: a way to damage the document, and what the error must say. Unchecked, the
+# first ones crash the loader (RecursionError, OverflowError, TypeError in verify, a hang)
+# and the later ones load silently with the damage in them.
 CASES = {
     "deeply nested JSON": (None, "nested too deeply"),  # see _damaged
     "Infinity as the random seed": (lambda d: d.update(random_seed=float("inf")),
@@ -112,7 +112,7 @@ def _damaged(case: str) -> bytes:
     return _encode(doc)
 
 
-@pytest.mark.timeout(20)  # the old code looped for ever on a block that is its own parent
+@pytest.mark.timeout(20)  # a block that is its own parent must not loop for ever
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_malformed_document_is_a_value_error_naming_the_field(case: str) -> None:
     data = _damaged(case)

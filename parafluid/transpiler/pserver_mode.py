@@ -21,7 +21,7 @@
   with their shape resized to the block.
 
 Which ops go to the pservers: in a program that places ops on ``/node:ps``
-(``fluid.place_guard``, seed 004), exactly those, because of their place: they must be the
+(``fluid.place_guard``), exactly those, because of their place: they must be the
 updates (optimize role) or the LR schedule, and the optimize ops placed on the workers stay
 on the workers (allowed with one trainer, whose local updates nobody else needs). In any
 other program, every optimize-role and LR-schedule op (Fluid's rule, by role).
@@ -108,7 +108,7 @@ class PServerTranspile:
         self.origin = program.clone()
         self.origin_startup = startup.clone()
         self.program, self.startup = program, startup
-        # seed 004: ops placed on /node:ps run on the pservers because of their place
+        # as Fluid's placement design has it: ops on /node:ps run on the pservers by their place
         self.by_place = any(op.attrs.get(NODE_ATTR) == "ps"
                             for op in self.origin.global_block().ops)
         if self.by_place:

@@ -80,7 +80,8 @@ def test_nccl2_mode_appends_gen_nccl_id_to_the_startup_program():
     verify(startup)
 
 
-def test_seed_spelling_workers_and_errors():
+def test_documented_workers_spelling_and_errors():
+    # the nccl2 example of Fluid's DistributeTranspiler reference passes ``workers=``
     t = _nccl2(0, 1, "127.0.0.1:6170", workers="127.0.0.1:6170,127.0.0.1:6171")
     assert t.trainer_num == 2
     with pytest.raises(ValueError, match="must be entry 0"):

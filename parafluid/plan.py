@@ -40,18 +40,9 @@ from .passes.liveness import release_plan, sub_block_io_listed
 from .passes.memory_optimize import check_fetch_targets
 from .runtime import OpRunError, RunContext, RunServices, bind_op, op_error, op_hooks_active, timed
 
-__all__ = ["Plan", "run_plan", "BlockRunner", "has_sub_blocks"]
+__all__ = ["Plan", "run_plan", "BlockRunner"]
 
 Task = Callable[[], None]
-
-
-def has_sub_blocks(block: Any) -> bool:
-    """Whether an op of ``block`` holds a sub-block (control flow, listen_and_serv)."""
-    from .framework import Block
-
-    return any(isinstance(v, Block) or (isinstance(v, list) and any(isinstance(b, Block)
-                                                                    for b in v))
-               for op in block.ops for v in op.attrs.values())
 
 
 class Plan:

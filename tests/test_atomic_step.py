@@ -74,7 +74,7 @@ def _point(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": ins["X"] * 1.0}
 
 
-def _point_grad(op: Any, no_grad: Any) -> list[dict]:
+def _point_grad(op: Any, no_grad: Any, ctx: Any) -> list[dict]:
     # the gradient is a failure point of the backward pass
     return [{"type": "atomic_test_point", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
              "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},

@@ -99,3 +99,4 @@ register_op("clip_by_global_norm", inputs=("X", "SquaredNorm"), outputs=("Out",)
             attrs={"clip_norm": 1.0},
             infer_shape=_positive("clip_by_global_norm", "clip_norm"),
             kernel=_clip_by_global_norm)
+

@@ -5,8 +5,8 @@ The rows of ``X`` are the steps of a batch of sequences; the finest LoD level of
 read it with ``require_lod`` and give their outputs the LoD Fluid gives them. Gradient ops
 read ``X`` too, for its LoD.
 
-The sharing table at the end lists the ordinary ops that pass their input's LoD on to their
-output (``fc`` on a sequence is still a sequence), as Fluid's ShareLoD does.
+Ordinary ops pass their input's LoD on to their output when their registration row says
+``share_lod=...`` (``fc`` on a sequence is still a sequence), as Fluid's ShareLoD does.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ The flags the runtime reads:
 
 - ``FLAGS_rpc_deadline`` (ms, default 180000): how long any distributed wait may take
   (``parafluid.distributed.deadline``);
-- ``FLAGS_check_nan_inf`` (bool): check every op's outputs for NaN/Inf (``parafluid.atomic``);
+- ``FLAGS_check_nan_inf`` (bool): check every op's outputs for NaN/Inf
+  (``parafluid.engine.atomic``);
 - ``FLAGS_eager_delete_tensor_gb`` (GB): negative turns eager deletion off
   (``parafluid.passes.release_memory``); ``core._set_eager_deletion_mode`` sets it too;
 - ``FLAGS_selected_gpus`` (ids like ``"0,1"``): the GPUs of a collective trainer
@@ -100,7 +101,7 @@ class Flag:
 
 FLAGS: dict[str, Flag] = {
     "FLAGS_rpc_deadline": Flag(180000, _deadline_ms, "parafluid.distributed.deadline"),
-    "FLAGS_check_nan_inf": Flag(False, _bool, "parafluid.atomic"),
+    "FLAGS_check_nan_inf": Flag(False, _bool, "parafluid.engine.atomic"),
     "FLAGS_eager_delete_tensor_gb": Flag(0.0, _gb, "parafluid.passes.release_memory"),
     "FLAGS_selected_gpus": Flag("", _gpu_ids, "parafluid.distributed.collective"),
     "FLAGS_fast_eager_deletion_mode": Flag(True, _bool),

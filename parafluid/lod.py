@@ -7,7 +7,7 @@ over a ``lod_level=1`` variable.
 
 At run time the offsets ride on the tensor itself (``attach_lod`` / ``get_lod``): an op
 whose registration row declares ``share_lod=(input, outputs)`` hands its input's offsets to
-those outputs (as Fluid's ShareLoD does; ``runtime.bind_op`` does it), and the sequence ops
+those outputs (as Fluid's ShareLoD does; ``engine.runtime.bind_op`` does it), and the sequence ops
 read them. Only the last (finest) level is interpreted by the ops; the levels above it are
 carried along.
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import parafluid as fluid
+from parafluid.engine.graph import build_graph
+from parafluid.engine.inplace import plan_inplace
 from parafluid.ops.registry import get_op_def, register_op, registered_ops, same_as
-from parafluid.parallel.ssa_graph import build_graph
-from parafluid.passes.inplace import plan_inplace
 from parafluid.profiler import is_comm_op
 from parafluid.testing import run_layers
 
@@ -171,7 +171,8 @@ def test_communication_is_what_the_rows_declare() -> None:
 
 
 def test_the_run_context_has_no_transport() -> None:
-    from parafluid.runtime import RunContext, RunServices
+    from parafluid.engine.plan import RunServices
+    from parafluid.engine.runtime import RunContext
 
     assert not hasattr(RunServices(), "transport")
     assert not hasattr(RunContext, "transport")

@@ -114,7 +114,7 @@ class OpDef:
     releases_inputs: bool = False
     # (input slot, output slots): the outputs take the input's LoD at run time (bind_op)
     share_lod: tuple[str, tuple[str, ...]] | None = None
-    inplace: InplaceUpdate | None = None  # Out computed into X's buffer (passes/inplace.py)
+    inplace: InplaceUpdate | None = None  # Out computed into X's buffer (engine/inplace.py)
     fresh_output: bool = False  # the kernel's outputs are always new tensors, never views
     comm: bool = False  # moves values between devices or processes
     input_by_name: dict[str, Slot] = field(default_factory=dict)

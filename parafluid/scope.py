@@ -196,14 +196,15 @@ class LoDTensor:
         self._holder.lod = lod
 
     def has_valid_recursive_sequence_lengths(self) -> bool:
-        """Whether the LoD is well formed and its last level covers the tensor's rows."""
-        from .lod import check_lod
-
+        """Whether the LoD is well formed (``lod.check_lod``'s rule): every level starts at
+        0 and never decreases, each indexes the next, the last ends at the tensor's rows."""
+        lod = self._holder.lod
         rows = 0 if self._holder.value is None else int(self._holder.value.shape[0])
-        try:
-            check_lod(self._holder.lod, rows, "LoDTensor")
-        except ValueError:
-            return False
+        for i, level in enumerate(lod):
+            if not level or level[0] != 0 or any(b < a for a, b in zip(level, level[1:])):
+                return False
+            if level[-1] != (rows if i == len(lod) - 1 else len(lod[i + 1]) - 1):
+                return False
         return True
 
     def _check(self) -> None:

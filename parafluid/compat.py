@@ -47,13 +47,8 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
                           "load the model with fluid.io.load_inference_model"),
     "core.PaddleTensor": ("the C++ inference API's tensor",
                           "feed numpy arrays to fluid.Executor.run"),
-    "layers.py_reader": ("py_reader (a reader op in the program)",
-                         "use fluid.io.DataLoader.from_generator(feed_list=..., capacity=...)"),
-    "layers.create_py_reader_by_data": ("py_reader", "use fluid.io.DataLoader.from_generator"),
-    "layers.read_file": ("reader ops", "feed numpy arrays, or use fluid.io.DataLoader"),
     "layers.open_files": ("reader ops over RecordIO files",
                           "feed numpy arrays, or use fluid.io.DataLoader"),
-    "layers.double_buffer": ("reader ops", "fluid.io.DataLoader prefetches in the background"),
 }
 
 

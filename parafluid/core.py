@@ -20,12 +20,13 @@ import torch
 
 from .compat import missing_attribute
 from .dtypes import VarType
+from .ops.reader import EOFException
 from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
 from .scope import LoDTensor, Scope, SelectedRows
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "Scope", "SelectedRows",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
-           "_set_eager_deletion_mode", "op_support_gpu", "init_devices"]
+           "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "EOFException"]
 
 
 class VarDesc:

@@ -33,6 +33,7 @@ import torch
 
 from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .feed_fetch import batch_feeds
+from .ops.reader import EOFException
 from .ops.registry import get_op_def
 from .parallel.scheduler import Scheduler, TaskError, TaskGraph
 from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
@@ -365,6 +366,8 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
                        "agree); restore a checkpoint")
         if isinstance(e, TaskError):
             cause = e.__cause__
+            if isinstance(cause, EOFException):
+                raise cause from None  # the end of a reader's epoch, for the caller's loop
             if isinstance(cause, OpRunError):
                 if guard.in_tail and guard.unrecorded:
                     cause.add_note(e.__notes__[-1])

@@ -1,0 +1,416 @@
+"""Fluid's legacy readers: ``py_reader``, ``create_py_reader_by_data``, ``read_file``,
+``double_buffer``, and the queue behind the non-iterable ``DataLoader``.
+
+A ``QueueReader`` holds a bounded queue of ``capacity`` batches, filled by a background
+thread that runs the user's generator, checks each value against its data variable (dtype,
+shape, LoD) and makes it a tensor. The program takes batches through a ``read`` op
+(``parafluid/ops/reader.py``): ``exe.run`` needs no feed, and raises
+``fluid.core.EOFException`` once the generator is exhausted. Fluid's training loop::
+
+    reader = fluid.layers.py_reader(capacity=8, shapes=[(-1, 4), (-1, 1)],
+                                    dtypes=["float32", "int64"])
+    x, y = fluid.layers.read_file(reader)
+    ...                                 # build the network on x, y
+    reader.decorate_paddle_reader(fluid.io.batch(samples, batch_size=16))
+    for epoch in range(2):
+        reader.start()
+        try:
+            while True:
+                exe.run(main, fetch_list=[loss])
+        except fluid.core.EOFException:
+            reader.reset()
+
+With a ParallelExecutor (``CompiledProgram.with_data_parallel``) each device's ``read`` op
+takes its own batch: the ``n`` devices of a step get ``n`` consecutive batches, device ``i``
+the ``i``-th, so a step equals one Executor step fed with those batches concatenated. When
+fewer than ``n`` batches are left the step raises ``EOFException`` (the rest is dropped).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import unique_name
+from .data_feeder import DataFeeder
+from .dtypes import VarType, convert_dtype
+from .feed_fetch import as_feed_tensor
+from .framework import Program, Variable, default_main_program
+from .ops.reader import EOFException, register_reader
+from .place import to_device
+from .reader import batch as batch_reader
+from .scope import LoDTensor
+
+__all__ = ["QueueReader", "EOFException", "py_reader", "create_py_reader_by_data",
+           "read_file", "double_buffer"]
+
+_POLL_S = 0.05
+_END = object()
+
+
+class _Failure:
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class QueueReader:
+    """A reader fed from Python through a queue: what ``py_reader`` returns.
+
+    ``decorate_paddle_reader`` / ``decorate_sample_list_generator`` take a function
+    returning minibatches (lists of samples, as ``fluid.io.batch`` makes);
+    ``decorate_tensor_provider`` / ``decorate_batch_generator`` one returning whole batches
+    (a list of arrays or LoDTensors, one per data variable); ``decorate_sample_generator``
+    one returning samples, batched here. ``start()`` begins an epoch, ``reset()`` ends it.
+
+    Args:
+        name: the reader's name (in errors and in the ``read`` op's attrs).
+        fields: the data variables describing each batch field (shape, dtype, lod_level).
+        capacity: how many batches to prepare ahead.
+        use_double_buffer: accepted as in Fluid: batches are always prepared ahead, as
+            tensors; ``double_buffer(reader, place)`` also moves them to ``place`` ahead.
+        timeout: seconds a ``read`` waits for a batch before raising (None: no limit).
+    """
+
+    def __init__(self, name: str, fields: Sequence[Variable], capacity: int,
+                 use_double_buffer: bool = True, timeout: float | None = None) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+            raise ValueError(f"{name}: capacity must be a positive int (batches to prepare "
+                             f"ahead), got {capacity!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"{name}: timeout must be > 0 seconds or None, got {timeout!r}")
+        self.name = name
+        self.capacity = capacity
+        self.use_double_buffer = use_double_buffer
+        self._fields = list(fields)
+        self._timeout = timeout
+        self._device = torch.device("cpu")  # where the producer puts the batches
+        self._provider: Callable[[], Iterable[Sequence[Any]]] | None = None
+        self._lock = threading.Lock()
+        self._queue: queue.Queue | None = None
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._group: dict[int, list[torch.Tensor]] = {}
+        self._eof = False
+        self.reader_id = register_reader(self)
+
+    # ---- what the data looks like
+    @property
+    def shapes(self) -> list[list[int]]:
+        return [list(v.shape) for v in self._fields]
+
+    @property
+    def dtypes(self) -> list[str]:
+        return [v.dtype for v in self._fields]
+
+    @property
+    def lod_levels(self) -> list[int]:
+        return [v.lod_level for v in self._fields]
+
+    # ---- sources
+    def decorate_tensor_provider(self, reader: Callable[[], Iterable[Sequence[Any]]]
+                                 ) -> QueueReader:
+        """``reader()`` yields whole batches: a list of arrays (or LoDTensors), one per
+        data variable, in order."""
+        _check_callable(reader, self.name)
+        self._provider = reader
+        return self
+
+    decorate_batch_generator = decorate_tensor_provider
+
+    def decorate_paddle_reader(self, reader: Callable[[], Iterable[Any]],
+                               places: Any = None) -> QueueReader:
+        """``reader()`` yields minibatches: lists of samples (``fluid.io.batch`` output)."""
+        _check_callable(reader, self.name)
+        feeder = DataFeeder(self._fields, None, program=self._fields[0].block.program)
+        names = [v.name for v in self._fields]
+
+        def batches() -> Iterable[list[Any]]:
+            for minibatch in reader():
+                feed = feeder.feed(minibatch)
+                yield [feed[n] for n in names]
+
+        self._provider = batches
+        return self
+
+    decorate_sample_list_generator = decorate_paddle_reader
+
+    def decorate_sample_generator(self, sample_generator: Callable[[], Iterable[Any]],
+                                  batch_size: int, drop_last: bool = True,
+                                  places: Any = None) -> QueueReader:
+        """``sample_generator()`` yields samples; they are batched by ``batch_size``."""
+        _check_callable(sample_generator, self.name)
+        return self.decorate_paddle_reader(batch_reader(sample_generator, batch_size,
+                                                        drop_last), places)
+
+    # ---- epochs
+    def start(self) -> None:
+        """Start filling the queue for an epoch (after ``decorate_*``, and after ``reset()``
+        when an epoch ran before)."""
+        if self._provider is None:
+            raise RuntimeError(f"{self.name}.start(): no data source; call "
+                               "decorate_paddle_reader, decorate_sample_list_generator, "
+                               "decorate_tensor_provider or decorate_batch_generator first")
+        if self._thread is not None:
+            raise RuntimeError(f"{self.name}.start(): the reader is already started; call "
+                               "reset() at the end of an epoch (after EOFException) before "
+                               "starting the next")
+        self._queue = queue.Queue(maxsize=self.capacity)
+        self._stop = threading.Event()
+        self._eof = False
+        self._group = {}
+        self._thread = threading.Thread(
+            target=self._produce, args=(self._provider, self._queue, self._stop),
+            name=f"parafluid-{self.name}", daemon=True)
+        self._thread.start()
+
+    def reset(self) -> None:
+        """End the epoch: stop the producer, drop the batches not read; ``start()`` again
+        for the next epoch."""
+        thread, stop, q = self._thread, self._stop, self._queue
+        if thread is not None and stop is not None and q is not None:
+            stop.set()
+            while thread.is_alive():
+                _drain(q)  # a producer blocked on a full queue sees the stop flag
+                thread.join(timeout=_POLL_S)
+        with self._lock:
+            self._thread = self._stop = self._queue = None
+            self._group = {}
+            self._eof = False
+
+    # ---- the producer thread
+    def _produce(self, provider: Callable[[], Iterable[Sequence[Any]]], q: queue.Queue,
+                 stop: threading.Event) -> None:
+        try:
+            for i, fields in enumerate(provider()):
+                if stop.is_set():
+                    return
+                if not _put(q, stop, self._tensors(fields, i)):
+                    return
+        except BaseException as e:  # noqa: BLE001 (raised by the read op, in the run)
+            _put(q, stop, _Failure(e))
+            return
+        _put(q, stop, _END)
+
+    def _tensors(self, fields: Any, index: int) -> list[torch.Tensor]:
+        """One batch from the generator, checked against the data variables."""
+        n = len(self._fields)
+        if isinstance(fields, dict):
+            fields = [fields[v.name] if v.name in fields else _missing(self.name, v.name, index)
+                      for v in self._fields]
+        if not isinstance(fields, (list, tuple)) or len(fields) != n:
+            got = f"{type(fields).__name__} of {len(fields)}" \
+                if isinstance(fields, (list, tuple)) else type(fields).__name__
+            raise ValueError(f"{self.name}: batch {index} from the generator must be a list of "
+                             f"{n} values ({', '.join(v.name for v in self._fields)}), got {got}")
+        block = self._fields[0].block
+        out = []
+        for var, value in zip(self._fields, fields):
+            if isinstance(value, np.ndarray):
+                value = value.copy()  # the generator may reuse its buffer for the next batch
+            elif not isinstance(value, (LoDTensor, torch.Tensor)):
+                value = np.array(value, dtype=var.dtype)
+            try:
+                out.append(as_feed_tensor(block, var.name, value, self._device))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"{self.name}: batch {index}, field {var.name!r}: {e}") from None
+        return out
+
+    # ---- what the read op calls
+    def take(self, device_index: int, device_count: int) -> list[torch.Tensor]:
+        """The batch for ``device_index`` of this step: the step's ``device_count`` reads
+        take consecutive batches, device ``i`` the ``i``-th, in whatever order they come."""
+        with self._lock:
+            if device_count == 1:
+                return self._next()
+            if device_index not in self._group:
+                # NOTE: a new step; leftovers of a step that failed on another device go
+                self._group = {}
+                batches = [self._next() for _ in range(device_count)]
+                self._group = dict(enumerate(batches))
+            return self._group.pop(device_index)
+
+    def _next(self) -> list[torch.Tensor]:
+        if self._eof:
+            raise EOFException(f"{self.name}: the data of this epoch is used up; call "
+                               "reset() and start() for the next")
+        q, thread = self._queue, self._thread
+        if q is None or thread is None:
+            raise RuntimeError(f"{self.name}: the program reads from the reader before "
+                               f"start(); call {self.name}.start() before exe.run (and "
+                               "reset() after EOFException)")
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            try:
+                item = q.get(timeout=_POLL_S)
+                break
+            except queue.Empty:
+                if not thread.is_alive() and q.empty():
+                    raise RuntimeError(f"{self.name}: the producer thread stopped without "
+                                       "finishing the epoch") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise RuntimeError(f"{self.name}: no batch from the generator for "
+                                       f"{self._timeout:g} s; is it stuck?") from None
+        if item is _END:
+            self._eof = True
+            raise EOFException(f"{self.name}: the data of this epoch is used up; call "
+                               "reset() and start() for the next")
+        if isinstance(item, _Failure):
+            self._eof = True  # the epoch is over; the error says why
+            raise item.exc
+        return item
+
+    def __repr__(self) -> str:
+        return (f"<QueueReader {self.name}: capacity {self.capacity}, fields "
+                f"{', '.join(f'{v.name} {list(v.shape)} {v.dtype}' for v in self._fields)}>")
+
+
+def _put(q: queue.Queue, stop: threading.Event, item: Any) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=_POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _drain(q: queue.Queue) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return
+
+
+def _check_callable(reader: Any, where: str) -> None:
+    if not callable(reader):
+        raise TypeError(f"{where}: the generator must be a function returning an iterable, "
+                        f"got {type(reader).__name__}; pass the function, not its result")
+
+
+def _missing(where: str, name: str, index: int) -> Any:
+    raise ValueError(f"{where}: batch {index} (a dict) has no entry for {name!r}")
+
+
+# ---------------------------------------------------------------------- layers
+
+
+def py_reader(capacity: int, shapes: Sequence[Sequence[int]], dtypes: Sequence[Any],
+              lod_levels: Sequence[int] | None = None, name: str | None = None,
+              use_double_buffer: bool = True) -> QueueReader:
+    """A reader fed from Python (Fluid's ``fluid.layers.py_reader``); read it with
+    ``read_file``.
+
+    Args:
+        capacity: how many batches to prepare ahead.
+        shapes: one shape per field, batch dimension included (``(-1, 784)``).
+        dtypes: one dtype per field.
+        lod_levels: one LoD level per field (default 0 each).
+        name: the reader's name (default ``create_py_reader_<n>``).
+        use_double_buffer: accepted; batches are always prepared ahead.
+
+    Example::
+
+        reader = fluid.layers.py_reader(capacity=64, shapes=[(-1, 784), (-1, 1)],
+                                        dtypes=["float32", "int64"])
+        img, label = fluid.layers.read_file(reader)
+    """
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, (list, tuple)) or not shapes:
+        raise TypeError(f"py_reader: shapes must be a non-empty list of shapes, got {shapes!r}")
+    if not isinstance(dtypes, (list, tuple)) or len(dtypes) != len(shapes):
+        raise ValueError(f"py_reader: give one dtype per shape: {len(shapes)} shapes, dtypes "
+                         f"{dtypes!r}")
+    lod_levels = [0] * len(shapes) if lod_levels is None else list(lod_levels)
+    if len(lod_levels) != len(shapes):
+        raise ValueError(f"py_reader: give one lod level per shape: {len(shapes)} shapes, "
+                         f"lod_levels {lod_levels!r}")
+    name = name if name is not None else unique_name.generate("create_py_reader")
+    # NOTE: the fields live in a program of their own: they describe the batches (for the
+    # checks and the DataFeeder), the program's variables are the outputs of read_file
+    block = Program().global_block()
+    fields = []
+    for i, (shape, dtype, lod) in enumerate(zip(shapes, dtypes, lod_levels)):
+        dims = [-1 if d is None else int(d) for d in shape]
+        fields.append(block.create_var(name=f"{name}.field_{i}", shape=dims,
+                                       dtype=convert_dtype(dtype), lod_level=int(lod),
+                                       type=VarType.LOD_TENSOR, is_data=True))
+    return QueueReader(name, fields, capacity, use_double_buffer)
+
+
+def create_py_reader_by_data(capacity: int, feed_list: Sequence[Variable],
+                             name: str | None = None,
+                             use_double_buffer: bool = True) -> QueueReader:
+    """A ``py_reader`` whose fields are shaped like the data variables of ``feed_list``
+    (Fluid's ``fluid.layers.create_py_reader_by_data``); read it with ``read_file``.
+
+    Example::
+
+        img = fluid.layers.data(name="img", shape=[784], dtype="float32")
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        reader = fluid.layers.create_py_reader_by_data(capacity=64, feed_list=[img, label])
+        img, label = fluid.layers.read_file(reader)
+    """
+    if isinstance(feed_list, Variable) or not isinstance(feed_list, (list, tuple)) or \
+            not feed_list or not all(isinstance(v, Variable) for v in feed_list):
+        raise TypeError("create_py_reader_by_data: feed_list must be a non-empty list of data "
+                        f"Variables, got {feed_list!r}")
+    name = name if name is not None else unique_name.generate("create_py_reader")
+    return QueueReader(name, list(feed_list), capacity, use_double_buffer)
+
+
+def read_file(reader: QueueReader) -> Variable | list[Variable]:
+    """Append the ``read`` op taking the next batch of ``reader``; return its data variables
+    (one, or a list), shaped as the reader's fields.
+
+    Example::
+
+        img, label = fluid.layers.read_file(reader)
+    """
+    if not isinstance(reader, QueueReader):
+        raise TypeError(f"read_file: reader must be what py_reader, create_py_reader_by_data "
+                        f"or double_buffer returned, got {type(reader).__name__}")
+    block = default_main_program().current_block()
+    prefix = unique_name.generate("read_file")
+    outs = [block.create_var(name=unique_name.generate(f"{prefix}.tmp"), shape=f.shape,
+                             dtype=f.dtype, lod_level=f.lod_level, stop_gradient=True)
+            for f in reader._fields]
+    append_read_op(block, reader, outs)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def append_read_op(block: Any, reader: QueueReader, outs: Sequence[Variable],
+                   prepend: bool = False) -> Any:
+    """The ``read`` op writing the next batch of ``reader`` into ``outs``."""
+    attrs = {"reader_id": reader.reader_id, "reader_name": reader.name,
+             "shapes": reader.shapes, "dtypes": reader.dtypes, "lod_levels": reader.lod_levels}
+    add = block._prepend_op if prepend else block.append_op
+    return add("read", inputs={}, outputs={"Out": list(outs)}, attrs=attrs)
+
+
+def double_buffer(reader: QueueReader, place: Any = None, name: str | None = None
+                  ) -> QueueReader:
+    """Prepare the reader's batches on ``place`` ahead of the reads (Fluid's
+    ``fluid.layers.double_buffer``); returns the same reader.
+
+    Batches are always prepared ahead in the producer thread; with a ``place`` (a
+    ``CUDAPlace``) they are also copied there before the program asks for them.
+
+    Example::
+
+        reader = fluid.layers.double_buffer(fluid.layers.py_reader(...))
+    """
+    if not isinstance(reader, QueueReader):
+        raise TypeError(f"double_buffer: reader must be what py_reader or "
+                        f"create_py_reader_by_data returned, got {type(reader).__name__}")
+    if place is not None:
+        reader._device = to_device(place)
+    reader.use_double_buffer = True
+    return reader

@@ -32,21 +32,11 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
                        "fluid.CompiledProgram(...).with_data_parallel"),
     "fluid.contrib": ("contrib (slim, mixed precision decorators, quantization)",
                       "not ported; for float16 training cast explicitly with fluid.layers.cast"),
-    "fluid.inference": ("the C++ inference API",
-                        "load the model with fluid.io.load_inference_model and run it with "
-                        "fluid.Executor"),
+    "fluid.inference": ("the C++ inference API's Python package",
+                        "use fluid.core.AnalysisConfig and fluid.core.create_paddle_predictor "
+                        "(or fluid.io.load_inference_model with fluid.Executor)"),
     "fluid.recordio_writer": ("RecordIO files",
                               "feed numpy arrays, or use fluid.io.DataLoader.from_generator"),
-    "core.AnalysisConfig": ("the C++ inference predictor's config",
-                            "load the model with fluid.io.load_inference_model and run it "
-                            "with fluid.Executor"),
-    "core.create_paddle_predictor": ("the C++ inference predictor",
-                                     "load the model with fluid.io.load_inference_model and "
-                                     "run it with fluid.Executor"),
-    "core.NativeConfig": ("the C++ inference predictor's config",
-                          "load the model with fluid.io.load_inference_model"),
-    "core.PaddleTensor": ("the C++ inference API's tensor",
-                          "feed numpy arrays to fluid.Executor.run"),
     "layers.open_files": ("reader ops over RecordIO files",
                           "feed numpy arrays, or use fluid.io.DataLoader"),
 }

@@ -1,9 +1,9 @@
 """``fluid.core``: the names of Fluid's C++ core module that Python programs use.
 
 Real Fluid programs write ``from paddle.fluid import core`` (or ``fluid.core.X``) for places,
-tensors, device counts and a few global switches; those work here. The C++ inference API
-(``AnalysisConfig``, ``create_paddle_predictor``) is not provided: using it raises a
-``NotProvidedError`` saying what to use instead.
+tensors, device counts and a few global switches; those work here, with
+``EOFException`` (the end of a reader's epoch) and the inference API (``AnalysisConfig``,
+``NativeConfig``, ``create_paddle_predictor``, ``PaddleTensor``, ...: ``parafluid.inference``).
 
 Example::
 
@@ -20,6 +20,19 @@ import torch
 
 from .compat import missing_attribute
 from .dtypes import VarType
+from .inference import (
+    AnalysisConfig,
+    AnalysisPredictor,
+    NativeConfig,
+    NativePaddlePredictor,
+    PaddleBuf,
+    PaddleDType,
+    PaddlePlace,
+    PaddlePredictor,
+    PaddleTensor,
+    ZeroCopyTensor,
+    create_paddle_predictor,
+)
 from .ops.reader import EOFException
 from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
 from .scope import LoDTensor, Scope, SelectedRows
@@ -27,6 +40,9 @@ from .scope import LoDTensor, Scope, SelectedRows
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "Scope", "SelectedRows",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "EOFException"]
+__all__ += ["AnalysisConfig", "NativeConfig", "create_paddle_predictor", "PaddleTensor",
+            "PaddleBuf", "PaddleDType", "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor",
+            "NativePaddlePredictor", "PaddlePredictor"]
 
 
 class VarDesc:

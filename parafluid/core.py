@@ -3,7 +3,7 @@
 Real Fluid programs write ``from paddle.fluid import core`` (or ``fluid.core.X``) for places,
 tensors, device counts and a few global switches; those work here, with
 ``EOFException`` (the end of a reader's epoch) and the inference API (``AnalysisConfig``,
-``NativeConfig``, ``create_paddle_predictor``, ``PaddleTensor``, ...: ``parafluid.inference``).
+``NativeConfig``, ``create_paddle_predictor``, ``PaddleTensor``, ...: ``parafluid.predictor``).
 
 Example::
 
@@ -20,7 +20,7 @@ import torch
 
 from .compat import missing_attribute
 from .dtypes import VarType
-from .inference import (
+from .predictor import (
     AnalysisConfig,
     AnalysisPredictor,
     NativeConfig,

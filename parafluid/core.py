@@ -20,6 +20,8 @@ import torch
 
 from .compat import missing_attribute
 from .dtypes import VarType
+from .ops.reader import EOFException
+from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
 from .predictor import (
     AnalysisConfig,
     AnalysisPredictor,
@@ -33,8 +35,6 @@ from .predictor import (
     ZeroCopyTensor,
     create_paddle_predictor,
 )
-from .ops.reader import EOFException
-from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
 from .scope import LoDTensor, Scope, SelectedRows
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "Scope", "SelectedRows",

@@ -511,9 +511,6 @@ class AnalysisPredictor:
         else:
             self._scope = Scope()
             self._program, self._feeds, self._fetches = _load(config, self._exe, self._scope)
-        block = self._program.global_block()
-        self._lod_outputs = any(block._find_var_recursive(n).lod_level > 0
-                                for n in self._fetches)
         self._inputs: dict[str, tuple[np.ndarray, list[list[int]]]] = {}
         self._outputs: dict[str, tuple[np.ndarray, list[list[int]]]] = {}
 
@@ -587,9 +584,7 @@ class AnalysisPredictor:
 
     def _execute(self, feed: dict[str, Any]) -> list[tuple[np.ndarray, list[list[int]]]]:
         outs = self._exe.run(self._program, feed=feed, fetch_list=list(self._fetches),
-                             scope=self._scope, return_numpy=not self._lod_outputs)
-        if not self._lod_outputs:
-            return [(np.asarray(o), []) for o in outs]
+                             scope=self._scope, return_numpy=False)
         results = []
         for o in outs:  # LoDTensors holding the run's own copies: viewed, not copied again
             value = o.value.detach()

@@ -228,3 +228,32 @@ def test_wrong_model_or_inputs_are_clear_errors(tmp_path, model_dir):
         PaddleTensor(img.astype("float64"))
     with pytest.raises(RuntimeError, match="copy_from_cpu"):
         predictor.zero_copy_run()
+
+
+def test_sequence_output_keeps_its_lod(tmp_path):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        words = fluid.layers.data(name="words", shape=[3], dtype="float32", lod_level=1)
+        probs = fluid.layers.sequence_softmax(fluid.layers.fc(words, size=1))
+    assert probs.lod_level == 1
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    fluid.io.save_inference_model(str(tmp_path), ["words"], [probs], exe, main_program=main)
+    data = np.random.RandomState(4).rand(5, 3).astype("float32")
+    want, = exe.run(main, feed={"words": fluid.create_lod_tensor(data, [[2, 3]],
+                                                                 fluid.CPUPlace())},
+                    fetch_list=[probs])
+    config = AnalysisConfig(str(tmp_path))
+    predictor = create_paddle_predictor(config)
+    out, = predictor.run([PaddleTensor(data, lod=[[0, 2, 5]])])
+    assert out.lod == [[0, 2, 5]]
+    np.testing.assert_allclose(out.as_ndarray(), want, rtol=1e-6)
+    config.switch_use_feed_fetch_ops(False)
+    zero_copy = create_paddle_predictor(config)
+    tensor = zero_copy.get_input_tensor("words")
+    tensor.copy_from_cpu(data)
+    tensor.set_lod([[0, 2, 5]])
+    zero_copy.zero_copy_run()
+    output = zero_copy.get_output_tensor(zero_copy.get_output_names()[0])
+    assert output.lod() == [[0, 2, 5]]
+    np.testing.assert_allclose(output.copy_to_cpu(), want, rtol=1e-6)

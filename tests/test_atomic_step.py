@@ -74,7 +74,7 @@ def _point(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": ins["X"] * 1.0}
 
 
-def _point_grad(op: Any, no_grad: Any) -> list[dict]:
+def _point_grad(op: Any, no_grad: Any, ctx: Any) -> list[dict]:
     # the gradient is a failure point of the backward pass
     return [{"type": "atomic_test_point", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
              "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
@@ -509,7 +509,7 @@ def test_parallel_check_nan_inf_names_the_device() -> None:
 
 
 def test_nan_inf_flag_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    from parafluid.atomic import nan_inf_flag
+    from parafluid.engine.atomic import nan_inf_flag
 
     for raw, want in (("1", True), ("true", True), ("0", False), ("", False),
                       ("false", False)):
@@ -522,7 +522,7 @@ def test_nan_inf_flag_values(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_undo_log_restores_in_place_and_replaced_values() -> None:
-    from parafluid.atomic import UndoLog
+    from parafluid.engine.atomic import UndoLog
 
     scope = fluid.Scope()
     scope.var("w").value = torch.ones(3)

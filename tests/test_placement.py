@@ -54,7 +54,7 @@ def _slow_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("placement_test_slow", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
             kernel=_slow_kernel,
-            grad=lambda op, no_grad: [{"type": "placement_test_slow",
+            grad=lambda op, no_grad, ctx: [{"type": "placement_test_slow",
                                        "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                                        "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
                                        "attrs": {}}])
@@ -506,7 +506,7 @@ def test_micro_batched_training_matches_the_unplaced_program(k: int) -> None:
 def _stage_overlap_ms(num_microbatches: int) -> tuple[float, list[float]]:
     """Train 3 steps of the slow 2-stage MLP; return the time both devices were busy with
     their slow ops at once (ms, over the 3 steps) and the losses."""
-    from parafluid.runtime import add_op_hook, remove_op_hook
+    from parafluid.engine.runtime import add_op_hook, remove_op_hook
 
     records: list[Any] = []
     hook = records.append
@@ -540,7 +540,7 @@ def test_with_micro_batches_the_two_stages_run_at_the_same_time() -> None:
 def test_persistables_have_a_home_the_executor_puts_them_on_before_a_step() -> None:
     import torch
 
-    from parafluid.parallel.device_lanes import at_home
+    from parafluid.engine.lanes import at_home
     from parafluid.passes.place_transfers import persistable_homes
 
     main, _, _ = _mlp(STAGE0, STAGE1, opt_place=STAGE0)

@@ -9,7 +9,15 @@ from typing import Any
 import torch
 
 from ..scope import SelectedRows
-from .common import axis_in_range, axis_view_shape, broadcast_meta, broadcast_y, numel, unbroadcast
+from .common import (
+    add_grads,
+    axis_in_range,
+    axis_view_shape,
+    broadcast_meta,
+    broadcast_y,
+    numel,
+    unbroadcast,
+)
 from .registry import Meta, register_op, same_as, share_lod
 
 # ----------------------------------------------------------------------------- mul
@@ -158,8 +166,6 @@ def _sum_shape(ins: dict, attrs: dict) -> dict:
 def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
     xs = [x for x in ins["X"] if x is not None]
     if any(isinstance(x, list) for x in xs):  # gradients of a tensor array: slot by slot
-        from .control_flow import add_grads
-
         out = xs[0]
         for x in xs[1:]:
             out = add_grads(out, x)
@@ -179,7 +185,7 @@ def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("sum", inputs=("X[]",), outputs=("Out",), infer_shape=_sum_shape, kernel=_sum,
-            grad=lambda op, no_grad: [
+            grad=lambda op, no_grad, ctx: [
                 {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [x + "@GRAD"]}, "attrs": {}}
                 for x in op.input("X") if x not in no_grad])
@@ -211,7 +217,7 @@ def _scale(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("scale", inputs=("X",), outputs=("Out",),
             attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
             infer_shape=same_as("X"), kernel=_scale,
-            grad=lambda op, no_grad: [] if op.input("X")[0] in no_grad else [
+            grad=lambda op, no_grad, ctx: [] if op.input("X")[0] in no_grad else [
                 {"type": "scale", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
                  "attrs": {"scale": op.attr("scale"), "bias": 0.0}}])

@@ -11,7 +11,7 @@ import torch
 
 from ..dtypes import FLOAT_DTYPES, convert_dtype, to_torch
 from .common import axis_in_range, numel
-from .registry import GRAD, Meta, register_op, same_as
+from .registry import GRAD, GradContext, Meta, register_op, same_as
 
 
 def _shape_attr_meta(attrs: dict) -> dict:
@@ -50,7 +50,7 @@ def _assign(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("assign", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"), kernel=_assign,
-            grad=lambda op, no_grad: [] if op.input("X")[0] in no_grad else [
+            grad=lambda op, no_grad, ctx: [] if op.input("X")[0] in no_grad else [
                 {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [op.input("X")[0] + "@GRAD"]}, "attrs": {}}])
 
@@ -74,7 +74,7 @@ def _cast_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": Meta(x.shape, convert_dtype(attrs["out_dtype"]), x.type)}
 
 
-def _cast_grad(op: Any, no_grad: set) -> list[dict]:
+def _cast_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a cast is the cast back, between float types only."""
     x = op.input("X")[0]
     var = op.block._find_var_recursive(x)
@@ -194,7 +194,7 @@ def _split(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": [p.clone(memory_format=torch.contiguous_format) for p in parts]}
 
 
-def _split_grad(op: Any, no_grad: set) -> list[dict]:
+def _split_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a split is the concat of the pieces' gradients (zeros where absent)."""
     x = op.input("X")[0]
     if x in no_grad:
@@ -297,7 +297,7 @@ def _transpose(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": x.permute(perm).clone(memory_format=torch.contiguous_format)}
 
 
-def _transpose_grad(op: Any, no_grad: set) -> list[dict]:
+def _transpose_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a transpose is the transpose by the inverse permutation."""
     x = op.input("X")[0]
     if x in no_grad:

@@ -61,6 +61,10 @@ def _programs(kind: str, **kw):
             y = fluid.layers.data(name="y", shape=[1], dtype="int64")
             reader = fluid.layers.create_py_reader_by_data(capacity=2, feed_list=[x, y])
             x, y = fluid.layers.read_file(reader)
+        elif kind == "PyReader":
+            x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+            y = fluid.layers.data(name="y", shape=[1], dtype="int64")
+            reader = fluid.io.PyReader(feed_list=[x, y], capacity=2, iterable=False)
         elif kind == "loader":
             x = fluid.layers.data(name="x", shape=[4], dtype="float32")
             y = fluid.layers.data(name="y", shape=[1], dtype="int64")
@@ -180,6 +184,15 @@ def test_non_iterable_data_loader_start_reset_equals_dict_feeds():
     _check_equal(per_epoch, params, _batches(xs, ys))
     with pytest.raises(RuntimeError, match="non-iterable"):
         iter(loader)
+
+
+def test_non_iterable_pyreader_class_decorate_sample_generator():
+    xs, ys = _data()
+    main, startup, loss, reader, _ = _programs("PyReader")
+    assert reader.iterable is False
+    reader.decorate_sample_generator(_samples(xs, ys), batch_size=BATCH)
+    per_epoch, params = _reader_training(main, startup, loss, reader)
+    _check_equal(per_epoch, params, _batches(xs, ys))
 
 
 def test_non_iterable_data_loader_batch_generator_and_test_program_clone():
@@ -310,11 +323,6 @@ def test_read_op_survives_pruning_and_is_left_out_of_inference_models(tmp_path):
     assert out.shape == (2, 2)
 
 
-def _pe_programs(kind: str):
-    main, startup, loss, reader, _ = _programs(kind)
-    return main, startup, loss, reader
-
-
 @pytest.mark.parametrize("kind", ["py_reader", "loader"])
 def test_parallel_executor_reader_gives_each_device_its_own_batch(kind, monkeypatch):
     """Two CPU devices: each step's devices take consecutive batches, so a step equals one
@@ -322,7 +330,7 @@ def test_parallel_executor_reader_gives_each_device_its_own_batch(kind, monkeypa
     dropped) per epoch."""
     xs, ys = _data(n_batches=5)
     batches = _batches(xs, ys)
-    main, startup, loss, reader = _pe_programs(kind)
+    main, startup, loss, reader, _ = _programs(kind)
     if kind == "loader":
         reader.set_sample_list_generator(fluid.io.batch(_samples(xs, ys), batch_size=BATCH))
     else:
@@ -343,7 +351,7 @@ def test_parallel_executor_reader_gives_each_device_its_own_batch(kind, monkeypa
 def test_parallel_executor_class_with_py_reader():
     xs, ys = _data(n_batches=4)
     batches = _batches(xs, ys)
-    main, startup, loss, reader = _pe_programs("py_reader")
+    main, startup, loss, reader, (x, _) = _programs("py_reader")
     reader.decorate_paddle_reader(fluid.io.batch(_samples(xs, ys), batch_size=BATCH))
     scope = fluid.Scope()
     fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
@@ -353,8 +361,12 @@ def test_parallel_executor_class_with_py_reader():
     losses = []
     try:
         while True:
-            out, = pe.run(fetch_list=[loss.name])
+            out, read = pe.run(fetch_list=[loss.name, x.name])
             assert out.shape == (2,)
+            step = len(losses)
+            # device 0 read batch 2k, device 1 batch 2k + 1 (merged in device order)
+            np.testing.assert_array_equal(read, np.concatenate([batches[2 * step][0],
+                                                                batches[2 * step + 1][0]]))
             losses.append(float(np.mean(out)))
     except fluid.core.EOFException:
         reader.reset()

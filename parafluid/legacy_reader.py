@@ -51,6 +51,7 @@ __all__ = ["QueueReader", "EOFException", "py_reader", "create_py_reader_by_data
            "read_file", "double_buffer"]
 
 _POLL_S = 0.05
+_RESET_WAIT_S = 2.0  # how long reset() waits for a producer busy in the user's generator
 _END = object()
 
 
@@ -177,9 +178,13 @@ class QueueReader:
         thread, stop, q = self._thread, self._stop, self._queue
         if thread is not None and stop is not None and q is not None:
             stop.set()
-            while thread.is_alive():
+            deadline = time.monotonic() + _RESET_WAIT_S
+            while thread.is_alive() and time.monotonic() < deadline:
                 _drain(q)  # a producer blocked on a full queue sees the stop flag
                 thread.join(timeout=_POLL_S)
+            # NOTE: a generator still inside next() after that is left to finish on its own:
+            # the thread holds its own queue and stop flag, so it exits at its next batch
+            # without touching the next epoch's
         with self._lock:
             self._thread = self._stop = self._queue = None
             self._group = {}
@@ -213,8 +218,9 @@ class QueueReader:
         block = self._fields[0].block
         out = []
         for var, value in zip(self._fields, fields):
-            if isinstance(value, np.ndarray):
-                value = value.copy()  # the generator may reuse its buffer for the next batch
+            if isinstance(value, (np.ndarray, torch.Tensor)):
+                value = value.copy() if isinstance(value, np.ndarray) else value.clone()
+                # (the generator may reuse its buffer for the next batch)
             elif not isinstance(value, (LoDTensor, torch.Tensor)):
                 value = np.array(value, dtype=var.dtype)
             try:

@@ -74,6 +74,10 @@ def _read(ins: dict, attrs: dict, ctx: Any) -> dict:
     comm = ctx.communicator
     ndev = 1 if comm is None else len(comm.devices)
     reader = reader_source(int(attrs["reader_id"]))
+    if attrs["reader_name"] and reader.name != attrs["reader_name"]:
+        raise ValueError(f"read: reader {int(attrs['reader_id'])} of this process is "
+                         f"{reader.name!r}, the op expects {attrs['reader_name']!r}; a program "
+                         "with a py_reader runs only in the process that built it")
     values = reader.take(ctx.device_index, ndev)
     names = ctx.op.output("Out")
     if len(values) != len(names):

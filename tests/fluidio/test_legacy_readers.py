@@ -296,6 +296,14 @@ def test_reader_misuse_gives_clear_errors():
     with pytest.raises(Exception, match="disk gone"):
         exe.run(main, fetch_list=[loss])
     reader.reset()
+    # a program carried to another process would name a reader this process does not have
+    stranger = main.clone()
+    stranger.global_block().ops[0].attrs["reader_name"] = "reader_of_another_process"
+    reader.decorate_tensor_provider(lambda: iter([[xs[:4], ys[:4]]]))
+    reader.start()
+    with pytest.raises(Exception, match="runs only in the process that built it"):
+        exe.run(stranger, fetch_list=[loss])
+    reader.reset()
     with pytest.raises(ValueError, match="one dtype per shape"):
         fluid.layers.py_reader(capacity=2, shapes=[(-1, 4)], dtypes=["float32", "int64"])
     with pytest.raises(TypeError, match="read_file"):
@@ -397,3 +405,37 @@ def test_iterable_loader_with_places_yields_one_feed_per_place_for_compiled_prog
                np.concatenate([batches[i][1], batches[i + 1][1]])) for i in (0, 2)]
     want, _ = _fed_training(merged, epochs=1)
     np.testing.assert_allclose(losses, want, rtol=1e-5)
+
+
+def test_reset_does_not_hang_on_a_generator_stuck_in_next():
+    import threading
+    import time
+
+    xs, ys = _data()
+    main, startup, loss, reader, _ = _programs("py_reader")
+    release = threading.Event()
+
+    def stuck():
+        yield [xs[:BATCH], ys[:BATCH]]
+        release.wait(60)  # e.g. a network read that never returns
+        yield [xs[:BATCH], ys[:BATCH]]
+
+    reader.decorate_tensor_provider(stuck)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    reader.start()
+    exe.run(main, fetch_list=[loss])
+    producer = reader._thread
+    begin = time.monotonic()
+    reader.reset()
+    assert time.monotonic() - begin < 10
+    # the next epoch has a queue of its own: the stuck producer's late batch never lands in it
+    reader.decorate_tensor_provider(lambda: iter([[xs[:BATCH], ys[:BATCH]]]))
+    reader.start()
+    release.set()
+    exe.run(main, fetch_list=[loss])
+    with pytest.raises(fluid.core.EOFException):
+        exe.run(main, fetch_list=[loss])
+    reader.reset()
+    producer.join(timeout=10)
+    assert not producer.is_alive()

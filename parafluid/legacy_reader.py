@@ -47,19 +47,77 @@ from .place import to_device
 from .reader import batch as batch_reader
 from .scope import LoDTensor
 
-__all__ = ["QueueReader", "EOFException", "py_reader", "create_py_reader_by_data",
-           "read_file", "double_buffer"]
+__all__ = ["QueueReader", "LoDTensorBlockingQueue", "EOFException", "py_reader",
+           "create_py_reader_by_data", "read_file", "double_buffer"]
 
 _POLL_S = 0.05
 _RESET_WAIT_S = 2.0  # how long reset() waits for a producer busy in the user's generator
-_END = object()
 
 
-class _Failure:
-    __slots__ = ("exc",)
+class _Epoch:
+    """One epoch's batches: a bounded queue, its end, and the generator's error if any."""
 
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
+    __slots__ = ("q", "closed", "failure", "pushed")
+
+    def __init__(self, capacity: int) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=capacity)
+        self.closed = threading.Event()
+        self.failure: BaseException | None = None
+        self.pushed = 0
+
+    def put(self, batch: list[torch.Tensor]) -> bool:
+        """Wait for room; False when the epoch was closed meanwhile (the batch is dropped)."""
+        while not self.closed.is_set():
+            try:
+                self.q.put(batch, timeout=_POLL_S)
+                self.pushed += 1
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+class LoDTensorBlockingQueue:
+    """The queue between Python and a reader's ``read`` op (``reader.queue``, as Fluid's).
+
+    ``push(batch)`` from any thread (a list with one array or LoDTensor per field; waits
+    while the queue is full; False once it is closed), ``close()`` when the data ends (the
+    reads then take what is left and raise ``EOFException``). ``reader.start()`` runs a
+    thread that pushes what the decorated generator yields; ``reader.reset()`` reopens the
+    queue empty.
+    """
+
+    def __init__(self, reader: QueueReader, capacity: int) -> None:
+        self._reader = reader
+        self._capacity = capacity
+        self._epoch = _Epoch(capacity)
+
+    def push(self, batch: Sequence[Any]) -> bool:
+        epoch = self._epoch
+        if epoch.closed.is_set():
+            return False
+        return epoch.put(self._reader._tensors(batch, epoch.pushed))
+
+    def close(self) -> None:
+        self._epoch.closed.set()
+
+    def kill(self) -> None:
+        """Close and drop the batches not read."""
+        self._epoch.closed.set()
+        _drain(self._epoch.q)
+
+    def is_closed(self) -> bool:
+        return self._epoch.closed.is_set()
+
+    def size(self) -> int:
+        return self._epoch.q.qsize()
+
+    def capacity(self) -> int:
+        return self._capacity
+
+    def _reopen(self) -> _Epoch:
+        old, self._epoch = self._epoch, _Epoch(self._capacity)
+        return old
 
 
 class QueueReader:
@@ -95,12 +153,26 @@ class QueueReader:
         self._device = torch.device("cpu")  # where the producer puts the batches
         self._provider: Callable[[], Iterable[Sequence[Any]]] | None = None
         self._lock = threading.Lock()
-        self._queue: queue.Queue | None = None
-        self._stop: threading.Event | None = None
+        self.queue = LoDTensorBlockingQueue(self, capacity)
         self._thread: threading.Thread | None = None
         self._group: dict[int, list[torch.Tensor]] = {}
         self._eof = False
         self.reader_id = register_reader(self)
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The producer thread of the epoch ``start()`` began (None before)."""
+        return self._thread
+
+    @property
+    def exited(self) -> bool:
+        """True once the producer was told to stop (setting it True stops it, as in Fluid)."""
+        return self.queue.is_closed()
+
+    @exited.setter
+    def exited(self, value: bool) -> None:
+        if value:
+            self.queue.close()
 
     # ---- what the data looks like
     @property
@@ -163,46 +235,40 @@ class QueueReader:
             raise RuntimeError(f"{self.name}.start(): the reader is already started; call "
                                "reset() at the end of an epoch (after EOFException) before "
                                "starting the next")
-        self._queue = queue.Queue(maxsize=self.capacity)
-        self._stop = threading.Event()
-        self._eof = False
-        self._group = {}
-        self._thread = threading.Thread(
-            target=self._produce, args=(self._provider, self._queue, self._stop),
-            name=f"parafluid-{self.name}", daemon=True)
+        epoch = self.queue._epoch
+        self._thread = threading.Thread(target=self._produce, args=(self._provider, epoch),
+                                        name=f"parafluid-{self.name}", daemon=True)
         self._thread.start()
 
     def reset(self) -> None:
         """End the epoch: stop the producer, drop the batches not read; ``start()`` again
         for the next epoch."""
-        thread, stop, q = self._thread, self._stop, self._queue
-        if thread is not None and stop is not None and q is not None:
-            stop.set()
+        old = self.queue._reopen()
+        old.closed.set()
+        thread = self._thread
+        if thread is not None:
             deadline = time.monotonic() + _RESET_WAIT_S
             while thread.is_alive() and time.monotonic() < deadline:
-                _drain(q)  # a producer blocked on a full queue sees the stop flag
+                _drain(old.q)  # a producer waiting for room sees the epoch closed
                 thread.join(timeout=_POLL_S)
             # NOTE: a generator still inside next() after that is left to finish on its own:
-            # the thread holds its own queue and stop flag, so it exits at its next batch
-            # without touching the next epoch's
+            # the thread pushes into its own, closed epoch, so it exits at its next batch
+            # without touching the next epoch's queue
         with self._lock:
-            self._thread = self._stop = self._queue = None
+            self._thread = None
             self._group = {}
             self._eof = False
 
     # ---- the producer thread
-    def _produce(self, provider: Callable[[], Iterable[Sequence[Any]]], q: queue.Queue,
-                 stop: threading.Event) -> None:
+    def _produce(self, provider: Callable[[], Iterable[Sequence[Any]]], epoch: _Epoch
+                 ) -> None:
         try:
             for i, fields in enumerate(provider()):
-                if stop.is_set():
-                    return
-                if not _put(q, stop, self._tensors(fields, i)):
+                if epoch.closed.is_set() or not epoch.put(self._tensors(fields, i)):
                     return
         except BaseException as e:  # noqa: BLE001 (raised by the read op, in the run)
-            _put(q, stop, _Failure(e))
-            return
-        _put(q, stop, _END)
+            epoch.failure = e
+        epoch.closed.set()
 
     def _tensors(self, fields: Any, index: int) -> list[torch.Tensor]:
         """One batch from the generator, checked against the data variables."""
@@ -247,45 +313,35 @@ class QueueReader:
         if self._eof:
             raise EOFException(f"{self.name}: the data of this epoch is used up; call "
                                "reset() and start() for the next")
-        q, thread = self._queue, self._thread
-        if q is None or thread is None:
+        epoch = self.queue._epoch
+        if self._provider is not None and self._thread is None and not epoch.pushed \
+                and not epoch.closed.is_set():
             raise RuntimeError(f"{self.name}: the program reads from the reader before "
                                f"start(); call {self.name}.start() before exe.run (and "
                                "reset() after EOFException)")
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         while True:
             try:
-                item = q.get(timeout=_POLL_S)
-                break
+                return epoch.q.get(timeout=_POLL_S)
             except queue.Empty:
-                if not thread.is_alive() and q.empty():
-                    raise RuntimeError(f"{self.name}: the producer thread stopped without "
-                                       "finishing the epoch") from None
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise RuntimeError(f"{self.name}: no batch from the generator for "
-                                       f"{self._timeout:g} s; is it stuck?") from None
-        if item is _END:
-            self._eof = True
-            raise EOFException(f"{self.name}: the data of this epoch is used up; call "
-                               "reset() and start() for the next")
-        if isinstance(item, _Failure):
-            self._eof = True  # the epoch is over; the error says why
-            raise item.exc
-        return item
+                pass
+            if epoch.closed.is_set() and epoch.q.empty():
+                self._eof = True
+                if epoch.failure is not None:
+                    raise epoch.failure  # the epoch is over; the error says why
+                raise EOFException(f"{self.name}: the data of this epoch is used up; call "
+                                   "reset() and start() for the next")
+            thread = self._thread
+            if thread is not None and not thread.is_alive() and not epoch.closed.is_set():
+                raise RuntimeError(f"{self.name}: the producer thread stopped without "
+                                   "finishing the epoch")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RuntimeError(f"{self.name}: no batch for {self._timeout:g} s; is the "
+                                   "generator stuck?")
 
     def __repr__(self) -> str:
         return (f"<QueueReader {self.name}: capacity {self.capacity}, fields "
                 f"{', '.join(f'{v.name} {list(v.shape)} {v.dtype}' for v in self._fields)}>")
-
-
-def _put(q: queue.Queue, stop: threading.Event, item: Any) -> bool:
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=_POLL_S)
-            return True
-        except queue.Full:
-            continue
-    return False
 
 
 def _drain(q: queue.Queue) -> None:

@@ -439,3 +439,52 @@ def test_reset_does_not_hang_on_a_generator_stuck_in_next():
     reader.reset()
     producer.join(timeout=10)
     assert not producer.is_alive()
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_queue_pushed_from_a_thread_as_fluid_tests_do(parallel):
+    """Fluid's own py_reader tests push LoDTensors into ``reader.queue`` from a thread of
+    their own and close it at the end; every pushed batch comes out of the program."""
+    import threading
+
+    xs, ys = _data(n_batches=4)
+    batches = _batches(xs, ys)
+    main, startup, loss, reader, (x, y) = _programs("by_data")
+    feed_queue = reader.queue
+    assert feed_queue.capacity() == 2
+
+    def as_tensor(array):
+        t = fluid.LoDTensor()
+        t.set(array, fluid.CPUPlace())
+        return t
+
+    def feed_data():
+        for xb, yb in batches:
+            if not feed_queue.push([as_tensor(xb), as_tensor(yb)]):
+                break
+        feed_queue.close()
+
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    program = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(2)) if parallel else main
+    thread = threading.Thread(target=feed_data, daemon=True)
+    thread.start()
+    outputs = []
+    try:
+        while True:
+            outputs.append(exe.run(program, fetch_list=[x.name, y.name]))
+    except fluid.core.EOFException:
+        pass
+    feed_queue.close()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and feed_queue.is_closed() and reader.exited
+    per_step = 2 if parallel else 1
+    assert len(outputs) == len(batches) // per_step
+    for i, (got_x, got_y) in enumerate(outputs):
+        want = batches[i * per_step:(i + 1) * per_step]
+        np.testing.assert_array_equal(got_x, np.concatenate([b[0] for b in want]))
+        np.testing.assert_array_equal(got_y, np.concatenate([b[1] for b in want]))
+    reader.reset()
+    assert not feed_queue.is_closed()  # reopened, empty, for the next epoch
+    assert feed_queue.size() == 0

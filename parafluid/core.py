@@ -20,6 +20,7 @@ import torch
 
 from .compat import missing_attribute
 from .dtypes import VarType
+from .legacy_reader import LoDTensorBlockingQueue
 from .ops.reader import EOFException
 from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
 from .predictor import (
@@ -40,9 +41,10 @@ from .scope import LoDTensor, Scope, SelectedRows
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "Scope", "SelectedRows",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "EOFException"]
-__all__ += ["AnalysisConfig", "NativeConfig", "create_paddle_predictor", "PaddleTensor",
-            "PaddleBuf", "PaddleDType", "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor",
-            "NativePaddlePredictor", "PaddlePredictor"]
+__all__ += ["LoDTensorBlockingQueue", "AnalysisConfig", "NativeConfig",
+            "create_paddle_predictor", "PaddleTensor", "PaddleBuf", "PaddleDType",
+            "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor", "NativePaddlePredictor",
+            "PaddlePredictor"]
 
 
 class VarDesc:

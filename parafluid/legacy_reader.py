@@ -28,9 +28,9 @@ fewer than ``n`` batches are left the step raises ``EOFException`` (the rest is 
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -55,26 +55,60 @@ _RESET_WAIT_S = 2.0  # how long reset() waits for a producer busy in the user's 
 
 
 class _Epoch:
-    """One epoch's batches: a bounded queue, its end, and the generator's error if any."""
+    """One epoch's batches: a bounded queue, its end, and the generator's error if any.
 
-    __slots__ = ("q", "closed", "failure", "pushed")
+    A condition, not a ``queue.Queue``: closing wakes a waiting reader at once (the end of
+    an epoch costs no polling interval).
+    """
+
+    __slots__ = ("items", "capacity", "cond", "closed", "failure", "pushed")
 
     def __init__(self, capacity: int) -> None:
-        self.q: queue.Queue = queue.Queue(maxsize=capacity)
-        self.closed = threading.Event()
+        self.items: deque[list[torch.Tensor]] = deque()
+        self.capacity = capacity
+        self.cond = threading.Condition()
+        self.closed = False
         self.failure: BaseException | None = None
         self.pushed = 0
 
     def put(self, batch: list[torch.Tensor]) -> bool:
         """Wait for room; False when the epoch was closed meanwhile (the batch is dropped)."""
-        while not self.closed.is_set():
-            try:
-                self.q.put(batch, timeout=_POLL_S)
-                self.pushed += 1
-                return True
-            except queue.Full:
-                continue
-        return False
+        with self.cond:
+            while len(self.items) >= self.capacity and not self.closed:
+                self.cond.wait(_POLL_S)
+            if self.closed:
+                return False
+            self.items.append(batch)
+            self.pushed += 1
+            self.cond.notify_all()
+            return True
+
+    def get(self, timeout: float) -> list[torch.Tensor] | None:
+        """The next batch, or None when there is none after ``timeout`` s (or it closed)."""
+        with self.cond:
+            if not self.items and not self.closed:
+                self.cond.wait(timeout)
+            if not self.items:
+                return None
+            batch = self.items.popleft()
+            self.cond.notify_all()
+            return batch
+
+    def close(self, failure: BaseException | None = None) -> None:
+        with self.cond:
+            if failure is not None and not self.closed:
+                self.failure = failure
+            self.closed = True
+            self.cond.notify_all()
+
+    def drain(self) -> None:
+        with self.cond:
+            self.items.clear()
+            self.cond.notify_all()
+
+    def exhausted(self) -> bool:
+        with self.cond:
+            return self.closed and not self.items
 
 
 class LoDTensorBlockingQueue:
@@ -94,23 +128,23 @@ class LoDTensorBlockingQueue:
 
     def push(self, batch: Sequence[Any]) -> bool:
         epoch = self._epoch
-        if epoch.closed.is_set():
+        if epoch.closed:
             return False
         return epoch.put(self._reader._tensors(batch, epoch.pushed))
 
     def close(self) -> None:
-        self._epoch.closed.set()
+        self._epoch.close()
 
     def kill(self) -> None:
         """Close and drop the batches not read."""
-        self._epoch.closed.set()
-        _drain(self._epoch.q)
+        self._epoch.close()
+        self._epoch.drain()
 
     def is_closed(self) -> bool:
-        return self._epoch.closed.is_set()
+        return self._epoch.closed
 
     def size(self) -> int:
-        return self._epoch.q.qsize()
+        return len(self._epoch.items)
 
     def capacity(self) -> int:
         return self._capacity
@@ -244,12 +278,12 @@ class QueueReader:
         """End the epoch: stop the producer, drop the batches not read; ``start()`` again
         for the next epoch."""
         old = self.queue._reopen()
-        old.closed.set()
+        old.close()
+        old.drain()
         thread = self._thread
         if thread is not None:
             deadline = time.monotonic() + _RESET_WAIT_S
             while thread.is_alive() and time.monotonic() < deadline:
-                _drain(old.q)  # a producer waiting for room sees the epoch closed
                 thread.join(timeout=_POLL_S)
             # NOTE: a generator still inside next() after that is left to finish on its own:
             # the thread pushes into its own, closed epoch, so it exits at its next batch
@@ -264,11 +298,12 @@ class QueueReader:
                  ) -> None:
         try:
             for i, fields in enumerate(provider()):
-                if epoch.closed.is_set() or not epoch.put(self._tensors(fields, i)):
+                if epoch.closed or not epoch.put(self._tensors(fields, i)):
                     return
         except BaseException as e:  # noqa: BLE001 (raised by the read op, in the run)
-            epoch.failure = e
-        epoch.closed.set()
+            epoch.close(failure=e)
+            return
+        epoch.close()
 
     def _tensors(self, fields: Any, index: int) -> list[torch.Tensor]:
         """One batch from the generator, checked against the data variables."""
@@ -315,24 +350,23 @@ class QueueReader:
                                "reset() and start() for the next")
         epoch = self.queue._epoch
         if self._provider is not None and self._thread is None and not epoch.pushed \
-                and not epoch.closed.is_set():
+                and not epoch.closed:
             raise RuntimeError(f"{self.name}: the program reads from the reader before "
                                f"start(); call {self.name}.start() before exe.run (and "
                                "reset() after EOFException)")
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         while True:
-            try:
-                return epoch.q.get(timeout=_POLL_S)
-            except queue.Empty:
-                pass
-            if epoch.closed.is_set() and epoch.q.empty():
+            batch = epoch.get(_POLL_S)
+            if batch is not None:
+                return batch
+            if epoch.exhausted():
                 self._eof = True
                 if epoch.failure is not None:
                     raise epoch.failure  # the epoch is over; the error says why
                 raise EOFException(f"{self.name}: the data of this epoch is used up; call "
                                    "reset() and start() for the next")
             thread = self._thread
-            if thread is not None and not thread.is_alive() and not epoch.closed.is_set():
+            if thread is not None and not thread.is_alive() and not epoch.closed:
                 raise RuntimeError(f"{self.name}: the producer thread stopped without "
                                    "finishing the epoch")
             if deadline is not None and time.monotonic() >= deadline:
@@ -342,14 +376,6 @@ class QueueReader:
     def __repr__(self) -> str:
         return (f"<QueueReader {self.name}: capacity {self.capacity}, fields "
                 f"{', '.join(f'{v.name} {list(v.shape)} {v.dtype}' for v in self._fields)}>")
-
-
-def _drain(q: queue.Queue) -> None:
-    while True:
-        try:
-            q.get_nowait()
-        except queue.Empty:
-            return
 
 
 def _check_callable(reader: Any, where: str) -> None:

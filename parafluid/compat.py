@@ -32,28 +32,13 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
                        "fluid.CompiledProgram(...).with_data_parallel"),
     "fluid.contrib": ("contrib (slim, mixed precision decorators, quantization)",
                       "not ported; for float16 training cast explicitly with fluid.layers.cast"),
-    "fluid.inference": ("the C++ inference API",
-                        "load the model with fluid.io.load_inference_model and run it with "
-                        "fluid.Executor"),
+    "fluid.inference": ("the C++ inference API's Python package",
+                        "use fluid.core.AnalysisConfig and fluid.core.create_paddle_predictor "
+                        "(or fluid.io.load_inference_model with fluid.Executor)"),
     "fluid.recordio_writer": ("RecordIO files",
                               "feed numpy arrays, or use fluid.io.DataLoader.from_generator"),
-    "core.AnalysisConfig": ("the C++ inference predictor's config",
-                            "load the model with fluid.io.load_inference_model and run it "
-                            "with fluid.Executor"),
-    "core.create_paddle_predictor": ("the C++ inference predictor",
-                                     "load the model with fluid.io.load_inference_model and "
-                                     "run it with fluid.Executor"),
-    "core.NativeConfig": ("the C++ inference predictor's config",
-                          "load the model with fluid.io.load_inference_model"),
-    "core.PaddleTensor": ("the C++ inference API's tensor",
-                          "feed numpy arrays to fluid.Executor.run"),
-    "layers.py_reader": ("py_reader (a reader op in the program)",
-                         "use fluid.io.DataLoader.from_generator(feed_list=..., capacity=...)"),
-    "layers.create_py_reader_by_data": ("py_reader", "use fluid.io.DataLoader.from_generator"),
-    "layers.read_file": ("reader ops", "feed numpy arrays, or use fluid.io.DataLoader"),
     "layers.open_files": ("reader ops over RecordIO files",
                           "feed numpy arrays, or use fluid.io.DataLoader"),
-    "layers.double_buffer": ("reader ops", "fluid.io.DataLoader prefetches in the background"),
 }
 
 
@@ -95,9 +80,10 @@ _family(["optimizer.PipelineOptimizer"], "the section-worker pipeline trainer",
 _family(["fluid.DataFeedDesc", "Executor.train_from_dataset", "Executor.infer_from_dataset"],
         "Dataset training (the C++ data-feed trainers)",
         "feed batches with fluid.io.DataLoader.from_generator and call Executor.run")
-_family(["CompiledProgram.with_inference_optimize", "core.PaddleBuf", "core.PaddleDType"],
-        "the C++ inference API",
-        "load the model with fluid.io.load_inference_model and run it with fluid.Executor")
+_family(["CompiledProgram.with_inference_optimize"],
+        "the C++ inference API's program optimization",
+        "run the saved model with fluid.core.create_paddle_predictor(fluid.core.AnalysisConfig("
+        "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
 _family(["fluid.dygraph_grad_clip"], "imperative (dygraph) gradient clipping",
         "fluid.clip.GradientClipByValue / ByNorm / ByGlobalNorm with set_gradient_clip")
 _family(["layers.load"], "the load op (Fluid's binary tensor files)",

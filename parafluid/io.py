@@ -259,8 +259,9 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
     """Save the program pruned to compute ``target_vars`` from the feeds, and its parameters.
 
     The pruned program (``prune.prune``: a ``clone(for_test=True)`` keeping only the ops the
-    targets need) goes to ``dirname/model_filename`` (default ``__model__``), the persistable
-    variables it reads to ``dirname/params_filename`` (default ``__variables__.safetensors``).
+    targets need, without the ``read`` ops of ``py_reader``s: the model is fed) goes to
+    ``dirname/model_filename`` (default ``__model__``), the persistable variables it reads to
+    ``dirname/params_filename`` (default ``__variables__.safetensors``).
     With ``export_for_deployment=False`` the whole, unpruned program is written to
     ``<model_filename>.main_program`` instead (as Fluid did) with all its persistables; then
     ``feeded_var_names`` and ``target_vars`` may be empty lists.
@@ -293,7 +294,7 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
     feeds = list(feeded_var_names)
     model_name = model_filename or MODEL_FILENAME
     if export_for_deployment:
-        model = prune(program, fetches, feeds)
+        model = prune(_without_read_ops(program), fetches, feeds)
     else:
         model, model_name = program.clone(), model_name + ".main_program"
     model_bytes = encode_model(model, feeds, fetches)
@@ -328,6 +329,17 @@ def _with_target_scales(program: Program, targets: Sequence[Variable]
                         attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True})
         names.append(name)
     return program, names
+
+
+def _without_read_ops(program: Program) -> Program:
+    """``program`` (a copy) without its ``read`` ops: a deployed model is fed, as Fluid's
+    ``_inference_optimize(prune_read_op=True)`` makes it."""
+    block = program.global_block()
+    kept = [op for op in block.ops if op.type != "read"]
+    if len(kept) != len(block.ops):
+        block.ops = kept
+        program._bump()
+    return program
 
 
 def load_inference_model(dirname: str, executor: Any, model_filename: str | None = None,

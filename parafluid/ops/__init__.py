@@ -28,6 +28,7 @@ from . import optimizer
 from . import pool
 from . import py_func
 from . import random
+from . import reader
 from . import reduce
 from . import rnn
 from . import rpc

@@ -5,7 +5,8 @@ that lies between a trainable variable and the loss (in reverse order), each emi
 op's gradient maker. A gradient with several contributions is written under renamed
 variables ``X@GRAD@RENAME@k`` and summed into ``X@GRAD`` by a ``sum`` op before its first
 use. The op that finally produces a parameter's gradient carries
-``op_role_var = [param, param@GRAD]``.
+``op_role_var = [param, param@GRAD]``. A non-parameter variable that no op writes and
+that sets ``stop_gradient = False`` (e.g. a data layer) gets its gradient too, as in Fluid.
 
 Example::
 
@@ -60,7 +61,7 @@ def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
     seed = {"type": "fill_constant", "inputs": {}, "outputs": {"Out": [grad_var_name(loss.name)]},
             "attrs": {"shape": list(loss.shape or [1]), "value": 1.0,
                       "dtype": loss.dtype or "float32", "op_role": OpRole.Backward | OpRole.Loss}}
-    sources = {p.name for p in params} - no_grad
+    sources = ({p.name for p in params} | _opted_in_leaves(block)) - no_grad
     first_backward_op = len(block.ops)
     produced = _append_grad_ops(block, [loss.name], [seed], sources, no_grad)
     _append_error_clips(block, first_backward_op)
@@ -131,6 +132,25 @@ def _append_error_clips(block: Any, start: int) -> None:
         block._insert_op(i + 1, "clip", inputs={"X": [name]}, outputs={"Out": [name]},
                          attrs={"min": float(clip.min), "max": float(clip.max),
                                 "op_role": OpRole.Backward})
+
+
+def _opted_in_leaves(block: Any) -> set[str]:
+    """Non-parameter variables that no forward op of ``block`` writes and that opt in to a
+    gradient with ``stop_gradient=False`` (a data layer, a variable made by hand): as in
+    Fluid, ``append_backward`` gives them ``<name>@GRAD`` too."""
+    fwd = [op for op in block.ops
+           if not (op.attrs.get("op_role", 0) & (OpRole.Backward | OpRole.Optimize))]
+    written = {n for op in fwd for n in op.output_arg_names}
+    out = set()
+    for op in fwd:
+        for n in op.input_arg_names:
+            if n in written or n in out:
+                continue
+            var = block._find_var_recursive(n)
+            if (var is not None and not isinstance(var, Parameter) and not var.stop_gradient
+                    and not var.persistable):
+                out.add(n)
+    return out
 
 
 def _numel(shape: Sequence[int]) -> int:

@@ -247,7 +247,7 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
     for op in reversed(fwd_ops):
         written_later[id(op)] = set(seen)
         seen.update(op.output_arg_names)
-    snapshots: list[tuple[Any, str, str]] = []
+    snapshots: list[tuple[Any, str, str, bool]] = []
     for seed in seeds:
         _place_like(seed, _writer_of(fwd_ops, seed["outputs"]["Out"][0][: -len(GRAD_SUFFIX)]))
         add(seed)
@@ -266,9 +266,10 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
             add(_place_like(spec, op))
     for name in list(pending):
         flush(name)
-    for op, name, snap in snapshots:
-        block._insert_op(block.ops.index(op) + 1, "assign", inputs={"X": [name]},
-                         outputs={"Out": [snap]}, attrs=dict(place_attrs(op)))
+    for op, name, snap, before in snapshots:
+        block._insert_op(block.ops.index(op) + (0 if before else 1), "assign",
+                         inputs={"X": [name]}, outputs={"Out": [snap]},
+                         attrs=dict(place_attrs(op)))
     with block.program._role_guard(OpRole.Backward):
         for spec in specs:
             block.append_op(spec["type"], inputs=spec["inputs"], outputs=spec["outputs"],
@@ -277,21 +278,25 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
 
 
 def _read_snapshots(block: Any, op: Any, spec: dict[str, Any], overwritten: set[str],
-                    snapshots: list[tuple[Any, str, str]]) -> None:
+                    snapshots: list[tuple[Any, str, str, bool]]) -> None:
     """Make the gradient op read the values the forward op saw: a forward input that a later
     forward op overwrites (``increment(i)`` after ``array_write(x, i)``) is copied right
-    after the forward op (an ``assign`` into ``<name>@FWD@<k>``) and read from the copy."""
+    after the forward op (an ``assign`` into ``<name>@FWD@<k>``) and read from the copy.
+    The inputs a gradient maker lists under ``reads_before`` (inputs the op itself
+    overwrites, e.g. a conditional block's carried value) are copied right before it."""
+    before = set(spec.pop("reads_before", ()))
     for names in spec["inputs"].values():
         for k, n in enumerate(names):
-            if n.endswith(GRAD_SUFFIX) or n not in overwritten or n not in op.input_arg_names:
+            if n.endswith(GRAD_SUFFIX) or n not in op.input_arg_names or (
+                    n not in overwritten and n not in before):
                 continue
-            snap = next((s for o, m, s in snapshots if o is op and m == n), None)
+            snap = next((s for o, m, s, _ in snapshots if o is op and m == n), None)
             if snap is None:
                 src = block._find_var_recursive(n)
                 snap = f"{n}@FWD@{len(snapshots)}"
                 block.create_var(name=snap, shape=src.shape, dtype=src.dtype, type=src.type,
                                  stop_gradient=True)
-                snapshots.append((op, n, snap))
+                snapshots.append((op, n, snap, n in before))
             names[k] = snap
 
 

@@ -213,7 +213,7 @@ _TABLE_ATTRS = {"table_names": [], "epmap": [], "height_sections": [], "height":
                 "padding_idx": -1, "dtype": "float32", "trainer_id": 0}
 register_op("distributed_lookup_table", inputs=("Ids",), outputs=("Out",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_dist_lookup_shape, kernel=_dist_lookup,
-            side_effect=True, comm=True)
+            side_effect=True, comm=True, share_lod=("Ids", "Out"))
 register_op("distributed_lookup_table_grad", inputs=("Ids", "Out@GRAD"), outputs=("W@GRAD",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_sparse_grad_shape, kernel=_dist_lookup_grad)
 register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),

@@ -304,3 +304,81 @@ def test_a_replicated_trainer_program_is_refused_by_name():
     exe.close()  # the pserver drops the partial step and ends
     server.join(timeout=30)
     assert not server.is_alive()
+
+
+def _lod_table_program(distributed: bool):
+    """Sequences of ids -> a sparse embedding (on the pservers or local) -> the sum of each
+    sequence -> fc -> squared error."""
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64", lod_level=1)
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        table = np.random.default_rng(3).standard_normal((40, 4)).astype("float32")
+        emb = fluid.layers.embedding(
+            ids, size=[40, 4], is_sparse=True, is_distributed=distributed,
+            param_attr=fluid.ParamAttr(
+                name="emb", initializer=fluid.initializer.NumpyArrayInitializer(table)))
+        pooled = fluid.layers.sequence_pool(emb, pool_type="sum")
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(
+            fluid.layers.fc(pooled, size=1), y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, startup, emb, pooled, loss
+
+
+@pytest.mark.timeout(60)
+def test_distributed_lookup_table_keeps_the_lod_of_its_ids():
+    """The looked-up rows carry the ids' LoD, so sequence layers work on them; the
+    sequence sums equal the local embedding's."""
+    ep = endpoints(1)
+    place = fluid.CPUPlace()
+    feed = {"ids": fluid.create_lod_tensor(np.array([[1], [7], [7], [30], [2], [39]], "int64"),
+                                           [[2, 3, 1]], place),
+            "y": np.array([[0.5], [-1.0], [2.0]], "float32")}
+    config = ps_job._config("round_robin", 100, True)
+    results, errors = {}, []
+
+    def pserver():
+        main, startup, *_ = _lod_table_program(True)
+        t = fluid.DistributeTranspiler(config)
+        t.transpile(0, program=main, startup_program=startup, pservers=ep, trainers=1)
+        prog, pstartup = t.get_pserver_programs(ep)
+        exe, scope = fluid.Executor(place), fluid.Scope()
+        exe.run(pstartup, scope=scope)
+        exe.run(prog, scope=scope)
+
+    def trainer():
+        main, startup, emb, pooled, _ = _lod_table_program(True)
+        t = fluid.DistributeTranspiler(config)
+        t.transpile(0, program=main, startup_program=startup, pservers=ep, trainers=1)
+        prog = t.get_trainer_program()
+        assert "distributed_lookup_table" in [op.type for op in prog.global_block().ops]
+        exe, scope = fluid.Executor(place), fluid.Scope()
+        exe.run(startup, scope=scope)
+        results["emb"], results["pooled"] = exe.run(prog, feed=feed, fetch_list=[emb, pooled],
+                                                    scope=scope, return_numpy=False)
+        exe.close()
+
+    def guarded(fn):
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001  (reported by the test thread)
+                errors.append(e)
+        return threading.Thread(target=run, daemon=True)
+
+    threads = [guarded(pserver), guarded(trainer)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=45)
+    if errors:
+        raise errors[0]
+    assert not any(th.is_alive() for th in threads), "the pserver or trainer thread hangs"
+    assert results["emb"].recursive_sequence_lengths() == [[2, 3, 1]]
+    main, startup, emb, pooled, _ = _lod_table_program(False)
+    exe, scope = fluid.Executor(place), fluid.Scope()
+    exe.run(startup, scope=scope)
+    want_emb, want_pooled = exe.run(main, feed=feed, fetch_list=[emb, pooled], scope=scope)
+    np.testing.assert_allclose(np.array(results["emb"]), want_emb, rtol=1e-6)
+    np.testing.assert_allclose(np.array(results["pooled"]), want_pooled, rtol=1e-6)

@@ -198,3 +198,248 @@ def test_label_semantic_roles(tmp_path):
                           return_numpy=False)
     assert results[0].recursive_sequence_lengths() == lod
     np.testing.assert_allclose(np.array(results[0]), want, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ recommender_system
+
+layers, nets = fluid.layers, fluid.nets
+SGDOptimizer = fluid.optimizer.SGDOptimizer
+Executor = fluid.Executor
+framework = fluid.framework
+
+USR_DICT_SIZE, USR_AGE_DICT_SIZE, USR_JOB_DICT_SIZE = 40, 7, 21
+MOV_DICT_SIZE, CATEGORY_DICT_SIZE, MOV_TITLE_DICT_SIZE = 60, 18, 80
+
+
+def get_usr_combined_features():
+    uid = layers.data(name="user_id", shape=[1], dtype="int64")
+
+    usr_emb = layers.embedding(
+        input=uid, dtype="float32", size=[USR_DICT_SIZE, 32], param_attr="user_table",
+        is_sparse=IS_SPARSE)
+
+    usr_fc = layers.fc(input=usr_emb, size=32)
+
+    USR_GENDER_DICT_SIZE = 2
+
+    usr_gender_id = layers.data(name="gender_id", shape=[1], dtype="int64")
+
+    usr_gender_emb = layers.embedding(
+        input=usr_gender_id, size=[USR_GENDER_DICT_SIZE, 16], param_attr="gender_table",
+        is_sparse=IS_SPARSE)
+
+    usr_gender_fc = layers.fc(input=usr_gender_emb, size=16)
+
+    usr_age_id = layers.data(name="age_id", shape=[1], dtype="int64")
+
+    usr_age_emb = layers.embedding(
+        input=usr_age_id, size=[USR_AGE_DICT_SIZE, 16], is_sparse=IS_SPARSE,
+        param_attr="age_table")
+
+    usr_age_fc = layers.fc(input=usr_age_emb, size=16)
+
+    usr_job_id = layers.data(name="job_id", shape=[1], dtype="int64")
+
+    usr_job_emb = layers.embedding(
+        input=usr_job_id, size=[USR_JOB_DICT_SIZE, 16], param_attr="job_table",
+        is_sparse=IS_SPARSE)
+
+    usr_job_fc = layers.fc(input=usr_job_emb, size=16)
+
+    concat_embed = layers.concat(
+        input=[usr_fc, usr_gender_fc, usr_age_fc, usr_job_fc], axis=1)
+
+    usr_combined_features = layers.fc(input=concat_embed, size=200, act="tanh")
+
+    return usr_combined_features
+
+
+def get_mov_combined_features():
+    mov_id = layers.data(name="movie_id", shape=[1], dtype="int64")
+
+    mov_emb = layers.embedding(
+        input=mov_id, dtype="float32", size=[MOV_DICT_SIZE, 32], param_attr="movie_table",
+        is_sparse=IS_SPARSE)
+
+    mov_fc = layers.fc(input=mov_emb, size=32)
+
+    category_id = layers.data(name="category_id", shape=[1], dtype="int64", lod_level=1)
+
+    mov_categories_emb = layers.embedding(
+        input=category_id, size=[CATEGORY_DICT_SIZE, 32], is_sparse=IS_SPARSE)
+
+    mov_categories_hidden = layers.sequence_pool(input=mov_categories_emb, pool_type="sum")
+
+    mov_title_id = layers.data(name="movie_title", shape=[1], dtype="int64", lod_level=1)
+
+    mov_title_emb = layers.embedding(
+        input=mov_title_id, size=[MOV_TITLE_DICT_SIZE, 32], is_sparse=IS_SPARSE)
+
+    mov_title_conv = nets.sequence_conv_pool(
+        input=mov_title_emb, num_filters=32, filter_size=3, act="tanh", pool_type="sum")
+
+    concat_embed = layers.concat(
+        input=[mov_fc, mov_categories_hidden, mov_title_conv], axis=1)
+
+    mov_combined_features = layers.fc(input=concat_embed, size=200, act="tanh")
+
+    return mov_combined_features
+
+
+def model():
+    usr_combined_features = get_usr_combined_features()
+    mov_combined_features = get_mov_combined_features()
+
+    # need cos sim
+    inference = layers.cos_sim(X=usr_combined_features, Y=mov_combined_features)
+    scale_infer = layers.scale(x=inference, scale=5.0)
+
+    label = layers.data(name="score", shape=[1], dtype="float32")
+    square_cost = layers.square_error_cost(input=scale_infer, label=label)
+    avg_cost = layers.mean(square_cost)
+
+    return scale_infer, avg_cost
+
+
+def _movielens_like(n, seed):
+    """(user, gender, age, job, movie, categories, title words, [score]) with a score that
+    follows from the user and the movie."""
+    rng = np.random.RandomState(seed)
+    taste = rng.uniform(-1, 1, USR_DICT_SIZE)
+    kind = rng.uniform(-1, 1, MOV_DICT_SIZE)
+    out = []
+    for _ in range(n):
+        user, movie = rng.randint(0, USR_DICT_SIZE), rng.randint(0, MOV_DICT_SIZE)
+        out.append((user, rng.randint(0, 2), rng.randint(0, USR_AGE_DICT_SIZE),
+                    rng.randint(0, USR_JOB_DICT_SIZE), movie,
+                    rng.randint(0, CATEGORY_DICT_SIZE, rng.randint(1, 4)).tolist(),
+                    rng.randint(0, MOV_TITLE_DICT_SIZE, rng.randint(1, 6)).tolist(),
+                    [float(3 + 2 * taste[user] * kind[movie])]))
+    return out
+
+
+def test_recommender_system(tmp_path):
+    BATCH_SIZE = 32
+    samples, tests = _movielens_like(128, 0), _movielens_like(32, 1)
+    main_program, startup_program = fluid.Program(), fluid.Program()
+    startup_program.random_seed = 4
+    with fluid.program_guard(main_program, startup_program), fluid.unique_name.guard():
+        scale_infer, avg_cost = model()
+
+        # test program
+        test_program = fluid.default_main_program().clone(for_test=True)
+
+        sgd_optimizer = SGDOptimizer(learning_rate=0.2)
+        sgd_optimizer.minimize(avg_cost)
+
+    place = fluid.CPUPlace()
+    exe = Executor(place)
+
+    train_reader = fluid.io.batch(
+        fluid.io.shuffle(lambda: iter(samples), buf_size=8192), batch_size=BATCH_SIZE)
+    test_reader = fluid.io.batch(lambda: iter(tests), batch_size=BATCH_SIZE)
+
+    feeding = {"user_id": 0, "gender_id": 1, "age_id": 2, "job_id": 3, "movie_id": 4,
+               "category_id": 5, "movie_title": 6, "score": 7}
+
+    def func_feed(feeding, data):
+        feed_tensors = {}
+        for (key, idx) in feeding.items():
+            tensor = fluid.LoDTensor()
+            if key != "category_id" and key != "movie_title":
+                if key == "score":
+                    numpy_data = np.array(list(map(lambda x: x[idx], data))).astype("float32")
+                else:
+                    numpy_data = np.array(list(map(lambda x: x[idx], data))).astype("int64")
+            else:
+                numpy_data = list(map(lambda x: np.array(x[idx]).astype("int64"), data))
+                lod_info = [len(item) for item in numpy_data]
+                offset = 0
+                lod = [offset]
+                for item in lod_info:
+                    offset += item
+                    lod.append(offset)
+                numpy_data = np.concatenate(numpy_data, axis=0)
+                tensor.set_lod([lod])
+
+            numpy_data = numpy_data.reshape([numpy_data.shape[0], 1])
+            tensor.set(numpy_data, place)
+            feed_tensors[key] = tensor
+        return feed_tensors
+
+    def test_cost():
+        avg_cost_set = []
+        for test_data in test_reader():
+            avg_cost_np = exe.run(program=test_program, feed=func_feed(feeding, test_data),
+                                  fetch_list=[avg_cost])
+            avg_cost_set.append(avg_cost_np[0])
+        return np.array(avg_cost_set).mean()
+
+    save_dirname = str(tmp_path / "recommender_system.inference.model")
+    scope = fluid.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup_program)
+        before = test_cost()
+        PASS_NUM = 6
+        for _pass_id in range(PASS_NUM):
+            for _batch_id, data in enumerate(train_reader()):
+                # train a mini-batch
+                outs = exe.run(program=main_program, feed=func_feed(feeding, data),
+                               fetch_list=[avg_cost])
+                out = np.array(outs[0])
+                assert not np.isnan(float(out[0])), "got NaN loss, training failed."
+        after = test_cost()
+        assert after < before * 0.7, (before, after)
+        fluid.io.save_inference_model(
+            save_dirname, ["user_id", "gender_id", "age_id", "job_id", "movie_id",
+                           "category_id", "movie_title"], [scale_infer], exe,
+            main_program=main_program)
+        one = func_feed(feeding, [(1, 1, 0, 10, 23, [10, 8, 9], [19, 40, 29, 7, 78], [4.0])])
+        want, = exe.run(test_program, feed=one, fetch_list=[scale_infer])
+
+    inference_scope = fluid.core.Scope()
+    with fluid.scope_guard(inference_scope):
+        [inference_program, feed_target_names,
+         fetch_targets] = fluid.io.load_inference_model(save_dirname, exe)
+
+        # Use the first data from the test set as input
+        assert feed_target_names[0] == "user_id"
+        user_id = fluid.create_lod_tensor([[np.int64(1)]], [[1]], place)
+
+        assert feed_target_names[1] == "gender_id"
+        gender_id = fluid.create_lod_tensor([[np.int64(1)]], [[1]], place)
+
+        assert feed_target_names[2] == "age_id"
+        age_id = fluid.create_lod_tensor([[np.int64(0)]], [[1]], place)
+
+        assert feed_target_names[3] == "job_id"
+        job_id = fluid.create_lod_tensor([[np.int64(10)]], [[1]], place)
+
+        assert feed_target_names[4] == "movie_id"
+        movie_id = fluid.create_lod_tensor([[np.int64(23)]], [[1]], place)
+
+        assert feed_target_names[5] == "category_id"
+        category_id = fluid.create_lod_tensor(
+            [np.array([10, 8, 9], dtype="int64")], [[3]], place)
+
+        assert feed_target_names[6] == "movie_title"
+        movie_title = fluid.create_lod_tensor(
+            [np.array([19, 40, 29, 7, 78], dtype="int64")], [[5]], place)
+
+        # Construct feed as a dictionary of {feed_target_name: feed_target_data}
+        # and results will contain a list of data corresponding to fetch_targets.
+        results = exe.run(inference_program,
+                          feed={
+                              feed_target_names[0]: user_id,
+                              feed_target_names[1]: gender_id,
+                              feed_target_names[2]: age_id,
+                              feed_target_names[3]: job_id,
+                              feed_target_names[4]: movie_id,
+                              feed_target_names[5]: category_id,
+                              feed_target_names[6]: movie_title
+                          },
+                          fetch_list=fetch_targets,
+                          return_numpy=False)
+    inferred = np.array(results[0])
+    assert inferred.shape == (1, 1) and abs(float(inferred[0][0])) <= 5.0 + 1e-5
+    np.testing.assert_allclose(inferred, want, rtol=1e-5)

@@ -189,7 +189,7 @@ def test_label_semantic_roles(tmp_path):
         lod = [[len(s[0]) for s in samples[:3]]]
         base_shape = [1]
         feeds = {}
-        for k, name in enumerate(feed_target_names):
+        for name in feed_target_names:
             column = {"word_data": 0, "ctx_n2_data": 1, "ctx_n1_data": 2, "ctx_0_data": 3,
                       "ctx_p1_data": 4, "ctx_p2_data": 5, "verb_data": 6, "mark_data": 7}[name]
             flat = np.concatenate([s[column] for s in samples[:3]]).astype("int64")

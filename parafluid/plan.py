@@ -38,9 +38,17 @@ from .parallel.scheduler import Scheduler, TaskError, TaskGraph
 from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .passes.liveness import release_plan, sub_block_io_listed
 from .passes.memory_optimize import check_fetch_targets
+from .passes.segment import SEGMENT_OP
 from .runtime import OpRunError, RunContext, RunServices, bind_op, op_error, op_hooks_active, timed
+from .segments import bind_segment
 
 __all__ = ["Plan", "run_plan", "BlockRunner", "has_sub_blocks"]
+
+
+def _binder(op: Any) -> Callable:
+    """How to bind ``op``: a compiled segment as one function of its ops, any other op
+    through ``runtime.bind_op``."""
+    return bind_segment if op.type == SEGMENT_OP else bind_op
 
 Task = Callable[[], None]
 
@@ -144,9 +152,10 @@ class Plan:
             if node.device != ALL_DEVICES and not (inplace or {}).get(node.index) and rel \
                     and all(n == 1 for _, n in rel) and not any(
                         persistable(n) for refs in node.outputs.values() for _, n, _ in refs):
-                inline = bind_op(node.op, devices[node.device], self.services[node.device],
-                                 env=self.envs[node.device],
-                                 drop=tuple(key[1] for key, _ in rel))
+                inline = _binder(node.op)(node.op, devices[node.device],
+                                          self.services[node.device],
+                                          env=self.envs[node.device],
+                                          drop=tuple(key[1] for key, _ in rel))
             self._inline.append(inline)
             self._writes.append([(self.services[d], self.envs[d], n)
                                  for refs in node.outputs.values() for d, n, _ in refs
@@ -202,7 +211,8 @@ class Plan:
             env = self.envs[node.device]
             if inplace is not None:
                 return inplace(env)
-            return bind_op(node.op, devices[node.device], self.services[node.device], env=env)
+            return _binder(node.op)(node.op, devices[node.device], self.services[node.device],
+                                    env=env)
         opdef = get_op_def(node.type)
         kernel, attrs = opdef.kernel, dict(node.attrs)
         ctx = RunContext(node.op, devices[0], self.services[0])
@@ -245,7 +255,9 @@ class Plan:
         lock, pending, envs = self._lock, self._pending, self.envs
         drops = [(envs[key[0]], key[1], key if n > 1 else None)
                  for key, n in self._releases.get(i) or ()]
-        if check:
+        if check and hasattr(fn, "checked"):  # a compiled segment checks its own outputs
+            fn = fn.checked
+        elif check:
             outputs = [(slot, envs[d], n) for slot, refs in node.outputs.items()
                        for d, n, _ in refs]
             run_op = fn

@@ -38,6 +38,7 @@ from . import tensor_extra
 from . import py_func
 from . import tensor_more
 from . import debug
+from . import segment
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

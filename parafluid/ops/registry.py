@@ -82,6 +82,10 @@ class OpDef:
     # set by share_lod: (input slot, output slots, the kernel before the LoD wrapper), so
     # that bind_op can share the LoD in its own closure instead of through the wrapper
     lod_share: tuple[str, tuple[str, ...], Kernel] | None = None
+    # why the op cannot run inside a compiled segment (a host round trip, a value-dependent
+    # output shape, ...); None: it can (passes/segment.py also checks side effects, seeds,
+    # sub-blocks and row-sparse values itself)
+    no_compile: str | None = None
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -98,7 +102,8 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                 kernel: Kernel | None = None, grad: GradMaker | None = None,
                 grad_kernel: Kernel | None = None, grad_uses: Sequence[str] | None = None,
                 no_grad_inputs: Sequence[str] = (), grad_infer_shape: InferShape | None = None,
-                side_effect: bool = False, releases_inputs: bool = False) -> OpDef:
+                side_effect: bool = False, releases_inputs: bool = False,
+                no_compile: str | None = None) -> OpDef:
     """Declare an op type once; see the module docstring for the conventions."""
     if type in _REGISTRY:
         raise ValueError(f"op type {type!r} is registered twice")
@@ -108,7 +113,7 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
     opdef = OpDef(type, tuple(Slot.parse(s) for s in inputs), tuple(Slot.parse(s) for s in outputs),
                   attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
                   None if grad_uses is None else tuple(grad_uses), side_effect,
-                  releases_inputs)
+                  releases_inputs, no_compile=no_compile)
     if grad_kernel is not None:
         if opdef.grad is None:
             opdef.grad = default_grad_maker

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from .atomic import check_finite
 from .lod import LOD_ATTR
 from .ops.registry import EMPTY, get_op_def
 from .runtime import RunContext, RunServices, op_device, op_error
@@ -48,7 +49,6 @@ __all__ = ["bind_segment", "Segment", "segment_source", "compile_stats"]
 
 log = logging.getLogger("parafluid.compile")
 
-_IDENT = re.compile(r"[^0-9A-Za-z_]")
 _lock = threading.Lock()
 _warned: set[str] = set()
 # counters for tests and the benchmarks: compiles, recompiles, fallbacks
@@ -73,31 +73,31 @@ def _kernel(opdef: Any) -> Callable:
     return opdef.lod_share[2] if opdef.lod_share is not None else opdef.kernel
 
 
-def segment_source(op: Any) -> tuple[str, list[str], list[str]]:
-    """(the Python source of segment op ``op``'s function, its argument names, its result
-    names); the function reads kernels ``K<i>``, attrs ``A<i>`` and contexts ``C<i>``."""
-    ops = op.attrs["sub_block"].ops
-    ins, outs = list(op.inputs.get("X", [])), list(op.outputs.get("Out", []))
+def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
+                     outs: list[str]) -> str:
+    """The source of ``def name(*ins): ... return outs`` calling the kernels ``K<i>`` of
+    ``ops`` (numbered from ``first``), one line per op, with attrs ``A<i>``, contexts
+    ``C<i>``."""
     local: dict[str, str] = {}
 
-    def var(name: str) -> str:
-        if name not in local:
-            local[name] = f"v{len(local)}"
-        return local[name]
+    def var(n: str) -> str:
+        if n not in local:
+            local[n] = f"v{len(local)}"
+        return local[n]
 
-    args = [var(n) for n in ins]
-    number = int(op.attrs.get("segment", 0))
-    lines = [f"def segment_{number}({', '.join(args)}):"]
-    for i, inner in enumerate(ops):
+    lines = [f"def {name}({', '.join(var(n) for n in ins)}):"]
+    for j, inner in enumerate(ops):
+        i = first + j
         opdef = get_op_def(inner.type)
         parts = []
         for slot in opdef.inputs:
             names = inner.inputs.get(slot.name) or []
             if slot.duplicable:
-                parts.append(f"{slot.name!r}: [{', '.join('None' if n == EMPTY else local[n] for n in names)}]")
+                values = ", ".join("None" if n == EMPTY else local[n] for n in names)
+                parts.append(f"{slot.name!r}: [{values}]")
             elif names and names[0] != EMPTY:
                 parts.append(f"{slot.name!r}: {local[names[0]]}")
-            elif slot.optional or not names:
+            else:
                 parts.append(f"{slot.name!r}: None")
         call = f"K{i}({{{', '.join(parts)}}}, A{i}, C{i})"
         results = [(slot, inner.outputs.get(slot.name) or []) for slot in opdef.outputs]
@@ -115,11 +115,75 @@ def segment_source(op: Any) -> tuple[str, list[str], list[str]]:
             elif names[0] != EMPTY:
                 lines.append(f"    {var(names[0])} = _o[{slot.name!r}]")
     lines.append(f"    return ({''.join(local[n] + ', ' for n in outs)})")
-    return "\n".join(lines) + "\n", ins, outs
+    return "\n".join(lines) + "\n"
+
+
+def segment_source(op: Any) -> str:
+    """The Python source of segment op ``op``'s function (what ``PARAFLUID_DEBUG=1``
+    prints): one line per op, calling its registered kernel."""
+    ops = op.attrs["sub_block"].ops
+    return _function_source(f"segment_{int(op.attrs.get('segment', 0))}", ops, 0,
+                            list(op.inputs.get("X", [])), list(op.outputs.get("Out", [])))
+
+
+class _Piece:
+    """A run of a segment's ops ``[start, end)`` as one function, compiled on first use
+    (``compiled=False``: an op the compiler rejected, run as it is)."""
+
+    def __init__(self, seg: Segment, start: int, end: int, needed: set[str],
+                 compiled: bool) -> None:
+        ops = seg.ops[start:end]
+        reads: list[str] = []
+        written: set[str] = set()
+        for inner in ops:
+            for n in inner.input_arg_names:
+                if n != EMPTY and n not in written and n not in reads:
+                    reads.append(n)
+            written.update(n for n in inner.output_arg_names if n != EMPTY)
+        order = [n for inner in ops for n in inner.output_arg_names]
+        self.start, self.end = start, end
+        self.ins = reads
+        self.outs = list(dict.fromkeys(n for n in order if n in needed and n in written))
+        self.name = f"segment_{seg.number}_ops_{start}_{end}"
+        self.filename = f"<parafluid {self.name} at {id(self):x}>"
+        self.source = _function_source(self.name, ops, start, self.ins, self.outs)
+        # NOTE: a fresh code object per piece: torch.compile caches compiled code per code
+        # object, and closures of one function would share (and overflow) one cache
+        code = compile(self.source, self.filename, "exec")
+        linecache.cache[self.filename] = (len(self.source), None,
+                                          self.source.splitlines(True), self.filename)
+        namespace = dict(seg.namespace)
+        exec(code, namespace)
+        self.eager: Callable = namespace[self.name]
+        self.fn: Callable | None = None if compiled else self.eager
+        self.mode = "reduce-overhead" if seg.device.type == "cuda" else None
+
+    def __call__(self, *args: Any) -> tuple:
+        fn = self.fn
+        if fn is None:
+            # NOTE: fullgraph: code the compiler cannot take raises here instead of running
+            # in pieces behind our back; the segment then names the op and splits around it
+            fn = self.fn = torch.compile(self.eager, dynamic=None, fullgraph=True,
+                                         mode=self.mode)
+            compile_stats["compiled"] += 1
+        return fn(*args)
+
+    def culprit(self, exc: BaseException) -> int | None:
+        """The op (index in the segment) a compile error's user stack points at."""
+        text = str(exc)
+        lines = self.source.splitlines()
+        for m in re.finditer(re.escape(self.filename) + r'", line (\d+)', text):
+            line = int(m.group(1))
+            if 1 < line <= len(lines):
+                k = re.search(r"# op (\d+):", lines[line - 1])
+                if k:
+                    return int(k.group(1))
+        return None
 
 
 class Segment:
-    """One segment op bound for one device: its function, compiled on first use.
+    """One segment op bound for one device: its ops as compiled pieces (one, unless the
+    compiler rejected an op: then that op runs uncompiled between two pieces).
 
     Call it with the segment's input values (in ``X`` order); it returns the output values
     (in ``Out`` order).
@@ -132,29 +196,32 @@ class Segment:
         self.number = int(op.attrs.get("segment", 0))
         self.device = op_device(op, device)
         self.contexts = [RunContext(o, op_device(o, self.device), services) for o in self.ops]
-        self.kernels = [_kernel(get_op_def(o.type)) for o in self.ops]
-        self.source, self.in_names, self.out_names = segment_source(op)
-        filename = f"<parafluid segment {self.number} at {id(self):x}>"
-        namespace: dict[str, Any] = {}
+        self.in_names = list(op.inputs.get("X", []))
+        self.out_names = list(op.outputs.get("Out", []))
+        self.namespace: dict[str, Any] = {}
         for i, inner in enumerate(self.ops):
-            namespace[f"K{i}"] = self.kernels[i]
-            namespace[f"A{i}"] = dict(inner.attrs)
-            namespace[f"C{i}"] = self.contexts[i]
-        # NOTE: a fresh code object per segment: torch.compile caches compiled code per code
-        # object, and closures of one function would share (and overflow) one cache
-        code = compile(self.source, filename, "exec")
-        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True),
-                                     filename)
-        exec(code, namespace)
-        self.eager = namespace[f"segment_{self.number}"]
-        self.filename = filename
-        self.compiled: Callable | None = None
+            self.namespace[f"K{i}"] = _kernel(get_op_def(inner.type))
+            self.namespace[f"A{i}"] = dict(inner.attrs)
+            self.namespace[f"C{i}"] = self.contexts[i]
+        self.source = segment_source(op)
         self.fallback: str | None = None if enabled else "compilation is off"
+        self.uncompiled: dict[int, str] = {}  # op index -> why the compiler rejected it
+        self._build([(0, len(self.ops), enabled)])
         self._shapes: tuple | None = None
         self._dynamic_logged = False
         if _debug():
             log.warning("compiled_segment %d (%d ops) on %s:\n%s", self.number, len(self.ops),
                         self.device, self.source)
+
+    def _build(self, ranges: list[tuple[int, int, bool]]) -> None:
+        needed = set(self.out_names)
+        pieces: list[_Piece] = []
+        for start, end, compiled in reversed(ranges):
+            piece = _Piece(self, start, end, needed, compiled)
+            pieces.append(piece)
+            needed |= set(piece.ins)
+        self.pieces = pieces[::-1]
+        self._single = self.pieces[0] if len(self.pieces) == 1 else None
 
     # ------------------------------------------------------------------ names
     def describe(self) -> str:
@@ -164,14 +231,60 @@ class Segment:
 
     # ------------------------------------------------------------------ running
     def __call__(self, *args: Any) -> tuple:
-        if self.fallback is None:
-            reason = self._unsupported(args)
-            if reason is None:
-                return self._run_compiled(args)
+        if self.fallback is not None:
+            return self.run_ops(args)
+        reason = self._unsupported(args)
+        if reason is not None:
             _warn_once(f"{id(self)}:{reason}", f"{self.describe()} runs uncompiled: {reason}")
             compile_stats["fallbacks"] += 1
             return self.run_ops(args)
-        return self.eager(*args)
+        shapes = tuple((tuple(a.shape), a.dtype) for a in args)
+        if shapes != self._shapes:
+            self._note_shapes(shapes)
+        try:
+            if self._single is not None:
+                return self._single(*args)
+            env = dict(zip(self.in_names, args))
+            for piece in self.pieces:
+                env.update(zip(piece.outs, piece(*[env[n] for n in piece.ins])))
+            return tuple(env[n] for n in self.out_names)
+        except Exception as exc:  # noqa: BLE001 (a compile failure or the op's own error)
+            out = self.run_ops(args)  # raises the op's own error, named, if there is one
+            self._reject(exc)
+            return out
+
+    def _reject(self, exc: BaseException) -> None:
+        """The compiler failed on a piece: run the op it points at uncompiled from now on
+        (one warning naming it), or, where no op is named, the whole segment."""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        why = f"{type(exc).__name__}: {first}"
+        compile_stats["fallbacks"] += 1
+        k = None
+        for piece in self.pieces:
+            if piece.fn is not piece.eager:
+                k = piece.culprit(exc)
+                if k is not None:
+                    break
+        if k is None:
+            self.fallback = why
+            _warn_once(f"{id(self)}:all", f"{self.describe()} falls back to the interpreter: "
+                       f"{why}")
+            return
+        inner = self.ops[k]
+        self.uncompiled[k] = why
+        _warn_once(f"{id(self)}:{k}", f"{self.describe()}: op {inner.type} (created at "
+                   f"{inner.callsite}) cannot compile and falls back to the interpreter; "
+                   f"the ops around it stay compiled ({why})")
+        ranges: list[tuple[int, int, bool]] = []
+        start = 0
+        for i in sorted(self.uncompiled):
+            if start < i:
+                ranges.append((start, i, True))
+            ranges.append((i, i + 1, False))
+            start = i + 1
+        if start < len(self.ops):
+            ranges.append((start, len(self.ops), True))
+        self._build(ranges)
 
     def _unsupported(self, args: tuple) -> str | None:
         for name, v in zip(self.in_names, args):
@@ -180,28 +293,6 @@ class Segment:
             if getattr(v, LOD_ATTR, None):
                 return f"input {name!r} carries a LoD (sequence) value"
         return None
-
-    def _run_compiled(self, args: tuple) -> tuple:
-        shapes = tuple((tuple(a.shape), a.dtype) for a in args)
-        if shapes != self._shapes:
-            self._note_shapes(shapes)
-        fn = self.compiled
-        if fn is None:
-            mode = "reduce-overhead" if self.device.type == "cuda" else None
-            fn = self.compiled = torch.compile(self.eager, dynamic=None, mode=mode)
-            compile_stats["compiled"] += 1
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 (a compile failure or the op's own error)
-            try:
-                out = self.run_ops(args)
-            except Exception:
-                raise  # the op's own error, named by run_ops
-            self.fallback = self._explain(exc)
-            compile_stats["fallbacks"] += 1
-            _warn_once(f"{id(self)}:compile", f"{self.describe()} falls back to the "
-                       f"interpreter: {self.fallback}")
-            return out
 
     def _note_shapes(self, shapes: tuple) -> None:
         old, self._shapes = self._shapes, shapes
@@ -221,22 +312,6 @@ class Segment:
             log.warning("%s on %s recompiles for new input shapes or dtypes: %s",
                         self.describe(), self.device, what)
 
-    def _explain(self, exc: BaseException) -> str:
-        """The op the compile failure points at (a line of the segment's function in the
-        user stack torch.compile reports), and the first line of the error."""
-        text = str(exc)
-        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-        op_note = ""
-        for m in re.finditer(re.escape(self.filename) + r'", line (\d+)', text):
-            i = int(m.group(1)) - 2  # line 1 is the def
-            if 0 <= i < len(self.source.splitlines()) - 2:
-                line = self.source.splitlines()[i + 1]
-                k = re.search(r"# op (\d+):", line)
-                if k:
-                    inner = self.ops[int(k.group(1))]
-                    op_note = f"op {inner.type} (created at {inner.callsite}) cannot compile: "
-        return f"{op_note}{type(exc).__name__}: {first}"
-
     def run_ops(self, args: tuple, check: bool = False) -> tuple:
         """The segment op by op (the interpreter's order and kernels); an op's failure is
         its OpRunError; ``check``: raise at the first op whose output holds NaN or Inf."""
@@ -251,7 +326,7 @@ class Segment:
                 else:
                     ins[slot.name] = env[names[0]] if names and names[0] != EMPTY else None
             try:
-                outs = opdef.kernel(ins, dict(inner.attrs), self.contexts[i])
+                outs = opdef.kernel(ins, self.namespace[f"A{i}"], self.contexts[i])
                 produced = []
                 for slot in opdef.outputs:
                     names = inner.outputs.get(slot.name) or []
@@ -263,12 +338,10 @@ class Segment:
                             env[n] = v
                             produced.append((slot.name, n, v))
                 if check:
-                    from .atomic import check_finite
-
                     check_finite(produced)
             except Exception as exc:
                 err = op_error(inner, i, exc)
-                err.add_note(f"in {self.describe()}")
+                err.add_note(f"(op {i} of {self.describe()})")
                 raise err from exc
         return tuple(env[n] for n in self.out_names)
 
@@ -278,8 +351,6 @@ class Segment:
         keep = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
         out = self(*args)
         try:
-            from .atomic import check_finite
-
             check_finite(("Out", n, v) for n, v in zip(self.out_names, out))
         except FloatingPointError:
             self.run_ops(keep, check=True)

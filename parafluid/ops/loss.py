@@ -28,6 +28,11 @@ __all__: list[str] = []
 
 
 def _check_label_range(op: str, label: torch.Tensor, classes: int, ignore_index: int) -> None:
+    if torch.compiler.is_compiling():
+        # NOTE: a check on values would split a compiled segment in two; compiled code checks
+        # its gather indices itself, and a segment that fails is re-run op by op, which
+        # raises this error
+        return
     bad = (label != ignore_index) & ((label < 0) | (label >= classes))
     if bool(bad.any()):
         value = label[bad].reshape(-1)[0].item()

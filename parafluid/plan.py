@@ -53,6 +53,16 @@ def _binder(op: Any) -> Callable:
 Task = Callable[[], None]
 
 
+def _event_name(op: Any) -> str:
+    """The profiler's name for a node's task: the op type; a compiled segment lists its
+    ops."""
+    if op.type != SEGMENT_OP:
+        return op.type
+    types = [o.type for o in op.attrs["sub_block"].ops]
+    shown = ", ".join(types[:8]) + (", ..." if len(types) > 8 else "")
+    return f"{SEGMENT_OP} {op.attrs.get('segment', 0)} ({len(types)} ops: {shown})"
+
+
 def has_sub_blocks(block: Any) -> bool:
     """Whether an op of ``block`` holds a sub-block (control flow, listen_and_serv)."""
     from .framework import Block
@@ -329,7 +339,7 @@ class Plan:
             recorded = set(self.recorded_nodes) | (self._in_tail if record_tail else set())
             tasks = [self._task(i, i in recorded, check) for i in range(len(self.tasks))]
         if timed_:
-            tasks = [timed(t, n.type, n.op_index, n.device)
+            tasks = [timed(t, _event_name(n.op), n.op_index, n.device)
                      for t, n in zip(tasks, self.graph.nodes)]
         if len(self._order) > len(tasks):
             tasks = [*tasks, self.guard.enter_tail]

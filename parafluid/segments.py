@@ -35,6 +35,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +44,15 @@ import torch
 from .atomic import check_finite
 from .lod import LOD_ATTR
 from .ops.registry import EMPTY, get_op_def
-from .runtime import RunContext, RunServices, op_device, op_error
+from .runtime import (
+    OpRecord,
+    RunContext,
+    RunServices,
+    op_detail,
+    op_device,
+    op_error,
+    report,
+)
 
 __all__ = ["bind_segment", "Segment", "segment_source", "compile_stats"]
 
@@ -196,6 +205,7 @@ class Segment:
         self.number = int(op.attrs.get("segment", 0))
         self.device = op_device(op, device)
         self.contexts = [RunContext(o, op_device(o, self.device), services) for o in self.ops]
+        self.device_index = services.device_index if services is not None else 0
         self.in_names = list(op.inputs.get("X", []))
         self.out_names = list(op.outputs.get("Out", []))
         self.namespace: dict[str, Any] = {}
@@ -231,7 +241,7 @@ class Segment:
 
     # ------------------------------------------------------------------ running
     def __call__(self, *args: Any) -> tuple:
-        if self.fallback is not None:
+        if self.fallback is not None or op_detail():
             return self.run_ops(args)
         reason = self._unsupported(args)
         if reason is not None:
@@ -314,8 +324,10 @@ class Segment:
 
     def run_ops(self, args: tuple, check: bool = False) -> tuple:
         """The segment op by op (the interpreter's order and kernels); an op's failure is
-        its OpRunError; ``check``: raise at the first op whose output holds NaN or Inf."""
+        its OpRunError; ``check``: raise at the first op whose output holds NaN or Inf.
+        While the profiler asks for op detail, every op reports its own time."""
         env = dict(zip(self.in_names, args))
+        timed, clock = op_detail(), time.perf_counter_ns
         for i, inner in enumerate(self.ops):
             opdef = get_op_def(inner.type)
             ins: dict[str, Any] = {}
@@ -326,6 +338,7 @@ class Segment:
                 else:
                     ins[slot.name] = env[names[0]] if names and names[0] != EMPTY else None
             try:
+                t0 = clock() if timed else 0
                 outs = opdef.kernel(ins, self.namespace[f"A{i}"], self.contexts[i])
                 produced = []
                 for slot in opdef.outputs:
@@ -339,6 +352,9 @@ class Segment:
                             produced.append((slot.name, n, v))
                 if check:
                     check_finite(produced)
+                if timed:
+                    report(OpRecord(inner.type, i, self.device_index, t0, clock(),
+                                    threading.get_ident()))
             except Exception as exc:
                 err = op_error(inner, i, exc)
                 err.add_note(f"(op {i} of {self.describe()})")

@@ -277,3 +277,31 @@ def test_a_failing_segment_applies_no_update():
         for name, value in before.items():
             np.testing.assert_array_equal(np.array(scope.find_var(name).value), value,
                                           err_msg=name)
+
+
+@pytest.mark.parametrize("option", ["Default", "OpDetail"])
+def test_profiler_times_a_segment_as_one_event_or_each_op_on_request(option, tmp_path):
+    from parafluid import profiler
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        loss = _mlp(lambda: fluid.optimizer.SGD(0.1))()
+    prog = segment_program(main, keep=[loss.name])
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    feeds = _mlp_feeds()
+    exe.run(prog, feed=feeds(0), fetch_list=[loss])
+    profiler.start_profiler("CPU", option)
+    try:
+        exe.run(prog, feed=feeds(1), fetch_list=[loss])
+        records = list(profiler._SESSION.records)
+    finally:
+        profiler.stop_profiler(profile_path=str(tmp_path / "trace.json"))
+    names = [r.op_type for r in records]
+    if option == "Default":
+        assert any(n.startswith("compiled_segment 0 (") and "mul, elementwise_add, relu" in n
+                   for n in names), names
+        assert "mul" not in names
+    else:
+        assert "mul" in names and "mul_grad" in names and "sgd" in names
+        assert not any(n.startswith("compiled_segment") for n in names)

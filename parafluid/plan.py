@@ -39,7 +39,7 @@ from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build
 from .passes.liveness import release_plan, sub_block_io_listed
 from .passes.memory_optimize import check_fetch_targets
 from .passes.segment import SEGMENT_OP
-from .runtime import OpRunError, RunContext, RunServices, bind_op, op_error, op_hooks_active, timed
+from .runtime import OpRunError, RunContext, RunServices, bind_op, op_detail, op_error, op_hooks_active, timed
 from .segments import bind_segment
 
 __all__ = ["Plan", "run_plan", "BlockRunner", "has_sub_blocks"]
@@ -212,7 +212,7 @@ class Plan:
         # the tasks of the common run mode, one per node (node order)
         self.tasks = [self._task(i, record=i in recorded, check=False)
                       for i in range(len(graph.nodes))]
-        self._variants: dict[tuple[bool, bool, bool], TaskGraph] = {}
+        self._variants: dict[tuple, TaskGraph] = {}
         self._graph_for(False, False, False)  # build the common one now
 
     # ------------------------------------------------------------------ binding
@@ -329,7 +329,8 @@ class Plan:
         moment (a plan's first run, and while checking NaN/Inf); ``check``: outputs checked
         for NaN/Inf; ``timed_``: tasks report to the op hooks (the profiler).
         """
-        key = (record_tail, check, timed_)
+        detail = timed_ and op_detail()  # segments report their ops themselves
+        key = (record_tail, check, timed_, detail)
         hit = self._variants.get(key)
         if hit is not None:
             return hit
@@ -339,7 +340,8 @@ class Plan:
             recorded = set(self.recorded_nodes) | (self._in_tail if record_tail else set())
             tasks = [self._task(i, i in recorded, check) for i in range(len(self.tasks))]
         if timed_:
-            tasks = [timed(t, _event_name(n.op), n.op_index, n.device)
+            tasks = [t if detail and n.type == SEGMENT_OP else
+                     timed(t, _event_name(n.op), n.op_index, n.device)
                      for t, n in zip(tasks, self.graph.nodes)]
         if len(self._order) > len(tasks):
             tasks = [*tasks, self.guard.enter_tail]

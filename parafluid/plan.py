@@ -39,7 +39,16 @@ from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build
 from .passes.liveness import release_plan, sub_block_io_listed
 from .passes.memory_optimize import check_fetch_targets
 from .passes.segment import SEGMENT_OP
-from .runtime import OpRunError, RunContext, RunServices, bind_op, op_detail, op_error, op_hooks_active, timed
+from .runtime import (
+    OpRunError,
+    RunContext,
+    RunServices,
+    bind_op,
+    op_detail,
+    op_error,
+    op_hooks_active,
+    timed,
+)
 from .segments import bind_segment
 
 __all__ = ["Plan", "run_plan", "BlockRunner", "has_sub_blocks"]

@@ -1,6 +1,6 @@
 """Operator placement: ``place_guard`` and ``device_guard`` record where each op runs.
 
-A place follows seed 004's grammar::
+A place follows the grammar of Fluid's operator placement design::
 
     place  ::= "/node:" NODE_NAME [":" NODE_ID] "/" DEVICE [":" DEVICE_ID]
     NODE_NAME ::= "worker" | "ps"          NODE_ID ::= a number (which worker)
@@ -179,7 +179,7 @@ def _guard(place: Place, full: bool) -> Iterator[Place]:
 
 
 def place_guard(place: str | Place) -> contextlib.AbstractContextManager[Place]:
-    """Ops appended inside run at ``place`` (seed 004's grammar, see ``GRAMMAR``).
+    """Ops appended inside run at ``place`` (Fluid's placement grammar, see ``GRAMMAR``).
 
     Args:
         place: ``"/node:NODE_NAME[:NODE_ID]/DEVICE[:DEVICE_ID]"``. A malformed place is a

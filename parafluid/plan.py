@@ -51,7 +51,7 @@ from .runtime import (
 )
 from .segments import bind_segment
 
-__all__ = ["Plan", "run_plan", "BlockRunner", "has_sub_blocks"]
+__all__ = ["Plan", "run_plan", "BlockRunner"]
 
 
 def _binder(op: Any) -> Callable:
@@ -70,15 +70,6 @@ def _event_name(op: Any) -> str:
     types = [o.type for o in op.attrs["sub_block"].ops]
     shown = ", ".join(types[:8]) + (", ..." if len(types) > 8 else "")
     return f"{SEGMENT_OP} {op.attrs.get('segment', 0)} ({len(types)} ops: {shown})"
-
-
-def has_sub_blocks(block: Any) -> bool:
-    """Whether an op of ``block`` holds a sub-block (control flow, listen_and_serv)."""
-    from .framework import Block
-
-    return any(isinstance(v, Block) or (isinstance(v, list) and any(isinstance(b, Block)
-                                                                    for b in v))
-               for op in block.ops for v in op.attrs.values())
 
 
 class Plan:

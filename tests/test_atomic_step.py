@@ -1,4 +1,4 @@
-"""A training step happens whole or not at all (issue 12, items 1 and 8).
+"""A training step happens whole or not at all.
 
 An op that fails, the NaN/Inf check, or Ctrl-C at any moment leaves every persistable of
 every device as before the step (or, for a Ctrl-C that lands once the updates ran, as after
@@ -74,7 +74,7 @@ def _point(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": ins["X"] * 1.0}
 
 
-def _point_grad(op: Any, no_grad: Any) -> list[dict]:
+def _point_grad(op: Any, no_grad: Any, ctx: Any) -> list[dict]:
     # the gradient is a failure point of the backward pass
     return [{"type": "atomic_test_point", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
              "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
@@ -181,7 +181,7 @@ def make_pe(m: dict[str, Any], scope: fluid.Scope, threads: int = 2) -> fluid.Pa
                                       scope=scope, exec_strategy=es)
 
 
-# ------------------------------------------------------------------ item 1: Executor
+# ------------------------------------------------------------------ Executor
 
 
 def test_executor_failure_after_the_optimizer_leaves_every_persistable_as_before() -> None:
@@ -266,7 +266,7 @@ def test_a_sigint_handler_of_the_program_runs_after_the_whole_step() -> None:
     assert same(persistables(scope, m["main"]), persistables(ref_scope, m["main"]))
 
 
-# ------------------------------------------------------------------ item 1: ParallelExecutor
+# ------------------------------------------------------------------ ParallelExecutor
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -413,7 +413,7 @@ def test_randomly_failed_and_interrupted_runs_never_split_the_replicas(
     assert outcomes.get("failed", 0) >= 8 and outcomes.get("interrupted", 0) >= 2, outcomes
 
 
-# ------------------------------------------------------------------ item 8: NaN/Inf check
+# ------------------------------------------------------------------ NaN/Inf check
 
 
 def nan_program() -> dict[str, Any]:

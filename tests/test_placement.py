@@ -54,7 +54,7 @@ def _slow_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("placement_test_slow", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
             kernel=_slow_kernel,
-            grad=lambda op, no_grad: [{"type": "placement_test_slow",
+            grad=lambda op, no_grad, ctx: [{"type": "placement_test_slow",
                                        "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                                        "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
                                        "attrs": {}}])

@@ -12,7 +12,8 @@ import torch
 import parafluid as fluid
 from parafluid.framework import OpRole
 from parafluid.ops.registry import register_op, same_as
-from parafluid.passes import PassPipeline, data_parallel_pipeline
+from parafluid.parallel.strategy import build_pipeline
+from parafluid.passes import PassPipeline
 from parafluid.passes.prune import eliminate_dead_code, prune
 from parafluid.runtime import OpRecord, add_op_hook, remove_op_hook
 
@@ -116,7 +117,7 @@ def test_reduce_mode_program_marks_owners_and_broadcasts() -> None:
     _, _, loss = _regression()
     bs = fluid.BuildStrategy()
     bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
-    program = data_parallel_pipeline(bs, 2, loss.name)(fluid.default_main_program())
+    program = build_pipeline(bs, 2, loss.name)(fluid.default_main_program())
     ops = program.global_block().ops
     sgds = [op for op in ops if op.type == "sgd"]
     assert sgds and all(op.attrs["owner_device"] in (0, 1) for op in sgds)
@@ -132,7 +133,7 @@ def test_pipeline_is_printable_and_dumps_after_each_pass(tmp_path, monkeypatch) 
     _, _, loss = _regression()
     bs = fluid.BuildStrategy()
     bs.fuse_elewise_add_act_ops = True
-    pipe = data_parallel_pipeline(bs, 2, loss.name)
+    pipe = build_pipeline(bs, 2, loss.name)
     assert str(pipe) == "fuse_elewise_add_act -> grad_aggregation"
     monkeypatch.setenv("PARAFLUID_DUMP_PASSES", str(tmp_path))
     pipe(fluid.default_main_program())

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..scope import SelectedRows
-from .registry import Meta, register_op
+from .registry import Meta, register_op, share_lod
 
 
 def _clip_by_value(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -98,3 +98,7 @@ register_op("clip_by_global_norm", inputs=("X", "SquaredNorm"), outputs=("Out",)
             attrs={"clip_norm": 1.0},
             infer_shape=_positive("clip_by_global_norm", "clip_norm"),
             kernel=_clip_by_global_norm)
+
+
+# Fluid's ShareLoD: clip_by_norm over sequence rows keeps them.
+share_lod("clip_by_norm", "X", ("Out",))

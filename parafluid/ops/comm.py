@@ -55,7 +55,7 @@ def _allreduce(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("c_allreduce_sum", inputs=("X[]",), outputs=("Out[]",), attrs={"ring_id": 0},
             infer_shape=_same_metas, kernel=_allreduce, side_effect=True,
             # d(sum over ranks)/dx_i: every rank's output gradient, summed again.
-            grad=lambda op, no_grad: [] if all(x in no_grad for x in op.input("X")) else [
+            grad=lambda op, no_grad, ctx: [] if all(x in no_grad for x in op.input("X")) else [
                 {"type": "c_allreduce_sum",
                  "inputs": {"X": [o + "@GRAD" for o in op.output("Out")]},
                  "outputs": {"Out": [x + "@GRAD" for x in op.input("X")]}, "attrs": {}}])

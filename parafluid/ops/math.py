@@ -1,4 +1,6 @@
-"""Math ops: matrix products, Fluid-broadcast elementwise ops, sums and means."""
+"""Math ops: matrix products (mul, matmul, bilinear_tensor_product), Fluid-broadcast
+elementwise ops (add, sub, mul, div, max, min, pow, and the integer mod / floordiv, which have
+no gradient, as in Fluid), sum, mean, scale, cos_sim and cumsum."""
 
 from __future__ import annotations
 
@@ -7,8 +9,16 @@ from typing import Any
 import torch
 
 from ..scope import SelectedRows
-from .common import axis_view_shape, broadcast_meta, broadcast_y, numel, unbroadcast
-from .registry import Meta, register_op, same_as
+from .common import (
+    add_grads,
+    axis_in_range,
+    axis_view_shape,
+    broadcast_meta,
+    broadcast_y,
+    numel,
+    unbroadcast,
+)
+from .registry import Meta, register_op, same_as, share_lod
 
 # ----------------------------------------------------------------------------- mul
 
@@ -156,8 +166,6 @@ def _sum_shape(ins: dict, attrs: dict) -> dict:
 def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
     xs = [x for x in ins["X"] if x is not None]
     if any(isinstance(x, list) for x in xs):  # gradients of a tensor array: slot by slot
-        from .control_flow import add_grads
-
         out = xs[0]
         for x in xs[1:]:
             out = add_grads(out, x)
@@ -177,7 +185,7 @@ def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("sum", inputs=("X[]",), outputs=("Out",), infer_shape=_sum_shape, kernel=_sum,
-            grad=lambda op, no_grad: [
+            grad=lambda op, no_grad, ctx: [
                 {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [x + "@GRAD"]}, "attrs": {}}
                 for x in op.input("X") if x not in no_grad])
@@ -209,7 +217,7 @@ def _scale(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("scale", inputs=("X",), outputs=("Out",),
             attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
             infer_shape=same_as("X"), kernel=_scale,
-            grad=lambda op, no_grad: [] if op.input("X")[0] in no_grad else [
+            grad=lambda op, no_grad, ctx: [] if op.input("X")[0] in no_grad else [
                 {"type": "scale", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
                  "attrs": {"scale": op.attr("scale"), "bias": 0.0}}])
@@ -319,3 +327,106 @@ def _cos_sim_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("cos_sim", inputs=("X", "Y"), outputs=("Out", "XNorm", "YNorm"),
             infer_shape=_cos_sim_shape, kernel=_cos_sim, grad_kernel=_cos_sim_grad,
             grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"], "Y@GRAD": ins["Y"]})
+
+
+# ----------------------------------------------------------------------------- mod / floordiv
+
+
+def _register_int_elementwise(name: str, fn: Any) -> None:
+    """No gradient: Fluid 1.6 registers none for these."""
+
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x, y = ins["X"], ins["Y"]
+        if y.dim() != x.dim():
+            y = broadcast_y(x, y, attrs["axis"])
+        if not (x.is_floating_point() or y.is_floating_point()) and bool((y == 0).any()):
+            raise ValueError(f"{name}: integer division by zero (a zero in Y)")
+        return {"Out": fn(x, y)}
+
+    register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
+                infer_shape=lambda ins, attrs: {"Out": broadcast_meta(ins["X"], ins["Y"],
+                                                                      attrs["axis"])},
+                kernel=kernel)
+
+
+# Fluid 1.6's kernels are C's: the remainder has the sign of X (fmod) and the quotient is
+# truncated toward zero (Python's % and // round toward -inf instead).
+_register_int_elementwise("elementwise_mod", torch.fmod)
+_register_int_elementwise("elementwise_floordiv",
+                          lambda x, y: torch.div(x, y, rounding_mode="trunc"))
+
+
+# Fluid's ShareLoD for the elementwise ops over sequence rows.
+for _op in ("elementwise_mod", "elementwise_floordiv"):
+    share_lod(_op, "X", ("Out",))
+
+
+# ----------------------------------------------------------------------------- cumsum
+
+
+def _cumsum(x: torch.Tensor, attrs: dict) -> torch.Tensor:
+    """Fluid's cumsum: ``exclusive`` shifts by one (the first sum is 0), ``reverse`` sums
+    from the end."""
+    axis = axis_in_range("cumsum", int(attrs["axis"]), x.dim())
+    if attrs["reverse"]:
+        x = x.flip(axis)
+    out = torch.cumsum(x, axis)
+    if attrs["exclusive"]:
+        out = out - x
+    return out.flip(axis) if attrs["reverse"] else out
+
+
+def _cumsum_shape(ins: dict, attrs: dict) -> dict:
+    axis_in_range("cumsum", int(attrs["axis"]), len(ins["X"].shape))
+    return {"Out": ins["X"]}
+
+
+register_op("cumsum", inputs=("X",), outputs=("Out",),
+            attrs={"axis": -1, "exclusive": False, "reverse": False},
+            infer_shape=_cumsum_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": _cumsum(ins["X"], attrs)},
+            # the gradient of a running sum is the running sum the other way
+            grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": _cumsum(
+                ins["Out@GRAD"], {**attrs, "reverse": not attrs["reverse"]})},
+            grad_uses=(), grad_infer_shape=same_as("Out@GRAD", "X@GRAD"))
+
+
+# ----------------------------------------------------------------------------- bilinear
+
+
+def _bilinear_shape(ins: dict, attrs: dict) -> dict:
+    x, y, w = ins["X"], ins["Y"], ins["Weight"]
+    if len(x.shape) != 2 or len(y.shape) != 2 or len(w.shape) != 3:
+        raise ValueError(f"bilinear_tensor_product: X and Y must be 2-D and Weight 3-D, got "
+                         f"{list(x.shape)}, {list(y.shape)}, {list(w.shape)}")
+    if (x.shape[1], y.shape[1]) != tuple(w.shape[1:]):
+        raise ValueError(f"bilinear_tensor_product: Weight {list(w.shape)} must be "
+                         f"[size, {x.shape[1]}, {y.shape[1]}] for X {list(x.shape)} and "
+                         f"Y {list(y.shape)}")
+    return {"Out": Meta((x.shape[0], w.shape[0]), x.dtype)}
+
+
+def _bilinear(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """``out[n, k] = x[n] @ W[k] @ y[n] + b[k]``."""
+    out = torch.einsum("ni,kij,nj->nk", ins["X"], ins["Weight"], ins["Y"])
+    bias = ins.get("Bias")
+    return {"Out": out if bias is None else out + bias}
+
+
+def _bilinear_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, y, w, dout = ins["X"], ins["Y"], ins["Weight"], ins["Out@GRAD"]
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = torch.einsum("nk,kij,nj->ni", dout, w, y)
+    if "Y" in ctx.need:
+        out["Y@GRAD"] = torch.einsum("nk,ni,kij->nj", dout, x, w)
+    if "Weight" in ctx.need:
+        out["Weight@GRAD"] = torch.einsum("nk,ni,nj->kij", dout, x, y)
+    if "Bias" in ctx.need:
+        out["Bias@GRAD"] = dout.sum(0, keepdim=True)
+    return out
+
+
+register_op("bilinear_tensor_product", inputs=("X", "Y", "Weight", "Bias?"),
+            outputs=("Out",), infer_shape=_bilinear_shape, kernel=_bilinear,
+            grad_kernel=_bilinear_grad, grad_uses=("X", "Y", "Weight", "Bias"))

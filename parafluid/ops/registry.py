@@ -29,7 +29,7 @@ from ..dtypes import VarType
 
 __all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
            "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
-           "share_lod"]
+           "share_lod", "GradContext"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -62,7 +62,25 @@ class Slot:
 
 InferShape = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 Kernel = Callable[[dict[str, Any], dict[str, Any], Any], dict[str, Any]]
-GradMaker = Callable[[Any, set], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class GradContext:
+    """What the backward pass hands every gradient maker, its third argument.
+
+    ``append_grad_ops(block, targets, seeds, sources, no_grad) -> names of the gradients
+    produced`` appends to ``block`` the gradient ops of its ops between ``sources`` and
+    ``targets``, starting from the ``seeds`` (op specs writing the targets' gradients): an op
+    whose gradient differentiates a sub-block (``while``, ``conditional_block``) builds its
+    gradient block with it, so no op module imports the backward pass.
+    """
+
+    append_grad_ops: Callable[[Any, list[str], list[dict[str, Any]], set[str], set[str]],
+                              set[str]]
+
+
+# maker(forward op, names whose gradient is not wanted, context) -> gradient op specs
+GradMaker = Callable[[Any, set, GradContext], list[dict[str, Any]]]
 
 
 @dataclass
@@ -212,7 +230,7 @@ def same_as(slot: str, out: str = "Out") -> InferShape:
 # --------------------------------------------------------------------------- gradients
 
 
-def default_grad_maker(op: Any, no_grad: set[str]) -> list[dict[str, Any]]:
+def default_grad_maker(op: Any, no_grad: set[str], ctx: GradContext) -> list[dict[str, Any]]:
     """Emit ``<type>_grad`` reading the used forward vars and ``Out@GRAD``, writing ``X@GRAD``.
 
     Gradients of variables in ``no_grad`` become ``@EMPTY@`` (a slot of only empties is

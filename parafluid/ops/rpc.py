@@ -132,7 +132,7 @@ def _shards(attrs: dict) -> list[tuple[str, str, int, int]]:
 
 
 def _dist_lookup_shape(ins: dict, attrs: dict) -> dict:
-    from .nn import _ids_out_shape
+    from .embedding import _ids_out_shape
     from .registry import Meta
 
     ids = ins["Ids"]
@@ -143,7 +143,7 @@ def _dist_lookup_shape(ins: dict, attrs: dict) -> dict:
 
 def _dist_lookup(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Prefetch only the rows the ids name, from the pserver holding each row."""
-    from .nn import _flat_ids, _ids_out_shape
+    from .embedding import _flat_ids, _ids_out_shape
 
     ids = ins["Ids"]
     height, width = int(attrs["height"]), int(attrs["width"])

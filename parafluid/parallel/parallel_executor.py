@@ -40,7 +40,6 @@ from ..feed_fetch import (
     missing_value_message,
 )
 from ..framework import Program, default_main_program
-from ..passes import data_parallel_pipeline
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
 from ..place import cpu_device_count, to_device
 from ..placement import is_placed
@@ -56,6 +55,7 @@ from .strategy import (
     BuildStrategy,
     ExecutionStrategy,
     GradientScaleStrategy,
+    build_pipeline,
     strategy_warnings,
 )
 
@@ -110,7 +110,7 @@ class ParallelExecutor:
         trainers = max(num_trainers, build_strategy.num_trainers)
         trainer_id = trainer_id or build_strategy.trainer_id
         endpoints = list(build_strategy.trainers_endpoints) or \
-            list(getattr(program, "_trainers_endpoints", None) or [])
+            list(program.meta.trainers_endpoints)
         if trainers > 1 or len(endpoints) > 1:
             _check_trainers(trainers, trainer_id, endpoints)
         scope = scope if scope is not None else global_scope()
@@ -333,7 +333,7 @@ class ParallelExecutor:
             return hit
         bs = self._build_strategy
         comm = self._communicator
-        pipeline = data_parallel_pipeline(bs, comm.nranks, self._loss_name)
+        pipeline = build_pipeline(bs, comm.nranks, self._loss_name)
         program = pipeline(self._program)
         options = GraphOptions(sequential=bs.enable_sequential_execution,
                                rank_offset=comm.rank_offset)

@@ -21,7 +21,10 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-__all__ = ["ExecutionStrategy", "BuildStrategy", "strategy_warnings"]
+from ..passes import PassPipeline, data_parallel_pipeline
+from ..passes.grad_aggregation import AggregationOptions, GradientScaleStrategy, ReduceStrategy
+
+__all__ = ["ExecutionStrategy", "BuildStrategy", "strategy_warnings", "build_pipeline"]
 
 
 class _Strategy:
@@ -147,21 +150,6 @@ class ExecutionStrategy(_Strategy):
             raise ValueError(f"ExecutionStrategy.{name} must be >= {low[name]}, got {value}")
 
 
-class ReduceStrategy(enum.IntEnum):
-    """How gradients are aggregated across devices."""
-
-    AllReduce = 0
-    Reduce = 1
-
-
-class GradientScaleStrategy(enum.IntEnum):
-    """What the loss gradient starts from on each device (see BuildStrategy)."""
-
-    CoeffNumDevice = 0
-    One = 1
-    Customized = 2
-
-
 class BuildStrategy(_Strategy):
     """How the ParallelExecutor turns a Program into its multi-device graph.
 
@@ -261,6 +249,22 @@ _NO_EFFECT = {
     "async_mode": "asynchronous parameter-server training is chosen when transpiling "
                   "(DistributeTranspiler(...).transpile(..., sync_mode=False))",
 }
+
+
+def build_pipeline(build: BuildStrategy, nranks: int, loss_name: str | None) -> PassPipeline:
+    """The passes a ParallelExecutor applies for ``build`` on ``nranks`` devices in all, with
+    the plain options each pass takes.
+
+    Example::
+
+        print(build_pipeline(fluid.BuildStrategy(), 2, loss.name))   # grad_aggregation
+    """
+    opts = AggregationOptions(
+        loss_name=loss_name, nranks=nranks,
+        reduce=build.reduce_strategy == ReduceStrategy.Reduce,
+        scale=build.gradient_scale_strategy, fuse_all_reduce=build.fuse_all_reduce_ops)
+    return data_parallel_pipeline(opts, fuse_elewise_add_act=build.fuse_elewise_add_act_ops,
+                                  sync_batch_norm=build.sync_batch_norm)
 
 
 def strategy_warnings(build: BuildStrategy, exec_: ExecutionStrategy, nranks: int,

@@ -105,10 +105,10 @@ def _op_device(op: Any, index: int, default: str) -> str:
 
 def process_node(program: Any, node: tuple[str, int] | None = None) -> tuple[str, int]:
     """The node a process running ``program`` is: ``node`` when given, else the one a split
-    by node recorded on the program (``_placement_node``), else trainer 0."""
+    by node recorded on the program (``program.meta.placement_node``), else trainer 0."""
     if node is not None:
         return node
-    return getattr(program, "_placement_node", None) or ("worker", 0)
+    return program.meta.placement_node or ("worker", 0)
 
 
 def op_devices(program: Any, default_device: str = "cpu:0",
@@ -147,7 +147,7 @@ def insert_place_transfers(program: Any, default_device: str = "cpu:0",
     default = device_name(default_device)
     devices = op_devices(program, default, node)
     block = program.global_block()
-    if _has_sub_blocks(block) and len(set(devices)) > 1:
+    if any(op.sub_blocks for op in block.ops) and len(set(devices)) > 1:
         raise ValueError("insert_place_transfers: an op of this program holds a sub-block "
                          "(control flow), whose reads the pass cannot see; place such "
                          "programs on one device")
@@ -240,9 +240,3 @@ def _copy(block: Any, reader: Any, name: str, src_dev: str, dev: str, result: li
 
 def _releases(op: Any) -> bool:
     return get_op_def(op.type).releases_inputs
-
-
-def _has_sub_blocks(block: Any) -> bool:
-    from ..plan import has_sub_blocks
-
-    return has_sub_blocks(block)

@@ -58,10 +58,8 @@ def why_not_compilable(op: Any, block: Block) -> str | None:
         return "it has a side effect (communication, I/O or a barrier)"
     if opdef.no_compile:
         return opdef.no_compile
-    for v in op.attrs.values():
-        if isinstance(v, Block) or (isinstance(v, list) and any(isinstance(b, Block)
-                                                                for b in v)):
-            return "it holds a sub-block (control flow)"
+    if op.sub_blocks:
+        return "it holds a sub-block (control flow)"
     if "seed" in opdef.attrs:
         return "it draws random numbers (kept interpreted: the same draws as the interpreter)"
     if op.attrs.get("is_sparse"):

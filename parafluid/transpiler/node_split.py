@@ -168,9 +168,7 @@ class NodeSplit:
 
     @staticmethod
     def _check_no_sub_blocks(block: Any) -> None:
-        from ..plan import has_sub_blocks
-
-        if has_sub_blocks(block):
+        if any(op.sub_blocks for op in block.ops):
             raise ValueError("transpile: an op of this placed program holds a sub-block "
                              "(control flow), whose reads the split by node cannot see; place "
                              "such programs on one worker")
@@ -238,10 +236,10 @@ class NodeSplit:
                 op.attrs.pop(NODE_ATTR, None)
                 op.attrs.pop(DEVICE_ATTR, None)
             kind, ids = self.ranges[me]
-            self.program._data_parallel_devices = [f"{kind}:{i}" for i in ids]
+            self.program.meta.data_parallel_devices = [f"{kind}:{i}" for i in ids]
         self.program._bump()
-        self.program._placement_node = ("worker", me)
-        self.program._trainer_id = me
+        self.program.meta.placement_node = ("worker", me)
+        self.program.meta.trainer_id = me
         used = {n for op in result for n in op.input_arg_names + op.output_arg_names}
         split_startup(self.startup, used, ("worker", me))
 
@@ -295,7 +293,7 @@ def split_startup(startup: Program, used: set[str], node: tuple[str, int]) -> No
             op.attrs.pop(DEVICE_ATTR)  # initialized once, then copied to every replica
     block.ops = kept
     startup._bump()
-    startup._placement_node = node
+    startup.meta.placement_node = node
 
 
 def _unused(block: Any, name: str) -> str:

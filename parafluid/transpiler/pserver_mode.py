@@ -21,7 +21,7 @@
   with their shape resized to the block.
 
 Which ops go to the pservers: in a program that places ops on ``/node:ps``
-(``fluid.place_guard``, seed 004), exactly those, because of their place: they must be the
+(``fluid.place_guard``), exactly those, because of their place: they must be the
 updates (optimize role) or the LR schedule, and the optimize ops placed on the workers stay
 on the workers (allowed with one trainer, whose local updates nobody else needs). In any
 other program, every optimize-role and LR-schedule op (Fluid's rule, by role).
@@ -123,7 +123,7 @@ class PServerTranspile:
         self.origin = program.clone()
         self.origin_startup = startup.clone()
         self.program, self.startup = program, startup
-        # seed 004: ops placed on /node:ps run on the pservers because of their place
+        # as Fluid's placement design has it: ops on /node:ps run on the pservers by their place
         self.by_place = any(op.attrs.get(NODE_ATTR) == "ps"
                             for op in self.origin.global_block().ops)
         if self.by_place:
@@ -334,8 +334,8 @@ class PServerTranspile:
         self._append_pull(self.startup)
         if self.by_place:
             self._drop_pserver_only_init()
-        self.program._trainer_id = self.trainer_id
-        self.program._pserver_endpoints = list(self.eps)
+        self.program.meta.trainer_id = self.trainer_id
+        self.program.meta.pserver_endpoints = list(self.eps)
 
     def _drop_pserver_only_init(self) -> None:
         """Placed programs: the trainer's startup initializes only what the trainer program
@@ -492,7 +492,7 @@ class PServerTranspile:
                             "lr_decay_block_id": lr_block_idx,
                             "pserver_id": self.eps.index(endpoint), "op_role": OpRole.RPC})
         prog.random_seed = self.origin.random_seed
-        prog._placement_node = ("ps", self.eps.index(endpoint))
+        prog.meta.placement_node = ("ps", self.eps.index(endpoint))
         return prog, sources
 
     def _block_renames(self, plan: _ParamPlan, b: VarBlock) -> Any:
@@ -527,7 +527,7 @@ class PServerTranspile:
                 writers[name] = op
         startup = Program()
         startup.random_seed = self.origin_startup.random_seed
-        startup._placement_node = ("ps", self.eps.index(endpoint))
+        startup.meta.placement_node = ("ps", self.eps.index(endpoint))
         sb = startup.global_block()
         for name, (orig, vblock) in sources.items():
             op = writers.get(orig)

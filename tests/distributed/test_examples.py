@@ -1,4 +1,5 @@
-"""The README's distributed example and seed 003's nccl2 example run under the launcher."""
+"""The README's distributed example, Fluid's documented DistributeTranspiler example in nccl2
+mode and the model-parallel example run under the launcher."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def test_readme_distributed_example() -> None:
     assert len(losses) == 2 and all(v < 0.01 for v in losses), out
 
 
-def test_seed_003_nccl2_example() -> None:
-    out = _launch(os.path.join("examples", "nccl2_seed003.py"))
+def test_distribute_transpiler_nccl2_example() -> None:
+    out = _launch(os.path.join("examples", "nccl2_linear_regression.py"))
     weights = re.findall(r"\[rank (\d)\] trainer \d: loss [\d.]+, weights\[:3\] (\[.*\])", out)
     assert len(weights) == 2, out
     assert weights[0][1] == weights[1][1], "both trainers hold trainer 0's start + the same steps"

@@ -1,5 +1,6 @@
-"""Pserver mode across real processes: the seed 003 example under the launcher, start order
-and numbers, a killed pserver named by every trainer, a killed trainer named by the pserver."""
+"""Pserver mode across real processes: Fluid's documented DistributeTranspiler example under
+the launcher, start order and numbers, a killed pserver named by every trainer, a killed
+trainer named by the pserver."""
 
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ def _last_json(out):
 
 
 @pytest.mark.timeout(150)
-def test_seed_003_pserver_example_under_the_launcher():
+def test_distribute_transpiler_pserver_example_under_the_launcher():
     env = child_env(FLAGS_rpc_deadline="30000")
     proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
                            "--server_num", "2", "--worker_num", "2",
-                           os.path.join("examples", "pserver_seed003.py")],
+                           os.path.join("examples", "pserver_linear_regression.py")],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr

@@ -1,11 +1,14 @@
-"""Seed 003's pserver-mode example, as written (import line aside, endpoints from the
-launcher), in a script: 2 pservers and 2 trainers on this machine.
+"""Fluid's ``DistributeTranspiler`` example in pserver mode, as documented (import line
+aside, endpoints from the launcher), in a script that trains a linear regression with 2
+pservers and 2 trainers on this machine.
 
-    python -m parafluid.distributed.launch --server_num 2 --worker_num 2 examples/pserver_seed003.py
+    python -m parafluid.distributed.launch --server_num 2 --worker_num 2 \\
+        examples/pserver_linear_regression.py
 
 The launcher sets PADDLE_TRAINING_ROLE, PADDLE_PSERVER_ENDPOINTS, PADDLE_CURRENT_ENDPOINT,
-PADDLE_TRAINER_ID and PADDLE_TRAINERS_NUM; the lines between the two "seed 003" markers are
-the documented example. Each pserver exits once both trainers called ``exe.close()``.
+PADDLE_TRAINER_ID and PADDLE_TRAINERS_NUM; the lines between the two "DistributeTranspiler
+example" markers are the example of Fluid's ``fluid.transpiler`` API reference. Each
+pserver exits once both trainers called ``exe.close()``.
 """
 
 import os
@@ -26,7 +29,7 @@ pred = fluid.layers.fc(input=x, size=1)
 loss_var = fluid.layers.mean(fluid.layers.square_error_cost(input=pred, label=y))
 fluid.optimizer.SGD(learning_rate=0.05).minimize(loss_var)
 
-# --- seed 003 (pserver mode), as documented
+# --- DistributeTranspiler example (pserver mode), as documented
 role = os.getenv("PADDLE_TRAINING_ROLE")
 
 t = fluid.DistributeTranspiler()
@@ -38,7 +41,7 @@ if role == "PSERVER":
                                                     pserver_program)
 elif role == "TRAINER":
     trainer_program = t.get_trainer_program()
-# --- end of seed 003
+# --- end of the DistributeTranspiler example
 
 exe = fluid.Executor(fluid.CPUPlace())
 if role == "PSERVER":

@@ -1,9 +1,8 @@
-"""Transposed and 3-D convolutions, 3-D pooling: conv2d_transpose, conv3d, conv3d_transpose,
-pool3d.
+"""Convolutions: conv2d, conv2d_transpose, conv3d, conv3d_transpose, and the shape helpers
+the pooling ops share (``pair``, ``conv_out_size``).
 
 Forward kernels are ``torch.nn.functional`` calls; gradients call aten's backward kernels
-(``convolution_backward``, ``max_pool3d_with_indices_backward``, ...), never autograd. The
-2-D convolution and pooling ops live in ``nn.py``.
+(``convolution_backward``), never autograd.
 """
 
 from __future__ import annotations
@@ -13,10 +12,101 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .nn import conv_out_size, pair, pooled_meta
 from .registry import Meta, register_op
 
-__all__ = ["conv_transpose_out_size"]
+__all__ = ["pair", "conv_out_size", "conv_transpose_out_size"]
+
+
+def pair(value: Any, name: str, op: str, size: int = 2) -> list[int]:
+    """An int or a list of ``size`` ints (Fluid accepts both for strides, paddings, ...)."""
+    if isinstance(value, int):
+        return [value] * size
+    values = [int(v) for v in value]
+    if len(values) == 1:
+        return values * size
+    if len(values) != size:
+        raise ValueError(f"{op}: attr {name} must be an int or a list of {size} ints, "
+                         f"got {list(value)}")
+    return values
+
+
+def conv_out_size(size: int, k: int, pad: int, stride: int, dilation: int) -> int:
+    """Output length of a convolution along one dim (-1 stays unknown)."""
+    if size == -1:
+        return -1
+    return (size + 2 * pad - (dilation * (k - 1) + 1)) // stride + 1
+
+
+def _check_rank(op: str, slot: str, meta: Meta, rank: int) -> None:
+    if len(meta.shape) != rank:
+        raise ValueError(f"{op}: input {slot} must be {rank}-D, got shape {list(meta.shape)}")
+
+
+# ----------------------------------------------------------------------------- conv2d
+
+
+def _conv2d_params(attrs: dict) -> tuple[list[int], list[int], list[int], int]:
+    strides = pair(attrs["strides"], "strides", "conv2d")
+    dilations = pair(attrs["dilations"], "dilations", "conv2d")
+    pads = [int(p) for p in ([attrs["paddings"]] if isinstance(attrs["paddings"], int)
+                             else attrs["paddings"])]
+    if len(pads) == 4:
+        if pads[0] != pads[1] or pads[2] != pads[3]:
+            raise ValueError(f"conv2d: asymmetric paddings {pads} (top, bottom, left, right) "
+                             "are not supported; pad the input explicitly")
+        pads = [pads[0], pads[2]]
+    pads = pair(pads, "paddings", "conv2d")
+    return strides, pads, dilations, int(attrs["groups"] or 1)
+
+
+def _conv2d_shape(ins: dict, attrs: dict) -> dict:
+    x, w = ins["Input"], ins["Filter"]
+    _check_rank("conv2d", "Input", x, 4)
+    _check_rank("conv2d", "Filter", w, 4)
+    strides, pads, dilations, groups = _conv2d_params(attrs)
+    in_c, out_c = x.shape[1], w.shape[0]
+    if in_c != -1 and in_c != w.shape[1] * groups:
+        raise ValueError(f"conv2d: Input has {in_c} channels but Filter {list(w.shape)} with "
+                         f"groups={groups} expects {w.shape[1] * groups}")
+    if out_c % groups:
+        raise ValueError(f"conv2d: Filter's {out_c} output channels are not divisible by "
+                         f"groups={groups}")
+    hw = [conv_out_size(x.shape[2 + i], w.shape[2 + i], pads[i], strides[i], dilations[i])
+          for i in range(2)]
+    if any(d == 0 or d < -1 for d in hw):
+        raise ValueError(f"conv2d: Input {list(x.shape)} is too small for Filter "
+                         f"{list(w.shape)} with paddings {pads}, dilations {dilations}")
+    return {"Output": Meta((x.shape[0], out_c, *hw), x.dtype)}
+
+
+def _conv2d(ins: dict, attrs: dict, ctx: Any) -> dict:
+    strides, pads, dilations, groups = _conv2d_params(attrs)
+    return {"Output": F.conv2d(ins["Input"], ins["Filter"], None, strides, pads, dilations,
+                               groups)}
+
+
+def _conv2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, w, dy = ins["Input"], ins["Filter"], ins["Output@GRAD"]
+    strides, pads, dilations, groups = _conv2d_params(attrs)
+    mask = ["Input" in ctx.need, "Filter" in ctx.need, False]
+    dx, dw, _ = torch.ops.aten.convolution_backward(dy, x, w, None, strides, pads, dilations,
+                                                    False, [0, 0], groups, mask)
+    out = {}
+    if mask[0]:
+        out["Input@GRAD"] = dx
+    if mask[1]:
+        out["Filter@GRAD"] = dw
+    return out
+
+
+register_op("conv2d", inputs=("Input", "Filter"), outputs=("Output",),
+            attrs={"strides": [1, 1], "paddings": [0, 0], "dilations": [1, 1], "groups": 1,
+                   "use_cudnn": True, "data_format": "NCHW"},
+            infer_shape=_conv2d_shape, kernel=_conv2d, grad_kernel=_conv2d_grad,
+            grad_uses=("Input", "Filter"))
+
+
+# ----------------------------------------------------------------------------- transposed, 3-D
 
 
 def conv_transpose_out_size(size: int, k: int, pad: int, stride: int, dilation: int) -> int:
@@ -40,11 +130,6 @@ def _paddings(op: str, value: Any, nd: int) -> list[int]:
 def _conv_params(op: str, attrs: dict, nd: int) -> tuple[list[int], list[int], list[int], int]:
     return (pair(attrs["strides"], "strides", op, nd), _paddings(op, attrs["paddings"], nd),
             pair(attrs["dilations"], "dilations", op, nd), int(attrs["groups"] or 1))
-
-
-def _check_rank(op: str, slot: str, meta: Meta, rank: int) -> None:
-    if len(meta.shape) != rank:
-        raise ValueError(f"{op}: input {slot} must be {rank}-D, got shape {list(meta.shape)}")
 
 
 def _output_padding(op: str, attrs: dict, nd: int, in_sizes: list[int], k: list[int],
@@ -144,62 +229,3 @@ def _register_conv(op: str, nd: int, transposed: bool) -> None:
 _register_conv("conv2d_transpose", 2, transposed=True)
 _register_conv("conv3d", 3, transposed=False)
 _register_conv("conv3d_transpose", 3, transposed=True)
-
-# ----------------------------------------------------------------------------- pool3d
-
-
-def _pool3d_params(attrs: dict, dhw: Any) -> tuple[list[int], list[int], list[int]]:
-    if attrs["global_pooling"]:
-        return [int(d) for d in dhw], [1, 1, 1], [0, 0, 0]
-    return (pair(attrs["ksize"], "ksize", "pool3d", 3),
-            pair(attrs["strides"], "strides", "pool3d", 3),
-            _paddings("pool3d", attrs["paddings"], 3))
-
-
-def _pool3d_shape(ins: dict, attrs: dict) -> dict:
-    return pooled_meta("pool3d", ins["X"], attrs, 3, _pool3d_params)
-
-
-def _divisor(attrs: dict, ksize: list[int]) -> int | None:
-    return None if attrs["exclusive"] else ksize[0] * ksize[1] * ksize[2]
-
-
-def _pool3d(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x = ins["X"]
-    ksize, strides, pads = _pool3d_params(attrs, x.shape[2:])
-    is_max = attrs["pooling_type"] == "max"
-    if attrs["adaptive"] and not attrs["global_pooling"]:
-        fn = F.adaptive_max_pool3d if is_max else F.adaptive_avg_pool3d
-        return {"Out": fn(x, ksize)}
-    if is_max:
-        return {"Out": F.max_pool3d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"])}
-    return {"Out": F.avg_pool3d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"],
-                                count_include_pad=not attrs["exclusive"],
-                                divisor_override=_divisor(attrs, ksize))}
-
-
-def _pool3d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, dy = ins["X"], ins["Out@GRAD"]
-    ksize, strides, pads = _pool3d_params(attrs, x.shape[2:])
-    ceil, is_max = attrs["ceil_mode"], attrs["pooling_type"] == "max"
-    aten = torch.ops.aten
-    if attrs["adaptive"] and not attrs["global_pooling"]:
-        if is_max:
-            _, idx = F.adaptive_max_pool3d(x, ksize, return_indices=True)
-            return {"X@GRAD": aten.adaptive_max_pool3d_backward(dy, x, idx)}
-        return {"X@GRAD": aten._adaptive_avg_pool3d_backward(dy, x)}
-    if is_max:
-        _, idx = F.max_pool3d(x, ksize, strides, pads, ceil_mode=ceil, return_indices=True)
-        return {"X@GRAD": aten.max_pool3d_with_indices_backward(dy, x, ksize, strides, pads,
-                                                                [1, 1, 1], ceil, idx)}
-    return {"X@GRAD": aten.avg_pool3d_backward(dy, x, ksize, strides, pads, ceil,
-                                               not attrs["exclusive"], _divisor(attrs, ksize))}
-
-
-register_op("pool3d", inputs=("X",), outputs=("Out",),
-            attrs={"pooling_type": "max", "ksize": [1, 1, 1], "strides": [1, 1, 1],
-                   "paddings": [0, 0, 0], "global_pooling": False, "exclusive": True,
-                   "adaptive": False, "ceil_mode": False, "use_cudnn": True,
-                   "data_format": "NCDHW"},
-            infer_shape=_pool3d_shape, kernel=_pool3d, grad_kernel=_pool3d_grad,
-            grad_uses=("X",))

@@ -1,5 +1,6 @@
-"""The code examples of seeds 000, 001 and 002 run as written (import line and use_cuda
-changed), with CPU_NUM=2."""
+"""The code examples of Fluid's Parallel Executor API guide and of its ParallelExecutor and
+ExecutionStrategy API references run as written (import line and use_cuda changed), with
+CPU_NUM=2."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def run_example(code: str, preamble: str = "") -> dict:
     code = textwrap.dedent(code).replace("import paddle.fluid as fluid",
                                          "import parafluid as fluid")
     namespace: dict = {}
-    exec(compile(textwrap.dedent(preamble) + code, "<seed example>", "exec"), namespace)
+    exec(compile(textwrap.dedent(preamble) + code, "<fluid doc example>", "exec"), namespace)
     return namespace
 
 
@@ -26,7 +27,7 @@ def cpu_num(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CPU_NUM", "2")  # the examples set it too; this restores it afterwards
 
 
-SEED_000_PREAMBLE = """
+API_GUIDE_PREAMBLE = """
     import numpy
     import parafluid as fluid
     use_cuda = False
@@ -42,7 +43,7 @@ SEED_000_PREAMBLE = """
     feed_dict = {"X": numpy.random.random(size=(10, 1)).astype('float32')}
 """
 
-SEED_000 = """
+API_GUIDE = """
     # First create the Executor.
     place = fluid.CUDAPlace(0) if use_cuda else fluid.CPUPlace()
     exe = fluid.Executor(place)
@@ -73,15 +74,15 @@ SEED_000 = """
 """
 
 
-def test_seed_000_api_guide() -> None:
-    ns = run_example(SEED_000, SEED_000_PREAMBLE)
+def test_parallel_executor_api_guide_example() -> None:
+    ns = run_example(API_GUIDE, API_GUIDE_PREAMBLE)
     assert ns["train_loss"].shape == (2,) and ns["test_loss"].shape == (2,)
     assert ns["train_exe"].device_count == 2
     # the test executor ran on the parameters after the training step
     assert not np.allclose(ns["train_loss"], ns["test_loss"])
 
 
-SEED_001_SHARE = """
+REFERENCE_SHARE_VARS_FROM = """
     import paddle.fluid as fluid
     import numpy
     import os
@@ -126,7 +127,7 @@ SEED_001_SHARE = """
                               fetch_list=[loss.name])
 """
 
-SEED_001_RUN = """
+REFERENCE_RUN = """
     import paddle.fluid as fluid
     import numpy
     import os
@@ -169,7 +170,7 @@ SEED_001_RUN = """
                                fetch_list=[loss.name])
 """
 
-SEED_001_DROP = """
+REFERENCE_DROP_LOCAL_EXE_SCOPES = """
     import paddle.fluid as fluid
     import numpy
     import os
@@ -201,23 +202,23 @@ SEED_001_DROP = """
 """
 
 
-def test_seed_001_share_vars_from() -> None:
-    ns = run_example(SEED_001_SHARE)
+def test_parallel_executor_reference_share_vars_from() -> None:
+    ns = run_example(REFERENCE_SHARE_VARS_FROM)
     assert ns["loss_data"].shape == (2,)
 
 
-def test_seed_001_run_with_dict_and_list_feeds() -> None:
-    ns = run_example(SEED_001_RUN)
+def test_parallel_executor_reference_run_with_dict_and_list_feeds() -> None:
+    ns = run_example(REFERENCE_RUN)
     assert ns["loss_data"].shape == (2,) and ns["train_exe"].device_count == 2
 
 
-def test_seed_001_drop_local_exe_scopes() -> None:
-    ns = run_example(SEED_001_DROP)
+def test_parallel_executor_reference_drop_local_exe_scopes() -> None:
+    ns = run_example(REFERENCE_DROP_LOCAL_EXE_SCOPES)
     assert ns["loss_data"].shape == (2,)
     assert ns["parallel_exe"]._scopes.local_scopes == [None, None]
 
 
-SEED_002 = """
+EXECUTION_STRATEGY_REFERENCE = """
     import paddle.fluid as fluid
     x = fluid.layers.data(name='x', shape=[13], dtype='float32')
     y = fluid.layers.data(name='y', shape=[1], dtype='float32')
@@ -238,10 +239,8 @@ SEED_002 = """
 """
 
 
-@pytest.mark.skipif(not hasattr(fluid.layers, "square_error_cost"),
-                    reason="square_error_cost comes with the loss layers (branch ops-b)")
-def test_seed_002_execution_strategy() -> None:
-    ns = run_example(SEED_002)
+def test_execution_strategy_reference_example() -> None:
+    ns = run_example(EXECUTION_STRATEGY_REFERENCE)
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(fluid.default_startup_program())
     rng = np.random.RandomState(0)

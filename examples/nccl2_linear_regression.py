@@ -1,11 +1,13 @@
-"""Seed 003's nccl2-mode example, as written (import line and use_cuda aside), in a script.
+"""Fluid's ``DistributeTranspiler`` example in nccl2 mode, as documented (import line and
+use_cuda aside), in a script that trains a linear regression on two trainers.
 
 Run it as two trainer processes:
 
-    python -m parafluid.distributed.launch --nproc_per_node 2 examples/nccl2_seed003.py
+    python -m parafluid.distributed.launch --nproc_per_node 2 examples/nccl2_linear_regression.py
 
 The launcher sets PADDLE_TRAINER_ID, PADDLE_TRAINER_ENDPOINTS and PADDLE_CURRENT_ENDPOINT;
-the lines between the two "seed 003" markers are the documented example.
+the lines between the two "DistributeTranspiler example" markers are the example of Fluid's
+``fluid.transpiler`` API reference.
 """
 
 import os
@@ -26,7 +28,7 @@ pred = fluid.layers.fc(input=x, size=1)
 loss_var = fluid.layers.mean(fluid.layers.square_error_cost(input=pred, label=y))
 fluid.optimizer.SGD(learning_rate=0.05).minimize(loss_var)
 
-# --- seed 003 (nccl2 mode), as documented
+# --- DistributeTranspiler example (nccl2 mode), as documented
 config = fluid.DistributeTranspilerConfig()
 config.mode = "nccl2"
 t = fluid.DistributeTranspiler(config=config)
@@ -37,7 +39,7 @@ exe = fluid.ParallelExecutor(
     num_trainers=len(trainers.split(",")),
     trainer_id=trainer_id
 )
-# --- end of seed 003
+# --- end of the DistributeTranspiler example
 
 fluid.Executor(fluid.CPUPlace()).run(fluid.default_startup_program())
 rng = np.random.RandomState(trainer_id)  # each trainer reads its own part of the data

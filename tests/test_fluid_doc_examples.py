@@ -1,6 +1,7 @@
-"""The Executor-only parts of the seed documents' examples, as written (import line aside).
+"""The Executor-only parts of the examples in Fluid's ParallelExecutor and ExecutionStrategy
+API references, as written (import line aside).
 
-The ParallelExecutor parts of seeds 000-002 are covered in tests/parallel/.
+Their ParallelExecutor parts run in tests/parallel/test_parallel_executor_doc_examples.py.
 """
 
 import numpy
@@ -8,8 +9,8 @@ import numpy
 import parafluid as fluid
 
 
-def test_seed001_program_building_clone_and_startup():
-    # from seed 001 (ParallelExecutor docs): the program-building part, run with the Executor
+def test_parallel_executor_doc_program_building_clone_and_startup():
+    # from the ParallelExecutor API reference: the program-building part, run with the Executor
     use_cuda = False
     place = fluid.CUDAPlace(0) if use_cuda else fluid.CPUPlace()
     exe = fluid.Executor(place)
@@ -34,8 +35,8 @@ def test_seed001_program_building_clone_and_startup():
         ["mul", "elementwise_add", "mean"]
 
 
-def test_seed002_program_building_with_executor():
-    # from seed 002 (ExecutionStrategy docs): the model, trained here with the Executor
+def test_execution_strategy_doc_model_trains_with_executor():
+    # from the ExecutionStrategy API reference: the model, trained here with the Executor
     x = fluid.layers.data(name='x', shape=[13], dtype='float32')
     y = fluid.layers.data(name='y', shape=[1], dtype='float32')
     y_predict = fluid.layers.fc(input=x, size=1, act=None)

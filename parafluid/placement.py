@@ -10,7 +10,7 @@ Every op appended inside a guard (to any program) records its place in two plain
 attrs, printed by ``str(program)``, kept by serialization and ``clone``:
 
 - ``op_device``: the device part (``"cpu"``, ``"cpu:1"``, ``"gpu:0"``, ``"gpu:0-7"``); the
-  runtime binds the op's kernel there (``parafluid.runtime.op_device``);
+  runtime binds the op's kernel there (``parafluid.engine.runtime.op_device``);
 - ``op_node``: the node part (``"worker"``, ``"worker:1"``, ``"ps"``), set by
   ``place_guard`` only.
 

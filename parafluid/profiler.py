@@ -1,6 +1,6 @@
 """Fluid's ``fluid.profiler``: time every op, print a per-op table, write a Chrome trace.
 
-The profiler is an op hook (``parafluid.runtime.add_op_hook``): while it is on, the
+The profiler is an op hook (``parafluid.engine.runtime.add_op_hook``): while it is on, the
 executors run their timed task graphs (``Plan.graph_for_run``) and every op of every run,
 on every device and thread, reports an ``OpRecord``. Off, no hook is registered and the
 executors run the plain tasks: nothing is added per op.
@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .runtime import OpRecord, add_op_hook, remove_op_hook, set_op_detail
+from .engine.runtime import OpRecord, add_op_hook, remove_op_hook, set_op_detail
 
 __all__ = ["profiler", "start_profiler", "stop_profiler", "reset_profiler", "cuda_profiler",
            "OpStat", "op_table", "chrome_trace", "COMM_OPS", "SORT_KEYS"]

@@ -509,7 +509,7 @@ def test_parallel_check_nan_inf_names_the_device() -> None:
 
 
 def test_nan_inf_flag_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    from parafluid.atomic import nan_inf_flag
+    from parafluid.engine.atomic import nan_inf_flag
 
     for raw, want in (("1", True), ("true", True), ("0", False), ("", False),
                       ("false", False)):
@@ -522,7 +522,7 @@ def test_nan_inf_flag_values(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_undo_log_restores_in_place_and_replaced_values() -> None:
-    from parafluid.atomic import UndoLog
+    from parafluid.engine.atomic import UndoLog
 
     scope = fluid.Scope()
     scope.var("w").value = torch.ones(3)

@@ -506,7 +506,7 @@ def test_micro_batched_training_matches_the_unplaced_program(k: int) -> None:
 def _stage_overlap_ms(num_microbatches: int) -> tuple[float, list[float]]:
     """Train 3 steps of the slow 2-stage MLP; return the time both devices were busy with
     their slow ops at once (ms, over the 3 steps) and the losses."""
-    from parafluid.runtime import add_op_hook, remove_op_hook
+    from parafluid.engine.runtime import add_op_hook, remove_op_hook
 
     records: list[Any] = []
     hook = records.append
@@ -540,7 +540,7 @@ def test_with_micro_batches_the_two_stages_run_at_the_same_time() -> None:
 def test_persistables_have_a_home_the_executor_puts_them_on_before_a_step() -> None:
     import torch
 
-    from parafluid.parallel.device_lanes import at_home
+    from parafluid.engine.lanes import at_home
     from parafluid.passes.place_transfers import persistable_homes
 
     main, _, _ = _mlp(STAGE0, STAGE1, opt_place=STAGE0)

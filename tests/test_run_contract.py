@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import parafluid as fluid
+from parafluid.engine.runtime import OpRecord, add_op_hook, remove_op_hook
 from parafluid.framework import OpRole
 from parafluid.ops.registry import register_op, same_as
 from parafluid.parallel.strategy import build_pipeline
 from parafluid.passes import PassPipeline
 from parafluid.passes.prune import eliminate_dead_code, prune
-from parafluid.runtime import OpRecord, add_op_hook, remove_op_hook
 
 # ------------------------------------------------------------------ test-only ops
 
@@ -169,7 +169,7 @@ def test_prune_and_dead_code_elimination_keep_side_effect_ops() -> None:
 
 
 def test_side_effect_ops_keep_their_order_in_the_parallel_graph(monkeypatch) -> None:
-    from parafluid.parallel.ssa_graph import build_graph
+    from parafluid.engine.graph import build_graph
 
     x = fluid.layers.data(name="x", shape=[3], dtype="float32")
     a = fluid.layers.scale(x, scale=2.0)

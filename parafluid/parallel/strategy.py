@@ -107,7 +107,7 @@ class ExecutionStrategy(_Strategy):
 
     Fields:
         num_threads: size of the scheduler's thread pool; 0 means automatic (see
-            ``parafluid.parallel.scheduler.default_num_threads``). 1 runs every op on one thread.
+            ``parafluid.engine.scheduler.default_num_threads``). 1 runs every op on one thread.
         num_iteration_per_drop_scope: the per-device local scopes that keep the temporaries
             of a run are dropped every this many runs (default 100, as Fluid 1.6).
         num_iteration_per_run: one ``run()`` executes the graph this many times (same feed),

@@ -15,7 +15,7 @@ where, for training with ``opts.nranks`` devices in all:
   ``owner_device`` (only that device runs them) and the updated parameter is broadcast
   right after its last optimizer op.
 
-The graph builder (``parafluid.parallel.ssa_graph``) turns each collective op into one node
+The graph builder (``parafluid.engine.graph``) turns each collective op into one node
 spanning the devices and replicates every other op; ``owner_device`` limits an op to one
 device. ``find_params_grads`` is the (param, grad) discovery the transpilers reuse.
 

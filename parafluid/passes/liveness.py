@@ -2,7 +2,7 @@
 
 Two views of the same question, one module:
 
-- On the SSA graph every executor runs (``parafluid.parallel.ssa_graph``; the sequential
+- On the SSA graph every executor runs (``parafluid.engine.graph``; the sequential
   Executor's graph has one device), where each write of ``(device, name)`` makes a new
   version:
 
@@ -14,7 +14,7 @@ Two views of the same question, one module:
     has ``releases_inputs`` (the ``delete_var`` ops ``release_memory`` inserts); a value
     read by several nodes that may run concurrently carries the number of readers to wait
     for;
-  - ``parafluid.passes.inplace`` asks ``analyze`` whether an input has a single reader.
+  - ``parafluid.engine.inplace`` asks ``analyze`` whether an input has a single reader.
 
 - On the ops of one block, by name (what the program-level passes ``memory_optimize`` and
   ``release_memory`` rewrite): ``block_liveness(block)`` gives each op's uses and defs and

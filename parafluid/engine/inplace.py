@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from ..ops.common import broadcast_y
-from ..parallel.ssa_graph import ALL_DEVICES, SSAGraph
-from .liveness import analyze
+from ..passes.liveness import analyze
+from .graph import ALL_DEVICES, SSAGraph
 
 __all__ = ["plan_inplace", "INPLACE_KERNELS", "FRESH_OUTPUT_OPS"]
 
@@ -101,7 +101,7 @@ def _persist_or_io(block: Any, name: str, feed: set[str], fetch: set[str]) -> bo
 
 def _factory(update: Any, x: str, y: str | None, out: str, attrs: dict, op: Any,
              device: torch.device) -> Factory:
-    from ..runtime import bind_op
+    from .runtime import bind_op
 
     def make(env: dict[str, Any]) -> Callable[[], None]:
         fallback = bind_op(op, device)

@@ -1,6 +1,6 @@
 """What makes a training step happen whole or not at all, and the NaN/Inf guard.
 
-A plan (``parafluid.plan``) splits the nodes of a step in two:
+A plan (``parafluid.engine.plan``) splits the nodes of a step in two:
 
 - the *update tail*: the last nodes in program order, as long as each writes a persistable
   (optimizer updates, beta-pow accumulators, Reduce's parameter broadcasts);
@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from .scope import SelectedRows
+from ..scope import SelectedRows
 
 __all__ = ["UndoLog", "StepGuard", "StepCancelled", "nan_inf_flag", "check_finite"]
 

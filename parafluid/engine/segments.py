@@ -41,13 +41,12 @@ from typing import Any
 
 import torch
 
+from ..lod import LOD_ATTR
+from ..ops.registry import EMPTY, get_op_def
 from .atomic import check_finite
-from .lod import LOD_ATTR
-from .ops.registry import EMPTY, get_op_def
 from .runtime import (
     OpRecord,
     RunContext,
-    RunServices,
     op_detail,
     op_device,
     op_error,
@@ -198,7 +197,7 @@ class Segment:
     (in ``Out`` order).
     """
 
-    def __init__(self, op: Any, device: Any, services: RunServices | None = None,
+    def __init__(self, op: Any, device: Any, services: Any = None,
                  enabled: bool = True) -> None:
         self.op = op
         self.ops = list(op.attrs["sub_block"].ops)
@@ -374,7 +373,7 @@ class Segment:
         return out
 
 
-def bind_segment(op: Any, device: Any, services: RunServices | None = None,
+def bind_segment(op: Any, device: Any, services: Any = None,
                  env: dict[str, Any] | None = None, drop: tuple[str, ...] = (),
                  enabled: bool = True) -> Callable:
     """``run(env)`` for a ``compiled_segment`` op, as ``runtime.bind_op`` returns for other

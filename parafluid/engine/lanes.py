@@ -6,7 +6,7 @@ are placed on several local devices (``fluid.place_guard``) goes through
 SSA graph gets, besides its data dependencies, one chain per device: the ops of a device run
 one at a time, in program order, as on a device's stream, while ops of different devices run
 concurrently wherever the data flow allows. The Scheduler gets one worker per device, each
-with an equal share of the cores for torch's intra-op threads.
+with an equal share of the cores for torch's intra-op threads (``make_scheduler(lanes)``).
 
 Random ops drawing from torch's default generator (``seed`` attr 0) also keep their program
 order across devices, so that a placed program draws the same numbers as the unplaced one.
@@ -15,7 +15,7 @@ Example::
 
     program, graph, lanes, homes = placed_graph(main, "cpu:0")
     lanes                               # 2 for a program placed on cpu:0 and cpu:1
-    sched = lane_scheduler(lanes)
+    sched = make_scheduler(lanes)
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ from typing import Any
 import torch
 
 from ..passes.place_transfers import device_name, op_devices, persistable_homes
-from .scheduler import Scheduler, intra_op_threads, torch_threads_initializer
-from .ssa_graph import GraphOptions, SSAGraph, build_graph
+from .graph import GraphOptions, SSAGraph, build_graph
 
-__all__ = ["placed_graph", "placed_parallel_graph", "chain_by_device", "lane_scheduler",
-           "at_home"]
+__all__ = ["placed_graph", "placed_parallel_graph", "chain_by_device", "at_home"]
 
 
 def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int, dict[str, Any]]:
@@ -112,13 +110,3 @@ def chain_by_device(graph: SSAGraph, devices: list[str]) -> int:
             last_random = node.index
     return max(1, len(last))
 
-
-def lane_scheduler(lanes: int) -> Scheduler:
-    """A Scheduler with one worker per device, each with ``cores // lanes`` torch threads."""
-    previous = torch.get_num_threads()
-    try:
-        return Scheduler(lanes, initializer=torch_threads_initializer(intra_op_threads(lanes)))
-    finally:
-        # NOTE: set_num_threads in the workers also sets the default of threads not yet
-        # started; the caller keeps its own count
-        torch.set_num_threads(previous)

@@ -2,12 +2,13 @@
 
 - ``bind_op(op, device, services)`` resolves an op's kernel, slots and attrs *once* and
   returns ``run(env)``: read the inputs from ``env`` (name -> value), call the kernel, write
-  the outputs back. Every executor binds ops through it (``parafluid.plan`` does it for them).
+  the outputs back. Every executor binds ops through it (``parafluid.engine.plan`` does it
+  for them).
 - ``RunContext`` is the ``ctx`` a kernel gets: its device, the run's scope (persistables
   written by earlier ops are already there), ``run_block`` to run a sub-block of the program,
-  the communicator (collectives) and the transport (send/recv), the RPC deadline.
-- ``RunServices`` is what a binding shares between its ops: per executor device, the
-  scope, the communicator, the transport and the sub-block runner.
+  the communicator (collectives) and the transport (send/recv), the RPC deadline. What it
+  reaches beyond the op comes from the binding's services (``plan.RunServices``, per
+  executor device: the scope, the communicator, the transport and the sub-block runner).
 - ``op_error`` makes the one error every failing op raises (``OpRunError``: op index, type,
   inputs, device, the Python line that created the op).
 - ``add_op_hook(fn)``: per-op instrumentation (the profiler): ``fn(record)`` is called after
@@ -31,9 +32,9 @@ from typing import Any
 
 import torch
 
-from .ops.registry import EMPTY, GRAD, get_op_def
+from ..ops.registry import EMPTY, GRAD, get_op_def
 
-__all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext", "RunServices",
+__all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext",
            "OpRecord", "add_op_hook", "remove_op_hook", "op_hooks_active", "op_device",
            "set_op_detail", "op_detail", "report"]
 
@@ -94,58 +95,20 @@ def op_device(op: Any, default: torch.device) -> torch.device:
 # ---------------------------------------------------------------------- run context
 
 
-class RunServices:
-    """What the ops bound for one device of one executor reach outside their inputs.
+class _Unbound:
+    """The services of an op bound without any (``bind_op(op, device)``): no scope, no
+    communicator, no transport; ``run_block`` says so."""
 
-    Args:
-        program: the program being run (for ``run_block``).
-        scope: where persistables live; the executor sets it at the start of each run.
-        communicator: joins this device with the others (collective ops), or None.
-        transport: the RPC endpoint handle of send/recv ops, or None.
-        device_index: this device's index in a data-parallel run (0 for the Executor).
-        local_writes: write persistables into ``scope`` itself, never into a parent scope
-            (the per-device scopes of a ParallelExecutor keep their own copies).
-    """
-
-    __slots__ = ("program", "scope", "communicator", "transport", "device_index",
-                 "local_writes", "device", "_block_runner")
-
-    def __init__(self, program: Any = None, scope: Any = None, communicator: Any = None,
-                 transport: Any = None, device_index: int = 0, local_writes: bool = False,
-                 device: torch.device | None = None) -> None:
-        self.program = program
-        self.scope = scope
-        self.communicator = communicator
-        self.transport = transport
-        self.device_index = device_index
-        self.local_writes = local_writes
-        self.device = device if device is not None else torch.device("cpu")
-        self._block_runner: Any = None
-
-    def write_persistable(self, name: str, value: Any) -> None:
-        """Make a persistable written by an op visible in the scope at once."""
-        scope = self.scope
-        if scope is None:
-            return
-        holder = None if self.local_writes else scope.find_var(name)
-        if holder is None:
-            holder = scope.var(name)
-        holder.value = value
+    __slots__ = ()
+    scope = communicator = transport = None
+    device_index = 0
 
     def run_block(self, block_idx: int, scope: Any = None, feed: dict[str, Any] | None = None,
                   fetch: Sequence[str] = ()) -> list[Any]:
-        """Run sub-block ``block_idx`` of the program against ``scope`` (default: this one)."""
-        if self.program is None:
-            raise RuntimeError("run_block: this op was bound without a program")
-        if self._block_runner is None:
-            from .plan import BlockRunner
-
-            self._block_runner = BlockRunner(self.program, self.device, self)
-        return self._block_runner.run(block_idx, scope if scope is not None else self.scope,
-                                      feed or {}, tuple(fetch))
+        raise RuntimeError("run_block: this op was bound without a program")
 
 
-_NO_SERVICES = RunServices()
+_NO_SERVICES = _Unbound()
 
 
 class RunContext:
@@ -156,11 +119,13 @@ class RunContext:
     ``transport``: the collective and RPC handles (None when not distributed).
     ``device_index``: the data-parallel device this op runs for. ``run_block(idx, ...)``:
     run a sub-block. ``deadline_s``: how long a blocking op may wait (FLAGS_rpc_deadline).
+    All but the deadline come from ``services``, the binding's ``plan.RunServices`` (None: an
+    op bound alone, with no scope nor sub-block runner).
     """
 
     __slots__ = ("op", "device", "need", "services", "_generator")
 
-    def __init__(self, op: Any, device: Any, services: RunServices | None = None) -> None:
+    def __init__(self, op: Any, device: Any, services: Any = None) -> None:
         self.op = op
         self.device = device
         self.services = services if services is not None else _NO_SERVICES
@@ -185,7 +150,7 @@ class RunContext:
 
     @property
     def deadline_s(self) -> float:
-        from .distributed.deadline import rpc_deadline_seconds
+        from ..distributed.deadline import rpc_deadline_seconds
 
         return rpc_deadline_seconds()
 
@@ -208,7 +173,7 @@ class RunContext:
 # ---------------------------------------------------------------------- binding
 
 
-def bind_op(op: Any, device: Any, services: RunServices | None = None,
+def bind_op(op: Any, device: Any, services: Any = None,
             env: dict[str, Any] | None = None, drop: tuple[str, ...] = ()) -> Runner:
     """Return ``run(env)`` executing ``op`` on ``device`` against the value dict ``env``.
 
@@ -301,7 +266,7 @@ def _single_output_runner(kernel: Any, in_pairs: tuple[tuple[str, str], ...],
     written out: a dict display costs half a comprehension (which, in Python 3.11, is a
     call), and this runs for every op of every step.
     """
-    from .lod import LOD_ATTR, attach_lod
+    from ..lod import LOD_ATTR, attach_lod
 
     def share(out: Any, x: Any, lod: list[list[int]]) -> None:
         if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):

@@ -305,3 +305,112 @@ def test_profiler_times_a_segment_as_one_event_or_each_op_on_request(option, tmp
     else:
         assert "mul" in names and "mul_grad" in names and "sgd" in names
         assert not any(n.startswith("compiled_segment") for n in names)
+
+
+# ------------------------------------------------------------------ the switch: BuildStrategy
+
+
+def _strategy(**fields):
+    bs = fluid.BuildStrategy()
+    bs.enable_compile = True
+    for k, v in fields.items():
+        setattr(bs, k, v)
+    return bs
+
+
+def _mlp_program(optimizer=lambda: fluid.optimizer.Momentum(0.05, momentum=0.9)):
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 11  # as _train's
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        loss = _mlp(optimizer)()
+    return main, startup, loss
+
+
+def test_compiled_program_with_enable_compile_runs_segments_on_one_device():
+    feeds = _mlp_feeds()
+    ref_l, ref_p, _ = _train(_mlp(), feeds, False)
+    main, startup, loss = _mlp_program(lambda: fluid.optimizer.Adam(0.01))
+    compiled = fluid.CompiledProgram(main, build_strategy=_strategy())
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        losses = [exe.run(compiled, feed=feeds(i), fetch_list=[loss])[0] for i in range(STEPS)]
+    np.testing.assert_allclose(np.array(losses).reshape(-1), ref_l.reshape(-1), atol=1e-5)
+    for name, value in ref_p.items():
+        np.testing.assert_allclose(np.array(scope.find_var(name).value), value, atol=1e-5)
+    assert SEGMENT_OP in [op.type for op in compiled._executor.program.global_block().ops]
+
+
+@pytest.mark.parametrize("reduce", [False, True], ids=["allreduce", "reduce"])
+def test_parallel_executor_on_two_devices_compiles_each_devices_part(reduce):
+    from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
+
+    rng = np.random.RandomState(7)
+    feeds = [{"x": rng.rand(8, 6).astype("float32"),
+              "y": rng.randint(0, 3, (8, 1)).astype("int64")} for _ in range(STEPS)]
+    single = run_single(_mlp_program, feeds)
+    bs = _strategy()
+    if reduce:
+        bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
+    parallel = run_parallel(_mlp_program, feeds, ndev=2, build_strategy=bs)
+    assert_same_training(single, parallel, atol=1e-5)
+    program = parallel.extra["executor"].program
+    types = [op.type for op in program.global_block().ops]
+    assert SEGMENT_OP in types
+    # the collectives stay between the segments
+    comm = "c_reduce_sum" if reduce else "c_allreduce_sum"
+    assert comm in types
+    assert all(comm not in [o.type for o in op.attr("sub_block").ops]
+               for op in program.global_block().ops if op.type == SEGMENT_OP)
+
+
+def test_placed_two_stage_program_with_four_micro_batches_compiles_per_stage():
+    rng = np.random.default_rng(3)
+    batches = []
+    for _ in range(STEPS):
+        x = rng.standard_normal((12, 6)).astype("float32")
+        batches.append({"x": x, "y": (x.sum(1, keepdims=True) * 0.3).astype("float32")})
+
+    def build(placed):
+        main, startup = fluid.Program(), fluid.Program()
+        main.random_seed = startup.random_seed = 7
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            x = fluid.layers.data(name="x", shape=[6], dtype="float32")
+            y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+            with fluid.place_guard("/node:worker/cpu:0") if placed else _null():
+                h = fluid.layers.fc(input=x, size=8, act="tanh")
+            with fluid.place_guard("/node:worker/cpu:1") if placed else _null():
+                pred = fluid.layers.fc(input=h, size=1)
+                loss = fluid.layers.mean(fluid.layers.square_error_cost(input=pred, label=y))
+            fluid.optimizer.SGD(0.1).minimize(loss)
+        return main, startup, loss
+
+    def train(placed, bs):
+        main, startup, loss = build(placed)
+        scope = fluid.Scope()
+        exe = fluid.Executor(fluid.CPUPlace())
+        prog = fluid.CompiledProgram(main, build_strategy=bs) if bs else main
+        with fluid.scope_guard(scope):
+            exe.run(startup)
+            losses = [float(np.asarray(exe.run(prog, feed=b, fetch_list=[loss])[0]).ravel()[0])
+                      for b in batches]
+        params = {p.name: np.array(scope.find_var(p.name).value) for p in main.all_parameters()}
+        return losses, params, (prog._executor.program if bs else None)
+
+    ref_l, ref_p, _ = train(False, None)
+    got_l, got_p, program = train(True, _strategy(num_microbatches=4))
+    np.testing.assert_allclose(got_l, ref_l, atol=1e-5)
+    for name, value in ref_p.items():
+        np.testing.assert_allclose(got_p[name], value, atol=1e-5, err_msg=name)
+    segs = [op for op in program.global_block().ops if op.type == SEGMENT_OP]
+    assert {op.attrs.get("op_device") for op in segs} >= {"cpu:0", "cpu:1"}
+    assert "memcpy" in [op.type for op in program.global_block().ops]
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -310,6 +310,17 @@ def test_profiler_times_a_segment_as_one_event_or_each_op_on_request(option, tmp
 # ------------------------------------------------------------------ the switch: BuildStrategy
 
 
+@pytest.fixture
+def compiled_without_fallback():
+    """The test's segments compiled, and none fell back to the interpreter."""
+    from parafluid.engine.segments import compile_stats
+
+    before = dict(compile_stats)
+    yield
+    assert compile_stats["fallbacks"] == before["fallbacks"]
+    assert compile_stats["compiled"] > before["compiled"]
+
+
 def _strategy(**fields):
     bs = fluid.BuildStrategy()
     bs.enable_compile = True
@@ -326,7 +337,8 @@ def _mlp_program(optimizer=lambda: fluid.optimizer.Momentum(0.05, momentum=0.9))
     return main, startup, loss
 
 
-def test_compiled_program_with_enable_compile_runs_segments_on_one_device():
+def test_compiled_program_with_enable_compile_runs_segments_on_one_device(
+        compiled_without_fallback):
     feeds = _mlp_feeds()
     ref_l, ref_p, _ = _train(_mlp(), feeds, False)
     main, startup, loss = _mlp_program(lambda: fluid.optimizer.Adam(0.01))
@@ -343,7 +355,8 @@ def test_compiled_program_with_enable_compile_runs_segments_on_one_device():
 
 
 @pytest.mark.parametrize("reduce", [False, True], ids=["allreduce", "reduce"])
-def test_parallel_executor_on_two_devices_compiles_each_devices_part(reduce):
+def test_parallel_executor_on_two_devices_compiles_each_devices_part(
+        reduce, compiled_without_fallback):
     from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
 
     rng = np.random.RandomState(7)
@@ -365,7 +378,8 @@ def test_parallel_executor_on_two_devices_compiles_each_devices_part(reduce):
                for op in program.global_block().ops if op.type == SEGMENT_OP)
 
 
-def test_placed_two_stage_program_with_four_micro_batches_compiles_per_stage():
+def test_placed_two_stage_program_with_four_micro_batches_compiles_per_stage(
+        compiled_without_fallback):
     rng = np.random.default_rng(3)
     batches = []
     for _ in range(STEPS):

@@ -75,6 +75,10 @@ def _warn_once(key: str, message: str) -> None:
     log.warning(message)
 
 
+def _torch_device(device: torch.device) -> torch.device:
+    return torch.device("cpu") if device.type == "cpu" else device
+
+
 def _kernel(opdef: Any) -> Callable:
     # NOTE: the LoD-sharing wrapper reads Python attributes of tensors, which compiled code
     # does not carry; a segment given LoD inputs runs uncompiled (see Segment.__call__)
@@ -203,7 +207,10 @@ class Segment:
         self.ops = list(op.attrs["sub_block"].ops)
         self.number = int(op.attrs.get("segment", 0))
         self.device = op_device(op, device)
-        self.contexts = [RunContext(o, op_device(o, self.device), services) for o in self.ops]
+        # NOTE: every CPU "device" of a process is torch's one CPU; compiled code must see
+        # one device, not cpu:0 and cpu:1
+        self.contexts = [RunContext(o, _torch_device(op_device(o, self.device)), services)
+                         for o in self.ops]
         self.device_index = services.device_index if services is not None else 0
         self.in_names = list(op.inputs.get("X", []))
         self.out_names = list(op.outputs.get("Out", []))
@@ -281,7 +288,7 @@ class Segment:
             return
         inner = self.ops[k]
         self.uncompiled[k] = why
-        _warn_once(f"{id(self)}:{k}", f"{self.describe()}: op {inner.type} (created at "
+        _warn_once(f"{inner.type}@{inner.callsite}:{why}", f"{self.describe()}: op {inner.type} (created at "
                    f"{inner.callsite}) cannot compile and falls back to the interpreter; "
                    f"the ops around it stay compiled ({why})")
         ranges: list[tuple[int, int, bool]] = []

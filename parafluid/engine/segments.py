@@ -288,7 +288,8 @@ class Segment:
             return
         inner = self.ops[k]
         self.uncompiled[k] = why
-        _warn_once(f"{inner.type}@{inner.callsite}:{why}", f"{self.describe()}: op {inner.type} (created at "
+        _warn_once(f"{inner.type}@{inner.callsite}:{why}",
+                   f"{self.describe()}: op {inner.type} (created at "
                    f"{inner.callsite}) cannot compile and falls back to the interpreter; "
                    f"the ops around it stay compiled ({why})")
         ranges: list[tuple[int, int, bool]] = []

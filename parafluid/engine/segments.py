@@ -175,8 +175,12 @@ class _Piece:
         if fn is None:
             # NOTE: fullgraph: code the compiler cannot take raises here instead of running
             # in pieces behind our back; the segment then names the op and splits around it
-            fn = self.fn = torch.compile(self.eager, dynamic=None, fullgraph=True,
-                                         mode=self.mode)
+            # NOTE: a piece's globals (kernels, attrs, contexts) are fixed when it is built,
+            # so guarding on them would only cost time at every call (hundreds of guards
+            # for a long piece): only the guards on the input tensors and their shapes stay
+            fn = self.fn = torch.compile(
+                self.eager, dynamic=None, fullgraph=True, mode=self.mode,
+                options={"guard_filter_fn": torch.compiler.skip_guard_on_globals_unsafe})
             compile_stats["compiled"] += 1
         return fn(*args)
 

@@ -6,9 +6,10 @@ code builds one with ``fluid.create_lod_tensor``, ``LoDTensor.set_lod`` or a ``D
 over a ``lod_level=1`` variable.
 
 At run time the offsets ride on the tensor itself (``attach_lod`` / ``get_lod``): an op
-declared in ``ops/sequence.py``'s sharing table hands its input's offsets to its output (as
-Fluid's ShareLoD does), and the sequence ops read them. Only the last (finest) level is
-interpreted by the ops; the levels above it are carried along.
+whose registration row declares ``share_lod=(input, outputs)`` hands its input's offsets to
+those outputs (as Fluid's ShareLoD does; ``engine.runtime.bind_op`` does it), and the sequence ops
+read them. Only the last (finest) level is interpreted by the ops; the levels above it are
+carried along.
 
 Example::
 

@@ -435,7 +435,7 @@ def positive(seed: int, sign: float = 1.0) -> dict[str, np.ndarray]:
     return feed
 
 
-@pytest.mark.parametrize("how", ["env", "option"])
+@pytest.mark.parametrize("how", ["env", "core.globals", "option"])
 def test_check_nan_inf_names_the_first_op_and_variable_before_any_update(
         how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     m = nan_program()
@@ -443,6 +443,8 @@ def test_check_nan_inf_names_the_first_op_and_variable_before_any_update(
     exe = fluid.Executor(fluid.CPUPlace(), check_nan_inf=how == "option")
     if how == "env":
         monkeypatch.setenv("FLAGS_check_nan_inf", "1")
+    elif how == "core.globals":
+        fluid.core.globals()["FLAGS_check_nan_inf"] = True
     exe.run(m["startup"], scope=scope)
     exe.run(m["main"], feed=positive(0), fetch_list=[m["loss"]], scope=scope)
     before = persistables(scope, m["main"])

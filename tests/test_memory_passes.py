@@ -248,6 +248,25 @@ def test_delete_var_drops_values_even_without_eager_deletion(monkeypatch) -> Non
         eager_deletion_enabled()
 
 
+@pytest.mark.parametrize("how", ["core.globals", "_set_eager_deletion_mode"])
+def test_eager_deletion_turned_off_through_core_as_through_the_environment(
+        monkeypatch, how: str) -> None:
+    monkeypatch.delenv(EAGER_DELETE_FLAG, raising=False)
+    prog = _diamond()
+    eager = compile_program(prog, ["x"], ["e"], "cpu")
+    assert eager.releases
+    if how == "core.globals":
+        fluid.core.globals()[EAGER_DELETE_FLAG] = -1.0
+    else:
+        fluid.core._set_eager_deletion_mode(-1.0, 1.0, True)
+    assert not eager_deletion_enabled()
+    assert compile_program(prog, ["x"], ["e"], "cpu").releases == {}
+    fluid.core.globals()[EAGER_DELETE_FLAG] = 0.0
+    assert compile_program(prog, ["x"], ["e"], "cpu").releases == eager.releases
+    with pytest.raises(ValueError, match="FLAGS_eager_delete_tensor_gb must be a number"):
+        fluid.core.globals()[EAGER_DELETE_FLAG] = "lots"
+
+
 # ---------------------------------------------------------------------- training
 
 

@@ -233,9 +233,14 @@ def test_persistables_reach_the_scope_as_soon_as_an_op_writes_them() -> None:
     np.testing.assert_array_equal(got, [12.0])  # the later op saw the value in the scope
 
 
+@pytest.mark.parametrize("how", ["env", "core.globals"])
 def test_a_blocking_op_gives_up_at_the_deadline_and_the_executor_stays_usable(
-        monkeypatch) -> None:
-    monkeypatch.setenv("FLAGS_rpc_deadline", "200")
+        monkeypatch, how: str) -> None:
+    if how == "env":
+        monkeypatch.setenv("FLAGS_rpc_deadline", "200")
+    else:
+        monkeypatch.delenv("FLAGS_rpc_deadline", raising=False)
+        fluid.core.globals()["FLAGS_rpc_deadline"] = 200
     x = fluid.layers.data(name="x", shape=[3], dtype="float32")
     out = _append("contract_test_blocking_recv", x)
     exe = fluid.Executor(fluid.CPUPlace())

@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from ..passes.place_transfers import device_name, op_devices, persistable_homes
+from ..passes.place_transfers import op_devices, persistable_homes
+from ..placement import device_name, torch_device
 from .graph import GraphOptions, SSAGraph, build_graph
 
 __all__ = ["placed_graph", "placed_parallel_graph", "chain_by_device", "at_home"]
@@ -40,15 +41,10 @@ def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int, dict[st
     placed = executor_pipeline(device_name(device))(program)
     devices = op_devices(placed, device_name(device))
     graph = build_graph(placed, 1)
-    homes = {name: _torch_device(dev)
+    # NOTE: CPU devices of one process share torch's one CPU: a CPU value is home anywhere
+    homes = {name: torch_device(dev, storage=True)
              for name, dev in persistable_homes(placed, device_name(device)).items()}
     return placed, graph, chain_by_device(graph, devices), homes
-
-
-def _torch_device(dev: str) -> torch.device:
-    kind, _, index = dev.partition(":")
-    # NOTE: CPU devices of one process share torch's one CPU: a CPU value is home anywhere
-    return torch.device("cpu") if kind == "cpu" else torch.device("cuda", int(index or 0))
 
 
 def at_home(value: Any, home: torch.device) -> Any:

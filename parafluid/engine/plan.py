@@ -23,7 +23,7 @@ ParallelExecutor). It holds one value dict (``env``) per device and one task per
 ``Plan.run(scopes, feeds, scheduler)`` is a whole step as every executor runs it: the value
 dicts filled from the feeds and the scopes, ``run_plan``, the fetch targets read back, the
 values dropped. ``RunServices`` is what the ops bound for one device reach beyond their
-inputs (scope, communicator, transport); its ``run_block`` goes to a ``BlockRunner``, which
+inputs (scope, communicator); its ``run_block`` goes to a ``BlockRunner``, which
 runs sub-blocks (``RunContext.run_block``) through the same path.
 
 Example (what the Executor does with one device)::
@@ -89,22 +89,20 @@ class RunServices:
         program: the program being run (for ``run_block``).
         scope: where persistables live; the executor sets it at the start of each run.
         communicator: joins this device with the others (collective ops), or None.
-        transport: the RPC endpoint handle of send/recv ops, or None.
         device_index: this device's index in a data-parallel run (0 for the Executor).
         local_writes: write persistables into ``scope`` itself, never into a parent scope
             (the per-device scopes of a ParallelExecutor keep their own copies).
     """
 
-    __slots__ = ("program", "scope", "communicator", "transport", "device_index",
+    __slots__ = ("program", "scope", "communicator", "device_index",
                  "local_writes", "device", "_block_runner")
 
     def __init__(self, program: Any = None, scope: Any = None, communicator: Any = None,
-                 transport: Any = None, device_index: int = 0, local_writes: bool = False,
+                 device_index: int = 0, local_writes: bool = False,
                  device: torch.device | None = None) -> None:
         self.program = program
         self.scope = scope
         self.communicator = communicator
-        self.transport = transport
         self.device_index = device_index
         self.local_writes = local_writes
         self.device = device if device is not None else torch.device("cpu")
@@ -575,7 +573,7 @@ class BlockRunner:
         if plan is None or plan.in_use:  # a nested run of the same block gets its own plan
             block = self.program.block(block_idx)
             p = self.parent
-            svc = RunServices(self.program, None, p.communicator, p.transport, p.device_index,
+            svc = RunServices(self.program, None, p.communicator, p.device_index,
                               device=self.device)
             graph = build_graph(self.program, 1, GraphOptions(), block_idx=block_idx)
             plan = Plan(graph, block, [self.device], [svc], key[2], fetch, release=False,

@@ -6,9 +6,9 @@
   for them).
 - ``RunContext`` is the ``ctx`` a kernel gets: its device, the run's scope (persistables
   written by earlier ops are already there), ``run_block`` to run a sub-block of the program,
-  the communicator (collectives) and the transport (send/recv), the RPC deadline. What it
-  reaches beyond the op comes from the binding's services (``plan.RunServices``, per
-  executor device: the scope, the communicator, the transport and the sub-block runner).
+  the communicator (collectives), the RPC deadline. What it reaches beyond the op comes
+  from the binding's services (``plan.RunServices``, per executor device: the scope, the
+  communicator and the sub-block runner).
 - ``op_error`` makes the one error every failing op raises (``OpRunError``: op index, type,
   inputs, device, the Python line that created the op).
 - ``add_op_hook(fn)``: per-op instrumentation (the profiler): ``fn(record)`` is called after
@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..ops.registry import EMPTY, GRAD, get_op_def
+from ..placement import torch_device
 
 __all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext",
            "OpRecord", "add_op_hook", "remove_op_hook", "op_hooks_active", "op_device",
@@ -79,17 +80,7 @@ def op_device(op: Any, default: torch.device) -> torch.device:
     spec = op.attrs.get("op_device") or ""
     if not spec:
         return default
-    kind, _, index = str(spec).partition(":")
-    if kind not in ("cpu", "gpu", "cuda") or (index and not index.isdigit()):
-        raise ValueError(f"op {op.type} (created at {op.callsite}): op_device must be 'cpu', "
-                         f"'cpu:N', 'gpu' or 'gpu:N', got {spec!r}")
-    if kind == "cpu":
-        return torch.device("cpu", int(index)) if index else torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError(f"op {op.type} (created at {op.callsite}) is placed on {spec!r} but "
-                         "torch sees no CUDA device here; place it on 'cpu' or run on a GPU "
-                         "machine")
-    return torch.device("cuda", int(index) if index else 0)
+    return torch_device(spec, f"op {op.type} (created at {op.callsite}): op_device")
 
 
 # ---------------------------------------------------------------------- run context
@@ -97,10 +88,10 @@ def op_device(op: Any, default: torch.device) -> torch.device:
 
 class _Unbound:
     """The services of an op bound without any (``bind_op(op, device)``): no scope, no
-    communicator, no transport; ``run_block`` says so."""
+    communicator; ``run_block`` says so."""
 
     __slots__ = ()
-    scope = communicator = transport = None
+    scope = communicator = None
     device_index = 0
 
     def run_block(self, block_idx: int, scope: Any = None, feed: dict[str, Any] | None = None,
@@ -115,8 +106,9 @@ class RunContext:
     """What a kernel may need beyond its inputs and attrs (``ctx``); built once per binding.
 
     ``device``: the torch device of this op. ``need``: for ``_grad`` ops, the forward input
-    slots whose gradient the op must produce. ``scope``: the run's scope. ``communicator`` /
-    ``transport``: the collective and RPC handles (None when not distributed).
+    slots whose gradient the op must produce. ``scope``: the run's scope. ``communicator``:
+    the collective handle (None when not data-parallel; RPC ops reach their clients
+    through ``parafluid.distributed.ps_registry``).
     ``device_index``: the data-parallel device this op runs for. ``run_block(idx, ...)``:
     run a sub-block. ``deadline_s``: how long a blocking op may wait (FLAGS_rpc_deadline).
     All but the deadline come from ``services``, the binding's ``plan.RunServices`` (None: an
@@ -139,10 +131,6 @@ class RunContext:
     @property
     def communicator(self) -> Any:
         return self.services.communicator
-
-    @property
-    def transport(self) -> Any:
-        return self.services.transport
 
     @property
     def device_index(self) -> int:
@@ -199,6 +187,10 @@ def bind_op(op: Any, device: Any, services: Any = None,
 
     # NOTE: the common shapes (single-variable slots, absent optional ones) get straight-line
     # closures: this is the per-op hot path of every executor.
+    plain = kernel
+    if opdef.share_lod is not None:
+        src, dsts = opdef.share_lod
+        kernel = _kernel_sharing_lod(kernel, src, dsts, opdef.input_by_name[src].duplicable)
     if all(not dup and len(names) <= 1 for _, names, dup in in_spec) and \
             all(not dup and len(names) == 1 for _, names, dup in out_spec):
         in_pairs = tuple((slot, names[0]) for slot, names, _ in in_spec if names)
@@ -207,13 +199,12 @@ def bind_op(op: Any, device: Any, services: Any = None,
                           if names[0] != EMPTY)
         if not absent and len(out_pairs) == 1:
             src_name = None
-            if opdef.lod_share is not None:
-                src, dsts, plain = opdef.lod_share
-                if opdef.input_by_name[src].duplicable:
-                    plain = kernel  # (the wrapper handles a list of inputs)
-                elif out_pairs[0][0] in dsts:
-                    src_name = dict(in_pairs).get(src)
-                kernel = plain
+            if opdef.share_lod is not None:
+                src, dsts = opdef.share_lod
+                if not opdef.input_by_name[src].duplicable:
+                    kernel = plain  # the runner shares the LoD itself, without the wrapper
+                    if out_pairs[0][0] in dsts:
+                        src_name = dict(in_pairs).get(src)
             return _single_output_runner(kernel, in_pairs, attrs, ctx, *out_pairs[0], env, drop,
                                          src_name)
 
@@ -254,17 +245,49 @@ def bind_op(op: Any, device: Any, services: Any = None,
     return run_general
 
 
+def _kernel_sharing_lod(kernel: Any, src: str, dsts: tuple[str, ...], duplicable: bool) -> Any:
+    """``kernel`` that hands input ``src``'s LoD to outputs ``dsts`` (the op's ``share_lod``
+    row), as Fluid's ShareLoD: an output gets it when it has as many rows as the LoD covers.
+    A run without LoD pays one attribute lookup."""
+    from ..lod import LOD_ATTR, attach_lod
+
+    def share(outs: dict[str, Any], x: Any, lod: list[list[int]]) -> None:
+        for slot in dsts:
+            out = outs.get(slot)
+            if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
+                attach_lod(out, lod)
+
+    # NOTE: two closures instead of one with a branch: this runs for every op of every step.
+    if duplicable:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            xs = ins[src]
+            lod = getattr(xs[0], LOD_ATTR, None) if xs else None
+            if lod:
+                share(outs, xs[0], lod)
+            return outs
+    else:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            x = ins[src]
+            lod = getattr(x, LOD_ATTR, None)
+            if lod:
+                share(outs, x, lod)
+            return outs
+    return kernel_sharing_lod
+
+
 def _single_output_runner(kernel: Any, in_pairs: tuple[tuple[str, str], ...],
                           attrs: dict[str, Any], ctx: RunContext, out_slot: str, out_name: str,
                           env: dict[str, Any] | None, drop: tuple[str, ...],
                           src_name: str | None) -> Runner:
     """``run(env)`` of an op with single-variable input slots and one output: the hot path.
 
-    ``src_name``: the input whose LoD the output takes (``share_lod``), shared here rather
-    than by the kernel's wrapper (the input is still in ``env`` after the kernel: the output
-    is stored after the check). NOTE: one closure per input count, with the input dict
-    written out: a dict display costs half a comprehension (which, in Python 3.11, is a
-    call), and this runs for every op of every step.
+    ``src_name``: the input whose LoD the output takes (the op's ``share_lod`` row), shared
+    here rather than by ``_kernel_sharing_lod`` (the input is still in ``env`` after the
+    kernel: the output is stored after the check). NOTE: one closure per input count, with
+    the input dict written out: a dict display costs half a comprehension (which, in Python
+    3.11, is a call), and this runs for every op of every step.
     """
     from ..lod import LOD_ATTR, attach_lod
 

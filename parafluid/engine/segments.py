@@ -80,9 +80,9 @@ def _torch_device(device: torch.device) -> torch.device:
 
 
 def _kernel(opdef: Any) -> Callable:
-    # NOTE: the LoD-sharing wrapper reads Python attributes of tensors, which compiled code
-    # does not carry; a segment given LoD inputs runs uncompiled (see Segment.__call__)
-    return opdef.lod_share[2] if opdef.lod_share is not None else opdef.kernel
+    # NOTE: LoD is shared by bind_op, not by kernels: compiled code carries no LoD, and a
+    # segment given LoD inputs runs uncompiled (see Segment.__call__)
+    return opdef.kernel
 
 
 def _function_source(name: str, ops: list[Any], first: int, ins: list[str],

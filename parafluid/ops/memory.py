@@ -60,6 +60,4 @@ def _memcpy_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict[str, Any]
 
 
 register_op("memcpy", inputs=("X",), outputs=("Out",), attrs={"src_device": ""},
-            infer_shape=same_as("X"), kernel=_memcpy, grad=_memcpy_grad,
-            no_compile="it copies a value between devices (copies stay between segments, "
-                       "so that they overlap the computation)")
+            infer_shape=same_as("X"), kernel=_memcpy, grad=_memcpy_grad, comm=True)

@@ -52,7 +52,8 @@ def _assign(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("assign", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"), kernel=_assign,
             grad=lambda op, no_grad, ctx: [] if op.input("X")[0] in no_grad else [
                 {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
-                 "outputs": {"Out": [op.input("X")[0] + "@GRAD"]}, "attrs": {}}])
+                 "outputs": {"Out": [op.input("X")[0] + "@GRAD"]}, "attrs": {}}],
+            share_lod=("X", "Out"))
 
 
 def _assign_value(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -95,7 +96,7 @@ def _cast(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("cast", inputs=("X",), outputs=("Out",),
             attrs={"in_dtype": "float32", "out_dtype": "float32"},
-            infer_shape=_cast_shape, kernel=_cast, grad=_cast_grad)
+            infer_shape=_cast_shape, kernel=_cast, grad=_cast_grad, share_lod=("X", "Out"))
 
 
 # ----------------------------------------------------------------------------- concat / split
@@ -142,7 +143,7 @@ def _concat_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("concat", inputs=("X[]",), outputs=("Out",), attrs={"axis": 0},
             infer_shape=_concat_shape, kernel=_concat, grad_kernel=_concat_grad,
-            grad_uses=("X",))
+            grad_uses=("X",), share_lod=("X", "Out"))
 
 
 def _split_sizes(dim: int, attrs: dict) -> list[int]:

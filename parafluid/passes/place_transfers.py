@@ -43,22 +43,16 @@ from ..ops.registry import EMPTY, get_op_def
 from ..placement import (
     DEVICE_ATTR,
     NODE_ATTR,
+    device_name,
     is_placed,
     local_device_count,
     parse_device,
+    parse_node,
     place_of,
 )
 
-__all__ = ["insert_place_transfers", "op_devices", "device_name", "persistable_homes",
+__all__ = ["insert_place_transfers", "op_devices", "persistable_homes",
            "process_node"]
-
-
-def device_name(device: Any) -> str:
-    """A torch device or place string as the pass's canonical ``"cpu:N"`` / ``"gpu:N"``."""
-    text = str(device)
-    kind, _, index = text.partition(":")
-    kind = "gpu" if kind == "cuda" else kind
-    return f"{kind}:{index or 0}"
 
 
 def _where(op: Any, index: int) -> str:
@@ -69,8 +63,8 @@ def _check_node(op: Any, index: int, node: tuple[str, int]) -> None:
     text = op.attrs.get(NODE_ATTR) or ""
     if not text:
         return
-    name, _, nid = text.partition(":")
-    if name != node[0] or (nid and int(nid) != node[1]):
+    name, nid = parse_node(text, f"{_where(op, index)}: op_node")
+    if name != node[0] or (nid is not None and nid != node[1]):
         here = f"/node:{node[0]}:{node[1]}"
         raise ValueError(
             f"{_where(op, index)}: this process runs {here} (and /node:{node[0]}) only; ops "
@@ -82,11 +76,7 @@ def _op_device(op: Any, index: int, default: str) -> str:
     spec = op.attrs.get(DEVICE_ATTR) or ""
     if not spec:
         return default
-    try:
-        dev = parse_device(str(spec))
-    except (ValueError, TypeError):
-        raise ValueError(f"{_where(op, index)}: op_device must be 'cpu', 'cpu:N', 'gpu' or "
-                         f"'gpu:N', got {spec!r}") from None
+    dev = parse_device(spec, f"{_where(op, index)}: op_device")
     if dev.last_id is not None and dev.last_id != dev.first_id:
         raise ValueError(
             f"{_where(op, index)}: a device range means data parallelism over those devices, "

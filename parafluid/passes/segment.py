@@ -10,8 +10,9 @@ task, a function of the ops' own kernels handed to ``torch.compile`` (see
 
 An op can be compiled when it:
 
-- has a kernel, is not a side-effect op (collectives, send/recv, barriers, print, ...) and
-  holds no sub-block (control flow stays interpreted; its neighbours still compile);
+- has a kernel, is not a side-effect op (collectives, send/recv, barriers, print, ...) nor a
+  communication op (``comm`` in its row: memcpy between devices, ...) and holds no
+  sub-block (control flow stays interpreted; its neighbours still compile);
 - draws no random numbers (an op with a ``seed`` attr: kept interpreted so that its draws
   are those of the interpreted run);
 - reads and writes no row-sparse value (``SelectedRows``; e.g. ``lookup_table`` with
@@ -56,6 +57,9 @@ def why_not_compilable(op: Any, block: Block) -> str | None:
         return "it has no kernel"
     if opdef.side_effect:
         return "it has a side effect (communication, I/O or a barrier)"
+    if opdef.comm:
+        return ("it moves values between devices or processes (communication stays between "
+                "segments, so that it overlaps the computation)")
     if opdef.no_compile:
         return opdef.no_compile
     if op.sub_blocks:

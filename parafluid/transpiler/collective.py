@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..distributed.rendezvous import parse_endpoint, parse_endpoints
+from ..distributed.endpoints import parse_endpoint, parse_endpoints
 from ..framework import OpRole
 
 __all__ = ["transpile_nccl2"]

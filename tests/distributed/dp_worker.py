@@ -3,10 +3,11 @@
     python dp_worker.py ENDPOINTS TRAINER_ID OUT_DIR CASE[,CASE...]
 
 CASE is ``model/mode`` (models of tests/parallel/dp_models.py; modes allreduce, reduce,
-allreduce-fused, and any of them with ``-compiled``: BuildStrategy.enable_compile). Each case transpiles a fresh program in nccl2 mode, runs its startup program
-(the rendezvous happens once, in the first one), then trains 5 steps on this trainer's half of
-each global batch with a ParallelExecutor over CPU_NUM devices. Writes, per case, the merged
-losses and the parameters as .npy files (no pickle) and a status JSON.
+allreduce-fused, and any of them with ``-compiled``: BuildStrategy.enable_compile). Each
+case transpiles a fresh program in nccl2 mode, runs its startup program (the rendezvous
+happens once, in the first one), then trains 5 steps on this trainer's half of each global
+batch with a ParallelExecutor over CPU_NUM devices. Writes, per case, the merged losses and
+the parameters as .npy files (no pickle) and a status JSON.
 """
 
 from __future__ import annotations

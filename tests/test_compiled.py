@@ -428,3 +428,21 @@ class _null:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_compiled_data_parallel_training_is_bitwise_the_same_for_any_num_threads():
+    from parafluid.testing.data_parallel import run_parallel
+
+    rng = np.random.RandomState(8)
+    feeds = [{"x": rng.rand(8, 6).astype("float32"),
+              "y": rng.randint(0, 3, (8, 1)).astype("int64")} for _ in range(3)]
+    runs = []
+    for threads in (1, 2):
+        es = fluid.ExecutionStrategy()
+        es.num_threads = threads
+        runs.append(run_parallel(_mlp_program, feeds, ndev=2, build_strategy=_strategy(),
+                                 exec_strategy=es))
+    for a, b in zip(runs[0].losses, runs[1].losses):
+        np.testing.assert_array_equal(a, b)
+    for name, value in runs[0].params.items():
+        np.testing.assert_array_equal(runs[1].params[name], value, err_msg=name)

@@ -16,6 +16,7 @@ import torch
 from dist_helpers import ROOT, child_env, endpoints, reap
 
 import parafluid as fluid
+from parafluid.distributed.node_mailbox import LOG_BURST
 from parafluid.testing import node_job
 from parafluid.transpiler.node_split import NodeSplit
 
@@ -315,18 +316,31 @@ def _result(out):
     return json.loads(lines[-1]) if lines else None
 
 
-def _train_pair(*extra, **env_vars):
-    """Both workers trained as processes (killed by pid in the end); their results."""
+def _train_pair(*extra, meanwhile=None, errs=None, **env_vars):
+    """Both workers trained as processes (killed by pid in the end); their results.
+
+    ``meanwhile(endpoints, done)``: run on a thread while they train, until ``done`` is set.
+    ``errs``: a list that gets the workers' stderr."""
     eps = endpoints(2)
     env = child_env(FLAGS_rpc_deadline="30000", **env_vars)
     procs = []
+    done = threading.Event()
+    side = threading.Thread(target=meanwhile, args=(eps, done), daemon=True) \
+        if meanwhile else None
     try:
         procs = [_worker(t, eps, env, *extra) for t in (0, 1)]
+        if side:
+            side.start()
         outs = [p.communicate(timeout=75) for p in procs]
     finally:
+        done.set()
         reap(procs)
+        if side:
+            side.join(10)
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err
+    if errs is not None:
+        errs.extend(err for _, err in outs)
     return tuple(_result(o) for o, _ in outs)
 
 
@@ -350,6 +364,40 @@ def test_two_stages_in_two_processes_equal_the_unplaced_program(optimizer):
     act = 4 * node_job.BATCH * node_job.HIDDEN
     assert r0["carried"] == {"fc_0.tmp_2": [STEPS, STEPS * act]}
     assert r1["carried"] == {"fc_0.tmp_2@GRAD": [STEPS, STEPS * act]}
+
+
+def _forge_activations(eps, done):
+    """Send worker 1 NaN activations as if from worker 0: misshaped, out of order, late
+    duplicates, unknown names; until ``done``."""
+    from parafluid.distributed.rpc import RPCClient, RPCError
+    from parafluid.distributed.wire import Kind
+
+    shape = (node_job.BATCH, node_job.HIDDEN)
+    nan = torch.full(shape, float("nan"))
+    forger = RPCClient(eps.split(",")[1], deadline_s=2, trainer_id=0)
+    forged = [("fc_0.tmp_2", torch.full((shape[0], shape[1] + 1), float("nan")), 1),
+              ("fc_0.tmp_2", nan.double(), 1), ("fc_0.tmp_2", nan, 10_000),
+              ("fc_0.tmp_2", nan, 0), ("fc_0.tmp_2@GRAD", nan, 1), ("fc_1.w_0", nan, 1)]
+    try:
+        while not done.is_set():
+            for name, value, seq in forged:
+                try:
+                    forger.call(Kind.SEND, name, value, seq=seq)
+                except RPCError:
+                    pass
+            time.sleep(0.005)
+    finally:
+        forger.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_forged_activations_are_refused_and_the_job_equals_the_unplaced_program():
+    errs = []
+    r0, r1 = _train_pair(meanwhile=_forge_activations, errs=errs)
+    _assert_equal_to_unplaced(r0, r1)
+    assert "refused a value from" in errs[1], errs[1]
+    assert errs[1].count("refused a value from") <= 2 * LOG_BURST  # rate-limited
 
 
 @pytest.mark.slow

@@ -168,8 +168,9 @@ def _data_parallel_note(net: dict[str, Any], x: np.ndarray, y: np.ndarray, cfg: 
     if parallel_step <= single:
         return None
     if processes > 1:
-        where = f"{processes} trainer processes" + (" and parameter servers" if pservers
-                                                     else "")
+        where = f"{processes} trainer processes" + (
+            f" x {cfg.devices} devices" if cfg.devices > 1 else "") + (
+            " and parameter servers" if pservers else "")
         return (f"note: distributed training does not pay for a model this small: a step "
                 f"took {parallel_step * 1e3:.2f} ms with {where} vs {single * 1e3:.2f} ms in "
                 f"one process on 1 device ({parallel_step / single:.1f}x; measured on this "

@@ -177,10 +177,11 @@ def test_data_parallel_note_compares_with_a_measured_single_device_step() -> Non
     assert _data_parallel_note(net, x, y, cfg, parallel_step=0.0) is None
     note = _data_parallel_note(net, x, y, cfg, parallel_step=10.0, processes=2)
     assert note.startswith("note: distributed training does not pay for a model this small: "
-                           "a step took 10000.00 ms with 2 trainer processes vs ")
+                           "a step took 10000.00 ms with 2 trainer processes x 2 devices vs ")
     assert "Drop --nproc" in note
     note = _data_parallel_note(net, x, y, cfg, parallel_step=10.0, processes=2, pservers=True)
-    assert "with 2 trainer processes and parameter servers" in note and "Drop --pservers" in note
+    assert "with 2 trainer processes x 2 devices and parameter servers" in note
+    assert "Drop --pservers" in note
 
 
 def test_batch_smaller_than_devices_is_a_usage_error(tmp_path, capsys) -> None:

@@ -1,7 +1,7 @@
 """The cost of atomic steps: the same runs with and without what makes a step atomic.
 
-A step is atomic (``parafluid.atomic``): compute nodes that write persistables record them
-in an undo log, update-tail nodes check the step guard (and record their writes while
+A step is atomic (``parafluid.engine.atomic``): compute nodes that write persistables record
+them in an undo log, update-tail nodes check the step guard (and record their writes while
 compute nodes still run), SIGINT goes to the guard during the run. "Without" runs the same
 bound ops with none of that: each op in a plain task wrapper (op, error, scope writes,
 releases), all tasks in one graph, nothing recorded, SIGINT untouched (``unguarded_run_plan``
@@ -41,11 +41,10 @@ os.environ.setdefault("CPU_NUM", "2")
 from models import classifier  # noqa: E402
 
 import parafluid as fluid  # noqa: E402
-import parafluid.executor as executor_module  # noqa: E402
-import parafluid.parallel.parallel_executor as pe_module  # noqa: E402
-from parafluid.parallel.scheduler import TaskError, TaskGraph  # noqa: E402
-from parafluid.plan import Plan, run_plan  # noqa: E402
-from parafluid.runtime import OpRunError, op_error  # noqa: E402
+import parafluid.engine.plan as plan_module  # noqa: E402
+from parafluid.engine.plan import Plan, run_plan  # noqa: E402
+from parafluid.engine.runtime import OpRunError, op_error  # noqa: E402
+from parafluid.engine.scheduler import TaskError, TaskGraph  # noqa: E402
 
 BATCH, SIZES = 128, (784, 512, 512, 10)
 _UNGUARDED: dict[int, TaskGraph] = {}
@@ -102,11 +101,11 @@ def unguarded_run_plan(plan: Plan, scheduler: Any, timeout: float | None = None,
 
 def without(step: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
-        executor_module.run_plan = pe_module.run_plan = unguarded_run_plan
+        plan_module.run_plan = unguarded_run_plan  # what Plan.run calls
         try:
             return step()
         finally:
-            executor_module.run_plan = pe_module.run_plan = run_plan
+            plan_module.run_plan = run_plan
     return run
 
 

@@ -56,7 +56,7 @@ from .place import (
     cuda_places,
     is_compiled_with_cuda,
 )
-from .runtime import OpRunError
+from .engine.runtime import OpRunError
 from .scope import LoDTensor, Scope, global_scope, scope_guard
 from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
 from . import compiler, core, lod, metrics, nets  # noqa: F401  (Fluid 1.6 spellings)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .framework import GRAD_SUFFIX, OpRole, Parameter, Variable, grad_var_name
-from .ops.registry import EMPTY, get_op_def
+from .ops.registry import EMPTY, GradContext, get_op_def
 from .placement import DEVICE_ATTR, NODE_ATTR, place_attrs
 
 __all__ = ["append_backward", "gradients", "calc_gradient"]
@@ -216,7 +216,7 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
         if opdef.grad is None or not _reads_flowing(op, opdef, flows):
             continue
         blocked = {n for n in op.input_arg_names if n not in flows} | no_grad
-        for spec in opdef.grad(op, blocked):
+        for spec in opdef.grad(op, blocked, _GRAD_CONTEXT):
             _read_snapshots(block, op, spec, written_later[id(op)], snapshots)
             ok, zero_fills = _prune_missing_grads(spec, produced)
             if not ok:
@@ -327,3 +327,8 @@ def _set_op_role_var(block: Any, pairs: list[tuple[Parameter, Variable]]) -> Non
                 op.attrs["op_role_var"] = role_var + [p.name, g.name]
                 break
     block.program._bump()
+
+
+# NOTE: what every gradient maker gets: ops whose gradient differentiates a sub-block append
+# its gradient ops through it instead of importing this module
+_GRAD_CONTEXT = GradContext(append_grad_ops=_append_grad_ops)

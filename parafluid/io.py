@@ -124,13 +124,13 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
     path = save_vars(executor, dirname, main_program, predicate=is_persistable,
                      filename=filename, scope=scope)
     program = _as_program(main_program, "save_persistables")
-    pservers = getattr(program, "_pserver_endpoints", None)
+    pservers = program.meta.pserver_endpoints
     if pservers:
         # a transpiled pserver-mode trainer program: the parameters and optimizer state live
         # on the pservers; each saves its own blocks into dirname (Fluid's checkpoint_notify)
         from .distributed.ps_registry import client_pool
 
-        client_pool(int(program._trainer_id)).checkpoint_notify(os.path.abspath(dirname),
+        client_pool(program.meta.trainer_id or 0).checkpoint_notify(os.path.abspath(dirname),
                                                                 pservers)
     return path
 

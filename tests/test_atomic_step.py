@@ -74,7 +74,7 @@ def _point(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": ins["X"] * 1.0}
 
 
-def _point_grad(op: Any, no_grad: Any) -> list[dict]:
+def _point_grad(op: Any, no_grad: Any, ctx: Any) -> list[dict]:
     # the gradient is a failure point of the backward pass
     return [{"type": "atomic_test_point", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
              "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
@@ -435,7 +435,7 @@ def positive(seed: int, sign: float = 1.0) -> dict[str, np.ndarray]:
     return feed
 
 
-@pytest.mark.parametrize("how", ["env", "option"])
+@pytest.mark.parametrize("how", ["env", "core.globals", "option"])
 def test_check_nan_inf_names_the_first_op_and_variable_before_any_update(
         how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     m = nan_program()
@@ -443,6 +443,8 @@ def test_check_nan_inf_names_the_first_op_and_variable_before_any_update(
     exe = fluid.Executor(fluid.CPUPlace(), check_nan_inf=how == "option")
     if how == "env":
         monkeypatch.setenv("FLAGS_check_nan_inf", "1")
+    elif how == "core.globals":
+        fluid.core.globals()["FLAGS_check_nan_inf"] = True
     exe.run(m["startup"], scope=scope)
     exe.run(m["main"], feed=positive(0), fetch_list=[m["loss"]], scope=scope)
     before = persistables(scope, m["main"])
@@ -509,7 +511,7 @@ def test_parallel_check_nan_inf_names_the_device() -> None:
 
 
 def test_nan_inf_flag_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    from parafluid.atomic import nan_inf_flag
+    from parafluid.engine.atomic import nan_inf_flag
 
     for raw, want in (("1", True), ("true", True), ("0", False), ("", False),
                       ("false", False)):
@@ -522,7 +524,7 @@ def test_nan_inf_flag_values(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_undo_log_restores_in_place_and_replaced_values() -> None:
-    from parafluid.atomic import UndoLog
+    from parafluid.engine.atomic import UndoLog
 
     scope = fluid.Scope()
     scope.var("w").value = torch.ones(3)

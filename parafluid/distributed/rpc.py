@@ -35,6 +35,7 @@ from typing import Any
 import zmq
 
 from .deadline import Deadline, rpc_deadline_seconds
+from .endpoints import parse_endpoint
 from .wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
     SECRET_ENV,
@@ -66,10 +67,8 @@ def tcp_address(endpoint: str) -> str:
     """``"127.0.0.1:6174"`` -> ``"tcp://127.0.0.1:6174"`` (port 0 binds a free port)."""
     if endpoint.startswith("tcp://"):
         endpoint = endpoint[len("tcp://"):]
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"endpoint must be 'host:port', got {endpoint!r}")
-    return f"tcp://{host}:{'*' if int(port) == 0 else port}"
+    host, port = parse_endpoint(endpoint, "endpoint", allow_port_zero=True)
+    return f"tcp://{host}:{'*' if port == 0 else port}"
 
 
 def _endpoint_of(address: str) -> str:

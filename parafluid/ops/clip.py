@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..scope import SelectedRows
-from .registry import Meta, register_op, share_lod
+from .registry import Meta, register_op
 
 
 def _clip_by_value(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -69,7 +69,8 @@ def _positive(op: str, attr: str) -> Any:
 
 
 register_op("clip_by_norm", inputs=("X",), outputs=("Out",), attrs={"max_norm": 1.0},
-            infer_shape=_positive("clip_by_norm", "max_norm"), kernel=_clip_by_norm)
+            infer_shape=_positive("clip_by_norm", "max_norm"), kernel=_clip_by_norm,
+            share_lod=("X", "Out"))
 
 
 def _squared_l2_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -99,6 +100,3 @@ register_op("clip_by_global_norm", inputs=("X", "SquaredNorm"), outputs=("Out",)
             infer_shape=_positive("clip_by_global_norm", "clip_norm"),
             kernel=_clip_by_global_norm)
 
-
-# Fluid's ShareLoD: clip_by_norm over sequence rows keeps them.
-share_lod("clip_by_norm", "X", ("Out",))

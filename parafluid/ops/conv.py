@@ -103,7 +103,7 @@ register_op("conv2d", inputs=("Input", "Filter"), outputs=("Output",),
             attrs={"strides": [1, 1], "paddings": [0, 0], "dilations": [1, 1], "groups": 1,
                    "use_cudnn": True, "data_format": "NCHW"},
             infer_shape=_conv2d_shape, kernel=_conv2d, grad_kernel=_conv2d_grad,
-            grad_uses=("Input", "Filter"))
+            grad_uses=("Input", "Filter"), fresh_output=True)
 
 
 # ----------------------------------------------------------------------------- transposed, 3-D

@@ -12,7 +12,7 @@ import torch
 
 from ..scope import SelectedRows
 from .conv import _check_rank
-from .registry import Meta, register_op, share_lod
+from .registry import Meta, register_op
 
 __all__: list[str] = []
 
@@ -75,7 +75,8 @@ register_op("lookup_table", inputs=("W", "Ids"), outputs=("Out",),
                    "remote_prefetch": False},
             infer_shape=_lookup_table_shape, kernel=_lookup_table,
             grad_kernel=_lookup_table_grad, grad_uses=("W", "Ids"),
-            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape)
+            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape,
+            share_lod=("Ids", "Out"))
 
 
 # lookup_table_v2 (fluid.embedding): the same lookup, keeping every dim of Ids.
@@ -99,7 +100,8 @@ register_op("lookup_table_v2", inputs=("W", "Ids"), outputs=("Out",),
                    "remote_prefetch": False},
             infer_shape=_lookup_v2_shape, kernel=_lookup_v2,
             grad_kernel=_lookup_table_grad, grad_uses=("W", "Ids"),
-            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape)
+            no_grad_inputs=("Ids",), grad_infer_shape=_lookup_table_grad_shape,
+            share_lod=("Ids", "Out"))
 
 
 # ----------------------------------------------------------------------------- shard_index
@@ -199,8 +201,7 @@ def _hash(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("hash", inputs=("X",), outputs=("Out",), attrs={"num_hash": 1, "mod_by": 100000},
-            infer_shape=_hash_shape, kernel=_hash)
-share_lod("hash", "X", ("Out",))
+            infer_shape=_hash_shape, kernel=_hash, share_lod=("X", "Out"))
 
 
 # ----------------------------------------------------------------------------- cvm

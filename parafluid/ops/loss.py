@@ -115,7 +115,7 @@ register_op("cross_entropy", inputs=("X", "Label"), outputs=("Y",),
             attrs={"soft_label": False, "ignore_index": -100},
             infer_shape=_cross_entropy_shape, kernel=_cross_entropy,
             grad_kernel=_cross_entropy_grad, grad_uses=("X", "Label"),
-            no_grad_inputs=("Label",))
+            no_grad_inputs=("Label",), share_lod=("X", "Y"))
 
 
 # ----------------------------------------------------------------------------- softmax + CE
@@ -200,7 +200,8 @@ register_op("softmax_with_cross_entropy", inputs=("Logits", "Label"),
                    "axis": -1},
             infer_shape=_softmax_ce_shape, kernel=_softmax_ce, grad_kernel=_softmax_ce_grad,
             grad_uses=("Label", "Softmax"), no_grad_inputs=("Label",),
-            grad_infer_shape=lambda ins, attrs: {"Logits@GRAD": ins["Softmax"]})
+            grad_infer_shape=lambda ins, attrs: {"Logits@GRAD": ins["Softmax"]},
+            share_lod=("Logits", ("Softmax", "Loss")))
 
 
 # ----------------------------------------------------------------------------- sigmoid CE

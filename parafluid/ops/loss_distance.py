@@ -50,7 +50,7 @@ def _square_error_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("square_error_cost", inputs=("X", "Y"), outputs=("Out",),
             infer_shape=_square_error_shape, kernel=_square_error,
-            grad_kernel=_square_error_grad, grad_uses=("X", "Y"))
+            grad_kernel=_square_error_grad, grad_uses=("X", "Y"), share_lod=("X", "Out"))
 
 
 # ----------------------------------------------------------------------------- huber_loss

@@ -111,6 +111,6 @@ def _node_recv(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("node_send", inputs=("X[]",), outputs=(), attrs=dict(_ATTRS),
-            infer_shape=_no_shapes, kernel=_node_send, side_effect=True)
+            infer_shape=_no_shapes, kernel=_node_send, side_effect=True, comm=True)
 register_op("node_recv", inputs=(), outputs=("Out[]",), attrs=dict(_ATTRS),
-            infer_shape=_no_shapes, kernel=_node_recv, side_effect=True)
+            infer_shape=_no_shapes, kernel=_node_recv, side_effect=True, comm=True)

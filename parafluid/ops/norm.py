@@ -177,7 +177,8 @@ register_op("batch_norm", inputs=("X", "Scale", "Bias", "Mean", "Variance"),
             grad_uses=("X", "Scale", "SavedMean", "SavedVariance"),
             no_grad_inputs=("Mean", "Variance"),
             grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"], "Scale@GRAD": ins["Scale"],
-                                                 "Bias@GRAD": ins["Scale"]})
+                                                 "Bias@GRAD": ins["Scale"]}, share_lod=("X", "Y"),
+            fresh_output=True)
 
 # ----------------------------------------------------------------------------- layer_norm
 
@@ -237,7 +238,7 @@ def _layer_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("layer_norm", inputs=("X", "Scale?", "Bias?"), outputs=("Y", "Mean", "Variance"),
             attrs={"begin_norm_axis": 1, "epsilon": 1e-5},
             infer_shape=_layer_norm_shape, kernel=_layer_norm, grad_kernel=_layer_norm_grad,
-            grad_uses=("X", "Scale", "Bias", "Mean", "Variance"))
+            grad_uses=("X", "Scale", "Bias", "Mean", "Variance"), share_lod=("X", "Y"))
 
 
 # ----------------------------------------------------------------------------- group_norm
@@ -352,5 +353,3 @@ register_op("instance_norm", inputs=("X", "Scale?", "Bias?"),
             infer_shape=_instance_norm_shape, kernel=_instance_norm,
             grad_kernel=_instance_norm_grad,
             grad_uses=("X", "Scale", "Bias", "SavedMean", "SavedVariance"))
-
-# Fluid's ShareLoD: l2_normalize and prelu over sequence rows keep the sequences.

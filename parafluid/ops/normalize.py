@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .registry import Meta, register_op, share_lod
+from .registry import Meta, register_op
 
 __all__: list[str] = []
 
@@ -47,7 +47,7 @@ def _norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("norm", inputs=("X",), outputs=("Out", "Norm"),
             attrs={"axis": 1, "epsilon": 1e-10, "is_test": False},
             infer_shape=_norm_shape, kernel=_norm, grad_kernel=_norm_grad,
-            grad_uses=("X", "Norm"))
+            grad_uses=("X", "Norm"), share_lod=("X", "Out"))
 
 
 # ----------------------------------------------------------------------------- lrn
@@ -207,4 +207,3 @@ register_op("spectral_norm", inputs=("Weight", "U", "V"), outputs=("Out",),
             no_grad_inputs=("U", "V"))
 
 
-share_lod("norm", "X", ("Out",))

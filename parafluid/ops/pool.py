@@ -136,7 +136,7 @@ register_op("pool2d", inputs=("X",), outputs=("Out",),
                    "adaptive": False,
                    "ceil_mode": False, "use_cudnn": True, "data_format": "NCHW"},
             infer_shape=_pool2d_shape, kernel=_pool2d, grad_kernel=_pool2d_grad,
-            grad_uses=("X",))
+            grad_uses=("X",), fresh_output=True)
 
 
 # ----------------------------------------------------------------------------- pool3d

@@ -162,7 +162,8 @@ register_op("dropout", inputs=("X",), outputs=("Out", "Mask"),
                    "dropout_implementation": "downgrade_in_infer"},
             infer_shape=_dropout_shape, kernel=_dropout, grad_kernel=_dropout_grad,
             grad_uses=("Mask",),
-            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]})
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]},
+            share_lod=("X", "Out"))
 
 
 # ----------------------------------------------------------------------------- random_crop

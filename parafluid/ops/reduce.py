@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .common import axis_in_range
-from .registry import Meta, register_op, share_lod
+from .registry import Meta, register_op
 
 Tensor = torch.Tensor
 
@@ -148,11 +148,10 @@ def _top_k_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("top_k", inputs=("X",), outputs=("Out", "Indices"), attrs={"k": 1},
             infer_shape=_top_k_shape, kernel=_top_k, grad_kernel=_top_k_grad,
-            grad_uses=("X", "Indices"))
+            grad_uses=("X", "Indices"), share_lod=("X", ("Out", "Indices")))
 
 
 # ctc_greedy_decoder runs ctc_align on top_k's indices: top_k keeps its input's sequences.
-share_lod("top_k", "X", ("Out", "Indices"))
 
 
 # ----------------------------------------------------------------------------- reduce_all / any

@@ -111,10 +111,10 @@ def _fetch_barrier(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("send", inputs=("X[]",), outputs=(),
             attrs={"epmap": [], "send_varnames": [], "trainer_id": 0, "sync_mode": True},
-            infer_shape=_no_shapes, kernel=_send, side_effect=True)
+            infer_shape=_no_shapes, kernel=_send, side_effect=True, comm=True)
 register_op("recv", inputs=(), outputs=("Out[]",),
             attrs={"epmap": [], "varnames": [], "trainer_id": 0},
-            infer_shape=_no_shapes, kernel=_recv, side_effect=True)
+            infer_shape=_no_shapes, kernel=_recv, side_effect=True, comm=True)
 # ------------------------------------------------------------------ distributed lookup table
 
 
@@ -213,7 +213,7 @@ _TABLE_ATTRS = {"table_names": [], "epmap": [], "height_sections": [], "height":
                 "padding_idx": -1, "dtype": "float32", "trainer_id": 0}
 register_op("distributed_lookup_table", inputs=("Ids",), outputs=("Out",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_dist_lookup_shape, kernel=_dist_lookup,
-            side_effect=True)
+            side_effect=True, comm=True)
 register_op("distributed_lookup_table_grad", inputs=("Ids", "Out@GRAD"), outputs=("W@GRAD",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_sparse_grad_shape, kernel=_dist_lookup_grad)
 register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),
@@ -221,10 +221,10 @@ register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),
             kernel=_split_selected_rows)
 register_op("send_barrier", inputs=(), outputs=(),
             attrs={"endpoints": [], "trainer_id": 0},
-            infer_shape=_no_shapes, kernel=_send_barrier, side_effect=True)
+            infer_shape=_no_shapes, kernel=_send_barrier, side_effect=True, comm=True)
 register_op("fetch_barrier", inputs=(), outputs=(),
             attrs={"endpoints": [], "trainer_id": 0},
-            infer_shape=_no_shapes, kernel=_fetch_barrier, side_effect=True)
+            infer_shape=_no_shapes, kernel=_fetch_barrier, side_effect=True, comm=True)
 
 
 # ----------------------------------------------------------------------------- pserver side
@@ -346,4 +346,4 @@ register_op("listen_and_serv", inputs=(), outputs=(),
             attrs={"endpoint": "", "Fanin": 1, "sync_mode": True, "optimize_blocks": [],
                    "grad_to_block_id": [], "lr_decay_block_id": -1, "pserver_id": 0,
                    "distributed_mode": 0},
-            infer_shape=_no_shapes, kernel=_listen_and_serv, side_effect=True)
+            infer_shape=_no_shapes, kernel=_listen_and_serv, side_effect=True, comm=True)

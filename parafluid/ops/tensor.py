@@ -11,7 +11,7 @@ import torch
 
 from ..dtypes import FLOAT_DTYPES, convert_dtype, to_torch
 from .common import axis_in_range, numel
-from .registry import GRAD, Meta, register_op, same_as
+from .registry import GRAD, GradContext, Meta, register_op, same_as
 
 
 def _shape_attr_meta(attrs: dict) -> dict:
@@ -50,9 +50,10 @@ def _assign(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("assign", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"), kernel=_assign,
-            grad=lambda op, no_grad: [] if op.input("X")[0] in no_grad else [
+            grad=lambda op, no_grad, ctx: [] if op.input("X")[0] in no_grad else [
                 {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
-                 "outputs": {"Out": [op.input("X")[0] + "@GRAD"]}, "attrs": {}}])
+                 "outputs": {"Out": [op.input("X")[0] + "@GRAD"]}, "attrs": {}}],
+            share_lod=("X", "Out"))
 
 
 def _assign_value(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -74,7 +75,7 @@ def _cast_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": Meta(x.shape, convert_dtype(attrs["out_dtype"]), x.type)}
 
 
-def _cast_grad(op: Any, no_grad: set) -> list[dict]:
+def _cast_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a cast is the cast back, between float types only."""
     x = op.input("X")[0]
     var = op.block._find_var_recursive(x)
@@ -95,7 +96,7 @@ def _cast(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("cast", inputs=("X",), outputs=("Out",),
             attrs={"in_dtype": "float32", "out_dtype": "float32"},
-            infer_shape=_cast_shape, kernel=_cast, grad=_cast_grad)
+            infer_shape=_cast_shape, kernel=_cast, grad=_cast_grad, share_lod=("X", "Out"))
 
 
 # ----------------------------------------------------------------------------- concat / split
@@ -142,7 +143,7 @@ def _concat_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("concat", inputs=("X[]",), outputs=("Out",), attrs={"axis": 0},
             infer_shape=_concat_shape, kernel=_concat, grad_kernel=_concat_grad,
-            grad_uses=("X",))
+            grad_uses=("X",), share_lod=("X", "Out"))
 
 
 def _split_sizes(dim: int, attrs: dict) -> list[int]:
@@ -194,7 +195,7 @@ def _split(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": [p.clone(memory_format=torch.contiguous_format) for p in parts]}
 
 
-def _split_grad(op: Any, no_grad: set) -> list[dict]:
+def _split_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a split is the concat of the pieces' gradients (zeros where absent)."""
     x = op.input("X")[0]
     if x in no_grad:
@@ -297,7 +298,7 @@ def _transpose(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": x.permute(perm).clone(memory_format=torch.contiguous_format)}
 
 
-def _transpose_grad(op: Any, no_grad: set) -> list[dict]:
+def _transpose_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a transpose is the transpose by the inverse permutation."""
     x = op.input("X")[0]
     if x in no_grad:

@@ -161,7 +161,7 @@ def test_trainers_must_be_endpoints_for_numbered_workers():
 
 def test_hybrid_split_gives_each_worker_a_data_parallel_program_over_its_range():
     _, w0, s0, _ = _split(0, placed="hybrid")
-    assert w0._data_parallel_devices == ["cpu:0", "cpu:1"]
+    assert w0.meta.data_parallel_devices == ["cpu:0", "cpu:1"]
     comm = [op for op in w0.global_block().ops if op.type.startswith("node_")]
     assert [(op.type, op.attrs["replicas"]) for op in comm] == [("node_send", 2),
                                                                 ("node_recv", 2)]

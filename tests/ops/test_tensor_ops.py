@@ -121,7 +121,7 @@ def test_bad_attrs_are_reported_with_the_op_name(op, inputs, attrs, message):
 
 
 def test_one_hot_out_of_range_is_an_error_by_default():
-    from parafluid.runtime import OpRunError
+    from parafluid.engine.runtime import OpRunError
 
     with pytest.raises(OpRunError, match=r"one_hot: values \[7\] are outside \[0, 3\)"):
         check_op(OpCase("one_hot", {"X": np.array([[1], [7]], dtype="int64")},

@@ -1,13 +1,14 @@
 """enable_inplace: let an elementwise/activation op write into its dead input's buffer.
 
-Only the trivial, provably safe case is handled: the op is one of a small table
-(activations, ``scale``, same-shape ``elementwise_*``), its input ``X`` is read by no other
-node (in training, e.g. the pre-activation of ``fc(act='relu')``: ``relu_grad`` reads
-``Out`` only), ``X`` was produced on the same device by an op that returns a fresh tensor
-(never a feed, a persistable, a fetch target, a collective's shared result or a view), and at
-run time the output has ``X``'s shape, dtype and layout. The in-place kernel computes exactly
-what the registered kernel computes (same torch operation, ``relu_`` for ``relu``), so
-results are bitwise identical.
+Only the trivial, provably safe case is handled: the op's registration row declares an
+in-place form (``register_op(..., inplace=update)``: activations such as ``relu``,
+``scale``, same-shape ``elementwise_*``), its input ``X`` is read by no other node (in
+training, e.g. the pre-activation of ``fc(act='relu')``: ``relu_grad`` reads ``Out`` only),
+``X`` was produced on the same device by an op whose row declares ``fresh_output=True``
+(never a feed, a persistable, a fetch target, a collective's shared result or a view), and
+at run time the output has ``X``'s shape, dtype and layout. The in-place form computes
+exactly what the registered kernel computes (same torch operation, ``relu_`` for ``relu``),
+so results are bitwise identical.
 """
 
 from __future__ import annotations
@@ -18,54 +19,23 @@ from typing import Any
 import torch
 
 from ..ops.common import broadcast_y
-from ..parallel.ssa_graph import ALL_DEVICES, SSAGraph
-from .liveness import analyze
+from ..ops.registry import get_op_def, has_op
+from ..passes.liveness import analyze
+from .graph import ALL_DEVICES, SSAGraph
 
-__all__ = ["plan_inplace", "INPLACE_KERNELS", "FRESH_OUTPUT_OPS"]
+__all__ = ["plan_inplace", "inplace_update", "has_fresh_output"]
 
 Factory = Callable[[dict[str, Any]], Callable[[], None]]
 
 
-def _unary(fn: Callable[[torch.Tensor], Any]) -> Any:
-    def run(x: torch.Tensor, y: Any, attrs: dict) -> None:
-        fn(x)
-    return run
+def inplace_update(op_type: str) -> Any:
+    """The in-place form ``update(x, y, attrs)`` an op's registration row declares, or None."""
+    return get_op_def(op_type).inplace if has_op(op_type) else None
 
 
-def _scale(x: torch.Tensor, y: Any, attrs: dict) -> None:
-    s, b = attrs["scale"], attrs["bias"]
-    if b == 0.0:
-        x.mul_(s)
-    elif attrs["bias_after_scale"]:
-        x.mul_(s).add_(b)
-    else:
-        x.add_(b).mul_(s)
-
-
-def _binary(name: str) -> Any:
-    def run(x: torch.Tensor, y: torch.Tensor, attrs: dict) -> None:
-        getattr(x, name)(broadcast_y(x, y, attrs["axis"]))
-    return run
-
-
-# op type -> in-place update of X (the result is X itself)
-INPLACE_KERNELS: dict[str, Any] = {
-    "relu": _unary(torch.relu_),
-    "sigmoid": _unary(torch.sigmoid_),
-    "tanh": _unary(torch.tanh_),
-    "scale": _scale,
-    "elementwise_add": _binary("add_"),
-    "elementwise_sub": _binary("sub_"),
-    "elementwise_mul": _binary("mul_"),
-    "elementwise_div": _binary("div_"),
-}
-
-# Ops whose output is always a freshly allocated tensor (never a view of an input).
-FRESH_OUTPUT_OPS = frozenset({
-    "mul", "matmul", "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
-    "relu", "sigmoid", "tanh", "conv2d", "pool2d", "batch_norm", "softmax",
-    "fused_elemwise_activation",
-})
+def has_fresh_output(op_type: str) -> bool:
+    """Whether an op's registration row declares that its outputs are always new tensors."""
+    return has_op(op_type) and get_op_def(op_type).fresh_output
 
 
 def plan_inplace(graph: SSAGraph, block: Any, feed: set[str], fetch: set[str],
@@ -75,7 +45,7 @@ def plan_inplace(graph: SSAGraph, block: Any, feed: set[str], fetch: set[str],
     readers = live.readers
     out: dict[int, Factory] = {}
     for node in graph.nodes:
-        update = INPLACE_KERNELS.get(node.type)
+        update = inplace_update(node.type)
         if update is None or node.device == ALL_DEVICES:
             continue
         x_refs, outs = node.inputs.get("X"), node.outputs.get("Out")
@@ -84,7 +54,7 @@ def plan_inplace(graph: SSAGraph, block: Any, feed: set[str], fetch: set[str],
         x_ref, out_ref = x_refs[0], outs[0]
         src = graph.nodes[live.producer[x_ref]] if x_ref in live.producer else None
         if (readers.get(x_ref) != 1 or src is None or src.device != node.device
-                or src.type not in FRESH_OUTPUT_OPS):
+                or not has_fresh_output(src.type)):
             continue
         if any(_persist_or_io(block, name, feed, fetch) for name in (x_ref[1], out_ref[1])):
             continue
@@ -101,7 +71,7 @@ def _persist_or_io(block: Any, name: str, feed: set[str], fetch: set[str]) -> bo
 
 def _factory(update: Any, x: str, y: str | None, out: str, attrs: dict, op: Any,
              device: torch.device) -> Factory:
-    from ..runtime import bind_op
+    from .runtime import bind_op
 
     def make(env: dict[str, Any]) -> Callable[[], None]:
         fallback = bind_op(op, device)

@@ -6,7 +6,7 @@ are placed on several local devices (``fluid.place_guard``) goes through
 SSA graph gets, besides its data dependencies, one chain per device: the ops of a device run
 one at a time, in program order, as on a device's stream, while ops of different devices run
 concurrently wherever the data flow allows. The Scheduler gets one worker per device, each
-with an equal share of the cores for torch's intra-op threads.
+with an equal share of the cores for torch's intra-op threads (``make_scheduler(lanes)``).
 
 Random ops drawing from torch's default generator (``seed`` attr 0) also keep their program
 order across devices, so that a placed program draws the same numbers as the unplaced one.
@@ -15,7 +15,7 @@ Example::
 
     program, graph, lanes, homes = placed_graph(main, "cpu:0")
     lanes                               # 2 for a program placed on cpu:0 and cpu:1
-    sched = lane_scheduler(lanes)
+    sched = make_scheduler(lanes)
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from typing import Any
 
 import torch
 
-from ..passes.place_transfers import device_name, op_devices, persistable_homes
-from .scheduler import Scheduler, intra_op_threads, torch_threads_initializer
-from .ssa_graph import GraphOptions, SSAGraph, build_graph
+from ..passes.place_transfers import op_devices, persistable_homes
+from ..placement import device_name, torch_device
+from .graph import GraphOptions, SSAGraph, build_graph
 
-__all__ = ["placed_graph", "placed_parallel_graph", "chain_by_device", "lane_scheduler",
-           "at_home"]
+__all__ = ["placed_graph", "placed_parallel_graph", "chain_by_device", "at_home"]
 
 
 def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int, dict[str, Any]]:
@@ -41,15 +40,10 @@ def placed_graph(program: Any, device: Any) -> tuple[Any, SSAGraph, int, dict[st
     placed = executor_pipeline(device_name(device))(program)
     devices = op_devices(placed, device_name(device))
     graph = build_graph(placed, 1)
-    homes = {name: _torch_device(dev)
+    # NOTE: CPU devices of one process share torch's one CPU: a CPU value is home anywhere
+    homes = {name: torch_device(dev, storage=True)
              for name, dev in persistable_homes(placed, device_name(device)).items()}
     return placed, graph, chain_by_device(graph, devices), homes
-
-
-def _torch_device(dev: str) -> torch.device:
-    kind, _, index = dev.partition(":")
-    # NOTE: CPU devices of one process share torch's one CPU: a CPU value is home anywhere
-    return torch.device("cpu") if kind == "cpu" else torch.device("cuda", int(index or 0))
 
 
 def at_home(value: Any, home: torch.device) -> Any:
@@ -112,13 +106,3 @@ def chain_by_device(graph: SSAGraph, devices: list[str]) -> int:
             last_random = node.index
     return max(1, len(last))
 
-
-def lane_scheduler(lanes: int) -> Scheduler:
-    """A Scheduler with one worker per device, each with ``cores // lanes`` torch threads."""
-    previous = torch.get_num_threads()
-    try:
-        return Scheduler(lanes, initializer=torch_threads_initializer(intra_op_threads(lanes)))
-    finally:
-        # NOTE: set_num_threads in the workers also sets the default of threads not yet
-        # started; the caller keeps its own count
-        torch.set_num_threads(previous)

@@ -2,12 +2,13 @@
 
 - ``bind_op(op, device, services)`` resolves an op's kernel, slots and attrs *once* and
   returns ``run(env)``: read the inputs from ``env`` (name -> value), call the kernel, write
-  the outputs back. Every executor binds ops through it (``parafluid.plan`` does it for them).
+  the outputs back. Every executor binds ops through it (``parafluid.engine.plan`` does it
+  for them).
 - ``RunContext`` is the ``ctx`` a kernel gets: its device, the run's scope (persistables
   written by earlier ops are already there), ``run_block`` to run a sub-block of the program,
-  the communicator (collectives) and the transport (send/recv), the RPC deadline.
-- ``RunServices`` is what a binding shares between its ops: per executor device, the
-  scope, the communicator, the transport and the sub-block runner.
+  the communicator (collectives), the RPC deadline. What it reaches beyond the op comes
+  from the binding's services (``plan.RunServices``, per executor device: the scope, the
+  communicator and the sub-block runner).
 - ``op_error`` makes the one error every failing op raises (``OpRunError``: op index, type,
   inputs, device, the Python line that created the op).
 - ``add_op_hook(fn)``: per-op instrumentation (the profiler): ``fn(record)`` is called after
@@ -31,9 +32,10 @@ from typing import Any
 
 import torch
 
-from .ops.registry import EMPTY, GRAD, get_op_def
+from ..ops.registry import EMPTY, GRAD, get_op_def
+from ..placement import torch_device
 
-__all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext", "RunServices",
+__all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext",
            "OpRecord", "add_op_hook", "remove_op_hook", "op_hooks_active", "op_device"]
 
 Runner = Callable[[dict[str, Any]], None]
@@ -77,89 +79,44 @@ def op_device(op: Any, default: torch.device) -> torch.device:
     spec = op.attrs.get("op_device") or ""
     if not spec:
         return default
-    kind, _, index = str(spec).partition(":")
-    if kind not in ("cpu", "gpu", "cuda") or (index and not index.isdigit()):
-        raise ValueError(f"op {op.type} (created at {op.callsite}): op_device must be 'cpu', "
-                         f"'cpu:N', 'gpu' or 'gpu:N', got {spec!r}")
-    if kind == "cpu":
-        return torch.device("cpu", int(index)) if index else torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError(f"op {op.type} (created at {op.callsite}) is placed on {spec!r} but "
-                         "torch sees no CUDA device here; place it on 'cpu' or run on a GPU "
-                         "machine")
-    return torch.device("cuda", int(index) if index else 0)
+    return torch_device(spec, f"op {op.type} (created at {op.callsite}): op_device")
 
 
 # ---------------------------------------------------------------------- run context
 
 
-class RunServices:
-    """What the ops bound for one device of one executor reach outside their inputs.
+class _Unbound:
+    """The services of an op bound without any (``bind_op(op, device)``): no scope, no
+    communicator; ``run_block`` says so."""
 
-    Args:
-        program: the program being run (for ``run_block``).
-        scope: where persistables live; the executor sets it at the start of each run.
-        communicator: joins this device with the others (collective ops), or None.
-        transport: the RPC endpoint handle of send/recv ops, or None.
-        device_index: this device's index in a data-parallel run (0 for the Executor).
-        local_writes: write persistables into ``scope`` itself, never into a parent scope
-            (the per-device scopes of a ParallelExecutor keep their own copies).
-    """
-
-    __slots__ = ("program", "scope", "communicator", "transport", "device_index",
-                 "local_writes", "device", "_block_runner")
-
-    def __init__(self, program: Any = None, scope: Any = None, communicator: Any = None,
-                 transport: Any = None, device_index: int = 0, local_writes: bool = False,
-                 device: torch.device | None = None) -> None:
-        self.program = program
-        self.scope = scope
-        self.communicator = communicator
-        self.transport = transport
-        self.device_index = device_index
-        self.local_writes = local_writes
-        self.device = device if device is not None else torch.device("cpu")
-        self._block_runner: Any = None
-
-    def write_persistable(self, name: str, value: Any) -> None:
-        """Make a persistable written by an op visible in the scope at once."""
-        scope = self.scope
-        if scope is None:
-            return
-        holder = None if self.local_writes else scope.find_var(name)
-        if holder is None:
-            holder = scope.var(name)
-        holder.value = value
+    __slots__ = ()
+    scope = communicator = None
+    device_index = 0
 
     def run_block(self, block_idx: int, scope: Any = None, feed: dict[str, Any] | None = None,
                   fetch: Sequence[str] = ()) -> list[Any]:
-        """Run sub-block ``block_idx`` of the program against ``scope`` (default: this one)."""
-        if self.program is None:
-            raise RuntimeError("run_block: this op was bound without a program")
-        if self._block_runner is None:
-            from .plan import BlockRunner
-
-            self._block_runner = BlockRunner(self.program, self.device, self)
-        return self._block_runner.run(block_idx, scope if scope is not None else self.scope,
-                                      feed or {}, tuple(fetch))
+        raise RuntimeError("run_block: this op was bound without a program")
 
 
-_NO_SERVICES = RunServices()
+_NO_SERVICES = _Unbound()
 
 
 class RunContext:
     """What a kernel may need beyond its inputs and attrs (``ctx``); built once per binding.
 
     ``device``: the torch device of this op. ``need``: for ``_grad`` ops, the forward input
-    slots whose gradient the op must produce. ``scope``: the run's scope. ``communicator`` /
-    ``transport``: the collective and RPC handles (None when not distributed).
+    slots whose gradient the op must produce. ``scope``: the run's scope. ``communicator``:
+    the collective handle (None when not data-parallel; RPC ops reach their clients
+    through ``parafluid.distributed.ps_registry``).
     ``device_index``: the data-parallel device this op runs for. ``run_block(idx, ...)``:
     run a sub-block. ``deadline_s``: how long a blocking op may wait (FLAGS_rpc_deadline).
+    All but the deadline come from ``services``, the binding's ``plan.RunServices`` (None: an
+    op bound alone, with no scope nor sub-block runner).
     """
 
     __slots__ = ("op", "device", "need", "services", "_generator")
 
-    def __init__(self, op: Any, device: Any, services: RunServices | None = None) -> None:
+    def __init__(self, op: Any, device: Any, services: Any = None) -> None:
         self.op = op
         self.device = device
         self.services = services if services is not None else _NO_SERVICES
@@ -175,16 +132,12 @@ class RunContext:
         return self.services.communicator
 
     @property
-    def transport(self) -> Any:
-        return self.services.transport
-
-    @property
     def device_index(self) -> int:
         return self.services.device_index
 
     @property
     def deadline_s(self) -> float:
-        from .distributed.deadline import rpc_deadline_seconds
+        from ..distributed.deadline import rpc_deadline_seconds
 
         return rpc_deadline_seconds()
 
@@ -207,7 +160,7 @@ class RunContext:
 # ---------------------------------------------------------------------- binding
 
 
-def bind_op(op: Any, device: Any, services: RunServices | None = None,
+def bind_op(op: Any, device: Any, services: Any = None,
             env: dict[str, Any] | None = None, drop: tuple[str, ...] = ()) -> Runner:
     """Return ``run(env)`` executing ``op`` on ``device`` against the value dict ``env``.
 
@@ -233,6 +186,10 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
 
     # NOTE: the common shapes (single-variable slots, absent optional ones) get straight-line
     # closures: this is the per-op hot path of every executor.
+    plain = kernel
+    if opdef.share_lod is not None:
+        src, dsts = opdef.share_lod
+        kernel = _kernel_sharing_lod(kernel, src, dsts, opdef.input_by_name[src].duplicable)
     if all(not dup and len(names) <= 1 for _, names, dup in in_spec) and \
             all(not dup and len(names) == 1 for _, names, dup in out_spec):
         in_pairs = tuple((slot, names[0]) for slot, names, _ in in_spec if names)
@@ -241,13 +198,12 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
                           if names[0] != EMPTY)
         if not absent and len(out_pairs) == 1:
             src_name = None
-            if opdef.lod_share is not None:
-                src, dsts, plain = opdef.lod_share
-                if opdef.input_by_name[src].duplicable:
-                    plain = kernel  # (the wrapper handles a list of inputs)
-                elif out_pairs[0][0] in dsts:
-                    src_name = dict(in_pairs).get(src)
-                kernel = plain
+            if opdef.share_lod is not None:
+                src, dsts = opdef.share_lod
+                if not opdef.input_by_name[src].duplicable:
+                    kernel = plain  # the runner shares the LoD itself, without the wrapper
+                    if out_pairs[0][0] in dsts:
+                        src_name = dict(in_pairs).get(src)
             return _single_output_runner(kernel, in_pairs, attrs, ctx, *out_pairs[0], env, drop,
                                          src_name)
 
@@ -288,19 +244,51 @@ def bind_op(op: Any, device: Any, services: RunServices | None = None,
     return run_general
 
 
+def _kernel_sharing_lod(kernel: Any, src: str, dsts: tuple[str, ...], duplicable: bool) -> Any:
+    """``kernel`` that hands input ``src``'s LoD to outputs ``dsts`` (the op's ``share_lod``
+    row), as Fluid's ShareLoD: an output gets it when it has as many rows as the LoD covers.
+    A run without LoD pays one attribute lookup."""
+    from ..lod import LOD_ATTR, attach_lod
+
+    def share(outs: dict[str, Any], x: Any, lod: list[list[int]]) -> None:
+        for slot in dsts:
+            out = outs.get(slot)
+            if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
+                attach_lod(out, lod)
+
+    # NOTE: two closures instead of one with a branch: this runs for every op of every step.
+    if duplicable:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            xs = ins[src]
+            lod = getattr(xs[0], LOD_ATTR, None) if xs else None
+            if lod:
+                share(outs, xs[0], lod)
+            return outs
+    else:
+        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
+            outs = kernel(ins, attrs, ctx)
+            x = ins[src]
+            lod = getattr(x, LOD_ATTR, None)
+            if lod:
+                share(outs, x, lod)
+            return outs
+    return kernel_sharing_lod
+
+
 def _single_output_runner(kernel: Any, in_pairs: tuple[tuple[str, str], ...],
                           attrs: dict[str, Any], ctx: RunContext, out_slot: str, out_name: str,
                           env: dict[str, Any] | None, drop: tuple[str, ...],
                           src_name: str | None) -> Runner:
     """``run(env)`` of an op with single-variable input slots and one output: the hot path.
 
-    ``src_name``: the input whose LoD the output takes (``share_lod``), shared here rather
-    than by the kernel's wrapper (the input is still in ``env`` after the kernel: the output
-    is stored after the check). NOTE: one closure per input count, with the input dict
-    written out: a dict display costs half a comprehension (which, in Python 3.11, is a
-    call), and this runs for every op of every step.
+    ``src_name``: the input whose LoD the output takes (the op's ``share_lod`` row), shared
+    here rather than by ``_kernel_sharing_lod`` (the input is still in ``env`` after the
+    kernel: the output is stored after the check). NOTE: one closure per input count, with
+    the input dict written out: a dict display costs half a comprehension (which, in Python
+    3.11, is a call), and this runs for every op of every step.
     """
-    from .lod import LOD_ATTR, attach_lod
+    from ..lod import LOD_ATTR, attach_lod
 
     def share(out: Any, x: Any, lod: list[list[int]]) -> None:
         if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):

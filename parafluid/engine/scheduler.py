@@ -6,7 +6,7 @@ zero-argument callables with dependency edges, built once and run many times by 
 
 Example::
 
-    from parafluid.parallel.scheduler import Scheduler, TaskGraph
+    from parafluid.engine.scheduler import Scheduler, TaskGraph
 
     out = []
     graph = TaskGraph.from_edges(
@@ -26,7 +26,8 @@ run: no task starts after the failure is seen, tasks in flight finish, and the c
 Threads and torch (see docs/scheduler.md for the measurements): torch's intra-op thread
 count is *per thread* once a thread has run a parallel op (OpenMP), so setting it on the
 caller does not reach the workers. Pass ``initializer=`` to set it in each worker, e.g.
-``torch_threads_initializer(intra_op_threads(device_count, num_threads))``.
+``torch_threads_initializer(intra_op_threads(device_count, num_threads))``; the executors
+build their schedulers that way through ``make_scheduler``.
 
 Tasks must not wait for one another (no barrier between two tasks): express every such
 wait as an edge, or make a collective one task. A task that blocks on another task can
@@ -47,8 +48,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 
-__all__ = ["Task", "TaskGraph", "TaskError", "Scheduler", "default_num_threads",
-           "intra_op_threads", "torch_threads_initializer"]
+__all__ = ["Task", "TaskGraph", "TaskError", "Scheduler", "make_scheduler",
+           "default_num_threads", "intra_op_threads", "torch_threads_initializer"]
 
 _NAMES_IN_MESSAGES = 8
 
@@ -542,6 +543,36 @@ class Scheduler:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"Scheduler(num_threads={self._num_threads}, {state})"
+
+
+def make_scheduler(num_threads: int, replicas: int | None = None,
+                   share_cores: bool = True) -> Scheduler:
+    """The Scheduler of an executor: ``num_threads`` workers sharing the cores.
+
+    Each worker sets torch's intra-op threads to ``intra_op_threads(replicas,
+    num_threads)``, so that ops running at once (``replicas`` device replicas, default one
+    per worker) get an equal share of the cores instead of each spawning a thread per core
+    (docs/scheduler.md). ``share_cores=False`` leaves the workers' count as it is (GPU
+    replicas). One thread is the calling thread's lane, ``Scheduler(1)``.
+
+    Example::
+
+        lanes = make_scheduler(2)                   # a program placed on cpu:0 and cpu:1
+        pool = make_scheduler(2, replicas=4)        # 4 CPU replicas on 2 worker threads
+    """
+    if num_threads == 1 or not share_cores:
+        return Scheduler(num_threads)
+    import torch
+
+    concurrent = replicas if replicas is not None else num_threads
+    previous = torch.get_num_threads()
+    try:
+        return Scheduler(num_threads, initializer=torch_threads_initializer(
+            intra_op_threads(concurrent, num_threads)))
+    finally:
+        # NOTE: set_num_threads in a worker also moved the default of threads started
+        # later; the creating thread keeps its own count
+        torch.set_num_threads(previous)
 
 
 def default_num_threads(device_count: int, use_cuda: bool) -> int:

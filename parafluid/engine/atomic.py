@@ -1,6 +1,6 @@
 """What makes a training step happen whole or not at all, and the NaN/Inf guard.
 
-A plan (``parafluid.plan``) splits the nodes of a step in two:
+A plan (``parafluid.engine.plan``) splits the nodes of a step in two:
 
 - the *update tail*: the last nodes in program order, as long as each writes a persistable
   (optimizer updates, beta-pow accumulators, Reduce's parameter broadcasts);
@@ -25,14 +25,15 @@ of its own, a wrong dtype or shape, fails then) and while the NaN/Inf check is o
 kernel failing later, for lack of memory, is the one case left partial: its error says so
 (see docs/robustness.md).
 
-``FLAGS_check_nan_inf`` (environment, ``1``/``true`` as in Fluid), ``Executor(...,
+``FLAGS_check_nan_inf`` (``fluid.core.globals()`` or the environment, ``1``/``true`` as in
+Fluid), ``Executor(...,
 check_nan_inf=True)`` or ``ExecutionStrategy.check_nan_inf``: every op's outputs are checked
 and the first non-finite value raises, naming the op and the variable. The choice is made
 once per run (a separately built task list), so the check costs nothing when off.
 
 Example::
 
-    os.environ["FLAGS_check_nan_inf"] = "1"
+    fluid.core.globals()["FLAGS_check_nan_inf"] = True   # or FLAGS_check_nan_inf=1 in the env
     exe.run(main, feed=feed, fetch_list=[loss])
     # OpRunError: while running op #7 log (X=[fc_0.tmp_2]) ...:
     #   FloatingPointError: output Out: variable 'log_0.tmp_0' holds 3 NaN and 0 Inf of 8 ...
@@ -40,7 +41,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from collections.abc import Iterable
@@ -49,7 +49,8 @@ from typing import Any
 
 import torch
 
-from .scope import SelectedRows
+from ..flags import flag
+from ..scope import SelectedRows
 
 __all__ = ["UndoLog", "StepGuard", "StepCancelled", "nan_inf_flag", "check_finite"]
 
@@ -217,19 +218,16 @@ class StepGuard:
             signal.raise_signal(signal.SIGINT)
 
 
-_TRUE = ("1", "true", "True", "TRUE", "yes", "on")
-
-
 def nan_inf_flag() -> bool:
-    """Whether ``FLAGS_check_nan_inf`` is set in the environment (read at every run).
+    """Whether ``FLAGS_check_nan_inf`` is on (``core.globals()`` or the environment, see
+    ``parafluid.flags``; read at every run).
 
     Example::
 
-        os.environ["FLAGS_check_nan_inf"] = "1"
+        fluid.core.globals()["FLAGS_check_nan_inf"] = True
         nan_inf_flag()      # True
     """
-    raw = os.environ.get("FLAGS_check_nan_inf")
-    return raw is not None and raw.strip() in _TRUE
+    return bool(flag("FLAGS_check_nan_inf"))
 
 
 def check_finite(outputs: Iterable[tuple[str, str, Any]]) -> None:

@@ -1,7 +1,7 @@
 """A block bound to kernels and ready to run: the one run path of every executor.
 
 A ``Plan`` is built once per (program version, feed names, fetch names) from the SSA graph
-of a block (``parafluid.parallel.ssa_graph``; one device for the Executor, N for the
+of a block (``parafluid.engine.graph``; one device for the Executor, N for the
 ParallelExecutor). It holds one value dict (``env``) per device and one task per node:
 
 - a replica node runs its op (``runtime.bind_op``) against its device's env; a collective
@@ -11,7 +11,7 @@ ParallelExecutor). It holds one value dict (``env``) per device and one task per
   (``RunServices.write_persistable``), so ops that block and serve others see it; values
   whose last reader ran are dropped (``passes.liveness.release_plan``) when releasing is on;
 - ``run_plan(plan, scheduler)`` hands the tasks to the scheduler so that a step happens
-  whole or not at all (``parafluid.atomic``): the update tail (the program's last ops
+  whole or not at all (``parafluid.engine.atomic``): the update tail (the program's last ops
   that write persistables: optimizer updates, beta-pow accumulators) starts after a barrier
   task, once every other node finished; SIGINT is held back during the tail; a failure or
   an earlier interrupt restores the persistables the step wrote (the undo log), on every
@@ -20,38 +20,88 @@ ParallelExecutor). It holds one value dict (``env``) per device and one task per
   FLAGS_check_nan_inf to check their outputs: each mode is a task list of its own, chosen
   once per run, so nothing per op is added when they are off.
 
-``BlockRunner`` runs sub-blocks (``RunContext.run_block``) through the same path.
+``Plan.run(scopes, feeds, scheduler)`` is a whole step as every executor runs it: the value
+dicts filled from the feeds and the scopes, ``run_plan``, the fetch targets read back, the
+values dropped. ``RunServices`` is what the ops bound for one device reach beyond their
+inputs (scope, communicator); its ``run_block`` goes to a ``BlockRunner``, which
+runs sub-blocks (``RunContext.run_block``) through the same path.
+
+Example (what the Executor does with one device)::
+
+    plan = Plan(build_graph(program, 1), program.global_block(), [cpu], [RunServices(program)],
+                feed=("x",), fetch=(loss.name,), serial=True)
+    (loss_value,), = plan.run([scope], [{"x": x}], Scheduler(1))
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from ..feed_fetch import batch_feeds, missing_value_message
+from ..ops.registry import get_op_def
+from ..passes.liveness import release_plan, sub_block_io_listed
+from ..passes.memory_optimize import check_fetch_targets
 from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
-from .feed_fetch import batch_feeds
-from .ops.registry import get_op_def
-from .parallel.scheduler import Scheduler, TaskError, TaskGraph
-from .parallel.ssa_graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
-from .passes.liveness import release_plan, sub_block_io_listed
-from .passes.memory_optimize import check_fetch_targets
-from .runtime import OpRunError, RunContext, RunServices, bind_op, op_error, op_hooks_active, timed
+from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
+from .lanes import at_home
+from .runtime import OpRunError, RunContext, bind_op, op_error, op_hooks_active, timed
+from .scheduler import Scheduler, TaskError, TaskGraph
 
-__all__ = ["Plan", "run_plan", "BlockRunner", "has_sub_blocks"]
+__all__ = ["Plan", "run_plan", "RunServices", "BlockRunner"]
 
 Task = Callable[[], None]
 
 
-def has_sub_blocks(block: Any) -> bool:
-    """Whether an op of ``block`` holds a sub-block (control flow, listen_and_serv)."""
-    from .framework import Block
+class RunServices:
+    """What the ops bound for one device of one executor reach outside their inputs.
 
-    return any(isinstance(v, Block) or (isinstance(v, list) and any(isinstance(b, Block)
-                                                                    for b in v))
-               for op in block.ops for v in op.attrs.values())
+    Args:
+        program: the program being run (for ``run_block``).
+        scope: where persistables live; the executor sets it at the start of each run.
+        communicator: joins this device with the others (collective ops), or None.
+        device_index: this device's index in a data-parallel run (0 for the Executor).
+        local_writes: write persistables into ``scope`` itself, never into a parent scope
+            (the per-device scopes of a ParallelExecutor keep their own copies).
+    """
+
+    __slots__ = ("program", "scope", "communicator", "device_index",
+                 "local_writes", "device", "_block_runner")
+
+    def __init__(self, program: Any = None, scope: Any = None, communicator: Any = None,
+                 device_index: int = 0, local_writes: bool = False,
+                 device: torch.device | None = None) -> None:
+        self.program = program
+        self.scope = scope
+        self.communicator = communicator
+        self.device_index = device_index
+        self.local_writes = local_writes
+        self.device = device if device is not None else torch.device("cpu")
+        self._block_runner: Any = None
+
+    def write_persistable(self, name: str, value: Any) -> None:
+        """Make a persistable written by an op visible in the scope at once."""
+        scope = self.scope
+        if scope is None:
+            return
+        holder = None if self.local_writes else scope.find_var(name)
+        if holder is None:
+            holder = scope.var(name)
+        holder.value = value
+
+    def run_block(self, block_idx: int, scope: Any = None, feed: dict[str, Any] | None = None,
+                  fetch: Sequence[str] = ()) -> list[Any]:
+        """Run sub-block ``block_idx`` of the program against ``scope`` (default: this one)."""
+        if self.program is None:
+            raise RuntimeError("run_block: this op was bound without a program")
+        if self._block_runner is None:
+            self._block_runner = BlockRunner(self.program, self.device, self)
+        return self._block_runner.run(block_idx, scope if scope is not None else self.scope,
+                                      feed or {}, tuple(fetch))
+
 
 
 class Plan:
@@ -80,6 +130,7 @@ class Plan:
                  name_devices: bool = True, serial: bool = False, lanes: int = 1,
                  homes: dict[str, Any] | None = None) -> None:
         self.graph = graph
+        self.block = block
         self.lanes = lanes
         self.homes = homes
         self.ndev = graph.ndev
@@ -160,7 +211,7 @@ class Plan:
                       for n in graph.nodes]
         # The update tail: the last nodes in program order, as long as each writes a
         # persistable (optimizer updates, beta-pow accumulators, parameter broadcasts). It
-        # runs after every other node succeeded (after a barrier task, see parafluid.atomic).
+        # runs after every other node succeeded (after a barrier task, see engine.atomic).
         # NOTE: a suffix of the program order, not any set closed under successors: an op
         # may read a persistable through ctx.scope without an edge, and one lane keeps
         # program order. A writer followed by another op (an evaluation after minimize) is
@@ -300,6 +351,89 @@ class Plan:
             env.clear()
         self.undo.clear()
 
+    def run(self, scopes: Sequence[Any], feeds: Sequence[dict[str, Any]],
+            scheduler: Scheduler, check_nan_inf: bool = False, timeout: float | None = None,
+            missing: Callable[[Any, str, dict[str, Any]], str] | None = None,
+            keep_temps: Sequence[Any] | None = None, update_scope_vars: bool = False
+            ) -> list[list[Any]]:
+        """Run one step: the feeds and the scopes' values in, each device's fetches out.
+
+        Args:
+            scopes: one scope per device: what the block reads and is not fed comes from it
+                (parameters, optimizer state; each moved to its ``homes`` device first), and
+                its ops see it as ``ctx.scope`` and write their persistables there.
+            feeds: one dict per device, name -> value (already checked tensors).
+            scheduler: runs the tasks (``run_plan``); ``check_nan_inf``, ``timeout``: as there.
+            missing: ``missing(block, name, feed)``, the message for a value neither fed nor
+                in the scope (default ``feed_fetch.missing_value_message``).
+            keep_temps: one scope per device that keeps the step's temporaries afterwards
+                (the ParallelExecutor's local scopes); a fetch target with no value is then
+                looked up there rather than in ``scopes``.
+            update_scope_vars: a temporary whose variable the scope holds gets its new value
+                (a sub-block writing variables of the block around it).
+
+        Returns ``fetches[d][i]``, the value of ``fetch[i]`` on device ``d``. Afterwards, and
+        whatever happened, the plan holds no value nor scope and is free (``in_use`` False).
+        """
+        self.in_use = True
+        services = self.services
+        try:
+            self.begin()
+            homes = self.homes
+            for d, env in enumerate(self.envs):
+                scope, feed = scopes[d], feeds[d]
+                services[d].scope = scope
+                env.update(feed)
+                for name in self.reads[d]:
+                    holder = scope.find_var(name)
+                    if holder is None or holder.value is None:
+                        raise RuntimeError((missing or missing_value_message)(self.block, name,
+                                                                              feed))
+                    if homes and name in homes:  # placed: where the copies expect it (once)
+                        holder.value = at_home(holder.value, homes[name])
+                    env[name] = holder.value
+            run_plan(self, scheduler, timeout=timeout, check_nan_inf=check_nan_inf)
+            if keep_temps is not None or update_scope_vars:
+                self._keep_temps(scopes, keep_temps)
+            fetches = []
+            for d, env in enumerate(self.envs):
+                values = []
+                for name in self.fetch:
+                    value = env.get(name)
+                    if value is None:
+                        scope = keep_temps[d] if keep_temps is not None else scopes[d]
+                        holder = scope.find_var(name)
+                        value = None if holder is None else holder.value
+                        if value is None:
+                            raise RuntimeError(self._no_value_message(name, d))
+                    values.append(value)
+                fetches.append(values)
+            return fetches
+        finally:
+            self.end()
+            for svc in services:
+                svc.scope = None  # (a scope is the run's: the plan keeps none alive)
+            self.in_use = False
+
+    def _keep_temps(self, scopes: Sequence[Any], keep: Sequence[Any] | None) -> None:
+        for d, env in enumerate(self.envs):
+            for name in self.temps[d]:
+                value = env.get(name)
+                if value is None:
+                    continue
+                if keep is not None:
+                    keep[d].var(name).value = value
+                else:
+                    holder = scopes[d].find_var(name)
+                    if holder is not None:
+                        holder.value = value
+
+    def _no_value_message(self, name: str, d: int) -> str:
+        where = f" on device {d}" if self._name_devices else ""
+        block = f" of block {self.block.idx}" if self.block.idx else ""
+        return (f"fetch target {name!r} has no value{where} after the run{block}: no op wrote "
+                "it there and the scope does not hold it")
+
     def _graph_for(self, record_tail: bool, check: bool, timed_: bool) -> TaskGraph:
         """The task graph of one run mode, built on first use.
 
@@ -341,7 +475,7 @@ class Plan:
 def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
              check_nan_inf: bool = False) -> None:
     """Run every task of ``plan`` (values already in its envs) as one step, whole or not at
-    all (see ``parafluid.atomic``): on a failure, or a Ctrl-C before the update tail, the
+    all (see ``parafluid.engine.atomic``): on a failure, or a Ctrl-C before the update tail, the
     persistables the step wrote are restored on every device; a Ctrl-C during the updates
     is raised once they are done. Re-raise an op's error."""
     graph, record_tail = plan.graph_for_run(check_nan_inf)
@@ -407,7 +541,7 @@ class BlockRunner:
         if plan is None or plan.in_use:  # a nested run of the same block gets its own plan
             block = self.program.block(block_idx)
             p = self.parent
-            svc = RunServices(self.program, None, p.communicator, p.transport, p.device_index,
+            svc = RunServices(self.program, None, p.communicator, p.device_index,
                               device=self.device)
             graph = build_graph(self.program, 1, GraphOptions(), block_idx=block_idx)
             plan = Plan(graph, block, [self.device], [svc], key[2], fetch, release=False,
@@ -416,36 +550,11 @@ class BlockRunner:
                 self._plans = {k: v for k, v in self._plans.items()
                                if k[0] == self.program._version}
                 self._plans[key] = plan
-        plan.in_use = True
-        try:
-            plan.services[0].scope = scope
-            plan.begin()
-            env = plan.envs[0]
-            env.update(feed)
-            for name in plan.reads[0]:
-                holder = scope.find_var(name)
-                if holder is None or holder.value is None:
-                    raise RuntimeError(f"run_block: sub-block {block_idx} reads {name!r}, which "
-                                       "is neither fed nor in the scope")
-                env[name] = holder.value
-            run_plan(plan, self._scheduler)
-            out = []
-            for name in fetch:
-                if name in env:
-                    out.append(env[name])
-                else:
-                    holder = scope.find_var(name)
-                    if holder is None or holder.value is None:
-                        raise RuntimeError(f"run_block: fetch target {name!r} has no value "
-                                           f"after sub-block {block_idx} ran")
-                    out.append(holder.value)
-            # values of variables that live in the scope (not only in this block) go back
-            for name in plan.temps[0]:
-                holder = scope.find_var(name)
-                if holder is not None and name in env:
-                    holder.value = env[name]
-            return out
-        finally:
-            plan.end()
-            plan.services[0].scope = None
-            plan.in_use = False
+        (values,) = plan.run([scope], [feed], self._scheduler, missing=_missing_in_sub_block,
+                             update_scope_vars=True)
+        return values
+
+
+def _missing_in_sub_block(block: Any, name: str, feed: dict[str, Any]) -> str:
+    return (f"run_block: sub-block {block.idx} reads {name!r}, which is neither fed nor in the "
+            "scope")

@@ -22,11 +22,17 @@ from .compat import missing_attribute
 from .dtypes import VarType
 from .flags import FLAGS, flag, known_flags, set_flag
 from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
-from .scope import LoDTensor, Scope, SelectedRows
+from .scope import LoDTensor, LoDTensorArray, Scope, SelectedRows
 
-__all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "Scope", "SelectedRows",
+__all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray", "Scope",
+           "SelectedRows", "EOFException",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices"]
+
+
+class EOFException(Exception):
+    """Raised where a reader has no more batches (Fluid's ``core.EOFException``): a
+    non-iterable loader's program run after its last batch; catch it, then ``reset()``."""
 
 
 class VarDesc:

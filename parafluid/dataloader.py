@@ -34,7 +34,7 @@ from .dtypes import to_numpy
 from .framework import Variable
 from .reader import batch as batch_reader
 
-__all__ = ["DataLoader", "GeneratorLoader", "PyReader"]
+__all__ = ["DataLoader", "DataLoaderBase", "GeneratorLoader", "PyReader"]
 
 _END = object()
 _POLL_S = 0.05
@@ -74,7 +74,23 @@ class DataLoader:
         return GeneratorLoader(feed_list, capacity, iterable, return_list, drop_last, timeout)
 
 
-class GeneratorLoader:
+class DataLoaderBase:
+    """Fluid's base class of the loaders: calling one returns it, iterating yields batches."""
+
+    def __call__(self) -> Any:
+        return self
+
+    def __iter__(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define __iter__")
+
+    def __next__(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define __next__")
+
+    def next(self) -> Any:
+        return self.__next__()
+
+
+class GeneratorLoader(DataLoaderBase):
     """What ``DataLoader.from_generator`` returns; iterate it (or call it) once per epoch."""
 
     def __init__(self, feed_list: Sequence[Variable] | None, capacity: int | None,
@@ -197,7 +213,12 @@ class PyReader(GeneratorLoader):
                  return_list: bool = False) -> None:
         super().__init__(feed_list, capacity, iterable, return_list)
 
-    decorate_sample_generator = GeneratorLoader.set_sample_generator
+    def decorate_sample_generator(self, sample_generator: Callable[[], Iterable[Any]],
+                                  batch_size: int, drop_last: bool = True,
+                                  places: Any = None) -> GeneratorLoader:
+        """Batches of ``batch_size`` samples from ``sample_generator`` (Fluid's keywords)."""
+        return self.set_sample_generator(sample_generator, batch_size, drop_last, places)
+
     decorate_sample_list_generator = GeneratorLoader.set_sample_list_generator
     decorate_batch_generator = GeneratorLoader.set_batch_generator
 

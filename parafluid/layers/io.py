@@ -40,7 +40,8 @@ def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
 
 
 def __getattr__(name: str) -> object:
-    # py_reader, read_file, double_buffer, ...: not provided, with what to use instead
-    from ..compat import missing_attribute
+    # Fluid 1.6's fluid.layers.io.<name>; py_reader, read_file, double_buffer, ... are not
+    # provided and say what to use instead
+    from .fluid_paths import resolve
 
-    return missing_attribute("layers", name, __all__)
+    return resolve("io", name)

@@ -38,6 +38,9 @@ from . import tensor
 from . import vision
 from . import vocab_loss
 from . import sequence_steps
+from . import tensor_array
+from . import matching
+from . import filter_by_tag
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

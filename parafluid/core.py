@@ -1,9 +1,9 @@
 """``fluid.core``: the names of Fluid's C++ core module that Python programs use.
 
 Real Fluid programs write ``from paddle.fluid import core`` (or ``fluid.core.X``) for places,
-tensors, device counts and a few global switches; those work here. The C++ inference API
-(``AnalysisConfig``, ``create_paddle_predictor``) is not provided: using it raises a
-``NotProvidedError`` saying what to use instead.
+tensors, device counts and a few global switches; those work here, with
+``EOFException`` (the end of a reader's epoch) and the inference API (``AnalysisConfig``,
+``NativeConfig``, ``create_paddle_predictor``, ``PaddleTensor``, ...: ``parafluid.predictor``).
 
 Example::
 
@@ -21,12 +21,32 @@ import torch
 from .compat import missing_attribute
 from .dtypes import VarType
 from .flags import FLAGS, flag, known_flags, set_flag
+from .legacy_reader import LoDTensorBlockingQueue
+from .ops.reader import EOFException
 from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
-from .scope import LoDTensor, Scope, SelectedRows
+from .predictor import (
+    AnalysisConfig,
+    AnalysisPredictor,
+    NativeConfig,
+    NativePaddlePredictor,
+    PaddleBuf,
+    PaddleDType,
+    PaddlePlace,
+    PaddlePredictor,
+    PaddleTensor,
+    ZeroCopyTensor,
+    create_paddle_predictor,
+)
+from .scope import LoDTensor, LoDTensorArray, Scope, SelectedRows
 
-__all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "Scope", "SelectedRows",
+__all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray", "Scope",
+           "SelectedRows", "EOFException",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices"]
+__all__ += ["LoDTensorBlockingQueue", "AnalysisConfig", "NativeConfig",
+            "create_paddle_predictor", "PaddleTensor", "PaddleBuf", "PaddleDType",
+            "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor", "NativePaddlePredictor",
+            "PaddlePredictor"]
 
 
 class VarDesc:

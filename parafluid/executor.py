@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .compat import NotProvided
 from .engine.graph import build_graph
 from .engine.lanes import placed_graph
 from .engine.plan import Plan, RunServices
@@ -126,6 +127,10 @@ class Executor:
                              check_nan_inf=self.check_nan_inf)
         return [fetch_value(name, value, return_numpy)
                 for name, value in zip(plan.fetch, values)]
+
+    # Fluid's Dataset trainers: importable, fail on use with what to use instead
+    train_from_dataset = NotProvided("Executor.train_from_dataset")
+    infer_from_dataset = NotProvided("Executor.infer_from_dataset")
 
     def close(self) -> None:
         """Drop the compiled plans; the executor refuses to run afterwards.

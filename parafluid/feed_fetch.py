@@ -29,7 +29,7 @@ import torch
 from .dtypes import convert_dtype, to_numpy
 from .lod import attach_lod, check_lod, get_lod, merge_lods, sequence_ranges, slice_lod
 from .ops.registry import shapes_compatible
-from .scope import LoDTensor, OneElementArray, ScopeVariable, SelectedRows, TensorArray, as_numpy
+from .scope import FetchedArray, LoDTensor, ScopeVariable, SelectedRows, TensorArray, as_numpy
 from .variable import Variable, unknown_name_message, var_names
 
 __all__ = ["fetch_names", "as_feed_tensor", "lod_feed_tensor", "as_lod_tensor", "FeedSplitter",
@@ -115,7 +115,7 @@ def merge_fetches(name: str, values: list[Any], return_numpy: bool, return_merge
         merged = np.concatenate([np.atleast_1d(_numpy_view(v)) for v in values])
         # NOTE: one device's [1] loss converts with float() as the Executor's does; one row
         # per device ([ndev]) is refused by numpy as in Fluid: take np.mean(loss)
-        return merged.view(OneElementArray) if merged.shape == (1,) else merged
+        return merged.view(FetchedArray)
     dense = [as_numpy(v) for v in values]
     merged = torch.from_numpy(np.concatenate([np.atleast_1d(v) for v in dense]))
     lods = [get_lod(v) if isinstance(v, torch.Tensor) else None for v in values]

@@ -511,7 +511,7 @@ class Program:
         return dumps(self)
 
     @staticmethod
-    def parse_from_string(binary: bytes) -> Program:
+    def parse_from_string(binary_str: bytes) -> Program:
         """The Program that ``serialize_to_string`` wrote; the input is untrusted: anything
         malformed is a ValueError naming the field (``blocks[0].vars[2] ('w').shape[0]: ...``).
 
@@ -521,7 +521,7 @@ class Program:
         """
         from .serialization import loads
 
-        return loads(binary)
+        return loads(binary_str)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Program:
         return self.clone()

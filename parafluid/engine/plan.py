@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from ..feed_fetch import batch_feeds, missing_value_message
+from ..ops.reader import EOFException
 from ..ops.registry import get_op_def
 from ..passes.liveness import release_plan, sub_block_io_listed
 from ..passes.memory_optimize import check_fetch_targets
@@ -531,6 +532,8 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
                        "agree); restore a checkpoint")
         if isinstance(e, TaskError):
             cause = e.__cause__
+            if isinstance(cause, EOFException):
+                raise cause from None  # the end of a reader's epoch, for the caller's loop
             if isinstance(cause, OpRunError):
                 if guard.in_tail and guard.unrecorded:
                     cause.add_note(e.__notes__[-1])

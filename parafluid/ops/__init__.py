@@ -28,6 +28,7 @@ from . import optimizer
 from . import pool
 from . import py_func
 from . import random
+from . import reader
 from . import reduce
 from . import rnn
 from . import rpc
@@ -39,6 +40,9 @@ from . import vision
 from . import segment
 from . import vocab_loss
 from . import sequence_steps
+from . import tensor_array
+from . import matching
+from . import filter_by_tag
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

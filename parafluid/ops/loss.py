@@ -37,10 +37,15 @@ def _check_label_range(op: str, label: torch.Tensor, classes: int, ignore_index:
                          f"(ignore_index={ignore_index})")
 
 
-def _hard_label_meta(op: str, x: Meta, label: Meta, axis: int) -> None:
-    if label.dtype not in ("int64", "int32"):
+def _check_label_dtype(op: str, label: torch.Tensor) -> None:
+    # NOTE: checked when the kernel runs, as Fluid does: a program with a float label
+    # still builds (and can be saved); running it is the error.
+    if label.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{op}: Label must be int64 class ids when soft_label=False, "
-                        f"got {label.dtype}")
+                        f"got {str(label.dtype).replace('torch.', '')}")
+
+
+def _hard_label_meta(op: str, x: Meta, label: Meta, axis: int) -> None:
     want = list(x.shape)
     want[axis] = 1
     if len(label.shape) != len(want) or any(
@@ -101,6 +106,7 @@ def _cross_entropy(ins: dict, attrs: dict, ctx: Any) -> dict:
     if attrs["soft_label"]:
         return {"Y": -(label * _tolerable_log(x)).sum(-1, keepdim=True)}
     ignore = attrs["ignore_index"]
+    _check_label_dtype("cross_entropy", label)
     _check_label_range("cross_entropy", label, x.shape[-1], ignore)
     picked, valid = _hard_pick(x, label, ignore, x.dim() - 1)
     return {"Y": torch.where(valid, -_tolerable_log(picked), torch.zeros_like(picked))}
@@ -153,13 +159,16 @@ def _softmax_ce(ins: dict, attrs: dict, ctx: Any) -> dict:
     logp = clipped_log_softmax(logits, axis)
     if attrs["soft_label"]:
         loss = -(label * logp).sum(axis, keepdim=True)
-    elif _all_labels_in_range(label, logits.shape[axis], attrs["ignore_index"]):
-        loss = -logp.gather(axis, label.long())  # the common case: no row is ignored
     else:
-        ignore = attrs["ignore_index"]
-        _check_label_range("softmax_with_cross_entropy", label, logits.shape[axis], ignore)
-        picked, valid = _hard_pick(logp, label, ignore, axis)
-        loss = torch.where(valid, -picked, torch.zeros_like(picked))
+        _check_label_dtype("softmax_with_cross_entropy", label)
+        if _all_labels_in_range(label, logits.shape[axis], attrs["ignore_index"]):
+            loss = -logp.gather(axis, label.long())  # the common case: no row is ignored
+        else:
+            ignore = attrs["ignore_index"]
+            _check_label_range("softmax_with_cross_entropy", label, logits.shape[axis],
+                               ignore)
+            picked, valid = _hard_pick(logp, label, ignore, axis)
+            loss = torch.where(valid, -picked, torch.zeros_like(picked))
     return {"Softmax": logp.exp(), "Loss": loss}
 
 

@@ -21,11 +21,16 @@ __all__: list[str] = []
 def _uniform_random(ins: dict, attrs: dict, ctx: Any) -> dict:
     out = torch.empty(tuple(attrs["shape"]), dtype=to_torch(convert_dtype(attrs["dtype"])),
                       device=ctx.device)
-    return {"Out": out.uniform_(attrs["min"], attrs["max"], generator=ctx.generator(attrs["seed"]))}
+    out.uniform_(attrs["min"], attrs["max"], generator=ctx.generator(attrs["seed"]))
+    if attrs["diag_num"] > 0:  # Fluid's UniformInitializer(diag_num, diag_step, diag_val)
+        step = attrs["diag_step"] + 1
+        out.view(-1)[:attrs["diag_num"] * step:step] = attrs["diag_val"]
+    return {"Out": out}
 
 
 register_op("uniform_random", outputs=("Out",),
-            attrs={"shape": [1], "min": -1.0, "max": 1.0, "seed": 0, "dtype": "float32"},
+            attrs={"shape": [1], "min": -1.0, "max": 1.0, "seed": 0, "dtype": "float32",
+                   "diag_num": 0, "diag_step": 0, "diag_val": 1.0},
             infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_uniform_random)
 
 

@@ -349,6 +349,10 @@ def _merge_meta(op: Any, slot: str, var: Any, meta: Meta) -> None:
     shape = tuple(int(d) for d in meta.shape)
     if var.shape is None:
         var.shape = shape
+    elif VarType.LOD_TENSOR_ARRAY in (var.type, meta.type) and len(var.shape) == len(shape):
+        # NOTE: an array's items may differ in size, as in Fluid (whose array var records
+        # the last item's shape): a dimension they disagree on becomes unknown
+        var.shape = tuple(a if a == b else -1 for a, b in zip(var.shape, shape))
     else:
         if not shapes_compatible(var.shape, shape):
             raise ValueError(

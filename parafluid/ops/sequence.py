@@ -529,11 +529,14 @@ def _lod_reset(ins: dict, attrs: dict, ctx: Any) -> dict:
         lod = [[int(v) for v in attrs["target_lod"]]]
     if not lod[0]:
         raise ValueError("lod_reset: give Y (a LoD tensor, or offsets) or target_lod")
-    check_lod(lod, x.shape[0], "lod_reset")
+    if attrs["append"]:  # Fluid's lod_append: a new innermost level under x's own
+        lod = [list(level) for level in get_lod(x) or []] + lod[-1:]
+    check_lod(lod, x.shape[0], "lod_append" if attrs["append"] else "lod_reset")
     return {"Out": attach_lod(x.view(x.shape), lod)}
 
 
-register_op("lod_reset", inputs=("X", "Y?"), outputs=("Out",), attrs={"target_lod": []},
+register_op("lod_reset", inputs=("X", "Y?"), outputs=("Out",),
+            attrs={"target_lod": [], "append": False},
             infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_lod_reset,
             grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": ins["Out@GRAD"]},
             grad_uses=(), no_grad_inputs=("Y",),

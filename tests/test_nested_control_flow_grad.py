@@ -218,3 +218,28 @@ def test_an_ifelse_inside_a_dynamic_rnn_step_differentiates_like_the_masked_mode
             for s in (1, -1)]
         fd[k] = (vals[0] - vals[1]) / 2e-6
     np.testing.assert_allclose(got[1], fd, rtol=1e-6, atol=1e-10)
+
+
+def test_a_cloned_and_a_reloaded_nested_loop_program_train_the_same():
+    main, startup, loss = _nested(loop=True)
+    names = [loss, "wx@GRAD", "wh@GRAD", "b@GRAD", "v@GRAD"]
+    want = _train(main, startup, names, {"x": XS})
+    for other in (main.clone(), fluid.Program.parse_from_string(main.serialize_to_string())):
+        other.verify()
+        assert other.num_blocks == main.num_blocks
+        got = _train(other, startup, names, {"x": XS})
+        for a_step, b_step in zip(got, want):
+            for a, b in zip(a_step, b_step):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_parallel_executor_trains_the_nested_loop_like_one_device():
+    from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
+
+    def build():
+        return _nested(loop=True)
+
+    xs = np.random.RandomState(3).uniform(-1, 1, (8, 3))
+    feeds = [{"x": xs}] * 3
+    assert_same_training(run_single(build, feeds), run_parallel(build, feeds, ndev=2),
+                         atol=1e-9)

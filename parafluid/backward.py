@@ -281,14 +281,19 @@ def _read_snapshots(block: Any, op: Any, spec: dict[str, Any], overwritten: set[
                     snapshots: list[tuple[Any, str, str, bool]]) -> None:
     """Make the gradient op read the values the forward op saw: a forward input that a later
     forward op overwrites (``increment(i)`` after ``array_write(x, i)``) is copied right
-    after the forward op (an ``assign`` into ``<name>@FWD@<k>``) and read from the copy.
-    The inputs a gradient maker lists under ``reads_before`` (inputs the op itself
+    after the forward op (an ``assign`` into ``<name>@FWD@<k>``) and read from the copy; so
+    is an output the gradient op reads (``tanh_grad`` reads ``Out``) that a later op
+    overwrites. The inputs a gradient maker lists under ``reads_before`` (inputs the op itself
     overwrites, e.g. a conditional block's carried value) are copied right before it."""
     before = set(spec.pop("reads_before", ()))
     for names in spec["inputs"].values():
         for k, n in enumerate(names):
-            if n.endswith(GRAD_SUFFIX) or n not in op.input_arg_names or (
-                    n not in overwritten and n not in before):
+            if n.endswith(GRAD_SUFFIX):
+                continue
+            if n in op.input_arg_names:
+                if n not in overwritten and n not in before:
+                    continue
+            elif n not in op.output_arg_names or n not in overwritten:
                 continue
             snap = next((s for o, m, s, _ in snapshots if o is op and m == n), None)
             if snap is None:

@@ -280,3 +280,25 @@ def test_a_case_that_reads_and_overwrites_a_value_differentiates_what_it_read():
             want_v, want_x = np.zeros_like(v), 2 * t * 2
         np.testing.assert_allclose(got_v, want_v, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(got_x, want_x, rtol=1e-10, atol=1e-12)
+
+
+def test_an_output_read_by_its_gradient_and_overwritten_later_is_read_as_it_was():
+    """``h = tanh(x)``, then a case overwrites h: tanh_grad reads the h tanh produced."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[3], dtype="float64")
+        x.stop_gradient = False
+        flag = L.data(name="flag", shape=[1], dtype="bool", append_batch_size=False)
+        h = L.tanh(x)
+        with L.Switch() as switch:
+            with switch.case(flag):
+                L.assign(L.scale(h, scale=3.0), output=h)
+        loss = L.reduce_sum(L.square(h))
+        gx, = fluid.backward.gradients([loss], [x])
+    exe = fluid.Executor(fluid.CPUPlace())
+    xs = RNG.uniform(-1, 1, (2, 3))
+    t = np.tanh(xs)
+    for flag, k in ((True, 3.0), (False, 1.0)):
+        got, = exe.run(main, feed={"x": xs, "flag": np.array([flag])}, fetch_list=[gx],
+                       scope=fluid.Scope())
+        np.testing.assert_allclose(got, 2 * k * k * t * (1 - t * t), rtol=1e-10)

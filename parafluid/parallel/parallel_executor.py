@@ -46,7 +46,7 @@ from ..place import cpu_device_count, to_device
 from ..placement import is_placed
 from ..plan import Plan, run_plan
 from ..runtime import OpRunError, RunServices
-from ..scope import Scope, global_scope
+from ..scope import Scope, SelectedRows, global_scope
 from ..variable import unknown_name_message, var_name
 from .comm import LocalCommunicator
 from .device_lanes import lane_scheduler, placed_parallel_graph
@@ -220,7 +220,7 @@ class ParallelExecutor:
             if self._multi:
                 self._communicator.check_consistent("program", _fingerprint(program, ndev=len(
                     self._devices)))
-                self._start_equal(plan)
+                self._start_equal(block)
         self._scopes.materialize(plan.persist_reads)
         steps = self._exec_strategy.num_iteration_per_run
         check = check_nan_inf or self._exec_strategy.check_nan_inf
@@ -422,16 +422,28 @@ class ParallelExecutor:
                                "not run yet, so its devices hold no parameters to share; run "
                                "the source (training) executor once before this one")
 
-    def _start_equal(self, plan: Plan) -> None:
+    def _start_equal(self, block: Any) -> None:
         """Multi-process: every trainer starts from trainer 0's parameters and optimizer
-        state (as DDP does), whatever seeds their startup programs ran with."""
+        state (as DDP does), whatever seeds their startup programs ran with.
+
+        NOTE: the list comes from the program, never from what this trainer's devices read:
+        in Reduce mode each device reads the optimizer state of the parameters it owns, and
+        the owners differ from trainer to trainer, so per-device lists would pair one
+        trainer's broadcast of a variable with another's receive of a different one. The
+        trainers compare the list (names, shapes, dtypes) before the first broadcast.
+        """
         comm = self._communicator
         root = self._scopes.scopes[0]
-        for name in sorted(plan.persist_reads[0]):
+        state = []
+        for name in sorted(v.name for v in block.vars.values() if v.persistable):
             holder = root.find_var(name)
-            if holder is None or holder.value is None:
-                continue  # reported as missing when the run looks it up
-            values = comm.broadcast(holder.value if comm.rank_offset == 0 else None, 0)
+            value = None if holder is None else holder.value
+            if isinstance(value, (torch.Tensor, SelectedRows)):
+                state.append((name, holder, value))
+        comm.check_consistent("the persistables broadcast from trainer 0", "\n".join(
+            f"{name} {_describe(value)}" for name, _, value in state))
+        for _, holder, value in state:
+            values = comm.broadcast(value if comm.rank_offset == 0 else None, 0)
             if comm.rank_offset != 0:
                 holder.value = values[0]
 
@@ -541,6 +553,12 @@ class _Owned:
             self.scheduler.close()
             self.scheduler = None
         self.scopes.release(self.owner)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, SelectedRows):
+        return f"rows of {list(value.value.shape[1:])} {value.value.dtype}, height {value.height}"
+    return f"{list(value.shape)} {value.dtype}"
 
 
 def _dense(value: Any) -> Any:

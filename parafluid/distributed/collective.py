@@ -43,7 +43,7 @@ Example (two processes, each runs)::
 from __future__ import annotations
 
 import atexit
-import datetime
+import hashlib
 import os
 import threading
 import time
@@ -55,8 +55,7 @@ import torch.distributed as dist
 
 from ..scope import SelectedRows
 from .deadline import rpc_deadline_seconds
-from .health import Heartbeat, diagnose
-from .rendezvous import Rendezvous, parse_endpoint, rendezvous
+from .rendezvous import Rendezvous, rendezvous
 from .transport import (
     HEADER_SIZE,
     broadcast_options,
@@ -78,6 +77,14 @@ class CollectiveError(RuntimeError):
 
 class CollectiveMismatchError(ValueError):
     """The trainers issued different collectives (kind, dtype, shape or root) at one point."""
+
+
+class _PeerGone(Exception):
+    """A peer died, left or gave up while this trainer waited for it (the clause says who)."""
+
+
+_POLL_S = 0.1  # how often a wait looks at the peers' heartbeats
+_GRACE_S = 1.0  # a collective still finishing when its peer is found gone
 
 
 def local_devices(use_cuda: bool) -> list[torch.device]:
@@ -135,30 +142,31 @@ class ProcessGroupCommunicator:
         if not self.deadline_s > 0:
             raise ValueError(f"deadline_s must be > 0, got {deadline_s!r}")
         # NOTE: gloo answers collectives of different sizes on two ranks with silent garbage
-        # on one and an abort on the other; comparing signatures first turns that into a
-        # ValueError on every rank. One store round trip each: the ParallelExecutor turns it
-        # off once its first step went through.
+        # on one and an abort on the other, and two collectives of the same size paired out
+        # of order with silently wrong sums. So every collective is preceded by a 16-byte
+        # all-reduce (MAX) of a hash of its signature (step, sequence number, kind, dtype,
+        # shape, root): the same size on every trainer, it always pairs up, and a difference
+        # raises CollectiveMismatchError on every trainer.
         self.verify_collectives = True
+        self.step = 0  # the executor's step, part of every signature
         self._rdv = rdv
         self._store = rdv.store
+        self._calls = rdv.calls
         self._lock = threading.Lock()
         self._seq = 0
         self._checks: dict[str, int] = {}
         self._broken: str | None = None
         self._closed = False
         self._same_device = len({str(d) for d in self.devices}) == 1
-        # NOTE: the diagnosis after a failure waits 2.5 heartbeats; the transport's timeout
-        # leaves room for it so that the whole error still comes within the deadline.
-        self._interval = min(1.0, self.deadline_s / 16)
-        transport_s = max(self.deadline_s - 3 * self._interval, 0.8 * self.deadline_s)
+        self._heartbeat = rdv.heartbeat
+        self._interval = self._heartbeat.interval
+        # NOTE: a dead peer is found by its heartbeat within seconds; the transport's own
+        # timeout is for a live peer that never calls, with a moment left to say so.
+        self._transport_s = max(self.deadline_s - 0.25, 0.9 * self.deadline_s)
         self._wire = self.devices[0] if self.backend == "nccl" else torch.device("cpu")
-        self._transport_s = transport_s
-        self._pg = make_process_group(self.backend, rdv, self._wire, transport_s)
-        host, port = parse_endpoint(self.endpoints[0])
-        self._heartbeat = Heartbeat(
-            lambda: dist.TCPStore(host, port, self.num_trainers, False,
-                                  datetime.timedelta(seconds=self.deadline_s)),
-            self.trainer_id, self._interval)
+        self._pg = self._await(
+            lambda: make_process_group(self.backend, rdv, self._wire, self._transport_s),
+            "setting up the process group", self._transport_s)
 
     # ------------------------------------------------------------------ plumbing
     def describe(self, trainer: int) -> str:
@@ -166,10 +174,47 @@ class ProcessGroupCommunicator:
         ranks = f"rank {trainer * n}" if n == 1 else f"ranks {trainer * n}-{trainer * n + n - 1}"
         return f"trainer {trainer} ({self.endpoints[trainer]}, {ranks})"
 
+    @property
+    def broken(self) -> str | None:
+        """Why this communicator refuses collectives (a failure, ``abort``), or None."""
+        return self._broken
+
     def _check(self, values: Sequence[Value], what: str) -> None:
         if len(values) != len(self.devices):
             raise ValueError(f"{what}: expected one value per local device "
                              f"({len(self.devices)}), got {len(values)}")
+
+    def _await(self, fn: Callable[[], Any], what: str, timeout: float) -> Any:
+        """``fn()`` on a helper thread, watching the peers' heartbeats meanwhile: a peer that
+        dies makes this raise CollectiveError naming it within seconds."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["error"] = e
+            done.set()
+
+        threading.Thread(target=run, daemon=True, name=f"parafluid-{what}").start()
+        start = time.monotonic()
+        while not done.wait(_POLL_S):
+            trouble = self._heartbeat.trouble()
+            late = time.monotonic() - start > timeout
+            if trouble is not None or late:
+                raise CollectiveError(
+                    f"{what} failed on {self.describe(self.trainer_id)} after "
+                    f"{time.monotonic() - start:.1f} s (deadline {self.deadline_s:g} s): "
+                    + (trouble or "no answer from the transport"))
+        if "error" in box:
+            e = box["error"]
+            if isinstance(e, (RuntimeError, OSError)):
+                raise CollectiveError(f"{what} failed on {self.describe(self.trainer_id)}: "
+                                      f"{self._heartbeat.describe(0, wait_s=1.0)}. Transport: "
+                                      f"{first_line(e)}") from e
+            raise e
+        return box["value"]
 
     def _run(self, what: str, body: Callable[[], Any], signature: str | None = None) -> Any:
         """Run ``body`` (which issues the transport calls) as collective number ``seq``.
@@ -196,30 +241,76 @@ class ProcessGroupCommunicator:
                 if isinstance(e, CollectiveMismatchError):
                     self._broken = str(e)
                 raise
-            except RuntimeError as e:
-                who = diagnose(self._store, self.num_trainers, self.trainer_id,
-                               self.endpoints, seq, self._interval)
-                detail = first_line(e)
+            except (RuntimeError, _PeerGone) as e:
+                took = time.monotonic() - start
+                if isinstance(e, _PeerGone):
+                    who = str(e)
+                else:
+                    who = self._heartbeat.describe(
+                        seq, wait_s=max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
+                                                 self.deadline_s - took)))
+                detail = "" if isinstance(e, _PeerGone) else f". Transport: {first_line(e)}"
                 self._broken = (f"{what} (collective #{seq}) failed on "
                                 f"{self.describe(self.trainer_id)} after "
                                 f"{time.monotonic() - start:.1f} s (deadline "
-                                f"{self.deadline_s:g} s): {who}. Transport: {detail}")
+                                f"{self.deadline_s:g} s): {who}{detail}")
                 raise CollectiveError(self._broken) from e
 
     def _verify(self, seq: int, what: str, signature: str) -> None:
+        tag = f"{self.step}\n{signature}"
+        h = int.from_bytes(hashlib.blake2b(f"{seq}\n{tag}".encode(), digest_size=7).digest(),
+                           "big")
+        head = torch.tensor([h, -h], dtype=torch.int64, device=self._wire)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        self._wait(self._pg.allreduce([head], opts))
+        top, neg_low = head.tolist()
+        if top == h and -neg_low == h:
+            return
+        # the trainers differ: every one of them gets here; say how, through the store
         base = f"sig/{seq}/"
-        self._store.set(base + str(self.trainer_id), signature)
-        keys = [base + str(k) for k in range(self.num_trainers)]
-        self._store.wait(keys, datetime.timedelta(seconds=self._transport_s))
-        sigs = [v.decode("utf-8", "replace") for v in self._store.multi_get(keys)]
-        differ = [k for k, sg in enumerate(sigs) if sg != signature]
-        if differ:
-            raise CollectiveMismatchError(
-                f"{what} (collective #{seq}): the trainers issue different collectives (they "
-                "run different programs or settings): "
-                + "; ".join(f"{self.describe(k)}: {sg}" for k, sg in enumerate(sigs)))
+        self._calls(lambda: self._store.set(base + str(self.trainer_id), tag),
+                    self._transport_s, "publishing the signature")
+        tags = self._poll_keys([base + str(k) for k in range(self.num_trainers)], what)
+        steps = {t.split("\n", 1)[0] for t in tags}
+        shown = [(t.split("\n", 1) + [""])[:2] for t in tags]
+        raise CollectiveMismatchError(
+            f"{what} (collective #{seq}): the trainers issue different collectives (they "
+            "run different programs or settings, or one of them went on after a failed "
+            "step): " + "; ".join(
+                f"{self.describe(k)}: {sig}" + (f" (step {st})" if len(steps) > 1 else "")
+                for k, (st, sig) in enumerate(shown)))
+
+    def _poll_keys(self, keys: list[str], what: str) -> list[str]:
+        """Every trainer's value of ``keys`` (one each), watching their heartbeats."""
+        end = time.monotonic() + self._transport_s
+        pending = set(range(len(keys)))
+        while pending:
+            pending = {k for k in pending if not self._calls(
+                lambda k=k: self._store.check([keys[k]]), self._transport_s, what)}
+            if not pending:
+                break
+            trouble = self._heartbeat.trouble(sorted(pending))
+            if trouble is not None:
+                raise _PeerGone(trouble)
+            if time.monotonic() >= end:
+                raise CollectiveError(
+                    f"{what}: after {self._transport_s:.1f} s nothing from "
+                    + ", ".join(self.describe(k) for k in sorted(pending)))
+            time.sleep(0.01)
+        raws = self._calls(lambda: [self._store.get(k) for k in keys], self._transport_s, what)
+        return [r.decode("utf-8", "replace") for r in raws]
 
     def _wait(self, work: Any) -> None:
+        if not work.is_completed():
+            done = threading.Event()
+            work.get_future().add_done_callback(lambda _: done.set())
+            while not done.wait(_POLL_S):
+                trouble = self._heartbeat.trouble()
+                # NOTE: a peer that just finished may close before this side saw the last
+                # bytes arrive: a moment's grace before giving the collective up
+                if trouble is not None and not done.wait(_GRACE_S):
+                    raise _PeerGone(trouble)
         work.wait()
 
     def _local_sum(self, values: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -387,29 +478,21 @@ class ProcessGroupCommunicator:
         """Raise ValueError naming the trainers whose ``fingerprint`` of ``what`` differs.
 
         Every trainer must call it with the same ``what`` (e.g. at the first step with the
-        program's parameter names and shapes); a trainer that never calls it within the
-        deadline makes the others raise CollectiveError naming it.
+        program's parameter names and shapes); a trainer that dies or gives up first is
+        named within seconds, one that never calls within the deadline.
         """
         if self.num_trainers == 1:
             return
         n = self._checks[what] = self._checks.get(what, 0) + 1
         base = f"check/{what}/{n}/"
+        label = f"check_consistent({what!r})"
 
         def body() -> list[str]:
-            self._store.set(base + str(self.trainer_id), fingerprint)
-            end = time.monotonic() + self._transport_s  # the diagnosis takes the rest
-            keys = [base + str(k) for k in range(self.num_trainers)]
-            while True:
-                missing = [k for k in range(self.num_trainers) if not self._store.check([keys[k]])]
-                if not missing:
-                    return [self._store.get(k).decode("utf-8", "replace") for k in keys]
-                if time.monotonic() >= end:
-                    raise CollectiveError(
-                        f"check_consistent({what!r}): after {self._transport_s:.1f} s no "
-                        "fingerprint from " + ", ".join(self.describe(k) for k in missing))
-                time.sleep(0.02)
+            self._calls(lambda: self._store.set(base + str(self.trainer_id), fingerprint),
+                        self._transport_s, label)
+            return self._poll_keys([base + str(k) for k in range(self.num_trainers)], label)
 
-        prints = self._run(f"check_consistent({what!r})", body)
+        prints = self._run(label, body)
         ref = prints[0]
         differ = [k for k, p in enumerate(prints) if p != ref]
         if differ:
@@ -418,23 +501,47 @@ class ProcessGroupCommunicator:
             raise ValueError(f"{what} differs across trainers (every trainer must run the same "
                              "program with the same settings): " + "; ".join(lines))
 
+    def abort(self, reason: str) -> None:
+        """Give up: tell the other trainers why and drop the transport, so that every one of
+        them fails its next (or current) collective at once, naming this trainer and
+        ``reason``; this communicator refuses every collective from now on.
+
+        The ParallelExecutor calls it when a step fails on this trainer: the others cannot
+        finish that step, and a retry here would pair its collectives with theirs of another
+        step.
+        """
+        if self._broken is None:
+            self._broken = f"{self.describe(self.trainer_id)} gave up: {reason}"
+        try:
+            self._calls(lambda: self._store.set(f"failed/{self.trainer_id}", reason[:2000]),
+                        min(self._transport_s, 5.0), "announcing the failure")
+        except Exception:  # noqa: BLE001 - the store host is gone: the peers see that too
+            pass
+        pg, self._pg = self._pg, None
+        if pg is not None and hasattr(pg, "abort"):
+            pg.abort()
+
     def close(self, wait_s: float = 5.0) -> None:
         """Leave the job; trainer 0 (the store host) waits up to ``wait_s`` for the others."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._heartbeat.stop()
         try:
-            self._store.set(f"closed/{self.trainer_id}", "1")
+            self._calls(lambda: self._store.set(f"closed/{self.trainer_id}", "1"),
+                        min(wait_s, 2.0) or 0.1, "leaving")
             # NOTE: after a failure the peers may be dead: do not wait for them.
             if self.trainer_id == 0 and self._broken is None:
                 end = time.monotonic() + wait_s
-                keys = [f"closed/{k}" for k in range(1, self.num_trainers)]
-                while time.monotonic() < end and not all(self._store.check([k]) for k in keys):
+                pending = set(range(1, self.num_trainers))
+                while pending and time.monotonic() < end:
+                    pending = {k for k in pending if not self._calls(
+                        lambda k=k: self._store.check([f"closed/{k}"]), 1.0, "leaving")
+                        and self._heartbeat.trouble([k]) is None}
                     time.sleep(0.02)
         except Exception:  # noqa: BLE001 - the host already left: nothing to tell it
             pass
+        self._heartbeat.stop()
         _forget(self)
         self._pg = None
         self._store = None

@@ -227,6 +227,8 @@ class ParallelExecutor:
         try:
             for step in range(steps):
                 self._steps += 1
+                if self._multi:
+                    self._communicator.step = self._steps
                 self._run_plan(plan, feeds, block, check)
                 if step == steps - 1:
                     results = self._fetch(plan, fetch, return_numpy, return_merged)
@@ -235,20 +237,34 @@ class ParallelExecutor:
             plan.end()
             if not self._multi:
                 raise
+            self._give_up(e)
             # which step of the job: the other trainers report the same number
             raise OpRunError(f"{e} (trainer {self._communicator.trainer_id}, step "
                              f"{self._steps})", e.op_index, e.op_type, e.device) from e.__cause__
-        except BaseException:
+        except BaseException as e:
             # no op of the run is in flight any more: drop its values (feeds, activations)
             # now, so that a caller retrying after an error (out of memory) gets them back
             plan.end()
+            if self._multi:
+                self._give_up(e)
             raise
-        if self._multi and not self._has_run:
-            # the first step compared every collective's signature across the trainers;
-            # the graph issues the same ones in the same order from now on
-            self._communicator.verify_collectives = False
         self._has_run = True
         return results
+
+    def _give_up(self, e: BaseException) -> None:
+        """Multi-process: a step that failed here cannot complete on the other trainers (they
+        wait for this one's collectives), and a retry here would pair its collectives with
+        theirs of another step. So the job stops: the other trainers fail at once, naming
+        this one and the error; this executor refuses to run again."""
+        comm = self._communicator
+        if comm.broken is not None:
+            return  # a collective failed: every trainer finds out through the transport
+        text = (str(e).strip().splitlines() or [""])[0][:300]
+        comm.abort(f"step {self._steps} failed on trainer {comm.trainer_id}: "
+                   f"{type(e).__name__}: {text}")
+        if hasattr(e, "add_note"):
+            e.add_note("parafluid: in a multi-trainer job a failed step ends the job on every "
+                       "trainer (the others cannot finish it); restart from a checkpoint")
 
     def drop_local_exe_scopes(self) -> None:
         """Drop the per-device scopes holding the temporaries of past runs now."""

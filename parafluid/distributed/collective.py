@@ -246,6 +246,7 @@ class ProcessGroupCommunicator:
                 if isinstance(e, _PeerGone):
                     who = str(e)
                 else:
+                    self._read_failures()
                     who = self._heartbeat.describe(
                         seq, wait_s=max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
                                                  self.deadline_s - took)))
@@ -301,6 +302,19 @@ class ProcessGroupCommunicator:
         raws = self._calls(lambda: [self._store.get(k) for k in keys], self._transport_s, what)
         return [r.decode("utf-8", "replace") for r in raws]
 
+    def _read_failures(self) -> None:
+        """A collective broke: did a peer give up (``abort``)? Read it now, before the store
+        host, which may be that peer, is gone."""
+        keys = [f"failed/{k}" for k in range(self.num_trainers) if k != self.trainer_id]
+        try:
+            found = self._calls(lambda: {int(key.split("/")[1]): self._store.get(key)
+                                         for key in keys if self._store.check([key])},
+                                1.0, "reading the peers' failures")
+        except Exception:  # noqa: BLE001 - the store host is gone: the heartbeat says so
+            return
+        self._heartbeat.note_failed({k: v[:2000].decode("utf-8", "replace")
+                                     for k, v in found.items()})
+
     def _wait(self, work: Any) -> None:
         if not work.is_completed():
             done = threading.Event()
@@ -334,16 +348,19 @@ class ProcessGroupCommunicator:
         return divmod(root, len(self.devices))
 
     # ------------------------------------------------------------------ collectives
-    def all_reduce(self, values: Sequence[Value], donate: bool = False) -> list[Value]:
+    def all_reduce(self, values: Sequence[Value], donate: bool = False, name: str = ""
+                   ) -> list[Value]:
         """Every local device gets the sum over all devices of all trainers.
 
         ``donate=True`` lets a single local device's dense input be summed in place (the
         caller promises that nothing reads it afterwards), saving one copy of the buffer;
-        with several local devices the local sum is a fresh buffer anyway.
+        with several local devices the local sum is a fresh buffer anyway. ``name`` (here
+        and in the other collectives): the variables carried, part of the signature the
+        trainers compare.
         """
         self._check(values, "all_reduce")
         if isinstance(values[0], SelectedRows):
-            return self._spread(self._gather_rows(values, "all_reduce"))
+            return self._spread(self._gather_rows(values, "all_reduce", name))
         _same_kind(values, "all_reduce")
         v = values[0]
         if donate and len(values) == 1 and v.device == self._wire and v.is_contiguous():
@@ -352,16 +369,16 @@ class ProcessGroupCommunicator:
             buf = self._local_sum(values, self._wire)
         if self.num_trainers > 1 and buf.numel():
             self._run("all_reduce", lambda: self._wait(self._pg.allreduce([buf])),
-                      f"all_reduce {buf.dtype} {list(buf.shape)}")
+                      f"all_reduce{_of(name)} {buf.dtype} {list(buf.shape)}")
         return self._spread(buf.to(self.devices[0]))
 
-    def reduce(self, values: Sequence[Value], root: int) -> Value | None:
+    def reduce(self, values: Sequence[Value], root: int, name: str = "") -> Value | None:
         """The sum on global device ``root``; None on the trainers that do not own it."""
         self._check(values, "reduce")
         owner, local_root = self._owner(root, "reduce")
         mine = owner == self.trainer_id
         if isinstance(values[0], SelectedRows):
-            rows = self._gather_rows(values, "reduce")
+            rows = self._gather_rows(values, "reduce", name)
             return rows.to(self.devices[local_root]) if mine else None
         _same_kind(values, "reduce")
         buf = self._local_sum(values, self._wire)
@@ -372,10 +389,10 @@ class ProcessGroupCommunicator:
             opts.reduceOp = dist.ReduceOp.SUM
             self._run(f"reduce to rank {root}",
                       lambda: self._wait(self._pg.reduce([buf], opts)),
-                      f"reduce {buf.dtype} {list(buf.shape)} to rank {root}")
+                      f"reduce{_of(name)} {buf.dtype} {list(buf.shape)} to rank {root}")
         return buf.to(self.devices[local_root]) if mine else None
 
-    def broadcast(self, value: Value | None, root: int) -> list[Value]:
+    def broadcast(self, value: Value | None, root: int, name: str = "") -> list[Value]:
         """``value`` of global device ``root`` to every local device (fresh copies).
 
         On the trainer owning ``root``, ``value`` is that device's value (and that device's
@@ -408,7 +425,7 @@ class ProcessGroupCommunicator:
                 self._wait(self._pg.broadcast([payload], broadcast_options(owner)))
             return SelectedRows(rows, payload, height) if sparse else payload
 
-        got = self._run(what, body, what)
+        got = self._run(what, body, f"broadcast{_of(name)} from rank {root}")
         if mine:
             return self._local_broadcast(value, local_root)
         if isinstance(got, SelectedRows):
@@ -430,7 +447,7 @@ class ProcessGroupCommunicator:
                 out.append(value.to(d, copy=True))
         return out
 
-    def _gather_rows(self, values: Sequence[Value], what: str) -> SelectedRows:
+    def _gather_rows(self, values: Sequence[Value], what: str, name: str = "") -> SelectedRows:
         """Rows and values of every device of every trainer, in global rank order."""
         if not all(isinstance(v, SelectedRows) for v in values):
             raise TypeError(f"{what}: cannot combine sparse (SelectedRows) and dense values: "
@@ -471,7 +488,7 @@ class ProcessGroupCommunicator:
                                 torch.cat([v[:c] for v, c in zip(all_vals, counts)]),
                                 local.height)
 
-        return self._run(what, body, f"{what} of rows").to(self.devices[0])
+        return self._run(what, body, f"{what}{_of(name)} of rows").to(self.devices[0])
 
     # ------------------------------------------------------------------ checks and lifetime
     def check_consistent(self, what: str, fingerprint: str) -> None:
@@ -530,8 +547,9 @@ class ProcessGroupCommunicator:
         try:
             self._calls(lambda: self._store.set(f"closed/{self.trainer_id}", "1"),
                         min(wait_s, 2.0) or 0.1, "leaving")
-            # NOTE: after a failure the peers may be dead: do not wait for them.
-            if self.trainer_id == 0 and self._broken is None:
+            # NOTE: the host stays until every peer has left (or is gone), so that the
+            # peers can still read why a step failed here
+            if self.trainer_id == 0:
                 end = time.monotonic() + wait_s
                 pending = set(range(1, self.num_trainers))
                 while pending and time.monotonic() < end:
@@ -557,6 +575,10 @@ def _same_kind(values: Sequence[Value], what: str) -> None:
         raise TypeError(f"{what}: cannot combine sparse (SelectedRows) and dense values: every "
                         "device must produce the same kind")
 
+
+
+def _of(name: str) -> str:
+    return f" of {name}" if name else ""
 
 
 def _first_difference(a: str, b: str) -> str:

@@ -135,13 +135,13 @@ class Heartbeat:
         now = time.monotonic()
         n = len(self.endpoints)
         with self._lock:
-            if self._store_error is not None or now - self._refreshed > self.stale_s:
-                return self._host_clause(now)
-            for k in (range(n) if peers is None else peers):
-                if k == self.trainer_id:
-                    continue
+            ks = [k for k in (range(n) if peers is None else peers) if k != self.trainer_id]
+            for k in ks:  # a peer that gave up says why: that comes first
                 if k in self._failed:
                     return f"{self.who(k)} gave up: {self._failed[k]}"
+            if self._store_error is not None or now - self._refreshed > self.stale_s:
+                return self._host_clause(now)
+            for k in ks:
                 if k in self._closed:
                     return f"{self.who(k)} has closed its communicator (it finished or left " \
                            "the job)"
@@ -163,9 +163,10 @@ class Heartbeat:
         return (f"{self.who(0)}, which hosts the rendezvous store, cannot be reached: it has "
                 f"probably died ({why})")
 
-    def failed(self) -> dict[int, str]:
+    def note_failed(self, failed: dict[int, str]) -> None:
+        """Failures read from the store directly (by a trainer whose collective just broke)."""
         with self._lock:
-            return dict(self._failed)
+            self._failed.update(failed)
 
     def describe(self, seq: int, wait_s: float | None = None) -> str:
         """After a failed collective ``seq``: which peers are missing from it, in words.

@@ -259,7 +259,8 @@ class ParallelExecutor:
         comm = self._communicator
         if comm.broken is not None:
             return  # a collective failed: every trainer finds out through the transport
-        text = (str(e).strip().splitlines() or [""])[0][:300]
+        text = " ".join(line.strip() for line in str(e).strip().splitlines())
+        text = text if len(text) <= 400 else text[:200] + " ... " + text[-195:]
         comm.abort(f"step {self._steps} failed on trainer {comm.trainer_id}: "
                    f"{type(e).__name__}: {text}")
         if hasattr(e, "add_note"):
@@ -458,8 +459,8 @@ class ParallelExecutor:
                 state.append((name, holder, value))
         comm.check_consistent("the persistables broadcast from trainer 0", "\n".join(
             f"{name} {_describe(value)}" for name, _, value in state))
-        for _, holder, value in state:
-            values = comm.broadcast(value if comm.rank_offset == 0 else None, 0)
+        for name, holder, value in state:
+            values = comm.broadcast(value if comm.rank_offset == 0 else None, 0, name=name)
             if comm.rank_offset != 0:
                 holder.value = values[0]
 

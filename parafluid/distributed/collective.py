@@ -18,19 +18,26 @@ Row-sparse values (``SelectedRows``) are never densified: rows and values of eve
 all-gathered (variable sizes: counts first, then padded buffers) and concatenated in global
 rank order.
 
-Mismatches: while ``verify_collectives`` is on (the default; the ParallelExecutor turns it off
-after its first step), every collective first compares the trainers' signatures (kind, dtype,
-shape, root) through the store, and a difference raises ``CollectiveMismatchError`` (a
-ValueError) on every trainer naming each one's signature: gloo itself would hand one rank
-garbage and abort the other.
+Mismatches: while ``verify_collectives`` is on (the default, on every step), every collective
+is preceded by an all-reduce (MAX) of 16 bytes: a hash of its signature (the executor's step,
+the collective's sequence number, kind, the variables it carries, dtype, shape, root) and its
+negation. That all-reduce has the same size on every trainer, so it always pairs up; when the
+hashes differ, every trainer reads the others' signatures through the store and raises
+``CollectiveMismatchError`` (a ValueError) naming each one's. gloo itself would hand one rank
+garbage and abort the other (different sizes), or silently sum two different gradients (the
+same size, paired out of order). The check costs one small round trip per collective.
 
-Deadlines: every collective fails within ``deadline_s`` (default ``FLAGS_rpc_deadline``, 180 s):
-the transport's own timeout covers a peer that is alive but never calls, and a peer that
-died resets the connection at once. Either way every live process raises ``CollectiveError``
-naming the collective, its sequence number and, from the heartbeats (``health.py``), the
-trainer that died or is stuck. After an error the communicator refuses further collectives.
-On NCCL, a timed-out collective is also caught by torch's watchdog, which ends the process
-(the launcher then stops the job and names the rank).
+Deadlines and dead peers: every collective fails within ``deadline_s`` (default
+``FLAGS_rpc_deadline``, 180 s). Each trainer's heartbeat thread (``health.py``) watches the
+others through the store; every wait (the process group's setup, each collective, the
+program check) polls it and gives up within 1.5 to 3 seconds when a peer died (its beat
+stopped), left (closed its communicator) or gave up (``abort``, after a failed step). A peer
+that dies also resets its connections, which the transport notices at once. The transport's
+own timeout covers a peer that is alive but never calls. Every live process then raises
+``CollectiveError`` naming the collective, its sequence number and the trainer that died,
+left, gave up (with its reason) or is stuck. After an error the communicator refuses further
+collectives. On NCCL, a timed-out collective is also caught by torch's watchdog, which ends
+the process (the launcher then stops the job and names the rank).
 
 Example (two processes, each runs)::
 

@@ -1,15 +1,30 @@
 """The rendezvous of the collective (nccl2) mode: trainer 0 hosts, the others join.
 
-Trainer 0 opens a key-value store (``torch.distributed.TCPStore``) at its own endpoint; every
-trainer, trainer 0 included, connects to it and announces itself under ``rdzv/<trainer_id>``
-with a small JSON record: its endpoint, its number of local devices, the endpoint list it was
-given and a fingerprint (parafluid and torch versions, backend). When all trainers have
-announced, each one checks the records against its own, so that a trainer started with
-another ``CPU_NUM``, another endpoint list or another torch fails here with a message naming
-it instead of hanging in the first all-reduce.
+Trainer 0 opens a key-value store (``torch.distributed.TCPStore``) on a socket bound to its own
+endpoint's address (not every interface) and publishes the job: its id (``PARAFLUID_JOB_ID``,
+may be empty), whether joining needs the secret (``PARAFLUID_RPC_SECRET``) and, with one, an
+HMAC proving that the host holds it. A joining trainer checks that record first: another
+job at the port, a host with another secret, or a secret on one side only is a
+``RendezvousError`` naming both. Every key of the job then lives under a namespace derived
+from the secret (and a salt of the host's), so that a process without the secret can neither
+name, read nor overwrite them; without a secret, every process that reaches the port is
+trusted. Nothing is pickled; the secret never travels.
+
+Each trainer claims its id (``compare_set``: a second process with the same
+``PADDLE_TRAINER_ID`` is refused), starts its heartbeat (``health.py``) and announces itself
+under ``rdzv/<trainer_id>`` with a small JSON record: its endpoint, its number of local
+devices, the endpoint list it was given and a fingerprint (parafluid and torch versions,
+backend). When all trainers have announced, each one checks the records against its own, so
+that a trainer started with another ``CPU_NUM``, another endpoint list or another torch fails
+here with a message naming it instead of hanging in the first all-reduce. Every trainer then
+acknowledges, and trainer 0 waits for the acknowledgements (or the readers' deaths) before it
+returns or raises: the store lives in its process, and a reader must never find the verdict
+gone.
 
 Every wait has a deadline (default 300 s; Fluid's ``FLAGS_rpc_deadline`` in ms wins when it is
-set). When it passes, the error lists the trainer endpoints that never joined.
+set), the store handshake and each store call included: torch's client alone waits without
+bound for a port that accepts and never answers. When it passes, the error lists the trainer
+endpoints that never joined, or names trainer 0's port as silent.
 
 Example (one trainer: the store is hosted and joined by the same process)::
 

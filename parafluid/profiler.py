@@ -1,6 +1,6 @@
 """Fluid's ``fluid.profiler``: time every op, print a per-op table, write a Chrome trace.
 
-The profiler is an op hook (``parafluid.runtime.add_op_hook``): while it is on, the
+The profiler is an op hook (``parafluid.engine.runtime.add_op_hook``): while it is on, the
 executors run their timed task graphs (``Plan.graph_for_run``) and every op of every run,
 on every device and thread, reports an ``OpRecord``. Off, no hook is registered and the
 executors run the plain tasks: nothing is added per op.
@@ -44,22 +44,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .runtime import OpRecord, add_op_hook, remove_op_hook
+from .engine.runtime import OpRecord, add_op_hook, remove_op_hook
+from .ops.registry import get_op_def, has_op
 
 __all__ = ["profiler", "start_profiler", "stop_profiler", "reset_profiler", "cuda_profiler",
-           "OpStat", "op_table", "chrome_trace", "COMM_OPS", "SORT_KEYS"]
+           "OpStat", "op_table", "chrome_trace", "is_comm_op", "SORT_KEYS"]
 
 STATES = ("CPU", "GPU", "All")
 SORT_KEYS = ("calls", "total", "max", "min", "ave")
 DEFAULT_PROFILE_PATH = "/tmp/profile"
 
-# Op types shown as communication in the trace (collectives, RPC, barriers).
-COMM_OPS = frozenset({
-    "c_allreduce_sum", "c_allreduce_coalesced", "c_reduce_sum", "c_broadcast",
-    "c_gen_nccl_id", "gen_nccl_id", "c_sync_comm_stream", "allreduce", "broadcast",
-    "send", "recv", "send_barrier", "fetch_barrier", "listen_and_serv", "prefetch",
-    "barrier", "checkpoint_notify", "node_send", "node_recv",
-})
+
+def is_comm_op(op_type: str) -> bool:
+    """Whether the trace shows ``op_type`` as communication: its registration row says
+    ``comm=True`` (collectives, RPC, barriers, copies between devices)."""
+    return has_op(op_type) and get_op_def(op_type).comm
 
 
 @dataclass(frozen=True)
@@ -258,7 +257,7 @@ def chrome_trace(records: list[OpRecord], start_ns: int, start_epoch_ns: int,
         pid = track_id(rank, r.device)
         tracks.add(r.device)
         lanes_used.add((pid, lane))
-        comm = r.op_type in COMM_OPS
+        comm = is_comm_op(r.op_type)
         events.append({
             "name": r.op_type, "cat": "communication" if comm else "compute", "ph": "X",
             "pid": pid, "tid": lane, "ts": (r.start_ns - start_ns) / 1e3,

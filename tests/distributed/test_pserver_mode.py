@@ -304,3 +304,28 @@ def test_a_replicated_trainer_program_is_refused_by_name():
     exe.close()  # the pserver drops the partial step and ends
     server.join(timeout=30)
     assert not server.is_alive()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("lr_decay", ps_job.LR_DECAYS)
+def test_async_mode_with_every_lr_decay_equals_one_process(lr_decay):
+    # gradients reach the pservers last layer first: the LR block must have run before the
+    # first of them is applied, and then once per trainer step (one trainer: as in one
+    # process, where the schedule advances once per step)
+    steps = (STEPS,)
+    results = _job("momentum", sync=False, lr_decay=lr_decay, steps=steps)
+    _check_equal_to_one_process(results, "momentum", steps=steps, lr_decay=lr_decay)
+    ref = ps_job.reference(results[0]["initial"], steps, "momentum", lr_decay=lr_decay)
+    const = ps_job.reference(results[0]["initial"], steps, "momentum")
+    # the schedule changes the result: a constant LR ends elsewhere
+    assert max(np.abs(np.subtract(const["final"][p], ref["final"][p])).max()
+               for p in ps_job.PARAMS) > 1e-4, lr_decay
+
+
+@pytest.mark.timeout(120)
+def test_async_mode_with_an_lr_decay_and_two_trainers_trains():
+    results = _job("sgd", sync=False, lr_decay="piecewise", steps=(20, 20))
+    before = ps_job.evaluate(results[0]["initial"])
+    for t in (0, 1):
+        assert np.isfinite(results[t]["losses"]).all()
+        assert ps_job.evaluate(results[t]["final"]) < 0.8 * before, (t, before)

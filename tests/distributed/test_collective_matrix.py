@@ -50,6 +50,7 @@ def _strategy(mode: str) -> fluid.BuildStrategy:
 
 @pytest.mark.timeout(120)
 @pytest.mark.filterwarnings("ignore:BuildStrategy.fuse_all_reduce_ops has no effect")
+@pytest.mark.filterwarnings("ignore:BuildStrategy.reduce_strategy=Reduce has no effect")
 @pytest.mark.parametrize("cpu_num", [1, 2])
 def test_one_process_matrix(cpu_num) -> None:
     for model in MODEL_NAMES:

@@ -102,6 +102,10 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--async", dest="async_mode", action="store_true",
                    help="with --pservers: asynchronous updates (no barriers; each gradient "
                         "is applied as it arrives)")
+    p.add_argument("--compile", action="store_true",
+                   help="run the program as compiled segments (torch.compile / Inductor; "
+                        "BuildStrategy.enable_compile): the first steps compile, later ones "
+                        "run faster (see docs/compiled.md)")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch intra-op threads (default: %(default)s; this model is too small "
                         "to gain from more, and extra threads hurt on a busy machine)")
@@ -145,7 +149,8 @@ def _train(args: argparse.Namespace) -> int:
                       learning_rate=args.learning_rate, optimizer=args.optimizer,
                       hidden=tuple(args.hidden), seed=seed, output=args.output,
                       devices=args.devices, async_mode=args.async_mode,
-                      distributed="PADDLE_TRAINERS_NUM" in os.environ)
+                      distributed="PADDLE_TRAINERS_NUM" in os.environ,
+                      compile=args.compile)
     if cfg.batch_size < cfg.devices:
         return _usage(f"--batch-size {cfg.batch_size} is smaller than --devices "
                       f"{cfg.devices}: each batch is split between the devices, so it needs at "
@@ -172,6 +177,7 @@ def _train(args: argparse.Namespace) -> int:
         _say(f"parafluid train: digits (8x8 images, 10 classes), MLP 64-{hidden}-10, "
              f"{cfg.optimizer}, batch {cfg.batch_size}, {epochs}, seed {seed}"
              + (f", data-parallel on {cfg.devices} CPU devices" if cfg.devices > 1 else "")
+             + (", compiled" if cfg.compile else "")
              + (f", trainer 0 of {os.environ['PADDLE_TRAINERS_NUM']} processes"
                 if cfg.distributed else "")
              + (f" with {len(os.environ['PADDLE_PSERVER_ENDPOINTS'].split(','))} parameter "

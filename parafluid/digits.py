@@ -46,6 +46,7 @@ class TrainConfig:
     devices: int = 1  # > 1: data-parallel over that many CPU devices (ParallelExecutor)
     distributed: bool = False  # one trainer of a multi-process job (PADDLE_* environment)
     async_mode: bool = False  # parameter-server jobs: asynchronous updates
+    compile: bool = False  # compiled segments (BuildStrategy.enable_compile)
 
 
 @dataclass
@@ -143,19 +144,30 @@ def _make_optimizer(cfg: TrainConfig) -> Any:
 
 
 def one_device_step_seconds(net: dict[str, Any], x: np.ndarray, y: np.ndarray,
-                            batch_size: int, steps: int = 30) -> float:
-    """Seconds per training step of ``net`` on one device with the plain Executor, fed and
-    fetched as ``train`` does; measured in a scratch scope (the trained one is untouched)."""
+                            batch_size: int, steps: int = 30, compile: bool = False) -> float:
+    """Seconds per training step of ``net`` on one device with the plain Executor (or, with
+    ``compile``, as compiled segments), fed and fetched as ``train`` does; measured in a
+    scratch scope (the trained one is untouched)."""
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(net["startup"], scope=scope)
     feed = {"img": x[:batch_size], "label": y[:batch_size]}
     fetch = [net["loss"], net["logits"]]
+    program = net["main"]
+    if compile:
+        program = fluid.CompiledProgram(program, build_strategy=_build_strategy(compile))
     for _ in range(5):  # warm up: the first runs build and cache the plan
-        exe.run(net["main"], feed=feed, fetch_list=fetch, scope=scope)
+        exe.run(program, feed=feed, fetch_list=fetch, scope=scope)
     start = time.perf_counter()
     for _ in range(steps):
-        exe.run(net["main"], feed=feed, fetch_list=fetch, scope=scope)
+        exe.run(program, feed=feed, fetch_list=fetch, scope=scope)
     return (time.perf_counter() - start) / steps
+
+
+def _build_strategy(compile: bool, trainers: int = 1, trainer_id: int = 0) -> Any:
+    bs = fluid.BuildStrategy()
+    bs.num_trainers, bs.trainer_id = trainers, trainer_id
+    bs.enable_compile = compile
+    return bs
 
 
 def _data_parallel_note(net: dict[str, Any], x: np.ndarray, y: np.ndarray, cfg: TrainConfig,
@@ -164,7 +176,7 @@ def _data_parallel_note(net: dict[str, Any], x: np.ndarray, y: np.ndarray, cfg: 
     """A line saying that data parallelism did not pay, when a step of the job (the last
     epoch's mean: ``cfg.devices`` devices, or ``processes`` trainer processes) took longer
     than one on a single device in one process (measured now)."""
-    single = one_device_step_seconds(net, x, y, cfg.batch_size)
+    single = one_device_step_seconds(net, x, y, cfg.batch_size, compile=cfg.compile)
     if parallel_step <= single:
         return None
     if processes > 1:
@@ -244,11 +256,12 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
     fetch = [net["loss"], net["logits"]]
     if not pserver_mode and (cfg.devices > 1 or ntrainers > 1):
         # Each batch is split over the devices; logits come back concatenated in batch order.
-        bs = fluid.BuildStrategy()
-        bs.num_trainers, bs.trainer_id = ntrainers, rank
+        bs = _build_strategy(cfg.compile, ntrainers, rank)
         program = fluid.CompiledProgram(net["main"]).with_data_parallel(
             loss_name=net["loss"].name, places=fluid.cpu_places(cfg.devices),
             build_strategy=bs)
+    elif cfg.compile:  # one device (a pserver-mode trainer too): compiled segments
+        program = fluid.CompiledProgram(program, build_strategy=_build_strategy(True))
     split = cfg.devices * ntrainers
     steps = 0
     for epoch in range(1, cfg.epochs + 1):

@@ -103,6 +103,8 @@ class Executor:
         if not isinstance(fetch_list, (list, tuple)):
             fetch_list = [fetch_list]
         if isinstance(program, CompiledProgram):  # may take a list feed
+            # a compiled pserver-mode trainer program: close() tells its pservers it is done
+            self._ps_trainers.update(_rpc_trainer_ids(program._program))
             return program._run_from_executor(self, feed, fetch_list, scope, return_numpy)
         if not isinstance(feed, dict):
             raise TypeError(f"Executor.run: feed must be a dict of name -> array, "

@@ -105,9 +105,10 @@ def test_python_dash_m_runs_the_cli() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == f"parafluid {fluid.__version__}"
 
 
-def _train(tmp_path, seed: int, capsys, name: str = "model") -> tuple[int, str]:
+def _train(tmp_path, seed: int, capsys, name: str = "model", *extra: str) -> tuple[int, str]:
     out_dir = str(tmp_path / name)
-    code = main(["--epochs", "2", "--hidden", "32", "--seed", str(seed), "--output", out_dir])
+    code = main(["--epochs", "2", "--hidden", "32", "--seed", str(seed), "--output", out_dir,
+                 *extra])
     return code, capsys.readouterr().out.replace(out_dir, "<DIR>")
 
 
@@ -133,6 +134,19 @@ def test_short_training_run_reports_and_saves_a_working_model(tmp_path, capsys) 
     recomputed = float((logits.argmax(axis=1) == y_test[:, 0]).mean())
     assert round(recomputed, 4) == accuracy
     assert accuracy > 0.5  # chance is 0.1
+
+
+def test_compile_trains_the_same_model_as_the_interpreter(tmp_path, capsys) -> None:
+    """``--compile``: the same epochs (losses, accuracies) as the interpreted run."""
+    plain = _without_speeds(_train(tmp_path, 4, capsys, "plain")[1])
+    code, out = _train(tmp_path, 4, capsys, "compiled", "--compile")
+    assert code == 0 and ", compiled" in out
+    compiled = _without_speeds(out).replace(", compiled", "")
+
+    def numbers(text: str) -> list[float]:
+        return [float(v) for v in re.findall(r"(?:loss|acc|accuracy) ([\d.]+)", text)]
+    assert len(numbers(compiled)) == len(numbers(plain)) > 4
+    np.testing.assert_allclose(numbers(compiled), numbers(plain), atol=2e-4)
 
 
 def test_same_seed_repeats_the_run_exactly(tmp_path, capsys) -> None:

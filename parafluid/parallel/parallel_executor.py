@@ -28,6 +28,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -46,6 +47,7 @@ from ..feed_fetch import (
 )
 from ..framework import Program, default_main_program
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
+from ..passes.segment import segment_program
 from ..place import cpu_device_count, to_device
 from ..placement import is_placed
 from ..scope import Scope, SelectedRows, global_scope
@@ -205,7 +207,7 @@ class ParallelExecutor:
         if not isinstance(fetch_list, (list, tuple)):
             fetch_list = [fetch_list]
         fetch = tuple(fetch_names(fetch_list))
-        program, graph = self._graph()
+        program, graph = self._graph(fetch)
         block = program.global_block()
         feeds = self._feeds.split(feed, block)
         plan = self._plan(program, graph, tuple(sorted(feeds[0])), fetch)
@@ -340,35 +342,47 @@ class ParallelExecutor:
         return names
 
     # ------------------------------------------------------------------ building
-    def _graph(self) -> tuple[Program, SSAGraph]:
-        key = (self._program._version,)
+    def _graph(self, fetch: Sequence[str] = ()) -> tuple[Program, SSAGraph]:
+        """The program after the build passes and its multi-device graph. With
+        ``BuildStrategy.enable_compile`` the runs of compilable ops become compiled segments
+        that keep ``fetch`` (and the loss) readable: one variant per fetch list."""
+        bs = self._build_strategy
+        keep: tuple[str, ...] = ()
+        if bs.enable_compile:
+            keep = tuple(sorted({*fetch, *([self._loss_name] if self._loss_name else [])}))
+        key = (self._program._version, keep)
         hit = self._graphs.get(key)
         if hit is not None:
             return hit
-        bs = self._build_strategy
         comm = self._communicator
         pipeline = build_pipeline(bs, comm.nranks, self._loss_name)
         program = pipeline(self._program)
         options = GraphOptions(sequential=bs.enable_sequential_execution,
                                rank_offset=comm.rank_offset)
+        segment = partial(segment_program, keep=keep) if bs.enable_compile else None
         if is_placed(program) or bs.num_microbatches > 1:
             # operator placement in one process (docs/placement.md): one lane per device
             program, graph, lanes = placed_parallel_graph(
-                program, self._devices, options, bs.num_microbatches, self._loss_name)
+                program, self._devices, options, bs.num_microbatches, self._loss_name,
+                segment=segment)
             if lanes > 1 and self._owned.scheduler is None:
                 self._owned.scheduler = make_scheduler(lanes)  # closed with the executor
         else:
+            if segment is not None:
+                program = segment(program)
             graph = build_graph(program, self.device_count, options)
-        self._warn()
+        if not any(k[0] == key[0] for k in self._graphs):
+            self._warn()  # once per program version
+            self._graphs = {}
+            self._plans.clear()
+            self._feeds.clear()
         if bs.debug_graphviz_path:
             from .graphviz import write_graphs
 
             write_graphs(program, graph, bs.debug_graphviz_path)
         for svc in self._services:
             svc.program = program
-        self._graphs = {key: (program, graph)}
-        self._plans.clear()
-        self._feeds.clear()
+        self._graphs[key] = (program, graph)
         return program, graph
 
     @property

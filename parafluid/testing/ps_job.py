@@ -174,11 +174,12 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
                 split_method: str = "round_robin", min_block_size: int = 100,
                 sync: bool = True, progress: bool = False, first_step: int = 0,
                 checkpoint_at: int | None = None, checkpoint_dir: str | None = None,
-                embedding: str = "") -> dict[str, Any]:
+                embedding: str = "", compile: bool = False) -> dict[str, Any]:
     """Train steps ``first_step .. steps-1`` as trainer ``trainer_id``; return its losses and
     parameters (initial and final, as lists). ``progress`` prints a JSON line after each
     step; trainer 0 saves a checkpoint into ``checkpoint_dir`` after ``checkpoint_at``
-    steps."""
+    steps. ``compile``: run the trainer program as compiled segments (a CompiledProgram
+    with ``BuildStrategy.enable_compile``)."""
     import parafluid as fluid
 
     main, startup, loss = build(optimizer, lr_decay, l2, embedding)
@@ -186,6 +187,11 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
     t.transpile(trainer_id, program=main, startup_program=startup, pservers=pservers,
                 trainers=trainers, sync_mode=sync)
     prog = t.get_trainer_program()
+    run_prog: Any = prog
+    if compile:
+        bs = fluid.BuildStrategy()
+        bs.enable_compile = True
+        run_prog = fluid.CompiledProgram(prog, build_strategy=bs)
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.Scope()
     exe.run(startup, scope=scope)
@@ -198,8 +204,8 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
         feed = {"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]}
         if all_ids is not None:
             feed["ids"] = all_ids[step][trainer_id::trainers]
-        out, = exe.run(prog, feed=feed, fetch_list=[loss], scope=scope)
-        losses.append(float(out[0]))
+        out, = exe.run(run_prog, feed=feed, fetch_list=[loss], scope=scope)
+        losses.append(float(np.asarray(out).reshape(-1)[0]))
         if progress:
             print(json.dumps({"trainer_id": trainer_id, "step": step}), flush=True)
         if trainer_id == 0 and checkpoint_at == step + 1:

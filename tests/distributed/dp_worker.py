@@ -4,11 +4,12 @@
 
 CASE is ``model/mode`` (models of tests/parallel/dp_models.py, ``mlp``, ``cnn``, ``embedding``,
 or with another optimizer than SGD, ``mlp+momentum``, ``embedding+adam``, ...; modes
-allreduce, reduce, allreduce-fused, reduce-fused), optionally ``@k`` for the k-th repetition
-of the same case. Each case transpiles a fresh program in nccl2 mode, runs its startup program
-(the rendezvous happens once, in the first one), then trains 5 steps on this trainer's half of
-each global batch with a ParallelExecutor over CPU_NUM devices. Writes, per case, the merged
-losses and the parameters as .npy files (no pickle) and a status JSON.
+allreduce, reduce, allreduce-fused, reduce-fused, and any of them with ``-compiled``:
+BuildStrategy.enable_compile), optionally ``@k`` for the k-th repetition of the same case.
+Each case transpiles a fresh program in nccl2 mode, runs its startup program (the rendezvous
+happens once, in the first one), then trains 5 steps on this trainer's half of each global
+batch with a ParallelExecutor over CPU_NUM devices. Writes, per case, the merged losses and
+the parameters as .npy files (no pickle) and a status JSON.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def run_case(case: str, endpoints: str, trainer_id: int, out: str) -> None:
     bs = fluid.BuildStrategy()
     if mode.startswith("reduce"):
         bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
-    bs.fuse_all_reduce_ops = mode.endswith("fused")
+    bs.fuse_all_reduce_ops = "fused" in mode.split("-")
+    bs.enable_compile = "compiled" in mode.split("-")  # compiled segments on every device
     bs.sync_batch_norm = model == "cnn"  # statistics over every device of every trainer
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
                                 build_strategy=bs, num_trainers=len(eps),

@@ -189,7 +189,7 @@ class ProcessGroupCommunicator:
                              f"({len(self.devices)}), got {len(values)}")
 
     def _await(self, fn: Callable[[], Any], what: str, timeout: float) -> Any:
-        """``fn()`` on a helper thread, watching the peers' heartbeats meanwhile: a peer that
+        """``fn()`` on a thread of its own, watching the peers' heartbeats meanwhile: a peer that
         dies makes this raise CollectiveError naming it within seconds."""
         box: dict[str, Any] = {}
         done = threading.Event()

@@ -446,3 +446,16 @@ def test_compiled_data_parallel_training_is_bitwise_the_same_for_any_num_threads
         np.testing.assert_array_equal(a, b)
     for name, value in runs[0].params.items():
         np.testing.assert_array_equal(runs[1].params[name], value, err_msg=name)
+
+
+def test_debug_lists_every_op_left_out_and_why(monkeypatch, caplog):
+    monkeypatch.setenv("PARAFLUID_DEBUG", "1")
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        h = fluid.layers.dropout(fluid.layers.relu(x), dropout_prob=0.5, seed=3)
+        fluid.layers.scale(fluid.layers.relu(h), scale=2.0)
+    with caplog.at_level(logging.WARNING, logger="parafluid.compile"):
+        segment_program(main, keep=[])
+    left = [r.getMessage() for r in caplog.records if "stays interpreted" in r.getMessage()]
+    assert len(left) == 1 and "op #1 dropout" in left[0] and "random" in left[0]

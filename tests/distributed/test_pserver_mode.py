@@ -186,13 +186,14 @@ def test_distributed_lookup_table_programs():
 
 
 @pytest.mark.timeout(120)
-def test_checkpoint_then_restart_from_it_reaches_the_same_parameters(tmp_path):
+def test_checkpoint_then_restart_from_it_reaches_the_same_parameters(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARAFLUID_CHECKPOINT_ROOT", str(tmp_path))
     ckpt = str(tmp_path / "ckpt")
     kw = dict(lr_decay=True, split_method="hash_name")
     full = _job("adam", steps=(6, 6), checkpoint_at=3, ckpt=ckpt, **kw)
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert files == ["__variables__.safetensors", "pserver_0.safetensors",
-                     "pserver_1.safetensors"]
+    assert files == ["__checkpoint__.json", "__variables__.safetensors",
+                     "pserver_0.safetensors", "pserver_1.safetensors"]
     # new pservers load their blocks (parameters, moments, beta powers, LR counter); the
     # trainers pull the parameters at startup and run steps 3..5 again
     resumed = _job("adam", steps=(6, 6), first_step=3, load_dir=ckpt, **kw)

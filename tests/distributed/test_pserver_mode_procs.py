@@ -183,7 +183,7 @@ def test_parafluid_train_with_pservers_sync_equals_two_devices_and_async_converg
 def test_pserver_killed_after_a_checkpoint_job_restarted_from_it_ends_as_without_the_crash(
         tmp_path):
     ckpt = str(tmp_path / "ckpt")
-    env = child_env(FLAGS_rpc_deadline="4000")
+    env = child_env(FLAGS_rpc_deadline="4000", PARAFLUID_CHECKPOINT_ROOT=str(tmp_path))
     eps = endpoints(2)
     common = ["--pservers", eps, "--trainers", 2, "--optimizer", "momentum"]
     procs = []
@@ -199,7 +199,7 @@ def test_pserver_killed_after_a_checkpoint_job_restarted_from_it_ends_as_without
             p.communicate(timeout=30)
             assert p.returncode != 0  # every process ends: nothing hangs
         # restart everything from the checkpoint: steps 3..5 again
-        env = child_env(FLAGS_rpc_deadline="30000")
+        env = child_env(FLAGS_rpc_deadline="30000", PARAFLUID_CHECKPOINT_ROOT=str(tmp_path))
         servers = [_job("pserver", *common, "--endpoint", ep, "--load-dir", ckpt, env=env)
                    for ep in eps.split(",")]
         trainers = [_job("trainer", *common, "--steps", 6, "--first-step", 3,

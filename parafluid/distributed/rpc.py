@@ -191,15 +191,18 @@ class RPCServer:
         self.rejected = 0  # messages refused by the decoder (for tests and logs)
         self.refused_connections = 0  # connections refused at their handshake
         self.max_connections = int(max_connections)
-        self._connections = 0  # accepted and not yet disconnected (from the monitor)
+        self._open: set[int] = set()  # accepted TCP connections not yet closed (by fd)
         self._log = RateLimitedLog(log)
         self._stop = threading.Event()
         # NOTE: a context of its own, so that close() can wait for the last replies to leave
         # before the process exits (a trainer's final COMPLETE must get its answer).
         self._ctx = zmq.Context()
         # NOTE: ZeroMQ asks the ZAP handler of the socket's context (RFC 27) about every
-        # connection once its handshake is done and before it may send a message: here it
-        # admits at most max_connections at once, counted from the socket's monitor events.
+        # connection during its handshake, before it may send a message: here it admits at
+        # most max_connections at once, counted from the socket's monitor events (accepted,
+        # disconnected). A refused connection is closed by ZeroMQ. Under a burst of
+        # connections, new ones (legitimate or not) are refused until the burst's refused or
+        # idle connections are closed; connections already admitted are not affected.
         self._zap = self._ctx.socket(zmq.REP)
         self._zap.bind("inproc://zeromq.zap.01")
         self._sock = self._ctx.socket(zmq.ROUTER)
@@ -276,6 +279,11 @@ class RPCServer:
         finally:
             signal.signal(signal.SIGTERM, old)
 
+    @property
+    def connections(self) -> int:
+        """TCP connections open now (as the monitor events seen so far say)."""
+        return len(self._open)
+
     def _admit(self) -> None:
         """Count connections (monitor events), then answer pending ZAP requests."""
         while True:
@@ -284,9 +292,9 @@ class RPCServer:
             except zmq.Again:
                 break
             if event["event"] == zmq.EVENT_ACCEPTED:
-                self._connections += 1
+                self._open.add(event["value"])
             elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self._connections = max(0, self._connections - 1)
+                self._open.discard(event["value"])
         while True:
             try:
                 request = self._zap.recv_multipart(zmq.NOBLOCK)
@@ -294,13 +302,13 @@ class RPCServer:
                 return
             request_id = request[1] if len(request) > 1 else b""
             address = request[3].decode("ascii", "replace") if len(request) > 3 else "?"
-            if self._connections <= self.max_connections:
+            if self.connections <= self.max_connections:  # this one included
                 reply = [b"200", b"OK"]
             else:
                 self.refused_connections += 1
                 self._log.error("rpc server %s: refused a connection from %s: %d connections "
                                 "are open, at most %d are admitted", self.endpoint, address,
-                                self._connections - 1, self.max_connections)
+                                self.connections - 1, self.max_connections)
                 reply = [b"400", b"too many connections"]
             self._zap.send_multipart([b"1.0", request_id, *reply, b"", b""])
 

@@ -1,11 +1,11 @@
 """The cost of atomic steps: the same runs with and without what makes a step atomic.
 
-A step is atomic (``parafluid.atomic``): compute nodes that write persistables record them
-in an undo log, update-tail nodes check the step guard (and record their writes while
+A step is atomic (``parafluid.engine.atomic``): compute nodes that write persistables record
+them in an undo log, update-tail nodes check the step guard (and record their writes while
 compute nodes still run), SIGINT goes to the guard during the run. "Without" runs the same
-bound ops the way the engine did before this: each op in the task wrapper of that time (op,
-error, scope writes, releases), all tasks in one graph, nothing recorded, SIGINT untouched
-(``legacy_run_plan`` below, swapped in for ``run_plan`` around each "without" block). Both
+bound ops with none of that: each op in a plain task wrapper (op, error, scope writes,
+releases), all tasks in one graph, nothing recorded, SIGINT untouched (``unguarded_run_plan``
+below, swapped in for ``run_plan`` around each "without" block). Both
 sides run alternately in one process, in small blocks, so that a shared, noisy machine slows
 both alike; the figure is the median of the per-pair ratios with / without (1.00 = free).
 
@@ -41,18 +41,17 @@ os.environ.setdefault("CPU_NUM", "2")
 from models import classifier  # noqa: E402
 
 import parafluid as fluid  # noqa: E402
-import parafluid.executor as executor_module  # noqa: E402
-import parafluid.parallel.parallel_executor as pe_module  # noqa: E402
-from parafluid.parallel.scheduler import TaskError, TaskGraph  # noqa: E402
-from parafluid.plan import Plan, run_plan  # noqa: E402
-from parafluid.runtime import OpRunError, op_error  # noqa: E402
+import parafluid.engine.plan as plan_module  # noqa: E402
+from parafluid.engine.plan import Plan, run_plan  # noqa: E402
+from parafluid.engine.runtime import OpRunError, op_error  # noqa: E402
+from parafluid.engine.scheduler import TaskError, TaskGraph  # noqa: E402
 
 BATCH, SIZES = 128, (784, 512, 512, 10)
-_LEGACY: dict[int, TaskGraph] = {}
+_UNGUARDED: dict[int, TaskGraph] = {}
 
 
-def legacy_task(plan: Plan, i: int) -> Callable[[], None]:
-    """Node ``i``'s task as the engine wrapped it before atomic steps."""
+def unguarded_task(plan: Plan, i: int) -> Callable[[], None]:
+    """Node ``i``'s task in a plain wrapper: no undo log, no step guard."""
     node = plan.graph.nodes[i]
     fn, writes = plan._fns[i], plan._writes[i]
     lock, pending, envs = plan._lock, plan._pending, plan.envs
@@ -84,13 +83,13 @@ def legacy_task(plan: Plan, i: int) -> Callable[[], None]:
     return task
 
 
-def legacy_run_plan(plan: Plan, scheduler: Any, timeout: float | None = None,
+def unguarded_run_plan(plan: Plan, scheduler: Any, timeout: float | None = None,
                     check_nan_inf: bool = False) -> None:
-    """A plan run as before atomic steps: one graph of legacy tasks, nothing recorded."""
-    graph = _LEGACY.get(id(plan))
+    """A plan run without atomic steps: one graph of plain tasks, nothing recorded."""
+    graph = _UNGUARDED.get(id(plan))
     if graph is None:
-        graph = _LEGACY[id(plan)] = TaskGraph.from_edges(
-            [legacy_task(plan, i) for i in range(len(plan.tasks))], plan.edges,
+        graph = _UNGUARDED[id(plan)] = TaskGraph.from_edges(
+            [unguarded_task(plan, i) for i in range(len(plan.tasks))], plan.edges,
             names=plan.names, order=range(len(plan.tasks)))
     try:
         scheduler.run(graph, timeout=timeout)
@@ -102,11 +101,11 @@ def legacy_run_plan(plan: Plan, scheduler: Any, timeout: float | None = None,
 
 def without(step: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
-        executor_module.run_plan = pe_module.run_plan = legacy_run_plan
+        plan_module.run_plan = unguarded_run_plan  # what Plan.run calls
         try:
             return step()
         finally:
-            executor_module.run_plan = pe_module.run_plan = run_plan
+            plan_module.run_plan = run_plan
     return run
 
 

@@ -277,7 +277,7 @@ def tiny_program(n_ops: int) -> tuple[Any, Any, Any]:
 
 def op_overhead(n_ops: int, repeats: int) -> dict[str, float]:
     """Microseconds per op: executors vs calling the same bound kernels in a plain loop."""
-    from parafluid.runtime import bind_op
+    from parafluid.engine.runtime import bind_op
 
     main, _, out = tiny_program(n_ops)
     feed = {"x": np.ones([2, 1], "float32")}

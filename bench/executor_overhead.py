@@ -177,8 +177,8 @@ def build_chain() -> tuple[Callable[[], object], Callable[[], object]]:
 def profiled(fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` run with fluid.profiler's op hook registered (what profiling costs per op, not
     counting the table and trace written at the end)."""
+    from parafluid.engine.runtime import add_op_hook, remove_op_hook
     from parafluid.profiler import _Session
-    from parafluid.runtime import add_op_hook, remove_op_hook
 
     session = _Session("CPU")
 

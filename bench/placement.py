@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 import parafluid as fluid
-from parafluid.runtime import add_op_hook, remove_op_hook
+from parafluid.engine.runtime import add_op_hook, remove_op_hook
 
 
 def build(placed: bool, width: int, layers: int, seed: int = 5

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import torch
 
-from parafluid.parallel.scheduler import Scheduler, TaskGraph, torch_threads_initializer
+from parafluid.engine.scheduler import Scheduler, TaskGraph, torch_threads_initializer
 
 
 def _noop() -> None:

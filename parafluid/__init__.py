@@ -46,21 +46,22 @@ from .framework import (  # noqa: F401
     program_guard,
 )
 from .parallel import BuildStrategy, CompiledProgram, ExecutionStrategy, ParallelExecutor
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
 from .placement import device_guard, place_guard
 from .place import (
     CPUPlace,
     CUDAPinnedPlace,
     CUDAPlace,
     cpu_places,
+    cuda_pinned_places,
     cuda_places,
     is_compiled_with_cuda,
 )
-from .runtime import OpRunError
-from .scope import LoDTensor, Scope, global_scope, scope_guard
+from .engine.runtime import OpRunError
+from .scope import LoDTensor, LoDTensorArray, Scope, global_scope, scope_guard
 from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
 from . import compiler, core, lod, metrics, nets  # noqa: F401  (Fluid 1.6 spellings)
-from .data_layer import data, embedding
+from .data_layer import data, embedding, one_hot
 from .lod import create_lod_tensor, create_random_int_lodtensor
 from .data_feeder import DataFeeder
 from .dataloader import DataLoader
@@ -70,6 +71,8 @@ from . import transpiler  # noqa: F401  (fluid.transpiler)
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from .transpiler import memory_optimize, release_memory
 from . import profiler  # noqa: F401  (fluid.profiler)
+from . import install_check, log_helper, reader  # noqa: F401  (Fluid 1.6 module paths)
+from .io import load, save
 
 __version__ = "0.1.0"
 
@@ -85,7 +88,8 @@ __all__ = [
     "distributed", "transpiler", "DistributeTranspiler", "DistributeTranspilerConfig",
     "memory_optimize", "release_memory", "profiler", "place_guard", "device_guard",
     "compiler", "core", "metrics", "nets", "data", "embedding", "create_lod_tensor",
-    "create_random_int_lodtensor",
+    "create_random_int_lodtensor", "cuda_pinned_places", "LoDTensorArray", "one_hot", "save",
+    "load", "install_check", "log_helper", "reader", "WeightNormParamAttr",
 ]
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .framework import GRAD_SUFFIX, OpRole, Parameter, Variable, grad_var_name
-from .ops.registry import EMPTY, get_op_def
+from .ops.registry import EMPTY, GradContext, get_op_def
 from .placement import DEVICE_ATTR, NODE_ATTR, place_attrs
 
 __all__ = ["append_backward", "gradients", "calc_gradient"]
@@ -61,7 +61,9 @@ def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
             "attrs": {"shape": list(loss.shape or [1]), "value": 1.0,
                       "dtype": loss.dtype or "float32", "op_role": OpRole.Backward | OpRole.Loss}}
     sources = {p.name for p in params} - no_grad
+    first_backward_op = len(block.ops)
     produced = _append_grad_ops(block, [loss.name], [seed], sources, no_grad)
+    _append_error_clips(block, first_backward_op)
     program._appending_grad_times += 1
     pairs = []
     for p in params:
@@ -111,6 +113,24 @@ calc_gradient = gradients
 
 
 # ---------------------------------------------------------------------------- internals
+
+
+def _append_error_clips(block: Any, start: int) -> None:
+    """Fluid's error clipping: the gradient of a forward variable that has an
+    ``error_clip`` (``fluid.clip.ErrorClipByValue``) is clipped in place right after the op
+    that completes it (the sum of its parts, if it has several)."""
+    last: dict[str, tuple[int, Any]] = {}
+    for i in range(start, len(block.ops)):
+        for name in block.ops[i].output_arg_names:
+            if not name.endswith(GRAD_SUFFIX):
+                continue
+            fwd = block._find_var_recursive(name[: -len(GRAD_SUFFIX)])
+            if fwd is not None and getattr(fwd, "error_clip", None) is not None:
+                last[name] = (i, fwd.error_clip)
+    for name, (i, clip) in sorted(last.items(), key=lambda item: -item[1][0]):
+        block._insert_op(i + 1, "clip", inputs={"X": [name]}, outputs={"Out": [name]},
+                         attrs={"min": float(clip.min), "max": float(clip.max),
+                                "op_role": OpRole.Backward})
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -216,7 +236,7 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
         if opdef.grad is None or not _reads_flowing(op, opdef, flows):
             continue
         blocked = {n for n in op.input_arg_names if n not in flows} | no_grad
-        for spec in opdef.grad(op, blocked):
+        for spec in opdef.grad(op, blocked, _GRAD_CONTEXT):
             _read_snapshots(block, op, spec, written_later[id(op)], snapshots)
             ok, zero_fills = _prune_missing_grads(spec, produced)
             if not ok:
@@ -327,3 +347,8 @@ def _set_op_role_var(block: Any, pairs: list[tuple[Parameter, Variable]]) -> Non
                 op.attrs["op_role_var"] = role_var + [p.name, g.name]
                 break
     block.program._bump()
+
+
+# NOTE: what every gradient maker gets: ops whose gradient differentiates a sub-block append
+# its gradient ops through it instead of importing this module
+_GRAD_CONTEXT = GradContext(append_grad_ops=_append_grad_ops)

@@ -26,7 +26,8 @@ from typing import Any
 from . import unique_name
 from .framework import Parameter, Program, Variable, default_main_program
 
-__all__ = ["BaseGradientClipAttr", "NullGradientClipAttr", "GradientClipByValue",
+__all__ = ["BaseGradientClipAttr", "NullGradientClipAttr", "ErrorClipByValue",
+           "error_clip_callback", "GradientClipByValue",
            "GradientClipByNorm", "GradientClipByGlobalNorm", "set_gradient_clip",
            "append_gradient_clip_ops"]
 
@@ -59,6 +60,34 @@ class NullGradientClipAttr(BaseGradientClipAttr):
 def _clipped_var(grad: Variable, suffix: str = "@CLIP") -> Variable:
     return grad.block.create_var(name=unique_name.generate(grad.name + suffix),
                                  dtype=grad.dtype, type=grad.type)
+
+
+class ErrorClipByValue:
+    """Clip the *error* of a variable, its gradient during the backward pass, to
+    ``[min, max]`` (``min`` defaults to ``-max``): set it as the variable's ``error_clip``
+    before ``append_backward`` / ``minimize``.
+
+    Example::
+
+        hidden = fluid.layers.fc(x, 64)
+        hidden.error_clip = fluid.clip.ErrorClipByValue(max=1.0)
+        fluid.optimizer.SGD(0.1).minimize(loss)   # hidden@GRAD is clipped
+    """
+
+    def __init__(self, max: float, min: float | None = None) -> None:  # noqa: A002 (Fluid's names)
+        max = float(max)
+        min = -max if min is None else float(min)
+        if min > max:
+            raise ValueError(f"ErrorClipByValue: min ({min}) must be <= max ({max})")
+        self.max, self.min = max, min
+
+    def __str__(self) -> str:
+        return f"ByValue, min={self.min:f}, max={self.max:f}"
+
+
+def error_clip_callback(block: Any, context: Any) -> None:
+    """Accepted in ``append_backward(callbacks=[...])`` as in Fluid; error clips are applied
+    by ``append_backward`` itself."""
 
 
 class GradientClipByValue(BaseGradientClipAttr):
@@ -251,3 +280,10 @@ def _apply(params_grads: list[tuple[Any, Any]], clip_of: Any) -> list[tuple[Any,
         with g.block.program._optimized_guard([p, g]):
             out.append(attr._create_operators(p, g, context))
     return out
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 names left out here import and fail on use, saying what to use instead
+    from .compat import missing_attribute
+
+    return missing_attribute("clip", name, __all__)

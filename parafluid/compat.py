@@ -32,29 +32,64 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
                        "fluid.CompiledProgram(...).with_data_parallel"),
     "fluid.contrib": ("contrib (slim, mixed precision decorators, quantization)",
                       "not ported; for float16 training cast explicitly with fluid.layers.cast"),
-    "fluid.inference": ("the C++ inference API",
-                        "load the model with fluid.io.load_inference_model and run it with "
-                        "fluid.Executor"),
+    "fluid.inference": ("the C++ inference API's Python package",
+                        "use fluid.core.AnalysisConfig and fluid.core.create_paddle_predictor "
+                        "(or fluid.io.load_inference_model with fluid.Executor)"),
     "fluid.recordio_writer": ("RecordIO files",
                               "feed numpy arrays, or use fluid.io.DataLoader.from_generator"),
-    "core.AnalysisConfig": ("the C++ inference predictor's config",
-                            "load the model with fluid.io.load_inference_model and run it "
-                            "with fluid.Executor"),
-    "core.create_paddle_predictor": ("the C++ inference predictor",
-                                     "load the model with fluid.io.load_inference_model and "
-                                     "run it with fluid.Executor"),
-    "core.NativeConfig": ("the C++ inference predictor's config",
-                          "load the model with fluid.io.load_inference_model"),
-    "core.PaddleTensor": ("the C++ inference API's tensor",
-                          "feed numpy arrays to fluid.Executor.run"),
-    "layers.py_reader": ("py_reader (a reader op in the program)",
-                         "use fluid.io.DataLoader.from_generator(feed_list=..., capacity=...)"),
-    "layers.create_py_reader_by_data": ("py_reader", "use fluid.io.DataLoader.from_generator"),
-    "layers.read_file": ("reader ops", "feed numpy arrays, or use fluid.io.DataLoader"),
     "layers.open_files": ("reader ops over RecordIO files",
                           "feed numpy arrays, or use fluid.io.DataLoader"),
-    "layers.double_buffer": ("reader ops", "fluid.io.DataLoader prefetches in the background"),
 }
+
+
+def _family(keys: Iterable[str], what: str, instead: str) -> None:
+    for key in keys:
+        NOT_PROVIDED[key] = (what, instead)
+
+
+# Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
+_family(["layers.prior_box", "layers.density_prior_box", "layers.multi_box_head",
+         "layers.bipartite_match", "layers.target_assign", "layers.detection_output",
+         "layers.ssd_loss", "layers.rpn_target_assign", "layers.retinanet_target_assign",
+         "layers.sigmoid_focal_loss", "layers.anchor_generator",
+         "layers.roi_perspective_transform", "layers.generate_proposal_labels",
+         "layers.generate_proposals", "layers.generate_mask_labels", "layers.iou_similarity",
+         "layers.box_coder", "layers.polygon_box_transform", "layers.yolov3_loss",
+         "layers.yolo_box", "layers.box_clip", "layers.multiclass_nms",
+         "layers.retinanet_detection_output", "layers.distribute_fpn_proposals",
+         "layers.box_decoder_and_assign", "layers.collect_fpn_proposals",
+         "layers.roi_pool", "layers.roi_align", "layers.psroi_pool",
+         "layers.deformable_roi_pooling", "layers.deformable_conv", "metrics.DetectionMAP"],
+        "the detection family (layers/detection.py, ROI pooling, deformable convolution)",
+        "not ported yet; compute boxes and NMS outside the program (numpy) and feed the "
+        "results")
+_family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",
+         "layers.tree_conv", "layers.match_matrix_tensor", "layers.var_conv_2d",
+         "layers.data_norm",
+         ],
+        "a layer of layers.nn not ported yet",
+        "dynamic_lstm for dynamic_lstmp, softmax_with_cross_entropy or nce for sampled "
+        "softmax")
+_family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
+        "use fluid.layers.dynamic_lstm over LoD sequences")
+_family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
+        "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
+        "use fluid.optimizer.Momentum")
+_family(["optimizer.PipelineOptimizer"], "the section-worker pipeline trainer",
+        "place ops with fluid.device_guard and use the microbatch pipeline (docs/placement.md)")
+_family(["fluid.DataFeedDesc", "Executor.train_from_dataset", "Executor.infer_from_dataset"],
+        "Dataset training (the C++ data-feed trainers)",
+        "feed batches with fluid.io.DataLoader.from_generator and call Executor.run")
+_family(["CompiledProgram.with_inference_optimize"],
+        "the C++ inference API's program optimization",
+        "run the saved model with fluid.core.create_paddle_predictor(fluid.core.AnalysisConfig("
+        "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
+_family(["fluid.dygraph_grad_clip"], "imperative (dygraph) gradient clipping",
+        "fluid.clip.GradientClipByValue / ByNorm / ByGlobalNorm with set_gradient_clip")
+_family(["layers.load"], "the load op (Fluid's binary tensor files)",
+        "use fluid.io.load_vars or fluid.io.load_persistables")
+_family(["io.multiprocess_reader"], "readers in child processes",
+        "use fluid.io.xmap_readers (threads) or fluid.io.DataLoader.from_generator")
 
 
 class NotProvidedError(NotImplementedError):

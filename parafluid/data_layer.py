@@ -20,7 +20,7 @@ from .dtypes import VarType
 from .framework import Variable, default_main_program
 from .layer_helper import LayerHelper
 
-__all__ = ["data", "embedding"]
+__all__ = ["data", "embedding", "one_hot"]
 
 
 def data(name: str, shape: Sequence[int | None], dtype: Any = "float32",
@@ -74,3 +74,22 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
                             "padding_idx": pad})
     out.lod_level = input.lod_level
     return out
+
+
+def one_hot(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
+    """Fluid 1.6's ``fluid.one_hot``: float32 one-hot rows with every dim of ``input`` kept
+    (ids ``[N]`` give ``[N, depth]``, ids ``[N, 1]`` give ``[N, 1, depth]``), unlike
+    ``fluid.layers.one_hot``, which replaces a trailing 1. No gradient.
+
+    Example::
+
+        label = fluid.data(name="label", shape=[None], dtype="int64")
+        onehot = fluid.one_hot(label, depth=10)   # [-1, 10]
+    """
+    from .layers import one_hot as layers_one_hot
+    from .layers import unsqueeze
+
+    if not isinstance(input, Variable):
+        raise TypeError(f"one_hot: input must be a Variable, got {type(input).__name__}")
+    rank = len(input.shape or ())
+    return layers_one_hot(unsqueeze(input, axes=[rank]), depth, allow_out_of_range)

@@ -5,17 +5,31 @@ generator and converts its output into feed dicts) and the training loop. Waits 
 short steps, so Ctrl-C works and a dead producer is noticed; an exception in the generator
 is re-raised in the loop, with its original type and traceback.
 
-Only the iterable mode exists (``iterable=True``, the default): each batch is passed to
-``exe.run(feed=...)``. Fluid's non-iterable mode (the program reads from the loader through
-``start()``/``reset()``) is not supported and says so.
-
-Example::
+Iterable mode (``iterable=True``, the default): each batch is passed to
+``exe.run(feed=...)``; with ``places=`` a list of places, each step yields one feed dict per
+place, which ``exe.run(compiled_program, feed=...)`` takes as they are::
 
     loader = fluid.io.DataLoader.from_generator(feed_list=[img, label], capacity=8)
     loader.set_sample_generator(samples, batch_size=32, places=fluid.CPUPlace())
     for epoch in range(2):
         for feed in loader():
             exe.run(main, feed=feed, fetch_list=[loss])
+
+Non-iterable mode (``iterable=False``): the loader puts a ``read`` op writing the
+``feed_list`` variables at the start of the main program, and the program takes its
+batches itself (``parafluid.legacy_reader``); ``start()`` begins an epoch, ``exe.run``
+raises ``fluid.core.EOFException`` at its end, ``reset()`` ends it::
+
+    loader = fluid.io.DataLoader.from_generator(feed_list=[img, label], capacity=8,
+                                                iterable=False)
+    loader.set_sample_list_generator(fluid.io.batch(samples, batch_size=32))
+    for epoch in range(2):
+        loader.start()
+        try:
+            while True:
+                exe.run(main, fetch_list=[loss])
+        except fluid.core.EOFException:
+            loader.reset()
 """
 
 from __future__ import annotations
@@ -32,9 +46,11 @@ import numpy as np
 from .data_feeder import DataFeeder
 from .dtypes import to_numpy
 from .framework import Variable
+from .legacy_reader import QueueReader, append_read_op
 from .reader import batch as batch_reader
+from .unique_name import generate as unique_name
 
-__all__ = ["DataLoader", "GeneratorLoader", "PyReader"]
+__all__ = ["DataLoader", "DataLoaderBase", "GeneratorLoader", "PyReader"]
 
 _END = object()
 _POLL_S = 0.05
@@ -62,7 +78,9 @@ class DataLoader:
             capacity: how many batches to prepare ahead.
             use_double_buffer, use_multiprocess: accepted for compatibility; batches are
                 prepared in one background thread.
-            iterable: must be True (see the module docstring).
+            iterable: True: iterate over the loader and feed each batch; False: the program
+                reads the batches itself, between ``start()`` and ``reset()`` (see the
+                module docstring).
             return_list: yield lists of arrays in ``feed_list`` order instead of dicts.
             drop_last: with several places, drop a last group of batches smaller than the
                 number of places (else yield the shorter group).
@@ -71,20 +89,32 @@ class DataLoader:
         Then call ``set_sample_generator``, ``set_sample_list_generator`` or
         ``set_batch_generator``, and iterate over ``loader()``.
         """
-        return GeneratorLoader(feed_list, capacity, iterable, return_list, drop_last, timeout)
+        return GeneratorLoader(feed_list, capacity, iterable, return_list, drop_last, timeout,
+                               use_double_buffer)
 
 
-class GeneratorLoader:
+class DataLoaderBase:
+    """Fluid's base class of the loaders: calling one returns it, iterating yields batches."""
+
+    def __call__(self) -> Any:
+        return self
+
+    def __iter__(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define __iter__")
+
+    def __next__(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define __next__")
+
+    def next(self) -> Any:
+        return self.__next__()
+
+
+class GeneratorLoader(DataLoaderBase):
     """What ``DataLoader.from_generator`` returns; iterate it (or call it) once per epoch."""
 
     def __init__(self, feed_list: Sequence[Variable] | None, capacity: int | None,
                  iterable: bool = True, return_list: bool = False, drop_last: bool = True,
-                 timeout: float | None = None) -> None:
-        if not iterable:
-            raise ValueError(
-                "DataLoader: iterable=False (the program pulls batches through start()/reset()) "
-                "is not supported by parafluid; use iterable=True and pass each batch to "
-                "exe.run(feed=batch)")
+                 timeout: float | None = None, use_double_buffer: bool = True) -> None:
         if not feed_list or not all(isinstance(v, Variable) for v in feed_list):
             raise TypeError("DataLoader: feed_list must be a non-empty list of data Variables, "
                             f"got {feed_list!r}")
@@ -103,6 +133,18 @@ class GeneratorLoader:
         # NOTE: a weak reference: an abandoned iterator must be collectable, which stops its
         # thread (the thread itself holds no reference to the iterator).
         self._live: weakref.ref[_LoaderIterator] | None = None
+        self._reader: QueueReader | None = None
+        if not iterable:
+            # NOTE: first in the program, so that every op reading the data comes after it
+            self._reader = QueueReader(unique_name("create_py_reader"), self._feed_list,
+                                       capacity, use_double_buffer, timeout)
+            append_read_op(self._feed_list[0].block.program.global_block(), self._reader,
+                           self._feed_list, prepend=True)
+
+    @property
+    def iterable(self) -> bool:
+        """False when the program reads the batches itself (``start()`` / ``reset()``)."""
+        return self._reader is None
 
     # ---- sources
     def set_sample_generator(self, reader: Callable[[], Iterable[Any]], batch_size: int,
@@ -150,6 +192,14 @@ class GeneratorLoader:
         else:
             self._num_places = 1
         self._source = source
+        if self._reader is not None:
+            names = self._names
+
+            def batches() -> Iterator[list[Any]]:
+                for feed in source():
+                    yield [feed[n] for n in names]
+
+            self._reader.decorate_tensor_provider(batches)
         return self
 
     # ---- iteration
@@ -157,6 +207,10 @@ class GeneratorLoader:
         return self.__iter__()
 
     def __iter__(self) -> _LoaderIterator:
+        if self._reader is not None:
+            raise RuntimeError("DataLoader: a non-iterable loader (iterable=False) is read by "
+                               "the program itself: call start(), run the program until it "
+                               "raises fluid.core.EOFException, then reset()")
         if self._source is None:
             raise RuntimeError("DataLoader: no data source; call set_sample_generator, "
                                "set_sample_list_generator or set_batch_generator first")
@@ -183,10 +237,19 @@ class GeneratorLoader:
             yield group
 
     def start(self) -> None:
-        raise ValueError("DataLoader.start(): only the iterable mode is supported; iterate over "
-                         "the loader and pass each batch to exe.run(feed=batch)")
+        """Non-iterable mode: start preparing the batches of an epoch."""
+        self._non_iterable("start").start()
 
-    reset = start
+    def reset(self) -> None:
+        """Non-iterable mode: end the epoch (after ``fluid.core.EOFException``)."""
+        self._non_iterable("reset").reset()
+
+    def _non_iterable(self, what: str) -> QueueReader:
+        if self._reader is None:
+            raise RuntimeError(f"DataLoader.{what}(): only a non-iterable loader "
+                               "(iterable=False) is started and reset; iterate over this one "
+                               "and pass each batch to exe.run(feed=batch)")
+        return self._reader
 
 
 class PyReader(GeneratorLoader):
@@ -195,9 +258,15 @@ class PyReader(GeneratorLoader):
     def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
                  use_double_buffer: bool = True, iterable: bool = True,
                  return_list: bool = False) -> None:
-        super().__init__(feed_list, capacity, iterable, return_list)
+        super().__init__(feed_list, capacity, iterable, return_list,
+                         use_double_buffer=use_double_buffer)
 
-    decorate_sample_generator = GeneratorLoader.set_sample_generator
+    def decorate_sample_generator(self, sample_generator: Callable[[], Iterable[Any]],
+                                  batch_size: int, drop_last: bool = True,
+                                  places: Any = None) -> GeneratorLoader:
+        """Batches of ``batch_size`` samples from ``sample_generator`` (Fluid's keywords)."""
+        return self.set_sample_generator(sample_generator, batch_size, drop_last, places)
+
     decorate_sample_list_generator = GeneratorLoader.set_sample_list_generator
     decorate_batch_generator = GeneratorLoader.set_batch_generator
 

@@ -8,13 +8,13 @@ Example::
 
 Persistable variables (parameters, optimizer state) live in the scope across runs; every
 other variable lives only during one run, as in Fluid. A program is compiled once per
-(program version, feed names, fetch names) into a ``parafluid.plan.Plan`` over its
+(program version, feed names, fetch names) into a ``parafluid.engine.plan.Plan`` over its
 one-device SSA graph, the same run path as the ParallelExecutor's, run on one lane (the
 calling thread) in program order. A temporary is dropped right after the last op that uses
 it (Fluid's eager deletion), which keeps the peak memory of a step low: holding every
 temporary to the end made the allocator return and re-fault a few MB per step.
 
-A run is one step, whole or not at all (``parafluid.atomic``): if an op fails, the NaN/Inf
+A run is one step, whole or not at all (``parafluid.engine.atomic``): if an op fails, the NaN/Inf
 check fires or Ctrl-C arrives, the persistables (parameters, optimizer state, counters) are
 as before the run. ``check_nan_inf=True`` (or ``FLAGS_check_nan_inf=1``) checks every op's
 outputs for NaN and Inf.
@@ -28,23 +28,17 @@ from typing import Any
 
 import torch
 
-from .feed_fetch import (
-    as_feed_tensor,
-    check_batch_sizes,
-    fetch_names,
-    fetch_value,
-    missing_value_message,
-)
+from .compat import NotProvided
+from .engine.graph import build_graph
+from .engine.lanes import placed_graph
+from .engine.plan import Plan, RunServices
+from .engine.scheduler import Scheduler, make_scheduler
+from .feed_fetch import as_feed_tensor, check_batch_sizes, fetch_names, fetch_value
 from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
-from .parallel.device_lanes import at_home, lane_scheduler, placed_graph
-from .parallel.scheduler import Scheduler
-from .parallel.ssa_graph import build_graph
 from .passes.release_memory import eager_deletion_enabled
 from .place import to_device
 from .placement import is_placed
-from .plan import Plan, run_plan
-from .runtime import RunServices
 from .scope import Scope, global_scope, scope_guard
 from .variable import unknown_name_message
 
@@ -109,6 +103,8 @@ class Executor:
         if not isinstance(fetch_list, (list, tuple)):
             fetch_list = [fetch_list]
         if isinstance(program, CompiledProgram):  # may take a list feed
+            # a compiled pserver-mode trainer program: close() tells its pservers it is done
+            self._ps_trainers.update(_rpc_trainer_ids(program._program))
             return program._run_from_executor(self, feed, fetch_list, scope, return_numpy)
         if not isinstance(feed, dict):
             raise TypeError(f"Executor.run: feed must be a dict of name -> array, "
@@ -120,37 +116,21 @@ class Executor:
         plan = self._take_plan(program, tuple(sorted(feed)), tuple(fetch))
         block = program.global_block()
         try:
-            plan.services[0].scope = scope
-            plan.begin()
-            env = plan.envs[0]
-            for name, value in feed.items():
-                env[name] = as_feed_tensor(block, name, value, self.device)
+            fed = {name: as_feed_tensor(block, name, value, self.device)
+                   for name, value in feed.items()}
             if plan.batch_feeds:
-                check_batch_sizes(plan.batch_feeds, env)
-            homes = plan.homes
-            for name in plan.reads[0]:
-                holder = scope.find_var(name)
-                if holder is None or holder.value is None:
-                    raise RuntimeError(missing_value_message(block, name, feed))
-                if homes and name in homes:  # placed: where the copies expect it (once)
-                    holder.value = at_home(holder.value, homes[name])
-                env[name] = holder.value
-            run_plan(plan, self._scheduler_for(plan), check_nan_inf=self.check_nan_inf)
-            results = []
-            for name in plan.fetch:
-                value = env.get(name)
-                if value is None:
-                    holder = scope.find_var(name)
-                    value = None if holder is None else holder.value
-                if value is None:
-                    raise RuntimeError(f"fetch target {name!r} has no value after the run: no "
-                                       "op wrote it and the scope does not hold it")
-                results.append(fetch_value(name, value, return_numpy))
-            return results
-        finally:
-            plan.end()
-            plan.services[0].scope = None
+                check_batch_sizes(plan.batch_feeds, fed)
+        except BaseException:
             plan.in_use = False
+            raise
+        (values,) = plan.run([scope], [fed], self._scheduler_for(plan),
+                             check_nan_inf=self.check_nan_inf)
+        return [fetch_value(name, value, return_numpy)
+                for name, value in zip(plan.fetch, values)]
+
+    # Fluid's Dataset trainers: importable, fail on use with what to use instead
+    train_from_dataset = NotProvided("Executor.train_from_dataset")
+    infer_from_dataset = NotProvided("Executor.infer_from_dataset")
 
     def close(self) -> None:
         """Drop the compiled plans; the executor refuses to run afterwards.
@@ -179,7 +159,7 @@ class Executor:
         with self._lock:
             sched = self._lane_schedulers.get(lanes)
             if sched is None:
-                sched = self._lane_schedulers[lanes] = lane_scheduler(lanes)
+                sched = self._lane_schedulers[lanes] = make_scheduler(lanes)
         return sched
 
     # ------------------------------------------------------------------ compilation

@@ -27,12 +27,14 @@ import numpy as np
 import torch
 
 from .dtypes import convert_dtype, to_numpy
+from .lod import attach_lod, check_lod, get_lod, merge_lods, sequence_ranges, slice_lod
 from .ops.registry import shapes_compatible
-from .scope import LoDTensor, OneElementArray, ScopeVariable, SelectedRows, TensorArray, as_numpy
+from .scope import FetchedArray, LoDTensor, ScopeVariable, SelectedRows, TensorArray, as_numpy
 from .variable import Variable, unknown_name_message, var_names
 
-__all__ = ["fetch_names", "as_feed_tensor", "as_lod_tensor", "FeedSplitter", "fetch_value",
-           "merge_fetches", "missing_value_message", "batch_feeds", "check_batch_sizes"]
+__all__ = ["fetch_names", "as_feed_tensor", "lod_feed_tensor", "as_lod_tensor", "FeedSplitter",
+           "fetch_value", "merge_fetches", "missing_value_message", "batch_feeds",
+           "check_batch_sizes"]
 
 
 def fetch_names(fetch_list: Sequence[Any]) -> list[str]:
@@ -48,8 +50,6 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
     if isinstance(value, SelectedRows):
         return value.to(device)
     if isinstance(value, LoDTensor):
-        from .lod import lod_feed_tensor  # the LoD rides on the tensor (see lod.py)
-
         return lod_feed_tensor(block, name, value, device)
     if isinstance(value, torch.Tensor):
         arr_dtype = convert_dtype(value.dtype)
@@ -76,10 +76,22 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
     return t if device.type == "cpu" else t.to(device)
 
 
+def lod_feed_tensor(block: Any, name: str, value: LoDTensor, device: torch.device) -> Any:
+    """What the executors make of a fed LoDTensor: its tensor, carrying the LoD."""
+    if value.value is None:
+        raise ValueError(f"feed {name!r}: the LoDTensor has no value; call .set(array, place)")
+    t = as_feed_tensor(block, name, value.value, device)
+    lod = value.lod()
+    if not lod:
+        return t
+    check_lod(lod, t.shape[0], f"feed {name!r}")
+    if t is value.value:
+        t = t.view(t.shape)  # a new tensor object, so that the LoD is not left on the holder's
+    return attach_lod(t, [list(level) for level in lod])
+
+
 def as_lod_tensor(name: str, value: Any) -> LoDTensor:
     """A LoDTensor holding a copy of a run value (``return_numpy=False``)."""
-    from .lod import get_lod
-
     if isinstance(value, TensorArray):
         return [as_lod_tensor(f"{name}[{i}]", v) for i, v in enumerate(value)]  # type: ignore
     holder = ScopeVariable(name)
@@ -103,9 +115,7 @@ def merge_fetches(name: str, values: list[Any], return_numpy: bool, return_merge
         merged = np.concatenate([np.atleast_1d(_numpy_view(v)) for v in values])
         # NOTE: one device's [1] loss converts with float() as the Executor's does; one row
         # per device ([ndev]) is refused by numpy as in Fluid: take np.mean(loss)
-        return merged.view(OneElementArray) if merged.shape == (1,) else merged
-    from .lod import attach_lod, get_lod, merge_lods
-
+        return merged.view(FetchedArray)
     dense = [as_numpy(v) for v in values]
     merged = torch.from_numpy(np.concatenate([np.atleast_1d(v) for v in dense]))
     lods = [get_lod(v) if isinstance(v, torch.Tensor) else None for v in values]
@@ -211,8 +221,6 @@ class _SequenceSplit:
     """
 
     def __init__(self, lods: dict[str, list[list[int]]], n: int) -> None:
-        from .lod import sequence_ranges, slice_lod
-
         self.lods = lods
         first, lod = next(iter(lods.items()))
         self.count = len(lod[0]) - 1

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .dtypes import convert_dtype
+from .program_meta import ProgramMeta
 from .variable import Parameter, Variable, _as_shape, var_names
 
 __all__ = [
@@ -135,6 +136,18 @@ class Operator:
     @property
     def attr_names(self) -> list[str]:
         return list(self.attrs)
+
+    @property
+    def sub_blocks(self) -> list[Block]:
+        """The blocks this op holds in its attributes (``while`` / ``conditional_block``:
+        ``sub_block``; ``listen_and_serv``: ``optimize_blocks``), in attribute order."""
+        out: list[Block] = []
+        for v in self.attrs.values():
+            if isinstance(v, Block):
+                out.append(v)
+            elif isinstance(v, list):
+                out += [b for b in v if isinstance(b, Block)]
+        return out
 
     def _set_attr(self, name: str, value: Any) -> None:
         self.attrs[name] = _normalize_attr(value)
@@ -350,6 +363,8 @@ class Program:
         self._op_role_var: list[str] = []
         self._name_scope_stack: list[str] = []
         self._appending_grad_times = 0
+        # what passes and transpilers record about the job (kept by clone and serialization)
+        self.meta = ProgramMeta()
 
     def _bump(self) -> None:
         self._version += 1
@@ -399,6 +414,18 @@ class Program:
             raise TypeError(f"Program.random_seed must be an int, got {type(seed).__name__}")
         self._seed = seed
 
+    @property
+    def _trainers_endpoints(self) -> list[str]:
+        """Fluid's name for the trainer endpoints of an nccl2 job (``meta.trainers_endpoints``)."""
+        return self.meta.trainers_endpoints
+
+    @_trainers_endpoints.setter
+    def _trainers_endpoints(self, endpoints: Sequence[str]) -> None:
+        if isinstance(endpoints, str) or not all(isinstance(e, str) for e in endpoints):
+            raise TypeError(f"Program._trainers_endpoints must be a list of 'ip:port' strings, "
+                            f"got {endpoints!r}")
+        self.meta.trainers_endpoints = list(endpoints)
+
     # ---- role guards used by backward and optimizers
     @contextlib.contextmanager
     def _role_guard(self, role: int, role_var: Iterable[str] = ()) -> Iterator[None]:
@@ -429,10 +456,29 @@ class Program:
         p = program_from_dict(program_to_dict(self), check=False)
         p._copy_python_side(self)
         if for_test:
-            from .passes.for_test import prune_for_test
-
-            prune_for_test(p)
+            p._prune_for_test()
         return p
+
+    def _prune_for_test(self) -> None:
+        """In place, on a fresh copy: what an evaluation runs. Backward, optimize and
+        LR-schedule ops go, ops with an ``is_test`` attr (dropout, batch_norm) switch to
+        inference behaviour, gradient variables nothing uses any more go."""
+        drop = OpRole.Backward | OpRole.Optimize | OpRole.LRSched
+        for block in self.blocks:
+            block.ops = [op for op in block.ops if not (op.attrs.get("op_role", 0) & drop)]
+            for op in block.ops:
+                if "is_test" in op.attrs:
+                    op.attrs["is_test"] = True
+        # NOTE: over every block: a variable of the global block may be used only in a
+        # sub-block
+        used = {n for block in self.blocks for op in block.ops
+                for n in op.input_arg_names + op.output_arg_names}
+        for block in self.blocks:
+            for name in list(block.vars):
+                if name not in used and (name.endswith(GRAD_SUFFIX) or GRAD_SUFFIX + "@" in name):
+                    del block.vars[name]
+        self._appending_grad_times = 0
+        self._bump()
 
     def _copy_python_side(self, other: Program) -> None:
         """Carry over what serialization does not: regularizer/clip objects on parameters."""
@@ -443,10 +489,6 @@ class Program:
                     var.regularizer = orig.regularizer
                     var.gradient_clip_attr = orig.gradient_clip_attr
         self._appending_grad_times = other._appending_grad_times
-        if getattr(other, "_placement_node", None):  # the worker a split by node made it for
-            self._placement_node = other._placement_node
-        if hasattr(other, "_memory_reuse"):  # memory_optimize's record (fetch checks)
-            self._memory_reuse = {k: list(v) for k, v in other._memory_reuse.items()}
 
     # ---- printing, checking, bytes
     def to_string(self, throw_on_error: bool = True, with_details: bool = False) -> str:
@@ -469,7 +511,7 @@ class Program:
         return dumps(self)
 
     @staticmethod
-    def parse_from_string(binary: bytes) -> Program:
+    def parse_from_string(binary_str: bytes) -> Program:
         """The Program that ``serialize_to_string`` wrote; the input is untrusted: anything
         malformed is a ValueError naming the field (``blocks[0].vars[2] ('w').shape[0]: ...``).
 
@@ -479,7 +521,7 @@ class Program:
         """
         from .serialization import loads
 
-        return loads(binary)
+        return loads(binary_str)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Program:
         return self.clone()

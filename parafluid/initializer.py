@@ -20,6 +20,7 @@ import numpy as np
 from .dtypes import convert_dtype
 
 __all__ = ["Initializer", "Constant", "Uniform", "Normal", "TruncatedNormal", "Xavier", "MSRA",
+           "Bilinear", "BilinearInitializer",
            "NumpyArrayInitializer", "ConstantInitializer", "UniformInitializer",
            "NormalInitializer", "TruncatedNormalInitializer", "XavierInitializer",
            "MSRAInitializer", "init_on_cpu", "force_init_on_cpu"]
@@ -86,16 +87,32 @@ class Constant(Initializer):
 
 
 class Uniform(Initializer):
-    def __init__(self, low: float = -1.0, high: float = 1.0, seed: int = 0) -> None:
+    """Uniform in ``[low, high)``; with ``diag_num > 0`` the flat elements ``0, diag_step + 1,
+    2 * (diag_step + 1), ...`` (``diag_num`` of them; the diagonal when ``diag_step`` is the
+    row width) are set to ``diag_val``, as Fluid's initializer does."""
+
+    def __init__(self, low: float = -1.0, high: float = 1.0, seed: int = 0, diag_num: int = 0,
+                 diag_step: int = 0, diag_val: float = 1.0) -> None:
         if low >= high:
             raise ValueError(f"Uniform: low ({low}) must be < high ({high})")
+        if diag_num < 0 or diag_step < 0:
+            raise ValueError(f"Uniform: diag_num ({diag_num}) and diag_step ({diag_step}) "
+                             "must be >= 0")
         self.low, self.high, self.seed = low, high, seed
+        self.diag_num, self.diag_step, self.diag_val = diag_num, diag_step, diag_val
 
     def __call__(self, var: Any, block: Any) -> Any:
-        return block.append_op("uniform_random", outputs={"Out": [var]},
-                               attrs={"shape": list(var.shape), "dtype": var.dtype,
-                                      "min": float(self.low), "max": float(self.high),
-                                      "seed": self._seed(self.seed, block)})
+        attrs = {"shape": list(var.shape), "dtype": var.dtype, "min": float(self.low),
+                 "max": float(self.high), "seed": self._seed(self.seed, block)}
+        if self.diag_num:
+            numel = int(np.prod(var.shape))
+            if (self.diag_num - 1) * (self.diag_step + 1) >= numel:
+                raise ValueError(f"Uniform: diag_num {self.diag_num} with diag_step "
+                                 f"{self.diag_step} reaches past the {numel} elements of "
+                                 f"{var.name}")
+            attrs.update(diag_num=int(self.diag_num), diag_step=int(self.diag_step),
+                         diag_val=float(self.diag_val))
+        return block.append_op("uniform_random", outputs={"Out": [var]}, attrs=attrs)
 
 
 class Normal(Initializer):
@@ -165,7 +182,25 @@ class NumpyArrayInitializer(Initializer):
                                       "values": values})
 
 
+class Bilinear(Initializer):
+    """The bilinear-interpolation kernel for a ``conv2d_transpose`` filter ``[C, M, K, K]``
+    that upsamples by ``K / 2``: every ``K x K`` slice holds the same tent weights."""
+
+    def __call__(self, var: Any, block: Any) -> Any:
+        shape = list(var.shape or ())
+        if len(shape) != 4 or shape[2] != shape[3]:
+            raise ValueError(f"Bilinear: {var.name} must be 4-D [C, M, K, K] with square "
+                             f"kernels, got shape {shape}")
+        size = shape[3]
+        f = math.ceil(size / 2.0)
+        c = (2 * f - 1 - f % 2) / (2.0 * f)
+        tent = 1 - np.abs(np.arange(size) / f - c)
+        kernel = np.outer(tent, tent)  # rows: y, columns: x
+        return NumpyArrayInitializer(np.broadcast_to(kernel, shape))(var, block)
+
+
 ConstantInitializer = Constant
+BilinearInitializer = Bilinear
 UniformInitializer = Uniform
 NormalInitializer = Normal
 TruncatedNormalInitializer = TruncatedNormal

@@ -44,14 +44,27 @@ from .dtypes import convert_dtype
 from .framework import Parameter, Program, Variable, default_main_program
 from .ops.registry import shapes_compatible
 from .passes.prune import prune
-from .reader import batch, buffered, chain, compose, firstn, map_readers, shuffle
+from .reader import (
+    Fake,
+    PipeReader,
+    batch,
+    buffered,
+    cache,
+    chain,
+    compose,
+    firstn,
+    map_readers,
+    shuffle,
+    xmap_readers,
+)
 from .scope import Scope, SelectedRows, global_scope
 from .serialization import _MAGIC, parse_json, program_from_dict, program_to_dict
 
 __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_params",
            "load_persistables", "save_inference_model", "load_inference_model",
            "is_parameter", "is_persistable", "DataLoader", "PyReader", "batch", "shuffle",
-           "buffered", "chain", "compose", "firstn", "map_readers", "DEFAULT_FILENAME",
+           "buffered", "chain", "compose", "firstn", "map_readers", "cache", "xmap_readers",
+           "PipeReader", "Fake", "save", "load", "DEFAULT_FILENAME",
            "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model",
            "pserver_checkpoint_filename", "write_pserver_checkpoint", "check_checkpoint_file",
            "CHECKPOINT_MARKER"]
@@ -132,7 +145,7 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
         fluid.io.save_persistables(exe, "ckpt", fluid.default_main_program())
     """
     program = _as_program(main_program, "save_persistables")
-    pservers = getattr(program, "_pserver_endpoints", None)
+    pservers = program.meta.pserver_endpoints
     if not pservers:
         return save_vars(executor, dirname, main_program, predicate=is_persistable,
                          filename=filename, scope=scope)
@@ -140,7 +153,7 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
     # the pservers; each saves its own blocks into dirname (Fluid's checkpoint_notify).
     from .distributed.ps_registry import client_pool
 
-    pool = client_pool(int(program._trainer_id))
+    pool = client_pool(program.meta.trainer_id or 0)
     step = pool.step(pservers)
     marker = os.path.join(dirname, CHECKPOINT_MARKER)
     if os.path.exists(marker):
@@ -158,7 +171,7 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
     for ep, record in zip(pservers, pool.checkpoint_notify(os.path.abspath(dirname), pservers)):
         if record["step"] != step:
             raise RuntimeError(f"save_persistables: pserver {ep} saved step {record['step']}, "
-                               f"trainer {program._trainer_id} is at step {step}; the "
+                               f"trainer {program.meta.trainer_id or 0} is at step {step}; the "
                                f"checkpoint in {dirname} is not committed")
         records.append(record)
     names = [r["file"] for r in records]
@@ -277,7 +290,7 @@ def load_persistables(executor: Any, dirname: str, main_program: Program | None 
     program = _as_program(main_program, "load_persistables")
     ps_file = pserver_checkpoint_filename(program)
     predicate = is_persistable
-    if ps_file is not None or getattr(program, "_pserver_endpoints", None):
+    if ps_file is not None or program.meta.pserver_endpoints:
         # a pserver-mode checkpoint: one committed step, or nothing
         filename = filename or ps_file or DEFAULT_FILENAME
         check_checkpoint_file(dirname, filename)
@@ -291,6 +304,45 @@ def load_persistables(executor: Any, dirname: str, main_program: Program | None 
 # ---------------------------------------------------------------------- inference models
 
 
+def _is_state(var: Variable) -> bool:
+    return is_persistable(var) and not is_parameter(var)
+
+
+def save(program: Program, model_path: str) -> None:
+    """Fluid 1.6's ``fluid.save``: the parameters of ``program`` to
+    ``<model_path>.pdparams``, its other persistables (optimizer state, learning rate,
+    counters) to ``<model_path>.pdopt`` and the program to ``<model_path>.pdmodel``.
+
+    Example::
+
+        fluid.save(main, "out/model")      # out/model.pdparams, .pdopt, .pdmodel
+        fluid.load(main, "out/model", exe)
+    """
+    dirname, base = _model_path(model_path, "save")
+    program = _as_program(program, "save")
+    save_vars(None, dirname, program, predicate=is_parameter, filename=base + ".pdparams")
+    save_vars(None, dirname, program, predicate=_is_state, filename=base + ".pdopt")
+    write_bytes(model_path + ".pdmodel", program.serialize_to_string())
+
+
+def load(program: Program, model_path: str, executor: Any = None) -> None:
+    """Fluid 1.6's ``fluid.load``: the values ``fluid.save`` wrote into the scope (the
+    ``.pdopt`` file only if it exists, as Fluid). Shapes and dtypes must match ``program``."""
+    dirname, base = _model_path(model_path, "load")
+    program = _as_program(program, "load")
+    load_vars(executor, dirname, program, predicate=is_parameter, filename=base + ".pdparams")
+    if os.path.exists(os.path.join(dirname, base + ".pdopt")):
+        load_vars(executor, dirname, program, predicate=_is_state, filename=base + ".pdopt")
+
+
+def _model_path(model_path: str, where: str) -> tuple[str, str]:
+    if not isinstance(model_path, str) or not os.path.basename(model_path):
+        raise ValueError(f"{where}: model_path must name a file prefix like 'dir/model', got "
+                         f"{model_path!r}")
+    dirname, base = os.path.split(model_path)
+    return dirname or ".", base
+
+
 def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
                          target_vars: Variable | Sequence[Variable], executor: Any,
                          main_program: Program | None = None, model_filename: str | None = None,
@@ -299,10 +351,12 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
     """Save the program pruned to compute ``target_vars`` from the feeds, and its parameters.
 
     The pruned program (``prune.prune``: a ``clone(for_test=True)`` keeping only the ops the
-    targets need) goes to ``dirname/model_filename`` (default ``__model__``), the persistable
-    variables it reads to ``dirname/params_filename`` (default ``__variables__.safetensors``).
+    targets need, without the ``read`` ops of ``py_reader``s: the model is fed) goes to
+    ``dirname/model_filename`` (default ``__model__``), the persistable variables it reads to
+    ``dirname/params_filename`` (default ``__variables__.safetensors``).
     With ``export_for_deployment=False`` the whole, unpruned program is written to
-    ``<model_filename>.main_program`` instead (as Fluid did) with all its persistables.
+    ``<model_filename>.main_program`` instead (as Fluid did) with all its persistables; then
+    ``feeded_var_names`` and ``target_vars`` may be empty lists.
     ``program_only=True`` writes no variables. As in Fluid 1.6, each target ``i`` is saved
     behind a ``scale`` by 1 named ``save_infer_model/scale_i`` (the caller's program is not
     changed), so the loaded model's fetch targets carry those names. Returns them.
@@ -319,16 +373,20 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
                         f"names, got {feeded_var_names!r}")
     if isinstance(target_vars, Variable):
         target_vars = [target_vars]
-    if not isinstance(target_vars, (list, tuple)) or not target_vars or \
+    # NOTE: as in Fluid, only a deployment export needs targets; the whole program may be
+    # saved with none (and any program with no feeds).
+    if not isinstance(target_vars, (list, tuple)) or \
+            (export_for_deployment and not target_vars) or \
             not all(isinstance(v, Variable) for v in target_vars):
-        raise TypeError("save_inference_model: target_vars must be a Variable or a non-empty "
-                        f"list of Variables, got {target_vars!r}")
+        need = "a non-empty list" if export_for_deployment else "a list"
+        raise TypeError(f"save_inference_model: target_vars must be a Variable or {need} of "
+                        f"Variables, got {target_vars!r}")
     program = _as_program(main_program, "save_inference_model")
     program, fetches = _with_target_scales(program, target_vars)
     feeds = list(feeded_var_names)
     model_name = model_filename or MODEL_FILENAME
     if export_for_deployment:
-        model = prune(program, fetches, feeds)
+        model = prune(_without_read_ops(program), fetches, feeds)
     else:
         model, model_name = program.clone(), model_name + ".main_program"
     model_bytes = encode_model(model, feeds, fetches)
@@ -363,6 +421,17 @@ def _with_target_scales(program: Program, targets: Sequence[Variable]
                         attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True})
         names.append(name)
     return program, names
+
+
+def _without_read_ops(program: Program) -> Program:
+    """``program`` (a copy) without its ``read`` ops: a deployed model is fed, as Fluid's
+    ``_inference_optimize(prune_read_op=True)`` makes it."""
+    block = program.global_block()
+    kept = [op for op in block.ops if op.type != "read"]
+    if len(kept) != len(block.ops):
+        block.ops = kept
+        program._bump()
+    return program
 
 
 def load_inference_model(dirname: str, executor: Any, model_filename: str | None = None,
@@ -646,3 +715,10 @@ def _meta_str(t: torch.Tensor) -> str:
 
 def _quoted(names: Sequence[str]) -> str:
     return ", ".join(repr(n) for n in names)
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 names left out here import and fail on use, saying what to use instead
+    from .compat import missing_attribute
+
+    return missing_attribute("io", name, __all__)

@@ -7,7 +7,7 @@ from typing import Any
 from . import unique_name
 from .framework import Parameter, Variable, default_main_program, default_startup_program
 from .initializer import Constant, Xavier
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
 
 __all__ = ["LayerHelper"]
 
@@ -76,8 +76,8 @@ class LayerHelper:
             first = ParamAttr._to_attr(attrs)
             # Several inputs with one named ParamAttr would share a name: suffix it.
             attrs = [first] + [
-                ParamAttr(**{**vars(first), "name": None if first.name is None
-                             else f"{first.name}_{i}"}) if first else first
+                type(first)(**{**vars(first), "name": None if first.name is None
+                               else f"{first.name}_{i}"}) if first else first
                 for i in range(1, len(inputs))]
         return zip(inputs, attrs)
 
@@ -92,6 +92,8 @@ class LayerHelper:
             if not isinstance(d, int) or d <= 0:
                 raise ValueError(f"{self.layer_type} {self.name}: parameter shape must be "
                                  f"positive ints, got {list(shape)} (is an input dim unknown?)")
+        if isinstance(attr, WeightNormParamAttr):
+            return self._weight_normalized(attr, shape, dtype, is_bias, default_initializer)
         kwargs = attr._to_kwargs()
         if kwargs["name"] is None:
             kwargs["name"] = unique_name.generate(f"{self.name}.{'b' if is_bias else 'w'}")
@@ -103,6 +105,44 @@ class LayerHelper:
             init(svar, startup_block)
         return self.main_program.global_block().create_parameter(shape=shape, dtype=dtype,
                                                                  **kwargs)
+
+    def _weight_normalized(self, attr: WeightNormParamAttr, shape: list[int], dtype: Any,
+                           is_bias: bool, default_initializer: Any) -> Variable:
+        """``w = g * v / norm(v)`` from parameters ``<name>_v`` (initialized as ``w`` would
+        be) and ``<name>_g`` (set to ``norm(v)`` by the startup program)."""
+        from .layers import (
+            assign,
+            elementwise_div,
+            elementwise_mul,
+            reduce_sum,
+            reshape,
+            sqrt,
+            square,
+        )
+
+        rank = len(shape)
+        if attr.dim is not None and not -rank <= attr.dim < rank:
+            raise ValueError(f"{self.layer_type}: WeightNormParamAttr dim {attr.dim} is out of "
+                             f"range for a parameter of shape {list(shape)}")
+        dim = None if attr.dim is None else attr.dim % rank
+        base = attr.name or unique_name.generate(f"{self.name}.{'b' if is_bias else 'w'}")
+        common = {k: v for k, v in vars(attr).items() if k not in ("dim", "name")}
+        v = self.create_parameter(ParamAttr(**{**common, "name": f"{base}_v"}), shape, dtype,
+                                  is_bias, default_initializer)
+        g_shape = [shape[i] if i == dim else 1 for i in range(rank)]
+        g = self.create_parameter(ParamAttr(**{**common, "name": f"{base}_g",
+                                               "initializer": Constant(1.0)}),
+                                  g_shape, dtype)
+        axes = [i for i in range(rank) if i != dim]
+
+        def norm(x: Variable) -> Variable:
+            return reshape(sqrt(reduce_sum(square(x), dim=axes, keep_dim=True)), g_shape)
+
+        startup = self.startup_program.global_block()
+        from .framework import program_guard
+        with program_guard(self.startup_program, self.startup_program):
+            assign(norm(startup.var(v.name)), output=startup.var(g.name))
+        return elementwise_mul(v, elementwise_div(g, norm(v)))
 
     def create_variable_for_type_inference(self, dtype: Any = None,
                                            stop_gradient: bool = False) -> Variable:

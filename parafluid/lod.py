@@ -6,9 +6,10 @@ code builds one with ``fluid.create_lod_tensor``, ``LoDTensor.set_lod`` or a ``D
 over a ``lod_level=1`` variable.
 
 At run time the offsets ride on the tensor itself (``attach_lod`` / ``get_lod``): an op
-declared in ``ops/sequence.py``'s sharing table hands its input's offsets to its output (as
-Fluid's ShareLoD does), and the sequence ops read them. Only the last (finest) level is
-interpreted by the ops; the levels above it are carried along.
+whose registration row declares ``share_lod=(input, outputs)`` hands its input's offsets to
+those outputs (as Fluid's ShareLoD does; ``engine.runtime.bind_op`` does it), and the sequence ops
+read them. Only the last (finest) level is interpreted by the ops; the levels above it are
+carried along.
 
 Example::
 
@@ -30,7 +31,7 @@ from .scope import LoDTensor
 
 __all__ = ["create_lod_tensor", "create_random_int_lodtensor", "split_by_sequences",
            "sequence_ranges", "slice_lod", "merge_lods", "lengths_to_offsets",
-           "offsets_to_lengths", "attach_lod", "get_lod", "require_lod", "lod_feed_tensor"]
+           "offsets_to_lengths", "attach_lod", "get_lod", "require_lod"]
 
 LOD_ATTR = "_parafluid_lod"  # the attribute of a run-time tensor holding its LoD
 
@@ -231,19 +232,3 @@ def require_lod(op: str, slot: str, tensor: Any) -> list[int]:
         raise ValueError(f"{op}: input {slot} has {tensor.shape[0]} rows but its LoD "
                          f"{offsets} covers {offsets[-1]}")
     return offsets
-
-
-def lod_feed_tensor(block: Any, name: str, value: LoDTensor, device: torch.device) -> Any:
-    """What the executors make of a fed LoDTensor: its tensor, carrying the LoD."""
-    from .feed_fetch import as_feed_tensor
-
-    if value.value is None:
-        raise ValueError(f"feed {name!r}: the LoDTensor has no value; call .set(array, place)")
-    t = as_feed_tensor(block, name, value.value, device)
-    lod = value.lod()
-    if not lod:
-        return t
-    check_lod(lod, t.shape[0], f"feed {name!r}")
-    if t is value.value:
-        t = t.view(t.shape)  # a new tensor object, so that the LoD is not left on the holder's
-    return attach_lod(t, [list(level) for level in lod])

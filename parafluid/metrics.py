@@ -37,15 +37,27 @@ class MetricBase:
         return self._name
 
     def reset(self) -> None:
-        for attr, value in self._initial.items():
-            setattr(self, attr, np.zeros_like(value) if isinstance(value, np.ndarray)
-                    else type(value)(0))
+        for attr, value in self._states().items():
+            if isinstance(value, (np.ndarray, np.generic)):
+                setattr(self, attr, np.zeros_like(value))
+            elif isinstance(value, (bool, int, float)):
+                setattr(self, attr, type(value)(0))
+            else:  # as Fluid's reset does for any other state
+                setattr(self, attr, None)
 
     def _remember(self) -> None:
         self._initial = {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
+    def _states(self) -> dict[str, Any]:
+        # NOTE: a subclass written for Fluid does not call _remember(); as in Fluid, its
+        # public attributes are its states
+        initial = self.__dict__.get("_initial")
+        names = initial if initial is not None else \
+            [k for k in vars(self) if not k.startswith("_")]
+        return {k: getattr(self, k) for k in names}
+
     def get_config(self) -> dict[str, Any]:
-        return {"name": self._name, **{k: getattr(self, k) for k in self._initial}}
+        return {"name": self._name, **self._states()}
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError  # abstract
@@ -246,3 +258,10 @@ class EditDistance(MetricBase):
         if self.seq_num == 0:
             raise ValueError("EditDistance.eval: no data yet; call update() first")
         return self.total_distance / self.seq_num, self.instance_error / self.seq_num
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 names left out here import and fail on use, saying what to use instead
+    from .compat import missing_attribute
+
+    return missing_attribute("metrics", name, __all__)

@@ -34,7 +34,9 @@ from .regularizer import append_regularization_ops
 __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "Adam",
            "AdamOptimizer", "Adagrad", "AdagradOptimizer", "RMSProp", "RMSPropOptimizer",
            "DecayedAdagrad", "DecayedAdagradOptimizer", "Adamax", "AdamaxOptimizer", "Ftrl",
-           "FtrlOptimizer", "Lamb", "LambOptimizer"]
+           "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
+           "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage",
+           "LookaheadOptimizer", "ModelAverage"]
 
 
 class State(NamedTuple):
@@ -113,6 +115,18 @@ class Optimizer:
         self.helper.set_variable_initializer(var, Constant(float(fill_value)))
         self._accumulators[name][param.name] = var
         return var
+
+    def get_opti_var_name_list(self) -> list[str]:
+        """The names of the state variables (moments, accumulators) this optimizer created."""
+        return [var.name for per_param in self._accumulators.values()
+                for var in per_param.values()]
+
+    def load(self, stat_dict: dict[str, Any]) -> None:
+        """Fluid loads optimizer state this way only in dygraph mode; static programs load
+        it with the persistables (``fluid.io.load_persistables``)."""
+        raise TypeError(f"{type(self).__name__}.load(stat_dict) works only in dygraph mode, "
+                        "which parafluid does not have; load the optimizer's state with "
+                        "fluid.io.load_persistables(exe, dirname, main_program)")
 
     def _get_accumulator(self, name: str, param: Parameter) -> Variable:
         try:
@@ -209,9 +223,13 @@ class Optimizer:
             return self.apply_gradients(params_grads)
 
     def minimize(self, loss: Variable, startup_program: Program | None = None,
-                 parameter_list: list[Any] | None = None,
-                 no_grad_set: Any = None) -> tuple[list[Any], list[tuple[Any, Any]]]:
-        """Append backward and update ops for ``loss``; return (optimize_ops, params_grads)."""
+                 parameter_list: list[Any] | None = None, no_grad_set: Any = None,
+                 grad_clip: Any = None) -> tuple[list[Any], list[tuple[Any, Any]]]:
+        """Append backward and update ops for ``loss``; return (optimize_ops, params_grads).
+
+        ``grad_clip`` is accepted as in Fluid 1.6, where only dygraph mode applies it; static
+        programs clip with ``fluid.clip.set_gradient_clip`` or a ParamAttr's
+        ``gradient_clip``."""
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
         return self.apply_optimize(loss, startup_program, params_grads), params_grads
 
@@ -481,3 +499,88 @@ DecayedAdagradOptimizer = DecayedAdagrad
 AdamaxOptimizer = Adamax
 FtrlOptimizer = Ftrl
 LambOptimizer = Lamb
+
+
+class Adadelta(Optimizer):
+    """Adadelta (Zeiler), as Fluid's: no learning rate enters the update::
+
+        E[g^2] = rho * E[g^2] + (1 - rho) * g^2
+        dx = -sqrt((E[dx^2] + epsilon) / (E[g^2] + epsilon)) * g
+        E[dx^2] = rho * E[dx^2] + (1 - rho) * dx^2;  p += dx
+
+    Example::
+
+        fluid.optimizer.Adadelta(learning_rate=0.0003, epsilon=1.0e-6, rho=0.95).minimize(cost)
+    """
+
+    type = "adadelta"
+    _state = (State("AvgSquaredGrad", "_avg_squared_grad", "AvgSquaredGradOut"),
+              State("AvgSquaredUpdate", "_avg_squared_update", "AvgSquaredUpdateOut"))
+
+    def __init__(self, learning_rate: float | Variable, epsilon: float = 1.0e-6,
+                 rho: float = 0.95, regularization: Any = None, name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        _check_number("Adadelta", epsilon=epsilon, rho=rho)
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._epsilon, self._rho = float(epsilon), float(rho)
+
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"epsilon": self._epsilon, "rho": self._rho}
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        # NOTE: as Fluid's, the op reads no learning rate
+        param, grad = param_and_grad
+        sq_grad = self._get_accumulator("_avg_squared_grad", param)
+        sq_update = self._get_accumulator("_avg_squared_update", param)
+        return block.append_op(
+            "adadelta", inputs={"Param": [param], "Grad": [grad], "AvgSquaredGrad": [sq_grad],
+                                "AvgSquaredUpdate": [sq_update]},
+            outputs={"ParamOut": [param], "AvgSquaredGradOut": [sq_grad],
+                     "AvgSquaredUpdateOut": [sq_update]},
+            attrs=self._update_attrs(param))
+
+
+class LarsMomentum(Optimizer):
+    """Momentum with LARS, a learning rate per layer (You et al.)::
+
+        local_lr = lr * lars_coeff * |p| / (|g| + lars_weight_decay * |p|)
+        v = momentum * v + local_lr * (g + lars_weight_decay * p);  p -= v
+
+    Example::
+
+        fluid.optimizer.LarsMomentum(learning_rate=0.2, momentum=0.9).minimize(cost)
+    """
+
+    type = "lars_momentum"
+    _state = (State("Velocity", "velocity", "VelocityOut"),)
+
+    def __init__(self, learning_rate: float | Variable, momentum: float,
+                 lars_coeff: float = 0.001, lars_weight_decay: float = 0.0005,
+                 regularization: Any = None, name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        _check_number("LarsMomentum", momentum=momentum, lars_coeff=lars_coeff,
+                      lars_weight_decay=lars_weight_decay)
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._momentum, self._lars_coeff = float(momentum), float(lars_coeff)
+        self._lars_weight_decay = float(lars_weight_decay)
+
+    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
+        return {"mu": self._momentum, "lars_coeff": self._lars_coeff,
+                "lars_weight_decay": self._lars_weight_decay}
+
+
+AdadeltaOptimizer = Adadelta
+LarsMomentumOptimizer = LarsMomentum
+
+from .moving_average import (  # noqa: E402
+    ExponentialMovingAverage,
+    LookaheadOptimizer,
+    ModelAverage,
+)
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 names left out here import and fail on use, saying what to use instead
+    from .compat import missing_attribute
+
+    return missing_attribute("optimizer", name, __all__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ParamAttr"]
+__all__ = ["ParamAttr", "WeightNormParamAttr"]
 
 
 class ParamAttr:
@@ -19,7 +19,7 @@ class ParamAttr:
 
     def __init__(self, name: str | None = None, initializer: Any = None,
                  learning_rate: float = 1.0, regularizer: Any = None, trainable: bool = True,
-                 gradient_clip: Any = None, do_model_average: bool = False) -> None:
+                 gradient_clip: Any = None, do_model_average: bool = True) -> None:
         self.name = name
         self.initializer = initializer
         self.learning_rate = learning_rate
@@ -53,3 +53,27 @@ class ParamAttr:
                 "regularizer": self.regularizer, "trainable": self.trainable,
                 "gradient_clip_attr": self.gradient_clip,
                 "do_model_average": self.do_model_average}
+
+
+class WeightNormParamAttr(ParamAttr):
+    """A parameter reparameterized as ``w = g * v / ||v||`` (weight normalization, Salimans
+    & Kingma): the layer creates ``<name>_g`` and ``<name>_v`` and computes ``w`` from them
+    with ordinary ops, so both train. The norm is over every axis but ``dim`` (over all
+    axes when ``dim`` is None); ``g`` starts at the norm of ``v``'s initial value, so ``w``
+    starts equal to ``v``.
+
+    Example::
+
+        out = fluid.layers.fc(x, size=32, param_attr=fluid.WeightNormParamAttr(
+            dim=1, name="fc_wn", initializer=fluid.initializer.Normal(0.0, 0.05)))
+    """
+
+    def __init__(self, dim: int | None = None, name: str | None = None,
+                 initializer: Any = None, learning_rate: float = 1.0, regularizer: Any = None,
+                 trainable: bool = True, gradient_clip: Any = None,
+                 do_model_average: bool = False) -> None:
+        super().__init__(name, initializer, learning_rate, regularizer, trainable,
+                         gradient_clip, do_model_average)
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+            raise TypeError(f"WeightNormParamAttr: dim must be an int or None, got {dim!r}")
+        self.dim = dim

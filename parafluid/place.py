@@ -8,6 +8,7 @@ import warnings
 import torch
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "cpu_places", "cuda_places",
+           "cuda_pinned_places",
            "is_compiled_with_cuda", "to_device", "cpu_device_count"]
 
 
@@ -98,6 +99,13 @@ def cpu_places(device_count: int | None = None) -> list[CPUPlace]:
     if device_count is None:
         device_count = cpu_device_count()
     return [CPUPlace() for _ in range(device_count)]
+
+
+def cuda_pinned_places(device_count: int | None = None) -> list[CUDAPinnedPlace]:
+    """``device_count`` pinned-host places (default: CPU_NUM), as Fluid's."""
+    if device_count is None:
+        device_count = cpu_device_count()
+    return [CUDAPinnedPlace() for _ in range(device_count)]
 
 
 def cuda_places(device_ids: list[int] | None = None) -> list[CUDAPlace]:

@@ -1,6 +1,6 @@
 """Operator placement: ``place_guard`` and ``device_guard`` record where each op runs.
 
-A place follows seed 004's grammar::
+A place follows the grammar of Fluid's operator placement design::
 
     place  ::= "/node:" NODE_NAME [":" NODE_ID] "/" DEVICE [":" DEVICE_ID]
     NODE_NAME ::= "worker" | "ps"          NODE_ID ::= a number (which worker)
@@ -10,7 +10,7 @@ Every op appended inside a guard (to any program) records its place in two plain
 attrs, printed by ``str(program)``, kept by serialization and ``clone``:
 
 - ``op_device``: the device part (``"cpu"``, ``"cpu:1"``, ``"gpu:0"``, ``"gpu:0-7"``); the
-  runtime binds the op's kernel there (``parafluid.runtime.op_device``);
+  runtime binds the op's kernel there (``parafluid.engine.runtime.op_device``);
 - ``op_node``: the node part (``"worker"``, ``"worker:1"``, ``"ps"``), set by
   ``place_guard`` only.
 
@@ -38,9 +38,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Place", "parse_place", "parse_device", "place_guard", "device_guard", "place_of",
-           "place_attrs", "follow_place", "is_placed", "GRAMMAR", "DEVICE_ATTR", "NODE_ATTR",
-           "local_device_count"]
+import torch
+
+__all__ = ["Place", "parse_place", "parse_device", "parse_node", "device_name", "torch_device",
+           "place_guard", "device_guard", "place_of", "place_attrs", "follow_place", "is_placed",
+           "GRAMMAR", "DEVICE_GRAMMAR", "DEVICE_ATTR", "NODE_ATTR", "local_device_count"]
 
 DEVICE_ATTR = "op_device"
 NODE_ATTR = "op_node"
@@ -49,8 +51,12 @@ GRAMMAR = ('place ::= "/node:NODE_NAME[:NODE_ID]/DEVICE[:DEVICE_ID]" with NODE_N
            '(e.g. "/node:worker/gpu:0", "/node:worker:1/cpu", "/node:ps/cpu", '
            '"/node:worker/gpu:0-7")')
 
+DEVICE_GRAMMAR = ("'cpu', 'cpu:N', 'gpu', 'gpu:N' or a range 'gpu:a-b' (torch's 'cuda' spelling "
+                  "is read as 'gpu')")
+
 _PLACE_RE = re.compile(r"/node:(worker|ps)(?::(\d+))?/(cpu|gpu)(?::(\d+)(?:-(\d+))?)?")
-_DEVICE_RE = re.compile(r"(cpu|gpu)(?::(\d+)(?:-(\d+))?)?")
+_DEVICE_RE = re.compile(r"(cpu|gpu|cuda)(?::(\d+)(?:-(\d+))?)?")
+_NODE_RE = re.compile(r"(worker|ps)(?::(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -138,18 +144,86 @@ def parse_place(place: str | Place) -> Place:
     return Place(name, None if node_id is None else int(node_id), dev, a, b)
 
 
-def parse_device(device: str) -> Place:
-    """Parse a device part (``"cpu"``, ``"gpu:1"``, ``"cpu:0-1"``) as a node-less Place."""
+def parse_device(device: Any, what: str = "device") -> Place:
+    """Parse a device (``"cpu"``, ``"gpu:1"``, ``"cpu:0-1"``, a ``torch.device``) as a
+    node-less Place: the one reading of an ``op_device`` attr, a ``device_guard`` argument
+    or an executor's device. ValueError naming ``what``, the expected forms and the value.
+
+    Example::
+
+        parse_device("gpu:0-3").device_ids           # (0, 1, 2, 3)
+        parse_device(torch.device("cuda", 1)).device  # 'gpu:1'
+    """
+    if isinstance(device, Place):
+        return device
+    if isinstance(device, torch.device):
+        device = str(device)
     if not isinstance(device, str):
-        raise TypeError(f"device_guard: device must be a str like 'gpu:0', got "
+        raise TypeError(f"{what} must be a str like 'gpu:0', got "
                         f"{type(device).__name__}: {device!r}")
     m = _DEVICE_RE.fullmatch(device.strip())
     if m is None:
-        raise ValueError(f"malformed device {device!r}; expected 'cpu', 'gpu', 'cpu:N', 'gpu:N' "
-                         f"or a range 'gpu:a-b' (the DEVICE[:DEVICE_ID] part of {GRAMMAR})")
+        raise ValueError(f"malformed device {device!r}: {what} must be {DEVICE_GRAMMAR}, "
+                         f"got {device!r}")
     dev, first, last = m.groups()
     a, b = _range(device, first, last)
-    return Place(None, None, dev, a, b)
+    return Place(None, None, "gpu" if dev == "cuda" else dev, a, b)
+
+
+def parse_node(node: str, what: str = "op_node") -> tuple[str, int | None]:
+    """Parse a node part (``"worker"``, ``"worker:1"``, ``"ps"``) -> ``(name, id or None)``.
+
+    Example::
+
+        parse_node("worker:1")   # ('worker', 1)
+    """
+    m = _NODE_RE.fullmatch(str(node).strip())
+    if m is None:
+        raise ValueError(f"malformed node {node!r}: {what} must be 'worker', 'worker:N', 'ps' "
+                         f"or 'ps:N' (the NODE_NAME[:NODE_ID] part of {GRAMMAR})")
+    name, nid = m.groups()
+    return name, None if nid is None else int(nid)
+
+
+def _one_device(device: Any, what: str) -> Place:
+    dev = parse_device(device, what)
+    if len(dev.device_ids) > 1:
+        raise ValueError(
+            f"{what} {dev.device!r} is a device range, which means data parallelism over "
+            f"those devices; one op runs on one device ('{dev.device_type}:{dev.first_id}')")
+    return dev
+
+
+def device_name(device: Any, what: str = "device") -> str:
+    """One device in the canonical form ``"cpu:N"`` / ``"gpu:N"`` (no id means id 0).
+
+    Example::
+
+        device_name("gpu"), device_name(torch.device("cpu"))   # 'gpu:0', 'cpu:0'
+    """
+    dev = _one_device(device, what)
+    return f"{dev.device_type}:{dev.first_id or 0}"
+
+
+def torch_device(device: Any, what: str = "device", storage: bool = False) -> torch.device:
+    """The ``torch.device`` of one device: ``"gpu:N"`` -> ``cuda:N``; ``"cpu:N"`` -> torch's
+    CPU with index N, so that an op bound there knows which CPU place it is, or with
+    ``storage=True`` torch's one CPU (where a tensor of any CPU place lives). A GPU that
+    torch does not see is a ValueError naming ``what``.
+
+    Example::
+
+        torch_device("cpu:1"), torch_device("cpu:1", storage=True)   # cpu:1, cpu
+    """
+    dev = _one_device(device, what)
+    if dev.device_type == "cpu":
+        if storage or dev.first_id is None:
+            return torch.device("cpu")
+        return torch.device("cpu", dev.first_id)
+    if not torch.cuda.is_available():
+        raise ValueError(f"{what} is {dev.device!r} but torch sees no CUDA device here; use "
+                         "'cpu' or run on a GPU machine")
+    return torch.device("cuda", dev.first_id or 0)
 
 
 # The guards in force, outermost first: (place, replaces_node). A module-level stack, as
@@ -179,7 +253,7 @@ def _guard(place: Place, full: bool) -> Iterator[Place]:
 
 
 def place_guard(place: str | Place) -> contextlib.AbstractContextManager[Place]:
-    """Ops appended inside run at ``place`` (seed 004's grammar, see ``GRAMMAR``).
+    """Ops appended inside run at ``place`` (Fluid's placement grammar, see ``GRAMMAR``).
 
     Args:
         place: ``"/node:NODE_NAME[:NODE_ID]/DEVICE[:DEVICE_ID]"``. A malformed place is a
@@ -207,7 +281,7 @@ def device_guard(device: str | None = None) -> contextlib.AbstractContextManager
     """
     if device is None:
         return contextlib.nullcontext()
-    return _guard(parse_device(device), False)
+    return _guard(parse_device(device, "device_guard: device"), False)
 
 
 def follow_place(attrs: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
@@ -240,11 +314,9 @@ def place_attrs(op: Any) -> dict[str, str]:
 
 
 def place_of_attrs(attrs: dict[str, Any]) -> Place:
-    node = attrs.get(NODE_ATTR) or ""
-    name, _, nid = node.partition(":")
-    dev = parse_device(attrs[DEVICE_ATTR]) if attrs.get(DEVICE_ATTR) else None
-    return Place(name or None, int(nid) if nid.isdigit() else None,
-                 dev.device_type if dev else None, dev.first_id if dev else None,
+    name, nid = parse_node(attrs[NODE_ATTR]) if attrs.get(NODE_ATTR) else (None, None)
+    dev = parse_device(attrs[DEVICE_ATTR], DEVICE_ATTR) if attrs.get(DEVICE_ATTR) else None
+    return Place(name, nid, dev.device_type if dev else None, dev.first_id if dev else None,
                  dev.last_id if dev else None)
 
 
@@ -269,8 +341,6 @@ def local_device_count(device_type: str) -> int:
     """How many devices of a type this process has: GPUs torch sees; CPU devices: one per
     core (``os.cpu_count()``), or ``CPU_NUM`` if that is larger (Fluid's CPU device count)."""
     if device_type == "gpu":
-        import torch
-
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     cores = os.cpu_count() or 1
     raw = os.environ.get("CPU_NUM", "")

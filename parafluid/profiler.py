@@ -1,6 +1,6 @@
 """Fluid's ``fluid.profiler``: time every op, print a per-op table, write a Chrome trace.
 
-The profiler is an op hook (``parafluid.runtime.add_op_hook``): while it is on, the
+The profiler is an op hook (``parafluid.engine.runtime.add_op_hook``): while it is on, the
 executors run their timed task graphs (``Plan.graph_for_run``) and every op of every run,
 on every device and thread, reports an ``OpRecord``. Off, no hook is registered and the
 executors run the plain tasks: nothing is added per op.
@@ -44,22 +44,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .runtime import OpRecord, add_op_hook, remove_op_hook
+from .engine.runtime import OpRecord, add_op_hook, remove_op_hook, set_op_detail
+from .ops.registry import get_op_def, has_op
 
 __all__ = ["profiler", "start_profiler", "stop_profiler", "reset_profiler", "cuda_profiler",
-           "OpStat", "op_table", "chrome_trace", "COMM_OPS", "SORT_KEYS"]
+           "OpStat", "op_table", "chrome_trace", "is_comm_op", "SORT_KEYS"]
 
 STATES = ("CPU", "GPU", "All")
 SORT_KEYS = ("calls", "total", "max", "min", "ave")
 DEFAULT_PROFILE_PATH = "/tmp/profile"
 
-# Op types shown as communication in the trace (collectives, RPC, barriers).
-COMM_OPS = frozenset({
-    "c_allreduce_sum", "c_allreduce_coalesced", "c_reduce_sum", "c_broadcast",
-    "c_gen_nccl_id", "gen_nccl_id", "c_sync_comm_stream", "allreduce", "broadcast",
-    "send", "recv", "send_barrier", "fetch_barrier", "listen_and_serv", "prefetch",
-    "barrier", "checkpoint_notify", "node_send", "node_recv",
-})
+
+def is_comm_op(op_type: str) -> bool:
+    """Whether the trace shows ``op_type`` as communication: its registration row says
+    ``comm=True`` (collectives, RPC, barriers, copies between devices)."""
+    return has_op(op_type) and get_op_def(op_type).comm
 
 
 @dataclass(frozen=True)
@@ -107,15 +106,19 @@ _SESSION: _Session | None = None
 def start_profiler(state: str, tracer_option: str = "Default") -> None:
     """Start timing every op that runs (``state``: "CPU", "GPU" or "All"; they time the same
     ops here: a GPU op's time is its launch, add a device sync to time the kernel).
-    ``tracer_option`` ("Default", "OpDetail", "AllOpDetail") is accepted for Fluid scripts;
-    every op is traced the same way."""
+    ``tracer_option``: "Default" times a compiled segment as one event (named with its ops);
+    "OpDetail" and "AllOpDetail" run segments op by op so that every op gets its own time."""
     global _SESSION
     if state not in STATES:
         raise ValueError(f"start_profiler: state must be one of {', '.join(STATES)}, got "
                          f"{state!r}")
     if _SESSION is not None:
         return  # already on, as Fluid: a second start is ignored
+    if tracer_option not in ("Default", "OpDetail", "AllOpDetail"):
+        raise ValueError(f"start_profiler: tracer_option must be 'Default', 'OpDetail' or "
+                         f"'AllOpDetail', got {tracer_option!r}")
     _SESSION = _Session(state)
+    set_op_detail(tracer_option != "Default")
     add_op_hook(_SESSION.hook)
 
 
@@ -128,6 +131,7 @@ def stop_profiler(sorted_key: str | None = None, profile_path: str = DEFAULT_PRO
     if session is None:
         return
     remove_op_hook(session.hook)
+    set_op_detail(False)
     _SESSION = None
     print(format_table(op_table(session.records, sorted_key), session.state, sorted_key))
     if profile_path:
@@ -258,7 +262,7 @@ def chrome_trace(records: list[OpRecord], start_ns: int, start_epoch_ns: int,
         pid = track_id(rank, r.device)
         tracks.add(r.device)
         lanes_used.add((pid, lane))
-        comm = r.op_type in COMM_OPS
+        comm = is_comm_op(r.op_type)
         events.append({
             "name": r.op_type, "cat": "communication" if comm else "compute", "ph": "X",
             "pid": pid, "tid": lane, "ts": (r.start_ns - start_ns) / 1e3,

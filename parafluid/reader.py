@@ -13,15 +13,20 @@ Example::
 
 from __future__ import annotations
 
+import collections
+import gzip
 import itertools
 import queue
 import random
+import shlex
+import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 __all__ = ["batch", "shuffle", "buffered", "chain", "compose", "firstn", "map_readers",
-           "ComposeNotAligned"]
+           "ComposeNotAligned", "cache", "xmap_readers", "PipeReader", "Fake"]
 
 Reader = Callable[[], Iterable[Any]]
 
@@ -215,3 +220,147 @@ def buffered(reader: Reader, size: int) -> Reader:
             stop.set()
 
     return buffered_reader
+
+
+def cache(reader: Reader) -> Reader:
+    """Read all samples of ``reader`` once (at the first pass) and replay them from memory.
+
+    Example::
+
+        train = fluid.io.cache(slow_reader)
+        for epoch in range(3):
+            for sample in train():   # slow_reader runs once
+                ...
+    """
+    _check_reader(reader, "cache")
+    samples: list[Any] = []
+    filled = []
+
+    def cached() -> Iterator[Any]:
+        if not filled:
+            samples.extend(reader())
+            filled.append(True)
+        yield from samples
+    return cached
+
+
+def xmap_readers(mapper: Callable[[Any], Any], reader: Reader, process_num: int,
+                 buffer_size: int, order: bool = False) -> Reader:
+    """``mapper`` applied to each sample by ``process_num`` threads, at most ``buffer_size``
+    samples in flight; ``order=True`` keeps the reader's order. An exception in ``mapper``
+    is raised in the consumer.
+
+    Example::
+
+        decoded = fluid.io.xmap_readers(decode_image, file_reader, process_num=4,
+                                        buffer_size=32, order=True)
+    """
+    _check_reader(reader, "xmap_readers")
+    _check_positive_int(process_num, "process_num", "xmap_readers")
+    _check_positive_int(buffer_size, "buffer_size", "xmap_readers")
+
+    def xmapped() -> Iterator[Any]:
+        pending: collections.deque[Future] = collections.deque()
+        with ThreadPoolExecutor(max_workers=process_num,
+                                thread_name_prefix="xmap_readers") as pool:
+            try:
+                for sample in reader():
+                    pending.append(pool.submit(mapper, sample))
+                    while len(pending) >= buffer_size:
+                        yield from _take(pending, order)
+                while pending:
+                    yield from _take(pending, order)
+            finally:
+                for f in pending:
+                    f.cancel()
+    return xmapped
+
+
+def _take(pending: collections.deque[Future], order: bool) -> Iterator[Any]:
+    if order:
+        yield pending.popleft().result()
+        return
+    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+    for f in [f for f in pending if f in done]:
+        pending.remove(f)
+        yield f.result()
+
+
+class PipeReader:
+    """Lines of the standard output of ``command`` (``file_type`` ``"plain"`` or ``"gzip"``).
+
+    Example::
+
+        for line in fluid.io.PipeReader("cat data.txt").get_line():
+            ...
+    """
+
+    def __init__(self, command: str, bufsize: int = 8192, file_type: str = "plain") -> None:
+        if not isinstance(command, str) or not command.strip():
+            raise TypeError(f"PipeReader: command must be a non-empty str, got {command!r}")
+        if file_type not in ("plain", "gzip"):
+            raise ValueError(f"PipeReader: file_type must be 'plain' or 'gzip', got "
+                             f"{file_type!r}")
+        self.command, self.bufsize, self.file_type = command, int(bufsize), file_type
+
+    def get_line(self, cut_lines: bool = True, line_break: str = "\n") -> Iterator[str]:
+        """The lines (``cut_lines``; without ``line_break``) or raw chunks of the output."""
+        proc = subprocess.Popen(shlex.split(self.command), bufsize=self.bufsize,
+                                stdout=subprocess.PIPE)
+        try:
+            stream: Any = gzip.GzipFile(fileobj=proc.stdout) if self.file_type == "gzip" \
+                else proc.stdout
+            remained = ""
+            while True:
+                chunk = stream.read(self.bufsize)
+                if not chunk:
+                    break
+                text = chunk.decode("utf-8")
+                if not cut_lines:
+                    yield text
+                    continue
+                lines = (remained + text).split(line_break)
+                remained = lines.pop()
+                yield from lines
+            if cut_lines and remained:
+                yield remained
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+class Fake:
+    """A reader that repeats the first sample of ``reader`` ``data_num`` times (to time a
+    model without the cost of reading).
+
+    Example::
+
+        fake_reader = fluid.io.Fake()(reader, data_num=1000)
+    """
+
+    def __init__(self) -> None:
+        self.data: Any = None
+        self.yield_num = 0
+
+    def __call__(self, reader: Reader, data_num: int) -> Reader:
+        _check_reader(reader, "Fake")
+
+        def fake_reader() -> Iterator[Any]:
+            if self.data is None:
+                self.data = next(iter(reader()))
+            while self.yield_num < data_num:
+                yield self.data
+                self.yield_num += 1
+            self.yield_num = 0
+        return fake_reader
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6's fluid/reader.py holds the loader classes (parafluid.dataloader)
+    if name in ("DataLoaderBase", "GeneratorLoader", "PyReader", "DataLoader"):
+        from . import dataloader
+
+        return getattr(dataloader, name)
+    from .compat import missing_attribute
+
+    return missing_attribute("reader", name, __all__)

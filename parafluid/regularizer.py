@@ -17,10 +17,11 @@ __all__ = ["L1Decay", "L2Decay", "L1DecayRegularizer", "L2DecayRegularizer",
 
 
 class WeightDecayRegularizer:
-    def __init__(self, coeff: float) -> None:
-        if coeff < 0:
-            raise ValueError(f"{type(self).__name__}: coeff must be >= 0, got {coeff}")
-        self._regularization_coeff = float(coeff)
+    def __init__(self, regularization_coeff: float = 0.0) -> None:
+        if regularization_coeff < 0:
+            raise ValueError(f"{type(self).__name__}: regularization_coeff must be >= 0, "
+                             f"got {regularization_coeff}")
+        self._regularization_coeff = float(regularization_coeff)
 
     def decay_op(self, param: Any, block: Any) -> Any:
         """Append ops computing the decay term of ``param``; return its variable."""

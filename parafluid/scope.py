@@ -20,8 +20,8 @@ import torch
 
 from .place import to_device
 
-__all__ = ["Scope", "ScopeVariable", "LoDTensor", "SelectedRows", "TensorArray", "global_scope",
-           "scope_guard", "as_numpy", "OneElementArray"]
+__all__ = ["Scope", "ScopeVariable", "LoDTensor", "LoDTensorArray", "SelectedRows", "TensorArray",
+           "global_scope", "scope_guard", "as_numpy", "FetchedArray", "OneElementArray"]
 
 
 class TensorArray(list):
@@ -29,6 +29,24 @@ class TensorArray(list):
     written holds None). Fetching one gives a list of numpy arrays, as Fluid does."""
 
     __slots__ = ()
+
+
+class LoDTensorArray(list):
+    """Fluid's ``core.LoDTensorArray``: a list of ``LoDTensor`` (``append`` checks the type).
+
+    Example::
+
+        arr = fluid.LoDTensorArray()
+        arr.append(fluid.create_lod_tensor(np.ones((2, 1), "float32"), [[2]], None))
+    """
+
+    __slots__ = ()
+
+    def append(self, tensor: LoDTensor) -> None:
+        if not isinstance(tensor, LoDTensor):
+            raise TypeError(f"LoDTensorArray.append: expected a LoDTensor, got "
+                            f"{type(tensor).__name__}")
+        super().append(tensor)
 
 
 class SelectedRows:
@@ -75,27 +93,41 @@ class SelectedRows:
                f"value_shape={list(self.value.shape)})"
 
 
-class OneElementArray(np.ndarray):
-    """A fetched array of shape ``[1]`` (a ``mean`` loss, an accuracy) that ``float()`` and
-    ``int()`` accept.
+class FetchedArray(np.ndarray):
+    """A fetched array: a plain ndarray whose one-element arrays, and the rows and slices
+    taken from it, convert with ``float()``, ``int()`` and ``"%.2f" %`` as every array did on
+    the numpy of Fluid's time.
 
-    Fluid programs write ``float(loss)`` on such fetches; numpy 2.4 refuses ``float()`` of an
-    array with a dimension. Everything else behaves as a plain ndarray.
+    Fluid programs write ``float(loss)``, ``"%.2f" % acc`` and ``float(out[i])`` (a row of an
+    ``[N, 1]`` fetch); numpy 2.4 refuses ``float()`` of an array with a dimension. An array
+    of several elements still refuses (``TypeError``), as numpy always did.
     """
 
+    def _scalar(self, kind: type) -> Any:
+        if self.size != 1:
+            raise TypeError(f"only size-1 arrays can be converted to Python scalars "
+                            f"(this one has shape {list(self.shape)})")
+        return kind(self.reshape(-1).view(np.ndarray)[0])
+
     def __float__(self) -> float:
-        return float(self.item())
+        return self._scalar(float)
 
     def __int__(self) -> int:
-        return int(self.item())
+        return self._scalar(int)
+
+    def __complex__(self) -> complex:
+        return self._scalar(complex)
 
     def __repr__(self) -> str:
         return repr(self.view(np.ndarray))
 
 
+OneElementArray = FetchedArray  # the earlier name
+
+
 def as_numpy(value: Any) -> np.ndarray:
-    """A numpy copy of a tensor (a SelectedRows is densified); shape ``[1]`` comes back as a
-    ``OneElementArray`` so that ``float()`` of it works on every numpy."""
+    """A numpy copy of a tensor (a SelectedRows is densified), as a ``FetchedArray`` so that
+    ``float()`` of a one-element array or row works on every numpy."""
     if isinstance(value, SelectedRows):
         value = value.to_dense()
     if isinstance(value, TensorArray):
@@ -107,7 +139,7 @@ def as_numpy(value: Any) -> np.ndarray:
         if t.dtype == torch.bfloat16:
             t = t.float()
         arr = t.numpy().copy()
-        return arr.view(OneElementArray) if arr.shape == (1,) else arr
+        return arr.view(FetchedArray)
     return np.asarray(value)
 
 
@@ -162,6 +194,18 @@ class LoDTensor:
                 offsets.append(offsets[-1] + n)
             lod.append(offsets)
         self._holder.lod = lod
+
+    def has_valid_recursive_sequence_lengths(self) -> bool:
+        """Whether the LoD is well formed (``lod.check_lod``'s rule): every level starts at
+        0 and never decreases, each indexes the next, the last ends at the tensor's rows."""
+        lod = self._holder.lod
+        rows = 0 if self._holder.value is None else int(self._holder.value.shape[0])
+        for i, level in enumerate(lod):
+            if not level or level[0] != 0 or any(b < a for a, b in zip(level, level[1:])):
+                return False
+            if level[-1] != (rows if i == len(lod) - 1 else len(lod[i + 1]) - 1):
+                return False
+        return True
 
     def _check(self) -> None:
         if self._holder.value is None:

@@ -21,6 +21,7 @@ from typing import Any
 from .dtypes import _CANONICAL, VarType
 from .framework import Block, Operator, Parameter, Program, Variable
 from .ops.registry import get_op_def, has_op
+from .program_meta import NODE_KINDS, ProgramMeta
 
 __all__ = ["dumps", "loads", "program_to_dict", "program_from_dict", "check_document",
            "parse_json", "FORMAT"]
@@ -59,7 +60,11 @@ def program_to_dict(program: Program) -> dict[str, Any]:
                      "attrs": {k: _attr_to_json(a) for k, a in op.attrs.items()},
                      "callsite": op.callsite} for op in b.ops],
         })
-    return {"format": FORMAT, "random_seed": program.random_seed, "blocks": blocks}
+    doc = {"format": FORMAT, "random_seed": program.random_seed, "blocks": blocks}
+    meta = program.meta.to_dict()
+    if meta:
+        doc["meta"] = meta
+    return doc
 
 
 _VAR_KEYS = ("name", "shape", "dtype", "type", "lod_level", "persistable", "stop_gradient",
@@ -85,6 +90,8 @@ def program_from_dict(data: dict[str, Any], *, extra_keys: Sequence[str] = (),
         check_document(data, extra_keys)
     program = Program()
     program.random_seed = data.get("random_seed", 0)
+    if "meta" in data:
+        program.meta = ProgramMeta.from_dict(data["meta"])
     blocks = data["blocks"]
     for i, bd in enumerate(blocks):
         if bd["idx"] != i:
@@ -150,9 +157,11 @@ def check_document(doc: Any, extra_keys: Sequence[str] = ()) -> None:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         got = _show(doc.get("format")) if isinstance(doc, dict) else f"a {type(doc).__name__}"
         raise ValueError(f"not a parafluid program: expected format {FORMAT!r}, got {got}")
-    _keys(doc, "the document", ("format", "blocks"), ("random_seed", *extra_keys))
+    _keys(doc, "the document", ("format", "blocks"), ("random_seed", "meta", *extra_keys))
     if "random_seed" in doc:
         _int(doc["random_seed"], "random_seed", *_INT64)
+    if "meta" in doc:
+        _check_meta(doc["meta"])
     blocks = doc["blocks"]
     if not isinstance(blocks, list) or not blocks:
         raise _bad("blocks", "a non-empty list of blocks", blocks)
@@ -276,6 +285,53 @@ def _check_attr(v: Any, where: str, block_idx: int, n_blocks: int, depth: int) -
         _int(v["__block__"], f"{where}.__block__ (a later block)", block_idx + 1, n_blocks - 1)
     else:  # pragma: no cover - json.loads makes no other types
         raise _bad(where, "plain data", v)
+
+
+_META_KEYS = ("placement_node", "trainer_id", "num_trainers", "trainers_endpoints",
+              "pserver_endpoints", "data_parallel_devices", "memory_reuse")
+_INT32 = (0, 2 ** 31 - 1)
+_NODE_KINDS = frozenset(NODE_KINDS)
+
+
+def _check_meta(meta: Any) -> None:
+    """The program's record (``program_meta.ProgramMeta.to_dict``): every field optional."""
+    _keys(meta, "meta", (), _META_KEYS)
+    if "placement_node" in meta:
+        node = meta["placement_node"]
+        if type(node) is not list or len(node) != 2 or not _is_one_of(node[0], _NODE_KINDS):
+            raise _bad("meta.placement_node", f"[kind, index] with kind one of "
+                       f"{list(NODE_KINDS)}", node)
+        _int(node[1], "meta.placement_node[1]", *_INT32)
+    if "num_trainers" in meta:
+        _int(meta["num_trainers"], "meta.num_trainers", 1, _INT32[1])
+    if "trainer_id" in meta:
+        high = meta.get("num_trainers", _INT32[1] + 1) - 1
+        _int(meta["trainer_id"], "meta.trainer_id (below meta.num_trainers)", 0, high)
+    for key in ("trainers_endpoints", "pserver_endpoints"):
+        if key in meta:
+            for k, ep in enumerate(_list(meta[key], f"meta.{key}")):
+                host, sep, port = ep.rpartition(":") if type(ep) is str else ("", "", "")
+                if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+                    raise _bad(f"meta.{key}[{k}]", "an endpoint 'ip:port'", ep)
+    if "data_parallel_devices" in meta:
+        for k, dev in enumerate(_list(meta["data_parallel_devices"],
+                                      "meta.data_parallel_devices")):
+            kind, sep, index = dev.partition(":") if type(dev) is str else ("", "", "")
+            if kind not in ("cpu", "gpu") or not index.isdigit() or len(index) > 9:
+                raise _bad(f"meta.data_parallel_devices[{k}]", "a device 'cpu:<i>' or "
+                           "'gpu:<i>'", dev)
+    if "memory_reuse" in meta:
+        reuse = meta["memory_reuse"]
+        if type(reuse) is not dict:
+            raise _bad("meta.memory_reuse", "an object {name: [[renamed name, op index]]}",
+                       reuse)
+        for name, pairs in reuse.items():
+            where = f"meta.memory_reuse[{_show(name)}]"
+            for k, pair in enumerate(_list(pairs, where)):
+                if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str \
+                        or not pair[0]:
+                    raise _bad(f"{where}[{k}]", "[renamed name, op index]", pair)
+                _int(pair[1], f"{where}[{k}][1]", *_INT32)
 
 
 def _keys(d: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> None:

@@ -163,9 +163,7 @@ def lookup_vars(block: Block, items: Any, what: str) -> list[Variable]:
 
 def unknown_name_message(what: str, name: str, block: Block) -> str:
     """``"<what> 'x' is not a variable of the program; did you mean ...?"``"""
-    from .passes.memory_optimize import renamed_away
-
-    moved = renamed_away(block.program, name)
+    moved = block.program.meta.renamed_away(name)
     if moved is not None:
         return (f"{what} {name!r} is not a variable of the program any more: memory_optimize "
                 f"renamed it to {moved!r} to reuse that buffer; pass skip_opt_set={{{name!r}}} "

@@ -4,6 +4,7 @@ import pytest
 
 import parafluid as fluid
 from parafluid import framework, unique_name
+from parafluid.flags import flags_guard
 
 
 @pytest.fixture(autouse=True)
@@ -12,7 +13,7 @@ def fresh_programs():
     old_main = framework.switch_main_program(main)
     old_startup = framework.switch_startup_program(startup)
     scope = fluid.Scope()
-    with unique_name.guard(), fluid.scope_guard(scope):
+    with unique_name.guard(), fluid.scope_guard(scope), flags_guard():
         yield
     framework.switch_main_program(old_main)
     framework.switch_startup_program(old_startup)

@@ -1,4 +1,5 @@
-"""Reference training runs whose results must not change when the engine is restructured.
+"""Reference training runs: what the engine computes, recorded so that a change that alters it
+is caught.
 
 ``python tests/golden_training.py`` records, for a digits MLP (fc + dropout + Adam) and a
 digits CNN (conv + batch_norm + pool + fc, Momentum), the losses of 6 steps and a SHA-256 of

@@ -1,4 +1,4 @@
-"""A training step happens whole or not at all (issue 12, items 1 and 8).
+"""A training step happens whole or not at all.
 
 An op that fails, the NaN/Inf check, or Ctrl-C at any moment leaves every persistable of
 every device as before the step (or, for a Ctrl-C that lands once the updates ran, as after
@@ -74,7 +74,7 @@ def _point(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": ins["X"] * 1.0}
 
 
-def _point_grad(op: Any, no_grad: Any) -> list[dict]:
+def _point_grad(op: Any, no_grad: Any, ctx: Any) -> list[dict]:
     # the gradient is a failure point of the backward pass
     return [{"type": "atomic_test_point", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
              "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
@@ -181,7 +181,7 @@ def make_pe(m: dict[str, Any], scope: fluid.Scope, threads: int = 2) -> fluid.Pa
                                       scope=scope, exec_strategy=es)
 
 
-# ------------------------------------------------------------------ item 1: Executor
+# ------------------------------------------------------------------ Executor
 
 
 def test_executor_failure_after_the_optimizer_leaves_every_persistable_as_before() -> None:
@@ -266,7 +266,7 @@ def test_a_sigint_handler_of_the_program_runs_after_the_whole_step() -> None:
     assert same(persistables(scope, m["main"]), persistables(ref_scope, m["main"]))
 
 
-# ------------------------------------------------------------------ item 1: ParallelExecutor
+# ------------------------------------------------------------------ ParallelExecutor
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -413,7 +413,7 @@ def test_randomly_failed_and_interrupted_runs_never_split_the_replicas(
     assert outcomes.get("failed", 0) >= 8 and outcomes.get("interrupted", 0) >= 2, outcomes
 
 
-# ------------------------------------------------------------------ item 8: NaN/Inf check
+# ------------------------------------------------------------------ NaN/Inf check
 
 
 def nan_program() -> dict[str, Any]:
@@ -435,7 +435,7 @@ def positive(seed: int, sign: float = 1.0) -> dict[str, np.ndarray]:
     return feed
 
 
-@pytest.mark.parametrize("how", ["env", "option"])
+@pytest.mark.parametrize("how", ["env", "core.globals", "option"])
 def test_check_nan_inf_names_the_first_op_and_variable_before_any_update(
         how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     m = nan_program()
@@ -443,6 +443,8 @@ def test_check_nan_inf_names_the_first_op_and_variable_before_any_update(
     exe = fluid.Executor(fluid.CPUPlace(), check_nan_inf=how == "option")
     if how == "env":
         monkeypatch.setenv("FLAGS_check_nan_inf", "1")
+    elif how == "core.globals":
+        fluid.core.globals()["FLAGS_check_nan_inf"] = True
     exe.run(m["startup"], scope=scope)
     exe.run(m["main"], feed=positive(0), fetch_list=[m["loss"]], scope=scope)
     before = persistables(scope, m["main"])
@@ -509,7 +511,7 @@ def test_parallel_check_nan_inf_names_the_device() -> None:
 
 
 def test_nan_inf_flag_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    from parafluid.atomic import nan_inf_flag
+    from parafluid.engine.atomic import nan_inf_flag
 
     for raw, want in (("1", True), ("true", True), ("0", False), ("", False),
                       ("false", False)):
@@ -522,7 +524,7 @@ def test_nan_inf_flag_values(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_undo_log_restores_in_place_and_replaced_values() -> None:
-    from parafluid.atomic import UndoLog
+    from parafluid.engine.atomic import UndoLog
 
     scope = fluid.Scope()
     scope.var("w").value = torch.ones(3)

@@ -239,3 +239,35 @@ def test_small_regression_converges(make_opt):
     losses = [float(exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)[0][0])
               for _ in range(80)]
     assert losses[-1] < losses[0] / 10, losses[::10]
+
+
+
+def test_a_gradient_maker_gets_the_backward_context():
+    """A maker's third argument is the backward pass's GradContext (``append_grad_ops``
+    differentiates a whole block: while/conditional_block build their gradient blocks with
+    it, see test_control_flow_grad.py)."""
+    from parafluid.ops.registry import GradContext, register_op, same_as
+
+    seen = []
+
+    def maker(op, no_grad, ctx):
+        seen.append(ctx)
+        return [{"type": "scale", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
+                 "outputs": {"Out": [op.input("X")[0] + "@GRAD"]}, "attrs": {"scale": 3.0}}]
+
+    register_op("triple_for_context_test", inputs=("X",), outputs=("Out",),
+                infer_shape=same_as("X"),
+                kernel=lambda ins, attrs, ctx: {"Out": ins["X"] * 3.0}, grad=maker)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[1], dtype="float32")
+        x.stop_gradient = False
+        out = main.global_block().create_var(name="out", shape=[-1, 1], dtype="float32")
+        main.global_block().append_op("triple_for_context_test", inputs={"X": [x]},
+                                      outputs={"Out": [out]})
+        grad, = fluid.backward.gradients([fluid.layers.reduce_sum(out)], [x])
+    assert len(seen) == 1 and isinstance(seen[0], GradContext)
+    assert callable(seen[0].append_grad_ops)
+    g, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": np.ones((2, 1), "float32")},
+                                              fetch_list=[grad], scope=fluid.Scope())
+    np.testing.assert_allclose(g, np.full((2, 1), 3.0))

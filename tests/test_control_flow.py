@@ -353,3 +353,54 @@ def test_parallel_executor_runs_the_loop_on_every_device(monkeypatch):
     halves = [sum(float(np.tanh(h * 0.5 + k).mean()) for k in range(4))
               for h in (xs[:2], xs[2:])]
     np.testing.assert_allclose(total, halves, rtol=1e-5)
+
+
+def _nested_program():
+    """A While whose body holds a ConditionalBlock that reads a value of the While's body."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[1], dtype="float32", append_batch_size=False)
+        i = L.fill_constant([1], "int64", 0)
+        n = L.fill_constant([1], "int64", 3)
+        total = L.fill_constant([1], "float32", 0.0)
+        cond = L.less_than(x=i, y=n)
+        loop = L.While(cond=cond)
+        with loop.block():
+            y = L.elementwise_mul(x, x)  # a variable of the While's block
+            small = L.less_than(x=L.cast(i, "float32"),
+                                y=L.fill_constant([1], "float32", 1.5))
+            inner = L.ConditionalBlock([small], is_scalar_condition=True)
+            with inner.block():
+                L.assign(L.elementwise_add(total, y), output=total)
+            L.increment(x=i, value=1, in_place=True)
+            L.less_than(x=i, y=n, cond=cond)
+    return main, startup, x, total
+
+
+def test_an_op_lists_its_sub_blocks():
+    main, _, _, _ = _nested_program()
+    ops = main.global_block().ops
+    loop = next(op for op in ops if op.type == "while")
+    assert loop.sub_blocks == [main.block(1)]
+    inner = next(op for op in main.block(1).ops if op.type == "conditional_block")
+    assert inner.sub_blocks == [main.block(2)]
+    assert all(op.sub_blocks == [] for op in ops if op is not loop)
+    from parafluid.framework import Operator
+
+    serve = Operator(main.global_block(), "listen_and_serv", {}, {},
+                     {"optimize_blocks": [main.block(2), main.block(1)], "Fanin": 1})
+    assert serve.sub_blocks == [main.block(2), main.block(1)]
+
+
+def test_prune_keeps_what_a_nested_sub_block_reads_from_its_parent():
+    main, startup, x, total = _nested_program()
+    from parafluid.passes.prune import prune
+
+    pruned = prune(main, [total], [x])
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    feed = {"x": np.array([2.0], "float32")}
+    want, = exe.run(main, feed=feed, fetch_list=[total])
+    got, = exe.run(pruned, feed=feed, fetch_list=[total])
+    np.testing.assert_array_equal(got, want)
+    assert float(want[0]) == 8.0  # two of the three iterations add x * x

@@ -23,8 +23,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"(?:^<!-- (continues|no-run: [^>]*) -->\n)?^```python\n(.*?)^```",
                    re.S | re.M)
 
-# Blocks of files this suite's authors may not edit (README.md and docs/design.md are the
-# lead's); each needs the marker or a self-contained rewrite. strict: fixing one flips it.
+# Blocks known not to run as written, with the reason; each needs the marker or a
+# self-contained rewrite. strict: fixing one flips it.
 KNOWN_BROKEN: dict[tuple[str, int], str] = {}
 
 

@@ -1,4 +1,4 @@
-"""Feeds that are checked, and nothing leaked (issue 12, items 2, 3, 4 and 7).
+"""Feeds that are checked, and nothing leaked.
 
 Both executors raise the same clear error for a feed left out, for feeds that disagree on
 the batch size or hold an empty batch, and for values that are not arrays of numbers; a
@@ -72,7 +72,7 @@ def message(run: Any, feed: Any) -> str:
     return str(info.value)
 
 
-# ------------------------------------------------------------------ item 2: feeds left out
+# ------------------------------------------------------------------ feeds left out
 
 
 @pytest.mark.parametrize("feed", [{"x": data(8)["x"]}, {}, None])
@@ -98,7 +98,7 @@ def test_compiled_program_with_an_empty_feed_raises() -> None:
         exe.run(compiled, feed={}, fetch_list=[m["loss"]], scope=scope)
 
 
-# ------------------------------------------------------------------ item 3: batch sizes
+# ------------------------------------------------------------------ batch sizes
 
 
 @pytest.mark.parametrize("which", ["exe", "pe"])
@@ -147,7 +147,7 @@ def test_a_fixed_size_feed_with_no_rows_never_suggests_cpu_num_0() -> None:
         pe2.run([out2], feed={"z": np.ones((1, 3), "float32")})
 
 
-# ------------------------------------------------------------------ item 7: feed values
+# ------------------------------------------------------------------ feed values
 
 
 @pytest.mark.parametrize("value, actual", [
@@ -170,7 +170,7 @@ def test_feed_value_errors_name_the_feed_the_expected_and_the_actual(
     assert actual in msg, msg
 
 
-# ------------------------------------------------------------------ item 4: leaks
+# ------------------------------------------------------------------ leaks
 
 
 def _device_copies(pe: Any) -> list[weakref.ref]:

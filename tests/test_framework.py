@@ -219,3 +219,28 @@ def test_parse_rejects_well_formed_json_of_the_wrong_structure():
                 data.replace(b'"blocks":[', b'"blocks":[[],')):
         with pytest.raises(ValueError, match="corrupt|malformed|out of order"):
             fluid.Program.parse_from_string(bad)
+
+
+def test_the_program_record_survives_clone_and_serialization_and_copies_are_independent():
+    from parafluid.program_meta import ProgramMeta
+
+    build_regression()
+    main = fluid.default_main_program()
+    assert "meta" not in main.serialize_to_string().decode("utf-8", "replace")  # none set
+    record = ProgramMeta(placement_node=("worker", 1), trainer_id=1, num_trainers=2,
+                         trainers_endpoints=["127.0.0.1:1", "127.0.0.1:2"],
+                         pserver_endpoints=["127.0.0.1:3"], data_parallel_devices=["cpu:0"],
+                         memory_reuse={"a": [("b", 2), ("c", 5)]})
+    main.meta = record.copy()
+    copies = [main.clone(), main.clone(for_test=True),
+              fluid.Program.parse_from_string(main.serialize_to_string())]
+    for same in copies:
+        assert same.meta == record
+        assert same.meta.renamed_away("c") == "a" and same.meta.renamed_away("a") is None
+    copies[0].meta.trainers_endpoints.append("127.0.0.1:9")
+    copies[0].meta.memory_reuse["a"].append(("d", 7))
+    assert main.meta == record
+    main._trainers_endpoints = ["127.0.0.1:5"]  # Fluid's attribute writes the record
+    assert main.meta.trainers_endpoints == ["127.0.0.1:5"]
+    with pytest.raises(TypeError, match="_trainers_endpoints must be a list of 'ip:port'"):
+        main._trainers_endpoints = "127.0.0.1:5"

@@ -1,4 +1,5 @@
-"""Restructuring the engine (passes, run path) must not change what training computes."""
+"""Training computes what the reference runs of tests/golden_training.py recorded: the same
+losses and parameters under every executor and gradient-aggregation mode."""
 
 from __future__ import annotations
 

@@ -37,6 +37,13 @@ def _small_program() -> fluid.Program:
                   attrs={"shape": [1], "value": 1.0, "dtype": "float32"})
     main._rollback()
     main.global_block().ops[0]._set_attr("sub_block", main.block(1))
+    # every record a transpiler or memory_optimize may leave (the fuzz test mutates them too)
+    main.meta.placement_node = ("worker", 1)
+    main.meta.trainer_id, main.meta.num_trainers = 1, 2
+    main.meta.trainers_endpoints = ["127.0.0.1:6170", "127.0.0.1:6171"]
+    main.meta.pserver_endpoints = ["127.0.0.1:6174"]
+    main.meta.data_parallel_devices = ["cpu:0", "cpu:1"]
+    main.meta.memory_reuse = {"fc_0.tmp_0": [("fc_0.tmp_1", 2)]}
     main.verify()
     return main
 
@@ -57,9 +64,9 @@ def _op(doc: dict[str, Any], type: str) -> dict[str, Any]:
     return next(o for o in doc["blocks"][0]["ops"] if o["type"] == type)
 
 
-# Each case: a way to damage the document, and what the error must say. On the old code the
-# first ones crashed (RecursionError, OverflowError, TypeError in verify, a hang) and the
-# later ones loaded silently with the damage in them.
+# Each case: a way to damage the document, and what the error must say. Unchecked, the
+# first ones crash the loader (RecursionError, OverflowError, TypeError in verify, a hang)
+# and the later ones load silently with the damage in them.
 CASES = {
     "deeply nested JSON": (None, "nested too deeply"),  # see _damaged
     "Infinity as the random seed": (lambda d: d.update(random_seed=float("inf")),
@@ -98,6 +105,30 @@ CASES = {
     "attr lists nested too deep": (lambda d: _op(d, "mul")["attrs"].update(
         deep=json.loads("[" * 50 + "]" * 50)), "lists nested more than 8 deep"),
     "no blocks": (lambda d: d.update(blocks=[]), "blocks: expected a non-empty list"),
+    "an unknown record": (lambda d: d["meta"].update(owner=1),
+                          r"meta: unknown key\(s\) 'owner'"),
+    "a placement node of an unknown kind": (
+        lambda d: d["meta"].update(placement_node=["server", 0]),
+        r"meta\.placement_node: expected \[kind, index\] with kind one of \['worker', 'ps'\], "
+        r"got list of 2"),
+    "a negative node index": (lambda d: d["meta"]["placement_node"].__setitem__(1, -1),
+                              r"meta\.placement_node\[1\]: expected an integer in \[0, "),
+    "a trainer id past the trainers": (lambda d: d["meta"].update(trainer_id=2),
+                                       r"meta\.trainer_id \(below meta\.num_trainers\): "
+                                       r"expected an integer in \[0, 1\], got 2"),
+    "no trainers": (lambda d: d["meta"].update(num_trainers=0),
+                    r"meta\.num_trainers: expected an integer in \[1, "),
+    "an endpoint without a port": (lambda d: d["meta"]["pserver_endpoints"].append("host"),
+                                   r"meta\.pserver_endpoints\[1\]: expected an endpoint "
+                                   r"'ip:port', got 'host'"),
+    "endpoints as one string": (lambda d: d["meta"].update(trainers_endpoints="a:1,b:2"),
+                                r"meta\.trainers_endpoints: expected a list, got 'a:1,b:2'"),
+    "a data-parallel device as a number": (
+        lambda d: d["meta"]["data_parallel_devices"].__setitem__(0, 0),
+        r"meta\.data_parallel_devices\[0\]: expected a device 'cpu:<i>' or 'gpu:<i>', got 0"),
+    "a reused buffer without its op": (
+        lambda d: d["meta"]["memory_reuse"]["fc_0.tmp_0"][0].pop(),
+        r"meta\.memory_reuse\['fc_0\.tmp_0'\]\[0\]: expected \[renamed name, op index\]"),
     "a learning rate as a string": (
         lambda d: _var(d, "fc_0.w_0")["optimize_attr"].update(learning_rate="1"),
         r"optimize_attr\['learning_rate'\]: expected a number"),
@@ -112,7 +143,7 @@ def _damaged(case: str) -> bytes:
     return _encode(doc)
 
 
-@pytest.mark.timeout(20)  # the old code looped for ever on a block that is its own parent
+@pytest.mark.timeout(20)  # a block that is its own parent must not loop for ever
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_malformed_document_is_a_value_error_naming_the_field(case: str) -> None:
     data = _damaged(case)

@@ -18,7 +18,6 @@ from golden_training import BATCH, MODELS, THREADS, _data
 import parafluid as fluid
 from parafluid.executor import compile_program
 from parafluid.passes.liveness import block_liveness
-from parafluid.passes.memory_optimize import REUSE_ATTR
 from parafluid.passes.release_memory import EAGER_DELETE_FLAG, eager_deletion_enabled
 
 pytestmark = pytest.mark.timeout(120)
@@ -103,7 +102,7 @@ def test_memory_optimize_reuses_along_a_chain() -> None:
         "{Out=[t5]} = scale(X=[t2]) {bias=0.0, bias_after_scale=True, scale=2.0}",
     ]
     assert not prog.global_block().has_var("t3") and not prog.global_block().has_var("t4")
-    assert getattr(prog, REUSE_ATTR) == {"t1": [("t3", 2)], "t2": [("t4", 3)]}
+    assert prog.meta.memory_reuse == {"t1": [("t3", 2)], "t2": [("t4", 3)]}
     np.testing.assert_array_equal(_run(prog, ["t5"])[0], want)
 
 
@@ -123,7 +122,7 @@ def test_fetch_targets_persistables_feeds_and_skip_set_are_left_alone() -> None:
     block = prog.global_block()
     block.vars["t2"].persistable = True
     fluid.memory_optimize(prog, skip_opt_set={"t1"})
-    assert getattr(prog, REUSE_ATTR) == {}  # t1 skipped, t2 persistable, x fed, t5 the result
+    assert prog.meta.memory_reuse == {}  # t1 skipped, t2 persistable, x fed, t5 the result
     assert _op_lines(prog)[4].startswith("{Out=[t5]}")
     assert fluid.Executor().run(prog, feed={"x": np.ones((1, 4), "float32")},
                                 fetch_list=["t2"], scope=fluid.Scope())[0].tolist() == [[4.0] * 4]
@@ -142,6 +141,22 @@ def test_fetching_a_reused_or_renamed_variable_says_what_to_do() -> None:
     with pytest.raises(ValueError, match="fetch target 't1': memory_optimize let 't3'"):
         fluid.Executor().run(compiled, feed={"x": np.ones((2, 4), "float32")},
                              fetch_list=["t1"], scope=fluid.Scope())
+
+
+@pytest.mark.parametrize("copy", ["clone", "saved and loaded"])
+def test_a_copy_of_an_optimized_program_keeps_the_fetch_checks(copy: str) -> None:
+    prog, _ = _chain(5)
+    fluid.memory_optimize(prog)
+    same = prog.clone() if copy == "clone" else \
+        fluid.Program.parse_from_string(prog.serialize_to_string())
+    assert same.meta.memory_reuse == {"t1": [("t3", 2)], "t2": [("t4", 3)]}
+    with pytest.raises(ValueError, match=r"fetch target 't1': memory_optimize let 't3' \(op #2\)"
+                                         r" reuse its buffer"):
+        _run(same, ["t1"])
+    with pytest.raises(ValueError, match=r"fetch target 't4' is not a variable of the program "
+                                         r"any more: memory_optimize renamed it to 't2'"):
+        _run(same, ["t4"])
+    np.testing.assert_array_equal(_run(same, ["t5"])[0], _run(prog, ["t5"])[0])
 
 
 def test_level_1_reuses_a_larger_buffer_of_the_same_pattern_and_dtype_must_match() -> None:
@@ -169,17 +184,17 @@ def test_level_1_reuses_a_larger_buffer_of_the_same_pattern_and_dtype_must_match
     want = _run(program(), ["out"], x)[0]
     level0 = program()
     fluid.memory_optimize(level0, level=0)
-    assert getattr(level0, REUSE_ATTR) == {}  # [-1, 4] never equals [-1, 8]; int64 != float32
+    assert level0.meta.memory_reuse == {}  # [-1, 4] never equals [-1, 8]; int64 != float32
     level1 = program()
     fluid.memory_optimize(level1, level=1)
-    assert getattr(level1, REUSE_ATTR) == {"big": [("small", 2)]}
+    assert level1.meta.memory_reuse == {"big": [("small", 2)]}
     np.testing.assert_array_equal(_run(level1, ["out"], x)[0], want)
 
 
 def test_skip_grads_and_argument_errors() -> None:
     main, startup, loss = _mlp_program()
     fluid.memory_optimize(main, skip_grads=True)
-    renamed = [x for pairs in getattr(main, REUSE_ATTR).values() for x, _ in pairs]
+    renamed = [x for pairs in main.meta.memory_reuse.values() for x, _ in pairs]
     assert renamed and not any("@GRAD" in x for x in renamed)
     with pytest.raises(ValueError, match="level must be 0 .* or 1 .*got 2"):
         fluid.memory_optimize(main, level=2)
@@ -196,7 +211,7 @@ def test_sub_blocks_are_left_alone_with_a_warning() -> None:
     sub.append_op("scale", inputs={"X": ["t1"]}, outputs={"Out": ["t2"]})
     with pytest.warns(UserWarning, match="1 sub-block.*left alone.*2 variables"):
         fluid.memory_optimize(prog)
-    assert getattr(prog, REUSE_ATTR) == {}  # t3 could take t1's buffer but t1 is used inside
+    assert prog.meta.memory_reuse == {}  # t3 could take t1's buffer but t1 is used inside
 
 
 def test_release_memory_deletes_after_the_last_use_once() -> None:
@@ -231,6 +246,25 @@ def test_delete_var_drops_values_even_without_eager_deletion(monkeypatch) -> Non
     monkeypatch.setenv(EAGER_DELETE_FLAG, "lots")
     with pytest.raises(ValueError, match="FLAGS_eager_delete_tensor_gb must be a number"):
         eager_deletion_enabled()
+
+
+@pytest.mark.parametrize("how", ["core.globals", "_set_eager_deletion_mode"])
+def test_eager_deletion_turned_off_through_core_as_through_the_environment(
+        monkeypatch, how: str) -> None:
+    monkeypatch.delenv(EAGER_DELETE_FLAG, raising=False)
+    prog = _diamond()
+    eager = compile_program(prog, ["x"], ["e"], "cpu")
+    assert eager.releases
+    if how == "core.globals":
+        fluid.core.globals()[EAGER_DELETE_FLAG] = -1.0
+    else:
+        fluid.core._set_eager_deletion_mode(-1.0, 1.0, True)
+    assert not eager_deletion_enabled()
+    assert compile_program(prog, ["x"], ["e"], "cpu").releases == {}
+    fluid.core.globals()[EAGER_DELETE_FLAG] = 0.0
+    assert compile_program(prog, ["x"], ["e"], "cpu").releases == eager.releases
+    with pytest.raises(ValueError, match="FLAGS_eager_delete_tensor_gb must be a number"):
+        fluid.core.globals()[EAGER_DELETE_FLAG] = "lots"
 
 
 # ---------------------------------------------------------------------- training
@@ -305,7 +339,7 @@ def test_the_passes_actually_rewrite_a_training_program() -> None:
     main, _, loss = _mlp_program()
     n_ops = len(main.global_block().ops)
     fluid.memory_optimize(main)
-    reuse = getattr(main, REUSE_ATTR)
+    reuse = main.meta.memory_reuse
     assert sum(len(v) for v in reuse.values()) >= 5
     assert loss.name not in reuse and main.global_block().has_var(loss.name)
     fluid.release_memory(main)

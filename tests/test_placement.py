@@ -10,11 +10,21 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import parafluid as fluid
 from parafluid.ops.registry import register_op, same_as
 from parafluid.passes.place_transfers import insert_place_transfers
-from parafluid.placement import GRAMMAR, is_placed, parse_place, place_of
+from parafluid.placement import (
+    GRAMMAR,
+    device_name,
+    is_placed,
+    parse_device,
+    parse_node,
+    parse_place,
+    place_of,
+    torch_device,
+)
 from parafluid.testing import OpCase, check_op, rand
 
 STAGE0, STAGE1 = "/node:worker/cpu:0", "/node:worker/cpu:1"
@@ -54,7 +64,7 @@ def _slow_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("placement_test_slow", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
             kernel=_slow_kernel,
-            grad=lambda op, no_grad: [{"type": "placement_test_slow",
+            grad=lambda op, no_grad, ctx: [{"type": "placement_test_slow",
                                        "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                                        "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
                                        "attrs": {}}])
@@ -144,6 +154,67 @@ def test_parse_place_ranges_and_ids() -> None:
     p = parse_place("/node:worker:1/gpu:0-3")
     assert (p.node, p.device, p.device_ids) == ("worker:1", "gpu:0-3", (0, 1, 2, 3))
     assert str(parse_place("/node:ps/cpu")) == "/node:ps/cpu"
+    p = parse_place("/node:worker:0/cpu:0-1")
+    assert (p.node_name, p.node_id, p.device, p.device_ids) == ("worker", 0, "cpu:0-1", (0, 1))
+
+
+@pytest.mark.parametrize("text, device, ids", [
+    ("cpu", "cpu", (0,)), ("cpu:1", "cpu:1", (1,)), ("gpu", "gpu", (0,)), ("gpu:0", "gpu:0", (0,)),
+    ("gpu:2-5", "gpu:2-5", (2, 3, 4, 5)), ("cpu:3-3", "cpu:3", (3,)), (" gpu:1 ", "gpu:1", (1,)),
+    ("cuda", "gpu", (0,)), ("cuda:1", "gpu:1", (1,)),
+    (torch.device("cpu"), "cpu", (0,)), (torch.device("cuda", 3), "gpu:3", (3,)),
+])
+def test_one_device_parser_reads_every_form(text: Any, device: str, ids: tuple) -> None:
+    dev = parse_device(text)
+    assert (dev.node, dev.device, dev.device_ids) == (None, device, ids)
+
+
+def test_device_names_and_torch_devices_come_from_the_one_parser() -> None:
+    assert [device_name(d) for d in ("cpu", "cpu:2", "gpu", "cuda:1", torch.device("cpu"))] \
+        == ["cpu:0", "cpu:2", "gpu:0", "gpu:1", "cpu:0"]
+    assert torch_device("cpu") == torch.device("cpu")
+    assert torch_device("cpu:1") == torch.device("cpu", 1)
+    assert torch_device("cpu:1", storage=True) == torch.device("cpu")
+    with pytest.raises(ValueError, match="op_device 'cpu:0-1' is a device range.*'cpu:0'"):
+        torch_device("cpu:0-1", "op_device")
+    with pytest.raises(ValueError, match="device 'gpu:0-3' is a device range"):
+        device_name("gpu:0-3")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="op_device is 'gpu:0' but torch sees no CUDA"):
+            torch_device("gpu:0", "op_device")
+
+
+@pytest.mark.parametrize("bad", ["tpu", "gpu:", "gpu:x", "cpu:1-0", "gpu:-1", "/node:ps/cpu",
+                                 "GPU:0", ""])
+def test_a_malformed_device_names_the_attr_the_forms_and_the_value(bad: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_device(bad, "op_device")
+    assert repr(bad) in str(info.value)
+    assert "op_device must be 'cpu', 'cpu:N', 'gpu', 'gpu:N' or a range" in str(info.value) \
+        or "the device range 1-0 is empty" in str(info.value)
+    with pytest.raises(TypeError, match="op_device must be a str like 'gpu:0', got int: 3"):
+        parse_device(3, "op_device")
+
+
+def test_one_node_parser() -> None:
+    assert [parse_node(n) for n in ("worker", "worker:1", "ps", "ps:0")] == \
+        [("worker", None), ("worker", 1), ("ps", None), ("ps", 0)]
+    for bad in ("trainer:0", "worker:x", "worker:"):
+        with pytest.raises(ValueError, match=f"malformed node {bad!r}: op_node must be"):
+            parse_node(bad)
+
+
+def test_the_runtime_and_the_transfer_pass_read_op_device_alike() -> None:
+    # the pass and the runtime take "cuda:N" as torch's spelling of "gpu:N", and both
+    # refuse the same malformed values with the same words
+    for spec in ("cuda:0", "gpu:0"):
+        assert parse_device(spec).device == "gpu:0"
+    y = _relu_at(device="cpu:0")
+    y.block.ops[-1].attrs["op_device"] = "cpu:x"
+    exe = fluid.Executor(fluid.CPUPlace())
+    with pytest.raises(ValueError, match="op #0 relu .*op_device must be 'cpu', 'cpu:N'.*"
+                                         "got 'cpu:x'"):
+        exe.run(feed={"x": np.ones([2, 3], "float32")}, fetch_list=[y])
 
 
 def test_backward_ops_take_their_forward_op_place_and_updates_the_guard_around_minimize(
@@ -506,7 +577,7 @@ def test_micro_batched_training_matches_the_unplaced_program(k: int) -> None:
 def _stage_overlap_ms(num_microbatches: int) -> tuple[float, list[float]]:
     """Train 3 steps of the slow 2-stage MLP; return the time both devices were busy with
     their slow ops at once (ms, over the 3 steps) and the losses."""
-    from parafluid.runtime import add_op_hook, remove_op_hook
+    from parafluid.engine.runtime import add_op_hook, remove_op_hook
 
     records: list[Any] = []
     hook = records.append
@@ -540,7 +611,7 @@ def test_with_micro_batches_the_two_stages_run_at_the_same_time() -> None:
 def test_persistables_have_a_home_the_executor_puts_them_on_before_a_step() -> None:
     import torch
 
-    from parafluid.parallel.device_lanes import at_home
+    from parafluid.engine.lanes import at_home
     from parafluid.passes.place_transfers import persistable_homes
 
     main, _, _ = _mlp(STAGE0, STAGE1, opt_place=STAGE0)

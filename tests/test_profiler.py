@@ -17,7 +17,7 @@ import pytest
 
 import parafluid as fluid
 import parafluid.profiler as profiler
-from parafluid.runtime import op_hooks_active
+from parafluid.engine.runtime import op_hooks_active
 from parafluid.timeline import main as timeline_main
 from parafluid.timeline import merge_traces
 
@@ -129,7 +129,7 @@ def test_sort_keys_reset_and_argument_errors(capsys) -> None:
 
 
 def test_op_table_arithmetic() -> None:
-    from parafluid.runtime import OpRecord
+    from parafluid.engine.runtime import OpRecord
 
     recs = [OpRecord("mul", 0, 0, 0, 2_000_000), OpRecord("mul", 0, 0, 0, 4_000_000),
             OpRecord("relu", 1, 0, 0, 6_000_000)]
@@ -153,7 +153,7 @@ def test_cuda_profiler_says_it_does_nothing_on_cpu(capsys) -> None:
 
 
 def _trace(tmp_path: Path, name: str, start_epoch_ns: int, device: int) -> Path:
-    from parafluid.runtime import OpRecord
+    from parafluid.engine.runtime import OpRecord
 
     recs = [OpRecord("mul", 0, device, 1_000, 3_000), OpRecord("send", 1, device, 4_000, 9_000)]
     path = tmp_path / name

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import parafluid as fluid
+from parafluid.engine.runtime import OpRecord, add_op_hook, remove_op_hook
 from parafluid.framework import OpRole
 from parafluid.ops.registry import register_op, same_as
-from parafluid.passes import PassPipeline, data_parallel_pipeline
+from parafluid.parallel.strategy import build_pipeline
+from parafluid.passes import PassPipeline
 from parafluid.passes.prune import eliminate_dead_code, prune
-from parafluid.runtime import OpRecord, add_op_hook, remove_op_hook
 
 # ------------------------------------------------------------------ test-only ops
 
@@ -116,7 +117,7 @@ def test_reduce_mode_program_marks_owners_and_broadcasts() -> None:
     _, _, loss = _regression()
     bs = fluid.BuildStrategy()
     bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
-    program = data_parallel_pipeline(bs, 2, loss.name)(fluid.default_main_program())
+    program = build_pipeline(bs, 2, loss.name)(fluid.default_main_program())
     ops = program.global_block().ops
     sgds = [op for op in ops if op.type == "sgd"]
     assert sgds and all(op.attrs["owner_device"] in (0, 1) for op in sgds)
@@ -132,7 +133,7 @@ def test_pipeline_is_printable_and_dumps_after_each_pass(tmp_path, monkeypatch) 
     _, _, loss = _regression()
     bs = fluid.BuildStrategy()
     bs.fuse_elewise_add_act_ops = True
-    pipe = data_parallel_pipeline(bs, 2, loss.name)
+    pipe = build_pipeline(bs, 2, loss.name)
     assert str(pipe) == "fuse_elewise_add_act -> grad_aggregation"
     monkeypatch.setenv("PARAFLUID_DUMP_PASSES", str(tmp_path))
     pipe(fluid.default_main_program())
@@ -168,7 +169,7 @@ def test_prune_and_dead_code_elimination_keep_side_effect_ops() -> None:
 
 
 def test_side_effect_ops_keep_their_order_in_the_parallel_graph(monkeypatch) -> None:
-    from parafluid.parallel.ssa_graph import build_graph
+    from parafluid.engine.graph import build_graph
 
     x = fluid.layers.data(name="x", shape=[3], dtype="float32")
     a = fluid.layers.scale(x, scale=2.0)
@@ -232,9 +233,14 @@ def test_persistables_reach_the_scope_as_soon_as_an_op_writes_them() -> None:
     np.testing.assert_array_equal(got, [12.0])  # the later op saw the value in the scope
 
 
+@pytest.mark.parametrize("how", ["env", "core.globals"])
 def test_a_blocking_op_gives_up_at_the_deadline_and_the_executor_stays_usable(
-        monkeypatch) -> None:
-    monkeypatch.setenv("FLAGS_rpc_deadline", "200")
+        monkeypatch, how: str) -> None:
+    if how == "env":
+        monkeypatch.setenv("FLAGS_rpc_deadline", "200")
+    else:
+        monkeypatch.delenv("FLAGS_rpc_deadline", raising=False)
+        fluid.core.globals()["FLAGS_rpc_deadline"] = 200
     x = fluid.layers.data(name="x", shape=[3], dtype="float32")
     out = _append("contract_test_blocking_recv", x)
     exe = fluid.Executor(fluid.CPUPlace())

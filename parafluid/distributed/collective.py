@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,10 +52,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..flags import flag
 from ..scope import SelectedRows
 from .deadline import rpc_deadline_seconds
+from .endpoints import parse_endpoint, parse_endpoints
 from .health import Heartbeat, diagnose
-from .rendezvous import Rendezvous, parse_endpoint, rendezvous
+from .rendezvous import Rendezvous, rendezvous
 from .transport import (
     HEADER_SIZE,
     broadcast_options,
@@ -92,13 +93,9 @@ def local_devices(use_cuda: bool) -> list[torch.device]:
         return [torch.device("cpu")] * cpu_device_count()
     if not torch.cuda.is_available():
         raise RuntimeError("the collective mode on CUDA needs a GPU, and torch sees none")
-    raw = os.environ.get("FLAGS_selected_gpus", "").strip()
+    raw = flag("FLAGS_selected_gpus")
     if raw:
-        try:
-            ids = [int(x) for x in raw.split(",") if x.strip()]
-        except ValueError:
-            raise ValueError(f"FLAGS_selected_gpus must be GPU ids like '0,1', got {raw!r}"
-                             ) from None
+        ids = [int(x) for x in raw.split(",")]
     else:
         ids = list(range(torch.cuda.device_count()))
     return [torch.device("cuda", i) for i in ids]
@@ -481,8 +478,6 @@ def init_collective(endpoints: str | Sequence[str], trainer_id: int,
         deadline_s: per-collective deadline (default ``FLAGS_rpc_deadline``, 180 s).
         rendezvous_deadline_s: default ``FLAGS_rpc_deadline``, else 300 s.
     """
-    from .rendezvous import parse_endpoints
-
     key = (tuple(parse_endpoints(endpoints)), int(trainer_id))
     with _REGISTRY_LOCK:
         comm = _REGISTRY.get(key)
@@ -506,8 +501,6 @@ def init_collective(endpoints: str | Sequence[str], trainer_id: int,
 def get_collective(endpoints: str | Sequence[str], trainer_id: int
                    ) -> ProcessGroupCommunicator | None:
     """The communicator ``init_collective`` registered for these endpoints, or None."""
-    from .rendezvous import parse_endpoints
-
     with _REGISTRY_LOCK:
         return _REGISTRY.get((tuple(parse_endpoints(endpoints)), int(trainer_id)))
 

@@ -11,8 +11,9 @@ Example::
 
 from __future__ import annotations
 
-import os
 import time
+
+from ..flags import flag
 
 __all__ = ["DEFAULT_RPC_DEADLINE_S", "rpc_deadline_seconds", "Deadline"]
 
@@ -20,21 +21,13 @@ DEFAULT_RPC_DEADLINE_S = 180.0  # Fluid's default FLAGS_rpc_deadline is 180000 m
 
 
 def rpc_deadline_seconds(default: float = DEFAULT_RPC_DEADLINE_S) -> float:
-    """The deadline in seconds: ``FLAGS_rpc_deadline`` (ms) from the environment, else ``default``.
+    """The deadline in seconds: ``FLAGS_rpc_deadline`` (ms; ``core.globals()`` or the
+    environment, see ``parafluid.flags``), else ``default``.
 
-    Raises ValueError naming the variable when it is set but is not a positive number.
+    Raises ValueError naming the flag when it is set but is not a positive number.
     """
-    raw = os.environ.get("FLAGS_rpc_deadline")
-    if raw is None or raw.strip() == "":
-        return float(default)
-    try:
-        ms = float(raw)
-    except ValueError:
-        raise ValueError(f"FLAGS_rpc_deadline must be a number of milliseconds, got {raw!r}"
-                         ) from None
-    if not ms > 0:
-        raise ValueError(f"FLAGS_rpc_deadline must be > 0 ms, got {raw!r}")
-    return ms / 1000.0
+    ms = flag("FLAGS_rpc_deadline", None)
+    return float(default) if ms is None else ms / 1000.0
 
 
 class Deadline:

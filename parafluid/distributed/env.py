@@ -29,7 +29,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .rendezvous import parse_endpoint, parse_endpoints
+from .endpoints import parse_endpoint, parse_endpoints
 
 __all__ = ["DistributedEnv", "env"]
 

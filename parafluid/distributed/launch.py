@@ -55,6 +55,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .endpoints import parse_endpoint, parse_endpoints
+
 __all__ = ["Proc", "add_arguments", "build_parser", "plan", "plan_pserver", "run", "main"]
 
 _ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b|Error\b|error:|"
@@ -158,14 +160,7 @@ def _ps_endpoints(listed: str | None, count: int | None, what: str, node_ip: str
     if listed is not None and count is not None:
         raise ValueError(f"give --{what}s or --{what}_num, not both")
     if listed is not None:
-        eps = [e.strip() for e in listed.split(",") if e.strip()]
-        for ep in eps:
-            host, sep, port = ep.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"--{what}s: {ep!r} is not 'ip:port'")
-        if not eps or len(set(eps)) != len(eps):
-            raise ValueError(f"--{what}s must list distinct 'ip:port' entries, got {listed!r}")
-        return eps
+        return parse_endpoints(listed, f"--{what}s")
     if count is None or count < 1:
         raise ValueError(f"--{what}_num must be >= 1, got {count}")
     return [f"{node_ip}:{port}" for port in free_ports(count + taken, node_ip)[taken:]]
@@ -187,15 +182,15 @@ def plan_pserver(args: argparse.Namespace) -> list[Proc]:
               "PADDLE_TRAINER_ENDPOINTS": ",".join(workers), "PYTHONUNBUFFERED": "1"}
     procs = []
     for i, ep in enumerate(servers):
-        host, _, port = ep.rpartition(":")
+        host, port = parse_endpoint(ep)
         if host != args.node_ip:
             continue
         env = dict(common, PADDLE_TRAINING_ROLE="PSERVER", PADDLE_CURRENT_ENDPOINT=ep,
-                   PADDLE_PORT=port, POD_IP=host, PADDLE_TRAINER_ID="0")
+                   PADDLE_PORT=str(port), POD_IP=host, PADDLE_TRAINER_ID="0")
         procs.append(Proc(len(procs), base + list(args.training_script_args), env,
                           label=f"pserver {i}", log_name=f"serverlog.{i}"))
     for t, ep in enumerate(workers):
-        if ep.rpartition(":")[0] != args.node_ip:
+        if parse_endpoint(ep)[0] != args.node_ip:
             continue
         env = dict(common, PADDLE_TRAINING_ROLE="TRAINER", PADDLE_CURRENT_ENDPOINT=ep,
                    PADDLE_TRAINER_ID=str(t), POD_IP=args.node_ip)

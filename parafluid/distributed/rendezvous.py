@@ -32,9 +32,9 @@ import torch
 import torch.distributed as dist
 
 from .deadline import Deadline, rpc_deadline_seconds
+from .endpoints import parse_endpoint, parse_endpoints
 
-__all__ = ["DEFAULT_RENDEZVOUS_DEADLINE_S", "Rendezvous", "RendezvousError", "rendezvous",
-           "parse_endpoint", "parse_endpoints"]
+__all__ = ["DEFAULT_RENDEZVOUS_DEADLINE_S", "Rendezvous", "RendezvousError", "rendezvous"]
 
 DEFAULT_RENDEZVOUS_DEADLINE_S = 300.0
 _MAX_RECORD = 1 << 16  # an announcement is a few hundred bytes; refuse anything absurd
@@ -42,36 +42,6 @@ _MAX_RECORD = 1 << 16  # an announcement is a few hundred bytes; refuse anything
 
 class RendezvousError(RuntimeError):
     """The trainers could not meet: one never joined, or their settings disagree."""
-
-
-def parse_endpoint(text: str, what: str = "endpoint") -> tuple[str, int]:
-    """``"ip:port"`` -> ``(ip, port)``; ValueError naming ``what`` when malformed."""
-    if not isinstance(text, str):
-        raise TypeError(f"{what} must be a string 'ip:port', got {type(text).__name__}")
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"{what} must look like 'ip:port', got {text!r}")
-    try:
-        p = int(port)
-    except ValueError:
-        raise ValueError(f"{what}: port must be an integer, got {text!r}") from None
-    if not 0 < p < 65536:
-        raise ValueError(f"{what}: port must be in 1..65535, got {text!r}")
-    return host, p
-
-
-def parse_endpoints(endpoints: str | Sequence[str], what: str = "trainers") -> list[str]:
-    """``"a:1,b:2"`` or ``["a:1", "b:2"]`` -> a validated list without duplicates."""
-    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
-    items = [e.strip() for e in items if e.strip()]
-    if not items:
-        raise ValueError(f"{what}: expected at least one endpoint 'ip:port', got {endpoints!r}")
-    for e in items:
-        parse_endpoint(e, what)
-    dup = sorted({e for e in items if items.count(e) > 1})
-    if dup:
-        raise ValueError(f"{what}: endpoint(s) {', '.join(dup)} listed twice in {items}")
-    return items
 
 
 @dataclass

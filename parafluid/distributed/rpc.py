@@ -38,6 +38,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .deadline import Deadline, rpc_deadline_seconds
+from .endpoints import parse_endpoint
 from .wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
     SECRET_ENV,
@@ -106,10 +107,8 @@ def tcp_address(endpoint: str) -> str:
     """``"127.0.0.1:6174"`` -> ``"tcp://127.0.0.1:6174"`` (port 0 binds a free port)."""
     if endpoint.startswith("tcp://"):
         endpoint = endpoint[len("tcp://"):]
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"endpoint must be 'host:port', got {endpoint!r}")
-    return f"tcp://{host}:{'*' if int(port) == 0 else port}"
+    host, port = parse_endpoint(endpoint, "endpoint", allow_port_zero=True)
+    return f"tcp://{host}:{'*' if port == 0 else port}"
 
 
 def _endpoint_of(address: str) -> str:
@@ -444,8 +443,13 @@ class RPCClient:
             self._sock = None
 
     def call(self, kind: Kind, name: str = "", value: Any = None, *,
-             deadline_s: float | None = None, step: int = -1) -> Message:
+             deadline_s: float | None = None, seq: int | None = None,
+             step: int = -1) -> Message:
         """Send one request and return the reply (REPLY_OK or REPLY_VALUE).
+
+        ``seq``: the header's sequence number (default: this client's call count), for
+        receivers that order messages by it (the model-parallel mailboxes). ``step``: the
+        sender's step, sent in the header (-1: none).
 
         Raises RPCTimeoutError when no reply comes within the deadline, RPCError when the
         server answers with an error or the reply is invalid.
@@ -453,7 +457,7 @@ class RPCClient:
         what = f"{Kind(kind).name.lower()}{f' of {name!r}' if name else ''}"
         dl = Deadline(self.deadline_s if deadline_s is None else deadline_s)
         with self._lock:
-            seq = next(self._seq)
+            seq = next(self._seq) if seq is None else int(seq)
             frames = encode(kind, name, value, trainer_id=self.trainer_id, seq=seq, step=step,
                             secret=self.secret)
             sock = self._socket()

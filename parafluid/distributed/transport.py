@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from ..scope import SelectedRows
-from .rendezvous import Rendezvous, parse_endpoint
+from .endpoints import parse_endpoint
+from .rendezvous import Rendezvous
 
 __all__ = ["HEADER_SIZE", "MalformedHeader", "encode_header", "decode_header",
            "broadcast_options", "first_line", "bind_address", "make_process_group"]

@@ -22,6 +22,11 @@ from . import spatial
 from . import tensor_extra
 from . import tensor_more
 from . import debug
+from . import rank_table
+from . import distributions
+from . import metric_op
+from . import detection
+from . import fluid_paths
 from .control_flow import *
 from .dynamic_rnn import *
 from .index import *
@@ -41,12 +46,15 @@ from .spatial import *
 from .tensor_extra import *
 from .tensor_more import *
 from .debug import *
+from .rank_table import *
+from .distributions import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
            + static_rnn.__all__ + dynamic_rnn.__all__)
 __all__ += vision.__all__ + misc.__all__ + loss_extra.__all__ + seq_extra.__all__
 __all__ += spatial.__all__ + tensor_extra.__all__ + tensor_more.__all__ + debug.__all__
+__all__ += rank_table.__all__ + distributions.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -535,3 +535,10 @@ def beam_search_decode(ids: Variable, scores: Variable, beam_size: int, end_id: 
                      outputs={"SentenceIds": [sent_ids], "SentenceScores": [sent_scores]},
                      attrs={"beam_size": int(beam_size), "end_id": int(end_id)})
     return sent_ids, sent_scores
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 spells the layers it defined here as fluid.layers.control_flow.<name>
+    from .fluid_paths import resolve
+
+    return resolve("control_flow", name)

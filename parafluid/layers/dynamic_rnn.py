@@ -127,6 +127,31 @@ class DynamicRNN:
         self.input_array.append(arr)
         return array_read(array=arr, i=self.step_idx)
 
+    def static_input(self, x: Variable) -> Variable:
+        """``x`` (one row per sequence, in the feed's order) as seen by each step: its rows
+        put in rank order and cut to the sequences still running, as Fluid's. Call it after
+        a ``step_input``. An ``x`` with LoD (several rows per sequence) is not supported."""
+        self._assert_in_rnn("static_input")
+        if not isinstance(x, Variable):
+            raise TypeError(f"DynamicRNN.static_input: x must be a Variable, got "
+                            f"{type(x).__name__}")
+        if self.lod_rank_table is None:
+            raise RuntimeError("DynamicRNN.static_input must be called after step_input")
+        if x.lod_level:
+            raise ValueError(f"DynamicRNN.static_input: {x.name!r} has lod_level "
+                             f"{x.lod_level}; only one row per sequence is supported")
+        with self._in_parent():
+            reordered = self.helper.create_variable_for_type_inference(x.dtype)
+            self.helper.append_op("reorder_lod_tensor_by_rank",
+                                  inputs={"X": [x], "RankTable": [self.lod_rank_table]},
+                                  outputs={"Out": [reordered]})
+        out = self.helper.create_variable_for_type_inference(x.dtype)
+        self.helper.append_op("shrink_rnn_memory",
+                              inputs={"X": [reordered], "RankTable": [self.lod_rank_table],
+                                      "I": [self.step_idx]},
+                              outputs={"Out": [out]})
+        return out
+
     def memory(self, init: Variable | None = None, shape: list[int] | None = None,
                value: float = 0.0, need_reorder: bool = False,
                dtype: Any = "float32") -> Variable:

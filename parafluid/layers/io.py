@@ -7,8 +7,9 @@ from typing import Any
 
 from ..dtypes import VarType
 from ..framework import Variable, default_main_program
+from ..legacy_reader import create_py_reader_by_data, double_buffer, py_reader, read_file
 
-__all__ = ["data"]
+__all__ = ["data", "py_reader", "create_py_reader_by_data", "read_file", "double_buffer"]
 
 
 def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
@@ -40,7 +41,8 @@ def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
 
 
 def __getattr__(name: str) -> object:
-    # py_reader, read_file, double_buffer, ...: not provided, with what to use instead
-    from ..compat import missing_attribute
+    # Fluid 1.6's fluid.layers.io.<name> that live elsewhere, or are not provided (with
+    # what to use instead)
+    from .fluid_paths import resolve
 
-    return missing_attribute("layers", name, __all__)
+    return resolve("io", name)

@@ -222,3 +222,10 @@ def linear_lr_warmup(learning_rate: float | Variable, warmup_steps: int, start_l
     return _schedule("linear_warmup_lr", learning_rate,
                      {"warmup_steps": warmup_steps, "start_lr": float(start_lr),
                       "end_lr": float(end_lr)})
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 spells the layers it defined here as fluid.layers.learning_rate_scheduler.<name>
+    from .fluid_paths import resolve
+
+    return resolve("learning_rate_scheduler", name)

@@ -283,8 +283,8 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
 
 
 def warpctc(input: Variable, label: Variable, blank: int = 0, norm_by_times: bool = False,
-            input_length: Variable | None = None,
-            label_length: Variable | None = None) -> Variable:
+            input_length: Variable | None = None, label_length: Variable | None = None,
+            use_cudnn: bool = False) -> Variable:
     """CTC loss of unnormalized logits against int label sequences (Fluid 1.6's warpctc):
     ``[N, 1]``, ``-log p(label | input)`` per sequence; the op applies softmax itself.
 
@@ -292,7 +292,8 @@ def warpctc(input: Variable, label: Variable, blank: int = 0, norm_by_times: boo
     ``lod_level=1``. Padded form: ``input [Tmax, N, C]`` (time-major), ``label [N, Smax]``,
     and int64 ``input_length [N]``, ``label_length [N]``. ``C`` counts the blank class, whose
     index is ``blank``; ``norm_by_times`` divides each sequence's *gradient* by its number of
-    steps (the loss is unchanged, as in Fluid).
+    steps (the loss is unchanged, as in Fluid). ``use_cudnn`` (cuDNN's CTC in Fluid's CUDA
+    build) is accepted; the kernel is the same either way.
 
     Example::
 

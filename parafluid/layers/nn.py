@@ -221,7 +221,7 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
                name: str | None = None, moving_mean_name: str | None = None,
                moving_variance_name: str | None = None,
                do_model_average_for_mean_and_var: bool = False,
-               use_global_stats: bool = False) -> Variable:
+               fuse_with_relu: bool = False, use_global_stats: bool = False) -> Variable:
     """Batch normalization; keeps moving statistics for inference.
 
     In training the batch statistics normalize the input and update the moving mean and
@@ -229,7 +229,8 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
     ``is_test`` (``Program.clone(for_test=True)`` sets it) or ``use_global_stats`` the
     moving statistics are used. The moving statistics are persistable, non-trainable
     parameters starting at 0 (mean) and 1 (variance). ``in_place`` is accepted for
-    compatibility; the output is always a new variable.
+    compatibility; the output is always a new variable. ``fuse_with_relu`` applies relu to
+    the output (Fluid's fused kernel), before ``act``.
 
     Example::
 
@@ -270,6 +271,10 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
                      attrs={"momentum": float(momentum), "epsilon": float(epsilon),
                             "is_test": is_test, "data_layout": data_layout,
                             "use_global_stats": use_global_stats})
+    if fuse_with_relu:
+        relu_out = helper.create_variable_for_type_inference(out.dtype)
+        helper.append_op("relu", inputs={"X": [out]}, outputs={"Out": [relu_out]})
+        out = relu_out
     return helper.append_activation(out)
 
 
@@ -394,3 +399,98 @@ def cos_sim(X: Variable, Y: Variable) -> Variable:
     helper.append_op("cos_sim", inputs={"X": [X], "Y": [Y]},
                      outputs={"Out": [out], "XNorm": [xnorm], "YNorm": [ynorm]})
     return out
+
+
+
+def hard_swish(x: Variable, threshold: float = 6.0, scale: float = 6.0, offset: float = 3.0,
+               name: str | None = None) -> Variable:
+    """``x * min(max(x + offset, 0), threshold) / scale`` (MobileNetV3), built from ``scale``,
+    ``clip`` and ``elementwise_mul`` ops; its gradient is Fluid's: ``(2x + offset) / scale``
+    where ``0 < x + offset < threshold``, ``threshold / scale`` above, 0 below.
+
+    Example::
+
+        y = fluid.layers.hard_swish(x)
+    """
+    if not isinstance(x, Variable):
+        raise TypeError(f"hard_swish: x must be a Variable, got {type(x).__name__}")
+    helper = LayerHelper("hard_swish", name=name)
+
+    def op(op_type: str, inputs: dict[str, list[Variable]], attrs: dict[str, Any]) -> Variable:
+        out = helper.create_variable_for_type_inference(x.dtype)
+        helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+        return out
+    shifted = op("scale", {"X": [x]}, {"scale": 1.0, "bias": float(offset)})
+    gate = op("clip", {"X": [shifted]}, {"min": 0.0, "max": float(threshold)})
+    prod = op("elementwise_mul", {"X": [x], "Y": [gate]}, {"axis": -1})
+    return op("scale", {"X": [prod]}, {"scale": 1.0 / float(scale), "bias": 0.0})
+
+
+__all__ += ["hard_swish"]
+
+
+def similarity_focus(input: Variable, axis: int, indexes: list[int],
+                     name: str | None = None) -> Variable:
+    """A 0/1 mask of ``input`` ``[N, C, A, B]``: for each of ``indexes`` along ``axis``
+    (1, 2 or 3) the greedy one-to-one matching of the remaining two axes (largest value
+    first, its row and column then excluded), the union over ``indexes``, repeated along
+    ``axis``. No gradient, as in Fluid.
+
+    Example::
+
+        x = fluid.layers.data(name="x", shape=[3, 2, 2], dtype="float32")
+        mask = fluid.layers.similarity_focus(input=x, axis=1, indexes=[0])
+    """
+    if not isinstance(input, Variable):
+        raise TypeError(f"similarity_focus: input must be a Variable, got "
+                        f"{type(input).__name__}")
+    if isinstance(indexes, int):
+        indexes = [indexes]
+    helper = LayerHelper("similarity_focus", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    helper.append_op("similarity_focus", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"axis": int(axis), "indexes": [int(i) for i in indexes]})
+    return out
+
+
+__all__ += ["similarity_focus"]
+
+
+def filter_by_instag(ins: Variable, ins_tag: Variable, filter_tag: Variable,
+                     is_lod: bool) -> tuple[Variable, Variable]:
+    """The instances of ``ins`` (rows, or with ``is_lod`` its LoD sequences) that carry a
+    tag of ``filter_tag``: ``(out, loss_weight)``; ``ins_tag`` holds each instance's int64
+    tags (one LoD sequence per instance). ``out`` has a LoD of the kept lengths and
+    ``loss_weight`` a 1 per kept instance; when none is kept ``out`` is one zero row with
+    weight 0. The gradient goes back to the kept rows.
+
+    Example::
+
+        ins = fluid.layers.data(name="Ins", shape=[32], lod_level=0, dtype="float64")
+        ins_tag = fluid.layers.data(name="Ins_tag", shape=[1], lod_level=1, dtype="int64")
+        filter_tag = fluid.layers.data(name="Filter_tag", shape=[1], dtype="int64")
+        out, loss_weight = fluid.layers.filter_by_instag(ins, ins_tag, filter_tag, False)
+    """
+    for arg, v in (("ins", ins), ("ins_tag", ins_tag), ("filter_tag", filter_tag)):
+        if not isinstance(v, Variable):
+            raise TypeError(f"filter_by_instag: {arg} must be a Variable, got "
+                            f"{type(v).__name__}")
+    helper = LayerHelper("filter_by_instag")
+    out = helper.create_variable_for_type_inference(ins.dtype)
+    weight = helper.create_variable_for_type_inference(ins.dtype, stop_gradient=True)
+    index = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("filter_by_instag",
+                     inputs={"Ins": [ins], "Ins_tag": [ins_tag], "Filter_tag": [filter_tag]},
+                     outputs={"Out": [out], "LossWeight": [weight], "IndexMap": [index]},
+                     attrs={"is_lod": bool(is_lod)})
+    out.lod_level = 1
+    return out, weight
+
+
+__all__ += ["filter_by_instag"]
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 spells the layers it defined here as fluid.layers.nn.<name>
+    from .fluid_paths import resolve
+
+    return resolve("nn", name)

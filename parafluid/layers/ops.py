@@ -114,7 +114,7 @@ rsqrt = _activation("rsqrt", "1 / sqrt(x)")
 tanh_shrink = _activation("tanh_shrink", "x - tanh(x)")
 
 
-def softshrink(x: Variable, alpha: float | None = None) -> Variable:
+def softshrink(x: Variable, alpha: float | None = None, name: str | None = None) -> Variable:
     """``x - alpha`` where ``x > alpha``, ``x + alpha`` where ``x < -alpha``, else 0 (``alpha``
     defaults to 0.5; Fluid's attr ``lambda``).
 
@@ -122,7 +122,7 @@ def softshrink(x: Variable, alpha: float | None = None) -> Variable:
 
         y = fluid.layers.softshrink(x, alpha=0.3)
     """
-    return _unary("softshrink", x, {} if alpha is None else {"lambda": float(alpha)})
+    return _unary("softshrink", x, {} if alpha is None else {"lambda": float(alpha)}, name=name)
 
 
 def hard_shrink(x: Variable, threshold: float | None = None) -> Variable:
@@ -245,3 +245,10 @@ def clip(x: Variable, min: float, max: float, name: str | None = None) -> Variab
     if min > max:
         raise ValueError(f"clip: min ({min}) must not exceed max ({max})")
     return _unary("clip", x, {"min": float(min), "max": float(max)}, name)
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 spells the layers it defined here as fluid.layers.ops.<name>
+    from .fluid_paths import resolve
+
+    return resolve("ops", name)

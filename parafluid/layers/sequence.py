@@ -19,8 +19,9 @@ from typing import Any
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 
-__all__ = ["sequence_pool", "sequence_first_step", "sequence_last_step", "sequence_softmax",
-           "sequence_expand", "sequence_concat", "sequence_reshape", "sequence_conv",
+__all__ = ["lod_append", "sequence_pool", "sequence_first_step", "sequence_last_step",
+           "sequence_softmax", "sequence_expand", "sequence_concat", "sequence_reshape",
+           "sequence_conv",
            "dynamic_lstm", "dynamic_gru", "sequence_expand_as", "sequence_pad",
            "sequence_unpad", "sequence_mask", "lod_reset", "linear_chain_crf", "crf_decoding",
            "chunk_eval"]
@@ -324,6 +325,28 @@ def lod_reset(x: Variable, y: Variable | None = None,
     if y is not None:
         inputs["Y"] = [y]
     return _one("lod_reset", inputs, {"target_lod": list(target_lod or [])}, x.dtype, 1)
+
+
+def lod_append(x: Variable, level: list[int] | Variable) -> Variable:
+    """``x`` with one more (innermost) LoD level: ``level`` as offsets (a list starting at 0,
+    ending at the rows of ``x``), or a Variable whose LoD (or values) gives them, under the
+    levels ``x`` already has.
+
+    Example::
+
+        words = fluid.layers.lod_append(x, [0, 2, 5])   # x: 5 rows; two sequences
+    """
+    _check("lod_append", "x", x)
+    inputs: dict[str, Any] = {"X": [x]}
+    attrs: dict[str, Any] = {"append": True, "target_lod": []}
+    if isinstance(level, Variable):
+        inputs["Y"] = [level]
+    elif isinstance(level, (list, tuple)) and level:
+        attrs["target_lod"] = [int(v) for v in level]
+    else:
+        raise TypeError(f"lod_append: level must be a non-empty list of offsets or a "
+                        f"Variable, got {level!r}")
+    return _one("lod_reset", inputs, attrs, x.dtype, (x.lod_level or 0) + 1)
 
 
 def linear_chain_crf(input: Variable, label: Variable, param_attr: Any = None,

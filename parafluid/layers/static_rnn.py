@@ -28,7 +28,6 @@ from typing import Any
 from ..framework import Block, Variable, default_main_program
 from ..layer_helper import LayerHelper
 from ..ops.registry import EMPTY
-from ..passes.liveness import sub_blocks_of
 from .index import slice as slice_layer
 from .index import stack
 from .tensor import squeeze
@@ -133,7 +132,7 @@ class StaticRNN:
                 raise ValueError(f"StaticRNN: memory {name!r} is never updated "
                                  "(rnn.update_memory(mem, new_value))")
         for op in step.ops:
-            if sub_blocks_of(op):
+            if op.sub_blocks:
                 raise ValueError(f"StaticRNN: the step holds control flow ({op.type}), which "
                                  "the unrolled StaticRNN does not support")
         carried: dict[str, str] = {name: self._boot(name, parent) for name in self.memories}

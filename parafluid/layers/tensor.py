@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .. import unique_name
-from ..dtypes import convert_dtype
+from ..dtypes import VarType, convert_dtype
 from ..framework import Variable
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
@@ -374,3 +374,35 @@ def gaussian_random(shape: list[int], mean: float = 0.0, std: float = 1.0, seed:
                             "std": float(std), "seed": int(seed)})
     return out
 
+
+
+def tensor_array_to_tensor(input: Variable, axis: int = 1,
+                           name: str | None = None) -> tuple[Variable, Variable]:
+    """The items of a tensor array concatenated along ``axis``, and each item's size along
+    it (int32, one per item). The gradient is cut back into an array of the items' shapes.
+
+    Example::
+
+        arr = fluid.layers.create_array("float32")
+        fluid.layers.array_write(x0, i0, array=arr)
+        fluid.layers.array_write(x1, i1, array=arr)
+        joined, sizes = fluid.layers.tensor_array_to_tensor(arr, axis=1)
+    """
+    if not isinstance(input, Variable) or input.type != VarType.LOD_TENSOR_ARRAY:
+        raise TypeError(f"tensor_array_to_tensor: input must be a tensor array Variable "
+                        f"(create_array / array_write), got {input!r}")
+    helper = LayerHelper("tensor_array_to_tensor", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    index = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("tensor_array_to_tensor", inputs={"X": [input]},
+                     outputs={"Out": [out], "OutIndex": [index]}, attrs={"axis": int(axis)})
+    return out, index
+
+
+__all__ += ["tensor_array_to_tensor"]
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 spells the layers it defined here as fluid.layers.tensor.<name>
+    from .fluid_paths import resolve
+
+    return resolve("tensor", name)

@@ -1,6 +1,6 @@
 """The last tensor layers of Fluid 1.6 that programs commonly use: create_parameter,
 zeros_like / ones_like, cumsum, reverse, argsort, range, linspace, eye, diag, and the checks
-isfinite / has_inf / has_nan (ops in ``parafluid/ops/tensor_more.py``).
+isfinite / has_inf / has_nan (ops in ``parafluid/ops/``: math, reduce, logic, tensor).
 
 NOTE: a module of its own because it defines ``range`` (Fluid's name), which would hide the
 builtin from the code of any module that held it.

@@ -1,6 +1,7 @@
-"""Activation ops: elementwise unary functions (one rule table), softmax and clip.
+"""Activation ops: elementwise unary functions (one rule table), softmax, clip, and the
+activations with parameters or groups: prelu (a learned slope) and maxout.
 
-Every op here reads ``X`` and writes ``Out`` of the same shape and dtype, so that
+Every op of the table reads ``X`` and writes ``Out`` of the same shape and dtype, so that
 ``fc(..., act="relu")`` can append any of them by name. Gradients read only what they need:
 ``relu``/``sigmoid``/``tanh``/``exp``/``sqrt`` read ``Out``, others read ``X``, and the
 piecewise-constant ones (``sign``, ``floor``, ``ceil``, ``round``) read nothing and give
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .registry import register_op, same_as
+from .registry import Meta, register_op, same_as
 
 Tensor = torch.Tensor
 Forward = Callable[[Tensor, dict], Tensor]
@@ -50,13 +51,16 @@ def _in_open_range(v: Tensor, low: float, high: float) -> Tensor:
     return (v > low) & (v < high)
 
 
-# name, forward, gradient, what the gradient reads ("X", "Out" or ""), attr defaults
-_UNARY: list[tuple[str, Forward, Backward, str, dict[str, Any]]] = [
+# name, forward, gradient, what the gradient reads ("X", "Out" or ""), attr defaults[, the
+# in-place form of the forward]
+_UNARY: list[tuple[Any, ...]] = [
     # NOTE: threshold_backward is one fused kernel, ~7x faster than d * (o > 0) on CPU.
     ("relu", lambda x, a: torch.relu(x),
-     lambda o, d, a: torch.ops.aten.threshold_backward(d, o, 0), "Out", {}),
-    ("sigmoid", lambda x, a: torch.sigmoid(x), lambda o, d, a: d * o * (1 - o), "Out", {}),
-    ("tanh", lambda x, a: torch.tanh(x), lambda o, d, a: d * (1 - o * o), "Out", {}),
+     lambda o, d, a: torch.ops.aten.threshold_backward(d, o, 0), "Out", {}, torch.relu_),
+    ("sigmoid", lambda x, a: torch.sigmoid(x), lambda o, d, a: d * o * (1 - o), "Out", {},
+     torch.sigmoid_),
+    ("tanh", lambda x, a: torch.tanh(x), lambda o, d, a: d * (1 - o * o), "Out", {},
+     torch.tanh_),
     ("exp", lambda x, a: torch.exp(x), lambda o, d, a: d * o, "Out", {}),
     ("sqrt", lambda x, a: torch.sqrt(x), lambda o, d, a: d * 0.5 / o, "Out", {}),
     ("reciprocal", lambda x, a: torch.reciprocal(x), lambda o, d, a: -d * o * o, "Out", {}),
@@ -119,16 +123,25 @@ _UNARY: list[tuple[str, Forward, Backward, str, dict[str, Any]]] = [
 
 
 def _register_unary(name: str, fwd: Forward, bwd: Backward, reads: str,
-                    attrs: dict[str, Any]) -> None:
+                    attrs: dict[str, Any], inplace: Any = None) -> None:
+    """One activation row; ``inplace``: the torch function computing ``fwd`` into its
+    argument (``torch.relu_``), for the in-place planner."""
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
         return {"Out": fwd(ins["X"], attrs)}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         return {"X@GRAD": bwd(ins.get(reads), ins["Out@GRAD"], attrs)}
 
+    def update(x: Tensor, y: Any, attrs: dict) -> None:
+        inplace(x)
+
+    # NOTE: every activation hands its input's LoD on (Fluid's ActivationOp shares it); the
+    # ones with an in-place form return a fresh tensor (torch.relu and friends)
     register_op(name, inputs=("X",), outputs=("Out",), attrs=attrs, infer_shape=same_as("X"),
                 kernel=kernel, grad_kernel=grad, grad_uses=(reads,) if reads else (),
-                grad_infer_shape=same_as("Out@GRAD", "X@GRAD"))
+                grad_infer_shape=same_as("Out@GRAD", "X@GRAD"), share_lod=("X", "Out"),
+                inplace=update if inplace is not None else None,
+                fresh_output=inplace is not None)
 
 
 for _row in _UNARY:
@@ -175,7 +188,8 @@ def _softmax_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("softmax", inputs=("X",), outputs=("Out",),
             attrs={"axis": -1, "use_cudnn": False, "is_test": False},
             infer_shape=_softmax_shape, kernel=_softmax, grad_kernel=_softmax_grad,
-            grad_uses=("Out",), grad_infer_shape=same_as("Out", "X@GRAD"))
+            grad_uses=("Out",), grad_infer_shape=same_as("Out", "X@GRAD"), share_lod=("X", "Out"),
+            fresh_output=True)
 
 # ----------------------------------------------------------------------------- clip
 
@@ -196,4 +210,102 @@ register_op("clip", inputs=("X",), outputs=("Out",), attrs={"min": -1.0, "max": 
             infer_shape=_clip_shape,
             kernel=lambda ins, attrs, ctx: {
                 "Out": torch.clamp(ins["X"], attrs["min"], attrs["max"])},
-            grad_kernel=_clip_grad, grad_uses=("X",))
+            grad_kernel=_clip_grad, grad_uses=("X",), share_lod=("X", "Out"))
+
+
+# ----------------------------------------------------------------------------- prelu
+
+
+def _alpha_view(alpha: torch.Tensor, x: torch.Tensor, mode: str) -> torch.Tensor:
+    if mode == "all":
+        return alpha.reshape(())
+    if mode == "channel":
+        return alpha.reshape(1, -1, *([1] * (x.dim() - 2)))
+    return alpha.reshape(1, *x.shape[1:])
+
+
+def _prelu_shape(ins: dict, attrs: dict) -> dict:
+    x, alpha, mode = ins["X"], ins["Alpha"], attrs["mode"]
+    size = 1
+    for d in alpha.shape:
+        size *= d
+    if mode == "all":
+        want = 1
+    elif mode == "channel":
+        want = x.shape[1]
+    elif mode == "element":
+        want = 1
+        for d in x.shape[1:]:
+            want = -1 if d == -1 or want == -1 else want * d
+    else:
+        raise ValueError(f"prelu: mode must be 'all', 'channel' or 'element', got {mode!r}")
+    if want != -1 and size != want:
+        raise ValueError(f"prelu: mode {mode!r} needs {want} alpha values for X "
+                         f"{list(x.shape)}, got Alpha {list(alpha.shape)}")
+    return {"Out": x}
+
+
+def _prelu(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    alpha = _alpha_view(ins["Alpha"], x, attrs["mode"]).to(x.dtype)
+    return {"Out": torch.where(x > 0, x, alpha * x)}
+
+
+def _prelu_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, alpha, dout = ins["X"], ins["Alpha"], ins["Out@GRAD"]
+    mode = attrs["mode"]
+    pos = x > 0
+    out = {}
+    if "X" in ctx.need:
+        a = _alpha_view(alpha, x, mode).to(x.dtype)
+        out["X@GRAD"] = torch.where(pos, dout, a * dout)
+    if "Alpha" in ctx.need:
+        g = torch.where(pos, torch.zeros_like(x), dout * x)
+        if mode == "all":
+            g = g.sum()
+        elif mode == "channel":
+            g = g.sum(dim=[d for d in range(x.dim()) if d != 1])
+        else:
+            g = g.sum(0)
+        out["Alpha@GRAD"] = g.reshape(alpha.shape).to(alpha.dtype)
+    return out
+
+
+register_op("prelu", inputs=("X", "Alpha"), outputs=("Out",), attrs={"mode": "all"},
+            infer_shape=_prelu_shape, kernel=_prelu, grad_kernel=_prelu_grad,
+            grad_uses=("X", "Alpha"), share_lod=("X", "Out"))
+
+
+# ----------------------------------------------------------------------------- maxout
+
+
+def _maxout_shape(ins: dict, attrs: dict) -> dict:
+    x, g = ins["X"], int(attrs["groups"])
+    if len(x.shape) != 4:
+        raise ValueError(f"maxout: X must be 4-D NCHW, got shape {list(x.shape)}")
+    c = x.shape[1]
+    if g <= 0 or (c != -1 and c % g):
+        raise ValueError(f"maxout: the {c} channels of X must be divisible by groups={g}")
+    return {"Out": Meta((x.shape[0], -1 if c == -1 else c // g, *x.shape[2:]), x.dtype)}
+
+
+def _grouped(x: torch.Tensor, g: int) -> torch.Tensor:
+    n, c, h, w = x.shape
+    return x.reshape(n, c // g, g, h, w)
+
+
+def _maxout_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """The gradient goes to the first maximal element of each group (Fluid's kernel)."""
+    x, dout, g = ins["X"], ins["Out@GRAD"], int(attrs["groups"])
+    idx = _grouped(x, g).argmax(dim=2, keepdim=True)
+    dx = torch.zeros_like(_grouped(x, g)).scatter_(2, idx, dout.unsqueeze(2))
+    return {"X@GRAD": dx.reshape(x.shape)}
+
+
+register_op("maxout", inputs=("X",), outputs=("Out",), attrs={"groups": 1},
+            infer_shape=_maxout_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": _grouped(
+                ins["X"], int(attrs["groups"])).amax(dim=2)},
+            grad_kernel=_maxout_grad, grad_uses=("X",))
+
+

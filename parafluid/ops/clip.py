@@ -69,7 +69,8 @@ def _positive(op: str, attr: str) -> Any:
 
 
 register_op("clip_by_norm", inputs=("X",), outputs=("Out",), attrs={"max_norm": 1.0},
-            infer_shape=_positive("clip_by_norm", "max_norm"), kernel=_clip_by_norm)
+            infer_shape=_positive("clip_by_norm", "max_norm"), kernel=_clip_by_norm,
+            share_lod=("X", "Out"))
 
 
 def _squared_l2_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -98,3 +99,4 @@ register_op("clip_by_global_norm", inputs=("X", "SquaredNorm"), outputs=("Out",)
             attrs={"clip_norm": 1.0},
             infer_shape=_positive("clip_by_global_norm", "clip_norm"),
             kernel=_clip_by_global_norm)
+

@@ -48,4 +48,4 @@ register_op("gen_nccl_id", inputs=(), outputs=(),
             attrs={"endpoint": "", "endpoint_list": [], "trainer_id": 0, "nccl_comm_num": 1,
                    "use_hierarchical_allreduce": False,
                    "hierarchical_allreduce_inter_nranks": 0},
-            infer_shape=lambda ins, attrs: {}, kernel=_gen_nccl_id, side_effect=True)
+            infer_shape=lambda ins, attrs: {}, kernel=_gen_nccl_id, side_effect=True, comm=True)

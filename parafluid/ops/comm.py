@@ -53,9 +53,9 @@ def _allreduce(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("c_allreduce_sum", inputs=("X[]",), outputs=("Out[]",), attrs={"ring_id": 0},
-            infer_shape=_same_metas, kernel=_allreduce, side_effect=True,
+            infer_shape=_same_metas, kernel=_allreduce, side_effect=True, comm=True,
             # d(sum over ranks)/dx_i: every rank's output gradient, summed again.
-            grad=lambda op, no_grad: [] if all(x in no_grad for x in op.input("X")) else [
+            grad=lambda op, no_grad, ctx: [] if all(x in no_grad for x in op.input("X")) else [
                 {"type": "c_allreduce_sum",
                  "inputs": {"X": [o + "@GRAD" for o in op.output("Out")]},
                  "outputs": {"Out": [x + "@GRAD" for x in op.input("X")]}, "attrs": {}}])
@@ -70,7 +70,7 @@ def _reduce(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("c_reduce_sum", inputs=("X[]",), outputs=("Out",), attrs={"root": 0, "ring_id": 0},
             infer_shape=lambda ins, attrs: {"Out": ins["X"][0]}, kernel=_reduce,
-            side_effect=True)
+            side_effect=True, comm=True)
 
 
 def _broadcast(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -87,7 +87,7 @@ def _broadcast(ins: dict, attrs: dict, ctx: Any) -> dict:
 # Out lists the local devices other than the root, in device order: the root keeps its value.
 register_op("c_broadcast", inputs=("X",), outputs=("Out[]",), attrs={"root": 0, "ring_id": 0},
             infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_broadcast,
-            side_effect=True)
+            side_effect=True, comm=True)
 
 
 def _allreduce_coalesced(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -113,4 +113,4 @@ def _allreduce_coalesced(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("c_allreduce_coalesced", inputs=("X[]",), outputs=("Out[]",),
             attrs={"nvars": 1, "ring_id": 0}, infer_shape=_same_metas,
-            kernel=_allreduce_coalesced, side_effect=True)
+            kernel=_allreduce_coalesced, side_effect=True, comm=True)

@@ -1,4 +1,5 @@
-"""Helpers shared by op families: Fluid's ``axis`` broadcasting and shape-rule utilities."""
+"""Helpers shared by op families: Fluid's ``axis`` broadcasting, shape-rule utilities, the
+truth of a one-element condition and the sum of two gradients (tensors or tensor arrays)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from typing import Any
 
 import torch
 
+from ..scope import TensorArray
 from .registry import Meta
 
-__all__ = ["axis_view_shape", "broadcast_y", "unbroadcast", "numel", "meta_like",
-           "broadcast_meta", "reduce_dims"]
+__all__ = ["axis_in_range", "axis_view_shape", "broadcast_y", "unbroadcast", "numel",
+           "meta_like", "broadcast_meta", "reduce_dims", "scalar_truth", "add_grads"]
 
 
 def numel(shape: Sequence[int]) -> int:
@@ -93,3 +95,32 @@ def reduce_dims(dim: Any, ndim: int, reduce_all: bool) -> list[int]:
         return list(range(ndim))
     dims = [dim] if isinstance(dim, int) else list(dim)
     return sorted(d + ndim if d < 0 else d for d in dims)
+
+
+def axis_in_range(op: str, axis: int, ndim: int) -> int:
+    """``axis`` as a non-negative dim of an input of rank ``ndim`` (a scalar has dim 0)."""
+    if not -ndim <= axis < max(ndim, 1):
+        raise ValueError(f"{op}: axis {axis} is out of range for an input of rank {ndim}")
+    return axis % max(ndim, 1)
+
+
+def scalar_truth(op_type: str, cond: Any) -> bool:
+    """The value of a one-element bool condition; an error naming the op otherwise."""
+    if not isinstance(cond, torch.Tensor) or cond.numel() != 1:
+        shape = list(cond.shape) if isinstance(cond, torch.Tensor) else type(cond).__name__
+        raise ValueError(f"{op_type}: the condition must be a tensor of one element, "
+                         f"got {shape}")
+    return bool(cond.reshape(()).item())
+
+
+def add_grads(a: Any, b: Any) -> Any:
+    """``a + b`` for gradients: tensors, or tensor arrays slot by slot (None is zero)."""
+    if not isinstance(a, list):
+        return a + b
+    out = TensorArray(a)
+    for k, g in enumerate(b):
+        if k >= len(out):
+            out.append(g)
+        elif g is not None:
+            out[k] = g if out[k] is None else out[k] + g
+    return out

@@ -30,19 +30,11 @@ import torch
 
 from ..dtypes import VarType
 from ..scope import TensorArray
+from .common import scalar_truth
 from .control_flow_grad import conditional_block_grad_maker, while_grad_maker
 from .registry import Meta, register_op
 
 __all__: list[str] = []
-
-
-def _scalar_truth(op_type: str, cond: Any) -> bool:
-    """The value of a one-element bool condition; an error naming the op otherwise."""
-    if not isinstance(cond, torch.Tensor) or cond.numel() != 1:
-        shape = list(cond.shape) if isinstance(cond, torch.Tensor) else type(cond).__name__
-        raise ValueError(f"{op_type}: the condition must be a tensor of one element, "
-                         f"got {shape}")
-    return bool(cond.reshape(()).item())
 
 
 # ----------------------------------------------------------------------------- while
@@ -66,7 +58,7 @@ def _while(ins: dict, attrs: dict, ctx: Any) -> dict:
     has_steps = bool(op.outputs.get("StepScopes"))
     steps: list[dict[str, Any]] = []
     record = has_steps and not attrs["is_test"]
-    while _scalar_truth("while", cond):
+    while scalar_truth("while", cond):
         feed = {n: values[n] for n in x_names}
         if record:
             steps.append(feed)
@@ -101,7 +93,7 @@ def _conditional_block(ins: dict, attrs: dict, ctx: Any) -> dict:
         if len(conds) != 1:
             raise ValueError(f"conditional_block: a scalar condition is one variable, got "
                              f"{len(conds)}")
-        run = _scalar_truth("conditional_block", conds[0])
+        run = scalar_truth("conditional_block", conds[0])
     else:
         run = all(c is not None and c.numel() != 0 for c in conds)
     in_names = list(op.inputs.get("Input", ()))
@@ -233,19 +225,6 @@ def _write_to_array(ins: dict, attrs: dict, ctx: Any) -> dict:
 def _write_shape(ins: dict, attrs: dict) -> dict:
     x = ins["X"]
     return {"Out": Meta(x.shape, x.dtype, VarType.LOD_TENSOR_ARRAY)}
-
-
-def add_grads(a: Any, b: Any) -> Any:
-    """``a + b`` for gradients: tensors, or tensor arrays slot by slot (None is zero)."""
-    if not isinstance(a, list):
-        return a + b
-    out = TensorArray(a)
-    for k, g in enumerate(b):
-        if k >= len(out):
-            out.append(g)
-        elif g is not None:
-            out[k] = g if out[k] is None else out[k] + g
-    return out
 
 
 def _write_grad(ins: dict, attrs: dict, ctx: Any) -> dict:

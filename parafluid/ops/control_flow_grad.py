@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from ..dtypes import VarType
-from .registry import EMPTY, GRAD, register_op
+from .common import add_grads, scalar_truth
+from .registry import EMPTY, GRAD, GradContext, register_op
 
 __all__: list[str] = []
 
@@ -58,13 +59,10 @@ def _declare(grad_block: Any, src_block: Any, name: str, new_name: str) -> None:
                           stop_gradient=bool(src.stop_gradient) if src is not None else False)
 
 
-def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out: list[str]
-                      ) -> tuple[Any, list[str], list[str]]:
+def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out: list[str],
+                      ctx: GradContext) -> tuple[Any, list[str], list[str]]:
     """(gradient block, the names its Out-gradient feeds take, per ``in_names`` entry the
     name of its gradient in the block or "" when the block does not produce one)."""
-    from ..backward import _append_grad_ops
-    from ..passes.liveness import sub_blocks_of
-
     fwd = op.attrs["sub_block"]
     parent = op.block
     program = parent.program
@@ -76,7 +74,7 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
     outer = set(in_names) | set(op.output_arg_names)
     counter = 0
     for fop in fwd.ops:
-        if sub_blocks_of(fop):
+        if fop.sub_blocks:
             raise ValueError(f"{op.type}: the gradient of a block holding control flow itself "
                              f"({fop.type} at {fop.callsite}) is not supported; unroll the "
                              "inner construct or keep it out of the differentiated path")
@@ -114,20 +112,20 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
                       "outputs": {"Out": [version.get(n, n) + GRAD]}, "attrs": {}})
     targets = [version.get(n, n) for n in diff_out]
     blocked = {n for n in in_names if n not in diff_in}
-    produced = _append_grad_ops(grad_block, targets, seeds, set(diff_in), blocked)
+    produced = ctx.append_grad_ops(grad_block, targets, seeds, set(diff_in), blocked)
     fetches = [n + GRAD if n in diff_in and n + GRAD in produced else "" for n in in_names]
     return grad_block, feeds, fetches
 
 
 def _grad_spec(op: Any, grad_type: str, in_slot: str, blocked: set[str],
-               extra_inputs: dict[str, list[str]]) -> list[dict[str, Any]]:
+               extra_inputs: dict[str, list[str]], ctx: GradContext) -> list[dict[str, Any]]:
     in_names = list(op.inputs.get(in_slot, ()))
     out_names = list(op.outputs.get("Out", ()))
     diff_in = [n for n in in_names if n not in blocked and _differentiable(op.block, n)]
     diff_out = [n for n in out_names if _differentiable(op.block, n)]
     if not diff_in or not diff_out:
         return []
-    grad_block, feeds, fetches = _build_grad_block(op, in_names, diff_in, diff_out)
+    grad_block, feeds, fetches = _build_grad_block(op, in_names, diff_in, diff_out, ctx)
     carried = set(diff_out)
     grads = [n + GRAD if n in diff_in and (fetch or n in carried) else EMPTY
              for n, fetch in zip(in_names, fetches)]
@@ -159,15 +157,13 @@ def _run_grad_block(ctx: Any, attrs: dict, values: dict[str, Any], in_names: lis
 
 
 def _conditional_block_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from .control_flow import _scalar_truth
-
     op = ctx.op
     in_names = list(op.inputs.get("Input", ()))
     values = dict(zip(in_names, ins["Input"]))
     out_grads = dict(zip(attrs["out_grad_names"], ins["Out@GRAD"] or ()))
     conds = ins["Cond"]
     if attrs["is_scalar_condition"]:
-        ran = _scalar_truth("conditional_block_grad", conds[0])
+        ran = scalar_truth("conditional_block_grad", conds[0])
     else:
         ran = all(c is not None and c.numel() != 0 for c in conds)
     grads = _run_grad_block(ctx, attrs, values, in_names, out_grads, out_grads) if ran else {
@@ -189,17 +185,16 @@ register_op("conditional_block_grad", inputs=("Cond[]", "Input[]?", "Out@GRAD[]?
             kernel=_conditional_block_grad)
 
 
-def conditional_block_grad_maker(op: Any, blocked: set[str]) -> list[dict[str, Any]]:
+def conditional_block_grad_maker(op: Any, blocked: set[str], ctx: GradContext
+                                 ) -> list[dict[str, Any]]:
     return _grad_spec(op, "conditional_block_grad", "Input", blocked,
-                      {"Cond": list(op.inputs["Cond"])})
+                      {"Cond": list(op.inputs["Cond"])}, ctx)
 
 
 # ----------------------------------------------------------------------------- while
 
 
 def _while_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from .control_flow import add_grads
-
     op = ctx.op
     in_names = list(op.inputs.get("X", ()))
     steps = ins["StepScopes"]
@@ -232,9 +227,9 @@ register_op("while_grad", inputs=("X[]?", "Out@GRAD[]?", "StepScopes"),
             infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]}, kernel=_while_grad)
 
 
-def while_grad_maker(op: Any, blocked: set[str]) -> list[dict[str, Any]]:
+def while_grad_maker(op: Any, blocked: set[str], ctx: GradContext) -> list[dict[str, Any]]:
     steps = op.outputs.get("StepScopes")
     if not steps:
         raise ValueError("while: this loop records no StepScopes (is_test=True), so it has no "
                          "gradient; build it with is_test=False to train through it")
-    return _grad_spec(op, "while_grad", "X", blocked, {"StepScopes": list(steps)})
+    return _grad_spec(op, "while_grad", "X", blocked, {"StepScopes": list(steps)}, ctx)

@@ -1,4 +1,5 @@
-"""``warpctc``: the CTC loss of Fluid 1.6 (its warp-ctc op), over LoD or padded sequences.
+"""``warpctc``: the CTC loss of Fluid 1.6 (its warp-ctc op), over LoD or padded sequences;
+``ctc_align``, the decoding step after it (merge repeats, drop blanks; no gradient).
 
 The input is *unnormalized* logits; the op applies log-softmax over the classes itself, as
 warp-ctc does. Per sequence, ``Loss = -log p(label | logits)``, summed over every alignment
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..lod import require_lod
+from ..lod import attach_lod, require_lod
 from .registry import Meta, register_op
 
 __all__: list[str] = []
@@ -151,3 +152,32 @@ register_op("warpctc", inputs=("Logits", "Label", "LogitsLength?", "LabelLength?
             infer_shape=_ctc_shape, kernel=_warpctc, grad_kernel=_warpctc_grad,
             grad_uses=("Logits", "WarpCTCGrad", "LogitsLength"),
             no_grad_inputs=("Label", "LogitsLength", "LabelLength"))
+
+
+# ----------------------------------------------------------------------------- ctc_align
+
+
+def _ctc_align(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Per sequence: merge repeated tokens (``merge_repeated``), then drop ``blank``. A batch
+    whose every sequence comes out empty gives ``[[-1]]`` with LoD ``[[0, 1]]``, as Fluid."""
+    x = ins["Input"]
+    offsets = require_lod("ctc_align", "Input", x)
+    flat, blank = x.reshape(-1).tolist(), int(attrs["blank"])
+    tokens, new_offsets = [], [0]
+    for a, b in zip(offsets, offsets[1:]):
+        prev = None
+        for tok in flat[a:b]:
+            if tok != blank and not (attrs["merge_repeated"] and tok == prev):
+                tokens.append(tok)
+            prev = tok
+        new_offsets.append(len(tokens))
+    if not tokens:
+        tokens, new_offsets = [-1], [0, 1]
+    out = torch.tensor(tokens, dtype=x.dtype, device=x.device).reshape(-1, 1)
+    return {"Output": attach_lod(out, [new_offsets])}
+
+
+register_op("ctc_align", inputs=("Input",), outputs=("Output",),
+            attrs={"blank": 0, "merge_repeated": True, "padding_value": 0},
+            infer_shape=lambda ins, attrs: {"Output": Meta((-1, 1), ins["Input"].dtype)},
+            kernel=_ctc_align)

@@ -14,7 +14,7 @@ import torch
 
 from ..dtypes import convert_dtype
 from ..lod import get_lod
-from .registry import GRAD, register_op, same_as
+from .registry import GRAD, GradContext, register_op, same_as
 
 __all__: list[str] = []
 
@@ -72,7 +72,7 @@ def _print(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": x}
 
 
-def _print_grad(op: Any, no_grad: set) -> list[dict[str, Any]]:
+def _print_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict[str, Any]]:
     """The gradient passes through another ``print`` (which prints it in the backward)."""
     if op.input("In")[0] in no_grad:
         return []

@@ -1,8 +1,12 @@
-"""Indexing ops: gather, slice, stack, flatten. Gradients scatter or pad back.
+"""Indexing ops: gather, gather_nd, scatter, scatter_nd_add, slice, strided_slice,
+multiplex, where, unique / unique_with_counts, stack / unstack, flatten. Gradients scatter
+or pad back; integer results (where, unique) have none.
 
 ``gather`` picks rows ``Index`` of ``X``; ``slice`` cuts ``[starts, ends)`` on ``axes``
 (negative and past-the-end bounds clamp, as numpy); ``stack`` joins same-shape tensors along a
 new ``axis``; ``flatten`` folds dims ``[0, axis)`` and ``[axis, rank)`` into a 2-D tensor.
+``where`` gives the coordinates of the true elements of ``Condition``; ``multiplex`` takes
+row ``i`` from input ``Ids[i]``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..dtypes import convert_dtype, to_torch
 from .common import numel
 from .registry import Meta, register_op
 
@@ -154,3 +159,325 @@ register_op("flatten", inputs=("X",), outputs=("Out",), attrs={"axis": 1},
             grad_kernel=lambda ins, attrs, ctx: {
                 "X@GRAD": ins["Out@GRAD"].reshape(ins["X"].shape).clone()},
             grad_uses=("X",))
+
+
+# ----------------------------------------------------------------------------- where
+
+def _where_shape(ins: dict, attrs: dict) -> dict:
+    cond = ins["Condition"]
+    if cond.dtype != "bool":
+        raise TypeError(f"where: Condition must be bool, got {cond.dtype}")
+    return {"Out": Meta((-1, len(cond.shape)), "int64")}
+
+
+register_op("where", inputs=("Condition",), outputs=("Out",), infer_shape=_where_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": torch.nonzero(ins["Condition"])})
+
+
+# ----------------------------------------------------------------------------- scatter
+
+
+def _scatter_shape(ins: dict, attrs: dict) -> dict:
+    x, ids, upd = ins["X"], ins["Ids"], ins["Updates"]
+    if ids.dtype not in ("int32", "int64"):
+        raise TypeError(f"scatter: Ids must be int32 or int64, got {ids.dtype}")
+    if len(ids.shape) != 1 and not (len(ids.shape) == 2 and ids.shape[1] == 1):
+        raise ValueError(f"scatter: Ids must be 1-D (or [N, 1]), got {list(ids.shape)}")
+    if len(upd.shape) != len(x.shape) or any(
+            a != b and -1 not in (a, b) for a, b in zip(upd.shape[1:], x.shape[1:])):
+        raise ValueError(f"scatter: Updates {list(upd.shape)} must be [len(Ids)] + "
+                         f"X.shape[1:] = [{ids.shape[0]}, {', '.join(map(str, x.shape[1:]))}]")
+    return {"Out": x}
+
+
+def _rows(ids: torch.Tensor, height: int) -> torch.Tensor:
+    rows = ids.reshape(-1).long()
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= height):
+        raise ValueError(f"scatter: index {rows[(rows < 0) | (rows >= height)][0].item()} is "
+                         f"out of range for X with {height} rows")
+    return rows
+
+
+def _scatter(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Overwrite: ``out[ids[i]] = updates[i]``. Otherwise the indexed rows are zeroed, then
+    the updates added (repeated ids accumulate), as Fluid's kernel."""
+    x, upd = ins["X"], ins["Updates"]
+    rows = _rows(ins["Ids"], x.shape[0])
+    out = x.clone()
+    if attrs["overwrite"]:
+        out[rows] = upd.to(x.dtype)
+    else:
+        out[rows] = 0
+        out.index_add_(0, rows, upd.to(x.dtype))
+    return {"Out": out}
+
+
+def _scatter_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    dout = ins["Out@GRAD"]
+    rows = ins["Ids"].reshape(-1).long()
+    out = {}
+    if "X" in ctx.need:
+        dx = dout.clone()
+        dx[rows] = 0  # these rows of X were replaced
+        out["X@GRAD"] = dx
+    if "Updates" in ctx.need:
+        out["Updates@GRAD"] = dout.index_select(0, rows)
+    return out
+
+
+register_op("scatter", inputs=("X", "Ids", "Updates"), outputs=("Out",),
+            attrs={"overwrite": True}, infer_shape=_scatter_shape, kernel=_scatter,
+            grad_kernel=_scatter_grad, grad_uses=("X", "Ids", "Updates"),
+            no_grad_inputs=("Ids",))
+
+
+# ----------------------------------------------------------------------------- unstack
+
+
+def _unstack_axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ValueError(f"unstack: axis {axis} is out of range for X of rank {rank}")
+    return axis % rank
+
+
+def _unstack_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    axis = _unstack_axis(int(attrs["axis"]), len(x.shape))
+    num = int(attrs["num"])
+    if x.shape[axis] != -1 and num != x.shape[axis]:
+        raise ValueError(f"unstack: num={num} must equal dim {axis} of X {list(x.shape)}")
+    piece = Meta(tuple(d for i, d in enumerate(x.shape) if i != axis), x.dtype)
+    return {"Y": [piece] * num}
+
+
+register_op("unstack", inputs=("X",), outputs=("Y[]",), attrs={"axis": 0, "num": 0},
+            infer_shape=_unstack_shape,
+            kernel=lambda ins, attrs, ctx: {"Y": [t.clone() for t in torch.unbind(
+                ins["X"], _unstack_axis(int(attrs["axis"]), ins["X"].dim()))]},
+            grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": torch.stack(
+                ins["Y@GRAD"], _unstack_axis(int(attrs["axis"]), ins["X"].dim()))},
+            grad_uses=("X",))
+
+
+# ----------------------------------------------------------------------------- multiplex
+
+
+def _multiplex_shape(ins: dict, attrs: dict) -> dict:
+    xs, ids = ins["X"], ins["Ids"]
+    if not xs:
+        raise ValueError("multiplex: X needs at least one input")
+    shapes = {tuple(m.shape) for m in xs}
+    if len(shapes) != 1:
+        raise ValueError(f"multiplex: every X must have the same shape, got "
+                         f"{[list(m.shape) for m in xs]}")
+    if ids.dtype not in ("int32", "int64") or len(ids.shape) != 2 or ids.shape[1] != 1:
+        raise ValueError(f"multiplex: Ids must be int32 [N, 1], got {ids.dtype} "
+                         f"{list(ids.shape)}")
+    return {"Out": xs[0]}
+
+
+def _picks(ids: torch.Tensor, count: int) -> torch.Tensor:
+    picks = ids.reshape(-1).long()
+    if picks.numel() and (int(picks.min()) < 0 or int(picks.max()) >= count):
+        raise ValueError(f"multiplex: index {picks[(picks < 0) | (picks >= count)][0].item()} "
+                         f"is out of range for {count} candidate inputs")
+    return picks
+
+
+def _multiplex(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Row ``i`` of the output is row ``i`` of ``X[Ids[i]]``."""
+    xs = ins["X"]
+    picks = _picks(ins["Ids"], len(xs))
+    stacked = torch.stack(xs)
+    return {"Out": stacked[picks, torch.arange(picks.numel(), device=picks.device)]}
+
+
+def _multiplex_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    xs, dout = ins["X"], ins["Out@GRAD"]
+    picks = ins["Ids"].reshape(-1).long()
+    view = (-1,) + (1,) * (dout.dim() - 1)
+    return {"X@GRAD": [dout * (picks == k).reshape(view).to(dout.dtype)
+                       for k in range(len(xs))]}
+
+
+register_op("multiplex", inputs=("X[]", "Ids"), outputs=("Out",),
+            infer_shape=_multiplex_shape, kernel=_multiplex, grad_kernel=_multiplex_grad,
+            grad_uses=("X", "Ids"), no_grad_inputs=("Ids",))
+
+
+# ----------------------------------------------------------------------------- gather_nd, scatter
+
+
+def _nd_index(op: str, x_shape: Any, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The columns of ``index [..., k]`` as a tuple indexing the first ``k`` dims of X."""
+    k = index.shape[-1]
+    if k > len(x_shape):
+        raise ValueError(f"{op}: Index's last dim {k} exceeds the rank of X {list(x_shape)}")
+    flat = index.reshape(-1, k).long()
+    for d in range(k):
+        col = flat[:, d]
+        if col.numel() and (int(col.min()) < 0 or int(col.max()) >= x_shape[d]):
+            raise ValueError(f"{op}: an index in column {d} is out of range for dim {d} of X "
+                             f"{list(x_shape)}")
+    return tuple(flat[:, d] for d in range(k))
+
+
+def _gather_nd_shape(ins: dict, attrs: dict) -> dict:
+    x, index = ins["X"], ins["Index"]
+    k = index.shape[-1]
+    if index.dtype not in ("int32", "int64") or k == -1 or k > len(x.shape):
+        raise ValueError(f"gather_nd: Index must be int with a known last dim <= the rank of "
+                         f"X {list(x.shape)}, got {index.dtype} {list(index.shape)}")
+    return {"Out": Meta((*index.shape[:-1], *x.shape[k:]), x.dtype)}
+
+
+def _gather_nd(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, index = ins["X"], ins["Index"]
+    picked = x[_nd_index("gather_nd", x.shape, index)]
+    return {"Out": picked.reshape(*index.shape[:-1], *x.shape[index.shape[-1]:])}
+
+
+def _gather_nd_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, index, dout = ins["X"], ins["Index"], ins["Out@GRAD"]
+    k = index.shape[-1]
+    rows = dout.reshape(-1, *x.shape[k:])
+    dx = torch.zeros_like(x).index_put_(_nd_index("gather_nd", x.shape, index), rows,
+                                        accumulate=True)
+    return {"X@GRAD": dx}
+
+
+register_op("gather_nd", inputs=("X", "Index"), outputs=("Out",),
+            infer_shape=_gather_nd_shape, kernel=_gather_nd, grad_kernel=_gather_nd_grad,
+            grad_uses=("X", "Index"), no_grad_inputs=("Index",))
+
+
+def _scatter_nd_add_shape(ins: dict, attrs: dict) -> dict:
+    x, index, upd = ins["X"], ins["Index"], ins["Updates"]
+    k = index.shape[-1]
+    want = (*index.shape[:-1], *x.shape[k:]) if k != -1 else None
+    if want is None or len(upd.shape) != len(want) or any(
+            a != b and -1 not in (a, b) for a, b in zip(upd.shape, want)):
+        raise ValueError(f"scatter_nd_add: Updates {list(upd.shape)} must be Index.shape[:-1] "
+                         f"+ X.shape[k:] = {list(want or [])}")
+    return {"Out": x}
+
+
+def _scatter_nd_add(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, index, upd = ins["X"], ins["Index"], ins["Updates"]
+    rows = upd.reshape(-1, *x.shape[index.shape[-1]:]).to(x.dtype)
+    return {"Out": x.clone().index_put_(_nd_index("scatter_nd_add", x.shape, index), rows,
+                                        accumulate=True)}
+
+
+def _scatter_nd_add_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    index, upd, dout = ins["Index"], ins["Updates"], ins["Out@GRAD"]
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = dout
+    if "Updates" in ctx.need:
+        out["Updates@GRAD"] = dout[_nd_index("scatter_nd_add", dout.shape, index)].reshape(
+            upd.shape)
+    return out
+
+
+register_op("scatter_nd_add", inputs=("X", "Index", "Updates"), outputs=("Out",),
+            infer_shape=_scatter_nd_add_shape, kernel=_scatter_nd_add,
+            grad_kernel=_scatter_nd_add_grad, grad_uses=("X", "Index", "Updates"),
+            no_grad_inputs=("Index",))
+
+
+# ----------------------------------------------------------------------------- strided_slice
+
+
+def _strided_index(shape: Any, attrs: dict) -> list[Any]:
+    """Per dim: ``slice(None)`` or the positions Python's ``slice(start, end, stride)``
+    selects (negative bounds count from the end, bounds clamp, negative strides reverse)."""
+    axes, starts, ends, strides = (list(attrs[k]) for k in ("axes", "starts", "ends",
+                                                              "strides"))
+    if not len(axes) == len(starts) == len(ends) == len(strides):
+        raise ValueError(f"strided_slice: axes {axes}, starts {starts}, ends {ends} and "
+                         f"strides {strides} must have the same length")
+    index: list[Any] = [slice(None)] * len(shape)
+    for a, s, e, st in zip(axes, starts, ends, strides):
+        if not 0 <= a < len(shape):
+            raise ValueError(f"strided_slice: axis {a} is out of range for rank {len(shape)}")
+        if st == 0:
+            raise ValueError("strided_slice: a stride cannot be 0")
+        index[a] = None if shape[a] == -1 else list(range(*slice(s, e, st).indices(shape[a])))
+    return index
+
+
+def _strided_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["Input"]
+    index = _strided_index(x.shape, attrs)
+    shape = tuple(d if isinstance(i, slice) else (-1 if i is None else len(i))
+                  for d, i in zip(x.shape, index))
+    return {"Out": Meta(shape, x.dtype)}
+
+
+def _strided_pick(x: torch.Tensor, attrs: dict) -> list[Any]:
+    return [i if isinstance(i, slice) else torch.tensor(i, dtype=torch.long, device=x.device)
+            for i in _strided_index(tuple(x.shape), attrs)]
+
+
+def _strided_slice(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["Input"]
+    for dim, idx in enumerate(_strided_pick(x, attrs)):
+        if not isinstance(idx, slice):
+            x = x.index_select(dim, idx)
+    return {"Out": x.contiguous()}
+
+
+def _strided_slice_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dout = ins["Input"], ins["Out@GRAD"]
+    grad = dout
+    picks = _strided_pick(x, attrs)
+    for dim in range(x.dim() - 1, -1, -1):
+        idx = picks[dim]
+        if not isinstance(idx, slice):
+            shape = list(grad.shape)
+            shape[dim] = x.shape[dim]
+            grad = torch.zeros(shape, dtype=dout.dtype, device=dout.device).index_add_(
+                dim, idx, grad)
+    return {"Input@GRAD": grad}
+
+
+register_op("strided_slice", inputs=("Input",), outputs=("Out",),
+            attrs={"axes": [], "starts": [], "ends": [], "strides": [], "infer_flags": []},
+            infer_shape=_strided_shape, kernel=_strided_slice,
+            grad_kernel=_strided_slice_grad, grad_uses=("Input",))
+
+
+# ----------------------------------------------------------------------------- unique
+
+
+def _unique_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if len(x.shape) != 1:
+        raise ValueError(f"unique: X must be 1-D, got {list(x.shape)}")
+    index = Meta(x.shape, convert_dtype(attrs["dtype"]))
+    return {"Out": Meta((-1,), x.dtype), "Index": index, "Count": Meta((-1,), index.dtype)}
+
+
+def _unique(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Values in order of first occurrence (Fluid's order, not sorted), the position of every
+    element's value in them, and how often each occurs."""
+    x = ins["X"]
+    values, inverse, counts = torch.unique(x, sorted=True, return_inverse=True,
+                                           return_counts=True)
+    first = torch.full((values.numel(),), x.numel(), dtype=torch.long, device=x.device)
+    first.scatter_reduce_(0, inverse, torch.arange(x.numel(), device=x.device), "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=x.device)
+    dtype = to_torch(convert_dtype(attrs["dtype"]))
+    return {"Out": values[order], "Index": rank[inverse].to(dtype),
+            "Count": counts[order].to(dtype)}
+
+
+register_op("unique", inputs=("X",), outputs=("Out", "Index"), attrs={"dtype": "int32"},
+            infer_shape=_unique_shape,
+            kernel=lambda ins, attrs, ctx: {k: v for k, v in _unique(ins, attrs, ctx).items()
+                                            if k != "Count"})
+register_op("unique_with_counts", inputs=("X",), outputs=("Out", "Index", "Count"),
+            attrs={"dtype": "int32"}, infer_shape=_unique_shape, kernel=_unique)

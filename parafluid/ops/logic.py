@@ -1,8 +1,9 @@
-"""Comparison and logical ops: elementwise, bool outputs, no gradients.
+"""Comparison, logical and finiteness ops: elementwise, bool outputs, no gradients.
 
 ``less_than``, ``less_equal``, ``greater_than``, ``greater_equal``, ``equal``, ``not_equal``
 read ``X`` and ``Y`` (Fluid's ``axis`` broadcasting); ``logical_and/or/xor`` read two bool
-tensors, ``logical_not`` one.
+tensors, ``logical_not`` one. ``isfinite`` / ``isinf`` / ``isnan`` reduce a whole tensor
+to one bool (``layers.isfinite``, ``has_inf``, ``has_nan``).
 """
 
 from __future__ import annotations
@@ -56,3 +57,17 @@ for _name, _fn in (("logical_and", torch.logical_and), ("logical_or", torch.logi
 
 register_op("logical_not", inputs=("X",), outputs=("Out",), infer_shape=_logical_shape,
             kernel=lambda ins, attrs, ctx: {"Out": torch.logical_not(ins["X"])})
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check(name: str, fn: Any) -> None:
+    register_op(name, inputs=("X",), outputs=("Out",),
+                infer_shape=lambda ins, attrs: {"Out": Meta((1,), "bool")},
+                kernel=lambda ins, attrs, ctx: {"Out": fn(ins["X"]).reshape(1)})
+
+
+_check("isfinite", lambda x: torch.isfinite(x).all())   # every element finite
+_check("isinf", lambda x: torch.isinf(x).any())          # some element is +-inf
+_check("isnan", lambda x: torch.isnan(x).any())          # some element is NaN

@@ -1,6 +1,7 @@
-"""Loss and metric ops: cross_entropy, softmax_with_cross_entropy, accuracy, auc,
-square_error_cost, sigmoid_cross_entropy_with_logits, log_loss, huber_loss, label_smooth.
-(hsigmoid and nce are in ``vocab_loss.py``.)
+"""Losses over class scores and probabilities: cross_entropy, softmax_with_cross_entropy,
+sigmoid_cross_entropy_with_logits, log_loss, label_smooth, kldiv_loss, bpr_loss and
+teacher_student_sigmoid_loss. Losses of distances between values are in ``loss_distance.py``,
+hsigmoid and nce in ``vocab_loss.py``, accuracy and auc in ``metric.py``.
 
 Fluid's numerics: the softmax inside softmax_with_cross_entropy clips the shifted logits at
 -64, and cross_entropy's log maps ±inf to ±1e20, so a confidently wrong prediction has a
@@ -9,9 +10,6 @@ large finite loss (see docs/fluid_compat.md).
 Label slots never get gradients. Hard labels are int64 class ids with a trailing dim of 1;
 rows whose label equals ``ignore_index`` contribute zero loss and zero gradient.
 
-``accuracy`` takes the top-k ``Indices`` of a ``top_k`` op as in Fluid, or, when that input
-is absent, ranks the scores in ``Out`` itself (attr ``k``); the ``accuracy`` layer uses the
-second form, so it needs no other op.
 """
 
 from __future__ import annotations
@@ -21,13 +19,17 @@ from typing import Any
 import torch
 
 from .activation import clipped_log_softmax
-from .common import unbroadcast
 from .registry import Meta, register_op
 
 __all__: list[str] = []
 
 
 def _check_label_range(op: str, label: torch.Tensor, classes: int, ignore_index: int) -> None:
+    if torch.compiler.is_compiling():
+        # NOTE: a check on values would split a compiled segment in two; compiled code checks
+        # its gather indices itself, and a segment that fails is re-run op by op, which
+        # raises this error
+        return
     bad = (label != ignore_index) & ((label < 0) | (label >= classes))
     if bool(bad.any()):
         value = label[bad].reshape(-1)[0].item()
@@ -35,10 +37,15 @@ def _check_label_range(op: str, label: torch.Tensor, classes: int, ignore_index:
                          f"(ignore_index={ignore_index})")
 
 
-def _hard_label_meta(op: str, x: Meta, label: Meta, axis: int) -> None:
-    if label.dtype not in ("int64", "int32"):
+def _check_label_dtype(op: str, label: torch.Tensor) -> None:
+    # NOTE: checked when the kernel runs, as Fluid does: a program with a float label
+    # still builds (and can be saved); running it is the error.
+    if label.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{op}: Label must be int64 class ids when soft_label=False, "
-                        f"got {label.dtype}")
+                        f"got {str(label.dtype).replace('torch.', '')}")
+
+
+def _hard_label_meta(op: str, x: Meta, label: Meta, axis: int) -> None:
     want = list(x.shape)
     want[axis] = 1
     if len(label.shape) != len(want) or any(
@@ -52,6 +59,16 @@ def _soft_label_meta(op: str, x: Meta, label: Meta) -> None:
             a != b and -1 not in (a, b) for a, b in zip(label.shape, x.shape)):
         raise ValueError(f"{op}: Label must have the shape of the input {list(x.shape)} "
                          f"when soft_label=True, got {list(label.shape)}")
+
+
+def _slots_same_shape(op: str, a: str, b: str, ins: dict) -> None:
+    sa, sb = ins[a].shape, ins[b].shape
+    if len(sa) != len(sb) or any(x != y and -1 not in (x, y) for x, y in zip(sa, sb)):
+        raise ValueError(f"{op}: {a} {list(sa)} and {b} {list(sb)} must have the same shape")
+
+
+def _rows_meta(x: Meta) -> Meta:
+    return Meta((x.shape[0], 1), x.dtype)
 
 
 # ----------------------------------------------------------------------------- cross_entropy
@@ -89,6 +106,7 @@ def _cross_entropy(ins: dict, attrs: dict, ctx: Any) -> dict:
     if attrs["soft_label"]:
         return {"Y": -(label * _tolerable_log(x)).sum(-1, keepdim=True)}
     ignore = attrs["ignore_index"]
+    _check_label_dtype("cross_entropy", label)
     _check_label_range("cross_entropy", label, x.shape[-1], ignore)
     picked, valid = _hard_pick(x, label, ignore, x.dim() - 1)
     return {"Y": torch.where(valid, -_tolerable_log(picked), torch.zeros_like(picked))}
@@ -108,7 +126,8 @@ register_op("cross_entropy", inputs=("X", "Label"), outputs=("Y",),
             attrs={"soft_label": False, "ignore_index": -100},
             infer_shape=_cross_entropy_shape, kernel=_cross_entropy,
             grad_kernel=_cross_entropy_grad, grad_uses=("X", "Label"),
-            no_grad_inputs=("Label",))
+            no_grad_inputs=("Label",), share_lod=("X", "Y"))
+
 
 # ----------------------------------------------------------------------------- softmax + CE
 
@@ -140,13 +159,16 @@ def _softmax_ce(ins: dict, attrs: dict, ctx: Any) -> dict:
     logp = clipped_log_softmax(logits, axis)
     if attrs["soft_label"]:
         loss = -(label * logp).sum(axis, keepdim=True)
-    elif _all_labels_in_range(label, logits.shape[axis], attrs["ignore_index"]):
-        loss = -logp.gather(axis, label.long())  # the common case: no row is ignored
     else:
-        ignore = attrs["ignore_index"]
-        _check_label_range("softmax_with_cross_entropy", label, logits.shape[axis], ignore)
-        picked, valid = _hard_pick(logp, label, ignore, axis)
-        loss = torch.where(valid, -picked, torch.zeros_like(picked))
+        _check_label_dtype("softmax_with_cross_entropy", label)
+        if _all_labels_in_range(label, logits.shape[axis], attrs["ignore_index"]):
+            loss = -logp.gather(axis, label.long())  # the common case: no row is ignored
+        else:
+            ignore = attrs["ignore_index"]
+            _check_label_range("softmax_with_cross_entropy", label, logits.shape[axis],
+                               ignore)
+            picked, valid = _hard_pick(logp, label, ignore, axis)
+            loss = torch.where(valid, -picked, torch.zeros_like(picked))
     return {"Softmax": logp.exp(), "Loss": loss}
 
 
@@ -156,8 +178,8 @@ def _all_labels_in_range(label: torch.Tensor, classes: int, ignore_index: int) -
     One reduction instead of the masked path's half dozen small ops: this loss runs every
     training step, and at small batch sizes its op count, not its arithmetic, is the cost.
     """
-    if label.numel() == 0:
-        return False
+    if label.numel() == 0 or torch.compiler.is_compiling():
+        return False  # compiled: the masked path, one fused kernel and no branch on values
     lo, hi = torch.aminmax(label)
     lo, hi = int(lo), int(hi)
     return 0 <= lo and hi < classes and not lo <= ignore_index <= hi
@@ -192,126 +214,9 @@ register_op("softmax_with_cross_entropy", inputs=("Logits", "Label"),
                    "axis": -1},
             infer_shape=_softmax_ce_shape, kernel=_softmax_ce, grad_kernel=_softmax_ce_grad,
             grad_uses=("Label", "Softmax"), no_grad_inputs=("Label",),
-            grad_infer_shape=lambda ins, attrs: {"Logits@GRAD": ins["Softmax"]})
+            grad_infer_shape=lambda ins, attrs: {"Logits@GRAD": ins["Softmax"]},
+            share_lod=("Logits", ("Softmax", "Loss")))
 
-# ----------------------------------------------------------------------------- accuracy
-
-
-def _accuracy_shape(ins: dict, attrs: dict) -> dict:
-    out, indices, label = ins["Out"], ins["Indices"], ins["Label"]
-    # NOTE: a float label holding class ids is accepted, as Fluid programs rely on it.
-    pred = indices if indices is not None else out
-    rows = pred.shape[0]
-    if label.shape[0] not in (rows, -1) and rows != -1:
-        raise ValueError(f"accuracy: Label has {label.shape[0]} rows but the predictions "
-                         f"{list(pred.shape)} have {rows}")
-    if indices is None and attrs["k"] < 1:
-        raise ValueError(f"accuracy: k must be >= 1, got {attrs['k']}")
-    return {"Accuracy": Meta((1,), "float32"), "Correct": Meta((1,), "int32"),
-            "Total": Meta((1,), "int32")}
-
-
-def _accuracy(ins: dict, attrs: dict, ctx: Any) -> dict:
-    out, indices, label = ins["Out"], ins["Indices"], ins["Label"]
-    if indices is None:
-        # Without a top_k op in front, rank the scores here.
-        k = min(int(attrs["k"]), out.shape[-1])
-        indices = out.reshape(out.shape[0], -1).topk(k, dim=1).indices
-    rows = indices.shape[0]
-    hit = (indices.reshape(rows, -1) == label.reshape(rows, 1).long().to(indices.dtype)).any(1)
-    correct = hit.sum().to(torch.int32).reshape(1)
-    total = torch.full((1,), rows, dtype=torch.int32, device=hit.device)
-    acc = (correct.float() / max(rows, 1)).reshape(1)
-    return {"Accuracy": acc, "Correct": correct, "Total": total}
-
-
-register_op("accuracy", inputs=("Out", "Indices?", "Label"),
-            outputs=("Accuracy", "Correct", "Total"), attrs={"k": 1},
-            infer_shape=_accuracy_shape, kernel=_accuracy)
-
-# ----------------------------------------------------------------------------- square_error_cost
-
-
-def _square_error_shape(ins: dict, attrs: dict) -> dict:
-    x, y = ins["X"], ins["Y"]
-    # Fluid computes this as elementwise_sub then square, so a label [N, 1] broadcasts
-    # against an input [N, k]; the result has the input's shape.
-    if len(x.shape) != len(y.shape) or any(
-            a != b and b != 1 and -1 not in (a, b) for a, b in zip(x.shape, y.shape)):
-        raise ValueError(f"square_error_cost: label {list(y.shape)} must have the shape of "
-                         f"the input {list(x.shape)} (or 1 where it broadcasts)")
-    return {"Out": x}
-
-
-def _square_error(ins: dict, attrs: dict, ctx: Any) -> dict:
-    diff = ins["X"] - ins["Y"]
-    return {"Out": diff * diff}
-
-
-def _square_error_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, y = ins["X"], ins["Y"]
-    g = 2.0 * (x - y) * ins["Out@GRAD"]
-    out = {}
-    if "X" in ctx.need:
-        out["X@GRAD"] = g
-    if "Y" in ctx.need:
-        out["Y@GRAD"] = -unbroadcast(g, y.shape)
-    return out
-
-
-register_op("square_error_cost", inputs=("X", "Y"), outputs=("Out",),
-            infer_shape=_square_error_shape, kernel=_square_error,
-            grad_kernel=_square_error_grad, grad_uses=("X", "Y"))
-
-# ----------------------------------------------------------------------------- auc
-
-
-def _auc_shape(ins: dict, attrs: dict) -> dict:
-    pred, stat = ins["Predict"], ins["StatPos"]
-    if len(pred.shape) != 2 or pred.shape[1] not in (2, -1):
-        raise ValueError(f"auc: Predict must be [N, 2] class probabilities, got "
-                         f"{list(pred.shape)}")
-    if attrs["curve"] != "ROC":
-        raise ValueError(f"auc: only curve='ROC' is supported, got {attrs['curve']!r}")
-    width = int(attrs["num_thresholds"]) + 1
-    if stat.shape[-1] != width:
-        raise ValueError(f"auc: StatPos has {stat.shape[-1]} buckets but num_thresholds + 1 = "
-                         f"{width}")
-    return {"AUC": Meta((1,), "float64"), "StatPosOut": ins["StatPos"],
-            "StatNegOut": ins["StatNeg"]}
-
-
-def _auc(ins: dict, attrs: dict, ctx: Any) -> dict:
-    # Buckets of the positive-class probability; rows of StatPos/StatNeg are a window of the
-    # last ``slide_steps`` batches (one accumulating row when slide_steps is 0).
-    pred, label = ins["Predict"], ins["Label"].reshape(-1)
-    pos, neg = ins["StatPos"], ins["StatNeg"]
-    nt = int(attrs["num_thresholds"])
-    bins = (pred[:, 1].double() * nt).long().clamp_(0, nt)
-    batch_pos = torch.bincount(bins[label != 0], minlength=nt + 1).to(pos.dtype)
-    batch_neg = torch.bincount(bins[label == 0], minlength=nt + 1).to(neg.dtype)
-    if int(attrs["slide_steps"]) == 0:
-        pos.view(-1, nt + 1)[0].add_(batch_pos)
-        neg.view(-1, nt + 1)[0].add_(batch_neg)
-    else:
-        for stat, batch in ((pos, batch_pos), (neg, batch_neg)):
-            rows = stat.view(-1, nt + 1)
-            rows.copy_(torch.roll(rows, -1, 0))
-            rows[-1] = batch
-    tot_pos = pos.view(-1, nt + 1).sum(0).double().flip(0).cumsum(0)
-    tot_neg = neg.view(-1, nt + 1).sum(0).double().flip(0).cumsum(0)
-    zero = torch.zeros(1, dtype=torch.float64, device=pred.device)
-    tp, fp = torch.cat([zero, tot_pos]), torch.cat([zero, tot_neg])
-    area = ((fp[1:] - fp[:-1]) * (tp[1:] + tp[:-1]) / 2.0).sum()
-    denom = tp[-1] * fp[-1]
-    auc = torch.where(denom > 0, area / denom.clamp(min=1.0), torch.zeros_like(area))
-    return {"AUC": auc.reshape(1), "StatPosOut": pos, "StatNegOut": neg}
-
-
-register_op("auc", inputs=("Predict", "Label", "StatPos", "StatNeg"),
-            outputs=("AUC", "StatPosOut", "StatNegOut"),
-            attrs={"curve": "ROC", "num_thresholds": 4095, "slide_steps": 1},
-            infer_shape=_auc_shape, kernel=_auc)
 
 # ----------------------------------------------------------------------------- sigmoid CE
 
@@ -355,6 +260,7 @@ register_op("sigmoid_cross_entropy_with_logits", inputs=("X", "Label"), outputs=
             infer_shape=_sigmoid_ce_shape, kernel=_sigmoid_ce, grad_kernel=_sigmoid_ce_grad,
             grad_uses=("X", "Label"), no_grad_inputs=("Label",))
 
+
 # ----------------------------------------------------------------------------- log_loss
 
 
@@ -378,38 +284,6 @@ register_op("log_loss", inputs=("Predicted", "Labels"), outputs=("Loss",),
             grad_kernel=_log_loss_grad, grad_uses=("Predicted", "Labels"),
             no_grad_inputs=("Labels",))
 
-# ----------------------------------------------------------------------------- huber_loss
-
-
-def _huber_shape(ins: dict, attrs: dict) -> dict:
-    _same_shape("huber_loss", ins["X"], ins["Y"])
-    return {"Out": ins["X"], "Residual": ins["X"]}
-
-
-def _huber(ins: dict, attrs: dict, ctx: Any) -> dict:
-    # r = y - x;  0.5 r² where |r| <= delta, else delta (|r| - delta/2)
-    r = ins["Y"] - ins["X"]
-    delta = attrs["delta"]
-    out = torch.where(r.abs() <= delta, 0.5 * r * r, delta * (r.abs() - 0.5 * delta))
-    return {"Out": out, "Residual": r}
-
-
-def _huber_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    r, d, delta = ins["Residual"], ins["Out@GRAD"], attrs["delta"]
-    dr = d * r.clamp(-delta, delta)
-    out = {}
-    if "X" in ctx.need:
-        out["X@GRAD"] = -dr
-    if "Y" in ctx.need:
-        out["Y@GRAD"] = dr
-    return out
-
-
-register_op("huber_loss", inputs=("X", "Y"), outputs=("Out", "Residual"),
-            attrs={"delta": 1.0}, infer_shape=_huber_shape, kernel=_huber,
-            grad_kernel=_huber_grad, grad_uses=("Residual",),
-            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Residual"],
-                                                 "Y@GRAD": ins["Residual"]})
 
 # ----------------------------------------------------------------------------- label_smooth
 
@@ -434,3 +308,131 @@ register_op("label_smooth", inputs=("X", "PriorDist?"), outputs=("Out",),
                 "X@GRAD": ins["Out@GRAD"] * (1.0 - attrs["epsilon"])},
             grad_uses=(), no_grad_inputs=("PriorDist",),
             grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]})
+
+
+# ----------------------------------------------------------------------------- kldiv_loss
+
+_REDUCTIONS = ("none", "batchmean", "mean", "sum")
+
+
+def _kldiv_shape(ins: dict, attrs: dict) -> dict:
+    _slots_same_shape("kldiv_loss", "X", "Target", ins)
+    if attrs["reduction"] not in _REDUCTIONS:
+        raise ValueError(f"kldiv_loss: reduction must be one of {_REDUCTIONS}, "
+                         f"got {attrs['reduction']!r}")
+    x = ins["X"]
+    return {"Loss": x if attrs["reduction"] == "none" else Meta((1,), x.dtype)}
+
+
+def _kldiv_divisor(x: torch.Tensor, reduction: str) -> float:
+    return {"batchmean": float(x.shape[0]), "mean": float(x.numel())}.get(reduction, 1.0)
+
+
+def _kldiv(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """``target * (log(target) - x)`` where ``target > 0``, 0 elsewhere; then reduced."""
+    x, t = ins["X"], ins["Target"].to(ins["X"].dtype)
+    pos = t > 0
+    safe = torch.where(pos, t, torch.ones_like(t))
+    loss = torch.where(pos, t * (torch.log(safe) - x), torch.zeros_like(x))
+    reduction = attrs["reduction"]
+    if reduction == "none":
+        return {"Loss": loss}
+    return {"Loss": (loss.sum() / _kldiv_divisor(x, reduction)).reshape(1)}
+
+
+def _kldiv_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, t, dloss = ins["X"], ins["Target"].to(ins["X"].dtype), ins["Loss@GRAD"]
+    g = torch.where(t > 0, -t, torch.zeros_like(t))
+    reduction = attrs["reduction"]
+    if reduction == "none":
+        return {"X@GRAD": g * dloss}
+    return {"X@GRAD": g * (dloss.reshape(()) / _kldiv_divisor(x, reduction))}
+
+
+register_op("kldiv_loss", inputs=("X", "Target"), outputs=("Loss",),
+            attrs={"reduction": "mean"}, infer_shape=_kldiv_shape, kernel=_kldiv,
+            grad_kernel=_kldiv_grad, grad_uses=("X", "Target"), no_grad_inputs=("Target",))
+
+
+# ----------------------------------------------------------------------------- bpr_loss
+
+
+def _bpr_shape(ins: dict, attrs: dict) -> dict:
+    x, label = ins["X"], ins["Label"]
+    if len(x.shape) != 2 or label.dtype != "int64" or len(label.shape) != 2 or \
+            label.shape[1] != 1:
+        raise ValueError(f"bpr_loss: X must be [N, C] and Label int64 [N, 1], got X "
+                         f"{list(x.shape)} and Label {label.dtype} {list(label.shape)}")
+    if x.shape[1] != -1 and x.shape[1] < 2:
+        raise ValueError(f"bpr_loss: X needs at least 2 classes, got {list(x.shape)}")
+    return {"Y": _rows_meta(x)}
+
+
+def _bpr_margins(x: torch.Tensor, label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x[label] - x[j]`` for every class ``j`` and the mask of ``j != label``."""
+    lab = label.reshape(-1, 1).long()
+    if lab.numel() and (int(lab.min()) < 0 or int(lab.max()) >= x.shape[1]):
+        raise ValueError(f"bpr_loss: a label is out of range for {x.shape[1]} classes")
+    others = torch.ones_like(x, dtype=torch.bool).scatter_(1, lab, False)
+    return x.gather(1, lab) - x, others
+
+
+def _bpr(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Per row: ``-mean_{j != label} log(sigmoid(x[label] - x[j]))`` (x are scores)."""
+    x = ins["X"]
+    margin, others = _bpr_margins(x, ins["Label"])
+    terms = torch.where(others, torch.nn.functional.logsigmoid(margin), torch.zeros_like(x))
+    return {"Y": -terms.sum(1, keepdim=True) / (x.shape[1] - 1)}
+
+
+def _bpr_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dy = ins["X"], ins["Y@GRAD"]
+    margin, others = _bpr_margins(x, ins["Label"])
+    # d/dx_j of -log sigmoid(x_l - x_j) is sigmoid(-(x_l - x_j)); x_l gets minus their sum
+    g = torch.where(others, torch.sigmoid(-margin), torch.zeros_like(x)) / (x.shape[1] - 1)
+    lab = ins["Label"].reshape(-1, 1).long()
+    g = g.scatter(1, lab, -g.sum(1, keepdim=True))
+    return {"X@GRAD": g * dy}
+
+
+register_op("bpr_loss", inputs=("X", "Label"), outputs=("Y",), infer_shape=_bpr_shape,
+            kernel=_bpr, grad_kernel=_bpr_grad, grad_uses=("X", "Label"),
+            no_grad_inputs=("Label",))
+
+
+# ----------------------------------------------------------------------------- teacher-student
+
+
+def _ts_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    _slots_same_shape("teacher_student_sigmoid_loss", "X", "Label", ins)
+    if len(x.shape) != 2 or x.shape[1] not in (1, -1):
+        raise ValueError(f"teacher_student_sigmoid_loss: X must be [N, 1], got {list(x.shape)}")
+    return {"Y": x}
+
+
+def _ts_loss(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """The label packs a click and an optional teacher score q: -2 (no q, no click), -1 (no q,
+    click), q (no click), 1 + q (click). The loss is the sigmoid cross entropy against the
+    click, plus the one against q when there is a q."""
+    x, label = ins["X"], ins["Label"].to(ins["X"].dtype)
+    sp = torch.nn.functional.softplus(x)
+    y = torch.where(label < -1.0, sp,
+                    torch.where(label < 0.0, sp - x, 2 * sp - x * label))
+    return {"Y": y}
+
+
+def _ts_loss_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Fluid's gradient: zero where x is at or beyond ``soft_max_{lower,up}_bound``."""
+    x, label, dy = ins["X"], ins["Label"].to(ins["X"].dtype), ins["Y@GRAD"]
+    up, low = float(attrs["soft_max_up_bound"]), float(attrs["soft_max_lower_bound"])
+    pred = torch.sigmoid(x)
+    g = torch.where(label < -1.0, pred, torch.where(label < 0.0, pred - 1.0, 2 * pred - label))
+    g = torch.where((x >= up) | (x <= low), torch.zeros_like(g), g)
+    return {"X@GRAD": g * dy}
+
+
+register_op("teacher_student_sigmoid_loss", inputs=("X", "Label"), outputs=("Y",),
+            attrs={"soft_max_up_bound": 15.0, "soft_max_lower_bound": -15.0},
+            infer_shape=_ts_shape, kernel=_ts_loss, grad_kernel=_ts_loss_grad,
+            grad_uses=("X", "Label"), no_grad_inputs=("Label",))

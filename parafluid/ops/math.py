@@ -1,4 +1,6 @@
-"""Math ops: matrix products, Fluid-broadcast elementwise ops, sums and means."""
+"""Math ops: matrix products (mul, matmul, bilinear_tensor_product), Fluid-broadcast
+elementwise ops (add, sub, mul, div, max, min, pow, and the integer mod / floordiv, which have
+no gradient, as in Fluid), sum, mean, scale, cos_sim and cumsum."""
 
 from __future__ import annotations
 
@@ -7,7 +9,15 @@ from typing import Any
 import torch
 
 from ..scope import SelectedRows
-from .common import axis_view_shape, broadcast_meta, broadcast_y, numel, unbroadcast
+from .common import (
+    add_grads,
+    axis_in_range,
+    axis_view_shape,
+    broadcast_meta,
+    broadcast_y,
+    numel,
+    unbroadcast,
+)
 from .registry import Meta, register_op, same_as
 
 # ----------------------------------------------------------------------------- mul
@@ -56,7 +66,8 @@ def _mul_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("mul", inputs=("X", "Y"), outputs=("Out",),
             attrs={"x_num_col_dims": 1, "y_num_col_dims": 1},
-            infer_shape=_mul_shape, kernel=_mul, grad_kernel=_mul_grad, grad_uses=("X", "Y"))
+            infer_shape=_mul_shape, kernel=_mul, grad_kernel=_mul_grad, grad_uses=("X", "Y"),
+            share_lod=("X", "Out"), fresh_output=True)
 
 # ----------------------------------------------------------------------------- elementwise
 
@@ -65,8 +76,10 @@ def _elementwise_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": broadcast_meta(ins["X"], ins["Y"], attrs["axis"])}
 
 
-def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...]) -> None:
-    """``grad_fn(x, y, out, dout) -> (dx, dy)`` on broadcast operands, before unbroadcast."""
+def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...],
+                          inplace: str | None = None) -> None:
+    """``grad_fn(x, y, out, dout) -> (dx, dy)`` on broadcast operands, before unbroadcast.
+    ``inplace``: the in-place torch method computing ``fn`` into X (``"add_"``)."""
 
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
         x, y = ins["X"], ins["Y"]
@@ -90,9 +103,13 @@ def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...
                 out["Y@GRAD"] = unbroadcast(dy, view).reshape(y.shape)
         return out
 
+    def update(x: torch.Tensor, y: torch.Tensor, attrs: dict) -> None:
+        getattr(x, inplace)(broadcast_y(x, y, attrs["axis"]))
+
     register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
                 infer_shape=_elementwise_shape, kernel=kernel, grad_kernel=grad,
-                grad_uses=uses)
+                grad_uses=uses, share_lod=("X", "Out"), inplace=update if inplace else None,
+                fresh_output=True)
 
 
 def _trailing(x: torch.Tensor, y: torch.Tensor, axis: int) -> bool:
@@ -123,13 +140,14 @@ def _select_grad(pick_x: Any) -> Any:
 
 
 _register_elementwise("elementwise_add", torch.add,
-                      lambda x, y, o, d, n: (d, d), ("X", "Y"))
+                      lambda x, y, o, d, n: (d, d), ("X", "Y"), inplace="add_")
 _register_elementwise("elementwise_sub", torch.sub,
-                      lambda x, y, o, d, n: (d, -d), ("X", "Y"))
+                      lambda x, y, o, d, n: (d, -d), ("X", "Y"), inplace="sub_")
 _register_elementwise("elementwise_mul", torch.mul,
                       lambda x, y, o, d, n: (d * y if "X" in n else None,
-                                             d * x if "Y" in n else None), ("X", "Y"))
-_register_elementwise("elementwise_div", torch.div, _div_grad, ("X", "Y"))
+                                             d * x if "Y" in n else None), ("X", "Y"),
+                      inplace="mul_")
+_register_elementwise("elementwise_div", torch.div, _div_grad, ("X", "Y"), inplace="div_")
 _register_elementwise("elementwise_max", torch.maximum, _select_grad(lambda x, y: x >= y),
                       ("X", "Y"))
 _register_elementwise("elementwise_min", torch.minimum, _select_grad(lambda x, y: x <= y),
@@ -156,8 +174,6 @@ def _sum_shape(ins: dict, attrs: dict) -> dict:
 def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
     xs = [x for x in ins["X"] if x is not None]
     if any(isinstance(x, list) for x in xs):  # gradients of a tensor array: slot by slot
-        from .control_flow import add_grads
-
         out = xs[0]
         for x in xs[1:]:
             out = add_grads(out, x)
@@ -177,10 +193,11 @@ def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("sum", inputs=("X[]",), outputs=("Out",), infer_shape=_sum_shape, kernel=_sum,
-            grad=lambda op, no_grad: [
+            grad=lambda op, no_grad, ctx: [
                 {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [x + "@GRAD"]}, "attrs": {}}
-                for x in op.input("X") if x not in no_grad])
+                for x in op.input("X") if x not in no_grad],
+            share_lod=("X", "Out"))
 
 
 def _mean(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -197,6 +214,16 @@ register_op("mean", inputs=("X",), outputs=("Out",),
             kernel=_mean, grad_kernel=_mean_grad, grad_uses=("X",))
 
 
+def _scale_inplace(x: torch.Tensor, y: Any, attrs: dict) -> None:
+    s, b = attrs["scale"], attrs["bias"]
+    if b == 0.0:
+        x.mul_(s)
+    elif attrs["bias_after_scale"]:
+        x.mul_(s).add_(b)
+    else:
+        x.add_(b).mul_(s)
+
+
 def _scale(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, s, b = ins["X"], attrs["scale"], attrs["bias"]
     if isinstance(x, SelectedRows):
@@ -208,11 +235,12 @@ def _scale(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("scale", inputs=("X",), outputs=("Out",),
             attrs={"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
-            infer_shape=same_as("X"), kernel=_scale,
-            grad=lambda op, no_grad: [] if op.input("X")[0] in no_grad else [
+            infer_shape=same_as("X"), kernel=_scale, inplace=_scale_inplace,
+            grad=lambda op, no_grad, ctx: [] if op.input("X")[0] in no_grad else [
                 {"type": "scale", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                  "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
-                 "attrs": {"scale": op.attr("scale"), "bias": 0.0}}])
+                 "attrs": {"scale": op.attr("scale"), "bias": 0.0}}],
+            share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- matmul
 
@@ -279,7 +307,7 @@ def _matmul_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("matmul", inputs=("X", "Y"), outputs=("Out",),
             attrs={"transpose_X": False, "transpose_Y": False, "alpha": 1.0},
             infer_shape=_matmul_shape, kernel=_matmul, grad_kernel=_matmul_grad,
-            grad_uses=("X", "Y"))
+            grad_uses=("X", "Y"), fresh_output=True)
 
 # ----------------------------------------------------------------------------- cos_sim
 
@@ -319,3 +347,102 @@ def _cos_sim_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("cos_sim", inputs=("X", "Y"), outputs=("Out", "XNorm", "YNorm"),
             infer_shape=_cos_sim_shape, kernel=_cos_sim, grad_kernel=_cos_sim_grad,
             grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"], "Y@GRAD": ins["Y"]})
+
+
+# ----------------------------------------------------------------------------- mod / floordiv
+
+
+def _register_int_elementwise(name: str, fn: Any) -> None:
+    """No gradient: Fluid 1.6 registers none for these."""
+
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x, y = ins["X"], ins["Y"]
+        if y.dim() != x.dim():
+            y = broadcast_y(x, y, attrs["axis"])
+        if not (x.is_floating_point() or y.is_floating_point()) and bool((y == 0).any()):
+            raise ValueError(f"{name}: integer division by zero (a zero in Y)")
+        return {"Out": fn(x, y)}
+
+    register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
+                infer_shape=lambda ins, attrs: {"Out": broadcast_meta(ins["X"], ins["Y"],
+                                                                      attrs["axis"])},
+                kernel=kernel, share_lod=("X", "Out"))
+
+
+# Fluid 1.6's kernels are C's: the remainder has the sign of X (fmod) and the quotient is
+# truncated toward zero (Python's % and // round toward -inf instead).
+_register_int_elementwise("elementwise_mod", torch.fmod)
+_register_int_elementwise("elementwise_floordiv",
+                          lambda x, y: torch.div(x, y, rounding_mode="trunc"))
+
+
+
+# ----------------------------------------------------------------------------- cumsum
+
+
+def _cumsum(x: torch.Tensor, attrs: dict) -> torch.Tensor:
+    """Fluid's cumsum: ``exclusive`` shifts by one (the first sum is 0), ``reverse`` sums
+    from the end."""
+    axis = axis_in_range("cumsum", int(attrs["axis"]), x.dim())
+    if attrs["reverse"]:
+        x = x.flip(axis)
+    out = torch.cumsum(x, axis)
+    if attrs["exclusive"]:
+        out = out - x
+    return out.flip(axis) if attrs["reverse"] else out
+
+
+def _cumsum_shape(ins: dict, attrs: dict) -> dict:
+    axis_in_range("cumsum", int(attrs["axis"]), len(ins["X"].shape))
+    return {"Out": ins["X"]}
+
+
+register_op("cumsum", inputs=("X",), outputs=("Out",),
+            attrs={"axis": -1, "exclusive": False, "reverse": False},
+            infer_shape=_cumsum_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": _cumsum(ins["X"], attrs)},
+            # the gradient of a running sum is the running sum the other way
+            grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": _cumsum(
+                ins["Out@GRAD"], {**attrs, "reverse": not attrs["reverse"]})},
+            grad_uses=(), grad_infer_shape=same_as("Out@GRAD", "X@GRAD"))
+
+
+# ----------------------------------------------------------------------------- bilinear
+
+
+def _bilinear_shape(ins: dict, attrs: dict) -> dict:
+    x, y, w = ins["X"], ins["Y"], ins["Weight"]
+    if len(x.shape) != 2 or len(y.shape) != 2 or len(w.shape) != 3:
+        raise ValueError(f"bilinear_tensor_product: X and Y must be 2-D and Weight 3-D, got "
+                         f"{list(x.shape)}, {list(y.shape)}, {list(w.shape)}")
+    if (x.shape[1], y.shape[1]) != tuple(w.shape[1:]):
+        raise ValueError(f"bilinear_tensor_product: Weight {list(w.shape)} must be "
+                         f"[size, {x.shape[1]}, {y.shape[1]}] for X {list(x.shape)} and "
+                         f"Y {list(y.shape)}")
+    return {"Out": Meta((x.shape[0], w.shape[0]), x.dtype)}
+
+
+def _bilinear(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """``out[n, k] = x[n] @ W[k] @ y[n] + b[k]``."""
+    out = torch.einsum("ni,kij,nj->nk", ins["X"], ins["Weight"], ins["Y"])
+    bias = ins.get("Bias")
+    return {"Out": out if bias is None else out + bias}
+
+
+def _bilinear_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, y, w, dout = ins["X"], ins["Y"], ins["Weight"], ins["Out@GRAD"]
+    out = {}
+    if "X" in ctx.need:
+        out["X@GRAD"] = torch.einsum("nk,kij,nj->ni", dout, w, y)
+    if "Y" in ctx.need:
+        out["Y@GRAD"] = torch.einsum("nk,ni,kij->nj", dout, x, w)
+    if "Weight" in ctx.need:
+        out["Weight@GRAD"] = torch.einsum("nk,ni,nj->kij", dout, x, y)
+    if "Bias" in ctx.need:
+        out["Bias@GRAD"] = dout.sum(0, keepdim=True)
+    return out
+
+
+register_op("bilinear_tensor_product", inputs=("X", "Y", "Weight", "Bias?"),
+            outputs=("Out",), infer_shape=_bilinear_shape, kernel=_bilinear,
+            grad_kernel=_bilinear_grad, grad_uses=("X", "Y", "Weight", "Bias"))

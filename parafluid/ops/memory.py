@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ..scope import SelectedRows
-from .registry import GRAD, register_op, same_as
+from .registry import GRAD, GradContext, register_op, same_as
 
 __all__: list[str] = []
 
@@ -47,7 +47,7 @@ def _memcpy(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": x.to(ctx.device, copy=True)}
 
 
-def _memcpy_grad(op: Any, no_grad: set) -> list[dict[str, Any]]:
+def _memcpy_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict[str, Any]]:
     """The gradient of a copy is a copy back, run on the source device."""
     if op.input("X")[0] in no_grad:
         return []
@@ -60,4 +60,4 @@ def _memcpy_grad(op: Any, no_grad: set) -> list[dict[str, Any]]:
 
 
 register_op("memcpy", inputs=("X",), outputs=("Out",), attrs={"src_device": ""},
-            infer_shape=same_as("X"), kernel=_memcpy, grad=_memcpy_grad)
+            infer_shape=same_as("X"), kernel=_memcpy, grad=_memcpy_grad, comm=True)

@@ -1,4 +1,5 @@
-"""Normalization ops: batch_norm and layer_norm, forward and explicit gradients.
+"""Normalization ops: batch_norm, layer_norm, group_norm and instance_norm, forward and
+explicit gradients (the math written out, or aten's ``native_group_norm_backward``).
 
 batch_norm keeps its batch statistics in small public helpers (``channel_sums``,
 ``stats_from_sums``, ``grad_sums``, ``input_grad_from_sums``) so that a synchronized variant
@@ -176,7 +177,8 @@ register_op("batch_norm", inputs=("X", "Scale", "Bias", "Mean", "Variance"),
             grad_uses=("X", "Scale", "SavedMean", "SavedVariance"),
             no_grad_inputs=("Mean", "Variance"),
             grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"], "Scale@GRAD": ins["Scale"],
-                                                 "Bias@GRAD": ins["Scale"]})
+                                                 "Bias@GRAD": ins["Scale"]}, share_lod=("X", "Y"),
+            fresh_output=True)
 
 # ----------------------------------------------------------------------------- layer_norm
 
@@ -236,4 +238,118 @@ def _layer_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("layer_norm", inputs=("X", "Scale?", "Bias?"), outputs=("Y", "Mean", "Variance"),
             attrs={"begin_norm_axis": 1, "epsilon": 1e-5},
             infer_shape=_layer_norm_shape, kernel=_layer_norm, grad_kernel=_layer_norm_grad,
+            grad_uses=("X", "Scale", "Bias", "Mean", "Variance"), share_lod=("X", "Y"))
+
+
+# ----------------------------------------------------------------------------- group_norm
+
+
+def _groups(op_attrs: dict, c: int) -> int:
+    g = int(op_attrs["groups"])
+    if g <= 0 or (c != -1 and c % g):
+        raise ValueError(f"group_norm: the {c} channels of X must be divisible by groups={g}")
+    return g
+
+
+def _group_norm_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if len(x.shape) < 2:
+        raise ValueError(f"group_norm: X must be at least 2-D (N, C, ...), "
+                         f"got {list(x.shape)}")
+    if attrs["data_layout"] != "NCHW":
+        raise ValueError(f"group_norm: only data_layout 'NCHW' is supported, "
+                         f"got {attrs['data_layout']!r}")
+    c = x.shape[1]
+    g = _groups(attrs, c)
+    for slot in ("Scale", "Bias"):
+        meta = ins.get(slot)
+        if meta is not None and (len(meta.shape) != 1 or meta.shape[0] not in (c, -1)):
+            raise ValueError(f"group_norm: {slot} must have shape [{c}] (the channels of X "
+                             f"{list(x.shape)}), got {list(meta.shape)}")
+    stat = Meta((x.shape[0], g), x.dtype)
+    return {"Y": x, "Mean": stat, "Variance": stat}
+
+
+def _gn_dims(x: torch.Tensor) -> tuple[int, int, int]:
+    hw = 1
+    for d in x.shape[2:]:
+        hw *= d
+    return x.shape[0], x.shape[1], hw
+
+
+def _group_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, eps = ins["X"], float(attrs["epsilon"])
+    n, c, hw = _gn_dims(x)
+    g = _groups(attrs, c)
+    y, mean, rstd = torch.ops.aten.native_group_norm(x.contiguous(), ins.get("Scale"),
+                                                     ins.get("Bias"), n, c, hw, g, eps)
+    # Fluid's Variance output is the biased variance, not aten's reciprocal std.
+    return {"Y": y, "Mean": mean, "Variance": rstd.pow(-2) - eps}
+
+
+def _group_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dy, scale = ins["X"], ins["Y@GRAD"], ins.get("Scale")
+    n, c, hw = _gn_dims(x)
+    g = _groups(attrs, c)
+    rstd = torch.rsqrt(ins["Variance"] + float(attrs["epsilon"]))
+    mask = ["X" in ctx.need, "Scale" in ctx.need, "Bias" in ctx.need]
+    dx, dscale, dbias = torch.ops.aten.native_group_norm_backward(
+        dy.contiguous(), x.contiguous(), ins["Mean"], rstd, scale, n, c, hw, g, mask)
+    out = {}
+    for slot, value in (("X", dx), ("Scale", dscale), ("Bias", dbias)):
+        if slot in ctx.need:
+            out[slot + "@GRAD"] = value
+    return out
+
+
+register_op("group_norm", inputs=("X", "Scale?", "Bias?"), outputs=("Y", "Mean", "Variance"),
+            attrs={"epsilon": 1e-5, "groups": 1, "data_layout": "NCHW"},
+            infer_shape=_group_norm_shape, kernel=_group_norm, grad_kernel=_group_norm_grad,
             grad_uses=("X", "Scale", "Bias", "Mean", "Variance"))
+
+
+# ----------------------------------------------------------------------------- instance_norm
+
+
+def _instance_norm_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if len(x.shape) < 3:
+        raise ValueError(f"instance_norm: X must be at least 3-D (N, C, ...), "
+                         f"got {list(x.shape)}")
+    c = x.shape[1]
+    for slot in ("Scale", "Bias"):
+        meta = ins.get(slot)
+        if meta is not None and (len(meta.shape) != 1 or meta.shape[0] not in (c, -1)):
+            raise ValueError(f"instance_norm: {slot} must have shape [{c}] (the channels of X "
+                             f"{list(x.shape)}), got {list(meta.shape)}")
+    n = -1 if -1 in (x.shape[0], c) else x.shape[0] * c
+    stat = Meta((n,), x.dtype)
+    return {"Y": x, "SavedMean": stat, "SavedVariance": stat}
+
+
+def _instance_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Group norm with one channel per group; ``SavedVariance`` is the inverse std (Fluid)."""
+    x = ins["X"]
+    n, c, hw = _gn_dims(x)
+    y, mean, rstd = torch.ops.aten.native_group_norm(x.contiguous(), ins.get("Scale"),
+                                                     ins.get("Bias"), n, c, hw, c,
+                                                     float(attrs["epsilon"]))
+    return {"Y": y, "SavedMean": mean.reshape(-1), "SavedVariance": rstd.reshape(-1)}
+
+
+def _instance_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, dy = ins["X"], ins["Y@GRAD"]
+    n, c, hw = _gn_dims(x)
+    mask = ["X" in ctx.need, "Scale" in ctx.need, "Bias" in ctx.need]
+    grads = torch.ops.aten.native_group_norm_backward(
+        dy.contiguous(), x.contiguous(), ins["SavedMean"].reshape(n, c),
+        ins["SavedVariance"].reshape(n, c), ins.get("Scale"), n, c, hw, c, mask)
+    return {slot + "@GRAD": g for slot, g in zip(("X", "Scale", "Bias"), grads)
+            if slot in ctx.need}
+
+
+register_op("instance_norm", inputs=("X", "Scale?", "Bias?"),
+            outputs=("Y", "SavedMean", "SavedVariance"), attrs={"epsilon": 1e-5},
+            infer_shape=_instance_norm_shape, kernel=_instance_norm,
+            grad_kernel=_instance_norm_grad,
+            grad_uses=("X", "Scale", "Bias", "SavedMean", "SavedVariance"))

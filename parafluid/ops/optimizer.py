@@ -300,3 +300,104 @@ register_op("lamb", inputs=("Param", "Grad", "LearningRate", "Moment1", "Moment2
             infer_shape=_state_shape("lamb", (("Param", "ParamOut"), ("Moment1", "Moment1Out"),
                                               ("Moment2", "Moment2Out"))),
             kernel=_lamb)
+
+
+# ----------------------------------------------------------------------------- adadelta
+
+
+def _adadelta(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Fluid's adadelta (no learning rate): the step is ``-sqrt((E[dx^2] + eps) /
+    (E[g^2] + eps)) * g`` with both averages decayed by ``rho``."""
+    param, grad = ins["Param"], _dense(ins["Grad"])
+    sq_grad, sq_update = ins["AvgSquaredGrad"], ins["AvgSquaredUpdate"]
+    rho, eps = attrs["rho"], attrs["epsilon"]
+    sq_grad.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+    update = -((sq_update + eps) / (sq_grad + eps)).sqrt() * grad
+    sq_update.mul_(rho).addcmul_(update, update, value=1 - rho)
+    param.add_(update)
+    return {"ParamOut": param, "AvgSquaredGradOut": sq_grad, "AvgSquaredUpdateOut": sq_update}
+
+
+register_op("adadelta", inputs=("Param", "Grad", "AvgSquaredGrad", "AvgSquaredUpdate"),
+            outputs=("ParamOut", "AvgSquaredGradOut", "AvgSquaredUpdateOut"),
+            attrs={"rho": 0.95, "epsilon": 1e-6},
+            infer_shape=_state_shape("adadelta", (("Param", "ParamOut"),
+                                                  ("AvgSquaredGrad", "AvgSquaredGradOut"),
+                                                  ("AvgSquaredUpdate", "AvgSquaredUpdateOut"))),
+            kernel=_adadelta)
+
+
+# ----------------------------------------------------------------------------- lars_momentum
+
+
+def _lars_momentum(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Momentum with a layer-wise learning rate ``lr * lars_coeff * |p| / (|g| +
+    lars_weight_decay * |p|)`` (plain ``lr`` where a norm is 0 or the decay is 0)."""
+    param, grad, velocity = ins["Param"], _dense(ins["Grad"]), ins["Velocity"]
+    lr = ins["LearningRate"].reshape(())
+    decay = attrs["lars_weight_decay"]
+    p_norm, g_norm = param.norm(), grad.norm()
+    local_lr = lr
+    if decay > 0 and bool(p_norm > 0) and bool(g_norm > 0):
+        local_lr = lr * attrs["lars_coeff"] * p_norm / (g_norm + decay * p_norm)
+    velocity.mul_(attrs["mu"]).add_(local_lr * (grad + decay * param))
+    param.sub_(velocity)
+    return {"ParamOut": param, "VelocityOut": velocity}
+
+
+register_op("lars_momentum", inputs=("Param", "Grad", "Velocity", "LearningRate"),
+            outputs=("ParamOut", "VelocityOut"),
+            attrs={"mu": 0.9, "lars_coeff": 0.001, "lars_weight_decay": 0.0005},
+            infer_shape=_state_shape("lars_momentum", (("Param", "ParamOut"),
+                                                       ("Velocity", "VelocityOut"))),
+            kernel=_lars_momentum)
+
+
+# ----------------------------------------------------------------------------- average_accumulates
+
+_MAX_NUM_ACCUMULATES = 16384  # Fluid's: sum_1 moves into sum_2 this often (precision)
+
+
+def _average_accumulates(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """ModelAverage's bookkeeping, as Fluid's kernel: ``sum_1 += param``; every 16384
+    updates ``sum_1`` moves into ``sum_2``; once the window is long enough (``min_average_
+    window`` and ``min(max_average_window, num_updates * average_window)``) the sums so far
+    move into ``sum_3`` and the window restarts."""
+    param = ins["param"]
+    s1, s2, s3 = ins["in_sum_1"], ins["in_sum_2"], ins["in_sum_3"]
+    num_acc = int(ins["in_num_accumulates"].reshape(-1)[0]) + 1
+    old_acc = int(ins["in_old_num_accumulates"].reshape(-1)[0])
+    num_upd = int(ins["in_num_updates"].reshape(-1)[0]) + 1
+    out1, out2, out3 = s1 + param, s2.clone(), s3.clone()
+    if num_upd % _MAX_NUM_ACCUMULATES == 0:
+        out2 = s2 + s1
+        out1 = torch.zeros_like(s1)
+    window = min(attrs["max_average_window"], num_upd * attrs["average_window"])
+    if num_acc >= attrs["min_average_window"] and num_acc >= window:
+        out3 = s1 + s2
+        out1, out2 = torch.zeros_like(s1), torch.zeros_like(s2)
+        old_acc, num_acc = num_acc, 0
+
+    def count(v: int, like: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(like, v)
+    return {"out_sum_1": out1, "out_sum_2": out2, "out_sum_3": out3,
+            "out_num_accumulates": count(num_acc, ins["in_num_accumulates"]),
+            "out_old_num_accumulates": count(old_acc, ins["in_old_num_accumulates"]),
+            "out_num_updates": count(num_upd, ins["in_num_updates"])}
+
+
+def _average_accumulates_shape(ins: dict, attrs: dict) -> dict:
+    return {"out_sum_1": ins["in_sum_1"], "out_sum_2": ins["in_sum_2"],
+            "out_sum_3": ins["in_sum_3"], "out_num_accumulates": ins["in_num_accumulates"],
+            "out_old_num_accumulates": ins["in_old_num_accumulates"],
+            "out_num_updates": ins["in_num_updates"]}
+
+
+register_op("average_accumulates",
+            inputs=("param", "in_sum_1", "in_sum_2", "in_sum_3", "in_num_accumulates",
+                    "in_old_num_accumulates", "in_num_updates"),
+            outputs=("out_sum_1", "out_sum_2", "out_sum_3", "out_num_accumulates",
+                     "out_old_num_accumulates", "out_num_updates"),
+            attrs={"average_window": 0.0, "max_average_window": 2 ** 63 - 1,
+                   "min_average_window": 10000},
+            infer_shape=_average_accumulates_shape, kernel=_average_accumulates)

@@ -20,7 +20,7 @@ import torch
 
 from ..lod import attach_lod, get_lod
 from ..scope import LoDTensor
-from .registry import EMPTY, GRAD, Meta, register_op
+from .registry import EMPTY, GRAD, GradContext, Meta, register_op
 
 __all__ = ["register_callable"]
 
@@ -100,7 +100,7 @@ def _py_func_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": [Meta(tuple(s), d) for s, d in zip(shapes, dtypes)]}
 
 
-def _py_func_grad(op: Any, no_grad: set) -> list[dict]:
+def _py_func_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     backward_id = int(op.attr("backward_callable_id"))
     if backward_id < 0:
         return []

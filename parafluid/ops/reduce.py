@@ -1,4 +1,5 @@
-"""Reduction ops: reduce_sum/mean/max/min/prod, arg_max/arg_min, top_k.
+"""Reduction and ordering ops: reduce_sum/mean/max/min/prod, the bool reduce_all/any (no
+gradient), arg_max/arg_min, top_k and argsort.
 
 Fluid's reduce attrs: ``dim`` (list of axes, negative counts from the end), ``keep_dim``,
 ``reduce_all``. Reducing every axis without ``keep_dim`` gives shape ``[1]``, never a
@@ -12,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .common import axis_in_range
 from .registry import Meta, register_op
 
 Tensor = torch.Tensor
@@ -146,4 +148,54 @@ def _top_k_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("top_k", inputs=("X",), outputs=("Out", "Indices"), attrs={"k": 1},
             infer_shape=_top_k_shape, kernel=_top_k, grad_kernel=_top_k_grad,
-            grad_uses=("X", "Indices"))
+            grad_uses=("X", "Indices"), share_lod=("X", ("Out", "Indices")))
+
+
+# ctc_greedy_decoder runs ctc_align on top_k's indices: top_k keeps its input's sequences.
+
+
+# ----------------------------------------------------------------------------- reduce_all / any
+
+
+def _register_bool_reduce(name: str, fn: Any) -> None:
+    def infer(ins: dict, attrs: dict) -> dict:
+        x = ins["X"]
+        if x.dtype != "bool":
+            raise TypeError(f"{name}: X must be bool, got {x.dtype}")
+        axes = _reduce_axes(name, attrs, len(x.shape))
+        return {"Out": Meta(_reduced_shape(x.shape, axes, attrs["keep_dim"]), "bool")}
+
+    def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
+        x = ins["X"]
+        axes = _reduce_axes(name, attrs, x.dim())
+        out = fn(x, dim=tuple(axes), keepdim=True)
+        return {"Out": out.reshape(_reduced_shape(x.shape, axes, attrs["keep_dim"]))}
+
+    register_op(name, inputs=("X",), outputs=("Out",),
+                attrs={"dim": [0], "keep_dim": False, "reduce_all": False},
+                infer_shape=infer, kernel=kernel)
+
+
+_register_bool_reduce("reduce_all", torch.all)
+_register_bool_reduce("reduce_any", torch.any)
+
+
+# ----------------------------------------------------------------------------- argsort
+
+
+def _argsort_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    axis_in_range("argsort", int(attrs["axis"]), len(x.shape))
+    return {"Out": x, "Indices": Meta(x.shape, "int64")}
+
+
+def _argsort(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    axis = axis_in_range("argsort", int(attrs["axis"]), x.dim())
+    out, idx = torch.sort(x, dim=axis, descending=bool(attrs["descending"]), stable=True)
+    return {"Out": out, "Indices": idx}
+
+
+register_op("argsort", inputs=("X",), outputs=("Out", "Indices"),
+            attrs={"axis": -1, "descending": False}, infer_shape=_argsort_shape,
+            kernel=_argsort)

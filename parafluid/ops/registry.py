@@ -9,6 +9,19 @@ slots the gradient uses (``grad_uses``, default: all) plus ``<Out>@GRAD`` for ea
 and whose outputs are ``<In>@GRAD`` for each differentiable input. Its kernel gets
 ``ctx.need``: the input slots whose gradient is wanted.
 
+What the engine and the passes know of an op is declared in its row too:
+
+- ``share_lod=("X", ("Out",))``: the outputs take the input's sequence information (LoD) at
+  run time, as Fluid's ShareLoD (``bind_op`` does it; see ``parafluid/lod.py``);
+- ``inplace=update``: ``update(x, y, attrs)`` computes ``Out`` into ``X``'s own buffer (the
+  in-place planner uses it when ``X`` dies at this op); same torch operation as the kernel,
+  so the result is bitwise the same;
+- ``fresh_output=True``: the kernel's outputs are always newly allocated tensors (never
+  views of an input), so a later op may overwrite them in place;
+- ``side_effect=True``: talks to the outside (never pruned, never reordered);
+  ``comm=True``: moves values between devices or processes (collectives, RPC, barriers,
+  copies; the profiler shows them as communication).
+
 Example::
 
     register_op("relu", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
@@ -29,7 +42,7 @@ from ..dtypes import VarType
 
 __all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
            "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
-           "share_lod"]
+           "InplaceUpdate", "GradContext"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -62,7 +75,27 @@ class Slot:
 
 InferShape = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 Kernel = Callable[[dict[str, Any], dict[str, Any], Any], dict[str, Any]]
-GradMaker = Callable[[Any, set], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class GradContext:
+    """What the backward pass hands every gradient maker, its third argument.
+
+    ``append_grad_ops(block, targets, seeds, sources, no_grad) -> names of the gradients
+    produced`` appends to ``block`` the gradient ops of its ops between ``sources`` and
+    ``targets``, starting from the ``seeds`` (op specs writing the targets' gradients): an op
+    whose gradient differentiates a sub-block (``while``, ``conditional_block``) builds its
+    gradient block with it, so no op module imports the backward pass.
+    """
+
+    append_grad_ops: Callable[[Any, list[str], list[dict[str, Any]], set[str], set[str]],
+                              set[str]]
+
+
+# maker(forward op, names whose gradient is not wanted, context) -> gradient op specs
+GradMaker = Callable[[Any, set, GradContext], list[dict[str, Any]]]
+# update(x, y, attrs): the op's Out computed into x itself (y: the Y input, or None)
+InplaceUpdate = Callable[[Any, Any, dict[str, Any]], None]
 
 
 @dataclass
@@ -79,9 +112,15 @@ class OpDef:
     side_effect: bool = False  # talks to the outside: never pruned, never reordered
     # the executors drop the op's inputs once it and their other readers ran (delete_var)
     releases_inputs: bool = False
-    # set by share_lod: (input slot, output slots, the kernel before the LoD wrapper), so
-    # that bind_op can share the LoD in its own closure instead of through the wrapper
-    lod_share: tuple[str, tuple[str, ...], Kernel] | None = None
+    # (input slot, output slots): the outputs take the input's LoD at run time (bind_op)
+    share_lod: tuple[str, tuple[str, ...]] | None = None
+    inplace: InplaceUpdate | None = None  # Out computed into X's buffer (engine/inplace.py)
+    fresh_output: bool = False  # the kernel's outputs are always new tensors, never views
+    comm: bool = False  # moves values between devices or processes
+    # why the op cannot run inside a compiled segment (a host round trip, a value-dependent
+    # output shape, ...); None: it can (passes/segment.py also checks side effects, seeds,
+    # sub-blocks and row-sparse values itself)
+    no_compile: str | None = None
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -98,7 +137,10 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                 kernel: Kernel | None = None, grad: GradMaker | None = None,
                 grad_kernel: Kernel | None = None, grad_uses: Sequence[str] | None = None,
                 no_grad_inputs: Sequence[str] = (), grad_infer_shape: InferShape | None = None,
-                side_effect: bool = False, releases_inputs: bool = False) -> OpDef:
+                side_effect: bool = False, releases_inputs: bool = False,
+                share_lod: tuple[str, str | Sequence[str]] | None = None,
+                inplace: InplaceUpdate | None = None, fresh_output: bool = False,
+                comm: bool = False, no_compile: str | None = None) -> OpDef:
     """Declare an op type once; see the module docstring for the conventions."""
     if type in _REGISTRY:
         raise ValueError(f"op type {type!r} is registered twice")
@@ -108,13 +150,35 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
     opdef = OpDef(type, tuple(Slot.parse(s) for s in inputs), tuple(Slot.parse(s) for s in outputs),
                   attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
                   None if grad_uses is None else tuple(grad_uses), side_effect,
-                  releases_inputs)
+                  releases_inputs, _lod_rule(type, share_lod, inputs, outputs), inplace,
+                  fresh_output, comm, no_compile)
+    if inplace is not None and (opdef.input_by_name.keys() - {"X", "Y"} or
+                                [s.name for s in opdef.outputs] != ["Out"]):
+        raise ValueError(f"register_op {type!r}: inplace= needs inputs X (and Y) and the one "
+                         f"output Out, got inputs {list(inputs)}, outputs {list(outputs)}")
     if grad_kernel is not None:
         if opdef.grad is None:
             opdef.grad = default_grad_maker
         _register_grad_op(opdef, grad_kernel, grad_infer_shape)
     _REGISTRY[type] = opdef
     return opdef
+
+
+def _lod_rule(type: str, rule: tuple[str, str | Sequence[str]] | None, inputs: Sequence[str],
+              outputs: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
+    """``share_lod=(src, dsts)`` checked against the op's slots."""
+    if rule is None:
+        return None
+    src, dsts = rule
+    dsts = (dsts,) if isinstance(dsts, str) else tuple(dsts)
+    ins = {Slot.parse(s).name: Slot.parse(s) for s in inputs}
+    outs = {Slot.parse(s).name: Slot.parse(s) for s in outputs}
+    bad = [d for d in dsts if d not in outs or outs[d].duplicable]
+    if src not in ins or bad or not dsts:
+        raise ValueError(f"register_op {type!r}: share_lod=({src!r}, {dsts}) must name an "
+                         f"input slot and single-variable output slots; inputs "
+                         f"{list(inputs)}, outputs {list(outputs)}")
+    return src, dsts
 
 
 def _register_grad_op(fwd: OpDef, kernel: Kernel, infer: InferShape | None) -> None:
@@ -136,48 +200,6 @@ def _grads_like_inputs(ins: dict[str, Any], attrs: dict[str, Any]) -> dict[str, 
         if not slot.endswith(GRAD) and meta is not None:
             out[slot + GRAD] = meta
     return out
-
-
-def share_lod(type: str, src: str, dsts: Sequence[str]) -> None:
-    """Make op ``type`` hand the sequence information (LoD) of input ``src`` to outputs
-    ``dsts`` at run time, as Fluid's ShareLoD does (see ``parafluid/lod.py``).
-
-    The op's kernel is wrapped once here; a run without LoD pays one attribute lookup.
-    """
-    from ..lod import LOD_ATTR, attach_lod
-
-    opdef = get_op_def(type)
-    kernel = opdef.kernel
-    assert kernel is not None and not getattr(kernel, "_shares_lod", False), type
-    dsts = tuple(dsts)
-
-    def share(outs: dict[str, Any], x: Any, lod: list[list[int]]) -> None:
-        for slot in dsts:
-            out = outs.get(slot)
-            if out is not None and out is not x and out.shape[:1] == (lod[-1][-1],):
-                attach_lod(out, lod)
-
-    # NOTE: two closures instead of one with a branch: this runs for every op of every step.
-    if opdef.input_by_name[src].duplicable:
-        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
-            outs = kernel(ins, attrs, ctx)
-            xs = ins[src]
-            lod = getattr(xs[0], LOD_ATTR, None) if xs else None
-            if lod:
-                share(outs, xs[0], lod)
-            return outs
-    else:
-        def kernel_sharing_lod(ins: dict[str, Any], attrs: dict[str, Any], ctx: Any) -> dict:
-            outs = kernel(ins, attrs, ctx)
-            x = ins[src]
-            lod = getattr(x, LOD_ATTR, None)
-            if lod:
-                share(outs, x, lod)
-            return outs
-
-    kernel_sharing_lod._shares_lod = True  # type: ignore[attr-defined]
-    opdef.kernel = kernel_sharing_lod
-    opdef.lod_share = (src, dsts, kernel)
 
 
 def get_op_def(type: str) -> OpDef:
@@ -207,7 +229,7 @@ def same_as(slot: str, out: str = "Out") -> InferShape:
 # --------------------------------------------------------------------------- gradients
 
 
-def default_grad_maker(op: Any, no_grad: set[str]) -> list[dict[str, Any]]:
+def default_grad_maker(op: Any, no_grad: set[str], ctx: GradContext) -> list[dict[str, Any]]:
     """Emit ``<type>_grad`` reading the used forward vars and ``Out@GRAD``, writing ``X@GRAD``.
 
     Gradients of variables in ``no_grad`` become ``@EMPTY@`` (a slot of only empties is
@@ -327,6 +349,10 @@ def _merge_meta(op: Any, slot: str, var: Any, meta: Meta) -> None:
     shape = tuple(int(d) for d in meta.shape)
     if var.shape is None:
         var.shape = shape
+    elif VarType.LOD_TENSOR_ARRAY in (var.type, meta.type) and len(var.shape) == len(shape):
+        # NOTE: an array's items may differ in size, as in Fluid (whose array var records
+        # the last item's shape): a dimension they disagree on becomes unknown
+        var.shape = tuple(a if a == b else -1 for a, b in zip(var.shape, shape))
     else:
         if not shapes_compatible(var.shape, shape):
             raise ValueError(

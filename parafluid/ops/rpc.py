@@ -112,10 +112,10 @@ def _fetch_barrier(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("send", inputs=("X[]",), outputs=(),
             attrs={"epmap": [], "send_varnames": [], "trainer_id": 0, "sync_mode": True},
-            infer_shape=_no_shapes, kernel=_send, side_effect=True)
+            infer_shape=_no_shapes, kernel=_send, side_effect=True, comm=True)
 register_op("recv", inputs=(), outputs=("Out[]",),
             attrs={"epmap": [], "varnames": [], "trainer_id": 0},
-            infer_shape=_no_shapes, kernel=_recv, side_effect=True)
+            infer_shape=_no_shapes, kernel=_recv, side_effect=True, comm=True)
 # ------------------------------------------------------------------ distributed lookup table
 
 
@@ -133,7 +133,7 @@ def _shards(attrs: dict) -> list[tuple[str, str, int, int]]:
 
 
 def _dist_lookup_shape(ins: dict, attrs: dict) -> dict:
-    from .nn import _ids_out_shape
+    from .embedding import _ids_out_shape
     from .registry import Meta
 
     ids = ins["Ids"]
@@ -144,7 +144,7 @@ def _dist_lookup_shape(ins: dict, attrs: dict) -> dict:
 
 def _dist_lookup(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Prefetch only the rows the ids name, from the pserver holding each row."""
-    from .nn import _flat_ids, _ids_out_shape
+    from .embedding import _flat_ids, _ids_out_shape
 
     ids = ins["Ids"]
     height, width = int(attrs["height"]), int(attrs["width"])
@@ -214,7 +214,7 @@ _TABLE_ATTRS = {"table_names": [], "epmap": [], "height_sections": [], "height":
                 "padding_idx": -1, "dtype": "float32", "trainer_id": 0}
 register_op("distributed_lookup_table", inputs=("Ids",), outputs=("Out",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_dist_lookup_shape, kernel=_dist_lookup,
-            side_effect=True)
+            side_effect=True, comm=True)
 register_op("distributed_lookup_table_grad", inputs=("Ids", "Out@GRAD"), outputs=("W@GRAD",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_sparse_grad_shape, kernel=_dist_lookup_grad)
 register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),
@@ -222,10 +222,10 @@ register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),
             kernel=_split_selected_rows)
 register_op("send_barrier", inputs=(), outputs=(),
             attrs={"endpoints": [], "trainer_id": 0},
-            infer_shape=_no_shapes, kernel=_send_barrier, side_effect=True)
+            infer_shape=_no_shapes, kernel=_send_barrier, side_effect=True, comm=True)
 register_op("fetch_barrier", inputs=(), outputs=(),
             attrs={"endpoints": [], "trainer_id": 0},
-            infer_shape=_no_shapes, kernel=_fetch_barrier, side_effect=True)
+            infer_shape=_no_shapes, kernel=_fetch_barrier, side_effect=True, comm=True)
 
 
 # ----------------------------------------------------------------------------- pserver side
@@ -266,10 +266,11 @@ class _Server:
         self.sync = bool(attrs["sync_mode"])
         self.grad_to_block = parse_grad_to_block(attrs["grad_to_block_id"])
         self.lr_block = int(attrs["lr_decay_block_id"])
-        # async mode: the LR block runs once per arrival of this gradient (one per trainer
-        # step), not once per gradient block
-        self.lr_trigger = min(self.grad_to_block, key=self.grad_to_block.__getitem__) \
-            if self.grad_to_block else None
+        # async mode: the LR block runs once per trainer step, before that step's first
+        # gradient is applied. Each trainer sends each gradient once per step, in its
+        # program's order (last layer first), so the arrivals of the gradient that came
+        # first count the trainers' steps, and the LR value exists before any update reads it
+        self.lr_trigger: str | None = None
 
     def optimize(self, grads: dict[str, list[torch.Tensor]]) -> None:
         unknown = sorted(set(grads) - set(self.grad_to_block))
@@ -277,6 +278,8 @@ class _Server:
             raise ValueError(f"pserver {self.endpoint} got gradients it does not optimize: "
                              f"{unknown} (it holds {sorted(self.grad_to_block)}); the trainer "
                              "runs a program transpiled with other pservers or settings")
+        if self.lr_block >= 0 and not self.sync and self.lr_trigger is None:
+            self.lr_trigger = min(grads, key=self.grad_to_block.__getitem__)
         if self.lr_block >= 0 and (self.sync or self.lr_trigger in grads):
             self.ctx.run_block(self.lr_block)
         for name in sorted(grads, key=self.grad_to_block.__getitem__):
@@ -386,4 +389,4 @@ register_op("listen_and_serv", inputs=(), outputs=(),
             attrs={"endpoint": "", "Fanin": 1, "sync_mode": True, "optimize_blocks": [],
                    "grad_to_block_id": [], "lr_decay_block_id": -1, "pserver_id": 0,
                    "distributed_mode": 0},
-            infer_shape=_no_shapes, kernel=_listen_and_serv, side_effect=True)
+            infer_shape=_no_shapes, kernel=_listen_and_serv, side_effect=True, comm=True)

@@ -5,8 +5,8 @@ The rows of ``X`` are the steps of a batch of sequences; the finest LoD level of
 read it with ``require_lod`` and give their outputs the LoD Fluid gives them. Gradient ops
 read ``X`` too, for its LoD.
 
-The sharing table at the end lists the ordinary ops that pass their input's LoD on to their
-output (``fc`` on a sequence is still a sequence), as Fluid's ShareLoD does.
+Ordinary ops pass their input's LoD on to their output when their registration row says
+``share_lod=...`` (``fc`` on a sequence is still a sequence), as Fluid's ShareLoD does.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..lod import attach_lod, check_lod, get_lod, require_lod
-from .registry import Meta, register_op, share_lod
+from .registry import Meta, register_op
 
 __all__: list[str] = []
 
@@ -166,7 +166,7 @@ def _seq_softmax_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("sequence_softmax", inputs=("X",), outputs=("Out",),
             attrs={"use_cudnn": False}, infer_shape=_seq_softmax_shape, kernel=_seq_softmax,
-            grad_kernel=_seq_softmax_grad, grad_uses=("X", "Out"))
+            grad_kernel=_seq_softmax_grad, grad_uses=("X", "Out"), share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- sequence_expand
 
@@ -364,7 +364,7 @@ register_op("sequence_conv", inputs=("X", "Filter", "PaddingData?"), outputs=("O
             attrs={"contextLength": 3, "contextStart": -1, "contextStride": 1,
                    "paddingTrainable": False},
             infer_shape=_seq_conv_shape, kernel=_seq_conv, grad_kernel=_seq_conv_grad,
-            grad_uses=("X", "Filter"), no_grad_inputs=("PaddingData",))
+            grad_uses=("X", "Filter"), no_grad_inputs=("PaddingData",), share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- expand_as
 
@@ -529,47 +529,15 @@ def _lod_reset(ins: dict, attrs: dict, ctx: Any) -> dict:
         lod = [[int(v) for v in attrs["target_lod"]]]
     if not lod[0]:
         raise ValueError("lod_reset: give Y (a LoD tensor, or offsets) or target_lod")
-    check_lod(lod, x.shape[0], "lod_reset")
+    if attrs["append"]:  # Fluid's lod_append: a new innermost level under x's own
+        lod = [list(level) for level in get_lod(x) or []] + lod[-1:]
+    check_lod(lod, x.shape[0], "lod_append" if attrs["append"] else "lod_reset")
     return {"Out": attach_lod(x.view(x.shape), lod)}
 
 
-register_op("lod_reset", inputs=("X", "Y?"), outputs=("Out",), attrs={"target_lod": []},
+register_op("lod_reset", inputs=("X", "Y?"), outputs=("Out",),
+            attrs={"target_lod": [], "append": False},
             infer_shape=lambda ins, attrs: {"Out": ins["X"]}, kernel=_lod_reset,
             grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": ins["Out@GRAD"]},
             grad_uses=(), no_grad_inputs=("Y",),
             grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["Out@GRAD"]})
-
-# ----------------------------------------------------------------------------- LoD sharing
-
-# op type, the input whose LoD passes on, the outputs that get it (Fluid's ShareLoD)
-_SHARE_LOD: list[tuple[str, str, tuple[str, ...]]] = [
-    ("lookup_table", "Ids", ("Out",)),
-    ("lookup_table_v2", "Ids", ("Out",)),
-    ("mul", "X", ("Out",)),
-    ("sum", "X", ("Out",)),
-    ("concat", "X", ("Out",)),
-    ("scale", "X", ("Out",)),
-    ("cast", "X", ("Out",)),
-    ("assign", "X", ("Out",)),
-    ("dropout", "X", ("Out",)),
-    ("softmax", "X", ("Out",)),
-    ("clip", "X", ("Out",)),
-    ("layer_norm", "X", ("Y",)),
-    ("batch_norm", "X", ("Y",)),
-    ("cross_entropy", "X", ("Y",)),
-    ("softmax_with_cross_entropy", "Logits", ("Softmax", "Loss")),
-    ("square_error_cost", "X", ("Out",)),
-    ("fused_elemwise_activation", "X", ("Out",)),
-    ("sequence_softmax", "X", ("Out",)),
-    ("sequence_conv", "X", ("Out",)),
-]
-_SHARE_LOD += [(f"elementwise_{k}", "X", ("Out",))
-               for k in ("add", "sub", "mul", "div", "max", "min", "pow")]
-_SHARE_LOD += [(act, "X", ("Out",)) for act in (
-    "relu", "sigmoid", "tanh", "exp", "sqrt", "reciprocal", "log", "square", "abs", "sin",
-    "cos", "softplus", "softsign", "logsigmoid", "leaky_relu", "relu6", "elu", "hard_sigmoid",
-    "swish", "pow", "sign", "floor", "ceil", "round", "gelu", "selu", "brelu", "soft_relu",
-    "hard_shrink", "thresholded_relu", "stanh")]
-
-for _op, _src, _dsts in _SHARE_LOD:
-    share_lod(_op, _src, _dsts)

@@ -1,4 +1,6 @@
-"""Tensor creation and manipulation ops: fill, assign, random initializers, shape ops."""
+"""Tensor creation and manipulation ops: fills, assign, range / linspace / eye / diag, cast,
+concat / split, reshape, transpose, squeeze / unsqueeze, expand / expand_as, reverse,
+one_hot, shape and size. The random fills are in ``random.py``."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ from typing import Any
 import torch
 
 from ..dtypes import FLOAT_DTYPES, convert_dtype, to_torch
-from .common import numel
-from .registry import GRAD, Meta, register_op, same_as
+from .common import axis_in_range, numel
+from .registry import GRAD, GradContext, Meta, register_op, same_as
 
 
 def _shape_attr_meta(attrs: dict) -> dict:
@@ -48,47 +50,10 @@ def _assign(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("assign", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"), kernel=_assign,
-            grad=lambda op, no_grad: [] if op.input("X")[0] in no_grad else [
+            grad=lambda op, no_grad, ctx: [] if op.input("X")[0] in no_grad else [
                 {"type": "assign", "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
-                 "outputs": {"Out": [op.input("X")[0] + "@GRAD"]}, "attrs": {}}])
-
-
-def _uniform_random(ins: dict, attrs: dict, ctx: Any) -> dict:
-    out = torch.empty(tuple(attrs["shape"]), dtype=to_torch(convert_dtype(attrs["dtype"])),
-                      device=ctx.device)
-    return {"Out": out.uniform_(attrs["min"], attrs["max"], generator=ctx.generator(attrs["seed"]))}
-
-
-register_op("uniform_random", outputs=("Out",),
-            attrs={"shape": [1], "min": -1.0, "max": 1.0, "seed": 0, "dtype": "float32"},
-            infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_uniform_random)
-
-
-def _gaussian_random(ins: dict, attrs: dict, ctx: Any) -> dict:
-    out = torch.empty(tuple(attrs["shape"]), dtype=to_torch(convert_dtype(attrs["dtype"])),
-                      device=ctx.device)
-    return {"Out": out.normal_(attrs["mean"], attrs["std"],
-                               generator=ctx.generator(attrs["seed"]))}
-
-
-register_op("gaussian_random", outputs=("Out",),
-            attrs={"shape": [1], "mean": 0.0, "std": 1.0, "seed": 0, "dtype": "float32"},
-            infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_gaussian_random)
-
-
-def _truncated_gaussian_random(ins: dict, attrs: dict, ctx: Any) -> dict:
-    """Normal(mean, std) resampled outside two standard deviations, as Fluid's op."""
-    dtype = to_torch(convert_dtype(attrs["dtype"]))
-    out = torch.empty(tuple(attrs["shape"]), dtype=dtype, device=ctx.device)
-    mean, std = attrs["mean"], attrs["std"]
-    return {"Out": torch.nn.init.trunc_normal_(out, mean, std, mean - 2 * std, mean + 2 * std,
-                                               generator=ctx.generator(attrs["seed"]))}
-
-
-register_op("truncated_gaussian_random", outputs=("Out",),
-            attrs={"shape": [1], "mean": 0.0, "std": 1.0, "seed": 0, "dtype": "float32"},
-            infer_shape=lambda ins, attrs: _shape_attr_meta(attrs),
-            kernel=_truncated_gaussian_random)
+                 "outputs": {"Out": [op.input("X")[0] + "@GRAD"]}, "attrs": {}}],
+            share_lod=("X", "Out"))
 
 
 def _assign_value(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -101,6 +66,7 @@ register_op("assign_value", outputs=("Out",),
             attrs={"shape": [1], "dtype": "float32", "values": []},
             infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_assign_value)
 
+
 # ----------------------------------------------------------------------------- cast
 
 
@@ -109,7 +75,7 @@ def _cast_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": Meta(x.shape, convert_dtype(attrs["out_dtype"]), x.type)}
 
 
-def _cast_grad(op: Any, no_grad: set) -> list[dict]:
+def _cast_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a cast is the cast back, between float types only."""
     x = op.input("X")[0]
     var = op.block._find_var_recursive(x)
@@ -130,7 +96,8 @@ def _cast(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("cast", inputs=("X",), outputs=("Out",),
             attrs={"in_dtype": "float32", "out_dtype": "float32"},
-            infer_shape=_cast_shape, kernel=_cast, grad=_cast_grad)
+            infer_shape=_cast_shape, kernel=_cast, grad=_cast_grad, share_lod=("X", "Out"))
+
 
 # ----------------------------------------------------------------------------- concat / split
 
@@ -176,7 +143,7 @@ def _concat_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("concat", inputs=("X[]",), outputs=("Out",), attrs={"axis": 0},
             infer_shape=_concat_shape, kernel=_concat, grad_kernel=_concat_grad,
-            grad_uses=("X",))
+            grad_uses=("X",), share_lod=("X", "Out"))
 
 
 def _split_sizes(dim: int, attrs: dict) -> list[int]:
@@ -228,7 +195,7 @@ def _split(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": [p.clone(memory_format=torch.contiguous_format) for p in parts]}
 
 
-def _split_grad(op: Any, no_grad: set) -> list[dict]:
+def _split_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a split is the concat of the pieces' gradients (zeros where absent)."""
     x = op.input("X")[0]
     if x in no_grad:
@@ -240,6 +207,7 @@ def _split_grad(op: Any, no_grad: set) -> list[dict]:
 register_op("split", inputs=("X",), outputs=("Out[]",),
             attrs={"axis": 0, "num": 0, "sections": []},
             infer_shape=_split_shape, kernel=_split, grad=_split_grad)
+
 
 # ----------------------------------------------------------------------------- reshape
 
@@ -306,6 +274,7 @@ register_op("reshape", inputs=("X", "Shape?"), outputs=("Out",), attrs={"shape":
             infer_shape=_reshape_shape, kernel=_reshape, grad_kernel=_reshape_back,
             grad_uses=("X",), no_grad_inputs=("Shape",))
 
+
 # ----------------------------------------------------------------------------- transpose
 
 
@@ -329,7 +298,7 @@ def _transpose(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": x.permute(perm).clone(memory_format=torch.contiguous_format)}
 
 
-def _transpose_grad(op: Any, no_grad: set) -> list[dict]:
+def _transpose_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
     """The gradient of a transpose is the transpose by the inverse permutation."""
     x = op.input("X")[0]
     if x in no_grad:
@@ -344,6 +313,7 @@ def _transpose_grad(op: Any, no_grad: set) -> list[dict]:
 
 register_op("transpose", inputs=("X",), outputs=("Out",), attrs={"axis": []},
             infer_shape=_transpose_shape, kernel=_transpose, grad=_transpose_grad)
+
 
 # ----------------------------------------------------------------------------- squeeze / unsqueeze
 
@@ -385,6 +355,7 @@ def _register_reshape_like(name: str, rule: Any) -> None:
 _register_reshape_like("squeeze", _squeezed)
 _register_reshape_like("unsqueeze", _unsqueezed)
 
+
 # ----------------------------------------------------------------------------- expand
 
 
@@ -410,6 +381,7 @@ register_op("expand", inputs=("X",), outputs=("Out",), attrs={"expand_times": []
             infer_shape=_expand_shape,
             kernel=lambda ins, attrs, ctx: {"Out": ins["X"].repeat(*attrs["expand_times"])},
             grad_kernel=_expand_grad, grad_uses=("X",))
+
 
 # ----------------------------------------------------------------------------- one_hot
 
@@ -444,6 +416,7 @@ register_op("one_hot", inputs=("X",), outputs=("Out",),
             attrs={"depth": 1, "dtype": "float32", "allow_out_of_range": False},
             infer_shape=_one_hot_shape, kernel=_one_hot)
 
+
 # ----------------------------------------------------------------------------- batch-size-like
 
 
@@ -470,3 +443,154 @@ register_op("fill_constant_batch_size_like", inputs=("Input",), outputs=("Out",)
                 _batch_like_shape("fill_constant_batch_size_like", ins["Input"].shape, attrs),
                 convert_dtype(attrs["dtype"]))},
             kernel=_fill_batch_like)
+
+
+# ----------------------------------------------------------------------------- shape
+
+register_op("shape", inputs=("Input",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((len(ins["Input"].shape),), "int32")},
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor(
+                list(ins["Input"].shape), dtype=torch.int32, device=ins["Input"].device)})
+
+
+# ----------------------------------------------------------------------------- size
+
+register_op("size", inputs=("Input",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), "int64")},
+            kernel=lambda ins, attrs, ctx: {"Out": torch.tensor(
+                [ins["Input"].numel()], dtype=torch.int64, device=ins["Input"].device)})
+
+
+# ----------------------------------------------------------------------------- expand_as
+
+def _expand_as_times(op: str, x_shape: Any, t_shape: Any) -> list[int]:
+    if len(x_shape) != len(t_shape):
+        raise ValueError(f"{op}: X {list(x_shape)} and target_tensor {list(t_shape)} must "
+                         "have the same rank")
+    times = []
+    for a, b in zip(x_shape, t_shape):
+        if a == -1 or b == -1:
+            times.append(-1)
+        elif a <= 0 or b % a:
+            raise ValueError(f"{op}: target_tensor {list(t_shape)} is not a whole number of "
+                             f"copies of X {list(x_shape)}")
+        else:
+            times.append(b // a)
+    return times
+
+
+def _expand_as_shape(ins: dict, attrs: dict) -> dict:
+    x, t = ins["X"], ins["target_tensor"]
+    _expand_as_times("expand_as", x.shape, t.shape)
+    return {"Out": Meta(tuple(t.shape), x.dtype)}
+
+
+def _expand_as_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Sum the copies: view the gradient as ``[times_0, x_0, times_1, x_1, ...]``."""
+    x, dout = ins["X"], ins["Out@GRAD"]
+    times = _expand_as_times("expand_as", tuple(x.shape), tuple(dout.shape))
+    view = [v for t, d in zip(times, x.shape) for v in (t, d)]
+    return {"X@GRAD": dout.reshape(view).sum(dim=tuple(range(0, 2 * x.dim(), 2)))}
+
+
+register_op("expand_as", inputs=("X", "target_tensor"), outputs=("Out",),
+            infer_shape=_expand_as_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": ins["X"].repeat(_expand_as_times(
+                "expand_as", tuple(ins["X"].shape), tuple(ins["target_tensor"].shape)))},
+            grad_kernel=_expand_as_grad, grad_uses=("X",), no_grad_inputs=("target_tensor",))
+
+
+# ----------------------------------------------------------------------------- reverse
+
+
+def _reverse_axes(attrs: dict, ndim: int) -> list[int]:
+    axes = attrs["axis"] if isinstance(attrs["axis"], (list, tuple)) else [attrs["axis"]]
+    if not axes:
+        raise ValueError("reverse: axis must name at least one dimension")
+    return [axis_in_range("reverse", int(a), ndim) for a in axes]
+
+
+def _reverse_shape(ins: dict, attrs: dict) -> dict:
+    _reverse_axes(attrs, len(ins["X"].shape))
+    return {"Out": ins["X"]}
+
+
+register_op("reverse", inputs=("X",), outputs=("Out",), attrs={"axis": [0]},
+            infer_shape=_reverse_shape,
+            kernel=lambda ins, attrs, ctx: {
+                "Out": ins["X"].flip(_reverse_axes(attrs, ins["X"].dim()))},
+            grad_kernel=lambda ins, attrs, ctx: {
+                "X@GRAD": ins["Out@GRAD"].flip(_reverse_axes(attrs, ins["Out@GRAD"].dim()))},
+            grad_uses=(), grad_infer_shape=same_as("Out@GRAD", "X@GRAD"))
+
+
+# ----------------------------------------------------------------------------- range, linspace
+
+
+def _scalar(op: str, slot: str, t: torch.Tensor) -> float:
+    if t.numel() != 1:
+        raise ValueError(f"{op}: {slot} must hold one value, got shape {list(t.shape)}")
+    return t.reshape(-1)[0].item()
+
+
+def _range(ins: dict, attrs: dict, ctx: Any) -> dict:
+    start, end, step = (_scalar("range", s, ins[s]) for s in ("Start", "End", "Step"))
+    if step == 0:
+        raise ValueError("range: Step must not be 0")
+    return {"Out": torch.arange(start, end, step, dtype=ins["Start"].dtype,
+                                device=ins["Start"].device)}
+
+
+register_op("range", inputs=("Start", "End", "Step"), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((-1,), ins["Start"].dtype)},
+            kernel=_range)
+
+
+def _linspace(ins: dict, attrs: dict, ctx: Any) -> dict:
+    start, stop = _scalar("linspace", "Start", ins["Start"]), _scalar("linspace", "Stop",
+                                                                     ins["Stop"])
+    num = int(_scalar("linspace", "Num", ins["Num"]))
+    if num < 1:
+        raise ValueError(f"linspace: Num must be at least 1, got {num}")
+    dtype = to_torch(convert_dtype(attrs["dtype"]))
+    return {"Out": torch.linspace(start, stop, num, dtype=torch.float64,
+                                  device=ins["Start"].device).to(dtype)}
+
+
+register_op("linspace", inputs=("Start", "Stop", "Num"), outputs=("Out",),
+            attrs={"dtype": "float32"},
+            infer_shape=lambda ins, attrs: {"Out": Meta((-1,), convert_dtype(attrs["dtype"]))},
+            kernel=_linspace)
+
+
+# ----------------------------------------------------------------------------- eye, diag
+
+
+def _eye_shape(ins: dict, attrs: dict) -> dict:
+    rows, cols = int(attrs["num_rows"]), int(attrs["num_columns"])
+    cols = rows if cols < 0 else cols
+    if rows < 0:
+        raise ValueError(f"eye: num_rows must be >= 0, got {rows}")
+    return {"Out": Meta((rows, cols), convert_dtype(attrs["dtype"]))}
+
+
+def _eye(ins: dict, attrs: dict, ctx: Any) -> dict:
+    rows, cols = int(attrs["num_rows"]), int(attrs["num_columns"])
+    return {"Out": torch.eye(rows, rows if cols < 0 else cols,
+                             dtype=to_torch(convert_dtype(attrs["dtype"])), device=ctx.device)}
+
+
+register_op("eye", outputs=("Out",), attrs={"num_rows": 1, "num_columns": -1,
+                                            "dtype": "float32"},
+            infer_shape=_eye_shape, kernel=_eye)
+
+
+def _diag_shape(ins: dict, attrs: dict) -> dict:
+    d = ins["Diagonal"]
+    if len(d.shape) != 1:
+        raise ValueError(f"diag: Diagonal must be 1-D, got shape {list(d.shape)}")
+    return {"Out": Meta((d.shape[0], d.shape[0]), d.dtype)}
+
+
+register_op("diag", inputs=("Diagonal",), outputs=("Out",), infer_shape=_diag_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": torch.diag(ins["Diagonal"])})

@@ -1,6 +1,6 @@
 """Image-shaped ops: resizing (bilinear_interp, nearest_interp), padding (pad, pad2d,
-pad_constant_like), crop, and the channel/space rearrangements (pixel_shuffle,
-space_to_depth, shuffle_channel).
+pad_constant_like), cropping (crop, crop_tensor), the channel/space rearrangements
+(pixel_shuffle, space_to_depth, shuffle_channel) and unfold.
 
 Every gradient is an explicit kernel: a transposed interpolation matrix, a slice of the
 padded gradient, or the inverse rearrangement.
@@ -451,3 +451,47 @@ register_op("unfold", inputs=("X",), outputs=("Y",),
                    "dilations": [1, 1]},
             infer_shape=_unfold_shape, kernel=_unfold, grad_kernel=_unfold_grad,
             grad_uses=("X",))
+
+
+# ----------------------------------------------------------------------------- crop_tensor
+
+
+def _crop_tensor_args(ins: dict, attrs: dict, x_shape: list[int]) -> tuple[list[int], list[int]]:
+    shape = ins.get("Shape")
+    shape = [int(v) for v in shape.reshape(-1).tolist()] if shape is not None else \
+        [int(v) for v in attrs["shape"]]
+    offsets = ins.get("Offsets")
+    offsets = [int(v) for v in offsets.reshape(-1).tolist()] if offsets is not None else \
+        [int(v) for v in attrs["offsets"]]
+    return _crop_box(shape, x_shape, offsets)
+
+
+def _crop_tensor_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if ins.get("Shape") is not None:
+        return {"Out": Meta((-1,) * len(x.shape), x.dtype)}
+    if ins.get("Offsets") is not None:
+        shape = [-1 if s == -1 else s for s in attrs["shape"]]
+        return {"Out": Meta(tuple(shape), x.dtype)}
+    shape, _ = _crop_box(list(attrs["shape"]), list(x.shape), list(attrs["offsets"]))
+    return {"Out": Meta(tuple(shape), x.dtype)}
+
+
+def _crop_tensor_box(ins: dict, attrs: dict) -> tuple[slice, ...]:
+    x = ins["X"]
+    shape, offsets = _crop_tensor_args(ins, attrs, list(x.shape))
+    return tuple(slice(o, o + s) for o, s in zip(offsets, shape))
+
+
+def _crop_tensor_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    dx = torch.zeros_like(ins["X"])
+    dx[_crop_tensor_box(ins, attrs)] = ins["Out@GRAD"]
+    return {"X@GRAD": dx}
+
+
+register_op("crop_tensor", inputs=("X", "Shape?", "Offsets?"), outputs=("Out",),
+            attrs={"shape": [], "offsets": []}, infer_shape=_crop_tensor_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": ins["X"][_crop_tensor_box(
+                ins, attrs)].contiguous()},
+            grad_kernel=_crop_tensor_grad, grad_uses=("X", "Shape", "Offsets"),
+            no_grad_inputs=("Shape", "Offsets"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..compat import NotProvided
 from ..framework import Program, Variable
 from ..place import CUDAPlace
 from ..scope import Scope
@@ -52,6 +53,9 @@ class CompiledProgram:
         self._is_data_parallel = False
         self._executor: ParallelExecutor | None = None
         self._scope: Scope | None = None
+
+    # the C++ inference analysis passes: importable, fail on use with what to use instead
+    with_inference_optimize = NotProvided("CompiledProgram.with_inference_optimize")
 
     def with_data_parallel(self, loss_name: str | None = None,
                            build_strategy: BuildStrategy | None = None,

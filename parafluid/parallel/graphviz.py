@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 
-from .ssa_graph import ALL_DEVICES, SSAGraph
+from ..engine.graph import ALL_DEVICES, SSAGraph
 
 __all__ = ["program_to_dot", "graph_to_dot", "write_graphs"]
 

@@ -1,6 +1,6 @@
 """ParallelExecutor: data parallelism over several devices of one process.
 
-The program is replicated on every device (``ssa_graph.build_graph``); gradients are summed
+The program is replicated on every device (``engine.graph.build_graph``); gradients are summed
 across devices by collective ops; a thread pool runs each op as soon as its inputs are ready.
 
 Example::
@@ -18,7 +18,7 @@ stay in per-device local scopes (children of the device scopes) until they are d
 every ``num_iteration_per_drop_scope`` runs or on ``drop_local_exe_scopes()``. ``close()``
 (or collecting the executor) frees the device scopes and the threads.
 
-A run is one step, whole or not at all (``parafluid.atomic``): when an op fails on any
+A run is one step, whole or not at all (``parafluid.engine.atomic``): when an op fails on any
 device, the NaN/Inf check fires or Ctrl-C arrives, every device's persistables are as
 before the run, so the replicas never drift apart; ``check_replicas()`` verifies it.
 """
@@ -28,10 +28,16 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
 
+from ..engine.graph import GraphOptions, SSAGraph, build_graph
+from ..engine.lanes import placed_parallel_graph
+from ..engine.plan import Plan, RunServices
+from ..engine.runtime import OpRunError
+from ..engine.scheduler import default_num_threads, make_scheduler
 from ..feed_fetch import (
     FeedSplitter,
     check_batch_sizes,
@@ -40,22 +46,19 @@ from ..feed_fetch import (
     missing_value_message,
 )
 from ..framework import Program, default_main_program
-from ..passes import data_parallel_pipeline
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
+from ..passes.segment import segment_program
 from ..place import cpu_device_count, to_device
 from ..placement import is_placed
-from ..plan import Plan, run_plan
-from ..runtime import OpRunError, RunServices
 from ..scope import Scope, global_scope
 from ..variable import unknown_name_message, var_name
 from .comm import LocalCommunicator
-from .device_lanes import lane_scheduler, placed_parallel_graph
 from .device_scopes import DeviceScopes
-from .ssa_graph import GraphOptions, SSAGraph, build_graph
 from .strategy import (
     BuildStrategy,
     ExecutionStrategy,
     GradientScaleStrategy,
+    build_pipeline,
     strategy_warnings,
 )
 
@@ -110,7 +113,7 @@ class ParallelExecutor:
         trainers = max(num_trainers, build_strategy.num_trainers)
         trainer_id = trainer_id or build_strategy.trainer_id
         endpoints = list(build_strategy.trainers_endpoints) or \
-            list(getattr(program, "_trainers_endpoints", None) or [])
+            list(program.meta.trainers_endpoints)
         if trainers > 1 or len(endpoints) > 1:
             _check_trainers(trainers, trainer_id, endpoints)
         scope = scope if scope is not None else global_scope()
@@ -146,7 +149,8 @@ class ParallelExecutor:
                                  "program ran)")
             self._communicator = comm
         self._steps = 0
-        self._services = [RunServices(program, self._scopes.scopes[d], self._communicator,
+        # (each run gives the services its device scope: Plan.run)
+        self._services = [RunServices(program, communicator=self._communicator,
                                       device_index=d, local_writes=d > 0,
                                       device=self._devices[d]) for d in range(ndev)]
         self._graphs: dict[tuple, tuple[Program, SSAGraph]] = {}
@@ -161,8 +165,6 @@ class ParallelExecutor:
         self._closed = False
         nthreads = exec_strategy.num_threads
         if nthreads == 0:
-            from .scheduler import default_num_threads
-
             nthreads = default_num_threads(ndev, use_cuda)
         self._num_threads = nthreads
         self._graph()  # build now: errors and warnings surface at construction, as in Fluid
@@ -205,7 +207,7 @@ class ParallelExecutor:
         if not isinstance(fetch_list, (list, tuple)):
             fetch_list = [fetch_list]
         fetch = tuple(fetch_names(fetch_list))
-        program, graph = self._graph()
+        program, graph = self._graph(fetch)
         block = program.global_block()
         feeds = self._feeds.split(feed, block)
         plan = self._plan(program, graph, tuple(sorted(feeds[0])), fetch)
@@ -224,25 +226,20 @@ class ParallelExecutor:
         self._scopes.materialize(plan.persist_reads)
         steps = self._exec_strategy.num_iteration_per_run
         check = check_nan_inf or self._exec_strategy.check_nan_inf
+        # NOTE: Plan.run drops the step's values (feeds, activations) whatever happens, so
+        # that a caller retrying after an error (out of memory) gets them back
         try:
-            for step in range(steps):
+            for _ in range(steps):
                 self._steps += 1
-                self._run_plan(plan, feeds, block, check)
-                if step == steps - 1:
-                    results = self._fetch(plan, fetch, return_numpy, return_merged)
-                self._after_iteration(plan)
+                fetches = self._run_plan(plan, feeds, check)
         except OpRunError as e:
-            plan.end()
             if not self._multi:
                 raise
             # which step of the job: the other trainers report the same number
             raise OpRunError(f"{e} (trainer {self._communicator.trainer_id}, step "
                              f"{self._steps})", e.op_index, e.op_type, e.device) from e.__cause__
-        except BaseException:
-            # no op of the run is in flight any more: drop its values (feeds, activations)
-            # now, so that a caller retrying after an error (out of memory) gets them back
-            plan.end()
-            raise
+        results = [merge_fetches(name, list(values), return_numpy, return_merged)
+                   for name, values in zip(fetch, zip(*fetches))]
         if self._multi and not self._has_run:
             # the first step compared every collective's signature across the trainers;
             # the graph issues the same ones in the same order from now on
@@ -326,35 +323,47 @@ class ParallelExecutor:
         return names
 
     # ------------------------------------------------------------------ building
-    def _graph(self) -> tuple[Program, SSAGraph]:
-        key = (self._program._version,)
+    def _graph(self, fetch: Sequence[str] = ()) -> tuple[Program, SSAGraph]:
+        """The program after the build passes and its multi-device graph. With
+        ``BuildStrategy.enable_compile`` the runs of compilable ops become compiled segments
+        that keep ``fetch`` (and the loss) readable: one variant per fetch list."""
+        bs = self._build_strategy
+        keep: tuple[str, ...] = ()
+        if bs.enable_compile:
+            keep = tuple(sorted({*fetch, *([self._loss_name] if self._loss_name else [])}))
+        key = (self._program._version, keep)
         hit = self._graphs.get(key)
         if hit is not None:
             return hit
-        bs = self._build_strategy
         comm = self._communicator
-        pipeline = data_parallel_pipeline(bs, comm.nranks, self._loss_name)
+        pipeline = build_pipeline(bs, comm.nranks, self._loss_name)
         program = pipeline(self._program)
         options = GraphOptions(sequential=bs.enable_sequential_execution,
                                rank_offset=comm.rank_offset)
+        segment = partial(segment_program, keep=keep) if bs.enable_compile else None
         if is_placed(program) or bs.num_microbatches > 1:
             # operator placement in one process (docs/placement.md): one lane per device
             program, graph, lanes = placed_parallel_graph(
-                program, self._devices, options, bs.num_microbatches, self._loss_name)
+                program, self._devices, options, bs.num_microbatches, self._loss_name,
+                segment=segment)
             if lanes > 1 and self._owned.scheduler is None:
-                self._owned.scheduler = lane_scheduler(lanes)  # closed with the executor
+                self._owned.scheduler = make_scheduler(lanes)  # closed with the executor
         else:
+            if segment is not None:
+                program = segment(program)
             graph = build_graph(program, self.device_count, options)
-        self._warn()
+        if not any(k[0] == key[0] for k in self._graphs):
+            self._warn()  # once per program version
+            self._graphs = {}
+            self._plans.clear()
+            self._feeds.clear()
         if bs.debug_graphviz_path:
             from .graphviz import write_graphs
 
             write_graphs(program, graph, bs.debug_graphviz_path)
         for svc in self._services:
             svc.program = program
-        self._graphs = {key: (program, graph)}
-        self._plans.clear()
-        self._feeds.clear()
+        self._graphs[key] = (program, graph)
         return program, graph
 
     @property
@@ -395,14 +404,14 @@ class ParallelExecutor:
                     raise ValueError(unknown_name_message("fetch target", name, block))
             inplace = None
             if self._build_strategy.enable_inplace:
-                from ..passes.inplace import plan_inplace
+                from ..engine.inplace import plan_inplace
 
                 inplace = plan_inplace(graph, block, set(feed), set(fetch), self._devices)
                 if not inplace:
                     warnings.warn(
                         "BuildStrategy.enable_inplace has no effect on this program: no "
                         "elementwise/activation op has a dead input produced on its device "
-                        "that it could overwrite (see parafluid.passes.inplace)",
+                        "that it could overwrite (see parafluid.engine.inplace)",
                         stacklevel=3)
             # one worker thread runs the nodes one at a time in node order: a value's last
             # reader drops it alone (no shared count)
@@ -435,36 +444,25 @@ class ParallelExecutor:
             if comm.rank_offset != 0:
                 holder.value = values[0]
 
-    def _run_plan(self, plan: Plan, feeds: list[dict[str, Any]], block: Any,
-                  check_nan_inf: bool) -> None:
-        plan.begin()
-        for d, env in enumerate(plan.envs):
-            env.update(feeds[d])
-            # NOTE: the device scope, not the local scope of past runs' temporaries: a feed
-            # left out must not silently reuse the previous batch kept there
-            scope = self._scopes.scopes[d]
-            for name in plan.reads[d]:
-                holder = scope.find_var(name)
-                if holder is None or holder.value is None:
-                    raise RuntimeError(self._missing_message(block, name, feeds[d]))
-                env[name] = holder.value
+    def _run_plan(self, plan: Plan, feeds: list[dict[str, Any]], check_nan_inf: bool
+                  ) -> list[list[Any]]:
+        """One step on every device; its temporaries stay in the local scopes."""
         owned = self._owned
         if owned.scheduler is None:
-            owned.scheduler = _make_scheduler(self._devices, self._num_threads)
-        run_plan(plan, owned.scheduler, check_nan_inf=check_nan_inf)
-        self._scopes.note_own_writes(plan.persist_writes[0])
-        for d, env in enumerate(plan.envs):
-            local = self._scopes.local(d)
-            for name in plan.temps[d]:
-                value = env.get(name)
-                if value is not None:
-                    local.var(name).value = value
-
-    def _after_iteration(self, plan: Plan) -> None:
+            devices = self._devices
+            owned.scheduler = make_scheduler(self._num_threads, replicas=len(devices),
+                                             share_cores=devices[0].type == "cpu")
+        scopes = self._scopes
+        # NOTE: reads come from the device scope, not the local scope of past runs'
+        # temporaries: a feed left out must not silently reuse the previous batch kept there
+        fetches = plan.run(scopes.scopes, feeds, owned.scheduler, check_nan_inf=check_nan_inf,
+                           missing=self._missing_message,
+                           keep_temps=[scopes.local(d) for d in range(len(feeds))])
+        scopes.note_own_writes(plan.persist_writes[0])
         self._runs_since_drop += 1
         if self._runs_since_drop >= self._exec_strategy.num_iteration_per_drop_scope:
             self.drop_local_exe_scopes()
-        plan.end()
+        return fetches
 
     def _missing_message(self, block: Any, name: str, feed: dict[str, Any]) -> str:
         if self._loss_name is not None and name == self._loss_name + "@GRAD":
@@ -472,24 +470,6 @@ class ParallelExecutor:
                     "gradient_scale_strategy=Customized the loss gradient comes from the feed "
                     "(one value per device)")
         return missing_value_message(block, name, feed)
-
-    def _fetch(self, plan: Plan, fetch: tuple[str, ...], return_numpy: bool,
-               return_merged: bool) -> list[Any]:
-        results = []
-        for name in fetch:
-            values = []
-            for d, env in enumerate(plan.envs):
-                value = env.get(name)
-                if value is None:
-                    holder = self._scopes.local(d).find_var(name)
-                    value = None if holder is None else holder.value
-                if value is None:
-                    raise RuntimeError(f"fetch target {name!r} has no value on device {d} "
-                                       "after the run: no op wrote it there and the scope "
-                                       "does not hold it")
-                values.append(value)
-            results.append(merge_fetches(name, values, return_numpy, return_merged))
-        return results
 
 
 # ---------------------------------------------------------------------- helpers
@@ -513,17 +493,15 @@ def _check_trainers(trainers: int, trainer_id: int, endpoints: list[str]) -> Non
 
 
 def _fingerprint(program: Program, ndev: int) -> str:
-    """What every trainer must agree on: devices, parameters and the collectives issued."""
-    import hashlib
-
+    """What every trainer must agree on: devices, parameters and the collectives issued, one
+    line each (a mismatch names the first line that differs)."""
     block = program.global_block()
     parts = [f"devices={ndev}"]
     parts += [f"param {p.name} {list(p.shape)} {p.dtype}"
               for p in sorted(block.all_parameters(), key=lambda v: v.name)]
     parts += [f"{op.type} {op.input_arg_names} root={op.attrs.get('root', '')}"
               for op in block.ops if op.type.startswith("c_")]
-    text = "\n".join(parts)
-    return f"{hashlib.sha256(text.encode()).hexdigest()[:16]} ({len(parts) - 1} params/ops)"
+    return "\n".join(parts)
 
 
 class _Owned:
@@ -568,23 +546,3 @@ def _devices(use_cuda: bool, places: Any, multi_process: bool = False) -> list[t
                                "with CPU_NUM=N to run N CPU devices")
         return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     return [torch.device("cpu")] * cpu_device_count()
-
-
-def _make_scheduler(devices: list[torch.device], nthreads: int) -> Any:
-    """The thread pool; on CPU each worker gets ``cores // concurrent replicas`` torch threads.
-
-    torch's intra-op thread count is per OS thread (OpenMP, MKL), so it is set inside each
-    worker; with CPU_NUM=2 on 2 cores the two replicas run side by side, one core each,
-    instead of 2 workers x 2 OpenMP threads fighting over 2 cores (see docs/parallel.md).
-    """
-    from .scheduler import Scheduler, intra_op_threads, torch_threads_initializer
-
-    if devices[0].type != "cpu":
-        return Scheduler(nthreads)
-    previous = torch.get_num_threads()
-    init = torch_threads_initializer(intra_op_threads(len(devices), nthreads))
-    try:
-        return Scheduler(nthreads, initializer=init)
-    finally:
-        # set_num_threads in a worker also moved the default of threads started later
-        torch.set_num_threads(previous)

@@ -21,7 +21,10 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-__all__ = ["ExecutionStrategy", "BuildStrategy", "strategy_warnings"]
+from ..passes import PassPipeline, data_parallel_pipeline
+from ..passes.grad_aggregation import AggregationOptions, GradientScaleStrategy, ReduceStrategy
+
+__all__ = ["ExecutionStrategy", "BuildStrategy", "strategy_warnings", "build_pipeline"]
 
 
 class _Strategy:
@@ -104,7 +107,7 @@ class ExecutionStrategy(_Strategy):
 
     Fields:
         num_threads: size of the scheduler's thread pool; 0 means automatic (see
-            ``parafluid.parallel.scheduler.default_num_threads``). 1 runs every op on one thread.
+            ``parafluid.engine.scheduler.default_num_threads``). 1 runs every op on one thread.
         num_iteration_per_drop_scope: the per-device local scopes that keep the temporaries
             of a run are dropped every this many runs (default 100, as Fluid 1.6).
         num_iteration_per_run: one ``run()`` executes the graph this many times (same feed),
@@ -147,21 +150,6 @@ class ExecutionStrategy(_Strategy):
             raise ValueError(f"ExecutionStrategy.{name} must be >= {low[name]}, got {value}")
 
 
-class ReduceStrategy(enum.IntEnum):
-    """How gradients are aggregated across devices."""
-
-    AllReduce = 0
-    Reduce = 1
-
-
-class GradientScaleStrategy(enum.IntEnum):
-    """What the loss gradient starts from on each device (see BuildStrategy)."""
-
-    CoeffNumDevice = 0
-    One = 1
-    Customized = 2
-
-
 class BuildStrategy(_Strategy):
     """How the ParallelExecutor turns a Program into its multi-device graph.
 
@@ -192,6 +180,9 @@ class BuildStrategy(_Strategy):
             (``nranks = num_trainers * devices``).
         num_microbatches: split each batch into this many micro-batches, GPipe-style, so
             that the stages of a placed program overlap (one place only; docs/placement.md).
+        enable_compile: run the runs of compilable ops as compiled segments
+            (torch.compile / Inductor), each device its own; the rest stays interpreted
+            (docs/compiled.md).
 
     Example::
 
@@ -229,6 +220,7 @@ class BuildStrategy(_Strategy):
         "trainer_id": (int, 0),
         "trainers_endpoints": (list, list),
         "num_microbatches": (int, 1),
+        "enable_compile": (bool, False),
     }
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -261,6 +253,22 @@ _NO_EFFECT = {
     "async_mode": "asynchronous parameter-server training is chosen when transpiling "
                   "(DistributeTranspiler(...).transpile(..., sync_mode=False))",
 }
+
+
+def build_pipeline(build: BuildStrategy, nranks: int, loss_name: str | None) -> PassPipeline:
+    """The passes a ParallelExecutor applies for ``build`` on ``nranks`` devices in all, with
+    the plain options each pass takes.
+
+    Example::
+
+        print(build_pipeline(fluid.BuildStrategy(), 2, loss.name))   # grad_aggregation
+    """
+    opts = AggregationOptions(
+        loss_name=loss_name, nranks=nranks,
+        reduce=build.reduce_strategy == ReduceStrategy.Reduce,
+        scale=build.gradient_scale_strategy, fuse_all_reduce=build.fuse_all_reduce_ops)
+    return data_parallel_pipeline(opts, fuse_elewise_add_act=build.fuse_elewise_add_act_ops,
+                                  sync_batch_norm=build.sync_batch_norm)
 
 
 def strategy_warnings(build: BuildStrategy, exec_: ExecutionStrategy, nranks: int,

@@ -3,8 +3,6 @@
 - ``prune.prune(program, targets, feeds)``: keep what computes the targets (and every
   side-effect op); ``prune.eliminate_dead_code(program, keep)``: drop ops whose results
   nothing uses, never a side-effect op.
-- ``for_test.prune_for_test(program)``: drop backward/optimize ops, set ``is_test``
-  (behind ``clone(for_test=True)``).
 - ``fuse_elewise_add_act.fuse_elewise_add_act(program)``: elementwise_add + activation.
 - ``sync_batch_norm.sync_batch_norm(program)``: batch statistics over all devices.
 - ``grad_aggregation.aggregate_gradients(program, opts)``: all-reduce / reduce + broadcast
@@ -22,11 +20,14 @@
 
 ``PassPipeline`` runs an ordered list of them and can dump the program after each
 (``PARAFLUID_DEBUG=1`` or ``PARAFLUID_DUMP_PASSES=DIR``). ``data_parallel_pipeline`` is the
-list the ParallelExecutor runs; the backward pass stays ``parafluid.append_backward``.
+list the ParallelExecutor runs (``parallel.strategy.build_pipeline`` fills its options from a
+BuildStrategy); the backward pass stays ``parafluid.append_backward``. Passes take plain
+options, never an executor's strategy object.
 
 Example::
 
-    pipe = data_parallel_pipeline(build_strategy, nranks=2, loss_name=loss.name)
+    opts = AggregationOptions(loss_name=loss.name, nranks=2)
+    pipe = data_parallel_pipeline(opts)
     print(pipe)             # grad_aggregation
     print(pipe(program))    # ... c_allreduce_sum ...
 """
@@ -34,33 +35,26 @@ Example::
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
+from .grad_aggregation import AggregationOptions, aggregate_gradients
 from .pipeline import PassPipeline
 
-__all__ = ["PassPipeline", "data_parallel_pipeline", "executor_pipeline"]
+__all__ = ["PassPipeline", "data_parallel_pipeline", "executor_pipeline", "AggregationOptions"]
 
 
-def data_parallel_pipeline(build_strategy: Any, nranks: int, loss_name: str | None
-                           ) -> PassPipeline:
-    """The passes the ParallelExecutor applies, in order, for this BuildStrategy."""
-    from ..parallel.strategy import ReduceStrategy
-    from .grad_aggregation import AggregationOptions, aggregate_gradients
-
+def data_parallel_pipeline(opts: AggregationOptions, *, fuse_elewise_add_act: bool = False,
+                           sync_batch_norm: bool = False) -> PassPipeline:
+    """The passes a data-parallel run applies, in order: the optional fusion and batch-norm
+    synchronization (the latter only with several devices), then gradient aggregation."""
     passes: list = []
-    if build_strategy.fuse_elewise_add_act_ops:
-        from .fuse_elewise_add_act import fuse_elewise_add_act
+    if fuse_elewise_add_act:
+        from .fuse_elewise_add_act import fuse_elewise_add_act as fuse
 
-        passes.append(("fuse_elewise_add_act", fuse_elewise_add_act))
-    if build_strategy.sync_batch_norm and nranks > 1:
-        from .sync_batch_norm import sync_batch_norm
+        passes.append(("fuse_elewise_add_act", fuse))
+    if sync_batch_norm and opts.nranks > 1:
+        from .sync_batch_norm import sync_batch_norm as sync
 
-        passes.append(("sync_batch_norm", sync_batch_norm))
-    opts = AggregationOptions(
-        loss_name=loss_name, nranks=nranks,
-        reduce=build_strategy.reduce_strategy == ReduceStrategy.Reduce,
-        scale=build_strategy.gradient_scale_strategy,
-        fuse_all_reduce=build_strategy.fuse_all_reduce_ops)
+        passes.append(("sync_batch_norm", sync))
     passes.append(("grad_aggregation", partial(aggregate_gradients, opts=opts)))
     return PassPipeline(passes)
 

@@ -15,7 +15,7 @@ where, for training with ``opts.nranks`` devices in all:
   ``owner_device`` (only that device runs them) and the updated parameter is broadcast
   right after its last optimizer op.
 
-The graph builder (``parafluid.parallel.ssa_graph``) turns each collective op into one node
+The graph builder (``parafluid.engine.graph``) turns each collective op into one node
 spanning the devices and replicates every other op; ``owner_device`` limits an op to one
 device. ``find_params_grads`` is the (param, grad) discovery the transpilers reuse.
 
@@ -27,27 +27,44 @@ Example::
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
 from ..framework import GRAD_SUFFIX, Operator, OpRole, Program
 from ..ops.common import numel
-from ..parallel.strategy import GradientScaleStrategy
 
-__all__ = ["AggregationOptions", "find_params_grads", "loss_grad_op_index",
-           "aggregate_gradients", "OWNER_ATTR"]
+__all__ = ["AggregationOptions", "ReduceStrategy", "GradientScaleStrategy", "find_params_grads",
+           "loss_grad_op_index", "aggregate_gradients", "OWNER_ATTR"]
 
 OWNER_ATTR = "owner_device"
 _LOSS_GRAD_ROLE = OpRole.Backward | OpRole.Loss
 
 
+class ReduceStrategy(enum.IntEnum):
+    """How gradients are aggregated across devices (Fluid's ``BuildStrategy.ReduceStrategy``)."""
+
+    AllReduce = 0
+    Reduce = 1
+
+
+class GradientScaleStrategy(enum.IntEnum):
+    """What the loss gradient starts from on each device (Fluid's
+    ``BuildStrategy.GradientScaleStrategy``): ``1/nranks``, ``1``, or fed by the user."""
+
+    CoeffNumDevice = 0
+    One = 1
+    Customized = 2
+
+
 @dataclass(frozen=True)
 class AggregationOptions:
-    """How gradients are summed (from BuildStrategy and the executor's device count)."""
+    """How gradients are summed (the ParallelExecutor fills it from its BuildStrategy and
+    device count)."""
 
     loss_name: str | None
     nranks: int  # devices of the whole job (processes x local devices)
-    reduce: bool = False  # ReduceStrategy.Reduce
+    reduce: bool = False  # ReduceStrategy.Reduce: each gradient summed on one owner device
     scale: GradientScaleStrategy = GradientScaleStrategy.CoeffNumDevice
     fuse_all_reduce: bool = False
     fuse_cap_bytes: int = 32 << 20

@@ -2,7 +2,7 @@
 
 Two views of the same question, one module:
 
-- On the SSA graph every executor runs (``parafluid.parallel.ssa_graph``; the sequential
+- On the SSA graph every executor runs (``parafluid.engine.graph``; the sequential
   Executor's graph has one device), where each write of ``(device, name)`` makes a new
   version:
 
@@ -14,7 +14,7 @@ Two views of the same question, one module:
     has ``releases_inputs`` (the ``delete_var`` ops ``release_memory`` inserts); a value
     read by several nodes that may run concurrently carries the number of readers to wait
     for;
-  - ``parafluid.passes.inplace`` asks ``analyze`` whether an input has a single reader.
+  - ``parafluid.engine.inplace`` asks ``analyze`` whether an input has a single reader.
 
 - On the ops of one block, by name (what the program-level passes ``memory_optimize`` and
   ``release_memory`` rewrite): ``block_liveness(block)`` gives each op's uses and defs and
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Liveness", "analyze", "release_plan", "BlockLiveness", "block_liveness",
-           "sub_blocks_of", "sub_block_io", "sub_block_io_listed"]
+           "sub_block_io", "sub_block_io_listed"]
 
 Key = tuple[int, str]
 VarRef = tuple[int, str, int]
@@ -189,24 +189,14 @@ def block_liveness(block: Any, ignore: Callable[[str], bool] | None = None) -> B
 # ---------------------------------------------------------------------- ops holding sub-blocks
 
 
-def sub_blocks_of(op: Any) -> list[Any]:
-    """The blocks an op holds in its attributes (control flow, listen_and_serv)."""
-    from ..framework import Block
-
-    out = [v for v in op.attrs.values() if isinstance(v, Block)]
-    out += [b for v in op.attrs.values() if isinstance(v, list) for b in v
-            if isinstance(b, Block)]
-    return out
-
-
 def sub_block_io(op: Any) -> tuple[set[str], set[str]]:
     """(names read, names written) by the ops of ``op``'s sub-blocks, nested ones included,
     that are not variables of those sub-blocks: the outer values they touch."""
-    blocks, stack = [], sub_blocks_of(op)
+    blocks, stack = [], op.sub_blocks
     while stack:
         b = stack.pop()
         blocks.append(b)
-        stack += [s for inner in b.ops for s in sub_blocks_of(inner)]
+        stack += [s for inner in b.ops for s in inner.sub_blocks]
     local = {n for b in blocks for n in b.vars}
     reads = {n for b in blocks for inner in b.ops for n in inner.input_arg_names
              if n not in local}
@@ -220,7 +210,7 @@ def sub_block_io_listed(block: Any) -> bool:
     value its sub-blocks read and write (``while`` and ``conditional_block`` do): then the
     liveness of ``block`` seen through the slots is exact, and values may be released."""
     for op in block.ops:
-        if not sub_blocks_of(op):
+        if not op.sub_blocks:
             continue
         reads, writes = sub_block_io(op)
         if not reads <= set(op.input_arg_names) or not writes <= set(op.output_arg_names):

@@ -42,10 +42,7 @@ from ..framework import OpRole, Program
 from ..ops.registry import EMPTY, GRAD
 from .liveness import block_liveness
 
-__all__ = ["memory_optimize", "protected_names", "check_fetch_targets", "REUSE_ATTR"]
-
-# Program attribute: reused name -> [(renamed variable, op index)], for fetch checks and tests.
-REUSE_ATTR = "_memory_reuse"
+__all__ = ["memory_optimize", "protected_names", "check_fetch_targets"]
 
 
 def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None = None,
@@ -96,7 +93,8 @@ def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None =
     # first from the gradient aggregation pass, which finds them through op_role_var.
     role_vars = {n for op in ops for n in op.attrs.get("op_role_var") or ()}
     pool: list[str] = []  # dead names, in the order they died
-    reuse: dict[str, list[tuple[str, int]]] = getattr(program, REUSE_ATTR, None) or {}
+    # NOTE: recorded in the program (program.meta.memory_reuse): fetch checks, messages
+    reuse = program.meta.memory_reuse
     for i, op in enumerate(ops):
         if pool:
             for x in dict.fromkeys(op.output_arg_names):
@@ -126,7 +124,6 @@ def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None =
         for name in sorted(live.dies_at(i)):
             if candidate(name) is not None and name not in pool and name not in role_vars:
                 pool.append(name)
-    setattr(program, REUSE_ATTR, reuse)
     program._bump()
 
 
@@ -165,7 +162,7 @@ def protected_names(program: Program, skip_opt_set: Iterable[str] | None, skip_g
 
 def check_fetch_targets(program: Program, fetch: Iterable[str]) -> None:
     """Raise if a fetch target's buffer was handed to another variable by memory_optimize."""
-    reuse = getattr(program, REUSE_ATTR, None)
+    reuse = program.meta.memory_reuse
     if not reuse:
         return
     for name in fetch:
@@ -176,14 +173,6 @@ def check_fetch_targets(program: Program, fetch: Iterable[str]) -> None:
                 f"fetch target {name!r}: memory_optimize let {other!r} (op #{at}) reuse its "
                 f"buffer, so after the run it holds another value; pass "
                 f"skip_opt_set={{{name!r}}} to memory_optimize to fetch it")
-
-
-def renamed_away(program: Program, name: str) -> str | None:
-    """The name ``name`` was renamed to by memory_optimize, if it was."""
-    for cache, pairs in (getattr(program, REUSE_ATTR, None) or {}).items():
-        if any(x == name for x, _ in pairs):
-            return cache
-    return None
 
 
 # ---------------------------------------------------------------------- helpers

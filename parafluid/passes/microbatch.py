@@ -6,7 +6,7 @@ micro-batches along axis 0 (a ``split`` op), repeats the forward and backward op
 micro-batch (every temporary renamed ``<name>@MB<m>``), all forwards first and then all
 backwards, as GPipe does, and then sums each gradient over the micro-batches and scales it by
 ``1/k`` before the unchanged optimizer ops. With one lane per device in program order
-(``parafluid.parallel.device_lanes``) stage 0 computes micro-batch m+1 while stage 1
+(``parafluid.engine.lanes``) stage 0 computes micro-batch m+1 while stage 1
 computes micro-batch m.
 
 For a loss that is a mean over the batch (and equal micro-batches), the averaged gradient

@@ -43,22 +43,16 @@ from ..ops.registry import EMPTY, get_op_def
 from ..placement import (
     DEVICE_ATTR,
     NODE_ATTR,
+    device_name,
     is_placed,
     local_device_count,
     parse_device,
+    parse_node,
     place_of,
 )
 
-__all__ = ["insert_place_transfers", "op_devices", "device_name", "persistable_homes",
+__all__ = ["insert_place_transfers", "op_devices", "persistable_homes",
            "process_node"]
-
-
-def device_name(device: Any) -> str:
-    """A torch device or place string as the pass's canonical ``"cpu:N"`` / ``"gpu:N"``."""
-    text = str(device)
-    kind, _, index = text.partition(":")
-    kind = "gpu" if kind == "cuda" else kind
-    return f"{kind}:{index or 0}"
 
 
 def _where(op: Any, index: int) -> str:
@@ -69,8 +63,8 @@ def _check_node(op: Any, index: int, node: tuple[str, int]) -> None:
     text = op.attrs.get(NODE_ATTR) or ""
     if not text:
         return
-    name, _, nid = text.partition(":")
-    if name != node[0] or (nid and int(nid) != node[1]):
+    name, nid = parse_node(text, f"{_where(op, index)}: op_node")
+    if name != node[0] or (nid is not None and nid != node[1]):
         here = f"/node:{node[0]}:{node[1]}"
         raise ValueError(
             f"{_where(op, index)}: this process runs {here} (and /node:{node[0]}) only; ops "
@@ -82,11 +76,7 @@ def _op_device(op: Any, index: int, default: str) -> str:
     spec = op.attrs.get(DEVICE_ATTR) or ""
     if not spec:
         return default
-    try:
-        dev = parse_device(str(spec))
-    except (ValueError, TypeError):
-        raise ValueError(f"{_where(op, index)}: op_device must be 'cpu', 'cpu:N', 'gpu' or "
-                         f"'gpu:N', got {spec!r}") from None
+    dev = parse_device(spec, f"{_where(op, index)}: op_device")
     if dev.last_id is not None and dev.last_id != dev.first_id:
         raise ValueError(
             f"{_where(op, index)}: a device range means data parallelism over those devices, "
@@ -105,10 +95,10 @@ def _op_device(op: Any, index: int, default: str) -> str:
 
 def process_node(program: Any, node: tuple[str, int] | None = None) -> tuple[str, int]:
     """The node a process running ``program`` is: ``node`` when given, else the one a split
-    by node recorded on the program (``_placement_node``), else trainer 0."""
+    by node recorded on the program (``program.meta.placement_node``), else trainer 0."""
     if node is not None:
         return node
-    return getattr(program, "_placement_node", None) or ("worker", 0)
+    return program.meta.placement_node or ("worker", 0)
 
 
 def op_devices(program: Any, default_device: str = "cpu:0",
@@ -147,7 +137,7 @@ def insert_place_transfers(program: Any, default_device: str = "cpu:0",
     default = device_name(default_device)
     devices = op_devices(program, default, node)
     block = program.global_block()
-    if _has_sub_blocks(block) and len(set(devices)) > 1:
+    if any(op.sub_blocks for op in block.ops) and len(set(devices)) > 1:
         raise ValueError("insert_place_transfers: an op of this program holds a sub-block "
                          "(control flow), whose reads the pass cannot see; place such "
                          "programs on one device")
@@ -240,9 +230,3 @@ def _copy(block: Any, reader: Any, name: str, src_dev: str, dev: str, result: li
 
 def _releases(op: Any) -> bool:
     return get_op_def(op.type).releases_inputs
-
-
-def _has_sub_blocks(block: Any) -> bool:
-    from ..plan import has_sub_blocks
-
-    return has_sub_blocks(block)

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from ..framework import Block, Operator, Program, Variable
 from ..ops.registry import EMPTY, get_op_def
 from ..variable import var_names
+from .liveness import sub_block_io
 
 __all__ = ["prune", "eliminate_dead_code"]
 
@@ -77,7 +78,7 @@ def prune(program: Program, targets: Sequence[Variable | str],
 
     block.ops = keep
     used = {n for op in keep for n in op.input_arg_names + op.output_arg_names}
-    used |= {n for op in keep for n in _sub_block_reads(op)}
+    used |= {n for op in keep for names in sub_block_io(op) for n in names}
     used |= set(target_names) | fed
     for name in list(block.vars):
         if name not in used:
@@ -122,7 +123,7 @@ def _walk_back(block: Block, needed: set[str], fed: set[str], wanted_by: dict[st
         if not get_op_def(op.type).side_effect and not any(n in needed for n in outs):
             continue
         keep.append(op)
-        reads = set(op.input_arg_names) | _sub_block_reads(op)
+        reads = set(op.input_arg_names) | sub_block_io(op)[0]
         for n in outs:
             if n not in reads:
                 needed.discard(n)
@@ -134,15 +135,3 @@ def _walk_back(block: Block, needed: set[str], fed: set[str], wanted_by: dict[st
     return keep
 
 
-def _sub_block_reads(op: Operator) -> set[str]:
-    """Names that the sub-blocks of a control-flow op read (they belong to the outer block)."""
-    reads: set[str] = set()
-    stack = [v for v in op.attrs.values() if isinstance(v, Block)]
-    stack += [b for v in op.attrs.values() if isinstance(v, list) for b in v
-              if isinstance(b, Block)]
-    while stack:
-        sub = stack.pop()
-        for inner in sub.ops:
-            reads.update(n for n in inner.input_arg_names if n not in sub.vars)
-            stack += [v for v in inner.attrs.values() if isinstance(v, Block)]
-    return reads

@@ -12,7 +12,8 @@ feed and fetch targets, ``skip_opt_set``, names used in sub-blocks); a fetch tar
 deleted anyway (a variable you fetch but did not list) is kept by the executor, which never
 drops what it is asked to fetch. Running the pass twice inserts nothing the second time.
 
-``eager_deletion_enabled()`` reads Fluid's ``FLAGS_eager_delete_tensor_gb``: a negative
+``eager_deletion_enabled()`` reads Fluid's ``FLAGS_eager_delete_tensor_gb``
+(``fluid.core.globals()`` or the environment; ``core._set_eager_deletion_mode``): a negative
 value turns the Executor's eager deletion off (every temporary then lives to the end of the
 step, Fluid 1.x's behaviour before eager deletion existed); 0 or more (the default 0) keeps
 it on, and the garbage is freed at once whatever the threshold says.
@@ -25,9 +26,9 @@ Example::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
+from ..flags import flag
 from ..framework import OpRole, Program
 from .liveness import block_liveness
 from .memory_optimize import _check_args, protected_names
@@ -67,10 +68,6 @@ def release_memory(input_program: Program, skip_opt_set: Iterable[str] | None = 
 
 
 def eager_deletion_enabled() -> bool:
-    """False when ``FLAGS_eager_delete_tensor_gb`` is negative (Fluid's switch), else True."""
-    raw = os.environ.get(EAGER_DELETE_FLAG, "0")
-    try:
-        return float(raw) >= 0
-    except ValueError:
-        raise ValueError(f"{EAGER_DELETE_FLAG} must be a number (GB; negative turns eager "
-                         f"deletion off), got {raw!r}") from None
+    """False when ``FLAGS_eager_delete_tensor_gb`` is negative (Fluid's switch), else True
+    (``core.globals()`` or the environment, see ``parafluid.flags``)."""
+    return flag(EAGER_DELETE_FLAG) >= 0

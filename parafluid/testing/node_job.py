@@ -156,7 +156,7 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
         os.environ["FLAGS_rpc_deadline"] = str(train_deadline_ms)
     has_loss = any(loss.name in op.output_arg_names for op in prog.global_block().ops)
     run_prog: Any = prog
-    devices = getattr(prog, "_data_parallel_devices", None)
+    devices = prog.meta.data_parallel_devices
     if devices:  # hybrid: this stage is data parallel over its device range
         run_prog = fluid.CompiledProgram(prog).with_data_parallel(
             loss_name=loss.name, places=fluid.cpu_places(len(devices)))

@@ -2,8 +2,9 @@
 
 ``transpile_nccl2`` appends ``gen_nccl_id`` (attrs ``endpoint``, ``endpoint_list``: the other
 trainers, ``trainer_id``) to the startup program and records the trainer endpoints, their
-number and this trainer's id on the main program (``_trainers_endpoints``, ``_num_trainers``,
-``_trainer_id``), where the ParallelExecutor and ``CompiledProgram`` find them. The main
+number and this trainer's id in the main program's record (``program.meta``:
+``trainers_endpoints``, ``num_trainers``, ``trainer_id``), where the ParallelExecutor and
+``CompiledProgram`` find them. The main
 program's ops are not changed: the data-parallel graph builder inserts the all-reduces.
 
 Example::
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..distributed.rendezvous import parse_endpoint, parse_endpoints
+from ..distributed.endpoints import parse_endpoint, parse_endpoints
 from ..framework import OpRole
 
 __all__ = ["transpile_nccl2"]
@@ -48,6 +49,6 @@ def transpile_nccl2(program: Any, startup_program: Any, trainer_id: int,
                "hierarchical_allreduce_inter_nranks": hierarchical_allreduce_inter_nranks,
                "op_role": OpRole.Forward})
     for prog in (program, startup_program):
-        prog._trainers_endpoints = list(eps)
-        prog._num_trainers = len(eps)
-        prog._trainer_id = trainer_id
+        prog.meta.trainers_endpoints = list(eps)
+        prog.meta.num_trainers = len(eps)
+        prog.meta.trainer_id = trainer_id

@@ -107,7 +107,7 @@ class DistributeTranspiler:
             transpile_nccl2(program, startup_program, trainer_id, trainers, current_endpoint,
                             self.config.nccl_comm_num, self.config.use_hierarchical_allreduce,
                             self.config.hierarchical_allreduce_inter_nranks)
-            self.trainer_num = program._num_trainers
+            self.trainer_num = program.meta.num_trainers
             return
         if mode == "collective":
             raise NotImplementedError("DistributeTranspiler: mode 'collective' (Fluid 1.6's "

@@ -36,10 +36,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..distributed.endpoints import parse_endpoints
 from ..framework import OpRole, Program
 from ..ops.registry import EMPTY, get_op_def
-from ..placement import DEVICE_ATTR, NODE_ATTR, local_device_count, parse_device, place_of
-from .pserver_mode import parse_endpoints
+from ..placement import (
+    DEVICE_ATTR,
+    NODE_ATTR,
+    local_device_count,
+    parse_device,
+    parse_node,
+    place_of,
+)
 
 __all__ = ["NodeSplit", "node_ids", "has_numbered_workers", "op_workers", "split_startup",
            "Transfer"]
@@ -69,15 +76,14 @@ def op_workers(op: Any, index: int, workers: int, what: str = "op") -> frozenset
     placed on ``/node:ps`` (which the parameter-server split handles, not this one).
     """
     node = str(op.attrs.get(NODE_ATTR) or "")
-    name, _, nid = node.partition(":")
+    name, wid = parse_node(node, f"{_where(op, index, what)}: op_node") if node else (None, None)
     if name == "ps":
         raise ValueError(f"{_where(op, index, what)}: ops placed on /node:ps together with "
                          "ops on numbered workers (/node:worker:<i>) are not supported; place "
                          "the parameter updates on the workers, or drop the worker ids (data "
                          "parallelism over trainers with the updates on the pservers)")
-    if not nid:
+    if wid is None:
         return frozenset(range(workers))
-    wid = int(nid)
     if wid >= workers:
         raise ValueError(f"{_where(op, index, what)}: worker id {wid} does not exist; "
                          f"transpile(trainers=...) gives {workers} worker(s), ids "
@@ -137,7 +143,7 @@ class NodeSplit:
         ranges: dict[int, tuple[str, tuple[int, ...]]] = {}
         for w, specs in sorted(found.items()):
             ranged = {sp: io for sp, io in specs.items()
-                      if sp and len(parse_device(sp).device_ids) > 1}
+                      if sp and len(parse_device(sp, DEVICE_ATTR).device_ids) > 1}
             if not ranged:
                 continue
             others = {sp: io for sp, io in specs.items() if sp and sp not in ranged}
@@ -150,7 +156,7 @@ class NodeSplit:
                     "and a worker's ops on one range are not combined with other devices or "
                     "ranges in that process")
             spec, (i, op) = next(iter(ranged.items()))
-            dev = parse_device(spec)
+            dev = parse_device(spec, DEVICE_ATTR)
             ranges[w] = (str(dev.device_type), dev.device_ids)
             if w == self.trainer_id:
                 have = local_device_count(str(dev.device_type))
@@ -168,9 +174,7 @@ class NodeSplit:
 
     @staticmethod
     def _check_no_sub_blocks(block: Any) -> None:
-        from ..plan import has_sub_blocks
-
-        if has_sub_blocks(block):
+        if any(op.sub_blocks for op in block.ops):
             raise ValueError("transpile: an op of this placed program holds a sub-block "
                              "(control flow), whose reads the split by node cannot see; place "
                              "such programs on one worker")
@@ -238,10 +242,10 @@ class NodeSplit:
                 op.attrs.pop(NODE_ATTR, None)
                 op.attrs.pop(DEVICE_ATTR, None)
             kind, ids = self.ranges[me]
-            self.program._data_parallel_devices = [f"{kind}:{i}" for i in ids]
+            self.program.meta.data_parallel_devices = [f"{kind}:{i}" for i in ids]
         self.program._bump()
-        self.program._placement_node = ("worker", me)
-        self.program._trainer_id = me
+        self.program.meta.placement_node = ("worker", me)
+        self.program.meta.trainer_id = me
         used = {n for op in result for n in op.input_arg_names + op.output_arg_names}
         split_startup(self.startup, used, ("worker", me))
 
@@ -291,11 +295,11 @@ def split_startup(startup: Program, used: set[str], node: tuple[str, int]) -> No
     for op in kept:
         op.attrs.pop(NODE_ATTR, None)
         spec = op.attrs.get(DEVICE_ATTR)
-        if spec and len(parse_device(str(spec)).device_ids) > 1:
+        if spec and len(parse_device(spec, DEVICE_ATTR).device_ids) > 1:
             op.attrs.pop(DEVICE_ATTR)  # initialized once, then copied to every replica
     block.ops = kept
     startup._bump()
-    startup._placement_node = node
+    startup.meta.placement_node = node
 
 
 def _unused(block: Any, name: str) -> str:

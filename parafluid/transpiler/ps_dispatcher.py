@@ -13,6 +13,8 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from ..distributed.endpoints import parse_endpoints
+
 __all__ = ["PSDispatcher", "RoundRobin", "HashName", "stable_hash"]
 
 
@@ -45,11 +47,7 @@ class PSDispatcher:
     """
 
     def __init__(self, pserver_endpoints: Sequence[str] | str) -> None:
-        if isinstance(pserver_endpoints, str):
-            pserver_endpoints = [e.strip() for e in pserver_endpoints.split(",") if e.strip()]
-        self._eps = list(pserver_endpoints)
-        if not self._eps:
-            raise ValueError(f"{type(self).__name__}: need at least one pserver endpoint")
+        self._eps = parse_endpoints(pserver_endpoints, f"{type(self).__name__}: pserver_endpoints")
         self._step = 0
 
     @property

@@ -21,7 +21,7 @@
   with their shape resized to the block.
 
 Which ops go to the pservers: in a program that places ops on ``/node:ps``
-(``fluid.place_guard``, seed 004), exactly those, because of their place: they must be the
+(``fluid.place_guard``), exactly those, because of their place: they must be the
 updates (optimize role) or the LR schedule, and the optimize ops placed on the workers stay
 on the workers (allowed with one trainer, whose local updates nobody else needs). In any
 other program, every optimize-role and LR-schedule op (Fluid's rule, by role).
@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..distributed.endpoints import parse_endpoints
 from ..framework import OpRole, Program
 from ..ops.rpc import trainer_suffix
 from ..passes.grad_aggregation import find_params_grads
@@ -45,7 +46,7 @@ from ..placement import NODE_ATTR, place_of
 from .ps_dispatcher import PSDispatcher, RoundRobin
 from .slicing import VarBlock, slice_variable
 
-__all__ = ["PServerTranspile", "parse_endpoints"]
+__all__ = ["PServerTranspile"]
 
 # optimize-role ops that act element by element (so they may run on a block of a parameter)
 _ELEMENTWISE_OPT = frozenset({"sgd", "momentum", "adam", "adagrad", "rmsprop", "scale", "sum",
@@ -53,22 +54,6 @@ _ELEMENTWISE_OPT = frozenset({"sgd", "momentum", "adam", "adagrad", "rmsprop", "
                               "clip_by_value", "assign", "cast"})
 _RESIZABLE_INIT = frozenset({"fill_constant", "uniform_random", "gaussian_random",
                              "truncated_gaussian_random"})
-
-
-def parse_endpoints(pservers: Any, what: str = "pservers") -> list[str]:
-    """``"a:1,b:2"`` or a list -> ``["a:1", "b:2"]``; ValueError when empty or repeated."""
-    eps = [e.strip() for e in pservers.split(",")] if isinstance(pservers, str) \
-        else [str(e).strip() for e in pservers]
-    eps = [e for e in eps if e]
-    if not eps:
-        raise ValueError(f"transpile: {what} must list at least one 'ip:port', got {pservers!r}")
-    for ep in eps:
-        host, sep, port = ep.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"transpile: {what} entry {ep!r} is not 'ip:port'")
-    if len(set(eps)) != len(eps):
-        raise ValueError(f"transpile: {what} lists an endpoint twice: {eps}")
-    return eps
 
 
 @dataclass
@@ -114,7 +99,7 @@ class PServerTranspile:
             raise ValueError(f"transpile: trainer_id must be in 0..{trainers - 1} for "
                              f"{trainers} trainers, got {trainer_id!r}")
         self.config = config
-        self.eps = parse_endpoints(pservers)
+        self.eps = parse_endpoints(pservers, "transpile: pservers")
         self.trainers = trainers
         self.trainer_id = trainer_id
         self.sync = bool(sync_mode)
@@ -123,7 +108,7 @@ class PServerTranspile:
         self.origin = program.clone()
         self.origin_startup = startup.clone()
         self.program, self.startup = program, startup
-        # seed 004: ops placed on /node:ps run on the pservers because of their place
+        # as Fluid's placement design has it: ops on /node:ps run on the pservers by their place
         self.by_place = any(op.attrs.get(NODE_ATTR) == "ps"
                             for op in self.origin.global_block().ops)
         if self.by_place:
@@ -334,8 +319,8 @@ class PServerTranspile:
         self._append_pull(self.startup)
         if self.by_place:
             self._drop_pserver_only_init()
-        self.program._trainer_id = self.trainer_id
-        self.program._pserver_endpoints = list(self.eps)
+        self.program.meta.trainer_id = self.trainer_id
+        self.program.meta.pserver_endpoints = list(self.eps)
 
     def _drop_pserver_only_init(self) -> None:
         """Placed programs: the trainer's startup initializes only what the trainer program
@@ -492,7 +477,7 @@ class PServerTranspile:
                             "lr_decay_block_id": lr_block_idx,
                             "pserver_id": self.eps.index(endpoint), "op_role": OpRole.RPC})
         prog.random_seed = self.origin.random_seed
-        prog._placement_node = ("ps", self.eps.index(endpoint))
+        prog.meta.placement_node = ("ps", self.eps.index(endpoint))
         return prog, sources
 
     def _block_renames(self, plan: _ParamPlan, b: VarBlock) -> Any:
@@ -527,7 +512,7 @@ class PServerTranspile:
                 writers[name] = op
         startup = Program()
         startup.random_seed = self.origin_startup.random_seed
-        startup._placement_node = ("ps", self.eps.index(endpoint))
+        startup.meta.placement_node = ("ps", self.eps.index(endpoint))
         sb = startup.global_block()
         for name, (orig, vblock) in sources.items():
             op = writers.get(orig)

@@ -3,10 +3,11 @@
     python dp_worker.py ENDPOINTS TRAINER_ID OUT_DIR CASE[,CASE...]
 
 CASE is ``model/mode`` (models of tests/parallel/dp_models.py; modes allreduce, reduce,
-allreduce-fused). Each case transpiles a fresh program in nccl2 mode, runs its startup program
-(the rendezvous happens once, in the first one), then trains 5 steps on this trainer's half of
-each global batch with a ParallelExecutor over CPU_NUM devices. Writes, per case, the merged
-losses and the parameters as .npy files (no pickle) and a status JSON.
+allreduce-fused, and any of them with ``-compiled``: BuildStrategy.enable_compile). Each
+case transpiles a fresh program in nccl2 mode, runs its startup program (the rendezvous
+happens once, in the first one), then trains 5 steps on this trainer's half of each global
+batch with a ParallelExecutor over CPU_NUM devices. Writes, per case, the merged losses and
+the parameters as .npy files (no pickle) and a status JSON.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def run_case(case: str, endpoints: str, trainer_id: int, out: str) -> None:
     bs = fluid.BuildStrategy()
     if mode.startswith("reduce"):
         bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
-    bs.fuse_all_reduce_ops = mode.endswith("fused")
+    bs.fuse_all_reduce_ops = "fused" in mode.split("-")
+    bs.enable_compile = "compiled" in mode.split("-")  # compiled segments on every device
     bs.sync_batch_norm = model == "cnn"  # statistics over every device of every trainer
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
                                 build_strategy=bs, num_trainers=len(eps),

@@ -74,13 +74,14 @@ def test_nccl2_mode_appends_gen_nccl_id_to_the_startup_program():
         "hierarchical_allreduce_inter_nranks=0, nccl_comm_num=1, trainer_id=1, "
         "use_hierarchical_allreduce=False}"]
     assert str(main) == before_main  # the executor inserts the all-reduces, not the transpiler
-    assert (main._num_trainers, main._trainer_id) == (3, 1)
+    assert (main.meta.num_trainers, main.meta.trainer_id) == (3, 1)
     assert main._trainers_endpoints == ["127.0.0.1:6170", "127.0.0.1:6171", "127.0.0.1:6172"]
     assert trainer_endpoints(startup.global_block().ops[-1].attrs) == main._trainers_endpoints
     verify(startup)
 
 
-def test_seed_spelling_workers_and_errors():
+def test_documented_workers_spelling_and_errors():
+    # the nccl2 example of Fluid's DistributeTranspiler reference passes ``workers=``
     t = _nccl2(0, 1, "127.0.0.1:6170", workers="127.0.0.1:6170,127.0.0.1:6171")
     assert t.trainer_num == 2
     with pytest.raises(ValueError, match="must be entry 0"):

@@ -1,4 +1,5 @@
-"""Ops placed on /node:ps run on the parameter servers because of their place (seed 004).
+"""Ops placed on /node:ps run on the parameter servers because of their place (Fluid's
+operator placement design).
 
 The oracle is the unplaced program trained in one process (``node_job.reference``)."""
 
@@ -113,7 +114,7 @@ def _run_job(placed, trainers, pservers, optimizer):
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_seed_example_shape_updates_on_two_pservers_equal_the_unplaced_program():
+def test_placement_design_example_shape_updates_on_two_pservers_equal_the_unplaced_program():
     # forward/backward on 2 workers (half a batch each), Adam's updates on /node:ps
     results = _run_job("ps", 2, 2, "adam")
     ref = node_job.reference(STEPS, "adam", SEED)

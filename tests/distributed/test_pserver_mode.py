@@ -31,13 +31,14 @@ def _short_deadline(monkeypatch):
 
 def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps=(STEPS, STEPS),
          sync=True, min_block_size=100, first_step=0, checkpoint_at=None, ckpt=None,
-         load_dir=None, embedding=""):
+         load_dir=None, embedding="", trainer_kw=None, join_s=60):
     """Run 2 pservers + len(steps) trainers as threads; return the trainers' results."""
     eps = endpoints(2)
     trainers = len(steps)
     kw = dict(optimizer=optimizer, lr_decay=lr_decay, l2=l2, split_method=split_method,
               min_block_size=min_block_size, sync=sync, embedding=embedding)
-    trainer_kw = dict(first_step=first_step, checkpoint_at=checkpoint_at, checkpoint_dir=ckpt)
+    trainer_kw = dict(first_step=first_step, checkpoint_at=checkpoint_at, checkpoint_dir=ckpt,
+                      **(trainer_kw or {}))
     results, errors = {}, []
 
     def guarded(fn, *a, **k):
@@ -57,7 +58,7 @@ def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps
     for th in threads:
         th.start()
     for th in threads:
-        th.join(timeout=60)
+        th.join(timeout=join_s)
     if errors:
         raise errors[0]
     assert not any(th.is_alive() for th in threads), "a pserver or trainer thread hangs"
@@ -91,6 +92,15 @@ def _check_equal_to_one_process(results, optimizer, steps=(STEPS, STEPS), **kw):
 def test_sync_2x2_equals_one_process(optimizer, split_method, lr_decay, l2):
     results = _job(optimizer, split_method=split_method, lr_decay=lr_decay, l2=l2)
     _check_equal_to_one_process(results, optimizer, lr_decay=lr_decay, l2=l2)
+
+
+@pytest.mark.timeout(300)
+def test_compiled_trainers_equal_one_process(monkeypatch):
+    """Trainers run their program as compiled segments (BuildStrategy.enable_compile): the
+    send/recv ops and barriers stay between the segments."""
+    monkeypatch.setenv("FLAGS_rpc_deadline", "240000")  # a cold compile takes a while
+    results = _job("momentum", trainer_kw={"compile": True}, join_s=240)
+    _check_equal_to_one_process(results, "momentum")
 
 
 def test_gradient_clipping_by_value_runs_per_block_and_equals_one_process(monkeypatch):
@@ -369,3 +379,28 @@ def test_a_replicated_trainer_program_is_refused_by_name():
     exe.close()  # the pserver drops the partial step and ends
     server.join(timeout=30)
     assert not server.is_alive()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("lr_decay", ps_job.LR_DECAYS)
+def test_async_mode_with_every_lr_decay_equals_one_process(lr_decay):
+    # gradients reach the pservers last layer first: the LR block must have run before the
+    # first of them is applied, and then once per trainer step (one trainer: as in one
+    # process, where the schedule advances once per step)
+    steps = (STEPS,)
+    results = _job("momentum", sync=False, lr_decay=lr_decay, steps=steps)
+    _check_equal_to_one_process(results, "momentum", steps=steps, lr_decay=lr_decay)
+    ref = ps_job.reference(results[0]["initial"], steps, "momentum", lr_decay=lr_decay)
+    const = ps_job.reference(results[0]["initial"], steps, "momentum")
+    # the schedule changes the result: a constant LR ends elsewhere
+    assert max(np.abs(np.subtract(const["final"][p], ref["final"][p])).max()
+               for p in ps_job.PARAMS) > 1e-4, lr_decay
+
+
+@pytest.mark.timeout(120)
+def test_async_mode_with_an_lr_decay_and_two_trainers_trains():
+    results = _job("sgd", sync=False, lr_decay="piecewise", steps=(20, 20))
+    before = ps_job.evaluate(results[0]["initial"])
+    for t in (0, 1):
+        assert np.isfinite(results[t]["losses"]).all()
+        assert ps_job.evaluate(results[t]["final"]) < 0.8 * before, (t, before)

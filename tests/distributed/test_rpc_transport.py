@@ -71,7 +71,7 @@ def test_endpoint_parsing():
     assert tcp_address("127.0.0.1:6174") == "tcp://127.0.0.1:6174"
     assert tcp_address("127.0.0.1:0") == "tcp://127.0.0.1:*"
     for bad in ["6174", "127.0.0.1", ":80", "h:99999", "h:x"]:
-        with pytest.raises(ValueError, match="host:port"):
+        with pytest.raises(ValueError, match="endpoint.*'ip:port'"):
             tcp_address(bad)
 
 

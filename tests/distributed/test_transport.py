@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from parafluid.distributed.rendezvous import RendezvousError, _decode, parse_endpoints
+from parafluid.distributed.endpoints import parse_endpoints
+from parafluid.distributed.rendezvous import RendezvousError, _decode
 from parafluid.distributed.transport import (
     HEADER_SIZE,
     MalformedHeader,

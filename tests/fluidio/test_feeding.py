@@ -232,14 +232,12 @@ def test_abandoned_epoch_stops_its_thread(model: Model) -> None:
 
 
 def test_loader_argument_errors(model: Model) -> None:
-    with pytest.raises(ValueError, match="iterable=False .* is not supported"):
-        fluid.io.DataLoader.from_generator([model.x], capacity=2, iterable=False)
     with pytest.raises(ValueError, match="capacity must be a positive int"):
         fluid.io.DataLoader.from_generator([model.x], capacity=0)
     loader = fluid.io.DataLoader.from_generator([model.x], capacity=2)
     with pytest.raises(RuntimeError, match="no data source"):
         iter(loader)
-    with pytest.raises(ValueError, match="only the iterable mode"):
+    with pytest.raises(RuntimeError, match=r"only a non-iterable loader .* is started"):
         loader.start()
 
 

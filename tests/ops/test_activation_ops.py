@@ -1,11 +1,12 @@
 """Op table: activation family (unary rule table, softmax, clip)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
 
-from parafluid.testing import OpCase, check_op, rand
+from parafluid.testing import OpCase, check_op, rand, run_op
 
 
 def _away_from_zero(*shape, seed=0):
@@ -31,6 +32,27 @@ def unary(op, x, fn, attrs=None, grad=True, id=None, **kw):
     return OpCase(op, {"X": x}, ref=lambda X: {"Out": fn(X)}, attrs=attrs or {},
                   grad=["X"] if grad else [], id=id, **kw)
 
+
+def interp_attrs(method, **kw):
+    attrs = {"interp_method": method, "out_h": -1, "out_w": -1, "scale": 0.0,
+             "align_corners": True, "align_mode": 1}
+    attrs.update(kw)
+    return attrs
+
+def prelu_ref(X, Alpha, attrs):
+    mode = attrs["mode"]
+    a = Alpha.reshape(()) if mode == "all" else (
+        Alpha.reshape(1, -1, 1, 1) if mode == "channel" else Alpha.reshape(1, *X.shape[1:]))
+    return {"Out": np.where(X > 0, X, a * X)}
+
+def maxout_ref(X, attrs):
+    n, c, h, w = X.shape
+    g = attrs["groups"]
+    return {"Out": X.reshape(n, c // g, g, h, w).max(2)}
+
+# Positive inputs away from 0 keep prelu/maxout away from their kinks; distinct values
+# keep maxout away from ties.
+DISTINCT = (np.random.RandomState(4).permutation(48).reshape(1, 4, 3, 4) / 10.0 - 2.35)
 
 CASES = [
     unary("relu", X, lambda x: np.maximum(x, 0)),
@@ -91,6 +113,13 @@ CASES = [
     unary("hard_shrink", X, lambda x: np.where(np.abs(x) > 0.5, x, 0.0)),
     unary("thresholded_relu", X * 2, lambda x: np.where(x > 1.0, x, 0.0)),
     unary("stanh", X, lambda x: 1.7159 * np.tanh(0.67 * x)),
+    OpCase("prelu", {"X": DISTINCT, "Alpha": np.array([0.3])}, attrs={"mode": "all"},
+           ref=prelu_ref, grad=["X", "Alpha"], id="prelu_all"),
+    OpCase("prelu", {"X": DISTINCT, "Alpha": rand(1, 4, 1, 1, seed=2)},
+           attrs={"mode": "channel"}, ref=prelu_ref, grad=["X", "Alpha"], id="prelu_channel"),
+    OpCase("prelu", {"X": DISTINCT, "Alpha": rand(1, 4, 3, 4, seed=2)},
+           attrs={"mode": "element"}, ref=prelu_ref, grad=["X", "Alpha"], id="prelu_element"),
+    OpCase("maxout", {"X": DISTINCT}, attrs={"groups": 2}, ref=maxout_ref, grad=["X"]),
 ]
 
 
@@ -122,3 +151,12 @@ def test_softmax_bad_axis_names_the_op(op):
         x = fluid.layers.data("x", shape=[4], dtype="float32")
         with pytest.raises(ValueError, match="softmax: axis 2 is out of range"):
             fluid.layers.softmax(x, axis=2)
+
+
+@pytest.mark.parametrize("op,inputs,attrs,message", [
+    ("prelu", {"X": rand(2, 3, 2, 2), "Alpha": rand(2)}, {"mode": "channel"},
+     "needs 3 alpha values"),
+])
+def test_bad_shapes_and_attrs_name_the_op(op, inputs, attrs, message):
+    with pytest.raises(ValueError, match=r"(?s)" + op + ".*" + re.escape(message)):
+        run_op(OpCase(op, inputs, attrs=attrs))

@@ -1,5 +1,6 @@
 """warpctc: Fluid 1.6's CTC loss in both layouts (LoD and padded), against a brute-force sum
-over every alignment, with gradients vs finite differences and a small training run."""
+over every alignment, with gradients vs finite differences and a small training run;
+ctc_align and the greedy decoder."""
 
 import itertools
 
@@ -57,6 +58,10 @@ def pad_ref(Logits, Label, LogitsLength, LabelLength):
     return {"Loss": np.array(out).reshape(-1, 1)}
 
 
+def _lod(rows, lengths, dtype="float32"):
+    return fluid.create_lod_tensor(np.asarray(rows, dtype), [lengths], fluid.CPUPlace())
+
+
 CTC_CASES = [
     OpCase("warpctc", {"Logits": LOD_X, "Label": LOD_Y}, ref=lod_ref(0),
            lod={"Logits": [LOGIT_OFFS], "Label": [LABEL_OFFS]}, grad=["Logits"],
@@ -67,6 +72,10 @@ CTC_CASES = [
     OpCase("warpctc", {"Logits": PAD_X, "Label": PAD_Y, "LogitsLength": PAD_LEN,
                        "LabelLength": PAD_LABEL_LEN}, ref=pad_ref, attrs={"blank": 3},
            grad=["Logits"], grad_outputs=["Loss"], id="padded"),
+    OpCase("ctc_align", {"Input": np.array([[0], [2], [2], [0], [2], [1], [1], [0], [0]],
+                                           "int64")}, attrs={"blank": 0},
+           ref=lambda Input: {"Output": np.array([[2], [2], [1], ], "int64")},
+           lod={"Input": [[0, 5, 7, 9]]}),
 ]
 
 
@@ -156,3 +165,25 @@ def test_ctc_recognizer_learns():
               for _ in range(60)]
     assert np.isfinite(losses).all()
     assert losses[-1] < 0.3 * losses[0], losses[::10]
+
+
+def test_edit_distance_and_ctc_greedy_decoder_layers():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        scores = fluid.layers.data(name="s", shape=[4], dtype="float32", lod_level=1)
+        label = fluid.layers.data(name="l", shape=[1], dtype="int64", lod_level=1)
+        decoded = fluid.layers.ctc_greedy_decoder(scores, blank=3)
+        dist, num = fluid.layers.edit_distance(decoded, label, normalized=False,
+                                               ignored_tokens=[2])
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    best = [1, 1, 3, 1, 0, 0, 2, 3]  # per-step arg max: seq 0 = 1 1 3 1 0, seq 1 = 0 2 3
+    s = np.full((8, 4), -1.0, "float32")
+    s[np.arange(8), best] = 1.0
+    feed = {"s": _lod(s, [5, 3]), "l": _lod([[1], [0], [2], [0], [2]], [3, 2], "int64")}
+    out, d, n = exe.run(main, feed=feed, fetch_list=[decoded, dist, num], return_numpy=False)
+    np.testing.assert_array_equal(np.array(out).ravel(), [1, 1, 0, 0, 2])
+    assert out.lod() == [[0, 3, 5]]
+    # after erasing token 2: hyps [1 1 0], [0]; refs [1 0], [0]
+    np.testing.assert_allclose(np.array(d).ravel(), [1.0, 0.0])
+    np.testing.assert_array_equal(np.array(n), [2])

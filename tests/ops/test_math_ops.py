@@ -1,10 +1,32 @@
-"""Op table: math family (mul, elementwise_*, sum, mean, scale)."""
+"""Op table: math family (mul, elementwise_* including mod / floordiv, sum, mean, scale,
+cumsum, bilinear_tensor_product)."""
 
 import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.testing import OpCase, check_op, rand
+from parafluid.testing import OpCase, check_op, rand, run_op
+
+INTS_X = np.array([[7, -7, 9], [-9, 5, 0]], "int64")
+
+INTS_Y = np.array([[3, 3, -4], [4, -2, 3]], "int64")
+
+def c_mod(X, Y):
+    return {"Out": np.fmod(X, Y)}
+
+def c_floordiv(X, Y):
+    return {"Out": np.trunc(X / Y).astype(X.dtype)}
+
+def _cumsum_ref(X, attrs):
+    axis, x = attrs.get("axis", -1), X
+    if attrs.get("reverse"):
+        x = np.flip(x, axis)
+    out = np.cumsum(x, axis)
+    if attrs.get("exclusive"):
+        out = out - x
+    return {"Out": np.flip(out, axis) if attrs.get("reverse") else out}
+
+X = rand(3, 4, seed=3)
 
 CASES = [
     OpCase("mul", {"X": rand(3, 4), "Y": rand(4, 5, seed=1)},
@@ -55,6 +77,21 @@ CASES = [
            ref=lambda X, Y: {"Out": (X @ Y[0] / np.linalg.norm(X, axis=1)
                                      / np.linalg.norm(Y)).reshape(-1, 1)},
            grad=["X", "Y"], grad_outputs=["Out"], id="cos_sim_one_row_y"),
+    OpCase("elementwise_mod", {"X": INTS_X, "Y": INTS_Y}, ref=c_mod),
+    OpCase("elementwise_mod", {"X": rand(2, 3, high=5.0), "Y": np.array([1.5, -2.0, 0.7])},
+           ref=c_mod, id="elementwise_mod_float_broadcast"),
+    OpCase("elementwise_floordiv", {"X": INTS_X, "Y": INTS_Y}, ref=c_floordiv),
+    OpCase("cumsum", {"X": X}, ref=_cumsum_ref, grad=["X"]),
+    OpCase("cumsum", {"X": X}, attrs={"axis": 0, "exclusive": True}, ref=_cumsum_ref,
+           grad=["X"], id="cumsum_exclusive"),
+    OpCase("cumsum", {"X": X}, attrs={"axis": 1, "reverse": True, "exclusive": True},
+           ref=_cumsum_ref, grad=["X"], id="cumsum_reverse_exclusive"),
+    OpCase("bilinear_tensor_product", {"X": rand(3, 2), "Y": rand(3, 4, seed=1),
+                                       "Weight": rand(5, 2, 4, seed=2),
+                                       "Bias": rand(1, 5, seed=3)},
+           ref=lambda X, Y, Weight, Bias: {"Out": np.einsum("ni,kij,nj->nk", X, Weight, Y)
+                                           + Bias},
+           grad=["X", "Y", "Weight", "Bias"]),
 ]
 
 
@@ -79,3 +116,9 @@ def test_variable_orderings_are_comparison_ops_and_equality_stays_identity():
     for g, want in zip(got, [av < bv, av <= 1.0, av > bv, av >= 2.0]):
         np.testing.assert_array_equal(g, want)
     assert (a == a) is True and (a == b) is False and {a: 1}[a] == 1 and a in [b, a]
+
+
+def test_integer_division_by_zero_is_an_error():
+    case = OpCase("elementwise_floordiv", {"X": INTS_X, "Y": np.zeros_like(INTS_Y)})
+    with pytest.raises(fluid.OpRunError, match="integer division by zero"):
+        run_op(case)

@@ -1,4 +1,5 @@
-"""Op table: reduction family (reduce_*, arg_max/arg_min, top_k)."""
+"""Op table: reduction family (reduce_*, reduce_all / reduce_any, arg_max / arg_min, top_k,
+argsort)."""
 
 import numpy as np
 import pytest
@@ -27,6 +28,10 @@ def reduce_case(op, fn, x, dim=None, keep_dim=False, id=None, grad=True):
 
 
 X = _distinct(2, 3, 4)
+
+BOOLS = np.array([[True, False, True], [False, False, True]])
+
+X34 = rand(3, 4, seed=3)
 
 CASES = [
     reduce_case("reduce_sum", np.sum, X, dim=[1], id="sum_dim1"),
@@ -59,6 +64,17 @@ CASES = [
     OpCase("top_k", {"X": _distinct(2, 2, 4)}, attrs={"k": 1},
            ref=lambda X: {"Out": X.max(axis=-1, keepdims=True),
                           "Indices": X.argmax(axis=-1)[..., None]}, grad=["X"], id="top_k_3d"),
+    OpCase("reduce_all", {"X": BOOLS}, attrs={"dim": [0]},
+           ref=lambda X: {"Out": X.all(0)}),
+    OpCase("reduce_any", {"X": BOOLS}, attrs={"dim": [1], "keep_dim": True},
+           ref=lambda X: {"Out": X.any(1, keepdims=True)}),
+    OpCase("reduce_any", {"X": BOOLS}, attrs={"reduce_all": True},
+           ref=lambda X: {"Out": np.array([True])}, id="reduce_any_all_dims"),
+    OpCase("argsort", {"X": X34}, attrs={"axis": 1},
+           ref=lambda X: {"Out": np.sort(X, 1), "Indices": np.argsort(X, 1, kind="stable")}),
+    OpCase("argsort", {"X": X34}, attrs={"axis": 0, "descending": True},
+           ref=lambda X: {"Out": -np.sort(-X, 0),
+                          "Indices": np.argsort(-X, 0, kind="stable")}, id="argsort_desc"),
 ]
 
 

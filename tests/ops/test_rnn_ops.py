@@ -1,5 +1,6 @@
 """Op table: lstm (dynamic_lstm) and gru (dynamic_gru) over LoD inputs, against a numpy
-step-by-step reference, with gradients vs finite differences."""
+step-by-step reference, with gradients vs finite differences; the single-step cells
+lstm_unit / gru_unit."""
 
 import numpy as np
 import pytest
@@ -69,6 +70,28 @@ def gru_case(rev, origin, h0=False, id=None):
                   ref=gru_ref, lod={"Input": [OFFS]}, grad=list(inputs), id=id)
 
 
+def lstm_unit_ref(X, C_prev, attrs):
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    xi, xf, xo, xg = np.split(X, 4, axis=1)
+    c = sig(xf + attrs["forget_bias"]) * C_prev + sig(xi) * np.tanh(xg)
+    return {"C": c, "H": sig(xo) * np.tanh(c)}
+
+def gru_unit_ref(Input, HiddenPrev, Weight, Bias, attrs):
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    d = HiddenPrev.shape[1]
+    flat = Weight.reshape(-1)
+    w_ur, w_c = flat[:2 * d * d].reshape(d, 2 * d), flat[2 * d * d:].reshape(d, d)
+    g = Input + Bias
+    ur = sig(g[:, :2 * d] + HiddenPrev @ w_ur)
+    u, r = ur[:, :d], ur[:, d:]
+    c = np.tanh(g[:, 2 * d:] + (r * HiddenPrev) @ w_c)
+    h = u * HiddenPrev + (1 - u) * c if attrs["origin_mode"] else (1 - u) * HiddenPrev + u * c
+    return {"Gate": np.concatenate([u, r, c], 1), "ResetHiddenPrev": r * HiddenPrev,
+            "Hidden": h}
+
+GRU_IN = {"Input": rand(3, 6), "HiddenPrev": rand(3, 2, seed=1),
+          "Weight": rand(2, 6, seed=2), "Bias": rand(1, 6, seed=3)}
+
 CASES = [
     lstm_case(True, False, id="lstm_peepholes"),
     lstm_case(False, True, id="lstm_reverse_no_peepholes"),
@@ -76,6 +99,13 @@ CASES = [
     gru_case(False, False, id="gru"),
     gru_case(True, True, id="gru_reverse_origin_mode"),
     gru_case(False, False, h0=True, id="gru_initial_state"),
+    OpCase("lstm_unit", {"X": rand(3, 8), "C_prev": rand(3, 2, seed=1)},
+           attrs={"forget_bias": 0.5}, ref=lstm_unit_ref, grad=["X", "C_prev"]),
+    OpCase("gru_unit", dict(GRU_IN), ref=gru_unit_ref,
+           grad=["Input", "HiddenPrev", "Weight", "Bias"], grad_outputs=["Hidden"]),
+    OpCase("gru_unit", dict(GRU_IN), attrs={"origin_mode": True}, ref=gru_unit_ref,
+           grad=["Input", "HiddenPrev", "Weight", "Bias"], grad_outputs=["Hidden"],
+           id="gru_unit_origin_mode"),
 ]
 
 
@@ -121,123 +151,28 @@ def test_lstm_wants_a_4d_projection():
             fluid.layers.dynamic_lstm(input=x, size=12)
 
 
-# ----------------------------------------------------------------------------- CRF
-
-TAGS = 3
-CRF_OFFS = [0, 3, 4, 6]
-
-
-def _paths(n):
-    if n == 0:
-        yield ()
-        return
-    for rest in _paths(n - 1):
-        for t in range(TAGS):
-            yield (*rest, t)
-
-
-def _score(x, w, y):
-    s = w[0, y[0]] + w[1, y[-1]] + sum(x[t, y[t]] for t in range(len(y)))
-    return s + sum(w[2 + y[t - 1], y[t]] for t in range(1, len(y)))
-
-
-def crf_ref(Emission, Transition, Label):
-    """Brute force: log Z over every tag sequence, minus the gold score."""
-    out = []
-    for a, b in zip(CRF_OFFS, CRF_OFFS[1:]):
-        x, y = Emission[a:b], Label[a:b, 0]
-        log_z = np.log(sum(np.exp(_score(x, Transition, p)) for p in _paths(b - a)))
-        out.append(log_z - _score(x, Transition, y))
-    return {"LogLikelihood": np.array(out).reshape(-1, 1)}
-
-
-def decode_ref(Emission, Transition):
-    path = []
-    for a, b in zip(CRF_OFFS, CRF_OFFS[1:]):
-        path += max(_paths(b - a), key=lambda p: _score(Emission[a:b], Transition, p))
-    return {"ViterbiPath": np.array(path).reshape(-1, 1)}
-
-
-CRF_X, CRF_W = rand(6, TAGS, seed=61), rand(TAGS + 2, TAGS, seed=62)
-CRF_Y = np.array([[0], [2], [1], [1], [2], [0]], "int64")
-CRF_CASES = [
-    OpCase("linear_chain_crf", {"Emission": CRF_X, "Transition": CRF_W, "Label": CRF_Y},
-           ref=crf_ref, lod={"Emission": [CRF_OFFS], "Label": [CRF_OFFS]},
-           grad=["Emission", "Transition"]),
-    OpCase("crf_decoding", {"Emission": CRF_X * 3, "Transition": CRF_W},
-           ref=decode_ref, lod={"Emission": [CRF_OFFS]}),
-]
-
-
-@pytest.mark.parametrize("case", CRF_CASES, ids=str)
-def test_crf_op(case):
-    check_op(case)
-
-
-def test_crf_tagger_learns_and_decodes():
-    """label_semantic_roles' tail: fc emissions, linear_chain_crf, crf_decoding (shared
-    transition by ParamAttr name)."""
-    rng = np.random.RandomState(3)
-    lengths = [4, 2, 5, 3]
-    words = rng.randint(0, 6, (sum(lengths), 1)).astype("int64")
-    tags = (words % 3).astype("int64")  # the tag is a function of the word
+def test_lstm_unit_and_gru_unit_layers_train_a_step_loop():
     main, startup = fluid.Program(), fluid.Program()
-    startup.random_seed = 8
     with fluid.program_guard(main, startup):
-        word = fluid.data(name="word", shape=[None, 1], dtype="int64", lod_level=1)
-        target = fluid.data(name="target", shape=[None, 1], dtype="int64", lod_level=1)
-        emb = fluid.layers.embedding(word, size=[6, 8])
-        feature_out = fluid.layers.fc(emb, size=3)
-        crf_cost = fluid.layers.linear_chain_crf(
-            input=feature_out, label=target, param_attr=fluid.ParamAttr(name="crfw"))
-        avg_cost = fluid.layers.mean(crf_cost)
-        fluid.optimizer.Adam(learning_rate=0.1).minimize(avg_cost)
-        decoded = fluid.layers.crf_decoding(input=feature_out,
-                                            param_attr=fluid.ParamAttr(name="crfw"))
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    feed = {"word": fluid.create_lod_tensor(words, [lengths], None),
-            "target": fluid.create_lod_tensor(tags, [lengths], None)}
-    for _ in range(30):
-        cost, path = exe.run(main, feed=feed, fetch_list=[avg_cost, decoded], scope=scope)
-    assert float(cost) < 0.5 and (path == tags).mean() == 1.0
-
-
-@pytest.mark.parametrize("scheme,tags,want", [
-    # IOB with 2 chunk types: B-0=0 I-0=1 B-1=2 I-1=3 O=4
-    ("IOB", [0, 1, 4, 2, 3, 3, 0, 2], {(0, 1, 0), (3, 5, 1), (6, 6, 0), (7, 7, 1)}),
-    ("IOB", [1, 1, 4, 3], {(0, 1, 0), (3, 3, 1)}),  # I without B starts a chunk
-    # IOE: I-0=0 E-0=1 I-1=2 E-1=3 O=4
-    ("IOE", [0, 1, 0, 0, 1, 4, 3], {(0, 1, 0), (2, 4, 0), (6, 6, 1)}),
-    # IOBES: B=0 I=1 E=2 S=3 for type 0, O=8 with 2 types
-    ("IOBES", [0, 1, 2, 3, 8, 7, 4, 6], {(0, 2, 0), (3, 3, 0), (5, 5, 1), (6, 7, 1)}),
-    ("plain", [0, 0, 1, 2, 2, 0], {(0, 1, 0), (2, 2, 1), (5, 5, 0)}),  # 2 types, O=2
-])
-def test_chunk_rules(scheme, tags, want):
-    from parafluid.ops.crf import chunks
-
-    assert chunks(tags, 2, scheme) == want
-
-
-def test_chunk_eval_counts_and_metric():
-    pred = np.array([[0], [1], [4], [2], [3], [0], [1], [4]], "int64")
-    gold = np.array([[0], [1], [4], [2], [4], [0], [1], [1]], "int64")
-    main = fluid.Program()
-    with fluid.program_guard(main, fluid.Program()):
-        p = fluid.data(name="p", shape=[None, 1], dtype="int64", lod_level=1)
-        g = fluid.data(name="g", shape=[None, 1], dtype="int64", lod_level=1)
-        outs = fluid.layers.chunk_eval(input=p, label=g, chunk_scheme="IOB",
-                                       num_chunk_types=2)
+        xs = [fluid.layers.data(name=f"x{t}", shape=[3], dtype="float32") for t in range(3)]
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        h = fluid.layers.fill_constant_batch_size_like(xs[0], [-1, 4], "float32", 0.0)
+        c = fluid.layers.fill_constant_batch_size_like(xs[0], [-1, 4], "float32", 0.0)
+        g = fluid.layers.fill_constant_batch_size_like(xs[0], [-1, 2], "float32", 0.0)
+        lstm_attr, gru_attr = fluid.ParamAttr(name="lstm_w"), fluid.ParamAttr(name="gru_w")
+        for x in xs:
+            h, c = fluid.layers.lstm_unit(x, h, c, param_attr=lstm_attr,
+                                          bias_attr=fluid.ParamAttr(name="lstm_b"))
+            g, _, _ = fluid.layers.gru_unit(fluid.layers.fc(x, size=6), g, size=6,
+                                            param_attr=gru_attr,
+                                            bias_attr=fluid.ParamAttr(name="gru_b"))
+        pred = fluid.layers.fc(fluid.layers.bilinear_tensor_product(h, g, size=3), size=1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        fluid.optimizer.Adam(learning_rate=0.05).minimize(loss)
     exe = fluid.Executor(fluid.CPUPlace())
-    feed = {"p": fluid.create_lod_tensor(pred, [[5, 3]], None),
-            "g": fluid.create_lod_tensor(gold, [[5, 3]], None)}
-    precision, recall, f1, n_infer, n_label, n_correct = exe.run(
-        main, feed=feed, fetch_list=list(outs), scope=fluid.Scope())
-    # seq 1: pred {(0,1,0), (3,4,1)}, gold {(0,1,0), (3,3,1)}; seq 2: pred {(0,1,0)},
-    # gold {(0,2,0)}
-    assert (int(n_infer), int(n_label), int(n_correct)) == (3, 3, 1)
-    np.testing.assert_allclose([float(precision), float(recall), float(f1)], [1 / 3] * 3,
-                               rtol=1e-6)
-    metric = fluid.metrics.ChunkEvaluator()
-    metric.update(n_infer, n_label, n_correct)
-    assert metric.eval() == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+    exe.run(startup)
+    rng = np.random.RandomState(0)
+    feed = {f"x{t}": rng.randn(16, 3).astype("float32") for t in range(3)}
+    feed["y"] = (feed["x0"][:, :1] * feed["x2"][:, 1:2]).astype("float32")
+    losses = [float(exe.run(main, feed=feed, fetch_list=[loss])[0][0]) for _ in range(40)]
+    assert losses[-1] < 0.5 * losses[0], losses

@@ -226,3 +226,21 @@ def test_pad_then_unpad_and_lod_reset_round_trip():
     assert padded.shape == (2, 4, 1) and length.tolist() == [2, 4]
     assert sums[:, 0].tolist() == [1.0, 14.0] and recut_sums[:, 0].tolist() == [3.0, 12.0]
     assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+
+def _lod(rows, lengths, dtype="float32"):
+    return fluid.create_lod_tensor(np.asarray(rows, dtype), [lengths], fluid.CPUPlace())
+
+
+def test_lod_passes_through_l2_normalize_prelu_mod_and_clip_by_norm():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32", lod_level=1)
+        two = fluid.layers.fill_constant([1], "float32", 2.0)
+        h = fluid.layers.prelu(fluid.layers.l2_normalize(x, axis=1), mode="all")
+        h = fluid.layers.clip_by_norm(fluid.layers.elementwise_mod(h, two), max_norm=10.0)
+        pooled = fluid.layers.sequence_pool(h, "sum")
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    got, = exe.run(main, feed={"x": _lod(np.ones((5, 3)), [2, 3])}, fetch_list=[pooled])
+    np.testing.assert_allclose(got, np.array([[2.0], [3.0]]) / np.sqrt(3) * np.ones(3),
+                               rtol=1e-5)

@@ -1,13 +1,16 @@
-"""Op table: tensor manipulation family (cast, concat, split, reshape, transpose, squeeze,
-unsqueeze, expand, one_hot, fill_constant_batch_size_like)."""
+"""Op table: tensor family (fills, assign, range, linspace, eye, diag, cast, concat, split,
+reshape, transpose, squeeze, unsqueeze, expand / expand_as, reverse, one_hot, shape, size)."""
 
 import numpy as np
 import pytest
 
-from parafluid.testing import OpCase, check_op, rand
+import parafluid as fluid
+from parafluid.testing import OpCase, check_op, rand, run_layers
 
 X = rand(2, 3, 4)
 LABELS = np.array([[3], [0], [1], [4]], dtype="int64")
+
+X34 = rand(3, 4, seed=3)
 
 CASES = [
     OpCase("cast", {"X": rand(3, 4)}, attrs={"in_dtype": "float64", "out_dtype": "float32"},
@@ -65,6 +68,34 @@ CASES = [
            attrs={"shape": [2, -1], "value": 1.0, "dtype": "int64", "input_dim_idx": 1,
                   "output_dim_idx": 1},
            ref=lambda Input: {"Out": np.ones((2, 3), "int64")}, id="fill_batch_like_dims"),
+    OpCase("shape", {"Input": rand(2, 3, 4)},
+           ref=lambda Input: {"Out": np.array([2, 3, 4], "int32")}),
+    OpCase("size", {"Input": rand(2, 3, 4)}, ref=lambda Input: {"Out": np.array([24])}),
+    OpCase("expand_as", {"X": rand(2, 1, 3), "target_tensor": rand(4, 3, 3, seed=1)},
+           ref=lambda X, target_tensor: {"Out": np.tile(X, (2, 3, 1))}, grad=["X"]),
+    OpCase("reverse", {"X": X34}, attrs={"axis": [0, 1]},
+           ref=lambda X: {"Out": X[::-1, ::-1]}, grad=["X"]),
+    OpCase("range", {"Start": np.array([1.0], "float32"), "End": np.array([2.0], "float32"),
+                     "Step": np.array([0.25], "float32")},
+           ref=lambda Start, End, Step: {"Out": np.arange(1.0, 2.0, 0.25, dtype="float32")}),
+    OpCase("linspace", {"Start": np.array([0.0], "float32"), "Stop": np.array([1.0], "float32"),
+                        "Num": np.array([5], "int32")},
+           ref=lambda Start, Stop, Num: {"Out": np.linspace(0, 1, 5).astype("float32")}),
+    OpCase("eye", {}, attrs={"num_rows": 2, "num_columns": 3},
+           ref=lambda: {"Out": np.eye(2, 3, dtype="float32")}),
+    OpCase("diag", {"Diagonal": np.array([1.0, 2.0, 3.0], "float32")},
+           ref=lambda Diagonal: {"Out": np.diag(Diagonal)}),
+    OpCase("fill_constant", {}, attrs={"shape": [2, 3], "value": 1.5, "dtype": "float32"},
+           ref=lambda: {"Out": np.full((2, 3), 1.5, "float32")}),
+    OpCase("fill_constant", {}, attrs={"shape": [4], "value": 7, "dtype": "int64"},
+           ref=lambda: {"Out": np.full(4, 7, "int64")}, id="fill_constant_int64"),
+    OpCase("fill_zeros_like", {"X": rand(3, 2)}, ref=lambda X: {"Out": np.zeros_like(X)}),
+    OpCase("fill_any_like", {"X": rand(3, 2)}, attrs={"value": 2.0},
+           ref=lambda X: {"Out": np.full_like(X, 2.0)}),
+    OpCase("assign", {"X": rand(3, 2)}, ref=lambda X: {"Out": X}, grad=["X"]),
+    OpCase("assign_value", {}, attrs={"shape": [2, 2], "dtype": "float32",
+                                      "values": [1.0, 2.0, 3.0, 4.0]},
+           ref=lambda: {"Out": np.array([[1, 2], [3, 4]], "float32")}),
 ]
 
 
@@ -90,7 +121,7 @@ def test_bad_attrs_are_reported_with_the_op_name(op, inputs, attrs, message):
 
 
 def test_one_hot_out_of_range_is_an_error_by_default():
-    from parafluid.runtime import OpRunError
+    from parafluid.engine.runtime import OpRunError
 
     with pytest.raises(OpRunError, match=r"one_hot: values \[7\] are outside \[0, 3\)"):
         check_op(OpCase("one_hot", {"X": np.array([[1], [7]], dtype="int64")},
@@ -157,3 +188,66 @@ def test_checker_fails_when_a_list_output_has_fewer_values_than_the_reference():
                   ref=lambda X: {"Out": np.split(X, 2, axis=1) + [X]})
     with pytest.raises(AssertionError, match="Out has 2 values, the reference 3"):
         check_forward(case)
+
+
+def test_layers_shape_rank_sum_where_unstack():
+    x_np = rand(3, 4, seed=2).astype("float32")
+
+    def build():
+        x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+        parts = fluid.layers.unstack(x, axis=1)
+        total = fluid.layers.sum(parts)
+        zero = fluid.layers.fill_constant([1], "float32", 0.0)
+        pos = fluid.layers.where(fluid.layers.greater_than(x, zero))
+        any_pos = fluid.layers.reduce_any(fluid.layers.greater_than(x, zero), dim=1)
+        return [fluid.layers.shape(x), fluid.layers.rank(x), total, pos, any_pos]
+
+    shape, rank, total, pos, any_pos = run_layers(build, {"x": x_np})
+    np.testing.assert_array_equal(shape, [3, 4])
+    np.testing.assert_array_equal(rank, [2])
+    np.testing.assert_allclose(total, x_np.sum(1), rtol=1e-6)
+    np.testing.assert_array_equal(pos, np.argwhere(x_np > 0))
+    np.testing.assert_array_equal(any_pos, (x_np > 0).any(1))
+
+
+def test_the_layers_in_a_program():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        w = fluid.layers.create_parameter(shape=[3, 2], dtype="float32", name="w")
+        y = fluid.layers.matmul(x, w)
+        outs = [fluid.layers.zeros_like(y), fluid.layers.ones_like(y),
+                fluid.layers.cumsum(x, axis=1, exclusive=True),
+                fluid.layers.reverse(x, axis=1), fluid.layers.argsort(x, axis=1)[1],
+                fluid.layers.range(0, 6, 2, "int64"), fluid.layers.linspace(0.0, 1.0, 3,
+                                                                            "float32"),
+                fluid.layers.eye(2, batch_shape=[3]), fluid.layers.diag(np.array([1.0, 2.0])),
+                fluid.layers.isfinite(x), fluid.layers.has_inf(x), fluid.layers.has_nan(x)]
+        loss = fluid.layers.mean(y)
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    assert "w" in [p.name for p in main.global_block().all_parameters()]
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    xs = np.array([[3.0, 1.0, 2.0], [0.5, -1.0, 4.0]], "float32")
+    w0 = np.array(fluid.global_scope().find_var("w").get_tensor()).copy()
+    got = exe.run(main, feed={"x": xs}, fetch_list=outs)
+    np.testing.assert_array_equal(got[0], np.zeros((2, 2)))
+    np.testing.assert_array_equal(got[1], np.ones((2, 2)))
+    np.testing.assert_allclose(got[2], np.cumsum(xs, 1) - xs)
+    np.testing.assert_array_equal(got[3], xs[:, ::-1])
+    np.testing.assert_array_equal(got[4], np.argsort(xs, 1, kind="stable"))
+    np.testing.assert_array_equal(got[5], [0, 2, 4])
+    np.testing.assert_allclose(got[6], [0.0, 0.5, 1.0])
+    np.testing.assert_array_equal(got[7], np.stack([np.eye(2)] * 3))
+    np.testing.assert_array_equal(got[8], np.diag([1.0, 2.0]))
+    assert [bool(g[0]) for g in got[9:]] == [True, False, False]
+    w1 = np.array(fluid.global_scope().find_var("w").get_tensor())
+    assert not np.allclose(w0, w1), "create_parameter's parameter is trained"
+
+
+def test_range_with_a_zero_step_names_the_op():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        r = fluid.layers.range(0, 3, 0, "float32")
+    with pytest.raises(fluid.OpRunError, match="range: Step must not be 0"):
+        fluid.Executor(fluid.CPUPlace()).run(main, fetch_list=[r])

@@ -1,5 +1,5 @@
-"""Op table: image ops (conv2d_transpose, conv3d(_transpose), pool3d, adaptive pooling,
-interpolation, padding, crop, rearrangements) and the extra normalizations."""
+"""Op table: image ops (interpolation, padding, crop / crop_tensor, rearrangements, unfold) and
+their layers."""
 
 import re
 
@@ -14,23 +14,6 @@ from parafluid.testing import OpCase, check_op, rand, run_op
 
 def _t(a):
     return torch.from_numpy(np.asarray(a))
-
-
-# ----------------------------------------------------------------------------- references
-
-
-def conv_t_ref(stride=1, pad=0, dilation=1, groups=1, output_padding=0, nd=2):
-    def ref(Input, Filter):
-        fn = F.conv_transpose2d if nd == 2 else F.conv_transpose3d
-        out = fn(_t(Input), _t(Filter), None, stride, pad, output_padding, groups, dilation)
-        return {"Output": out.numpy()}
-    return ref
-
-
-def conv3d_ref(stride=1, pad=0):
-    def ref(Input, Filter):
-        return {"Output": F.conv3d(_t(Input), _t(Filter), None, stride, pad).numpy()}
-    return ref
 
 
 def adaptive_ref(X, attrs):
@@ -125,30 +108,6 @@ def lrn_ref(X, attrs):
     return {"Out": X * mid ** -beta, "MidOut": mid}
 
 
-def group_norm_ref(X, Scale, Bias, attrs):
-    n, c = X.shape[:2]
-    g, eps = attrs["groups"], attrs["epsilon"]
-    xg = X.reshape(n, g, -1)
-    mean, var = xg.mean(2), xg.var(2)
-    y = ((xg - mean[..., None]) / np.sqrt(var[..., None] + eps)).reshape(X.shape)
-    view = (1, c) + (1,) * (X.ndim - 2)
-    return {"Y": y * Scale.reshape(view) + Bias.reshape(view), "Mean": mean, "Variance": var}
-
-
-def instance_norm_ref(X, Scale, Bias, attrs):
-    mean = X.mean((2, 3), keepdims=True)
-    inv = 1 / np.sqrt(X.var((2, 3), keepdims=True) + attrs["epsilon"])
-    y = (X - mean) * inv * Scale.reshape(1, -1, 1, 1) + Bias.reshape(1, -1, 1, 1)
-    return {"Y": y, "SavedMean": mean.reshape(-1), "SavedVariance": inv.reshape(-1)}
-
-
-def prelu_ref(X, Alpha, attrs):
-    mode = attrs["mode"]
-    a = Alpha.reshape(()) if mode == "all" else (
-        Alpha.reshape(1, -1, 1, 1) if mode == "channel" else Alpha.reshape(1, *X.shape[1:]))
-    return {"Out": np.where(X > 0, X, a * X)}
-
-
 def maxout_ref(X, attrs):
     n, c, h, w = X.shape
     g = attrs["groups"]
@@ -165,49 +124,21 @@ def pad2d_ref(X, attrs):
     return {"Out": np.pad(X, width, mode=mode, **kw)}
 
 
-# Positive inputs away from 0 keep prelu/maxout away from their kinks; distinct values
-# keep maxout away from ties.
-DISTINCT = (np.random.RandomState(4).permutation(48).reshape(1, 4, 3, 4) / 10.0 - 2.35)
+def _build(fn, shape, dtype="float32"):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=shape, dtype=dtype)
+        out = fn(x)
+    return main, startup, out
 
-POOL3 = {"pooling_type": "max", "ksize": [2, 2, 2], "strides": [2, 2, 2],
-         "paddings": [0, 0, 0], "global_pooling": False, "exclusive": True, "ceil_mode": False}
+
+def _run(main, startup, out, feed):
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    return exe.run(main, feed=feed, fetch_list=[out], scope=scope)[0], scope
+
 
 CASES = [
-    OpCase("conv2d_transpose", {"Input": rand(1, 2, 3, 3), "Filter": rand(2, 3, 3, 3, seed=1)},
-           ref=conv_t_ref(), grad=["Input", "Filter"]),
-    OpCase("conv2d_transpose", {"Input": rand(1, 2, 3, 3), "Filter": rand(2, 2, 4, 4, seed=1)},
-           attrs={"strides": [2, 2], "paddings": [1, 1]}, ref=conv_t_ref(2, 1),
-           grad=["Input", "Filter"], id="conv2d_transpose_stride2_pad1"),
-    OpCase("conv2d_transpose", {"Input": rand(1, 4, 3, 2), "Filter": rand(4, 1, 2, 2, seed=1)},
-           attrs={"groups": 2, "dilations": [2, 2]}, ref=conv_t_ref(1, 0, 2, 2),
-           grad=["Input", "Filter"], id="conv2d_transpose_groups_dilation"),
-    OpCase("conv2d_transpose", {"Input": rand(1, 1, 3, 3), "Filter": rand(1, 2, 3, 3, seed=1)},
-           attrs={"strides": [2, 2], "paddings": [1, 1], "output_size": [6, 6]},
-           ref=conv_t_ref(2, 1, output_padding=1), grad=["Input", "Filter"],
-           id="conv2d_transpose_output_size"),
-    OpCase("conv3d", {"Input": rand(1, 2, 3, 4, 3), "Filter": rand(2, 2, 2, 2, 2, seed=1)},
-           attrs={"paddings": [1, 1, 1]}, ref=conv3d_ref(1, 1), grad=["Input", "Filter"]),
-    OpCase("conv3d_transpose", {"Input": rand(1, 2, 2, 2, 2),
-                                "Filter": rand(2, 1, 2, 2, 2, seed=1)},
-           attrs={"strides": [2, 2, 2]}, ref=conv_t_ref(2, nd=3), grad=["Input", "Filter"]),
-    OpCase("pool3d", {"X": rand(1, 2, 4, 4, 4)}, attrs=dict(POOL3),
-           ref=lambda X: {"Out": F.max_pool3d(_t(X), 2, 2).numpy()}, grad=["X"],
-           id="pool3d_max"),
-    OpCase("pool3d", {"X": rand(1, 1, 3, 3, 3)},
-           attrs={**POOL3, "pooling_type": "avg", "ksize": [3, 3, 3], "strides": [1, 1, 1],
-                  "paddings": [1, 1, 1]},
-           ref=lambda X: {"Out": F.avg_pool3d(_t(X), 3, 1, 1, count_include_pad=False).numpy()},
-           grad=["X"], id="pool3d_avg_exclusive"),
-    OpCase("pool3d", {"X": rand(1, 2, 3, 5, 4)},
-           attrs={**POOL3, "pooling_type": "avg", "ksize": [2, 2, 3], "adaptive": True},
-           ref=lambda X: {"Out": F.adaptive_avg_pool3d(_t(X), [2, 2, 3]).numpy()}, grad=["X"],
-           id="pool3d_adaptive_avg"),
-    OpCase("pool2d", {"X": rand(2, 2, 5, 7)},
-           attrs={"pooling_type": "avg", "ksize": [2, 3], "adaptive": True},
-           ref=adaptive_ref, grad=["X"], id="pool2d_adaptive_avg"),
-    OpCase("pool2d", {"X": rand(1, 2, 7, 5)},
-           attrs={"pooling_type": "max", "ksize": [3, 2], "adaptive": True},
-           ref=adaptive_ref, grad=["X"], id="pool2d_adaptive_max"),
     OpCase("bilinear_interp", {"X": rand(1, 2, 3, 4)},
            attrs=interp_attrs("bilinear", out_h=5, out_w=7), ref=interp_ref, grad=["X"],
            id="bilinear_align_corners"),
@@ -257,56 +188,24 @@ CASES = [
            ref=space_to_depth_ref, grad=["X"]),
     OpCase("shuffle_channel", {"X": rand(1, 6, 2, 2)}, attrs={"group": 3}, ref=shuffle_ref,
            grad=["X"]),
-    OpCase("norm", {"X": rand(3, 4)}, attrs={"axis": 1, "epsilon": 1e-10},
-           ref=lambda X: {"Out": X / np.sqrt((X ** 2).sum(1, keepdims=True) + 1e-10),
-                          "Norm": np.sqrt((X ** 2).sum(1, keepdims=True) + 1e-10)},
-           grad=["X"], grad_outputs=["Out"]),
-    OpCase("norm", {"X": rand(2, 3, 4)}, attrs={"axis": 0, "epsilon": 1e-6},
-           ref=lambda X: {"Out": X / np.sqrt((X ** 2).sum(0, keepdims=True) + 1e-6)},
-           grad=["X"], grad_outputs=["Out"], id="norm_axis0"),
-    OpCase("group_norm", {"X": rand(2, 4, 3, 2), "Scale": rand(4, seed=1),
-                          "Bias": rand(4, seed=2)},
-           attrs={"groups": 2, "epsilon": 1e-5}, ref=group_norm_ref,
-           grad=["X", "Scale", "Bias"], grad_outputs=["Y"]),
-    OpCase("lrn", {"X": rand(2, 6, 2, 3)}, attrs={"n": 5, "k": 1.0, "alpha": 0.1,
-                                                  "beta": 0.75},
-           ref=lrn_ref, grad=["X"], grad_outputs=["Out"]),
-    OpCase("lrn", {"X": rand(1, 4, 2, 2)}, attrs={"n": 4, "k": 2.0, "alpha": 0.3,
-                                                  "beta": 0.5},
-           ref=lrn_ref, grad=["X"], grad_outputs=["Out"], id="lrn_even_window"),
-    OpCase("prelu", {"X": DISTINCT, "Alpha": np.array([0.3])}, attrs={"mode": "all"},
-           ref=prelu_ref, grad=["X", "Alpha"], id="prelu_all"),
-    OpCase("prelu", {"X": DISTINCT, "Alpha": rand(1, 4, 1, 1, seed=2)},
-           attrs={"mode": "channel"}, ref=prelu_ref, grad=["X", "Alpha"], id="prelu_channel"),
-    OpCase("prelu", {"X": DISTINCT, "Alpha": rand(1, 4, 3, 4, seed=2)},
-           attrs={"mode": "element"}, ref=prelu_ref, grad=["X", "Alpha"], id="prelu_element"),
-    OpCase("maxout", {"X": DISTINCT}, attrs={"groups": 2}, ref=maxout_ref, grad=["X"]),
-    OpCase("affine_channel", {"X": rand(2, 3, 2, 2), "Scale": rand(3, seed=1),
-                              "Bias": rand(3, seed=2)}, attrs={"data_layout": "NCHW"},
-           ref=lambda X, Scale, Bias: {"Out": X * Scale.reshape(1, 3, 1, 1)
-                                       + Bias.reshape(1, 3, 1, 1)},
-           grad=["X", "Scale", "Bias"]),
-    OpCase("affine_channel", {"X": rand(2, 2, 3), "Scale": rand(3, seed=1),
-                              "Bias": rand(3, seed=2)}, attrs={"data_layout": "NHWC"},
-           ref=lambda X, Scale, Bias: {"Out": X * Scale + Bias},
-           grad=["X", "Scale", "Bias"], id="affine_channel_nhwc"),
-    OpCase("instance_norm", {"X": rand(2, 3, 2, 3), "Scale": rand(3, seed=1),
-                             "Bias": rand(3, seed=2)}, ref=instance_norm_ref,
-           grad=["X", "Scale", "Bias"], grad_outputs=["Y"]),
     OpCase("unfold", {"X": rand(2, 2, 4, 5)},
            attrs={"kernel_sizes": [2, 3], "strides": [1, 2], "paddings": [1, 0, 0, 1],
                   "dilations": [2, 1]},
            ref=lambda X: {"Y": F.unfold(F.pad(_t(X), [0, 1, 1, 0]), (2, 3), dilation=(2, 1),
                                         stride=(1, 2)).numpy()}, grad=["X"]),
+    OpCase("crop_tensor", {"X": rand(3, 4, 5)},
+           attrs={"shape": [2, -1, 3], "offsets": [1, 1, 2]},
+           ref=lambda X: {"Out": X[1:3, 1:, 2:5]}, grad=["X"]),
+    OpCase("crop_tensor", {"X": rand(3, 4), "Shape": np.array([2, 2], "int32"),
+                           "Offsets": np.array([0, 2], "int32")},
+           ref=lambda X, Shape, Offsets: {"Out": X[0:2, 2:4]}, grad=["X"],
+           id="crop_tensor_tensors"),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)
-
-
-# ----------------------------------------------------------------------------- beyond the table
 
 
 def test_interp_matches_torch_where_torch_has_the_mode():
@@ -324,42 +223,6 @@ def test_interp_out_size_tensor_overrides_attrs():
                                       "OutSize": np.array([5, 2], "int32")},
                   attrs=interp_attrs("bilinear", out_h=4, out_w=4))
     assert run_op(case)["Out"].shape == (1, 1, 5, 2)
-
-
-def _build(fn, shape, dtype="float32"):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=shape, dtype=dtype)
-        out = fn(x)
-    return main, startup, out
-
-
-def _run(main, startup, out, feed):
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    return exe.run(main, feed=feed, fetch_list=[out], scope=scope)[0], scope
-
-
-def test_conv2d_transpose_layer_shapes_params_and_filter_from_output_size():
-    main, _, out = _build(lambda x: fluid.layers.conv2d_transpose(
-        x, num_filters=6, filter_size=4, stride=2, padding=1, act="relu"), [3, 5, 5])
-    assert out.shape == (-1, 6, 10, 10)
-    params = {p.name: p.shape for p in main.global_block().all_parameters()}
-    assert params == {"conv2d_transpose_0.w_0": (3, 6, 4, 4), "conv2d_transpose_0.b_0": (6,)}
-    assert [op.type for op in main.global_block().ops] == ["conv2d_transpose",
-                                                           "elementwise_add", "relu"]
-    # filter_size=None: Fluid sizes the filter to reach output_size exactly
-    main, _, out = _build(lambda x: fluid.layers.conv2d_transpose(
-        x, num_filters=2, output_size=[12, 12], stride=2), [3, 5, 5])
-    assert out.shape == (-1, 2, 12, 12)
-    w = next(p for p in main.global_block().all_parameters() if p.name.endswith("w_0"))
-    assert w.shape == (3, 2, 4, 4)
-
-
-def test_conv2d_transpose_output_size_out_of_reach_names_the_range():
-    with pytest.raises(ValueError, match=re.escape("must be in [9, 11)")):
-        _build(lambda x: fluid.layers.conv2d_transpose(
-            x, num_filters=2, output_size=[12, 12], filter_size=3, stride=2), [3, 4, 4])
 
 
 def test_resize_layers_and_adaptive_pool_build_fluid_ops():
@@ -385,23 +248,6 @@ def test_resize_layers_and_adaptive_pool_build_fluid_ops():
     assert main.global_block().ops[-1].attr("out_d") == 4
 
 
-def test_prelu_and_group_norm_layers_create_fluid_parameters():
-    main, startup, out = _build(lambda x: fluid.layers.group_norm(
-        fluid.layers.prelu(x, mode="channel"), groups=2), [4, 3, 3])
-    params = {p.name: p.shape for p in main.global_block().all_parameters()}
-    assert params == {"prelu_0.w_0": (1, 4, 1, 1), "group_norm_0.w_0": (4,),
-                      "group_norm_0.b_0": (4,)}
-    x = rand(2, 4, 3, 3, seed=6).astype("float32")
-    got, scope = _run(main, startup, out, {"x": x})
-    alpha = np.array(scope.find_var("prelu_0.w_0").get_tensor())
-    np.testing.assert_allclose(alpha, 0.25)
-    want = group_norm_ref(np.where(x > 0, x, 0.25 * x), np.ones(4), np.zeros(4),
-                          {"groups": 2, "epsilon": 1e-5})["Y"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    main, _, _ = _build(lambda x: fluid.layers.prelu(x, mode="element"), [4, 3, 3])
-    assert [p.shape for p in main.global_block().all_parameters()] == [(1, 4, 3, 3)]
-
-
 def test_l2_normalize_pad_crop_lrn_maxout_layers():
     def net(x):
         h = fluid.layers.l2_normalize(x, axis=1)
@@ -421,17 +267,12 @@ def test_l2_normalize_pad_crop_lrn_maxout_layers():
 
 
 @pytest.mark.parametrize("op,inputs,attrs,message", [
-    ("conv2d_transpose", {"Input": rand(1, 3, 3, 3), "Filter": rand(2, 2, 3, 3)}, {},
-     "Input has 3 channels"),
     ("pad2d", {"X": rand(1, 1, 2, 2)}, {"paddings": [2, 0, 0, 0], "mode": "reflect"},
      "must each be smaller than the padded dim"),
     ("pad", {"X": rand(2, 3)}, {"paddings": [1, 1]}, "2 * rank = 4 values"),
     ("crop", {"X": rand(3, 4)}, {"shape": [2, 3], "offsets": [2, 0]}, "exceeds X's 3"),
     ("pixel_shuffle", {"X": rand(1, 6, 2, 2)}, {"upscale_factor": 2}, "divisible by"),
     ("space_to_depth", {"X": rand(1, 4, 3, 4)}, {"blocksize": 2}, "height of X"),
-    ("group_norm", {"X": rand(2, 6, 2)}, {"groups": 4}, "divisible by groups=4"),
-    ("prelu", {"X": rand(2, 3, 2, 2), "Alpha": rand(2)}, {"mode": "channel"},
-     "needs 3 alpha values"),
     ("bilinear_interp", {"X": rand(1, 1, 2, 2)}, interp_attrs("bilinear"),
      "output size must be positive"),
 ])

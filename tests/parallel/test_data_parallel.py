@@ -9,19 +9,10 @@ import pytest
 from dp_models import cnn, cnn_feeds, embedding_feeds, embedding_model, mlp, mlp_feeds
 
 import parafluid as fluid
-from parafluid.ops.registry import has_op
 from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.filterwarnings("ignore:BuildStrategy.fuse_all_reduce_ops has no effect")]
-
-# Models whose ops come from other branches run once those are merged.
-needs_cnn_ops = pytest.mark.skipif(
-    not all(has_op(t) for t in ("conv2d", "batch_norm", "pool2d", "softmax_with_cross_entropy")),
-    reason="conv2d/batch_norm/pool2d/softmax_with_cross_entropy come with branch ops-b")
-needs_embedding = pytest.mark.skipif(not has_op("lookup_table"),
-                                     reason="lookup_table comes with branch ops-b")
-needs_adam = pytest.mark.skipif(not has_op("adam"), reason="adam comes with branch optim")
 
 RS = fluid.BuildStrategy.ReduceStrategy
 GS = fluid.BuildStrategy.GradientScaleStrategy
@@ -107,7 +98,6 @@ def test_fused_all_reduce_is_bitwise_equal_to_unfused() -> None:
         assert np.array_equal(value, fused.params[name]), name
 
 
-@needs_adam
 def test_adam_in_reduce_mode_matches_single_device() -> None:
     """Optimizer state (moments, beta powers) lives on the owner device only."""
     build = mlp(optimizer=lambda: fluid.optimizer.Adam(learning_rate=0.01))
@@ -117,7 +107,6 @@ def test_adam_in_reduce_mode_matches_single_device() -> None:
         assert_same_training(single, got, atol=1e-5)
 
 
-@needs_cnn_ops
 @pytest.mark.slow
 @pytest.mark.parametrize("ndev", [2, 4])
 @pytest.mark.parametrize("reduce,fuse", MODES, ids=MODE_IDS)
@@ -128,7 +117,6 @@ def test_cnn_with_sync_batch_norm_matches_single_device(ndev: int, reduce: RS,
     assert_same_training(single, got, atol=1e-5)
 
 
-@needs_cnn_ops
 def test_cnn_without_sync_batch_norm_differs() -> None:
     """Per-device batch statistics are not the full batch's: the equality needs sync_bn."""
     single = run_single(cnn(), cnn_feeds(steps=2))
@@ -136,7 +124,6 @@ def test_cnn_without_sync_batch_norm_differs() -> None:
     assert abs(got.losses[1].mean() - single.losses[1][0]) > 1e-4
 
 
-@needs_embedding
 @pytest.mark.parametrize("ndev", [2, 4])
 @pytest.mark.parametrize("reduce,fuse", MODES, ids=MODE_IDS)
 def test_sparse_embedding_matches_single_device(ndev: int, reduce: RS, fuse: bool) -> None:

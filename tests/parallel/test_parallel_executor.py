@@ -25,7 +25,7 @@ def _maybe_raise(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("pe_test_maybe_raise", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
             kernel=_maybe_raise,
-            grad=lambda op, no_grad: [{"type": "scale",
+            grad=lambda op, no_grad, ctx: [{"type": "scale",
                                        "inputs": {"X": [op.output("Out")[0] + "@GRAD"]},
                                        "outputs": {"Out": [op.input("X")[0] + "@GRAD"]},
                                        "attrs": {"scale": 1.0}}])

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from parafluid.parallel.scheduler import (
+from parafluid.engine.scheduler import (
     Scheduler,
     Task,
     TaskError,

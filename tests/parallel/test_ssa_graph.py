@@ -13,8 +13,8 @@ from dp_models import mlp
 
 import parafluid as fluid
 from parafluid import unique_name
+from parafluid.engine.graph import ALL_DEVICES, GraphOptions, build_graph
 from parafluid.framework import OpRole
-from parafluid.parallel.ssa_graph import ALL_DEVICES, GraphOptions, build_graph
 from parafluid.passes.grad_aggregation import (
     AggregationOptions,
     aggregate_gradients,
@@ -206,7 +206,7 @@ def test_graph_prints_one_node_a_line() -> None:
 
 
 def test_op_without_outputs_prints_a_dummy() -> None:
-    from parafluid.parallel.ssa_graph import _Builder
+    from parafluid.engine.graph import _Builder
 
     main, _ = program()
     block = main.global_block()

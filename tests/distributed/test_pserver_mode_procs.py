@@ -370,6 +370,7 @@ def test_wire_fuzzer_against_a_live_job_loses_nothing(tmp_path):
             lambda t, s: encode(Kind.CHECKPOINT, "", "in\0side", trainer_id=t, step=s),
             lambda t, s: encode(Kind.CHECKPOINT, "", "inside", trainer_id=t, step=s),
         ]
+        fuzz_start = time.monotonic()
         while readers[0].is_alive() or readers[1].is_alive():
             for _ in range(100):
                 sock = rng.choice(socks)
@@ -396,6 +397,7 @@ def test_wire_fuzzer_against_a_live_job_loses_nothing(tmp_path):
             time.sleep(0.001)
         for r in readers:
             r.join(60)
+        windows = (time.monotonic() - fuzz_start) // 10 + 2  # the log's 10 s windows
     finally:
         for s in socks:
             s.close()
@@ -407,7 +409,7 @@ def test_wire_fuzzer_against_a_live_job_loses_nothing(tmp_path):
     assert not outside.exists() and not (root / "inside").exists()
     for _, err in outs[2:]:  # refusals are logged, a few lines per 10 s, not one a message
         refusals = [ln for ln in err.splitlines() if "refused" in ln or "rejected" in ln]
-        assert 0 < len(refusals) <= 80, len(refusals)
+        assert 0 < len(refusals) <= 21 * windows, (len(refusals), windows)
     results = {r["trainer_id"]: r for r in (_last_json(outs[t][0]) for t in (0, 1))}
     ref = ps_job.reference(results[0]["initial"], (steps, steps), "momentum")
     for t in (0, 1):

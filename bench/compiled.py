@@ -49,6 +49,7 @@ from executor_overhead import (  # noqa: E402
     CHAIN_WIDTH,
     build_chain,
     build_mlp,
+    chain_program,
     interleaved,
 )
 
@@ -121,18 +122,7 @@ def mlp_case(reps: int, steps: int) -> None:
 
 def chain_case(reps: int, steps: int) -> None:
     _, torch_chain = build_chain()
-    main = fluid.Program()
-    with fluid.unique_name.guard(), fluid.program_guard(main, fluid.Program()):
-        x = fluid.layers.data(name="x", shape=[CHAIN_WIDTH], dtype="float32",
-                              append_batch_size=False)
-        y = fluid.layers.data(name="y", shape=[CHAIN_WIDTH], dtype="float32",
-                              append_batch_size=False)
-        h = x
-        for i in range(CHAIN_OPS):
-            kind = i % 3
-            h = (fluid.layers.elementwise_add(h, y) if kind == 0 else
-                 fluid.layers.scale(h, scale=0.5) if kind == 1 else
-                 fluid.layers.elementwise_mul(h, y))
+    main, h = chain_program()
     rng = np.random.RandomState(0)
     xs = rng.uniform(0.5, 1.0, CHAIN_WIDTH).astype("float32")
     ys = rng.uniform(0.5, 1.0, CHAIN_WIDTH).astype("float32")

@@ -351,7 +351,10 @@ def test_compiled_program_with_enable_compile_runs_segments_on_one_device(
     np.testing.assert_allclose(np.array(losses).reshape(-1), ref_l.reshape(-1), atol=1e-5)
     for name, value in ref_p.items():
         np.testing.assert_allclose(np.array(scope.find_var(name).value), value, atol=1e-5)
-    assert SEGMENT_OP in [op.type for op in compiled._executor.program.global_block().ops]
+    # one device, nothing else asked: the executor's own plan runs the segmented program
+    assert compiled._executor is None
+    program, = compiled._segmented.values()
+    assert SEGMENT_OP in [op.type for op in program.global_block().ops]
 
 
 @pytest.mark.parametrize("reduce", [False, True], ids=["allreduce", "reduce"])
@@ -446,3 +449,16 @@ def test_compiled_data_parallel_training_is_bitwise_the_same_for_any_num_threads
         np.testing.assert_array_equal(a, b)
     for name, value in runs[0].params.items():
         np.testing.assert_array_equal(runs[1].params[name], value, err_msg=name)
+
+
+def test_debug_lists_every_op_left_out_and_why(monkeypatch, caplog):
+    monkeypatch.setenv("PARAFLUID_DEBUG", "1")
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        h = fluid.layers.dropout(fluid.layers.relu(x), dropout_prob=0.5, seed=3)
+        fluid.layers.scale(fluid.layers.relu(h), scale=2.0)
+    with caplog.at_level(logging.WARNING, logger="parafluid.compile"):
+        segment_program(main, keep=[])
+    left = [r.getMessage() for r in caplog.records if "stays interpreted" in r.getMessage()]
+    assert len(left) == 1 and "op #1 dropout" in left[0] and "random" in left[0]

@@ -50,7 +50,7 @@ from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
 from ..passes.segment import segment_program
 from ..place import cpu_device_count, to_device
 from ..placement import is_placed
-from ..scope import Scope, global_scope
+from ..scope import Scope, SelectedRows, global_scope
 from ..variable import unknown_name_message, var_name
 from .comm import LocalCommunicator
 from .device_scopes import DeviceScopes
@@ -222,7 +222,7 @@ class ParallelExecutor:
             if self._multi:
                 self._communicator.check_consistent("program", _fingerprint(program, ndev=len(
                     self._devices)))
-                self._start_equal(plan)
+                self._start_equal(block)
         self._scopes.materialize(plan.persist_reads)
         steps = self._exec_strategy.num_iteration_per_run
         check = check_nan_inf or self._exec_strategy.check_nan_inf
@@ -231,21 +231,40 @@ class ParallelExecutor:
         try:
             for _ in range(steps):
                 self._steps += 1
+                if self._multi:
+                    self._communicator.step = self._steps
                 fetches = self._run_plan(plan, feeds, check)
         except OpRunError as e:
             if not self._multi:
                 raise
+            self._give_up(e)
             # which step of the job: the other trainers report the same number
             raise OpRunError(f"{e} (trainer {self._communicator.trainer_id}, step "
                              f"{self._steps})", e.op_index, e.op_type, e.device) from e.__cause__
+        except BaseException as e:
+            if self._multi:
+                self._give_up(e)
+            raise
         results = [merge_fetches(name, list(values), return_numpy, return_merged)
                    for name, values in zip(fetch, zip(*fetches))]
-        if self._multi and not self._has_run:
-            # the first step compared every collective's signature across the trainers;
-            # the graph issues the same ones in the same order from now on
-            self._communicator.verify_collectives = False
         self._has_run = True
         return results
+
+    def _give_up(self, e: BaseException) -> None:
+        """Multi-process: a step that failed here cannot complete on the other trainers (they
+        wait for this one's collectives), and a retry here would pair its collectives with
+        theirs of another step. So the job stops: the other trainers fail at once, naming
+        this one and the error; this executor refuses to run again."""
+        comm = self._communicator
+        if comm.broken is not None:
+            return  # a collective failed: every trainer finds out through the transport
+        text = " ".join(line.strip() for line in str(e).strip().splitlines())
+        text = text if len(text) <= 400 else text[:200] + " ... " + text[-195:]
+        comm.abort(f"step {self._steps} failed on trainer {comm.trainer_id}: "
+                   f"{type(e).__name__}: {text}")
+        if hasattr(e, "add_note"):
+            e.add_note("parafluid: in a multi-trainer job a failed step ends the job on every "
+                       "trainer (the others cannot finish it); restart from a checkpoint")
 
     def drop_local_exe_scopes(self) -> None:
         """Drop the per-device scopes holding the temporaries of past runs now."""
@@ -431,16 +450,28 @@ class ParallelExecutor:
                                "not run yet, so its devices hold no parameters to share; run "
                                "the source (training) executor once before this one")
 
-    def _start_equal(self, plan: Plan) -> None:
+    def _start_equal(self, block: Any) -> None:
         """Multi-process: every trainer starts from trainer 0's parameters and optimizer
-        state (as DDP does), whatever seeds their startup programs ran with."""
+        state (as DDP does), whatever seeds their startup programs ran with.
+
+        NOTE: the list comes from the program, never from what this trainer's devices read:
+        in Reduce mode each device reads the optimizer state of the parameters it owns, and
+        the owners differ from trainer to trainer, so per-device lists would pair one
+        trainer's broadcast of a variable with another's receive of a different one. The
+        trainers compare the list (names, shapes, dtypes) before the first broadcast.
+        """
         comm = self._communicator
         root = self._scopes.scopes[0]
-        for name in sorted(plan.persist_reads[0]):
+        state = []
+        for name in sorted(v.name for v in block.vars.values() if v.persistable):
             holder = root.find_var(name)
-            if holder is None or holder.value is None:
-                continue  # reported as missing when the run looks it up
-            values = comm.broadcast(holder.value if comm.rank_offset == 0 else None, 0)
+            value = None if holder is None else holder.value
+            if isinstance(value, (torch.Tensor, SelectedRows)):
+                state.append((name, holder, value))
+        comm.check_consistent("the persistables broadcast from trainer 0", "\n".join(
+            f"{name} {_describe(value)}" for name, _, value in state))
+        for name, holder, value in state:
+            values = comm.broadcast(value if comm.rank_offset == 0 else None, 0, name=name)
             if comm.rank_offset != 0:
                 holder.value = values[0]
 
@@ -519,6 +550,12 @@ class _Owned:
             self.scheduler.close()
             self.scheduler = None
         self.scopes.release(self.owner)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, SelectedRows):
+        return f"rows of {list(value.value.shape[1:])} {value.value.dtype}, height {value.height}"
+    return f"{list(value.shape)} {value.dtype}"
 
 
 def _dense(value: Any) -> Any:

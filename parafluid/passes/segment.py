@@ -24,7 +24,7 @@ A segment never mixes devices (``op_device``), owner devices (the Reduce strateg
 ``owner_device``) or the update ops (``OpRole.Optimize``) with the computation before them,
 so placement, data parallelism and the update tail of an atomic step see the same structure
 as before. ``print(program)`` after the pass shows each segment op and, in its block, the ops
-inside it.
+inside it. ``PARAFLUID_DEBUG=1`` logs every op left out of the segments and why.
 
 Example::
 
@@ -34,6 +34,8 @@ Example::
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,6 +45,8 @@ from ..ops.registry import EMPTY, get_op_def, has_op
 from .liveness import block_liveness
 
 __all__ = ["segment_program", "why_not_compilable", "SEGMENT_OP", "MIN_SEGMENT_OPS"]
+
+log = logging.getLogger("parafluid.compile")
 
 SEGMENT_OP = "compiled_segment"
 MIN_SEGMENT_OPS = 2  # a lone op gains nothing from compiling: it stays as it is
@@ -104,8 +108,13 @@ def segment_program(program: Program, keep: Iterable[str] = (),
 
     runs: list[tuple[int, int]] = []  # [start, end) of each run of compilable ops
     start = None
+    debug = os.environ.get("PARAFLUID_DEBUG", "0") not in ("", "0")
     for i, op in enumerate(ops):
-        ok = why_not_compilable(op, block) is None
+        why = why_not_compilable(op, block)
+        ok = why is None
+        if debug and not ok:
+            log.warning("segment: op #%d %s (created at %s) stays interpreted: %s", i, op.type,
+                        op.callsite, why)
         if start is not None and (not ok or _key(op) != _key(ops[start])):
             runs.append((start, i))
             start = None

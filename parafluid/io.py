@@ -145,7 +145,9 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
         fluid.io.save_persistables(exe, "ckpt", fluid.default_main_program())
     """
     program = _as_program(main_program, "save_persistables")
-    pservers = program.meta.pserver_endpoints
+    # NOTE: a pserver program records its job's pservers too (to name a dead one): only a
+    # trainer program saves through the pservers
+    pservers = [] if pserver_checkpoint_filename(program) else program.meta.pserver_endpoints
     if not pservers:
         return save_vars(executor, dirname, main_program, predicate=is_persistable,
                          filename=filename, scope=scope)
@@ -193,6 +195,21 @@ def write_pserver_checkpoint(dirname: str, filename: str, tensors: dict[str, tor
     path = os.path.join(dirname, filename)
     write_tensors(path, tensors, {_STEP_KEY: str(step), _ROLE_KEY: "pserver"})
     return json.dumps(file_record(path, step))
+
+
+def write_pserver_emergency_checkpoint(dirname: str, filename: str,
+                                       tensors: dict[str, torch.Tensor], step: int) -> str:
+    """A failing pserver's state of ``step``: its file and a marker of its own in
+    ``dirname/<file stem>/``, which ``load_persistables`` of that pserver's program loads
+    (the job's other pservers write theirs beside it). Returns the folder."""
+    folder = os.path.join(dirname, os.path.splitext(filename)[0])
+    os.makedirs(folder, exist_ok=True)
+    record = json.loads(write_pserver_checkpoint(folder, filename, tensors, step))
+    doc = {"format": CHECKPOINT_FORMAT, "step": int(step),
+           "files": {record["file"]: {"sha256": record["sha256"], "bytes": record["bytes"]}}}
+    write_bytes(os.path.join(folder, CHECKPOINT_MARKER),
+                json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+    return folder
 
 
 def check_checkpoint_file(dirname: str, filename: str) -> int:

@@ -51,9 +51,10 @@ class PServerClient:
         self.step = 0  # send barriers this trainer passed with this pserver
         self.server_step = -1  # the highest step this pserver answered with
 
-    def _call(self, kind: Kind, name: str = "", value: Any = None) -> Any:
+    def _call(self, kind: Kind, name: str = "", value: Any = None,
+              deadline_s: float | None = None) -> Any:
         try:
-            reply = self._rpc.call(kind, name, value, step=self.step)
+            reply = self._rpc.call(kind, name, value, step=self.step, deadline_s=deadline_s)
         except RPCTimeoutError as e:
             if self._pool is not None:
                 self._pool.explain_timeout(self.endpoint, e)  # raises, naming a dead pserver
@@ -102,15 +103,21 @@ class PServerClient:
         reply = self._call(Kind.CHECKPOINT, "", dirname)
         return _record(reply, self.endpoint)
 
-    def complete(self) -> None:
+    def complete(self, deadline_s: float | None = None) -> None:
         """Tell the pserver this trainer is done (it leaves the fan-in)."""
-        self._call(Kind.COMPLETE)
+        self._call(Kind.COMPLETE, deadline_s=deadline_s)
 
     def close(self) -> None:
         self._rpc.close()
 
     def __repr__(self) -> str:
         return f"PServerClient({self.endpoint!r}, trainer_id={self.trainer_id})"
+
+
+def probe_seconds(deadline_s: float) -> float:
+    """How long a trainer waits for a ping's answer when it looks for a dead pserver: longer
+    than a pserver's own pings of its peers (at most 0.5 s), which hold its serving loop."""
+    return min(2.0, max(0.6, deadline_s / 2))
 
 
 def _record(reply: Any, endpoint: str) -> dict[str, Any]:
@@ -149,29 +156,33 @@ class ClientPool:
             return c
 
     def explain_timeout(self, endpoint: str, error: RPCTimeoutError) -> None:
-        """After a call to ``endpoint`` timed out: ping the other pservers this trainer
-        talked to, and if one does not answer, raise an error naming it.
+        """After a call to ``endpoint`` timed out: ping every pserver this trainer talked
+        to, and if some do not answer (or answer with an error of their own: a pserver
+        whose update failed), raise an error naming them.
 
         A pserver waiting for a trainer that a dead pserver stopped holds this trainer's
-        request until the deadline; the timeout then names the live pserver, and the dead
-        one is the cause worth naming. Returns (the caller re-raises ``error``) when every
-        other pserver answers.
+        request; the dead one is the cause worth naming. A pserver that gave up waiting
+        stays up for a while and answers pings, so it is not taken for the cause. Returns
+        (the caller re-raises ``error``) when every pserver answers.
         """
         with self._lock:
-            others = [c for ep, c in self._clients.items() if ep != endpoint]
+            clients = list(self._clients.values())
         base = rpc_deadline_seconds() if self.deadline_s is None else self.deadline_s
-        probe = min(1.0, max(0.2, base / 4))
+        probe = probe_seconds(base)
         dead = []
-        for c in others:
+        for c in clients:
             try:
                 c.ping(probe)
-            except RPCError:
+            except RPCTimeoutError:
                 dead.append(c.endpoint)
+            except RPCError as e:
+                dead.append(f"{c.endpoint} ({e})")
         if dead:
+            others = "" if len(dead) == len(clients) else ", the other pservers answer"
             raise RPCTimeoutError(
                 f"{error}; pserver {', '.join(dead)} of this job does not answer a ping "
-                f"either (within {probe:.1f} s): it is down or stuck, the likely cause "
-                f"(trainer {self.trainer_id})") from error
+                f"(within {probe:.1f} s){others}: it is down, stuck or failed, the likely "
+                f"cause (trainer {self.trainer_id})") from error
 
     @property
     def endpoints(self) -> list[str]:
@@ -197,15 +208,17 @@ class ClientPool:
                            f"pservers: {steps}")
         return next(iter(steps.values()), 0)
 
-    def complete(self, endpoints: Iterable[str] | None = None) -> None:
+    def complete(self, endpoints: Iterable[str] | None = None,
+                 deadline_s: float | None = None) -> None:
         """Send COMPLETE to ``endpoints`` (default: every endpoint used), then close.
 
         Every endpoint is tried; the first error is raised after the others were told.
+        ``deadline_s`` bounds each notice (None: the pool's deadline).
         """
         first: Exception | None = None
         for ep in list(self._clients) if endpoints is None else list(endpoints):
             try:
-                self.get(ep).complete()
+                self.get(ep).complete(deadline_s)
             except Exception as e:  # NOTE: keep telling the other pservers
                 first = first or e
         self.close()

@@ -12,8 +12,15 @@ optimization has run. A trainer's ``complete`` removes it from the fan-in, so tr
 different amounts of data do not stall the others; ``serve()`` returns once every trainer has
 completed. Async mode: each gradient is optimized as it arrives; barriers are answered at once.
 
-Every wait has the deadline (``FLAGS_rpc_deadline``): when it passes, ``serve()`` raises
-:class:`PServerError` naming the missing trainer ids and what they were waiting for.
+Every wait has the deadline (``FLAGS_rpc_deadline``): when it passes, the server pings the
+other pservers of its job (``peers``) and its error names the missing trainer ids, what they
+were waiting for, and a peer that does not answer (a dead or stopped pserver holds up the
+trainers, so it is the likely cause). Then it saves its state into an emergency checkpoint
+(``save``, under ``checkpoint_root/__emergency__/step_<k>``) and stays up for a while
+(``linger_s``): it answers pings, so that trainers probing the pservers do not take it for
+the culprit, and it answers every other request with its error, until every live trainer
+has heard it or ``linger_s`` passed; then ``serve()`` raises :class:`PServerError`. A
+pserver whose own update failed answers pings with its error: it is the culprit.
 
 Steps: every trainer request carries the trainer's step with this pserver (the send barriers
 it passed); in sync mode a request whose step is not the pserver's (a pserver restarted
@@ -42,8 +49,9 @@ import hashlib
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -59,10 +67,12 @@ from .rpc import (
 )
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, Kind
 
-__all__ = ["ParameterServer", "PServerError", "CHECKPOINT_ROOT_ENV", "default_checkpoint_root",
-           "confine_checkpoint_dir", "file_record"]
+__all__ = ["ParameterServer", "PServerError", "CHECKPOINT_ROOT_ENV", "EMERGENCY_DIR",
+           "default_checkpoint_root", "confine_checkpoint_dir", "emergency_checkpoint_dir",
+           "file_record"]
 
 CHECKPOINT_ROOT_ENV = "PARAFLUID_CHECKPOINT_ROOT"
+EMERGENCY_DIR = "__emergency__"  # inside the checkpoint root: what a failing pserver saves
 
 log = logging.getLogger("parafluid.distributed.pserver")
 
@@ -93,12 +103,22 @@ class ParameterServer:
         save: ``save(dirname, step) -> str`` on a checkpoint notice: writes this pserver's
             state of ``step`` under ``dirname`` (already confined to ``checkpoint_root``)
             and returns the text the trainer gets back (a JSON record of the file).
+        emergency_save: ``emergency_save(dirname, step)`` before a failure ends the server
+            (not when its own update failed): writes this pserver's state of ``step`` into
+            ``dirname`` (``checkpoint_root/__emergency__/step_<k>``) as a checkpoint that
+            loads on its own.
         check_grad: ``check_grad(name, value)`` raises ValueError for a gradient this
             pserver cannot optimize (unknown name, wrong shape or dtype): the SEND is
             refused and the server goes on. None: every gradient is accepted.
         checkpoint_root: the directory checkpoint requests must stay inside (None:
             ``$PARAFLUID_CHECKPOINT_ROOT``, else the working directory).
-        deadline_s: the barrier deadline; None reads ``FLAGS_rpc_deadline``.
+        deadline_s: the deadline; None reads ``FLAGS_rpc_deadline``. A sync barrier gives
+            up at ``barrier_s``: 1 s before it (at 3/4 of it when that is later).
+        peers: the endpoints of the job's other pservers, pinged when a barrier times out
+            to name a dead one (this endpoint, if listed, is skipped).
+        linger_s: how long a failed server keeps answering (pings, and every request with
+            its error) before ``serve()`` raises; None: ``deadline_s`` (a trainer blocked on
+            a dead pserver gives up within one deadline, then pings this one).
         secret: shared secret; None reads ``$PARAFLUID_RPC_SECRET``.
         max_connections, idle_timeout_s: see :class:`RPCServer`.
     """
@@ -108,9 +128,12 @@ class ParameterServer:
                  get: Callable[[str], Any],
                  prefetch: Callable[[str, torch.Tensor], Any] | None = None,
                  save: Callable[[str, int], str] | None = None,
+                 emergency_save: Callable[[str, int], None] | None = None,
                  check_grad: Callable[[str, Any], None] | None = None,
                  checkpoint_root: str | None = None,
                  deadline_s: float | None = None,
+                 peers: Sequence[str] = (),
+                 linger_s: float | None = None,
                  secret: bytes | str | None = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  poll_interval_s: float = 0.05,
@@ -122,11 +145,24 @@ class ParameterServer:
         self.sync_mode = bool(sync_mode)
         self._optimize, self._get, self._prefetch, self._save = optimize, get, prefetch, save
         self._check_grad = check_grad
+        self._emergency_save_cb = emergency_save
         self.checkpoint_root = os.path.realpath(checkpoint_root or default_checkpoint_root())
         self._owner: dict[int, bytes] = {}  # trainer id -> the connection that speaks for it
         self._log = RateLimitedLog(log)
         self.refused = 0  # requests refused (bad, forged or unexpected)
         self.deadline_s = rpc_deadline_seconds() if deadline_s is None else float(deadline_s)
+        self.linger_s = self.deadline_s if linger_s is None else float(linger_s)
+        # NOTE: a sync barrier gives up a little before the deadline: a trainer's read held
+        # since the barrier began must get this server's error (after the peers are probed)
+        # before its own deadline, else it would only know that this server did not answer
+        self.barrier_s = max(0.75 * self.deadline_s, self.deadline_s - 1.0)
+        self._secret = secret
+        self._failed_at = 0.0
+        self._culprit = False  # the failure is this server's own (its update failed)
+        self._told: set[int] = set()  # trainers answered with the error after the failure
+        # a barrier timed out: (the error, the thread pinging the peers, what it found)
+        self._probing: tuple[PServerError, threading.Thread, list[str]] | None = None
+        self.emergency_path: str | None = None
         self.live: set[int] = set(range(fan_in))
         self.completed: set[int] = set()
         self.step = 0  # optimizations run (sync: steps; async: gradients applied)
@@ -146,6 +182,7 @@ class ParameterServer:
                                  max_connections=max_connections,
                                  idle_timeout_s=idle_timeout_s)
         self.endpoint = self._server.endpoint
+        self.peers = [p for p in peers if p != self.endpoint and p != endpoint]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -190,6 +227,12 @@ class ParameterServer:
     def _handle(self, req: Request) -> None:
         m = req.msg
         req.step = self.step
+        if self._error is not None:
+            self._handle_failed(req)
+            return
+        if self._probing is not None and m.kind != Kind.PING:
+            self._held.append(req)  # answered with the error once the peers are probed
+            return
         if m.kind == Kind.PING:
             req.reply()
             return
@@ -226,9 +269,24 @@ class ParameterServer:
         except PServerError as e:
             if not req.replied:
                 req.reply_error(str(e))
-            self._fail(e)
+                self._told.add(t)
+            self._fail(e, culprit=True)
         except _RequestError as e:
             self._refuse(req, str(e))
+
+    def _handle_failed(self, req: Request) -> None:
+        """After a failure: pings are answered (with the error when the failure is this
+        server's own), every other request with the error."""
+        m = req.msg
+        if m.kind == Kind.PING and not self._culprit:
+            req.reply()
+        else:
+            req.reply_error(str(self._error))
+        # NOTE: a trainer that asked anything (a ping too: it is finding the culprit) on its
+        # own connection has learnt what it needs from this server
+        if self._owner.get(m.trainer_id) == req.connection:
+            self._told.add(m.trainer_id)
+            self._maybe_end_linger()
 
     def _refuse(self, req: Request, why: str) -> None:
         """Answer a request with an error and log it (rate-limited); the server goes on."""
@@ -438,10 +496,20 @@ class ParameterServer:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        if self._error is not None:
+            if now - self._failed_at >= self.linger_s:
+                raise self._error
+            return
+        if self._probing is not None:
+            err, thread, found = self._probing
+            if not thread.is_alive():
+                self._probing = None
+                self._fail(PServerError(str(err) + "".join(found)))
+            return
         if not self.sync_mode:
             silent = sorted(t for t in self.live if now - self._last_seen[t] > self.deadline_s)
             if silent:
-                self._fail(PServerError(
+                self._give_up(PServerError(
                     f"pserver {self.endpoint} (async): no message from trainer(s) {silent} for "
                     f"{self.deadline_s:.1f} s (FLAGS_rpc_deadline); they died or stalled"))
             return
@@ -454,27 +522,104 @@ class ParameterServer:
             what = "fetch barrier"
         if not missing:
             return
-        if waited > self.deadline_s:
-            self._fail(PServerError(
+        if waited > self.barrier_s:
+            self._give_up(PServerError(
                 f"pserver {self.endpoint}: step {self.step}: waited {waited:.1f} s for the "
                 f"{what} of trainer(s) {missing} (FLAGS_rpc_deadline is "
                 f"{self.deadline_s * 1000:.0f} ms); trainers done with this barrier: "
                 f"{sorted(self.live - set(missing))}, completed: {sorted(self.completed)}"))
-        elif waited > self.deadline_s / 2 and not self._warned:
+        elif waited > self.barrier_s / 2 and not self._warned:
             self._warned = True
             log.warning("pserver %s: step %d: still waiting for the %s of trainer(s) %s after "
                         "%.1f s (deadline %.1f s)", self.endpoint, self.step, what, missing,
                         waited, self.deadline_s)
 
-    def _fail(self, err: PServerError) -> None:
+    def _give_up(self, err: PServerError) -> None:
+        """A barrier timed out: ping the peers from a thread (the serving loop goes on
+        answering pings: peers that time out at the same moment probe each other), then
+        :meth:`_fail` with what the probe found."""
+        found: list[str] = []
+        thread = threading.Thread(target=lambda: found.append(self._probe_peers()),
+                                  name=f"pserver {self.endpoint} probe", daemon=True)
+        self._probing = (err, thread, found)
+        thread.start()
+
+    def _fail(self, err: PServerError, culprit: bool = False) -> None:
+        """Give up: name the likely cause, save the state (unless this server's own update
+        failed: it may be half applied), answer the held requests with the error, and linger
+        (see the module docstring) before ``serve()`` raises it."""
+        if self._error is not None:
+            return
+        text = str(err)
+        if not culprit:
+            path = self._emergency_save()
+            if path:
+                text += (f"; this pserver's state of step {self.step} is saved in {path} "
+                         "(emergency checkpoint)")
+        self._error = PServerError(text)
+        self._error.__cause__ = err.__cause__
+        self._culprit = culprit
+        self._failed_at = time.monotonic()
+        log.error("%s", text)
         held, self._held = self._held, []
         for req in held:
-            req.reply_error(str(err))
-        raise err
+            req.reply_error(text)
+            self._told.add(req.msg.trainer_id)
+        self._maybe_end_linger()
+
+    def _maybe_end_linger(self) -> None:
+        if self.live <= self._told or self.linger_s <= 0:
+            raise self._error
+
+    def _probe_peers(self) -> str:
+        """Ping the other pservers; the text naming those that do not answer (or that
+        answer with an error of their own), the likely cause of a barrier timing out."""
+        from .rpc import RPCClient, RPCError
+
+        # NOTE: shorter than a trainer's probe (ps_client.probe_seconds, at least 0.6 s), so
+        # that a trainer learns of this failure before it gives up on this server
+        probe = min(0.5, max(0.1, self.deadline_s / 8))
+        down = []
+        for peer in self.peers:
+            try:
+                with RPCClient(peer, probe, self._secret) as client:
+                    client.call(Kind.PING)
+            except RPCError as e:
+                down.append(f"{peer} ({'no answer' if isinstance(e, TimeoutError) else e})")
+            except (OSError, ValueError) as e:
+                down.append(f"{peer} ({e})")
+        if down:
+            return (f"; pserver {', '.join(down)} of this job does not answer a ping within "
+                    f"{probe:.1f} s: it is down, stuck or failed, the likely cause (the "
+                    "trainers waited for are held up by it)")
+        if self.peers:
+            return "; every other pserver of this job answers: the trainers waited for died " \
+                "or stalled"
+        return ""
+
+    def _emergency_save(self) -> str | None:
+        if self._emergency_save_cb is None:
+            return None
+        dirname = emergency_checkpoint_dir(self.checkpoint_root, self.step)
+        try:
+            os.makedirs(dirname, exist_ok=True)
+            self._emergency_save_cb(dirname, self.step)
+        except Exception as e:  # noqa: BLE001 - the failure is reported; the save is extra
+            log.error("pserver %s: the emergency checkpoint in %s failed: %s: %s",
+                      self.endpoint, dirname, type(e).__name__, e)
+            return None
+        self.emergency_path = dirname
+        return dirname
 
 
 class _RequestError(Exception):
     """A bad request: answered with an error, the server goes on."""
+
+
+def emergency_checkpoint_dir(root: str, step: int) -> str:
+    """Where a failing pserver saves its state of ``step``: ``root/__emergency__/step_<k>``
+    (each pserver writes its own ``pserver_<id>.safetensors`` and marker there)."""
+    return os.path.join(root, EMERGENCY_DIR, f"step_{int(step)}")
 
 
 def default_checkpoint_root() -> str:

@@ -321,6 +321,19 @@ class _Server:
         return write_pserver_checkpoint(dirname, pserver_checkpoint_filename(program), tensors,
                                         step)
 
+    def emergency_save(self, dirname: str, step: int) -> None:
+        """Before a failure ends the pserver: its persistables of ``step`` into
+        ``dirname/pserver_<id>/`` with a marker of their own (see io)."""
+        from ..io import _values, pserver_checkpoint_filename, write_pserver_emergency_checkpoint
+
+        program = self.ctx.op.block.program
+        scope = self.ctx.scope
+        chosen = [v for n, v in program.global_block().vars.items() if v.persistable
+                  and scope.find_var(n) is not None and scope.find_var(n).value is not None]
+        tensors = _values(scope, chosen, f"pserver {self.endpoint} emergency checkpoint")
+        write_pserver_emergency_checkpoint(dirname, pserver_checkpoint_filename(program),
+                                           tensors, step)
+
     def check_grad(self, name: str, value: Any) -> None:
         """Refuse (ValueError) a gradient this pserver does not optimize, or of the wrong
         shape or dtype: it would fail inside the optimize block and end the job."""
@@ -373,6 +386,8 @@ def _listen_and_serv(ins: dict, attrs: dict, ctx: Any) -> dict:
     server = _Server(attrs, ctx)
     ps = ParameterServer(server.endpoint, server.fan_in, server.sync, optimize=server.optimize,
                          get=server.get, save=server.save, check_grad=server.check_grad,
+                         emergency_save=server.emergency_save,
+                         peers=ctx.op.block.program.meta.pserver_endpoints,
                          prefetch=server.prefetch, deadline_s=ctx.deadline_s,
                          max_message_bytes=server.max_message_bytes())
     main = threading.current_thread() is threading.main_thread()

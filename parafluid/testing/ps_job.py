@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -175,13 +176,18 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
                 sync: bool = True, progress: bool = False, first_step: int = 0,
                 checkpoint_at: int | Sequence[int] | None = None,
                 checkpoint_dir: str | None = None, embedding: str = "",
-                compile: bool = False, step_delay: float = 0.0) -> dict[str, Any]:
+                compile: bool = False, step_delay: float = 0.0,
+                close: bool = True, checkpoint_every: int = 0,
+                raise_at: int | None = None) -> dict[str, Any]:
     """Train steps ``first_step .. steps-1`` as trainer ``trainer_id``; return its losses and
     parameters (initial and final, as lists). ``progress`` prints a JSON line after each
     step; trainer 0 saves a checkpoint into ``checkpoint_dir`` after ``checkpoint_at``
-    steps (a number or several); ``step_delay`` seconds pass between steps. ``compile``: run
+    steps (a number or several), or into ``checkpoint_dir/step_<k>`` after every
+    ``checkpoint_every`` steps (k: the steps done); ``step_delay`` seconds pass between steps. ``compile``: run
     the trainer program as compiled segments (a CompiledProgram with
-    ``BuildStrategy.enable_compile``)."""
+    ``BuildStrategy.enable_compile``). ``close=False`` returns without ``exe.close()``,
+    as a script that just ends (the process's exit then tells the pservers);
+    ``raise_at``: raise a RuntimeError before step ``raise_at`` (a trainer that fails)."""
     import time
 
     import parafluid as fluid
@@ -200,12 +206,16 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
     scope = fluid.Scope()
     exe.run(startup, scope=scope)
     initial = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
+    if progress:
+        print(json.dumps({"trainer_id": trainer_id, "initial": initial}), flush=True)
     losses = []
     all_ids = ids_of(steps, trainers) if embedding else None
     save_after = {checkpoint_at} if isinstance(checkpoint_at, int) else set(checkpoint_at or ())
     for step, (x, y) in enumerate(batches(steps, trainers)):
         if step < first_step:
             continue
+        if step == raise_at:
+            raise RuntimeError(f"trainer {trainer_id}: the data of step {step} cannot be read")
         if step_delay:
             time.sleep(step_delay)
         feed = {"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]}
@@ -217,6 +227,9 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
             print(json.dumps({"trainer_id": trainer_id, "step": step}), flush=True)
         if trainer_id == 0 and step + 1 in save_after:
             fluid.io.save_persistables(exe, checkpoint_dir, prog, scope=scope)
+        if trainer_id == 0 and checkpoint_every and (step + 1) % checkpoint_every == 0:
+            fluid.io.save_persistables(exe, os.path.join(checkpoint_dir, f"step_{step + 1}"),
+                                       prog, scope=scope)
     names = PARAMS + (("emb",) if embedding == "local" else ())
     final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in names}
     if embedding == "distributed":  # the table never comes whole: read its shards
@@ -228,7 +241,8 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
             pool.get(ep).prefetch(name, np.arange(rows)).numpy()
             for name, ep, rows in zip(op.attr("table_names"), op.attr("epmap"),
                                       op.attr("height_sections"))]).tolist()
-    exe.close()
+    if close:
+        exe.close()
     return {"trainer_id": trainer_id, "losses": losses, "initial": initial, "final": final}
 
 
@@ -298,6 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--step-delay", type=float, default=0.0, help="trainer: seconds per step")
     p.add_argument("--load-dir", default=None, help="pserver: load a checkpoint first")
+    p.add_argument("--raise-at", type=int, default=None,
+                   help="trainer: fail with an uncaught exception before this step")
+    p.add_argument("--no-close", dest="close", action="store_false",
+                   help="trainer: end without exe.close() (the exit tells the pservers)")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="trainer 0: save a checkpoint into --checkpoint-dir/step_<k> every "
+                        "k steps")
     a = p.parse_args(argv)
     if a.role == "pserver":
         run_pserver(a.endpoint, a.pservers, a.trainers, a.optimizer,
@@ -307,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         out = run_trainer(a.trainer_id, a.pservers, a.trainers, a.steps, a.optimizer,
                           split_method=a.split_method, sync=a.sync, progress=a.progress,
                           first_step=a.first_step, checkpoint_at=a.checkpoint_at,
-                          checkpoint_dir=a.checkpoint_dir, step_delay=a.step_delay)
+                          checkpoint_dir=a.checkpoint_dir, step_delay=a.step_delay,
+                          close=a.close, checkpoint_every=a.checkpoint_every,
+                          raise_at=a.raise_at)
         print(json.dumps(out), flush=True)
     return 0
 

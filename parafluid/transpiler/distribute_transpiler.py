@@ -189,7 +189,11 @@ class DistributeTranspiler:
 
         ``exe.run(program)`` serves until every trainer's ``Executor.close()``.
         """
-        return self._pserver().pserver(endpoint)[0]
+        prog = self._pserver().pserver(endpoint)[0]
+        # the job's pservers: a pserver whose barrier times out pings the others to name a
+        # dead one (listen_and_serv reads them here)
+        prog.meta.pserver_endpoints = list(self._pserver().eps)
+        return prog
 
     def get_pserver_programs(self, endpoint: str) -> tuple[Any, Any]:
         """``(pserver main program, pserver startup program)`` of ``endpoint``."""

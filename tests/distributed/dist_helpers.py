@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,6 +16,7 @@ from parafluid.distributed.launch import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
+CHECKPOINT_ROOT = os.path.join(tempfile.gettempdir(), "parafluid_test_checkpoints")
 
 
 def endpoints(n: int) -> str:
@@ -25,6 +27,9 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PADDLE_", "FLAGS_")) and k not in ("RANK", "WORLD_SIZE")}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    # NOTE: a pserver that fails saves an emergency checkpoint under its checkpoint root
+    # (default: the working directory, here the repository)
+    env.setdefault("PARAFLUID_CHECKPOINT_ROOT", CHECKPOINT_ROOT)
     env.update(extra)
     return env
 

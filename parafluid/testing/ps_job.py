@@ -183,8 +183,8 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
     parameters (initial and final, as lists). ``progress`` prints a JSON line after each
     step; trainer 0 saves a checkpoint into ``checkpoint_dir`` after ``checkpoint_at``
     steps (a number or several), or into ``checkpoint_dir/step_<k>`` after every
-    ``checkpoint_every`` steps (k: the steps done); ``step_delay`` seconds pass between steps. ``compile``: run
-    the trainer program as compiled segments (a CompiledProgram with
+    ``checkpoint_every`` steps (k: the steps done); ``step_delay`` seconds pass between
+    steps. ``compile``: run the trainer program as compiled segments (a CompiledProgram with
     ``BuildStrategy.enable_compile``). ``close=False`` returns without ``exe.close()``,
     as a script that just ends (the process's exit then tells the pservers);
     ``raise_at``: raise a RuntimeError before step ``raise_at`` (a trainer that fails)."""

@@ -126,7 +126,8 @@ def reference(steps: int, optimizer: str = "sgd", seed: int = 0) -> dict[str, An
 
 def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd",
                pservers: str = "", placed: str = "nodes", die_at_step: int = -1,
-               seed: int = 0, microbatches: int = 1, train_deadline_ms: int = 0
+               seed: int = 0, microbatches: int = 1, train_deadline_ms: int = 0,
+               progress: bool = False, exit_at_step: int = -1, step_delay: float = 0.0
                ) -> dict[str, Any]:
     """Transpile and train worker ``trainer_id``; its losses (where the loss is), the
     parameters its scope holds, and what crossed (the node_send/node_recv ops' variables,
@@ -135,7 +136,10 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
     number and trainer t trains on rows ``t::trainers`` of each batch. ``microbatches``:
     ``BuildStrategy.num_microbatches`` of a CompiledProgram running this worker's program.
     ``train_deadline_ms``: ``FLAGS_rpc_deadline`` once every worker is up (a short deadline
-    for the steps that does not race the other process's start)."""
+    for the steps that does not race the other process's start). ``progress``: a JSON
+    line ``{"step": k}`` after each step; ``exit_at_step``: the script ends normally
+    (``sys.exit(0)``) when that step starts; ``step_delay``: seconds before each step."""
+    import time
     import torch
 
     import parafluid as fluid
@@ -172,8 +176,14 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
     for s in range(steps):
         if s == die_at_step:
             os._exit(3)
+        if s == exit_at_step:
+            sys.exit(0)
+        if step_delay:
+            time.sleep(step_delay)
         out = exe.run(run_prog, feed=batch(s, part, parts),
                       fetch_list=[loss] if has_loss else [], scope=scope)
+        if progress:
+            print(json.dumps({"step": s}), flush=True)
         if has_loss:  # (one loss per replica: the mean of their equal shares)
             losses.append(float(np.mean(np.asarray(out[0]))))
     params = _params(scope, PARAMS)
@@ -220,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the programs' random_seed")
     p.add_argument("--microbatches", type=int, default=1)
     p.add_argument("--train-deadline-ms", type=int, default=0)
+    p.add_argument("--progress", action="store_true", help="a JSON line after each step")
+    p.add_argument("--exit-at-step", type=int, default=-1)
+    p.add_argument("--step-delay", type=float, default=0.0)
     args = p.parse_args(argv)
     if args.role == "pserver":
         run_pserver(args.endpoint, args.pservers, int(args.trainers), args.optimizer,
@@ -228,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = run_worker(args.trainer_id, args.trainers, args.steps, args.optimizer,
                      args.pservers, args.placed, args.die_at_step, args.seed,
-                     args.microbatches, args.train_deadline_ms)
+                     args.microbatches, args.train_deadline_ms, args.progress,
+                     args.exit_at_step, args.step_delay)
     out.pop("program")
     print(json.dumps(out), flush=True)
     return 0

@@ -11,6 +11,9 @@ Scenarios (the MLP of tests/parallel/dp_models.py with Momentum, 5 steps):
 - ``crash_before``, ``error_before``: trainer 1 dies (``os._exit``) or raises once the
   rendezvous is done, before its first step.
 - ``crash_during``: trainer 1 dies during its first step, after the program check.
+- ``random``: 40 steps of 0.1 s each, a JSON line ``{"step": k}`` on stdout after each
+  (the test signals a trainer at a step it picks); with ``$EXIT_AT=k`` and ``$EXIT_WHO=t``
+  trainer t ends its script normally (``sys.exit(0)``) when step k starts.
 
 Writes ``status_t<id>.json``: ``caught`` (errors caught and survived), ``error`` (the error
 that ended the run), ``start``/``end`` (time.time() around the run).
@@ -80,6 +83,16 @@ def main() -> None:
                 os._exit(3)
             comm.check_consistent = check_then_die
         status["start"] = time.time()
+        if scenario == "random":
+            exit_at = int(os.environ.get("EXIT_AT", "-1"))
+            exit_who = int(os.environ.get("EXIT_WHO", "-1"))
+            for step in range(40):
+                if step == exit_at and tid == exit_who:
+                    sys.exit(0)
+                time.sleep(0.1)
+                pe_a.run([loss_a.name], feed=shard(feeds[step % len(feeds)], tid))
+                print(json.dumps({"step": step}), flush=True)
+            feeds = []
         for step, feed in enumerate(feeds):
             mine = shard(feed, tid)
             if scenario == "nan" and tid == 0 and step == 2:

@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -139,7 +140,6 @@ def run_worker(trainer_id: int, trainers: str, steps: int, optimizer: str = "sgd
     for the steps that does not race the other process's start). ``progress``: a JSON
     line ``{"step": k}`` after each step; ``exit_at_step``: the script ends normally
     (``sys.exit(0)``) when that step starts; ``step_delay``: seconds before each step."""
-    import time
     import torch
 
     import parafluid as fluid

@@ -48,6 +48,7 @@ from .tensor_more import *
 from .debug import *
 from .rank_table import *
 from .distributions import *
+from .detection import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
@@ -55,6 +56,7 @@ __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tens
 __all__ += vision.__all__ + misc.__all__ + loss_extra.__all__ + seq_extra.__all__
 __all__ += spatial.__all__ + tensor_extra.__all__ + tensor_more.__all__ + debug.__all__
 __all__ += rank_table.__all__ + distributions.__all__
+__all__ += detection.__all__
 
 
 def __getattr__(name: str) -> object:

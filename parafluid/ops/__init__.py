@@ -42,6 +42,7 @@ from . import sequence_steps
 from . import tensor_array
 from . import matching
 from . import filter_by_tag
+from . import detection_box
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

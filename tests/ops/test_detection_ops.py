@@ -1,0 +1,216 @@
+"""Op table: the detection family (prior boxes, anchors, box coding, IoU, clipping, matching,
+target assignment, hard-example mining, non-maximum suppression, ROI ops). References are
+numpy loops written from Fluid 1.6's operator definitions."""
+
+import math
+
+import numpy as np
+import pytest
+
+from parafluid.testing import OpCase, check_op, rand
+
+FEAT = np.zeros((1, 2, 3, 4), "float32")  # a 3 x 4 feature map
+IMAGE = np.zeros((1, 3, 30, 40), "float32")
+
+
+def _ratios(ratios, flip):
+    out = [1.0]
+    for r in ratios:
+        if min(abs(r - o) for o in out) < 1e-6:
+            continue
+        out += [r, 1.0 / r] if flip else [r]
+    return out
+
+
+def prior_box_ref(Input, Image, attrs):
+    h, w = Input.shape[2:]
+    ih, iw = Image.shape[2:]
+    sw = attrs["step_w"] or iw / w
+    sh = attrs["step_h"] or ih / h
+    ratios = _ratios(attrs["aspect_ratios"], attrs["flip"])
+    cells = []
+    for y in range(h):
+        for x in range(w):
+            cx, cy = (x + attrs["offset"]) * sw, (y + attrs["offset"]) * sh
+            sizes = []  # (box width, box height)
+            for s, m in enumerate(attrs["min_sizes"]):
+                by_ratio = [(m * math.sqrt(r), m / math.sqrt(r)) for r in ratios]
+                big = [(math.sqrt(m * attrs["max_sizes"][s]),) * 2] if attrs["max_sizes"] else []
+                if attrs["min_max_aspect_ratios_order"]:
+                    sizes += [(m, m)] + big + [b for r, b in zip(ratios, by_ratio) if r != 1.0]
+                else:
+                    sizes += by_ratio + big
+            cells.append([[(cx - bw / 2) / iw, (cy - bh / 2) / ih, (cx + bw / 2) / iw,
+                           (cy + bh / 2) / ih] for bw, bh in sizes])
+    boxes = np.array(cells).reshape(h, w, -1, 4)
+    if attrs["clip"]:
+        boxes = np.clip(boxes, 0, 1)
+    return {"Boxes": boxes, "Variances": np.broadcast_to(attrs["variances"], boxes.shape)}
+
+
+def density_prior_box_ref(Input, Image, attrs):
+    h, w = Input.shape[2:]
+    ih, iw = Image.shape[2:]
+    sw = attrs["step_w"] or iw / w
+    sh = attrs["step_h"] or ih / h
+    avg = int((sw + sh) / 2)
+    out = []
+    for y in range(h):
+        for x in range(w):
+            cx, cy = (x + attrs["offset"]) * sw, (y + attrs["offset"]) * sh
+            for size, d in zip(attrs["fixed_sizes"], attrs["densities"]):
+                shift = avg // d
+                for r in attrs["fixed_ratios"]:
+                    bw, bh = size * math.sqrt(r), size / math.sqrt(r)
+                    for i in range(d):
+                        for j in range(d):
+                            px = cx - avg / 2 + shift / 2 + j * shift
+                            py = cy - avg / 2 + shift / 2 + i * shift
+                            out.append([(px - bw / 2) / iw, (py - bh / 2) / ih,
+                                        (px + bw / 2) / iw, (py + bh / 2) / ih])
+    boxes = np.clip(np.array(out), 0, 1)
+    if not attrs["flatten_to_2d"]:
+        boxes = boxes.reshape(h, w, -1, 4)
+    return {"Boxes": boxes, "Variances": np.broadcast_to(attrs["variances"], boxes.shape)}
+
+
+def anchor_ref(Input, attrs):
+    h, w = Input.shape[2:]
+    sw, sh = attrs["stride"]
+    out = []
+    for y in range(h):
+        for x in range(w):
+            cx = x * sw + attrs["offset"] * (sw - 1)
+            cy = y * sh + attrs["offset"] * (sh - 1)
+            for r in attrs["aspect_ratios"]:
+                for size in attrs["anchor_sizes"]:
+                    bw = np.round(np.sqrt(sw * sh / r))
+                    bh = np.round(bw * r)
+                    aw, ah = size / sw * bw, size / sh * bh
+                    out.append([cx - (aw - 1) / 2, cy - (ah - 1) / 2, cx + (aw - 1) / 2,
+                                cy + (ah - 1) / 2])
+    boxes = np.array(out).reshape(h, w, -1, 4)
+    return {"Anchors": boxes, "Variances": np.broadcast_to(attrs["variances"], boxes.shape)}
+
+
+def _center(b, pixel):
+    w, h = b[2] - b[0] + pixel, b[3] - b[1] + pixel
+    return w, h, b[0] + w / 2, b[1] + h / 2
+
+
+def box_coder_ref(PriorBox, TargetBox, attrs, PriorBoxVar=None):
+    pixel = 0.0 if attrs["box_normalized"] else 1.0
+    var = PriorBoxVar
+    if var is None:
+        var = np.tile(attrs["variance"] or [1.0] * 4, (len(PriorBox), 1))
+    if attrs["code_type"] == "encode_center_size":
+        out = np.zeros((len(TargetBox), len(PriorBox), 4))
+        for i, t in enumerate(TargetBox):
+            tw, th = t[2] - t[0] + pixel, t[3] - t[1] + pixel
+            tcx, tcy = (t[0] + t[2]) / 2, (t[1] + t[3]) / 2
+            for j, p in enumerate(PriorBox):
+                pw, ph, pcx, pcy = _center(p, pixel)
+                out[i, j] = np.array([(tcx - pcx) / pw, (tcy - pcy) / ph, np.log(tw / pw),
+                                      np.log(th / ph)]) / var[j]
+        return {"OutputBox": out}
+    out = np.zeros(TargetBox.shape)
+    for i in range(TargetBox.shape[0]):
+        for j in range(TargetBox.shape[1]):
+            k = j if attrs["axis"] == 0 else i
+            pw, ph, pcx, pcy = _center(PriorBox[k], pixel)
+            v, t = var[k], TargetBox[i, j]
+            cx, cy = v[0] * t[0] * pw + pcx, v[1] * t[1] * ph + pcy
+            bw, bh = np.exp(v[2] * t[2]) * pw, np.exp(v[3] * t[3]) * ph
+            out[i, j] = [cx - bw / 2, cy - bh / 2, cx + bw / 2 - pixel, cy + bh / 2 - pixel]
+    return {"OutputBox": out}
+
+
+def iou(a, b, normalized=True):
+    pixel = 0.0 if normalized else 1.0
+    iw = max(min(a[2], b[2]) - max(a[0], b[0]) + pixel, 0)
+    ih = max(min(a[3], b[3]) - max(a[1], b[1]) + pixel, 0)
+    inter = iw * ih
+    area = (a[2] - a[0] + pixel) * (a[3] - a[1] + pixel) + (b[2] - b[0] + pixel) * \
+        (b[3] - b[1] + pixel)
+    return inter / (area - inter)
+
+
+def iou_ref(X, Y, attrs):
+    return {"Out": np.array([[iou(a, b, attrs["box_normalized"]) for b in Y] for a in X])}
+
+
+def boxes(n, seed, scale=1.0):
+    """Valid random boxes: x1 < x2, y1 < y2."""
+    rng = np.random.RandomState(seed)
+    xy = rng.uniform(0, 0.6, (n, 2))
+    wh = rng.uniform(0.1, 0.4, (n, 2))
+    return (np.concatenate([xy, xy + wh], 1) * scale).astype("float32")
+
+
+def box_clip_ref(Input, ImInfo):
+    out = Input.copy()
+    for i, (start, end) in enumerate([(0, 2), (2, 5)]):
+        im_h = np.round(ImInfo[i, 0] / ImInfo[i, 2])
+        im_w = np.round(ImInfo[i, 1] / ImInfo[i, 2])
+        out[start:end, 0::2] = np.clip(out[start:end, 0::2], 0, im_w - 1)
+        out[start:end, 1::2] = np.clip(out[start:end, 1::2], 0, im_h - 1)
+    return {"Output": out}
+
+
+PRIOR_ATTRS = {"min_sizes": [4.0, 9.0], "max_sizes": [8.0, 20.0], "aspect_ratios": [2.0, 3.0],
+               "variances": [0.1, 0.1, 0.2, 0.2], "flip": True, "clip": True, "step_w": 0.0,
+               "step_h": 0.0, "offset": 0.5}
+DENSITY_ATTRS = {"densities": [3, 1], "fixed_sizes": [6.0, 16.0], "fixed_ratios": [1.0, 2.0],
+                 "variances": [0.1, 0.1, 0.2, 0.2], "clip": False, "step_w": 0.0,
+                 "step_h": 0.0, "offset": 0.5, "flatten_to_2d": False}
+PRIORS = boxes(5, seed=1)
+PRIOR_VAR = rand(5, 4, low=0.1, high=0.3, dtype="float32")
+DELTAS = rand(3, 5, 4, seed=2, dtype="float32") * 0.5
+
+CASES = [
+    OpCase("prior_box", {"Input": FEAT, "Image": IMAGE},
+           attrs={**PRIOR_ATTRS, "min_max_aspect_ratios_order": False}, ref=prior_box_ref),
+    OpCase("prior_box", {"Input": FEAT, "Image": IMAGE},
+           attrs={**PRIOR_ATTRS, "min_max_aspect_ratios_order": True, "clip": False,
+                  "step_w": 8.0, "step_h": 12.0, "flip": False},
+           ref=prior_box_ref, id="prior_box_caffe_order_steps"),
+    OpCase("prior_box", {"Input": FEAT, "Image": IMAGE},
+           attrs={**PRIOR_ATTRS, "max_sizes": [], "aspect_ratios": [1.0],
+                  "min_max_aspect_ratios_order": False},
+           ref=prior_box_ref, id="prior_box_min_only"),
+    OpCase("density_prior_box", {"Input": FEAT, "Image": IMAGE}, attrs=DENSITY_ATTRS,
+           ref=density_prior_box_ref),
+    OpCase("density_prior_box", {"Input": FEAT, "Image": IMAGE},
+           attrs={**DENSITY_ATTRS, "flatten_to_2d": True, "step_w": 7.0, "step_h": 9.0},
+           ref=density_prior_box_ref, id="density_prior_box_flat_steps"),
+    OpCase("anchor_generator", {"Input": FEAT},
+           attrs={"anchor_sizes": [32.0, 64.0], "aspect_ratios": [0.5, 1.0, 2.0],
+                  "variances": [0.1, 0.1, 0.2, 0.2], "stride": [16.0, 8.0], "offset": 0.5},
+           ref=anchor_ref),
+    OpCase("box_coder", {"PriorBox": PRIORS, "PriorBoxVar": PRIOR_VAR,
+                         "TargetBox": boxes(3, seed=3)},
+           attrs={"code_type": "encode_center_size"}, ref=box_coder_ref, rtol=1e-4),
+    OpCase("box_coder", {"PriorBox": PRIORS * 50, "TargetBox": boxes(3, seed=3) * 50},
+           attrs={"code_type": "encode_center_size", "box_normalized": False,
+                  "variance": [0.1, 0.1, 0.2, 0.2]},
+           ref=box_coder_ref, rtol=1e-4, id="box_coder_encode_pixels_attr_variance"),
+    OpCase("box_coder", {"PriorBox": PRIORS, "PriorBoxVar": PRIOR_VAR,
+                         "TargetBox": DELTAS},
+           attrs={"code_type": "decode_center_size"}, ref=box_coder_ref,
+           id="box_coder_decode"),
+    OpCase("box_coder", {"PriorBox": PRIORS[:3] * 50, "TargetBox": DELTAS},
+           attrs={"code_type": "decode_center_size", "axis": 1, "box_normalized": False},
+           ref=box_coder_ref, id="box_coder_decode_axis1_no_variance"),
+    OpCase("iou_similarity", {"X": boxes(4, seed=4), "Y": boxes(6, seed=5)},
+           attrs={"box_normalized": True}, ref=iou_ref),
+    OpCase("iou_similarity", {"X": boxes(4, seed=4, scale=20), "Y": boxes(6, seed=5, scale=20)},
+           attrs={"box_normalized": False}, ref=iou_ref, id="iou_similarity_pixels"),
+    OpCase("box_clip", {"Input": rand(5, 4, low=-10, high=60, seed=6, dtype="float32"),
+                        "ImInfo": np.array([[40, 50, 1.0], [80, 60, 2.0]], "float32")},
+           lod={"Input": [[0, 2, 5]]}, ref=box_clip_ref),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_op(case):
+    check_op(case)

@@ -1,0 +1,71 @@
+"""The detection layers as Fluid 1.6 programs use them: shapes at build time, values at run
+time, LoD where Fluid gives it."""
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid.testing import run_layers
+
+
+def _data(name, shape, dtype="float32", lod_level=0, append_batch_size=True):
+    return fluid.layers.data(name=name, shape=shape, dtype=dtype, lod_level=lod_level,
+                             append_batch_size=append_batch_size)
+
+
+def test_prior_boxes_anchors_and_box_coder_round_trip():
+    img = np.zeros((2, 3, 32, 32), "float32")
+    gt = np.array([[0.1, 0.1, 0.4, 0.5], [0.5, 0.2, 0.9, 0.8], [0.3, 0.3, 0.6, 0.6]], "float32")
+
+    def build():
+        image = _data("image", [3, 32, 32])
+        feat = fluid.layers.conv2d(image, num_filters=4, filter_size=3, stride=8, padding=1)
+        boxes, var = fluid.layers.prior_box(feat, image, min_sizes=[8.0], max_sizes=[16.0],
+                                            aspect_ratios=[2.0], flip=True, clip=True)
+        assert boxes.shape == (4, 4, 4, 4) and var.shape == (4, 4, 4, 4)
+        dboxes, _ = fluid.layers.density_prior_box(feat, image, densities=[2, 1],
+                                                   fixed_sizes=[8.0, 16.0],
+                                                   fixed_ratios=[1.0], flatten_to_2d=True)
+        assert dboxes.shape == (4 * 4 * 5, 4)
+        anchors, _ = fluid.layers.anchor_generator(feat, anchor_sizes=[16, 32],
+                                                   aspect_ratios=[1.0], stride=[8.0, 8.0])
+        priors = fluid.layers.reshape(boxes, shape=[-1, 4])
+        pvar = fluid.layers.reshape(var, shape=[-1, 4])
+        gt_box = _data("gt_box", [4], lod_level=1)
+        deltas = fluid.layers.box_coder(priors, pvar, gt_box)  # [3, 64, 4]
+        back = fluid.layers.box_coder(priors, pvar, deltas, code_type="decode_center_size")
+        iou = fluid.layers.iou_similarity(gt_box, priors)
+        return [priors, anchors, deltas, back, iou]
+
+    gt_t = fluid.create_lod_tensor(gt, [[2, 1]], fluid.CPUPlace())
+    priors, anchors, deltas, back, iou = run_layers(build, {"image": img, "gt_box": gt_t})
+    assert priors.shape == (64, 4) and anchors.shape == (4, 4, 2, 4)
+    assert np.all((priors >= 0) & (priors <= 1))
+    assert deltas.shape == (3, 64, 4)
+    # decoding an encoding gives each target box back, against every prior
+    np.testing.assert_allclose(back, np.broadcast_to(gt[:, None], (3, 64, 4)), atol=1e-5)
+    assert iou.shape == (3, 64) and iou.max() <= 1.0 and iou.max() > 0.3
+
+
+def test_box_clip_clips_each_image_to_its_own_size():
+    boxes = np.array([[-5, -5, 100, 100], [10, 10, 20, 20], [50, 50, 300, 300]], "float32")
+    info = np.array([[40, 60, 1.0], [100, 100, 2.0]], "float32")
+
+    def build():
+        b = _data("boxes", [4], lod_level=1)
+        im = _data("im_info", [3])
+        return [fluid.layers.box_clip(input=b, im_info=im)]
+
+    t = fluid.create_lod_tensor(boxes, [[2, 1]], fluid.CPUPlace())
+    out, = run_layers(build, {"boxes": t, "im_info": info})
+    np.testing.assert_array_equal(out, [[0, 0, 59, 39], [10, 10, 20, 20], [49, 49, 49, 49]])
+
+
+def test_box_coder_rejects_a_bad_code_type_and_variance():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        p = _data("p", [4])
+        t = _data("t", [4])
+        with pytest.raises(ValueError, match="code_type must be"):
+            fluid.layers.box_coder(p, None, t, code_type="encode")
+        with pytest.raises(TypeError, match="prior_box_var must be"):
+            fluid.layers.box_coder(p, "0.1", t)

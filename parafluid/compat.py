@@ -49,13 +49,13 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
 _family(["layers.multi_box_head",
-         "layers.bipartite_match", "layers.target_assign", "layers.detection_output",
-         "layers.ssd_loss", "layers.rpn_target_assign", "layers.retinanet_target_assign",
+         "layers.detection_output",
+         "layers.rpn_target_assign", "layers.retinanet_target_assign",
          "layers.sigmoid_focal_loss",
          "layers.roi_perspective_transform", "layers.generate_proposal_labels",
          "layers.generate_proposals", "layers.generate_mask_labels",
          "layers.polygon_box_transform", "layers.yolov3_loss",
-         "layers.yolo_box", "layers.multiclass_nms",
+         "layers.yolo_box",
          "layers.retinanet_detection_output", "layers.distribute_fpn_proposals",
          "layers.box_decoder_and_assign", "layers.collect_fpn_proposals",
          "layers.roi_pool", "layers.roi_align", "layers.psroi_pool",

@@ -211,6 +211,182 @@ CASES = [
 ]
 
 
+# ----------------------------------------------------------------------------- matching
+
+
+def _greedy_bipartite(d):
+    """Reference: repeatedly the largest entry (>= 1e-6) over free rows and columns, scanning
+    columns then rows (the first maximum wins)."""
+    idx, dist = -np.ones(d.shape[1], "int32"), np.zeros(d.shape[1])
+    free_rows = list(range(d.shape[0]))
+    while free_rows:
+        best = (-1.0, -1, -1)
+        for j in range(d.shape[1]):
+            if idx[j] != -1:
+                continue
+            for i in free_rows:
+                if d[i, j] >= 1e-6 and d[i, j] > best[0]:
+                    best = (d[i, j], i, j)
+        if best[1] == -1:
+            break
+        idx[best[2]], dist[best[2]] = best[1], best[0]
+        free_rows.remove(best[1])
+    return idx, dist
+
+
+def bipartite_ref(DistMat, attrs, offsets=(0, 2, 2, 5)):
+    n = len(offsets) - 1
+    idx, dist = -np.ones((n, DistMat.shape[1]), "int32"), np.zeros((n, DistMat.shape[1]))
+    for b in range(n):
+        d = DistMat[offsets[b]:offsets[b + 1]]
+        if not len(d):
+            continue
+        idx[b], dist[b] = _greedy_bipartite(d)
+        if attrs["match_type"] == "per_prediction":
+            for j in range(d.shape[1]):
+                if idx[b, j] != -1:
+                    continue
+                best = max(range(len(d)), key=lambda i: (d[i, j], -i))
+                if d[best, j] >= max(attrs["dist_threshold"], 1e-6):
+                    idx[b, j], dist[b, j] = best, d[best, j]
+    return {"ColToRowMatchIndices": idx, "ColToRowMatchDist": dist.astype(DistMat.dtype)}
+
+
+DIST = rand(5, 7, low=0, high=1, seed=7, dtype="float32")
+DIST[DIST < 0.2] = 0  # some pairs never match
+MATCH = np.array([[0, -1, 1, -1, -1, 0], [-1, 2, -1, 0, -1, -1]], "int32")  # 2 images, 6 cols
+
+
+def target_assign_ref(X, MatchIndices, attrs, NegIndices=None, x_offsets=(0, 2, 5),
+                      neg_offsets=(0, 1, 3)):
+    n, p = MatchIndices.shape
+    out = np.full((n, p, X.shape[2]), attrs["mismatch_value"], X.dtype)
+    weight = np.zeros((n, p, 1), "float32")
+    for i in range(n):
+        for j in range(p):
+            m = MatchIndices[i, j]
+            if m > -1:
+                out[i, j] = X[x_offsets[i] + m, j % X.shape[1]]
+                weight[i, j] = 1
+        if NegIndices is not None:
+            for k in NegIndices[neg_offsets[i]:neg_offsets[i + 1], 0]:
+                out[i, k] = attrs["mismatch_value"]
+                weight[i, k] = 1
+    return {"Out": out, "OutWeight": weight}
+
+
+CLS_LOSS = rand(2, 6, low=0, high=2, seed=8, dtype="float32")
+MATCH_DIST = np.array([[0.8, 0.1, 0.6, 0.45, 0.55, 0.9], [0.2, 0.7, 0.3, 0.9, 0.1, 0.05]],
+                      "float32")
+
+
+def mine_ref(ClsLoss, MatchIndices, MatchDist, attrs):
+    negs, offs = [], [0]
+    for n in range(len(ClsLoss)):
+        cand = [m for m in range(ClsLoss.shape[1])
+                if MatchIndices[n, m] == -1 and MatchDist[n, m] < attrs["neg_dist_threshold"]]
+        count = min(int((MatchIndices[n] != -1).sum() * attrs["neg_pos_ratio"]), len(cand))
+        chosen = sorted(sorted(cand, key=lambda m: -ClsLoss[n, m])[:count])
+        negs += chosen
+        offs.append(len(negs))
+    return {"NegIndices": np.array(negs, "int32").reshape(-1, 1),
+            "UpdatedMatchIndices": MatchIndices}
+
+
+def _nms_ref(boxes, scores, attrs):
+    order = [i for i in np.argsort(-scores, kind="stable") if scores[i] > attrs["score_threshold"]]
+    if attrs["nms_top_k"] > -1:
+        order = order[:attrs["nms_top_k"]]
+    kept, thr = [], attrs["nms_threshold"]
+    for i in order:
+        if all(iou(boxes[i], boxes[k], attrs["normalized"]) <= thr for k in kept):
+            kept.append(i)
+            if attrs["nms_eta"] < 1 and thr > 0.5:
+                thr *= attrs["nms_eta"]
+    return kept
+
+
+def nms_ref(BBoxes, Scores, attrs):
+    rows = []
+    for n in range(len(Scores)):
+        dets = []  # (score, class, box index)
+        for c in range(Scores.shape[1]):
+            if c != attrs["background_label"]:
+                dets += [(Scores[n, c, i], c, i) for i in _nms_ref(BBoxes[n], Scores[n, c], attrs)]
+        if attrs["keep_top_k"] > -1:
+            dets = sorted(dets, key=lambda d: -d[0])[:attrs["keep_top_k"]]
+        dets = sorted(dets, key=lambda d: (d[1], -d[0]))  # by class, best first
+        rows += [[c, s, *BBoxes[n, i]] for s, c, i in dets]
+    return {"Out": np.array(rows, Scores.dtype).reshape(-1, 6)}
+
+
+def nms_lod_ref(BBoxes, Scores, attrs, offsets=(0, 4, 9)):
+    rows = []
+    for n in range(len(offsets) - 1):
+        b, s = BBoxes[offsets[n]:offsets[n + 1]], Scores[offsets[n]:offsets[n + 1]]
+        dets = []
+        for c in range(s.shape[1]):
+            if c != attrs["background_label"]:
+                dets += [(s[i, c], c, i) for i in _nms_ref(b[:, c], s[:, c], attrs)]
+        if attrs["keep_top_k"] > -1:
+            dets = sorted(dets, key=lambda d: -d[0])[:attrs["keep_top_k"]]
+        dets = sorted(dets, key=lambda d: (d[1], d[2]))  # by class, then box index
+        rows += [[c, sc, *b[i, c]] for sc, c, i in dets]
+    return {"Out": np.array(rows, Scores.dtype).reshape(-1, 6)}
+
+
+def _clustered_boxes(n, m, seed):
+    """Boxes around a few centres, so that NMS has overlaps to suppress."""
+    rng = np.random.RandomState(seed)
+    centres = rng.uniform(0.2, 0.8, (3, 2))
+    c = centres[rng.randint(0, 3, (n, m))] + rng.uniform(-0.05, 0.05, (n, m, 2))
+    half = rng.uniform(0.05, 0.15, (n, m, 2))
+    return np.concatenate([c - half, c + half], -1).astype("float32")
+
+
+NMS_ATTRS = {"background_label": 0, "score_threshold": 0.1, "nms_top_k": -1,
+             "nms_threshold": 0.3, "nms_eta": 1.0, "keep_top_k": -1, "normalized": True}
+NMS_BOXES = _clustered_boxes(2, 12, seed=9)
+NMS_SCORES = rand(2, 4, 12, low=0, high=1, seed=10, dtype="float32")
+
+
+CASES += [
+    OpCase("bipartite_match", {"DistMat": DIST}, attrs={"match_type": "bipartite"},
+           lod={"DistMat": [[0, 2, 2, 5]]}, ref=bipartite_ref),
+    OpCase("bipartite_match", {"DistMat": DIST},
+           attrs={"match_type": "per_prediction", "dist_threshold": 0.5},
+           lod={"DistMat": [[0, 2, 2, 5]]}, ref=bipartite_ref, id="bipartite_match_per_pred"),
+    OpCase("bipartite_match", {"DistMat": DIST}, attrs={"match_type": "per_prediction",
+                                                        "dist_threshold": 0.3},
+           ref=lambda DistMat, attrs: bipartite_ref(DistMat, attrs, (0, 5)),
+           id="bipartite_match_no_lod"),
+    OpCase("target_assign", {"X": rand(5, 6, 4, seed=11, dtype="float32"),
+                             "MatchIndices": MATCH},
+           attrs={"mismatch_value": 0}, lod={"X": [[0, 2, 5]]}, ref=target_assign_ref),
+    OpCase("target_assign", {"X": np.arange(5, dtype="int32").reshape(5, 1, 1) + 1,
+                             "MatchIndices": MATCH,
+                             "NegIndices": np.array([[1], [0], [4]], "int32")},
+           attrs={"mismatch_value": 7}, lod={"X": [[0, 2, 5]], "NegIndices": [[0, 1, 3]]},
+           ref=target_assign_ref, id="target_assign_labels_negatives"),
+    OpCase("mine_hard_examples", {"ClsLoss": CLS_LOSS, "MatchIndices": MATCH,
+                                  "MatchDist": MATCH_DIST},
+           attrs={"neg_pos_ratio": 1.5, "neg_dist_threshold": 0.5,
+                  "mining_type": "max_negative"}, ref=mine_ref),
+    OpCase("multiclass_nms", {"BBoxes": NMS_BOXES, "Scores": NMS_SCORES}, attrs=NMS_ATTRS,
+           ref=nms_ref),
+    OpCase("multiclass_nms", {"BBoxes": NMS_BOXES, "Scores": NMS_SCORES},
+           attrs={**NMS_ATTRS, "nms_top_k": 5, "keep_top_k": 6, "background_label": -1,
+                  "nms_threshold": 0.5, "nms_eta": 0.9},
+           ref=nms_ref, id="multiclass_nms_top_k_eta"),
+    OpCase("multiclass_nms", {"BBoxes": NMS_BOXES * 40, "Scores": NMS_SCORES},
+           attrs={**NMS_ATTRS, "normalized": False, "keep_top_k": 4}, ref=nms_ref,
+           id="multiclass_nms_pixels"),
+    OpCase("multiclass_nms", {"BBoxes": _clustered_boxes(9, 3, seed=12),
+                              "Scores": rand(9, 3, low=0, high=1, seed=13, dtype="float32")},
+           attrs={**NMS_ATTRS, "keep_top_k": 5}, lod={"BBoxes": [[0, 4, 9]]},
+           ref=nms_lod_ref, id="multiclass_nms_lod_per_class_boxes"),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -1,0 +1,93 @@
+"""An SSD detector written as the models repository's Fluid 1.x SSD (PaddleCV/ssd:
+``mobile_net`` + ``build_program``) wrote it: ``multi_box_head`` over several feature maps
+(the first without a max size), ``ssd_loss`` summed and minimized, ``detection_output`` for
+inference. Only the import, the backbone's size and the data (synthetic boxes) changed."""
+
+import numpy as np
+
+import parafluid as fluid
+
+NUM_CLASSES = 4
+IMAGE_SHAPE = [3, 32, 32]
+
+
+def conv_bn(input, filter_size, num_filters, stride, padding, act="relu"):
+    conv = fluid.layers.conv2d(input=input, num_filters=num_filters, filter_size=filter_size,
+                               stride=stride, padding=padding, act=None, bias_attr=False)
+    return fluid.layers.batch_norm(input=conv, act=act)
+
+
+def mobile_net(num_classes, img, img_shape):
+    tmp = conv_bn(img, 3, 8, 2, 1)             # 16 x 16
+    module11 = conv_bn(tmp, 3, 16, 2, 1)       # 8 x 8
+    module13 = conv_bn(module11, 3, 16, 2, 1)  # 4 x 4
+    module14 = conv_bn(module13, 3, 16, 2, 1)  # 2 x 2
+    mbox_locs, mbox_confs, box, box_var = fluid.layers.multi_box_head(
+        inputs=[module11, module13, module14], image=img, num_classes=num_classes,
+        min_ratio=20, max_ratio=90, min_sizes=[6.0, 12.0, 20.0], max_sizes=[[], 20.0, 30.0],
+        aspect_ratios=[[2.], [2., 3.], [2.]], base_size=img_shape[2], offset=0.5, flip=True)
+    return mbox_locs, mbox_confs, box, box_var
+
+
+def build_program(is_train):
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 7
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        image = fluid.layers.data(name="image", shape=IMAGE_SHAPE, dtype="float32")
+        gt_box = fluid.layers.data(name="gt_box", shape=[4], dtype="float32", lod_level=1)
+        gt_label = fluid.layers.data(name="gt_label", shape=[1], dtype="int32", lod_level=1)
+        locs, confs, box, box_var = mobile_net(NUM_CLASSES, image, IMAGE_SHAPE)
+        if is_train:
+            with fluid.unique_name.guard("train"):
+                loss = fluid.layers.ssd_loss(locs, confs, gt_box, gt_label, box, box_var)
+                loss = fluid.layers.reduce_sum(loss)
+                optimizer = fluid.optimizer.Momentum(learning_rate=0.01, momentum=0.9)
+                optimizer.minimize(loss)
+            return main, startup, loss, box
+        with fluid.unique_name.guard("inference"):
+            nmsed_out = fluid.layers.detection_output(locs, confs, box, box_var,
+                                                      nms_threshold=0.45)
+    return main.clone(for_test=True), startup, nmsed_out, box
+
+
+def synthetic_batch(rng, n=4):
+    """Images with one or two bright rectangles; their boxes (normalized) and labels."""
+    images = rng.normal(0, 0.1, [n] + IMAGE_SHAPE).astype("float32")
+    boxes, labels, lengths = [], [], []
+    for i in range(n):
+        count = 1 + i % 2
+        for _ in range(count):
+            x0, y0 = rng.randint(0, 20, 2)
+            w, h = rng.randint(6, 12, 2)
+            label = rng.randint(1, NUM_CLASSES)
+            images[i, label - 1, y0:y0 + h, x0:x0 + w] += 1.0
+            boxes.append([x0 / 32, y0 / 32, min(x0 + w, 32) / 32, min(y0 + h, 32) / 32])
+            labels.append([label])
+        lengths.append(count)
+    place = fluid.CPUPlace()
+    return {"image": images,
+            "gt_box": fluid.create_lod_tensor(np.array(boxes, "float32"), [lengths], place),
+            "gt_label": fluid.create_lod_tensor(np.array(labels, "int32"), [lengths], place)}
+
+
+def test_ssd_program_from_the_models_repository_trains_and_detects():
+    main, startup, loss, box = build_program(is_train=True)
+    assert box.shape == (8 * 8 * 3 + 4 * 4 * 6 + 2 * 2 * 4, 4)  # priors per cell: 3, 6, 4
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    batch = synthetic_batch(np.random.RandomState(0))
+    losses = [float(exe.run(main, feed=batch, fetch_list=[loss], scope=scope)[0])
+              for _ in range(12)]
+    assert all(np.isfinite(losses))
+    assert losses[-1] < 0.7 * losses[0], losses
+
+    # inference on the trained parameters: one LoD sequence of detections per image
+    infer, _, nmsed, _ = build_program(is_train=False)
+    out, = exe.run(infer, feed=batch, fetch_list=[nmsed], scope=scope, return_numpy=False)
+    lod = out.lod()
+    rows = np.array(out)
+    assert len(lod) == 1 and len(lod[0]) == 5 and lod[0][-1] == rows.shape[0]
+    assert rows.shape[1] == 6
+    labels, scores = rows[:, 0], rows[:, 1]
+    assert set(labels.astype(int)) <= set(range(1, NUM_CLASSES))  # background dropped
+    assert np.all((scores > 0.01) & (scores <= 1))

@@ -69,3 +69,26 @@ def test_box_coder_rejects_a_bad_code_type_and_variance():
             fluid.layers.box_coder(p, None, t, code_type="encode")
         with pytest.raises(TypeError, match="prior_box_var must be"):
             fluid.layers.box_coder(p, "0.1", t)
+
+
+def test_roi_layers_pool_the_rois_of_each_image():
+    feat = np.arange(2 * 1 * 4 * 4, dtype="float32").reshape(2, 1, 4, 4)
+    rois = np.array([[0, 0, 3, 3], [2, 2, 3, 3], [0, 0, 1, 1]], "float32")
+
+    def build():
+        x = _data("x", [1, 4, 4])
+        r = _data("rois", [4], lod_level=1)
+        return [fluid.layers.roi_pool(x, r, pooled_height=1, pooled_width=1),
+                fluid.layers.roi_align(x, r, pooled_height=2, pooled_width=2,
+                                       sampling_ratio=1),
+                fluid.layers.psroi_pool(x, r, output_channels=1, spatial_scale=1.0,
+                                        pooled_height=1, pooled_width=1)]
+
+    t = fluid.create_lod_tensor(rois, [[2, 1]], fluid.CPUPlace())
+    pooled, aligned, ps = run_layers(build, {"x": feat, "rois": t})
+    # ROIs 0 and 1 read image 0 (values 0..15), ROI 2 image 1 (values 16..31)
+    np.testing.assert_array_equal(pooled.reshape(-1), [15, 15, 21])
+    assert aligned.shape == (3, 1, 2, 2)
+    # the 2 x 2 bins of [0, 0, 1, 1] on image 1 are sampled at (0.25, 0.25), (0.25, 0.75), ...
+    np.testing.assert_allclose(aligned[2, 0], [[17.25, 17.75], [19.25, 19.75]], rtol=1e-6)
+    np.testing.assert_allclose(ps.reshape(-1), [7.5, 12.5, 18.5])

@@ -23,7 +23,8 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["prior_box", "density_prior_box", "anchor_generator", "box_coder",
            "iou_similarity", "box_clip", "bipartite_match", "target_assign", "multiclass_nms",
-           "detection_output", "ssd_loss", "multi_box_head"]
+           "detection_output", "ssd_loss", "multi_box_head", "roi_pool", "roi_align",
+           "psroi_pool"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -495,6 +496,70 @@ def multi_box_head(inputs: list[Variable], image: Variable, base_size: int, num_
     box.stop_gradient = True
     var.stop_gradient = True
     return loc, conf, box, var
+
+
+# ----------------------------------------------------------------------------- ROI pooling
+# (Fluid keeps these three in layers.nn; fluid_paths resolves them there)
+
+
+def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
+         name: str | None = None) -> Variable:
+    _check(op, input=input, rois=rois)
+    helper = LayerHelper(op, name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    outputs = {"Out": [out]}
+    if op == "roi_pool":
+        outputs["Argmax"] = [helper.create_variable_for_type_inference("int64",
+                                                                       stop_gradient=True)]
+    helper.append_op(op, inputs={"X": [input], "ROIs": [rois]}, outputs=outputs, attrs=attrs)
+    return out
+
+
+def roi_pool(input: Variable, rois: Variable, pooled_height: int = 1, pooled_width: int = 1,
+             spatial_scale: float = 1.0) -> Variable:
+    """Max pooling of each ROI (``rois [R, 4]``, a LoD tensor: the ROIs of each image, in
+    input pixels times ``1 / spatial_scale``) of ``input [N, C, H, W]`` into
+    ``[R, C, pooled_height, pooled_width]`` (Fast R-CNN).
+
+    Example::
+
+        pooled = fluid.layers.roi_pool(feat, rois, pooled_height=7, pooled_width=7,
+                                       spatial_scale=1 / 16.)
+    """
+    return _roi("roi_pool", input, rois, {"pooled_height": int(pooled_height),
+                                          "pooled_width": int(pooled_width),
+                                          "spatial_scale": float(spatial_scale)})
+
+
+def roi_align(input: Variable, rois: Variable, pooled_height: int = 1, pooled_width: int = 1,
+              spatial_scale: float = 1.0, sampling_ratio: int = -1,
+              name: str | None = None) -> Variable:
+    """RoIAlign (Mask R-CNN): each bin of each ROI is the mean of bilinear samples
+    (``sampling_ratio`` per side, or adaptive with -1); ``[R, C, pooled_height, pooled_width]``.
+
+    Example::
+
+        aligned = fluid.layers.roi_align(feat, rois, 7, 7, spatial_scale=1 / 16.)
+    """
+    return _roi("roi_align", input, rois, {"pooled_height": int(pooled_height),
+                                           "pooled_width": int(pooled_width),
+                                           "spatial_scale": float(spatial_scale),
+                                           "sampling_ratio": int(sampling_ratio)}, name)
+
+
+def psroi_pool(input: Variable, rois: Variable, output_channels: int, spatial_scale: float,
+               pooled_height: int, pooled_width: int, name: str | None = None) -> Variable:
+    """Position-sensitive ROI average pooling (R-FCN): bin ``(i, j)`` of output channel
+    ``c`` averages input channel ``(c * pooled_height + i) * pooled_width + j``.
+
+    Example::
+
+        scores = fluid.layers.psroi_pool(feat, rois, 10, 1 / 16., 7, 7)
+    """
+    return _roi("psroi_pool", input, rois, {"output_channels": int(output_channels),
+                                            "spatial_scale": float(spatial_scale),
+                                            "pooled_height": int(pooled_height),
+                                            "pooled_width": int(pooled_width)}, name)
 
 
 def __getattr__(name: str) -> object:

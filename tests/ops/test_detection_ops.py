@@ -387,6 +387,117 @@ CASES += [
            ref=nms_lod_ref, id="multiclass_nms_lod_per_class_boxes"),
 ]
 
+# ----------------------------------------------------------------------------- ROI ops
+
+
+def _c_round(v):
+    return np.sign(v) * np.floor(np.abs(v) + 0.5)
+
+
+ROI_IMAGES = [0, 0, 1]  # the LoD [[0, 2, 3]]: two ROIs on image 0, one on image 1
+
+
+def roi_pool_ref(X, ROIs, attrs):
+    s, ph, pw = attrs["spatial_scale"], attrs["pooled_height"], attrs["pooled_width"]
+    h, w = X.shape[2:]
+    out = np.zeros((len(ROIs), X.shape[1], ph, pw))
+    for r, roi in enumerate(ROIs):
+        x0, y0, x1, y1 = (int(_c_round(v * s)) for v in roi)
+        bh, bw = max(y1 - y0 + 1, 1) / ph, max(x1 - x0 + 1, 1) / pw
+        for i in range(ph):
+            for j in range(pw):
+                hs = min(max(int(np.floor(i * bh)) + y0, 0), h)
+                he = min(max(int(np.ceil((i + 1) * bh)) + y0, 0), h)
+                ws = min(max(int(np.floor(j * bw)) + x0, 0), w)
+                we = min(max(int(np.ceil((j + 1) * bw)) + x0, 0), w)
+                if he > hs and we > ws:
+                    out[r, :, i, j] = X[ROI_IMAGES[r], :, hs:he, ws:we].max(axis=(1, 2))
+    return {"Out": out}
+
+
+def _bilinear(img, y, x):
+    h, w = img.shape[1:]
+    if y < -1 or y > h or x < -1 or x > w:
+        return 0
+    y, x = max(y, 0), max(x, 0)
+    yl, xl = int(y), int(x)
+    yh, xh = min(yl + 1, h - 1), min(xl + 1, w - 1)
+    if yl >= h - 1:
+        yl = yh = h - 1
+        y = yl
+    if xl >= w - 1:
+        xl = xh = w - 1
+        x = xl
+    ly, lx = y - yl, x - xl
+    return ((1 - ly) * (1 - lx) * img[:, yl, xl] + (1 - ly) * lx * img[:, yl, xh] +
+            ly * (1 - lx) * img[:, yh, xl] + ly * lx * img[:, yh, xh])
+
+
+def roi_align_ref(X, ROIs, attrs):
+    s, ph, pw, sr = (attrs["spatial_scale"], attrs["pooled_height"], attrs["pooled_width"],
+                     attrs["sampling_ratio"])
+    out = np.zeros((len(ROIs), X.shape[1], ph, pw))
+    for r, roi in enumerate(ROIs):
+        x0, y0, x1, y1 = roi * s
+        rw, rh = max(x1 - x0, 1), max(y1 - y0, 1)
+        gh = sr if sr > 0 else int(np.ceil(rh / ph))
+        gw = sr if sr > 0 else int(np.ceil(rw / pw))
+        for i in range(ph):
+            for j in range(pw):
+                acc = 0
+                for a in range(gh):
+                    for b in range(gw):
+                        y = y0 + i * rh / ph + (a + 0.5) * rh / ph / gh
+                        x = x0 + j * rw / pw + (b + 0.5) * rw / pw / gw
+                        acc = acc + _bilinear(X[ROI_IMAGES[r]], y, x)
+                out[r, :, i, j] = acc / (gh * gw)
+    return {"Out": out}
+
+
+def psroi_ref(X, ROIs, attrs):
+    s, oc, ph, pw = (attrs["spatial_scale"], attrs["output_channels"], attrs["pooled_height"],
+                     attrs["pooled_width"])
+    h, w = X.shape[2:]
+    out = np.zeros((len(ROIs), oc, ph, pw))
+    for r, roi in enumerate(ROIs):
+        x0, y0 = _c_round(roi[0]) * s, _c_round(roi[1]) * s
+        x1, y1 = (_c_round(roi[2]) + 1) * s, (_c_round(roi[3]) + 1) * s
+        bh, bw = max(y1 - y0, 0.1) / ph, max(x1 - x0, 0.1) / pw
+        for c in range(oc):
+            for i in range(ph):
+                for j in range(pw):
+                    hs = min(max(int(np.floor(bh * i + y0)), 0), h)
+                    he = min(max(int(np.ceil(bh * (i + 1) + y0)), 0), h)
+                    ws = min(max(int(np.floor(bw * j + x0)), 0), w)
+                    we = min(max(int(np.ceil(bw * (j + 1) + x0)), 0), w)
+                    if he > hs and we > ws:
+                        out[r, c, i, j] = X[ROI_IMAGES[r], (c * ph + i) * pw + j, hs:he,
+                                            ws:we].mean()
+    return {"Out": out}
+
+
+# ROIs in input pixels; spatial_scale 0.5 maps them onto a 5 x 6 map (two reach past it)
+ROIS = np.array([[1.0, 2.0, 9.0, 7.0], [4.5, 0.0, 11.0, 9.0], [-2.0, 3.0, 6.0, 12.0]],
+                "float32")
+ROI_X = rand(2, 2, 5, 6, seed=14, dtype="float32")
+PS_X = rand(2, 2 * 1 * 2, 5, 6, seed=15, dtype="float32")
+
+CASES += [
+    OpCase("roi_pool", {"X": ROI_X, "ROIs": ROIS}, lod={"ROIs": [[0, 2, 3]]},
+           attrs={"spatial_scale": 0.5, "pooled_height": 2, "pooled_width": 3},
+           ref=roi_pool_ref, grad=["X"], grad_outputs=["Out"]),
+    OpCase("roi_align", {"X": ROI_X, "ROIs": ROIS}, lod={"ROIs": [[0, 2, 3]]},
+           attrs={"spatial_scale": 0.5, "pooled_height": 2, "pooled_width": 3,
+                  "sampling_ratio": -1}, ref=roi_align_ref, grad=["X"]),
+    OpCase("roi_align", {"X": ROI_X, "ROIs": ROIS}, lod={"ROIs": [[0, 2, 3]]},
+           attrs={"spatial_scale": 0.5, "pooled_height": 3, "pooled_width": 2,
+                  "sampling_ratio": 2}, ref=roi_align_ref, grad=["X"],
+           id="roi_align_sampling_ratio"),
+    OpCase("psroi_pool", {"X": PS_X, "ROIs": ROIS}, lod={"ROIs": [[0, 2, 3]]},
+           attrs={"spatial_scale": 0.5, "output_channels": 2, "pooled_height": 1,
+                  "pooled_width": 2}, ref=psroi_ref, grad=["X"]),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

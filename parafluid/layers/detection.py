@@ -24,7 +24,7 @@ from ..layer_helper import LayerHelper
 __all__ = ["prior_box", "density_prior_box", "anchor_generator", "box_coder",
            "iou_similarity", "box_clip", "bipartite_match", "target_assign", "multiclass_nms",
            "detection_output", "ssd_loss", "multi_box_head", "roi_pool", "roi_align",
-           "psroi_pool"]
+           "psroi_pool", "yolo_box", "yolov3_loss"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -560,6 +560,73 @@ def psroi_pool(input: Variable, rois: Variable, output_channels: int, spatial_sc
                                             "spatial_scale": float(spatial_scale),
                                             "pooled_height": int(pooled_height),
                                             "pooled_width": int(pooled_width)}, name)
+
+
+# ----------------------------------------------------------------------------- YOLOv3
+
+
+def _ints(layer: str, arg: str, v: Any) -> list[int]:
+    if not isinstance(v, (list, tuple)):
+        raise TypeError(f"{layer}: {arg} must be a list of ints, got {type(v).__name__}")
+    return [int(x) for x in v]
+
+
+def yolo_box(x: Variable, img_size: Variable, anchors: list[int], class_num: int,
+             conf_thresh: float, downsample_ratio: int,
+             name: str | None = None) -> tuple[Variable, Variable]:
+    """Decode a YOLOv3 head ``x [N, A * (5 + class_num), H, W]`` into image boxes
+    ``[N, A * H * W, 4]`` (clipped to ``img_size [N, 2]`` = height, width) and class scores
+    ``[N, A * H * W, class_num]``; zeros where the objectness is under ``conf_thresh``.
+
+    Example::
+
+        boxes, scores = fluid.layers.yolo_box(head, img_size, anchors=[10, 13, 16, 30],
+                                              class_num=80, conf_thresh=0.01,
+                                              downsample_ratio=32)
+    """
+    _check("yolo_box", x=x, img_size=img_size)
+    helper = LayerHelper("yolo_box", name=name)
+    boxes, scores = _outputs(helper, x.dtype, 2)
+    helper.append_op("yolo_box", inputs={"X": [x], "ImgSize": [img_size]},
+                     outputs={"Boxes": [boxes], "Scores": [scores]},
+                     attrs={"anchors": _ints("yolo_box", "anchors", anchors),
+                            "class_num": int(class_num), "conf_thresh": float(conf_thresh),
+                            "downsample_ratio": int(downsample_ratio)})
+    return boxes, scores
+
+
+def yolov3_loss(x: Variable, gt_box: Variable, gt_label: Variable, anchors: list[int],
+                anchor_mask: list[int], class_num: int, ignore_thresh: float,
+                downsample_ratio: int, gt_score: Variable | None = None,
+                use_label_smooth: bool = True, name: str | None = None) -> Variable:
+    """The YOLOv3 loss ``[N]`` of a head ``x [N, len(anchor_mask) * (5 + class_num), H, W]``
+    against ``gt_box [N, B, 4]`` (normalized center x, y, width, height; zero rows are
+    padding), ``gt_label [N, B]`` and optional ``gt_score [N, B]`` (mixup weights).
+
+    Example::
+
+        loss = fluid.layers.yolov3_loss(head, gt_box, gt_label, anchors=[10, 13, 16, 30,
+            33, 23], anchor_mask=[0, 1, 2], class_num=80, ignore_thresh=0.7,
+            downsample_ratio=32)
+    """
+    _check("yolov3_loss", x=x, gt_box=gt_box, gt_label=gt_label)
+    helper = LayerHelper("yolov3_loss", name=name)
+    loss = helper.create_variable_for_type_inference(x.dtype)
+    obj_mask = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
+    match = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    inputs = {"X": [x], "GTBox": [gt_box], "GTLabel": [gt_label]}
+    if gt_score is not None:
+        _check("yolov3_loss", gt_score=gt_score)
+        inputs["GTScore"] = [gt_score]
+    helper.append_op("yolov3_loss", inputs=inputs,
+                     outputs={"Loss": [loss], "ObjectnessMask": [obj_mask],
+                              "GTMatchMask": [match]},
+                     attrs={"anchors": _ints("yolov3_loss", "anchors", anchors),
+                            "anchor_mask": _ints("yolov3_loss", "anchor_mask", anchor_mask),
+                            "class_num": int(class_num), "ignore_thresh": float(ignore_thresh),
+                            "downsample_ratio": int(downsample_ratio),
+                            "use_label_smooth": bool(use_label_smooth)})
+    return loss
 
 
 def __getattr__(name: str) -> object:

@@ -91,3 +91,96 @@ def test_ssd_program_from_the_models_repository_trains_and_detects():
     labels, scores = rows[:, 0], rows[:, 1]
     assert set(labels.astype(int)) <= set(range(1, NUM_CLASSES))  # background dropped
     assert np.all((scores > 0.01) & (scores <= 1))
+
+
+# --------------------------------------------------------------------------- YOLOv3
+# The models repository's YOLOv3 (PaddleCV/yolov3/models/yolov3.py): per output a 1x1 conv
+# head, yolov3_loss summed over outputs for training; yolo_box per output, concatenated, then
+# multiclass_nms for inference. Only the backbone's size and the data changed.
+
+ANCHORS = [10, 13, 16, 30, 33, 23, 30, 61, 62, 45, 59, 119]
+ANCHOR_MASKS = [[3, 4, 5], [0, 1, 2]]
+YOLO_CLASSES = 3
+
+
+def yolov3(is_train):
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 5
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        image = fluid.layers.data(name="image", shape=IMAGE_SHAPE, dtype="float32")
+        c1 = conv_bn(image, 3, 8, 2, 1, act="leaky_relu")   # 16 x 16
+        c2 = conv_bn(c1, 3, 16, 2, 1, act="leaky_relu")     # 8 x 8
+        c3 = conv_bn(c2, 3, 16, 2, 1, act="leaky_relu")     # 4 x 4
+        outputs = []
+        for i, (feat, mask) in enumerate(zip([c3, c2], ANCHOR_MASKS)):
+            outputs.append(fluid.layers.conv2d(
+                input=feat, num_filters=len(mask) * (YOLO_CLASSES + 5), filter_size=1,
+                stride=1, padding=0, act=None,
+                param_attr=fluid.ParamAttr(name="yolo_output.{}.conv.weights".format(i)),
+                bias_attr=fluid.ParamAttr(name="yolo_output.{}.conv.bias".format(i))))
+        downsample = [8, 4]
+        if is_train:
+            gt_box = fluid.layers.data(name="gt_box", shape=[3, 4], dtype="float32")
+            gt_label = fluid.layers.data(name="gt_label", shape=[3], dtype="int32")
+            gt_score = fluid.layers.data(name="gt_score", shape=[3], dtype="float32")
+            losses = []
+            for i, output in enumerate(outputs):
+                losses.append(fluid.layers.reduce_mean(fluid.layers.yolov3_loss(
+                    x=output, gt_box=gt_box, gt_label=gt_label, gt_score=gt_score,
+                    anchors=ANCHORS, anchor_mask=ANCHOR_MASKS[i], class_num=YOLO_CLASSES,
+                    ignore_thresh=0.7, downsample_ratio=downsample[i],
+                    use_label_smooth=True, name="yolo_loss" + str(i))))
+            loss = fluid.layers.sum(losses)
+            fluid.optimizer.Adam(learning_rate=0.01).minimize(loss)
+            return main, startup, loss
+        im_size = fluid.layers.data(name="im_size", shape=[2], dtype="int32")
+        boxes, scores = [], []
+        for i, output in enumerate(outputs):
+            mask_anchors = [ANCHORS[2 * m + k] for m in ANCHOR_MASKS[i] for k in (0, 1)]
+            box, score = fluid.layers.yolo_box(
+                x=output, img_size=im_size, anchors=mask_anchors, class_num=YOLO_CLASSES,
+                conf_thresh=0.01, downsample_ratio=downsample[i], name="yolo_box" + str(i))
+            boxes.append(box)
+            scores.append(fluid.layers.transpose(score, perm=[0, 2, 1]))
+        yolo_boxes = fluid.layers.concat(boxes, axis=1)
+        yolo_scores = fluid.layers.concat(scores, axis=2)
+        pred = fluid.layers.multiclass_nms(bboxes=yolo_boxes, scores=yolo_scores,
+                                           score_threshold=0.01, nms_top_k=100,
+                                           keep_top_k=20, nms_threshold=0.45,
+                                           background_label=-1)
+        return main.clone(for_test=True), startup, pred
+
+
+def test_yolov3_program_from_the_models_repository_trains_and_detects():
+    rng = np.random.RandomState(1)
+    feed = synthetic_batch(rng)
+    # the same boxes as YOLO's padded [N, 3] center-size targets
+    boxes = np.array(feed["gt_box"]).reshape(-1, 4)
+    labels = np.array(feed["gt_label"]).reshape(-1)
+    lengths = feed["gt_box"].recursive_sequence_lengths()[0]
+    gt_box = np.zeros((4, 3, 4), "float32")
+    gt_label = np.zeros((4, 3), "int32")
+    start = 0
+    for i, n in enumerate(lengths):
+        b = boxes[start:start + n]
+        gt_box[i, :n] = np.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2,
+                                  b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1)
+        gt_label[i, :n] = labels[start:start + n] - 1
+        start += n
+    train_feed = {"image": feed["image"], "gt_box": gt_box, "gt_label": gt_label,
+                  "gt_score": np.ones((4, 3), "float32")}
+    main, startup, loss = yolov3(is_train=True)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed=train_feed, fetch_list=[loss], scope=scope)[0])
+              for _ in range(10)]
+    assert all(np.isfinite(losses)) and losses[-1] < 0.7 * losses[0], losses
+
+    infer, _, pred = yolov3(is_train=False)
+    out, = exe.run(infer, feed={"image": feed["image"],
+                                "im_size": np.full((4, 2), 32, "int32")},
+                   fetch_list=[pred], scope=scope, return_numpy=False)
+    rows, lod = np.array(out), out.lod()
+    assert rows.shape[1] == 6 and lod[0][-1] == len(rows) and len(lod[0]) == 5
+    assert all(b - a <= 20 for a, b in zip(lod[0], lod[0][1:]))  # keep_top_k per image
+    assert np.all((rows[:, 2:] >= 0) & (rows[:, 2:] <= 31))  # clipped to the 32 x 32 image

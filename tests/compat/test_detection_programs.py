@@ -116,8 +116,8 @@ def yolov3(is_train):
             outputs.append(fluid.layers.conv2d(
                 input=feat, num_filters=len(mask) * (YOLO_CLASSES + 5), filter_size=1,
                 stride=1, padding=0, act=None,
-                param_attr=fluid.ParamAttr(name="yolo_output.{}.conv.weights".format(i)),
-                bias_attr=fluid.ParamAttr(name="yolo_output.{}.conv.bias".format(i))))
+                param_attr=fluid.ParamAttr(name=f"yolo_output.{i}.conv.weights"),
+                bias_attr=fluid.ParamAttr(name=f"yolo_output.{i}.conv.bias")))
         downsample = [8, 4]
         if is_train:
             gt_box = fluid.layers.data(name="gt_box", shape=[3, 4], dtype="float32")

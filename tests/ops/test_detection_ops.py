@@ -560,7 +560,8 @@ def yolov3_loss_ref(X, GTBox, GTLabel, attrs, GTScore=None):
                 for l_ in range(w):
                     t = v[i, j, :, k, l_]
                     pred = ((l_ + _sigmoid(t[0])) / h, (k + _sigmoid(t[1])) / h,
-                            np.exp(t[2]) * anchors[a, 0] / size, np.exp(t[3]) * anchors[a, 1] / size)
+                            np.exp(t[2]) * anchors[a, 0] / size,
+                            np.exp(t[3]) * anchors[a, 1] / size)
                     ious = [_cs_iou(pred, g) for g in GTBox[i] if g[2] >= 1e-6 and g[3] >= 1e-6]
                     if max(ious, default=0) > attrs["ignore_thresh"]:
                         obj[i, j, k, l_] = -1

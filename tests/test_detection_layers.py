@@ -92,3 +92,37 @@ def test_roi_layers_pool_the_rois_of_each_image():
     # the 2 x 2 bins of [0, 0, 1, 1] on image 1 are sampled at (0.25, 0.25), (0.25, 0.75), ...
     np.testing.assert_allclose(aligned[2, 0], [[17.25, 17.75], [19.25, 19.75]], rtol=1e-6)
     np.testing.assert_allclose(ps.reshape(-1), [7.5, 12.5, 18.5])
+
+
+def test_focal_loss_polygon_transform_and_decoder_assign_layers():
+    logits = np.array([[2.0, -1.0], [0.5, 0.5], [-3.0, 4.0]], "float32")
+    label = np.array([[1], [0], [-1]], "int32")
+
+    def build():
+        x = _data("x", [2])
+        x.stop_gradient = False
+        lab = _data("label", [1], dtype="int32")
+        fg = fluid.layers.fill_constant(shape=[1], dtype="int32", value=1)
+        loss = fluid.layers.sigmoid_focal_loss(x, lab, fg, gamma=2.0, alpha=0.25)
+        grad, = fluid.gradients([fluid.layers.reduce_sum(loss)], [x])
+        geo = fluid.layers.fill_constant(shape=[1, 2, 2, 3], dtype="float32", value=1.0)
+        quads = fluid.layers.polygon_box_transform(geo)
+        prior = fluid.layers.assign(np.array([[0, 0, 9, 9]], "float32"))
+        var = fluid.layers.assign(np.array([1, 1, 1, 1], "float32"))
+        deltas = fluid.layers.assign(np.array([[0, 0, 0, 0, 0.1, 0, 0, 0]], "float32"))
+        score = fluid.layers.assign(np.array([[0.2, 0.8]], "float32"))
+        decoded, assigned = fluid.layers.box_decoder_and_assign(prior, var, deltas, score,
+                                                                box_clip=4.135)
+        return [loss, grad, quads, decoded, assigned]
+
+    loss, grad, quads, decoded, assigned = run_layers(build, {"x": logits, "label": label})
+    p = 1 / (1 + np.exp(-logits))
+    np.testing.assert_allclose(loss[0], [-0.25 * (1 - p[0, 0]) ** 2 * np.log(p[0, 0]),
+                                         -0.75 * p[0, 1] ** 2 * np.log(1 - p[0, 1])], rtol=1e-5)
+    assert np.all(loss[2] == 0) and np.all(grad[2] == 0)  # ignored row: no loss, no gradient
+    assert grad[0, 0] < 0 < grad[1, 0]  # the positive pulls up, the negatives push down
+    np.testing.assert_array_equal(quads[0, 0], [[-1, 3, 7], [-1, 3, 7]])
+    np.testing.assert_array_equal(quads[0, 1], [[-1, -1, -1], [3, 3, 3]])
+    # Fluid's centre of a pixel box is (x1 + x2) / 2 while its width is x2 - x1 + 1
+    np.testing.assert_allclose(decoded[0, :4], [-0.5, -0.5, 8.5, 8.5], atol=1e-6)
+    np.testing.assert_allclose(assigned[0], [0.5, -0.5, 9.5, 8.5], atol=1e-5)  # class 1

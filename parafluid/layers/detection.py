@@ -24,7 +24,8 @@ from ..layer_helper import LayerHelper
 __all__ = ["prior_box", "density_prior_box", "anchor_generator", "box_coder",
            "iou_similarity", "box_clip", "bipartite_match", "target_assign", "multiclass_nms",
            "detection_output", "ssd_loss", "multi_box_head", "roi_pool", "roi_align",
-           "psroi_pool", "yolo_box", "yolov3_loss"]
+           "psroi_pool", "yolo_box", "yolov3_loss", "box_decoder_and_assign",
+           "polygon_box_transform", "sigmoid_focal_loss"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -627,6 +628,69 @@ def yolov3_loss(x: Variable, gt_box: Variable, gt_label: Variable, anchors: list
                             "downsample_ratio": int(downsample_ratio),
                             "use_label_smooth": bool(use_label_smooth)})
     return loss
+
+
+# ----------------------------------------------------------------------------- others
+
+
+def box_decoder_and_assign(prior_box: Variable, prior_box_var: Variable, target_box: Variable,
+                           box_score: Variable, box_clip: float,
+                           name: str | None = None) -> tuple[Variable, Variable]:
+    """Decode per-class deltas ``target_box [R, C * 4]`` against the pixel boxes
+    ``prior_box [R, 4]`` (variances ``prior_box_var [4]``, log-size deltas capped at
+    ``box_clip``): ``(decoded [R, C * 4], assigned [R, 4])``, the assigned box being the one
+    of the best non-background class of ``box_score [R, C]``.
+
+    Example::
+
+        decoded, assigned = fluid.layers.box_decoder_and_assign(
+            rois, bbox_var, deltas, cls_prob, box_clip=4.135)
+    """
+    _check("box_decoder_and_assign", prior_box=prior_box, prior_box_var=prior_box_var,
+           target_box=target_box, box_score=box_score)
+    helper = LayerHelper("box_decoder_and_assign", name=name)
+    decoded, assigned = _outputs(helper, prior_box.dtype, 2)
+    helper.append_op("box_decoder_and_assign",
+                     inputs={"PriorBox": [prior_box], "PriorBoxVar": [prior_box_var],
+                             "TargetBox": [target_box], "BoxScore": [box_score]},
+                     outputs={"DecodeBox": [decoded], "OutputAssignBox": [assigned]},
+                     attrs={"box_clip": float(box_clip)})
+    return decoded, assigned
+
+
+def polygon_box_transform(input: Variable, name: str | None = None) -> Variable:
+    """EAST-style geometry to coordinates: each even channel of ``input [N, 2K, H, W]``
+    becomes ``4 * w - value``, each odd one ``4 * h - value``.
+
+    Example::
+
+        quads = fluid.layers.polygon_box_transform(geo_map)
+    """
+    _check("polygon_box_transform", input=input)
+    helper = LayerHelper("polygon_box_transform", name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("polygon_box_transform", inputs={"Input": [input]},
+                     outputs={"Output": [out]})
+    return out
+
+
+def sigmoid_focal_loss(x: Variable, label: Variable, fg_num: Variable, gamma: float = 2.0,
+                       alpha: float = 0.25) -> Variable:
+    """RetinaNet's focal loss per element of ``x [N, C]`` (foreground logits) for
+    ``label [N, 1]`` (0 background, -1 ignored, ``d + 1`` for class ``d``), normalized by
+    ``fg_num [1]`` (int32).
+
+    Example::
+
+        loss = fluid.layers.reduce_sum(fluid.layers.sigmoid_focal_loss(logits, label, fg_num))
+    """
+    _check("sigmoid_focal_loss", x=x, label=label, fg_num=fg_num)
+    helper = LayerHelper("sigmoid_focal_loss")
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("sigmoid_focal_loss",
+                     inputs={"X": [x], "Label": [label], "FgNum": [fg_num]},
+                     outputs={"Out": [out]}, attrs={"gamma": float(gamma), "alpha": float(alpha)})
+    return out
 
 
 def __getattr__(name: str) -> object:

@@ -46,6 +46,7 @@ from . import detection_box
 from . import detection_match
 from . import roi
 from . import yolo
+from . import detection_loss
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -378,3 +378,77 @@ def _box_clip(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("box_clip", inputs=("Input", "ImInfo"), outputs=("Output",),
             infer_shape=_box_clip_shape, kernel=_box_clip)
+
+
+# ---------------------------------------------------------------------- box_decoder_and_assign
+
+
+def _decode_assign_shape(ins: dict, attrs: dict) -> dict:
+    prior, target, score = ins["PriorBox"], ins["TargetBox"], ins["BoxScore"]
+    _rank("box_decoder_and_assign", "PriorBox", prior, (2,))
+    _rank("box_decoder_and_assign", "TargetBox", target, (2,))
+    _rank("box_decoder_and_assign", "BoxScore", score, (2,))
+    if -1 not in (target.shape[1], score.shape[1]) and target.shape[1] != 4 * score.shape[1]:
+        raise ValueError(f"box_decoder_and_assign: TargetBox must hold 4 deltas per class of "
+                         f"BoxScore ({score.shape[1]} classes), got {list(target.shape)}")
+    return {"DecodeBox": Meta(target.shape, target.dtype),
+            "OutputAssignBox": Meta((target.shape[0], 4), target.dtype)}
+
+
+def _box_decoder_and_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
+    prior, var = ins["PriorBox"], ins["PriorBoxVar"].reshape(-1)[:4]
+    target, score = ins["TargetBox"], ins["BoxScore"]
+    r, c = score.shape
+    d = target.reshape(r, c, 4)
+    pw = (prior[:, 2] - prior[:, 0] + 1)[:, None]
+    ph = (prior[:, 3] - prior[:, 1] + 1)[:, None]
+    pcx = ((prior[:, 2] + prior[:, 0]) / 2)[:, None]
+    pcy = ((prior[:, 3] + prior[:, 1]) / 2)[:, None]
+    clip = torch.tensor(attrs["box_clip"], dtype=target.dtype)
+    dw = torch.minimum(var[2] * d[..., 2], clip)
+    dh = torch.minimum(var[3] * d[..., 3], clip)
+    cx = var[0] * d[..., 0] * pw + pcx
+    cy = var[1] * d[..., 1] * ph + pcy
+    w, h = torch.exp(dw) * pw, torch.exp(dh) * ph
+    boxes = torch.stack([cx - w / 2, cy - h / 2, cx + w / 2 - 1, cy + h / 2 - 1], -1)
+    # each ROI takes the box of its best class other than class 0 (the background), if any
+    fg = score.clone()
+    fg[:, 0] = -float("inf")
+    best = fg.argmax(dim=1) if c > 1 else torch.zeros(r, dtype=torch.int64)
+    has_fg = (best > 0) & (fg.gather(1, best[:, None])[:, 0] > -1)
+    chosen = boxes[torch.arange(r), best]
+    assign = torch.where(has_fg[:, None], chosen, prior)
+    return {"DecodeBox": boxes.reshape(r, c * 4), "OutputAssignBox": assign}
+
+
+register_op("box_decoder_and_assign", inputs=("PriorBox", "PriorBoxVar", "TargetBox", "BoxScore"),
+            outputs=("DecodeBox", "OutputAssignBox"), attrs={"box_clip": 4.135},
+            infer_shape=_decode_assign_shape, kernel=_box_decoder_and_assign)
+
+
+# ----------------------------------------------------------------------- polygon_box_transform
+
+
+def _polygon_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["Input"]
+    _rank("polygon_box_transform", "Input", x, (4,))
+    if x.shape[1] != -1 and x.shape[1] % 2:
+        raise ValueError(f"polygon_box_transform: Input must have an even number of channels "
+                         f"(x, y offsets), got {x.shape[1]}")
+    return {"Output": Meta(x.shape, x.dtype)}
+
+
+def _polygon_box_transform(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["Input"]
+    h, w = x.shape[2], x.shape[3]
+    # even channels are x offsets, odd ones y offsets, from the cell's corner (4x stride)
+    gx = (torch.arange(w, dtype=x.dtype) * 4).reshape(1, 1, 1, w)
+    gy = (torch.arange(h, dtype=x.dtype) * 4).reshape(1, 1, h, 1)
+    out = torch.empty_like(x)
+    out[:, 0::2] = gx - x[:, 0::2]
+    out[:, 1::2] = gy - x[:, 1::2]
+    return {"Output": out}
+
+
+register_op("polygon_box_transform", inputs=("Input",), outputs=("Output",),
+            infer_shape=_polygon_shape, kernel=_polygon_box_transform)

@@ -621,6 +621,71 @@ CASES += [
            id="yolov3_loss_gt_score"),
 ]
 
+# ----------------------------------------------------------------------------- the others
+
+
+def decode_assign_ref(PriorBox, PriorBoxVar, TargetBox, BoxScore, attrs):
+    r, c = BoxScore.shape
+    out = np.zeros((r, c, 4))
+    assign = np.zeros((r, 4))
+    v = PriorBoxVar.reshape(-1)
+    for i in range(r):
+        p = PriorBox[i]
+        pw, ph = p[2] - p[0] + 1, p[3] - p[1] + 1
+        pcx, pcy = (p[2] + p[0]) / 2, (p[3] + p[1]) / 2
+        for j in range(c):
+            d = TargetBox[i, 4 * j:4 * j + 4]
+            cx, cy = v[0] * d[0] * pw + pcx, v[1] * d[1] * ph + pcy
+            w = np.exp(min(v[2] * d[2], attrs["box_clip"])) * pw
+            h = np.exp(min(v[3] * d[3], attrs["box_clip"])) * ph
+            out[i, j] = [cx - w / 2, cy - h / 2, cx + w / 2 - 1, cy + h / 2 - 1]
+        best = 1 + int(np.argmax(BoxScore[i, 1:]))
+        assign[i] = out[i, best] if BoxScore[i, best] > -1 else p
+    return {"DecodeBox": out.reshape(r, -1), "OutputAssignBox": assign}
+
+
+def polygon_ref(Input):
+    out = np.zeros_like(Input)
+    for c in range(Input.shape[1]):
+        for y in range(Input.shape[2]):
+            for x in range(Input.shape[3]):
+                out[:, c, y, x] = (4 * x if c % 2 == 0 else 4 * y) - Input[:, c, y, x]
+    return {"Output": out}
+
+
+def focal_ref(X, Label, FgNum, attrs):
+    out = np.zeros_like(X)
+    fg = max(FgNum[0], 1)
+    for i in range(X.shape[0]):
+        for d in range(X.shape[1]):
+            p = _sigmoid(X[i, d])
+            if Label[i, 0] == d + 1:
+                out[i, d] = -attrs["alpha"] / fg * (1 - p) ** attrs["gamma"] * np.log(p)
+            elif Label[i, 0] != -1:
+                out[i, d] = -(1 - attrs["alpha"]) / fg * p ** attrs["gamma"] * np.log(1 - p)
+    return {"Out": out}
+
+
+CASES += [
+    OpCase("box_decoder_and_assign",
+           {"PriorBox": boxes(4, seed=19, scale=50), "PriorBoxVar": np.array(
+               [0.1, 0.1, 0.2, 0.2], "float32"),
+            "TargetBox": rand(4, 12, low=-3, high=3, seed=20, dtype="float32"),
+            "BoxScore": np.array([[0.9, 0.05, 0.05], [0.1, 0.2, 0.7], [0.3, 0.4, 0.3],
+                                  [0.5, -2, -3]], "float32")},
+           attrs={"box_clip": 0.3}, ref=decode_assign_ref, rtol=1e-4, atol=1e-4),
+    OpCase("polygon_box_transform", {"Input": rand(2, 4, 3, 5, seed=21)}, ref=polygon_ref),
+    OpCase("sigmoid_focal_loss", {"X": rand(6, 3, low=-3, high=3, seed=22),
+                                  "Label": np.array([[0], [1], [3], [-1], [2], [1]], "int32"),
+                                  "FgNum": np.array([4], "int32")},
+           attrs={"gamma": 2.0, "alpha": 0.25}, ref=focal_ref, grad=["X"]),
+    OpCase("sigmoid_focal_loss", {"X": rand(4, 2, low=-3, high=3, seed=23),
+                                  "Label": np.array([[0], [2], [1], [0]], "int32"),
+                                  "FgNum": np.array([0], "int32")},
+           attrs={"gamma": 1.5, "alpha": 0.4}, ref=focal_ref, grad=["X"],
+           id="sigmoid_focal_loss_no_foreground_count"),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -1,6 +1,8 @@
 """``fluid.layers.detection``: Fluid 1.6's detection layers: prior boxes and anchors, box
 coding, IoU and matching, target assignment, the SSD loss and head, non-maximum suppression
-(ops in ``parafluid/ops/detection_box.py``, ``detection_match.py``, ``roi.py``).
+(ops in ``parafluid/ops/detection_box.py``, ``detection_match.py``, ``detection_loss.py``,
+``detection_map.py``). The ROI and R-CNN layers are in ``layers/roi.py``, the YOLOv3 ones in
+``layers/yolo.py``; all of them resolve at Fluid's paths (``fluid.layers.detection.yolo_box``).
 
 The names of Fluid's module that parafluid does not provide import and fail on use with a
 ``NotProvidedError`` (see ``parafluid.compat.NOT_PROVIDED`` and docs/fluid_compat.md).
@@ -23,9 +25,8 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["prior_box", "density_prior_box", "anchor_generator", "box_coder",
            "iou_similarity", "box_clip", "bipartite_match", "target_assign", "multiclass_nms",
-           "detection_output", "ssd_loss", "multi_box_head", "roi_pool", "roi_align",
-           "psroi_pool", "yolo_box", "yolov3_loss", "box_decoder_and_assign",
-           "polygon_box_transform", "sigmoid_focal_loss"]
+           "detection_output", "ssd_loss", "multi_box_head", "polygon_box_transform",
+           "sigmoid_focal_loss"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -499,163 +500,7 @@ def multi_box_head(inputs: list[Variable], image: Variable, base_size: int, num_
     return loc, conf, box, var
 
 
-# ----------------------------------------------------------------------------- ROI pooling
-# (Fluid keeps these three in layers.nn; fluid_paths resolves them there)
-
-
-def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
-         name: str | None = None) -> Variable:
-    _check(op, input=input, rois=rois)
-    helper = LayerHelper(op, name=name)
-    out = helper.create_variable_for_type_inference(input.dtype)
-    outputs = {"Out": [out]}
-    if op == "roi_pool":
-        outputs["Argmax"] = [helper.create_variable_for_type_inference("int64",
-                                                                       stop_gradient=True)]
-    helper.append_op(op, inputs={"X": [input], "ROIs": [rois]}, outputs=outputs, attrs=attrs)
-    return out
-
-
-def roi_pool(input: Variable, rois: Variable, pooled_height: int = 1, pooled_width: int = 1,
-             spatial_scale: float = 1.0) -> Variable:
-    """Max pooling of each ROI (``rois [R, 4]``, a LoD tensor: the ROIs of each image, in
-    input pixels times ``1 / spatial_scale``) of ``input [N, C, H, W]`` into
-    ``[R, C, pooled_height, pooled_width]`` (Fast R-CNN).
-
-    Example::
-
-        pooled = fluid.layers.roi_pool(feat, rois, pooled_height=7, pooled_width=7,
-                                       spatial_scale=1 / 16.)
-    """
-    return _roi("roi_pool", input, rois, {"pooled_height": int(pooled_height),
-                                          "pooled_width": int(pooled_width),
-                                          "spatial_scale": float(spatial_scale)})
-
-
-def roi_align(input: Variable, rois: Variable, pooled_height: int = 1, pooled_width: int = 1,
-              spatial_scale: float = 1.0, sampling_ratio: int = -1,
-              name: str | None = None) -> Variable:
-    """RoIAlign (Mask R-CNN): each bin of each ROI is the mean of bilinear samples
-    (``sampling_ratio`` per side, or adaptive with -1); ``[R, C, pooled_height, pooled_width]``.
-
-    Example::
-
-        aligned = fluid.layers.roi_align(feat, rois, 7, 7, spatial_scale=1 / 16.)
-    """
-    return _roi("roi_align", input, rois, {"pooled_height": int(pooled_height),
-                                           "pooled_width": int(pooled_width),
-                                           "spatial_scale": float(spatial_scale),
-                                           "sampling_ratio": int(sampling_ratio)}, name)
-
-
-def psroi_pool(input: Variable, rois: Variable, output_channels: int, spatial_scale: float,
-               pooled_height: int, pooled_width: int, name: str | None = None) -> Variable:
-    """Position-sensitive ROI average pooling (R-FCN): bin ``(i, j)`` of output channel
-    ``c`` averages input channel ``(c * pooled_height + i) * pooled_width + j``.
-
-    Example::
-
-        scores = fluid.layers.psroi_pool(feat, rois, 10, 1 / 16., 7, 7)
-    """
-    return _roi("psroi_pool", input, rois, {"output_channels": int(output_channels),
-                                            "spatial_scale": float(spatial_scale),
-                                            "pooled_height": int(pooled_height),
-                                            "pooled_width": int(pooled_width)}, name)
-
-
-# ----------------------------------------------------------------------------- YOLOv3
-
-
-def _ints(layer: str, arg: str, v: Any) -> list[int]:
-    if not isinstance(v, (list, tuple)):
-        raise TypeError(f"{layer}: {arg} must be a list of ints, got {type(v).__name__}")
-    return [int(x) for x in v]
-
-
-def yolo_box(x: Variable, img_size: Variable, anchors: list[int], class_num: int,
-             conf_thresh: float, downsample_ratio: int,
-             name: str | None = None) -> tuple[Variable, Variable]:
-    """Decode a YOLOv3 head ``x [N, A * (5 + class_num), H, W]`` into image boxes
-    ``[N, A * H * W, 4]`` (clipped to ``img_size [N, 2]`` = height, width) and class scores
-    ``[N, A * H * W, class_num]``; zeros where the objectness is under ``conf_thresh``.
-
-    Example::
-
-        boxes, scores = fluid.layers.yolo_box(head, img_size, anchors=[10, 13, 16, 30],
-                                              class_num=80, conf_thresh=0.01,
-                                              downsample_ratio=32)
-    """
-    _check("yolo_box", x=x, img_size=img_size)
-    helper = LayerHelper("yolo_box", name=name)
-    boxes, scores = _outputs(helper, x.dtype, 2)
-    helper.append_op("yolo_box", inputs={"X": [x], "ImgSize": [img_size]},
-                     outputs={"Boxes": [boxes], "Scores": [scores]},
-                     attrs={"anchors": _ints("yolo_box", "anchors", anchors),
-                            "class_num": int(class_num), "conf_thresh": float(conf_thresh),
-                            "downsample_ratio": int(downsample_ratio)})
-    return boxes, scores
-
-
-def yolov3_loss(x: Variable, gt_box: Variable, gt_label: Variable, anchors: list[int],
-                anchor_mask: list[int], class_num: int, ignore_thresh: float,
-                downsample_ratio: int, gt_score: Variable | None = None,
-                use_label_smooth: bool = True, name: str | None = None) -> Variable:
-    """The YOLOv3 loss ``[N]`` of a head ``x [N, len(anchor_mask) * (5 + class_num), H, W]``
-    against ``gt_box [N, B, 4]`` (normalized center x, y, width, height; zero rows are
-    padding), ``gt_label [N, B]`` and optional ``gt_score [N, B]`` (mixup weights).
-
-    Example::
-
-        loss = fluid.layers.yolov3_loss(head, gt_box, gt_label, anchors=[10, 13, 16, 30,
-            33, 23], anchor_mask=[0, 1, 2], class_num=80, ignore_thresh=0.7,
-            downsample_ratio=32)
-    """
-    _check("yolov3_loss", x=x, gt_box=gt_box, gt_label=gt_label)
-    helper = LayerHelper("yolov3_loss", name=name)
-    loss = helper.create_variable_for_type_inference(x.dtype)
-    obj_mask = helper.create_variable_for_type_inference(x.dtype, stop_gradient=True)
-    match = helper.create_variable_for_type_inference("int32", stop_gradient=True)
-    inputs = {"X": [x], "GTBox": [gt_box], "GTLabel": [gt_label]}
-    if gt_score is not None:
-        _check("yolov3_loss", gt_score=gt_score)
-        inputs["GTScore"] = [gt_score]
-    helper.append_op("yolov3_loss", inputs=inputs,
-                     outputs={"Loss": [loss], "ObjectnessMask": [obj_mask],
-                              "GTMatchMask": [match]},
-                     attrs={"anchors": _ints("yolov3_loss", "anchors", anchors),
-                            "anchor_mask": _ints("yolov3_loss", "anchor_mask", anchor_mask),
-                            "class_num": int(class_num), "ignore_thresh": float(ignore_thresh),
-                            "downsample_ratio": int(downsample_ratio),
-                            "use_label_smooth": bool(use_label_smooth)})
-    return loss
-
-
 # ----------------------------------------------------------------------------- others
-
-
-def box_decoder_and_assign(prior_box: Variable, prior_box_var: Variable, target_box: Variable,
-                           box_score: Variable, box_clip: float,
-                           name: str | None = None) -> tuple[Variable, Variable]:
-    """Decode per-class deltas ``target_box [R, C * 4]`` against the pixel boxes
-    ``prior_box [R, 4]`` (variances ``prior_box_var [4]``, log-size deltas capped at
-    ``box_clip``): ``(decoded [R, C * 4], assigned [R, 4])``, the assigned box being the one
-    of the best non-background class of ``box_score [R, C]``.
-
-    Example::
-
-        decoded, assigned = fluid.layers.box_decoder_and_assign(
-            rois, bbox_var, deltas, cls_prob, box_clip=4.135)
-    """
-    _check("box_decoder_and_assign", prior_box=prior_box, prior_box_var=prior_box_var,
-           target_box=target_box, box_score=box_score)
-    helper = LayerHelper("box_decoder_and_assign", name=name)
-    decoded, assigned = _outputs(helper, prior_box.dtype, 2)
-    helper.append_op("box_decoder_and_assign",
-                     inputs={"PriorBox": [prior_box], "PriorBoxVar": [prior_box_var],
-                             "TargetBox": [target_box], "BoxScore": [box_score]},
-                     outputs={"DecodeBox": [decoded], "OutputAssignBox": [assigned]},
-                     attrs={"box_clip": float(box_clip)})
-    return decoded, assigned
 
 
 def polygon_box_transform(input: Variable, name: str | None = None) -> Variable:

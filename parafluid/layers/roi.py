@@ -1,0 +1,107 @@
+"""R-CNN family layers of Fluid 1.6: ROI pooling (``roi_pool``, ``roi_align``,
+``psroi_pool``, in Fluid's ``layers.nn``) and ``box_decoder_and_assign`` (ops in
+``parafluid/ops/roi.py`` and ``detection_box.py``).
+
+Example::
+
+    import parafluid as fluid
+    feat = fluid.layers.data(name="feat", shape=[16, 14, 14], dtype="float32")
+    rois = fluid.layers.data(name="rois", shape=[4], dtype="float32", lod_level=1)
+    pooled = fluid.layers.roi_align(feat, rois, pooled_height=7, pooled_width=7,
+                                    spatial_scale=1 / 16.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..framework import Variable
+from ..layer_helper import LayerHelper
+from .detection import _check, _outputs
+
+__all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign"]
+
+
+def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
+         name: str | None = None) -> Variable:
+    _check(op, input=input, rois=rois)
+    helper = LayerHelper(op, name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    outputs = {"Out": [out]}
+    if op == "roi_pool":
+        outputs["Argmax"] = [helper.create_variable_for_type_inference("int64",
+                                                                       stop_gradient=True)]
+    helper.append_op(op, inputs={"X": [input], "ROIs": [rois]}, outputs=outputs, attrs=attrs)
+    return out
+
+
+def roi_pool(input: Variable, rois: Variable, pooled_height: int = 1, pooled_width: int = 1,
+             spatial_scale: float = 1.0) -> Variable:
+    """Max pooling of each ROI (``rois [R, 4]``, a LoD tensor: the ROIs of each image, in
+    input pixels times ``1 / spatial_scale``) of ``input [N, C, H, W]`` into
+    ``[R, C, pooled_height, pooled_width]`` (Fast R-CNN).
+
+    Example::
+
+        pooled = fluid.layers.roi_pool(feat, rois, pooled_height=7, pooled_width=7,
+                                       spatial_scale=1 / 16.)
+    """
+    return _roi("roi_pool", input, rois, {"pooled_height": int(pooled_height),
+                                          "pooled_width": int(pooled_width),
+                                          "spatial_scale": float(spatial_scale)})
+
+
+def roi_align(input: Variable, rois: Variable, pooled_height: int = 1, pooled_width: int = 1,
+              spatial_scale: float = 1.0, sampling_ratio: int = -1,
+              name: str | None = None) -> Variable:
+    """RoIAlign (Mask R-CNN): each bin of each ROI is the mean of bilinear samples
+    (``sampling_ratio`` per side, or adaptive with -1); ``[R, C, pooled_height, pooled_width]``.
+
+    Example::
+
+        aligned = fluid.layers.roi_align(feat, rois, 7, 7, spatial_scale=1 / 16.)
+    """
+    return _roi("roi_align", input, rois, {"pooled_height": int(pooled_height),
+                                           "pooled_width": int(pooled_width),
+                                           "spatial_scale": float(spatial_scale),
+                                           "sampling_ratio": int(sampling_ratio)}, name)
+
+
+def psroi_pool(input: Variable, rois: Variable, output_channels: int, spatial_scale: float,
+               pooled_height: int, pooled_width: int, name: str | None = None) -> Variable:
+    """Position-sensitive ROI average pooling (R-FCN): bin ``(i, j)`` of output channel
+    ``c`` averages input channel ``(c * pooled_height + i) * pooled_width + j``.
+
+    Example::
+
+        scores = fluid.layers.psroi_pool(feat, rois, 10, 1 / 16., 7, 7)
+    """
+    return _roi("psroi_pool", input, rois, {"output_channels": int(output_channels),
+                                            "spatial_scale": float(spatial_scale),
+                                            "pooled_height": int(pooled_height),
+                                            "pooled_width": int(pooled_width)}, name)
+
+
+def box_decoder_and_assign(prior_box: Variable, prior_box_var: Variable, target_box: Variable,
+                           box_score: Variable, box_clip: float,
+                           name: str | None = None) -> tuple[Variable, Variable]:
+    """Decode per-class deltas ``target_box [R, C * 4]`` against the pixel boxes
+    ``prior_box [R, 4]`` (variances ``prior_box_var [4]``, log-size deltas capped at
+    ``box_clip``): ``(decoded [R, C * 4], assigned [R, 4])``, the assigned box being the one
+    of the best non-background class of ``box_score [R, C]``.
+
+    Example::
+
+        decoded, assigned = fluid.layers.box_decoder_and_assign(
+            rois, bbox_var, deltas, cls_prob, box_clip=4.135)
+    """
+    _check("box_decoder_and_assign", prior_box=prior_box, prior_box_var=prior_box_var,
+           target_box=target_box, box_score=box_score)
+    helper = LayerHelper("box_decoder_and_assign", name=name)
+    decoded, assigned = _outputs(helper, prior_box.dtype, 2)
+    helper.append_op("box_decoder_and_assign",
+                     inputs={"PriorBox": [prior_box], "PriorBoxVar": [prior_box_var],
+                             "TargetBox": [target_box], "BoxScore": [box_score]},
+                     outputs={"DecodeBox": [decoded], "OutputAssignBox": [assigned]},
+                     attrs={"box_clip": float(box_clip)})
+    return decoded, assigned

@@ -53,7 +53,7 @@ _family(["layers.rpn_target_assign", "layers.retinanet_target_assign",
          "layers.generate_proposals", "layers.generate_mask_labels",
          "layers.retinanet_detection_output", "layers.distribute_fpn_proposals",
          "layers.collect_fpn_proposals",
-         "layers.deformable_roi_pooling", "layers.deformable_conv", "metrics.DetectionMAP"],
+         "layers.deformable_roi_pooling", "layers.deformable_conv"],
         "the detection family (layers/detection.py, ROI pooling, deformable convolution)",
         "not ported yet; compute boxes and NMS outside the program (numpy) and feed the "
         "results")

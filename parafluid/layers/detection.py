@@ -538,6 +538,42 @@ def sigmoid_focal_loss(x: Variable, label: Variable, fg_num: Variable, gamma: fl
     return out
 
 
+def detection_map(detect_res: Variable, label: Variable, class_num: int,
+                  background_label: int = 0, overlap_threshold: float = 0.3,
+                  evaluate_difficult: bool = True, has_state: Variable | None = None,
+                  input_states: list[Variable] | None = None,
+                  out_states: list[Variable] | None = None,
+                  ap_version: str = "integral") -> Variable:
+    """Mean average precision ``[1]`` of ``detect_res`` (``multiclass_nms``'s LoD rows)
+    against ``label`` (LoD ``[label, difficult, x1, y1, x2, y2]`` rows); with ``has_state``,
+    ``input_states`` / ``out_states`` (positive counts, true and false positives) it
+    accumulates over batches, as ``fluid.metrics.DetectionMAP`` uses it. As in Fluid, the
+    op keeps its default background label.
+
+    Example::
+
+        batch_map = fluid.layers.detection.detection_map(nmsed, label, class_num=21)
+    """
+    _check("detection_map", detect_res=detect_res, label=label)
+    helper = LayerHelper("detection_map")
+    map_out = helper.create_variable_for_type_inference("float32", stop_gradient=True)
+    pos, tp, fp = out_states or [helper.create_variable_for_type_inference(t, stop_gradient=True)
+                                 for t in ("int32", "float32", "float32")]
+    inputs: dict[str, Any] = {"DetectRes": [detect_res], "Label": [label]}
+    if has_state is not None:
+        inputs["HasState"] = [has_state]
+    if input_states:
+        inputs.update(PosCount=[input_states[0]], TruePos=[input_states[1]],
+                      FalsePos=[input_states[2]])
+    helper.append_op("detection_map", inputs=inputs,
+                     outputs={"MAP": [map_out], "AccumPosCount": [pos], "AccumTruePos": [tp],
+                              "AccumFalsePos": [fp]},
+                     attrs={"overlap_threshold": float(overlap_threshold),
+                            "evaluate_difficult": bool(evaluate_difficult),
+                            "ap_type": ap_version, "class_num": int(class_num)})
+    return map_out
+
+
 def __getattr__(name: str) -> object:
     from .fluid_paths import resolve
 

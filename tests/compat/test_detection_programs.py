@@ -29,10 +29,8 @@ def mobile_net(num_classes, img, img_shape):
     return mbox_locs, mbox_confs, box, box_var
 
 
-def build_program(is_train):
-    main, startup = fluid.Program(), fluid.Program()
-    startup.random_seed = 7
-    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+def build_program(main_prog, startup_prog, is_train):
+    with fluid.program_guard(main_prog, startup_prog), fluid.unique_name.guard():
         image = fluid.layers.data(name="image", shape=IMAGE_SHAPE, dtype="float32")
         gt_box = fluid.layers.data(name="gt_box", shape=[4], dtype="float32", lod_level=1)
         gt_label = fluid.layers.data(name="gt_label", shape=[1], dtype="int32", lod_level=1)
@@ -43,11 +41,17 @@ def build_program(is_train):
                 loss = fluid.layers.reduce_sum(loss)
                 optimizer = fluid.optimizer.Momentum(learning_rate=0.01, momentum=0.9)
                 optimizer.minimize(loss)
-            return main, startup, loss, box
+            return loss, box
+        difficult = fluid.layers.data(name="gt_difficult", shape=[1], dtype="int32",
+                                      lod_level=1)
         with fluid.unique_name.guard("inference"):
             nmsed_out = fluid.layers.detection_output(locs, confs, box, box_var,
                                                       nms_threshold=0.45)
-    return main.clone(for_test=True), startup, nmsed_out, box
+            map_eval = fluid.metrics.DetectionMAP(nmsed_out, gt_label, gt_box, difficult,
+                                                  NUM_CLASSES, overlap_threshold=0.5,
+                                                  evaluate_difficult=False,
+                                                  ap_version="integral")
+        return nmsed_out, map_eval
 
 
 def synthetic_batch(rng, n=4):
@@ -67,23 +71,29 @@ def synthetic_batch(rng, n=4):
     place = fluid.CPUPlace()
     return {"image": images,
             "gt_box": fluid.create_lod_tensor(np.array(boxes, "float32"), [lengths], place),
-            "gt_label": fluid.create_lod_tensor(np.array(labels, "int32"), [lengths], place)}
+            "gt_label": fluid.create_lod_tensor(np.array(labels, "int32"), [lengths], place),
+            "gt_difficult": fluid.create_lod_tensor(np.zeros((len(labels), 1), "int32"),
+                                                    [lengths], place)}
 
 
 def test_ssd_program_from_the_models_repository_trains_and_detects():
-    main, startup, loss, box = build_program(is_train=True)
+    train_prog, startup_prog, test_prog = fluid.Program(), fluid.Program(), fluid.Program()
+    startup_prog.random_seed = 7
+    loss, box = build_program(train_prog, startup_prog, is_train=True)
+    nmsed, map_eval = build_program(test_prog, startup_prog, is_train=False)
+    test_prog = test_prog.clone(for_test=True)
     assert box.shape == (8 * 8 * 3 + 4 * 4 * 6 + 2 * 2 * 4, 4)  # priors per cell: 3, 6, 4
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
+    exe.run(startup_prog, scope=scope)
     batch = synthetic_batch(np.random.RandomState(0))
-    losses = [float(exe.run(main, feed=batch, fetch_list=[loss], scope=scope)[0])
+    train_feed = {k: v for k, v in batch.items() if k != "gt_difficult"}
+    losses = [float(exe.run(train_prog, feed=train_feed, fetch_list=[loss], scope=scope)[0])
               for _ in range(12)]
     assert all(np.isfinite(losses))
     assert losses[-1] < 0.7 * losses[0], losses
 
     # inference on the trained parameters: one LoD sequence of detections per image
-    infer, _, nmsed, _ = build_program(is_train=False)
-    out, = exe.run(infer, feed=batch, fetch_list=[nmsed], scope=scope, return_numpy=False)
+    out, = exe.run(test_prog, feed=batch, fetch_list=[nmsed], scope=scope, return_numpy=False)
     lod = out.lod()
     rows = np.array(out)
     assert len(lod) == 1 and len(lod[0]) == 5 and lod[0][-1] == rows.shape[0]
@@ -91,6 +101,28 @@ def test_ssd_program_from_the_models_repository_trains_and_detects():
     labels, scores = rows[:, 0], rows[:, 1]
     assert set(labels.astype(int)) <= set(range(1, NUM_CLASSES))  # background dropped
     assert np.all((scores > 0.01) & (scores <= 1))
+
+    # mAP: the accumulated value over two batches is the mAP of both taken together
+    cur_map, accum_map = map_eval.get_map_var()
+    other = synthetic_batch(np.random.RandomState(3))
+    with fluid.scope_guard(scope):
+        map_eval.reset(exe)
+    maps = [exe.run(test_prog, feed=b, fetch_list=[cur_map, accum_map], scope=scope)
+            for b in (batch, other)]
+    assert float(maps[0][0]) == float(maps[0][1])  # the first batch alone
+    both = {"image": np.concatenate([batch["image"], other["image"]])}
+    for k in ("gt_box", "gt_label", "gt_difficult"):
+        both[k] = fluid.create_lod_tensor(
+            np.concatenate([np.array(batch[k]), np.array(other[k])]),
+            [batch[k].recursive_sequence_lengths()[0] + other[k].recursive_sequence_lengths()[0]],
+            fluid.CPUPlace())
+    together, = exe.run(test_prog, feed=both, fetch_list=[cur_map], scope=scope)
+    np.testing.assert_allclose(float(maps[1][1]), float(together), rtol=1e-6)
+    assert 0 < float(together) <= 1
+    with fluid.scope_guard(scope):
+        map_eval.reset(exe)
+    again, = exe.run(test_prog, feed=other, fetch_list=[accum_map], scope=scope)
+    np.testing.assert_allclose(float(again), float(maps[1][0]), rtol=1e-6)  # reset forgets
 
 
 # --------------------------------------------------------------------------- YOLOv3

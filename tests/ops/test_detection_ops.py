@@ -686,6 +686,77 @@ CASES += [
            id="sigmoid_focal_loss_no_foreground_count"),
 ]
 
+# ----------------------------------------------------------------------------- detection_map
+
+DET_OFFS, GT_OFFS = [0, 5, 8], [0, 3, 5]
+# [label, score, box]: image 0 finds both class-1 objects (one twice), misses class 2;
+# image 1 has a class-2 hit, a class-3 false alarm and a box past the image's border
+DETS = np.array([[1, 0.9, 0.1, 0.1, 0.3, 0.3], [1, 0.8, 0.12, 0.1, 0.3, 0.32],
+                 [1, 0.7, 0.5, 0.5, 0.8, 0.9], [2, 0.3, 0.0, 0.6, 0.2, 0.9],
+                 [1, 0.2, 0.6, 0.1, 0.9, 0.3],
+                 [2, 0.95, 0.4, 0.4, 0.7, 1.2], [3, 0.5, 0.1, 0.1, 0.2, 0.2],
+                 [2, 0.6, 0.0, 0.0, 0.1, 0.1]], "float32")
+# [label, difficult, box]
+GTS = np.array([[1, 0, 0.1, 0.1, 0.3, 0.3], [1, 0, 0.5, 0.5, 0.8, 0.85],
+                [2, 1, 0.6, 0.6, 0.9, 0.9],
+                [2, 0, 0.4, 0.4, 0.7, 1.0], [1, 1, 0.0, 0.0, 0.2, 0.2]], "float32")
+
+
+def detection_map_ref(DetectRes, Label, attrs):
+    """VOC-style AP per class written independently: greedy matching by score, each ground
+    truth used once, difficult ones neither counted nor penalized when not evaluated."""
+    npos, flags = {}, {}
+    for n in range(len(GT_OFFS) - 1):
+        gts = Label[GT_OFFS[n]:GT_OFFS[n + 1]]
+        dets = DetectRes[DET_OFFS[n]:DET_OFFS[n + 1]]
+        for g in gts:
+            if attrs["evaluate_difficult"] or not g[1]:
+                npos[int(g[0])] = npos.get(int(g[0]), 0) + 1
+        for c in {int(d[0]) for d in dets}:
+            cand = sorted([d for d in dets if d[0] == c], key=lambda d: -d[1])
+            truth = [g for g in gts if g[0] == c]
+            used = [False] * len(truth)
+            for d in cand:
+                box = np.clip(d[2:], 0, 1)
+                ious = [iou(box, g[2:]) for g in truth]
+                if ious and max(ious) > attrs["overlap_threshold"]:
+                    j = int(np.argmax(ious))
+                    if attrs["evaluate_difficult"] or not truth[j][1]:
+                        flags.setdefault(c, []).append((d[1], not used[j]))
+                        used[j] = True
+                else:
+                    flags.setdefault(c, []).append((d[1], False))
+    aps = []
+    for c, n_pos in sorted(npos.items()):
+        hits = [h for _, h in sorted(flags.get(c, []), key=lambda f: -f[0])]
+        tp = np.cumsum(hits)
+        precision = tp / np.arange(1, len(hits) + 1)
+        recall = tp / n_pos
+        if attrs["ap_type"] == "11point":
+            aps.append(np.mean([max([p for p, r in zip(precision, recall) if r >= t], default=0)
+                                for t in np.arange(11) / 10]))
+        else:
+            aps.append(np.sum(precision * np.diff(np.concatenate([[0], recall]))))
+    return {"MAP": np.array([np.mean(aps)], "float32"),
+            "AccumPosCount": np.array([[npos.get(c, 0)] for c in range(attrs["class_num"])],
+                                      "int32")}
+
+
+MAP_CASE = dict(inputs={"DetectRes": DETS, "Label": GTS},
+                lod={"DetectRes": [DET_OFFS], "Label": [GT_OFFS]}, ref=detection_map_ref,
+                outputs=["MAP", "AccumPosCount", "AccumTruePos", "AccumFalsePos"])
+CASES += [
+    OpCase("detection_map", **MAP_CASE, attrs={"class_num": 4, "overlap_threshold": 0.5,
+                                               "evaluate_difficult": True, "ap_type": "integral"}),
+    OpCase("detection_map", **MAP_CASE, attrs={"class_num": 4, "overlap_threshold": 0.5,
+                                               "evaluate_difficult": False,
+                                               "ap_type": "integral"},
+           id="detection_map_skip_difficult"),
+    OpCase("detection_map", **MAP_CASE, attrs={"class_num": 4, "overlap_threshold": 0.3,
+                                               "evaluate_difficult": True, "ap_type": "11point"},
+           id="detection_map_11point"),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -50,9 +50,7 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
 _family(["layers.rpn_target_assign", "layers.retinanet_target_assign",
          "layers.roi_perspective_transform", "layers.generate_proposal_labels",
-         "layers.generate_proposals", "layers.generate_mask_labels",
-         "layers.retinanet_detection_output", "layers.distribute_fpn_proposals",
-         "layers.collect_fpn_proposals",
+         "layers.generate_mask_labels", "layers.retinanet_detection_output",
          "layers.deformable_roi_pooling", "layers.deformable_conv"],
         "the detection family (layers/detection.py, ROI pooling, deformable convolution)",
         "not ported yet; compute boxes and NMS outside the program (numpy) and feed the "

@@ -126,3 +126,36 @@ def test_focal_loss_polygon_transform_and_decoder_assign_layers():
     # Fluid's centre of a pixel box is (x1 + x2) / 2 while its width is x2 - x1 + 1
     np.testing.assert_allclose(decoded[0, :4], [-0.5, -0.5, 8.5, 8.5], atol=1e-6)
     np.testing.assert_allclose(assigned[0], [0.5, -0.5, 9.5, 8.5], atol=1e-5)  # class 1
+
+
+def test_rpn_proposals_through_fpn_levels_into_roi_align():
+    """Faster R-CNN with FPN as Fluid's models wire it: anchors, proposals, levels, pooling,
+    and the collected proposals are the same boxes as the distributed ones."""
+    rng = np.random.RandomState(0)
+    feed = {"feat": rng.uniform(-1, 1, (2, 4, 4, 4)).astype("float32"),
+            "im_info": np.array([[64, 64, 1.0], [64, 48, 1.0]], "float32")}
+
+    def build():
+        feat = _data("feat", [4, 4, 4])
+        im_info = _data("im_info", [3])
+        anchors, var = fluid.layers.anchor_generator(feat, anchor_sizes=[16, 48],
+                                                     aspect_ratios=[1.0], stride=[16.0, 16.0])
+        scores = fluid.layers.sigmoid(fluid.layers.conv2d(feat, num_filters=2, filter_size=1))
+        deltas = fluid.layers.conv2d(feat, num_filters=8, filter_size=1)
+        rois, probs = fluid.layers.generate_proposals(scores, deltas, im_info, anchors, var,
+                                                      pre_nms_top_n=20, post_nms_top_n=10,
+                                                      nms_thresh=0.7, min_size=2.0)
+        multi, restore = fluid.layers.distribute_fpn_proposals(rois, min_level=2, max_level=3,
+                                                               refer_level=3, refer_scale=32)
+        collected = fluid.layers.collect_fpn_proposals(multi, [probs, probs], 2, 3, 100)
+        pooled = fluid.layers.roi_align(feat, rois, pooled_height=2, pooled_width=2,
+                                        spatial_scale=1 / 16.)
+        return [rois, probs, restore, collected, pooled] + multi
+
+    rois, probs, restore, collected, pooled, lvl2, lvl3 = run_layers(build, feed)
+    assert rois.shape[0] == probs.shape[0] <= 20 and pooled.shape == (rois.shape[0], 4, 2, 2)
+    assert np.all(probs[:-1] >= 0) and np.all(rois[:, 2] >= rois[:, 0])
+    merged = np.concatenate([lvl2, lvl3])
+    np.testing.assert_array_equal(merged[restore.reshape(-1)], rois)
+    assert collected.shape == rois.shape
+    np.testing.assert_array_equal(np.unique(collected, axis=0), np.unique(rois, axis=0))

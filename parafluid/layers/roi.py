@@ -1,6 +1,7 @@
 """R-CNN family layers of Fluid 1.6: ROI pooling (``roi_pool``, ``roi_align``,
-``psroi_pool``, in Fluid's ``layers.nn``) and ``box_decoder_and_assign`` (ops in
-``parafluid/ops/roi.py`` and ``detection_box.py``).
+``psroi_pool``, in Fluid's ``layers.nn``), region proposals and FPN levels
+(``generate_proposals``, ``distribute_fpn_proposals``, ``collect_fpn_proposals``) and
+``box_decoder_and_assign`` (ops in ``parafluid/ops/roi.py``, ``rpn.py``, ``detection_box.py``).
 
 Example::
 
@@ -19,7 +20,8 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 from .detection import _check, _outputs
 
-__all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign"]
+__all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign",
+           "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals"]
 
 
 def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
@@ -105,3 +107,82 @@ def box_decoder_and_assign(prior_box: Variable, prior_box_var: Variable, target_
                      outputs={"DecodeBox": [decoded], "OutputAssignBox": [assigned]},
                      attrs={"box_clip": float(box_clip)})
     return decoded, assigned
+
+
+def generate_proposals(scores: Variable, bbox_deltas: Variable, im_info: Variable,
+                       anchors: Variable, variances: Variable, pre_nms_top_n: int = 6000,
+                       post_nms_top_n: int = 1000, nms_thresh: float = 0.5,
+                       min_size: float = 0.1, eta: float = 1.0,
+                       name: str | None = None) -> tuple[Variable, Variable]:
+    """Faster R-CNN proposals from the RPN's ``scores [N, A, H, W]`` and ``bbox_deltas
+    [N, 4A, H, W]`` over ``anchors`` / ``variances [H, W, A, 4]`` for images ``im_info
+    [N, 3]`` (height, width, scale): LoD ``(rpn_rois [R, 4], rpn_roi_probs [R, 1])``.
+
+    Example::
+
+        rois, probs = fluid.layers.generate_proposals(rpn_prob, rpn_delta, im_info,
+                                                      anchors, variances)
+    """
+    _check("generate_proposals", scores=scores, bbox_deltas=bbox_deltas, im_info=im_info,
+           anchors=anchors, variances=variances)
+    helper = LayerHelper("generate_proposals", name=name)
+    rois, probs = _outputs(helper, bbox_deltas.dtype, 2)
+    helper.append_op("generate_proposals",
+                     inputs={"Scores": [scores], "BboxDeltas": [bbox_deltas],
+                             "ImInfo": [im_info], "Anchors": [anchors],
+                             "Variances": [variances]},
+                     outputs={"RpnRois": [rois], "RpnRoiProbs": [probs]},
+                     attrs={"pre_nms_topN": int(pre_nms_top_n),
+                            "post_nms_topN": int(post_nms_top_n),
+                            "nms_thresh": float(nms_thresh), "min_size": float(min_size),
+                            "eta": float(eta)})
+    rois.lod_level = probs.lod_level = 1
+    return rois, probs
+
+
+def distribute_fpn_proposals(fpn_rois: Variable, min_level: int, max_level: int,
+                             refer_level: int, refer_scale: int,
+                             name: str | None = None) -> tuple[list[Variable], Variable]:
+    """Split ROIs (LoD ``[R, 4]``) by FPN level ``floor(log2(sqrt(area) / refer_scale) +
+    refer_level)`` clamped to ``[min_level, max_level]``: ``(one LoD tensor per level,
+    restore_index [R, 1])`` where ``restore_index`` puts the levels' rows back in order.
+
+    Example::
+
+        multi_rois, restore = fluid.layers.distribute_fpn_proposals(rois, 2, 5, 4, 224)
+    """
+    _check("distribute_fpn_proposals", fpn_rois=fpn_rois)
+    helper = LayerHelper("distribute_fpn_proposals", name=name)
+    count = max_level - min_level + 1
+    multi = _outputs(helper, fpn_rois.dtype, count)
+    restore = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("distribute_fpn_proposals", inputs={"FpnRois": [fpn_rois]},
+                     outputs={"MultiFpnRois": multi, "RestoreIndex": [restore]},
+                     attrs={"min_level": int(min_level), "max_level": int(max_level),
+                            "refer_level": int(refer_level), "refer_scale": int(refer_scale)})
+    for v in multi:
+        v.lod_level = 1
+    return multi, restore
+
+
+def collect_fpn_proposals(multi_rois: list[Variable], multi_scores: list[Variable],
+                          min_level: int, max_level: int, post_nms_top_n: int,
+                          name: str | None = None) -> Variable:
+    """The ``post_nms_top_n`` best ROIs (by score) over the levels ``min_level..max_level``
+    of ``multi_rois`` / ``multi_scores`` (LoD), regrouped by image: LoD ``[R, 4]``.
+
+    Example::
+
+        rois = fluid.layers.collect_fpn_proposals(level_rois, level_scores, 2, 5, 2000)
+    """
+    count = max_level - min_level + 1
+    rois, scores = list(multi_rois)[:count], list(multi_scores)[:count]
+    _check("collect_fpn_proposals", **{f"multi_rois[{i}]": v for i, v in enumerate(rois)},
+           **{f"multi_scores[{i}]": v for i, v in enumerate(scores)})
+    helper = LayerHelper("collect_fpn_proposals", name=name)
+    out = helper.create_variable_for_type_inference(rois[0].dtype, stop_gradient=True)
+    helper.append_op("collect_fpn_proposals",
+                     inputs={"MultiLevelRois": rois, "MultiLevelScores": scores},
+                     outputs={"FpnRois": [out]}, attrs={"post_nms_topN": int(post_nms_top_n)})
+    out.lod_level = 1
+    return out

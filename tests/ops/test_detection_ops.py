@@ -757,6 +757,109 @@ CASES += [
            id="detection_map_11point"),
 ]
 
+# ----------------------------------------------------------------------------- proposals
+
+
+def _nms_pixels(boxes, scores, thr):
+    kept = []
+    for i in np.argsort(-scores, kind="stable"):
+        if all(iou(boxes[i], boxes[k], normalized=False) <= thr for k in kept):
+            kept.append(i)
+    return kept
+
+
+def proposals_ref(Scores, BboxDeltas, ImInfo, Anchors, Variances, attrs):
+    rois, probs = [], []
+    a = Anchors.reshape(-1, 4)
+    v = Variances.reshape(-1, 4)
+    for i in range(len(Scores)):
+        s = Scores[i].transpose(1, 2, 0).reshape(-1)
+        d = BboxDeltas[i].transpose(1, 2, 0).reshape(-1, 4)
+        order = np.argsort(-s, kind="stable")[:attrs["pre_nms_topN"]]
+        im_h, im_w, scale = ImInfo[i]
+        cand = []
+        for j in order:
+            w, h = a[j, 2] - a[j, 0] + 1, a[j, 3] - a[j, 1] + 1
+            cx = a[j, 0] + w / 2 + v[j, 0] * d[j, 0] * w
+            cy = a[j, 1] + h / 2 + v[j, 1] * d[j, 1] * h
+            bw = np.exp(min(v[j, 2] * d[j, 2], np.log(1000 / 16))) * w
+            bh = np.exp(min(v[j, 3] * d[j, 3], np.log(1000 / 16))) * h
+            b = np.array([cx - bw / 2, cy - bh / 2, cx + bw / 2 - 1, cy + bh / 2 - 1])
+            b[0::2] = np.clip(b[0::2], 0, im_w - 1)
+            b[1::2] = np.clip(b[1::2], 0, im_h - 1)
+            ms = max(attrs["min_size"], 1)
+            if ((b[2] - b[0]) / scale + 1 >= ms and (b[3] - b[1]) / scale + 1 >= ms and
+                    b[0] + (b[2] - b[0] + 1) / 2 <= im_w and b[1] + (b[3] - b[1] + 1) / 2 <= im_h):
+                cand.append((b, s[j]))
+        boxes_i = np.array([c[0] for c in cand]).reshape(-1, 4)
+        scores_i = np.array([c[1] for c in cand])
+        kept = _nms_pixels(boxes_i, scores_i, attrs["nms_thresh"])[:attrs["post_nms_topN"]]
+        rois.append(boxes_i[kept])
+        probs.append(scores_i[kept].reshape(-1, 1))
+    return {"RpnRois": np.concatenate(rois), "RpnRoiProbs": np.concatenate(probs)}
+
+
+def _anchor_grid(h, w, sizes, stride):
+    out = np.zeros((h, w, len(sizes), 4), "float32")
+    for y in range(h):
+        for x in range(w):
+            for k, sz in enumerate(sizes):
+                cx, cy = (x + 0.5) * stride, (y + 0.5) * stride
+                out[y, x, k] = [cx - sz / 2, cy - sz / 2, cx + sz / 2, cy + sz / 2]
+    return out
+
+
+FPN_ROIS = np.array([[0, 0, 20, 20], [10, 10, 200, 150], [0, 0, 60, 80], [5, 5, 500, 400],
+                     [30, 30, 33, 34], [0, 0, 111, 111], [2, 2, 230, 220]], "float32")
+FPN_OFFS = [0, 4, 7]
+
+
+def distribute_ref(FpnRois, attrs):
+    lv = [min(attrs["max_level"], max(attrs["min_level"], int(np.floor(np.log2(np.sqrt(
+        (r[2] - r[0] + 1) * (r[3] - r[1] + 1)) / attrs["refer_scale"] + 1e-6) +
+        attrs["refer_level"])))) for r in FpnRois]
+    outs, order = [], []
+    for level in range(attrs["min_level"], attrs["max_level"] + 1):
+        rows = [i for i in range(len(FpnRois)) if lv[i] == level]  # image order is row order
+        outs.append(FpnRois[rows].reshape(-1, 4))
+        order += rows
+    restore = np.argsort(order).astype("int32").reshape(-1, 1)
+    return {"MultiFpnRois": outs, "RestoreIndex": restore}
+
+
+def collect_ref(MultiLevelRois, MultiLevelScores, attrs, offs=((0, 2, 3), (0, 1, 3))):
+    entries = []
+    for rois, scores, o in zip(MultiLevelRois, MultiLevelScores, offs):
+        for img in range(2):
+            entries += [(scores[r, 0], img, rois[r]) for r in range(o[img], o[img + 1])]
+    entries = sorted(entries, key=lambda e: -e[0])[:attrs["post_nms_topN"]]
+    entries = sorted(entries, key=lambda e: e[1])
+    return {"FpnRois": np.array([e[2] for e in entries])}
+
+
+RPN_H, RPN_W, RPN_A = 4, 5, 3
+CASES += [
+    OpCase("generate_proposals",
+           {"Scores": rand(2, RPN_A, RPN_H, RPN_W, low=0, high=1, seed=24, dtype="float32"),
+            "BboxDeltas": rand(2, 4 * RPN_A, RPN_H, RPN_W, low=-0.5, high=0.5, seed=25,
+                               dtype="float32"),
+            "ImInfo": np.array([[64, 80, 1.0], [50, 70, 2.0]], "float32"),
+            "Anchors": _anchor_grid(RPN_H, RPN_W, [8, 16, 32], 16),
+            "Variances": np.full((RPN_H, RPN_W, RPN_A, 4), 1.0, "float32")},
+           attrs={"pre_nms_topN": 40, "post_nms_topN": 12, "nms_thresh": 0.5,
+                  "min_size": 6.0, "eta": 1.0}, ref=proposals_ref, rtol=1e-4, atol=1e-3),
+    OpCase("distribute_fpn_proposals", {"FpnRois": FPN_ROIS}, lod={"FpnRois": [FPN_OFFS]},
+           attrs={"min_level": 2, "max_level": 5, "refer_level": 4, "refer_scale": 224},
+           out_counts={"MultiFpnRois": 4}, ref=distribute_ref),
+    OpCase("collect_fpn_proposals",
+           {"MultiLevelRois": [FPN_ROIS[:3], FPN_ROIS[3:6]],
+            "MultiLevelScores": [np.array([[0.9], [0.2], [0.5]], "float32"),
+                                 np.array([[0.7], [0.95], [0.1]], "float32")]},
+           lod={"MultiLevelRois": [[[0, 2, 3]], [[0, 1, 3]]],
+                "MultiLevelScores": [[[0, 2, 3]], [[0, 1, 3]]]},
+           attrs={"post_nms_topN": 4}, ref=collect_ref),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -3,15 +3,17 @@
 Starts 2 processes on 127.0.0.1 (gloo, one CPU device each). Each builds a parafluid
 ``ProcessGroupCommunicator`` (rendezvous, heartbeats, deadlines) and, next to it, a plain
 torch.distributed default process group. For 1, 4 and 16 MB float32 gradients it times,
-in turn ``comm.all_reduce([g])``, ``comm.all_reduce([g2], donate=True)`` (summed in place)
-and ``dist.all_reduce(buf)``; prints the medians and the ratios to the bare call (the target
-is <= 1.1x).
+in turn ``comm.all_reduce([g])``, ``comm.all_reduce([g2], donate=True)`` (summed in place),
+``comm.all_reduce([g])`` with the per-collective signature check (``verify_collectives``, on by
+default; off in the other two) and ``dist.all_reduce(buf)``; prints the medians and the ratios
+to the bare call (the target is <= 1.1x without the check).
 
     python bench/collective.py [--reps 30] [--sizes-mb 1 4 16] [--threads 1]
+    python bench/collective.py --sizes-mb 0.004 1     # a 4 KB gradient: the check's latency
 
 What differs: by default parafluid never modifies its input, so it all-reduces a fresh copy
 (one memcpy of the gradient); ``donate=True`` skips that copy. Both take a lock and a few
-Python calls per collective.
+Python calls per collective. The check adds one 16-byte all-reduce (a round trip).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def worker(rank: int, eps: str, bare_port: int, sizes_mb: list[float], reps: int
 
     torch.set_num_threads(threads)
     comm = init_collective(eps, rank, [torch.device("cpu")], deadline_s=60)
-    comm.verify_collectives = False  # as after the ParallelExecutor's first step
+    comm.verify_collectives = False  # the check is timed on its own ("checked")
     store = dist.TCPStore("127.0.0.1", bare_port, 2, rank == 0,
                           datetime.timedelta(seconds=60), wait_for_workers=False)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
@@ -49,15 +51,21 @@ def worker(rank: int, eps: str, bare_port: int, sizes_mb: list[float], reps: int
         n = int(mb * (1 << 20)) // 4
         g = torch.randn(n, generator=torch.Generator().manual_seed(rank))
         buf, donated = g.clone(), g.clone()
+        def checked(g=g) -> None:
+            comm.verify_collectives = True
+            comm.all_reduce([g])
+            comm.verify_collectives = False
+
         calls = {"ours": lambda g=g: comm.all_reduce([g]),
                  "donated": lambda d=donated: comm.all_reduce([d], donate=True),
+                 "checked": checked,
                  "bare": lambda b=buf: dist.all_reduce(b)}
         times: dict[str, list[float]] = {k: [] for k in calls}
         names = list(calls)
         for i in range(reps + 3):  # 3 warm-up rounds
             # NOTE: rotate the order each round, so that none always runs first after the
             # barrier (on a busy machine, position alone shifts the timings).
-            for name in names[i % 3:] + names[:i % 3]:
+            for name in names[i % len(names):] + names[:i % len(names)]:
                 dist.barrier()
                 t0 = time.perf_counter()
                 calls[name]()
@@ -66,7 +74,7 @@ def worker(rank: int, eps: str, bare_port: int, sizes_mb: list[float], reps: int
         row = {"mb": mb, **{k: statistics.median(v) for k, v in times.items()}}
         # NOTE: the ratio of each round's pair, then the median: load that drifts between
         # rounds on a busy machine cancels out.
-        for k in ("ours", "donated"):
+        for k in ("ours", "donated", "checked"):
             row[k + "_paired"] = statistics.median(a / b for a, b in zip(times[k], times["bare"]))
         rows.append(row)
     dist.destroy_process_group()
@@ -109,12 +117,14 @@ def main() -> int:
           f"(torch threads {a.threads})")
     print("ratio: of the medians; paired: median of each round's ratio (steadier under load)")
     print(f"{'size':>8} {'parafluid ms':>13} {'donate=True ms':>15} {'torch.distributed ms':>21}"
-          f" {'ratio':>7} {'paired':>7} {'donated ratio':>14} {'paired':>7}")
+          f" {'ratio':>7} {'paired':>7} {'donated ratio':>14} {'paired':>7}"
+          f" {'checked ms':>11} {'checked paired':>15}")
     for r in rows:
         print(f"{r['mb']:>6g}MB {r['ours'] * 1e3:>13.2f} {r['donated'] * 1e3:>15.2f} "
               f"{r['bare'] * 1e3:>21.2f} {r['ours'] / r['bare']:>6.2f}x "
               f"{r['ours_paired']:>6.2f}x {r['donated'] / r['bare']:>13.2f}x "
-              f"{r['donated_paired']:>6.2f}x")
+              f"{r['donated_paired']:>6.2f}x {r['checked'] * 1e3:>11.2f} "
+              f"{r['checked_paired']:>14.2f}x")
     return 0
 
 

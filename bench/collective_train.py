@@ -5,9 +5,11 @@ per process), the models of bench/data_parallel.py (MLP 784-512-512-10 and the s
 SGD. parafluid: ``DistributeTranspiler`` in nccl2 mode + ``ParallelExecutor(num_trainers=2)``
 (CPU_NUM=1). PyTorch: ``DistributedDataParallel`` (bucketed all-reduce overlapping the
 backward pass). The jobs alternate (parafluid, DDP, parafluid, ...) for ``--rounds`` rounds;
-prints the median samples/s of each and the ratio parafluid / DDP (target >= 1.0).
+prints the median samples/s of each and the ratio parafluid / DDP (target >= 1.0). With
+``--compile`` a third job runs parafluid with ``BuildStrategy.enable_compile`` (compiled
+segments on each trainer; the first steps, which compile, are not timed).
 
-    python bench/collective_train.py [--rounds 3] [--steps 20] [--kinds mlp cnn]
+    python bench/collective_train.py [--rounds 3] [--steps 20] [--kinds mlp cnn] [--compile]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ sys.path.insert(0, ROOT)
 from parafluid.distributed.launch import free_ports  # noqa: E402
 
 
-def parafluid_worker(kind: str, steps: int, repeats: int) -> None:
+def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False) -> None:
     """One trainer (PADDLE_* set by main); rank 0 prints the job's samples/s."""
     import torch
     from data_parallel import BATCH, batch, fluid_model, samples_per_s
@@ -44,15 +46,21 @@ def parafluid_worker(kind: str, steps: int, repeats: int) -> None:
         trainers=",".join(job.trainer_endpoints), current_endpoint=job.current_endpoint)
     scope = fluid.Scope()
     fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    bs = fluid.BuildStrategy()
+    bs.enable_compile = compile
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
-                                num_trainers=job.trainers, trainer_id=job.trainer_id)
+                                num_trainers=job.trainers, trainer_id=job.trainer_id,
+                                build_strategy=bs)
     feed = batch(kind, BATCH // job.trainers, seed=job.trainer_id)
+    if compile:
+        for _ in range(3):  # compile (and the recompile-free steady state) before timing
+            pe.run([loss.name], feed=feed)
     rate = samples_per_s(lambda: pe.run([loss.name], feed=feed), steps, repeats, n=BATCH)
     if job.trainer_id == 0:
         print(json.dumps({"rate": rate}), flush=True)
 
 
-def run_parafluid(kind: str, steps: int, repeats: int) -> float:
+def run_parafluid(kind: str, steps: int, repeats: int, compile: bool = False) -> float:
     ports = free_ports(2)
     eps = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = []
@@ -63,7 +71,8 @@ def run_parafluid(kind: str, steps: int, repeats: int) -> float:
                        PADDLE_TRAINER_ENDPOINTS=eps, PADDLE_CURRENT_ENDPOINT=eps.split(",")[t])
             procs.append(subprocess.Popen(
                 [sys.executable, __file__, "--worker", kind, "--steps", str(steps),
-                 "--repeats", str(repeats)], env=env, stdout=subprocess.PIPE, text=True))
+                 "--repeats", str(repeats), *(["--compile"] if compile else [])], env=env,
+                stdout=subprocess.PIPE, text=True))
         out = procs[0].communicate(timeout=900)[0]
         procs[1].wait(timeout=60)
     finally:
@@ -83,24 +92,33 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--kinds", nargs="+", default=["mlp", "cnn"], choices=["mlp", "cnn"])
+    p.add_argument("--compile", action="store_true",
+                   help="also run parafluid with compiled segments (enable_compile)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
-        parafluid_worker(a.worker, a.steps, a.repeats)
+        parafluid_worker(a.worker, a.steps, a.repeats, a.compile)
         return 0
     from data_parallel import run_ddp
 
     print(f"2 processes x 1 torch thread, gloo on 127.0.0.1, global batch 256, SGD; "
           f"{a.rounds} alternating rounds of {a.repeats} x {a.steps} steps (best of repeats)")
     for kind in a.kinds:
-        ours, ddp = [], []
+        ours, ddp, comp = [], [], []
         for _ in range(a.rounds):
             ours.append(run_parafluid(kind, a.steps, a.repeats))
             ddp.append(run_ddp(kind, a.steps, a.repeats))
+            if a.compile:
+                comp.append(run_parafluid(kind, a.steps, a.repeats, compile=True))
         ratios = [o / d for o, d in zip(ours, ddp)]
         mo, md = statistics.median(ours), statistics.median(ddp)
         print(f"{kind}: parafluid {mo:,.0f} samples/s, DDP {md:,.0f} samples/s, ratio "
               f"{mo / md:.2f} (per round: {', '.join(f'{r:.2f}' for r in ratios)})")
+        if comp:
+            mc = statistics.median(comp)
+            cr = [c / d for c, d in zip(comp, ddp)]
+            print(f"{kind}: parafluid compiled {mc:,.0f} samples/s, ratio to DDP {mc / md:.2f} "
+                  f"(per round: {', '.join(f'{r:.2f}' for r in cr)})")
     return 0
 
 

@@ -131,7 +131,9 @@ def build_mlp() -> tuple[Callable[[], float], Callable[[], float], Callable[[], 
 # ---------------------------------------------------------------------- case 2: op chain
 
 
-def build_chain() -> tuple[Callable[[], object], Callable[[], object]]:
+def chain_program() -> tuple[fluid.Program, fluid.Variable]:
+    """The chain: CHAIN_OPS elementwise ops (add, scale, mul, repeating) from x and y; its
+    output."""
     main = fluid.Program()
     with fluid.unique_name.guard(), fluid.program_guard(main, fluid.Program()):
         x = fluid.layers.data(name="x", shape=[CHAIN_WIDTH], dtype="float32",
@@ -148,6 +150,11 @@ def build_chain() -> tuple[Callable[[], object], Callable[[], object]]:
             else:
                 h = fluid.layers.elementwise_mul(h, y)
     assert len(main.global_block().ops) == CHAIN_OPS
+    return main, h
+
+
+def build_chain() -> tuple[Callable[[], object], Callable[[], object]]:
+    main, h = chain_program()
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     rng = np.random.RandomState(0)
     xs = rng.uniform(0.5, 1.0, CHAIN_WIDTH).astype("float32")

@@ -17,6 +17,7 @@ now (on a machine shared with other work, far less than 2x). The losses of the t
 compared step by step.
 
     python bench/placement.py [--steps 10] [--rounds 3] [--width 512] [--batch 256]
+    python bench/placement.py --compile    # a fourth side: k=4 with compiled segments
 
 What limits the figures: with one batch (k=1) stage 1 waits for stage 0 and back, so two
 devices are no faster than one; with k micro-batches the pipeline fills and drains once per
@@ -69,7 +70,8 @@ class _Null:
 class Side:
     """One way of training: its program, scope and executor."""
 
-    def __init__(self, name: str, placed: bool, k: int, args: argparse.Namespace) -> None:
+    def __init__(self, name: str, placed: bool, k: int, args: argparse.Namespace,
+                 compile: bool = False) -> None:
         self.name, self.k = name, k
         main, startup, self.loss = build(placed, args.width, args.layers)
         self.scope = fluid.Scope()
@@ -79,6 +81,7 @@ class Side:
         if placed:
             bs = fluid.BuildStrategy()
             bs.num_microbatches = k
+            bs.enable_compile = compile
             self.program = fluid.CompiledProgram(main, build_strategy=bs)
         else:
             self.program = main
@@ -147,6 +150,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--layers", type=int, default=2, help="fc layers per stage")
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--compile", action="store_true",
+                        help="add a side: 2 stages, k=4, with compiled segments")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the unplaced side: one thread; each lane: one thread too
     rng = np.random.default_rng(0)
@@ -154,7 +159,10 @@ def main() -> None:
     feed = {"x": x, "y": x[:, :1] * 0.5}
     sides = [Side("unplaced", False, 1, args), Side("2 stages, k=1", True, 1, args),
              Side("2 stages, k=4", True, 4, args)]
-    for side in sides:  # warm-up: plans, lanes, allocator
+    if args.compile:
+        sides.append(Side("k=4 compiled", True, 4, args, compile=True))
+    for side in sides:  # warm-up: plans, lanes, allocator (and the compile)
+        side.step(feed)
         side.step(feed)
     for _ in range(args.rounds):
         for side in sides:

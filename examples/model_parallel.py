@@ -17,6 +17,11 @@ import numpy as np
 import parafluid as fluid
 
 job = fluid.distributed.env()        # trainer id and endpoints, from the launcher
+if job.trainers != 2:                # started as a plain script: one process, no job
+    print("examples/model_parallel.py is one of the 2 worker processes of a job; start it "
+          "with the launcher:\n    python -m parafluid.distributed.launch --nproc_per_node 2 "
+          "examples/model_parallel.py", file=sys.stderr)
+    sys.exit(2)
 devices = "cpu:0-1" if "--hybrid" in sys.argv else "cpu"
 
 x = fluid.layers.data(name="x", shape=[13], dtype="float32")

@@ -11,11 +11,17 @@ the lines between the two "DistributeTranspiler example" markers are the example
 """
 
 import os
+import sys
 
 import numpy as np
 
 import parafluid as fluid
 
+if "PADDLE_TRAINER_ENDPOINTS" not in os.environ:  # started as a plain script: no job
+    print("examples/nccl2_linear_regression.py is one trainer of a 2-process job; start it "
+          "with the launcher:\n    python -m parafluid.distributed.launch --nproc_per_node 2 "
+          "examples/nccl2_linear_regression.py", file=sys.stderr)
+    sys.exit(2)
 use_cuda = False
 trainer_id = int(os.environ["PADDLE_TRAINER_ID"])
 trainers = os.environ["PADDLE_TRAINER_ENDPOINTS"]

@@ -12,11 +12,18 @@ pserver exits once both trainers called ``exe.close()``.
 """
 
 import os
+import sys
 
 import numpy as np
 
 import parafluid as fluid
 
+if "PADDLE_PSERVER_ENDPOINTS" not in os.environ:  # started as a plain script: no job
+    print("examples/pserver_linear_regression.py is one process (a pserver or a trainer) of "
+          "a parameter-server job; start them all with the launcher:\n    python -m "
+          "parafluid.distributed.launch --server_num 2 --worker_num 2 "
+          "examples/pserver_linear_regression.py", file=sys.stderr)
+    sys.exit(2)
 pserver_endpoints = os.environ["PADDLE_PSERVER_ENDPOINTS"]
 trainer_endpoints = os.environ["PADDLE_TRAINER_ENDPOINTS"]
 current_endpoint = os.environ["PADDLE_CURRENT_ENDPOINT"]

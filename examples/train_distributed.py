@@ -7,11 +7,18 @@ Each trainer reads its own shard of the data; gradients are summed over every de
 trainer, so the trainers hold the same parameters after every step.
 """
 
+import sys
+
 import numpy as np
 
 import parafluid as fluid
 
 job = fluid.distributed.env()        # trainer id and endpoints, from the launcher or torchrun
+if job.source == "default":          # started as a plain script: one process, no job
+    print("examples/train_distributed.py is one trainer of a multi-process job; start it "
+          "with the launcher:\n    CPU_NUM=1 python -m parafluid.distributed.launch "
+          "--nproc_per_node 2 examples/train_distributed.py", file=sys.stderr)
+    sys.exit(2)
 
 x = fluid.layers.data(name="x", shape=[13], dtype="float32")
 y = fluid.layers.data(name="y", shape=[1], dtype="float32")

@@ -5,7 +5,8 @@ that lies between a trainable variable and the loss (in reverse order), each emi
 op's gradient maker. A gradient with several contributions is written under renamed
 variables ``X@GRAD@RENAME@k`` and summed into ``X@GRAD`` by a ``sum`` op before its first
 use. The op that finally produces a parameter's gradient carries
-``op_role_var = [param, param@GRAD]``.
+``op_role_var = [param, param@GRAD]``. A non-parameter variable that no op writes and
+that sets ``stop_gradient = False`` (e.g. a data layer) gets its gradient too, as in Fluid.
 
 Example::
 
@@ -60,7 +61,7 @@ def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
     seed = {"type": "fill_constant", "inputs": {}, "outputs": {"Out": [grad_var_name(loss.name)]},
             "attrs": {"shape": list(loss.shape or [1]), "value": 1.0,
                       "dtype": loss.dtype or "float32", "op_role": OpRole.Backward | OpRole.Loss}}
-    sources = {p.name for p in params} - no_grad
+    sources = ({p.name for p in params} | _opted_in_leaves(block)) - no_grad
     first_backward_op = len(block.ops)
     produced = _append_grad_ops(block, [loss.name], [seed], sources, no_grad)
     _append_error_clips(block, first_backward_op)
@@ -131,6 +132,25 @@ def _append_error_clips(block: Any, start: int) -> None:
         block._insert_op(i + 1, "clip", inputs={"X": [name]}, outputs={"Out": [name]},
                          attrs={"min": float(clip.min), "max": float(clip.max),
                                 "op_role": OpRole.Backward})
+
+
+def _opted_in_leaves(block: Any) -> set[str]:
+    """Non-parameter variables that no forward op of ``block`` writes and that opt in to a
+    gradient with ``stop_gradient=False`` (a data layer, a variable made by hand): as in
+    Fluid, ``append_backward`` gives them ``<name>@GRAD`` too."""
+    fwd = [op for op in block.ops
+           if not (op.attrs.get("op_role", 0) & (OpRole.Backward | OpRole.Optimize))]
+    written = {n for op in fwd for n in op.output_arg_names}
+    out = set()
+    for op in fwd:
+        for n in op.input_arg_names:
+            if n in written or n in out:
+                continue
+            var = block._find_var_recursive(n)
+            if (var is not None and not isinstance(var, Parameter) and not var.stop_gradient
+                    and not var.persistable):
+                out.add(n)
+    return out
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -227,7 +247,7 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
     for op in reversed(fwd_ops):
         written_later[id(op)] = set(seen)
         seen.update(op.output_arg_names)
-    snapshots: list[tuple[Any, str, str]] = []
+    snapshots: list[tuple[Any, str, str, bool]] = []
     for seed in seeds:
         _place_like(seed, _writer_of(fwd_ops, seed["outputs"]["Out"][0][: -len(GRAD_SUFFIX)]))
         add(seed)
@@ -246,9 +266,10 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
             add(_place_like(spec, op))
     for name in list(pending):
         flush(name)
-    for op, name, snap in snapshots:
-        block._insert_op(block.ops.index(op) + 1, "assign", inputs={"X": [name]},
-                         outputs={"Out": [snap]}, attrs=dict(place_attrs(op)))
+    for op, name, snap, before in snapshots:
+        block._insert_op(block.ops.index(op) + (0 if before else 1), "assign",
+                         inputs={"X": [name]}, outputs={"Out": [snap]},
+                         attrs=dict(place_attrs(op)))
     with block.program._role_guard(OpRole.Backward):
         for spec in specs:
             block.append_op(spec["type"], inputs=spec["inputs"], outputs=spec["outputs"],
@@ -257,21 +278,30 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
 
 
 def _read_snapshots(block: Any, op: Any, spec: dict[str, Any], overwritten: set[str],
-                    snapshots: list[tuple[Any, str, str]]) -> None:
+                    snapshots: list[tuple[Any, str, str, bool]]) -> None:
     """Make the gradient op read the values the forward op saw: a forward input that a later
     forward op overwrites (``increment(i)`` after ``array_write(x, i)``) is copied right
-    after the forward op (an ``assign`` into ``<name>@FWD@<k>``) and read from the copy."""
+    after the forward op (an ``assign`` into ``<name>@FWD@<k>``) and read from the copy; so
+    is an output the gradient op reads (``tanh_grad`` reads ``Out``) that a later op
+    overwrites. The inputs a gradient maker lists under ``reads_before`` (inputs the op itself
+    overwrites, e.g. a conditional block's carried value) are copied right before it."""
+    before = set(spec.pop("reads_before", ()))
     for names in spec["inputs"].values():
         for k, n in enumerate(names):
-            if n.endswith(GRAD_SUFFIX) or n not in overwritten or n not in op.input_arg_names:
+            if n.endswith(GRAD_SUFFIX):
                 continue
-            snap = next((s for o, m, s in snapshots if o is op and m == n), None)
+            if n in op.input_arg_names:
+                if n not in overwritten and n not in before:
+                    continue
+            elif n not in op.output_arg_names or n not in overwritten:
+                continue
+            snap = next((s for o, m, s, _ in snapshots if o is op and m == n), None)
             if snap is None:
                 src = block._find_var_recursive(n)
                 snap = f"{n}@FWD@{len(snapshots)}"
                 block.create_var(name=snap, shape=src.shape, dtype=src.dtype, type=src.type,
                                  stop_gradient=True)
-                snapshots.append((op, n, snap))
+                snapshots.append((op, n, snap, n in before))
             names[k] = snap
 
 

@@ -97,11 +97,15 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="train in parameter-server mode: N pserver processes hold the "
                         "parameters and run the optimizer, --trainers trainer processes compute "
                         "gradients (started through 'parafluid launch'; see docs/pserver.md)")
-    p.add_argument("--trainers", type=_positive_int, default=2, metavar="N",
-                   help="trainer processes with --pservers (default: %(default)s)")
+    p.add_argument("--trainers", type=_positive_int, default=None, metavar="N",
+                   help="trainer processes with --pservers (default: 2)")
     p.add_argument("--async", dest="async_mode", action="store_true",
                    help="with --pservers: asynchronous updates (no barriers; each gradient "
                         "is applied as it arrives)")
+    p.add_argument("--compile", action="store_true",
+                   help="run the program as compiled segments (torch.compile / Inductor; "
+                        "BuildStrategy.enable_compile): the first steps compile, later ones "
+                        "run faster (see docs/compiled.md)")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch intra-op threads (default: %(default)s; this model is too small "
                         "to gain from more, and extra threads hurt on a busy machine)")
@@ -111,7 +115,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=None, metavar="FILE",
                    help="profile every op of the run: print the per-op table at the end and "
                         "write a Chrome trace (timeline) to FILE; open it in chrome://tracing "
-                        "or ui.perfetto.dev (see docs/profiler.md)")
+                        "or ui.perfetto.dev (see docs/profiler.md); with --nproc or "
+                        "--pservers one file per process (FILE.rank<i>, FILE.pserver<i>) and "
+                        "the command that merges them")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -121,11 +127,21 @@ def _train(args: argparse.Namespace) -> int:
 
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") \
         % (2**31 - 1) + 1
+    launched = "PADDLE_TRAINERS_NUM" in os.environ  # one process of a launched job
+    if args.trainers is not None and args.pservers is None and not launched:
+        return _usage("--trainers needs --pservers (it counts the trainer processes of a "
+                      "parameter-server job); for N cooperating trainer processes without "
+                      "parameter servers use --nproc N")
+    if args.async_mode and args.pservers is None and \
+            "PADDLE_PSERVER_ENDPOINTS" not in os.environ:
+        return _usage("--async needs --pservers (it is the parameter-server mode's async "
+                      "training)")
+    if args.profile:
+        problem = _unwritable(args.profile)  # NOTE: found now, not after the whole run
+        if problem:
+            return _fail(f"cannot write --profile {args.profile!r}: {problem}")
     if args.pservers is not None:
         return _train_processes(args, seed, pservers=args.pservers)
-    if args.async_mode and "PADDLE_PSERVER_ENDPOINTS" not in os.environ:
-        return _fail("--async needs --pservers (it is the parameter-server mode's async "
-                     "training)")
     if args.nproc > 1:
         return _train_processes(args, seed)
     torch.set_num_threads(args.threads)
@@ -133,19 +149,21 @@ def _train(args: argparse.Namespace) -> int:
                       learning_rate=args.learning_rate, optimizer=args.optimizer,
                       hidden=tuple(args.hidden), seed=seed, output=args.output,
                       devices=args.devices, async_mode=args.async_mode,
-                      distributed="PADDLE_TRAINERS_NUM" in os.environ)
+                      distributed="PADDLE_TRAINERS_NUM" in os.environ,
+                      compile=args.compile)
     if cfg.batch_size < cfg.devices:
-        print(f"parafluid train: error: --batch-size {cfg.batch_size} is smaller than --devices "
-              f"{cfg.devices}: each batch is split between the devices, so it needs at least "
-              "one image per device", file=sys.stderr)
-        return 2
+        return _usage(f"--batch-size {cfg.batch_size} is smaller than --devices "
+                      f"{cfg.devices}: each batch is split between the devices, so it needs at "
+                      "least one image per device")
     trainer = int(os.environ.get("PADDLE_TRAINER_ID", "0")) if cfg.distributed else 0
     pserver = os.environ.get("PADDLE_TRAINING_ROLE", "").upper() == "PSERVER"
     if pserver:
         trainer = -1  # says nothing but errors; returns when the trainers are done
-    if args.profile and cfg.distributed and "{rank}" not in args.profile:
-        base, ext = os.path.splitext(args.profile)  # one timeline per trainer
-        args.profile = f"{base}.rank{trainer}{ext}"
+    profiles: dict[str, str] = {}  # a multi-process job's timelines, by process
+    profile = args.profile
+    if profile and cfg.distributed:
+        profiles = _per_process_profiles(profile)
+        args.profile = profiles[_process_name(trainer)]
     hidden = "-".join(str(h) for h in cfg.hidden)
     # NOTE: check the output directory before training, not after minutes of it.
     try:
@@ -159,6 +177,7 @@ def _train(args: argparse.Namespace) -> int:
         _say(f"parafluid train: digits (8x8 images, 10 classes), MLP 64-{hidden}-10, "
              f"{cfg.optimizer}, batch {cfg.batch_size}, {epochs}, seed {seed}"
              + (f", data-parallel on {cfg.devices} CPU devices" if cfg.devices > 1 else "")
+             + (", compiled" if cfg.compile else "")
              + (f", trainer 0 of {os.environ['PADDLE_TRAINERS_NUM']} processes"
                 if cfg.distributed else "")
              + (f" with {len(os.environ['PADDLE_PSERVER_ENDPOINTS'].split(','))} parameter "
@@ -172,6 +191,8 @@ def _train(args: argparse.Namespace) -> int:
             with profiler("CPU", sorted_key="total", profile_path=args.profile):
                 result = train(cfg, log=_say)
             _say(f"timeline written to {args.profile} (open it in chrome://tracing)")
+            if trainer == 0 and len(profiles) > 1:
+                _say(_merge_command(profile, profiles))
         else:
             result = train(cfg, log=_say)
     except (RuntimeError, OSError, ValueError) as e:
@@ -192,14 +213,16 @@ def _train_processes(args: argparse.Namespace, seed: int, pservers: int | None =
 
     if pservers is not None:
         if args.nproc > 1 or args.devices > 1:
-            return _fail("--pservers runs one device per trainer: use --trainers, not "
-                         "--nproc or --devices")
+            return _usage("--pservers runs one device per trainer: use --trainers, not "
+                          "--nproc or --devices")
+        if args.trainers is None:
+            args.trainers = 2
         if args.batch_size < args.trainers:
-            return _fail(f"--batch-size {args.batch_size} is smaller than --trainers "
-                         f"{args.trainers}: each batch is split between them")
+            return _usage(f"--batch-size {args.batch_size} is smaller than --trainers "
+                          f"{args.trainers}: each batch is split between them")
     elif args.batch_size < args.nproc * args.devices:
-        return _fail(f"--batch-size {args.batch_size} is smaller than --nproc {args.nproc} x "
-                     f"--devices {args.devices}: each batch is split between them")
+        return _usage(f"--batch-size {args.batch_size} is smaller than --nproc {args.nproc} x "
+                      f"--devices {args.devices}: each batch is split between them")
     # everything but the process options, with the seed fixed so that every trainer starts
     # equal
     launcher_opts = ("--nproc", "--pservers", "--trainers")
@@ -226,13 +249,64 @@ def _train_processes(args: argparse.Namespace, seed: int, pservers: int | None =
     return launch(["--nproc_per_node", str(args.nproc), "-m", "parafluid", *child])
 
 
+def _process_name(trainer: int) -> str:
+    """``trainer<i>`` or, for a parameter server (trainer -1), ``pserver<i>``."""
+    if trainer >= 0:
+        return f"trainer{trainer}"
+    pservers = os.environ.get("PADDLE_PSERVER_ENDPOINTS", "").split(",")
+    me = os.environ.get("PADDLE_CURRENT_ENDPOINT", "")
+    return f"pserver{pservers.index(me) if me in pservers else 0}"
+
+
+def _per_process_profiles(path: str) -> dict[str, str]:
+    """Each process's timeline file of this job, by process name: ``{rank}`` in ``path``
+    becomes ``<i>`` for trainer i and ``pserver<i>`` for pserver i; without it, ``.rank<i>``
+    / ``.pserver<i>`` go before the extension."""
+    base, ext = os.path.splitext(path)
+    trainers = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+    pservers = [ep for ep in os.environ.get("PADDLE_PSERVER_ENDPOINTS", "").split(",") if ep]
+    tags = {f"trainer{t}": (str(t), f".rank{t}") for t in range(trainers)}
+    tags |= {f"pserver{i}": (f"pserver{i}", f".pserver{i}") for i in range(len(pservers))}
+    return {name: path.replace("{rank}", tag) if "{rank}" in path else base + suffix + ext
+            for name, (tag, suffix) in tags.items()}
+
+
+def _merge_command(path: str, profiles: dict[str, str]) -> str:
+    """The lines telling how to merge the job's timelines (``--profile path``) into one."""
+    merged = path.replace("{rank}", "all")
+    listed = ",".join(f"{n}={p}" for n, p in profiles.items())
+    return (f"one timeline per process ({', '.join(profiles.values())}); merge them into one "
+            f"with:\n  python -m parafluid.timeline --profile_path {listed} "
+            f"--timeline_path {merged}")
+
+
+def _unwritable(path: str) -> str | None:
+    """Why a file cannot be written at ``path`` (its folder must exist and be writable), or
+    None."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        return "it is a directory"
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{path if os.path.exists(path) else folder} is not writable"
+    return None
+
+
 def _say(line: str) -> None:
     print(line, flush=True)
 
 
 def _fail(message: str) -> int:
+    """A run that cannot go on (exit status 1)."""
     print(f"parafluid train: error: {message}", file=sys.stderr)
     return 1
+
+
+def _usage(message: str) -> int:
+    """Options that do not go together (exit status 2, as argparse's own usage errors)."""
+    print(f"parafluid train: error: {message}", file=sys.stderr)
+    return 2
 
 
 # ---------------------------------------------------------------------- launch

@@ -46,6 +46,7 @@ class TrainConfig:
     devices: int = 1  # > 1: data-parallel over that many CPU devices (ParallelExecutor)
     distributed: bool = False  # one trainer of a multi-process job (PADDLE_* environment)
     async_mode: bool = False  # parameter-server jobs: asynchronous updates
+    compile: bool = False  # compiled segments (BuildStrategy.enable_compile)
 
 
 @dataclass
@@ -143,33 +144,89 @@ def _make_optimizer(cfg: TrainConfig) -> Any:
 
 
 def one_device_step_seconds(net: dict[str, Any], x: np.ndarray, y: np.ndarray,
-                            batch_size: int, steps: int = 30) -> float:
-    """Seconds per training step of ``net`` on one device with the plain Executor, fed and
-    fetched as ``train`` does; measured in a scratch scope (the trained one is untouched)."""
+                            batch_size: int, steps: int = 30, compile: bool = False) -> float:
+    """Seconds per training step of ``net`` on one device with the plain Executor (or, with
+    ``compile``, as compiled segments), fed and fetched as ``train`` does; measured in a
+    scratch scope (the trained one is untouched)."""
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(net["startup"], scope=scope)
     feed = {"img": x[:batch_size], "label": y[:batch_size]}
     fetch = [net["loss"], net["logits"]]
+    program = net["main"]
+    if compile:
+        program = fluid.CompiledProgram(program, build_strategy=_build_strategy(compile))
     for _ in range(5):  # warm up: the first runs build and cache the plan
-        exe.run(net["main"], feed=feed, fetch_list=fetch, scope=scope)
+        exe.run(program, feed=feed, fetch_list=fetch, scope=scope)
     start = time.perf_counter()
     for _ in range(steps):
-        exe.run(net["main"], feed=feed, fetch_list=fetch, scope=scope)
+        exe.run(program, feed=feed, fetch_list=fetch, scope=scope)
     return (time.perf_counter() - start) / steps
 
 
+def _build_strategy(compile: bool, trainers: int = 1, trainer_id: int = 0) -> Any:
+    bs = fluid.BuildStrategy()
+    bs.num_trainers, bs.trainer_id = trainers, trainer_id
+    bs.enable_compile = compile
+    return bs
+
+
 def _data_parallel_note(net: dict[str, Any], x: np.ndarray, y: np.ndarray, cfg: TrainConfig,
-                        parallel_step: float) -> str | None:
-    """A line saying that data parallelism did not pay, when a step on ``cfg.devices``
-    devices (the last epoch's mean) took longer than one on a single device (measured now)."""
-    single = one_device_step_seconds(net, x, y, cfg.batch_size)
+                        parallel_step: float, processes: int = 1,
+                        pservers: bool = False) -> str | None:
+    """A line saying that data parallelism did not pay, when a step of the job (the last
+    epoch's mean: ``cfg.devices`` devices, or ``processes`` trainer processes) took longer
+    than one on a single device in one process (measured now)."""
+    single = one_device_step_seconds(net, x, y, cfg.batch_size, compile=cfg.compile)
     if parallel_step <= single:
         return None
+    if processes > 1:
+        where = f"{processes} trainer processes" + (
+            f" x {cfg.devices} devices" if cfg.devices > 1 else "") + (
+            " and parameter servers" if pservers else "")
+        return (f"note: distributed training does not pay for a model this small: a step "
+                f"took {parallel_step * 1e3:.2f} ms with {where} vs {single * 1e3:.2f} ms in "
+                f"one process on 1 device ({parallel_step / single:.1f}x; measured on this "
+                "machine): the messages between the processes cost more per step than "
+                "splitting the batch saves. Drop " + ("--pservers" if pservers else "--nproc")
+                + ", or use a larger model or batch")
     return (f"note: data parallelism does not pay for a model this small: a step took "
             f"{parallel_step * 1e3:.2f} ms on {cfg.devices} devices vs "
             f"{single * 1e3:.2f} ms on 1 ({parallel_step / single:.1f}x; measured on this "
             f"machine): running {cfg.devices} replicas in one process costs more per step "
             "than splitting the batch saves. Use --devices 1, or a larger model or batch")
+
+
+_STATS = "parafluid_train_epoch_stats"  # what trainers tell trainer 0 after each epoch
+
+
+def _job_totals(job: Any, pserver_mode: bool, ndev: int, totals: list[float]) -> list[float]:
+    """``totals`` (loss sum, correct, images) summed over the trainers of the job: trainer 0
+    gets the sums (the others get theirs, or their own numbers in pserver mode)."""
+    import torch
+
+    if job is None or job.trainers == 1:
+        return totals
+    value = torch.tensor(totals, dtype=torch.float64)
+    if not pserver_mode:  # the collective job's communicator: one all-reduce per epoch
+        from .distributed.collective import get_collective
+
+        comm = get_collective(job.trainer_endpoints, job.trainer_id)
+        assert comm is not None, "the nccl2 job's first step joined the collective"
+        return comm.all_reduce([value] + [torch.zeros_like(value)] * (ndev - 1))[0].tolist()
+    # pserver mode: the trainers share no collective; they send their numbers to trainer 0's
+    # mailbox (its trainer endpoint, unused otherwise)
+    from .distributed.node_mailbox import client, mailbox
+
+    eps = job.trainer_endpoints
+    if job.trainer_id != 0:
+        client(eps[0], job.trainer_id).send(_STATS, value, receiver=0)
+        return totals
+    box = mailbox(eps[0], 0)
+    for t in range(1, job.trainers):
+        box.expect(_STATS, t, eps[t], shape=(3,), dtype=torch.float64)
+    for t in range(1, job.trainers):
+        value += box.take(_STATS, t, eps[t])
+    return value.tolist()
 
 
 def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
@@ -199,11 +256,12 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
     fetch = [net["loss"], net["logits"]]
     if not pserver_mode and (cfg.devices > 1 or ntrainers > 1):
         # Each batch is split over the devices; logits come back concatenated in batch order.
-        bs = fluid.BuildStrategy()
-        bs.num_trainers, bs.trainer_id = ntrainers, rank
+        bs = _build_strategy(cfg.compile, ntrainers, rank)
         program = fluid.CompiledProgram(net["main"]).with_data_parallel(
             loss_name=net["loss"].name, places=fluid.cpu_places(cfg.devices),
             build_strategy=bs)
+    elif cfg.compile:  # one device (a pserver-mode trainer too): compiled segments
+        program = fluid.CompiledProgram(program, build_strategy=_build_strategy(True))
     split = cfg.devices * ntrainers
     steps = 0
     for epoch in range(1, cfg.epochs + 1):
@@ -225,22 +283,29 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
             seen += len(idx)
             steps += 1
         seconds = time.perf_counter() - start
-        stats = EpochStats(epoch, loss_sum / seen, correct / seen, seen * ntrainers / seconds,
-                           seconds)
+        # the job's numbers: loss and accuracy over every trainer's images, samples/s of all
+        loss_sum, correct, seen = _job_totals(job, pserver_mode, cfg.devices,
+                                              [loss_sum, correct, seen])
+        stats = EpochStats(epoch, loss_sum / seen, correct / seen, seen / seconds, seconds)
         history.append(stats)
         if rank != 0:
-            continue  # trainer 0 reports (its shard's loss and accuracy, the job's samples/s)
+            continue  # trainer 0 reports the job's numbers
         log(f"epoch {epoch:>{len(str(cfg.epochs))}}/{cfg.epochs}  loss {stats.loss:.4f}  "
             f"train acc {stats.train_accuracy:.4f}  {stats.samples_per_s:,.0f} samples/s")
 
-    if cfg.devices > 1 and ntrainers == 1 and steps:
-        note = _data_parallel_note(net, x_train, y_train, cfg, history[-1].seconds / steps)
+    if pserver_mode:
+        exe.close()  # tells the pservers this trainer is done
+    if (cfg.devices > 1 or ntrainers > 1) and rank == 0 and steps:
+        # NOTE: a distributed job's programs talk to the other processes: time an
+        # untranspiled copy (same names, same seed)
+        plain = build_model(cfg) if ntrainers > 1 else net
+        note = _data_parallel_note(plain, x_train, y_train, cfg, history[-1].seconds / steps,
+                                   processes=ntrainers, pservers=pserver_mode)
         if note:
             log(note)
     model_dir = os.path.abspath(cfg.output)
     main = net["main"]
     if pserver_mode:
-        exe.close()  # tells the pservers this trainer is done
         exe = fluid.Executor(fluid.CPUPlace())
         main = build_model(cfg)["main"]  # untranspiled (no send/recv), same names
     if rank != 0:  # the trainers hold the same parameters: trainer 0 saves and tests

@@ -78,6 +78,7 @@ class Executor:
         self._lane_schedulers: dict[int, Scheduler] = {}  # placed programs: device count
         self._closed = False
         self._ps_trainers: set[int] = set()  # trainer ids of the pserver-mode ops it ran
+        self._ps_scanned: set[tuple[int, int]] = set()  # compiled programs looked at
 
     # ------------------------------------------------------------------ public API
     def run(self, program: Any = None, feed: dict[str, Any] | None = None,
@@ -103,6 +104,11 @@ class Executor:
         if not isinstance(fetch_list, (list, tuple)):
             fetch_list = [fetch_list]
         if isinstance(program, CompiledProgram):  # may take a list feed
+            # a compiled pserver-mode trainer program: close() tells its pservers it is done
+            key = (id(program._program), program._program._version)
+            if key not in self._ps_scanned:
+                self._ps_scanned.add(key)
+                self._ps_trainers.update(_rpc_trainer_ids(program._program))
             return program._run_from_executor(self, feed, fetch_list, scope, return_numpy)
         if not isinstance(feed, dict):
             raise TypeError(f"Executor.run: feed must be a dict of name -> array, "

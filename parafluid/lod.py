@@ -75,7 +75,8 @@ def create_lod_tensor(data: Any, recursive_seq_lens: Sequence[Sequence[int]],
 
     Args:
         data: a numpy array whose rows are the steps of all sequences, a LoDTensor, or a list
-            of sequences of ints (each becomes rows of one int64 column, as in Fluid).
+            of sequences of ints (lists or numpy arrays; each becomes rows of one int64
+            column, as in Fluid).
         recursive_seq_lens: lengths per level, e.g. ``[[2, 3]]`` for two sequences of 2 and
             3 steps.
         place: where the tensor lives (default CPU).
@@ -87,8 +88,13 @@ def create_lod_tensor(data: Any, recursive_seq_lens: Sequence[Sequence[int]],
     if isinstance(data, LoDTensor):
         data = np.array(data)
     elif isinstance(data, list):
-        flat = [v for seq in data for v in (seq if isinstance(seq, (list, tuple)) else [seq])]
-        lens = [len(seq) if isinstance(seq, (list, tuple)) else 1 for seq in data]
+        # NOTE: a sequence may be a list or a numpy array (Fluid's book feeds
+        # [np.array([10, 8, 9])]); a bare number is a sequence of one
+        def is_seq(seq: Any) -> bool:
+            return isinstance(seq, (list, tuple)) or (isinstance(seq, np.ndarray)
+                                                      and seq.ndim >= 1)
+        flat = [v for seq in data for v in (seq if is_seq(seq) else [seq])]
+        lens = [len(seq) if is_seq(seq) else 1 for seq in data]
         if list(lens) != [int(n) for n in recursive_seq_lens[-1]]:
             raise ValueError(f"create_lod_tensor: the sequences have lengths {lens} but "
                              f"recursive_seq_lens ends with {list(recursive_seq_lens[-1])}")

@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .engine.runtime import OpRecord, add_op_hook, remove_op_hook
+from .engine.runtime import OpRecord, add_op_hook, remove_op_hook, set_op_detail
 from .ops.registry import get_op_def, has_op
 
 __all__ = ["profiler", "start_profiler", "stop_profiler", "reset_profiler", "cuda_profiler",
@@ -106,15 +106,19 @@ _SESSION: _Session | None = None
 def start_profiler(state: str, tracer_option: str = "Default") -> None:
     """Start timing every op that runs (``state``: "CPU", "GPU" or "All"; they time the same
     ops here: a GPU op's time is its launch, add a device sync to time the kernel).
-    ``tracer_option`` ("Default", "OpDetail", "AllOpDetail") is accepted for Fluid scripts;
-    every op is traced the same way."""
+    ``tracer_option``: "Default" times a compiled segment as one event (named with its ops);
+    "OpDetail" and "AllOpDetail" run segments op by op so that every op gets its own time."""
     global _SESSION
     if state not in STATES:
         raise ValueError(f"start_profiler: state must be one of {', '.join(STATES)}, got "
                          f"{state!r}")
     if _SESSION is not None:
         return  # already on, as Fluid: a second start is ignored
+    if tracer_option not in ("Default", "OpDetail", "AllOpDetail"):
+        raise ValueError(f"start_profiler: tracer_option must be 'Default', 'OpDetail' or "
+                         f"'AllOpDetail', got {tracer_option!r}")
     _SESSION = _Session(state)
+    set_op_detail(tracer_option != "Default")
     add_op_hook(_SESSION.hook)
 
 
@@ -127,6 +131,7 @@ def stop_profiler(sorted_key: str | None = None, profile_path: str = DEFAULT_PRO
     if session is None:
         return
     remove_op_hook(session.hook)
+    set_op_detail(False)
     _SESSION = None
     print(format_table(op_table(session.records, sorted_key), session.state, sorted_key))
     if profile_path:

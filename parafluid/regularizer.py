@@ -6,6 +6,11 @@ Example::
                               regularization=fluid.regularizer.L2Decay(1e-4))
 
 A ParamAttr's own ``regularizer`` takes precedence over the optimizer's.
+
+A sparse gradient (``SelectedRows``, from ``embedding(is_sparse=True)``) is decayed as
+Fluid does it: the decay term is itself row-sparse, computed from the parameter rows the
+gradient touches (``lookup_rows``, each touched row once), and summed into the gradient,
+which stays sparse; untouched rows get no decay.
 """
 
 from __future__ import annotations
@@ -27,6 +32,22 @@ class WeightDecayRegularizer:
         """Append ops computing the decay term of ``param``; return its variable."""
         raise NotImplementedError  # abstract
 
+    def sparse_decay_op(self, param: Any, grad: Any, block: Any) -> Any:
+        """Append ops computing the decay term of the rows of ``param`` that the sparse
+        ``grad`` touches; return its (row-sparse) variable."""
+        raise NotImplementedError  # abstract
+
+    def _touched_rows(self, source: Any, grad: Any, block: Any, suffix: str) -> Any:
+        rows = block.create_var(name=grad.name + suffix, dtype=source.dtype,
+                                shape=source.shape, type="selected_rows")
+        block.append_op("lookup_rows", inputs={"W": [source], "X": [grad]},
+                        outputs={"Out": [rows]})
+        decay = block.create_var(name=rows.name + "@SCALED", dtype=source.dtype,
+                                 shape=source.shape, type="selected_rows")
+        block.append_op("scale", inputs={"X": [rows]}, outputs={"Out": [decay]},
+                        attrs={"scale": self._regularization_coeff})
+        return decay
+
 
 class L2Decay(WeightDecayRegularizer):
     """Adds ``coeff * param`` to the gradient."""
@@ -36,6 +57,9 @@ class L2Decay(WeightDecayRegularizer):
         block.append_op("scale", inputs={"X": [param]}, outputs={"Out": [decay]},
                         attrs={"scale": self._regularization_coeff})
         return decay
+
+    def sparse_decay_op(self, param: Any, grad: Any, block: Any) -> Any:
+        return self._touched_rows(param, grad, block, "@L2DECAY_ROWS")
 
 
 class L1Decay(WeightDecayRegularizer):
@@ -48,6 +72,12 @@ class L1Decay(WeightDecayRegularizer):
         block.append_op("scale", inputs={"X": [sign]}, outputs={"Out": [decay]},
                         attrs={"scale": self._regularization_coeff})
         return decay
+
+    def sparse_decay_op(self, param: Any, grad: Any, block: Any) -> Any:
+        sign = block.create_var(name=param.name + "@SIGN", dtype=param.dtype,
+                                shape=param.shape)
+        block.append_op("sign", inputs={"X": [param]}, outputs={"Out": [sign]})
+        return self._touched_rows(sign, grad, block, "@L1DECAY_ROWS")
 
 
 L1DecayRegularizer = L1Decay
@@ -65,14 +95,15 @@ def append_regularization_ops(params_grads: list[tuple[Any, Any]],
             out.append((param, grad))
             continue
         block = grad.block
-        if grad.type == "selected_rows":
-            raise ValueError(f"regularizer on {param.name}: its gradient is sparse "
-                             "(embedding is_sparse=True); weight decay needs a dense gradient")
+        sparse = grad.type == "selected_rows"
         # NOTE: Optimize role, as Fluid's _optimized_guard: data-parallel runs add the decay
         # once, after the gradients are aggregated, not once per device before the sum.
         with block.program._optimized_guard([param, grad]):
-            decay = reg.decay_op(param, block)
-            new_grad = block.create_var(name=grad.name + "@REGULARIZED", dtype=grad.dtype)
+            decay = reg.sparse_decay_op(param, grad, block) if sparse else \
+                reg.decay_op(param, block)
+            new_grad = block.create_var(name=grad.name + "@REGULARIZED", dtype=grad.dtype,
+                                        shape=param.shape,
+                                        type="selected_rows" if sparse else "lod_tensor")
             block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": [new_grad]})
         out.append((param, new_grad))
     return out

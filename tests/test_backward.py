@@ -271,3 +271,30 @@ def test_a_gradient_maker_gets_the_backward_context():
     g, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": np.ones((2, 1), "float32")},
                                               fetch_list=[grad], scope=fluid.Scope())
     np.testing.assert_allclose(g, np.full((2, 1), 3.0))
+
+
+def test_append_backward_gives_a_data_layer_that_opts_in_its_gradient():
+    """As in Fluid: ``x = layers.data(...); x.stop_gradient = False`` makes append_backward
+    write ``x@GRAD`` (not returned: it is no parameter); a data layer that keeps the default
+    gets none."""
+    main, startup = _programs()
+    with fluid.program_guard(main, startup):
+        _, loss = _mlp()
+        x = main.global_block().var("x")
+        x.stop_gradient = False
+        pairs = fluid.append_backward(loss, parameter_list=["w1"])
+    assert [p.name for p, _ in pairs] == ["w1"]
+    grads = _grad_producers(main)
+    assert "x@GRAD" in grads and "y@GRAD" not in grads
+    main.verify()
+    scope, exe = fluid.Scope(), fluid.Executor()
+    exe.run(startup, scope=scope)
+    got, = exe.run(main, feed={"x": X, "y": Y}, fetch_list=["x@GRAD"], scope=scope)
+    eps, numeric = 1e-6, np.zeros_like(X)
+    for i in range(X.size):
+        for sign in (1, -1):
+            trial = X.copy()
+            trial.flat[i] += sign * eps
+            numeric.flat[i] += sign * float(exe.run(main, feed={"x": trial, "y": Y},
+                                                    fetch_list=[loss], scope=scope)[0][0])
+    np.testing.assert_allclose(got, numeric / (2 * eps), rtol=1e-5, atol=1e-9)

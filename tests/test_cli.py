@@ -45,6 +45,50 @@ def test_bad_options_are_usage_errors(argv, message, capsys) -> None:
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--trainers", "2"], "--trainers needs --pservers"),
+    (["--async"], "--async needs --pservers"),
+    (["--pservers", "2", "--nproc", "2"], "--pservers runs one device per trainer"),
+    (["--pservers", "2", "--trainers", "4", "--batch-size", "2"],
+     "--batch-size 2 is smaller than --trainers 4"),
+    (["--nproc", "2", "--batch-size", "1"], "--batch-size 1 is smaller than --nproc 2"),
+    (["--devices", "4", "--batch-size", "2"], "--batch-size 2 is smaller than --devices 4"),
+])
+def test_options_that_do_not_go_together_are_usage_errors(argv, message, tmp_path,
+                                                           capsys) -> None:
+    assert main([*argv, "--epochs", "1", "--output", str(tmp_path / "m")]) == 2
+    captured = capsys.readouterr()
+    assert f"parafluid train: error: {message}" in captured.err
+    assert "epoch" not in captured.out
+
+
+@pytest.mark.parametrize("where, why", [("missing/p.json", "the folder .*missing does not "
+                                                           "exist"),
+                                        ("", "it is a directory")])
+def test_unwritable_profile_fails_before_training(where, why, tmp_path, capsys) -> None:
+    path = str(tmp_path / where)
+    assert main(["--epochs", "1", "--profile", path, "--output", str(tmp_path / "m")]) == 1
+    captured = capsys.readouterr()
+    assert re.search(f"cannot write --profile {re.escape(repr(path))}: {why}", captured.err)
+    assert "epoch" not in captured.out
+
+
+def test_each_process_of_a_job_gets_its_timeline_and_the_merge_command_names_them(
+        monkeypatch) -> None:
+    from parafluid.cli import _merge_command, _per_process_profiles
+
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    monkeypatch.setenv("PADDLE_PSERVER_ENDPOINTS", "127.0.0.1:1,127.0.0.1:2")
+    files = _per_process_profiles("/tmp/p.json")
+    assert files == {"trainer0": "/tmp/p.rank0.json", "trainer1": "/tmp/p.rank1.json",
+                     "pserver0": "/tmp/p.pserver0.json", "pserver1": "/tmp/p.pserver1.json"}
+    assert _per_process_profiles("/tmp/p{rank}.json")["pserver1"] == "/tmp/ppserver1.json"
+    assert _merge_command("/tmp/p.json", files).endswith(
+        "python -m parafluid.timeline --profile_path trainer0=/tmp/p.rank0.json,"
+        "trainer1=/tmp/p.rank1.json,pserver0=/tmp/p.pserver0.json,"
+        "pserver1=/tmp/p.pserver1.json --timeline_path /tmp/p.json")
+
+
 def test_unusable_output_fails_before_training(tmp_path, capsys) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
@@ -61,9 +105,10 @@ def test_python_dash_m_runs_the_cli() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == f"parafluid {fluid.__version__}"
 
 
-def _train(tmp_path, seed: int, capsys, name: str = "model") -> tuple[int, str]:
+def _train(tmp_path, seed: int, capsys, name: str = "model", *extra: str) -> tuple[int, str]:
     out_dir = str(tmp_path / name)
-    code = main(["--epochs", "2", "--hidden", "32", "--seed", str(seed), "--output", out_dir])
+    code = main(["--epochs", "2", "--hidden", "32", "--seed", str(seed), "--output", out_dir,
+                 *extra])
     return code, capsys.readouterr().out.replace(out_dir, "<DIR>")
 
 
@@ -89,6 +134,19 @@ def test_short_training_run_reports_and_saves_a_working_model(tmp_path, capsys) 
     recomputed = float((logits.argmax(axis=1) == y_test[:, 0]).mean())
     assert round(recomputed, 4) == accuracy
     assert accuracy > 0.5  # chance is 0.1
+
+
+def test_compile_trains_the_same_model_as_the_interpreter(tmp_path, capsys) -> None:
+    """``--compile``: the same epochs (losses, accuracies) as the interpreted run."""
+    plain = _without_speeds(_train(tmp_path, 4, capsys, "plain")[1])
+    code, out = _train(tmp_path, 4, capsys, "compiled", "--compile")
+    assert code == 0 and ", compiled" in out
+    compiled = _without_speeds(out).replace(", compiled", "")
+
+    def numbers(text: str) -> list[float]:
+        return [float(v) for v in re.findall(r"(?:loss|acc|accuracy) ([\d.]+)", text)]
+    assert len(numbers(compiled)) == len(numbers(plain)) > 4
+    np.testing.assert_allclose(numbers(compiled), numbers(plain), atol=2e-4)
 
 
 def test_same_seed_repeats_the_run_exactly(tmp_path, capsys) -> None:
@@ -131,6 +189,13 @@ def test_data_parallel_note_compares_with_a_measured_single_device_step() -> Non
                            "step took 10000.00 ms on 2 devices vs ")
     assert "Use --devices 1" in note
     assert _data_parallel_note(net, x, y, cfg, parallel_step=0.0) is None
+    note = _data_parallel_note(net, x, y, cfg, parallel_step=10.0, processes=2)
+    assert note.startswith("note: distributed training does not pay for a model this small: "
+                           "a step took 10000.00 ms with 2 trainer processes x 2 devices vs ")
+    assert "Drop --nproc" in note
+    note = _data_parallel_note(net, x, y, cfg, parallel_step=10.0, processes=2, pservers=True)
+    assert "with 2 trainer processes x 2 devices and parameter servers" in note
+    assert "Drop --pservers" in note
 
 
 def test_batch_smaller_than_devices_is_a_usage_error(tmp_path, capsys) -> None:
@@ -166,8 +231,10 @@ def test_two_processes_train_like_two_devices_of_one(tmp_path, capsys) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "FLAGS_"))}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     multi = str(tmp_path / "nproc")
+    profile = str(tmp_path / "p.json")
     proc = subprocess.run([sys.executable, "-m", "parafluid", "train", "--nproc", "2",
-                           "--epochs", "2", "--hidden", "32", "--seed", "4", "-o", multi],
+                           "--epochs", "2", "--hidden", "32", "--seed", "4", "-o", multi,
+                           "--profile", profile],
                           env=env, capture_output=True, text=True, timeout=150, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -175,10 +242,20 @@ def test_two_processes_train_like_two_devices_of_one(tmp_path, capsys) -> None:
     assert len(re.findall(r"\[rank 0\] epoch \d/2  loss", out)) == 2
     assert "[rank 1] epoch" not in out, "trainer 0 reports"
     assert float(re.search(r"test accuracy ([\d.]+)", out)[1]) > 0.5
+    # the per-process timelines, and the printed command that merges them
+    merge = re.search(r"\[rank 0\]   (python -m parafluid.timeline .*)", out)[1].split()
+    assert merge[4] == f"trainer0={tmp_path}/p.rank0.json,trainer1={tmp_path}/p.rank1.json"
+    merged = subprocess.run([sys.executable, *merge[1:]], env=env, capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)
+    assert merged.returncode == 0 and os.path.exists(profile), merged.stderr
     single = str(tmp_path / "devices")
     assert main(["train", "--devices", "2", "--epochs", "2", "--hidden", "32", "--seed", "4",
                  "--output", single]) == 0
-    capsys.readouterr()
+    # trainer 0 prints the job's loss and accuracy (both trainers' images), not its shard's
+    numbers = r"epoch \d/2  loss ([\d.]+)  train acc ([\d.]+)"
+    np.testing.assert_allclose(np.array(re.findall(numbers, out), float),
+                               np.array(re.findall(numbers, capsys.readouterr().out), float),
+                               atol=2e-4)
     a = fluid.io.read_tensors(os.path.join(multi, fluid.io.DEFAULT_FILENAME))[0]
     b = fluid.io.read_tensors(os.path.join(single, fluid.io.DEFAULT_FILENAME))[0]
     assert a.keys() == b.keys()

@@ -247,3 +247,58 @@ def test_a_test_mode_while_has_no_gradient():
             L.less_than(x=i, y=L.fill_constant([1], "int64", 2), cond=cond)
         with pytest.raises(ValueError, match="is_test=True"):
             fluid.backward.gradients([L.mean(acc)], [x])
+
+
+def test_a_case_that_reads_and_overwrites_a_value_differentiates_what_it_read():
+    """``h = fc(h, v)`` inside a Switch case: the gradient of v needs h as the case read
+    it, not the value the case left behind."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[3], dtype="float64")
+        x.stop_gradient = False
+        flag = L.data(name="flag", shape=[1], dtype="bool", append_batch_size=False)
+        h = L.scale(x, scale=2.0)
+        with L.Switch() as switch:
+            with switch.case(flag):
+                L.assign(L.fc(input=h, size=3, bias_attr=False, param_attr=fluid.ParamAttr(
+                    name="v", initializer=fluid.initializer.NumpyArrayInitializer(
+                        PARAMS["wx"].astype("float64")))), output=h)
+        loss = L.reduce_sum(L.square(h))
+        gx, gv = fluid.backward.gradients([loss], [x, main.global_block().var("v")])
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    xs = RNG.uniform(-1, 1, (2, 3))
+    for flag in (True, False):
+        feed = {"x": xs, "flag": np.array([flag])}
+        got_x, got_v = exe.run(main, feed=feed, fetch_list=[gx, gv], scope=scope)
+        t = 2 * xs
+        v = PARAMS["wx"].astype("float64")
+        if flag:
+            out = t @ v
+            want_v, want_x = t.T @ (2 * out), (2 * out) @ v.T * 2
+        else:
+            want_v, want_x = np.zeros_like(v), 2 * t * 2
+        np.testing.assert_allclose(got_v, want_v, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got_x, want_x, rtol=1e-10, atol=1e-12)
+
+
+def test_an_output_read_by_its_gradient_and_overwritten_later_is_read_as_it_was():
+    """``h = tanh(x)``, then a case overwrites h: tanh_grad reads the h tanh produced."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[3], dtype="float64")
+        x.stop_gradient = False
+        flag = L.data(name="flag", shape=[1], dtype="bool", append_batch_size=False)
+        h = L.tanh(x)
+        with L.Switch() as switch:
+            with switch.case(flag):
+                L.assign(L.scale(h, scale=3.0), output=h)
+        loss = L.reduce_sum(L.square(h))
+        gx, = fluid.backward.gradients([loss], [x])
+    exe = fluid.Executor(fluid.CPUPlace())
+    xs = RNG.uniform(-1, 1, (2, 3))
+    t = np.tanh(xs)
+    for flag, k in ((True, 3.0), (False, 1.0)):
+        got, = exe.run(main, feed={"x": xs, "flag": np.array([flag])}, fetch_list=[gx],
+                       scope=fluid.Scope())
+        np.testing.assert_allclose(got, 2 * k * k * t * (1 - t * t), rtol=1e-10)

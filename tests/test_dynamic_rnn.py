@@ -136,3 +136,82 @@ def test_dynamic_rnn_gradient_matches_finite_differences():
             d[k] = 1e-6
             fd[k] = (float(f(arr + d)) - float(f(arr - d))) / 2e-6
         np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-7)
+
+
+CTX_LENGTHS = [3, 1, 2, 2]  # one context sequence per input sentence
+CTX = RNG.uniform(-1, 1, (sum(CTX_LENGTHS), D))
+WC = RNG.uniform(-0.8, 0.8, (D, H))
+BIAS = RNG.uniform(-0.5, 0.5, (len(LENGTHS), H))
+
+
+def _static_input_program():
+    """h_t = tanh(x_t wx + h_{t-1} wh + sum(ctx of the sequence) wc + bias of the sequence):
+    ``ctx`` is a LoD static input (a sequence per sentence), ``bias`` one row per
+    sentence."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        sentence = L.data(name="sentence", shape=[D], dtype="float64", lod_level=1)
+        ctx = L.data(name="ctx", shape=[D], dtype="float64", lod_level=1)
+        bias = L.data(name="bias", shape=[H], dtype="float64")
+        for v in (sentence, ctx, bias):
+            v.stop_gradient = False
+        drnn = L.DynamicRNN()
+        with drnn.block():
+            word = drnn.step_input(sentence)
+            context = drnn.static_input(ctx)
+            b = drnn.static_input(bias)
+            prev = drnn.memory(shape=[H], dtype="float64")
+            pooled = L.sequence_pool(context, pool_type="sum")
+            hidden = L.fc(input=[word, prev, pooled], size=H, bias_attr=False,
+                          param_attr=[fluid.ParamAttr(name="wx", initializer=_init(WX)),
+                                      fluid.ParamAttr(name="wh", initializer=_init(WH)),
+                                      fluid.ParamAttr(name="wc", initializer=_init(WC))])
+            hidden = L.tanh(L.elementwise_add(hidden, b))
+            drnn.update_memory(prev, hidden)
+            drnn.output(hidden)
+        out = drnn()
+        loss = L.reduce_sum(L.elementwise_mul(out, L.assign(WEIGHTS)))
+        grads = fluid.backward.gradients([loss], [sentence, ctx, bias])
+    return main, startup, out, loss, grads
+
+
+def _static_input_numpy(xs, ctx, bias):
+    outs, start, cstart = [], 0, 0
+    for k, (n, m) in enumerate(zip(LENGTHS, CTX_LENGTHS)):
+        pooled = ctx[cstart:cstart + m].sum(0)
+        h = np.zeros(H)
+        for t in range(n):
+            h = np.tanh(xs[start + t] @ WX + h @ WH + pooled @ WC + bias[k])
+            outs.append(h)
+        start, cstart = start + n, cstart + m
+    return np.stack(outs)
+
+
+def test_static_input_with_and_without_lod_matches_numpy_and_finite_differences():
+    """Fluid 1.6's static_input: the static value reordered by the rank table and cut to
+    the running sequences each step (a LoD one keeps whole sequences); its gradient flows
+    back in the feed's order."""
+    main, startup, out, loss, grads = _static_input_program()
+    main.verify()
+    place = fluid.CPUPlace()
+    exe, scope = fluid.Executor(place), fluid.Scope()
+    exe.run(startup, scope=scope)
+    xs = XS.astype("float64")
+
+    def run(x, c, b, fetch):
+        return exe.run(main, feed={"sentence": fluid.create_lod_tensor(x, [LENGTHS], place),
+                                   "ctx": fluid.create_lod_tensor(c, [CTX_LENGTHS], place),
+                                   "bias": b}, fetch_list=fetch, scope=scope)
+
+    got = run(xs, CTX, BIAS, [out, *grads])
+    np.testing.assert_allclose(got[0], _static_input_numpy(xs, CTX, BIAS), rtol=1e-10)
+    args = [xs, CTX, BIAS]
+    for pos, analytic in enumerate(got[1:]):
+        fd = np.zeros_like(args[pos])
+        for k in np.ndindex(fd.shape):
+            d = np.zeros_like(fd)
+            d[k] = 1e-6
+            hi, lo = list(args), list(args)
+            hi[pos], lo[pos] = args[pos] + d, args[pos] - d
+            fd[k] = (float(run(*hi, [loss])[0]) - float(run(*lo, [loss])[0])) / 2e-6
+        np.testing.assert_allclose(analytic, fd, rtol=1e-5, atol=1e-7)

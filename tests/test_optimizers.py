@@ -372,3 +372,92 @@ def test_state_shape_mismatch_is_reported():
         block.append_op("momentum", inputs={"Param": p, "Grad": g, "Velocity": v,
                                             "LearningRate": lr},
                         outputs={"ParamOut": p, "VelocityOut": v})
+
+
+# ---------------------------------------------------------------------- sparse weight decay
+
+
+def _run_table_decayed(make_opt, regularizer, sparse):
+    """Like _run_table, with weight decay: on the sparse gradient through the optimizer's
+    ``regularization``; on the dense path the decay of the touched rows only, added to the
+    fed gradient by hand (what decay of a sparse gradient means)."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        table = LayerHelper("emb").create_parameter(
+            fluid.ParamAttr(name="table", initializer=NumpyArrayInitializer(TABLE)),
+            [10, 3], "float64")
+        grad = fluid.layers.data(name="g", shape=[10, 3], dtype="float64",
+                                 append_batch_size=False,
+                                 type="selected_rows" if sparse else "lod_tensor")
+        make_opt(regularizer if sparse else None).apply_gradients([(table, grad)])
+    main.verify()
+    scope, exe = fluid.Scope(), fluid.Executor()
+    exe.run(startup, scope=scope)
+    out = []
+    for rows, seed in SPARSE_STEPS:
+        g = _sparse_grad(rows, seed)
+        if sparse:
+            feed = g
+        else:
+            w = np.array(scope.find_var("table").get_tensor())
+            touched = np.zeros((10, 1))
+            touched[sorted(set(rows))] = 1.0
+            decay = regularizer._regularization_coeff * (
+                w if isinstance(regularizer, fluid.regularizer.L2Decay) else np.sign(w))
+            feed = g.to_dense().numpy() + touched * decay
+        exe.run(main, feed={"g": feed}, scope=scope)
+        out.append(np.array(scope.find_var("table").get_tensor()))
+    return out, main
+
+
+@pytest.mark.parametrize("reg", ["l2", "l1"])
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adam"])
+def test_weight_decay_on_a_sparse_gradient_decays_the_touched_rows(name, reg):
+    regularizer = (fluid.regularizer.L2Decay(0.3) if reg == "l2"
+                   else fluid.regularizer.L1Decay(0.3))
+    makers = {"sgd": lambda r: O.SGD(learning_rate=0.1, regularization=r),
+              "momentum": lambda r: O.Momentum(learning_rate=0.1, momentum=0.9,
+                                               regularization=r),
+              "adam": lambda r: O.Adam(learning_rate=0.1, regularization=r)}
+    sparse, program = _run_table_decayed(makers[name], regularizer, sparse=True)
+    dense, _ = _run_table_decayed(makers[name], regularizer, sparse=False)
+    for t, (s, d) in enumerate(zip(sparse, dense)):
+        np.testing.assert_allclose(s, d, rtol=1e-12, atol=1e-12, err_msg=f"step {t + 1}")
+    regularized = program.global_block().var("g@REGULARIZED")
+    assert regularized.type == "selected_rows"  # the update stays sparse
+    if name == "sgd":  # rows no step touched keep their values
+        for r in (2, 4, 5, 6, 8):
+            np.testing.assert_array_equal(sparse[-1][r], TABLE[r])
+
+
+def test_sparse_embedding_with_l2_decay_equals_the_dense_rule_on_touched_rows():
+    """``embedding(is_sparse=True)`` whose ParamAttr carries L2Decay, trained with SGD:
+    each step, a touched row r moves by lr * (dL/dW[r] + coeff * W[r]); the others stay."""
+    lr, coeff = 0.5, 0.2
+    steps = [[[1], [4], [1], [8]], [[4], [4], [0]], [[9], [1]]]
+    weights = np.random.RandomState(6).uniform(-1, 1, (4, 3))
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        wts = fluid.layers.data(name="wts", shape=[3], dtype="float64")
+        emb = fluid.layers.embedding(ids, size=[10, 3], is_sparse=True, dtype="float64",
+                                     param_attr=fluid.ParamAttr(
+                                         name="emb", initializer=NumpyArrayInitializer(TABLE),
+                                         regularizer=fluid.regularizer.L2Decay(coeff)))
+        loss = fluid.layers.reduce_sum(fluid.layers.elementwise_mul(emb, wts))
+        O.SGD(learning_rate=lr).minimize(loss)
+    scope, exe = fluid.Scope(), fluid.Executor()
+    exe.run(startup, scope=scope)
+    want = TABLE.copy()
+    for step in steps:
+        w = weights[:len(step)]
+        exe.run(main, feed={"ids": np.array(step, "int64"), "wts": w}, scope=scope)
+        grad = np.zeros_like(want)
+        for (r,), row in zip(step, w):
+            grad[r] += row
+        touched = sorted({r for (r,) in step})
+        grad[touched] += coeff * want[touched]
+        want = want - lr * grad
+        np.testing.assert_allclose(np.array(scope.find_var("emb").get_tensor()), want,
+                                   rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(want[5], TABLE[5])  # never touched, never decayed

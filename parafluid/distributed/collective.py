@@ -18,19 +18,26 @@ Row-sparse values (``SelectedRows``) are never densified: rows and values of eve
 all-gathered (variable sizes: counts first, then padded buffers) and concatenated in global
 rank order.
 
-Mismatches: while ``verify_collectives`` is on (the default; the ParallelExecutor turns it off
-after its first step), every collective first compares the trainers' signatures (kind, dtype,
-shape, root) through the store, and a difference raises ``CollectiveMismatchError`` (a
-ValueError) on every trainer naming each one's signature: gloo itself would hand one rank
-garbage and abort the other.
+Mismatches: while ``verify_collectives`` is on (the default, on every step), every collective
+is preceded by an all-reduce (MAX) of 16 bytes: a hash of its signature (the executor's step,
+the collective's sequence number, kind, the variables it carries, dtype, shape, root) and its
+negation. That all-reduce has the same size on every trainer, so it always pairs up; when the
+hashes differ, every trainer reads the others' signatures through the store and raises
+``CollectiveMismatchError`` (a ValueError) naming each one's. gloo itself would hand one rank
+garbage and abort the other (different sizes), or silently sum two different gradients (the
+same size, paired out of order). The check costs one small round trip per collective.
 
-Deadlines: every collective fails within ``deadline_s`` (default ``FLAGS_rpc_deadline``, 180 s):
-the transport's own timeout covers a peer that is alive but never calls, and a peer that
-died resets the connection at once. Either way every live process raises ``CollectiveError``
-naming the collective, its sequence number and, from the heartbeats (``health.py``), the
-trainer that died or is stuck. After an error the communicator refuses further collectives.
-On NCCL, a timed-out collective is also caught by torch's watchdog, which ends the process
-(the launcher then stops the job and names the rank).
+Deadlines and dead peers: every collective fails within ``deadline_s`` (default
+``FLAGS_rpc_deadline``, 180 s). Each trainer's heartbeat thread (``health.py``) watches the
+others through the store; every wait (the process group's setup, each collective, the
+program check) polls it and gives up within 1.5 to 3 seconds when a peer died (its beat
+stopped), left (closed its communicator) or gave up (``abort``, after a failed step). A peer
+that dies also resets its connections, which the transport notices at once. The transport's
+own timeout covers a peer that is alive but never calls. Every live process then raises
+``CollectiveError`` naming the collective, its sequence number and the trainer that died,
+left, gave up (with its reason) or is stuck. After an error the communicator refuses further
+collectives. On NCCL, a timed-out collective is also caught by torch's watchdog, which ends
+the process (the launcher then stops the job and names the rank).
 
 Example (two processes, each runs)::
 
@@ -43,7 +50,7 @@ Example (two processes, each runs)::
 from __future__ import annotations
 
 import atexit
-import datetime
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -55,8 +62,7 @@ import torch.distributed as dist
 from ..flags import flag
 from ..scope import SelectedRows
 from .deadline import rpc_deadline_seconds
-from .endpoints import parse_endpoint, parse_endpoints
-from .health import Heartbeat, diagnose
+from .endpoints import parse_endpoints
 from .rendezvous import Rendezvous, rendezvous
 from .transport import (
     HEADER_SIZE,
@@ -79,6 +85,14 @@ class CollectiveError(RuntimeError):
 
 class CollectiveMismatchError(ValueError):
     """The trainers issued different collectives (kind, dtype, shape or root) at one point."""
+
+
+class _PeerGone(Exception):
+    """A peer died, left or gave up while this trainer waited for it (the clause says who)."""
+
+
+_POLL_S = 0.1  # how often a wait looks at the peers' heartbeats
+_GRACE_S = 1.0  # a collective still finishing when its peer is found gone
 
 
 def local_devices(use_cuda: bool) -> list[torch.device]:
@@ -132,30 +146,31 @@ class ProcessGroupCommunicator:
         if not self.deadline_s > 0:
             raise ValueError(f"deadline_s must be > 0, got {deadline_s!r}")
         # NOTE: gloo answers collectives of different sizes on two ranks with silent garbage
-        # on one and an abort on the other; comparing signatures first turns that into a
-        # ValueError on every rank. One store round trip each: the ParallelExecutor turns it
-        # off once its first step went through.
+        # on one and an abort on the other, and two collectives of the same size paired out
+        # of order with silently wrong sums. So every collective is preceded by a 16-byte
+        # all-reduce (MAX) of a hash of its signature (step, sequence number, kind, dtype,
+        # shape, root): the same size on every trainer, it always pairs up, and a difference
+        # raises CollectiveMismatchError on every trainer.
         self.verify_collectives = True
+        self.step = 0  # the executor's step, part of every signature
         self._rdv = rdv
         self._store = rdv.store
+        self._calls = rdv.calls
         self._lock = threading.Lock()
         self._seq = 0
         self._checks: dict[str, int] = {}
         self._broken: str | None = None
         self._closed = False
         self._same_device = len({str(d) for d in self.devices}) == 1
-        # NOTE: the diagnosis after a failure waits 2.5 heartbeats; the transport's timeout
-        # leaves room for it so that the whole error still comes within the deadline.
-        self._interval = min(1.0, self.deadline_s / 16)
-        transport_s = max(self.deadline_s - 3 * self._interval, 0.8 * self.deadline_s)
+        self._heartbeat = rdv.heartbeat
+        self._interval = self._heartbeat.interval
+        # NOTE: a dead peer is found by its heartbeat within seconds; the transport's own
+        # timeout is for a live peer that never calls, with a moment left to say so.
+        self._transport_s = max(self.deadline_s - 0.25, 0.9 * self.deadline_s)
         self._wire = self.devices[0] if self.backend == "nccl" else torch.device("cpu")
-        self._transport_s = transport_s
-        self._pg = make_process_group(self.backend, rdv, self._wire, transport_s)
-        host, port = parse_endpoint(self.endpoints[0])
-        self._heartbeat = Heartbeat(
-            lambda: dist.TCPStore(host, port, self.num_trainers, False,
-                                  datetime.timedelta(seconds=self.deadline_s)),
-            self.trainer_id, self._interval)
+        self._pg = self._await(
+            lambda: make_process_group(self.backend, rdv, self._wire, self._transport_s),
+            "setting up the process group", self._transport_s)
 
     # ------------------------------------------------------------------ plumbing
     def describe(self, trainer: int) -> str:
@@ -163,10 +178,47 @@ class ProcessGroupCommunicator:
         ranks = f"rank {trainer * n}" if n == 1 else f"ranks {trainer * n}-{trainer * n + n - 1}"
         return f"trainer {trainer} ({self.endpoints[trainer]}, {ranks})"
 
+    @property
+    def broken(self) -> str | None:
+        """Why this communicator refuses collectives (a failure, ``abort``), or None."""
+        return self._broken
+
     def _check(self, values: Sequence[Value], what: str) -> None:
         if len(values) != len(self.devices):
             raise ValueError(f"{what}: expected one value per local device "
                              f"({len(self.devices)}), got {len(values)}")
+
+    def _await(self, fn: Callable[[], Any], what: str, timeout: float) -> Any:
+        """``fn()`` on a thread of its own, watching the peers' heartbeats meanwhile: a peer that
+        dies makes this raise CollectiveError naming it within seconds."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["error"] = e
+            done.set()
+
+        threading.Thread(target=run, daemon=True, name=f"parafluid-{what}").start()
+        start = time.monotonic()
+        while not done.wait(_POLL_S):
+            trouble = self._heartbeat.trouble()
+            late = time.monotonic() - start > timeout
+            if trouble is not None or late:
+                raise CollectiveError(
+                    f"{what} failed on {self.describe(self.trainer_id)} after "
+                    f"{time.monotonic() - start:.1f} s (deadline {self.deadline_s:g} s): "
+                    + (trouble or "no answer from the transport"))
+        if "error" in box:
+            e = box["error"]
+            if isinstance(e, (RuntimeError, OSError)):
+                raise CollectiveError(f"{what} failed on {self.describe(self.trainer_id)}: "
+                                      f"{self._heartbeat.describe(0, wait_s=1.0)}. Transport: "
+                                      f"{first_line(e)}") from e
+            raise e
+        return box["value"]
 
     def _run(self, what: str, body: Callable[[], Any], signature: str | None = None) -> Any:
         """Run ``body`` (which issues the transport calls) as collective number ``seq``.
@@ -193,30 +245,90 @@ class ProcessGroupCommunicator:
                 if isinstance(e, CollectiveMismatchError):
                     self._broken = str(e)
                 raise
-            except RuntimeError as e:
-                who = diagnose(self._store, self.num_trainers, self.trainer_id,
-                               self.endpoints, seq, self._interval)
-                detail = first_line(e)
+            except (RuntimeError, _PeerGone) as e:
+                took = time.monotonic() - start
+                if isinstance(e, _PeerGone):
+                    who = str(e)
+                else:
+                    self._read_failures()
+                    who = self._heartbeat.describe(
+                        seq, wait_s=max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
+                                                 self.deadline_s - took)))
+                detail = "" if isinstance(e, _PeerGone) else f". Transport: {first_line(e)}"
                 self._broken = (f"{what} (collective #{seq}) failed on "
                                 f"{self.describe(self.trainer_id)} after "
                                 f"{time.monotonic() - start:.1f} s (deadline "
-                                f"{self.deadline_s:g} s): {who}. Transport: {detail}")
+                                f"{self.deadline_s:g} s): {who}{detail}")
                 raise CollectiveError(self._broken) from e
 
     def _verify(self, seq: int, what: str, signature: str) -> None:
+        tag = f"{self.step}\n{signature}"
+        h = int.from_bytes(hashlib.blake2b(f"{seq}\n{tag}".encode(), digest_size=7).digest(),
+                           "big")
+        head = torch.tensor([h, -h], dtype=torch.int64, device=self._wire)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        self._wait(self._pg.allreduce([head], opts))
+        top, neg_low = head.tolist()
+        if top == h and -neg_low == h:
+            return
+        # the trainers differ: every one of them gets here; say how, through the store
         base = f"sig/{seq}/"
-        self._store.set(base + str(self.trainer_id), signature)
-        keys = [base + str(k) for k in range(self.num_trainers)]
-        self._store.wait(keys, datetime.timedelta(seconds=self._transport_s))
-        sigs = [v.decode("utf-8", "replace") for v in self._store.multi_get(keys)]
-        differ = [k for k, sg in enumerate(sigs) if sg != signature]
-        if differ:
-            raise CollectiveMismatchError(
-                f"{what} (collective #{seq}): the trainers issue different collectives (they "
-                "run different programs or settings): "
-                + "; ".join(f"{self.describe(k)}: {sg}" for k, sg in enumerate(sigs)))
+        self._calls(lambda: self._store.set(base + str(self.trainer_id), tag),
+                    self._transport_s, "publishing the signature")
+        tags = self._poll_keys([base + str(k) for k in range(self.num_trainers)], what)
+        steps = {t.split("\n", 1)[0] for t in tags}
+        shown = [(t.split("\n", 1) + [""])[:2] for t in tags]
+        raise CollectiveMismatchError(
+            f"{what} (collective #{seq}): the trainers issue different collectives (they "
+            "run different programs or settings, or one of them went on after a failed "
+            "step): " + "; ".join(
+                f"{self.describe(k)}: {sig}" + (f" (step {st})" if len(steps) > 1 else "")
+                for k, (st, sig) in enumerate(shown)))
+
+    def _poll_keys(self, keys: list[str], what: str) -> list[str]:
+        """Every trainer's value of ``keys`` (one each), watching their heartbeats."""
+        end = time.monotonic() + self._transport_s
+        pending = set(range(len(keys)))
+        while pending:
+            pending = {k for k in pending if not self._calls(
+                lambda k=k: self._store.check([keys[k]]), self._transport_s, what)}
+            if not pending:
+                break
+            trouble = self._heartbeat.trouble(sorted(pending))
+            if trouble is not None:
+                raise _PeerGone(trouble)
+            if time.monotonic() >= end:
+                raise CollectiveError(
+                    f"{what}: after {self._transport_s:.1f} s nothing from "
+                    + ", ".join(self.describe(k) for k in sorted(pending)))
+            time.sleep(0.01)
+        raws = self._calls(lambda: [self._store.get(k) for k in keys], self._transport_s, what)
+        return [r.decode("utf-8", "replace") for r in raws]
+
+    def _read_failures(self) -> None:
+        """A collective broke: did a peer give up (``abort``)? Read it now, before the store
+        host, which may be that peer, is gone."""
+        keys = [f"failed/{k}" for k in range(self.num_trainers) if k != self.trainer_id]
+        try:
+            found = self._calls(lambda: {int(key.split("/")[1]): self._store.get(key)
+                                         for key in keys if self._store.check([key])},
+                                1.0, "reading the peers' failures")
+        except Exception:  # noqa: BLE001 - the store host is gone: the heartbeat says so
+            return
+        self._heartbeat.note_failed({k: v[:2000].decode("utf-8", "replace")
+                                     for k, v in found.items()})
 
     def _wait(self, work: Any) -> None:
+        if not work.is_completed():
+            done = threading.Event()
+            work.get_future().add_done_callback(lambda _: done.set())
+            while not done.wait(_POLL_S):
+                trouble = self._heartbeat.trouble()
+                # NOTE: a peer that just finished may close before this side saw the last
+                # bytes arrive: a moment's grace before giving the collective up
+                if trouble is not None and not done.wait(_GRACE_S):
+                    raise _PeerGone(trouble)
         work.wait()
 
     def _local_sum(self, values: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -240,16 +352,19 @@ class ProcessGroupCommunicator:
         return divmod(root, len(self.devices))
 
     # ------------------------------------------------------------------ collectives
-    def all_reduce(self, values: Sequence[Value], donate: bool = False) -> list[Value]:
+    def all_reduce(self, values: Sequence[Value], donate: bool = False, name: str = ""
+                   ) -> list[Value]:
         """Every local device gets the sum over all devices of all trainers.
 
         ``donate=True`` lets a single local device's dense input be summed in place (the
         caller promises that nothing reads it afterwards), saving one copy of the buffer;
-        with several local devices the local sum is a fresh buffer anyway.
+        with several local devices the local sum is a fresh buffer anyway. ``name`` (here
+        and in the other collectives): the variables carried, part of the signature the
+        trainers compare.
         """
         self._check(values, "all_reduce")
         if isinstance(values[0], SelectedRows):
-            return self._spread(self._gather_rows(values, "all_reduce"))
+            return self._spread(self._gather_rows(values, "all_reduce", name))
         _same_kind(values, "all_reduce")
         v = values[0]
         if donate and len(values) == 1 and v.device == self._wire and v.is_contiguous():
@@ -258,16 +373,16 @@ class ProcessGroupCommunicator:
             buf = self._local_sum(values, self._wire)
         if self.num_trainers > 1 and buf.numel():
             self._run("all_reduce", lambda: self._wait(self._pg.allreduce([buf])),
-                      f"all_reduce {buf.dtype} {list(buf.shape)}")
+                      f"all_reduce{_of(name)} {buf.dtype} {list(buf.shape)}")
         return self._spread(buf.to(self.devices[0]))
 
-    def reduce(self, values: Sequence[Value], root: int) -> Value | None:
+    def reduce(self, values: Sequence[Value], root: int, name: str = "") -> Value | None:
         """The sum on global device ``root``; None on the trainers that do not own it."""
         self._check(values, "reduce")
         owner, local_root = self._owner(root, "reduce")
         mine = owner == self.trainer_id
         if isinstance(values[0], SelectedRows):
-            rows = self._gather_rows(values, "reduce")
+            rows = self._gather_rows(values, "reduce", name)
             return rows.to(self.devices[local_root]) if mine else None
         _same_kind(values, "reduce")
         buf = self._local_sum(values, self._wire)
@@ -278,10 +393,10 @@ class ProcessGroupCommunicator:
             opts.reduceOp = dist.ReduceOp.SUM
             self._run(f"reduce to rank {root}",
                       lambda: self._wait(self._pg.reduce([buf], opts)),
-                      f"reduce {buf.dtype} {list(buf.shape)} to rank {root}")
+                      f"reduce{_of(name)} {buf.dtype} {list(buf.shape)} to rank {root}")
         return buf.to(self.devices[local_root]) if mine else None
 
-    def broadcast(self, value: Value | None, root: int) -> list[Value]:
+    def broadcast(self, value: Value | None, root: int, name: str = "") -> list[Value]:
         """``value`` of global device ``root`` to every local device (fresh copies).
 
         On the trainer owning ``root``, ``value`` is that device's value (and that device's
@@ -314,7 +429,7 @@ class ProcessGroupCommunicator:
                 self._wait(self._pg.broadcast([payload], broadcast_options(owner)))
             return SelectedRows(rows, payload, height) if sparse else payload
 
-        got = self._run(what, body, what)
+        got = self._run(what, body, f"broadcast{_of(name)} from rank {root}")
         if mine:
             return self._local_broadcast(value, local_root)
         if isinstance(got, SelectedRows):
@@ -336,7 +451,7 @@ class ProcessGroupCommunicator:
                 out.append(value.to(d, copy=True))
         return out
 
-    def _gather_rows(self, values: Sequence[Value], what: str) -> SelectedRows:
+    def _gather_rows(self, values: Sequence[Value], what: str, name: str = "") -> SelectedRows:
         """Rows and values of every device of every trainer, in global rank order."""
         if not all(isinstance(v, SelectedRows) for v in values):
             raise TypeError(f"{what}: cannot combine sparse (SelectedRows) and dense values: "
@@ -377,36 +492,28 @@ class ProcessGroupCommunicator:
                                 torch.cat([v[:c] for v, c in zip(all_vals, counts)]),
                                 local.height)
 
-        return self._run(what, body, f"{what} of rows").to(self.devices[0])
+        return self._run(what, body, f"{what}{_of(name)} of rows").to(self.devices[0])
 
     # ------------------------------------------------------------------ checks and lifetime
     def check_consistent(self, what: str, fingerprint: str) -> None:
         """Raise ValueError naming the trainers whose ``fingerprint`` of ``what`` differs.
 
         Every trainer must call it with the same ``what`` (e.g. at the first step with the
-        program's parameter names and shapes); a trainer that never calls it within the
-        deadline makes the others raise CollectiveError naming it.
+        program's parameter names and shapes); a trainer that dies or gives up first is
+        named within seconds, one that never calls within the deadline.
         """
         if self.num_trainers == 1:
             return
         n = self._checks[what] = self._checks.get(what, 0) + 1
         base = f"check/{what}/{n}/"
+        label = f"check_consistent({what!r})"
 
         def body() -> list[str]:
-            self._store.set(base + str(self.trainer_id), fingerprint)
-            end = time.monotonic() + self._transport_s  # the diagnosis takes the rest
-            keys = [base + str(k) for k in range(self.num_trainers)]
-            while True:
-                missing = [k for k in range(self.num_trainers) if not self._store.check([keys[k]])]
-                if not missing:
-                    return [self._store.get(k).decode("utf-8", "replace") for k in keys]
-                if time.monotonic() >= end:
-                    raise CollectiveError(
-                        f"check_consistent({what!r}): after {self._transport_s:.1f} s no "
-                        "fingerprint from " + ", ".join(self.describe(k) for k in missing))
-                time.sleep(0.02)
+            self._calls(lambda: self._store.set(base + str(self.trainer_id), fingerprint),
+                        self._transport_s, label)
+            return self._poll_keys([base + str(k) for k in range(self.num_trainers)], label)
 
-        prints = self._run(f"check_consistent({what!r})", body)
+        prints = self._run(label, body)
         ref = prints[0]
         differ = [k for k, p in enumerate(prints) if p != ref]
         if differ:
@@ -415,23 +522,48 @@ class ProcessGroupCommunicator:
             raise ValueError(f"{what} differs across trainers (every trainer must run the same "
                              "program with the same settings): " + "; ".join(lines))
 
+    def abort(self, reason: str) -> None:
+        """Give up: tell the other trainers why and drop the transport, so that every one of
+        them fails its next (or current) collective at once, naming this trainer and
+        ``reason``; this communicator refuses every collective from now on.
+
+        The ParallelExecutor calls it when a step fails on this trainer: the others cannot
+        finish that step, and a retry here would pair its collectives with theirs of another
+        step.
+        """
+        if self._broken is None:
+            self._broken = f"{self.describe(self.trainer_id)} gave up: {reason}"
+        try:
+            self._calls(lambda: self._store.set(f"failed/{self.trainer_id}", reason[:2000]),
+                        min(self._transport_s, 5.0), "announcing the failure")
+        except Exception:  # noqa: BLE001 - the store host is gone: the peers see that too
+            pass
+        pg, self._pg = self._pg, None
+        if pg is not None and hasattr(pg, "abort"):
+            pg.abort()
+
     def close(self, wait_s: float = 5.0) -> None:
         """Leave the job; trainer 0 (the store host) waits up to ``wait_s`` for the others."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._heartbeat.stop()
         try:
-            self._store.set(f"closed/{self.trainer_id}", "1")
-            # NOTE: after a failure the peers may be dead: do not wait for them.
-            if self.trainer_id == 0 and self._broken is None:
+            self._calls(lambda: self._store.set(f"closed/{self.trainer_id}", "1"),
+                        min(wait_s, 2.0) or 0.1, "leaving")
+            # NOTE: the host stays until every peer has left (or is gone), so that the
+            # peers can still read why a step failed here
+            if self.trainer_id == 0:
                 end = time.monotonic() + wait_s
-                keys = [f"closed/{k}" for k in range(1, self.num_trainers)]
-                while time.monotonic() < end and not all(self._store.check([k]) for k in keys):
+                pending = set(range(1, self.num_trainers))
+                while pending and time.monotonic() < end:
+                    pending = {k for k in pending if not self._calls(
+                        lambda k=k: self._store.check([f"closed/{k}"]), 1.0, "leaving")
+                        and self._heartbeat.trouble([k]) is None}
                     time.sleep(0.02)
         except Exception:  # noqa: BLE001 - the host already left: nothing to tell it
             pass
+        self._heartbeat.stop()
         _forget(self)
         self._pg = None
         self._store = None
@@ -447,6 +579,10 @@ def _same_kind(values: Sequence[Value], what: str) -> None:
         raise TypeError(f"{what}: cannot combine sparse (SelectedRows) and dense values: every "
                         "device must produce the same kind")
 
+
+
+def _of(name: str) -> str:
+    return f" of {name}" if name else ""
 
 
 def _first_difference(a: str, b: str) -> str:

@@ -1,19 +1,28 @@
-"""Heartbeats through the rendezvous store, so that a failed collective can name the culprit.
+"""Heartbeats through the rendezvous store: every wait finds a dead peer in seconds, by name.
 
 A transport error says little ("Connection reset by peer", "Timed out waiting 2000ms for
-recv"): it does not say which trainer died or is stuck. Each trainer therefore runs a daemon
-thread that publishes ``hb/<trainer>`` = ``"<beat> <collectives entered>"`` every
-``interval`` seconds through its own connection to the store (the main thread is usually
-blocked in a collective, with the GIL released). When a collective fails, ``diagnose`` reads
-every peer's record twice, ``2.5 * interval`` apart: a beat that did not move means the
-process died or hangs with the GIL held; a beat that moves with a lower collective count
-means a live trainer that never reached this collective.
+recv"), and a wait on the store for a peer's key says nothing at all until its deadline. So
+each trainer runs a daemon thread that, every ``interval`` seconds (0.5), through its own
+connection to the store:
+
+- publishes ``hb/<trainer>`` = ``"<beat> <collectives entered>"``;
+- reads every peer's beat, and the keys a trainer leaves when it closes its communicator
+  (``closed/<k>``) or gives up a failed step (``failed/<k>``, with the reason).
+
+From that *view*, kept in memory, ``Heartbeat.trouble()`` answers at once, without a store
+call, whether a peer is gone: it failed, it left, its beat has not moved for ``stale_s``
+seconds (2: the process died, was stopped, or hangs holding the GIL), or this trainer's own
+thread has not reached the store for ``stale_s`` (the store host, trainer 0, died or hangs).
+Every wait of the collective mode (the rendezvous's last step, the process group's setup,
+each collective, the program check) polls it, so a dead peer costs its peers 1.5 to 3
+seconds, not the deadline. A peer that is alive but slow keeps beating and is waited for,
+up to the deadline; ``describe`` then says how far it got.
 
 Example::
 
-    hb = Heartbeat(store_factory, trainer_id=0, interval=0.5)
-    hb.seq = 3                            # the main thread entered its third collective
-    print(diagnose(store, 2, 0, ["127.0.0.1:6170", "127.0.0.1:6171"], 3, 0.5))
+    hb = Heartbeat(store_factory, trainer_id=0, endpoints=["127.0.0.1:6170", "127.0.0.1:6171"])
+    hb.seq = 3                  # the main thread entered its third collective
+    hb.trouble()                # None, or "trainer 1 (127.0.0.1:6171) stopped responding ..."
     hb.stop()
 """
 
@@ -24,87 +33,177 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Heartbeat", "diagnose"]
+__all__ = ["Heartbeat", "HEARTBEAT_INTERVAL_S", "STALE_AFTER_S"]
+
+HEARTBEAT_INTERVAL_S = 0.5
+STALE_AFTER_S = 2.0
+_MAX_REASON = 2000  # a failure reason is one line of an error message
 
 
 class Heartbeat:
-    """Publishes this trainer's beat and collective count until ``stop()``."""
+    """Publishes this trainer's beat and collective count; watches the peers' until ``stop()``.
+
+    Args:
+        store_factory: opens this thread's own connection to the (namespaced) store.
+        trainer_id, endpoints: who this is, and every trainer's endpoint (for messages).
+        interval: seconds between beats; stale_s: a beat older than this is a dead peer.
+    """
 
     def __init__(self, store_factory: Callable[[], Any], trainer_id: int,
-                 interval: float) -> None:
+                 endpoints: Sequence[str], interval: float = HEARTBEAT_INTERVAL_S,
+                 stale_s: float = STALE_AFTER_S) -> None:
         self.trainer_id = trainer_id
+        self.endpoints = list(endpoints)
         self.interval = interval
+        self.stale_s = stale_s
         self.seq = 0  # written by the communicator (an int store: atomic under the GIL)
         self._store_factory = store_factory
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        now = time.monotonic()
+        self._started = now
+        self._refreshed = now  # the last time this thread read the whole view
+        self._store_error: str | None = None
+        n = len(self.endpoints)
+        self._beats: list[tuple[int, int] | None] = [None] * n
+        self._moved = [now] * n  # when each peer's beat last moved (as seen here)
+        self._closed: set[int] = set()
+        self._failed: dict[int, str] = {}
+        self._expect_all_at: float | None = None
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"parafluid-heartbeat-{trainer_id}")
         self._thread.start()
 
+    # ------------------------------------------------------------------ the thread
     def _loop(self) -> None:
         try:
             store = self._store_factory()
-        except Exception:  # noqa: BLE001 - the host is gone: the collectives will say so
+        except Exception as e:  # noqa: BLE001 - the host is gone: trouble() says so
+            self._store_error = _first_line(e)
             return
         beat = 0
         while not self._stop.is_set():
             beat += 1
             try:
                 store.set(f"hb/{self.trainer_id}", f"{beat} {self.seq}")
-            except Exception:  # noqa: BLE001 - store host gone; diagnose() reports it
+                self._refresh(store)
+            except Exception as e:  # noqa: BLE001 - store host gone; trouble() reports it
+                self._store_error = _first_line(e)
                 return
             self._stop.wait(self.interval)
+
+    def _refresh(self, store: Any) -> None:
+        n = len(self.endpoints)
+        beats: list[tuple[int, int] | None] = []
+        for k in range(n):
+            beats.append(_parse_beat(store.get(f"hb/{k}")) if store.check([f"hb/{k}"])
+                         else None)
+        closed = {k for k in range(n) if store.check([f"closed/{k}"])}
+        failed = {k: store.get(f"failed/{k}")[:_MAX_REASON].decode("utf-8", "replace")
+                  for k in range(n) if k not in self._failed and store.check([f"failed/{k}"])}
+        now = time.monotonic()
+        with self._lock:
+            for k, b in enumerate(beats):
+                old = self._beats[k]
+                if b is not None and (old is None or b[0] != old[0]):
+                    self._moved[k] = now
+                    self._beats[k] = b
+                elif b is not None:
+                    self._beats[k] = b
+            self._closed = closed
+            self._failed.update(failed)
+            self._refreshed = now
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=max(1.0, 2 * self.interval))
 
+    # ------------------------------------------------------------------ the view
+    def expect_all(self) -> None:
+        """Every peer has joined: one that never beats from now on counts as dead."""
+        if self._expect_all_at is None:
+            self._expect_all_at = time.monotonic()
 
-def _read(store: Any, n: int) -> list[tuple[int, int] | None]:
-    out: list[tuple[int, int] | None] = []
-    for k in range(n):
-        if not store.check([f"hb/{k}"]):
-            out.append(None)
-            continue
-        raw = store.get(f"hb/{k}")
-        try:
-            beat, seq = (int(x) for x in raw.decode("ascii").split())
-        except (UnicodeDecodeError, ValueError):
-            out.append(None)
-            continue
-        out.append((beat, seq))
-    return out
+    def who(self, k: int) -> str:
+        return f"trainer {k} ({self.endpoints[k]})"
+
+    def trouble(self, peers: Sequence[int] | None = None) -> str | None:
+        """A clause naming the first peer (of ``peers``, default all) that is gone, or None.
+
+        In-memory only: cheap enough to call between two polls of a wait.
+        """
+        now = time.monotonic()
+        n = len(self.endpoints)
+        with self._lock:
+            ks = [k for k in (range(n) if peers is None else peers) if k != self.trainer_id]
+            for k in ks:  # a peer that gave up says why: that comes first
+                if k in self._failed:
+                    return f"{self.who(k)} gave up: {self._failed[k]}"
+            if self._store_error is not None or now - self._refreshed > self.stale_s:
+                return self._host_clause(now)
+            for k in ks:
+                if k in self._closed:
+                    return f"{self.who(k)} has closed its communicator (it finished or left " \
+                           "the job)"
+                if self._beats[k] is None:
+                    since = self._expect_all_at
+                    if since is not None and now - max(since, self._started) > self.stale_s:
+                        return f"{self.who(k)} never sent a heartbeat (it died while joining)"
+                    continue
+                quiet = now - self._moved[k]
+                if quiet > self.stale_s:
+                    return (f"{self.who(k)} stopped responding: no heartbeat for {quiet:.1f} s "
+                            "(the process died, was stopped, or hangs)")
+        return None
+
+    def _host_clause(self, now: float) -> str:
+        if self.trainer_id == 0:
+            return f"the rendezvous store of this trainer failed ({self._store_error})"
+        why = self._store_error or f"no answer for {now - self._refreshed:.1f} s"
+        return (f"{self.who(0)}, which hosts the rendezvous store, cannot be reached: it has "
+                f"probably died ({why})")
+
+    def note_failed(self, failed: dict[int, str]) -> None:
+        """Failures read from the store directly (by a trainer whose collective just broke)."""
+        with self._lock:
+            self._failed.update(failed)
+
+    def describe(self, seq: int, wait_s: float | None = None) -> str:
+        """After a failed collective ``seq``: which peers are missing from it, in words.
+
+        Waits (up to ``wait_s``, default ``stale_s`` plus two beats) for a clear culprit: a
+        peer that died is found once its beat is stale.
+        """
+        end = time.monotonic() + (self.stale_s + 2 * self.interval if wait_s is None
+                                  else wait_s)
+        while True:
+            clause = self.trouble()
+            if clause is not None or time.monotonic() >= end:
+                break
+            time.sleep(min(0.05, self.interval / 4))
+        if clause is not None:
+            return clause
+        clauses = []
+        with self._lock:
+            for k, b in enumerate(self._beats):
+                if k != self.trainer_id and b is not None and b[1] < seq:
+                    clauses.append(f"{self.who(k)} is alive but has not reached this "
+                                   f"collective (it entered {b[1]}): a slower trainer, or one "
+                                   "running a different program")
+        if not clauses:
+            return ("every peer is alive and entered this collective: the trainers may "
+                    "disagree on its size, dtype or root (different programs or settings?)")
+        return "; ".join(clauses)
 
 
-def diagnose(store: Any, num_trainers: int, me: int, endpoints: Sequence[str], seq: int,
-             interval: float) -> str:
-    """Which peers are missing from collective ``seq``, in words (one clause per peer)."""
+def _parse_beat(raw: bytes) -> tuple[int, int] | None:
     try:
-        first = _read(store, num_trainers)
-        time.sleep(2.5 * interval)
-        second = _read(store, num_trainers)
-        closed = {k for k in range(num_trainers) if store.check([f"closed/{k}"])}
-    except Exception:  # noqa: BLE001 - any store failure means the host went away
-        if me == 0:
-            return "the rendezvous store of this trainer failed"
-        return (f"trainer 0 ({endpoints[0]}), which hosts the rendezvous store, cannot be "
-                "reached: it has probably died")
-    clauses = []
-    for k in range(num_trainers):
-        if k == me:
-            continue
-        who = f"trainer {k} ({endpoints[k]})"
-        a, b = first[k], second[k]
-        if k in closed:
-            clauses.append(f"{who} has closed its communicator (it finished or left the job)")
-        elif b is None:
-            clauses.append(f"{who} never sent a heartbeat")
-        elif a is not None and a[0] == b[0]:
-            clauses.append(f"{who} stopped responding: the process died or hangs")
-        elif b[1] < seq:
-            clauses.append(f"{who} is alive but has not reached this collective (it entered "
-                           f"{b[1]}): a slower trainer, or one running a different program")
-    if not clauses:
-        return ("every peer is alive and entered this collective: the trainers may disagree "
-                "on its size, dtype or root (different programs or settings?)")
-    return "; ".join(clauses)
+        beat, seq = (int(x) for x in raw.decode("ascii").split())
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return beat, seq
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0].rstrip(".") if text else type(e).__name__

@@ -1,15 +1,30 @@
 """The rendezvous of the collective (nccl2) mode: trainer 0 hosts, the others join.
 
-Trainer 0 opens a key-value store (``torch.distributed.TCPStore``) at its own endpoint; every
-trainer, trainer 0 included, connects to it and announces itself under ``rdzv/<trainer_id>``
-with a small JSON record: its endpoint, its number of local devices, the endpoint list it was
-given and a fingerprint (parafluid and torch versions, backend). When all trainers have
-announced, each one checks the records against its own, so that a trainer started with
-another ``CPU_NUM``, another endpoint list or another torch fails here with a message naming
-it instead of hanging in the first all-reduce.
+Trainer 0 opens a key-value store (``torch.distributed.TCPStore``) on a socket bound to its own
+endpoint's address (not every interface) and publishes the job: its id (``PARAFLUID_JOB_ID``,
+may be empty), whether joining needs the secret (``PARAFLUID_RPC_SECRET``) and, with one, an
+HMAC proving that the host holds it. A joining trainer checks that record first: another
+job at the port, a host with another secret, or a secret on one side only is a
+``RendezvousError`` naming both. Every key of the job then lives under a namespace derived
+from the secret (and a salt of the host's), so that a process without the secret can neither
+name, read nor overwrite them; without a secret, every process that reaches the port is
+trusted. Nothing is pickled; the secret never travels.
+
+Each trainer claims its id (``compare_set``: a second process with the same
+``PADDLE_TRAINER_ID`` is refused), starts its heartbeat (``health.py``) and announces itself
+under ``rdzv/<trainer_id>`` with a small JSON record: its endpoint, its number of local
+devices, the endpoint list it was given and a fingerprint (parafluid and torch versions,
+backend). When all trainers have announced, each one checks the records against its own, so
+that a trainer started with another ``CPU_NUM``, another endpoint list or another torch fails
+here with a message naming it instead of hanging in the first all-reduce. Every trainer then
+acknowledges, and trainer 0 waits for the acknowledgements (or the readers' deaths) before it
+returns or raises: the store lives in its process, and a reader must never find the verdict
+gone.
 
 Every wait has a deadline (default 300 s; Fluid's ``FLAGS_rpc_deadline`` in ms wins when it is
-set). When it passes, the error lists the trainer endpoints that never joined.
+set), the store handshake and each store call included: torch's client alone waits without
+bound for a port that accepts and never answers. When it passes, the error lists the trainer
+endpoints that never joined, or names trainer 0's port as silent.
 
 Example (one trainer: the store is hosted and joined by the same process)::
 
@@ -21,10 +36,15 @@ Example (one trainer: the store is hosted and joined by the same process)::
 from __future__ import annotations
 
 import datetime
+import hashlib
+import hmac
 import json
+import os
+import queue
 import socket
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,10 +53,14 @@ import torch.distributed as dist
 
 from .deadline import Deadline, rpc_deadline_seconds
 from .endpoints import parse_endpoint, parse_endpoints
+from .health import Heartbeat
 
-__all__ = ["DEFAULT_RENDEZVOUS_DEADLINE_S", "Rendezvous", "RendezvousError", "rendezvous"]
+__all__ = ["DEFAULT_RENDEZVOUS_DEADLINE_S", "JOB_ID_ENV", "Rendezvous", "RendezvousError",
+           "StoreCalls", "rendezvous", "job_id_from_env"]
 
 DEFAULT_RENDEZVOUS_DEADLINE_S = 300.0
+JOB_ID_ENV = "PARAFLUID_JOB_ID"
+_MIN_CALL_S = 2.0  # a store call made after the deadline still gets this long
 _MAX_RECORD = 1 << 16  # an announcement is a few hundred bytes; refuse anything absurd
 
 
@@ -46,14 +70,18 @@ class RendezvousError(RuntimeError):
 
 @dataclass
 class Rendezvous:
-    """The outcome: the store every trainer is connected to, and what each one announced."""
+    """The outcome: the job's store every trainer is connected to, what each one announced,
+    and this trainer's heartbeat (``health.py``), already watching the others."""
 
-    store: Any
+    store: Any  # the job's namespace of the store (a PrefixStore)
     endpoints: list[str]
     trainer_id: int
     local_devices: int
     backend: str
     records: list[dict] = field(default_factory=list)
+    heartbeat: Heartbeat | None = None
+    calls: StoreCalls | None = None
+    job_id: str = ""
 
     @property
     def num_trainers(self) -> int:
@@ -62,7 +90,46 @@ class Rendezvous:
     def close(self) -> None:
         # NOTE: dropping the last reference closes the connection (and, on trainer 0, the
         # server); TCPStore has no explicit close.
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         self.store = None
+
+
+class StoreCalls:
+    """Runs store calls on a daemon thread, each bounded by a timeout.
+
+    NOTE: torch's TCPStore client waits without bound for a host that accepts connections but
+    never answers (a stopped trainer 0, another program on the port): its own timeout does
+    not cover the handshake nor every reply. A call that overruns leaves its thread blocked
+    and this object unusable; the caller raises naming the host.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._stuck: str | None = None
+        threading.Thread(target=self._loop, daemon=True, name=name).start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, box, done = self._queue.get()
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["error"] = e
+            done.set()
+
+    def __call__(self, fn: Callable[[], Any], timeout: float, what: str) -> Any:
+        if self._stuck is not None:
+            raise TimeoutError(self._stuck)
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._queue.put((fn, box, done))
+        if not done.wait(max(timeout, 0.001)):
+            self._stuck = f"{what}: no answer within {timeout:.1f} s"
+            raise TimeoutError(self._stuck)
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
 
 def _fingerprint(backend: str) -> str:
@@ -71,13 +138,30 @@ def _fingerprint(backend: str) -> str:
     return f"parafluid {__version__}, torch {torch.__version__}, backend {backend}"
 
 
-def _connect(endpoints: list[str], trainer_id: int, deadline: Deadline) -> Any:
+def _listen(host: str, port: int) -> int:
+    """A socket listening on the endpoint's own address (not every interface): its fd."""
+    infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock.detach()
+
+
+def _connect(endpoints: list[str], trainer_id: int, deadline: Deadline, calls: StoreCalls
+             ) -> Any:
     host, port = parse_endpoint(endpoints[0], "trainer 0's endpoint")
     timeout = datetime.timedelta(seconds=max(deadline.remaining(), 0.001))
     if trainer_id == 0:
         try:
+            fd = _listen(host, port)
             return dist.TCPStore(host, port, len(endpoints), True, timeout,
-                                 wait_for_workers=False)
+                                 wait_for_workers=False, master_listen_fd=fd)
         except (RuntimeError, OSError) as e:
             raise RendezvousError(
                 f"trainer 0 cannot host the rendezvous at {endpoints[0]}: {_first_line(e)} "
@@ -88,13 +172,27 @@ def _connect(endpoints: list[str], trainer_id: int, deadline: Deadline) -> Any:
         # just as well, but logs a C++ stack trace for every failed attempt.
         _wait_for_port(host, port, deadline)
         timeout = datetime.timedelta(seconds=max(deadline.remaining(), 0.001))
-        return dist.TCPStore(host, port, len(endpoints), False, timeout)
-    except (RuntimeError, OSError) as e:
+        return calls(lambda: dist.TCPStore(host, port, len(endpoints), False, timeout),
+                     deadline.remaining(), f"the store handshake with {endpoints[0]}")
+    except TimeoutError as e:
+        if "handshake" not in str(e):
+            raise _unreachable(endpoints, trainer_id, deadline, e) from e
         raise RendezvousError(
-            f"trainer {trainer_id} ({endpoints[trainer_id]}) could not reach trainer 0 at "
-            f"{endpoints[0]}, the rendezvous host, within {deadline.seconds:g} s "
-            f"({_first_line(e)}). Trainers that never joined: {endpoints[0]} (trainer 0); "
-            "start it, or check the address and the firewall") from e
+            f"trainer {trainer_id} ({endpoints[trainer_id]}): trainer 0's port {endpoints[0]} "
+            f"accepts connections but the rendezvous store there did not answer within "
+            f"{deadline.seconds:g} s (a stopped or hung trainer 0, or another program on the "
+            "port?)") from e
+    except (RuntimeError, OSError) as e:
+        raise _unreachable(endpoints, trainer_id, deadline, e) from e
+
+
+def _unreachable(endpoints: list[str], trainer_id: int, deadline: Deadline,
+                 e: BaseException) -> RendezvousError:
+    return RendezvousError(
+        f"trainer {trainer_id} ({endpoints[trainer_id]}) could not reach trainer 0 at "
+        f"{endpoints[0]}, the rendezvous host, within {deadline.seconds:g} s "
+        f"({_first_line(e)}). Trainers that never joined: {endpoints[0]} (trainer 0); "
+        "start it, or check the address and the firewall")
 
 
 def _wait_for_port(host: str, port: int, deadline: Deadline) -> None:
@@ -130,9 +228,72 @@ def _decode(raw: bytes, who: str) -> dict:
     return rec
 
 
+# ---------------------------------------------------------------------- the job's namespace
+
+_JOB_KEY = "parafluid/job"
+
+
+def _mac(secret: bytes, *parts: str) -> str:
+    return hmac.new(secret, "|".join(parts).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _host_job(store: Any, job_id: str, secret: bytes | None) -> str:
+    """Trainer 0: publish the job (its id, whether joins need the secret, a proof that the
+    host holds it) and return the job's namespace."""
+    salt = os.urandom(16).hex()
+    rec = {"job": job_id, "salt": salt, "auth": secret is not None,
+           "proof": _mac(secret, "parafluid rendezvous host", job_id, salt) if secret else ""}
+    store.set(_JOB_KEY, json.dumps(rec))
+    return _namespace(job_id, salt, secret)
+
+
+def _namespace(job_id: str, salt: str, secret: bytes | None) -> str:
+    # NOTE: with a secret, the namespace of every key of the job is derived from it: a
+    # process without the secret cannot name, read or overwrite the job's keys.
+    if secret is not None:
+        return "job-" + _mac(secret, "parafluid namespace", job_id, salt)[:32]
+    return "job-" + hashlib.sha256(f"{job_id}|{salt}".encode()).hexdigest()[:32]
+
+
+def _join_job(raw: bytes, job_id: str, secret: bytes | None, me: str, host: str) -> str:
+    """Another trainer: check the host's job record; return the job's namespace."""
+    try:
+        rec = json.loads(raw[:_MAX_RECORD].decode("utf-8"))
+        ok = isinstance(rec, dict) and isinstance(rec.get("job"), str) and \
+            isinstance(rec.get("salt"), str) and isinstance(rec.get("proof"), str)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        ok = False
+    if not ok:
+        raise RendezvousError(f"rendezvous: {me}: the store at {host} holds no parafluid job "
+                              f"record it can read ({raw[:80]!r}): another program on the port?")
+    if rec["job"] != job_id:
+        raise RendezvousError(
+            f"rendezvous: {me} belongs to job {job_id!r} (PARAFLUID_JOB_ID) but the store at "
+            f"{host} hosts job {rec['job']!r}: two jobs on the same ports? Give each job its "
+            "own ports (--started_port) and its own PARAFLUID_JOB_ID")
+    if bool(rec.get("auth")) != (secret is not None):
+        has, lacks = ("trainer 0", me) if rec.get("auth") else (me, "trainer 0")
+        raise RendezvousError(
+            f"rendezvous at {host}: {has} has a secret (PARAFLUID_RPC_SECRET) and {lacks} has "
+            "none: give every trainer of the job the same secret (the launcher does)")
+    if secret is not None and not hmac.compare_digest(
+            rec["proof"], _mac(secret, "parafluid rendezvous host", job_id, rec["salt"])):
+        raise RendezvousError(
+            f"rendezvous: {me}: the store at {host} does not hold this trainer's secret "
+            "(PARAFLUID_RPC_SECRET differs): another job's trainer 0 on the port, or the "
+            "trainers were given different secrets")
+    return _namespace(job_id, rec["salt"], secret)
+
+
+def job_id_from_env() -> str:
+    """``$PARAFLUID_JOB_ID``, or "" (a job without a name)."""
+    return os.environ.get(JOB_ID_ENV, "").strip()
+
+
 def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: int,
-               backend: str, deadline_s: float | None = None) -> Rendezvous:
-    """Meet the other trainers; returns the shared store and everyone's announcement.
+               backend: str, deadline_s: float | None = None, *,
+               secret: bytes | str | None = None, job_id: str | None = None) -> Rendezvous:
+    """Meet the other trainers; returns the job's store and everyone's announcement.
 
     Args:
         endpoints: every trainer's "ip:port", in trainer order (trainer 0 hosts at its own).
@@ -140,36 +301,113 @@ def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: i
         local_devices: devices this trainer runs (must be the same on every trainer).
         backend: "gloo" or "nccl" (must be the same on every trainer).
         deadline_s: seconds to wait for everyone; default ``FLAGS_rpc_deadline`` or 300 s.
+        secret: the job's shared secret; default ``$PARAFLUID_RPC_SECRET`` (none: every
+            process that reaches trainer 0's port is trusted).
+        job_id: the job's name; default ``$PARAFLUID_JOB_ID`` (a trainer of another job is
+            refused).
 
-    Raises RendezvousError listing the endpoints that never joined, or the trainers whose
-    settings differ from this one's.
+    Raises RendezvousError listing the endpoints that never joined, the trainers whose
+    settings differ from this one's, a trainer id taken twice, another job or another secret
+    at trainer 0's port, or a trainer 0 that does not answer.
     """
+    from .wire import rpc_secret
+
     eps = parse_endpoints(endpoints)
     if not isinstance(trainer_id, int) or not 0 <= trainer_id < len(eps):
         raise ValueError(f"trainer_id must be in 0..{len(eps) - 1} for {len(eps)} trainer "
                          f"endpoints {eps}, got {trainer_id!r}")
     if local_devices < 1:
         raise ValueError(f"local_devices must be >= 1, got {local_devices}")
+    key = rpc_secret(secret)
+    job = job_id_from_env() if job_id is None else str(job_id)
     seconds = rpc_deadline_seconds(DEFAULT_RENDEZVOUS_DEADLINE_S) if deadline_s is None \
         else deadline_s
     deadline = Deadline(seconds)
-    store = _connect(eps, trainer_id, deadline)
-    me = {"endpoint": eps[trainer_id], "local_devices": int(local_devices), "endpoints": eps,
-          "fingerprint": _fingerprint(backend)}
-    store.set(f"rdzv/{trainer_id}", json.dumps(me))
-    keys = [f"rdzv/{k}" for k in range(len(eps))]
-    while True:
-        present = [k for k in range(len(eps)) if store.check([keys[k]])]
-        if len(present) == len(eps):
-            break
-        if deadline.expired():
-            missing = [f"{eps[k]} (trainer {k})" for k in range(len(eps)) if k not in present]
+    me = f"trainer {trainer_id} ({eps[trainer_id]})"
+    calls = StoreCalls(f"parafluid-store-{trainer_id}")
+    base = _connect(eps, trainer_id, deadline, calls)
+    hb = None
+    try:
+        def call(fn: Callable[[], Any], what: str) -> Any:
+            return calls(fn, max(deadline.remaining(), _MIN_CALL_S), what)
+
+        if trainer_id == 0:
+            ns = _host_job(base, job, key)
+        else:
+            while not call(lambda: base.check([_JOB_KEY]), "reading the job record"):
+                if deadline.expired():
+                    raise RendezvousError(f"rendezvous: {me}: the store at {eps[0]} published "
+                                          f"no job record within {seconds:g} s")
+                time.sleep(0.02)
+            ns = _join_job(call(lambda: base.get(_JOB_KEY), "reading the job record"), job,
+                           key, me, eps[0])
+        store = dist.PrefixStore(ns, base)
+        token = os.urandom(12).hex()
+        held = call(lambda: store.compare_set(f"claim/{trainer_id}", "", token),
+                    "claiming the trainer id").decode("utf-8", "replace")
+        if held != token:
             raise RendezvousError(
-                f"rendezvous at {eps[0]}: after {seconds:g} s, {len(missing)} of {len(eps)} "
-                f"trainers never joined: {', '.join(missing)}. Start them (same trainer "
-                "endpoint list, their own PADDLE_TRAINER_ID), or raise FLAGS_rpc_deadline (ms)")
-        time.sleep(min(0.05, deadline.remaining()) or 0.001)
-    records = [_decode(store.get(keys[k]), f"trainer {k} ({eps[k]})") for k in range(len(eps))]
+                f"rendezvous at {eps[0]}: trainer id {trainer_id} is taken: another process of "
+                f"this job already joined as trainer {trainer_id}. Every trainer needs its own "
+                "PADDLE_TRAINER_ID (0..N-1)")
+        host, port = parse_endpoint(eps[0])
+        hb = Heartbeat(lambda: dist.PrefixStore(ns, dist.TCPStore(
+            host, port, len(eps), False, datetime.timedelta(seconds=seconds))),
+            trainer_id, eps)
+        rec = {"endpoint": eps[trainer_id], "local_devices": int(local_devices),
+               "endpoints": eps, "fingerprint": _fingerprint(backend), "job": job}
+        call(lambda: store.set(f"rdzv/{trainer_id}", json.dumps(rec)), "announcing")
+        keys = [f"rdzv/{k}" for k in range(len(eps))]
+        while True:
+            present = call(lambda: [k for k in range(len(eps)) if store.check([keys[k]])],
+                           "waiting for the others")
+            if len(present) == len(eps):
+                break
+            if deadline.expired():
+                missing = [f"{eps[k]} (trainer {k})" for k in range(len(eps))
+                           if k not in present]
+                raise RendezvousError(
+                    f"rendezvous at {eps[0]}: after {seconds:g} s, {len(missing)} of "
+                    f"{len(eps)} trainers never joined: {', '.join(missing)}. Start them (same "
+                    "trainer endpoint list, their own PADDLE_TRAINER_ID), or raise "
+                    "FLAGS_rpc_deadline (ms)")
+            time.sleep(min(0.05, deadline.remaining()) or 0.001)
+        hb.expect_all()
+        raws = call(lambda: [store.get(k) for k in keys], "reading the announcements")
+        records = [_decode(raw, f"trainer {k} ({eps[k]})") for k, raw in enumerate(raws)]
+        problems = _disagreements(records, eps, trainer_id, int(local_devices), rec)
+        # NOTE: trainer 0 hosts the store: it stays until every trainer has read the
+        # announcements (or died), so that a reader never finds the verdict gone.
+        call(lambda: store.set(f"read/{trainer_id}", "1"), "acknowledging")
+        if trainer_id == 0:
+            _wait_for_readers(store, eps, hb, deadline, call)
+    except TimeoutError as e:
+        if hb is not None:
+            hb.stop()
+        raise RendezvousError(
+            f"rendezvous: {me}: trainer 0 at {eps[0]}, the rendezvous host, stopped answering "
+            f"({e}): a stopped or hung trainer 0?") from e
+    except (RuntimeError, OSError) as e:
+        if hb is not None:
+            hb.stop()
+        if isinstance(e, RendezvousError):
+            raise
+        if trainer_id == 0:
+            raise RendezvousError(f"rendezvous: the store of trainer 0 ({eps[0]}) failed: "
+                                  f"{_first_line(e)}") from e
+        raise RendezvousError(
+            f"rendezvous: {me}: trainer 0 at {eps[0]}, the rendezvous host, went away during "
+            f"the rendezvous ({_first_line(e)}): it failed, or was stopped; its own error "
+            "says why") from e
+    if problems:
+        hb.stop()
+        raise RendezvousError("rendezvous: the trainers disagree: " + "; ".join(problems))
+    return Rendezvous(store, eps, trainer_id, int(local_devices), backend, records, hb, calls,
+                      job)
+
+
+def _disagreements(records: list[dict], eps: list[str], trainer_id: int, local_devices: int,
+                   me: dict) -> list[str]:
     problems = []
     for k, rec in enumerate(records):
         who = f"trainer {k} ({eps[k]})"
@@ -185,6 +423,17 @@ def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: i
         if rec["fingerprint"] != me["fingerprint"]:
             problems.append(f"{who} runs {rec['fingerprint']}; trainer {trainer_id} runs "
                             f"{me['fingerprint']}")
-    if problems:
-        raise RendezvousError("rendezvous: the trainers disagree: " + "; ".join(problems))
-    return Rendezvous(store, eps, trainer_id, int(local_devices), backend, records)
+    return problems
+
+
+def _wait_for_readers(store: Any, eps: list[str], hb: Heartbeat, deadline: Deadline,
+                      call: Callable[..., Any]) -> None:
+    pending = set(range(1, len(eps)))
+    while pending:
+        pending = {k for k in pending
+                   if not call(lambda k=k: store.check([f"read/{k}"]), "waiting for readers")}
+        gone = [k for k in pending if hb.trouble([k]) is not None]
+        pending -= set(gone)  # a reader that died reads nothing more
+        if not pending or deadline.expired():
+            return
+        time.sleep(0.02)

@@ -319,8 +319,11 @@ class RPCClient:
             self._sock = None
 
     def call(self, kind: Kind, name: str = "", value: Any = None, *,
-             deadline_s: float | None = None) -> Message:
+             deadline_s: float | None = None, seq: int | None = None) -> Message:
         """Send one request and return the reply (REPLY_OK or REPLY_VALUE).
+
+        ``seq``: the header's sequence number (default: this client's call count), for
+        receivers that order messages by it (the model-parallel mailboxes).
 
         Raises RPCTimeoutError when no reply comes within the deadline, RPCError when the
         server answers with an error or the reply is invalid.
@@ -328,7 +331,7 @@ class RPCClient:
         what = f"{Kind(kind).name.lower()}{f' of {name!r}' if name else ''}"
         dl = Deadline(self.deadline_s if deadline_s is None else deadline_s)
         with self._lock:
-            seq = next(self._seq)
+            seq = next(self._seq) if seq is None else int(seq)
             frames = encode(kind, name, value, trainer_id=self.trainer_id, seq=seq,
                             secret=self.secret)
             sock = self._socket()

@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -62,12 +63,14 @@ def at_home(value: Any, home: torch.device) -> Any:
 
 
 def placed_parallel_graph(program: Any, devices: list[torch.device], options: GraphOptions,
-                          num_microbatches: int = 1, loss_name: str | None = None
+                          num_microbatches: int = 1, loss_name: str | None = None,
+                          segment: Callable[[Any], Any] | None = None
                           ) -> tuple[Any, SSAGraph, int]:
     """The ParallelExecutor's graph of a placed (or micro-batched) program on one device.
 
     ``num_microbatches > 1`` first splits the batch (``passes.microbatch``); the copies
     between devices come after, so each micro-batch's activations cross on their own.
+    ``segment``: the segmentation pass for compiled execution, run last.
     """
     if len(devices) != 1:
         raise ValueError(
@@ -83,6 +86,8 @@ def placed_parallel_graph(program: Any, devices: list[torch.device], options: Gr
     fetch = [loss_name] if loss_name else []
     program = split_microbatches(program, num_microbatches, fetch)
     placed = insert_place_transfers(program, default)
+    if segment is not None:  # compiled segments, each on one device, between the copies
+        placed = segment(placed)
     graph = build_graph(placed, 1, options)
     return placed, graph, chain_by_device(graph, op_devices(placed, default))
 

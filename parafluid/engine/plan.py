@@ -46,15 +46,41 @@ from ..ops.reader import EOFException
 from ..ops.registry import get_op_def
 from ..passes.liveness import release_plan, sub_block_io_listed
 from ..passes.memory_optimize import check_fetch_targets
+from ..passes.segment import SEGMENT_OP
 from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
-from .runtime import OpRunError, RunContext, bind_op, op_error, op_hooks_active, timed
+from .runtime import (
+    OpRunError,
+    RunContext,
+    bind_op,
+    op_detail,
+    op_error,
+    op_hooks_active,
+    timed,
+)
 from .scheduler import Scheduler, TaskError, TaskGraph
+from .segments import bind_segment
 
 __all__ = ["Plan", "run_plan", "RunServices", "BlockRunner"]
 
+
+def _binder(op: Any) -> Callable:
+    """How to bind ``op``: a compiled segment as one function of its ops, any other op
+    through ``runtime.bind_op``."""
+    return bind_segment if op.type == SEGMENT_OP else bind_op
+
 Task = Callable[[], None]
+
+
+def _event_name(op: Any) -> str:
+    """The profiler's name for a node's task: the op type; a compiled segment lists its
+    ops."""
+    if op.type != SEGMENT_OP:
+        return op.type
+    types = [o.type for o in op.attrs["sub_block"].ops]
+    shown = ", ".join(types[:8]) + (", ..." if len(types) > 8 else "")
+    return f"{SEGMENT_OP} {op.attrs.get('segment', 0)} ({len(types)} ops: {shown})"
 
 
 class RunServices:
@@ -196,9 +222,10 @@ class Plan:
             if node.device != ALL_DEVICES and not (inplace or {}).get(node.index) and rel \
                     and all(n == 1 for _, n in rel) and not any(
                         persistable(n) for refs in node.outputs.values() for _, n, _ in refs):
-                inline = bind_op(node.op, devices[node.device], self.services[node.device],
-                                 env=self.envs[node.device],
-                                 drop=tuple(key[1] for key, _ in rel))
+                inline = _binder(node.op)(node.op, devices[node.device],
+                                          self.services[node.device],
+                                          env=self.envs[node.device],
+                                          drop=tuple(key[1] for key, _ in rel))
             self._inline.append(inline)
             self._writes.append([(self.services[d], self.envs[d], n)
                                  for refs in node.outputs.values() for d, n, _ in refs
@@ -245,7 +272,7 @@ class Plan:
         # the tasks of the common run mode, one per node (node order)
         self.tasks = [self._task(i, record=i in recorded, check=False)
                       for i in range(len(graph.nodes))]
-        self._variants: dict[tuple[bool, bool, bool], TaskGraph] = {}
+        self._variants: dict[tuple, TaskGraph] = {}
         self._graph_for(False, False, False)  # build the common one now
 
     # ------------------------------------------------------------------ binding
@@ -254,7 +281,8 @@ class Plan:
             env = self.envs[node.device]
             if inplace is not None:
                 return inplace(env)
-            return bind_op(node.op, devices[node.device], self.services[node.device], env=env)
+            return _binder(node.op)(node.op, devices[node.device], self.services[node.device],
+                                    env=env)
         opdef = get_op_def(node.type)
         kernel, attrs = opdef.kernel, dict(node.attrs)
         ctx = RunContext(node.op, devices[0], self.services[0])
@@ -297,7 +325,9 @@ class Plan:
         lock, pending, envs = self._lock, self._pending, self.envs
         drops = [(envs[key[0]], key[1], key if n > 1 else None)
                  for key, n in self._releases.get(i) or ()]
-        if check:
+        if check and hasattr(fn, "checked"):  # a compiled segment checks its own outputs
+            fn = fn.checked
+        elif check:
             outputs = [(slot, envs[d], n) for slot, refs in node.outputs.items()
                        for d, n, _ in refs]
             run_op = fn
@@ -442,7 +472,8 @@ class Plan:
         moment (a plan's first run, and while checking NaN/Inf); ``check``: outputs checked
         for NaN/Inf; ``timed_``: tasks report to the op hooks (the profiler).
         """
-        key = (record_tail, check, timed_)
+        detail = timed_ and op_detail()  # segments report their ops themselves
+        key = (record_tail, check, timed_, detail)
         hit = self._variants.get(key)
         if hit is not None:
             return hit
@@ -452,7 +483,8 @@ class Plan:
             recorded = set(self.recorded_nodes) | (self._in_tail if record_tail else set())
             tasks = [self._task(i, i in recorded, check) for i in range(len(self.tasks))]
         if timed_:
-            tasks = [timed(t, n.type, n.op_index, n.device)
+            tasks = [t if detail and n.type == SEGMENT_OP else
+                     timed(t, _event_name(n.op), n.op_index, n.device)
                      for t, n in zip(tasks, self.graph.nodes)]
         if len(self._order) > len(tasks):
             tasks = [*tasks, self.guard.enter_tail]

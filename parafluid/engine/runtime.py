@@ -36,7 +36,8 @@ from ..ops.registry import EMPTY, GRAD, get_op_def
 from ..placement import torch_device
 
 __all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext",
-           "OpRecord", "add_op_hook", "remove_op_hook", "op_hooks_active", "op_device"]
+           "OpRecord", "add_op_hook", "remove_op_hook", "op_hooks_active", "op_device",
+           "set_op_detail", "op_detail", "report"]
 
 Runner = Callable[[dict[str, Any]], None]
 
@@ -358,6 +359,25 @@ def remove_op_hook(fn: Callable[[OpRecord], None]) -> None:
 
 def op_hooks_active() -> bool:
     return bool(_HOOKS)
+
+
+_OP_DETAIL = [False]  # the profiler's tracer_option asks for every op, inside segments too
+
+
+def set_op_detail(on: bool) -> None:
+    """Time every op inside compiled segments too (a segment then runs op by op while a
+    hook is registered); off: one record per segment."""
+    _OP_DETAIL[0] = bool(on)
+
+
+def op_detail() -> bool:
+    return _OP_DETAIL[0] and bool(_HOOKS)
+
+
+def report(record: OpRecord) -> None:
+    """Hand ``record`` to every op hook."""
+    for hook in tuple(_HOOKS):
+        hook(record)
 
 
 def timed(fn: Callable[[], None], op_type: str, op_index: int, device: int

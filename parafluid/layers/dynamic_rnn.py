@@ -37,8 +37,7 @@ __all__ = ["DynamicRNN"]
 
 class DynamicRNN:
     """See the module docstring; the methods are Fluid's (``block``, ``step_input``,
-    ``memory``, ``update_memory``, ``output``, ``__call__``; ``static_input`` is not
-    provided)."""
+    ``memory``, ``update_memory``, ``output``, ``static_input``, ``__call__``)."""
 
     BEFORE_RNN, IN_RNN, AFTER_RNN = 0, 1, 2
 
@@ -128,24 +127,25 @@ class DynamicRNN:
         return array_read(array=arr, i=self.step_idx)
 
     def static_input(self, x: Variable) -> Variable:
-        """``x`` (one row per sequence, in the feed's order) as seen by each step: its rows
-        put in rank order and cut to the sequences still running, as Fluid's. Call it after
-        a ``step_input``. An ``x`` with LoD (several rows per sequence) is not supported."""
+        """``x`` as seen by each step, as Fluid 1.6's: its items (one row per sequence, or
+        one sequence per sequence of the step input when ``x`` has LoD) put in rank order
+        (``reorder_lod_tensor_by_rank``) and cut to the sequences still running
+        (``shrink_rnn_memory``; a LoD ``x`` keeps its sequences whole). Gradients flow back
+        to ``x``. Call it after a ``step_input``."""
         self._assert_in_rnn("static_input")
         if not isinstance(x, Variable):
             raise TypeError(f"DynamicRNN.static_input: x must be a Variable, got "
                             f"{type(x).__name__}")
         if self.lod_rank_table is None:
             raise RuntimeError("DynamicRNN.static_input must be called after step_input")
-        if x.lod_level:
-            raise ValueError(f"DynamicRNN.static_input: {x.name!r} has lod_level "
-                             f"{x.lod_level}; only one row per sequence is supported")
         with self._in_parent():
             reordered = self.helper.create_variable_for_type_inference(x.dtype)
+            reordered.lod_level = x.lod_level
             self.helper.append_op("reorder_lod_tensor_by_rank",
                                   inputs={"X": [x], "RankTable": [self.lod_rank_table]},
                                   outputs={"Out": [reordered]})
         out = self.helper.create_variable_for_type_inference(x.dtype)
+        out.lod_level = x.lod_level
         self.helper.append_op("shrink_rnn_memory",
                               inputs={"X": [reordered], "RankTable": [self.lod_rank_table],
                                       "I": [self.step_idx]},

@@ -42,6 +42,13 @@ def _communicator(ctx: Any, n: int, op: str) -> Any:
     return comm
 
 
+def _name(ctx: Any) -> str:
+    """The variables a collective carries, for the communicator's signature check (two
+    trainers pairing the all-reduce of ``w@GRAD`` with that of ``b@GRAD`` are told so)."""
+    op = getattr(ctx, "op", None)
+    return "" if op is None else ",".join(op.input("X")[:4])
+
+
 def _same_metas(ins: dict, attrs: dict) -> dict:
     return {"Out": list(ins["X"])}
 
@@ -49,7 +56,7 @@ def _same_metas(ins: dict, attrs: dict) -> dict:
 def _allreduce(ins: dict, attrs: dict, ctx: Any) -> dict:
     xs = ins["X"]
     comm = _communicator(ctx, len(xs), "c_allreduce_sum")
-    return {"Out": list(xs) if comm is None else comm.all_reduce(xs)}
+    return {"Out": list(xs) if comm is None else comm.all_reduce(xs, name=_name(ctx))}
 
 
 register_op("c_allreduce_sum", inputs=("X[]",), outputs=("Out[]",), attrs={"ring_id": 0},
@@ -65,7 +72,7 @@ def _reduce(ins: dict, attrs: dict, ctx: Any) -> dict:
     """The sum on the root device (None in a process that does not hold the root)."""
     xs = ins["X"]
     comm = _communicator(ctx, len(xs), "c_reduce_sum")
-    return {"Out": xs[0] if comm is None else comm.reduce(xs, attrs["root"])}
+    return {"Out": xs[0] if comm is None else comm.reduce(xs, attrs["root"], name=_name(ctx))}
 
 
 register_op("c_reduce_sum", inputs=("X[]",), outputs=("Out",), attrs={"root": 0, "ring_id": 0},
@@ -79,7 +86,7 @@ def _broadcast(ins: dict, attrs: dict, ctx: Any) -> dict:
     if comm is None:
         return {"Out": []}
     root = attrs["root"]
-    values = comm.broadcast(ins["X"], root)
+    values = comm.broadcast(ins["X"], root, name=_name(ctx))
     offset = getattr(comm, "rank_offset", 0)
     return {"Out": [v for i, v in enumerate(values) if i + offset != root]}
 
@@ -102,7 +109,7 @@ def _allreduce_coalesced(ins: dict, attrs: dict, ctx: Any) -> dict:
         return {"Out": list(xs)}
     groups = [xs[d * k:(d + 1) * k] for d in range(ndev)]
     flat = [torch.cat([x.reshape(-1) for x in g]) for g in groups]
-    summed = comm.all_reduce(flat)
+    summed = comm.all_reduce(flat, name=_name(ctx))
     sizes = [x.numel() for x in groups[0]]
     out = []
     for d in range(ndev):

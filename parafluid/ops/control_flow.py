@@ -411,8 +411,18 @@ register_op("array_to_lod_tensor", inputs=("X", "RankTable"), outputs=("Out",),
 
 
 def _shrink(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """The first ``k`` rows (the ``k`` sequences still running at step I); an X with LoD
+    (a static input of several rows per sequence) keeps its first ``k`` sequences whole,
+    with their LoD, as Fluid's."""
+    from ..lod import attach_lod, get_lod, slice_lod
+
+    x = ins["X"]
     k = _active(ins["RankTable"], _index("shrink_rnn_memory", ins["I"]))
-    return {"Out": ins["X"][:k]}
+    lod = get_lod(x)
+    if not lod:
+        return {"Out": x[:k]}
+    (_, end), sub = slice_lod(lod, 0, min(k, len(lod[0]) - 1))
+    return {"Out": attach_lod(x[:end], sub)}
 
 
 def _shrink_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -428,16 +438,39 @@ register_op("shrink_rnn_memory", inputs=("X", "RankTable", "I"), outputs=("Out",
             grad_kernel=_shrink_grad, grad_uses=("X",), no_grad_inputs=("RankTable", "I"))
 
 
+def _rank_rows(x: torch.Tensor, table: torch.Tensor
+               ) -> tuple[torch.Tensor, list[list[int]] | None]:
+    """The rows of ``x`` in rank order and, for an ``x`` with LoD, the LoD of the reordered
+    value: a row per ranked item, or each ranked item's whole sequence (top LoD level)."""
+    from ..lod import get_lod, merge_lods, slice_lod
+
+    order = [int(k) for k in table[:, 0].tolist()]
+    lod = get_lod(x)
+    if not lod:
+        return torch.tensor(order, dtype=torch.long, device=x.device), None
+    if len(order) != len(lod[0]) - 1:
+        raise ValueError(f"reorder_lod_tensor_by_rank: X has {len(lod[0]) - 1} sequences but "
+                         f"the rank table ranks {len(order)}; X needs one sequence per item")
+    rows, lods = [], []
+    for k in order:
+        (a, b), sub = slice_lod(lod, k, k + 1)
+        rows.extend(range(a, b))
+        lods.append(sub)
+    return torch.tensor(rows, dtype=torch.long, device=x.device), merge_lods(lods)
+
+
 def _reorder_by_rank(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, table = ins["X"], ins["RankTable"]
-    idx = table[:, 0].to(device=x.device, dtype=torch.long)
-    return {"Out": x.index_select(0, idx)}
+    from ..lod import attach_lod
+
+    x = ins["X"]
+    rows, lod = _rank_rows(x, ins["RankTable"])
+    return {"Out": attach_lod(x.index_select(0, rows), lod)}
 
 
 def _reorder_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, g = ins["X"], ins["Out@GRAD"]
-    idx = ins["RankTable"][:, 0].to(device=x.device, dtype=torch.long)
-    return {"X@GRAD": torch.zeros_like(x).index_copy_(0, idx, g)}
+    rows, _ = _rank_rows(x, ins["RankTable"])
+    return {"X@GRAD": torch.zeros_like(x).index_copy_(0, rows, g)}
 
 
 register_op("reorder_lod_tensor_by_rank", inputs=("X", "RankTable"), outputs=("Out",),

@@ -18,8 +18,10 @@ again when recomputed; keep such bodies free of dropout.
   inputs (parameters, the data the body reads) add up over the iterations.
 
 Tensor arrays carry gradients as tensor arrays (a slot nothing wrote a gradient for is
-None, i.e. zero). Not differentiated: bodies that hold control flow themselves (nested
-While/IfElse).
+None, i.e. zero). A body that holds control flow itself (a While inside a While, an IfElse
+in a DynamicRNN step) is copied with its inner op and the inner op's sub-blocks, so the
+gradient block differentiates the inner op through its own ``while_grad`` /
+``conditional_block_grad``.
 """
 
 from __future__ import annotations
@@ -75,9 +77,9 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
     counter = 0
     for fop in fwd.ops:
         if fop.sub_blocks:
-            raise ValueError(f"{op.type}: the gradient of a block holding control flow itself "
-                             f"({fop.type} at {fop.callsite}) is not supported; unroll the "
-                             "inner construct or keep it out of the differentiated path")
+            counter = _copy_control_flow_op(fop, grad_block, fwd, parent, version, written,
+                                            outer, counter)
+            continue
         ins = {slot: [version.get(n, n) for n in names] for slot, names in fop.inputs.items()}
         for names in fop.inputs.values():
             for n in names:
@@ -115,6 +117,80 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
     produced = ctx.append_grad_ops(grad_block, targets, seeds, set(diff_in), blocked)
     fetches = [n + GRAD if n in diff_in and n + GRAD in produced else "" for n in in_names]
     return grad_block, feeds, fetches
+
+
+def _copy_control_flow_op(fop: Any, grad_block: Any, fwd: Any, parent: Any,
+                          version: dict[str, str], written: set[str], outer: set[str],
+                          counter: int) -> int:
+    """Copy a control-flow op of the body (a ``while`` or ``conditional_block`` inside the
+    differentiated one) into the gradient block, with a copy of its sub-blocks.
+
+    Its kernel feeds its sub-block under the op's input names and reads back its output
+    names, and a value it carries (read and written) keeps one name in both: so such a
+    value gets one fresh name for the op, copied in from its current version by an
+    ``assign`` first, and the copied sub-blocks read and write that name. The ordinary
+    backward pass then differentiates the copy through its own gradient maker."""
+    reads = [n for names in fop.inputs.values() for n in names if n != EMPTY]
+    writes = [n for names in fop.outputs.values() for n in names if n != EMPTY]
+    rename: dict[str, str] = {n: version.get(n, n) for n in reads}
+    for n in writes:
+        if n in written or n in outer:
+            counter += 1
+            new = f"{n}@SSA@{counter}"
+        else:
+            new = n
+        _declare(grad_block, fwd, n, new)
+        rename[n] = new
+        if n in reads and version.get(n, n) != new:
+            grad_block.append_op("assign", inputs={"X": [version.get(n, n)]},
+                                 outputs={"Out": [new]}, attrs={})
+    for n in reads:
+        if n not in version and not parent._find_var_recursive(n):
+            _declare(grad_block, fwd, n, n)
+    attrs = {k: _clone_blocks(v, grad_block, rename) for k, v in fop.attrs.items()}
+    grad_block.append_op(fop.type,
+                         inputs={slot: [rename.get(n, n) for n in names]
+                                 for slot, names in fop.inputs.items()},
+                         outputs={slot: [rename.get(n, n) for n in names]
+                                  for slot, names in fop.outputs.items()},
+                         attrs=attrs)
+    for n in writes:
+        version[n] = rename[n]
+        written.add(n)
+    return counter
+
+
+def _clone_blocks(value: Any, parent: Any, rename: dict[str, str]) -> Any:
+    """An attribute with its blocks copied under ``parent`` (names renamed); other values
+    as they are."""
+    from ..framework import Block
+
+    if isinstance(value, Block):
+        return _clone_block(value, parent, rename)
+    if isinstance(value, list) and any(isinstance(b, Block) for b in value):
+        return [_clone_blocks(b, parent, rename) for b in value]
+    return value
+
+
+def _clone_block(src: Any, parent: Any, rename: dict[str, str]) -> Any:
+    """A copy of ``src`` as a child of ``parent``: its own variables declared again, the
+    outer names it uses renamed by ``rename``, nested blocks copied the same way."""
+    program = parent.program
+    here = program.current_block_idx
+    block = program._create_block(parent_idx=parent.idx)
+    program.current_block_idx = here
+    for name in src.vars:
+        if name not in rename:
+            _declare(block, src, name, name)
+    for sop in src.ops:
+        block.append_op(sop.type,
+                        inputs={slot: [rename.get(n, n) for n in names]
+                                for slot, names in sop.inputs.items()},
+                        outputs={slot: [rename.get(n, n) for n in names]
+                                 for slot, names in sop.outputs.items()},
+                        attrs={k: _clone_blocks(v, block, rename)
+                               for k, v in sop.attrs.items()})
+    return block
 
 
 def _grad_spec(op: Any, grad_type: str, in_slot: str, blocked: set[str],
@@ -157,8 +233,9 @@ def _run_grad_block(ctx: Any, attrs: dict, values: dict[str, Any], in_names: lis
 
 
 def _conditional_block_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    op = ctx.op
-    in_names = list(op.inputs.get("Input", ()))
+    # NOTE: the forward names, not the slot's: an input the block overwrites is read from
+    # a copy made before the block ran (see conditional_block_grad_maker)
+    in_names = list(attrs["input_names"] or ctx.op.inputs.get("Input", ()))
     values = dict(zip(in_names, ins["Input"]))
     out_grads = dict(zip(attrs["out_grad_names"], ins["Out@GRAD"] or ()))
     conds = ins["Cond"]
@@ -180,15 +257,34 @@ def _or_zeros(g: Any, like: Any) -> Any:
 register_op("conditional_block_grad", inputs=("Cond[]", "Input[]?", "Out@GRAD[]?"),
             outputs=("Input@GRAD[]?",),
             attrs={"sub_block": None, "is_scalar_condition": False, "out_grad_names": [],
-                   "grad_feeds": [], "grad_fetches": []},
+                   "grad_feeds": [], "grad_fetches": [], "input_names": []},
             infer_shape=lambda ins, attrs: {"Input@GRAD": ins["Input"]},
             kernel=_conditional_block_grad)
 
 
 def conditional_block_grad_maker(op: Any, blocked: set[str], ctx: GradContext
                                  ) -> list[dict[str, Any]]:
-    return _grad_spec(op, "conditional_block_grad", "Input", blocked,
-                      {"Cond": list(op.inputs["Cond"])}, ctx)
+    specs = _grad_spec(op, "conditional_block_grad", "Input", blocked,
+                       {"Cond": list(op.inputs["Cond"])}, ctx)
+    for spec in specs:
+        in_names = list(op.inputs.get("Input", ()))
+        spec["attrs"]["input_names"] = in_names
+        # the body recomputed in the gradient block must see what the forward body saw:
+        # a value the block reads and overwrites is read from its copy before the op
+        body_reads = _reads_of(op.attrs["sub_block"])
+        spec["reads_before"] = [n for n in in_names
+                                if n in op.output_arg_names and n in body_reads]
+    return specs
+
+
+def _reads_of(block: Any) -> set[str]:
+    """Every name the ops of ``block`` and of its nested blocks read."""
+    out: set[str] = set()
+    for bop in block.ops:
+        out.update(bop.input_arg_names)
+        for sub in bop.sub_blocks:
+            out |= _reads_of(sub)
+    return out
 
 
 # ----------------------------------------------------------------------------- while

@@ -158,8 +158,11 @@ def _decode(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"ViterbiPath": path.reshape(-1, 1)}
 
 
+# NOTE: the path keeps the sequences of the emissions (Fluid shares Emission's LoD), so
+# chunk_eval and the sequence layers read it as it comes
 register_op("crf_decoding", inputs=("Emission", "Transition", "Label?"),
-            outputs=("ViterbiPath",), infer_shape=_decode_shape, kernel=_decode)
+            outputs=("ViterbiPath",), infer_shape=_decode_shape, kernel=_decode,
+            share_lod=("Emission", ("ViterbiPath",)))
 
 # ----------------------------------------------------------------------------- chunk_eval
 

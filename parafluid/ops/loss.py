@@ -25,6 +25,11 @@ __all__: list[str] = []
 
 
 def _check_label_range(op: str, label: torch.Tensor, classes: int, ignore_index: int) -> None:
+    if torch.compiler.is_compiling():
+        # NOTE: a check on values would split a compiled segment in two; compiled code checks
+        # its gather indices itself, and a segment that fails is re-run op by op, which
+        # raises this error
+        return
     bad = (label != ignore_index) & ((label < 0) | (label >= classes))
     if bool(bad.any()):
         value = label[bad].reshape(-1)[0].item()
@@ -173,8 +178,8 @@ def _all_labels_in_range(label: torch.Tensor, classes: int, ignore_index: int) -
     One reduction instead of the masked path's half dozen small ops: this loss runs every
     training step, and at small batch sizes its op count, not its arithmetic, is the cost.
     """
-    if label.numel() == 0:
-        return False
+    if label.numel() == 0 or torch.compiler.is_compiling():
+        return False  # compiled: the masked path, one fused kernel and no branch on values
     lo, hi = torch.aminmax(label)
     lo, hi = int(lo), int(hi)
     return 0 <= lo and hi < classes and not lo <= ignore_index <= hi

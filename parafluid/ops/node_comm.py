@@ -23,6 +23,7 @@ Printed (worker 0 and worker 1 of a 2-stage MLP)::
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from .registry import register_op
@@ -55,13 +56,45 @@ def _key(name: str, attrs: dict, ctx: Any) -> str:
     return f"{name}@replica{ctx.device_index}" if replicas > 1 else name
 
 
+# the programs whose node_recv ops a mailbox was told to expect, per endpoint
+_DECLARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _mailbox(attrs: dict, ctx: Any) -> Any:
+    """This worker's mailbox, expecting what every ``node_recv`` of this program receives
+    (declared on the program's first node op: a value arriving earlier waits for it)."""
+    from ..distributed.node_mailbox import mailbox
+    from ..dtypes import convert_dtype, to_torch
+
+    endpoint = attrs["endpoint"]
+    box = mailbox(endpoint, int(attrs["worker_id"]))
+    program = ctx.op.block.program
+    seen = _DECLARED.setdefault(program, set())
+    if endpoint not in seen:
+        for block in program.blocks:
+            for op in block.ops:
+                if op.type != "node_recv" or op.attrs.get("endpoint") != endpoint:
+                    continue
+                name = op.output("Out")[0]
+                var = block._find_var_recursive(name)
+                replicas = int(op.attrs.get("replicas", 1))
+                keys = [f"{name}@replica{i}" for i in range(replicas)] if replicas > 1 \
+                    else [name]
+                for key in keys:
+                    box.expect(key, int(op.attrs["peer"]), op.attrs["peer_endpoint"],
+                               shape=[-1 if d is None else int(d) for d in var.shape],
+                               dtype=to_torch(convert_dtype(var.dtype)))
+        seen.add(endpoint)
+    return box
+
+
 def _node_send(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from ..distributed.node_mailbox import client, mailbox
+    from ..distributed.node_mailbox import client
 
     name = ctx.op.input("X")[0]
     key = _key(name, attrs, ctx)
     me = int(attrs["worker_id"])
-    mailbox(attrs["endpoint"], me)  # NOTE: a peer may send here later in this step
+    _mailbox(attrs, ctx)  # NOTE: a peer may send here later in this step
     value = ins["X"][0]
     if value is None:
         raise ValueError(f"node_send: {name!r} (to worker {attrs['peer']}) has no value: the "
@@ -71,10 +104,8 @@ def _node_send(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 def _node_recv(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from ..distributed.node_mailbox import mailbox
-
     key = _key(ctx.op.output("Out")[0], attrs, ctx)
-    box = mailbox(attrs["endpoint"], int(attrs["worker_id"]))
+    box = _mailbox(attrs, ctx)
     value = box.take(key, int(attrs["peer"]), attrs["peer_endpoint"], ctx.deadline_s)
     return {"Out": [value.to(ctx.device) if value.device != ctx.device else value]}
 

@@ -117,6 +117,10 @@ class OpDef:
     inplace: InplaceUpdate | None = None  # Out computed into X's buffer (engine/inplace.py)
     fresh_output: bool = False  # the kernel's outputs are always new tensors, never views
     comm: bool = False  # moves values between devices or processes
+    # why the op cannot run inside a compiled segment (a host round trip, a value-dependent
+    # output shape, ...); None: it can (passes/segment.py also checks side effects, seeds,
+    # sub-blocks and row-sparse values itself)
+    no_compile: str | None = None
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -136,7 +140,7 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                 side_effect: bool = False, releases_inputs: bool = False,
                 share_lod: tuple[str, str | Sequence[str]] | None = None,
                 inplace: InplaceUpdate | None = None, fresh_output: bool = False,
-                comm: bool = False) -> OpDef:
+                comm: bool = False, no_compile: str | None = None) -> OpDef:
     """Declare an op type once; see the module docstring for the conventions."""
     if type in _REGISTRY:
         raise ValueError(f"op type {type!r} is registered twice")
@@ -147,7 +151,7 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                   attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
                   None if grad_uses is None else tuple(grad_uses), side_effect,
                   releases_inputs, _lod_rule(type, share_lod, inputs, outputs), inplace,
-                  fresh_output, comm)
+                  fresh_output, comm, no_compile)
     if inplace is not None and (opdef.input_by_name.keys() - {"X", "Y"} or
                                 [s.name for s in opdef.outputs] != ["Out"]):
         raise ValueError(f"register_op {type!r}: inplace= needs inputs X (and Y) and the one "

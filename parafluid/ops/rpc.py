@@ -213,7 +213,7 @@ _TABLE_ATTRS = {"table_names": [], "epmap": [], "height_sections": [], "height":
                 "padding_idx": -1, "dtype": "float32", "trainer_id": 0}
 register_op("distributed_lookup_table", inputs=("Ids",), outputs=("Out",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_dist_lookup_shape, kernel=_dist_lookup,
-            side_effect=True, comm=True)
+            side_effect=True, comm=True, share_lod=("Ids", "Out"))
 register_op("distributed_lookup_table_grad", inputs=("Ids", "Out@GRAD"), outputs=("W@GRAD",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_sparse_grad_shape, kernel=_dist_lookup_grad)
 register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),
@@ -265,10 +265,11 @@ class _Server:
         self.sync = bool(attrs["sync_mode"])
         self.grad_to_block = parse_grad_to_block(attrs["grad_to_block_id"])
         self.lr_block = int(attrs["lr_decay_block_id"])
-        # async mode: the LR block runs once per arrival of this gradient (one per trainer
-        # step), not once per gradient block
-        self.lr_trigger = min(self.grad_to_block, key=self.grad_to_block.__getitem__) \
-            if self.grad_to_block else None
+        # async mode: the LR block runs once per trainer step, before that step's first
+        # gradient is applied. Each trainer sends each gradient once per step, in its
+        # program's order (last layer first), so the arrivals of the gradient that came
+        # first count the trainers' steps, and the LR value exists before any update reads it
+        self.lr_trigger: str | None = None
 
     def optimize(self, grads: dict[str, list[torch.Tensor]]) -> None:
         unknown = sorted(set(grads) - set(self.grad_to_block))
@@ -276,6 +277,8 @@ class _Server:
             raise ValueError(f"pserver {self.endpoint} got gradients it does not optimize: "
                              f"{unknown} (it holds {sorted(self.grad_to_block)}); the trainer "
                              "runs a program transpiled with other pservers or settings")
+        if self.lr_block >= 0 and not self.sync and self.lr_trigger is None:
+            self.lr_trigger = min(grads, key=self.grad_to_block.__getitem__)
         if self.lr_block >= 0 and (self.sync or self.lr_trigger in grads):
             self.ctx.run_block(self.lr_block)
         for name in sorted(grads, key=self.grad_to_block.__getitem__):

@@ -44,13 +44,16 @@ class Communicator(Protocol):
     rank_offset: int
     devices: list[torch.device]
 
-    def all_reduce(self, values: Sequence[Value]) -> list[Value]:
-        """Sum over all ranks; every local device gets the sum."""
+    def all_reduce(self, values: Sequence[Value], name: str = "") -> list[Value]:
+        """Sum over all ranks; every local device gets the sum.
 
-    def reduce(self, values: Sequence[Value], root: int) -> Value | None:
+        ``name`` (every method): the variables carried, which a communicator spanning
+        processes compares across them before the transfer."""
+
+    def reduce(self, values: Sequence[Value], root: int, name: str = "") -> Value | None:
         """Sum over all ranks onto device ``root``; the sum there, None in other processes."""
 
-    def broadcast(self, value: Value | None, root: int) -> list[Value]:
+    def broadcast(self, value: Value | None, root: int, name: str = "") -> list[Value]:
         """``value`` from device ``root`` (None in other processes) to every local device."""
 
 
@@ -95,15 +98,15 @@ class LocalCommunicator:
             return [value] * self.nranks
         return [value if value.device == d else value.to(d) for d in self.devices]
 
-    def all_reduce(self, values: Sequence[Value]) -> list[Value]:
+    def all_reduce(self, values: Sequence[Value], name: str = "") -> list[Value]:
         self._check(values, "all_reduce")
         return self._spread(self._sum(values, self.devices[0]))
 
-    def reduce(self, values: Sequence[Value], root: int) -> Value:
+    def reduce(self, values: Sequence[Value], root: int, name: str = "") -> Value:
         self._check(values, "reduce")
         return self._sum(values, self.devices[root])
 
-    def broadcast(self, value: Value, root: int) -> list[Value]:
+    def broadcast(self, value: Value, root: int, name: str = "") -> list[Value]:
         out = []
         for i, d in enumerate(self.devices):
             if i == root:

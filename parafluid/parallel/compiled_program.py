@@ -16,11 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..compat import NotProvided
+from ..feed_fetch import fetch_names
 from ..framework import Program, Variable
+from ..passes.segment import segment_program
 from ..place import CUDAPlace
+from ..placement import is_placed
 from ..scope import Scope
 from .parallel_executor import ParallelExecutor
-from .strategy import BuildStrategy, ExecutionStrategy
+from .strategy import BuildStrategy, ExecutionStrategy, build_pipeline
 
 __all__ = ["CompiledProgram"]
 
@@ -33,7 +36,11 @@ class CompiledProgram:
         build_strategy: a BuildStrategy (may also be given to ``with_data_parallel``).
 
     Without ``with_data_parallel`` the program runs on the executor's place alone, through
-    the same graph machinery (so build-strategy passes apply).
+    the same graph machinery (so build-strategy passes apply). With
+    ``build_strategy.enable_compile`` and nothing else that needs a ParallelExecutor
+    (micro-batches, placement, ``share_vars_from``, several iterations per run), a
+    single-device program runs as compiled segments straight on the executor's own plan:
+    the build passes, then the segmentation pass, once per fetch list.
     """
 
     def __init__(self, program_or_graph: Program, build_strategy: BuildStrategy | None = None
@@ -53,6 +60,8 @@ class CompiledProgram:
         self._is_data_parallel = False
         self._executor: ParallelExecutor | None = None
         self._scope: Scope | None = None
+        self._segmented: dict[tuple, Program] = {}  # (version, fetch) -> program run
+        self._placed: tuple[int, bool] = (-1, False)  # (version, placed on devices)
 
     # the C++ inference analysis passes: importable, fail on use with what to use instead
     with_inference_optimize = NotProvided("CompiledProgram.with_inference_optimize")
@@ -95,6 +104,12 @@ class CompiledProgram:
 
     def _run_from_executor(self, exe: Any, feed: Any, fetch_list: list[Any], scope: Scope,
                            return_numpy: bool) -> list[Any]:
+        if self._executor is None and self._compiles_alone(feed):
+            if isinstance(feed, (list, tuple)):
+                feed = feed[0]
+            program = self._segments_for(fetch_names(fetch_list))
+            return exe.run(program, feed=feed, fetch_list=fetch_list, scope=scope,
+                           return_numpy=return_numpy)
         if self._executor is None:
             self._executor = self._compile(exe, scope)
         elif scope is not self._scope:
@@ -102,6 +117,33 @@ class CompiledProgram:
                              "the scope of its first run, or create a new CompiledProgram")
         return self._executor._run(fetch_list, feed or None, return_numpy, True,
                                    check_nan_inf=exe.check_nan_inf)
+
+    def _compiles_alone(self, feed: Any) -> bool:
+        """Whether this runs as compiled segments on the executor's own plan (one device, no
+        ParallelExecutor feature asked for)."""
+        bs, es = self._build_strategy, self._exec_strategy
+        if bs is None or not bs.enable_compile or self._is_data_parallel:
+            return False
+        if self._placed[0] != self._program._version:  # (scanning the ops once a version)
+            self._placed = (self._program._version, is_placed(self._program))
+        return (self._share_vars_from is None and bs.num_microbatches == 1
+                and (es is None or es.num_iteration_per_run == 1) and not self._placed[1]
+                and (isinstance(feed, dict) or feed is None
+                     or (isinstance(feed, (list, tuple)) and len(feed) == 1)))
+
+    def _segments_for(self, fetch: Sequence[str]) -> Program:
+        """The program this runs for ``fetch``: the build passes, then the segmentation
+        pass keeping the fetch targets (built once per program version and fetch list)."""
+        key = (self._program._version, tuple(fetch))
+        program = self._segmented.get(key)
+        if program is None:
+            passes = build_pipeline(self._build_strategy, 1, self._loss_name)
+            program = segment_program(passes(self._program),
+                                      keep=[*fetch, *filter(None, [self._loss_name])])
+            self._segmented = {k: v for k, v in self._segmented.items()
+                               if k[0] == key[0]}
+            self._segmented[key] = program
+        return program
 
     def _compile(self, exe: Any, scope: Scope) -> ParallelExecutor:
         use_cuda = isinstance(exe.place, CUDAPlace)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -46,9 +47,10 @@ from ..feed_fetch import (
 )
 from ..framework import Program, default_main_program
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
+from ..passes.segment import segment_program
 from ..place import cpu_device_count, to_device
 from ..placement import is_placed
-from ..scope import Scope, global_scope
+from ..scope import Scope, SelectedRows, global_scope
 from ..variable import unknown_name_message, var_name
 from .comm import LocalCommunicator
 from .device_scopes import DeviceScopes
@@ -205,7 +207,7 @@ class ParallelExecutor:
         if not isinstance(fetch_list, (list, tuple)):
             fetch_list = [fetch_list]
         fetch = tuple(fetch_names(fetch_list))
-        program, graph = self._graph()
+        program, graph = self._graph(fetch)
         block = program.global_block()
         feeds = self._feeds.split(feed, block)
         plan = self._plan(program, graph, tuple(sorted(feeds[0])), fetch)
@@ -220,7 +222,7 @@ class ParallelExecutor:
             if self._multi:
                 self._communicator.check_consistent("program", _fingerprint(program, ndev=len(
                     self._devices)))
-                self._start_equal(plan)
+                self._start_equal(block)
         self._scopes.materialize(plan.persist_reads)
         steps = self._exec_strategy.num_iteration_per_run
         check = check_nan_inf or self._exec_strategy.check_nan_inf
@@ -229,21 +231,40 @@ class ParallelExecutor:
         try:
             for _ in range(steps):
                 self._steps += 1
+                if self._multi:
+                    self._communicator.step = self._steps
                 fetches = self._run_plan(plan, feeds, check)
         except OpRunError as e:
             if not self._multi:
                 raise
+            self._give_up(e)
             # which step of the job: the other trainers report the same number
             raise OpRunError(f"{e} (trainer {self._communicator.trainer_id}, step "
                              f"{self._steps})", e.op_index, e.op_type, e.device) from e.__cause__
+        except BaseException as e:
+            if self._multi:
+                self._give_up(e)
+            raise
         results = [merge_fetches(name, list(values), return_numpy, return_merged)
                    for name, values in zip(fetch, zip(*fetches))]
-        if self._multi and not self._has_run:
-            # the first step compared every collective's signature across the trainers;
-            # the graph issues the same ones in the same order from now on
-            self._communicator.verify_collectives = False
         self._has_run = True
         return results
+
+    def _give_up(self, e: BaseException) -> None:
+        """Multi-process: a step that failed here cannot complete on the other trainers (they
+        wait for this one's collectives), and a retry here would pair its collectives with
+        theirs of another step. So the job stops: the other trainers fail at once, naming
+        this one and the error; this executor refuses to run again."""
+        comm = self._communicator
+        if comm.broken is not None:
+            return  # a collective failed: every trainer finds out through the transport
+        text = " ".join(line.strip() for line in str(e).strip().splitlines())
+        text = text if len(text) <= 400 else text[:200] + " ... " + text[-195:]
+        comm.abort(f"step {self._steps} failed on trainer {comm.trainer_id}: "
+                   f"{type(e).__name__}: {text}")
+        if hasattr(e, "add_note"):
+            e.add_note("parafluid: in a multi-trainer job a failed step ends the job on every "
+                       "trainer (the others cannot finish it); restart from a checkpoint")
 
     def drop_local_exe_scopes(self) -> None:
         """Drop the per-device scopes holding the temporaries of past runs now."""
@@ -321,35 +342,47 @@ class ParallelExecutor:
         return names
 
     # ------------------------------------------------------------------ building
-    def _graph(self) -> tuple[Program, SSAGraph]:
-        key = (self._program._version,)
+    def _graph(self, fetch: Sequence[str] = ()) -> tuple[Program, SSAGraph]:
+        """The program after the build passes and its multi-device graph. With
+        ``BuildStrategy.enable_compile`` the runs of compilable ops become compiled segments
+        that keep ``fetch`` (and the loss) readable: one variant per fetch list."""
+        bs = self._build_strategy
+        keep: tuple[str, ...] = ()
+        if bs.enable_compile:
+            keep = tuple(sorted({*fetch, *([self._loss_name] if self._loss_name else [])}))
+        key = (self._program._version, keep)
         hit = self._graphs.get(key)
         if hit is not None:
             return hit
-        bs = self._build_strategy
         comm = self._communicator
         pipeline = build_pipeline(bs, comm.nranks, self._loss_name)
         program = pipeline(self._program)
         options = GraphOptions(sequential=bs.enable_sequential_execution,
                                rank_offset=comm.rank_offset)
+        segment = partial(segment_program, keep=keep) if bs.enable_compile else None
         if is_placed(program) or bs.num_microbatches > 1:
             # operator placement in one process (docs/placement.md): one lane per device
             program, graph, lanes = placed_parallel_graph(
-                program, self._devices, options, bs.num_microbatches, self._loss_name)
+                program, self._devices, options, bs.num_microbatches, self._loss_name,
+                segment=segment)
             if lanes > 1 and self._owned.scheduler is None:
                 self._owned.scheduler = make_scheduler(lanes)  # closed with the executor
         else:
+            if segment is not None:
+                program = segment(program)
             graph = build_graph(program, self.device_count, options)
-        self._warn()
+        if not any(k[0] == key[0] for k in self._graphs):
+            self._warn()  # once per program version
+            self._graphs = {}
+            self._plans.clear()
+            self._feeds.clear()
         if bs.debug_graphviz_path:
             from .graphviz import write_graphs
 
             write_graphs(program, graph, bs.debug_graphviz_path)
         for svc in self._services:
             svc.program = program
-        self._graphs = {key: (program, graph)}
-        self._plans.clear()
-        self._feeds.clear()
+        self._graphs[key] = (program, graph)
         return program, graph
 
     @property
@@ -417,16 +450,28 @@ class ParallelExecutor:
                                "not run yet, so its devices hold no parameters to share; run "
                                "the source (training) executor once before this one")
 
-    def _start_equal(self, plan: Plan) -> None:
+    def _start_equal(self, block: Any) -> None:
         """Multi-process: every trainer starts from trainer 0's parameters and optimizer
-        state (as DDP does), whatever seeds their startup programs ran with."""
+        state (as DDP does), whatever seeds their startup programs ran with.
+
+        NOTE: the list comes from the program, never from what this trainer's devices read:
+        in Reduce mode each device reads the optimizer state of the parameters it owns, and
+        the owners differ from trainer to trainer, so per-device lists would pair one
+        trainer's broadcast of a variable with another's receive of a different one. The
+        trainers compare the list (names, shapes, dtypes) before the first broadcast.
+        """
         comm = self._communicator
         root = self._scopes.scopes[0]
-        for name in sorted(plan.persist_reads[0]):
+        state = []
+        for name in sorted(v.name for v in block.vars.values() if v.persistable):
             holder = root.find_var(name)
-            if holder is None or holder.value is None:
-                continue  # reported as missing when the run looks it up
-            values = comm.broadcast(holder.value if comm.rank_offset == 0 else None, 0)
+            value = None if holder is None else holder.value
+            if isinstance(value, (torch.Tensor, SelectedRows)):
+                state.append((name, holder, value))
+        comm.check_consistent("the persistables broadcast from trainer 0", "\n".join(
+            f"{name} {_describe(value)}" for name, _, value in state))
+        for name, holder, value in state:
+            values = comm.broadcast(value if comm.rank_offset == 0 else None, 0, name=name)
             if comm.rank_offset != 0:
                 holder.value = values[0]
 
@@ -479,17 +524,15 @@ def _check_trainers(trainers: int, trainer_id: int, endpoints: list[str]) -> Non
 
 
 def _fingerprint(program: Program, ndev: int) -> str:
-    """What every trainer must agree on: devices, parameters and the collectives issued."""
-    import hashlib
-
+    """What every trainer must agree on: devices, parameters and the collectives issued, one
+    line each (a mismatch names the first line that differs)."""
     block = program.global_block()
     parts = [f"devices={ndev}"]
     parts += [f"param {p.name} {list(p.shape)} {p.dtype}"
               for p in sorted(block.all_parameters(), key=lambda v: v.name)]
     parts += [f"{op.type} {op.input_arg_names} root={op.attrs.get('root', '')}"
               for op in block.ops if op.type.startswith("c_")]
-    text = "\n".join(parts)
-    return f"{hashlib.sha256(text.encode()).hexdigest()[:16]} ({len(parts) - 1} params/ops)"
+    return "\n".join(parts)
 
 
 class _Owned:
@@ -507,6 +550,12 @@ class _Owned:
             self.scheduler.close()
             self.scheduler = None
         self.scopes.release(self.owner)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, SelectedRows):
+        return f"rows of {list(value.value.shape[1:])} {value.value.dtype}, height {value.height}"
+    return f"{list(value.shape)} {value.dtype}"
 
 
 def _dense(value: Any) -> Any:

@@ -180,6 +180,9 @@ class BuildStrategy(_Strategy):
             (``nranks = num_trainers * devices``).
         num_microbatches: split each batch into this many micro-batches, GPipe-style, so
             that the stages of a placed program overlap (one place only; docs/placement.md).
+        enable_compile: run the runs of compilable ops as compiled segments
+            (torch.compile / Inductor), each device its own; the rest stays interpreted
+            (docs/compiled.md).
 
     Example::
 
@@ -217,6 +220,7 @@ class BuildStrategy(_Strategy):
         "trainer_id": (int, 0),
         "trainers_endpoints": (list, list),
         "num_microbatches": (int, 1),
+        "enable_compile": (bool, False),
     }
 
     def __setattr__(self, name: str, value: Any) -> None:

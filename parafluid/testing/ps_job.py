@@ -5,7 +5,8 @@ and one Executor each) and the multi-process ones (``python -m parafluid.testing
 
 - :func:`build` makes the (main, startup, loss) of an MLP regressor (20 -> 40 -> 1, so with
   ``min_block_size=100`` its first weight, 800 elements, is split over two pservers) with
-  SGD, Momentum, Adam or Adagrad, optionally with an exponential LR decay and L2 decay;
+  SGD, Momentum, Adam or Adagrad, optionally with an LR decay (any of :data:`LR_DECAYS`) and
+  L2 decay;
 - :func:`data` gives each step's full batch; trainer ``t`` of ``n`` trains on rows
   ``t::n`` of it (or a step count of its own: uneven data);
 - :func:`run_pserver` / :func:`run_trainer` transpile and run one role;
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["build", "data", "batches", "run_pserver", "run_trainer", "reference", "evaluate",
-           "PARAMS", "main"]
+           "PARAMS", "LR_DECAYS", "main"]
 
 IN, HIDDEN = 20, 40
 VOCAB, EMB = 50, 8  # the embedding variant's table ("emb": 400 elements, 2 shards)
@@ -40,13 +41,39 @@ _BUILD_LOCK = threading.Lock()
 PARAMS = ("fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.b_0")
 
 
-def build(optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
+def _lr_schedule(name: str) -> Any:
+    """The learning rate of the LR decay ``name`` (Fluid 1.6's schedules), starting near 0.05
+    and changing within a few steps."""
+    from parafluid import layers
+
+    return {
+        "exponential": lambda: layers.exponential_decay(0.05, decay_steps=2, decay_rate=0.5),
+        "natural_exp": lambda: layers.natural_exp_decay(0.05, decay_steps=2, decay_rate=0.5),
+        "inverse_time": lambda: layers.inverse_time_decay(0.05, decay_steps=2, decay_rate=0.5),
+        "polynomial": lambda: layers.polynomial_decay(0.05, decay_steps=4,
+                                                      end_learning_rate=0.01),
+        "piecewise": lambda: layers.piecewise_decay([2, 4], [0.05, 0.02, 0.01]),
+        "noam": lambda: layers.noam_decay(d_model=64, warmup_steps=3),
+        "cosine": lambda: layers.cosine_decay(0.05, step_each_epoch=2, epochs=4),
+        "linear_lr_warmup": lambda: layers.linear_lr_warmup(
+            layers.exponential_decay(0.05, decay_steps=2, decay_rate=0.5),
+            warmup_steps=3, start_lr=0.01, end_lr=0.05),
+    }[name]()
+
+
+# every LR decay of Fluid 1.6 (``lr_decay=`` of build and the roles)
+LR_DECAYS = ("exponential", "natural_exp", "inverse_time", "polynomial", "piecewise", "noam",
+             "cosine", "linear_lr_warmup")
+
+
+def build(optimizer: str = "sgd", lr_decay: bool | str = False, l2: float = 0.0,
           embedding: str = "", clip: float = 0.0) -> tuple[Any, ...]:
     """``(main, startup, loss)`` of the test model; names are the same in every call.
 
     ``embedding``: "" (none), "local" (a sparse embedding of ids fed as ``ids``) or
     "distributed" (the same table with ``is_distributed=True``), concatenated to ``x``.
     ``clip``: clip every gradient element to ``[-clip, clip]`` (GradientClipByValue).
+    ``lr_decay``: False (a constant 0.05), True ("exponential") or a name in LR_DECAYS.
     """
     import parafluid as fluid
 
@@ -73,7 +100,7 @@ def build(optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
         loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
         lr: Any = 0.05
         if lr_decay:
-            lr = fluid.layers.exponential_decay(0.05, decay_steps=2, decay_rate=0.5)
+            lr = _lr_schedule("exponential" if lr_decay is True else lr_decay)
         reg = fluid.regularizer.L2Decay(l2) if l2 else None
         if clip:
             fluid.clip.set_gradient_clip(fluid.clip.GradientClipByValue(clip), program=main)
@@ -122,7 +149,7 @@ def _config(split_method: str, min_block_size: int, sync: bool) -> Any:
 
 
 def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "sgd",
-                lr_decay: bool = False, l2: float = 0.0, split_method: str = "round_robin",
+                lr_decay: bool | str = False, l2: float = 0.0, split_method: str = "round_robin",
                 min_block_size: int = 100, sync: bool = True, load_dir: str | None = None,
                 embedding: str = "") -> None:
     """Transpile as the pserver at ``endpoint`` and serve until every trainer is done
@@ -143,15 +170,16 @@ def run_pserver(endpoint: str, pservers: str, trainers: int, optimizer: str = "s
 
 
 def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
-                optimizer: str = "sgd", lr_decay: bool = False, l2: float = 0.0,
+                optimizer: str = "sgd", lr_decay: bool | str = False, l2: float = 0.0,
                 split_method: str = "round_robin", min_block_size: int = 100,
                 sync: bool = True, progress: bool = False, first_step: int = 0,
                 checkpoint_at: int | None = None, checkpoint_dir: str | None = None,
-                embedding: str = "") -> dict[str, Any]:
+                embedding: str = "", compile: bool = False) -> dict[str, Any]:
     """Train steps ``first_step .. steps-1`` as trainer ``trainer_id``; return its losses and
     parameters (initial and final, as lists). ``progress`` prints a JSON line after each
     step; trainer 0 saves a checkpoint into ``checkpoint_dir`` after ``checkpoint_at``
-    steps."""
+    steps. ``compile``: run the trainer program as compiled segments (a CompiledProgram
+    with ``BuildStrategy.enable_compile``)."""
     import parafluid as fluid
 
     main, startup, loss = build(optimizer, lr_decay, l2, embedding)
@@ -159,6 +187,11 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
     t.transpile(trainer_id, program=main, startup_program=startup, pservers=pservers,
                 trainers=trainers, sync_mode=sync)
     prog = t.get_trainer_program()
+    run_prog: Any = prog
+    if compile:
+        bs = fluid.BuildStrategy()
+        bs.enable_compile = True
+        run_prog = fluid.CompiledProgram(prog, build_strategy=bs)
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.Scope()
     exe.run(startup, scope=scope)
@@ -171,8 +204,8 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
         feed = {"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]}
         if all_ids is not None:
             feed["ids"] = all_ids[step][trainer_id::trainers]
-        out, = exe.run(prog, feed=feed, fetch_list=[loss], scope=scope)
-        losses.append(float(out[0]))
+        out, = exe.run(run_prog, feed=feed, fetch_list=[loss], scope=scope)
+        losses.append(float(np.asarray(out).reshape(-1)[0]))
         if progress:
             print(json.dumps({"trainer_id": trainer_id, "step": step}), flush=True)
         if trainer_id == 0 and checkpoint_at == step + 1:
@@ -193,7 +226,7 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
 
 
 def reference(initial: dict[str, Any], steps: Sequence[int], optimizer: str = "sgd",
-              lr_decay: bool = False, l2: float = 0.0, embedding: str = "") -> dict[str, Any]:
+              lr_decay: bool | str = False, l2: float = 0.0, embedding: str = "") -> dict[str, Any]:
     """One process: step s trains on the rows of the trainers whose ``steps[t] > s``."""
     import parafluid as fluid
 

@@ -81,7 +81,7 @@ def main() -> int:
             comm.check_consistent("parameters", f"fc_0.w_0 [4, {3 + tid}]\nfc_0.b_0 [3]")
         elif scenario in ("kill", "kill0"):
             comm.all_reduce([inputs(r, seed) for r in ranks])
-            # "kill": the transport notices (the executor stops verifying after step 1);
+            # "kill": the transport notices (the signature check is turned off here);
             # "kill0": the store host dies while signatures are still verified.
             comm.verify_collectives = scenario == "kill0"
             if tid == (0 if scenario == "kill0" else 1):

@@ -50,3 +50,25 @@ def test_model_parallel_example(hybrid: bool) -> None:
                                                 out))
     assert last < first / 10, out
     assert "worker 0 of 2: done" in out and "worker 1 of 2: done" in out, out
+
+
+@pytest.mark.parametrize("script, command", [
+    ("train_distributed.py", "CPU_NUM=1 python -m parafluid.distributed.launch "
+                             "--nproc_per_node 2 examples/train_distributed.py"),
+    ("model_parallel.py", "python -m parafluid.distributed.launch --nproc_per_node 2 "
+                          "examples/model_parallel.py"),
+    ("nccl2_linear_regression.py", "python -m parafluid.distributed.launch --nproc_per_node 2 "
+                                   "examples/nccl2_linear_regression.py"),
+    ("pserver_linear_regression.py", "python -m parafluid.distributed.launch --server_num 2 "
+                                     "--worker_num 2 examples/pserver_linear_regression.py"),
+])
+def test_an_example_run_without_the_launcher_gives_the_command_that_starts_it(script, command):
+    env = child_env()
+    assert not any(k.startswith("PADDLE_") or k in ("RANK", "WORLD_SIZE") for k in env)
+    proc = subprocess.run([sys.executable, os.path.join("examples", script)], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "start it with the launcher" in proc.stderr or "start them all with the launcher" \
+        in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].strip() == command, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -19,6 +19,8 @@ pytestmark = [pytest.mark.slow]
 
 CASES = ["mlp/allreduce", "mlp/reduce", "mlp/allreduce-fused", "cnn/allreduce",
          "embedding/allreduce", "embedding/reduce"]
+# compiled segments on every device of every trainer (BuildStrategy.enable_compile)
+COMPILED_CASES = ["mlp/allreduce-compiled", "mlp/reduce-compiled"]
 
 
 def _run_job(tmp: str, cpu_num: int, cases: list[str], trainers: int = 2,
@@ -44,12 +46,14 @@ def _load(tmp: str, case: str, trainer: int, name: str) -> np.ndarray:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("cpu_num", [1, 2])
-def test_two_trainers_train_like_one_process_on_the_full_batch(tmp_path, cpu_num) -> None:
-    statuses = _run_job(str(tmp_path), cpu_num, CASES)
+@pytest.mark.parametrize("cpu_num, cases", [(1, CASES), (2, CASES), (1, COMPILED_CASES)],
+                         ids=["cpu1", "cpu2", "cpu1-compiled"])
+def test_two_trainers_train_like_one_process_on_the_full_batch(tmp_path, cpu_num,
+                                                               cases) -> None:
+    statuses = _run_job(str(tmp_path), cpu_num, cases)
     for t, st in enumerate(statuses):
         assert st.get("ok"), f"trainer {t}: {st.get('traceback', st)}"
-    for case in CASES:
+    for case in cases:
         model = case.split("/")[0]
         build, feeds_of = MODELS[model]
         single = run_single(build, feeds_of())

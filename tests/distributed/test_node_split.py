@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
+import torch
 from dist_helpers import ROOT, child_env, endpoints, reap
 
 import parafluid as fluid
+from parafluid.distributed.node_mailbox import LOG_BURST
 from parafluid.testing import node_job
 from parafluid.transpiler.node_split import NodeSplit
 
@@ -204,6 +207,7 @@ def test_mailbox_errors_name_the_peer_and_the_variable():
     from parafluid.distributed.node_mailbox import Mailbox, NodeTransferError, client
 
     box = Mailbox("127.0.0.1:0", worker_id=1)
+    box.expect("h", 0, "127.0.0.1:9", shape=(-1,), dtype=torch.float32)
     try:
         with pytest.raises(NodeTransferError, match=r"worker 1 \(127.0.0.1:\d+\): waited 0.3 s "
                                                     r"for 'h' from worker 0 at 127.0.0.1:9"):
@@ -218,6 +222,88 @@ def test_mailbox_errors_name_the_peer_and_the_variable():
         client(nobody, 0).send("h", np.ones(2, "float32"), 1, deadline_s=0.3)
 
 
+def _forger(endpoint, worker_id=0):
+    from parafluid.distributed.rpc import RPCClient
+
+    return RPCClient(endpoint, deadline_s=5, trainer_id=worker_id)
+
+
+def test_mailbox_refuses_unexpected_duplicate_out_of_order_and_misshaped_values(caplog):
+    from parafluid.distributed.node_mailbox import LOG_BURST, Mailbox, NodeTransferError, client
+    from parafluid.distributed.rpc import RPCError
+    from parafluid.distributed.wire import Kind
+
+    box = Mailbox("127.0.0.1:0", worker_id=1)
+    box.expect("h", 0, "127.0.0.1:9", shape=(-1, 4), dtype=torch.float32)
+    nan = torch.full((2, 4), float("nan"))
+    forger = _forger(box.endpoint)
+    try:
+        for name, value, seq, why in [
+                ("h", nan, 2, r"'h' #2 from worker 0: out of order \(the next one is #1\)"),
+                ("h", torch.full((2, 5), float("nan")), 1, r"expected float32 \[-1, 4\], got "
+                 r"float32 \[2, 5\]"),
+                ("h", nan.double(), 1, r"expected float32 \[-1, 4\], got float64"),
+                ("h", nan[0], 1, r"got float32 \[4\]"),
+                ("h", nan, 0, r"a duplicate")]:
+            with pytest.raises(RPCError, match=why):
+                forger.call(Kind.SEND, name, value, seq=seq)
+        with pytest.raises(RPCError, match=r"worker 1 does not expect it \(it expects 'h' from "
+                                           r"worker 0\)"):
+            forger.call(Kind.SEND, "other", nan, deadline_s=1, seq=1)
+        with pytest.raises(RPCError, match="does not expect"):  # another sender's identity
+            _forger(box.endpoint, 5).call(Kind.SEND, "h", nan, seq=1)
+        assert box.pending() == {}
+        ones = torch.ones(3, 4)
+        client(box.endpoint, 0).send("h", ones, 1, deadline_s=5)
+        client(box.endpoint, 0).send("h", 2 * ones, 1, deadline_s=5)
+        with pytest.raises(RPCError, match=r"a duplicate \(value #2 of it was stored already; "
+                                           r"the next one is #3\)"):
+            forger.call(Kind.SEND, "h", nan, seq=2)
+        assert box.take("h", 0, "127.0.0.1:9", deadline_s=5).tolist() == ones.tolist()
+        assert box.take("h", 0, "127.0.0.1:9", deadline_s=5).tolist() == (2 * ones).tolist()
+        assert box.pending() == {} and box.refused == 8
+        # a forged value that wins the race makes the true sender fail, not train on it
+        forger.call(Kind.SEND, "h", nan, seq=3)
+        with pytest.raises(NodeTransferError, match=r"sending 'h' to worker 1 at .* a "
+                                                    r"duplicate .*another process sends as "
+                                                    r"worker 0"):
+            client(box.endpoint, 0).send("h", ones, 1, deadline_s=5)
+        # the log: at most LOG_BURST lines, whoever the senders claim to be
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="parafluid.distributed.node_mailbox"):
+            for i in range(3 * LOG_BURST):
+                with pytest.raises(RPCError):
+                    _forger(box.endpoint, 100 + i).call(Kind.SEND, "h", nan, seq=9)
+        refusals = [r for r in caplog.records if "refused a value" in r.getMessage()]
+        assert 0 < len(refusals) <= LOG_BURST
+        assert "'h' #9 from worker 10" in refusals[0].getMessage()
+        assert box.refused == 9 + 3 * LOG_BURST
+    finally:
+        forger.close()
+        box.stop()
+
+
+def test_a_full_mailbox_makes_the_sender_wait_until_the_receiver_takes():
+    from parafluid.distributed.node_mailbox import Mailbox, NodeTransferError, client
+
+    box = Mailbox("127.0.0.1:0", worker_id=1, max_pending=2)
+    box.expect("h", 0, "127.0.0.1:9", shape=(2,), dtype=torch.float32)
+    try:
+        sender = client(box.endpoint, 0)
+        for i in range(2):
+            sender.send("h", torch.full((2,), float(i)), 1, deadline_s=5)
+        with pytest.raises(NodeTransferError, match="2 values of it wait already"):
+            sender.send("h", torch.full((2,), 2.0), 1, deadline_s=0.5)
+        assert box.pending() == {(0, "h"): 2}
+        taker = threading.Timer(0.3, lambda: box.take("h", 0, "127.0.0.1:9", deadline_s=5))
+        taker.start()
+        sender.send("h", torch.full((2,), 2.0), 1, deadline_s=5)  # stored once there is room
+        taker.join()
+        assert [box.take("h", 0, "x", deadline_s=1)[0].item() for _ in range(2)] == [1.0, 2.0]
+    finally:
+        box.stop()
+
+
 def _worker(t, eps, env, *extra):
     cmd = [sys.executable, "-m", "parafluid.testing.node_job", "worker", "--trainers", eps,
            "--trainer-id", str(t), "--steps", str(STEPS), *extra]
@@ -230,18 +316,31 @@ def _result(out):
     return json.loads(lines[-1]) if lines else None
 
 
-def _train_pair(*extra, **env_vars):
-    """Both workers trained as processes (killed by pid in the end); their results."""
+def _train_pair(*extra, meanwhile=None, errs=None, **env_vars):
+    """Both workers trained as processes (killed by pid in the end); their results.
+
+    ``meanwhile(endpoints, done)``: run on a thread while they train, until ``done`` is set.
+    ``errs``: a list that gets the workers' stderr."""
     eps = endpoints(2)
     env = child_env(FLAGS_rpc_deadline="30000", **env_vars)
     procs = []
+    done = threading.Event()
+    side = threading.Thread(target=meanwhile, args=(eps, done), daemon=True) \
+        if meanwhile else None
     try:
         procs = [_worker(t, eps, env, *extra) for t in (0, 1)]
+        if side:
+            side.start()
         outs = [p.communicate(timeout=75) for p in procs]
     finally:
+        done.set()
         reap(procs)
+        if side:
+            side.join(10)
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err
+    if errs is not None:
+        errs.extend(err for _, err in outs)
     return tuple(_result(o) for o, _ in outs)
 
 
@@ -265,6 +364,40 @@ def test_two_stages_in_two_processes_equal_the_unplaced_program(optimizer):
     act = 4 * node_job.BATCH * node_job.HIDDEN
     assert r0["carried"] == {"fc_0.tmp_2": [STEPS, STEPS * act]}
     assert r1["carried"] == {"fc_0.tmp_2@GRAD": [STEPS, STEPS * act]}
+
+
+def _forge_activations(eps, done):
+    """Send worker 1 NaN activations as if from worker 0: misshaped, out of order, late
+    duplicates, unknown names; until ``done``."""
+    from parafluid.distributed.rpc import RPCClient, RPCError
+    from parafluid.distributed.wire import Kind
+
+    shape = (node_job.BATCH, node_job.HIDDEN)
+    nan = torch.full(shape, float("nan"))
+    forger = RPCClient(eps.split(",")[1], deadline_s=2, trainer_id=0)
+    forged = [("fc_0.tmp_2", torch.full((shape[0], shape[1] + 1), float("nan")), 1),
+              ("fc_0.tmp_2", nan.double(), 1), ("fc_0.tmp_2", nan, 10_000),
+              ("fc_0.tmp_2", nan, 0), ("fc_0.tmp_2@GRAD", nan, 1), ("fc_1.w_0", nan, 1)]
+    try:
+        while not done.is_set():
+            for name, value, seq in forged:
+                try:
+                    forger.call(Kind.SEND, name, value, seq=seq)
+                except RPCError:
+                    pass
+            time.sleep(0.005)
+    finally:
+        forger.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_forged_activations_are_refused_and_the_job_equals_the_unplaced_program():
+    errs = []
+    r0, r1 = _train_pair(meanwhile=_forge_activations, errs=errs)
+    _assert_equal_to_unplaced(r0, r1)
+    assert "refused a value from" in errs[1], errs[1]
+    assert errs[1].count("refused a value from") <= 2 * LOG_BURST  # rate-limited
 
 
 @pytest.mark.slow

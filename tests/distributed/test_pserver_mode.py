@@ -30,13 +30,14 @@ def _short_deadline(monkeypatch):
 
 def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps=(STEPS, STEPS),
          sync=True, min_block_size=100, first_step=0, checkpoint_at=None, ckpt=None,
-         load_dir=None, embedding=""):
+         load_dir=None, embedding="", trainer_kw=None, join_s=60):
     """Run 2 pservers + len(steps) trainers as threads; return the trainers' results."""
     eps = endpoints(2)
     trainers = len(steps)
     kw = dict(optimizer=optimizer, lr_decay=lr_decay, l2=l2, split_method=split_method,
               min_block_size=min_block_size, sync=sync, embedding=embedding)
-    trainer_kw = dict(first_step=first_step, checkpoint_at=checkpoint_at, checkpoint_dir=ckpt)
+    trainer_kw = dict(first_step=first_step, checkpoint_at=checkpoint_at, checkpoint_dir=ckpt,
+                      **(trainer_kw or {}))
     results, errors = {}, []
 
     def guarded(fn, *a, **k):
@@ -56,7 +57,7 @@ def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps
     for th in threads:
         th.start()
     for th in threads:
-        th.join(timeout=60)
+        th.join(timeout=join_s)
     if errors:
         raise errors[0]
     assert not any(th.is_alive() for th in threads), "a pserver or trainer thread hangs"
@@ -90,6 +91,15 @@ def _check_equal_to_one_process(results, optimizer, steps=(STEPS, STEPS), **kw):
 def test_sync_2x2_equals_one_process(optimizer, split_method, lr_decay, l2):
     results = _job(optimizer, split_method=split_method, lr_decay=lr_decay, l2=l2)
     _check_equal_to_one_process(results, optimizer, lr_decay=lr_decay, l2=l2)
+
+
+@pytest.mark.timeout(300)
+def test_compiled_trainers_equal_one_process(monkeypatch):
+    """Trainers run their program as compiled segments (BuildStrategy.enable_compile): the
+    send/recv ops and barriers stay between the segments."""
+    monkeypatch.setenv("FLAGS_rpc_deadline", "240000")  # a cold compile takes a while
+    results = _job("momentum", trainer_kw={"compile": True}, join_s=240)
+    _check_equal_to_one_process(results, "momentum")
 
 
 def test_gradient_clipping_by_value_runs_per_block_and_equals_one_process(monkeypatch):
@@ -304,3 +314,110 @@ def test_a_replicated_trainer_program_is_refused_by_name():
     exe.close()  # the pserver drops the partial step and ends
     server.join(timeout=30)
     assert not server.is_alive()
+
+
+def _lod_table_program(distributed: bool):
+    """Sequences of ids -> a sparse embedding (on the pservers or local) -> the sum of each
+    sequence -> fc -> squared error."""
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64", lod_level=1)
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        table = np.random.default_rng(3).standard_normal((40, 4)).astype("float32")
+        emb = fluid.layers.embedding(
+            ids, size=[40, 4], is_sparse=True, is_distributed=distributed,
+            param_attr=fluid.ParamAttr(
+                name="emb", initializer=fluid.initializer.NumpyArrayInitializer(table)))
+        pooled = fluid.layers.sequence_pool(emb, pool_type="sum")
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(
+            fluid.layers.fc(pooled, size=1), y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, startup, emb, pooled, loss
+
+
+@pytest.mark.timeout(60)
+def test_distributed_lookup_table_keeps_the_lod_of_its_ids():
+    """The looked-up rows carry the ids' LoD, so sequence layers work on them; the
+    sequence sums equal the local embedding's."""
+    ep = endpoints(1)
+    place = fluid.CPUPlace()
+    feed = {"ids": fluid.create_lod_tensor(np.array([[1], [7], [7], [30], [2], [39]], "int64"),
+                                           [[2, 3, 1]], place),
+            "y": np.array([[0.5], [-1.0], [2.0]], "float32")}
+    config = ps_job._config("round_robin", 100, True)
+    results, errors = {}, []
+
+    def pserver():
+        main, startup, *_ = _lod_table_program(True)
+        t = fluid.DistributeTranspiler(config)
+        t.transpile(0, program=main, startup_program=startup, pservers=ep, trainers=1)
+        prog, pstartup = t.get_pserver_programs(ep)
+        exe, scope = fluid.Executor(place), fluid.Scope()
+        exe.run(pstartup, scope=scope)
+        exe.run(prog, scope=scope)
+
+    def trainer():
+        main, startup, emb, pooled, _ = _lod_table_program(True)
+        t = fluid.DistributeTranspiler(config)
+        t.transpile(0, program=main, startup_program=startup, pservers=ep, trainers=1)
+        prog = t.get_trainer_program()
+        assert "distributed_lookup_table" in [op.type for op in prog.global_block().ops]
+        exe, scope = fluid.Executor(place), fluid.Scope()
+        exe.run(startup, scope=scope)
+        results["emb"], results["pooled"] = exe.run(prog, feed=feed, fetch_list=[emb, pooled],
+                                                    scope=scope, return_numpy=False)
+        exe.close()
+
+    def guarded(fn):
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001  (reported by the test thread)
+                errors.append(e)
+        return threading.Thread(target=run, daemon=True)
+
+    threads = [guarded(pserver), guarded(trainer)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=45)
+    if errors:
+        raise errors[0]
+    assert not any(th.is_alive() for th in threads), "the pserver or trainer thread hangs"
+    assert results["emb"].recursive_sequence_lengths() == [[2, 3, 1]]
+    main, startup, emb, pooled, _ = _lod_table_program(False)
+    exe, scope = fluid.Executor(place), fluid.Scope()
+    exe.run(startup, scope=scope)
+    want_emb, want_pooled = exe.run(main, feed=feed, fetch_list=[emb, pooled], scope=scope)
+    np.testing.assert_allclose(np.array(results["emb"]), want_emb, rtol=1e-6)
+    np.testing.assert_allclose(np.array(results["pooled"]), want_pooled, rtol=1e-6)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("lr_decay", ps_job.LR_DECAYS)
+def test_async_mode_with_every_lr_decay_equals_one_process(lr_decay):
+    # gradients reach the pservers last layer first: the LR block must have run before the
+    # first of them is applied, and then once per trainer step (one trainer: as in one
+    # process, where the schedule advances once per step)
+    steps = (STEPS,)
+    results = _job("momentum", sync=False, lr_decay=lr_decay, steps=steps)
+    _check_equal_to_one_process(results, "momentum", steps=steps, lr_decay=lr_decay)
+    ref = ps_job.reference(results[0]["initial"], steps, "momentum", lr_decay=lr_decay)
+    const = ps_job.reference(results[0]["initial"], steps, "momentum")
+    # the schedule changes the result: a constant LR ends elsewhere
+    assert max(np.abs(np.subtract(const["final"][p], ref["final"][p])).max()
+               for p in ps_job.PARAMS) > 1e-4, lr_decay
+
+
+@pytest.mark.timeout(120)
+def test_async_mode_with_an_lr_decay_and_two_trainers_trains():
+    results = _job("sgd", sync=False, lr_decay="piecewise", steps=(20, 20))
+    before = ps_job.evaluate(results[0]["initial"])
+    for t in (0, 1):
+        assert np.isfinite(results[t]["losses"]).all()
+    # NOTE: async trainers never wait for each other: one may pull its last parameters
+    # before the pservers applied much (threads of one process take turns), so the job is
+    # judged by the trainer that finished with the most updates applied
+    after = min(ps_job.evaluate(results[t]["final"]) for t in (0, 1))
+    assert after < 0.8 * before, (after, before)

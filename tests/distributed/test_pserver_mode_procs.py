@@ -156,6 +156,12 @@ def _train_cli(*args, cwd):
     return proc.stdout
 
 
+def _epoch_numbers(out):
+    """Each epoch line's (loss, train accuracy)."""
+    return [(float(a), float(b)) for a, b in
+            re.findall(r"epoch \d+/\d+  loss ([\d.]+)  train acc ([\d.]+)", out)]
+
+
 @pytest.mark.timeout(300)
 def test_parafluid_train_with_pservers_sync_equals_two_devices_and_async_converges(tmp_path):
     import parafluid as fluid
@@ -167,12 +173,15 @@ def test_parafluid_train_with_pservers_sync_equals_two_devices_and_async_converg
     assert len(re.findall(r"\[trainer 0\] epoch \d/3  loss", out)) == 3, out
     assert "[trainer 1] epoch" not in out and "[pserver" not in out, "trainer 0 reports"
     sync_acc = float(re.search(r"test accuracy ([\d.]+)", out)[1])
+    sync_out = out
     out = _train_cli("--pservers", "2", "--trainers", "2", "--async", *common, "-o", async_dir,
                      cwd=ROOT)
     assert "(async)" in out
     async_acc = float(re.search(r"test accuracy ([\d.]+)", out)[1])
     assert async_acc >= sync_acc - 0.02, (async_acc, sync_acc)
-    _train_cli("--devices", "2", *common, "-o", dev_dir, cwd=ROOT)
+    dev_out = _train_cli("--devices", "2", *common, "-o", dev_dir, cwd=ROOT)
+    # trainer 0 prints the job's loss and accuracy (every trainer's images), not its shard's
+    np.testing.assert_allclose(_epoch_numbers(sync_out), _epoch_numbers(dev_out), atol=2e-4)
     a = fluid.io.read_tensors(os.path.join(sync_dir, fluid.io.DEFAULT_FILENAME))[0]
     b = fluid.io.read_tensors(os.path.join(dev_dir, fluid.io.DEFAULT_FILENAME))[0]
     assert a.keys() == b.keys()

@@ -64,7 +64,8 @@ def cnn_feeds(steps: int = 5, batch: int = 8, seed: int = 1) -> list[dict[str, n
              "label": rng.randint(0, 3, (batch, 1)).astype("int64")} for _ in range(steps)]
 
 
-def embedding_model(is_sparse: bool = True, lr: float = 0.2) -> ProgramBuilder:
+def embedding_model(is_sparse: bool = True, lr: float = 0.2,
+                    optimizer: Callable[[], Any] | None = None) -> ProgramBuilder:
     """ids -> embedding(20 x 6, sparse grad) -> fc(1); squared error (mean)."""
     def build() -> tuple[Any, Any, Any]:
         main, startup = fluid.Program(), fluid.Program()
@@ -76,7 +77,8 @@ def embedding_model(is_sparse: bool = True, lr: float = 0.2) -> ProgramBuilder:
             pred = fluid.layers.fc(input=emb, size=1)
             diff = fluid.layers.elementwise_sub(pred, y)
             cost = fluid.layers.mean(fluid.layers.elementwise_mul(diff, diff))
-            fluid.optimizer.SGD(learning_rate=lr).minimize(cost)
+            opt = optimizer() if optimizer is not None else fluid.optimizer.SGD(learning_rate=lr)
+            opt.minimize(cost)
         return main, startup, cost
     return build
 

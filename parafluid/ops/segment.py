@@ -1,0 +1,31 @@
+"""``compiled_segment``: a run of ops that the engine runs as one compiled function.
+
+The segmentation pass (``passes/segment.py``) moves a run of compilable ops into a sub-block
+and puts one ``compiled_segment`` op in their place: ``X`` lists what the ops read from
+outside, ``Out`` what they write that is needed afterwards. The engine binds the op to a
+function of the ops' own kernels handed to ``torch.compile`` (``engine/segments.py``); the
+kernel below is the interpreted reference, which runs the sub-block through
+``ctx.run_block`` like any control-flow op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .registry import register_op
+
+
+def _segment(ins: dict, attrs: dict, ctx: Any) -> dict:
+    op = ctx.op
+    feed = dict(zip(op.inputs["X"], ins["X"]))
+    out = ctx.run_block(attrs["sub_block"].idx, feed=feed, fetch=op.outputs.get("Out", []))
+    return {"Out": list(out)}
+
+
+def _segment_shape(ins: dict, attrs: dict) -> dict:
+    return {}  # the outputs are variables of the program, declared by the ops inside
+
+
+register_op("compiled_segment", inputs=("X[]",), outputs=("Out[]",),
+            attrs={"sub_block": None, "segment": 0}, infer_shape=_segment_shape,
+            kernel=_segment)

@@ -159,3 +159,20 @@ def test_rpn_proposals_through_fpn_levels_into_roi_align():
     np.testing.assert_array_equal(merged[restore.reshape(-1)], rois)
     assert collected.shape == rois.shape
     np.testing.assert_array_equal(np.unique(collected, axis=0), np.unique(rois, axis=0))
+
+
+def test_value_dependent_detection_ops_stay_out_of_compiled_segments():
+    from parafluid.passes.segment import why_not_compilable
+
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        boxes = _data("boxes", [6, 4])
+        scores = _data("scores", [3, 6])
+        decoded = fluid.layers.box_coder(fluid.layers.assign(np.zeros((6, 4), "float32")),
+                                         [0.1, 0.1, 0.2, 0.2], boxes,
+                                         code_type="decode_center_size")
+        fluid.layers.multiclass_nms(decoded, scores, 0.1, 10, 5)
+    block = main.global_block()
+    why = {op.type: why_not_compilable(op, block) for op in block.ops}
+    assert why["box_coder"] is None  # plain tensor arithmetic compiles
+    assert "number of kept boxes" in why["multiclass_nms"]

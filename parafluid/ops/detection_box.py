@@ -377,7 +377,8 @@ def _box_clip(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("box_clip", inputs=("Input", "ImInfo"), outputs=("Output",),
-            infer_shape=_box_clip_shape, kernel=_box_clip)
+            infer_shape=_box_clip_shape, kernel=_box_clip,
+            no_compile="per-image clipping reads the LoD of Input on the host")
 
 
 # ---------------------------------------------------------------------- box_decoder_and_assign

@@ -88,7 +88,8 @@ def _bipartite_match_shape(ins: dict, attrs: dict) -> dict:
 register_op("bipartite_match", inputs=("DistMat",),
             outputs=("ColToRowMatchIndices", "ColToRowMatchDist"),
             attrs={"match_type": "bipartite", "dist_threshold": 0.5},
-            infer_shape=_bipartite_match_shape, kernel=_bipartite_match)
+            infer_shape=_bipartite_match_shape, kernel=_bipartite_match,
+            no_compile="greedy matching loops over the distances on the host")
 
 
 # ----------------------------------------------------------------------------- target_assign
@@ -139,7 +140,8 @@ def _target_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("target_assign", inputs=("X", "MatchIndices", "NegIndices?"),
             outputs=("Out", "OutWeight"), attrs={"mismatch_value": 0},
-            infer_shape=_target_assign_shape, kernel=_target_assign)
+            infer_shape=_target_assign_shape, kernel=_target_assign,
+            no_compile="reads the match indices on the host")
 
 
 # ----------------------------------------------------------------------------- mine_hard_examples
@@ -194,7 +196,8 @@ register_op("mine_hard_examples", inputs=("ClsLoss", "LocLoss?", "MatchIndices",
             outputs=("NegIndices", "UpdatedMatchIndices"),
             attrs={"neg_pos_ratio": 1.0, "neg_dist_threshold": 0.5, "sample_size": 0,
                    "mining_type": "max_negative"},
-            infer_shape=_mine_shape, kernel=_mine_hard_examples)
+            infer_shape=_mine_shape, kernel=_mine_hard_examples,
+            no_compile="the number of negatives depends on the values")
 
 
 # ----------------------------------------------------------------------------- multiclass_nms
@@ -315,4 +318,5 @@ def _multiclass_nms_shape(ins: dict, attrs: dict) -> dict:
 register_op("multiclass_nms", inputs=("BBoxes", "Scores"), outputs=("Out",),
             attrs={"background_label": 0, "score_threshold": 0.0, "nms_top_k": -1,
                    "nms_threshold": 0.3, "nms_eta": 1.0, "keep_top_k": -1, "normalized": True},
-            infer_shape=_multiclass_nms_shape, kernel=_multiclass_nms)
+            infer_shape=_multiclass_nms_shape, kernel=_multiclass_nms,
+            no_compile="non-maximum suppression: the number of kept boxes depends on the values")

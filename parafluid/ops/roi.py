@@ -153,7 +153,8 @@ register_op("roi_align", inputs=("X", "ROIs"), outputs=("Out",),
             attrs={"spatial_scale": 1.0, "pooled_height": 1, "pooled_width": 1,
                    "sampling_ratio": -1},
             infer_shape=_roi_shape("roi_align"), kernel=_roi_align,
-            grad_kernel=_roi_align_grad, grad_uses=("X", "ROIs"), no_grad_inputs=("ROIs",))
+            grad_kernel=_roi_align_grad, grad_uses=("X", "ROIs"), no_grad_inputs=("ROIs",),
+            no_compile="reads the ROIs on the host to build the sampling tables")
 
 
 # ----------------------------------------------------------------------------- roi_pool
@@ -223,7 +224,8 @@ register_op("roi_pool", inputs=("X", "ROIs"), outputs=("Out", "Argmax"),
             attrs={"spatial_scale": 1.0, "pooled_height": 1, "pooled_width": 1},
             infer_shape=_roi_shape("roi_pool"), kernel=_roi_pool,
             grad_kernel=_roi_pool_grad, grad_uses=("X", "ROIs", "Argmax"),
-            no_grad_inputs=("ROIs",))
+            no_grad_inputs=("ROIs",),
+            no_compile="reads the ROIs on the host to build the bins")
 
 
 # ----------------------------------------------------------------------------- psroi_pool
@@ -294,4 +296,5 @@ register_op("psroi_pool", inputs=("X", "ROIs"), outputs=("Out",),
             attrs={"spatial_scale": 1.0, "output_channels": 1, "pooled_height": 1,
                    "pooled_width": 1},
             infer_shape=_roi_shape("psroi_pool", _psroi_channels), kernel=_psroi_pool,
-            grad_kernel=_psroi_pool_grad, grad_uses=("X", "ROIs"), no_grad_inputs=("ROIs",))
+            grad_kernel=_psroi_pool_grad, grad_uses=("X", "ROIs"), no_grad_inputs=("ROIs",),
+            no_compile="reads the ROIs on the host to build the bins")

@@ -115,7 +115,8 @@ register_op("generate_proposals",
             outputs=("RpnRois", "RpnRoiProbs"),
             attrs={"pre_nms_topN": 6000, "post_nms_topN": 1000, "nms_thresh": 0.5,
                    "min_size": 0.1, "eta": 1.0},
-            infer_shape=_generate_proposals_shape, kernel=_generate_proposals)
+            infer_shape=_generate_proposals_shape, kernel=_generate_proposals,
+            no_compile="the number of proposals depends on the values (NMS)")
 
 
 # ----------------------------------------------------------------------------- FPN
@@ -169,7 +170,8 @@ def _distribute_shape(ins: dict, attrs: dict) -> dict:
 register_op("distribute_fpn_proposals", inputs=("FpnRois",),
             outputs=("MultiFpnRois[]", "RestoreIndex"),
             attrs={"min_level": 2, "max_level": 5, "refer_level": 4, "refer_scale": 224},
-            infer_shape=_distribute_shape, kernel=_distribute)
+            infer_shape=_distribute_shape, kernel=_distribute,
+            no_compile="the rows of each level depend on the ROIs' sizes")
 
 
 def _collect(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -203,4 +205,5 @@ def _collect_shape(ins: dict, attrs: dict) -> dict:
 
 register_op("collect_fpn_proposals", inputs=("MultiLevelRois[]", "MultiLevelScores[]"),
             outputs=("FpnRois",), attrs={"post_nms_topN": 100},
-            infer_shape=_collect_shape, kernel=_collect)
+            infer_shape=_collect_shape, kernel=_collect,
+            no_compile="sorts the proposals by score on the host")

@@ -249,4 +249,5 @@ register_op("yolov3_loss", inputs=("X", "GTBox", "GTLabel", "GTScore?"),
             grad_kernel=_yolov3_loss_grad,
             grad_uses=("X", "GTBox", "GTLabel", "GTScore", "ObjectnessMask"),
             no_grad_inputs=("GTBox", "GTLabel", "GTScore"),
-            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]})
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]},
+            no_compile="assigns the ground-truth boxes to cells on the host")

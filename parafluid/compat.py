@@ -52,9 +52,10 @@ _family(["layers.rpn_target_assign", "layers.retinanet_target_assign",
          "layers.roi_perspective_transform", "layers.generate_proposal_labels",
          "layers.generate_mask_labels", "layers.retinanet_detection_output",
          "layers.deformable_roi_pooling", "layers.deformable_conv"],
-        "the detection family (layers/detection.py, ROI pooling, deformable convolution)",
-        "not ported yet; compute boxes and NMS outside the program (numpy) and feed the "
-        "results")
+        "the rest of the detection family (R-CNN and RetinaNet target assignment, mask "
+        "labels, perspective ROI transform, deformable convolution and ROI pooling)",
+        "not ported yet; compute the targets outside the program (numpy) and feed them, or "
+        "use conv2d and roi_align")
 _family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",
          "layers.tree_conv", "layers.match_matrix_tensor", "layers.var_conv_2d",
          "layers.data_norm",

@@ -176,3 +176,31 @@ def test_value_dependent_detection_ops_stay_out_of_compiled_segments():
     why = {op.type: why_not_compilable(op, block) for op in block.ops}
     assert why["box_coder"] is None  # plain tensor arithmetic compiles
     assert "number of kept boxes" in why["multiclass_nms"]
+
+
+def test_rpn_target_assign_samples_at_most_the_batch_and_gathers_the_predictions():
+    rng = np.random.RandomState(2)
+    gt = fluid.create_lod_tensor(np.array([[2, 2, 20, 20], [30, 30, 60, 50], [5, 40, 25, 60]],
+                                          "float32"), [[2, 1]], fluid.CPUPlace())
+    crowd = fluid.create_lod_tensor(np.zeros((3, 1), "int32"), [[2, 1]], fluid.CPUPlace())
+    feed = {"feat": rng.uniform(-1, 1, (2, 4, 4, 4)).astype("float32"), "gt_box": gt,
+            "is_crowd": crowd, "im_info": np.array([[64, 64, 1.0], [64, 64, 1.0]], "float32")}
+
+    def build():
+        feat = _data("feat", [4, 4, 4])
+        anchors, var = fluid.layers.anchor_generator(feat, anchor_sizes=[16, 32],
+                                                     aspect_ratios=[1.0], stride=[16.0, 16.0])
+        logits = fluid.layers.conv2d(feat, num_filters=2, filter_size=1)
+        deltas = fluid.layers.conv2d(feat, num_filters=8, filter_size=1)
+        outs = fluid.layers.rpn_target_assign(
+            deltas, logits, fluid.layers.reshape(anchors, [-1, 4]),
+            fluid.layers.reshape(var, [-1, 4]), _data("gt_box", [4], lod_level=1),
+            _data("is_crowd", [1], dtype="int32", lod_level=1), _data("im_info", [3]),
+            rpn_batch_size_per_im=8, rpn_straddle_thresh=-1, rpn_fg_fraction=0.5,
+            rpn_positive_overlap=0.5, rpn_negative_overlap=0.3)
+        return list(outs)
+
+    score, loc, label, target, weight = run_layers(build, feed)
+    assert score.shape == label.shape and loc.shape == target.shape == weight.shape
+    assert 0 < label.sum() <= 8 and len(label) <= 16  # at most 4 foreground per image
+    assert set(np.unique(label)) <= {0, 1}

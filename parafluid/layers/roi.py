@@ -21,7 +21,8 @@ from ..layer_helper import LayerHelper
 from .detection import _check, _outputs
 
 __all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign",
-           "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals"]
+           "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals",
+           "rpn_target_assign"]
 
 
 def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
@@ -186,3 +187,46 @@ def collect_fpn_proposals(multi_rois: list[Variable], multi_scores: list[Variabl
                      outputs={"FpnRois": [out]}, attrs={"post_nms_topN": int(post_nms_top_n)})
     out.lod_level = 1
     return out
+
+
+def rpn_target_assign(bbox_pred: Variable, cls_logits: Variable, anchor_box: Variable,
+                      anchor_var: Variable, gt_boxes: Variable, is_crowd: Variable,
+                      im_info: Variable, rpn_batch_size_per_im: int = 256,
+                      rpn_straddle_thresh: float = 0.0, rpn_fg_fraction: float = 0.5,
+                      rpn_positive_overlap: float = 0.7, rpn_negative_overlap: float = 0.3,
+                      use_random: bool = True) -> tuple[Variable, ...]:
+    """The RPN's training targets: sampled foreground and background anchors for
+    ``gt_boxes`` / ``is_crowd`` (LoD, per image). Returns ``(predicted_scores [F + B, 1],
+    predicted_location [F, 4], target_label [F + B, 1], target_bbox [F, 4],
+    bbox_inside_weight [F, 4])``, the predictions gathered from ``cls_logits`` /
+    ``bbox_pred`` at the sampled anchors.
+
+    Example::
+
+        score_pred, loc_pred, score_tgt, loc_tgt, weight = fluid.layers.rpn_target_assign(
+            rpn_delta, rpn_logits, anchors, variances, gt_box, is_crowd, im_info)
+    """
+    from .index import gather
+    from .tensor import reshape
+
+    _check("rpn_target_assign", bbox_pred=bbox_pred, cls_logits=cls_logits,
+           anchor_box=anchor_box, gt_boxes=gt_boxes, is_crowd=is_crowd, im_info=im_info)
+    helper = LayerHelper("rpn_target_assign")
+    loc_index, score_index, label = (helper.create_variable_for_type_inference(
+        "int32", stop_gradient=True) for _ in range(3))
+    target_bbox, inside_weight = _outputs(helper, anchor_box.dtype, 2)
+    helper.append_op("rpn_target_assign",
+                     inputs={"Anchor": [anchor_box], "GtBoxes": [gt_boxes],
+                             "IsCrowd": [is_crowd], "ImInfo": [im_info]},
+                     outputs={"LocationIndex": [loc_index], "ScoreIndex": [score_index],
+                              "TargetLabel": [label], "TargetBBox": [target_bbox],
+                              "BBoxInsideWeight": [inside_weight]},
+                     attrs={"rpn_batch_size_per_im": int(rpn_batch_size_per_im),
+                            "rpn_straddle_thresh": float(rpn_straddle_thresh),
+                            "rpn_positive_overlap": float(rpn_positive_overlap),
+                            "rpn_negative_overlap": float(rpn_negative_overlap),
+                            "rpn_fg_fraction": float(rpn_fg_fraction),
+                            "use_random": bool(use_random)})
+    scores = gather(reshape(cls_logits, shape=[-1, 1]), score_index)
+    locations = gather(reshape(bbox_pred, shape=[-1, 4]), loc_index)
+    return scores, locations, label, target_bbox, inside_weight

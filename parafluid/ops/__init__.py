@@ -50,6 +50,7 @@ from . import yolo
 from . import detection_loss
 from . import detection_map
 from . import rpn
+from . import rpn_target
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -860,6 +860,74 @@ CASES += [
            attrs={"post_nms_topN": 4}, ref=collect_ref),
 ]
 
+# ----------------------------------------------------------------------------- rpn_target_assign
+
+RPN_ANCHORS = _anchor_grid(4, 4, [12, 24], 8).reshape(-1, 4)  # 32 anchors on a 32 x 32 image
+RPN_GT = np.array([[2, 2, 13, 12], [16, 14, 30, 31], [0, 0, 31, 31], [3, 18, 12, 28]],
+                  "float32") / 2  # image scale 2: the boxes are given at half size
+RPN_CROWD = np.array([[0], [0], [1], [0]], "int32")  # the third box is a crowd
+
+
+def rpn_target_ref(Anchor, GtBoxes, IsCrowd, ImInfo, attrs, offs=(0, 2, 4)):
+    """First-k sampling (use_random=False), written from Fluid's description."""
+    out = {k: [] for k in ("LocationIndex", "ScoreIndex", "TargetLabel", "TargetBBox",
+                           "BBoxInsideWeight")}
+    n_anchor = len(Anchor)
+    for i in range(len(ImInfo)):
+        h, w, scale = ImInfo[i]
+        t = attrs["rpn_straddle_thresh"]
+        inside = [a for a in range(n_anchor)
+                  if t < 0 or (Anchor[a, 0] >= -t and Anchor[a, 1] >= -t and
+                               Anchor[a, 2] < w + t and Anchor[a, 3] < h + t)]
+        gts = [g * scale for g, c in zip(GtBoxes[offs[i]:offs[i + 1]],
+                                         IsCrowd[offs[i]:offs[i + 1], 0]) if c == 0]
+        ov = np.array([[iou(Anchor[a], g, normalized=False) for g in gts] for a in inside])
+        best = ov.max(1)
+        fg = [k for k in range(len(inside))
+              if best[k] >= attrs["rpn_positive_overlap"] or
+              any(abs(ov[k, j] - ov[:, j].max()) < 1e-5 for j in range(len(gts)))]
+        fg = fg[:int(attrs["rpn_fg_fraction"] * attrs["rpn_batch_size_per_im"])]
+        bg = [k for k in range(len(inside)) if best[k] < attrs["rpn_negative_overlap"]]
+        bg = bg[:attrs["rpn_batch_size_per_im"] - len(fg)]
+        both = [k for k in bg if k in fg]
+        fg_final = [k for k in fg if k not in bg]
+        loc = [fg[0]] * len(both) + fg_final
+        out["LocationIndex"] += [inside[k] + i * n_anchor for k in loc]
+        out["ScoreIndex"] += [inside[k] + i * n_anchor for k in sorted(fg_final) + sorted(bg)]
+        out["TargetLabel"] += [1] * len(fg_final) + [0] * len(bg)
+        out["BBoxInsideWeight"] += [[0] * 4] * len(both) + [[1] * 4] * len(fg_final)
+        for k in loc:
+            a, g = Anchor[inside[k]], gts[int(np.argmax(ov[k]))]
+            aw, ah, gw, gh = a[2] - a[0] + 1, a[3] - a[1] + 1, g[2] - g[0] + 1, g[3] - g[1] + 1
+            out["TargetBBox"].append([(g[0] + gw / 2 - a[0] - aw / 2) / aw,
+                                      (g[1] + gh / 2 - a[1] - ah / 2) / ah,
+                                      np.log(gw / aw), np.log(gh / ah)])
+    return {"LocationIndex": np.array(out["LocationIndex"], "int32"),
+            "ScoreIndex": np.array(out["ScoreIndex"], "int32"),
+            "TargetLabel": np.array(out["TargetLabel"], "int32").reshape(-1, 1),
+            "TargetBBox": np.array(out["TargetBBox"]).reshape(-1, 4),
+            "BBoxInsideWeight": np.array(out["BBoxInsideWeight"], "float32").reshape(-1, 4)}
+
+
+CASES += [
+    OpCase("rpn_target_assign",
+           {"Anchor": RPN_ANCHORS, "GtBoxes": RPN_GT, "IsCrowd": RPN_CROWD,
+            "ImInfo": np.array([[32, 32, 2.0], [32, 24, 2.0]], "float32")},
+           lod={"GtBoxes": [[0, 2, 4]], "IsCrowd": [[0, 2, 4]]},
+           attrs={"rpn_batch_size_per_im": 12, "rpn_straddle_thresh": 0.0,
+                  "rpn_positive_overlap": 0.5, "rpn_negative_overlap": 0.2,
+                  "rpn_fg_fraction": 0.25, "use_random": False},
+           ref=rpn_target_ref, rtol=1e-4, atol=1e-5),
+    OpCase("rpn_target_assign",  # all anchors; best anchors under the negative overlap
+           {"Anchor": RPN_ANCHORS, "GtBoxes": RPN_GT, "IsCrowd": RPN_CROWD,
+            "ImInfo": np.array([[32, 32, 2.0], [32, 24, 2.0]], "float32")},
+           lod={"GtBoxes": [[0, 2, 4]], "IsCrowd": [[0, 2, 4]]},
+           attrs={"rpn_batch_size_per_im": 20, "rpn_straddle_thresh": -1.0,
+                  "rpn_positive_overlap": 0.6, "rpn_negative_overlap": 0.45,
+                  "rpn_fg_fraction": 0.5, "use_random": False},
+           ref=rpn_target_ref, rtol=1e-4, atol=1e-5, id="rpn_target_assign_all_anchors"),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

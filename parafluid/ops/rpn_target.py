@@ -1,0 +1,162 @@
+"""``rpn_target_assign`` (Fluid 1.6, Faster R-CNN's RPN targets; no gradient).
+
+Per image (``GtBoxes`` / ``IsCrowd`` are LoD tensors, one sequence per image): anchors
+reaching past the image by more than ``rpn_straddle_thresh`` (``>= 0``) are left out; crowd
+boxes are dropped and the rest scaled by the image's scale; IoU of pixel boxes. Foreground:
+each ground truth's best anchors (within 1e-5) and anchors with IoU ``>=
+rpn_positive_overlap``, at most ``rpn_fg_fraction * rpn_batch_size_per_im`` of them;
+background: anchors with IoU ``< rpn_negative_overlap``, filling the batch. Both samples are
+reservoir samples when ``use_random`` (else the first ones). A foreground anchor sampled as
+background becomes background and its regression row is kept with weight 0 (Detectron's
+behaviour, which Fluid follows).
+
+Outputs (LoD: one sequence per image): ``LocationIndex [F]`` and ``ScoreIndex [F + B]``
+(indices into all images' anchors), ``TargetLabel [F + B, 1]``, ``TargetBBox [F, 4]`` (box
+deltas of the anchors to their ground truth), ``BBoxInsideWeight [F, 4]``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..lod import attach_lod, get_lod
+from .registry import Meta, register_op
+
+__all__: list[str] = []
+
+
+def _pixel_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    area_a = ((a[:, 2] - a[:, 0] + 1) * (a[:, 3] - a[:, 1] + 1))[:, None]
+    area_b = ((b[:, 2] - b[:, 0] + 1) * (b[:, 3] - b[:, 1] + 1))[None, :]
+    iw = (torch.minimum(a[:, None, 2], b[None, :, 2]) -
+          torch.maximum(a[:, None, 0], b[None, :, 0]) + 1).clamp(min=0)
+    ih = (torch.minimum(a[:, None, 3], b[None, :, 3]) -
+          torch.maximum(a[:, None, 1], b[None, :, 1]) + 1).clamp(min=0)
+    inter = iw * ih
+    return inter / (area_a + area_b - inter)
+
+
+def _sample(inds: list[int], num: int, use_random: bool) -> list[int]:
+    """At most ``num`` of ``inds``: a reservoir sample, or the first ones."""
+    inds = list(inds)
+    if len(inds) > num:
+        if use_random:
+            for i in range(num, len(inds)):
+                j = math.floor(float(torch.rand(())) * i)
+                if j < num:
+                    inds[j], inds[i] = inds[i], inds[j]
+        inds = inds[:max(num, 0)]
+    return inds
+
+
+def _box_to_delta(ex: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+    ew, eh = ex[:, 2] - ex[:, 0] + 1, ex[:, 3] - ex[:, 1] + 1
+    gw, gh = gt[:, 2] - gt[:, 0] + 1, gt[:, 3] - gt[:, 1] + 1
+    ex_x, ex_y = ex[:, 0] + 0.5 * ew, ex[:, 1] + 0.5 * eh
+    gt_x, gt_y = gt[:, 0] + 0.5 * gw, gt[:, 1] + 0.5 * gh
+    return torch.stack([(gt_x - ex_x) / ew, (gt_y - ex_y) / eh, torch.log(gw / ew),
+                        torch.log(gh / eh)], 1)
+
+
+def _assign_one(overlap: torch.Tensor, attrs: dict) -> tuple:
+    """Sampled (loc rows, score rows, labels, gt of each loc row, inside weights)."""
+    n_anchor = overlap.shape[0]
+    if overlap.shape[1]:
+        best_gt, argmax = overlap.max(dim=1)
+        gt_best = overlap.max(dim=0).values
+        at_best = ((overlap - gt_best[None, :]).abs() < 1e-5).any(dim=1)
+    else:  # no ground truth: every anchor is a background candidate
+        best_gt = torch.full((n_anchor,), -1.0, dtype=overlap.dtype)
+        argmax = torch.zeros(n_anchor, dtype=torch.int64)
+        at_best = torch.zeros(n_anchor, dtype=torch.bool)
+    label = [-1] * n_anchor
+    fg = [i for i in range(n_anchor)
+          if bool(at_best[i]) or float(best_gt[i]) >= attrs["rpn_positive_overlap"]]
+    batch = attrs["rpn_batch_size_per_im"]
+    fg = _sample(fg, int(attrs["rpn_fg_fraction"] * batch), attrs["use_random"])
+    for i in fg:
+        label[i] = 1
+    bg = [i for i in range(n_anchor) if float(best_gt[i]) < attrs["rpn_negative_overlap"]]
+    bg = _sample(bg, batch - len(fg), attrs["use_random"])
+    fake, weights = [], []
+    for i in bg:
+        if label[i] == 1:  # a sampled foreground drawn as background too
+            fake.append(fg[0])
+            weights.append([0.0] * 4)
+        label[i] = 0
+    weights += [[1.0] * 4] * (len(fg) - len(fake))
+    fg_final = [i for i in range(n_anchor) if label[i] == 1]
+    bg_final = [i for i in range(n_anchor) if label[i] == 0]
+    loc = fake + fg_final
+    gt_of_loc = [int(argmax[i]) for i in loc]
+    return loc, fg_final + bg_final, [1] * len(fg_final) + [0] * len(bg_final), gt_of_loc, \
+        weights
+
+
+def _rpn_target_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
+    anchors = ins["Anchor"].reshape(-1, 4)
+    gt, crowd, info = ins["GtBoxes"], ins["IsCrowd"], ins["ImInfo"]
+    gt_lod, crowd_lod = get_lod(gt), get_lod(crowd)
+    if not gt_lod or not crowd_lod:
+        raise ValueError("rpn_target_assign: GtBoxes and IsCrowd must be LoD tensors (the "
+                         "boxes of each image)")
+    gt_offs, crowd_offs = gt_lod[-1], crowd_lod[-1]
+    if len(gt_offs) - 1 != info.shape[0]:
+        raise ValueError(f"rpn_target_assign: GtBoxes holds {len(gt_offs) - 1} images but "
+                         f"ImInfo {info.shape[0]}")
+    n_anchor, thresh = anchors.shape[0], attrs["rpn_straddle_thresh"]
+    locs, scores, labels, deltas, weights = [], [], [], [], []
+    loc_lod, score_lod = [0], [0]
+    for i in range(info.shape[0]):
+        im_h, im_w, scale = info[i].tolist()
+        if thresh >= 0:
+            inside = ((anchors[:, 0] >= -thresh) & (anchors[:, 1] >= -thresh) &
+                      (anchors[:, 2] < im_w + thresh) & (anchors[:, 3] < im_h + thresh))
+            inds = torch.nonzero(inside).reshape(-1)
+        else:
+            inds = torch.arange(n_anchor)
+        boxes = gt[gt_offs[i]:gt_offs[i + 1]]
+        is_crowd = crowd[crowd_offs[i]:crowd_offs[i + 1]].reshape(-1)
+        boxes = boxes[is_crowd == 0] * scale
+        loc, score, label, gt_idx, w = _assign_one(_pixel_iou(anchors[inds], boxes), attrs)
+        loc_t = inds[torch.tensor(loc, dtype=torch.int64)]
+        locs.append(loc_t + i * n_anchor)
+        scores.append(inds[torch.tensor(score, dtype=torch.int64)] + i * n_anchor)
+        labels += label
+        matched = boxes[torch.tensor(gt_idx, dtype=torch.int64)]
+        deltas.append(_box_to_delta(anchors[loc_t], matched) if loc
+                      else anchors.new_zeros((0, 4)))
+        weights += w
+        loc_lod.append(loc_lod[-1] + len(loc))
+        score_lod.append(score_lod[-1] + len(score))
+    dtype = anchors.dtype
+    return {"LocationIndex": attach_lod(torch.cat(locs).to(torch.int32), [loc_lod]),
+            "ScoreIndex": attach_lod(torch.cat(scores).to(torch.int32), [score_lod]),
+            "TargetLabel": attach_lod(torch.tensor(labels, dtype=torch.int32).reshape(-1, 1),
+                                      [score_lod]),
+            "TargetBBox": attach_lod(torch.cat(deltas).reshape(-1, 4), [loc_lod]),
+            "BBoxInsideWeight": attach_lod(torch.tensor(weights, dtype=dtype).reshape(-1, 4),
+                                           [loc_lod])}
+
+
+def _rpn_target_assign_shape(ins: dict, attrs: dict) -> dict:
+    anchor, gt = ins["Anchor"], ins["GtBoxes"]
+    if anchor.shape[-1] not in (-1, 4) or gt.shape[-1] not in (-1, 4):
+        raise ValueError(f"rpn_target_assign: Anchor and GtBoxes must end in 4 coordinates, "
+                         f"got {list(anchor.shape)} and {list(gt.shape)}")
+    return {"LocationIndex": Meta((-1,), "int32"), "ScoreIndex": Meta((-1,), "int32"),
+            "TargetLabel": Meta((-1, 1), "int32"), "TargetBBox": Meta((-1, 4), anchor.dtype),
+            "BBoxInsideWeight": Meta((-1, 4), anchor.dtype)}
+
+
+register_op("rpn_target_assign", inputs=("Anchor", "GtBoxes", "IsCrowd", "ImInfo"),
+            outputs=("LocationIndex", "ScoreIndex", "TargetLabel", "TargetBBox",
+                     "BBoxInsideWeight"),
+            attrs={"rpn_batch_size_per_im": 256, "rpn_straddle_thresh": 0.0,
+                   "rpn_positive_overlap": 0.7, "rpn_negative_overlap": 0.3,
+                   "rpn_fg_fraction": 0.25, "use_random": True},
+            infer_shape=_rpn_target_assign_shape, kernel=_rpn_target_assign,
+            no_compile="samples anchors by their overlaps on the host")

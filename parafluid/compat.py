@@ -51,9 +51,9 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 _family(["layers.retinanet_target_assign",
          "layers.roi_perspective_transform", "layers.generate_proposal_labels",
          "layers.generate_mask_labels", "layers.retinanet_detection_output",
-         "layers.deformable_roi_pooling", "layers.deformable_conv"],
+         "layers.deformable_roi_pooling"],
         "the rest of the detection family (R-CNN and RetinaNet target assignment, mask "
-        "labels, perspective ROI transform, deformable convolution and ROI pooling)",
+        "labels, perspective ROI transform, deformable ROI pooling)",
         "not ported yet; compute the targets outside the program (numpy) and feed them, or "
         "use conv2d and roi_align")
 _family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",

@@ -204,3 +204,27 @@ def test_rpn_target_assign_samples_at_most_the_batch_and_gathers_the_predictions
     assert score.shape == label.shape and loc.shape == target.shape == weight.shape
     assert 0 < label.sum() <= 8 and len(label) <= 16  # at most 4 foreground per image
     assert set(np.unique(label)) <= {0, 1}
+
+
+def test_deformable_conv_with_zero_offsets_and_unit_mask_is_conv2d():
+    x = np.random.RandomState(4).uniform(-1, 1, (2, 4, 6, 6)).astype("float32")
+    w_attr = fluid.ParamAttr(name="w", initializer=fluid.initializer.Normal(0, 0.5, seed=3))
+    b_attr = fluid.ParamAttr(name="b", initializer=fluid.initializer.Constant(0.1))
+
+    def build():
+        img = _data("x", [4, 6, 6])
+        offset = fluid.layers.fill_constant([2, 2 * 2 * 9, 6, 6], "float32", 0.0)
+        mask = fluid.layers.fill_constant([2, 2 * 9, 6, 6], "float32", 1.0)
+        dcn = fluid.layers.deformable_conv(img, offset, mask, num_filters=3, filter_size=3,
+                                           padding=1, groups=1, deformable_groups=2,
+                                           param_attr=w_attr, bias_attr=b_attr)
+        v1 = fluid.layers.deformable_conv(img, offset, None, num_filters=3, filter_size=3,
+                                          padding=1, deformable_groups=2, modulated=False,
+                                          param_attr=w_attr, bias_attr=b_attr)
+        conv = fluid.layers.conv2d(img, num_filters=3, filter_size=3, padding=1,
+                                   param_attr=w_attr, bias_attr=b_attr)
+        return [dcn, v1, conv]
+
+    dcn, v1, conv = run_layers(build, {"x": x})
+    np.testing.assert_allclose(dcn, conv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(v1, conv, rtol=1e-5, atol=1e-5)

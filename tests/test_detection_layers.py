@@ -206,6 +206,33 @@ def test_rpn_target_assign_samples_at_most_the_batch_and_gathers_the_predictions
     assert set(np.unique(label)) <= {0, 1}
 
 
+def test_generate_proposal_labels_samples_the_head_batch():
+    gt = np.array([[2, 2, 20, 20], [30, 30, 60, 50], [5, 40, 25, 60]], "float32")
+    rois = np.array([[1, 1, 21, 19], [28, 30, 58, 52], [0, 0, 63, 63], [40, 0, 60, 20],
+                     [4, 38, 26, 58], [10, 10, 50, 50]], "float32")
+    place = fluid.CPUPlace()
+    feed = {"rois": fluid.create_lod_tensor(rois, [[4, 2]], place),
+            "gt_classes": fluid.create_lod_tensor(np.array([[1], [2], [3]], "int32"), [[2, 1]],
+                                                  place),
+            "is_crowd": fluid.create_lod_tensor(np.zeros((3, 1), "int32"), [[2, 1]], place),
+            "gt_box": fluid.create_lod_tensor(gt, [[2, 1]], place),
+            "im_info": np.array([[64, 64, 1.0], [64, 64, 1.0]], "float32")}
+
+    def build():
+        return list(fluid.layers.generate_proposal_labels(
+            _data("rois", [4], lod_level=1), _data("gt_classes", [1], "int32", lod_level=1),
+            _data("is_crowd", [1], "int32", lod_level=1), _data("gt_box", [4], lod_level=1),
+            _data("im_info", [3]), batch_size_per_im=4, fg_fraction=0.5, class_nums=4))
+
+    rois_out, labels, targets, inside, outside = run_layers(build, feed)
+    assert len(rois_out) == len(labels) <= 8 and targets.shape == (len(labels), 16)
+    fg = labels.reshape(-1) > 0
+    assert 0 < fg.sum() <= 4  # at most 2 foreground per image
+    # each foreground row has its 4 weights in its class's columns, the background none
+    np.testing.assert_array_equal(inside.sum(1), np.where(fg, 4, 0))
+    np.testing.assert_array_equal(inside, outside)
+
+
 def test_deformable_conv_with_zero_offsets_and_unit_mask_is_conv2d():
     x = np.random.RandomState(4).uniform(-1, 1, (2, 4, 6, 6)).astype("float32")
     w_attr = fluid.ParamAttr(name="w", initializer=fluid.initializer.Normal(0, 0.5, seed=3))

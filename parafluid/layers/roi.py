@@ -22,7 +22,7 @@ from .detection import _check, _outputs
 
 __all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign",
            "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals",
-           "rpn_target_assign"]
+           "rpn_target_assign", "generate_proposal_labels"]
 
 
 def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
@@ -230,3 +230,47 @@ def rpn_target_assign(bbox_pred: Variable, cls_logits: Variable, anchor_box: Var
     scores = gather(reshape(cls_logits, shape=[-1, 1]), score_index)
     locations = gather(reshape(bbox_pred, shape=[-1, 4]), loc_index)
     return scores, locations, label, target_bbox, inside_weight
+
+
+def generate_proposal_labels(rpn_rois: Variable, gt_classes: Variable, is_crowd: Variable,
+                             gt_boxes: Variable, im_info: Variable,
+                             batch_size_per_im: int = 256, fg_fraction: float = 0.25,
+                             fg_thresh: float = 0.25, bg_thresh_hi: float = 0.5,
+                             bg_thresh_lo: float = 0.0,
+                             bbox_reg_weights: Any = (0.1, 0.1, 0.2, 0.2),
+                             class_nums: int | None = None, use_random: bool = True,
+                             is_cls_agnostic: bool = False,
+                             is_cascade_rcnn: bool = False) -> tuple[Variable, ...]:
+    """Sample Fast R-CNN's training ROIs from the proposals (LoD, per image) and the ground
+    truth: ``(rois, labels_int32, bbox_targets, bbox_inside_weights, bbox_outside_weights)``,
+    the targets ``[R, 4 * class_nums]`` (``[R, 8]`` when ``is_cls_agnostic``).
+    ``is_cascade_rcnn=True`` is not supported.
+
+    Example::
+
+        rois, labels, targets, w_in, w_out = fluid.layers.generate_proposal_labels(
+            rpn_rois, gt_classes, is_crowd, gt_boxes, im_info, class_nums=81)
+    """
+    _check("generate_proposal_labels", rpn_rois=rpn_rois, gt_classes=gt_classes,
+           is_crowd=is_crowd, gt_boxes=gt_boxes, im_info=im_info)
+    helper = LayerHelper("generate_proposal_labels")
+    rois = helper.create_variable_for_type_inference(rpn_rois.dtype, stop_gradient=True)
+    labels = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    targets, inside, outside = _outputs(helper, rpn_rois.dtype, 3)
+    helper.append_op("generate_proposal_labels",
+                     inputs={"RpnRois": [rpn_rois], "GtClasses": [gt_classes],
+                             "IsCrowd": [is_crowd], "GtBoxes": [gt_boxes],
+                             "ImInfo": [im_info]},
+                     outputs={"Rois": [rois], "LabelsInt32": [labels],
+                              "BboxTargets": [targets], "BboxInsideWeights": [inside],
+                              "BboxOutsideWeights": [outside]},
+                     attrs={"batch_size_per_im": int(batch_size_per_im),
+                            "fg_fraction": float(fg_fraction), "fg_thresh": float(fg_thresh),
+                            "bg_thresh_hi": float(bg_thresh_hi),
+                            "bg_thresh_lo": float(bg_thresh_lo),
+                            "bbox_reg_weights": [float(v) for v in bbox_reg_weights],
+                            "class_nums": int(class_nums or 1), "use_random": bool(use_random),
+                            "is_cls_agnostic": bool(is_cls_agnostic),
+                            "is_cascade_rcnn": bool(is_cascade_rcnn)})
+    rois.lod_level = 1
+    return rois, labels, targets, inside, outside

@@ -1,4 +1,14 @@
-"""``rpn_target_assign`` (Fluid 1.6, Faster R-CNN's RPN targets; no gradient).
+"""``rpn_target_assign`` and ``generate_proposal_labels`` (Fluid 1.6, Faster R-CNN's RPN
+and Fast R-CNN head targets; no gradients).
+
+``generate_proposal_labels``: per image the ground truth joins the proposals (scaled back by
+the image's scale); proposals overlapping a ground truth by more than ``fg_thresh`` are
+foreground (at most ``batch_size_per_im * fg_fraction``), those in ``[bg_thresh_lo,
+bg_thresh_hi)`` background (filling the batch); crowd boxes are never foreground. Outputs
+the sampled ROIs (rescaled), their labels, and class-wise box targets (divided by
+``bbox_reg_weights``) with their weights.
+
+``rpn_target_assign``:
 
 Per image (``GtBoxes`` / ``IsCrowd`` are LoD tensors, one sequence per image): anchors
 reaching past the image by more than ``rpn_straddle_thresh`` (``>= 0``) are left out; crowd
@@ -160,3 +170,112 @@ register_op("rpn_target_assign", inputs=("Anchor", "GtBoxes", "IsCrowd", "ImInfo
                    "rpn_fg_fraction": 0.25, "use_random": True},
             infer_shape=_rpn_target_assign_shape, kernel=_rpn_target_assign,
             no_compile="samples anchors by their overlaps on the host")
+
+
+# -------------------------------------------------------------------- generate_proposal_labels
+
+
+def _labels_one(rois: torch.Tensor, classes: torch.Tensor, crowd: torch.Tensor,
+                gt: torch.Tensor, scale: float, attrs: dict) -> tuple:
+    """Fast R-CNN's sampled ROIs of one image (Detectron's rules, as Fluid)."""
+    boxes = torch.cat([gt, rois / scale])  # the ground truth joins the proposals
+    overlap = _pixel_iou(boxes, gt)
+    fg, gt_of_fg, bg = [], [], []
+    for i in range(boxes.shape[0]):
+        row = overlap[i]
+        best = float(row.max()) if row.numel() else -1.0
+        if i < crowd.numel() and int(crowd[i]):
+            best = -1.0
+        if best > attrs["fg_thresh"]:
+            fg.append(i)
+            gt_of_fg.append(int(torch.nonzero((row - best).abs() < 1e-5)[0]))
+        elif attrs["bg_thresh_lo"] <= best < attrs["bg_thresh_hi"]:
+            bg.append(i)
+    batch = attrs["batch_size_per_im"]
+    n_fg = min(math.floor(batch * attrs["fg_fraction"]), len(fg))
+    if attrs["use_random"]:
+        for i in range(n_fg, len(fg)):
+            j = math.floor(float(torch.rand(())) * i)
+            if j < n_fg:
+                fg[j], fg[i] = fg[i], fg[j]
+                gt_of_fg[j], gt_of_fg[i] = gt_of_fg[i], gt_of_fg[j]
+    fg, gt_of_fg = fg[:n_fg], gt_of_fg[:n_fg]
+    n_bg = min(batch - n_fg, len(bg))
+    if attrs["use_random"]:
+        for i in range(n_bg, len(bg)):
+            j = math.floor(float(torch.rand(())) * i)
+            if j < n_bg:
+                bg[j], bg[i] = bg[i], bg[j]
+    bg = bg[:n_bg]
+    keep = torch.tensor(fg + bg, dtype=torch.int64)
+    sampled = boxes[keep]
+    gt_idx = torch.tensor(gt_of_fg, dtype=torch.int64)
+    labels = torch.cat([classes.reshape(-1)[gt_idx].to(torch.int32),
+                        torch.zeros(len(bg), dtype=torch.int32)])
+    weights = torch.tensor(attrs["bbox_reg_weights"], dtype=boxes.dtype)
+    deltas = _box_to_delta(sampled[:len(fg)], gt[gt_idx]) / weights if fg else \
+        boxes.new_zeros((0, 4))
+    classes_out = 2 if attrs["is_cls_agnostic"] else attrs["class_nums"]
+    targets = boxes.new_zeros((len(keep), 4 * classes_out))
+    inside = torch.zeros_like(targets)
+    for r in range(len(fg)):
+        label = int(labels[r])
+        if label > 0:
+            col = 4 * (1 if attrs["is_cls_agnostic"] else label)
+            targets[r, col:col + 4] = deltas[r]
+            inside[r, col:col + 4] = 1.0
+    return sampled * scale, labels.reshape(-1, 1), targets, inside
+
+
+def _generate_proposal_labels(ins: dict, attrs: dict, ctx: Any) -> dict:
+    if attrs["is_cascade_rcnn"]:
+        raise ValueError("generate_proposal_labels: is_cascade_rcnn=True is not supported; "
+                         "sample the cascade stages' ROIs with is_cascade_rcnn=False")
+    names = ("RpnRois", "GtClasses", "IsCrowd", "GtBoxes")
+    offs = {}
+    for slot in names:
+        lod = get_lod(ins[slot])
+        if not lod:
+            raise ValueError(f"generate_proposal_labels: {slot} must be a LoD tensor (the rows "
+                             "of each image)")
+        offs[slot] = lod[-1]
+    info = ins["ImInfo"]
+    outs: list[list[torch.Tensor]] = [[], [], [], [], []]
+    lod = [0]
+    for i in range(info.shape[0]):
+        part = {s: ins[s][offs[s][i]:offs[s][i + 1]] for s in names}
+        rois, labels, targets, inside = _labels_one(
+            part["RpnRois"], part["GtClasses"], part["IsCrowd"].reshape(-1), part["GtBoxes"],
+            float(info[i, 2]), attrs)
+        for k, v in enumerate((rois, labels, targets, inside, inside.clone())):
+            outs[k].append(v)
+        lod.append(lod[-1] + rois.shape[0])
+    keys = ("Rois", "LabelsInt32", "BboxTargets", "BboxInsideWeights", "BboxOutsideWeights")
+    return {k: attach_lod(torch.cat(v), [lod]) for k, v in zip(keys, outs)}
+
+
+def _proposal_labels_shape(ins: dict, attrs: dict) -> dict:
+    rois = ins["RpnRois"]
+    if len(rois.shape) != 2 or rois.shape[1] not in (-1, 4):
+        raise ValueError(f"generate_proposal_labels: RpnRois must be [R, 4], got "
+                         f"{list(rois.shape)}")
+    if not attrs["is_cls_agnostic"] and attrs["class_nums"] <= 0:
+        raise ValueError(f"generate_proposal_labels: class_nums must be positive, got "
+                         f"{attrs['class_nums']}")
+    width = 4 * (2 if attrs["is_cls_agnostic"] else attrs["class_nums"])
+    return {"Rois": Meta((-1, 4), rois.dtype), "LabelsInt32": Meta((-1, 1), "int32"),
+            "BboxTargets": Meta((-1, width), rois.dtype),
+            "BboxInsideWeights": Meta((-1, width), rois.dtype),
+            "BboxOutsideWeights": Meta((-1, width), rois.dtype)}
+
+
+register_op("generate_proposal_labels",
+            inputs=("RpnRois", "GtClasses", "IsCrowd", "GtBoxes", "ImInfo"),
+            outputs=("Rois", "LabelsInt32", "BboxTargets", "BboxInsideWeights",
+                     "BboxOutsideWeights"),
+            attrs={"batch_size_per_im": 256, "fg_fraction": 0.25, "fg_thresh": 0.25,
+                   "bg_thresh_hi": 0.5, "bg_thresh_lo": 0.0,
+                   "bbox_reg_weights": [0.1, 0.1, 0.2, 0.2], "class_nums": 1,
+                   "use_random": True, "is_cls_agnostic": False, "is_cascade_rcnn": False},
+            infer_shape=_proposal_labels_shape, kernel=_generate_proposal_labels,
+            no_compile="samples the proposals by their overlaps on the host")

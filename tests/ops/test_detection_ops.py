@@ -993,6 +993,71 @@ CASES += [
            grad=["Input", "Offset", "Filter"], grad_rtol=1e-3),
 ]
 
+def proposal_labels_ref(RpnRois, GtClasses, IsCrowd, GtBoxes, ImInfo, attrs,
+                        roi_offs=(0, 5, 8), gt_offs=(0, 2, 4)):
+    outs = [[], [], [], []]
+    ncls = 2 if attrs["is_cls_agnostic"] else attrs["class_nums"]
+    for i in range(len(ImInfo)):
+        gt = GtBoxes[gt_offs[i]:gt_offs[i + 1]]
+        cls = GtClasses[gt_offs[i]:gt_offs[i + 1], 0]
+        crowd = IsCrowd[gt_offs[i]:gt_offs[i + 1], 0]
+        scale = ImInfo[i, 2]
+        boxes = np.concatenate([gt, RpnRois[roi_offs[i]:roi_offs[i + 1]] / scale])
+        fg, bg = [], []
+        for b in range(len(boxes)):
+            ov = [iou(boxes[b], g, normalized=False) for g in gt]
+            best = -1 if b < len(gt) and crowd[b] else max(ov)
+            if best > attrs["fg_thresh"]:
+                fg.append((b, int(np.argmax(ov))))
+            elif attrs["bg_thresh_lo"] <= best < attrs["bg_thresh_hi"]:
+                bg.append(b)
+        fg = fg[:int(attrs["batch_size_per_im"] * attrs["fg_fraction"])]
+        bg = bg[:attrs["batch_size_per_im"] - len(fg)]
+        for b, j in fg:
+            a, g = boxes[b], gt[j]
+            aw, ah, gw, gh = a[2] - a[0] + 1, a[3] - a[1] + 1, g[2] - g[0] + 1, g[3] - g[1] + 1
+            d = np.array([(g[0] + gw / 2 - a[0] - aw / 2) / aw,
+                          (g[1] + gh / 2 - a[1] - ah / 2) / ah,
+                          np.log(gw / aw), np.log(gh / ah)]) / attrs["bbox_reg_weights"]
+            t, w = np.zeros(4 * ncls), np.zeros(4 * ncls)
+            col = 4 if attrs["is_cls_agnostic"] else 4 * cls[j]
+            t[col:col + 4], w[col:col + 4] = d, 1
+            outs[0].append(a * scale)
+            outs[1].append(cls[j])
+            outs[2].append(t)
+            outs[3].append(w)
+        for b in bg:
+            outs[0].append(boxes[b] * scale)
+            outs[1].append(0)
+            outs[2].append(np.zeros(4 * ncls))
+            outs[3].append(np.zeros(4 * ncls))
+    return {"Rois": np.array(outs[0]), "LabelsInt32": np.array(outs[1], "int32").reshape(-1, 1),
+            "BboxTargets": np.array(outs[2]), "BboxInsideWeights": np.array(outs[3]),
+            "BboxOutsideWeights": np.array(outs[3])}
+
+
+PL_INPUTS = {"RpnRois": np.array([[2, 2, 26, 24], [40, 40, 60, 62], [0, 0, 10, 10],
+                                  [30, 28, 62, 64], [4, 30, 24, 60],
+                                  [10, 10, 30, 30], [0, 0, 5, 60], [12, 8, 32, 34]], "float32"),
+             "GtClasses": np.array([[3], [1], [2], [2]], "int32"),
+             "IsCrowd": np.array([[0], [1], [0], [0]], "int32"),
+             "GtBoxes": np.array([[1, 1, 12, 12], [15, 15, 30, 30], [5, 5, 15, 16],
+                                  [0, 0, 4, 30]], "float32"),
+             "ImInfo": np.array([[64, 64, 2.0], [40, 40, 1.0]], "float32")}
+PL_LOD = {"RpnRois": [[0, 5, 8]], "GtClasses": [[0, 2, 4]], "IsCrowd": [[0, 2, 4]],
+          "GtBoxes": [[0, 2, 4]]}
+PL_ATTRS = {"batch_size_per_im": 5, "fg_fraction": 0.4, "fg_thresh": 0.5, "bg_thresh_hi": 0.5,
+            "bg_thresh_lo": 0.0, "bbox_reg_weights": [0.1, 0.1, 0.2, 0.2], "class_nums": 4,
+            "use_random": False, "is_cls_agnostic": False, "is_cascade_rcnn": False}
+CASES += [
+    OpCase("generate_proposal_labels", PL_INPUTS, lod=PL_LOD, attrs=PL_ATTRS,
+           ref=proposal_labels_ref, rtol=1e-4, atol=1e-5),
+    OpCase("generate_proposal_labels", PL_INPUTS, lod=PL_LOD,
+           attrs={**PL_ATTRS, "is_cls_agnostic": True, "fg_thresh": 0.3, "batch_size_per_im": 8},
+           ref=proposal_labels_ref, rtol=1e-4, atol=1e-5,
+           id="generate_proposal_labels_class_agnostic"),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

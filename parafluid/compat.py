@@ -50,7 +50,7 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
 _family(["layers.retinanet_target_assign",
          "layers.roi_perspective_transform",
-         "layers.generate_mask_labels", "layers.retinanet_detection_output",
+         "layers.generate_mask_labels",
          "layers.deformable_roi_pooling"],
         "the rest of the detection family (R-CNN and RetinaNet target assignment, mask "
         "labels, perspective ROI transform, deformable ROI pooling)",

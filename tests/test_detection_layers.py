@@ -255,3 +255,26 @@ def test_deformable_conv_with_zero_offsets_and_unit_mask_is_conv2d():
     dcn, v1, conv = run_layers(build, {"x": x})
     np.testing.assert_allclose(dcn, conv, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(v1, conv, rtol=1e-5, atol=1e-5)
+
+
+def test_retinanet_detection_output_layer_gives_lod_rows_best_first():
+    rng = np.random.RandomState(5)
+
+    def build():
+        feat = _data("feat", [4, 4, 4])
+        anchors, _ = fluid.layers.anchor_generator(feat, anchor_sizes=[16], aspect_ratios=[1.0],
+                                                   stride=[8.0, 8.0])
+        deltas = fluid.layers.reshape(fluid.layers.transpose(
+            fluid.layers.conv2d(feat, num_filters=4, filter_size=1), [0, 2, 3, 1]), [0, -1, 4])
+        probs = fluid.layers.sigmoid(fluid.layers.reshape(fluid.layers.transpose(
+            fluid.layers.conv2d(feat, num_filters=2, filter_size=1), [0, 2, 3, 1]), [0, -1, 2]))
+        return [fluid.layers.retinanet_detection_output(
+            [deltas], [probs], [fluid.layers.reshape(anchors, [-1, 4])],
+            _data("im_info", [3]), keep_top_k=5)]
+
+    out, = run_layers(build, {"feat": rng.uniform(-1, 1, (2, 4, 4, 4)).astype("float32"),
+                              "im_info": np.array([[32, 32, 1.0]] * 2, "float32")})
+    assert out.shape == (10, 6)  # the last level keeps every positive score: 5 per image
+    assert set(out[:, 0]) <= {1, 2}
+    for rows in (out[:5], out[5:]):
+        assert np.all(np.diff(rows[:, 1]) <= 0)

@@ -1058,6 +1058,52 @@ CASES += [
            id="generate_proposal_labels_class_agnostic"),
 ]
 
+# ----------------------------------------------------------------------------- RetinaNet
+
+
+def retinanet_output_ref(BBoxes, Scores, Anchors, ImInfo, attrs):
+    rows = []
+    for i in range(len(ImInfo)):
+        im_h, im_w, scale = ImInfo[i]
+        h, w = np.round(im_h / scale), np.round(im_w / scale)
+        per_class = {}
+        for lvl, (b, s, a) in enumerate(zip(BBoxes, Scores, Anchors)):
+            thr = attrs["score_threshold"] if lvl < len(Scores) - 1 else 0.0
+            flat = s[i].reshape(-1)
+            order = [j for j in np.argsort(-flat, kind="stable") if flat[j] > thr]
+            for j in order[:attrs["nms_top_k"]]:
+                k, c = divmod(j, s.shape[2])
+                aw, ah = a[k, 2] - a[k, 0] + 1, a[k, 3] - a[k, 1] + 1
+                cx = b[i, k, 0] * aw + a[k, 0] + aw / 2
+                cy = b[i, k, 1] * ah + a[k, 1] + ah / 2
+                bw, bh = np.exp(b[i, k, 2]) * aw, np.exp(b[i, k, 3]) * ah
+                box = np.array([cx - bw / 2, cy - bh / 2, cx + bw / 2 - 1, cy + bh / 2 - 1])
+                box = np.clip(box / scale, 0, [w - 1, h - 1, w - 1, h - 1])
+                per_class.setdefault(c, []).append((flat[j], box))
+        dets = []
+        for c in sorted(per_class):
+            bs = np.array([p[1] for p in per_class[c]])
+            ss = np.array([p[0] for p in per_class[c]])
+            dets += [(ss[k], c, bs[k]) for k in _nms_pixels(bs, ss, attrs["nms_threshold"])]
+        dets = sorted(dets, key=lambda d: -d[0])[:attrs["keep_top_k"]]
+        rows += [[c + 1, sc, *b] for sc, c, b in dets]
+    return {"Out": np.array(rows).reshape(-1, 6)}
+
+
+CASES += [
+    OpCase("retinanet_detection_output",
+           {"BBoxes": [rand(2, 20, 4, low=-0.3, high=0.3, seed=33, dtype="float32"),
+                       rand(2, 5, 4, low=-0.3, high=0.3, seed=34, dtype="float32")],
+            "Scores": [rand(2, 20, 3, low=0, high=1, seed=35, dtype="float32"),
+                       rand(2, 5, 3, low=0, high=1, seed=36, dtype="float32")],
+            "Anchors": [_anchor_grid(4, 5, [16], 8).reshape(-1, 4),
+                        _anchor_grid(1, 5, [32], 8).reshape(-1, 4)],
+            "ImInfo": np.array([[32, 40, 1.0], [64, 80, 2.0]], "float32")},
+           attrs={"score_threshold": 0.5, "nms_top_k": 12, "keep_top_k": 15,
+                  "nms_threshold": 0.4, "nms_eta": 1.0},
+           ref=retinanet_output_ref, rtol=1e-4, atol=1e-4),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -48,12 +48,11 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
-_family(["layers.retinanet_target_assign",
-         "layers.roi_perspective_transform",
+_family(["layers.roi_perspective_transform",
          "layers.generate_mask_labels",
          "layers.deformable_roi_pooling"],
-        "the rest of the detection family (R-CNN and RetinaNet target assignment, mask "
-        "labels, perspective ROI transform, deformable ROI pooling)",
+        "the rest of the detection family (mask labels, perspective ROI transform, "
+        "deformable ROI pooling)",
         "not ported yet; compute the targets outside the program (numpy) and feed them, or "
         "use conv2d and roi_align")
 _family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",

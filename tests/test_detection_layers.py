@@ -205,6 +205,28 @@ def test_rpn_target_assign_samples_at_most_the_batch_and_gathers_the_predictions
     assert 0 < label.sum() <= 8 and len(label) <= 16  # at most 4 foreground per image
     assert set(np.unique(label)) <= {0, 1}
 
+    labels = fluid.create_lod_tensor(np.array([[2], [3], [1]], "int32"), [[2, 1]],
+                                     fluid.CPUPlace())
+
+    def build_retina():
+        feat = _data("feat", [4, 4, 4])
+        anchors, var = fluid.layers.anchor_generator(feat, anchor_sizes=[16, 32],
+                                                     aspect_ratios=[1.0], stride=[16.0, 16.0])
+        logits = fluid.layers.conv2d(feat, num_filters=2 * 3, filter_size=1)
+        deltas = fluid.layers.conv2d(feat, num_filters=8, filter_size=1)
+        return list(fluid.layers.retinanet_target_assign(
+            deltas, logits, fluid.layers.reshape(anchors, [-1, 4]),
+            fluid.layers.reshape(var, [-1, 4]), _data("gt_box", [4], lod_level=1),
+            _data("gt_label", [1], dtype="int32", lod_level=1),
+            _data("is_crowd", [1], dtype="int32", lod_level=1), _data("im_info", [3]),
+            num_classes=3, positive_overlap=0.5, negative_overlap=0.4))
+
+    score, loc, label, target, weight, fg_num = run_layers(build_retina,
+                                                           {**feed, "gt_label": labels})
+    assert score.shape == (len(label), 3) and loc.shape == target.shape == weight.shape
+    assert set(np.unique(label)) <= {0, 1, 2, 3} and fg_num.shape == (2, 1)
+    assert (label > 0).sum() == len(loc) <= fg_num.sum() - 2  # fg_num counts one extra each
+
 
 def test_generate_proposal_labels_samples_the_head_batch():
     gt = np.array([[2, 2, 20, 20], [30, 30, 60, 50], [5, 40, 25, 60]], "float32")

@@ -22,7 +22,7 @@ from .detection import _check, _outputs
 
 __all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign",
            "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals",
-           "rpn_target_assign", "generate_proposal_labels"]
+           "rpn_target_assign", "generate_proposal_labels", "retinanet_target_assign"]
 
 
 def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
@@ -274,3 +274,43 @@ def generate_proposal_labels(rpn_rois: Variable, gt_classes: Variable, is_crowd:
                             "is_cascade_rcnn": bool(is_cascade_rcnn)})
     rois.lod_level = 1
     return rois, labels, targets, inside, outside
+
+
+def retinanet_target_assign(bbox_pred: Variable, cls_logits: Variable, anchor_box: Variable,
+                            anchor_var: Variable, gt_boxes: Variable, gt_labels: Variable,
+                            is_crowd: Variable, im_info: Variable, num_classes: int = 1,
+                            positive_overlap: float = 0.5,
+                            negative_overlap: float = 0.4) -> tuple[Variable, ...]:
+    """RetinaNet's training targets: every foreground and background anchor for the ground
+    truth (LoD, per image). Returns ``(predicted_scores [F + B, num_classes],
+    predicted_location [F, 4], target_label [F + B, 1], target_bbox [F, 4],
+    bbox_inside_weight [F, 4], fg_num [N, 1])``.
+
+    Example::
+
+        outs = fluid.layers.retinanet_target_assign(deltas, logits, anchors, variances,
+                                                    gt_box, gt_label, is_crowd, im_info, 80)
+    """
+    from .index import gather
+    from .tensor import reshape
+
+    _check("retinanet_target_assign", bbox_pred=bbox_pred, cls_logits=cls_logits,
+           anchor_box=anchor_box, gt_boxes=gt_boxes, gt_labels=gt_labels, is_crowd=is_crowd,
+           im_info=im_info)
+    helper = LayerHelper("retinanet_target_assign")
+    loc_index, score_index, label, fg_num = (helper.create_variable_for_type_inference(
+        "int32", stop_gradient=True) for _ in range(4))
+    target_bbox, inside_weight = _outputs(helper, anchor_box.dtype, 2)
+    helper.append_op("retinanet_target_assign",
+                     inputs={"Anchor": [anchor_box], "GtBoxes": [gt_boxes],
+                             "GtLabels": [gt_labels], "IsCrowd": [is_crowd],
+                             "ImInfo": [im_info]},
+                     outputs={"LocationIndex": [loc_index], "ScoreIndex": [score_index],
+                              "TargetLabel": [label], "TargetBBox": [target_bbox],
+                              "BBoxInsideWeight": [inside_weight],
+                              "ForegroundNumber": [fg_num]},
+                     attrs={"positive_overlap": float(positive_overlap),
+                            "negative_overlap": float(negative_overlap)})
+    scores = gather(reshape(cls_logits, shape=[-1, num_classes]), score_index)
+    locations = gather(reshape(bbox_pred, shape=[-1, 4]), loc_index)
+    return scores, locations, label, target_bbox, inside_weight, fg_num

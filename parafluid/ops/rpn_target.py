@@ -1,5 +1,10 @@
-"""``rpn_target_assign`` and ``generate_proposal_labels`` (Fluid 1.6, Faster R-CNN's RPN
-and Fast R-CNN head targets; no gradients).
+"""``rpn_target_assign``, ``generate_proposal_labels`` and ``retinanet_target_assign``
+(Fluid 1.6: Faster R-CNN's RPN and Fast R-CNN head targets, RetinaNet's; no gradients).
+
+``retinanet_target_assign``: as the RPN's assignment without sampling and without the
+straddle filter: every foreground anchor (labelled with its ground truth's class) and every
+background one; ``ForegroundNumber`` is the foreground count before background overrides,
+plus one, per image.
 
 ``generate_proposal_labels``: per image the ground truth joins the proposals (scaled back by
 the image's scale); proposals overlapping a ground truth by more than ``fg_thresh`` are
@@ -279,3 +284,71 @@ register_op("generate_proposal_labels",
                    "use_random": True, "is_cls_agnostic": False, "is_cascade_rcnn": False},
             infer_shape=_proposal_labels_shape, kernel=_generate_proposal_labels,
             no_compile="samples the proposals by their overlaps on the host")
+
+
+# -------------------------------------------------------------------- retinanet_target_assign
+
+
+def _retinanet_target_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
+    anchors = ins["Anchor"].reshape(-1, 4)
+    slots = ("GtBoxes", "GtLabels", "IsCrowd")
+    offs = {}
+    for s in slots:
+        lod = get_lod(ins[s])
+        if not lod:
+            raise ValueError(f"retinanet_target_assign: {s} must be a LoD tensor (the rows of "
+                             "each image)")
+        offs[s] = lod[-1]
+    info, n_anchor = ins["ImInfo"], anchors.shape[0]
+    outs: dict[str, list] = {k: [] for k in ("loc", "score", "label", "bbox", "weight", "fg")}
+    loc_lod, score_lod = [0], [0]
+    for i in range(len(offs["GtBoxes"]) - 1):
+        part = {s: ins[s][offs[s][i]:offs[s][i + 1]] for s in slots}
+        keep = part["IsCrowd"].reshape(-1) == 0
+        gt = part["GtBoxes"][keep] * float(info[i, 2])
+        labels = part["GtLabels"].reshape(-1)[keep]
+        overlap = _pixel_iou(anchors, gt)
+        if gt.shape[0]:
+            best, argmax = overlap.max(dim=1)
+            at_best = ((overlap - overlap.max(dim=0).values[None]).abs() < 1e-5).any(dim=1)
+        else:
+            best = torch.full((n_anchor,), -1.0, dtype=anchors.dtype)
+            argmax = torch.zeros(n_anchor, dtype=torch.int64)
+            at_best = torch.zeros(n_anchor, dtype=torch.bool)
+        fg_fake = at_best | (best >= attrs["positive_overlap"])
+        bg = best < attrs["negative_overlap"]
+        fg = fg_fake & ~bg  # background wins where both hold (Detectron's order)
+        fg_idx, bg_idx = torch.nonzero(fg).reshape(-1), torch.nonzero(bg).reshape(-1)
+        outs["loc"].append(fg_idx + i * n_anchor)
+        outs["score"].append(torch.cat([fg_idx, bg_idx]) + i * n_anchor)
+        outs["label"].append(torch.cat([labels[argmax[fg_idx]].to(torch.int32),
+                                        torch.zeros(len(bg_idx), dtype=torch.int32)]))
+        outs["bbox"].append(_box_to_delta(anchors[fg_idx], gt[argmax[fg_idx]]) if len(fg_idx)
+                            else anchors.new_zeros((0, 4)))
+        outs["weight"].append(anchors.new_ones((len(fg_idx), 4)))
+        outs["fg"].append(int(fg_fake.sum()) + 1)
+        loc_lod.append(loc_lod[-1] + len(fg_idx))
+        score_lod.append(score_lod[-1] + len(fg_idx) + len(bg_idx))
+    images = list(range(len(outs["fg"]) + 1))
+    return {"LocationIndex": attach_lod(torch.cat(outs["loc"]).to(torch.int32), [loc_lod]),
+            "ScoreIndex": attach_lod(torch.cat(outs["score"]).to(torch.int32), [score_lod]),
+            "TargetLabel": attach_lod(torch.cat(outs["label"]).reshape(-1, 1), [score_lod]),
+            "TargetBBox": attach_lod(torch.cat(outs["bbox"]).reshape(-1, 4), [loc_lod]),
+            "BBoxInsideWeight": attach_lod(torch.cat(outs["weight"]).reshape(-1, 4), [loc_lod]),
+            "ForegroundNumber": attach_lod(torch.tensor(outs["fg"], dtype=torch.int32)
+                                           .reshape(-1, 1), [images])}
+
+
+def _retinanet_target_assign_shape(ins: dict, attrs: dict) -> dict:
+    out = _rpn_target_assign_shape(ins, attrs)
+    out["ForegroundNumber"] = Meta((-1, 1), "int32")
+    return out
+
+
+register_op("retinanet_target_assign",
+            inputs=("Anchor", "GtBoxes", "GtLabels", "IsCrowd", "ImInfo"),
+            outputs=("LocationIndex", "ScoreIndex", "TargetLabel", "TargetBBox",
+                     "BBoxInsideWeight", "ForegroundNumber"),
+            attrs={"positive_overlap": 0.5, "negative_overlap": 0.4},
+            infer_shape=_retinanet_target_assign_shape, kernel=_retinanet_target_assign,
+            no_compile="assigns anchors by their overlaps on the host")

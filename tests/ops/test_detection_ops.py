@@ -1104,6 +1104,46 @@ CASES += [
            ref=retinanet_output_ref, rtol=1e-4, atol=1e-4),
 ]
 
+def retinanet_target_ref(Anchor, GtBoxes, GtLabels, IsCrowd, ImInfo, attrs, offs=(0, 2, 4)):
+    out = {k: [] for k in ("loc", "score", "label", "bbox", "fg")}
+    n = len(Anchor)
+    for i in range(len(ImInfo)):
+        keep = [j for j in range(offs[i], offs[i + 1]) if IsCrowd[j, 0] == 0]
+        gts = GtBoxes[keep] * ImInfo[i, 2]
+        ov = np.array([[iou(a, g, normalized=False) for g in gts] for a in Anchor])
+        best, arg = ov.max(1), ov.argmax(1)
+        fake = [a for a in range(n) if best[a] >= attrs["positive_overlap"] or
+                any(abs(ov[a, j] - ov[:, j].max()) < 1e-5 for j in range(len(gts)))]
+        bg = [a for a in range(n) if best[a] < attrs["negative_overlap"]]
+        fg = [a for a in fake if a not in bg]
+        out["loc"] += [a + i * n for a in fg]
+        out["score"] += [a + i * n for a in fg + bg]
+        out["label"] += [GtLabels[keep][arg[a], 0] for a in fg] + [0] * len(bg)
+        for a in fg:
+            e, g = Anchor[a], gts[arg[a]]
+            ew, eh, gw, gh = e[2] - e[0] + 1, e[3] - e[1] + 1, g[2] - g[0] + 1, g[3] - g[1] + 1
+            out["bbox"].append([(g[0] + gw / 2 - e[0] - ew / 2) / ew,
+                                (g[1] + gh / 2 - e[1] - eh / 2) / eh,
+                                np.log(gw / ew), np.log(gh / eh)])
+        out["fg"].append(len(fake) + 1)
+    return {"LocationIndex": np.array(out["loc"], "int32"),
+            "ScoreIndex": np.array(out["score"], "int32"),
+            "TargetLabel": np.array(out["label"], "int32").reshape(-1, 1),
+            "TargetBBox": np.array(out["bbox"]).reshape(-1, 4),
+            "BBoxInsideWeight": np.ones((len(out["loc"]), 4)),
+            "ForegroundNumber": np.array(out["fg"], "int32").reshape(-1, 1)}
+
+
+CASES += [
+    OpCase("retinanet_target_assign",
+           {"Anchor": RPN_ANCHORS, "GtBoxes": RPN_GT,
+            "GtLabels": np.array([[3], [1], [2], [5]], "int32"), "IsCrowd": RPN_CROWD,
+            "ImInfo": np.array([[32, 32, 2.0], [32, 24, 2.0]], "float32")},
+           lod={"GtBoxes": [[0, 2, 4]], "GtLabels": [[0, 2, 4]], "IsCrowd": [[0, 2, 4]]},
+           attrs={"positive_overlap": 0.5, "negative_overlap": 0.3},
+           ref=retinanet_target_ref, rtol=1e-4, atol=1e-5),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

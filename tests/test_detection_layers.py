@@ -300,3 +300,22 @@ def test_retinanet_detection_output_layer_gives_lod_rows_best_first():
     assert set(out[:, 0]) <= {1, 2}
     for rows in (out[:5], out[5:]):
         assert np.all(np.diff(rows[:, 1]) <= 0)
+
+
+def test_multiclass_nms_with_nothing_kept_gives_fluids_minus_one_row():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        boxes = _data("boxes", [5, 4])
+        scores = _data("scores", [3, 5])
+        out = fluid.layers.multiclass_nms(boxes, scores, score_threshold=0.99, nms_top_k=10,
+                                          keep_top_k=5)
+    exe = fluid.Executor(fluid.CPUPlace())
+    feed = {"boxes": np.tile(np.array([0.1, 0.1, 0.5, 0.5], "float32"), (2, 5, 1)),
+            "scores": np.full((2, 3, 5), 0.5, "float32")}
+    res, = exe.run(main, feed=feed, fetch_list=[out], return_numpy=False)
+    np.testing.assert_array_equal(np.array(res), [[-1]])
+    assert res.lod() == [[0, 1]]
+    feed["scores"][1, 2, 3] = 1.0  # one box of image 1 passes: one row, image 0 empty
+    res, = exe.run(main, feed=feed, fetch_list=[out], return_numpy=False)
+    np.testing.assert_allclose(np.array(res), [[2, 1.0, 0.1, 0.1, 0.5, 0.5]])
+    assert res.lod() == [[0, 0, 1]]

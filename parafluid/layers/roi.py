@@ -22,7 +22,8 @@ from .detection import _check, _outputs
 
 __all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign",
            "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals",
-           "rpn_target_assign", "generate_proposal_labels", "retinanet_target_assign"]
+           "rpn_target_assign", "generate_proposal_labels", "retinanet_target_assign",
+           "roi_perspective_transform"]
 
 
 def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
@@ -314,3 +315,25 @@ def retinanet_target_assign(bbox_pred: Variable, cls_logits: Variable, anchor_bo
     scores = gather(reshape(cls_logits, shape=[-1, num_classes]), score_index)
     locations = gather(reshape(bbox_pred, shape=[-1, 4]), loc_index)
     return scores, locations, label, target_bbox, inside_weight, fg_num
+
+
+def roi_perspective_transform(input: Variable, rois: Variable, transformed_height: int,
+                              transformed_width: int, spatial_scale: float = 1.0) -> Variable:
+    """Warp each quadrilateral ROI (``rois [R, 8]`` = ``x0, y0, ..., x3, y3`` clockwise from
+    the top left, LoD: per image) of ``input [N, C, H, W]`` onto a ``[transformed_height,
+    transformed_width]`` grid: ``[R, C, transformed_height, transformed_width]``, zero
+    outside the quadrilateral.
+
+    Example::
+
+        text = fluid.layers.roi_perspective_transform(feat, quads, 8, 32, 1 / 4.)
+    """
+    _check("roi_perspective_transform", input=input, rois=rois)
+    helper = LayerHelper("roi_perspective_transform")
+    out = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("roi_perspective_transform", inputs={"X": [input], "ROIs": [rois]},
+                     outputs={"Out": [out]},
+                     attrs={"transformed_height": int(transformed_height),
+                            "transformed_width": int(transformed_width),
+                            "spatial_scale": float(spatial_scale)})
+    return out

@@ -1,6 +1,8 @@
 """Region-of-interest pooling ops of Fluid 1.6: ``roi_pool`` (max over integer bins),
 ``roi_align`` (bilinear samples averaged per bin), ``psroi_pool`` (position-sensitive average
-pooling). Gradients flow to ``X`` only (as in Fluid).
+pooling), ``roi_perspective_transform`` (a quadrilateral ``[x0, y0, ..., x3, y3]`` warped onto
+a ``transformed_height x transformed_width`` grid by a homography, bilinear, zero outside the
+quadrilateral). Gradients flow to ``X`` only (as in Fluid).
 
 ``ROIs [R, 4]`` holds ``[x1, y1, x2, y2]`` in the input image's pixels (``spatial_scale``
 maps them onto ``X``); its LoD says which image each ROI belongs to (one sequence per image
@@ -298,3 +300,124 @@ register_op("psroi_pool", inputs=("X", "ROIs"), outputs=("Out",),
             infer_shape=_roi_shape("psroi_pool", _psroi_channels), kernel=_psroi_pool,
             grad_kernel=_psroi_pool_grad, grad_uses=("X", "ROIs"), no_grad_inputs=("ROIs",),
             no_compile="reads the ROIs on the host to build the bins")
+
+
+# ------------------------------------------------------------------- roi_perspective_transform
+
+_TOL = 1e-4
+
+
+def _in_quad(x: float, y: float, qx: list[float], qy: list[float]) -> bool:
+    """On an edge (within 1e-4) or inside the quadrilateral (crossing count), as Fluid."""
+    for i in range(4):
+        xs, ys, xe, ye = qx[i], qy[i], qx[(i + 1) % 4], qy[(i + 1) % 4]
+        if abs(ys - ye) < _TOL:
+            if abs(y - ys) < _TOL and abs(y - ye) < _TOL and \
+                    min(xs, xe) - _TOL <= x <= max(xs, xe) + _TOL:
+                return True
+        else:
+            cross = (y - ys) * (xe - xs) / (ye - ys) + xs
+            if abs(cross - x) < _TOL and min(ys, ye) - _TOL <= y <= max(ys, ye) + _TOL:
+                return True
+    crossings = 0
+    for i in range(4):
+        xs, ys, xe, ye = qx[i], qy[i], qx[(i + 1) % 4], qy[(i + 1) % 4]
+        if abs(ys - ye) < _TOL or y <= min(ys, ye) + _TOL or y - max(ys, ye) > _TOL:
+            continue
+        cross = (y - ys) * (xe - xs) / (ye - ys) + xs
+        if abs(cross - x) < _TOL:
+            return True
+        if cross - x > _TOL:
+            crossings += 1
+    return crossings % 2 == 1
+
+
+def _perspective_matrix(qx: list[float], qy: list[float], th: int, tw: int) -> list[float]:
+    """The homography taking output pixels onto the quadrilateral (corners 0..3 clockwise
+    from the top left), its width fitted to the quadrilateral's aspect."""
+    x0, x1, x2, x3 = qx
+    y0, y1, y2, y3 = qy
+    side = [((qx[i] - qx[(i + 1) % 4]) ** 2 + (qy[i] - qy[(i + 1) % 4]) ** 2) ** 0.5
+            for i in range(4)]
+    est_h, est_w = (side[1] + side[3]) / 2, (side[0] + side[2]) / 2
+    nh = th
+    nw = min(_round(est_w * (nh - 1) / est_h) + 1, tw)
+    dx1, dx2, dx3 = x1 - x2, x3 - x2, x0 - x1 + x2 - x3
+    dy1, dy2, dy3 = y1 - y2, y3 - y2, y0 - y1 + y2 - y3
+    den = dx1 * dy2 - dx2 * dy1
+    m6 = (dx3 * dy2 - dx2 * dy3) / den / (nw - 1)
+    m7 = (dx1 * dy3 - dx3 * dy1) / den / (nh - 1)
+    return [(x1 - x0 + m6 * (nw - 1) * x1) / (nw - 1), (x3 - x0 + m7 * (nh - 1) * x3) / (nh - 1),
+            x0, (y1 - y0 + m6 * (nw - 1) * y1) / (nw - 1),
+            (y3 - y0 + m7 * (nh - 1) * y3) / (nh - 1), y0, m6, m7, 1.0]
+
+
+def _perspective_table(roi: list[float], h: int, w: int, attrs: dict,
+                       dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    s, th, tw = attrs["spatial_scale"], attrs["transformed_height"], attrs["transformed_width"]
+    qx, qy = [roi[2 * k] * s for k in range(4)], [roi[2 * k + 1] * s for k in range(4)]
+    m = _perspective_matrix(qx, qy, th, tw)
+    index = torch.zeros((th * tw, 4), dtype=torch.int64)
+    weight = torch.zeros((th * tw, 4), dtype=dtype)
+    for oh in range(th):
+        for ow in range(tw):
+            den = m[6] * ow + m[7] * oh + m[8]
+            x = (m[0] * ow + m[1] * oh + m[2]) / den
+            y = (m[3] * ow + m[4] * oh + m[5]) / den
+            if not _in_quad(x, y, qx, qy) or -0.5 - x > _TOL or x - (w - 0.5) > _TOL or \
+                    -0.5 - y > _TOL or y - (h - 0.5) > _TOL:
+                continue  # outside the quadrilateral or the map: 0
+            x, y = (0.0 if -x > _TOL else x), (0.0 if -y > _TOL else y)
+            xf, yf = math.floor(x), math.floor(y)
+            if xf >= w - 1 - _TOL:
+                xf = xc = w - 1
+                x = float(xf)
+            else:
+                xc = xf + 1
+            if yf >= h - 1 - _TOL:
+                yf = yc = h - 1
+                y = float(yf)
+            else:
+                yc = yf + 1
+            lx, ly = x - xf, y - yf
+            p = oh * tw + ow
+            for k, (yy, xx, wt) in enumerate(((yf, xf, (1 - lx) * (1 - ly)),
+                                              (yc, xf, (1 - lx) * ly), (yc, xc, lx * ly),
+                                              (yf, xc, lx * (1 - ly)))):
+                index[p, k] = yy * w + xx
+                weight[p, k] = wt
+    return index, weight
+
+
+def _perspective_tables(ins: dict, attrs: dict) -> tuple[list[int], list[tuple]]:
+    x, rois = ins["X"], ins["ROIs"]
+    images = _roi_images("roi_perspective_transform", rois, x)
+    return images, [_perspective_table(r, x.shape[2], x.shape[3], attrs, x.dtype)
+                    for r in rois.tolist()]
+
+
+def _perspective_shape(ins: dict, attrs: dict) -> dict:
+    x, rois = ins["X"], ins["ROIs"]
+    if len(x.shape) != 4:
+        raise ValueError(f"roi_perspective_transform: X must be 4-D NCHW, got {list(x.shape)}")
+    if len(rois.shape) != 2 or rois.shape[1] not in (-1, 8):
+        raise ValueError(f"roi_perspective_transform: ROIs must be [R, 8] (x0, y0, ..., x3, "
+                         f"y3), got {list(rois.shape)}")
+    th, tw = attrs["transformed_height"], attrs["transformed_width"]
+    if th <= 1 or tw <= 1 or attrs["spatial_scale"] <= 0:
+        raise ValueError(f"roi_perspective_transform: transformed_height and "
+                         f"transformed_width must exceed 1 and spatial_scale be positive, got "
+                         f"{th}, {tw}, {attrs['spatial_scale']}")
+    return {"Out": Meta((rois.shape[0], x.shape[1], th, tw), x.dtype)}
+
+
+register_op("roi_perspective_transform", inputs=("X", "ROIs"), outputs=("Out",),
+            attrs={"transformed_height": 1, "transformed_width": 1, "spatial_scale": 1.0},
+            infer_shape=_perspective_shape,
+            kernel=lambda ins, attrs, ctx: {"Out": _gather(
+                ins["X"], *_perspective_tables(ins, attrs),
+                (attrs["transformed_height"], attrs["transformed_width"]))},
+            grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": _scatter(
+                ins["X"], ins["Out@GRAD"], *_perspective_tables(ins, attrs))},
+            grad_uses=("X", "ROIs"), no_grad_inputs=("ROIs",),
+            no_compile="reads the ROIs on the host to build the sampling tables")

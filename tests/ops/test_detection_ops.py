@@ -1144,6 +1144,65 @@ CASES += [
            ref=retinanet_target_ref, rtol=1e-4, atol=1e-5),
 ]
 
+# ----------------------------------------------------------------------------- roi_perspective
+
+
+def _homography(src, dst):
+    """The 3x3 projective map taking the 4 points src onto dst (solved directly)."""
+    a, b = [], []
+    for (u, v), (x, y) in zip(src, dst):
+        a.append([u, v, 1, 0, 0, 0, -u * x, -v * x])
+        a.append([0, 0, 0, u, v, 1, -u * y, -v * y])
+        b += [x, y]
+    return np.append(np.linalg.solve(np.array(a, float), np.array(b, float)), 1).reshape(3, 3)
+
+
+def _inside_convex(x, y, qx, qy):
+    signs = [(qx[(i + 1) % 4] - qx[i]) * (y - qy[i]) - (qy[(i + 1) % 4] - qy[i]) * (x - qx[i])
+             for i in range(4)]
+    return all(v >= -1e-4 for v in signs) or all(v <= 1e-4 for v in signs)
+
+
+def perspective_ref(X, ROIs, attrs):
+    th, tw, s = attrs["transformed_height"], attrs["transformed_width"], attrs["spatial_scale"]
+    h, w = X.shape[2:]
+    out = np.zeros((len(ROIs), X.shape[1], th, tw))
+    for r, roi in enumerate(ROIs):
+        qx, qy = roi[0::2] * s, roi[1::2] * s
+        side = [np.hypot(qx[i] - qx[(i + 1) % 4], qy[i] - qy[(i + 1) % 4]) for i in range(4)]
+        nw = min(int(np.floor((side[0] + side[2]) / (side[1] + side[3]) * (th - 1) + 0.5)) + 1,
+                 tw)
+        m = _homography([(0, 0), (nw - 1, 0), (nw - 1, th - 1), (0, th - 1)],
+                        list(zip(qx, qy)))
+        for oh in range(th):
+            for ow in range(tw):
+                u, v, d = m @ [ow, oh, 1]
+                x, y = u / d, v / d
+                if not _inside_convex(x, y, qx, qy) or not (-0.5 <= x <= w - 0.5 and
+                                                           -0.5 <= y <= h - 0.5):
+                    continue
+                x, y = max(x, 0), max(y, 0)
+                x0, y0 = min(int(np.floor(x)), w - 1), min(int(np.floor(y)), h - 1)
+                x, y = min(x, w - 1), min(y, h - 1)
+                x1, y1 = min(x0 + 1, w - 1), min(y0 + 1, h - 1)
+                lx, ly = x - x0, y - y0
+                out[r, :, oh, ow] = ((1 - lx) * (1 - ly) * X[ROI_IMAGES[r], :, y0, x0] +
+                                     lx * (1 - ly) * X[ROI_IMAGES[r], :, y0, x1] +
+                                     (1 - lx) * ly * X[ROI_IMAGES[r], :, y1, x0] +
+                                     lx * ly * X[ROI_IMAGES[r], :, y1, x1])
+    return {"Out": out}
+
+
+# quadrilaterals (clockwise from the top left) in input pixels, spatial_scale 0.5
+QUADS = np.array([[2, 1, 9, 2, 10, 8, 1, 7], [4.4, 0.6, 11.8, 0.2, 11.2, 9.4, 3.8, 8.6],
+                  [0.6, 2.2, 7.4, 3.4, 6.2, 12.6, 1.4, 9.8]], "float32")
+CASES += [
+    OpCase("roi_perspective_transform", {"X": ROI_X, "ROIs": QUADS},
+           lod={"ROIs": [[0, 2, 3]]},
+           attrs={"transformed_height": 3, "transformed_width": 4, "spatial_scale": 0.5},
+           ref=perspective_ref, grad=["X"], atol=1e-4, rtol=1e-4),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -328,3 +328,29 @@ def test_multiclass_nms_with_nothing_kept_gives_fluids_minus_one_row():
     res, = exe.run(main, feed=feed, fetch_list=[out], return_numpy=False)
     np.testing.assert_allclose(np.array(res), [[2, 1.0, 0.1, 0.1, 0.5, 0.5]])
     assert res.lod() == [[0, 0, 1]]
+
+
+def test_deformable_roi_pooling_without_offsets_averages_its_bins():
+    feat = np.arange(2 * 1 * 4 * 4, dtype="float32").reshape(2, 1, 4, 4)
+
+    def build():
+        x = _data("x", [1, 4, 4])
+        r = _data("rois", [4], lod_level=1)
+        trans = fluid.layers.fill_constant([2, 2, 1, 1], "float32", 0.0)
+        still = fluid.layers.deformable_roi_pooling(x, r, trans, no_trans=True, pooled_height=1,
+                                                    pooled_width=1, sample_per_part=2)
+        moved = fluid.layers.deformable_roi_pooling(x, r, trans + 1.0, pooled_height=1,
+                                                    pooled_width=1, sample_per_part=2,
+                                                    trans_std=0.25)
+        return [still, moved]
+
+    rois = fluid.create_lod_tensor(np.array([[0, 0, 1, 1], [1, 1, 2, 2]], "float32"), [[1, 1]],
+                                   fluid.CPUPlace())
+    still, moved = run_layers(build, {"x": feat, "rois": rois})
+    # ROI 0 spans [-0.5, 1.5): samples at -0.5 (read at 0) and 0.5 on each axis; ROI 1 (on
+    # image 1) spans [0.5, 2.5): samples at 0.5 and 1.5
+    np.testing.assert_allclose(still.reshape(-1), [(0 + 0.5 + 2 + 2.5) / 4,
+                                                   16 + (2.5 + 3.5 + 6.5 + 7.5) / 4], rtol=1e-5)
+    # moved by a quarter of the ROI's size (half a pixel) right and down: whole pixels
+    np.testing.assert_allclose(moved.reshape(-1), [(0 + 1 + 4 + 5) / 4,
+                                                   16 + (5 + 6 + 9 + 10) / 4], rtol=1e-5)

@@ -171,7 +171,7 @@ def test_a_name_fluid_put_elsewhere_is_not_found_at_the_wrong_module():
 def test_detection_names_import_and_fail_on_use():
     from parafluid.layers.detection import generate_mask_labels
 
-    for layer in (generate_mask_labels, parafluid.layers.deformable_roi_pooling):
+    for layer in (generate_mask_labels, parafluid.layers.detection.generate_mask_labels):
         with pytest.raises(NotProvidedError, match="detection family"):
             layer(None)
     with pytest.raises(NotProvidedError, match="deep gradient compression"):

@@ -1203,6 +1203,68 @@ CASES += [
            ref=perspective_ref, grad=["X"], atol=1e-4, rtol=1e-4),
 ]
 
+# ----------------------------------------------------------------------------- deformable ROI
+
+
+def deformable_psroi_ref(Input, ROIs, Trans, attrs):
+    """Per output element, as the operator's definition reads."""
+    out_dim, ph_n, pw_n = attrs["output_dim"], attrs["pooled_height"], attrs["pooled_width"]
+    gh_n, gw_n = attrs["group_size"]
+    part_h, part_w = attrs["part_size"]
+    spp, std, s = attrs["sample_per_part"], attrs["trans_std"], attrs["spatial_scale"]
+    h, w = Input.shape[2:]
+    classes = 1 if attrs["no_trans"] else Trans.shape[1] // 2
+    out = np.zeros((len(ROIs), out_dim, ph_n, pw_n))
+    for r, roi in enumerate(ROIs):
+        x0, y0 = _c_round(roi[0]) * s - 0.5, _c_round(roi[1]) * s - 0.5
+        rw = max((_c_round(roi[2]) + 1) * s - 0.5 - x0, 0.1)
+        rh = max((_c_round(roi[3]) + 1) * s - 0.5 - y0, 0.1)
+        for c in range(out_dim):
+            cls = c // (out_dim // classes)
+            for i in range(ph_n):
+                for j in range(pw_n):
+                    pi, pj = int(np.floor(i / ph_n * part_h)), int(np.floor(j / pw_n * part_w))
+                    tx = 0 if attrs["no_trans"] else Trans[r, 2 * cls, pi, pj] * std
+                    ty = 0 if attrs["no_trans"] else Trans[r, 2 * cls + 1, pi, pj] * std
+                    gw = min(max(int(np.floor(j * gw_n / pw_n)), 0), gw_n - 1)
+                    gh = min(max(int(np.floor(i * gh_n / ph_n)), 0), gh_n - 1)
+                    img = Input[ROI_IMAGES[r], (c * gh_n + gh) * gw_n + gw]
+                    vals = []
+                    for a in range(spp):
+                        for b in range(spp):
+                            sx = j * rw / pw_n + x0 + tx * rw + b * rw / pw_n / spp
+                            sy = i * rh / ph_n + y0 + ty * rh + a * rh / ph_n / spp
+                            if -0.5 <= sx <= w - 0.5 and -0.5 <= sy <= h - 0.5:
+                                sx, sy = min(max(sx, 0), w - 1), min(max(sy, 0), h - 1)
+                                xa, ya = int(np.floor(sx)), int(np.floor(sy))
+                                xb, yb = int(np.ceil(sx)), int(np.ceil(sy))
+                                dx, dy = sx - xa, sy - ya
+                                vals.append((1 - dx) * (1 - dy) * img[ya, xa] +
+                                            (1 - dx) * dy * img[yb, xa] +
+                                            dx * (1 - dy) * img[ya, xb] + dx * dy * img[yb, xb])
+                    out[r, c, i, j] = np.mean(vals) if vals else 0
+    return {"Output": out}
+
+
+DPS_ATTRS = {"no_trans": False, "spatial_scale": 0.5, "output_dim": 2, "group_size": [2, 2],
+             "pooled_height": 2, "pooled_width": 2, "part_size": [2, 2], "sample_per_part": 2,
+             "trans_std": 0.1}
+CASES += [
+    OpCase("deformable_psroi_pooling",
+           {"Input": rand(2, 8, 5, 6, seed=37), "ROIs": ROIS,
+            "Trans": rand(3, 2, 2, 2, low=-0.9, high=0.9, seed=38)},
+           lod={"ROIs": [[0, 2, 3]]}, attrs=DPS_ATTRS, ref=deformable_psroi_ref,
+           outputs=["Output", "TopCount"], grad=["Input", "Trans"], grad_outputs=["Output"],
+           grad_rtol=1e-3),
+    OpCase("deformable_psroi_pooling",
+           {"Input": rand(2, 2, 5, 6, seed=39), "ROIs": ROIS,
+            "Trans": rand(3, 4, 1, 1, low=-0.9, high=0.9, seed=40)},
+           lod={"ROIs": [[0, 2, 3]]},
+           attrs={**DPS_ATTRS, "group_size": [1, 1], "part_size": [1, 1], "sample_per_part": 1},
+           ref=deformable_psroi_ref, grad=["Input", "Trans"], grad_outputs=["Output"],
+           grad_rtol=1e-3, id="deformable_psroi_pooling_two_classes"),
+]
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -2,7 +2,8 @@
 coding, IoU and matching, target assignment, the SSD loss and head, non-maximum suppression
 (ops in ``parafluid/ops/detection_box.py``, ``detection_match.py``, ``detection_loss.py``,
 ``detection_map.py``). The ROI and R-CNN layers are in ``layers/roi.py``, the YOLOv3 ones in
-``layers/yolo.py``; all of them resolve at Fluid's paths (``fluid.layers.detection.yolo_box``).
+``layers/yolo.py``, the RetinaNet ones in ``layers/retinanet.py``; all of them resolve at
+Fluid's paths (``fluid.layers.detection.yolo_box``).
 
 The names of Fluid's module that parafluid does not provide import and fail on use with a
 ``NotProvidedError`` (see ``parafluid.compat.NOT_PROVIDED`` and docs/fluid_compat.md).
@@ -25,8 +26,7 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["prior_box", "density_prior_box", "anchor_generator", "box_coder",
            "iou_similarity", "box_clip", "bipartite_match", "target_assign", "multiclass_nms",
-           "detection_output", "ssd_loss", "multi_box_head", "polygon_box_transform",
-           "sigmoid_focal_loss", "retinanet_detection_output"]
+           "detection_output", "ssd_loss", "multi_box_head", "polygon_box_transform"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -516,57 +516,6 @@ def polygon_box_transform(input: Variable, name: str | None = None) -> Variable:
     out = helper.create_variable_for_type_inference(input.dtype)
     helper.append_op("polygon_box_transform", inputs={"Input": [input]},
                      outputs={"Output": [out]})
-    return out
-
-
-def sigmoid_focal_loss(x: Variable, label: Variable, fg_num: Variable, gamma: float = 2.0,
-                       alpha: float = 0.25) -> Variable:
-    """RetinaNet's focal loss per element of ``x [N, C]`` (foreground logits) for
-    ``label [N, 1]`` (0 background, -1 ignored, ``d + 1`` for class ``d``), normalized by
-    ``fg_num [1]`` (int32).
-
-    Example::
-
-        loss = fluid.layers.reduce_sum(fluid.layers.sigmoid_focal_loss(logits, label, fg_num))
-    """
-    _check("sigmoid_focal_loss", x=x, label=label, fg_num=fg_num)
-    helper = LayerHelper("sigmoid_focal_loss")
-    out = helper.create_variable_for_type_inference(x.dtype)
-    helper.append_op("sigmoid_focal_loss",
-                     inputs={"X": [x], "Label": [label], "FgNum": [fg_num]},
-                     outputs={"Out": [out]}, attrs={"gamma": float(gamma), "alpha": float(alpha)})
-    return out
-
-
-def retinanet_detection_output(bboxes: list[Variable], scores: list[Variable],
-                               anchors: list[Variable], im_info: Variable,
-                               score_threshold: float = 0.05, nms_top_k: int = 1000,
-                               keep_top_k: int = 100, nms_threshold: float = 0.3,
-                               nms_eta: float = 1.0) -> Variable:
-    """RetinaNet detections from per-level deltas ``bboxes [N, Mi, 4]``, sigmoid ``scores
-    [N, Mi, C]`` and ``anchors [Mi, 4]``: a LoD ``[No, 6]`` of ``[label, score, x1, y1, x2,
-    y2]`` rows (labels from 1), best first, boxes in the original image's pixels.
-
-    Example::
-
-        out = fluid.layers.retinanet_detection_output(deltas, probs, anchors, im_info)
-    """
-    for what, vs in (("bboxes", bboxes), ("scores", scores), ("anchors", anchors)):
-        if not isinstance(vs, (list, tuple)) or not vs:
-            raise TypeError(f"retinanet_detection_output: {what} must be a list of Variables "
-                            f"(one per FPN level)")
-        _check("retinanet_detection_output", **{f"{what}[{i}]": v for i, v in enumerate(vs)})
-    _check("retinanet_detection_output", im_info=im_info)
-    helper = LayerHelper("retinanet_detection_output")
-    out = helper.create_variable_for_type_inference(scores[0].dtype, stop_gradient=True)
-    helper.append_op("retinanet_detection_output",
-                     inputs={"BBoxes": list(bboxes), "Scores": list(scores),
-                             "Anchors": list(anchors), "ImInfo": [im_info]},
-                     outputs={"Out": [out]},
-                     attrs={"score_threshold": float(score_threshold),
-                            "nms_top_k": int(nms_top_k), "keep_top_k": int(keep_top_k),
-                            "nms_threshold": float(nms_threshold), "nms_eta": float(nms_eta)})
-    out.lod_level = 1
     return out
 
 

@@ -58,17 +58,25 @@ def softmax_with_cross_entropy(logits: Variable, label: Variable, soft_label: bo
 
 
 def square_error_cost(input: Variable, label: Variable) -> Variable:
-    """Elementwise ``(input - label) ** 2``, one ``square_error_cost`` op. A label with a
-    dimension of 1 broadcasts (``[N, 1]`` against ``[N, k]``), as in Fluid.
+    """Elementwise ``(input - label) ** 2``: an ``elementwise_sub`` then a ``square`` op, as
+    Fluid builds it. A label with a dimension of 1 broadcasts (``[N, 1]`` against
+    ``[N, k]``).
 
     Example::
 
         cost = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
     """
+    xs, ys = list(input.shape), list(label.shape)
+    if len(xs) != len(ys) or any(a != b and b != 1 and -1 not in (a, b)
+                                 for a, b in zip(xs, ys)):
+        raise ValueError(f"square_error_cost: label {ys} must have the shape of the input "
+                         f"{xs} (or 1 where it broadcasts)")
     helper = LayerHelper("square_error_cost")
+    minus = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("elementwise_sub", inputs={"X": [input], "Y": [label]},
+                     outputs={"Out": [minus]})
     out = helper.create_variable_for_type_inference(input.dtype)
-    helper.append_op("square_error_cost", inputs={"X": [input], "Y": [label]},
-                     outputs={"Out": [out]})
+    helper.append_op("square", inputs={"X": [minus]}, outputs={"Out": [out]})
     return out
 
 

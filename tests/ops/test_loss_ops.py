@@ -266,7 +266,7 @@ def test_loss_layers_build_and_compute():
     want = (x_np.argmax(1) == LABEL[:, 0]).mean()
     np.testing.assert_allclose(acc, [want])
     types = [op.type for op in main.global_block().ops]
-    assert types == ["square_error_cost", "softmax_with_cross_entropy",
+    assert types == ["elementwise_sub", "square", "softmax_with_cross_entropy",
                      "cross_entropy", "accuracy"]
 
 

@@ -368,6 +368,8 @@ class Program:
         self._op_role_var: list[str] = []
         self._name_scope_stack: list[str] = []
         self._appending_grad_times = 0
+        # Fluid's flag: memory_optimize / release_memory rewrote this program
+        self._is_mem_optimized = False
         # what passes and transpilers record about the job (kept by clone and serialization)
         self.meta = ProgramMeta()
 

@@ -16,8 +16,8 @@ Never renamed nor reused (``protected_names``): persistables, feed targets (data
 which is what a program's results look like), the loss gradient, ``skip_opt_set``, with
 ``skip_grads`` the parameter gradients, and every name an op of a sub-block mentions
 (sub-blocks are left alone, with a warning). A parameter gradient may take a dead
-variable's name, but its own name is never handed on (see the note in the code). Renaming changes no computation, so
-results are bitwise identical.
+variable's name, but its own name is never handed on (see the note in the code). Renaming
+changes no computation, so results are bitwise identical.
 
 Fetching a variable that was renamed away fails with a message naming the pass; fetching
 one whose buffer another variable took over also fails (``check_fetch_targets``) instead of

@@ -218,3 +218,31 @@ def test_a_document_with_a_bad_distributed_record_is_refused(bad):
     doc["meta"].update(bad)
     with pytest.raises(ValueError, match="meta"):
         fluid.Program.parse_from_string(head + b"\n" + json.dumps(doc).encode())
+
+
+_LOCAL_TABLE_FORWARD_BACKWARD = [
+    "lookup_table", "sequence_pool", "lookup_table", "sequence_pool", "concat", "mul",
+    "elementwise_add", "cross_entropy2", "mean", "fill_constant", "mean_grad",
+    "cross_entropy_grad2", "elementwise_add_grad", "send", "mul_grad", "send", "concat_grad",
+    "sequence_pool_grad", "lookup_table_grad", "sequence_pool_grad", "lookup_table_grad", "sum",
+    "split_selected_rows", "send"]
+
+
+def test_local_lookup_table_is_pulled_whole_and_its_sparse_gradient_split_by_rows():
+    _, _, (trainer, _), [(pserver, _), _] = _transpile(lambda: _table_net(False))
+    assert len(pserver.blocks) == 3
+    assert _types(pserver.blocks[1]) == ["sum", "scale", "adam", "scale", "scale"]
+    assert _types(pserver.blocks[2]) == ["sum", "scale", "adam", "scale", "scale"]
+    assert len(trainer.blocks) == 1
+    assert _types(trainer.blocks[0]) == _LOCAL_TABLE_FORWARD_BACKWARD + [
+        "send_barrier", "recv", "recv", "recv", "fetch_barrier", "concat"]
+
+
+def test_async_local_lookup_table():
+    _, _, (trainer, _), [(pserver, _), _] = _transpile(lambda: _table_net(False),
+                                                       sync_mode=False)
+    assert len(pserver.blocks) == 3
+    assert _types(pserver.blocks[1]) == ["adam", "scale", "scale"]
+    assert _types(pserver.blocks[2]) == ["adam", "scale", "scale"]
+    assert _types(trainer.blocks[0]) == _LOCAL_TABLE_FORWARD_BACKWARD + [
+        "recv", "recv", "recv", "concat"]

@@ -51,7 +51,7 @@ __all__ = ["PServerTranspile"]
 # optimize-role ops that act element by element (so they may run on a block of a parameter)
 _ELEMENTWISE_OPT = frozenset({"sgd", "momentum", "adam", "adagrad", "rmsprop", "scale", "sum",
                               "sign", "elementwise_add", "elementwise_sub", "elementwise_mul",
-                              "clip_by_value", "assign", "cast"})
+                              "clip", "clip_by_value", "assign", "cast"})
 _RESIZABLE_INIT = frozenset({"fill_constant", "uniform_random", "gaussian_random",
                              "truncated_gaussian_random"})
 

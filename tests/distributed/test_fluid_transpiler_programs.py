@@ -246,3 +246,13 @@ def test_async_local_lookup_table():
     assert _types(pserver.blocks[2]) == ["adam", "scale", "scale"]
     assert _types(trainer.blocks[0]) == _LOCAL_TABLE_FORWARD_BACKWARD + [
         "recv", "recv", "recv", "concat"]
+
+
+def test_l2_decay_and_clip_by_value_run_on_the_pserver_in_fluids_order():
+    attr = fluid.ParamAttr(name="fc_w", regularizer=fluid.regularizer.L2Decay(),
+                           gradient_clip=fluid.clip.GradientClipByValue(0.1))
+    _, _, (trainer, _), [(pserver, _), _] = _transpile(lambda: _fc_net(param_attr=attr))
+    assert len(pserver.blocks) == 3
+    # fc_w's block: average, clip (Fluid 1.6's "clip" op), then the decay, then the update
+    assert _types(pserver.blocks[2]) == ["sum", "scale", "clip", "scale", "sum", "sgd"]
+    assert not {"clip", "sgd"} & set(_types(trainer.global_block()))

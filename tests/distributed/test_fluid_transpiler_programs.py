@@ -83,7 +83,8 @@ def test_basic_model_trainer_and_pserver_programs_have_fluids_ops():
     svars = startup.global_block().vars
     assert {"fc_w.block0", "fc_w.block1", "fc_w", "fc_b"} <= set(svars)
     assert "fc_w@GRAD" not in svars and "fc_b@GRAD" not in svars
-    assert _types(startup.global_block())[-4:] == ["recv", "recv", "fetch_barrier", "concat"]
+    assert _types(startup.global_block()) == ["fill_constant", "fill_constant", "uniform_random",
+                                              "recv", "recv", "fetch_barrier", "concat"]
     assert _types(trainer.global_block()) == [
         "mul", "elementwise_add", "elementwise_sub", "square", "mean",
         "fill_constant", "mean_grad", "square_grad", "elementwise_sub_grad",

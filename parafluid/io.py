@@ -66,9 +66,14 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
            "buffered", "chain", "compose", "firstn", "map_readers", "cache", "xmap_readers",
            "PipeReader", "Fake", "save", "load", "DEFAULT_FILENAME",
            "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model",
-           "pserver_checkpoint_filename"]
+           "pserver_checkpoint_filename", "write_pserver_checkpoint", "check_checkpoint_file",
+           "CHECKPOINT_MARKER"]
 
 DEFAULT_FILENAME = "__variables__.safetensors"
+CHECKPOINT_MARKER = "__checkpoint__.json"
+CHECKPOINT_FORMAT = "parafluid.checkpoint/1"
+_STEP_KEY = "parafluid.step"
+_ROLE_KEY = "parafluid.role"
 MODEL_FILENAME = "__model__"
 VARS_FORMAT = "parafluid.vars/1"
 _MANIFEST_KEY = "parafluid"
@@ -126,26 +131,105 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
                       filename: str | None = None, *, scope: Scope | None = None) -> str:
     """Save all persistable variables: parameters, optimizer state, learning rate, counters.
 
-    On a transpiled pserver-mode trainer program (call it from trainer 0), every pserver
-    also saves its parameter blocks and optimizer state into ``dirname`` (on its own file
-    system) as ``pserver_<id>.safetensors``.
+    On a transpiled pserver-mode trainer program (call it from trainer 0 between steps), the
+    checkpoint is one step of the whole job: the trainer's file holds only what the trainer
+    program itself computes (the parameters it received, not the optimizer state, which
+    lives on the pservers); every pserver saves its parameter blocks and optimizer state
+    into ``dirname`` (on its own file system, inside its checkpoint root) as
+    ``pserver_<id>.safetensors``; every file records the step; and ``__checkpoint__.json``,
+    written last, names the step and each file's SHA-256. A folder without it, or whose
+    files disagree with it, does not load.
 
     Example::
 
         fluid.io.save_persistables(exe, "ckpt", fluid.default_main_program())
     """
-    path = save_vars(executor, dirname, main_program, predicate=is_persistable,
-                     filename=filename, scope=scope)
     program = _as_program(main_program, "save_persistables")
     pservers = program.meta.pserver_endpoints
-    if pservers:
-        # a transpiled pserver-mode trainer program: the parameters and optimizer state live
-        # on the pservers; each saves its own blocks into dirname (Fluid's checkpoint_notify)
-        from .distributed.ps_registry import client_pool
+    if not pservers:
+        return save_vars(executor, dirname, main_program, predicate=is_persistable,
+                         filename=filename, scope=scope)
+    # A transpiled pserver-mode trainer program: the parameters and optimizer state live on
+    # the pservers; each saves its own blocks into dirname (Fluid's checkpoint_notify).
+    from .distributed.ps_registry import client_pool
 
-        client_pool(program.meta.trainer_id or 0).checkpoint_notify(os.path.abspath(dirname),
-                                                                pservers)
+    pool = client_pool(program.meta.trainer_id or 0)
+    step = pool.step(pservers)
+    marker = os.path.join(dirname, CHECKPOINT_MARKER)
+    if os.path.exists(marker):
+        os.remove(marker)  # NOTE: until the new set is whole, the folder must not load
+    scope = scope if scope is not None else global_scope()
+    written = {n for op in program.global_block().ops for n in op.output_arg_names}
+    chosen = [v for v in program.list_vars() if v.persistable and v.name in written
+              and scope.find_var(v.name) is not None and scope.find_var(v.name).value is not None]
+    tensors = _values(scope, list({v.name: v for v in chosen}.values()), "save_persistables")
+    path = os.path.join(dirname, filename or DEFAULT_FILENAME)
+    write_tensors(path, tensors, {_STEP_KEY: str(step), _ROLE_KEY: "trainer"})
+    from .distributed.pserver import file_record
+
+    records = [file_record(path, step)]
+    for ep, record in zip(pservers, pool.checkpoint_notify(os.path.abspath(dirname), pservers)):
+        if record["step"] != step:
+            raise RuntimeError(f"save_persistables: pserver {ep} saved step {record['step']}, "
+                               f"trainer {program.meta.trainer_id or 0} is at step {step}; the "
+                               f"checkpoint in {dirname} is not committed")
+        records.append(record)
+    names = [r["file"] for r in records]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"save_persistables: two files of the checkpoint have one name: "
+                           f"{names}")
+    doc = {"format": CHECKPOINT_FORMAT, "step": step,
+           "files": {r["file"]: {"sha256": r["sha256"], "bytes": r["bytes"]} for r in records}}
+    write_bytes(marker, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
     return path
+
+
+def write_pserver_checkpoint(dirname: str, filename: str, tensors: dict[str, torch.Tensor],
+                             step: int) -> str:
+    """A pserver's part of a checkpoint: its tensors with the step; returns the JSON record
+    (name, step, bytes, SHA-256) the trainer puts into the checkpoint's marker."""
+    from .distributed.pserver import file_record
+
+    path = os.path.join(dirname, filename)
+    write_tensors(path, tensors, {_STEP_KEY: str(step), _ROLE_KEY: "pserver"})
+    return json.dumps(file_record(path, step))
+
+
+def check_checkpoint_file(dirname: str, filename: str) -> int:
+    """The step of ``dirname/filename`` in a pserver-mode checkpoint, after checking it
+    against the checkpoint's marker (present, same step, same SHA-256); ValueError if not."""
+    from .distributed.pserver import file_record
+
+    marker = os.path.join(dirname, CHECKPOINT_MARKER)
+    path = os.path.join(dirname, filename)
+    if not os.path.isfile(marker):
+        raise ValueError(f"{dirname}: no {CHECKPOINT_MARKER}: this pserver-mode checkpoint "
+                         "was not committed (its save was interrupted, so its files may be "
+                         "of different steps) and does not load. With pservers on other "
+                         f"machines, copy {CHECKPOINT_MARKER} from trainer 0's folder")
+    try:
+        doc = json.loads(open(marker, "rb").read().decode("utf-8"))
+        step, files = doc["step"], doc["files"]
+        ok = doc["format"] == CHECKPOINT_FORMAT and type(step) is int and \
+            isinstance(files, dict)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{marker}: not a valid checkpoint marker: {e!r}") from None
+    if not ok:
+        raise ValueError(f"{marker}: not a valid checkpoint marker ({CHECKPOINT_FORMAT})")
+    entry = files.get(filename)
+    if not isinstance(entry, dict):
+        raise ValueError(f"{marker}: the checkpoint of step {step} has no file {filename!r} "
+                         f"(it has {sorted(files)})")
+    _, metadata = read_tensors(path)
+    got = metadata.get(_STEP_KEY)
+    if got != str(step):
+        raise ValueError(f"{path}: holds step {got}, but the checkpoint's marker says step "
+                         f"{step}: the folder mixes steps and does not load")
+    if file_record(path, step)["sha256"] != entry.get("sha256"):
+        raise ValueError(f"{path}: its SHA-256 differs from the one in {CHECKPOINT_MARKER} "
+                         f"(step {step}): the file was replaced after the checkpoint was "
+                         "committed; the folder does not load")
+    return step
 
 
 def pserver_checkpoint_filename(pserver_program: Program) -> str | None:
@@ -203,9 +287,17 @@ def load_persistables(executor: Any, dirname: str, main_program: Program | None 
 
         fluid.io.load_persistables(exe, "ckpt", fluid.default_main_program())
     """
-    if filename is None:  # a pserver program reads the file its checkpoint wrote
-        filename = pserver_checkpoint_filename(_as_program(main_program, "load_persistables"))
-    load_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename,
+    program = _as_program(main_program, "load_persistables")
+    ps_file = pserver_checkpoint_filename(program)
+    predicate = is_persistable
+    if ps_file is not None or program.meta.pserver_endpoints:
+        # a pserver-mode checkpoint: one committed step, or nothing
+        filename = filename or ps_file or DEFAULT_FILENAME
+        check_checkpoint_file(dirname, filename)
+        if ps_file is None:  # the trainer's file holds what its program computes
+            written = {n for op in program.global_block().ops for n in op.output_arg_names}
+            predicate = lambda v: v.persistable and v.name in written  # noqa: E731
+    load_vars(executor, dirname, main_program, predicate=predicate, filename=filename,
               scope=scope)
 
 

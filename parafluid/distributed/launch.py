@@ -27,6 +27,13 @@ goes to ``DIR/workerlog.<rank>`` with ``--log_dir``. When a process fails, the l
 the others (SIGTERM, then SIGKILL after ``--grace_period`` seconds) and exits with its status,
 naming the rank and its last error line. Ctrl-C (SIGINT) or SIGTERM stops every process.
 
+The shared secret: every process gets ``PARAFLUID_RPC_SECRET``, the launcher's own if it has
+one, else one generated for the job (32 random bytes, hex) when every process of the job runs
+on this machine; pservers, trainers and mailboxes then refuse messages from anyone without
+it. A job on several machines needs the same secret on each launcher (set it in the
+environment); without one the launcher says that the job trusts every peer that can reach
+its ports.
+
 The process plan is built by ``plan(args)`` (a list of ``Proc``): ``plan_pserver`` for the
 parameter-server mode.
 """
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -198,6 +206,25 @@ def _pserver_mode(args: argparse.Namespace) -> bool:
                for k in ("server_num", "servers", "worker_num", "workers"))
 
 
+SECRET_ENV = "PARAFLUID_RPC_SECRET"
+
+
+def job_secret(several_machines: bool) -> str | None:
+    """The secret to hand to every process: the launcher's ``$PARAFLUID_RPC_SECRET``, else a
+    new one when the whole job is on this machine, else None (see the module docstring)."""
+    if os.environ.get(SECRET_ENV):
+        return os.environ[SECRET_ENV]
+    return None if several_machines else secrets.token_hex(32)
+
+
+def _with_secret(procs: list[Proc], several_machines: bool) -> list[Proc]:
+    secret = job_secret(several_machines)
+    if secret is not None:
+        for p in procs:
+            p.env[SECRET_ENV] = secret
+    return procs
+
+
 def plan(args: argparse.Namespace) -> list[Proc]:
     """The processes of this machine, with their commands and environment."""
     if _pserver_mode(args):
@@ -205,7 +232,10 @@ def plan(args: argparse.Namespace) -> list[Proc]:
                 (args.worker_num is not None or args.workers is not None)):
             raise ValueError("parameter-server mode needs both the pservers (--server_num or "
                              "--servers) and the trainers (--worker_num or --workers)")
-        return plan_pserver(args)
+        procs = plan_pserver(args)
+        hosts = {ep.rpartition(":")[0] for ep in procs[0].env["PADDLE_PSERVER_ENDPOINTS"]
+                 .split(",") + procs[0].env["PADDLE_TRAINER_ENDPOINTS"].split(",")}
+        return _with_secret(procs, hosts != {args.node_ip})
     ips = [ip.strip() for ip in args.cluster_node_ips.split(",") if ip.strip()]
     if not ips:
         raise ValueError("--cluster_node_ips is empty")
@@ -247,7 +277,7 @@ def plan(args: argparse.Namespace) -> list[Proc]:
         if gpus:
             env["FLAGS_selected_gpus"] = gpus[i]
         procs.append(Proc(rank, base + list(args.training_script_args), env))
-    return procs
+    return _with_secret(procs, len(ips) > 1)
 
 
 class _Output:
@@ -351,6 +381,10 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         if args.log_dir:
             print(f"launch: {len(procs)} processes, logs in {args.log_dir}/workerlog.<rank>",
                   file=err)
+        if SECRET_ENV not in procs[0].env:
+            print(f"launch: note: no ${SECRET_ENV} on a job across several machines: its "
+                  "processes accept messages from every peer that can reach their ports; set "
+                  "the same secret in every launcher's environment", file=err)
         failed: Proc | None = None
         while not interrupted:
             running = False

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -47,14 +48,27 @@ class PServerClient:
         self.endpoint = self._rpc.endpoint
         self.trainer_id = int(trainer_id)
         self._pool = pool
+        self.step = 0  # send barriers this trainer passed with this pserver
+        self.server_step = -1  # the highest step this pserver answered with
 
     def _call(self, kind: Kind, name: str = "", value: Any = None) -> Any:
         try:
-            return self._rpc.call(kind, name, value)
+            reply = self._rpc.call(kind, name, value, step=self.step)
         except RPCTimeoutError as e:
             if self._pool is not None:
                 self._pool.explain_timeout(self.endpoint, e)  # raises, naming a dead pserver
             raise
+        if reply.step < self.server_step:
+            # NOTE: a pserver's step never goes back; one that did was restarted and holds
+            # other values than the ones this trainer trained with
+            raise RPCError(f"pserver {self.endpoint} answered {kind.name.lower()}"
+                           f"{f' of {name!r}' if name else ''} at its step {reply.step}, after "
+                           f"answering at step {self.server_step} before (trainer "
+                           f"{self.trainer_id} at step {self.step}): the pserver was restarted "
+                           "and cannot rejoin a running job; restart the whole job from the "
+                           "last checkpoint")
+        self.server_step = reply.step
+        return reply
 
     def ping(self, deadline_s: float) -> None:
         """Return once the pserver answers a ping; RPCError (or its timeout) otherwise."""
@@ -67,6 +81,7 @@ class PServerClient:
     def send_barrier(self) -> None:
         """Tell the pserver this trainer sent all its gradients of the step."""
         self._call(Kind.SEND_BARRIER)
+        self.step += 1
 
     def recv(self, name: str) -> torch.Tensor:
         """The current value of a parameter (block); in sync mode, after the step's update."""
@@ -81,9 +96,11 @@ class PServerClient:
         ids = torch.as_tensor(rows, dtype=torch.int64).reshape(-1)
         return self._call(Kind.PREFETCH, table, ids).value
 
-    def checkpoint_notify(self, dirname: str) -> None:
-        """Ask the pserver to save its blocks under ``dirname`` (its own file system)."""
-        self._call(Kind.CHECKPOINT, "", dirname)
+    def checkpoint_notify(self, dirname: str) -> dict[str, Any]:
+        """Ask the pserver to save its blocks under ``dirname`` (its own file system, inside
+        its checkpoint root); returns the record of the file it wrote (name, step, sha256)."""
+        reply = self._call(Kind.CHECKPOINT, "", dirname)
+        return _record(reply, self.endpoint)
 
     def complete(self) -> None:
         """Tell the pserver this trainer is done (it leaves the fan-in)."""
@@ -94,6 +111,21 @@ class PServerClient:
 
     def __repr__(self) -> str:
         return f"PServerClient({self.endpoint!r}, trainer_id={self.trainer_id})"
+
+
+def _record(reply: Any, endpoint: str) -> dict[str, Any]:
+    """The JSON record a pserver answers a checkpoint request with (checked)."""
+    value = reply.value
+    try:
+        record = json.loads(bytes(value.numpy()).decode("utf-8")) if value is not None else None
+        ok = isinstance(record, dict) and isinstance(record.get("file"), str) and \
+            type(record.get("step")) is int and isinstance(record.get("sha256"), str)
+    except (ValueError, AttributeError, TypeError, UnicodeDecodeError):
+        ok = False
+    if not ok:
+        raise RPCError(f"pserver {endpoint} answered a checkpoint request without a valid "
+                       "record of the file it wrote (name, step, sha256)")
+    return record
 
 
 class ClientPool:
@@ -153,9 +185,17 @@ class ClientPool:
         for ep in endpoints:
             self.get(ep).fetch_barrier()
 
-    def checkpoint_notify(self, dirname: str, endpoints: Iterable[str]) -> None:
-        for ep in endpoints:
-            self.get(ep).checkpoint_notify(dirname)
+    def checkpoint_notify(self, dirname: str, endpoints: Iterable[str]) -> list[dict[str, Any]]:
+        """Ask each pserver to save; the records of their files, in endpoint order."""
+        return [self.get(ep).checkpoint_notify(dirname) for ep in endpoints]
+
+    def step(self, endpoints: Iterable[str]) -> int:
+        """This trainer's step with the pservers (the same on each, else RPCError)."""
+        steps = {ep: self.get(ep).step for ep in endpoints}
+        if len(set(steps.values())) > 1:
+            raise RPCError(f"trainer {self.trainer_id} is at different steps with its "
+                           f"pservers: {steps}")
+        return next(iter(steps.values()), 0)
 
     def complete(self, endpoints: Iterable[str] | None = None) -> None:
         """Send COMPLETE to ``endpoints`` (default: every endpoint used), then close.

@@ -15,6 +15,17 @@ completed. Async mode: each gradient is optimized as it arrives; barriers are an
 Every wait has the deadline (``FLAGS_rpc_deadline``): when it passes, ``serve()`` raises
 :class:`PServerError` naming the missing trainer ids and what they were waiting for.
 
+Steps: every trainer request carries the trainer's step with this pserver (the send barriers
+it passed); in sync mode a request whose step is not the pserver's (a pserver restarted
+alone, a trainer restarted alone) is refused with an error naming both steps, and every
+reply carries the pserver's step so that a trainer notices a pserver whose step went back.
+
+Strangers: the first connection whose request for a trainer id is accepted owns that id;
+requests for it from any other connection are refused (without a shared secret this is what
+keeps a forged ``complete`` or gradient out of a running job). A request that is malformed,
+names an unknown gradient, a gradient of the wrong shape, or a checkpoint directory outside
+``checkpoint_root`` is refused and logged (rate-limited), and the server goes on.
+
 Example::
 
     params = {"w": torch.zeros(4)}
@@ -27,7 +38,9 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
@@ -37,10 +50,19 @@ import torch
 import zmq
 
 from .deadline import rpc_deadline_seconds
-from .rpc import Request, RPCServer
+from .rpc import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    RateLimitedLog,
+    Request,
+    RPCServer,
+)
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, Kind
 
-__all__ = ["ParameterServer", "PServerError"]
+__all__ = ["ParameterServer", "PServerError", "CHECKPOINT_ROOT_ENV", "default_checkpoint_root",
+           "confine_checkpoint_dir", "file_record"]
+
+CHECKPOINT_ROOT_ENV = "PARAFLUID_CHECKPOINT_ROOT"
 
 log = logging.getLogger("parafluid.distributed.pserver")
 
@@ -68,25 +90,42 @@ class ParameterServer:
             inside ``optimize`` (sync mode: every read of a step is received before the next
             step's optimize; async mode: optimize first waits, briefly, for replies in flight).
         prefetch: ``prefetch(table, rows) -> tensor`` of the requested rows.
-        save: ``save(dirname)`` on a checkpoint notice.
+        save: ``save(dirname, step) -> str`` on a checkpoint notice: writes this pserver's
+            state of ``step`` under ``dirname`` (already confined to ``checkpoint_root``)
+            and returns the text the trainer gets back (a JSON record of the file).
+        check_grad: ``check_grad(name, value)`` raises ValueError for a gradient this
+            pserver cannot optimize (unknown name, wrong shape or dtype): the SEND is
+            refused and the server goes on. None: every gradient is accepted.
+        checkpoint_root: the directory checkpoint requests must stay inside (None:
+            ``$PARAFLUID_CHECKPOINT_ROOT``, else the working directory).
         deadline_s: the barrier deadline; None reads ``FLAGS_rpc_deadline``.
         secret: shared secret; None reads ``$PARAFLUID_RPC_SECRET``.
+        max_connections, idle_timeout_s: see :class:`RPCServer`.
     """
 
     def __init__(self, endpoint: str, fan_in: int, sync_mode: bool = True, *,
                  optimize: Callable[[dict[str, list[Any]]], None],
                  get: Callable[[str], Any],
                  prefetch: Callable[[str, torch.Tensor], Any] | None = None,
-                 save: Callable[[str], None] | None = None,
+                 save: Callable[[str, int], str] | None = None,
+                 check_grad: Callable[[str, Any], None] | None = None,
+                 checkpoint_root: str | None = None,
                  deadline_s: float | None = None,
                  secret: bytes | str | None = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 poll_interval_s: float = 0.05) -> None:
+                 poll_interval_s: float = 0.05,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
         if not isinstance(fan_in, int) or fan_in < 1:
             raise ValueError(f"ParameterServer: fan_in must be an int >= 1, got {fan_in!r}")
         self.fan_in = fan_in
         self.sync_mode = bool(sync_mode)
         self._optimize, self._get, self._prefetch, self._save = optimize, get, prefetch, save
+        self._check_grad = check_grad
+        self.checkpoint_root = os.path.realpath(checkpoint_root or default_checkpoint_root())
+        self._owner: dict[int, bytes] = {}  # trainer id -> the connection that speaks for it
+        self._log = RateLimitedLog(log)
+        self.refused = 0  # requests refused (bad, forged or unexpected)
         self.deadline_s = rpc_deadline_seconds() if deadline_s is None else float(deadline_s)
         self.live: set[int] = set(range(fan_in))
         self.completed: set[int] = set()
@@ -103,7 +142,9 @@ class ParameterServer:
         self._error: PServerError | None = None
         self._server = RPCServer(endpoint, self._handle, secret,
                                  max_message_bytes=max_message_bytes,
-                                 poll_interval_s=poll_interval_s, on_tick=self._tick)
+                                 poll_interval_s=poll_interval_s, on_tick=self._tick,
+                                 max_connections=max_connections,
+                                 idle_timeout_s=idle_timeout_s)
         self.endpoint = self._server.endpoint
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -125,6 +166,7 @@ class ParameterServer:
         except Exception as e:
             self._error = PServerError(f"pserver {self.endpoint}: {type(e).__name__}: {e}")
             self._error.__cause__ = e
+        self._log.flush()
         if self._error is not None:
             raise self._error
         if self._server.stopped_by:
@@ -147,20 +189,29 @@ class ParameterServer:
 
     def _handle(self, req: Request) -> None:
         m = req.msg
+        req.step = self.step
         if m.kind == Kind.PING:
             req.reply()
             return
         t = m.trainer_id
-        if not 0 <= t < self.fan_in:
-            req.reply_error(f"trainer id {t} is not in 0..{self.fan_in - 1} (this pserver "
-                            f"serves {self.fan_in} trainers)")
+        try:
+            if not 0 <= t < self.fan_in:
+                raise _RequestError(f"trainer id {t} is not in 0..{self.fan_in - 1} (this "
+                                    f"pserver serves {self.fan_in} trainers)")
+            owner = self._owner.get(t)
+            if owner is not None and owner != req.connection:
+                raise _RequestError(f"trainer {t} is already served on another connection; "
+                                    f"a {m.kind.name} for it from {req.peer} is not accepted")
+            if t in self.completed:
+                if m.kind == Kind.COMPLETE:
+                    req.reply()
+                    return
+                raise _RequestError(f"trainer {t} already completed and cannot {m.kind.name}")
+            self._check_step(m.kind, t, m.step)
+        except _RequestError as e:
+            self._refuse(req, str(e))
             return
-        if t in self.completed:
-            if m.kind == Kind.COMPLETE:
-                req.reply()
-            else:
-                req.reply_error(f"trainer {t} already completed and cannot {m.kind.name}")
-            return
+        self._owner.setdefault(t, req.connection)
         self._last_seen[t] = time.monotonic()
         try:
             if m.kind == Kind.COMPLETE:
@@ -177,13 +228,44 @@ class ParameterServer:
                 req.reply_error(str(e))
             self._fail(e)
         except _RequestError as e:
-            if not req.replied:
-                req.reply_error(str(e))
+            self._refuse(req, str(e))
+
+    def _refuse(self, req: Request, why: str) -> None:
+        """Answer a request with an error and log it (rate-limited); the server goes on."""
+        self.refused += 1
+        self._log.error("pserver %s: refused %s%s (trainer %d, step %d) from %s: %s",
+                        self.endpoint, req.msg.kind.name,
+                        f" of {req.msg.name!r}" if req.msg.name else "", req.msg.trainer_id,
+                        req.msg.step, req.peer, why)
+        if not req.replied:
+            req.reply_error(why)
+
+    def _check_step(self, kind: Kind, t: int, step: int) -> None:
+        """Sync mode: the trainer's step with this pserver must be the pserver's step.
+
+        A read or fetch barrier of a trainer past its send barrier is one step ahead (it
+        waits for this step's update). NOTE: a pserver that was restarted alone holds the
+        values of its checkpoint or of its startup program while the trainers are further
+        on: serving them would mix steps silently.
+        """
+        if not self.sync_mode or kind in (Kind.COMPLETE, Kind.CHECKPOINT):
+            return
+        if step == -1:
+            raise _RequestError(f"{kind.name} from trainer {t} carries no step (this sync-mode "
+                                f"pserver {self.endpoint} is at step {self.step})")
+        ahead = kind in (Kind.GET, Kind.PREFETCH, Kind.FETCH_BARRIER) and \
+            t in self._sent_barrier and step == self.step + 1
+        if step != self.step and not ahead:
+            raise _RequestError(
+                f"pserver {self.endpoint} is at step {self.step} but trainer {t} is at step "
+                f"{step} ({kind.name}): they are not in the same job state; a pserver or a "
+                "trainer restarted alone cannot rejoin a running job: restart the whole job "
+                "from the last checkpoint")
 
     def _handle_sync(self, req: Request, t: int) -> None:
         m = req.msg
         if m.kind == Kind.SEND:
-            name = _strip_trainer(m.name, t)
+            name = self._checked_grad(m.name, t, m.value)
             blocks = self._grads.setdefault(name, {})
             if t in blocks:
                 raise _RequestError(f"trainer {t} sent {name!r} twice in step {self.step}")
@@ -214,19 +296,29 @@ class ParameterServer:
     def _handle_async(self, req: Request, t: int) -> None:
         m = req.msg
         if m.kind == Kind.SEND:
-            self._run_optimize({_strip_trainer(m.name, t): [m.value]})
+            self._run_optimize({self._checked_grad(m.name, t, m.value): [m.value]})
             req.reply()
         elif m.kind in (Kind.SEND_BARRIER, Kind.FETCH_BARRIER):
             req.reply()
         else:
             self._serve_read(req, track=True)
 
+    def _checked_grad(self, name: str, t: int, value: Any) -> str:
+        name = _strip_trainer(name, t)
+        if self._check_grad is not None:
+            try:
+                self._check_grad(name, value)
+            except (ValueError, TypeError, KeyError) as e:
+                raise _RequestError(f"pserver {self.endpoint} refuses gradient {name!r} of "
+                                    f"trainer {t}: {e}") from None
+        return name
+
     def _serve_read(self, req: Request, track: bool) -> None:
         m = req.msg
         if m.kind == Kind.GET:
             try:
                 value = self._get(m.name)
-            except KeyError:
+            except (KeyError, ValueError):
                 raise _RequestError(f"pserver {self.endpoint} has no variable {m.name!r}"
                                     ) from None
         elif m.kind == Kind.PREFETCH:
@@ -235,7 +327,7 @@ class ParameterServer:
                                     f"(prefetch of {m.name!r})")
             try:
                 value = self._prefetch(m.name, m.value)
-            except (KeyError, IndexError, ValueError) as e:
+            except (KeyError, IndexError, ValueError, TypeError, RuntimeError) as e:
                 raise _RequestError(f"prefetch of {m.name!r} on {self.endpoint}: {e}") from None
         else:
             raise _RequestError(f"unexpected request {m.kind.name}")
@@ -250,13 +342,25 @@ class ParameterServer:
     def _checkpoint(self, req: Request) -> None:
         if self._save is None:
             raise _RequestError(f"pserver {self.endpoint} has no checkpoint handler")
-        dirname = req.msg.text()
+        m = req.msg
+        if self.sync_mode and m.step != self.step:
+            # NOTE: after a trainer's fetch barrier of step k every pserver has run step k's
+            # update and none can run step k+1's without that trainer: the state is step k's
+            raise _RequestError(
+                f"pserver {self.endpoint}: checkpoint requested by trainer {m.trainer_id} at "
+                f"its step {m.step}, but this pserver is at step {self.step}: a checkpoint is "
+                "saved between steps, by a trainer that passed its fetch barrier")
         try:
-            self._save(dirname)
-        except OSError as e:
+            dirname = confine_checkpoint_dir(m.text(), self.checkpoint_root)
+        except ValueError as e:
+            raise _RequestError(f"pserver {self.endpoint}: {e}") from None
+        try:
+            record = self._save(dirname, self.step)
+        except (OSError, ValueError) as e:
             raise _RequestError(f"pserver {self.endpoint} could not save to {dirname!r}: {e}"
                                 ) from None
-        req.reply()
+        req.reply(torch.frombuffer(bytearray(record.encode("utf-8")), dtype=torch.uint8)
+                  if record else None)
 
     # -- barriers ----------------------------------------------------------------------------
 
@@ -371,6 +475,39 @@ class ParameterServer:
 
 class _RequestError(Exception):
     """A bad request: answered with an error, the server goes on."""
+
+
+def default_checkpoint_root() -> str:
+    """Where a pserver may write checkpoints: ``$PARAFLUID_CHECKPOINT_ROOT``, else the
+    working directory (the directory the pserver process was started in)."""
+    return os.environ.get(CHECKPOINT_ROOT_ENV) or os.getcwd()
+
+
+def confine_checkpoint_dir(dirname: str, root: str) -> str:
+    """``dirname`` (absolute, or relative to ``root``) resolved, if it lies inside ``root``.
+
+    Symbolic links are resolved before the check, so a link cannot lead outside. Raises
+    ValueError naming both otherwise (and for an empty path or one holding a NUL byte).
+    """
+    if not dirname or "\0" in dirname:
+        raise ValueError(f"checkpoint directory {dirname[:200]!r} is empty or holds a NUL byte")
+    root = os.path.realpath(root)
+    path = os.path.realpath(os.path.join(root, dirname))
+    if os.path.commonpath([root, path]) != root:
+        raise ValueError(f"checkpoint directory {dirname[:200]!r} is outside this pserver's "
+                         f"checkpoint root {root!r} (set ${CHECKPOINT_ROOT_ENV} on the "
+                         "pserver to allow another directory)")
+    return path
+
+
+def file_record(path: str, step: int) -> dict[str, Any]:
+    """What a saved file is in a checkpoint's marker: its name, step, size and SHA-256."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"file": os.path.basename(path), "step": int(step), "bytes": os.path.getsize(path),
+            "sha256": h.hexdigest()}
 
 
 def _wait(tracker: zmq.MessageTracker, seconds: float) -> bool:

@@ -27,12 +27,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from .deadline import Deadline, rpc_deadline_seconds
 from .endpoints import parse_endpoint
@@ -48,11 +51,48 @@ from .wire import (
 )
 
 __all__ = ["RPCServer", "RPCClient", "Request", "RPCError", "RPCTimeoutError",
-           "wait_for_server", "tcp_address"]
+           "wait_for_server", "tcp_address", "RateLimitedLog"]
 
 log = logging.getLogger("parafluid.distributed.rpc")
 
 _MAX_FRAMES = 4  # header, two payload frames, MAC
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_IDLE_TIMEOUT_S = 60.0
+
+
+class RateLimitedLog:
+    """At most ``burst`` lines per ``window_s`` seconds; the rest are counted, and the count is
+    logged when the next window opens.
+
+    NOTE: rejected messages are logged with the sender's address and ZeroMQ id, which a
+    stranger chooses: one budget for all senders, so a flood costs a few lines, not a line a
+    message.
+    """
+
+    def __init__(self, logger: logging.Logger, burst: int = 20, window_s: float = 10.0) -> None:
+        self.logger, self.burst, self.window_s = logger, burst, window_s
+        self._start = time.monotonic()
+        self._lines = 0
+        self.suppressed = 0
+
+    def error(self, fmt: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._start >= self.window_s:
+            self.flush()
+            self._start, self._lines = now, 0
+        if self._lines < self.burst:
+            self._lines += 1
+            self.logger.error(fmt, *args)
+        else:
+            self.suppressed += 1
+
+    def flush(self) -> None:
+        """Log how many lines were left out, if any."""
+        if self.suppressed:
+            self.logger.error("%d more refused messages or connections were not logged "
+                              "(at most %d lines per %.0f s)", self.suppressed, self.burst,
+                              self.window_s)
+            self.suppressed = 0
 
 
 class RPCError(RuntimeError):
@@ -78,7 +118,7 @@ def _endpoint_of(address: str) -> str:
 class Request:
     """One validated request: ``msg``, the ``peer`` (address, for messages), and ``reply``."""
 
-    __slots__ = ("msg", "peer", "_server", "_identity", "replied")
+    __slots__ = ("msg", "peer", "_server", "_identity", "replied", "step")
 
     def __init__(self, server: RPCServer, identity: bytes, msg: Message, peer: str) -> None:
         self.msg = msg
@@ -86,6 +126,12 @@ class Request:
         self._server = server
         self._identity = identity
         self.replied = False
+        self.step = -1  # the server's step, sent with the reply (set by the handler)
+
+    @property
+    def connection(self) -> bytes:
+        """The ZeroMQ routing id of the connection the request came on."""
+        return self._identity
 
     def reply(self, value: Any = None, track: bool = False) -> zmq.MessageTracker | None:
         """Answer with ``value`` (REPLY_VALUE) or, when None, REPLY_OK. Once per request.
@@ -104,7 +150,7 @@ class Request:
         assert not self.replied, f"request {self.msg.kind.name} {self.msg.name!r} replied twice"
         self.replied = True
         return self._server._send(self._identity, kind, self.msg.name, value, self.msg.seq,
-                                  track)
+                                  track, step=self.step)
 
 
 class RPCServer:
@@ -121,13 +167,20 @@ class RPCServer:
             they are read, and by the decoder).
         poll_interval_s: how often ``on_tick`` runs and ``stop()`` is noticed when idle.
         on_tick: called on the serving thread after every poll (deadline checks).
+        max_connections: connections admitted at once; a further one is refused at its
+            handshake, before it can send a byte of a message.
+        idle_timeout_s: a connection that neither completes its handshake nor answers a
+            heartbeat (e.g. it stalls in the middle of a frame) within this time is dropped,
+            with whatever it had sent.
     """
 
     def __init__(self, endpoint: str, handler: Callable[[Request], None],
                  secret: bytes | str | None = None, *,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  poll_interval_s: float = 0.05,
-                 on_tick: Callable[[], None] | None = None) -> None:
+                 on_tick: Callable[[], None] | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
         self.handler = handler
         self.on_tick = on_tick
         self.secret = rpc_secret(secret)
@@ -135,16 +188,39 @@ class RPCServer:
         self.poll_ms = max(1, int(poll_interval_s * 1000))
         self.stopped_by: str | None = None  # "SIGTERM" when a signal ended serve_forever
         self.rejected = 0  # messages refused by the decoder (for tests and logs)
+        self.refused_connections = 0  # connections refused at their handshake
+        self.max_connections = int(max_connections)
+        self._open: set[int] = set()  # accepted TCP connections not yet closed (by fd)
+        self._log = RateLimitedLog(log)
         self._stop = threading.Event()
         # NOTE: a context of its own, so that close() can wait for the last replies to leave
         # before the process exits (a trainer's final COMPLETE must get its answer).
         self._ctx = zmq.Context()
+        # NOTE: ZeroMQ asks the ZAP handler of the socket's context (RFC 27) about every
+        # connection during its handshake, before it may send a message: here it admits at
+        # most max_connections at once, counted from the socket's monitor events (accepted,
+        # disconnected). A refused connection is closed by ZeroMQ. Under a burst of
+        # connections, new ones (legitimate or not) are refused until the burst's refused or
+        # idle connections are closed; connections already admitted are not affected.
+        self._zap = self._ctx.socket(zmq.REP)
+        self._zap.bind("inproc://zeromq.zap.01")
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 2000)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        # ZeroMQ drops (and disconnects) a peer whose frame is larger than this, before the
-        # frame is buffered whole; the decoder checks the declared sizes again.
+        self._sock.setsockopt(zmq.ZAP_DOMAIN, b"parafluid")
+        # ZeroMQ drops (and disconnects) a peer whose frame is larger than this, checking the
+        # frame's declared size before it allocates; the decoder checks the sizes again.
         self._sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes + 65536)
+        # A connection must finish its handshake within the idle time, and answer the
+        # ZMTP heartbeat PING within it: a peer that stops in the middle of a frame sends no
+        # PONG (that would come after the frame), so it is dropped with its partial frame.
+        # The trainers' ZeroMQ I/O threads answer PINGs even while Python is busy.
+        idle_ms = max(100, int(idle_timeout_s * 1000))
+        self._sock.setsockopt(zmq.HANDSHAKE_IVL, idle_ms)
+        self._sock.setsockopt(zmq.HEARTBEAT_IVL, max(50, idle_ms // 3))
+        self._sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, idle_ms)
+        self._monitor = self._sock.get_monitor_socket(
+            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         try:
             self._sock.bind(tcp_address(endpoint))
         except zmq.ZMQError as e:
@@ -165,8 +241,14 @@ class RPCServer:
             try:
                 if on_ready is not None:
                     on_ready()
+                poller = zmq.Poller()
+                for sock in (self._sock, self._zap, self._monitor):
+                    poller.register(sock, zmq.POLLIN)
                 while not self._stop.is_set():
-                    if self._sock.poll(self.poll_ms, zmq.POLLIN):
+                    ready = dict(poller.poll(self.poll_ms))
+                    if self._monitor in ready or self._zap in ready:
+                        self._admit()
+                    if self._sock in ready:
                         self._drain()
                     if self.on_tick is not None and not self._stop.is_set():
                         self.on_tick()
@@ -195,6 +277,39 @@ class RPCServer:
             yield
         finally:
             signal.signal(signal.SIGTERM, old)
+
+    @property
+    def connections(self) -> int:
+        """TCP connections open now (as the monitor events seen so far say)."""
+        return len(self._open)
+
+    def _admit(self) -> None:
+        """Count connections (monitor events), then answer pending ZAP requests."""
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self._open.add(event["value"])
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self._open.discard(event["value"])
+        while True:
+            try:
+                request = self._zap.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            request_id = request[1] if len(request) > 1 else b""
+            address = request[3].decode("ascii", "replace") if len(request) > 3 else "?"
+            if self.connections <= self.max_connections:  # this one included
+                reply = [b"200", b"OK"]
+            else:
+                self.refused_connections += 1
+                self._log.error("rpc server %s: refused a connection from %s: %d connections "
+                                "are open, at most %d are admitted", self.endpoint, address,
+                                self.connections - 1, self.max_connections)
+                reply = [b"400", b"too many connections"]
+            self._zap.send_multipart([b"1.0", request_id, *reply, b"", b""])
 
     def _drain(self) -> None:
         # NOTE: bounded so that a flood of requests cannot starve on_tick's deadline checks.
@@ -240,19 +355,25 @@ class RPCServer:
 
     def _reject(self, identity: bytes, frame: zmq.Frame | None, why: str) -> None:
         self.rejected += 1
-        log.error("rpc server %s: rejected a message from %s: %s", self.endpoint,
-                  _peer(frame, identity), why)
+        self._log.error("rpc server %s: rejected a message from %s: %s", self.endpoint,
+                        _peer(frame, identity), why)
         with contextlib.suppress(zmq.ZMQError, ValueError):
             self._send(identity, Kind.REPLY_ERROR, "", f"rejected by {self.endpoint}: {why}", 0)
 
     def _send(self, identity: bytes, kind: Kind, name: str, value: Any, seq: int,
-              track: bool = False) -> zmq.MessageTracker | None:
-        frames = encode(kind, name, value, seq=seq, secret=self.secret)
+              track: bool = False, step: int = -1) -> zmq.MessageTracker | None:
+        frames = encode(kind, name, value, seq=seq, step=step, secret=self.secret)
         return self._sock.send_multipart([identity, *frames], copy=False, track=track)
 
     def _close(self) -> None:
+        self._log.flush()
         if not self._sock.closed:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
             self._sock.close()
+        for sock in (self._monitor, self._zap):
+            if not sock.closed:
+                sock.close(linger=0)
         if not self._ctx.closed:
             self._ctx.term()  # waits up to LINGER for the last replies to be sent
 
@@ -306,6 +427,9 @@ class RPCClient:
         if self._sock is None:
             s = _shared_context().socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
+            # NOTE: a routing id of its own, kept across reconnections, so that the server
+            # knows this connection again after a network blip (it binds a trainer id to it)
+            s.setsockopt(zmq.ROUTING_ID, b"T" + os.urandom(15))
             s.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes + 65536)
             s.connect(self.address)
             self._sock = s
@@ -319,11 +443,13 @@ class RPCClient:
             self._sock = None
 
     def call(self, kind: Kind, name: str = "", value: Any = None, *,
-             deadline_s: float | None = None, seq: int | None = None) -> Message:
+             deadline_s: float | None = None, seq: int | None = None,
+             step: int = -1) -> Message:
         """Send one request and return the reply (REPLY_OK or REPLY_VALUE).
 
         ``seq``: the header's sequence number (default: this client's call count), for
-        receivers that order messages by it (the model-parallel mailboxes).
+        receivers that order messages by it (the model-parallel mailboxes). ``step``: the
+        sender's step, sent in the header (-1: none).
 
         Raises RPCTimeoutError when no reply comes within the deadline, RPCError when the
         server answers with an error or the reply is invalid.
@@ -332,7 +458,7 @@ class RPCClient:
         dl = Deadline(self.deadline_s if deadline_s is None else deadline_s)
         with self._lock:
             seq = next(self._seq) if seq is None else int(seq)
-            frames = encode(kind, name, value, trainer_id=self.trainer_id, seq=seq,
+            frames = encode(kind, name, value, trainer_id=self.trainer_id, seq=seq, step=step,
                             secret=self.secret)
             sock = self._socket()
             try:

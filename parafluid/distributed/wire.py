@@ -47,7 +47,7 @@ __all__ = ["Kind", "Message", "WireError", "encode", "decode", "rpc_secret", "HE
            "MAGIC", "VERSION", "DEFAULT_MAX_MESSAGE_BYTES", "WIRE_DTYPES", "SECRET_ENV"]
 
 MAGIC = b"PFRP"
-VERSION = 1
+VERSION = 2
 SECRET_ENV = "PARAFLUID_RPC_SECRET"
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB of payload per message
 MAX_NAME_BYTES = 512
@@ -55,8 +55,9 @@ MAX_NDIM = 8
 MAX_TEXT_BYTES = 64 * 1024  # error texts and checkpoint directory names
 MAC_BYTES = 32
 
-# magic, version, kind, dtype code, ndim, flags, name length, trainer id, seq, nbytes, height
-HEADER = struct.Struct("<4sBBBBHHiQQq")
+# magic, version, kind, dtype code, ndim, flags, name length, trainer id, seq, nbytes, height,
+# step (a request: the sender's step with this server; a reply: the server's step; -1: none)
+HEADER = struct.Struct("<4sBBBBHHiQQqq")
 _DIM = struct.Struct("<q")
 
 _FLAG_MAC = 1
@@ -129,6 +130,7 @@ class Message:
     value: Value | None = None
     trainer_id: int = -1
     seq: int = 0
+    step: int = -1
 
     def text(self) -> str:
         """The UTF-8 text of a REPLY_ERROR or CHECKPOINT message."""
@@ -180,7 +182,7 @@ def _text_tensor(text: str | bytes) -> torch.Tensor:
 
 
 def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -1,
-           seq: int = 0, secret: bytes | None = None) -> list[Any]:
+           seq: int = 0, step: int = -1, secret: bytes | None = None) -> list[Any]:
     """The frames of one message: ``[header, *payload, mac?]``; payloads are zero-copy views.
 
     ``value`` is a tensor (or numpy array), a SelectedRows, or for CHECKPOINT and REPLY_ERROR a
@@ -213,7 +215,7 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
         raise ValueError(f"rpc {kind.name} {name!r}: rank {len(dims)} > {MAX_NDIM}")
     nbytes = sum(p.nbytes for p in payload)
     header = HEADER.pack(MAGIC, VERSION, int(kind), code, len(dims), flags, len(name_b),
-                         int(trainer_id), int(seq), nbytes, height) + name_b + \
+                         int(trainer_id), int(seq), nbytes, height, int(step)) + name_b + \
         b"".join(_DIM.pack(d) for d in dims)
     frames: list[Any] = [header, *payload]
     if secret:
@@ -287,7 +289,7 @@ def _decode(frames: Sequence[Any], secret: bytes | None, limit: int) -> Message:
     if head.nbytes < HEADER.size:
         raise WireError(f"header of {head.nbytes} bytes is shorter than {HEADER.size}")
     (magic, version, kind_code, code, ndim, flags, name_len, trainer_id, seq, nbytes,
-     height) = HEADER.unpack_from(head)
+     height, step) = HEADER.unpack_from(head)
     if magic != MAGIC:
         raise WireError(f"bad magic {bytes(magic)!r} (not a parafluid RPC message)")
     if version != VERSION:
@@ -307,6 +309,8 @@ def _decode(frames: Sequence[Any], secret: bytes | None, limit: int) -> Message:
         raise WireError(f"header is {head.nbytes} bytes, its fields say {expect}")
     if trainer_id < -1:
         raise WireError(f"trainer id {trainer_id} < -1")
+    if step < -1:
+        raise WireError(f"step {step} < -1")
     try:
         name = bytes(head[HEADER.size:HEADER.size + name_len]).decode("ascii")
     except UnicodeDecodeError:
@@ -393,4 +397,4 @@ def _decode(frames: Sequence[Any], secret: bytes | None, limit: int) -> Message:
         data = value.value if isinstance(value, SelectedRows) else value
         if data.numel() and int(data.view(torch.uint8).max()) > 1:
             raise WireError("bool payload has bytes other than 0 and 1")
-    return Message(kind, name, value, trainer_id, seq)
+    return Message(kind, name, value, trainer_id, seq, step)

@@ -25,6 +25,7 @@ import logging
 import threading
 from typing import Any
 
+import numpy as np
 import torch
 
 from .registry import register_op
@@ -307,16 +308,57 @@ class _Server:
                              f"{value.shape[0]} rows of {table!r}")
         return value.index_select(0, rows.to(value.device))
 
-    def save(self, dirname: str) -> None:
-        """Checkpoint notice: this pserver's persistables into ``dirname`` (see io)."""
-        from ..io import pserver_checkpoint_filename, save_vars
+    def save(self, dirname: str, step: int) -> str:
+        """Checkpoint notice: this pserver's persistables of ``step`` into ``dirname`` (see
+        io); returns the record of the file for the checkpoint's marker."""
+        from ..io import _values, pserver_checkpoint_filename, write_pserver_checkpoint
 
         program = self.ctx.op.block.program
         scope = self.ctx.scope
-        names = [n for n, v in program.global_block().vars.items() if v.persistable
-                 and scope.find_var(n) is not None and scope.find_var(n).value is not None]
-        save_vars(None, dirname, program, vars=names,
-                  filename=pserver_checkpoint_filename(program), scope=scope)
+        chosen = [v for n, v in program.global_block().vars.items() if v.persistable
+                  and scope.find_var(n) is not None and scope.find_var(n).value is not None]
+        tensors = _values(scope, chosen, f"pserver {self.endpoint} checkpoint")
+        return write_pserver_checkpoint(dirname, pserver_checkpoint_filename(program), tensors,
+                                        step)
+
+    def check_grad(self, name: str, value: Any) -> None:
+        """Refuse (ValueError) a gradient this pserver does not optimize, or of the wrong
+        shape or dtype: it would fail inside the optimize block and end the job."""
+        from ..dtypes import convert_dtype
+        from ..scope import SelectedRows
+
+        if name not in self.grad_to_block:
+            raise ValueError(f"it optimizes no gradient of that name (it holds "
+                             f"{len(self.grad_to_block)}, e.g. {sorted(self.grad_to_block)[:3]})")
+        var = self.ctx.op.block.program.global_block()._find_var_recursive(name)
+        if var is None or var.shape is None:
+            return
+        want = tuple(var.shape)
+        if isinstance(value, SelectedRows):
+            shape, dtype = (value.height, *value.value.shape[1:]), value.value.dtype
+        else:
+            shape, dtype = tuple(value.shape), value.dtype
+        if any(w >= 0 and w != g for w, g in zip(want, shape)) or len(want) != len(shape):
+            raise ValueError(f"expected shape {list(want)}, got {list(shape)}")
+        if var.dtype is not None and convert_dtype(dtype) != convert_dtype(var.dtype):
+            raise ValueError(f"expected dtype {convert_dtype(var.dtype)}, got "
+                             f"{convert_dtype(dtype)}")
+
+    def max_message_bytes(self) -> int:
+        """The largest message this pserver takes: 4x its largest variable, at least 64 MiB.
+
+        NOTE: ZeroMQ refuses a larger frame before allocating it. A sparse gradient can hold
+        a row more than once (one per id in the batch), hence the margin.
+        """
+        from ..dtypes import convert_dtype, to_torch
+
+        biggest = 0
+        for var in self.ctx.op.block.program.global_block().vars.values():
+            if var.shape is None or any(d is None or d < 0 for d in var.shape):
+                continue
+            dtype = to_torch(convert_dtype(var.dtype or "float32"))
+            biggest = max(biggest, dtype.itemsize * int(np.prod(var.shape)))
+        return max(64 << 20, 4 * biggest)
 
     def get(self, name: str) -> torch.Tensor:
         holder = self.ctx.scope.find_var(name)
@@ -330,8 +372,9 @@ def _listen_and_serv(ins: dict, attrs: dict, ctx: Any) -> dict:
 
     server = _Server(attrs, ctx)
     ps = ParameterServer(server.endpoint, server.fan_in, server.sync, optimize=server.optimize,
-                         get=server.get, save=server.save,
-                         prefetch=server.prefetch, deadline_s=ctx.deadline_s)
+                         get=server.get, save=server.save, check_grad=server.check_grad,
+                         prefetch=server.prefetch, deadline_s=ctx.deadline_s,
+                         max_message_bytes=server.max_message_bytes())
     main = threading.current_thread() is threading.main_thread()
 
     def ready() -> None:

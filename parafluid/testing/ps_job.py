@@ -173,13 +173,17 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
                 optimizer: str = "sgd", lr_decay: bool | str = False, l2: float = 0.0,
                 split_method: str = "round_robin", min_block_size: int = 100,
                 sync: bool = True, progress: bool = False, first_step: int = 0,
-                checkpoint_at: int | None = None, checkpoint_dir: str | None = None,
-                embedding: str = "", compile: bool = False) -> dict[str, Any]:
+                checkpoint_at: int | Sequence[int] | None = None,
+                checkpoint_dir: str | None = None, embedding: str = "",
+                compile: bool = False, step_delay: float = 0.0) -> dict[str, Any]:
     """Train steps ``first_step .. steps-1`` as trainer ``trainer_id``; return its losses and
     parameters (initial and final, as lists). ``progress`` prints a JSON line after each
     step; trainer 0 saves a checkpoint into ``checkpoint_dir`` after ``checkpoint_at``
-    steps. ``compile``: run the trainer program as compiled segments (a CompiledProgram
-    with ``BuildStrategy.enable_compile``)."""
+    steps (a number or several); ``step_delay`` seconds pass between steps. ``compile``: run
+    the trainer program as compiled segments (a CompiledProgram with
+    ``BuildStrategy.enable_compile``)."""
+    import time
+
     import parafluid as fluid
 
     main, startup, loss = build(optimizer, lr_decay, l2, embedding)
@@ -198,9 +202,12 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
     initial = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in PARAMS}
     losses = []
     all_ids = ids_of(steps, trainers) if embedding else None
+    save_after = {checkpoint_at} if isinstance(checkpoint_at, int) else set(checkpoint_at or ())
     for step, (x, y) in enumerate(batches(steps, trainers)):
         if step < first_step:
             continue
+        if step_delay:
+            time.sleep(step_delay)
         feed = {"x": x[trainer_id::trainers], "y": y[trainer_id::trainers]}
         if all_ids is not None:
             feed["ids"] = all_ids[step][trainer_id::trainers]
@@ -208,7 +215,7 @@ def run_trainer(trainer_id: int, pservers: str, trainers: int, steps: int,
         losses.append(float(np.asarray(out).reshape(-1)[0]))
         if progress:
             print(json.dumps({"trainer_id": trainer_id, "step": step}), flush=True)
-        if trainer_id == 0 and checkpoint_at == step + 1:
+        if trainer_id == 0 and step + 1 in save_after:
             fluid.io.save_persistables(exe, checkpoint_dir, prog, scope=scope)
     names = PARAMS + (("emb",) if embedding == "local" else ())
     final = {p: np.array(scope.find_var(p).get_tensor()).tolist() for p in names}
@@ -289,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-at", type=int, default=None,
                    help="trainer 0: save a checkpoint after this many steps")
     p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--step-delay", type=float, default=0.0, help="trainer: seconds per step")
     p.add_argument("--load-dir", default=None, help="pserver: load a checkpoint first")
     a = p.parse_args(argv)
     if a.role == "pserver":
@@ -299,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         out = run_trainer(a.trainer_id, a.pservers, a.trainers, a.steps, a.optimizer,
                           split_method=a.split_method, sync=a.sync, progress=a.progress,
                           first_step=a.first_step, checkpoint_at=a.checkpoint_at,
-                          checkpoint_dir=a.checkpoint_dir)
+                          checkpoint_dir=a.checkpoint_dir, step_delay=a.step_delay)
         print(json.dumps(out), flush=True)
     return 0
 

@@ -52,8 +52,8 @@ def mutate(rng: random.Random, frames: list[bytes]) -> list[bytes]:
             frames[i][rng.randrange(len(frames[i]))] = rng.randrange(256)
     elif op == 1:  # rewrite one header field with an extreme value
         head = frames[0]
-        pos = rng.choice([4, 5, 6, 7, 8, 10, 12, 16, 24, 32])
-        width = {4: 1, 5: 1, 6: 1, 7: 1, 8: 2, 10: 2, 12: 4, 16: 8, 24: 8, 32: 8}[pos]
+        pos = rng.choice([4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 40])
+        width = {4: 1, 5: 1, 6: 1, 7: 1, 8: 2, 10: 2, 12: 4, 16: 8, 24: 8, 32: 8, 40: 8}[pos]
         val = rng.choice([0, 1, 255, 2**(8 * width) - 1, rng.getrandbits(8 * width)])
         head[pos:pos + width] = (val % 2**(8 * width)).to_bytes(width, "little")
     elif op == 2:  # huge or negative dims

@@ -140,3 +140,28 @@ def test_cli_launch_subcommand_parses_the_same_options():
                                       "--epochs", "1"])
     assert (args.nproc_per_node, args.module, args.training_script) == (3, True, "pkg.train")
     assert args.training_script_args == ["--epochs", "1"]
+
+
+def test_every_role_of_a_job_gets_the_same_generated_secret(monkeypatch):
+    from parafluid.distributed.launch import build_parser, plan
+
+    monkeypatch.delenv("PARAFLUID_RPC_SECRET", raising=False)
+    ps_args = ["--server_num", "2", "--worker_num", "2", "train.py"]
+    for argv in (ps_args, ["--nproc_per_node", "2", "--selected_gpus", "0,1", "train.py"]):
+        procs = plan(build_parser().parse_args(argv))
+        secrets = {p.env["PARAFLUID_RPC_SECRET"] for p in procs}
+        assert len(secrets) == 1 and re.fullmatch(r"[0-9a-f]{64}", secrets.pop())
+    # one per job: another job gets another
+    first, again = (plan(build_parser().parse_args(ps_args))[0].env["PARAFLUID_RPC_SECRET"]
+                    for _ in range(2))
+    assert first != again
+    # the launcher's own is handed on (several machines must share one)
+    monkeypatch.setenv("PARAFLUID_RPC_SECRET", "shared")
+    assert {p.env["PARAFLUID_RPC_SECRET"] for p in plan(build_parser().parse_args(ps_args))} \
+        == {"shared"}
+    monkeypatch.delenv("PARAFLUID_RPC_SECRET")
+    # several machines without one: none can be made up here, and the launcher says so
+    args = build_parser().parse_args(["--servers", "10.0.0.1:6174,10.0.0.2:6174", "--workers",
+                                      "10.0.0.1:6170,10.0.0.2:6170", "--node_ip", "10.0.0.1",
+                                      "train.py"])
+    assert all("PARAFLUID_RPC_SECRET" not in p.env for p in plan(args))

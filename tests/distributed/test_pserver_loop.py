@@ -1,6 +1,7 @@
 """The parameter-server loop with trainer threads on 127.0.0.1: sync and async semantics,
 uneven data, dead trainers, dead servers, start order, prefetch and checkpoint notices."""
 
+import json
 import socket
 import threading
 import time
@@ -39,8 +40,8 @@ class Job:
         self.saved = []
         self.ps = ParameterServer(endpoint, fan_in, sync_mode, optimize=self.optimize,
                                   get=self.params.__getitem__, prefetch=self.prefetch,
-                                  save=self.saved.append, deadline_s=deadline_s,
-                                  poll_interval_s=0.02)
+                                  save=self.save, deadline_s=deadline_s,
+                                  poll_interval_s=0.02, checkpoint_root="/tmp")
         self.endpoint = self.ps.endpoint
         self.error = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -56,6 +57,10 @@ class Job:
                     self.params["emb"].index_add_(0, sr.rows, -LR * sr.value / len(blocks))
             else:
                 self.params[name] -= LR * torch.stack(blocks).mean(0)
+
+    def save(self, dirname, step):
+        self.saved.append((dirname, step))
+        return json.dumps({"file": "ps.safetensors", "step": step, "bytes": 0, "sha256": "-"})
 
     def prefetch(self, table, rows):
         return self.params[table][rows]
@@ -203,8 +208,10 @@ def test_two_send_barriers_in_one_step_are_refused():
     job = Job(deadline_s=5)
     c0, c1 = PServerClient(job.endpoint, 0, 5), PServerClient(job.endpoint, 1, 5)
     c0.send_barrier()
+    c0.step = 0  # the same barrier again
     with pytest.raises(RPCError, match="trainer 0 sent two send barriers in step 0"):
         c0.send_barrier()
+    c0.step = 1
     c1.send_barrier()  # the step goes on: optimize with no gradients, then the fetch phase
     c0.fetch_barrier()
     c1.fetch_barrier()
@@ -251,12 +258,12 @@ def test_prefetch_sparse_gradients_and_checkpoint_notice():
     c.send_barrier()
     assert c.prefetch("emb", [3]).tolist() == [[5.0, 6.0]]  # held until the update, then read
     c.fetch_barrier()
-    c.checkpoint_notify("/tmp/ckpt dir")
+    assert c.checkpoint_notify("/tmp/ckpt dir")["step"] == 1
     with pytest.raises(RPCError, match="has no variable 'nope'"):
         c.recv("nope")
     c.complete()
     job.join()
-    assert job.saved == ["/tmp/ckpt dir"] and job.error is None
+    assert job.saved == [("/tmp/ckpt dir", 1)] and job.error is None
 
 
 def test_protocol_errors_are_answered_and_the_server_goes_on():

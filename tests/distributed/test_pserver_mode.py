@@ -8,6 +8,7 @@ real processes.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -196,13 +197,26 @@ def test_distributed_lookup_table_programs():
 
 
 @pytest.mark.timeout(120)
-def test_checkpoint_then_restart_from_it_reaches_the_same_parameters(tmp_path):
+def test_checkpoint_then_restart_from_it_reaches_the_same_parameters(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARAFLUID_CHECKPOINT_ROOT", str(tmp_path))
     ckpt = str(tmp_path / "ckpt")
     kw = dict(lr_decay=True, split_method="hash_name")
     full = _job("adam", steps=(6, 6), checkpoint_at=3, ckpt=ckpt, **kw)
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert files == ["__variables__.safetensors", "pserver_0.safetensors",
-                     "pserver_1.safetensors"]
+    assert files == ["__checkpoint__.json", "__variables__.safetensors",
+                     "pserver_0.safetensors", "pserver_1.safetensors"]
+    marker = json.loads((tmp_path / "ckpt" / "__checkpoint__.json").read_text())
+    assert marker["step"] == 3 and sorted(marker["files"]) == files[1:]
+    # the trainer's file holds what the trainer computes: the parameters of step 3, not the
+    # optimizer state (which it never updates in pserver mode; the pservers hold it)
+    tensors, meta = fluid.io.read_tensors(str(tmp_path / "ckpt" / "__variables__.safetensors"))
+    assert sorted(tensors) == sorted(ps_job.PARAMS) and meta["parafluid.step"] == "3"
+    main, startup, _ = ps_job.build("adam", **{"lr_decay": True})
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    with pytest.raises(ValueError, match="moment"):  # not loadable as the model's whole state
+        fluid.io.load_persistables(exe, ckpt, main, scope=scope)
+    fluid.io.load_params(exe, ckpt, main, scope=scope)
     # new pservers load their blocks (parameters, moments, beta powers, LR counter); the
     # trainers pull the parameters at startup and run steps 3..5 again
     resumed = _job("adam", steps=(6, 6), first_step=3, load_dir=ckpt, **kw)
@@ -210,6 +224,67 @@ def test_checkpoint_then_restart_from_it_reaches_the_same_parameters(tmp_path):
         assert resumed[t]["losses"] == pytest.approx(full[t]["losses"][3:], abs=1e-6)
         for p in ps_job.PARAMS:
             np.testing.assert_allclose(resumed[t]["final"][p], full[t]["final"][p], atol=1e-6)
+
+
+class _Killed(BaseException):
+    """Trainer 0 killed while it saves."""
+
+
+@pytest.mark.timeout(120)
+def test_a_save_killed_between_the_pservers_leaves_a_folder_that_does_not_load(
+        tmp_path, monkeypatch):
+    from parafluid.distributed.ps_client import PServerClient
+
+    monkeypatch.setenv("PARAFLUID_CHECKPOINT_ROOT", str(tmp_path))
+    monkeypatch.setenv("FLAGS_rpc_deadline", "3000")  # the others notice the kill quickly
+    ckpt = tmp_path / "ckpt"
+    notify = PServerClient.checkpoint_notify
+    calls = []
+
+    def killed_at_the_fourth(self, dirname):
+        calls.append(self.endpoint)
+        if len(calls) == 4:  # the second save (after step 5), between pserver 0 and 1
+            raise _Killed
+        return notify(self, dirname)
+    monkeypatch.setattr(PServerClient, "checkpoint_notify", killed_at_the_fourth)
+    try:
+        with pytest.raises(_Killed):
+            _job("momentum", steps=(6, 6), checkpoint_at=(3, 5), ckpt=str(ckpt))
+    finally:
+        # the killed trainers never closed their executors: drop their pools (this process
+        # stands for their processes), so that later jobs here start without them
+        from parafluid.distributed import ps_registry
+
+        with ps_registry._LOCK:
+            pools = [ps_registry._POOLS.pop(t) for t in list(ps_registry._POOLS)]
+        for pool in pools:
+            pool.close()
+    steps = {f: fluid.io.read_tensors(str(ckpt / f))[1]["parafluid.step"]
+             for f in ("__variables__.safetensors", "pserver_0.safetensors",
+                       "pserver_1.safetensors")}
+    assert steps == {"__variables__.safetensors": "5", "pserver_0.safetensors": "5",
+                     "pserver_1.safetensors": "3"}  # the files mix steps 5 and 3
+    eps = endpoints(2)
+    programs = []
+    for ep in eps.split(","):
+        main, startup, _ = ps_job.build("momentum")
+        t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))
+        t.transpile(0, program=main, startup_program=startup, pservers=eps, trainers=2)
+        programs.append(t.get_pserver_programs(ep))
+    for prog, startup in programs:  # before: both loaded, and the job ran on mixed steps
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        with pytest.raises(ValueError, match="was not committed"):
+            fluid.io.load_persistables(exe, str(ckpt), prog, scope=scope)
+    # the marker of the step-3 set, put back by hand, does not make the folder load either
+    (ckpt / "__checkpoint__.json").write_text(json.dumps({
+        "format": "parafluid.checkpoint/1", "step": 3,
+        "files": {"pserver_0.safetensors": {"sha256": "0" * 64, "bytes": 1}}}))
+    prog, startup = programs[0]
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    with pytest.raises(ValueError, match="holds step 5, but the checkpoint's marker says step 3"):
+        fluid.io.load_persistables(exe, str(ckpt), prog, scope=scope)
 
 
 def test_programs_print_verify_and_round_trip():

@@ -193,7 +193,7 @@ def test_parafluid_train_with_pservers_sync_equals_two_devices_and_async_converg
 def test_pserver_killed_after_a_checkpoint_job_restarted_from_it_ends_as_without_the_crash(
         tmp_path):
     ckpt = str(tmp_path / "ckpt")
-    env = child_env(FLAGS_rpc_deadline="4000")
+    env = child_env(FLAGS_rpc_deadline="4000", PARAFLUID_CHECKPOINT_ROOT=str(tmp_path))
     eps = endpoints(2)
     common = ["--pservers", eps, "--trainers", 2, "--optimizer", "momentum"]
     procs = []
@@ -209,7 +209,7 @@ def test_pserver_killed_after_a_checkpoint_job_restarted_from_it_ends_as_without
             p.communicate(timeout=30)
             assert p.returncode != 0  # every process ends: nothing hangs
         # restart everything from the checkpoint: steps 3..5 again
-        env = child_env(FLAGS_rpc_deadline="30000")
+        env = child_env(FLAGS_rpc_deadline="30000", PARAFLUID_CHECKPOINT_ROOT=str(tmp_path))
         servers = [_job("pserver", *common, "--endpoint", ep, "--load-dir", ckpt, env=env)
                    for ep in eps.split(",")]
         trainers = [_job("trainer", *common, "--steps", 6, "--first-step", 3,
@@ -268,3 +268,150 @@ def test_sigterm_ends_a_serving_pserver_cleanly():
     assert server.returncode == 0, err
     assert _last_json(out) == {"role": "pserver", "endpoint": eps}  # exe.run returned
     assert "stopped by SIGTERM" in err, err
+
+
+@pytest.mark.timeout(150)
+def test_a_pserver_restarted_alone_is_refused_and_every_process_stops():
+    eps = endpoints(2)
+    restarted_ep = eps.split(",")[1]
+    env = child_env(FLAGS_rpc_deadline="6000")
+    common = ["--pservers", eps, "--trainers", 2, "--optimizer", "momentum"]
+    procs = []
+    try:
+        servers = [_job("pserver", *common, "--endpoint", ep, env=env) for ep in eps.split(",")]
+        # a second between steps: the kill and restart come while no request is in flight,
+        # so the trainers' next requests wait in their sockets for the restarted pserver
+        trainers = [_job("trainer", *common, "--steps", 100000, "--trainer-id", t,
+                         "--progress", "--step-delay", 1.0, env=env) for t in (0, 1)]
+        procs += servers + trainers
+        _wait_for_step(trainers[0], 3, 60)
+        servers[1].send_signal(signal.SIGKILL)
+        servers[1].wait()
+        # before: it served the trainers' next requests from its startup values, and the job
+        # went on mixing the steps of its parameters with the other pserver's
+        restarted = _job("pserver", *common, "--endpoint", restarted_ep, env=env)
+        procs.append(restarted)
+        t0 = time.monotonic()
+        outs = [p.communicate(timeout=60) for p in trainers]
+        took = time.monotonic() - t0
+        for p in (servers[0], restarted):
+            p.communicate(timeout=30)
+            assert p.returncode != 0  # their trainers are gone: they stop at the deadline
+    finally:
+        reap(procs)
+    assert took < 20
+    for p, (_, err) in zip(trainers, outs):
+        assert p.returncode != 0, err
+    # a trainer whose request reached the restarted pserver names it and both steps (the
+    # other may fail first on its held request to the healthy pserver)
+    assert any(re.search(rf"pserver {re.escape(restarted_ep)} is at step 0 but trainer \d is "
+                         r"at step [1-9]\d*", err) for _, err in outs), outs
+
+
+@pytest.mark.timeout(240)
+def test_wire_fuzzer_against_a_live_job_loses_nothing(tmp_path):
+    """Thousands of malformed and forged messages while 2 trainers train, no secret set."""
+    import contextlib
+    import random
+    import threading
+
+    import torch
+    import zmq
+
+    from parafluid.distributed.wire import Kind, encode
+    from parafluid.testing.wire_fuzz import mutate, seed_messages
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    env = child_env(FLAGS_rpc_deadline="60000", PARAFLUID_CHECKPOINT_ROOT=str(root))
+    env.pop("PARAFLUID_RPC_SECRET", None)
+    eps = endpoints(2)
+    steps = 30
+    common = ["--pservers", eps, "--trainers", 2, "--optimizer", "momentum"]
+    procs = []
+    ctx = zmq.Context()
+    socks = []
+    sent = 0
+    try:
+        servers = [_job("pserver", *common, "--endpoint", ep, env=env) for ep in eps.split(",")]
+        trainers = [_job("trainer", *common, "--steps", steps, "--trainer-id", t, "--progress",
+                         "--step-delay", 0.15, env=env) for t in (0, 1)]
+        procs += servers + trainers
+        for t in trainers:  # both trainers speak to both pservers from step 1 on
+            _wait_for_step(t, 1, 60)
+        outs = [None] * 4  # read in threads: a trainer's last line is long, a pipe is not
+
+        def collect(i, p):
+            outs[i] = p.communicate(timeout=200)
+        readers = [threading.Thread(target=collect, args=(i, p), daemon=True)
+                   for i, p in enumerate(trainers + servers)]
+        for r in readers:
+            r.start()
+
+        def dealer(ep):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(f"tcp://{ep}")
+            return s
+        socks = [dealer(ep) for ep in eps.split(",") for _ in range(4)]
+        rng = random.Random(5)
+        seeds = seed_messages()
+        g = torch.ones(40)
+        forged = [
+            lambda t, s: encode(Kind.COMPLETE, trainer_id=t, step=s),
+            lambda t, s: encode(Kind.SEND, "nope@GRAD", torch.ones(3), trainer_id=t, step=s),
+            lambda t, s: encode(Kind.SEND, f"fc_0.b_0@GRAD.trainer_{t}", g, trainer_id=t,
+                                step=s),
+            lambda t, s: encode(Kind.SEND_BARRIER, trainer_id=t, step=s),
+            lambda t, s: encode(Kind.FETCH_BARRIER, trainer_id=t, step=s),
+            lambda t, s: encode(Kind.GET, "fc_0.w_0.block0", trainer_id=t, step=s),
+            lambda t, s: encode(Kind.GET, "secret_var", trainer_id=t, step=s),
+            lambda t, s: encode(Kind.CHECKPOINT, "", str(outside), trainer_id=t, step=s),
+            lambda t, s: encode(Kind.CHECKPOINT, "", "in\0side", trainer_id=t, step=s),
+            lambda t, s: encode(Kind.CHECKPOINT, "", "inside", trainer_id=t, step=s),
+        ]
+        fuzz_start = time.monotonic()
+        while readers[0].is_alive() or readers[1].is_alive():
+            for _ in range(100):
+                sock = rng.choice(socks)
+                if rng.random() < 0.5:
+                    frames = rng.choice(seeds)
+                    for _ in range(rng.randint(1, 3)):
+                        frames = mutate(rng, frames)
+                else:
+                    frames = rng.choice(forged)(rng.choice([0, 1, 1, 2, -1]),
+                                                rng.randrange(0, steps + 2))
+                if frames:
+                    # NOTE: without a pserver to take it (the job ended), a send would block
+                    with contextlib.suppress(zmq.Again):
+                        sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                        sent += 1
+                with contextlib.suppress(zmq.Again):
+                    while True:
+                        sock.recv_multipart(zmq.NOBLOCK)
+            if rng.random() < 0.2:  # a new connection, with a new identity
+                i = rng.randrange(len(socks))
+                ep = socks[i].getsockopt_string(zmq.LAST_ENDPOINT)[len("tcp://"):]
+                socks[i].close()
+                socks[i] = dealer(ep)
+            time.sleep(0.001)
+        for r in readers:
+            r.join(60)
+        windows = (time.monotonic() - fuzz_start) // 10 + 2  # the log's 10 s windows
+    finally:
+        for s in socks:
+            s.close()
+        ctx.term()
+        reap(procs)
+    for p, (_, err) in zip(trainers + servers, outs):
+        assert p.returncode == 0, err  # 0 jobs lost
+    assert sent >= 2000, sent
+    assert not outside.exists() and not (root / "inside").exists()
+    for _, err in outs[2:]:  # refusals are logged, a few lines per 10 s, not one a message
+        refusals = [ln for ln in err.splitlines() if "refused" in ln or "rejected" in ln]
+        assert 0 < len(refusals) <= 21 * windows, (len(refusals), windows)
+    results = {r["trainer_id"]: r for r in (_last_json(outs[t][0]) for t in (0, 1))}
+    ref = ps_job.reference(results[0]["initial"], (steps, steps), "momentum")
+    for t in (0, 1):
+        for name in ps_job.PARAMS:
+            np.testing.assert_allclose(results[t]["final"][name], ref["final"][name], atol=1e-5)

@@ -82,10 +82,11 @@ def test_encode_rejects_bad_input():
 
 def _header(**over):
     f = dict(magic=wire.MAGIC, version=wire.VERSION, kind=int(Kind.SEND), code=3, ndim=1,
-             flags=0, name=b"w", trainer=0, seq=1, nbytes=8, height=0, dims=(2,))
+             flags=0, name=b"w", trainer=0, seq=1, nbytes=8, height=0, step=-1, dims=(2,))
     f.update(over)
     return HEADER.pack(f["magic"], f["version"], f["kind"], f["code"], f["ndim"], f["flags"],
-                       len(f["name"]), f["trainer"], f["seq"], f["nbytes"], f["height"]) + \
+                       len(f["name"]), f["trainer"], f["seq"], f["nbytes"], f["height"],
+                       f["step"]) + \
         f["name"] + b"".join(struct.pack("<q", d) for d in f["dims"])
 
 
@@ -110,6 +111,7 @@ def _header(**over):
     ([_header(code=0, ndim=0, dims=(), nbytes=0)], "needs a value"),
     ([_header()[:-1], b"\0" * 8], "fields say"),
     ([_header(trainer=-5), b"\0" * 8], "trainer id"),
+    ([_header(step=-2), b"\0" * 8], "step -2"),
     ([_header(dims=(2**40,), nbytes=2**42), b""], "exceeds the limit"),
     ([_header(flags=2, ndim=1, dims=(2,), nbytes=16 + 8, height=1),
       struct.pack("<qq", 0, 1), b"\0" * 8], "outside \\[0, 1\\)"),

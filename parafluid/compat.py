@@ -48,10 +48,6 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
-_family(["layers.generate_mask_labels"],
-        "the rest of the detection family (Mask R-CNN's mask labels: polygons rasterized "
-        "per ROI)",
-        "not ported yet; rasterize the masks outside the program (numpy) and feed them")
 _family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",
          "layers.tree_conv", "layers.match_matrix_tensor", "layers.var_conv_2d",
          "layers.data_norm",

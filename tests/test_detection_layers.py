@@ -354,3 +354,33 @@ def test_deformable_roi_pooling_without_offsets_averages_its_bins():
     # moved by a quarter of the ROI's size (half a pixel) right and down: whole pixels
     np.testing.assert_allclose(moved.reshape(-1), [(0 + 1 + 4 + 5) / 4,
                                                    16 + (5 + 6 + 9 + 10) / 4], rtol=1e-5)
+
+
+def test_generate_mask_labels_rasterizes_the_matched_polygon_in_each_roi():
+    place = fluid.CPUPlace()
+    square = [[4, 4], [12, 4], [12, 12], [4, 12]]  # one object of class 1, one polygon
+    feed = {"im_info": np.array([[32, 32, 1.0]], "float32"),
+            "gt_classes": fluid.create_lod_tensor(np.array([[1]], "int32"), [[1]], place),
+            "is_crowd": fluid.create_lod_tensor(np.array([[0]], "int32"), [[1]], place),
+            "gt_segms": fluid.create_lod_tensor(np.array(square, "float32"), [[1], [1], [4]],
+                                                place),
+            "rois": fluid.create_lod_tensor(np.array([[4, 4, 12, 12], [0, 0, 8, 8],
+                                                      [20, 20, 30, 30]], "float32"), [[3]],
+                                            place),
+            "labels": fluid.create_lod_tensor(np.array([[1], [1], [0]], "int32"), [[3]],
+                                              place)}
+
+    def build():
+        return list(fluid.layers.generate_mask_labels(
+            _data("im_info", [3]), _data("gt_classes", [1], "int32", lod_level=1),
+            _data("is_crowd", [1], "int32", lod_level=1),
+            _data("gt_segms", [2], lod_level=3), _data("rois", [4], lod_level=1),
+            _data("labels", [1], "int32", lod_level=1), num_classes=2, resolution=4))
+
+    mask_rois, has_mask, masks = run_layers(build, feed)
+    np.testing.assert_array_equal(has_mask.reshape(-1), [0, 1])  # the foreground ROIs
+    assert masks.shape == (2, 2 * 16) and np.all(masks[:, :16] == -1)  # class 0's block
+    np.testing.assert_array_equal(masks[0, 16:], np.ones(16))  # the ROI is the square
+    # the ROI [0, 8] covers the square's top-left quarter: the lower-right 2 x 2 cells
+    np.testing.assert_array_equal(masks[1, 16:].reshape(4, 4),
+                                  [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]])

@@ -23,7 +23,7 @@ from .detection import _check, _outputs
 __all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign",
            "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals",
            "rpn_target_assign", "generate_proposal_labels", "retinanet_target_assign",
-           "roi_perspective_transform"]
+           "roi_perspective_transform", "generate_mask_labels"]
 
 
 def _roi(op: str, input: Variable, rois: Variable, attrs: dict[str, Any],
@@ -337,3 +337,35 @@ def roi_perspective_transform(input: Variable, rois: Variable, transformed_heigh
                             "transformed_width": int(transformed_width),
                             "spatial_scale": float(spatial_scale)})
     return out
+
+
+def generate_mask_labels(im_info: Variable, gt_classes: Variable, is_crowd: Variable,
+                         gt_segms: Variable, rois: Variable, labels_int32: Variable,
+                         num_classes: int, resolution: int) -> tuple[Variable, Variable, Variable]:
+    """Mask R-CNN's mask targets: for each foreground ROI (``labels_int32 > 0``), the
+    polygons (``gt_segms``: LoD of 3 levels, image -> object -> polygon -> points) of the
+    ground truth it overlaps most, rasterized in the ROI at ``resolution x resolution`` into
+    its class's block. Returns ``(mask_rois, roi_has_mask_int32, mask_int32 [P, num_classes *
+    resolution ** 2])``.
+
+    Example::
+
+        mask_rois, has_mask, mask_int32 = fluid.layers.generate_mask_labels(
+            im_info, gt_classes, is_crowd, gt_segms, rois, labels_int32, 81, 14)
+    """
+    _check("generate_mask_labels", im_info=im_info, gt_classes=gt_classes, is_crowd=is_crowd,
+           gt_segms=gt_segms, rois=rois, labels_int32=labels_int32)
+    helper = LayerHelper("generate_mask_labels")
+    mask_rois = helper.create_variable_for_type_inference(rois.dtype, stop_gradient=True)
+    has_mask, mask_int32 = (helper.create_variable_for_type_inference("int32",
+                                                                      stop_gradient=True)
+                            for _ in range(2))
+    helper.append_op("generate_mask_labels",
+                     inputs={"ImInfo": [im_info], "GtClasses": [gt_classes],
+                             "IsCrowd": [is_crowd], "GtSegms": [gt_segms], "Rois": [rois],
+                             "LabelsInt32": [labels_int32]},
+                     outputs={"MaskRois": [mask_rois], "RoiHasMaskInt32": [has_mask],
+                              "MaskInt32": [mask_int32]},
+                     attrs={"num_classes": int(num_classes), "resolution": int(resolution)})
+    mask_rois.lod_level = 1
+    return mask_rois, has_mask, mask_int32

@@ -54,6 +54,7 @@ from . import rpn_target
 from . import deformable_conv
 from . import retinanet
 from . import deformable_roi
+from . import mask_labels
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

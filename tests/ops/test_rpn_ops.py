@@ -296,6 +296,74 @@ CASES += [
 ]
 
 
+
+# ------------------------------------------------------------------------ generate_mask_labels
+
+
+def _strictly_inside(px, py, poly):
+    """A convex polygon given clockwise or counter-clockwise (the polygons below keep pixel
+    centres off their edges, where the rasterization's rounding decides)."""
+    pts = list(zip(poly[0::2], poly[1::2]))
+    cross = [(bx - ax) * (py - ay) - (by - ay) * (px - ax)
+             for (ax, ay), (bx, by) in zip(pts, pts[1:] + pts[:1])]
+    return all(c > 0 for c in cross) or all(c < 0 for c in cross)
+
+
+def mask_labels_ref(ImInfo, GtClasses, IsCrowd, GtSegms, Rois, LabelsInt32, attrs):
+    m, ncls = attrs["resolution"], attrs["num_classes"]
+    objects = [[[0, 0, 8, 0, 8, 8, 0, 8]],                     # image 0, class 2: a square
+               [[8, 8, 16, 8, 16, 12, 8, 12], [8, 12, 13, 16, 8, 16]],  # class 1: two parts
+               [[0, 0, 16, 0, 16, 16]]]                        # a crowd: never a target
+    rows, has, masks = [], [], []
+    scale = ImInfo[0, 2]
+    for r in range(4):  # image 0's ROIs
+        label = LabelsInt32[r, 0]
+        if label <= 0:
+            continue
+        roi = Rois[r] / scale
+        boxes = [[min(sum(o, [])[0::2]), min(sum(o, [])[1::2]), max(sum(o, [])[0::2]),
+                  max(sum(o, [])[1::2])] for o in objects[:2]]
+        obj = objects[int(np.argmax([iou(roi, b, normalized=False) for b in boxes]))]
+        w, h = max(roi[2] - roi[0], 1), max(roi[3] - roi[1], 1)
+        mask = np.zeros((m, m), "int32")
+        for poly in obj:
+            p = [(v - roi[j % 2]) * m / (w if j % 2 == 0 else h) for j, v in enumerate(poly)]
+            for y in range(m):
+                for x in range(m):
+                    mask[y, x] |= _strictly_inside(x + 0.5, y + 0.5, p)
+        row = -np.ones(ncls * m * m, "int32")
+        row[label * m * m:(label + 1) * m * m] = mask.reshape(-1)
+        rows.append(roi * scale)
+        has.append(r)
+        masks.append(row)
+    # image 1 has no foreground ROI: its first ROI with an all -1 target
+    rows.append(Rois[4])
+    has.append(0)  # the index of its first background ROI within the image
+    masks.append(-np.ones(ncls * m * m, "int32"))
+    return {"MaskRois": np.array(rows), "RoiHasMaskInt32": np.array(has, "int32").reshape(-1, 1),
+            "MaskInt32": np.array(masks)}
+
+
+_POINTS = [[0, 0], [8, 0], [8, 8], [0, 8],                       # object 0
+           [8, 8], [16, 8], [16, 12], [8, 12], [8, 12], [13, 16], [8, 16],  # object 1
+           [0, 0], [16, 0], [16, 16],                            # object 2 (crowd)
+           [20, 20], [28, 20], [28, 28]]                         # image 1's object
+CASES += [
+    OpCase("generate_mask_labels",
+           {"ImInfo": np.array([[64, 64, 2.0], [64, 64, 1.0]], "float32"),
+            "GtClasses": np.array([[2], [1], [3], [1]], "int32"),
+            "IsCrowd": np.array([[0], [0], [1], [0]], "int32"),
+            "GtSegms": np.array(_POINTS, "float32"),
+            "Rois": np.array([[0, 0, 16, 16], [16, 16, 32, 32], [40, 40, 60, 60],
+                              [12, 12, 36, 36], [5, 5, 9, 9], [0, 0, 4, 4]], "float32"),
+            "LabelsInt32": np.array([[2], [1], [0], [1], [0], [0]], "int32")},
+           lod={"GtClasses": [[0, 3, 4]], "IsCrowd": [[0, 3, 4]], "Rois": [[0, 4, 6]],
+                "LabelsInt32": [[0, 4, 6]],
+                "GtSegms": [[0, 3, 4], [0, 1, 3, 4, 5], [0, 4, 8, 11, 14, 17]]},
+           attrs={"num_classes": 3, "resolution": 4}, ref=mask_labels_ref),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -73,8 +73,7 @@ from .transpiler import memory_optimize, release_memory
 from . import profiler  # noqa: F401  (fluid.profiler)
 from . import install_check, log_helper, reader  # noqa: F401  (Fluid 1.6 module paths)
 from .io import load, save
-
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401  (parafluid.__version__)
 
 __all__ = [
     "Program", "Operator", "Parameter", "Variable", "program_guard", "default_main_program",

@@ -112,7 +112,8 @@ class GradientClipByValue(BaseGradientClipAttr):
     def _create_operators(self, param: Parameter, grad: Variable,
                           context: dict[str, Any]) -> tuple[Parameter, Variable]:
         out = _clipped_var(grad)
-        grad.block.append_op("clip_by_value", inputs={"X": [grad]}, outputs={"Out": [out]},
+        # NOTE: Fluid 1.6 builds this with layers.clip: a "clip" op
+        grad.block.append_op("clip", inputs={"X": [grad]}, outputs={"Out": [out]},
                              attrs={"min": self.min, "max": self.max})
         return param, out
 

@@ -48,21 +48,6 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
-_family(["layers.prior_box", "layers.density_prior_box", "layers.multi_box_head",
-         "layers.bipartite_match", "layers.target_assign", "layers.detection_output",
-         "layers.ssd_loss", "layers.rpn_target_assign", "layers.retinanet_target_assign",
-         "layers.sigmoid_focal_loss", "layers.anchor_generator",
-         "layers.roi_perspective_transform", "layers.generate_proposal_labels",
-         "layers.generate_proposals", "layers.generate_mask_labels", "layers.iou_similarity",
-         "layers.box_coder", "layers.polygon_box_transform", "layers.yolov3_loss",
-         "layers.yolo_box", "layers.box_clip", "layers.multiclass_nms",
-         "layers.retinanet_detection_output", "layers.distribute_fpn_proposals",
-         "layers.box_decoder_and_assign", "layers.collect_fpn_proposals",
-         "layers.roi_pool", "layers.roi_align", "layers.psroi_pool",
-         "layers.deformable_roi_pooling", "layers.deformable_conv", "metrics.DetectionMAP"],
-        "the detection family (layers/detection.py, ROI pooling, deformable convolution)",
-        "not ported yet; compute boxes and NMS outside the program (numpy) and feed the "
-        "results")
 _family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",
          "layers.tree_conv", "layers.match_matrix_tensor", "layers.var_conv_2d",
          "layers.data_norm",

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .dtypes import convert_dtype
-from .program_meta import ProgramMeta
+from .program_meta import ProgramMeta, VarsDistributed
 from .variable import Parameter, Variable, _as_shape, var_names
 
 __all__ = [
@@ -136,6 +136,11 @@ class Operator:
     @property
     def attr_names(self) -> list[str]:
         return list(self.attrs)
+
+    def all_attrs(self) -> dict[str, Any]:
+        """Every attribute by name (the registered defaults included); a sub-block attribute
+        gives its ``Block`` (``listen_and_serv``'s ``optimize_blocks``: a list of them)."""
+        return dict(self.attrs)
 
     @property
     def sub_blocks(self) -> list[Block]:
@@ -363,6 +368,8 @@ class Program:
         self._op_role_var: list[str] = []
         self._name_scope_stack: list[str] = []
         self._appending_grad_times = 0
+        # Fluid's flag: memory_optimize / release_memory rewrote this program
+        self._is_mem_optimized = False
         # what passes and transpilers record about the job (kept by clone and serialization)
         self.meta = ProgramMeta()
 
@@ -425,6 +432,54 @@ class Program:
             raise TypeError(f"Program._trainers_endpoints must be a list of 'ip:port' strings, "
                             f"got {endpoints!r}")
         self.meta.trainers_endpoints = list(endpoints)
+
+    # ---- what a pserver transpile marks (Fluid's names, over ``meta``)
+    @property
+    def _is_distributed(self) -> bool:
+        """Whether a pserver-mode ``DistributeTranspiler`` made this a trainer program."""
+        return bool(self.meta.is_distributed)
+
+    @_is_distributed.setter
+    def _is_distributed(self, value: bool) -> None:
+        self.meta.is_distributed = bool(value)
+
+    @property
+    def _is_chief(self) -> bool:
+        """Whether this is trainer 0's program (pserver mode)."""
+        return bool(self.meta.is_chief)
+
+    @_is_chief.setter
+    def _is_chief(self, value: bool) -> None:
+        self.meta.is_chief = bool(value)
+
+    @property
+    def _endpoints(self) -> list[str]:
+        """The pserver endpoints (``meta.pserver_endpoints``)."""
+        return self.meta.pserver_endpoints
+
+    @_endpoints.setter
+    def _endpoints(self, endpoints: Sequence[str]) -> None:
+        if isinstance(endpoints, str) or not all(isinstance(e, str) for e in endpoints):
+            raise TypeError(f"Program._endpoints must be a list of 'ip:port' strings, "
+                            f"got {endpoints!r}")
+        self.meta.pserver_endpoints = list(endpoints)
+
+    @property
+    def _distributed_lookup_table(self) -> str | None:
+        """The name of the distributed lookup table, or None."""
+        return self.meta.distributed_lookup_table
+
+    @_distributed_lookup_table.setter
+    def _distributed_lookup_table(self, name: str | None) -> None:
+        self.meta.distributed_lookup_table = name or None
+
+    @property
+    def _parameters_on_pservers(self) -> VarsDistributed | None:
+        """Which pserver holds which block of each parameter and optimizer state (pserver
+        mode), or None before a transpile."""
+        if not self.meta.is_distributed:
+            return None
+        return VarsDistributed(self.meta.parameters_on_pservers)
 
     # ---- role guards used by backward and optimizers
     @contextlib.contextmanager

@@ -52,7 +52,9 @@ def init_on_cpu() -> Iterator[None]:
 
 
 class Initializer:
-    """Base class: ``init(var, block)`` appends the filling op to ``block`` (a startup block)."""
+    """Base class: ``init(var, block)`` puts the filling op first in ``block`` (a startup
+    block), as Fluid's initializers do: a startup program lists the initializers of the
+    variables created last first."""
 
     def __call__(self, var: Any, block: Any) -> Any:
         raise NotImplementedError  # abstract
@@ -80,7 +82,7 @@ class Constant(Initializer):
         self.force_cpu = force_cpu
 
     def __call__(self, var: Any, block: Any) -> Any:
-        return block.append_op("fill_constant", outputs={"Out": [var]},
+        return block._prepend_op("fill_constant", outputs={"Out": [var]},
                                attrs={"shape": list(var.shape), "dtype": var.dtype,
                                       "value": float(self.value),
                                       "force_cpu": self.force_cpu or _force_init_on_cpu})
@@ -112,7 +114,7 @@ class Uniform(Initializer):
                                  f"{var.name}")
             attrs.update(diag_num=int(self.diag_num), diag_step=int(self.diag_step),
                          diag_val=float(self.diag_val))
-        return block.append_op("uniform_random", outputs={"Out": [var]}, attrs=attrs)
+        return block._prepend_op("uniform_random", outputs={"Out": [var]}, attrs=attrs)
 
 
 class Normal(Initializer):
@@ -122,7 +124,7 @@ class Normal(Initializer):
         self.loc, self.scale, self.seed = loc, scale, seed
 
     def __call__(self, var: Any, block: Any) -> Any:
-        return block.append_op(self.op_type, outputs={"Out": [var]},
+        return block._prepend_op(self.op_type, outputs={"Out": [var]},
                                attrs={"shape": list(var.shape), "dtype": var.dtype,
                                       "mean": float(self.loc), "std": float(self.scale),
                                       "seed": self._seed(self.seed, block)})
@@ -177,7 +179,7 @@ class NumpyArrayInitializer(Initializer):
                              f"not match {var.name} shape {list(var.shape)}")
         dtype = convert_dtype(var.dtype)
         values = self.value.astype(dtype).reshape(-1).tolist()
-        return block.append_op("assign_value", outputs={"Out": [var]},
+        return block._prepend_op("assign_value", outputs={"Out": [var]},
                                attrs={"shape": list(var.shape), "dtype": dtype,
                                       "values": values})
 

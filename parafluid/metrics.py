@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MetricBase", "CompositeMetric", "Accuracy", "Precision", "Recall", "Auc",
-           "ChunkEvaluator", "EditDistance"]
+           "ChunkEvaluator", "EditDistance", "DetectionMAP"]
 
 
 def _scalar(value: Any, what: str) -> float:
@@ -258,6 +258,81 @@ class EditDistance(MetricBase):
         if self.seq_num == 0:
             raise ValueError("EditDistance.eval: no data yet; call update() first")
         return self.total_distance / self.seq_num, self.instance_error / self.seq_num
+
+
+class DetectionMAP:
+    """Mean average precision of detections, in the program: ``get_map_var()`` gives the
+    batch's mAP and the mAP accumulated since the last ``reset(exe)``.
+
+    Args:
+        input: ``multiclass_nms`` / ``detection_output`` rows (LoD, one sequence per image).
+        gt_label, gt_box, gt_difficult: the ground truth (LoD ``[G, 1]``, ``[G, 4]``,
+            ``[G, 1]``; ``gt_difficult`` may be None).
+        class_num, background_label, overlap_threshold, evaluate_difficult, ap_version:
+            as ``layers.detection.detection_map`` (``'integral'`` or ``'11point'``).
+
+    Example::
+
+        map_eval = fluid.metrics.DetectionMAP(nmsed, gt_label, gt_box, difficult, 21)
+        cur_map, accum_map = map_eval.get_map_var()
+        map_eval.reset(exe)
+        for batch in reader():
+            accum, = exe.run(test_program, feed=feeder.feed(batch), fetch_list=[accum_map])
+    """
+
+    def __init__(self, input: Any, gt_label: Any, gt_box: Any, gt_difficult: Any = None,
+                 class_num: int | None = None, background_label: int = 0,
+                 overlap_threshold: float = 0.5, evaluate_difficult: bool = True,
+                 ap_version: str = "integral") -> None:
+        from . import layers, unique_name
+        from .initializer import Constant
+        from .layer_helper import LayerHelper
+
+        if class_num is None:
+            raise ValueError("DetectionMAP: class_num is required")
+        self.helper = LayerHelper("map_eval")
+        gt_label = layers.cast(x=gt_label, dtype=gt_box.dtype)
+        parts = [gt_label] if gt_difficult is None else \
+            [gt_label, layers.cast(x=gt_difficult, dtype=gt_box.dtype)]
+        # the rows keep the ground truth's sequences (one per image)
+        label = layers.lod_reset(layers.concat(parts + [gt_box], axis=1), y=gt_box)
+        args = dict(class_num=class_num, background_label=background_label,
+                    overlap_threshold=overlap_threshold, evaluate_difficult=evaluate_difficult,
+                    ap_version=ap_version)
+        self.cur_map = layers.detection.detection_map(input, label, **args)
+
+        def state(suffix: str, dtype: str, shape: list[int], value: float) -> Any:
+            var = self.helper.create_global_variable(
+                name="_".join([unique_name.generate(self.helper.name), suffix]),
+                persistable=True, dtype=dtype, shape=shape)
+            self.helper.set_variable_initializer(var, Constant(value))
+            return var
+
+        # the accumulators are read only once has_state is 1; they start as placeholders
+        states = [state("accum_pos_count", "int32", [class_num, 1], 0),
+                  state("accum_true_pos", "float32", [1, 2], 0),
+                  state("accum_false_pos", "float32", [1, 2], 0)]
+        self.has_state = state("has_state", "int32", [1], 0)
+        self.accum_map = layers.detection.detection_map(
+            input, label, has_state=self.has_state, input_states=states, out_states=states,
+            **args)
+        layers.fill_constant(shape=[1], value=1, dtype="int32", out=self.has_state)
+
+    def get_map_var(self) -> tuple[Any, Any]:
+        """(the batch's mAP, the accumulated mAP) variables."""
+        return self.cur_map, self.accum_map
+
+    def reset(self, executor: Any, reset_program: Any = None) -> None:
+        """Start accumulating afresh (runs a program setting ``has_state`` to 0)."""
+        from . import layers
+        from .framework import Program, program_guard
+
+        reset_program = Program() if reset_program is None else reset_program
+        with program_guard(reset_program):
+            var = reset_program.global_block().create_var(
+                name=self.has_state.name, shape=[1], dtype="int32", persistable=True)
+            layers.fill_constant(shape=[1], value=0, dtype="int32", out=var)
+        executor.run(reset_program)
 
 
 def __getattr__(name: str) -> object:

@@ -216,6 +216,25 @@ class LoDTensor:
         arr = as_numpy(self._holder.value)
         return arr.astype(dtype) if dtype is not None else arr
 
+    # NOTE: ``np.array(t)`` always gives a plain ndarray (numpy drops subclasses unless
+    # ``subok=True``), whose float() numpy >= 2.4 refuses for shape [1]; so the tensor itself
+    # converts: ``float(t)``, ``int(t)``, ``"%.2f" % t``, ``f"{t:.2f}"`` of one element, as
+    # ``float(np.array(t))`` did on the numpy of Fluid's time.
+    def _scalar(self, kind: type) -> Any:
+        self._check()
+        return kind(as_numpy(self._holder.value))
+
+    def __float__(self) -> float:
+        return self._scalar(float)
+
+    def __int__(self) -> int:
+        return self._scalar(int)
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return str(self)
+        return format(self._scalar(float), spec)
+
     def __repr__(self) -> str:
         if self._holder.value is None:
             return "LoDTensor(<not initialized>)"

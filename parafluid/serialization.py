@@ -21,7 +21,7 @@ from typing import Any
 from .dtypes import _CANONICAL, VarType
 from .framework import Block, Operator, Parameter, Program, Variable
 from .ops.registry import get_op_def, has_op
-from .program_meta import NODE_KINDS, ProgramMeta
+from .program_meta import DISTRIBUTED_VAR_KEYS, NODE_KINDS, ProgramMeta
 
 __all__ = ["dumps", "loads", "program_to_dict", "program_from_dict", "check_document",
            "parse_json", "FORMAT"]
@@ -288,7 +288,8 @@ def _check_attr(v: Any, where: str, block_idx: int, n_blocks: int, depth: int) -
 
 
 _META_KEYS = ("placement_node", "trainer_id", "num_trainers", "trainers_endpoints",
-              "pserver_endpoints", "data_parallel_devices", "memory_reuse")
+              "pserver_endpoints", "data_parallel_devices", "memory_reuse", "is_distributed",
+              "is_chief", "distributed_lookup_table", "parameters_on_pservers")
 _INT32 = (0, 2 ** 31 - 1)
 _NODE_KINDS = frozenset(NODE_KINDS)
 
@@ -320,6 +321,15 @@ def _check_meta(meta: Any) -> None:
             if kind not in ("cpu", "gpu") or not index.isdigit() or len(index) > 9:
                 raise _bad(f"meta.data_parallel_devices[{k}]", "a device 'cpu:<i>' or "
                            "'gpu:<i>'", dev)
+    for key in ("is_distributed", "is_chief"):
+        if key in meta and type(meta[key]) is not bool:
+            raise _bad(f"meta.{key}", "true or false", meta[key])
+    if "distributed_lookup_table" in meta and (type(meta["distributed_lookup_table"]) is not str
+                                               or not meta["distributed_lookup_table"]):
+        raise _bad("meta.distributed_lookup_table", "a variable name",
+                   meta["distributed_lookup_table"])
+    if "parameters_on_pservers" in meta:
+        _check_distributed_vars(meta["parameters_on_pservers"])
     if "memory_reuse" in meta:
         reuse = meta["memory_reuse"]
         if type(reuse) is not dict:
@@ -332,6 +342,24 @@ def _check_meta(meta: Any) -> None:
                         or not pair[0]:
                     raise _bad(f"{where}[{k}]", "[renamed name, op index]", pair)
                 _int(pair[1], f"{where}[{k}][1]", *_INT32)
+
+
+def _check_distributed_vars(records: Any) -> None:
+    for k, r in enumerate(_list(records, "meta.parameters_on_pservers")):
+        where = f"meta.parameters_on_pservers[{k}]"
+        _keys(r, where, DISTRIBUTED_VAR_KEYS)
+        for key in ("origin", "slice", "endpoint"):
+            if type(r[key]) is not str or not r[key]:
+                raise _bad(f"{where}.{key}", "a non-empty string", r[key])
+        if r["vtype"] not in ("Param", "Optimizer"):
+            raise _bad(f"{where}.vtype", "'Param' or 'Optimizer'", r["vtype"])
+        if type(r["is_slice"]) is not bool:
+            raise _bad(f"{where}.is_slice", "true or false", r["is_slice"])
+        _int(r["block_id"], f"{where}.block_id", *_INT32)
+        _int(r["offset"], f"{where}.offset", 0, 2 ** 62)
+        for key in ("origin_shape", "slice_shape"):
+            for j, d in enumerate(_list(r[key], f"{where}.{key}")):
+                _int(d, f"{where}.{key}[{j}]", -1, 2 ** 62)
 
 
 def _keys(d: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> None:

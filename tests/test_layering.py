@@ -27,7 +27,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "parafluid"
 
 # bottom to top: (layer, module prefixes relative to the package)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("values", ("dtypes", "scope", "lod", "place", "placement", "flags", "unique_name")),
+    ("values", ("dtypes", "scope", "lod", "place", "placement", "flags", "unique_name",
+                "version")),
     # the op registry is the schema the IR checks ops against (slots, attrs, shape rules);
     # it imports only values
     ("IR", ("framework", "variable", "program_meta", "serialization", "verifier",
@@ -49,7 +50,6 @@ CALL_TIME_DELEGATIONS = {
 # (importer, imported): upward imports not yet removed, each with what still needs it
 KNOWN_UPWARD = {
     ("ops.rpc", "io"): "a pserver's checkpoint writes its blocks with io.save_vars",
-    ("distributed.rendezvous", ""): "the job fingerprint reads parafluid.__version__",
 }
 
 

@@ -133,7 +133,7 @@ class StoreCalls:
 
 
 def _fingerprint(backend: str) -> str:
-    from .. import __version__
+    from ..version import __version__
 
     return f"parafluid {__version__}, torch {torch.__version__}, backend {backend}"
 

@@ -26,6 +26,10 @@ from . import rank_table
 from . import distributions
 from . import metric_op
 from . import detection
+from . import roi
+from . import yolo
+from . import deformable
+from . import retinanet
 from . import fluid_paths
 from .control_flow import *
 from .dynamic_rnn import *
@@ -48,6 +52,11 @@ from .tensor_more import *
 from .debug import *
 from .rank_table import *
 from .distributions import *
+from .detection import *
+from .roi import *
+from .yolo import *
+from .deformable import *
+from .retinanet import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
@@ -55,6 +64,8 @@ __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tens
 __all__ += vision.__all__ + misc.__all__ + loss_extra.__all__ + seq_extra.__all__
 __all__ += spatial.__all__ + tensor_extra.__all__ + tensor_more.__all__ + debug.__all__
 __all__ += rank_table.__all__ + distributions.__all__
+__all__ += detection.__all__ + roi.__all__ + yolo.__all__ + deformable.__all__
+__all__ += retinanet.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -17,7 +17,8 @@ def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
                   ignore_index: int = -100) -> Variable:
     """Cross entropy of probabilities ``input [..., D]`` against ``label``.
 
-    Hard labels are int64 ids of shape ``[..., 1]``; soft labels have ``input``'s shape.
+    Hard labels are int64 ids of shape ``[..., 1]`` (a ``cross_entropy2`` op, as Fluid 1.6
+    builds it); soft labels have ``input``'s shape (a ``cross_entropy`` op).
     The result has shape ``[..., 1]``; rows labelled ``ignore_index`` give 0.
 
     Example::
@@ -25,6 +26,15 @@ def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
         prob = fluid.layers.fc(input=x, size=10, act="softmax")
         loss = fluid.layers.mean(fluid.layers.cross_entropy(prob, label))
     """
+    if not soft_label:
+        # Fluid 1.6 builds hard-label cross entropy as a cross_entropy2 op
+        helper = LayerHelper("cross_entropy2")
+        out, match_x, xshape = (helper.create_variable_for_type_inference(input.dtype)
+                                for _ in range(3))
+        helper.append_op("cross_entropy2", inputs={"X": [input], "Label": [label]},
+                         outputs={"Y": [out], "MatchX": [match_x], "XShape": [xshape]},
+                         attrs={"ignore_index": ignore_index})
+        return out
     helper = LayerHelper("cross_entropy")
     out = helper.create_variable_for_type_inference(input.dtype)
     helper.append_op("cross_entropy", inputs={"X": [input], "Label": [label]},
@@ -58,17 +68,25 @@ def softmax_with_cross_entropy(logits: Variable, label: Variable, soft_label: bo
 
 
 def square_error_cost(input: Variable, label: Variable) -> Variable:
-    """Elementwise ``(input - label) ** 2``, one ``square_error_cost`` op. A label with a
-    dimension of 1 broadcasts (``[N, 1]`` against ``[N, k]``), as in Fluid.
+    """Elementwise ``(input - label) ** 2``: an ``elementwise_sub`` then a ``square`` op, as
+    Fluid builds it. A label with a dimension of 1 broadcasts (``[N, 1]`` against
+    ``[N, k]``).
 
     Example::
 
         cost = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
     """
+    xs, ys = list(input.shape), list(label.shape)
+    if len(xs) != len(ys) or any(a != b and b != 1 and -1 not in (a, b)
+                                 for a, b in zip(xs, ys)):
+        raise ValueError(f"square_error_cost: label {ys} must have the shape of the input "
+                         f"{xs} (or 1 where it broadcasts)")
     helper = LayerHelper("square_error_cost")
+    minus = helper.create_variable_for_type_inference(input.dtype)
+    helper.append_op("elementwise_sub", inputs={"X": [input], "Y": [label]},
+                     outputs={"Out": [minus]})
     out = helper.create_variable_for_type_inference(input.dtype)
-    helper.append_op("square_error_cost", inputs={"X": [input], "Y": [label]},
-                     outputs={"Out": [out]})
+    helper.append_op("square", inputs={"X": [minus]}, outputs={"Out": [out]})
     return out
 
 

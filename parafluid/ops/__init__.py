@@ -43,6 +43,18 @@ from . import sequence_steps
 from . import tensor_array
 from . import matching
 from . import filter_by_tag
+from . import detection_box
+from . import detection_match
+from . import roi
+from . import yolo
+from . import detection_loss
+from . import detection_map
+from . import rpn
+from . import rpn_target
+from . import deformable_conv
+from . import retinanet
+from . import deformable_roi
+from . import mask_labels
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..scope import SelectedRows
 from .registry import Meta, register_op, same_as
 
 Tensor = torch.Tensor
@@ -206,10 +207,17 @@ def _clip_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"X@GRAD": d * _in_open_range(x, attrs["min"], attrs["max"])}
 
 
+def _clip(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, lo, hi = ins["X"], attrs["min"], attrs["max"]
+    if isinstance(x, SelectedRows):
+        # a sparse gradient (GradientClipByValue): duplicate rows summed first, as Fluid
+        x = x.merged()
+        return {"Out": SelectedRows(x.rows, x.value.clamp(lo, hi), x.height)}
+    return {"Out": torch.clamp(x, lo, hi)}
+
+
 register_op("clip", inputs=("X",), outputs=("Out",), attrs={"min": -1.0, "max": 1.0},
-            infer_shape=_clip_shape,
-            kernel=lambda ins, attrs, ctx: {
-                "Out": torch.clamp(ins["X"], attrs["min"], attrs["max"])},
+            infer_shape=_clip_shape, kernel=_clip,
             grad_kernel=_clip_grad, grad_uses=("X",), share_lod=("X", "Out"))
 
 

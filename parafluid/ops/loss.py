@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .activation import clipped_log_softmax
-from .registry import Meta, register_op
+from .registry import GRAD, GradContext, Meta, register_op
 
 __all__: list[str] = []
 
@@ -127,6 +127,61 @@ register_op("cross_entropy", inputs=("X", "Label"), outputs=("Y",),
             infer_shape=_cross_entropy_shape, kernel=_cross_entropy,
             grad_kernel=_cross_entropy_grad, grad_uses=("X", "Label"),
             no_grad_inputs=("Label",), share_lod=("X", "Y"))
+
+
+# ----------------------------------------------------------------------------- cross_entropy2
+
+# Fluid 1.6's layers.cross_entropy with hard labels: the probability picked at each label is
+# kept (MatchX) and the input's shape recorded (XShape, a [0, *x.shape] tensor), so that the
+# gradient op, ``cross_entropy_grad2``, does not need X itself.
+
+
+def _cross_entropy2_shape(ins: dict, attrs: dict) -> dict:
+    x, label = ins["X"], ins["Label"]
+    _hard_label_meta("cross_entropy2", x, label, len(x.shape) - 1)
+    picked = Meta((*x.shape[:-1], 1), x.dtype)
+    return {"Y": picked, "MatchX": picked, "XShape": Meta((0, *x.shape), x.dtype)}
+
+
+def _cross_entropy2(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, label, ignore = ins["X"], ins["Label"], attrs["ignore_index"]
+    _check_label_dtype("cross_entropy2", label)
+    _check_label_range("cross_entropy2", label, x.shape[-1], ignore)
+    picked, valid = _hard_pick(x, label, ignore, x.dim() - 1)
+    zeros = torch.zeros_like(picked)
+    return {"Y": torch.where(valid, -_tolerable_log(picked), zeros),
+            "MatchX": torch.where(valid, picked, zeros),
+            "XShape": x.new_empty((0, *x.shape))}
+
+
+def _cross_entropy2_grad_maker(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
+    x = op.input("X")[0]
+    if x in no_grad:
+        return []
+    return [{"type": "cross_entropy_grad2",
+             "inputs": {"Label": op.input("Label"), "MatchX": op.output("MatchX"),
+                        "XShape": op.output("XShape"), "Y@GRAD": [op.output("Y")[0] + GRAD]},
+             "outputs": {"X@GRAD": [x + GRAD]},
+             "attrs": {"ignore_index": op.attr("ignore_index")}}]
+
+
+def _cross_entropy_grad2(ins: dict, attrs: dict, ctx: Any) -> dict:
+    label, match, dy = ins["Label"], ins["MatchX"], ins["Y@GRAD"]
+    shape = tuple(ins["XShape"].shape[1:])
+    valid = label != attrs["ignore_index"]
+    g = torch.where(valid, -dy / match, torch.zeros_like(match))
+    safe = torch.where(valid, label.long(), torch.zeros_like(label, dtype=torch.long))
+    return {"X@GRAD": dy.new_zeros(shape).scatter_(len(shape) - 1, safe, g)}
+
+
+register_op("cross_entropy2", inputs=("X", "Label"), outputs=("Y", "MatchX", "XShape"),
+            attrs={"ignore_index": -100}, infer_shape=_cross_entropy2_shape,
+            kernel=_cross_entropy2, grad=_cross_entropy2_grad_maker, share_lod=("X", "Y"))
+register_op("cross_entropy_grad2", inputs=("Label", "MatchX", "XShape", "Y@GRAD"),
+            outputs=("X@GRAD",), attrs={"ignore_index": -100},
+            infer_shape=lambda ins, attrs: {
+                "X@GRAD": Meta(tuple(ins["XShape"].shape[1:]), ins["XShape"].dtype)},
+            kernel=_cross_entropy_grad2)
 
 
 # ----------------------------------------------------------------------------- softmax + CE

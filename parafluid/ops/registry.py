@@ -190,6 +190,7 @@ def _register_grad_op(fwd: OpDef, kernel: Kernel, infer: InferShape | None) -> N
                 if s.name not in fwd.no_grad_inputs]
     gdef = OpDef(fwd.type + "_grad", tuple(grad_in), tuple(grad_out), dict(fwd.attrs),
                  infer or _grads_like_inputs, kernel)
+    gdef.no_compile = fwd.no_compile  # what keeps the forward on the host keeps its gradient
     _REGISTRY[gdef.type] = gdef
 
 

@@ -209,6 +209,26 @@ register_op("split", inputs=("X",), outputs=("Out[]",),
             infer_shape=_split_shape, kernel=_split, grad=_split_grad)
 
 
+def _rows(attrs: dict) -> dict:
+    return {**attrs, "axis": 0}
+
+
+def _split_byref_grad(op: Any, no_grad: set, ctx: GradContext) -> list[dict]:
+    x = op.input("X")[0]
+    if x in no_grad:
+        return []
+    return [{"type": "concat", "inputs": {"X": [n + GRAD for n in op.output("Out")]},
+             "outputs": {"Out": [x + GRAD]}, "attrs": {"axis": 0}}]
+
+
+# Fluid's split along the rows (what the pserver transpiler cuts a gradient into blocks with)
+register_op("split_byref", inputs=("X",), outputs=("Out[]",),
+            attrs={"num": 0, "sections": []},
+            infer_shape=lambda ins, attrs: _split_shape(ins, _rows(attrs)),
+            kernel=lambda ins, attrs, ctx: _split(ins, _rows(attrs), ctx),
+            grad=_split_byref_grad)
+
+
 # ----------------------------------------------------------------------------- reshape
 
 

@@ -4,7 +4,8 @@ Fluid 1.x's transpiler function, done in place on the given program as Fluid did
 liveness of the global block (``parafluid.passes.liveness.block_liveness``) says after which
 op each variable is read for the last time; such a variable goes into a pool. When a later
 op defines a new variable of the same dtype and a fitting shape (level 0: equal; level 1:
-the same ``-1`` pattern and no more elements), the new variable is renamed, from that op on,
+batch-sized or not like it, and no more elements; the pool is searched in Fluid's order, so
+the smallest such buffer), the new variable is renamed, from that op on,
 to the dead one's name, and its own declaration is removed. At run time the executors then
 hold one value per name: the dead value goes as soon as the new one is written, instead of
 living to the end of the step (see docs/memory.md for how this relates to eager deletion
@@ -13,10 +14,10 @@ and ``release_memory``).
 Never renamed nor reused (``protected_names``): persistables, feed targets (data variables,
 ``feed`` outputs), fetch targets (``fetch`` inputs, the loss, and every variable no op reads,
 which is what a program's results look like), the loss gradient, ``skip_opt_set``, with
-``skip_grads`` every gradient, and every name an op of a sub-block mentions (sub-blocks are
-left alone, with a warning). A parameter gradient may take a dead variable's name, but its
-own name is never handed on (see the note in the code). Renaming changes no computation, so
-results are bitwise identical.
+``skip_grads`` the parameter gradients, and every name an op of a sub-block mentions
+(sub-blocks are left alone, with a warning). A parameter gradient may take a dead
+variable's name, but its own name is never handed on (see the note in the code). Renaming
+changes no computation, so results are bitwise identical.
 
 Fetching a variable that was renamed away fails with a message naming the pass; fetching
 one whose buffer another variable took over also fails (``check_fetch_targets``) instead of
@@ -39,7 +40,7 @@ from typing import Any
 
 from ..dtypes import VarType
 from ..framework import OpRole, Program
-from ..ops.registry import EMPTY, GRAD
+from ..ops.registry import EMPTY
 from .liveness import block_liveness
 
 __all__ = ["memory_optimize", "protected_names", "check_fetch_targets"]
@@ -55,7 +56,8 @@ def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None =
         print_log: print each reuse.
         level: 0 reuses a variable of exactly the same shape; 1 also one of the same ``-1``
             pattern holding at least as many elements.
-        skip_grads: leave every gradient (``...@GRAD``) alone.
+        skip_grads: leave the parameter gradients alone (Fluid's rule: the gradient named
+            by each optimize op's ``op_role_var``).
 
     Returns None, like Fluid. Example::
 
@@ -92,7 +94,10 @@ def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None =
     # name is never handed to another variable: two gradients under one name would hide the
     # first from the gradient aggregation pass, which finds them through op_role_var.
     role_vars = {n for op in ops for n in op.attrs.get("op_role_var") or ()}
-    pool: list[str] = []  # dead names, in the order they died
+    # NOTE: Fluid's pool order: batch-sized ([-1, ...]) entries first, then by element count,
+    # the ones that died first first among equals; the first entry that fits is taken, so
+    # level 1 picks the smallest dead buffer large enough.
+    pool: list[str] = []
     # NOTE: recorded in the program (program.meta.memory_reuse): fetch checks, messages
     reuse = program.meta.memory_reuse
     for i, op in enumerate(ops):
@@ -123,7 +128,8 @@ def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None =
                     break
         for name in sorted(live.dies_at(i)):
             if candidate(name) is not None and name not in pool and name not in role_vars:
-                pool.append(name)
+                _pool_insert(pool, name, block)
+    program._is_mem_optimized = True
     program._bump()
 
 
@@ -131,7 +137,7 @@ def protected_names(program: Program, skip_opt_set: Iterable[str] | None, skip_g
                     who: str) -> set[str]:
     """Names of the global block that memory passes must neither rename, reuse nor delete."""
     block = program.global_block()
-    out = {EMPTY} | set(skip_opt_set or ())
+    out = {EMPTY} | _skip_names(skip_opt_set)
     read: set[str] = set()
     for op in block.ops:
         read.update(op.input_arg_names)
@@ -145,11 +151,15 @@ def protected_names(program: Program, skip_opt_set: Iterable[str] | None, skip_g
             out.update(op.output_arg_names)
     for op in block.ops:
         out.update(n for n in op.output_arg_names if n not in read)  # results: fetch targets
+        if skip_grads and op.attrs.get("op_role", 0) & OpRole.Optimize:
+            # Fluid's rule: the parameter gradients (op_role_var's second entry)
+            role_var = op.attrs.get("op_role_var") or []
+            if len(role_var) >= 2:
+                out.add(role_var[1])
     for name, var in block.vars.items():
         if var.persistable or var.is_data:
             out.add(name)
-        if skip_grads and GRAD in name:
-            out.add(name)
+
     if program.num_blocks > 1:
         inner = {n for b in program.blocks[1:] for op in b.ops
                  for n in op.input_arg_names + op.output_arg_names}
@@ -182,19 +192,40 @@ def _check_args(who: str, program: Any, skip_opt_set: Any) -> Program:
     if not isinstance(program, Program):
         raise TypeError(f"{who}: input_program must be a Program, got {type(program).__name__}")
     if skip_opt_set is not None and (isinstance(skip_opt_set, str) or not all(
-            isinstance(n, str) for n in skip_opt_set)):
-        raise TypeError(f"{who}: skip_opt_set must be a set of variable names, got "
-                        f"{skip_opt_set!r}")
+            isinstance(n, str) or hasattr(n, "name") for n in skip_opt_set)):
+        raise TypeError(f"{who}: skip_opt_set must be a set of variable names (or "
+                        f"Variables), got {skip_opt_set!r}")
     return program
 
 
+def _skip_names(skip_opt_set: Iterable[Any] | None) -> set[str]:
+    return {n if isinstance(n, str) else n.name for n in skip_opt_set or ()}
+
+
 def _shape_fits(x: Any, cache: Any, level: int) -> bool:
+    """Fluid's rule: level 0 equal shapes; level 1 both batch-sized (first dim -1) or both
+    not, and no more elements (the product of the dims, -1 counted as 1)."""
     x, cache = tuple(x), tuple(cache)
     if level == 0:
         return x == cache
-    if len(x) != len(cache) or any((a == -1) != (b == -1) for a, b in zip(x, cache)):
+    if not x or not cache or (x[0] == -1) != (cache[0] == -1):
         return False
-    return math.prod(d for d in x if d != -1) <= math.prod(d for d in cache if d != -1)
+    return abs(math.prod(x)) <= abs(math.prod(cache))
+
+
+def _pool_insert(pool: list[str], name: str, block: Any) -> None:
+    """Insert a dead name where Fluid's pool keeps it (see the note in memory_optimize)."""
+    def key(n: str) -> tuple[bool, int]:
+        shape = tuple(block.vars[n].shape)
+        return (bool(shape) and shape[0] != -1, abs(math.prod(shape)) if shape else 0)
+
+    k = key(name)
+    at = len(pool)
+    for i, other in enumerate(pool):
+        if key(other) > k:
+            at = i
+            break
+    pool.insert(at, name)
 
 
 def _rename(ops: list[Any], old: str, new: str, start: int) -> None:

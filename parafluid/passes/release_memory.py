@@ -65,6 +65,7 @@ def release_memory(input_program: Program, skip_opt_set: Iterable[str] | None = 
     for i, dead in reversed(inserts):  # from the end, so earlier indexes stay valid
         role = block.ops[i].attrs.get("op_role", 0) & ~OpRole.Loss
         block._insert_op(i + 1, "delete_var", inputs={"X": dead}, attrs={"op_role": role})
+    program._is_mem_optimized = True
 
 
 def eager_deletion_enabled() -> bool:

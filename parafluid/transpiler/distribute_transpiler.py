@@ -67,6 +67,9 @@ class DistributeTranspiler:
         self.startup_program: Any = None
         self._ps: PServerTranspile | None = None
         self._nodes: NodeSplit | None = None
+        # pserver mode: the distributed lookup table (Fluid's attributes of the same names)
+        self.table_name: str | None = None
+        self.has_distributed_lookup_table = False
 
     def transpile(self, trainer_id: int, program: Any = None,
                   pservers: str = "127.0.0.1:6174", trainers: int | str = 1,
@@ -120,6 +123,8 @@ class DistributeTranspiler:
         self._ps = PServerTranspile(self.config, program, startup_program, trainer_id,
                                     pservers, trainers, sync)
         self._ps.build_trainer()
+        self.table_name = self._ps.table_name
+        self.has_distributed_lookup_table = self.table_name is not None
         self.trainer_num = trainers
         self.sync_mode = sync
         self.pserver_endpoints = list(self._ps.eps)

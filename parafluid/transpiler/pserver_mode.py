@@ -51,7 +51,7 @@ __all__ = ["PServerTranspile"]
 # optimize-role ops that act element by element (so they may run on a block of a parameter)
 _ELEMENTWISE_OPT = frozenset({"sgd", "momentum", "adam", "adagrad", "rmsprop", "scale", "sum",
                               "sign", "elementwise_add", "elementwise_sub", "elementwise_mul",
-                              "clip_by_value", "assign", "cast"})
+                              "clip", "clip_by_value", "assign", "cast"})
 _RESIZABLE_INIT = frozenset({"fill_constant", "uniform_random", "gaussian_random",
                              "truncated_gaussian_random"})
 
@@ -296,9 +296,9 @@ class PServerTranspile:
                 names = [plan.grad_block(b.block_id) + suffix for b in plan.blocks]
                 for name, b in zip(names, plan.blocks):
                     block.create_var(name=name, shape=list(b.shape), dtype=plan.dtype)
-                block._insert_op(at, "split", inputs={"X": [plan.grad]},
+                block._insert_op(at, "split_byref", inputs={"X": [plan.grad]},
                                  outputs={"Out": names},
-                                 attrs={"axis": 0, "sections": [b.shape[0] for b in plan.blocks],
+                                 attrs={"sections": [b.shape[0] for b in plan.blocks],
                                         "op_role": OpRole.Dist})
                 at += 1
                 block._insert_op(at, "send", inputs={"X": names},
@@ -319,8 +319,52 @@ class PServerTranspile:
         self._append_pull(self.startup)
         if self.by_place:
             self._drop_pserver_only_init()
-        self.program.meta.trainer_id = self.trainer_id
-        self.program.meta.pserver_endpoints = list(self.eps)
+        meta = self.program.meta
+        meta.trainer_id = self.trainer_id
+        meta.pserver_endpoints = list(self.eps)
+        # Fluid's marks on the trainer program (Program._is_distributed and the rest)
+        meta.is_distributed = True
+        meta.is_chief = self.trainer_id == 0
+        meta.distributed_lookup_table = self.table_name
+        meta.parameters_on_pservers = self._distributed_vars()
+
+    @property
+    def table_name(self) -> str | None:
+        """The distributed lookup table's name (Fluid supports one), or None."""
+        return next((p.param for p in self.plans if p.table), None)
+
+    def _distributed_vars(self) -> list[dict[str, Any]]:
+        """Where each block of each parameter and of its optimizer state lives (the records
+        of ``Program._parameters_on_pservers``)."""
+        origin = self.origin.global_block()
+        records: list[dict[str, Any]] = []
+
+        def record(orig: str, name: str, shape: Any, vblock: VarBlock | None, block_id: int,
+                   vtype: str, ep: str) -> None:
+            full = tuple(origin.var(orig).shape)
+            records.append({"origin": orig, "origin_shape": list(full), "slice": name,
+                            "slice_shape": list(shape), "is_slice": tuple(shape) != full,
+                            "block_id": block_id,
+                            "offset": vblock.offset if vblock is not None else 0,
+                            "vtype": vtype, "endpoint": ep})
+
+        for plan in self.plans:
+            for b, ep in zip(plan.blocks, plan.eps):
+                record(plan.param, b.name, b.shape, b, b.block_id, "Param", ep)
+                rename = self._block_renames(plan, b)
+                seen = set()
+                for op in plan.opt_ops:
+                    for slot, names in op.inputs.items():
+                        if slot in ("Param", "Grad", "LearningRate"):
+                            continue
+                        for n in names:
+                            ov = origin._find_var_recursive(n)
+                            if n in seen or ov is None or not ov.persistable:
+                                continue
+                            seen.add(n)
+                            new, vblock, shape = rename(n)
+                            record(n, new, shape, vblock, b.block_id, "Optimizer", ep)
+        return records
 
     def _drop_pserver_only_init(self) -> None:
         """Placed programs: the trainer's startup initializes only what the trainer program

@@ -168,12 +168,13 @@ def test_a_name_fluid_put_elsewhere_is_not_found_at_the_wrong_module():
         parafluid.layers.tensor.conv2d  # noqa: B018
 
 
-def test_detection_names_import_and_fail_on_use():
-    from parafluid.layers.detection import multiclass_nms, prior_box
+def test_detection_names_are_the_layers_and_stand_ins_fail_on_use():
+    from parafluid.layers.detection import generate_mask_labels, prior_box
 
-    for layer in (prior_box, multiclass_nms):
-        with pytest.raises(NotProvidedError, match="detection family"):
-            layer(None)
+    assert prior_box is parafluid.layers.prior_box
+    assert generate_mask_labels is parafluid.layers.generate_mask_labels
+    with pytest.raises(TypeError, match="prior_box: input must be a Variable"):
+        prior_box(None, None, min_sizes=[1.0])
     with pytest.raises(NotProvidedError, match="deep gradient compression"):
         parafluid.optimizer.DGCMomentumOptimizer(learning_rate=0.1, momentum=0.9,
                                                  rampup_begin_step=0)

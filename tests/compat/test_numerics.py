@@ -176,3 +176,28 @@ def test_data_parallel_losses_convert_as_in_fluid(devices):
     else:
         with pytest.raises(TypeError, match="size-1 arrays"):
             float(merged)
+
+
+def test_a_fetched_lodtensor_and_a_scope_tensor_convert_as_in_fluid():
+    """``return_numpy=False`` gives LoDTensors; Fluid code formats them with float() and
+    "%.2f" %, which numpy >= 2.4 refuses for a plain shape-[1] array."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        loss = fluid.layers.mean(x)
+        rows = fluid.layers.reduce_sum(x, dim=1)
+        fluid.layers.create_global_var(shape=[1], value=2.5, dtype="float32",
+                                           persistable=True, name="w")
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    t, r = exe.run(main, feed={"x": np.full((2, 3), 1.5, "float32")}, fetch_list=[loss, rows],
+                   return_numpy=False, scope=scope)
+    assert isinstance(t, fluid.LoDTensor) and np.array(t).shape == (1,)
+    assert float(t) == 1.5 and int(t) == 1 and f"{t:.1f}" == "1.5"
+    assert "%.2f" % t == "1.50"  # noqa: UP031  (Fluid programs format this way)
+    assert float(np.array(t)[0]) == 1.5
+    wt = scope.find_var("w").get_tensor()
+    assert float(wt) == 2.5 and np.array(wt).shape == (1,)
+    assert "%.3f" % wt == "2.500"  # noqa: UP031
+    with pytest.raises(TypeError, match="size-1 arrays"):  # two elements: refused, as numpy did
+        float(r)

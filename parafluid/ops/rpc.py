@@ -308,31 +308,34 @@ class _Server:
                              f"{value.shape[0]} rows of {table!r}")
         return value.index_select(0, rows.to(value.device))
 
-    def save(self, dirname: str, step: int) -> str:
-        """Checkpoint notice: this pserver's persistables of ``step`` into ``dirname`` (see
-        io); returns the record of the file for the checkpoint's marker."""
-        from ..io import _values, pserver_checkpoint_filename, write_pserver_checkpoint
+    def _state(self, what: str) -> dict[str, torch.Tensor]:
+        """This pserver's persistables that hold a value (its blocks, their optimizer
+        state, the LR counter)."""
+        from ..io import _values
 
         program = self.ctx.op.block.program
         scope = self.ctx.scope
         chosen = [v for n, v in program.global_block().vars.items() if v.persistable
                   and scope.find_var(n) is not None and scope.find_var(n).value is not None]
-        tensors = _values(scope, chosen, f"pserver {self.endpoint} checkpoint")
-        return write_pserver_checkpoint(dirname, pserver_checkpoint_filename(program), tensors,
-                                        step)
+        return _values(scope, chosen, f"pserver {self.endpoint} {what}")
+
+    def save(self, dirname: str, step: int) -> str:
+        """Checkpoint notice: this pserver's persistables of ``step`` into ``dirname`` (see
+        io); returns the record of the file for the checkpoint's marker."""
+        from ..io import pserver_checkpoint_filename, write_pserver_checkpoint
+
+        return write_pserver_checkpoint(dirname,
+                                        pserver_checkpoint_filename(self.ctx.op.block.program),
+                                        self._state("checkpoint"), step)
 
     def emergency_save(self, dirname: str, step: int) -> None:
         """Before a failure ends the pserver: its persistables of ``step`` into
         ``dirname/pserver_<id>/`` with a marker of their own (see io)."""
-        from ..io import _values, pserver_checkpoint_filename, write_pserver_emergency_checkpoint
+        from ..io import pserver_checkpoint_filename, write_pserver_emergency_checkpoint
 
-        program = self.ctx.op.block.program
-        scope = self.ctx.scope
-        chosen = [v for n, v in program.global_block().vars.items() if v.persistable
-                  and scope.find_var(n) is not None and scope.find_var(n).value is not None]
-        tensors = _values(scope, chosen, f"pserver {self.endpoint} emergency checkpoint")
-        write_pserver_emergency_checkpoint(dirname, pserver_checkpoint_filename(program),
-                                           tensors, step)
+        write_pserver_emergency_checkpoint(
+            dirname, pserver_checkpoint_filename(self.ctx.op.block.program),
+            self._state("emergency checkpoint"), step)
 
     def check_grad(self, name: str, value: Any) -> None:
         """Refuse (ValueError) a gradient this pserver does not optimize, or of the wrong

@@ -48,10 +48,9 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
-_family(["layers.dynamic_lstmp", "layers.tree_conv", "layers.match_matrix_tensor",
-         "layers.var_conv_2d"],
+_family(["layers.tree_conv", "layers.match_matrix_tensor", "layers.var_conv_2d"],
         "a layer of layers.nn not ported yet",
-        "dynamic_lstm for dynamic_lstmp")
+        "no direct replacement; build it from conv2d / matmul and the sequence layers")
 _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
         "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],

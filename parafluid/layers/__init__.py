@@ -31,6 +31,7 @@ from . import yolo
 from . import deformable
 from . import retinanet
 from . import norm_extra
+from . import tree
 from . import fluid_paths
 from .control_flow import *
 from .dynamic_rnn import *
@@ -59,6 +60,7 @@ from .yolo import *
 from .deformable import *
 from .retinanet import *
 from .norm_extra import *
+from .tree import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
@@ -68,7 +70,7 @@ __all__ += spatial.__all__ + tensor_extra.__all__ + tensor_more.__all__ + debug.
 __all__ += rank_table.__all__ + distributions.__all__
 __all__ += detection.__all__ + roi.__all__ + yolo.__all__ + deformable.__all__
 __all__ += retinanet.__all__
-__all__ += norm_extra.__all__
+__all__ += norm_extra.__all__ + tree.__all__
 
 
 def __getattr__(name: str) -> object:

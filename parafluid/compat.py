@@ -64,8 +64,6 @@ _family(["CompiledProgram.with_inference_optimize"],
         "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
 _family(["fluid.dygraph_grad_clip"], "imperative (dygraph) gradient clipping",
         "fluid.clip.GradientClipByValue / ByNorm / ByGlobalNorm with set_gradient_clip")
-_family(["layers.load"], "the load op (Fluid's binary tensor files)",
-        "use fluid.io.load_vars or fluid.io.load_persistables")
 _family(["io.multiprocess_reader"], "readers in child processes",
         "use fluid.io.xmap_readers (threads) or fluid.io.DataLoader.from_generator")
 

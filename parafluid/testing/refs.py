@@ -1,4 +1,4 @@
-"""Reference implementations of Fluid image-op semantics in NumPy loops, and the one-layer
+"""Reference implementations of Fluid image and box semantics in NumPy loops, and the one-layer
 program builder that op and layer tests share.
 
 Example::
@@ -21,7 +21,8 @@ from ..layers import data
 from ..place import CPUPlace
 from ..scope import Scope
 
-__all__ = ["to_torch", "adaptive_pool_ref", "lrn_ref", "build_layer", "run_built"]
+__all__ = ["to_torch", "adaptive_pool_ref", "lrn_ref", "build_layer", "run_built", "box_iou",
+           "nms_pixels", "anchor_grid"]
 
 
 def to_torch(a: Any) -> torch.Tensor:
@@ -73,3 +74,35 @@ def run_built(main: Program, startup: Program, out: Any,
     exe, scope = Executor(CPUPlace()), Scope()
     exe.run(startup, scope=scope)
     return exe.run(main, feed=feed, fetch_list=[out], scope=scope)[0], scope
+
+
+def box_iou(a: np.ndarray, b: np.ndarray, normalized: bool = True) -> float:
+    """Fluid's IoU of two [x1, y1, x2, y2] boxes; pixel boxes (``normalized=False``) count
+    both ends, so their width is x2 - x1 + 1."""
+    pixel = 0.0 if normalized else 1.0
+    iw = max(min(a[2], b[2]) - max(a[0], b[0]) + pixel, 0)
+    ih = max(min(a[3], b[3]) - max(a[1], b[1]) + pixel, 0)
+    inter = iw * ih
+    area = (a[2] - a[0] + pixel) * (a[3] - a[1] + pixel) + (b[2] - b[0] + pixel) * \
+        (b[3] - b[1] + pixel)
+    return inter / (area - inter)
+
+
+def nms_pixels(boxes: np.ndarray, scores: np.ndarray, thr: float) -> list[int]:
+    """Greedy NMS on pixel boxes, highest score first (ties in input order); kept indices."""
+    kept: list[int] = []
+    for i in np.argsort(-scores, kind="stable"):
+        if all(box_iou(boxes[i], boxes[k], normalized=False) <= thr for k in kept):
+            kept.append(i)
+    return kept
+
+
+def anchor_grid(h: int, w: int, sizes: list[float], stride: float) -> np.ndarray:
+    """Square anchors of each size centred on every cell of an h x w grid: (h, w, k, 4)."""
+    out = np.zeros((h, w, len(sizes), 4), "float32")
+    for y in range(h):
+        for x in range(w):
+            for k, sz in enumerate(sizes):
+                cx, cy = (x + 0.5) * stride, (y + 0.5) * stride
+                out[y, x, k] = [cx - sz / 2, cy - sz / 2, cx + sz / 2, cy + sz / 2]
+    return out

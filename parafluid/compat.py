@@ -48,20 +48,17 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
-_family(["layers.dynamic_lstmp", "layers.sampled_softmax_with_cross_entropy",
-         "layers.tree_conv", "layers.match_matrix_tensor", "layers.var_conv_2d",
-         "layers.data_norm",
-         ],
-        "a layer of layers.nn not ported yet",
-        "dynamic_lstm for dynamic_lstmp, softmax_with_cross_entropy or nce for sampled "
-        "softmax")
 _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
         "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
         "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
         "use fluid.optimizer.Momentum")
-_family(["optimizer.PipelineOptimizer"], "the section-worker pipeline trainer",
-        "place ops with fluid.device_guard and use the microbatch pipeline (docs/placement.md)")
+_family(["optimizer.PipelineOptimizer"],
+        "the section-worker pipeline trainer: its programs (sections cut at cut_list, each "
+        "with a place, a concurrency and queues between them) run only through "
+        "Executor.train_from_dataset, the Dataset trainer, which is not provided either",
+        "place the stages with fluid.device_guard, minimize with the wrapped optimizer and "
+        "set BuildStrategy.num_microbatches for the GPipe pipeline (docs/placement.md)")
 _family(["fluid.DataFeedDesc", "Executor.train_from_dataset", "Executor.infer_from_dataset"],
         "Dataset training (the C++ data-feed trainers)",
         "feed batches with fluid.io.DataLoader.from_generator and call Executor.run")
@@ -71,8 +68,6 @@ _family(["CompiledProgram.with_inference_optimize"],
         "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
 _family(["fluid.dygraph_grad_clip"], "imperative (dygraph) gradient clipping",
         "fluid.clip.GradientClipByValue / ByNorm / ByGlobalNorm with set_gradient_clip")
-_family(["layers.load"], "the load op (Fluid's binary tensor files)",
-        "use fluid.io.load_vars or fluid.io.load_persistables")
 _family(["io.multiprocess_reader"], "readers in child processes",
         "use fluid.io.xmap_readers (threads) or fluid.io.DataLoader.from_generator")
 

@@ -23,7 +23,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import unique_name
@@ -33,7 +33,63 @@ from .optimizer import Optimizer
 __all__ = ["ExponentialMovingAverage", "LookaheadOptimizer", "ModelAverage"]
 
 
-class ExponentialMovingAverage:
+class _SwappedAverages:
+    """What ExponentialMovingAverage and ModelAverage share: per parameter a backup variable
+    and an average computed from persistable accumulators; ``apply_program`` saves each
+    parameter in its backup and writes the average into it, ``restore_program`` copies the
+    backup back. Subclasses set ``_params`` and provide ``_backup_of`` and ``_average``."""
+
+    _params: list[Variable]
+
+    def _backup_of(self, p: Variable) -> Variable:
+        raise NotImplementedError
+
+    def _average(self, p: Variable, declare: Callable[[Variable], Variable]) -> Variable:
+        """Ops computing ``p``'s average, appended to the swap program; ``declare`` makes a
+        main-program variable visible in it."""
+        raise NotImplementedError
+
+    def _build_swap_programs(self) -> None:
+        self.apply_program = self._swap_program(to_average=True)
+        self.restore_program = self._swap_program(to_average=False)
+
+    def _swap_program(self, to_average: bool) -> Program:
+        from .layers import assign
+
+        program = Program()
+        block = program.global_block()
+
+        def declare(v: Variable) -> Variable:
+            return block.create_var(name=v.name, shape=list(v.shape), dtype=v.dtype,
+                                    persistable=True)
+
+        with program_guard(program, Program()):
+            for p in self._params:
+                param, backup = declare(p), declare(self._backup_of(p))
+                if to_average:
+                    assign(param, output=backup)
+                    assign(self._average(p, declare), output=param)
+                else:
+                    assign(backup, output=param)
+        return program
+
+    @contextlib.contextmanager
+    def apply(self, executor: Any, need_restore: bool = True) -> Iterator[None]:
+        """Swap the averages in for the block's duration (and back after, with
+        ``need_restore``)."""
+        executor.run(self.apply_program)
+        try:
+            yield
+        finally:
+            if need_restore:
+                self.restore(executor)
+
+    def restore(self, executor: Any) -> None:
+        """Put back the parameters ``apply`` replaced."""
+        executor.run(self.restore_program)
+
+
+class ExponentialMovingAverage(_SwappedAverages):
     """Moving averages of every parameter whose ``ParamAttr(do_model_average=...)`` is not
     False, in the default main program when it is constructed."""
 
@@ -67,31 +123,18 @@ class ExponentialMovingAverage:
         self._decay_pow = create_global_var(
             shape=[1], value=1.0, dtype="float32", persistable=True,
             name=unique_name.generate(f"{self._name}ema_decay_pow"))
-        self.apply_program = self._swap_program(to_average=True)
-        self.restore_program = self._swap_program(to_average=False)
+        self._build_swap_programs()
 
-    def _swap_program(self, to_average: bool) -> Program:
-        from .layers import assign, elementwise_div, fill_constant, scale
+    def _backup_of(self, p: Variable) -> Variable:
+        return self._backup[p.name]
 
-        program = Program()
-        block = program.global_block()
-        with program_guard(program, Program()):
-            for p in self._params:
-                param, ema, backup = (block.create_var(
-                    name=v.name, shape=list(v.shape), dtype=v.dtype, persistable=True)
-                    for v in (p, self._ema[p.name], self._backup[p.name]))
-                if to_average:
-                    decay_pow = block.create_var(name=self._decay_pow.name, shape=[1],
-                                                 dtype="float32", persistable=True)
-                    assign(param, output=backup)
-                    # bias correction: ema / (1 - decay_pow)
-                    one_minus = scale(decay_pow, scale=-1.0, bias=1.0)
-                    corrected = elementwise_div(
-                        ema, fill_constant(list(p.shape), p.dtype, 0.0) + one_minus)
-                    assign(corrected, output=param)
-                else:
-                    assign(backup, output=param)
-        return program
+    def _average(self, p: Variable, declare: Callable[[Variable], Variable]) -> Variable:
+        from .layers import elementwise_div, fill_constant, scale
+
+        # bias correction: ema / (1 - decay_pow)
+        one_minus = scale(declare(self._decay_pow), scale=-1.0, bias=1.0)
+        return elementwise_div(declare(self._ema[p.name]),
+                               fill_constant(list(p.shape), p.dtype, 0.0) + one_minus)
 
     def update(self) -> None:
         """Append the averaging ops to the default main program (after ``minimize``)."""
@@ -106,22 +149,6 @@ class ExponentialMovingAverage:
             ema = self._ema[p.name]
             assign(ema * decay + p * (1.0 - decay), output=ema)
         assign(self._decay_pow * decay, output=self._decay_pow)
-
-    @contextlib.contextmanager
-    def apply(self, executor: Any, need_restore: bool = True) -> Iterator[None]:
-        """Swap the averages in for the block's duration (and back after, with
-        ``need_restore``)."""
-        executor.run(self.apply_program)
-        try:
-            yield
-        finally:
-            if need_restore:
-                self.restore(executor)
-
-    def restore(self, executor: Any) -> None:
-        """Put back the parameters ``apply`` replaced."""
-        executor.run(self.restore_program)
-
 
 class LookaheadOptimizer:
     """Lookahead (Zhang et al.): ``inner_optimizer`` updates the fast weights every step;
@@ -190,7 +217,7 @@ class LookaheadOptimizer:
         return result
 
 
-class ModelAverage(Optimizer):
+class ModelAverage(_SwappedAverages, Optimizer):
     """Fluid's ModelAverage (an ``Optimizer`` there too, whose methods it inherits): the
     parameters averaged over a sliding window of recent steps, swapped in for evaluation by
     ``apply`` and back by ``restore``.
@@ -250,41 +277,15 @@ class ModelAverage(Optimizer):
                 attrs={"average_window": self.average_window,
                        "min_average_window": self.min_average_window,
                        "max_average_window": self.max_average_window})
-        self.apply_program = self._swap_program(to_average=True)
-        self.restore_program = self._swap_program(to_average=False)
+        self._build_swap_programs()
 
-    def _swap_program(self, to_average: bool) -> Program:
-        from .layers import assign, cast, elementwise_div, sums
+    def _backup_of(self, p: Variable) -> Variable:
+        return self._acc[p.name]["backup"]
 
-        program = Program()
-        block = program.global_block()
-        with program_guard(program, Program()):
-            for p in self._params:
-                acc = {k: block.create_var(name=v.name, shape=list(v.shape), dtype=v.dtype,
-                                           persistable=True)
-                       for k, v in self._acc[p.name].items()}
-                param = block.create_var(name=p.name, shape=list(p.shape), dtype=p.dtype,
-                                         persistable=True)
-                if to_average:
-                    assign(param, output=acc["backup"])
-                    total = sums([acc["sum_1"], acc["sum_2"], acc["sum_3"]])
-                    count = cast(sums([acc["num_accumulates"], acc["old_num_accumulates"]]),
-                                 p.dtype)
-                    assign(elementwise_div(total, count), output=param)
-                else:
-                    assign(acc["backup"], output=param)
-        return program
+    def _average(self, p: Variable, declare: Callable[[Variable], Variable]) -> Variable:
+        from .layers import cast, elementwise_div, sums
 
-    @contextlib.contextmanager
-    def apply(self, executor: Any, need_restore: bool = True) -> Iterator[None]:
-        """The window's averages in the parameters for the block's duration."""
-        executor.run(self.apply_program)
-        try:
-            yield
-        finally:
-            if need_restore:
-                self.restore(executor)
-
-    def restore(self, executor: Any) -> None:
-        """Put back the parameters ``apply`` replaced."""
-        executor.run(self.restore_program)
+        acc = {k: declare(v) for k, v in self._acc[p.name].items() if k != "backup"}
+        total = sums([acc["sum_1"], acc["sum_2"], acc["sum_3"]])
+        count = cast(sums([acc["num_accumulates"], acc["old_num_accumulates"]]), p.dtype)
+        return elementwise_div(total, count)

@@ -4,6 +4,7 @@ Switch branches train like the same model written with masks."""
 
 import numpy as np
 import pytest
+from control_flow_models import rnn_cell, two_branches
 
 import parafluid as fluid
 
@@ -14,16 +15,6 @@ XS = RNG.uniform(-1, 1, (4, 3)).astype("float32")
 PARAMS = {"wx": RNG.uniform(-0.5, 0.5, (3, 3)).astype("float32"),
           "wh": RNG.uniform(-0.5, 0.5, (3, 3)).astype("float32"),
           "b": RNG.uniform(-0.1, 0.1, (3,)).astype("float32")}
-
-
-def _attr(name):
-    return fluid.ParamAttr(name=name,
-                           initializer=fluid.initializer.NumpyArrayInitializer(PARAMS[name]))
-
-
-def _cell(x, h):
-    return L.fc(input=[x, h], size=3, act="tanh", param_attr=[_attr("wx"), _attr("wh")],
-                bias_attr=_attr("b"))
 
 
 def _rnn(loop: bool):
@@ -39,12 +30,12 @@ def _rnn(loop: bool):
             cond = L.less_than(x=i, y=n)
             w = L.While(cond=cond)
             with w.block():
-                L.assign(_cell(x, h), output=h)
+                L.assign(rnn_cell(PARAMS, x, h), output=h)
                 L.increment(x=i, value=1, in_place=True)
                 L.less_than(x=i, y=n, cond=cond)
         else:
             for _ in range(STEPS):
-                h = _cell(x, h)
+                h = rnn_cell(PARAMS, x, h)
         loss = L.mean(L.square(h))
         fluid.optimizer.SGD(learning_rate=0.5).minimize(loss)
     return main, startup, loss
@@ -175,18 +166,7 @@ def _branches(control_flow: bool):
         def fc(v, tag):
             return L.fc(input=v, size=2, act="sigmoid", param_attr=fluid.ParamAttr(name="w" + tag),
                         bias_attr=fluid.ParamAttr(name="b" + tag))
-        if control_flow:
-            ie = L.IfElse(cond)
-            with ie.true_block():
-                ie.output(fc(ie.input(x), "a"))
-            with ie.false_block():
-                ie.output(fc(ie.input(x), "b"))
-            out, = ie()
-        else:
-            m = L.cast(cond, "float32")
-            out = L.elementwise_add(L.elementwise_mul(fc(x, "a"), m),
-                                    L.elementwise_mul(fc(x, "b"), L.scale(m, scale=-1.0,
-                                                                          bias=1.0)))
+        out = two_branches(cond, x, fc, "float32", control_flow)
         loss = L.mean(L.square(out))
         fluid.optimizer.SGD(learning_rate=1.0).minimize(loss)
     return main, startup, loss

@@ -28,7 +28,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "parafluid"
 # bottom to top: (layer, module prefixes relative to the package)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("values", ("dtypes", "scope", "lod", "place", "placement", "flags", "unique_name",
-                "version")),
+                "version", "tensor_file")),
     # the op registry is the schema the IR checks ops against (slots, attrs, shape rules);
     # it imports only values
     ("IR", ("framework", "variable", "program_meta", "serialization", "verifier",

@@ -5,6 +5,7 @@ conditional_block_grad; each case is checked against the unrolled (or masked) pr
 and against finite differences."""
 
 import numpy as np
+from control_flow_models import param_attr, rnn_cell, two_branches
 
 import parafluid as fluid
 
@@ -14,16 +15,6 @@ RNG = np.random.RandomState(11)
 XS = RNG.uniform(-1, 1, (4, 3))
 PARAMS = {"wx": RNG.uniform(-0.5, 0.5, (3, 3)), "wh": RNG.uniform(-0.5, 0.5, (3, 3)),
           "b": RNG.uniform(-0.1, 0.1, (3,)), "v": RNG.uniform(-0.5, 0.5, (3, 3))}
-
-
-def _attr(name):
-    return fluid.ParamAttr(name=name,
-                           initializer=fluid.initializer.NumpyArrayInitializer(PARAMS[name]))
-
-
-def _cell(x, h):
-    return L.fc(input=[x, h], size=3, act="tanh", param_attr=[_attr("wx"), _attr("wh")],
-                bias_attr=_attr("b"))
 
 
 def _counted_loop(n, body):
@@ -49,16 +40,16 @@ def _nested(loop: bool, train: bool = True):
         h.stop_gradient = False
 
         def project(v):
-            return L.fc(input=v, size=3, param_attr=_attr("v"), bias_attr=False)
+            return L.fc(input=v, size=3, param_attr=param_attr(PARAMS, "v"), bias_attr=False)
         if loop:
             def outer_body(_):
-                _counted_loop(INNER, lambda _: L.assign(_cell(x, h), output=h))
+                _counted_loop(INNER, lambda _: L.assign(rnn_cell(PARAMS, x, h), output=h))
                 L.assign(project(h), output=h)
             _counted_loop(OUTER, outer_body)
         else:
             for _ in range(OUTER):
                 for _ in range(INNER):
-                    h = _cell(x, h)
+                    h = rnn_cell(PARAMS, x, h)
                 h = project(h)
         loss = L.mean(L.square(h))
         if train:
@@ -124,17 +115,17 @@ def _switch_in_loop(control_flow: bool):
         h.stop_gradient = False
         if control_flow:
             def body(i):
-                L.assign(_cell(x, h), output=h)
+                L.assign(rnn_cell(PARAMS, x, h), output=h)
                 with L.Switch() as switch:
                     with switch.case(L.greater_equal(i, L.fill_constant([1], "int64", 2))):
-                        L.assign(L.fc(input=h, size=3, param_attr=_attr("v"),
+                        L.assign(L.fc(input=h, size=3, param_attr=param_attr(PARAMS, "v"),
                                       bias_attr=False), output=h)
             _counted_loop(4, body)
         else:
             for t in range(4):
-                h = _cell(x, h)
+                h = rnn_cell(PARAMS, x, h)
                 if t >= 2:
-                    h = L.fc(input=h, size=3, param_attr=_attr("v"), bias_attr=False)
+                    h = L.fc(input=h, size=3, param_attr=param_attr(PARAMS, "v"), bias_attr=False)
         loss = L.mean(L.square(h))
         grads = fluid.backward.gradients([loss], [x, main.global_block().var("v")])
     return main, startup, loss, grads
@@ -177,18 +168,7 @@ def _branchy_rnn(control_flow: bool):
             mixed = L.elementwise_add(word, prev)
             zero = L.fill_constant_batch_size_like(word, [-1, 1], "float64", 0.0)
             cond = L.less_than(L.reduce_mean(word, dim=[1], keep_dim=True), zero)
-            if control_flow:
-                ie = L.IfElse(cond)
-                with ie.true_block():
-                    ie.output(fc(ie.input(mixed), "a"))
-                with ie.false_block():
-                    ie.output(fc(ie.input(mixed), "b"))
-                hidden, = ie()
-            else:
-                m = L.cast(cond, "float64")
-                hidden = L.elementwise_add(
-                    L.elementwise_mul(fc(mixed, "a"), m),
-                    L.elementwise_mul(fc(mixed, "b"), L.scale(m, scale=-1.0, bias=1.0)))
+            hidden = two_branches(cond, mixed, fc, "float64", control_flow)
             drnn.update_memory(prev, hidden)
             drnn.output(hidden)
         loss = L.reduce_sum(L.sequence_pool(drnn(), pool_type="sum"))

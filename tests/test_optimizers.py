@@ -291,8 +291,13 @@ def _sparse_grad(rows, seed):
     return SelectedRows(torch.tensor(rows), torch.from_numpy(value), 10)
 
 
-def _run_table(make_opt, sparse):
-    """Apply the fed gradient (SelectedRows or its dense form) to a 10x3 table."""
+def _run_table(make_opt, sparse, regularizer=None):
+    """Apply the fed gradient (SelectedRows or its dense form) to a 10x3 table; return the
+    table after each step and the program.
+
+    With ``regularizer`` (``make_opt`` then takes it), weight decay: on the sparse gradient
+    through the optimizer's ``regularization``; on the dense path the decay of the touched
+    rows only, added to the fed gradient by hand (what decay of a sparse gradient means)."""
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
         table = LayerHelper("emb").create_parameter(
@@ -301,16 +306,28 @@ def _run_table(make_opt, sparse):
         grad = fluid.layers.data(name="g", shape=[10, 3], dtype="float64",
                                  append_batch_size=False,
                                  type="selected_rows" if sparse else "lod_tensor")
-        make_opt().apply_gradients([(table, grad)])
+        opt = make_opt() if regularizer is None else make_opt(regularizer if sparse else None)
+        opt.apply_gradients([(table, grad)])
     main.verify()
     scope, exe = fluid.Scope(), fluid.Executor()
     exe.run(startup, scope=scope)
     out = []
     for rows, seed in SPARSE_STEPS:
         g = _sparse_grad(rows, seed)
-        exe.run(main, feed={"g": g if sparse else g.to_dense().numpy()}, scope=scope)
+        if sparse:
+            feed = g
+        elif regularizer is None:
+            feed = g.to_dense().numpy()
+        else:
+            w = np.array(scope.find_var("table").get_tensor())
+            touched = np.zeros((10, 1))
+            touched[sorted(set(rows))] = 1.0
+            decay = regularizer._regularization_coeff * (
+                w if isinstance(regularizer, fluid.regularizer.L2Decay) else np.sign(w))
+            feed = g.to_dense().numpy() + touched * decay
+        exe.run(main, feed={"g": feed}, scope=scope)
         out.append(np.array(scope.find_var("table").get_tensor()))
-    return out
+    return out, main
 
 
 SPARSE_CASES = {
@@ -324,8 +341,8 @@ SPARSE_CASES = {
 
 @pytest.mark.parametrize("name", sorted(SPARSE_CASES))
 def test_sparse_grad_equals_dense(name):
-    sparse = _run_table(SPARSE_CASES[name], sparse=True)
-    dense = _run_table(SPARSE_CASES[name], sparse=False)
+    sparse, _ = _run_table(SPARSE_CASES[name], sparse=True)
+    dense, _ = _run_table(SPARSE_CASES[name], sparse=False)
     for t, (s, d) in enumerate(zip(sparse, dense)):
         np.testing.assert_allclose(s, d, rtol=1e-12, atol=1e-12, err_msg=f"step {t + 1}")
     assert not np.allclose(sparse[-1], TABLE)
@@ -333,7 +350,7 @@ def test_sparse_grad_equals_dense(name):
 
 def test_lazy_adam_updates_only_present_rows():
     lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-8
-    got = _run_table(lambda: O.Adam(learning_rate=lr, lazy_mode=True), sparse=True)
+    got, _ = _run_table(lambda: O.Adam(learning_rate=lr, lazy_mode=True), sparse=True)
     p, m1, m2 = TABLE.copy(), np.zeros_like(TABLE), np.zeros_like(TABLE)
     for t, (rows, seed) in enumerate(SPARSE_STEPS, 1):
         g = _sparse_grad(rows, seed).merged()
@@ -345,7 +362,7 @@ def test_lazy_adam_updates_only_present_rows():
         np.testing.assert_allclose(got[t - 1], p, rtol=2e-5, err_msg=f"step {t}")
     # Row 7 had a gradient only at step 1: lazy mode leaves it alone afterwards.
     np.testing.assert_array_equal(got[0][7], got[2][7])
-    non_lazy = _run_table(lambda: O.Adam(learning_rate=lr), sparse=True)
+    non_lazy, _ = _run_table(lambda: O.Adam(learning_rate=lr), sparse=True)
     assert not np.allclose(non_lazy[0][7], non_lazy[2][7])
 
 
@@ -377,39 +394,6 @@ def test_state_shape_mismatch_is_reported():
 # ---------------------------------------------------------------------- sparse weight decay
 
 
-def _run_table_decayed(make_opt, regularizer, sparse):
-    """Like _run_table, with weight decay: on the sparse gradient through the optimizer's
-    ``regularization``; on the dense path the decay of the touched rows only, added to the
-    fed gradient by hand (what decay of a sparse gradient means)."""
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        table = LayerHelper("emb").create_parameter(
-            fluid.ParamAttr(name="table", initializer=NumpyArrayInitializer(TABLE)),
-            [10, 3], "float64")
-        grad = fluid.layers.data(name="g", shape=[10, 3], dtype="float64",
-                                 append_batch_size=False,
-                                 type="selected_rows" if sparse else "lod_tensor")
-        make_opt(regularizer if sparse else None).apply_gradients([(table, grad)])
-    main.verify()
-    scope, exe = fluid.Scope(), fluid.Executor()
-    exe.run(startup, scope=scope)
-    out = []
-    for rows, seed in SPARSE_STEPS:
-        g = _sparse_grad(rows, seed)
-        if sparse:
-            feed = g
-        else:
-            w = np.array(scope.find_var("table").get_tensor())
-            touched = np.zeros((10, 1))
-            touched[sorted(set(rows))] = 1.0
-            decay = regularizer._regularization_coeff * (
-                w if isinstance(regularizer, fluid.regularizer.L2Decay) else np.sign(w))
-            feed = g.to_dense().numpy() + touched * decay
-        exe.run(main, feed={"g": feed}, scope=scope)
-        out.append(np.array(scope.find_var("table").get_tensor()))
-    return out, main
-
-
 @pytest.mark.parametrize("reg", ["l2", "l1"])
 @pytest.mark.parametrize("name", ["sgd", "momentum", "adam"])
 def test_weight_decay_on_a_sparse_gradient_decays_the_touched_rows(name, reg):
@@ -419,8 +403,8 @@ def test_weight_decay_on_a_sparse_gradient_decays_the_touched_rows(name, reg):
               "momentum": lambda r: O.Momentum(learning_rate=0.1, momentum=0.9,
                                                regularization=r),
               "adam": lambda r: O.Adam(learning_rate=0.1, regularization=r)}
-    sparse, program = _run_table_decayed(makers[name], regularizer, sparse=True)
-    dense, _ = _run_table_decayed(makers[name], regularizer, sparse=False)
+    sparse, program = _run_table(makers[name], sparse=True, regularizer=regularizer)
+    dense, _ = _run_table(makers[name], sparse=False, regularizer=regularizer)
     for t, (s, d) in enumerate(zip(sparse, dense)):
         np.testing.assert_allclose(s, d, rtol=1e-12, atol=1e-12, err_msg=f"step {t + 1}")
     regularized = program.global_block().var("g@REGULARIZED")

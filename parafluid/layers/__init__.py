@@ -30,6 +30,9 @@ from . import roi
 from . import yolo
 from . import deformable
 from . import retinanet
+from . import norm_extra
+from . import tree
+from . import text_match
 from . import fluid_paths
 from .control_flow import *
 from .dynamic_rnn import *
@@ -57,6 +60,9 @@ from .roi import *
 from .yolo import *
 from .deformable import *
 from .retinanet import *
+from .norm_extra import *
+from .tree import *
+from .text_match import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
@@ -66,6 +72,7 @@ __all__ += spatial.__all__ + tensor_extra.__all__ + tensor_more.__all__ + debug.
 __all__ += rank_table.__all__ + distributions.__all__
 __all__ += detection.__all__ + roi.__all__ + yolo.__all__ + deformable.__all__
 __all__ += retinanet.__all__
+__all__ += norm_extra.__all__ + tree.__all__ + text_match.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -9,7 +9,8 @@ from ..dtypes import VarType
 from ..framework import Variable, default_main_program
 from ..legacy_reader import create_py_reader_by_data, double_buffer, py_reader, read_file
 
-__all__ = ["data", "py_reader", "create_py_reader_by_data", "read_file", "double_buffer"]
+__all__ = ["data", "py_reader", "create_py_reader_by_data", "read_file", "double_buffer",
+           "load"]
 
 
 def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
@@ -38,6 +39,29 @@ def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
     return default_main_program().global_block().create_var(
         name=name, shape=dims, dtype=dtype, type=type, lod_level=lod_level,
         stop_gradient=stop_gradient, is_data=True, need_check_feed=True)
+
+
+def load(out: Variable, file_path: str, load_as_fp16: bool | None = None) -> None:
+    """Append a ``load`` op: when the program runs, ``out`` gets its value from
+    ``file_path``, a variables file written by ``fluid.io.save_vars`` (and the other
+    ``save_*``) or ``fluid.save`` (``<path>.pdparams`` / ``.pdopt``): the entry named like
+    ``out``, or the file's only entry. ``load_as_fp16`` converts it to float16.
+
+    Example::
+
+        w = fluid.layers.create_tensor(dtype="float32", name="fc_0.w_0", persistable=True)
+        fluid.layers.load(w, "ckpt/__variables__.safetensors")
+    """
+    from ..layer_helper import LayerHelper
+
+    if not isinstance(out, Variable):
+        raise TypeError(f"load: out must be a Variable, got {type(out).__name__}")
+    if not isinstance(file_path, str) or not file_path:
+        raise ValueError(f"load: file_path must be a non-empty path, got {file_path!r}")
+    attrs: dict[str, Any] = {"file_path": file_path}
+    if load_as_fp16 is not None:
+        attrs["load_as_fp16"] = bool(load_as_fp16)
+    LayerHelper("load").append_op("load", inputs={}, outputs={"Out": [out]}, attrs=attrs)
 
 
 def __getattr__(name: str) -> object:

@@ -1,5 +1,6 @@
 """Loss layers of Fluid 1.6: smooth_l1, kldiv_loss, margin_rank_loss, rank_loss, bpr_loss
-(one op each) and dice_loss, npair_loss (composed of other layers, as Fluid composes them)."""
+(one op each) and dice_loss, npair_loss, sampled_softmax_with_cross_entropy (composed of
+other layers and ops, as Fluid composes them)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["smooth_l1", "kldiv_loss", "margin_rank_loss", "rank_loss", "bpr_loss",
            "dice_loss", "npair_loss", "teacher_student_sigmoid_loss", "center_loss",
-           "continuous_value_model"]
+           "continuous_value_model", "sampled_softmax_with_cross_entropy"]
 
 
 def _check_vars(layer: str, **args: Any) -> None:
@@ -213,3 +214,79 @@ def continuous_value_model(input: Variable, cvm: Variable, use_cvm: bool = True)
     _check_vars("continuous_value_model", input=input, cvm=cvm)
     return _one("cvm", {"X": [input], "CVM": [cvm]}, "Y", {"use_cvm": bool(use_cvm)},
                 input.dtype, None)
+
+
+def sampled_softmax_with_cross_entropy(logits: Variable, label: Variable, num_samples: int,
+                                       num_true: int = 1,
+                                       remove_accidental_hits: bool = True,
+                                       use_customized_samples: bool = False,
+                                       customized_samples: Variable | None = None,
+                                       customized_probabilities: Variable | None = None,
+                                       seed: int = 0) -> Variable:
+    """Softmax cross entropy over the true classes and ``num_samples`` sampled ones, ``[N, 1]``.
+
+    A ``sample_logits`` op takes each row's ``num_true`` labels (``label``: int64
+    ``[N, num_true]``) and ``num_samples`` distinct classes drawn for the batch from the
+    log-uniform distribution (or ``customized_samples`` with their
+    ``customized_probabilities``, both ``[N, num_true + num_samples]``), with logits
+    corrected by ``-log(probability)`` and accidental hits (a sampled class that is a true
+    label) pushed to ``-1e20``; then ``softmax_with_cross_entropy`` with a soft label of 1
+    at each true class, divided by ``num_true``. A nonzero ``seed`` draws the same samples
+    on every run. The gradient reaches ``logits`` at the sampled columns only.
+
+    Example::
+
+        logits = fluid.layers.fc(input=x, size=1000)
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        loss = fluid.layers.sampled_softmax_with_cross_entropy(logits, label, num_samples=25)
+    """
+    from .tensor import reduce_sum, reshape
+
+    _check_vars("sampled_softmax_with_cross_entropy", logits=logits, label=label)
+    if num_samples < 1 or num_true < 1:
+        raise ValueError(f"sampled_softmax_with_cross_entropy: num_samples and num_true must "
+                         f"be positive, got {num_samples} and {num_true}")
+    helper = LayerHelper("sample_logits")
+    inputs = {"Logits": [logits], "Labels": [label]}
+    if use_customized_samples:
+        _check_vars("sampled_softmax_with_cross_entropy", customized_samples=customized_samples,
+                    customized_probabilities=customized_probabilities)
+        inputs["CustomizedSamples"] = [customized_samples]
+        inputs["CustomizedProbabilities"] = [customized_probabilities]
+    samples = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    probabilities = helper.create_variable_for_type_inference(logits.dtype, stop_gradient=True)
+    sampled_logits = helper.create_variable_for_type_inference(logits.dtype)
+    sampled_label = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("sample_logits", inputs=inputs,
+                     outputs={"Samples": [samples], "Probabilities": [probabilities],
+                              "SampledLogits": [sampled_logits],
+                              "SampledLabels": [sampled_label]},
+                     attrs={"use_customized_samples": bool(use_customized_samples),
+                            "uniq": True, "remove_accidental_hits": bool(remove_accidental_hits),
+                            "num_samples": int(num_samples), "seed": int(seed)})
+    depth = num_true + num_samples
+    if num_true == 1:
+        soft_label = helper.create_variable_for_type_inference(logits.dtype,
+                                                               stop_gradient=True)
+        helper.append_op("one_hot", inputs={"X": [sampled_label]}, outputs={"Out": [soft_label]},
+                         attrs={"depth": depth, "dtype": logits.dtype})
+    else:  # one 1 per true column: the sum of each label's one-hot row
+        flat = reshape(sampled_label, [-1, num_true, 1])
+        hot = helper.create_variable_for_type_inference(logits.dtype, stop_gradient=True)
+        helper.append_op("one_hot", inputs={"X": [flat]}, outputs={"Out": [hot]},
+                         attrs={"depth": depth, "dtype": logits.dtype})
+        soft_label = reduce_sum(hot, dim=1)
+        soft_label.stop_gradient = True
+    softmax = helper.create_variable_for_type_inference(logits.dtype)
+    loss = helper.create_variable_for_type_inference(logits.dtype)
+    helper.append_op("softmax_with_cross_entropy",
+                     inputs={"Logits": [sampled_logits], "Label": [soft_label]},
+                     outputs={"Softmax": [softmax], "Loss": [loss]},
+                     attrs={"soft_label": True, "ignore_index": -100,
+                            "numeric_stable_mode": False, "axis": -1})
+    if num_true == 1:
+        return loss
+    out = helper.create_variable_for_type_inference(logits.dtype)
+    helper.append_op("scale", inputs={"X": [loss]}, outputs={"Out": [out]},
+                     attrs={"scale": 1.0 / num_true, "bias": 0.0})
+    return out

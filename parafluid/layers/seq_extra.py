@@ -1,6 +1,7 @@
 """Sequence and recurrent-cell layers of Fluid 1.6: sequence_reverse, sequence_slice,
 sequence_enumerate, im2sequence, row_conv, add_position_encoding, edit_distance,
-ctc_greedy_decoder, lstm_unit, gru_unit, bilinear_tensor_product."""
+ctc_greedy_decoder, lstm_unit, gru_unit, bilinear_tensor_product, sequence_scatter,
+dynamic_lstmp."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["sequence_reverse", "sequence_slice", "sequence_enumerate", "im2sequence",
            "row_conv", "add_position_encoding", "edit_distance", "ctc_greedy_decoder",
-           "lstm_unit", "gru_unit", "bilinear_tensor_product", "sequence_scatter"]
+           "lstm_unit", "gru_unit", "bilinear_tensor_product", "sequence_scatter",
+           "dynamic_lstmp"]
 
 
 def _check(layer: str, **args: Any) -> None:
@@ -291,3 +293,55 @@ def sequence_scatter(input: Variable, index: Variable, updates: Variable,
     _check("sequence_scatter", input=input, index=index, updates=updates)
     return _one("sequence_scatter", {"X": [input], "Ids": [index], "Updates": [updates]}, {},
                 input.dtype, 0, name)
+
+
+def dynamic_lstmp(input: Variable, size: int, proj_size: int, param_attr: Any = None,
+                  bias_attr: Any = None, use_peepholes: bool = True, is_reverse: bool = False,
+                  gate_activation: str = "sigmoid", cell_activation: str = "tanh",
+                  candidate_activation: str = "tanh", proj_activation: str = "tanh",
+                  dtype: str = "float32", name: str | None = None, h_0: Variable | None = None,
+                  c_0: Variable | None = None, cell_clip: float | None = None,
+                  proj_clip: float | None = None) -> tuple[Variable, Variable]:
+    """An LSTM with a recurrent projection over each sequence of ``input`` (already
+    projected: ``[steps, size]``, ``size = 4 * D``). The recurrence goes through
+    ``r = proj_activation(h @ proj_weight)`` (``[D, proj_size]``), which feeds the next
+    step's gates through the weight ``[proj_size, 4 * D]``. Returns ``(projection, cell)``,
+    ``[steps, proj_size]`` and ``[steps, D]`` with the input's LoD. ``cell_clip`` and
+    ``proj_clip`` clamp the cell and the projection; ``h_0`` ``[N, D]`` enters projected.
+
+    Example::
+
+        proj = fluid.layers.fc(input=emb, size=4 * 512)
+        out, cell = fluid.layers.dynamic_lstmp(input=proj, size=4 * 512, proj_size=256)
+    """
+    _check("dynamic_lstmp", input=input)
+    if size % 4:
+        raise ValueError(f"dynamic_lstmp: size must be 4 * hidden size, got {size}")
+    if proj_size < 1:
+        raise ValueError(f"dynamic_lstmp: proj_size must be positive, got {proj_size}")
+    d = size // 4
+    helper = LayerHelper("lstmp", param_attr=param_attr, bias_attr=bias_attr, name=name)
+    weight = helper.create_parameter(helper.param_attr, [proj_size, 4 * d], dtype)
+    proj_weight = helper.create_parameter(helper.param_attr, [d, proj_size], dtype)
+    bias = helper.create_parameter(helper.bias_attr, [1, 7 * d if use_peepholes else 4 * d],
+                                   dtype, is_bias=True)
+    if bias is None:
+        raise ValueError("dynamic_lstmp: the LSTM needs its bias; do not pass bias_attr=False")
+    inputs: dict[str, Any] = {"Input": [input], "Weight": [weight],
+                              "ProjWeight": [proj_weight], "Bias": [bias]}
+    for slot, v in (("H0", h_0), ("C0", c_0)):
+        if v is not None:
+            _check("dynamic_lstmp", **{slot.lower(): v})
+            inputs[slot] = [v]
+    projection = helper.create_variable_for_type_inference(dtype)
+    cell = helper.create_variable_for_type_inference(dtype)
+    helper.append_op("lstmp", inputs=inputs, outputs={"Projection": [projection], "Cell": [cell]},
+                     attrs={"use_peepholes": use_peepholes, "is_reverse": is_reverse,
+                            "gate_activation": gate_activation,
+                            "cell_activation": cell_activation,
+                            "candidate_activation": candidate_activation,
+                            "proj_activation": proj_activation,
+                            "cell_clip": float(cell_clip or 0.0),
+                            "proj_clip": float(proj_clip or 0.0)})
+    projection.lod_level = cell.lod_level = input.lod_level
+    return projection, cell

@@ -55,6 +55,13 @@ from . import deformable_conv
 from . import retinanet
 from . import deformable_roi
 from . import mask_labels
+from . import data_norm
+from . import sampled_softmax
+from . import lstmp
+from . import tree_conv
+from . import match_matrix
+from . import var_conv
+from . import load
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -92,12 +92,7 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
                 if n == EMPTY:
                     new_names.append(n)
                     continue
-                if n in written or n in outer:
-                    counter += 1
-                    new = f"{n}@SSA@{counter}"
-                else:
-                    new = n
-                _declare(grad_block, fwd, n, new)
+                new, counter = _write_name(n, grad_block, fwd, written, outer, counter)
                 version[n] = new
                 written.add(n)
                 new_names.append(new)
@@ -119,6 +114,20 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
     return grad_block, feeds, fetches
 
 
+def _write_name(n: str, grad_block: Any, fwd: Any, written: set[str], outer: set[str],
+                counter: int) -> tuple[str, int]:
+    """The name a write of ``n`` gets in the gradient block, declared there: a fresh SSA
+    name when ``n`` was written already or lives outside the body (so earlier versions stay
+    readable), else ``n`` itself; and the updated counter of fresh names."""
+    if n in written or n in outer:
+        counter += 1
+        new = f"{n}@SSA@{counter}"
+    else:
+        new = n
+    _declare(grad_block, fwd, n, new)
+    return new, counter
+
+
 def _copy_control_flow_op(fop: Any, grad_block: Any, fwd: Any, parent: Any,
                           version: dict[str, str], written: set[str], outer: set[str],
                           counter: int) -> int:
@@ -134,12 +143,7 @@ def _copy_control_flow_op(fop: Any, grad_block: Any, fwd: Any, parent: Any,
     writes = [n for names in fop.outputs.values() for n in names if n != EMPTY]
     rename: dict[str, str] = {n: version.get(n, n) for n in reads}
     for n in writes:
-        if n in written or n in outer:
-            counter += 1
-            new = f"{n}@SSA@{counter}"
-        else:
-            new = n
-        _declare(grad_block, fwd, n, new)
+        new, counter = _write_name(n, grad_block, fwd, written, outer, counter)
         rename[n] = new
         if n in reads and version.get(n, n) != new:
             grad_block.append_op("assign", inputs={"X": [version.get(n, n)]},

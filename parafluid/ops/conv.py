@@ -85,18 +85,25 @@ def _conv2d(ins: dict, attrs: dict, ctx: Any) -> dict:
                                groups)}
 
 
-def _conv2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+def _conv_backward(ins: dict, ctx: Any, strides: list[int], pads: list[int],
+                   dilations: list[int], groups: int, transposed: bool,
+                   extra: list[int]) -> dict:
+    """Input@GRAD and Filter@GRAD (those the gradient op needs) of any convolution, from
+    aten's ``convolution_backward``; ``extra`` is a transposed conv's output padding."""
     x, w, dy = ins["Input"], ins["Filter"], ins["Output@GRAD"]
-    strides, pads, dilations, groups = _conv2d_params(attrs)
     mask = ["Input" in ctx.need, "Filter" in ctx.need, False]
     dx, dw, _ = torch.ops.aten.convolution_backward(dy, x, w, None, strides, pads, dilations,
-                                                    False, [0, 0], groups, mask)
+                                                    transposed, extra, groups, mask)
     out = {}
     if mask[0]:
         out["Input@GRAD"] = dx
     if mask[1]:
         out["Filter@GRAD"] = dw
     return out
+
+
+def _conv2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    return _conv_backward(ins, ctx, *_conv2d_params(attrs), False, [0, 0])
 
 
 register_op("conv2d", inputs=("Input", "Filter"), outputs=("Output",),
@@ -203,19 +210,8 @@ def _register_conv(op: str, nd: int, transposed: bool) -> None:
         return {"Output": out}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-        x, w, dy = ins["Input"], ins["Filter"], ins["Output@GRAD"]
-        strides, pads, dilations, groups = _conv_params(op, attrs, nd)
-        extra = extra_of(x, w, attrs) if transposed else [0] * nd
-        mask = ["Input" in ctx.need, "Filter" in ctx.need, False]
-        dx, dw, _ = torch.ops.aten.convolution_backward(dy, x, w, None, strides, pads,
-                                                        dilations, transposed, extra, groups,
-                                                        mask)
-        out = {}
-        if mask[0]:
-            out["Input@GRAD"] = dx
-        if mask[1]:
-            out["Filter@GRAD"] = dw
-        return out
+        extra = extra_of(ins["Input"], ins["Filter"], attrs) if transposed else [0] * nd
+        return _conv_backward(ins, ctx, *_conv_params(op, attrs, nd), transposed, extra)
 
     attrs = {"strides": [1] * nd, "paddings": [0] * nd, "dilations": [1] * nd, "groups": 1,
              "use_cudnn": True, "data_format": "NCHW" if nd == 2 else "NCDHW"}

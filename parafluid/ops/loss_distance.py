@@ -37,6 +37,17 @@ def _square_error(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": diff * diff}
 
 
+def _difference_grads(ctx: Any, plus: str, minus: str, g: torch.Tensor) -> dict:
+    """The gradients of a loss of ``plus - minus``: ``g`` for ``plus``, ``-g`` for
+    ``minus``, each only when the gradient op needs it."""
+    out = {}
+    if plus in ctx.need:
+        out[plus + "@GRAD"] = g
+    if minus in ctx.need:
+        out[minus + "@GRAD"] = -g
+    return out
+
+
 def _square_error_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, y = ins["X"], ins["Y"]
     g = 2.0 * (x - y) * ins["Out@GRAD"]
@@ -71,13 +82,7 @@ def _huber(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 def _huber_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     r, d, delta = ins["Residual"], ins["Out@GRAD"], attrs["delta"]
-    dr = d * r.clamp(-delta, delta)
-    out = {}
-    if "X" in ctx.need:
-        out["X@GRAD"] = -dr
-    if "Y" in ctx.need:
-        out["Y@GRAD"] = dr
-    return out
+    return _difference_grads(ctx, "Y", "X", d * r.clamp(-delta, delta))
 
 
 register_op("huber_loss", inputs=("X", "Y"), outputs=("Out", "Residual"),
@@ -123,13 +128,7 @@ def _smooth_l1_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         g = g * ow
     if iw is not None:
         g = g * iw
-    g = g * dout.reshape((-1,) + (1,) * (diff.dim() - 1))
-    out = {}
-    if "X" in ctx.need:
-        out["X@GRAD"] = g
-    if "Y" in ctx.need:
-        out["Y@GRAD"] = -g
-    return out
+    return _difference_grads(ctx, "X", "Y", g * dout.reshape((-1,) + (1,) * (diff.dim() - 1)))
 
 
 register_op("smooth_l1_loss", inputs=("X", "Y", "InsideWeight?", "OutsideWeight?"),
@@ -162,13 +161,7 @@ def _margin_rank(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 def _margin_rank_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     label, act, dout = ins["Label"], ins["Activated"], ins["Out@GRAD"]
-    g = -label.to(dout.dtype) * act * dout
-    out = {}
-    if "X1" in ctx.need:
-        out["X1@GRAD"] = g
-    if "X2" in ctx.need:
-        out["X2@GRAD"] = -g
-    return out
+    return _difference_grads(ctx, "X1", "X2", -label.to(dout.dtype) * act * dout)
 
 
 register_op("margin_rank_loss", inputs=("Label", "X1", "X2"), outputs=("Out", "Activated"),
@@ -186,12 +179,7 @@ def _rank_loss(ins: dict, attrs: dict, ctx: Any) -> dict:
 def _rank_loss_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     o = ins["Left"] - ins["Right"]
     g = (torch.sigmoid(o) - ins["Label"].to(o.dtype)) * ins["Out@GRAD"]
-    out = {}
-    if "Left" in ctx.need:
-        out["Left@GRAD"] = g
-    if "Right" in ctx.need:
-        out["Right@GRAD"] = -g
-    return out
+    return _difference_grads(ctx, "Left", "Right", g)
 
 
 register_op("rank_loss", inputs=("Label", "Left", "Right"), outputs=("Out",),

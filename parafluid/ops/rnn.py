@@ -257,6 +257,23 @@ def _gru_run(ins: dict, attrs: dict, keep: bool) -> tuple:
     return steps, hs, saved
 
 
+def _gru_cell_grad(dh: torch.Tensor, h_prev: torch.Tensor, u: torch.Tensor, r: torch.Tensor,
+                   cand: torch.Tensor, w_c: torch.Tensor, d_act: Any, d_gate: Any,
+                   origin_mode: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One GRU step backwards from ``dh``: the gradient of the step's pre-activations
+    ``[update, reset, candidate]`` and the part of the previous hidden state's gradient that
+    does not go through the update/reset weights (the caller adds ``d[:, :2D] @ W_ur^T``)."""
+    if origin_mode:
+        du, dcand, dh_prev = dh * (h_prev - cand), dh * (1 - u), dh * u
+    else:
+        du, dcand, dh_prev = dh * (cand - h_prev), dh * u, dh * (1 - u)
+    dc_pre = dcand * d_act(cand)
+    drh = dc_pre @ w_c.t()
+    dh_prev = dh_prev + drh * r
+    dur = torch.cat([du * d_gate(u), drh * h_prev * d_gate(r)], 1)
+    return torch.cat([dur, dc_pre], 1), dh_prev
+
+
 def _gru(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["Input"]
     steps, hs, _ = _gru_run(ins, attrs, keep=False)
@@ -280,16 +297,9 @@ def _gru_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         h_prev, u, r, rh, cand = saved[t]
         m = steps.mask[t]
         dh = dhidden[t] + dh_next
-        if attrs["origin_mode"]:
-            du, dcand, dh_prev = dh * (h_prev - cand), dh * (1 - u), dh * u
-        else:
-            du, dcand, dh_prev = dh * (cand - h_prev), dh * u, dh * (1 - u)
-        dc_pre = dcand * d_act(cand)
-        drh = dc_pre @ w_c.t()
-        dr = drh * h_prev
-        dh_prev = dh_prev + drh * r
-        dur = torch.cat([du, dr], 1) * d_gate(torch.cat([u, r], 1))
-        g = torch.cat([dur, dc_pre], 1) * m
+        g, dh_prev = _gru_cell_grad(dh, h_prev, u, r, cand, w_c, d_act, d_gate,
+                                    attrs["origin_mode"])
+        g = g * m
         dxs[t] = g
         dw[:, :2 * d] += h_prev.t() @ g[:, :2 * d]
         dw[:, 2 * d:] += rh.t() @ g[:, 2 * d:]
@@ -425,16 +435,9 @@ def _gru_unit_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     dact = _act(_ACT_IDS[attrs["activation"]], "gru_unit")[1]
     dgate = _act(_ACT_IDS[attrs["gate_activation"]], "gru_unit")[1]
     w_ur, w_c = _gru_weights(ins["Weight"])
-    if attrs["origin_mode"]:
-        du, dc, dhp = dh * (hp - c), dh * (1 - u), dh * u
-    else:
-        du, dc, dhp = dh * (c - hp), dh * u, dh * (1 - u)
-    dc_pre = dc * dact(c)
-    drh = dc_pre @ w_c.t()
-    dhp = dhp + drh * r
-    dur_pre = torch.cat([du * dgate(u), drh * hp * dgate(r)], 1)
+    dx, dhp = _gru_cell_grad(dh, hp, u, r, c, w_c, dact, dgate, attrs["origin_mode"])
+    dur_pre, dc_pre = dx[:, :2 * hp.shape[1]], dx[:, 2 * hp.shape[1]:]
     dhp = dhp + dur_pre @ w_ur.t()
-    dx = torch.cat([dur_pre, dc_pre], 1)
     out = {}
     if "Input" in ctx.need:
         out["Input@GRAD"] = dx

@@ -54,6 +54,18 @@ def _pixel_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return inter / (area_a + area_b - inter)
 
 
+def _image_offsets(op: str, ins: dict, slots: tuple[str, ...]) -> dict[str, list[int]]:
+    """Each slot's row offsets per image (its last LoD level); a slot without LoD is an
+    error, since its rows could not be told apart by image."""
+    offs = {}
+    for slot in slots:
+        lod = get_lod(ins[slot])
+        if not lod:
+            raise ValueError(f"{op}: {slot} must be a LoD tensor (the rows of each image)")
+        offs[slot] = lod[-1]
+    return offs
+
+
 def _sample(inds: list[int], num: int, use_random: bool) -> list[int]:
     """At most ``num`` of ``inds``: a reservoir sample, or the first ones."""
     inds = list(inds)
@@ -237,13 +249,7 @@ def _generate_proposal_labels(ins: dict, attrs: dict, ctx: Any) -> dict:
         raise ValueError("generate_proposal_labels: is_cascade_rcnn=True is not supported; "
                          "sample the cascade stages' ROIs with is_cascade_rcnn=False")
     names = ("RpnRois", "GtClasses", "IsCrowd", "GtBoxes")
-    offs = {}
-    for slot in names:
-        lod = get_lod(ins[slot])
-        if not lod:
-            raise ValueError(f"generate_proposal_labels: {slot} must be a LoD tensor (the rows "
-                             "of each image)")
-        offs[slot] = lod[-1]
+    offs = _image_offsets("generate_proposal_labels", ins, names)
     info = ins["ImInfo"]
     outs: list[list[torch.Tensor]] = [[], [], [], [], []]
     lod = [0]
@@ -292,13 +298,7 @@ register_op("generate_proposal_labels",
 def _retinanet_target_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
     anchors = ins["Anchor"].reshape(-1, 4)
     slots = ("GtBoxes", "GtLabels", "IsCrowd")
-    offs = {}
-    for s in slots:
-        lod = get_lod(ins[s])
-        if not lod:
-            raise ValueError(f"retinanet_target_assign: {s} must be a LoD tensor (the rows of "
-                             "each image)")
-        offs[s] = lod[-1]
+    offs = _image_offsets("retinanet_target_assign", ins, slots)
     info, n_anchor = ins["ImInfo"], anchors.shape[0]
     outs: dict[str, list] = {k: [] for k in ("loc", "score", "label", "bbox", "weight", "fg")}
     loc_lod, score_lod = [0], [0]

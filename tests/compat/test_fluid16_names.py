@@ -393,15 +393,20 @@ OPTIMIZERS = {
 }
 
 
+def _linear_w():
+    """``x @ w`` for a data ``x`` of 2 columns and ``w`` [2, 1] starting at [[0.5], [-1]]."""
+    x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+    return fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(
+        name="w", initializer=fluid.initializer.NumpyArrayInitializer(
+            np.array([[0.5], [-1.0]], "float32"))))
+
+
 def _two_steps(opt):
     """Two updates of ``w`` [2, 1] under ``loss = mean(x @ w)`` with x = [[1, 3]]: the
     gradient is x^T every step."""
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
-        out = fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(
-            name="w", initializer=fluid.initializer.NumpyArrayInitializer(
-                np.array([[0.5], [-1.0]], "float32"))))
+        out = _linear_w()
         opt.minimize(fluid.layers.mean(out))
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(startup, scope=scope)
@@ -607,10 +612,7 @@ def test_exponential_moving_average_apply_and_restore(thres):
 def test_lookahead_pulls_slow_weights_every_k_steps():
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
-        out = fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(
-            name="w", initializer=fluid.initializer.NumpyArrayInitializer(
-                np.array([[0.5], [-1.0]], "float32"))))
+        out = _linear_w()
         loss = fluid.layers.mean(out)  # gradient x^T every step
         inner = fluid.optimizer.SGD(learning_rate=0.1)
         fluid.optimizer.LookaheadOptimizer(inner, alpha=0.25, k=2).minimize(
@@ -769,10 +771,7 @@ def test_filter_by_instag_with_nothing_kept_gives_a_zero_row_of_weight_zero():
 def test_model_average_applies_the_window_average_as_fluids_kernel_keeps_it():
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
-        out = fluid.layers.fc(x, 1, bias_attr=False, param_attr=fluid.ParamAttr(
-            name="w", initializer=fluid.initializer.NumpyArrayInitializer(
-                np.array([[0.5], [-1.0]], "float32"))))
+        out = _linear_w()
         fluid.optimizer.SGD(0.1).minimize(fluid.layers.mean(out))
         average = fluid.optimizer.ModelAverage(0.5, min_average_window=2,
                                                max_average_window=3)

@@ -3,59 +3,35 @@ torch, with gradients vs finite differences; the conv2d_transpose layer."""
 
 import re
 
-import numpy as np
 import pytest
-import torch
 import torch.nn.functional as F
 
 import parafluid as fluid
 from parafluid.testing import OpCase, check_op, rand, run_op
-
-
-def _t(a):
-    return torch.from_numpy(np.asarray(a))
+from parafluid.testing.refs import build_layer, to_torch
 
 
 def conv_ref(strides=1, paddings=0, dilations=1, groups=1):
     def ref(Input, Filter):
-        out = F.conv2d(_t(Input), _t(Filter), None, strides, paddings, dilations, groups)
+        out = F.conv2d(to_torch(Input), to_torch(Filter), None, strides, paddings, dilations,
+                       groups)
         return {"Output": out.numpy()}
     return ref
-
-
-def bn_inputs(x, c, seed=3):
-    return {"X": x, "Scale": rand(c, low=0.5, high=1.5, seed=seed),
-            "Bias": rand(c, seed=seed + 1), "Mean": rand(c, seed=seed + 2),
-            "Variance": rand(c, low=0.5, high=2.0, seed=seed + 3)}
 
 
 def conv_t_ref(stride=1, pad=0, dilation=1, groups=1, output_padding=0, nd=2):
     def ref(Input, Filter):
         fn = F.conv_transpose2d if nd == 2 else F.conv_transpose3d
-        out = fn(_t(Input), _t(Filter), None, stride, pad, output_padding, groups, dilation)
+        out = fn(to_torch(Input), to_torch(Filter), None, stride, pad, output_padding, groups,
+                 dilation)
         return {"Output": out.numpy()}
     return ref
 
 
 def conv3d_ref(stride=1, pad=0):
     def ref(Input, Filter):
-        return {"Output": F.conv3d(_t(Input), _t(Filter), None, stride, pad).numpy()}
+        return {"Output": F.conv3d(to_torch(Input), to_torch(Filter), None, stride, pad).numpy()}
     return ref
-
-
-def interp_attrs(method, **kw):
-    attrs = {"interp_method": method, "out_h": -1, "out_w": -1, "scale": 0.0,
-             "align_corners": True, "align_mode": 1}
-    attrs.update(kw)
-    return attrs
-
-
-def _build(fn, shape, dtype="float32"):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=shape, dtype=dtype)
-        out = fn(x)
-    return main, startup, out
 
 
 CASES = [
@@ -96,7 +72,7 @@ def test_op(case):
 
 
 def test_conv2d_transpose_layer_shapes_params_and_filter_from_output_size():
-    main, _, out = _build(lambda x: fluid.layers.conv2d_transpose(
+    main, _, out = build_layer(lambda x: fluid.layers.conv2d_transpose(
         x, num_filters=6, filter_size=4, stride=2, padding=1, act="relu"), [3, 5, 5])
     assert out.shape == (-1, 6, 10, 10)
     params = {p.name: p.shape for p in main.global_block().all_parameters()}
@@ -104,7 +80,7 @@ def test_conv2d_transpose_layer_shapes_params_and_filter_from_output_size():
     assert [op.type for op in main.global_block().ops] == ["conv2d_transpose",
                                                            "elementwise_add", "relu"]
     # filter_size=None: Fluid sizes the filter to reach output_size exactly
-    main, _, out = _build(lambda x: fluid.layers.conv2d_transpose(
+    main, _, out = build_layer(lambda x: fluid.layers.conv2d_transpose(
         x, num_filters=2, output_size=[12, 12], stride=2), [3, 5, 5])
     assert out.shape == (-1, 2, 12, 12)
     w = next(p for p in main.global_block().all_parameters() if p.name.endswith("w_0"))
@@ -113,7 +89,7 @@ def test_conv2d_transpose_layer_shapes_params_and_filter_from_output_size():
 
 def test_conv2d_transpose_output_size_out_of_reach_names_the_range():
     with pytest.raises(ValueError, match=re.escape("must be in [9, 11)")):
-        _build(lambda x: fluid.layers.conv2d_transpose(
+        build_layer(lambda x: fluid.layers.conv2d_transpose(
             x, num_filters=2, output_size=[12, 12], filter_size=3, stride=2), [3, 4, 4])
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from parafluid.testing import OpCase, check_op, rand
+from parafluid.testing.refs import anchor_grid, box_iou, nms_pixels
 
 FEAT = np.zeros((1, 2, 3, 4), "float32")  # a 3 x 4 feature map
 IMAGE = np.zeros((1, 3, 30, 40), "float32")
@@ -128,18 +129,8 @@ def box_coder_ref(PriorBox, TargetBox, attrs, PriorBoxVar=None):
     return {"OutputBox": out}
 
 
-def iou(a, b, normalized=True):
-    pixel = 0.0 if normalized else 1.0
-    iw = max(min(a[2], b[2]) - max(a[0], b[0]) + pixel, 0)
-    ih = max(min(a[3], b[3]) - max(a[1], b[1]) + pixel, 0)
-    inter = iw * ih
-    area = (a[2] - a[0] + pixel) * (a[3] - a[1] + pixel) + (b[2] - b[0] + pixel) * \
-        (b[3] - b[1] + pixel)
-    return inter / (area - inter)
-
-
 def iou_ref(X, Y, attrs):
-    return {"Out": np.array([[iou(a, b, attrs["box_normalized"]) for b in Y] for a in X])}
+    return {"Out": np.array([[box_iou(a, b, attrs["box_normalized"]) for b in Y] for a in X])}
 
 
 def boxes(n, seed, scale=1.0):
@@ -301,7 +292,7 @@ def _nms_ref(boxes, scores, attrs):
         order = order[:attrs["nms_top_k"]]
     kept, thr = [], attrs["nms_threshold"]
     for i in order:
-        if all(iou(boxes[i], boxes[k], attrs["normalized"]) <= thr for k in kept):
+        if all(box_iou(boxes[i], boxes[k], attrs["normalized"]) <= thr for k in kept):
             kept.append(i)
             if attrs["nms_eta"] < 1 and thr > 0.5:
                 thr *= attrs["nms_eta"]
@@ -395,23 +386,6 @@ CASES += [
 def _sigmoid(v):
     return 1 / (1 + np.exp(-v))
 
-
-def _anchor_grid(h, w, sizes, stride):
-    out = np.zeros((h, w, len(sizes), 4), "float32")
-    for y in range(h):
-        for x in range(w):
-            for k, sz in enumerate(sizes):
-                cx, cy = (x + 0.5) * stride, (y + 0.5) * stride
-                out[y, x, k] = [cx - sz / 2, cy - sz / 2, cx + sz / 2, cy + sz / 2]
-    return out
-
-
-def _nms_pixels(boxes, scores, thr):
-    kept = []
-    for i in np.argsort(-scores, kind="stable"):
-        if all(iou(boxes[i], boxes[k], normalized=False) <= thr for k in kept):
-            kept.append(i)
-    return kept
 
 # ----------------------------------------------------------------------------- the others
 
@@ -510,7 +484,7 @@ def detection_map_ref(DetectRes, Label, attrs):
             used = [False] * len(truth)
             for d in cand:
                 box = np.clip(d[2:], 0, 1)
-                ious = [iou(box, g[2:]) for g in truth]
+                ious = [box_iou(box, g[2:]) for g in truth]
                 if ious and max(ious) > attrs["overlap_threshold"]:
                     j = int(np.argmax(ious))
                     if attrs["evaluate_difficult"] or not truth[j][1]:
@@ -575,7 +549,7 @@ def retinanet_output_ref(BBoxes, Scores, Anchors, ImInfo, attrs):
         for c in sorted(per_class):
             bs = np.array([p[1] for p in per_class[c]])
             ss = np.array([p[0] for p in per_class[c]])
-            dets += [(ss[k], c, bs[k]) for k in _nms_pixels(bs, ss, attrs["nms_threshold"])]
+            dets += [(ss[k], c, bs[k]) for k in nms_pixels(bs, ss, attrs["nms_threshold"])]
         dets = sorted(dets, key=lambda d: -d[0])[:attrs["keep_top_k"]]
         rows += [[c + 1, sc, *b] for sc, c, b in dets]
     return {"Out": np.array(rows).reshape(-1, 6)}
@@ -587,8 +561,8 @@ CASES += [
                        rand(2, 5, 4, low=-0.3, high=0.3, seed=34, dtype="float32")],
             "Scores": [rand(2, 20, 3, low=0, high=1, seed=35, dtype="float32"),
                        rand(2, 5, 3, low=0, high=1, seed=36, dtype="float32")],
-            "Anchors": [_anchor_grid(4, 5, [16], 8).reshape(-1, 4),
-                        _anchor_grid(1, 5, [32], 8).reshape(-1, 4)],
+            "Anchors": [anchor_grid(4, 5, [16], 8).reshape(-1, 4),
+                        anchor_grid(1, 5, [32], 8).reshape(-1, 4)],
             "ImInfo": np.array([[32, 40, 1.0], [64, 80, 2.0]], "float32")},
            attrs={"score_threshold": 0.5, "nms_top_k": 12, "keep_top_k": 15,
                   "nms_threshold": 0.4, "nms_eta": 1.0},

@@ -8,6 +8,7 @@ import pytest
 
 import parafluid as fluid
 from parafluid.testing import OpCase, check_op, rand, run_op
+from parafluid.testing.refs import build_layer, run_built
 
 
 def bn_ref(X, Scale, Bias, Mean, Variance, attrs):
@@ -47,13 +48,6 @@ def bn_inputs(x, c, seed=3):
             "Variance": rand(c, low=0.5, high=2.0, seed=seed + 3)}
 
 
-def interp_attrs(method, **kw):
-    attrs = {"interp_method": method, "out_h": -1, "out_w": -1, "scale": 0.0,
-             "align_corners": True, "align_mode": 1}
-    attrs.update(kw)
-    return attrs
-
-
 def group_norm_ref(X, Scale, Bias, attrs):
     n, c = X.shape[:2]
     g, eps = attrs["groups"], attrs["epsilon"]
@@ -69,20 +63,6 @@ def instance_norm_ref(X, Scale, Bias, attrs):
     inv = 1 / np.sqrt(X.var((2, 3), keepdims=True) + attrs["epsilon"])
     y = (X - mean) * inv * Scale.reshape(1, -1, 1, 1) + Bias.reshape(1, -1, 1, 1)
     return {"Y": y, "SavedMean": mean.reshape(-1), "SavedVariance": inv.reshape(-1)}
-
-
-def _build(fn, shape, dtype="float32"):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=shape, dtype=dtype)
-        out = fn(x)
-    return main, startup, out
-
-
-def _run(main, startup, out, feed):
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    return exe.run(main, feed=feed, fetch_list=[out], scope=scope)[0], scope
 
 
 CASES = [
@@ -150,19 +130,19 @@ def test_batch_norm_layer_updates_moving_stats_in_place_and_test_clone_uses_them
 
 
 def test_prelu_and_group_norm_layers_create_fluid_parameters():
-    main, startup, out = _build(lambda x: fluid.layers.group_norm(
+    main, startup, out = build_layer(lambda x: fluid.layers.group_norm(
         fluid.layers.prelu(x, mode="channel"), groups=2), [4, 3, 3])
     params = {p.name: p.shape for p in main.global_block().all_parameters()}
     assert params == {"prelu_0.w_0": (1, 4, 1, 1), "group_norm_0.w_0": (4,),
                       "group_norm_0.b_0": (4,)}
     x = rand(2, 4, 3, 3, seed=6).astype("float32")
-    got, scope = _run(main, startup, out, {"x": x})
+    got, scope = run_built(main, startup, out, {"x": x})
     alpha = np.array(scope.find_var("prelu_0.w_0").get_tensor())
     np.testing.assert_allclose(alpha, 0.25)
     want = group_norm_ref(np.where(x > 0, x, 0.25 * x), np.ones(4), np.zeros(4),
                           {"groups": 2, "epsilon": 1e-5})["Y"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    main, _, _ = _build(lambda x: fluid.layers.prelu(x, mode="element"), [4, 3, 3])
+    main, _, _ = build_layer(lambda x: fluid.layers.prelu(x, mode="element"), [4, 3, 3])
     assert [p.shape for p in main.global_block().all_parameters()] == [(1, 4, 3, 3)]
 
 

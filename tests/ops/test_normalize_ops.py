@@ -5,6 +5,7 @@ import pytest
 
 import parafluid as fluid
 from parafluid.testing import OpCase, check_op, rand
+from parafluid.testing.refs import lrn_ref
 
 
 def spectral_ref(Weight, U, V, attrs):
@@ -20,18 +21,6 @@ def spectral_ref(Weight, U, V, attrs):
 
 
 W = rand(3, 4, 2, seed=5)
-
-
-def lrn_ref(X, attrs):
-    n_, k, alpha, beta = attrs["n"], attrs["k"], attrs["alpha"], attrs["beta"]
-    c = X.shape[1]
-    pre = (n_ - 1) // 2
-    mid = np.full(X.shape, k, dtype=X.dtype)
-    for ch in range(c):
-        for j in range(ch - pre, ch - pre + n_):
-            if 0 <= j < c:
-                mid[:, ch] += alpha * X[:, j] ** 2
-    return {"Out": X * mid ** -beta, "MidOut": mid}
 
 
 CASES = [

@@ -4,10 +4,10 @@ import re
 
 import numpy as np
 import pytest
-import torch
 import torch.nn.functional as F
 
 from parafluid.testing import OpCase, check_op, rand, run_op
+from parafluid.testing.refs import adaptive_pool_ref, to_torch
 
 
 def fluid_pool_ref(X, attrs):
@@ -40,33 +40,8 @@ def fluid_pool_ref(X, attrs):
     return {"Out": out}
 
 
-def bn_inputs(x, c, seed=3):
-    return {"X": x, "Scale": rand(c, low=0.5, high=1.5, seed=seed),
-            "Bias": rand(c, seed=seed + 1), "Mean": rand(c, seed=seed + 2),
-            "Variance": rand(c, low=0.5, high=2.0, seed=seed + 3)}
-
-
 POOL = {"pooling_type": "max", "ksize": [2, 2], "strides": [2, 2], "paddings": [0, 0],
         "global_pooling": False, "exclusive": True, "ceil_mode": False}
-
-
-def _t(a):
-    return torch.from_numpy(np.asarray(a))
-
-
-def adaptive_ref(X, attrs):
-    """Fluid's adaptive bins written as loops: [floor(i*H/o), ceil((i+1)*H/o))."""
-    oh, ow = attrs["ksize"]
-    n, c, h, w = X.shape
-    out = np.zeros((n, c, oh, ow), X.dtype)
-    for i in range(oh):
-        for j in range(ow):
-            hs, he = (i * h) // oh, -(-((i + 1) * h) // oh)
-            ws, we = (j * w) // ow, -(-((j + 1) * w) // ow)
-            win = X[:, :, hs:he, ws:we]
-            out[:, :, i, j] = win.max((2, 3)) if attrs["pooling_type"] == "max" \
-                else win.mean((2, 3))
-    return {"Out": out}
 
 
 POOL3 = {"pooling_type": "max", "ksize": [2, 2, 2], "strides": [2, 2, 2],
@@ -92,23 +67,24 @@ CASES = [
            attrs={**POOL, "pooling_type": "avg", "global_pooling": True},
            ref=fluid_pool_ref, grad=["X"], id="pool2d_global_avg"),
     OpCase("pool3d", {"X": rand(1, 2, 4, 4, 4)}, attrs=dict(POOL3),
-           ref=lambda X: {"Out": F.max_pool3d(_t(X), 2, 2).numpy()}, grad=["X"],
+           ref=lambda X: {"Out": F.max_pool3d(to_torch(X), 2, 2).numpy()}, grad=["X"],
            id="pool3d_max"),
     OpCase("pool3d", {"X": rand(1, 1, 3, 3, 3)},
            attrs={**POOL3, "pooling_type": "avg", "ksize": [3, 3, 3], "strides": [1, 1, 1],
                   "paddings": [1, 1, 1]},
-           ref=lambda X: {"Out": F.avg_pool3d(_t(X), 3, 1, 1, count_include_pad=False).numpy()},
+           ref=lambda X: {"Out": F.avg_pool3d(to_torch(X), 3, 1, 1,
+                                              count_include_pad=False).numpy()},
            grad=["X"], id="pool3d_avg_exclusive"),
     OpCase("pool3d", {"X": rand(1, 2, 3, 5, 4)},
            attrs={**POOL3, "pooling_type": "avg", "ksize": [2, 2, 3], "adaptive": True},
-           ref=lambda X: {"Out": F.adaptive_avg_pool3d(_t(X), [2, 2, 3]).numpy()}, grad=["X"],
+           ref=lambda X: {"Out": F.adaptive_avg_pool3d(to_torch(X), [2, 2, 3]).numpy()}, grad=["X"],
            id="pool3d_adaptive_avg"),
     OpCase("pool2d", {"X": rand(2, 2, 5, 7)},
            attrs={"pooling_type": "avg", "ksize": [2, 3], "adaptive": True},
-           ref=adaptive_ref, grad=["X"], id="pool2d_adaptive_avg"),
+           ref=adaptive_pool_ref, grad=["X"], id="pool2d_adaptive_avg"),
     OpCase("pool2d", {"X": rand(1, 2, 7, 5)},
            attrs={"pooling_type": "max", "ksize": [3, 2], "adaptive": True},
-           ref=adaptive_ref, grad=["X"], id="pool2d_adaptive_max"),
+           ref=adaptive_pool_ref, grad=["X"], id="pool2d_adaptive_max"),
 ]
 
 

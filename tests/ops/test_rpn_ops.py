@@ -6,28 +6,12 @@ import numpy as np
 import pytest
 
 from parafluid.testing import OpCase, check_op, rand
+from parafluid.testing.refs import anchor_grid, box_iou, nms_pixels
 
 CASES: list = []
 
 
-def iou(a, b, normalized=True):
-    pixel = 0.0 if normalized else 1.0
-    iw = max(min(a[2], b[2]) - max(a[0], b[0]) + pixel, 0)
-    ih = max(min(a[3], b[3]) - max(a[1], b[1]) + pixel, 0)
-    inter = iw * ih
-    area = (a[2] - a[0] + pixel) * (a[3] - a[1] + pixel) + (b[2] - b[0] + pixel) * \
-        (b[3] - b[1] + pixel)
-    return inter / (area - inter)
-
 # ----------------------------------------------------------------------------- proposals
-
-
-def _nms_pixels(boxes, scores, thr):
-    kept = []
-    for i in np.argsort(-scores, kind="stable"):
-        if all(iou(boxes[i], boxes[k], normalized=False) <= thr for k in kept):
-            kept.append(i)
-    return kept
 
 
 def proposals_ref(Scores, BboxDeltas, ImInfo, Anchors, Variances, attrs):
@@ -55,20 +39,10 @@ def proposals_ref(Scores, BboxDeltas, ImInfo, Anchors, Variances, attrs):
                 cand.append((b, s[j]))
         boxes_i = np.array([c[0] for c in cand]).reshape(-1, 4)
         scores_i = np.array([c[1] for c in cand])
-        kept = _nms_pixels(boxes_i, scores_i, attrs["nms_thresh"])[:attrs["post_nms_topN"]]
+        kept = nms_pixels(boxes_i, scores_i, attrs["nms_thresh"])[:attrs["post_nms_topN"]]
         rois.append(boxes_i[kept])
         probs.append(scores_i[kept].reshape(-1, 1))
     return {"RpnRois": np.concatenate(rois), "RpnRoiProbs": np.concatenate(probs)}
-
-
-def _anchor_grid(h, w, sizes, stride):
-    out = np.zeros((h, w, len(sizes), 4), "float32")
-    for y in range(h):
-        for x in range(w):
-            for k, sz in enumerate(sizes):
-                cx, cy = (x + 0.5) * stride, (y + 0.5) * stride
-                out[y, x, k] = [cx - sz / 2, cy - sz / 2, cx + sz / 2, cy + sz / 2]
-    return out
 
 
 FPN_ROIS = np.array([[0, 0, 20, 20], [10, 10, 200, 150], [0, 0, 60, 80], [5, 5, 500, 400],
@@ -106,7 +80,7 @@ CASES += [
             "BboxDeltas": rand(2, 4 * RPN_A, RPN_H, RPN_W, low=-0.5, high=0.5, seed=25,
                                dtype="float32"),
             "ImInfo": np.array([[64, 80, 1.0], [50, 70, 2.0]], "float32"),
-            "Anchors": _anchor_grid(RPN_H, RPN_W, [8, 16, 32], 16),
+            "Anchors": anchor_grid(RPN_H, RPN_W, [8, 16, 32], 16),
             "Variances": np.full((RPN_H, RPN_W, RPN_A, 4), 1.0, "float32")},
            attrs={"pre_nms_topN": 40, "post_nms_topN": 12, "nms_thresh": 0.5,
                   "min_size": 6.0, "eta": 1.0}, ref=proposals_ref, rtol=1e-4, atol=1e-3),
@@ -124,7 +98,7 @@ CASES += [
 
 # ----------------------------------------------------------------------------- rpn_target_assign
 
-RPN_ANCHORS = _anchor_grid(4, 4, [12, 24], 8).reshape(-1, 4)  # 32 anchors on a 32 x 32 image
+RPN_ANCHORS = anchor_grid(4, 4, [12, 24], 8).reshape(-1, 4)  # 32 anchors on a 32 x 32 image
 RPN_GT = np.array([[2, 2, 13, 12], [16, 14, 30, 31], [0, 0, 31, 31], [3, 18, 12, 28]],
                   "float32") / 2  # image scale 2: the boxes are given at half size
 RPN_CROWD = np.array([[0], [0], [1], [0]], "int32")  # the third box is a crowd
@@ -143,7 +117,7 @@ def rpn_target_ref(Anchor, GtBoxes, IsCrowd, ImInfo, attrs, offs=(0, 2, 4)):
                                Anchor[a, 2] < w + t and Anchor[a, 3] < h + t)]
         gts = [g * scale for g, c in zip(GtBoxes[offs[i]:offs[i + 1]],
                                          IsCrowd[offs[i]:offs[i + 1], 0]) if c == 0]
-        ov = np.array([[iou(Anchor[a], g, normalized=False) for g in gts] for a in inside])
+        ov = np.array([[box_iou(Anchor[a], g, normalized=False) for g in gts] for a in inside])
         best = ov.max(1)
         fg = [k for k in range(len(inside))
               if best[k] >= attrs["rpn_positive_overlap"] or
@@ -202,7 +176,7 @@ def proposal_labels_ref(RpnRois, GtClasses, IsCrowd, GtBoxes, ImInfo, attrs,
         boxes = np.concatenate([gt, RpnRois[roi_offs[i]:roi_offs[i + 1]] / scale])
         fg, bg = [], []
         for b in range(len(boxes)):
-            ov = [iou(boxes[b], g, normalized=False) for g in gt]
+            ov = [box_iou(boxes[b], g, normalized=False) for g in gt]
             best = -1 if b < len(gt) and crowd[b] else max(ov)
             if best > attrs["fg_thresh"]:
                 fg.append((b, int(np.argmax(ov))))
@@ -261,7 +235,7 @@ def retinanet_target_ref(Anchor, GtBoxes, GtLabels, IsCrowd, ImInfo, attrs, offs
     for i in range(len(ImInfo)):
         keep = [j for j in range(offs[i], offs[i + 1]) if IsCrowd[j, 0] == 0]
         gts = GtBoxes[keep] * ImInfo[i, 2]
-        ov = np.array([[iou(a, g, normalized=False) for g in gts] for a in Anchor])
+        ov = np.array([[box_iou(a, g, normalized=False) for g in gts] for a in Anchor])
         best, arg = ov.max(1), ov.argmax(1)
         fake = [a for a in range(n) if best[a] >= attrs["positive_overlap"] or
                 any(abs(ov[a, j] - ov[:, j].max()) < 1e-5 for j in range(len(gts)))]
@@ -323,7 +297,7 @@ def mask_labels_ref(ImInfo, GtClasses, IsCrowd, GtSegms, Rois, LabelsInt32, attr
         roi = Rois[r] / scale
         boxes = [[min(sum(o, [])[0::2]), min(sum(o, [])[1::2]), max(sum(o, [])[0::2]),
                   max(sum(o, [])[1::2])] for o in objects[:2]]
-        obj = objects[int(np.argmax([iou(roi, b, normalized=False) for b in boxes]))]
+        obj = objects[int(np.argmax([box_iou(roi, b, normalized=False) for b in boxes]))]
         w, h = max(roi[2] - roi[0], 1), max(roi[3] - roi[1], 1)
         mask = np.zeros((m, m), "int32")
         for poly in obj:

@@ -5,30 +5,11 @@ import re
 
 import numpy as np
 import pytest
-import torch
 import torch.nn.functional as F
 
 import parafluid as fluid
 from parafluid.testing import OpCase, check_op, rand, run_op
-
-
-def _t(a):
-    return torch.from_numpy(np.asarray(a))
-
-
-def adaptive_ref(X, attrs):
-    """Fluid's adaptive bins written as loops: [floor(i*H/o), ceil((i+1)*H/o))."""
-    oh, ow = attrs["ksize"]
-    n, c, h, w = X.shape
-    out = np.zeros((n, c, oh, ow), X.dtype)
-    for i in range(oh):
-        for j in range(ow):
-            hs, he = (i * h) // oh, -(-((i + 1) * h) // oh)
-            ws, we = (j * w) // ow, -(-((j + 1) * w) // ow)
-            win = X[:, :, hs:he, ws:we]
-            out[:, :, i, j] = win.max((2, 3)) if attrs["pooling_type"] == "max" \
-                else win.mean((2, 3))
-    return {"Out": out}
+from parafluid.testing.refs import adaptive_pool_ref, build_layer, lrn_ref, run_built, to_torch
 
 
 def interp_ref(X, attrs):
@@ -96,18 +77,6 @@ def shuffle_ref(X, attrs):
     return {"Out": X.reshape(n, g, c // g, h, w).transpose(0, 2, 1, 3, 4).reshape(X.shape)}
 
 
-def lrn_ref(X, attrs):
-    n_, k, alpha, beta = attrs["n"], attrs["k"], attrs["alpha"], attrs["beta"]
-    c = X.shape[1]
-    pre = (n_ - 1) // 2
-    mid = np.full(X.shape, k, dtype=X.dtype)
-    for ch in range(c):
-        for j in range(ch - pre, ch - pre + n_):
-            if 0 <= j < c:
-                mid[:, ch] += alpha * X[:, j] ** 2
-    return {"Out": X * mid ** -beta, "MidOut": mid}
-
-
 def maxout_ref(X, attrs):
     n, c, h, w = X.shape
     g = attrs["groups"]
@@ -122,20 +91,6 @@ def pad2d_ref(X, attrs):
         width = [(0, 0), (t, b), (l, r), (0, 0)]
     kw = {"constant_values": attrs["pad_value"]} if mode == "constant" else {}
     return {"Out": np.pad(X, width, mode=mode, **kw)}
-
-
-def _build(fn, shape, dtype="float32"):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        x = fluid.layers.data(name="x", shape=shape, dtype=dtype)
-        out = fn(x)
-    return main, startup, out
-
-
-def _run(main, startup, out, feed):
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    return exe.run(main, feed=feed, fetch_list=[out], scope=scope)[0], scope
 
 
 CASES = [
@@ -158,7 +113,7 @@ CASES = [
     OpCase("trilinear_interp", {"X": rand(1, 2, 2, 3, 4)},
            attrs={"out_d": 3, "out_h": 4, "out_w": 3, "scale": 0.0, "align_corners": False,
                   "align_mode": 0},
-           ref=lambda X: {"Out": F.interpolate(_t(X), size=(3, 4, 3), mode="trilinear",
+           ref=lambda X: {"Out": F.interpolate(to_torch(X), size=(3, 4, 3), mode="trilinear",
                                                align_corners=False).numpy()},
            grad=["X"]),
     OpCase("pad", {"X": rand(2, 3)}, attrs={"paddings": [1, 0, 2, 3], "pad_value": 0.5},
@@ -183,7 +138,7 @@ CASES = [
            ref=lambda X, Y, Offsets: {"Out": X[1:3, 1:3]}, grad=["X"],
            id="crop_like_y_offsets_tensor"),
     OpCase("pixel_shuffle", {"X": rand(1, 8, 2, 3)}, attrs={"upscale_factor": 2},
-           ref=lambda X: {"Out": F.pixel_shuffle(_t(X), 2).numpy()}, grad=["X"]),
+           ref=lambda X: {"Out": F.pixel_shuffle(to_torch(X), 2).numpy()}, grad=["X"]),
     OpCase("space_to_depth", {"X": rand(2, 8, 4, 6)}, attrs={"blocksize": 2},
            ref=space_to_depth_ref, grad=["X"]),
     OpCase("shuffle_channel", {"X": rand(1, 6, 2, 2)}, attrs={"group": 3}, ref=shuffle_ref,
@@ -191,7 +146,7 @@ CASES = [
     OpCase("unfold", {"X": rand(2, 2, 4, 5)},
            attrs={"kernel_sizes": [2, 3], "strides": [1, 2], "paddings": [1, 0, 0, 1],
                   "dilations": [2, 1]},
-           ref=lambda X: {"Y": F.unfold(F.pad(_t(X), [0, 1, 1, 0]), (2, 3), dilation=(2, 1),
+           ref=lambda X: {"Y": F.unfold(F.pad(to_torch(X), [0, 1, 1, 0]), (2, 3), dilation=(2, 1),
                                         stride=(1, 2)).numpy()}, grad=["X"]),
     OpCase("crop_tensor", {"X": rand(3, 4, 5)},
            attrs={"shape": [2, -1, 3], "offsets": [1, 1, 2]},
@@ -214,7 +169,7 @@ def test_interp_matches_torch_where_torch_has_the_mode():
         got = run_op(OpCase("bilinear_interp", {"X": x},
                             attrs=interp_attrs("bilinear", out_h=9, out_w=4,
                                                align_corners=align, align_mode=mode)))["Out"]
-        want = F.interpolate(_t(x), size=(9, 4), mode="bilinear", align_corners=torch_align)
+        want = F.interpolate(to_torch(x), size=(9, 4), mode="bilinear", align_corners=torch_align)
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-12)
 
 
@@ -226,7 +181,7 @@ def test_interp_out_size_tensor_overrides_attrs():
 
 
 def test_resize_layers_and_adaptive_pool_build_fluid_ops():
-    main, startup, out = _build(lambda x: fluid.layers.resize_bilinear(
+    main, startup, out = build_layer(lambda x: fluid.layers.resize_bilinear(
         fluid.layers.adaptive_pool2d(x, pool_size=[2, 3], pool_type="avg"),
         out_shape=[4, 6]), [2, 5, 7])
     ops = main.global_block().ops
@@ -234,15 +189,15 @@ def test_resize_layers_and_adaptive_pool_build_fluid_ops():
     assert ops[0].attr("adaptive") and ops[1].attr("align_corners") and \
         ops[1].attr("align_mode") == 1
     x = rand(3, 2, 5, 7, seed=5).astype("float32")
-    got, _ = _run(main, startup, out, {"x": x})
-    pooled = adaptive_ref(x, {"ksize": [2, 3], "pooling_type": "avg"})["Out"]
-    want = F.interpolate(_t(pooled), size=(4, 6), mode="bilinear", align_corners=True)
+    got, _ = run_built(main, startup, out, {"x": x})
+    pooled = adaptive_pool_ref(x, {"ksize": [2, 3], "pooling_type": "avg"})["Out"]
+    want = F.interpolate(to_torch(pooled), size=(4, 6), mode="bilinear", align_corners=True)
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
-    _, _, near = _build(lambda x: fluid.layers.resize_nearest(x, scale=2.0), [2, 5, 7])
+    _, _, near = build_layer(lambda x: fluid.layers.resize_nearest(x, scale=2.0), [2, 5, 7])
     assert near.shape == (-1, 2, 10, 14)
-    _, _, short = _build(lambda x: fluid.layers.image_resize_short(x, 4), [2, 5, 7])
+    _, _, short = build_layer(lambda x: fluid.layers.image_resize_short(x, 4), [2, 5, 7])
     assert short.shape == (-1, 2, 4, 6)  # 7 * 4 / 5 = 5.6 rounds to 6
-    main, _, tri = _build(lambda x: fluid.layers.resize_trilinear(x, out_shape=[4, 6, 2]),
+    main, _, tri = build_layer(lambda x: fluid.layers.resize_trilinear(x, out_shape=[4, 6, 2]),
                           [1, 2, 3, 4])
     assert tri.shape == (-1, 1, 4, 6, 2)
     assert main.global_block().ops[-1].attr("out_d") == 4
@@ -255,10 +210,10 @@ def test_l2_normalize_pad_crop_lrn_maxout_layers():
         h = fluid.layers.lrn(h, n=3)
         h = fluid.layers.maxout(h, groups=2)
         return fluid.layers.crop(h, shape=[-1, 3, 2, 2], offsets=[0, 0, 1, 1])
-    main, startup, out = _build(net, [4, 3, 3])
+    main, startup, out = build_layer(net, [4, 3, 3])
     assert out.shape == (-1, 3, 2, 2)
     x = rand(2, 4, 3, 3, seed=8).astype("float32")
-    got, _ = _run(main, startup, out, {"x": x})
+    got, _ = run_built(main, startup, out, {"x": x})
     h = x / np.sqrt((x ** 2).sum(1, keepdims=True) + 1e-12)
     h = np.pad(h, [(0, 0), (1, 1), (0, 0), (0, 0)])
     h = lrn_ref(h, {"n": 3, "k": 1.0, "alpha": 1e-4, "beta": 0.75})["Out"]

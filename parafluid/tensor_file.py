@@ -1,0 +1,111 @@
+"""The variables file format (safetensors plus a parafluid manifest) and its checked reader.
+
+A variables file is a safetensors file whose metadata key ``parafluid`` holds a JSON
+manifest: the format version and each variable's name, shape, dtype and CRC-32.
+``read_tensors`` checks the file against it before anything is used; nothing is pickled.
+``fluid.io`` writes these files (``write_tensors``) and the ``load`` op reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from safetensors.torch import load as _st_load
+
+from .dtypes import convert_dtype
+
+__all__ = ["VARS_FORMAT", "read_tensors"]
+
+VARS_FORMAT = "parafluid.vars/1"
+_MANIFEST_KEY = "parafluid"
+
+
+def read_tensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read a safetensors file; check it against its manifest. Returns (tensors, metadata)."""
+    with _open_for_read(path, "checkpoint") as f:
+        data = f.read()
+    try:
+        tensors = _st_load(data)
+        header_len = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + header_len].decode("utf-8"))
+        metadata = header.get("__metadata__") or {}
+    except Exception as e:  # noqa: BLE001 (the Rust reader raises its own error type)
+        raise ValueError(f"{path}: not a valid safetensors file (truncated or corrupt, "
+                         f"{len(data)} bytes): {e}") from None
+    if _MANIFEST_KEY not in metadata:
+        # NOTE: without the manifest there are no checksums: a damaged file would load
+        held = f"holds {sorted(metadata)}" if metadata else "holds no metadata"
+        raise ValueError(f"{path}: no parafluid manifest (metadata key {_MANIFEST_KEY!r}; the "
+                         f"file {held}), so its checksums cannot be checked and nothing is "
+                         "loaded. A file written by another tool can be read with "
+                         "safetensors.torch.load_file and its values set in the scope")
+    _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
+    return tensors, metadata
+
+
+def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> None:
+    try:
+        manifest = json.loads(text)
+        entries = {e["name"]: e for e in manifest["vars"]}
+        version = manifest["format"]
+        lacking = [n for n, e in entries.items() if "shape" not in e or "dtype" not in e]
+        unchecked = [n for n, e in entries.items() if type(e.get("crc32")) is not int]
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: {e!r}") from None
+    if version != VARS_FORMAT:
+        raise ValueError(f"{path}: variables format {version!r} is not supported "
+                         f"(this parafluid reads {VARS_FORMAT!r})")
+    if lacking:
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: no shape or dtype "
+                         f"for {_quoted(lacking)}")
+    if unchecked:  # NOTE: every writer records one; without it a damaged tensor would load
+        raise ValueError(f"{path}: corrupt manifest in the file metadata: no checksum (crc32) "
+                         f"for {_quoted(unchecked)}")
+    if set(entries) != set(tensors):
+        raise ValueError(f"{path}: corrupt file: the manifest lists {sorted(entries)} but the "
+                         f"file holds {sorted(tensors)}")
+    for name, t in tensors.items():
+        e = entries[name]
+        if list(t.shape) != e["shape"] or _dtype_name(t.dtype) != e["dtype"]:
+            raise ValueError(f"{path}: corrupt file: {name!r} is {_meta_str(t)} but the manifest "
+                             f"says {e['dtype']}{e['shape']}")
+        if _crc(t) != e["crc32"]:
+            raise ValueError(f"{path}: corrupt file: the data of {name!r} fails its checksum")
+
+
+def _open_for_read(path: str, what: str) -> Any:
+    if not os.path.isfile(path):
+        directory = os.path.dirname(path) or "."
+        there = sorted(os.listdir(directory)) if os.path.isdir(directory) else None
+        hint = f"; {directory} holds {there}" if there else f"; {directory} is missing or empty"
+        raise FileNotFoundError(f"no {what} file {path}{hint}")
+    return open(path, "rb")
+
+
+def _crc(t: torch.Tensor) -> int:
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return 0
+    return zlib.crc32(flat.view(torch.uint8).numpy())
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    # NOTE: a file from another tool may hold dtypes parafluid has no name for (uint16,
+    # complex64, float8): torch's name makes them a reported mismatch, not a TypeError.
+    try:
+        return convert_dtype(dtype)
+    except TypeError:
+        return str(dtype).removeprefix("torch.")
+
+
+def _meta_str(t: torch.Tensor) -> str:
+    return f"{_dtype_name(t.dtype)}{list(t.shape)}"
+
+
+def _quoted(names: Sequence[str]) -> str:
+    return ", ".join(repr(n) for n in names)

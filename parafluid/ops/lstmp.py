@@ -18,7 +18,7 @@ import torch
 
 from ..lod import attach_lod
 from .registry import Meta, register_op
-from .rnn import _act, _initial, _Steps
+from .rnn import _act, _gate_grads, _initial, _Steps
 
 __all__: list[str] = []
 
@@ -136,16 +136,8 @@ def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         if peep:
             dc = dc + do * w_oc
         dc = dc * _inside(c_pre, attrs["cell_clip"])
-        di = dc * cand * d_gate(i)
-        df = dc * c_prev * d_gate(f)
-        dcand = dc * i * d_cand(cand)
-        dc_prev = dc * f
-        if peep:
-            dc_prev = dc_prev + di * w_ic + df * w_fc
-            dbias[4 * d:5 * d] += (m * di * c_prev).sum(0)
-            dbias[5 * d:6 * d] += (m * df * c_prev).sum(0)
-            dbias[6 * d:] += (m * do * c_new).sum(0)
-        g = torch.cat([dcand, di, df, do], 1) * m
+        g, dc_prev = _gate_grads(dc, do, (c_prev, cand, i, f, c_new), m, d_gate, d_cand,
+                                 (w_ic, w_fc) if peep else None, dbias)
         dgates[t] = g
         dw += r_prev.t() @ g
         dbias[:4 * d] += g.sum(0)

@@ -150,6 +150,27 @@ def _lstm(ins: dict, attrs: dict, ctx: Any) -> dict:
     cell = steps.scatter(torch.stack(cs), x.shape[0])
     return {"Hidden": attach_lod(hidden, steps.lod), "Cell": attach_lod(cell, steps.lod)}
 
+def _gate_grads(dc: torch.Tensor, do: torch.Tensor, saved: tuple, m: torch.Tensor,
+                d_gate: Any, d_cand: Any, peeps: tuple | None, dbias: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One LSTM step backward from the cell's and the output gate's gradients: (the four
+    gates' gradient, masked by ``m``; the previous cell's gradient). ``saved`` is
+    (c_prev, cand, i, f, c_new); ``peeps`` the (input, forget) peephole weights, whose
+    gradients (and the output peephole's) are added into ``dbias``."""
+    c_prev, cand, i, f, c_new = saved
+    d = dc.shape[1]
+    di = dc * cand * d_gate(i)
+    df = dc * c_prev * d_gate(f)
+    dcand = dc * i * d_cand(cand)
+    dc_prev = dc * f
+    if peeps is not None:
+        w_ic, w_fc = peeps
+        dc_prev = dc_prev + di * w_ic + df * w_fc
+        dbias[4 * d:5 * d] += (m * di * c_prev).sum(0)
+        dbias[5 * d:6 * d] += (m * df * c_prev).sum(0)
+        dbias[6 * d:] += (m * do * c_new).sum(0)
+    return torch.cat([dcand, di, df, do], 1) * m, dc_prev
+
 
 def _lstm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, w = ins["Input"], ins["Weight"]
@@ -176,16 +197,8 @@ def _lstm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         dc = dh * o * d_cell(act_c) + dc_next + dcell[t]
         if peep:
             dc = dc + do * w_oc
-        di = dc * cand * d_gate(i)
-        df = dc * c_prev * d_gate(f)
-        dcand = dc * i * d_cand(cand)
-        dc_prev = dc * f
-        if peep:
-            dc_prev = dc_prev + di * w_ic + df * w_fc
-            dbias[4 * d:5 * d] += (m * di * c_prev).sum(0)
-            dbias[5 * d:6 * d] += (m * df * c_prev).sum(0)
-            dbias[6 * d:] += (m * do * c_new).sum(0)
-        g = torch.cat([dcand, di, df, do], 1) * m
+        g, dc_prev = _gate_grads(dc, do, (c_prev, cand, i, f, c_new), m, d_gate, d_cand,
+                                 (w_ic, w_fc) if peep else None, dbias)
         dgates[t] = g
         dw += h_prev.t() @ g
         dbias[:4 * d] += g.sum(0)

@@ -185,17 +185,17 @@ def profiled(fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` run with fluid.profiler's op hook registered (what profiling costs per op, not
     counting the table and trace written at the end)."""
     from parafluid.engine.runtime import add_op_hook, remove_op_hook
-    from parafluid.profiler import _Session
+    from parafluid.profiler import _Recording
 
-    session = _Session("CPU")
+    recording = _Recording("CPU")
 
     def run() -> object:
-        add_op_hook(session.hook)
+        add_op_hook(recording.hook)
         try:
             return fn()
         finally:
-            remove_op_hook(session.hook)
-            session.records.clear()
+            remove_op_hook(recording.hook)
+            recording.records.clear()
     return run
 
 

@@ -74,8 +74,8 @@ class OpStat:
     ratio: float  # share of the total time of all ops
 
 
-class _Session:
-    """The records of one profiling session (between start and stop)."""
+class _Recording:
+    """The op records taken between start_profiler and stop_profiler."""
 
     def __init__(self, state: str) -> None:
         self.state = state
@@ -100,7 +100,7 @@ class _Session:
             self.start_epoch_ns = time.time_ns()
 
 
-_SESSION: _Session | None = None
+_RECORDING: _Recording | None = None
 
 
 def start_profiler(state: str, tracer_option: str = "Default") -> None:
@@ -108,40 +108,40 @@ def start_profiler(state: str, tracer_option: str = "Default") -> None:
     ops here: a GPU op's time is its launch, add a device sync to time the kernel).
     ``tracer_option``: "Default" times a compiled segment as one event (named with its ops);
     "OpDetail" and "AllOpDetail" run segments op by op so that every op gets its own time."""
-    global _SESSION
+    global _RECORDING
     if state not in STATES:
         raise ValueError(f"start_profiler: state must be one of {', '.join(STATES)}, got "
                          f"{state!r}")
-    if _SESSION is not None:
+    if _RECORDING is not None:
         return  # already on, as Fluid: a second start is ignored
     if tracer_option not in ("Default", "OpDetail", "AllOpDetail"):
         raise ValueError(f"start_profiler: tracer_option must be 'Default', 'OpDetail' or "
                          f"'AllOpDetail', got {tracer_option!r}")
-    _SESSION = _Session(state)
+    _RECORDING = _Recording(state)
     set_op_detail(tracer_option != "Default")
-    add_op_hook(_SESSION.hook)
+    add_op_hook(_RECORDING.hook)
 
 
 def stop_profiler(sorted_key: str | None = None, profile_path: str = DEFAULT_PROFILE_PATH
                   ) -> None:
     """Stop timing, print the per-op table and write the Chrome trace to ``profile_path``."""
-    global _SESSION
+    global _RECORDING
     _check_sorted_key(sorted_key)
-    session = _SESSION
-    if session is None:
+    recording = _RECORDING
+    if recording is None:
         return
-    remove_op_hook(session.hook)
+    remove_op_hook(recording.hook)
     set_op_detail(False)
-    _SESSION = None
-    print(format_table(op_table(session.records, sorted_key), session.state, sorted_key))
+    _RECORDING = None
+    print(format_table(op_table(recording.records, sorted_key), recording.state, sorted_key))
     if profile_path:
-        write_trace(session, profile_path)
+        write_trace(recording, profile_path)
 
 
 def reset_profiler() -> None:
-    """Forget the ops timed so far (the session goes on)."""
-    if _SESSION is not None:
-        _SESSION.reset()
+    """Forget the ops timed so far (recording goes on)."""
+    if _RECORDING is not None:
+        _RECORDING.reset()
 
 
 @contextlib.contextmanager
@@ -286,10 +286,10 @@ def chrome_trace(records: list[OpRecord], start_ns: int, start_epoch_ns: int,
                           "producer": "parafluid.profiler"}}
 
 
-def write_trace(session: _Session, path: str) -> None:
+def write_trace(recording: _Recording, path: str) -> None:
     rank = _rank()
-    trace = chrome_trace(session.records, session.start_ns, session.start_epoch_ns,
-                         session.thread_names, rank)
+    trace = chrome_trace(recording.records, recording.start_ns, recording.start_epoch_ns,
+                         recording.thread_names, rank)
     path = path.replace("{rank}", str(rank))  # one file per process of a multi-process job
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)

@@ -294,7 +294,7 @@ def test_profiler_times_a_segment_as_one_event_or_each_op_on_request(option, tmp
     profiler.start_profiler("CPU", option)
     try:
         exe.run(prog, feed=feeds(1), fetch_list=[loss])
-        records = list(profiler._SESSION.records)
+        records = list(profiler._RECORDING.records)
     finally:
         profiler.stop_profiler(profile_path=str(tmp_path / "trace.json"))
     names = [r.op_type for r in records]

@@ -3,23 +3,13 @@
 The segmentation pass (``passes/segment.py``) moves a run of compilable ops into a sub-block
 and puts one ``compiled_segment`` op in their place: ``X`` lists what the ops read from
 outside, ``Out`` what they write that is needed afterwards. The engine binds the op to a
-function of the ops' own kernels handed to ``torch.compile`` (``engine/segments.py``); the
-kernel below is the interpreted reference, which runs the sub-block through
-``ctx.run_block`` like any control-flow op.
+function of the ops' own kernels handed to ``torch.compile`` (``engine/segments.py``),
+which also runs them one by one when they cannot compile: the op has no kernel of its own.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from .registry import register_op
-
-
-def _segment(ins: dict, attrs: dict, ctx: Any) -> dict:
-    op = ctx.op
-    feed = dict(zip(op.inputs["X"], ins["X"]))
-    out = ctx.run_block(attrs["sub_block"].idx, feed=feed, fetch=op.outputs.get("Out", []))
-    return {"Out": list(out)}
 
 
 def _segment_shape(ins: dict, attrs: dict) -> dict:
@@ -27,5 +17,4 @@ def _segment_shape(ins: dict, attrs: dict) -> dict:
 
 
 register_op("compiled_segment", inputs=("X[]",), outputs=("Out[]",),
-            attrs={"sub_block": None, "segment": 0}, infer_shape=_segment_shape,
-            kernel=_segment)
+            attrs={"sub_block": None, "segment": 0}, infer_shape=_segment_shape)

@@ -38,7 +38,8 @@ class CompiledProgram:
     Without ``with_data_parallel`` the program runs on the executor's place alone, through
     the same graph machinery (so build-strategy passes apply). With
     ``build_strategy.enable_compile`` and nothing else that needs a ParallelExecutor
-    (micro-batches, placement, ``share_vars_from``, several iterations per run), a
+    (micro-batches, placement, ``share_vars_from``, several iterations per run, in-place
+    planning, graph dumps), a
     single-device program runs as compiled segments straight on the executor's own plan:
     the build passes, then the segmentation pass, once per fetch list.
     """
@@ -122,8 +123,9 @@ class CompiledProgram:
         """Whether this runs as compiled segments on the executor's own plan (one device, no
         ParallelExecutor feature asked for)."""
         bs, es = self._build_strategy, self._exec_strategy
-        if bs is None or not bs.enable_compile or self._is_data_parallel:
-            return False
+        if bs is None or not bs.enable_compile or self._is_data_parallel or \
+                bs.enable_inplace or bs.debug_graphviz_path:
+            return False  # (the ParallelExecutor applies those fields, or says why not)
         if self._placed[0] != self._program._version:  # (scanning the ops once a version)
             self._placed = (self._program._version, is_placed(self._program))
         return (self._share_vars_from is None and bs.num_microbatches == 1

@@ -462,3 +462,23 @@ def test_debug_lists_every_op_left_out_and_why(monkeypatch, caplog):
         segment_program(main, keep=[])
     left = [r.getMessage() for r in caplog.records if "stays interpreted" in r.getMessage()]
     assert len(left) == 1 and "op #1 dropout" in left[0] and "random" in left[0]
+
+
+def test_a_segment_given_lod_runs_op_by_op_and_its_outputs_keep_the_lod(caplog):
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32", lod_level=1)
+        h = fluid.layers.relu(fluid.layers.scale(x, scale=2.0, bias=-1.0))
+        pooled = fluid.layers.sequence_pool(h, pool_type="sum")
+    prog = segment_program(main, keep=[h.name, pooled.name])
+    assert _segments(prog)
+    values = np.random.RandomState(9).rand(5, 3).astype("float32")
+    feed = {"x": fluid.create_lod_tensor(values, [[2, 3]], fluid.CPUPlace())}
+    exe = fluid.Executor(fluid.CPUPlace())
+    with caplog.at_level(logging.WARNING, logger="parafluid.compile"):
+        got_h, got_pool = exe.run(prog, feed=feed, fetch_list=[h, pooled], return_numpy=False)
+    ref_h, ref_pool = exe.run(main, feed=feed, fetch_list=[h, pooled], return_numpy=False)
+    assert got_h.lod() == ref_h.lod() == [[0, 2, 5]]
+    np.testing.assert_allclose(np.array(got_h), np.array(ref_h), atol=1e-6)
+    np.testing.assert_allclose(np.array(got_pool), np.array(ref_pool), atol=1e-6)
+    assert any("carries a LoD" in r.getMessage() for r in caplog.records)

@@ -47,6 +47,7 @@ from .atomic import check_finite
 from .runtime import (
     OpRecord,
     RunContext,
+    bind_op,
     op_detail,
     op_device,
     op_error,
@@ -216,6 +217,9 @@ class Segment:
         self.contexts = [RunContext(o, _torch_device(op_device(o, self.device)), services)
                          for o in self.ops]
         self.device_index = services.device_index if services is not None else 0
+        self._services = services
+        self._env: dict[str, Any] = {}  # the values of an op-by-op run
+        self._runners: list[Callable] | None = None  # the ops bound for it (on first use)
         self.in_names = list(op.inputs.get("X", []))
         self.out_names = list(op.outputs.get("Out", []))
         self.namespace: dict[str, Any] = {}
@@ -334,43 +338,35 @@ class Segment:
                         self.describe(), self.device, what)
 
     def run_ops(self, args: tuple, check: bool = False) -> tuple:
-        """The segment op by op (the interpreter's order and kernels); an op's failure is
-        its OpRunError; ``check``: raise at the first op whose output holds NaN or Inf.
-        While the profiler asks for op detail, every op reports its own time."""
-        env = dict(zip(self.in_names, args))
+        """The segment op by op, each bound as the interpreter binds it (``bind_op``: its
+        kernel, and the LoD its row shares); an op's failure is its OpRunError; ``check``:
+        raise at the first op whose output holds NaN or Inf. While the profiler asks for op
+        detail, every op reports its own time."""
+        if self._runners is None:
+            self._runners = [bind_op(o, self.device, self._services, env=self._env)
+                             for o in self.ops]
+        env = self._env
+        env.clear()
+        env.update(zip(self.in_names, args))
         timed, clock = op_detail(), time.perf_counter_ns
-        for i, inner in enumerate(self.ops):
-            opdef = get_op_def(inner.type)
-            ins: dict[str, Any] = {}
-            for slot in opdef.inputs:
-                names = inner.inputs.get(slot.name) or []
-                if slot.duplicable:
-                    ins[slot.name] = [None if n == EMPTY else env[n] for n in names]
-                else:
-                    ins[slot.name] = env[names[0]] if names and names[0] != EMPTY else None
-            try:
-                t0 = clock() if timed else 0
-                outs = opdef.kernel(ins, self.namespace[f"A{i}"], self.contexts[i])
-                produced = []
-                for slot in opdef.outputs:
-                    names = inner.outputs.get(slot.name) or []
-                    if not names:
-                        continue
-                    values = outs[slot.name] if slot.duplicable else [outs[slot.name]]
-                    for n, v in zip(names, values):
-                        if n != EMPTY:
-                            env[n] = v
-                            produced.append((slot.name, n, v))
-                if check:
-                    check_finite(produced)
-                if timed:
-                    report(OpRecord(inner.type, i, self.device_index, t0, clock(),
-                                    threading.get_ident()))
-            except Exception as exc:
-                err = op_error(inner, i, exc)
-                err.add_note(f"(op {i} of {self.describe()})")
-                raise err from exc
-        return tuple(env[n] for n in self.out_names)
+        try:
+            for i, (inner, run) in enumerate(zip(self.ops, self._runners)):
+                try:
+                    t0 = clock() if timed else 0
+                    run()
+                    if check:
+                        check_finite((slot, n, env[n]) for slot, names in inner.outputs.items()
+                                     for n in names if n != EMPTY and n in env)
+                    if timed:
+                        report(OpRecord(inner.type, i, self.device_index, t0, clock(),
+                                        threading.get_ident()))
+                except Exception as exc:
+                    err = op_error(inner, i, exc)
+                    err.add_note(f"(op {i} of {self.describe()})")
+                    raise err from exc
+            return tuple(env[n] for n in self.out_names)
+        finally:
+            env.clear()
 
     def checked(self, args: tuple) -> tuple:
         """Run compiled and check the outputs for NaN/Inf; on one, re-run op by op from

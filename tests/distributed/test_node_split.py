@@ -395,7 +395,9 @@ def _forge_activations(eps, done):
 @pytest.mark.timeout(90)
 def test_forged_activations_are_refused_and_the_job_equals_the_unplaced_program():
     errs = []
-    r0, r1 = _train_pair(meanwhile=_forge_activations, errs=errs)
+    # NOTE: a pause before each step keeps the job running while the forger connects (on a
+    # loaded machine the whole job could otherwise end before a forged value arrives)
+    r0, r1 = _train_pair("--step-delay", "0.2", meanwhile=_forge_activations, errs=errs)
     _assert_equal_to_unplaced(r0, r1)
     assert "refused a value from" in errs[1], errs[1]
     assert errs[1].count("refused a value from") <= 2 * LOG_BURST  # rate-limited

@@ -181,3 +181,28 @@ def test_detection_names_are_the_layers_and_stand_ins_fail_on_use():
     exe = parafluid.Executor(parafluid.CPUPlace())
     with pytest.raises(NotProvidedError, match="Dataset training"):
         exe.train_from_dataset(program=None, dataset=None)
+
+
+def write_counts() -> str:
+    """Rewrite the counts block of docs/fluid_compat.md and the README's two numbers from
+    the walk (``python tests/compat/test_fluid16_api.py``)."""
+    counts = walk()
+    table = counts_table(counts)
+    begin, end = "<!-- fluid16-api-counts -->", "<!-- /fluid16-api-counts -->"
+    doc = DOC.read_text()
+    head, rest = doc.split(begin, 1)
+    DOC.write_text(f"{head}{begin}\n{table}\n{end}{rest.split(end, 1)[1]}")
+    total = sum(c["names"] for c in counts.values())
+    provided = sum(c["provided"] for c in counts.values())
+    readme_path = TESTS.parent / "README.md"
+    readme = readme_path.read_text()
+    readme = re.sub(r"walks the(\s+)\d+(\s+)public names",
+                    rf"walks the\g<1>{total}\g<2>public names", readme)
+    readme = re.sub(r"\d+(\s+)are(\s+)provided", rf"{provided}\g<1>are\g<2>provided",
+                    readme, count=1)
+    readme_path.write_text(readme)
+    return table
+
+
+if __name__ == "__main__":
+    print(write_counts())

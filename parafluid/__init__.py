@@ -74,6 +74,7 @@ from . import profiler  # noqa: F401  (fluid.profiler)
 from . import install_check, log_helper, reader  # noqa: F401  (Fluid 1.6 module paths)
 from .io import load, save
 from .version import __version__  # noqa: F401  (parafluid.__version__)
+from . import contrib, dygraph, dygraph_grad_clip  # noqa: F401  (Fluid 1.6 packages)
 
 __all__ = [
     "Program", "Operator", "Parameter", "Variable", "program_guard", "default_main_program",
@@ -88,12 +89,13 @@ __all__ = [
     "memory_optimize", "release_memory", "profiler", "place_guard", "device_guard",
     "compiler", "core", "metrics", "nets", "data", "embedding", "create_lod_tensor",
     "create_random_int_lodtensor", "cuda_pinned_places", "LoDTensorArray", "one_hot", "save",
-    "load", "install_check", "log_helper", "reader", "WeightNormParamAttr",
+    "load", "install_check", "log_helper", "reader", "WeightNormParamAttr", "contrib",
+    "dygraph", "dygraph_grad_clip",
 ]
 
 
 def __getattr__(name: str) -> object:
-    # NOTE: Fluid names parafluid leaves out on purpose (dygraph, the inference API, fleet)
+    # NOTE: Fluid names parafluid leaves out (the inference package, fleet, RecordIO)
     # import fine and fail on use with a NotProvidedError saying what to use instead.
     from .compat import missing_attribute
 

@@ -24,14 +24,9 @@ _DOC = "docs/fluid_compat.md"
 
 # name as a Fluid program spells it -> (what it is, what to use instead)
 NOT_PROVIDED: dict[str, tuple[str, str]] = {
-    "fluid.dygraph": ("imperative (dygraph) mode",
-                      "parafluid is static-graph only: build a Program with fluid.layers and "
-                      "run it with fluid.Executor (or use PyTorch directly for eager code)"),
     "fluid.incubate": ("the incubate package (fleet)",
                        "for several devices in one process use "
                        "fluid.CompiledProgram(...).with_data_parallel"),
-    "fluid.contrib": ("contrib (slim, mixed precision decorators, quantization)",
-                      "not ported; for float16 training cast explicitly with fluid.layers.cast"),
     "fluid.inference": ("the C++ inference API's Python package",
                         "use fluid.core.AnalysisConfig and fluid.core.create_paddle_predictor "
                         "(or fluid.io.load_inference_model with fluid.Executor)"),
@@ -48,6 +43,40 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
+# -- the imperative mode (fluid.dygraph, fluid.dygraph_grad_clip) ---------------------------
+_family(["dygraph.guard", "dygraph.to_variable", "dygraph.no_grad", "dygraph.Layer",
+         "dygraph.Tracer", "dygraph.BackwardStrategy", "dygraph.prepare_context",
+         "dygraph.save_persistables", "dygraph.load_persistables", "dygraph.NoamDecay",
+         "dygraph.PiecewiseDecay", "dygraph.NaturalExpDecay", "dygraph.ExponentialDecay",
+         "dygraph.InverseTimeDecay", "dygraph.PolynomialDecay", "dygraph.CosineDecay",
+         "dygraph_grad_clip.GradClipByValue", "dygraph_grad_clip.GradClipByNorm",
+         "dygraph_grad_clip.GradClipByGlobalNorm"],
+        "the imperative (dygraph) mode", "build a Program with fluid.layers and run it with "
+        "fluid.Executor")
+_family(["dygraph.FC", "dygraph.Conv2D", "dygraph.Pool2D", "dygraph.BatchNorm",
+         "dygraph.Embedding", "dygraph.LayerNorm", "dygraph.GRUUnit", "dygraph.NCE",
+         "dygraph.PRelu", "dygraph.BilinearTensorProduct", "dygraph.Conv2DTranspose",
+         "dygraph.Conv3D", "dygraph.Conv3DTranspose", "dygraph.GroupNorm",
+         "dygraph.SpectralNorm", "dygraph.TreeConv"],
+        "the imperative (dygraph) layer classes", "use the fluid.layers function of the same "
+        "name in a Program")
+# -- fluid.contrib -------------------------------------------------------------------------
+_family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit", "contrib.basic_gru",
+         "contrib.basic_lstm"], "contrib's basic recurrent units",
+        "use fluid.layers.dynamic_gru / dynamic_lstm over LoD sequences")
+_family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
+         "contrib.BeamSearchDecoder", "contrib.mixed_precision",
+         "contrib.extend_with_decoupled_weight_decay", "contrib.fused_elemwise_activation",
+         "contrib.ctr_metric_bundle", "contrib.memory_usage", "contrib.op_freq_statistic"],
+        "contrib's decoders, mixed precision, optimizer extensions and statistics",
+        "build the decoder with fluid.layers.DynamicRNN / beam_search and cast explicitly with "
+        "fluid.layers.cast")
+_family(["contrib.QuantizeTranspiler", "contrib.Compressor", "contrib.HDFSClient",
+         "contrib.multi_download", "contrib.multi_upload", "contrib.distributed_batch_reader",
+         "contrib.load_persistables_for_increment", "contrib.load_persistables_for_inference",
+         "contrib.convert_dist_to_sparse_program"],
+        "contrib's quantization, compression, HDFS and distributed helpers",
+        "train the float model and use fluid.io's save and load functions")
 _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
         "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
@@ -66,8 +95,6 @@ _family(["CompiledProgram.with_inference_optimize"],
         "the C++ inference API's program optimization",
         "run the saved model with fluid.core.create_paddle_predictor(fluid.core.AnalysisConfig("
         "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
-_family(["fluid.dygraph_grad_clip"], "imperative (dygraph) gradient clipping",
-        "fluid.clip.GradientClipByValue / ByNorm / ByGlobalNorm with set_gradient_clip")
 _family(["io.multiprocess_reader"], "readers in child processes",
         "use fluid.io.xmap_readers (threads) or fluid.io.DataLoader.from_generator")
 

@@ -1,0 +1,18 @@
+"""``fluid.dygraph``: Fluid 1.6's imperative mode.
+
+Names not provided (yet) import as stand-ins that fail on use (``parafluid.compat``).
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+
+# -- the tracer, variables, guard, backward, Layer, learning-rate decays, save/load -------
+
+# -- layers (dygraph.nn) -------------------------------------------------------------------
+
+
+def __getattr__(name: str) -> object:
+    from ..compat import missing_attribute
+
+    return missing_attribute("dygraph", name, __all__)

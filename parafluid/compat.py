@@ -77,8 +77,6 @@ _family(["contrib.QuantizeTranspiler", "contrib.Compressor", "contrib.HDFSClient
          "contrib.convert_dist_to_sparse_program"],
         "contrib's quantization, compression, HDFS and distributed helpers",
         "train the float model and use fluid.io's save and load functions")
-_family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
-        "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
         "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
         "use fluid.optimizer.Momentum")

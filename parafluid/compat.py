@@ -61,9 +61,8 @@ _family(["dygraph.FC", "dygraph.Conv2D", "dygraph.Pool2D", "dygraph.BatchNorm",
         "the imperative (dygraph) layer classes", "use the fluid.layers function of the same "
         "name in a Program")
 # -- fluid.contrib -------------------------------------------------------------------------
-_family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit", "contrib.basic_gru",
-         "contrib.basic_lstm"], "contrib's basic recurrent units",
-        "use fluid.layers.dynamic_gru / dynamic_lstm over LoD sequences")
+_family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit"], "contrib's basic recurrent units",
+        "use fluid.contrib.basic_gru / basic_lstm, or fluid.layers.gru_unit / lstm_unit")
 _family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
          "contrib.BeamSearchDecoder", "contrib.mixed_precision",
          "contrib.extend_with_decoupled_weight_decay", "contrib.fused_elemwise_activation",

@@ -61,9 +61,32 @@ class OpRole:
         return "|".join(parts) or "forward"
 
 
+# NOTE: the imperative mode's tracer (``parafluid.dygraph.Tracer``) while a
+# ``fluid.dygraph.guard()`` is open, else None. Blocks hand it their ops and variables, so
+# every layer runs imperatively with no second implementation; the static path pays one
+# global read per appended op.
+_dygraph_tracer_: Any = None
+
+
 def in_dygraph_mode() -> bool:
-    """parafluid is static-graph only."""
-    return False
+    """True inside ``fluid.dygraph.guard()`` (the imperative mode)."""
+    return _dygraph_tracer_ is not None
+
+
+def _dygraph_tracer() -> Any:
+    """The imperative mode's tracer, or None in static mode."""
+    return _dygraph_tracer_
+
+
+@contextlib.contextmanager
+def _dygraph_guard(tracer: Any) -> Iterator[None]:
+    """Make ``tracer`` the current tracer (None: static mode) for the ``with`` body."""
+    global _dygraph_tracer_
+    old, _dygraph_tracer_ = _dygraph_tracer_, tracer
+    try:
+        yield
+    finally:
+        _dygraph_tracer_ = old
 
 
 def _user_callsite() -> str:
@@ -219,6 +242,8 @@ class Block:
 
     # ---- variables
     def create_var(self, **kwargs: Any) -> Variable:
+        if _dygraph_tracer_ is not None:  # an imperative variable, owned by no block
+            return _dygraph_tracer_.create_var(self, **kwargs)
         name = kwargs.get("name")
         if name is not None and name in self.vars:
             existing = self.vars[name]
@@ -237,6 +262,8 @@ class Block:
 
     def create_parameter(self, **kwargs: Any) -> Parameter:
         kwargs.pop("initializer", None)
+        if _dygraph_tracer_ is not None:
+            return _dygraph_tracer_.create_parameter(self, **kwargs)
         name = kwargs.get("name")
         existing = self.vars.get(name) if name is not None else None
         if isinstance(existing, Parameter):
@@ -317,7 +344,11 @@ class Block:
     def append_op(self, type: str, inputs: dict[str, Any] | None = None,
                   outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
                   infer_shape: bool = True) -> Operator:
-        """Append an op; fills attr defaults and infers output shapes and dtypes."""
+        """Append an op; fills attr defaults and infers output shapes and dtypes.
+
+        In the imperative mode the tracer runs the op at once instead."""
+        if _dygraph_tracer_ is not None:
+            return _dygraph_tracer_.trace_op(type, inputs, outputs, attrs, block=self)
         op = self._make_op(type, inputs, outputs, attrs, infer=infer_shape)
         self.ops.append(op)
         self.program._bump()
@@ -326,6 +357,8 @@ class Block:
     def _insert_op(self, index: int, type: str, inputs: dict[str, Any] | None = None,
                    outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
                    infer_shape: bool = True) -> Operator:
+        if _dygraph_tracer_ is not None:
+            return _dygraph_tracer_.trace_op(type, inputs, outputs, attrs, block=self)
         op = self._make_op(type, inputs, outputs, attrs, infer=infer_shape)
         self.ops.insert(index, op)
         self.program._bump()

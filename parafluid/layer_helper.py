@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from . import unique_name
-from .framework import Parameter, Variable, default_main_program, default_startup_program
+from .framework import (
+    Parameter,
+    Variable,
+    default_main_program,
+    default_startup_program,
+    in_dygraph_mode,
+)
 from .initializer import Constant, Xavier
 from .param_attr import ParamAttr, WeightNormParamAttr
 
@@ -99,6 +105,11 @@ class LayerHelper:
             kwargs["name"] = unique_name.generate(f"{self.name}.{'b' if is_bias else 'w'}")
         init = attr.initializer or default_initializer or (Constant(0.0) if is_bias else Xavier())
         startup_block = self.startup_program.global_block()
+        if in_dygraph_mode():  # the parameter holds its value: its initializer runs at once
+            param = self.main_program.global_block().create_parameter(shape=shape, dtype=dtype,
+                                                                      **kwargs)
+            init(param, startup_block)
+            return param
         if not startup_block.has_var(kwargs["name"]):
             svar = startup_block.create_var(name=kwargs["name"], shape=shape, dtype=dtype,
                                             persistable=True)
@@ -163,6 +174,9 @@ class LayerHelper:
     def set_variable_initializer(self, var: Variable, initializer: Any) -> None:
         """Give a persistable non-parameter variable (a counter, a moving mean) a start value."""
         startup_block = self.startup_program.global_block()
+        if in_dygraph_mode():
+            initializer(var, startup_block)
+            return
         if not startup_block.has_var(var.name):
             svar = startup_block.create_var(name=var.name, shape=var.shape, dtype=var.dtype,
                                             persistable=True)

@@ -5,7 +5,9 @@ Names not provided (yet) import as stand-ins that fail on use (``parafluid.compa
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .layers import Layer
+
+__all__: list[str] = ["Layer"]
 
 # -- the tracer, variables, guard, backward, Layer, learning-rate decays, save/load -------
 

@@ -53,13 +53,6 @@ _family(["dygraph.guard", "dygraph.to_variable", "dygraph.no_grad",
          "dygraph_grad_clip.GradClipByGlobalNorm"],
         "the imperative (dygraph) mode", "build a Program with fluid.layers and run it with "
         "fluid.Executor")
-_family(["dygraph.FC", "dygraph.Conv2D", "dygraph.Pool2D", "dygraph.BatchNorm",
-         "dygraph.Embedding", "dygraph.LayerNorm", "dygraph.GRUUnit", "dygraph.NCE",
-         "dygraph.PRelu", "dygraph.BilinearTensorProduct", "dygraph.Conv2DTranspose",
-         "dygraph.Conv3D", "dygraph.Conv3DTranspose", "dygraph.GroupNorm",
-         "dygraph.SpectralNorm", "dygraph.TreeConv"],
-        "the imperative (dygraph) layer classes", "use the fluid.layers function of the same "
-        "name in a Program")
 # -- fluid.contrib -------------------------------------------------------------------------
 _family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit"], "contrib's basic recurrent units",
         "use fluid.contrib.basic_gru / basic_lstm, or fluid.layers.gru_unit / lstm_unit")

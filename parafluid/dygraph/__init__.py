@@ -12,6 +12,10 @@ __all__: list[str] = ["Layer"]
 # -- the tracer, variables, guard, backward, Layer, learning-rate decays, save/load -------
 
 # -- layers (dygraph.nn) -------------------------------------------------------------------
+from . import nn  # noqa: E402
+from .nn import *  # noqa: E402, F403
+
+__all__ += nn.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -54,8 +54,6 @@ _family(["dygraph.guard", "dygraph.to_variable", "dygraph.no_grad",
         "the imperative (dygraph) mode", "build a Program with fluid.layers and run it with "
         "fluid.Executor")
 # -- fluid.contrib -------------------------------------------------------------------------
-_family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit"], "contrib's basic recurrent units",
-        "use fluid.contrib.basic_gru / basic_lstm, or fluid.layers.gru_unit / lstm_unit")
 _family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
          "contrib.BeamSearchDecoder", "contrib.mixed_precision",
          "contrib.extend_with_decoupled_weight_decay", "contrib.fused_elemwise_activation",

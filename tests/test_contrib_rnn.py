@@ -216,3 +216,37 @@ def test_basic_rnn_checks_its_arguments():
             fluid.contrib.basic_gru(x, h, H, bidirectional=True)
         with pytest.raises(ValueError, match="give both init_hidden and init_cell"):
             fluid.contrib.basic_lstm(x, h, None, H)
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_basic_units_are_layers_computing_one_step(kind):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x, h, c = (L.data(name=n, shape=[B, s], dtype="float64", append_batch_size=False)
+                   for n, s in (("x", D), ("h", H), ("c", H)))
+        attrs = dict(param_attr=fluid.ParamAttr(name="w", initializer=UNIFORM),
+                     bias_attr=fluid.ParamAttr(name="b", initializer=UNIFORM), dtype="float64")
+        if kind == "gru":
+            unit = fluid.contrib.BasicGRUUnit("gru_unit", H, **attrs)
+            outs = [unit(x, h)]
+            names = ["w_gate", "b_gate", "w_candidate", "b_candidate"]
+        else:
+            unit = fluid.contrib.BasicLSTMUnit("lstm_unit", H, forget_bias=0.5, **attrs)
+            outs = list(unit(x, h, c))
+            names = ["w", "b"]
+        unit(x, h) if kind == "gru" else unit(x, h, c)  # a second step: the same parameters
+    assert isinstance(unit, fluid.dygraph.Layer)
+    assert sorted(p.name for p in unit.parameters()) == sorted(names)
+    assert sorted(p.name for p in main.all_parameters()) == sorted(names)
+    rng = np.random.RandomState(2)
+    feed = {n: rng.uniform(-1, 1, (B, s)) for n, s in (("x", D), ("h", H), ("c", H))}
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    if kind == "gru":
+        del feed["c"]
+    got = exe.run(main, feed=feed, fetch_list=outs, scope=scope)
+    params = [np.array(scope.find_var(n).get_tensor()) for n in names]
+    want = _gru_step(feed["x"], feed["h"], params) if kind == "gru" else \
+        _lstm_step(feed["x"], feed["h"], feed["c"], params, forget_bias=0.5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)

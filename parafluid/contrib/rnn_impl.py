@@ -10,6 +10,7 @@ Example::
                           append_batch_size=False)
     out, last_h, last_c = fluid.contrib.basic_lstm(x, None, None, hidden_size=32,
                                                    num_layers=2, bidirectional=True)
+    unit = fluid.contrib.BasicGRUUnit("gru_unit", hidden_size=32)   # one step, a Layer
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import layers
+from ..dygraph.layers import Layer
 from ..framework import Variable
-from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
 
-__all__ = ["basic_gru", "basic_lstm"]
+__all__ = ["BasicGRUUnit", "BasicLSTMUnit", "basic_gru", "basic_lstm"]
 
 
 def gru_cell(input: Variable, pre_hidden: Variable, gate_weight: Variable,  # noqa: A002
@@ -70,38 +71,80 @@ def _suffixed(attr: Any, suffix: str) -> Any:
     return attr
 
 
-class _Cells:
-    """The parameters of one layer and direction, created on the first step as a unit's
-    are (the input width is known then)."""
+class BasicGRUUnit(Layer):
+    """One GRU step as a Layer (Fluid's ``BasicGRUUnit``): ``forward(input, pre_hidden)``
+    returns the new hidden state (``gru_cell``). Parameters, made on the first call:
+    ``_gate_weight`` ``[input_size + hidden_size, 2 * hidden_size]``, ``_candidate_weight``
+    ``[input_size + hidden_size, hidden_size]`` and their biases; a named ``param_attr`` /
+    ``bias_attr`` gets ``_gate`` / ``_candidate`` appended.
 
-    def __init__(self, kind: str, name: str, hidden_size: int, param_attr: Any,
-                 bias_attr: Any, dtype: str) -> None:
-        self.kind, self.hidden_size, self.dtype = kind, hidden_size, dtype
-        self.helper = LayerHelper(name, name=name)
-        self.param_attr, self.bias_attr = param_attr, bias_attr
-        self.params: list[Variable] | None = None
+    Example::
 
-    def _params(self, input_size: int) -> list[Variable]:
-        if self.params is None:
-            h, new = self.hidden_size, self.helper.create_parameter
-            if self.kind == "gru":
-                self.params = [
-                    new(_suffixed(self.param_attr, "_gate"), [input_size + h, 2 * h], self.dtype),
-                    new(_suffixed(self.bias_attr, "_gate"), [2 * h], self.dtype, is_bias=True),
-                    new(_suffixed(self.param_attr, "_candidate"), [input_size + h, h],
-                        self.dtype),
-                    new(_suffixed(self.bias_attr, "_candidate"), [h], self.dtype,
-                        is_bias=True)]
-            else:
-                self.params = [new(self.param_attr, [input_size + h, 4 * h], self.dtype),
-                               new(self.bias_attr, [4 * h], self.dtype, is_bias=True)]
-        return self.params
+        unit = fluid.contrib.BasicGRUUnit("gru_unit", hidden_size=16)
+        h = unit(x, h_prev)
+    """
 
-    def __call__(self, x: Variable, *state: Variable, **kw: Any) -> Any:
-        params = self._params(int(x.shape[-1]))
-        if self.kind == "gru":
-            return gru_cell(x, state[0], *params, **kw)
-        return lstm_cell(x, state[0], state[1], *params, **kw)
+    def __init__(self, name_scope: str, hidden_size: int, param_attr: Any = None,
+                 bias_attr: Any = None, gate_activation: Callable | None = None,
+                 activation: Callable | None = None, dtype: str = "float32") -> None:
+        super().__init__(name_scope, dtype)
+        self._hidden_size = hidden_size
+        self._param_attr, self._bias_attr = param_attr, bias_attr
+        self._gate_activation = gate_activation or layers.sigmoid
+        self._activation = activation or layers.tanh
+
+    def _build_once(self, input: Variable, pre_hidden: Variable) -> None:  # noqa: A002
+        size, h = int(input.shape[-1]) + self._hidden_size, self._hidden_size
+        self._gate_weight = self.create_parameter(_suffixed(self._param_attr, "_gate"),
+                                                  [size, 2 * h], self._dtype)
+        self._candidate_weight = self.create_parameter(
+            _suffixed(self._param_attr, "_candidate"), [size, h], self._dtype)
+        self._gate_bias = self.create_parameter(_suffixed(self._bias_attr, "_gate"), [2 * h],
+                                                self._dtype, is_bias=True)
+        self._candidate_bias = self.create_parameter(_suffixed(self._bias_attr, "_candidate"),
+                                                     [h], self._dtype, is_bias=True)
+
+    def forward(self, input: Variable, pre_hidden: Variable) -> Variable:  # noqa: A002
+        return gru_cell(input, pre_hidden, self._gate_weight, self._gate_bias,
+                        self._candidate_weight, self._candidate_bias, self._gate_activation,
+                        self._activation)
+
+
+class BasicLSTMUnit(Layer):
+    """One LSTM step as a Layer (Fluid's ``BasicLSTMUnit``): ``forward(input, pre_hidden,
+    pre_cell)`` returns ``(new_hidden, new_cell)`` (``lstm_cell``). Parameters, made on the
+    first call: ``_weight`` ``[input_size + hidden_size, 4 * hidden_size]`` and ``_bias``
+    ``[4 * hidden_size]``.
+
+    Example::
+
+        unit = fluid.contrib.BasicLSTMUnit("lstm_unit", hidden_size=16)
+        h, c = unit(x, h_prev, c_prev)
+    """
+
+    def __init__(self, name_scope: str, hidden_size: int, param_attr: Any = None,
+                 bias_attr: Any = None, gate_activation: Callable | None = None,
+                 activation: Callable | None = None, forget_bias: float = 1.0,
+                 dtype: str = "float32") -> None:
+        super().__init__(name_scope, dtype)
+        self._hidden_size = hidden_size
+        self._param_attr, self._bias_attr = param_attr, bias_attr
+        self._gate_activation = gate_activation or layers.sigmoid
+        self._activation = activation or layers.tanh
+        self._forget_bias = float(forget_bias)
+
+    def _build_once(self, input: Variable, pre_hidden: Variable,  # noqa: A002
+                    pre_cell: Variable) -> None:
+        h = self._hidden_size
+        self._weight = self.create_parameter(self._param_attr,
+                                             [int(input.shape[-1]) + h, 4 * h], self._dtype)
+        self._bias = self.create_parameter(self._bias_attr, [4 * h], self._dtype,
+                                           is_bias=True)
+
+    def forward(self, input: Variable, pre_hidden: Variable,  # noqa: A002
+                pre_cell: Variable) -> tuple[Variable, Variable]:
+        return lstm_cell(input, pre_hidden, pre_cell, self._weight, self._bias,
+                         self._forget_bias, self._gate_activation, self._activation)
 
 
 def _check(fn: str, input: Variable, hidden_size: int, num_layers: int,  # noqa: A002
@@ -145,9 +188,10 @@ def _run(kind: str, input: Variable, inits: list[Variable | None],  # noqa: A002
                              f"hidden_size] = [{num_layers * dirs}, batch, {hidden_size}], got "
                              f"{list(init.shape or ())}")
     n_state = len(inits)
-    units = [[_Cells(kind, f"{name}_{'layers' if d == 0 else 'reverse_layers'}_{i}",
-                     hidden_size, _suffixed(param_attr, f"_{'fb'[d]}w_w_{i}"),
-                     _suffixed(bias_attr, f"_{'fb'[d]}w_b_{i}"), dtype)
+    unit_class = BasicGRUUnit if kind == "gru" else BasicLSTMUnit
+    units = [[unit_class(f"{name}_{'layers' if d == 0 else 'reverse_layers'}_{i}", hidden_size,
+                         _suffixed(param_attr, f"_{'fb'[d]}w_w_{i}"),
+                         _suffixed(bias_attr, f"_{'fb'[d]}w_b_{i}"), dtype=dtype, **cell_kw)
               for i in range(num_layers)] for d in range(dirs)]
     if batch_first:
         input = layers.transpose(input, [1, 0, 2])
@@ -171,7 +215,7 @@ def _run(kind: str, input: Variable, inits: list[Variable | None],  # noqa: A002
                     pre.append(rnn.memory(init=boot) if boot is not None else
                                rnn.memory(batch_ref=rnn_input, shape=[-1, hidden_size],
                                           ref_batch_dim_idx=1))
-                new = units[d][i](step_input, *pre, **cell_kw)
+                new = units[d][i](step_input, *pre)
                 new = [new] if n_state == 1 else list(new)
                 if step_mask is not None:
                     # a padded step keeps the previous state

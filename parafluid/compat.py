@@ -44,8 +44,7 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
 # -- the imperative mode (fluid.dygraph, fluid.dygraph_grad_clip) ---------------------------
-_family(["dygraph.guard", "dygraph.to_variable", "dygraph.no_grad",
-         "dygraph.Tracer", "dygraph.BackwardStrategy", "dygraph.prepare_context",
+_family(["dygraph.prepare_context",
          "dygraph.save_persistables", "dygraph.load_persistables", "dygraph.NoamDecay",
          "dygraph.PiecewiseDecay", "dygraph.NaturalExpDecay", "dygraph.ExponentialDecay",
          "dygraph.InverseTimeDecay", "dygraph.PolynomialDecay", "dygraph.CosineDecay",

@@ -348,7 +348,7 @@ class Block:
 
         In the imperative mode the tracer runs the op at once instead."""
         if _dygraph_tracer_ is not None:
-            return _dygraph_tracer_.trace_op(type, inputs, outputs, attrs, block=self)
+            return _dygraph_tracer_.trace_op(type, inputs, outputs, attrs=attrs, block=self)
         op = self._make_op(type, inputs, outputs, attrs, infer=infer_shape)
         self.ops.append(op)
         self.program._bump()
@@ -358,7 +358,7 @@ class Block:
                    outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
                    infer_shape: bool = True) -> Operator:
         if _dygraph_tracer_ is not None:
-            return _dygraph_tracer_.trace_op(type, inputs, outputs, attrs, block=self)
+            return _dygraph_tracer_.trace_op(type, inputs, outputs, attrs=attrs, block=self)
         op = self._make_op(type, inputs, outputs, attrs, infer=infer_shape)
         self.ops.insert(index, op)
         self.program._bump()

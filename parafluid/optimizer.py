@@ -22,8 +22,10 @@ from .framework import (
     Parameter,
     Program,
     Variable,
+    _dygraph_tracer,
     default_main_program,
     default_startup_program,
+    in_dygraph_mode,
     program_guard,
 )
 from .initializer import Constant
@@ -59,9 +61,11 @@ class Optimizer:
 
     def __init__(self, learning_rate: float | Variable, regularization: Any = None,
                  name: str | None = None, grad_clip: Any = None) -> None:
-        if not isinstance(learning_rate, (int, float, Variable)):
-            raise TypeError(f"{type(self).__name__}: learning_rate must be a float or a "
-                            f"Variable, got {type(learning_rate).__name__}")
+        if not isinstance(learning_rate, (int, float, Variable)) and \
+                not _is_lr_decay(learning_rate):
+            raise TypeError(f"{type(self).__name__}: learning_rate must be a float, a "
+                            "Variable or (imperative mode) a fluid.dygraph learning-rate decay, "
+                            f"got {type(learning_rate).__name__}")
         self._learning_rate = learning_rate
         self.regularization = regularization
         self._grad_clip = grad_clip
@@ -73,9 +77,16 @@ class Optimizer:
     # ---- learning rate
     def _create_global_learning_rate(self) -> None:
         program = default_main_program()
+        lr = self._learning_rate
+        if _is_lr_decay(lr):
+            if not in_dygraph_mode():
+                raise TypeError(f"{type(self).__name__}: {type(lr).__name__} is a learning-rate "
+                                "decay of the imperative mode; in a Program use the decay "
+                                "layers (fluid.layers.exponential_decay, ...)")
+            self._learning_rate_map[program] = lr()  # one step of the decay per minimize
+            return
         if program in self._learning_rate_map:
             return
-        lr = self._learning_rate
         if isinstance(lr, Variable):
             self._learning_rate_map[program] = lr
             return
@@ -136,8 +147,11 @@ class Optimizer:
                              f"{param.name!r}") from None
 
     def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        """One accumulator per parameter and entry of ``_state``, in that order."""
+        """One accumulator per parameter and entry of ``_state``, in that order (a
+        parameter that has them, from an earlier imperative minimize, keeps them)."""
         for p in parameters:
+            if self._state and p.name in self._accumulators[self._state[0].acc]:
+                continue
             for st in self._state:
                 fill = getattr(self, st.fill) if isinstance(st.fill, str) else st.fill
                 if st.scalar:
@@ -230,8 +244,51 @@ class Optimizer:
         ``grad_clip`` is accepted as in Fluid 1.6, where only dygraph mode applies it; static
         programs clip with ``fluid.clip.set_gradient_clip`` or a ParamAttr's
         ``gradient_clip``."""
+        if in_dygraph_mode():
+            return self._dygraph_minimize(parameter_list, no_grad_set, grad_clip)
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
         return self.apply_optimize(loss, startup_program, params_grads), params_grads
+
+
+    def _dygraph_minimize(self, parameter_list: list[Any] | None, no_grad_set: Any,
+                          grad_clip: Any) -> tuple[list[Any], list[tuple[Any, Any]]]:
+        """The imperative minimize: the gradients ``loss.backward()`` accumulated, clipped
+        by ``grad_clip`` (a ``fluid.dygraph_grad_clip`` object), regularized, then the same
+        update ops as in a Program, run at once."""
+        tracer = _dygraph_tracer()
+        params = tracer.all_parameters() if not parameter_list else list(parameter_list)
+        skip = {v if isinstance(v, str) else v.name for v in (no_grad_set or ())}
+        params_grads = []
+        for p in params:
+            if not isinstance(p, Parameter):
+                raise TypeError(f"{type(self).__name__}.minimize: parameter_list holds a "
+                                f"{type(p).__name__}, expected parameters")
+            if not p.trainable or p.name in skip or getattr(p, "_grad", None) is None:
+                continue
+            grad = tracer.create_var(p.block, name=f"{p.name}@GRAD", stop_gradient=True)
+            grad._value = p._grad
+            params_grads.append((p, grad))
+        with tracer._no_grad():
+            from .clip import BaseGradientClipAttr, append_gradient_clip_ops
+
+            if grad_clip is not None and not isinstance(grad_clip, BaseGradientClipAttr):
+                if not callable(grad_clip):
+                    raise TypeError(f"{type(self).__name__}.minimize: grad_clip must be a "
+                                    "fluid.dygraph_grad_clip object (GradClipByValue, "
+                                    "GradClipByNorm, GradClipByGlobalNorm), got "
+                                    f"{type(grad_clip).__name__}")
+                params_grads = grad_clip(params_grads)
+            else:
+                params_grads = append_gradient_clip_ops(params_grads,
+                                                        grad_clip or self._grad_clip)
+            params_grads = append_regularization_ops(params_grads, self.regularization)
+            ops = self._create_optimization_pass(params_grads)
+        return ops, params_grads
+
+
+def _is_lr_decay(lr: Any) -> bool:
+    """A ``fluid.dygraph`` learning-rate decay (``NoamDecay``, ...)."""
+    return callable(lr) and hasattr(lr, "create_lr_var") and hasattr(lr, "step")
 
 
 def _writer_place(block: Any, var: Any) -> dict[str, str]:

@@ -5,9 +5,12 @@ Names not provided (yet) import as stand-ins that fail on use (``parafluid.compa
 
 from __future__ import annotations
 
+from .base import BackwardStrategy, enabled, guard, no_grad, to_variable
 from .layers import Layer
+from .tracer import Tracer
 
-__all__: list[str] = ["Layer"]
+__all__: list[str] = ["Layer", "guard", "to_variable", "no_grad", "enabled", "Tracer",
+                      "BackwardStrategy"]
 
 # -- the tracer, variables, guard, backward, Layer, learning-rate decays, save/load -------
 

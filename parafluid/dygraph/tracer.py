@@ -1,0 +1,334 @@
+"""The imperative mode's tracer: ops run at once, and are recorded for ``backward()``.
+
+Inside ``fluid.dygraph.guard()`` every ``Block.append_op`` (so every ``fluid.layers``
+function, initializer and optimizer) comes here: the op is built and checked as in a
+Program (slots, attr defaults, shape rule), bound to its registered kernel with
+``engine.runtime.bind_op`` (the binding every executor uses) and run against the values of
+its imperative variables. When an input needs a gradient the op is recorded: the op, the
+values it read and wrote, and its variables.
+
+``backward(loss)`` walks the recorded ops from the loss back, newest first, asks each op's
+registered gradient maker for its gradient ops (the ``GradContext`` protocol of the static
+backward pass) and runs them at once; a variable used by several ops gets the sum of their
+contributions, added in that fixed order. The recorded ops are freed afterwards.
+
+Example::
+
+    with fluid.dygraph.guard():
+        x = fluid.dygraph.to_variable(np.ones([2, 3], "float32"))
+        x.stop_gradient = False
+        loss = fluid.layers.mean(fluid.layers.relu(x))
+        loss.backward()
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .. import framework
+from ..backward import _prune_missing_grads
+from ..engine.runtime import bind_op, op_error
+from ..framework import GRAD_SUFFIX, Operator, Parameter, Variable
+from ..ops.registry import EMPTY, GradContext, get_op_def, prepare_op
+from .varbase import ParamBase, VarBase
+
+__all__ = ["Tracer"]
+
+
+class _Node:
+    """One recorded op: the op (slots hold per-occurrence keys), the values it read and
+    wrote by key, and the variables behind the keys."""
+
+    __slots__ = ("seq", "op", "env", "ins", "outs")
+
+    def __init__(self, seq: int, op: Operator, env: dict[str, Any],
+                 ins: list[tuple[str, Any]], outs: list[tuple[str, Any]]) -> None:
+        self.seq = seq
+        self.op = op
+        self.env = env
+        self.ins = ins
+        self.outs = outs
+
+
+class _OpView:
+    """What an eagerly run op sees as its block: its own variables by key (for the shape
+    rule), the block it was appended to otherwise."""
+
+    __slots__ = ("vars", "block", "idx", "program")
+
+    def __init__(self, block: Any, variables: dict[str, Any]) -> None:
+        self.vars = variables
+        self.block = block
+        self.idx = block.idx
+        self.program = block.program
+
+    def _find_var_recursive(self, name: str) -> Any:
+        return self.vars.get(name)
+
+    def create_var(self, name: str, **kwargs: Any) -> Any:  # a shape rule's spare output
+        var = VarBase(self.block, name=name, **kwargs)
+        self.vars[name] = var
+        return var
+
+
+def _no_sub_blocks(*args: Any) -> set[str]:
+    raise NotImplementedError("the imperative mode runs control flow in Python (if / for on "
+                              "numpy values); ops with sub-blocks (While, IfElse, "
+                              "StaticRNN, DynamicRNN) have no imperative gradient")
+
+
+_GRAD_CONTEXT = GradContext(append_grad_ops=_no_sub_blocks)
+
+
+class Tracer:
+    """Runs and records the ops of the imperative mode (the current one:
+    ``fluid.framework._dygraph_tracer()``).
+
+    Args:
+        block: the block whose ops are traced (the guard's program's global block).
+    """
+
+    def __init__(self, block: Any = None, device: Any = None) -> None:
+        self._block = block
+        self.device = torch.device("cpu") if device is None else device
+        self._vars: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._train_mode = True
+        self._has_grad = True
+        self._seq = itertools.count()
+
+    # ---- modes
+    def train_mode(self) -> None:
+        """Ops record gradients; ``is_test`` ops run in their training form."""
+        self._train_mode = True
+
+    def eval_mode(self) -> None:
+        """Ops record nothing and ops with an ``is_test`` attr run as at inference."""
+        self._train_mode = False
+
+    @contextlib.contextmanager
+    def _no_grad(self) -> Iterator[None]:
+        old, self._has_grad = self._has_grad, False
+        try:
+            yield
+        finally:
+            self._has_grad = old
+
+    # ---- variables
+    def trace_var(self, name: str, var: Any) -> None:
+        """Keep persistable ``var`` (a parameter, an optimizer's accumulator) by name."""
+        self._vars[name] = var
+
+    def all_parameters(self) -> list[Parameter]:
+        """Every parameter created in this tracer's mode, in creation order."""
+        return [v for v in self._vars.values() if isinstance(v, Parameter)]
+
+    def create_var(self, block: Any, **kwargs: Any) -> VarBase:
+        """``Block.create_var`` in the imperative mode: a variable owned by no block."""
+        for key in ("initializer",):
+            kwargs.pop(key, None)
+        var = VarBase(block, **kwargs)
+        if var.persistable:
+            self.trace_var(var.name, var)
+        return var
+
+    def create_parameter(self, block: Any, **kwargs: Any) -> ParamBase:
+        """``Block.create_parameter`` in the imperative mode (its initializer runs next)."""
+        param = ParamBase(block, **kwargs)
+        self.trace_var(param.name, param)
+        return param
+
+    # ---- ops
+    def trace_op(self, op: Any, inputs: Any = None, outputs: Any = None,
+                 stop_gradient: bool = False, attrs: dict[str, Any] | None = None,
+                 block: Any = None) -> Operator:
+        """Run op ``op`` (a type name) at once on the values of ``inputs`` (slot ->
+        imperative variables), writing ``outputs``; record it if an input needs a gradient
+        (and ``stop_gradient`` is False)."""
+        if isinstance(op, Operator):
+            attrs = dict(op.attrs) if attrs is None else attrs
+            op = op.type
+        block = block if block is not None else self._block
+        ins = self._slot_vars(op, inputs, "input")
+        outs = self._slot_vars(op, outputs, "output")
+        attrs = {k: framework._normalize_attr(v) for k, v in (attrs or {}).items()}
+        opdef = get_op_def(op)
+        if not self._train_mode and "is_test" in opdef.attrs:
+            attrs["is_test"] = True
+        # NOTE: every occurrence of a variable gets its own key, so that the gradient op
+        # writes one gradient per occurrence (x * x: X@GRAD and Y@GRAD both for x) and the
+        # pre-op value of a variable the op overwrites stays apart from the new one
+        keys: set[str] = set()
+        in_keys, out_keys = _keyed(ins, keys), _keyed(outs, keys)
+        view_vars = {k: v for slot in (in_keys, out_keys) for pairs in slot.values()
+                     for k, v in pairs}
+        fop = Operator(_OpView(block, dict(view_vars)), op,
+                       {s: [k for k, _ in pairs] for s, pairs in in_keys.items()},
+                       {s: [k for k, _ in pairs] for s, pairs in out_keys.items()},
+                       attrs, callsite=framework._user_callsite())
+        prepare_op(fop)
+        env: dict[str, Any] = {}
+        for pairs in in_keys.values():
+            for k, v in pairs:
+                if v._value is None:
+                    raise ValueError(f"op {op!r} (created at {fop.callsite}): input variable "
+                                     f"{v.name!r} holds no value; write it with an op (or "
+                                     "fluid.dygraph.to_variable) before using it")
+                env[k] = v._value
+        seq = next(self._seq)
+        try:
+            bind_op(fop, self.device, None, env)()
+        except Exception as exc:
+            raise op_error(fop, seq, exc) from exc
+        record = (self._has_grad and self._train_mode and not stop_gradient
+                  and opdef.grad is not None
+                  and any(not v.stop_gradient for pairs in in_keys.values() for _, v in pairs))
+        out_pairs = [(k, v) for pairs in out_keys.values() for k, v in pairs]
+        for k, v in out_pairs:
+            if k in env:
+                v._value = env[k]
+        in_pairs = [(k, v) for pairs in in_keys.values() for k, v in pairs]
+        node = _Node(seq, fop, env, in_pairs, out_pairs) if record else None
+        for _, v in out_pairs:
+            v._node = node
+            if not isinstance(v, Parameter) and not v.persistable:
+                v.stop_gradient = not record
+        return fop
+
+    def trace(self, op_type: str, inputs: Any, outputs: Any, attrs: dict[str, Any],
+              stop_gradient: bool = False) -> Operator:
+        """``trace_op`` with Fluid's C++ tracer's argument order."""
+        return self.trace_op(op_type, inputs, outputs, stop_gradient, attrs=attrs)
+
+    def _slot_vars(self, op: str, slots: Any, what: str) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {}
+        for slot, items in (slots or {}).items():
+            if items is None:
+                continue
+            if isinstance(items, (Variable, str)):
+                items = [items]
+            vs = []
+            for item in items:
+                if isinstance(item, str):
+                    var = self._vars.get(item)
+                    if var is None:
+                        raise ValueError(f"op {op!r}: {what} {slot}={item!r} names no "
+                                         "variable of the imperative mode; pass the "
+                                         "variable itself")
+                    item = var
+                if not isinstance(item, VarBase | ParamBase):
+                    raise TypeError(f"op {op!r}: {what} {slot} must hold imperative variables "
+                                    f"(made inside fluid.dygraph.guard()), got "
+                                    f"{type(item).__name__}: {item!r}")
+                vs.append(item)
+            if vs:
+                out[slot] = vs
+        return out
+
+    # ---- backward
+    def backward(self, loss: Any, strategy: Any = None) -> None:
+        """Run the gradient ops of every recorded op between ``loss`` and the variables
+        that need gradients; accumulate into their ``gradient()``; free the record."""
+        value = loss._value_or_raise("backward()")
+        if value.numel() != 1:
+            raise ValueError(f"backward(): variable {loss.name!r} has shape "
+                             f"{list(value.shape)}; backward starts from a one-element loss: "
+                             "reduce it first (fluid.layers.mean or reduce_sum)")
+        if loss._node is None:
+            raise ValueError(f"backward(): variable {loss.name!r} was not computed from any "
+                             "variable that needs a gradient (all inputs have "
+                             "stop_gradient=True, or it was computed under no_grad)")
+        nodes: dict[int, _Node] = {}
+        stack = [loss._node]
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in nodes:
+                continue
+            nodes[id(node)] = node
+            stack.extend(v._node for _, v in node.ins)
+        order = sorted(nodes.values(), key=lambda n: n.seq, reverse=True)
+        grads: dict[int, Any] = {id(loss): torch.ones_like(value)}
+        owners: dict[int, Any] = {id(loss): loss}
+        try:
+            for node in order:
+                self._backward_node(node, grads, owners)
+        finally:
+            for node in order:  # the record is freed, used or not
+                for _, v in node.outs:
+                    if v._node is node:
+                        v._node = None
+                node.env = {}
+        for key, g in grads.items():
+            var = owners[key]
+            if var.stop_gradient:
+                continue
+            var._grad = g if var._grad is None else _add(var._grad, g)
+
+    def _backward_node(self, node: _Node, grads: dict[int, Any], owners: dict[int, Any]) -> None:
+        env = dict(node.env)
+        produced = set()
+        for k, v in node.outs:
+            g = grads.get(id(v))
+            if g is not None:
+                env[k + GRAD_SUFFIX] = g
+                produced.add(k + GRAD_SUFFIX)
+        if not produced:
+            return
+        op = node.op
+        blocked = {k for k, v in node.ins if v.stop_gradient}
+        for spec in get_op_def(op.type).grad(op, blocked, _GRAD_CONTEXT):
+            ok, zero_fills = _prune_missing_grads(spec, produced)
+            if not ok:
+                continue
+            for s in (*zero_fills, spec):
+                self._run_spec(s, env, op)
+                produced.update(n for names in s["outputs"].values() for n in names
+                                if n != EMPTY)
+        for k, v in node.ins:
+            g = env.get(k + GRAD_SUFFIX)
+            if g is None or v.stop_gradient:
+                continue
+            key = id(v)
+            owners[key] = v
+            # NOTE: contributions are added in the order the ops are walked (newest first),
+            # so the sum does not depend on anything but the program
+            grads[key] = g if key not in grads else _add(grads[key], g)
+
+    def _run_spec(self, spec: dict[str, Any], env: dict[str, Any], fwd: Operator) -> None:
+        attrs = {k: v for k, v in spec["attrs"].items() if k != "reads_before"}
+        gop = Operator(fwd.block, spec["type"], spec["inputs"], spec["outputs"], attrs,
+                       callsite=fwd.callsite)
+        prepare_op(gop, infer=False)
+        try:
+            bind_op(gop, self.device, None, env)()
+        except Exception as exc:
+            raise op_error(gop, -1, exc) from exc
+
+
+def _keyed(slots: dict[str, list[Any]], keys: set[str]) -> dict[str, list[tuple[str, Any]]]:
+    out = {}
+    for slot, vs in slots.items():
+        pairs = []
+        for v in vs:
+            key = v.name
+            n = 0
+            while key in keys:
+                n += 1
+                key = f"{v.name}@USE{n}"
+            keys.add(key)
+            pairs.append((key, v))
+        out[slot] = pairs
+    return out
+
+
+def _add(a: Any, b: Any) -> Any:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a + b
+    from ..ops.registry import get_op_def as _get
+
+    return _get("sum").kernel({"X": [a, b]}, {}, None)["Out"]

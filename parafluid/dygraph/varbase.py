@@ -1,0 +1,162 @@
+"""Variables of the imperative mode: ``VarBase`` (Fluid's dygraph Variable) and ``ParamBase``.
+
+An imperative variable is a ``framework.Variable`` (so every layer accepts it) that holds
+its value, a torch tensor, at once; its shape and dtype are the value's. A variable
+computed from one that needs a gradient remembers the recorded op that wrote it
+(``_node``), which ``backward()`` walks back. Math operators come from
+``layers.math_op_patch`` like a static Variable's; in the imperative mode they run at once.
+
+Example::
+
+    with fluid.dygraph.guard():
+        x = fluid.dygraph.to_variable(np.ones([2, 2], "float32"))
+        x.stop_gradient = False
+        y = fluid.layers.reduce_sum(x * x)
+        y.backward()
+        print(y.numpy(), x.gradient())     # [8.] [[2. 2.] [2. 2.]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import framework, unique_name
+from ..dtypes import convert_dtype
+from ..framework import Parameter, Variable
+from ..scope import SelectedRows
+
+__all__ = ["VarBase", "ParamBase", "as_numpy"]
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    """A tensor (or row-sparse value, made dense) as a numpy array."""
+    if isinstance(value, SelectedRows):
+        value = value.to_dense()
+    return value.detach().cpu().numpy()
+
+
+class _Eager:
+    """What imperative variables add to a Variable: the value, its gradient, the recorded
+    op that wrote it. Mixed in before ``Variable`` / ``Parameter``."""
+
+    _value: Any = None
+    _grad: Any = None
+    _node: Any = None
+    _declared_shape: tuple[int, ...] | None = None
+    _declared_dtype: str | None = None
+
+    # shape and dtype are the value's once there is one (a layer reads them to build the
+    # next op, as it reads a static variable's inferred ones)
+    @property  # type: ignore[override]
+    def shape(self) -> tuple[int, ...] | None:
+        if self._value is not None:
+            return tuple(self._value.shape)
+        return self._declared_shape
+
+    @shape.setter
+    def shape(self, shape: Any) -> None:
+        self._declared_shape = None if shape is None else tuple(shape)
+
+    @property  # type: ignore[override]
+    def dtype(self) -> str | None:
+        if self._value is not None:
+            return convert_dtype(self._value.dtype)
+        return self._declared_dtype
+
+    @dtype.setter
+    def dtype(self, dtype: Any) -> None:
+        self._declared_dtype = None if dtype is None else convert_dtype(dtype)
+
+    def _value_or_raise(self, what: str) -> Any:
+        if self._value is None:
+            raise ValueError(f"{what}: variable {self.name!r} holds no value yet (no op has "
+                             "written it)")
+        return self._value
+
+    def numpy(self) -> np.ndarray:
+        """The value as a numpy array (a copy)."""
+        return as_numpy(self._value_or_raise("numpy()")).copy()
+
+    def value(self) -> Any:
+        """The value (a torch tensor)."""
+        return self._value_or_raise("value()")
+
+    def set_value(self, value: Any) -> None:
+        """Replace the value by ``value`` (numpy array, tensor or imperative variable) of the
+        same shape and dtype."""
+        if isinstance(value, _Eager):
+            value = value._value_or_raise("set_value()")
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().clone()
+        else:
+            array = np.asarray(value)
+            tensor = torch.from_numpy(np.array(array, order="C"))
+        if self.shape is not None and tuple(tensor.shape) != tuple(self.shape):
+            raise ValueError(f"set_value: variable {self.name!r} has shape {list(self.shape)}, "
+                             f"the value has shape {list(tensor.shape)}")
+        want = self.dtype
+        if want is not None and convert_dtype(tensor.dtype) != want:
+            raise TypeError(f"set_value: variable {self.name!r} has dtype {want}, the value has "
+                            f"dtype {convert_dtype(tensor.dtype)} (convert with "
+                            f".astype('{want}'))")
+        device = self._value.device if self._value is not None else _tracer_device()
+        self._value = tensor.to(device)
+
+    def backward(self, backward_strategy: Any = None) -> None:
+        """Compute the gradients of this one-element variable with respect to every variable
+        it was computed from (accumulated into their ``gradient()``); the recorded ops are
+        freed afterwards."""
+        tracer = framework._dygraph_tracer()
+        if tracer is None:
+            raise RuntimeError(f"backward(): variable {self.name!r} is an imperative variable; "
+                               "call backward() inside fluid.dygraph.guard()")
+        tracer.backward(self, backward_strategy)
+
+    def gradient(self) -> np.ndarray | None:
+        """The gradient accumulated by ``backward()`` as a numpy array (None if none)."""
+        return None if self._grad is None else as_numpy(self._grad)
+
+    def clear_gradient(self) -> None:
+        """Forget the accumulated gradient (the next backward starts from zero)."""
+        self._grad = None
+
+    def detach(self) -> VarBase:
+        """A variable sharing this value that needs no gradient and has no history."""
+        out = VarBase(self.block, name=unique_name.generate(f"{self.name}.detach"),
+                      stop_gradient=True)
+        out._value = self._value
+        return out
+
+    def _describe(self) -> str:
+        text = super()._describe()  # type: ignore[misc]
+        return f"{text} (imperative)"
+
+    def __str__(self) -> str:
+        if self._value is None:
+            return self._describe()
+        return f"{self._describe()}\n{self.numpy()}"
+
+
+def _tracer_device() -> torch.device:
+    tracer = framework._dygraph_tracer()
+    return tracer.device if tracer is not None else torch.device("cpu")
+
+
+class VarBase(_Eager, Variable):
+    """A Variable of the imperative mode: it holds its value (``numpy()``), its gradient
+    (``gradient()``) and the op that computed it."""
+
+    def __init__(self, block: Any, value: Any = None, **kwargs: Any) -> None:
+        super().__init__(block, **kwargs)
+        self._value = value
+
+
+class ParamBase(_Eager, Parameter):
+    """A Parameter of the imperative mode (a ``Layer``'s weights): holds its value."""
+
+    def __init__(self, block: Any, shape: Any, dtype: Any, **kwargs: Any) -> None:
+        super().__init__(block, shape=shape, dtype=dtype, **kwargs)
+

@@ -1,0 +1,86 @@
+"""The imperative MLP against the same model as a Program run by the Executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid.param_attr import ParamAttr
+
+RNG = np.random.RandomState(7)
+W1 = RNG.uniform(-0.5, 0.5, (6, 8)).astype("float32")
+B1 = RNG.uniform(-0.1, 0.1, (8,)).astype("float32")
+W2 = RNG.uniform(-0.5, 0.5, (8, 3)).astype("float32")
+B2 = RNG.uniform(-0.1, 0.1, (3,)).astype("float32")
+XS = [RNG.randn(5, 6).astype("float32") for _ in range(4)]
+YS = [RNG.randint(0, 3, (5, 1)).astype("int64") for _ in range(4)]
+
+
+def _init(value: np.ndarray) -> ParamAttr:
+    return ParamAttr(initializer=fluid.initializer.NumpyArrayInitializer(value))
+
+
+class MLP(fluid.dygraph.Layer):
+    """Two fc layers (parameters made once, by the Layer); the same code builds a Program."""
+
+    def __init__(self, name_scope):
+        super().__init__(name_scope)
+        self.w1 = self.create_parameter(_init(W1), W1.shape, "float32")
+        self.b1 = self.create_parameter(_init(B1), B1.shape, "float32", is_bias=True)
+        self.w2 = self.create_parameter(_init(W2), W2.shape, "float32")
+        self.b2 = self.create_parameter(_init(B2), B2.shape, "float32", is_bias=True)
+
+    def forward(self, x, y):
+        h = fluid.layers.tanh(fluid.layers.elementwise_add(fluid.layers.matmul(x, self.w1),
+                                                           self.b1))
+        logits = fluid.layers.matmul(h, self.w2) + self.b2
+        loss = fluid.layers.softmax_with_cross_entropy(logits, y)
+        return fluid.layers.mean(loss)
+
+
+def _static(make_opt):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", shape=[6])
+        y = fluid.layers.data("y", shape=[1], dtype="int64")
+        loss = MLP("mlp")(x, y)
+        make_opt().minimize(loss)
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        losses = [exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss])[0].item()
+                  for xb, yb in zip(XS, YS)]
+        params = {p.name: np.array(scope.find_var(p.name).get_tensor())
+                  for p in main.all_parameters()}
+    return losses, params
+
+
+def _imperative(make_opt):
+    with fluid.dygraph.guard():
+        model = MLP("mlp")
+        opt = make_opt()
+        losses = []
+        for xb, yb in zip(XS, YS):
+            loss = model(fluid.dygraph.to_variable(xb), fluid.dygraph.to_variable(yb))
+            loss.backward()
+            opt.minimize(loss)
+            model.clear_gradients()
+            losses.append(loss.numpy().item())
+        params = {p.name: p.numpy() for p in model.parameters()}
+    return losses, params
+
+
+@pytest.mark.parametrize("make_opt", [lambda: fluid.optimizer.SGD(learning_rate=0.5),
+                                      lambda: fluid.optimizer.Adam(learning_rate=0.05),
+                                      lambda: fluid.optimizer.Momentum(0.2, momentum=0.9)],
+                         ids=["sgd", "adam", "momentum"])
+def test_mlp_matches_static_program(make_opt):
+    s_losses, s_params = _static(make_opt)
+    d_losses, d_params = _imperative(make_opt)
+    assert s_losses[0] != s_losses[-1]  # it trains
+    np.testing.assert_allclose(d_losses, s_losses, rtol=1e-5, atol=1e-6)
+    assert sorted(d_params) == sorted(s_params)
+    for name, value in s_params.items():
+        np.testing.assert_allclose(d_params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -198,3 +198,97 @@ def test_the_layer_classes_are_provided_with_fluids_keywords():
     with pytest.raises(ValueError, match="BatchNorm bn_0: num_channels is 5 but input"):
         with fluid.program_guard(fluid.Program(), fluid.Program()), fluid.unique_name.guard():
             dygraph.BatchNorm("bn", num_channels=5)(_inputs([("x", [2, 3, 4, 4], "float32")])[0])
+
+
+def _values(params, seed=1):
+    rng = np.random.RandomState(seed)
+    return [rng.uniform(0.1, 1.0, p.shape).astype(p.dtype) for p in params]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_imperative_layer_equals_static_layer_forward_and_gradients(row):
+    """The same layer object code, the same parameter values: the imperative forward and the
+    gradients of its trainable parameters equal the static Program's."""
+    _, make, call, _, spec = row
+    feed = _feed(spec)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        layer = make()
+        out = call(layer, _inputs(spec))
+        loss = L.reduce_sum(L.square(L.cast(out, "float32")))
+        trainable = [p for p in layer.parameters() if p.trainable]
+        grads = fluid.backward.gradients([loss], trainable) if trainable else []
+    values = _values(layer.parameters())
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    for p, v in zip(layer.parameters(), values):
+        scope.find_var(p.name).get_tensor().set(v, fluid.CPUPlace())
+    static = exe.run(main, feed=feed, fetch_list=[out, *grads], scope=scope)
+
+    with fluid.dygraph.guard(), fluid.unique_name.guard():
+        layer = make()
+        inputs = [fluid.dygraph.to_variable(feed[n]) for n, _, _ in spec]
+        call(layer, inputs)  # the first call makes the parameters
+        assert [p.name for p in layer.parameters()] == [p.name for p in main.all_parameters()]
+        for p, v in zip(layer.parameters(), values):
+            p.set_value(v)
+        out = call(layer, inputs)
+        assert len(layer.parameters()) == len(values)  # the second call made none
+        if any(p.trainable for p in layer.parameters()):
+            loss = L.reduce_sum(L.square(L.cast(out, "float32")))
+            loss.backward()
+        imperative = [out.numpy()] + [p.gradient() for p in layer.parameters() if p.trainable]
+    assert len(imperative) == len(static)
+    for got, want in zip(imperative, static):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_imperative_model_of_layer_objects_trains_as_its_program():
+    class Net(dygraph.Layer):
+        def __init__(self, name_scope):
+            super().__init__(name_scope)
+            self.conv = dygraph.Conv2D("conv", num_filters=3, filter_size=3, padding=1)
+            self.bn = dygraph.BatchNorm("bn", num_channels=3, act="relu")
+            self.pool = dygraph.Pool2D("pool", pool_size=2, pool_stride=2)
+            self.fc = dygraph.FC("fc", size=2)
+
+        def forward(self, x, y):
+            logits = self.fc(self.pool(self.bn(self.conv(x))))
+            return L.mean(L.softmax_with_cross_entropy(logits, y))
+
+    rng = np.random.RandomState(0)
+    xs = rng.uniform(-1, 1, (8, 1, 4, 4)).astype("float32")
+    data = [(xs, (xs[:, 0, :2].sum((1, 2)) > 0).astype("int64")[:, None])] * 6  # fit a batch
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        net = Net("net")
+        loss = net(L.data(name="x", shape=[1, 4, 4], dtype="float32"),
+                   L.data(name="y", shape=[1], dtype="int64"))
+        fluid.optimizer.Momentum(0.1, momentum=0.9).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    start = {p.name: np.array(scope.find_var(p.name).get_tensor()) for p in net.parameters()}
+    static = [float(exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)[0])
+              for x, y in data]
+    static_params = {p.name: np.array(scope.find_var(p.name).get_tensor())
+                     for p in net.parameters()}
+
+    with fluid.dygraph.guard(), fluid.unique_name.guard():
+        net = Net("net")
+        x0, y0 = (fluid.dygraph.to_variable(v) for v in data[0])
+        net(x0, y0)  # make the parameters, then start from the static ones
+        net.load_dict(start)
+        opt = fluid.optimizer.Momentum(0.1, momentum=0.9)
+        imperative = []
+        for x, y in data:
+            loss = net(fluid.dygraph.to_variable(x), fluid.dygraph.to_variable(y))
+            loss.backward()
+            opt.minimize(loss)
+            net.clear_gradients()
+            imperative.append(loss.numpy().item())
+        params = {p.name: p.numpy() for p in net.parameters()}
+    assert static[-1] < static[0]
+    np.testing.assert_allclose(imperative, static, rtol=1e-5, atol=1e-6)
+    for name, value in static_params.items():
+        np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)

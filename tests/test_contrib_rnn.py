@@ -250,3 +250,19 @@ def test_basic_units_are_layers_computing_one_step(kind):
         _lstm_step(feed["x"], feed["h"], feed["c"], params, forget_bias=0.5)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_basic_lstm_unit_in_the_imperative_mode_equals_numpy():
+    rng = np.random.RandomState(4)
+    x, h, c = (rng.uniform(-1, 1, (B, s)) for s in (D, H, H))
+    with fluid.dygraph.guard():
+        unit = fluid.contrib.BasicLSTMUnit("lstm_unit", H, dtype="float64")
+        xv, hv, cv = (fluid.dygraph.to_variable(v) for v in (x, h, c))
+        new_h, new_c = unit(xv, hv, cv)
+        params = [p.numpy() for p in unit.parameters()]
+        loss = L.reduce_sum(new_h)
+        loss.backward()
+        assert unit.parameters()[0].gradient().shape == (D + H, 4 * H)
+        got = new_h.numpy(), new_c.numpy()
+    for g, w in zip(got, _lstm_step(x, h, c, params)):
+        np.testing.assert_allclose(g, w, rtol=1e-12)

@@ -26,6 +26,7 @@ from typing import Any
 from .. import layers
 from ..framework import Variable
 from ..layer_helper import parameter_source
+from ..param_attr import WeightNormParamAttr
 from .layers import Layer
 
 __all__ = ["FC", "Conv2D", "Conv3D", "Pool2D", "BatchNorm", "Embedding", "LayerNorm", "GRUUnit",
@@ -50,6 +51,10 @@ class _FunctionLayer(Layer):
 
         def source(attr: Any, shape: list[int], dtype: Any, is_bias: bool,
                    default_initializer: Any) -> Any:
+            if isinstance(attr, WeightNormParamAttr):
+                raise ValueError(f"{type(self).__name__} {self.full_name()}: a "
+                                 f"WeightNormParamAttr makes a computed weight, not a "
+                                 f"parameter the layer object can hold; use ParamAttr")
             if first:
                 p = self.create_parameter(attr, shape, dtype, is_bias, default_initializer)
                 made.append(p)

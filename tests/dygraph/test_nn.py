@@ -198,6 +198,10 @@ def test_the_layer_classes_are_provided_with_fluids_keywords():
     with pytest.raises(ValueError, match="BatchNorm bn_0: num_channels is 5 but input"):
         with fluid.program_guard(fluid.Program(), fluid.Program()), fluid.unique_name.guard():
             dygraph.BatchNorm("bn", num_channels=5)(_inputs([("x", [2, 3, 4, 4], "float32")])[0])
+    with pytest.raises(ValueError, match="FC fc_0: a WeightNormParamAttr makes a computed"):
+        with fluid.program_guard(fluid.Program(), fluid.Program()), fluid.unique_name.guard():
+            dygraph.FC("fc", 2, param_attr=fluid.WeightNormParamAttr(dim=None))(
+                _inputs([("x", [2, 3], "float32")])[0])
 
 
 def _values(params, seed=1):

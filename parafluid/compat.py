@@ -24,9 +24,6 @@ _DOC = "docs/fluid_compat.md"
 
 # name as a Fluid program spells it -> (what it is, what to use instead)
 NOT_PROVIDED: dict[str, tuple[str, str]] = {
-    "fluid.incubate": ("the incubate package (fleet)",
-                       "for several devices in one process use "
-                       "fluid.CompiledProgram(...).with_data_parallel"),
     "fluid.inference": ("the C++ inference API's Python package",
                         "use fluid.core.AnalysisConfig and fluid.core.create_paddle_predictor "
                         "(or fluid.io.load_inference_model with fluid.Executor)"),
@@ -52,6 +49,10 @@ _family(["dygraph.prepare_context",
          "dygraph_grad_clip.GradClipByGlobalNorm"],
         "the imperative (dygraph) mode", "build a Program with fluid.layers and run it with "
         "fluid.Executor")
+_family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
+        "fleet's PSLib mode (Fluid's C++ parameter server)",
+        "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "
+        "(docs/fleet.md)")
 # -- fluid.contrib -------------------------------------------------------------------------
 _family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
          "contrib.BeamSearchDecoder", "contrib.mixed_precision",

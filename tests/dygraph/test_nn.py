@@ -296,3 +296,26 @@ def test_imperative_model_of_layer_objects_trains_as_its_program():
     np.testing.assert_allclose(imperative, static, rtol=1e-5, atol=1e-6)
     for name, value in static_params.items():
         np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_layer_objects_compose_through_add_sublayer_and_add_parameter():
+    """A container built with add_sublayer / add_parameter / create_variable around the layer
+    classes, imperative: its parameters are its sublayers', its forward theirs."""
+    x = np.random.RandomState(0).uniform(-1, 1, (4, 3)).astype("float32")
+    with fluid.dygraph.guard(), fluid.unique_name.guard():
+        seq = dygraph.Layer("seq")
+        first = seq.add_sublayer("first", dygraph.FC("fc", size=5, act="relu"))
+        second = seq.add_sublayer("second", dygraph.Linear(5, 2))
+        y = second(first(fluid.dygraph.to_variable(x)))
+        shared = seq.add_parameter("shared", second.weight)
+        assert shared is second.weight
+        assert seq.sublayers() == [first, second]
+        assert [p.name for p in seq.parameters(include_sublayers=False)] == [shared.name]
+        assert {p.name for p in seq.parameters()} == \
+            {p.name for p in first.parameters() + second.parameters()}
+        tmp = seq.create_variable(name="buffer", dtype="float32")
+        assert tmp.name == f"{seq.full_name()}.buffer"
+        w1, b1 = (p.numpy() for p in first.parameters())
+        w2, b2 = (p.numpy() for p in second.parameters())
+        np.testing.assert_allclose(y.numpy(), np.maximum(x @ w1 + b1, 0) @ w2 + b2, rtol=1e-5,
+                                   atol=1e-6)

@@ -43,15 +43,6 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
-# -- the imperative mode (fluid.dygraph, fluid.dygraph_grad_clip) ---------------------------
-_family(["dygraph.prepare_context",
-         "dygraph.save_persistables", "dygraph.load_persistables", "dygraph.NoamDecay",
-         "dygraph.PiecewiseDecay", "dygraph.NaturalExpDecay", "dygraph.ExponentialDecay",
-         "dygraph.InverseTimeDecay", "dygraph.PolynomialDecay", "dygraph.CosineDecay",
-         "dygraph_grad_clip.GradClipByValue", "dygraph_grad_clip.GradClipByNorm",
-         "dygraph_grad_clip.GradClipByGlobalNorm"],
-        "the imperative (dygraph) mode", "build a Program with fluid.layers and run it with "
-        "fluid.Executor")
 _family(["dygraph.FC", "dygraph.Conv2D", "dygraph.Pool2D", "dygraph.BatchNorm",
          "dygraph.Embedding", "dygraph.LayerNorm", "dygraph.GRUUnit", "dygraph.NCE",
          "dygraph.PRelu", "dygraph.BilinearTensorProduct", "dygraph.Conv2DTranspose",

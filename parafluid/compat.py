@@ -40,15 +40,7 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
-# -- the imperative mode (fluid.dygraph, fluid.dygraph_grad_clip) ---------------------------
-_family(["dygraph.prepare_context",
-         "dygraph.save_persistables", "dygraph.load_persistables", "dygraph.NoamDecay",
-         "dygraph.PiecewiseDecay", "dygraph.NaturalExpDecay", "dygraph.ExponentialDecay",
-         "dygraph.InverseTimeDecay", "dygraph.PolynomialDecay", "dygraph.CosineDecay",
-         "dygraph_grad_clip.GradClipByValue", "dygraph_grad_clip.GradClipByNorm",
-         "dygraph_grad_clip.GradClipByGlobalNorm"],
-        "the imperative (dygraph) mode", "build a Program with fluid.layers and run it with "
-        "fluid.Executor")
+# -- fluid.incubate.fleet ------------------------------------------------------------------
 _family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
         "fleet's PSLib mode (Fluid's C++ parameter server)",
         "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from . import unique_name
 from .backward import append_backward
 from .framework import (
@@ -124,6 +126,9 @@ class Optimizer:
             dtype=dtype or param.dtype, shape=list(param.shape if shape is None else shape),
             stop_gradient=True)
         self.helper.set_variable_initializer(var, Constant(float(fill_value)))
+        loaded = getattr(self, "_loaded_state", None)
+        if loaded and var.name in loaded and in_dygraph_mode():
+            var.set_value(loaded[var.name])
         self._accumulators[name][param.name] = var
         return var
 
@@ -132,12 +137,39 @@ class Optimizer:
         return [var.name for per_param in self._accumulators.values()
                 for var in per_param.values()]
 
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state, name -> value: its accumulators (moments, beta powers),
+        and in the imperative mode the step of its learning-rate decay
+        (``@LR_DECAY_COUNTER@``)."""
+        out: dict[str, Any] = {var.name: var for per_param in self._accumulators.values()
+                               for var in per_param.values()}
+        if _is_lr_decay(self._learning_rate):
+            out[_LR_STEP_KEY] = np.array([self._learning_rate.step_num], dtype="int64")
+        return out
+
     def load(self, stat_dict: dict[str, Any]) -> None:
-        """Fluid loads optimizer state this way only in dygraph mode; static programs load
-        it with the persistables (``fluid.io.load_persistables``)."""
-        raise TypeError(f"{type(self).__name__}.load(stat_dict) works only in dygraph mode, "
-                        "which parafluid does not have; load the optimizer's state with "
-                        "fluid.io.load_persistables(exe, dirname, main_program)")
+        """Imperative mode: take the state of ``stat_dict`` (from ``state_dict()``, saved
+        and loaded with ``fluid.dygraph.save_dygraph`` / ``load_dygraph``); accumulators not
+        created yet take their value when the first ``minimize`` creates them. Static
+        programs load their optimizer state with the persistables."""
+        if not in_dygraph_mode():
+            raise TypeError(f"{type(self).__name__}.load(stat_dict) works in the imperative "
+                            "mode (inside fluid.dygraph.guard()); load a Program's optimizer "
+                            "state with fluid.io.load_persistables(exe, dirname, main_program)")
+        if not isinstance(stat_dict, dict):
+            raise TypeError(f"{type(self).__name__}.load: expected a dict, got "
+                            f"{type(stat_dict).__name__}")
+        self._loaded_state = dict(stat_dict)
+        for per_param in self._accumulators.values():
+            for var in per_param.values():
+                if var.name in stat_dict:
+                    var.set_value(stat_dict[var.name])
+        if _LR_STEP_KEY in stat_dict and _is_lr_decay(self._learning_rate):
+            step = stat_dict[_LR_STEP_KEY]
+            step = step.numpy() if hasattr(step, "numpy") else step
+            self._learning_rate.step_num = int(np.asarray(step).reshape(-1)[0])
+
+    set_dict = load
 
     def _get_accumulator(self, name: str, param: Parameter) -> Variable:
         try:
@@ -284,6 +316,9 @@ class Optimizer:
             params_grads = append_regularization_ops(params_grads, self.regularization)
             ops = self._create_optimization_pass(params_grads)
         return ops, params_grads
+
+
+_LR_STEP_KEY = "@LR_DECAY_COUNTER@"
 
 
 def _is_lr_decay(lr: Any) -> bool:

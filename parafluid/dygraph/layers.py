@@ -69,7 +69,7 @@ class Layer:
 
     def train(self) -> None:
         """Training mode (dropout and batch norm in their training form)."""
-        for layer in self._layers():
+        for layer in self._self_and_sublayers():
             object.__setattr__(layer, "training", True)
         tracer = framework._dygraph_tracer()
         if tracer is not None:
@@ -78,7 +78,7 @@ class Layer:
     def eval(self) -> None:
         """Inference mode (``is_test`` ops: dropout passes through, batch norm uses its
         moving statistics)."""
-        for layer in self._layers():
+        for layer in self._self_and_sublayers():
             object.__setattr__(layer, "training", False)
         tracer = framework._dygraph_tracer()
         if tracer is not None:
@@ -141,7 +141,7 @@ class Layer:
                 out.extend(layer.sublayers(include_sublayers))
         return out
 
-    def _layers(self) -> Iterator[Layer]:
+    def _self_and_sublayers(self) -> Iterator[Layer]:
         yield self
         yield from self.sublayers()
 

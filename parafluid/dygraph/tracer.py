@@ -180,6 +180,8 @@ class Tracer:
                                      f"{v.name!r} holds no value; write it with an op (or "
                                      "fluid.dygraph.to_variable) before using it")
                 env[k] = v._value
+        if opdef.grad is not None:
+            _check_float_dtypes(fop, in_keys, opdef)
         seq = next(self._seq)
         try:
             bind_op(fop, self.device, None, env)()
@@ -308,6 +310,29 @@ class Tracer:
             bind_op(gop, self.device, None, env)()
         except Exception as exc:
             raise op_error(gop, -1, exc) from exc
+
+
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+
+def _check_float_dtypes(op: Operator, in_keys: dict[str, list[tuple[str, Any]]],
+                        opdef: Any) -> None:
+    """A differentiable op's float inputs share one dtype (torch would promote silently,
+    Fluid's kernels refuse): the usual cause is a float64 numpy array given to a float32
+    model."""
+    seen: list[tuple[str, Any]] = []
+    for slot, pairs in in_keys.items():
+        if slot in opdef.no_grad_inputs:
+            continue
+        for _, v in pairs:
+            if v.dtype in _FLOATS:
+                seen.append((slot, v))
+    if len({v.dtype for _, v in seen}) > 1:
+        (s0, v0), (s1, v1) = seen[0], next(p for p in seen if p[1].dtype != seen[0][1].dtype)
+        raise TypeError(f"op {op.type!r} (created at {op.callsite}): input {s0}={v0.name!r} is "
+                        f"{v0.dtype} but {s1}={v1.name!r} is {v1.dtype}; give both the same "
+                        f"dtype (e.g. numpy_array.astype('{v0.dtype}') before to_variable, "
+                        "or fluid.layers.cast)")
 
 
 def _keyed(slots: dict[str, list[Any]], keys: set[str]) -> dict[str, list[tuple[str, Any]]]:

@@ -1,0 +1,131 @@
+"""Saving and loading the imperative mode's state: parameters (``Layer.state_dict()``) and
+optimizer state, as safetensors files with parafluid's manifest (never pickle).
+
+- ``save_dygraph(state_dict, model_path)`` writes ``model_path.pdparams`` (parameters) or
+  ``model_path.pdopt`` (an optimizer's ``state_dict()``); ``load_dygraph(model_path)``
+  returns ``(params, optimizer_state)``, dicts of numpy arrays (None where the file is
+  absent).
+- ``save_persistables(model_dict, dirname, optimizers)`` writes the parameters and the
+  optimizers' state into ``dirname/__dygraph_persistables__.safetensors``;
+  ``load_persistables(dirname)`` returns name -> value for ``Layer.load_dict`` and
+  ``Optimizer.load``.
+
+Example::
+
+    with fluid.dygraph.guard():
+        fluid.dygraph.save_dygraph(model.state_dict(), "ckpt/mlp")
+        params, _ = fluid.dygraph.load_dygraph("ckpt/mlp")
+        model.set_dict(params)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import framework
+from ..framework import Parameter, Variable
+from ..tensor_file import read_tensors
+from .varbase import as_numpy
+
+__all__ = ["save_dygraph", "load_dygraph", "save_persistables", "load_persistables"]
+
+PERSISTABLES_FILE = "__dygraph_persistables__.safetensors"
+_KIND_KEY = "parafluid.dygraph"
+
+
+def _tensors(state: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
+    if not isinstance(state, Mapping):
+        raise TypeError(f"{where}: expected a dict of name -> variable or array, got "
+                        f"{type(state).__name__}")
+    out = {}
+    for key, value in state.items():
+        if isinstance(value, Variable):
+            if getattr(value, "_value", None) is None:
+                raise ValueError(f"{where}: variable {value.name!r} holds no value (a static "
+                                 "Variable, or one no op has written)")
+            name, array = value.name, as_numpy(value._value)
+        elif isinstance(value, (np.ndarray, torch.Tensor)):
+            name = key
+            array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+        else:
+            raise TypeError(f"{where}: {key!r} holds a {type(value).__name__}; expected a "
+                            "variable, a numpy array or a tensor")
+        if name in out:
+            raise ValueError(f"{where}: two entries are named {name!r}")
+        out[name] = torch.from_numpy(np.ascontiguousarray(array).copy())
+    return out
+
+
+def _write(path: str, tensors: dict[str, torch.Tensor], kind: str) -> None:
+    from ..io import write_tensors  # (io imports the layers; this module is imported by them)
+
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    write_tensors(path, tensors, extra={_KIND_KEY: kind})
+
+
+def _read(path: str, kind: str) -> dict[str, np.ndarray]:
+    tensors, metadata = read_tensors(path)
+    got = metadata.get(_KIND_KEY)
+    if got != kind:
+        raise ValueError(f"{path}: not an imperative-mode {kind} file (it records "
+                         f"{got or 'no imperative-mode kind'})")
+    return {name: t.numpy() for name, t in tensors.items()}
+
+
+def save_dygraph(state_dict: Mapping[str, Any], model_path: str) -> None:
+    """Write ``state_dict`` to ``model_path.pdparams`` (when it holds parameters) or
+    ``model_path.pdopt`` (an optimizer's state)."""
+    if not isinstance(model_path, str) or not os.path.basename(model_path):
+        raise ValueError(f"save_dygraph: model_path must be 'dirname/filename', got "
+                         f"{model_path!r}")
+    if not state_dict:
+        raise ValueError("save_dygraph: state_dict is empty, nothing to save")
+    params = isinstance(next(iter(state_dict.values())), Parameter)
+    kind = "params" if params else "opt"
+    _write(model_path + (".pdparams" if params else ".pdopt"),
+           _tensors(state_dict, "save_dygraph"), kind)
+
+
+def load_dygraph(model_path: str) -> tuple[dict[str, np.ndarray] | None,
+                                           dict[str, np.ndarray] | None]:
+    """``(parameters, optimizer_state)`` saved by ``save_dygraph`` under ``model_path``
+    (each None when its file does not exist)."""
+    params_path, opt_path = model_path + ".pdparams", model_path + ".pdopt"
+    if not os.path.exists(params_path) and not os.path.exists(opt_path):
+        raise FileNotFoundError(f"load_dygraph: neither {params_path} nor {opt_path} exists")
+    params = _read(params_path, "params") if os.path.exists(params_path) else None
+    opt = _read(opt_path, "opt") if os.path.exists(opt_path) else None
+    return params, opt
+
+
+def save_persistables(model_dict: Mapping[str, Any], dirname: str = "save_dir",
+                      optimizers: Any = None) -> None:
+    """Write the variables of ``model_dict`` (a ``Layer.state_dict()``) and the state of
+    ``optimizers`` (one or a list) to ``dirname``."""
+    tensors = _tensors(model_dict, "save_persistables")
+    if optimizers is not None:
+        for opt in optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]:
+            for name, t in _tensors(opt.state_dict(), "save_persistables").items():
+                if name in tensors:
+                    raise ValueError(f"save_persistables: {name!r} is both a model variable "
+                                     "and optimizer state")
+                tensors[name] = t
+    _write(os.path.join(dirname, PERSISTABLES_FILE), tensors, "persistables")
+
+
+def load_persistables(dirname: str = "save_dir") -> dict[str, Any]:
+    """Name -> value of what ``save_persistables`` wrote (imperative variables inside
+    ``fluid.dygraph.guard()``, numpy arrays outside)."""
+    arrays = _read(os.path.join(dirname, PERSISTABLES_FILE), "persistables")
+    if not framework.in_dygraph_mode():
+        return arrays
+    from .base import to_variable
+
+    return {name: to_variable(a, name=name) for name, a in arrays.items()}

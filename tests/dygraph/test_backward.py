@@ -1,0 +1,196 @@
+"""Imperative variables, backward(), stop_gradient, no_grad, Python control flow, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parafluid as fluid
+from parafluid import dygraph
+
+X = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]], dtype="float32")
+
+
+def _var(value, needs_grad=True):
+    v = dygraph.to_variable(value)
+    v.stop_gradient = not needs_grad
+    return v
+
+
+def test_guard_switches_the_mode_and_gives_fresh_names():
+    assert not fluid.in_dygraph_mode()
+    names = []
+    for _ in range(2):
+        with dygraph.guard():
+            assert fluid.in_dygraph_mode() and dygraph.enabled()
+            names.append(fluid.layers.relu(dygraph.to_variable(X)).name)
+    assert not fluid.in_dygraph_mode()
+    assert names[0] == names[1] == "relu_0.tmp_0"
+
+
+def test_variable_attributes_and_math_operators():
+    with dygraph.guard():
+        x = dygraph.to_variable(X, name="x")
+        assert (x.name, x.shape, x.dtype) == ("x", (2, 3), "float32")
+        assert x.stop_gradient and not x.persistable
+        y = (x * 2.0 + 1.0 - x) / 2.0
+        np.testing.assert_allclose(y.numpy(), (X * 2 + 1 - X) / 2, rtol=1e-6)
+        np.testing.assert_allclose((-x).numpy(), -X)
+        np.testing.assert_allclose((x ** x.detach()).numpy()[0, 2], 27.0, rtol=1e-6)
+        assert (x > 0.0).numpy().tolist() == (X > 0).tolist()
+        # a layer reads the value's shape as it would read a static variable's
+        assert fluid.layers.reshape(x, [3, -1]).shape == (3, 2)
+
+
+def test_gradient_of_a_variable_used_twice_is_the_sum():
+    with dygraph.guard():
+        x = _var(X)
+        y = fluid.layers.reduce_sum(x * x + fluid.layers.tanh(x))
+        y.backward()
+        np.testing.assert_allclose(x.gradient(), 2 * X + 1 - np.tanh(X) ** 2, rtol=1e-5)
+        # a second backward (new graph) accumulates until clear_gradient
+        fluid.layers.reduce_sum(x * 3.0).backward()
+        np.testing.assert_allclose(x.gradient(), 2 * X + 1 - np.tanh(X) ** 2 + 3, rtol=1e-5)
+        x.clear_gradient()
+        assert x.gradient() is None
+
+
+def test_matches_torch_autograd_on_a_small_net():
+    w = np.random.RandomState(0).randn(3, 4).astype("float32")
+    with dygraph.guard():
+        x, wv = _var(X), _var(w)
+        h = fluid.layers.matmul(x, wv)
+        loss = fluid.layers.mean(fluid.layers.sigmoid(h) * h)
+        loss.backward()
+        gx, gw = x.gradient(), wv.gradient()
+    tx = torch.tensor(X, requires_grad=True)
+    tw = torch.tensor(w, requires_grad=True)
+    th = tx @ tw
+    (torch.sigmoid(th) * th).mean().backward()
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_stop_gradient_blocks_and_outputs_inherit_it():
+    with dygraph.guard():
+        a, b = _var(X), _var(X, needs_grad=False)
+        c = a * b
+        assert not c.stop_gradient
+        assert (b * b).stop_gradient  # nothing upstream needs a gradient
+        fluid.layers.reduce_sum(c).backward()
+        np.testing.assert_allclose(a.gradient(), X)
+        assert b.gradient() is None
+        # stop_gradient set on an intermediate cuts what lies behind it
+        a.clear_gradient()
+        h = a * 2.0
+        h.stop_gradient = True
+        out = fluid.layers.reduce_sum(h * a)
+        out.backward()
+        np.testing.assert_allclose(a.gradient(), 2 * X, rtol=1e-6)
+
+
+def test_no_grad_as_context_manager_and_decorator():
+    @dygraph.no_grad
+    def double(v):
+        return v * 2.0
+
+    with dygraph.guard():
+        x = _var(X)
+        with dygraph.no_grad():
+            y = x * 3.0
+        assert y.stop_gradient and y._node is None
+        z = double(x)
+        assert z.stop_gradient
+        np.testing.assert_allclose(z.numpy(), 2 * X)
+        with pytest.raises(ValueError, match="not computed from any variable that needs"):
+            fluid.layers.reduce_sum(z).backward()
+
+
+def test_python_control_flow_on_numpy_values():
+    def run(v):
+        with dygraph.guard():
+            x = _var(np.full([2, 2], v, "float32"))
+            y = x
+            for _ in range(3):
+                if fluid.layers.reduce_sum(y).numpy()[0] > 0:
+                    y = y * 2.0
+                else:
+                    y = y - 1.0
+            fluid.layers.reduce_sum(y).backward()
+            return y.numpy(), x.gradient()
+
+    y, g = run(1.0)
+    np.testing.assert_allclose(y, np.full([2, 2], 8.0))
+    np.testing.assert_allclose(g, np.full([2, 2], 8.0))
+    y, g = run(-1.0)
+    np.testing.assert_allclose(y, np.full([2, 2], -4.0))
+    np.testing.assert_allclose(g, np.ones([2, 2]))
+
+
+def test_backward_strategy_sort_sum_gradient_gives_the_same_sums():
+    grads = []
+    for sort in (False, True):
+        with dygraph.guard():
+            x = _var(X)
+            loss = fluid.layers.reduce_sum(x * x + x * 2.0 + fluid.layers.exp(x))
+            strategy = dygraph.BackwardStrategy()
+            strategy.sort_sum_gradient = sort
+            loss.backward(strategy)
+            grads.append(x.gradient())
+    np.testing.assert_array_equal(grads[0], grads[1])
+    np.testing.assert_allclose(grads[0], 2 * X + 2 + np.exp(X), rtol=1e-5)
+
+
+def test_the_recorded_graph_is_freed_after_backward():
+    with dygraph.guard():
+        x = _var(X)
+        h = fluid.layers.relu(x)
+        loss = fluid.layers.mean(h)
+        assert loss._node is not None and h._node is not None
+        loss.backward()
+        assert loss._node is None and h._node is None
+        with pytest.raises(ValueError, match="not computed from any variable"):
+            loss.backward()
+
+
+def test_tracer_records_parameters_and_modes():
+    with dygraph.guard():
+        tracer = fluid.framework._dygraph_tracer()
+        assert isinstance(tracer, dygraph.Tracer)
+        out = fluid.layers.fc(dygraph.to_variable(X), size=2)
+        names = [p.name for p in tracer.all_parameters()]
+        assert names == ["fc_0.w_0", "fc_0.b_0"]
+        tracer.eval_mode()
+        d = fluid.layers.dropout(out, dropout_prob=0.5)
+        np.testing.assert_allclose(d.numpy(), out.numpy() * 0.5, rtol=1e-6)  # is_test
+        assert d.stop_gradient  # eval mode records nothing
+        tracer.train_mode()
+        assert not fluid.layers.dropout(out, dropout_prob=0.5).stop_gradient
+
+
+def test_bad_input_names_what_is_wrong():
+    static = fluid.Program()
+    with fluid.program_guard(static):
+        data = fluid.layers.data("data", shape=[3])
+    with dygraph.guard():
+        with pytest.raises(TypeError, match="numpy dtype object is not a tensor dtype"):
+            dygraph.to_variable(np.array(["a", 1], dtype=object))
+        with pytest.raises(TypeError, match="must be a numpy.ndarray"):
+            dygraph.to_variable([1.0, 2.0])
+        x = _var(X)
+        y = x * 2.0
+        with pytest.raises(ValueError, match=r"has shape \[2, 3\]; backward starts from a "
+                                             "one-element loss"):
+            y.backward()
+        w = dygraph.to_variable(np.ones([4, 2], "float32"))
+        with pytest.raises(ValueError, match="mul|matmul"):
+            fluid.layers.matmul(x, w)
+        x64 = dygraph.to_variable(X.astype("float64"))
+        with pytest.raises(TypeError, match=r"elementwise_add.*input X='generated_var_\d+' is "
+                                            r"float32 but Y='generated_var_\d+' is float64"):
+            fluid.layers.elementwise_add(x, x64)
+        with pytest.raises(TypeError, match="must hold imperative variables .* got Variable"):
+            fluid.layers.relu(data)
+    with pytest.raises(RuntimeError, match="inside `with fluid.dygraph.guard"):
+        dygraph.to_variable(X)

@@ -182,3 +182,18 @@ def test_lstm_is_provided_and_checks_its_input():
             L.lstm(x, h0, h0, max_len=T, hidden_size=H, num_layers=1, is_bidirec=True)
         with pytest.raises(ValueError, match="seq_len 4 > max_len 2"):
             L.lstm(x, h0, h0, max_len=2, hidden_size=H, num_layers=1)
+
+
+def test_lstm_in_the_imperative_mode_matches_numpy():
+    feed = _feed(2, 2)
+    with fluid.dygraph.guard():
+        x, h0, c0 = (fluid.dygraph.to_variable(feed[k]) for k in ("x", "h0", "c0"))
+        outs = L.lstm(x, h0, c0, max_len=T, hidden_size=H, num_layers=2, is_bidirec=True,
+                      default_initializer=fluid.initializer.Uniform(-0.5, 0.5, seed=3))
+        weight = fluid.framework._dygraph_tracer().all_parameters()[-1]
+        got = [o.numpy() for o in outs]
+        L.reduce_sum(outs[0]).backward()
+        assert weight.gradient().shape == weight.shape
+        want = _numpy_lstm(feed["x"], feed["h0"], feed["c0"], weight.numpy(), 2, 2)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12)

@@ -319,3 +319,19 @@ def test_layer_objects_compose_through_add_sublayer_and_add_parameter():
         w2, b2 = (p.numpy() for p in second.parameters())
         np.testing.assert_allclose(y.numpy(), np.maximum(x @ w1 + b1, 0) @ w2 + b2, rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_imperative_batch_norm_uses_its_moving_statistics_after_eval():
+    rng = np.random.RandomState(0)
+    x1, x2 = (rng.uniform(-1, 3, (4, 3, 2, 2)).astype("float32") for _ in range(2))
+    with fluid.dygraph.guard():
+        bn = dygraph.BatchNorm("bn", num_channels=3, momentum=0.5)
+        bn(fluid.dygraph.to_variable(x1))  # training: batch statistics, moving ones updated
+        mean, var = bn._mean.numpy(), bn._variance.numpy()
+        np.testing.assert_allclose(mean, 0.5 * x1.mean((0, 2, 3)), rtol=1e-5)
+        bn.eval()
+        got = bn(fluid.dygraph.to_variable(x2)).numpy()
+        scale, bias = bn.weight.numpy(), bn.bias.numpy()
+    want = (x2 - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) \
+        * scale[:, None, None] + bias[:, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

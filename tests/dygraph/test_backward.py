@@ -194,3 +194,29 @@ def test_bad_input_names_what_is_wrong():
             fluid.layers.relu(data)
     with pytest.raises(RuntimeError, match="inside `with fluid.dygraph.guard"):
         dygraph.to_variable(X)
+
+
+def test_tracer_trace_op_and_trace_var_directly():
+    with dygraph.guard():
+        tracer = fluid.framework._dygraph_tracer()
+        a = _var(X)
+        out = fluid.framework.default_main_program().current_block().create_var(
+            name="sum_out", dtype="float32")
+        tracer.trace_op("elementwise_add", {"X": [a], "Y": [a]}, {"Out": [out]},
+                        attrs={"axis": -1})
+        np.testing.assert_allclose(out.numpy(), 2 * X)
+        fluid.layers.reduce_sum(out).backward()
+        np.testing.assert_allclose(a.gradient(), np.full_like(X, 2.0))
+        # stop_gradient=True runs the op without recording it
+        again = fluid.framework.default_main_program().current_block().create_var(
+            name="again", dtype="float32")
+        tracer.trace_op("relu", {"X": [a]}, {"Out": [again]}, stop_gradient=True)
+        assert again.stop_gradient and again._node is None
+        # trace_var: a persistable is found by name by ops given names
+        tracer.trace_var("kept", a)
+        named = fluid.framework.default_main_program().current_block().create_var(
+            name="named", dtype="float32")
+        tracer.trace_op("scale", {"X": ["kept"]}, {"Out": [named]}, attrs={"scale": 3.0})
+        np.testing.assert_allclose(named.numpy(), 3 * X)
+        with pytest.raises(ValueError, match="input X='nowhere' names no variable"):
+            tracer.trace_op("scale", {"X": ["nowhere"]}, {"Out": [named]})

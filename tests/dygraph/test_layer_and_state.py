@@ -54,10 +54,17 @@ def test_layer_registers_parameters_and_sublayers():
         assert model.parameters(include_sublayers=False) == [model.extra]
         with pytest.raises(TypeError, match="is a parameter: assign a Parameter or None"):
             model.extra = 3
+        del model.extra
+        assert model.parameters(include_sublayers=False) == []
         with pytest.raises(NotImplementedError, match="must define forward"):
             dygraph.Layer("bare")(1)
         with pytest.raises(TypeError, match="add_sublayer.*expected a Layer, got int"):
             model.add_sublayer("s", 1)
+        extra2 = model.add_parameter("extra2", model.create_parameter(None, [3], "float32"))
+        assert model.extra2 is extra2
+        assert model.parameters(include_sublayers=False) == [extra2]
+        with pytest.raises(TypeError, match="add_parameter.*expected a Parameter, got int"):
+            model.add_parameter("bad", 1)
         var = model.create_variable(name="state", dtype="float32")
         assert var.name == "reg/Regressor_0.state"
         assert dygraph.Layer().full_name() == "layer_0"

@@ -86,6 +86,19 @@ def test_decay_matches_the_static_decay_layer(name):
     np.testing.assert_allclose(steps, expected, rtol=1e-5)  # the SGD step used that rate
 
 
+class _Halving(dygraph.LearningRateDecay):
+    """A user-defined decay: step() returns a variable made with create_lr_var."""
+
+    def step(self):
+        return self.create_lr_var(1.0 / 2 ** self.step_num)
+
+
+def test_a_user_defined_decay_with_create_lr_var():
+    lrs, steps = _imperative_lrs(_Halving)
+    np.testing.assert_allclose(lrs, [1.0 / 2 ** i for i in range(STEPS)])
+    np.testing.assert_allclose(steps, lrs, rtol=1e-6)
+
+
 def test_decay_of_the_imperative_mode_refused_in_a_program():
     main = fluid.Program()
     with fluid.program_guard(main, fluid.Program()):

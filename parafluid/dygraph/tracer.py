@@ -33,6 +33,7 @@ import torch
 
 from .. import framework
 from ..backward import _prune_missing_grads
+from ..dtypes import convert_dtype
 from ..engine.runtime import bind_op, op_error
 from ..framework import GRAD_SUFFIX, Operator, Parameter, Variable
 from ..ops.registry import EMPTY, GradContext, get_op_def, prepare_op
@@ -138,7 +139,20 @@ class Tracer:
         return var
 
     def create_parameter(self, block: Any, **kwargs: Any) -> ParamBase:
-        """``Block.create_parameter`` in the imperative mode (its initializer runs next)."""
+        """``Block.create_parameter`` in the imperative mode (its initializer runs next,
+        unless the parameter exists: as in a Program, two layers given one ParamAttr name
+        share it)."""
+        existing = self._vars.get(kwargs.get("name"))
+        if isinstance(existing, Parameter):
+            shape, dtype = tuple(kwargs.get("shape") or ()), kwargs.get("dtype")
+            if shape != tuple(existing.shape) or (dtype is not None and
+                                                  convert_dtype(dtype) != existing.dtype):
+                raise ValueError(f"parameter {existing.name!r} was created before with shape "
+                                 f"{list(existing.shape)} {existing.dtype}; now asked for "
+                                 f"shape {list(shape)} {dtype}: a shared parameter must keep "
+                                 "its shape and dtype (or give the layers different ParamAttr "
+                                 "names)")
+            return existing
         param = ParamBase(block, **kwargs)
         self.trace_var(param.name, param)
         return param

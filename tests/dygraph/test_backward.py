@@ -220,3 +220,21 @@ def test_tracer_trace_op_and_trace_var_directly():
         np.testing.assert_allclose(named.numpy(), 3 * X)
         with pytest.raises(ValueError, match="input X='nowhere' names no variable"):
             tracer.trace_op("scale", {"X": ["nowhere"]}, {"Out": [named]})
+
+
+def test_layers_given_one_param_attr_name_share_the_parameter_as_in_a_program():
+    with dygraph.guard():
+        ids = dygraph.to_variable(np.array([[1], [3], [1]], "int64"))
+        e1 = fluid.layers.embedding(ids, size=[5, 2], is_sparse=True, param_attr="emb")
+        e2 = fluid.layers.embedding(ids, size=[5, 2], is_sparse=True, param_attr="emb")
+        params = fluid.framework._dygraph_tracer().all_parameters()
+        assert [p.name for p in params] == ["emb"]
+        np.testing.assert_array_equal(e1.numpy(), e2.numpy())
+        loss = fluid.layers.reduce_sum(e1 * 2.0) + fluid.layers.reduce_sum(e2)
+        loss.backward()  # row-sparse gradients of both uses, summed
+        expected = np.zeros([5, 2], "float32")
+        expected[1], expected[3] = 6.0, 3.0
+        np.testing.assert_allclose(params[0].gradient(), expected)
+        with pytest.raises(ValueError, match=r"parameter 'emb' was created before with shape "
+                                             r"\[5, 2\]"):
+            fluid.layers.embedding(ids, size=[6, 2], param_attr="emb")

@@ -171,3 +171,27 @@ def test_loading_refuses_what_does_not_fit(tmp_path):
         dygraph.load_dygraph(path)
     with pytest.raises(FileNotFoundError, match="neither .*nothing.pdparams"):
         dygraph.load_dygraph(str(tmp_path / "nothing"))
+
+
+class Lazy(dygraph.Layer):
+    """Creates its parameter on the first call (from the input's width)."""
+
+    def __init__(self, name_scope):
+        super().__init__(name_scope)
+        self.w = None
+
+    def _build_once(self, x):
+        self.w = self.create_parameter(None, [x.shape[1], 1], "float32")
+
+    def forward(self, x):
+        return fluid.layers.matmul(x, self.w)
+
+
+def test_load_dict_before_build_once_gives_the_values_to_later_parameters():
+    with dygraph.guard():
+        model = Lazy("lazy")
+        assert model.parameters() == []
+        model.load_dict({"lazy/Lazy_0.w_0": np.full([4, 1], 0.5, "float32")})
+        out = model(dygraph.to_variable(XB))
+        np.testing.assert_allclose(out.numpy(), XB.sum(1, keepdims=True) * 0.5, rtol=1e-5)
+        assert [p.name for p in model.parameters()] == ["lazy/Lazy_0.w_0"]

@@ -131,8 +131,7 @@ class Tracer:
 
     def create_var(self, block: Any, **kwargs: Any) -> VarBase:
         """``Block.create_var`` in the imperative mode: a variable owned by no block."""
-        for key in ("initializer",):
-            kwargs.pop(key, None)
+        kwargs.pop("initializer", None)
         var = VarBase(block, **kwargs)
         if var.persistable:
             self.trace_var(var.name, var)
@@ -316,9 +315,8 @@ class Tracer:
             grads[key] = g if key not in grads else _add(grads[key], g)
 
     def _run_spec(self, spec: dict[str, Any], env: dict[str, Any], fwd: Operator) -> None:
-        attrs = {k: v for k, v in spec["attrs"].items() if k != "reads_before"}
-        gop = Operator(fwd.block, spec["type"], spec["inputs"], spec["outputs"], attrs,
-                       callsite=fwd.callsite)
+        gop = Operator(fwd.block, spec["type"], spec["inputs"], spec["outputs"],
+                       dict(spec["attrs"]), callsite=fwd.callsite)
         prepare_op(gop, infer=False)
         try:
             bind_op(gop, self.device, None, env)()
@@ -366,8 +364,7 @@ def _keyed(slots: dict[str, list[Any]], keys: set[str]) -> dict[str, list[tuple[
 
 
 def _add(a: Any, b: Any) -> Any:
+    """``a + b`` of two gradient parts (row-sparse ones through the ``sum`` op's kernel)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a + b
-    from ..ops.registry import get_op_def as _get
-
-    return _get("sum").kernel({"X": [a, b]}, {}, None)["Out"]
+    return get_op_def("sum").kernel({"X": [a, b]}, {}, None)["Out"]

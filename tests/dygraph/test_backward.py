@@ -238,3 +238,19 @@ def test_layers_given_one_param_attr_name_share_the_parameter_as_in_a_program():
         with pytest.raises(ValueError, match=r"parameter 'emb' was created before with shape "
                                              r"\[5, 2\]"):
             fluid.layers.embedding(ids, size=[6, 2], param_attr="emb")
+
+
+def test_control_flow_layers_with_sub_blocks_say_to_use_python():
+    with dygraph.guard():
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        n = fluid.layers.fill_constant([1], "int64", 3)
+        cond = fluid.layers.less_than(i, n)
+        loop = fluid.layers.While(cond)
+        with pytest.raises(NotImplementedError, match="sub-blocks .* belong to programs; in the "
+                                                      "imperative mode write the loop"):
+            with loop.block():
+                fluid.layers.increment(i, in_place=True)
+        branch = fluid.layers.IfElse(cond)
+        with pytest.raises(NotImplementedError, match="sub-blocks"):
+            with branch.true_block():
+                pass

@@ -72,11 +72,28 @@ def _imperative(make_opt):
     return losses, params
 
 
-@pytest.mark.parametrize("make_opt", [lambda: fluid.optimizer.SGD(learning_rate=0.5),
-                                      lambda: fluid.optimizer.Adam(learning_rate=0.05),
-                                      lambda: fluid.optimizer.Momentum(0.2, momentum=0.9)],
-                         ids=["sgd", "adam", "momentum"])
-def test_mlp_matches_static_program(make_opt):
+OPTIMIZERS = {
+    "sgd": lambda: fluid.optimizer.SGD(learning_rate=0.5),
+    "adam": lambda: fluid.optimizer.Adam(learning_rate=0.05),
+    "momentum": lambda: fluid.optimizer.Momentum(0.2, momentum=0.9),
+    "nesterov_l2": lambda: fluid.optimizer.Momentum(
+        0.2, momentum=0.9, use_nesterov=True, regularization=fluid.regularizer.L2Decay(0.01)),
+    "adagrad": lambda: fluid.optimizer.Adagrad(learning_rate=0.2),
+    "rmsprop": lambda: fluid.optimizer.RMSProp(learning_rate=0.05),
+    "adamax": lambda: fluid.optimizer.Adamax(learning_rate=0.05),
+    "decayed_adagrad": lambda: fluid.optimizer.DecayedAdagrad(learning_rate=0.2),
+    "adadelta": lambda: fluid.optimizer.Adadelta(learning_rate=0.5),
+    "ftrl": lambda: fluid.optimizer.Ftrl(learning_rate=0.2),
+    "lamb": lambda: fluid.optimizer.Lamb(learning_rate=0.05),
+    "lars": lambda: fluid.optimizer.LarsMomentum(learning_rate=0.2, momentum=0.9),
+    "sgd_global_norm_clip": lambda: fluid.optimizer.SGD(
+        learning_rate=0.5, grad_clip=fluid.clip.GradientClipByGlobalNorm(0.5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_mlp_matches_static_program(name):
+    make_opt = OPTIMIZERS[name]
     s_losses, s_params = _static(make_opt)
     d_losses, d_params = _imperative(make_opt)
     assert s_losses[0] != s_losses[-1]  # it trains

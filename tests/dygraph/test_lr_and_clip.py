@@ -168,3 +168,18 @@ def test_grad_clip_arguments_are_checked():
         dygraph_grad_clip.GradClipByGlobalNorm("1")
     with pytest.raises(TypeError, match="grad_clip must be a fluid.dygraph_grad_clip object"):
         _clipped_update(3.0)
+
+
+def test_a_decay_adds_no_persistable_variable_per_step():
+    with dygraph.guard():
+        model = _Scalar()
+        opt = fluid.optimizer.Adam(learning_rate=dygraph.NoamDecay(8, 2))
+        tracer = fluid.framework._dygraph_tracer()
+        counts = []
+        for _ in range(4):
+            loss = model()
+            loss.backward()
+            opt.minimize(loss)
+            model.clear_gradients()
+            counts.append(len(tracer._vars))
+    assert counts[1:] == counts[:1] * 3, counts  # the parameter and Adam's state only

@@ -1,6 +1,6 @@
 """What of Fluid 1.x parafluid deliberately does not provide, and what to use instead.
 
-Such a name still imports (``from parafluid import dygraph`` works), so that a script fails
+Such a name still imports (``from parafluid.layers import lstm`` works), so that a script fails
 where it *uses* the feature, with a ``NotProvidedError`` saying what to do, not with an
 ``AttributeError`` or ``ImportError`` at the top of the file. Names that are neither
 provided nor listed here raise an ``AttributeError`` that points to docs/fluid_compat.md.
@@ -8,8 +8,7 @@ provided nor listed here raise an ``AttributeError`` that points to docs/fluid_c
 Example::
 
     import parafluid as fluid
-    with fluid.dygraph.guard():   # NotProvidedError: fluid.dygraph is not part of parafluid ...
-        pass
+    fluid.layers.lstm(...)   # NotProvidedError: layers.lstm (the cuDNN LSTM ...) is not part ...
 """
 
 from __future__ import annotations

@@ -426,6 +426,11 @@ class Program:
         return len(self.blocks)
 
     def _create_block(self, parent_idx: int | None = None) -> Block:
+        if _dygraph_tracer_ is not None:
+            raise NotImplementedError("sub-blocks (While, IfElse, Switch, StaticRNN, "
+                                      "DynamicRNN, ...) belong to programs; in the imperative "
+                                      "mode write the loop or the branch in Python, on the "
+                                      "values' numpy()")
         parent = self.current_block_idx if parent_idx is None else parent_idx
         block = Block(self, len(self.blocks), parent)
         self.blocks.append(block)

@@ -136,7 +136,8 @@ class LayerHelper:
         if in_dygraph_mode():  # the parameter holds its value: its initializer runs at once
             param = self.main_program.global_block().create_parameter(shape=shape, dtype=dtype,
                                                                       **kwargs)
-            init(param, startup_block)
+            if param._value is None:  # a shared one (same ParamAttr name) keeps its value
+                init(param, startup_block)
             return param
         if not startup_block.has_var(kwargs["name"]):
             svar = startup_block.create_var(name=kwargs["name"], shape=shape, dtype=dtype,

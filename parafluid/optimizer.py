@@ -153,8 +153,8 @@ class Optimizer:
         created yet take their value when the first ``minimize`` creates them. Static
         programs load their optimizer state with the persistables."""
         if not in_dygraph_mode():
-            raise TypeError(f"{type(self).__name__}.load(stat_dict) works in the imperative "
-                            "mode (inside fluid.dygraph.guard()); load a Program's optimizer "
+            raise TypeError(f"{type(self).__name__}.load(stat_dict) works only in dygraph mode "
+                            "(inside fluid.dygraph.guard()); load a Program's optimizer "
                             "state with fluid.io.load_persistables(exe, dirname, main_program)")
         if not isinstance(stat_dict, dict):
             raise TypeError(f"{type(self).__name__}.load: expected a dict, got "
@@ -273,9 +273,10 @@ class Optimizer:
                  grad_clip: Any = None) -> tuple[list[Any], list[tuple[Any, Any]]]:
         """Append backward and update ops for ``loss``; return (optimize_ops, params_grads).
 
-        ``grad_clip`` is accepted as in Fluid 1.6, where only dygraph mode applies it; static
-        programs clip with ``fluid.clip.set_gradient_clip`` or a ParamAttr's
-        ``gradient_clip``."""
+        In the imperative mode (``fluid.dygraph.guard()``) the gradients ``loss.backward()``
+        accumulated are clipped by ``grad_clip`` and the parameters updated at once. As in
+        Fluid 1.6, static programs ignore ``grad_clip`` and clip with
+        ``fluid.clip.set_gradient_clip`` or a ParamAttr's ``gradient_clip``."""
         if in_dygraph_mode():
             return self._dygraph_minimize(parameter_list, no_grad_set, grad_clip)
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)

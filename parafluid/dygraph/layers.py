@@ -42,18 +42,22 @@ class Layer:
     """Parameters, sublayers and a ``forward``; ``layer(*inputs)`` calls ``forward``.
 
     Args:
-        name_scope: the prefix of the layer's full name and of its parameters' names
-            (default: the class name in snake case).
+        name_scope: the prefix of the layer's full name ``<name_scope>/<ClassName>_<n>``,
+            which prefixes its parameters' names (None: the class name in snake case).
         dtype: the default dtype of the layer's parameters.
     """
 
     def __init__(self, name_scope: str | None = None, dtype: Any = "float32") -> None:
         if name_scope is None:
-            name_scope = _camel_to_snake(type(self).__name__)
-        if not isinstance(name_scope, str):
+            scope = _camel_to_snake(type(self).__name__)
+        elif isinstance(name_scope, str):
+            # NOTE: Fluid 1.6's naming: "<name_scope>/<ClassName>_<n>", so that a sublayer
+            # made with its parent's full_name() is named under it
+            scope = f"{name_scope}/{type(self).__name__}"
+        else:
             raise TypeError(f"{type(self).__name__}: name_scope must be a str, got "
                             f"{type(name_scope).__name__}")
-        object.__setattr__(self, "_full_name", unique_name.generate(name_scope))
+        object.__setattr__(self, "_full_name", unique_name.generate(scope))
         object.__setattr__(self, "_parameters", collections.OrderedDict())
         object.__setattr__(self, "_sub_layers", collections.OrderedDict())
         object.__setattr__(self, "_loaddict_holder", collections.OrderedDict())
@@ -64,7 +68,8 @@ class Layer:
 
     # ---- names and modes
     def full_name(self) -> str:
-        """The layer's unique name (``<name_scope>_<n>``), the prefix of its parameters."""
+        """The layer's unique name (``<name_scope>/<ClassName>_<n>``), the prefix of its
+        parameters."""
         return self._full_name
 
     def train(self) -> None:

@@ -15,7 +15,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .. import unique_name
+import numpy as np
+
+from .. import framework, unique_name
 
 __all__ = ["LearningRateDecay", "NoamDecay", "PiecewiseDecay", "NaturalExpDecay",
            "ExponentialDecay", "InverseTimeDecay", "PolynomialDecay", "CosineDecay"]
@@ -38,7 +40,13 @@ class LearningRateDecay:
         return lr
 
     def create_lr_var(self, lr: float) -> Any:
-        """A persistable one-element variable holding ``lr``."""
+        """A one-element variable holding ``lr`` (in the imperative mode a plain variable:
+        one is made per step, and the tracer keeps only persistable ones)."""
+        if framework.in_dygraph_mode():
+            from .base import to_variable
+
+            return to_variable(np.array([lr], dtype=self.dtype),
+                               name=unique_name.generate("learning_rate"))
         from ..layers.tensor import create_global_var
 
         return create_global_var(name=unique_name.generate("learning_rate"), shape=[1],

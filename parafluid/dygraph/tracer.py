@@ -33,6 +33,7 @@ import torch
 
 from .. import framework
 from ..backward import _prune_missing_grads
+from ..dtypes import convert_dtype
 from ..engine.runtime import bind_op, op_error
 from ..framework import GRAD_SUFFIX, Operator, Parameter, Variable
 from ..ops.registry import EMPTY, GradContext, get_op_def, prepare_op
@@ -130,15 +131,27 @@ class Tracer:
 
     def create_var(self, block: Any, **kwargs: Any) -> VarBase:
         """``Block.create_var`` in the imperative mode: a variable owned by no block."""
-        for key in ("initializer",):
-            kwargs.pop(key, None)
+        kwargs.pop("initializer", None)
         var = VarBase(block, **kwargs)
         if var.persistable:
             self.trace_var(var.name, var)
         return var
 
     def create_parameter(self, block: Any, **kwargs: Any) -> ParamBase:
-        """``Block.create_parameter`` in the imperative mode (its initializer runs next)."""
+        """``Block.create_parameter`` in the imperative mode (its initializer runs next,
+        unless the parameter exists: as in a Program, two layers given one ParamAttr name
+        share it)."""
+        existing = self._vars.get(kwargs.get("name"))
+        if isinstance(existing, Parameter):
+            shape, dtype = tuple(kwargs.get("shape") or ()), kwargs.get("dtype")
+            if shape != tuple(existing.shape) or (dtype is not None and
+                                                  convert_dtype(dtype) != existing.dtype):
+                raise ValueError(f"parameter {existing.name!r} was created before with shape "
+                                 f"{list(existing.shape)} {existing.dtype}; now asked for "
+                                 f"shape {list(shape)} {dtype}: a shared parameter must keep "
+                                 "its shape and dtype (or give the layers different ParamAttr "
+                                 "names)")
+            return existing
         param = ParamBase(block, **kwargs)
         self.trace_var(param.name, param)
         return param
@@ -302,9 +315,8 @@ class Tracer:
             grads[key] = g if key not in grads else _add(grads[key], g)
 
     def _run_spec(self, spec: dict[str, Any], env: dict[str, Any], fwd: Operator) -> None:
-        attrs = {k: v for k, v in spec["attrs"].items() if k != "reads_before"}
-        gop = Operator(fwd.block, spec["type"], spec["inputs"], spec["outputs"], attrs,
-                       callsite=fwd.callsite)
+        gop = Operator(fwd.block, spec["type"], spec["inputs"], spec["outputs"],
+                       dict(spec["attrs"]), callsite=fwd.callsite)
         prepare_op(gop, infer=False)
         try:
             bind_op(gop, self.device, None, env)()
@@ -352,8 +364,7 @@ def _keyed(slots: dict[str, list[Any]], keys: set[str]) -> dict[str, list[tuple[
 
 
 def _add(a: Any, b: Any) -> Any:
+    """``a + b`` of two gradient parts (row-sparse ones through the ``sum`` op's kernel)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a + b
-    from ..ops.registry import get_op_def as _get
-
-    return _get("sum").kernel({"X": [a, b]}, {}, None)["Out"]
+    return get_op_def("sum").kernel({"X": [a, b]}, {}, None)["Out"]

@@ -194,3 +194,63 @@ def test_bad_input_names_what_is_wrong():
             fluid.layers.relu(data)
     with pytest.raises(RuntimeError, match="inside `with fluid.dygraph.guard"):
         dygraph.to_variable(X)
+
+
+def test_tracer_trace_op_and_trace_var_directly():
+    with dygraph.guard():
+        tracer = fluid.framework._dygraph_tracer()
+        a = _var(X)
+        out = fluid.framework.default_main_program().current_block().create_var(
+            name="sum_out", dtype="float32")
+        tracer.trace_op("elementwise_add", {"X": [a], "Y": [a]}, {"Out": [out]},
+                        attrs={"axis": -1})
+        np.testing.assert_allclose(out.numpy(), 2 * X)
+        fluid.layers.reduce_sum(out).backward()
+        np.testing.assert_allclose(a.gradient(), np.full_like(X, 2.0))
+        # stop_gradient=True runs the op without recording it
+        again = fluid.framework.default_main_program().current_block().create_var(
+            name="again", dtype="float32")
+        tracer.trace_op("relu", {"X": [a]}, {"Out": [again]}, stop_gradient=True)
+        assert again.stop_gradient and again._node is None
+        # trace_var: a persistable is found by name by ops given names
+        tracer.trace_var("kept", a)
+        named = fluid.framework.default_main_program().current_block().create_var(
+            name="named", dtype="float32")
+        tracer.trace_op("scale", {"X": ["kept"]}, {"Out": [named]}, attrs={"scale": 3.0})
+        np.testing.assert_allclose(named.numpy(), 3 * X)
+        with pytest.raises(ValueError, match="input X='nowhere' names no variable"):
+            tracer.trace_op("scale", {"X": ["nowhere"]}, {"Out": [named]})
+
+
+def test_layers_given_one_param_attr_name_share_the_parameter_as_in_a_program():
+    with dygraph.guard():
+        ids = dygraph.to_variable(np.array([[1], [3], [1]], "int64"))
+        e1 = fluid.layers.embedding(ids, size=[5, 2], is_sparse=True, param_attr="emb")
+        e2 = fluid.layers.embedding(ids, size=[5, 2], is_sparse=True, param_attr="emb")
+        params = fluid.framework._dygraph_tracer().all_parameters()
+        assert [p.name for p in params] == ["emb"]
+        np.testing.assert_array_equal(e1.numpy(), e2.numpy())
+        loss = fluid.layers.reduce_sum(e1 * 2.0) + fluid.layers.reduce_sum(e2)
+        loss.backward()  # row-sparse gradients of both uses, summed
+        expected = np.zeros([5, 2], "float32")
+        expected[1], expected[3] = 6.0, 3.0
+        np.testing.assert_allclose(params[0].gradient(), expected)
+        with pytest.raises(ValueError, match=r"parameter 'emb' was created before with shape "
+                                             r"\[5, 2\]"):
+            fluid.layers.embedding(ids, size=[6, 2], param_attr="emb")
+
+
+def test_control_flow_layers_with_sub_blocks_say_to_use_python():
+    with dygraph.guard():
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        n = fluid.layers.fill_constant([1], "int64", 3)
+        cond = fluid.layers.less_than(i, n)
+        loop = fluid.layers.While(cond)
+        with pytest.raises(NotImplementedError, match="sub-blocks .* belong to programs; in the "
+                                                      "imperative mode write the loop"):
+            with loop.block():
+                fluid.layers.increment(i, in_place=True)
+        branch = fluid.layers.IfElse(cond)
+        with pytest.raises(NotImplementedError, match="sub-blocks"):
+            with branch.true_block():
+                pass

@@ -139,7 +139,7 @@ def test_a_layer_called_twice_shares_its_parameters():
         ya, yb = fc(a), fc(b)
         img = _inputs([("img", [1, 3, 2, 2], "float32")])[0]
         conv(conv(L.slice(img, axes=[1], starts=[0], ends=[2])))  # 2 channels in and out
-        with pytest.raises(ValueError, match=r"FC fc_\d+: parameter 'shared_w' has shape "
+        with pytest.raises(ValueError, match=r"FC fc/FC_\d+: parameter 'shared_w' has shape "
                                              r"\[4, 3\] but this input needs \[6, 3\]"):
             fc(_inputs([("c", [2, 6], "float32")])[0])
     assert sorted(p.name for p in main.all_parameters()) == sorted(
@@ -195,10 +195,10 @@ def test_the_layer_classes_are_provided_with_fluids_keywords():
                  "Conv3DTranspose", "GroupNorm", "SpectralNorm", "TreeConv", "Linear"]:
         cls = getattr(fluid.dygraph, name)
         assert not isinstance(cls, NotProvided) and issubclass(cls, dygraph.Layer), name
-    with pytest.raises(ValueError, match="BatchNorm bn_0: num_channels is 5 but input"):
+    with pytest.raises(ValueError, match="BatchNorm bn/BatchNorm_0: num_channels is 5 but input"):
         with fluid.program_guard(fluid.Program(), fluid.Program()), fluid.unique_name.guard():
             dygraph.BatchNorm("bn", num_channels=5)(_inputs([("x", [2, 3, 4, 4], "float32")])[0])
-    with pytest.raises(ValueError, match="FC fc_0: a WeightNormParamAttr makes a computed"):
+    with pytest.raises(ValueError, match="FC fc/FC_0: a WeightNormParamAttr makes a computed"):
         with fluid.program_guard(fluid.Program(), fluid.Program()), fluid.unique_name.guard():
             dygraph.FC("fc", 2, param_attr=fluid.WeightNormParamAttr(dim=None))(
                 _inputs([("x", [2, 3], "float32")])[0])

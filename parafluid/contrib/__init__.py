@@ -10,7 +10,6 @@ __all__: list[str] = []
 # -- recurrent units and their static functions ------------------------------------------
 
 # -- decoders, mixed precision, optimizer extensions, layers, statistics ----------------
-from . import extend_optimizer, layers, memory_usage_calc, op_frequence  # noqa: E402
 from .extend_optimizer import extend_with_decoupled_weight_decay  # noqa: E402
 from .layers import ctr_metric_bundle, fused_elemwise_activation  # noqa: E402
 from .memory_usage_calc import memory_usage  # noqa: E402

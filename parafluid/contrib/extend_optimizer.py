@@ -89,6 +89,6 @@ def extend_with_decoupled_weight_decay(base_optimizer: type) -> type:
                      **kwargs: Any) -> None:
             super().__init__(weight_decay, apply_decay_param_fun, **kwargs)
 
-    OptimizerWithDecoupledWeightDecay.__name__ = f"{base_optimizer.__name__}WithDecoupledWeightDecay"
-    OptimizerWithDecoupledWeightDecay.__qualname__ = OptimizerWithDecoupledWeightDecay.__name__
+    name = f"{base_optimizer.__name__}WithDecoupledWeightDecay"
+    OptimizerWithDecoupledWeightDecay.__name__ = OptimizerWithDecoupledWeightDecay.__qualname__ = name
     return OptimizerWithDecoupledWeightDecay

@@ -90,5 +90,6 @@ def extend_with_decoupled_weight_decay(base_optimizer: type) -> type:
             super().__init__(weight_decay, apply_decay_param_fun, **kwargs)
 
     name = f"{base_optimizer.__name__}WithDecoupledWeightDecay"
-    OptimizerWithDecoupledWeightDecay.__name__ = OptimizerWithDecoupledWeightDecay.__qualname__ = name
+    OptimizerWithDecoupledWeightDecay.__name__ = name
+    OptimizerWithDecoupledWeightDecay.__qualname__ = name
     return OptimizerWithDecoupledWeightDecay

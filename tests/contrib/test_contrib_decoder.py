@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.contrib.decoder.beam_search_decoder import (BeamSearchDecoder, InitState,
-                                                           StateCell, TrainingDecoder)
+from parafluid.contrib.decoder.beam_search_decoder import (
+    BeamSearchDecoder,
+    InitState,
+    StateCell,
+    TrainingDecoder,
+)
 
 L = fluid.layers
 V, E, H, BEAM, START, END, MAX_LEN = 8, 6, 10, 2, 0, 1, 6

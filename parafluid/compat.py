@@ -64,13 +64,6 @@ _family(["dygraph.FC", "dygraph.Conv2D", "dygraph.Pool2D", "dygraph.BatchNorm",
 _family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit", "contrib.basic_gru",
          "contrib.basic_lstm"], "contrib's basic recurrent units",
         "use fluid.layers.dynamic_gru / dynamic_lstm over LoD sequences")
-_family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
-         "contrib.BeamSearchDecoder", "contrib.mixed_precision",
-         "contrib.extend_with_decoupled_weight_decay", "contrib.fused_elemwise_activation",
-         "contrib.ctr_metric_bundle", "contrib.memory_usage", "contrib.op_freq_statistic"],
-        "contrib's decoders, mixed precision, optimizer extensions and statistics",
-        "build the decoder with fluid.layers.DynamicRNN / beam_search and cast explicitly with "
-        "fluid.layers.cast")
 _family(["contrib.QuantizeTranspiler", "contrib.Compressor", "contrib.HDFSClient",
          "contrib.multi_download", "contrib.multi_upload", "contrib.distributed_batch_reader",
          "contrib.load_persistables_for_increment", "contrib.load_persistables_for_inference",

@@ -10,6 +10,7 @@ __all__: list[str] = []
 # -- recurrent units and their static functions ------------------------------------------
 
 # -- decoders, mixed precision, optimizer extensions, layers, statistics ----------------
+from . import mixed_precision  # noqa: E402
 from .decoder import BeamSearchDecoder, InitState, StateCell, TrainingDecoder  # noqa: E402
 from .extend_optimizer import extend_with_decoupled_weight_decay  # noqa: E402
 from .layers import ctr_metric_bundle, fused_elemwise_activation  # noqa: E402
@@ -18,7 +19,8 @@ from .op_frequence import op_freq_statistic  # noqa: E402
 
 __all__ += ["InitState", "StateCell", "TrainingDecoder", "BeamSearchDecoder",
             "extend_with_decoupled_weight_decay", "ctr_metric_bundle",
-            "fused_elemwise_activation", "memory_usage", "op_freq_statistic"]
+            "fused_elemwise_activation", "memory_usage", "op_freq_statistic",
+            "mixed_precision"]
 
 # -- quantization, compression, HDFS, distributed helpers ---------------------------------
 

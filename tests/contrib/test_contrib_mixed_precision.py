@@ -160,3 +160,26 @@ def test_an_op_without_a_float16_cpu_kernel_runs_in_float32():
     got, _ = _train(main, start, loss, {"x": X, "y": Y}, 4)
     ref, _ = _train(*_build(net, [16], amp=False)[:3], {"x": X, "y": Y}, 4)
     np.testing.assert_allclose(got[:, 0], ref[:, 0], rtol=2e-2)
+
+
+def test_data_parallel_mixed_precision_equals_one_device_on_the_whole_batch():
+    # the loss-gradient seed is <scaled loss>@GRAD: the data-parallel executor finds it by
+    # its role and scales it by 1/devices, so the averaged step is the whole-batch step
+    feed = {"x": X, "y": Y}
+    single, _ = _train(*_build(mlp, [16], amp=True, init_loss_scaling=64.0,
+                               incr_every_n_steps=2)[:3], feed, 5)
+    main, start, loss, opt = _build(mlp, [16], amp=True, init_loss_scaling=64.0,
+                                    incr_every_n_steps=2)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=[fluid.CPUPlace()] * 2)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    got = []
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        for _ in range(5):
+            lv, scaling = exe.run(compiled, feed=feed,
+                                  fetch_list=[loss, opt.get_loss_scaling()])
+            got.append([float(np.mean(lv)), float(np.asarray(scaling).reshape(-1)[0])])
+    got = np.array(got)
+    np.testing.assert_allclose(got[:, 0], single[:, 0], rtol=2e-3)
+    assert list(got[:, 1]) == [64.0, 64.0, 128.0, 128.0, 128.0]

@@ -44,14 +44,17 @@ def _grads(w, b):
 def test_decoupled_weight_decay_on_sgd_and_adam_against_numpy():
     wd, lr = 0.1, 0.05
     SGDW = fluid.contrib.extend_with_decoupled_weight_decay(fluid.optimizer.SGD)
-    history, main = _regression(lambda: SGDW(weight_decay=wd, learning_rate=lr))
-    decays = [op.input("X") for op in main.global_block().ops if op.type == "elementwise_sub"
-              and op.input("X")[0] in ("w", "b")]
-    assert decays == [["b"], ["w"]] or decays == [["w"], ["b"]]
-    for (w, b), (w1, b1) in zip(history, history[1:]):
-        gw, gb = _grads(w, b)
-        np.testing.assert_allclose(w1, w - wd * w - lr * gw, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(b1, b - wd * b - lr * gb, rtol=1e-5, atol=1e-6)
+    for coeff in (wd, "variable"):  # a float, or a Variable holding it
+        history, main = _regression(lambda coeff=coeff: SGDW(
+            weight_decay=wd if coeff == wd else L.fill_constant([1], "float32", wd),
+            learning_rate=lr))
+        decays = [op.input("X") for op in main.global_block().ops
+                  if op.type == "elementwise_sub" and op.input("X")[0] in ("w", "b")]
+        assert sorted(decays) == [["b"], ["w"]]
+        for (w, b), (w1, b1) in zip(history, history[1:]):
+            gw, gb = _grads(w, b)
+            np.testing.assert_allclose(w1, w - wd * w - lr * gw, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(b1, b - wd * b - lr * gb, rtol=1e-5, atol=1e-6)
 
     AdamW = fluid.contrib.extend_with_decoupled_weight_decay(fluid.optimizer.Adam)
     history, _ = _regression(lambda: AdamW(

@@ -114,10 +114,12 @@ def _batch(rng, n=4):
             "target_language_next_word": _lod_tensor(trgs)}, srcs
 
 
-def _numpy_beam_search(context, w, beam=BEAM, topk=BEAM):
-    """Per source: the finished hypotheses (tokens, score), best first."""
+def _numpy_beam_search(context, w, beam=BEAM, topk=BEAM, step_ctx=None):
+    """Per source: the finished hypotheses (tokens, score), best first. ``step_ctx``: a
+    per-source input the cell also reads at every step (through ``w["cell_wc"]``)."""
     out = []
-    for s0 in context:
+    for src, s0 in enumerate(context):
+        extra = 0.0 if step_ctx is None else step_ctx[src] @ w["cell_wc"]
         hyps = [([START], 0.0, s0, False)]
         for _ in range(MAX_LEN):
             cands = []
@@ -126,7 +128,7 @@ def _numpy_beam_search(context, w, beam=BEAM, topk=BEAM):
                     cands.append((score, tokens, state, True))
                     continue
                 new = np.tanh(state @ w["cell_wh"] + w["trg_emb"][tokens[-1]] @ w["cell_wx"]
-                              + w["cell_b"])
+                              + extra + w["cell_b"])
                 logits = new @ w["out_w"] + w["out_b"]
                 p = np.exp(logits - logits.max())
                 p /= p.sum()
@@ -208,13 +210,27 @@ def test_beam_search_decoder_decode_builds_the_standard_step():
     main.random_seed = start.random_seed = 3
     with fluid.program_guard(main, start), fluid.unique_name.guard():
         context = L.data(name="context", shape=[H], dtype="float32")
+        source_vec = L.data(name="source_vec", shape=[4], dtype="float32")
         init_ids = L.data(name="init_ids", shape=[1], dtype="int64", lod_level=2)
         init_scores = L.data(name="init_scores", shape=[1], dtype="float32", lod_level=2)
-        cell = decoder_state_cell(context)
+        cell = StateCell(inputs={"x": None, "src": None},
+                         states={"h": InitState(init=context)}, out_state="h")
+
+        @cell.state_updater
+        def updater(cell):
+            h = L.fc(input=[cell.get_state("h"), cell.get_input("x"), cell.get_input("src")],
+                     size=H, act="tanh",
+                     param_attr=[fluid.ParamAttr(name=n) for n in ("cell_wh", "cell_wx",
+                                                                   "cell_wc")],
+                     bias_attr=fluid.ParamAttr(name="cell_b"))
+            cell.set_state("h", h)
+
+        # "src" is read per step from an array (input_var_dict), "x" is the word embedding
         decoder = BeamSearchDecoder(state_cell=cell, init_ids=init_ids,
                                     init_scores=init_scores, target_dict_dim=V, word_dim=E,
-                                    input_var_dict={}, topk_size=3, sparse_emb=False,
-                                    max_len=MAX_LEN, beam_size=BEAM, end_id=END)
+                                    input_var_dict={"src": source_vec}, topk_size=3,
+                                    sparse_emb=False, max_len=MAX_LEN, beam_size=BEAM,
+                                    end_id=END)
         decoder.decode()
         ids, scores = decoder()
     # the standard step's own parameters: its embedding and its softmax fc
@@ -223,20 +239,22 @@ def test_beam_search_decoder_decode_builds_the_standard_step():
     out_w = next(op.input("Y")[0] for op in sub.ops
                  if op.type == "mul" and main.global_block().var(op.input("Y")[0]).shape[1] == V)
     out_b = out_w.replace(".w_0", ".b_0")
-    ctx = np.random.RandomState(4).normal(0, 1, (2, H)).astype("float32")
+    rng = np.random.RandomState(4)
+    ctx = rng.normal(0, 1, (2, H)).astype("float32")
+    src = rng.normal(0, 1, (2, 4)).astype("float32")
     exe, scope = fluid.Executor(place), fluid.Scope()
     with fluid.scope_guard(scope):
         exe.run(start)
         got = exe.run(main, return_numpy=False, fetch_list=[ids, scores], feed={
-            "context": ctx,
+            "context": ctx, "source_vec": src,
             "init_ids": fluid.create_lod_tensor(np.full((2, 1), START, "int64"),
                                                 [[1, 1], [1, 1]], place),
             "init_scores": fluid.create_lod_tensor(np.zeros((2, 1), "float32"),
                                                    [[1, 1], [1, 1]], place)})
-        w = {k: np.array(scope.find_var(n).get_tensor()) for k, n in
-             (("cell_wh", "cell_wh"), ("cell_wx", "cell_wx"), ("cell_b", "cell_b"),
-              ("out_w", out_w), ("out_b", out_b), ("trg_emb", emb_w))}
-    _check_sentences(*got, _numpy_beam_search(ctx, w, topk=3))
+        names = {"cell_wh": "cell_wh", "cell_wx": "cell_wx", "cell_wc": "cell_wc",
+                 "cell_b": "cell_b", "out_w": out_w, "out_b": out_b, "trg_emb": emb_w}
+        w = {k: np.array(scope.find_var(n).get_tensor()) for k, n in names.items()}
+    _check_sentences(*got, _numpy_beam_search(ctx, w, topk=3, step_ctx=src))
 
 
 def test_decoders_say_what_is_wrong():

@@ -183,3 +183,60 @@ def test_data_parallel_mixed_precision_equals_one_device_on_the_whole_batch():
     got = np.array(got)
     np.testing.assert_allclose(got[:, 0], single[:, 0], rtol=2e-3)
     assert list(got[:, 1]) == [64.0, 64.0, 128.0, 128.0, 128.0]
+
+
+def _words():
+    rng = np.random.RandomState(2)
+    lens = [3, 1, 4, 2]
+    ids = rng.randint(0, 20, (sum(lens), 1)).astype("int64")
+    return {"x": fluid.create_lod_tensor(ids, [lens], fluid.CPUPlace()),
+            "y": np.array([[0], [1], [2], [3]], "int64")}
+
+
+def rnn_net(words):
+    emb = L.embedding(words, size=[20, 8], is_sparse=True)
+    proj = L.fc(emb, 8, act="tanh")  # float16 (a white mul) before the loop
+    rnn = L.DynamicRNN()
+    with rnn.block():
+        word = rnn.step_input(proj)
+        prev = rnn.memory(shape=[8])
+        h = L.fc([word, prev], 8, act="tanh")
+        rnn.update_memory(prev, h)
+        rnn.output(h)
+    return L.fc(L.sequence_last_step(rnn()), 4, act="softmax")
+
+
+def _build_words(amp, **kwargs):
+    main, start = fluid.Program(), fluid.Program()
+    main.random_seed = start.random_seed = 5
+    with fluid.program_guard(main, start), fluid.unique_name.guard():
+        words = L.data("x", shape=[1], dtype="int64", lod_level=1)
+        y = L.data("y", shape=[1], dtype="int64")
+        loss = L.mean(L.cross_entropy(rnn_net(words), y))
+        opt = fluid.optimizer.SGD(0.5)
+        if amp:
+            opt = mixed_precision.decorate(opt, **kwargs)
+        opt.minimize(loss)
+    return main, start, loss, opt
+
+
+def test_sparse_gradients_and_a_recurrent_loop_in_mixed_precision():
+    ref, _ = _train(*_build_words(amp=False)[:3], _words(), 6)
+    main, start, loss, opt = _build_words(amp=True, init_loss_scaling=32.0)
+    block = main.global_block()
+    # the loop and what it reads stay float32; the projection before it is float16
+    while_op = next(op for op in block.ops if op.type == "while")
+    assert all(block.var(n).dtype != "float16" for n in while_op.input_arg_names)
+    assert "float16" in _reads(main, "mul", "X")
+    got, _ = _train(main, start, loss, _words(), 6)
+    np.testing.assert_allclose(got[:, 0], ref[:, 0], rtol=2e-2)
+    assert got[-1, 0] < got[0, 0]
+    # overflowing gradients: the sparse embedding gradient is zeroed like the dense ones
+    main, start, loss, opt = _build_words(amp=True, init_loss_scaling=2.0 ** 40)
+    emb = next(op.input("W")[0] for op in main.global_block().ops if op.type == "lookup_table")
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(start)
+        before = np.array(scope.find_var(emb).get_tensor())
+        exe.run(main, feed=_words())
+        np.testing.assert_array_equal(np.array(scope.find_var(emb).get_tensor()), before)

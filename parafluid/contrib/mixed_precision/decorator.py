@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import layers, unique_name
+from ...dtypes import VarType
 from ...framework import (
     OpRole,
     Variable,
@@ -85,7 +86,9 @@ class OptimizerWithMixedPrecision:
         wrapped optimizer's update ops."""
         if self._use_dynamic_loss_scaling:
             with self._train_program._role_guard(OpRole.Optimize):
-                grads = [layers.reduce_sum(g) for _, g in scaled_params_grads]
+                grads = [layers.reduce_sum(
+                    layers.get_tensor_from_selected_rows(g) if g.type == VarType.SELECTED_ROWS
+                    else g) for _, g in scaled_params_grads]
                 all_grads_sum = layers.reduce_sum(layers.concat(grads))
                 is_overall_finite = layers.isfinite(all_grads_sum)
                 update_loss_scaling(is_overall_finite, self._loss_scaling,

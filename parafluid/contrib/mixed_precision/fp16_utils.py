@@ -7,7 +7,10 @@ float16 op, untouched if their inputs are only feeds, parameters or constants). 
 is inserted before an op for each float input of the other precision (one per variable,
 named ``<var>.cast_fp16`` / ``<var>.cast_fp32`` and reused), and the float outputs of
 float16 ops become float16. The gradient of each ``cast`` is the cast back, so parameters
-and their gradients stay float32 (the master weights).
+and their gradients stay float32 (the master weights). Only dense tensors are cast (sparse
+gradients and tensor arrays keep their dtype); ops holding a sub-block (``while``,
+``conditional_block``) and the sub-blocks themselves stay float32, and so do the ops that
+write those ops' inputs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from .fp16_lists import AutoMixedPrecisionLists, cpu_float32_only
 __all__ = ["rewrite_program", "update_loss_scaling"]
 
 _FP16, _FP32 = "float16", "float32"
-_VALID_TYPES = (VarType.LOD_TENSOR, VarType.SELECTED_ROWS, VarType.LOD_TENSOR_ARRAY)
+# NOTE: only dense tensors are cast; a sparse or array input keeps its dtype
+_VALID_TYPES = (VarType.LOD_TENSOR,)
 _SUFFIX = {_FP16: "fp16", _FP32: "fp32"}
 
 
@@ -99,10 +103,17 @@ def rewrite_program(main_prog: Program, amp_lists: AutoMixedPrecisionLists) -> N
     """Rewrite ``main_prog``'s global block for mixed precision, in place (as Fluid's
     ``decorate`` does before it appends the backward pass); see the module docstring."""
     block = main_prog.global_block()
+    # NOTE: an op holding a sub-block (while, conditional_block) is left as it is: its
+    # sub-block reads its inputs by name, so they cannot be renamed to casts; the ops
+    # writing those inputs run in float32 so that the sub-block gets what it was built for
+    keep_fp32 = {n for op in block.ops if op.sub_blocks for n in op.input_arg_names}
     white, black = set(), set()
     writer: dict[str, Any] = {}  # variable -> the op that last wrote it so far
     for op in block.ops:
-        if op.type in amp_lists.black_list or op.type in cpu_float32_only:
+        if op.sub_blocks:
+            pass
+        elif op.type in amp_lists.black_list or op.type in cpu_float32_only or \
+                keep_fp32.intersection(op.output_arg_names):
             black.add(id(op))
         elif op.type in amp_lists.white_list:
             white.add(id(op))

@@ -85,7 +85,7 @@ class OptimizerWithMixedPrecision:
         """With dynamic loss scaling, the inf/nan check and the scaling update; then the
         wrapped optimizer's update ops."""
         if self._use_dynamic_loss_scaling:
-            with self._train_program._role_guard(OpRole.Optimize):
+            with default_main_program()._role_guard(OpRole.Optimize):
                 grads = [layers.reduce_sum(
                     layers.get_tensor_from_selected_rows(g) if g.type == VarType.SELECTED_ROWS
                     else g) for _, g in scaled_params_grads]

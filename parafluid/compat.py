@@ -71,7 +71,7 @@ _family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
         "contrib's decoders, mixed precision, optimizer extensions and statistics",
         "build the decoder with fluid.layers.DynamicRNN / beam_search and cast explicitly with "
         "fluid.layers.cast")
-_family(["contrib.QuantizeTranspiler", "contrib.Compressor", "contrib.HDFSClient",
+_family(["contrib.Compressor", "contrib.HDFSClient",
          "contrib.multi_download", "contrib.multi_upload", "contrib.distributed_batch_reader",
          "contrib.load_persistables_for_increment", "contrib.load_persistables_for_inference",
          "contrib.convert_dist_to_sparse_program"],

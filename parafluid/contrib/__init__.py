@@ -12,6 +12,9 @@ __all__: list[str] = []
 # -- decoders, mixed precision, optimizer extensions, layers, statistics ----------------
 
 # -- quantization, compression, HDFS, distributed helpers ---------------------------------
+from .quantize import QuantizeTranspiler  # noqa: E402
+
+__all__ += ["QuantizeTranspiler"]
 
 
 def __getattr__(name: str) -> object:

@@ -92,10 +92,17 @@ def _abs_max_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
 _register_quant("fake_quantize_abs_max", ("X",), ("Out", "OutScale"), {}, _abs_max_kernel)
 
 
+def _frozen(x: torch.Tensor, in_scale: torch.Tensor, attrs: dict, state: dict) -> dict:
+    """``is_test``: quantize with the kept scale; the statistics pass through unchanged."""
+    out = {k: v for k, v in state.items() if v is not None}
+    out.update(Out=_quantize(x, in_scale, attrs), OutScale=in_scale.clone())
+    return out
+
+
 def _range_abs_max_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, in_scale = ins["X"], ins["InScale"]
     if attrs["is_test"]:
-        return {"Out": _quantize(x, in_scale, attrs), "OutScale": in_scale.clone()}
+        return _frozen(x, in_scale, attrs, {"OutScales": ins["OutScales"]})
     window = int(attrs["window_size"])
     scales, it = ins["OutScales"], ins["Iter"]
     if scales is None or it is None:
@@ -126,7 +133,8 @@ _register_quant("fake_quantize_range_abs_max", ("X", "InScale", "Iter?", "OutSca
 def _moving_average_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, in_scale = ins["X"], ins["InScale"]
     if attrs["is_test"]:
-        return {"Out": _quantize(x, in_scale, attrs), "OutScale": in_scale.clone()}
+        return _frozen(x, in_scale, attrs, {"OutState": ins["InState"],
+                                            "OutAccum": ins["InAccum"]})
     state, accum = ins["InState"], ins["InAccum"]
     if state is None or accum is None:
         raise ValueError("fake_quantize_moving_average_abs_max: training (is_test=False) "

@@ -71,12 +71,9 @@ _family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
         "contrib's decoders, mixed precision, optimizer extensions and statistics",
         "build the decoder with fluid.layers.DynamicRNN / beam_search and cast explicitly with "
         "fluid.layers.cast")
-_family(["contrib.Compressor", "contrib.HDFSClient",
-         "contrib.multi_download", "contrib.multi_upload", "contrib.distributed_batch_reader",
-         "contrib.load_persistables_for_increment", "contrib.load_persistables_for_inference",
-         "contrib.convert_dist_to_sparse_program"],
-        "contrib's quantization, compression, HDFS and distributed helpers",
-        "train the float model and use fluid.io's save and load functions")
+_family(["contrib.Compressor"], "contrib's model compression (slim)",
+        "prune, quantize (fluid.contrib.QuantizeTranspiler) or distill in the training "
+        "script")
 _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
         "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],

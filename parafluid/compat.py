@@ -71,9 +71,6 @@ _family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
         "contrib's decoders, mixed precision, optimizer extensions and statistics",
         "build the decoder with fluid.layers.DynamicRNN / beam_search and cast explicitly with "
         "fluid.layers.cast")
-_family(["contrib.Compressor"], "contrib's model compression (slim)",
-        "prune, quantize (fluid.contrib.QuantizeTranspiler) or distill in the training "
-        "script")
 _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
         "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],

@@ -312,6 +312,8 @@ def test_config_errors_name_the_file_the_entry_and_what_is_provided(tmp_path):
         """)
     with pytest.raises(ValueError, match="takes no argument 'target_ration'"):
         com.config(typo)
+    from parafluid.contrib.slim.core import Compressor as FluidPath  # Fluid's import path
+    assert FluidPath is Compressor
     with pytest.raises(ValueError, match="train_fetch_list must name the loss"):
         Compressor(fluid.CPUPlace(), None, main, train_fetch_list=[("cost", loss.name)])
     assert load_yaml("a:\n  - [1, 'b', {c: 2.5}]\n  - ~\nb: true  # note\n") == \

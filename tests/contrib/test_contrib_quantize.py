@@ -58,9 +58,12 @@ def test_training_transpile_inserts_fake_quant_and_points_gradients_at_dequantiz
         QuantizeTranspiler(activation_quantize_type="max")
 
 
-@pytest.mark.parametrize("act_type", ["abs_max", "range_abs_max", "moving_average_abs_max"])
-def test_quantization_aware_training_trains_and_the_frozen_program_matches(act_type):
-    t, main, startup, loss, pred = _build(act_type)
+@pytest.mark.parametrize("act_type,weight_type", [
+    ("abs_max", "abs_max"), ("range_abs_max", "abs_max"),
+    ("moving_average_abs_max", "abs_max"), ("abs_max", "moving_average_abs_max")])
+def test_quantization_aware_training_trains_and_the_frozen_program_matches(act_type,
+                                                                           weight_type):
+    t, main, startup, loss, pred = _build(act_type, weight_type)
     test = main.clone(for_test=True)
     place = fluid.CPUPlace()
     exe = fluid.Executor(place)
@@ -83,7 +86,8 @@ def test_quantization_aware_training_trains_and_the_frozen_program_matches(act_t
                                   fetch_list=[loss, pred])
     t.freeze_program(test, place, scope)
     types = [op.type for op in test.global_block().ops]
-    assert "fake_quantize_abs_max" not in types or act_type == "abs_max"
+    assert types.count(f"fake_quantize_{act_type}") == 3  # the activations' stay
+    assert len([t for t in types if t.startswith("fake_quantize")]) == 3  # the weights' went
     assert types.count("fake_dequantize_max_abs") == 3  # one after each conv2d / mul
     after_loss, after = exe.run(test, feed={"image": xt, "label": yt}, fetch_list=[loss, pred])
     np.testing.assert_allclose(after, before, atol=1e-4)
@@ -92,6 +96,9 @@ def test_quantization_aware_training_trains_and_the_frozen_program_matches(act_t
     w_name = [op.input("Filter")[0] for op in test.global_block().ops if op.type == "conv2d"][0]
     w_freeze = np.array(scope.find_var(w_name).get_tensor())
     assert np.array_equal(w_freeze, np.round(w_freeze)) and np.abs(w_freeze).max() == 127
+    if weight_type != "abs_max":  # the kept scale, from the moving average of max|w|
+        scale = float(np.array(scope.find_var(w_name + ".scale").get_tensor())[0])
+        assert 0 < scale
     t.convert_to_int8(test, place, scope)
     w_8bit = np.array(scope.find_var(w_name + ".int8").get_tensor())
     assert w_8bit.dtype == np.int8

@@ -307,7 +307,8 @@ class Compressor:
         io.save_persistables(context.executor, os.path.join(folder, "model"),
                              context.optimize_program, scope=self.scope)
         doc = {"epoch_id": context.epoch_id, "eval_results": context.eval_results,
-               "strategies": [{"class": type(s).__name__, "state": s.state()}
+               "strategies": [{"class": type(s).__name__,
+                               "state": s.state() if hasattr(s, "state") else {}}
                               for s in self.strategies]}
         tmp = os.path.join(folder, "context.json.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
@@ -335,7 +336,8 @@ class Compressor:
         context.eval_results = {k: [float(v) for v in vs]
                                 for k, vs in doc.get("eval_results", {}).items()}
         for s, entry in zip(self.strategies, saved):
-            s.restore(context, entry.get("state") or {})
+            if hasattr(s, "restore"):
+                s.restore(context, entry.get("state") or {})
         # NOTE: what the file and the program both hold: a checkpoint written while a
         # strategy trained a program of its own (distillation) has that program's state too
         model = os.path.join(folder, "model")

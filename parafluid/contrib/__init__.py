@@ -23,6 +23,21 @@ __all__ += ["InitState", "StateCell", "TrainingDecoder", "BeamSearchDecoder",
             "mixed_precision"]
 
 # -- quantization, compression, HDFS, distributed helpers ---------------------------------
+from .quantize import QuantizeTranspiler  # noqa: E402
+from .reader import distributed_batch_reader  # noqa: E402
+from .slim import Compressor  # noqa: E402
+from .utils import (  # noqa: E402
+    HDFSClient,
+    convert_dist_to_sparse_program,
+    load_persistables_for_increment,
+    load_persistables_for_inference,
+    multi_download,
+    multi_upload,
+)
+
+__all__ += ["QuantizeTranspiler", "Compressor", "distributed_batch_reader", "HDFSClient",
+            "multi_download", "multi_upload", "load_persistables_for_increment",
+            "load_persistables_for_inference", "convert_dist_to_sparse_program"]
 
 
 def __getattr__(name: str) -> object:

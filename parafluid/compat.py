@@ -44,20 +44,7 @@ _family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
         "fleet's PSLib mode (Fluid's C++ parameter server)",
         "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "
         "(docs/fleet.md)")
-# -- fluid.contrib -------------------------------------------------------------------------
-_family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
-         "contrib.BeamSearchDecoder", "contrib.mixed_precision",
-         "contrib.extend_with_decoupled_weight_decay", "contrib.fused_elemwise_activation",
-         "contrib.ctr_metric_bundle", "contrib.memory_usage", "contrib.op_freq_statistic"],
-        "contrib's decoders, mixed precision, optimizer extensions and statistics",
-        "build the decoder with fluid.layers.DynamicRNN / beam_search and cast explicitly with "
-        "fluid.layers.cast")
-_family(["contrib.QuantizeTranspiler", "contrib.Compressor", "contrib.HDFSClient",
-         "contrib.multi_download", "contrib.multi_upload", "contrib.distributed_batch_reader",
-         "contrib.load_persistables_for_increment", "contrib.load_persistables_for_inference",
-         "contrib.convert_dist_to_sparse_program"],
-        "contrib's quantization, compression, HDFS and distributed helpers",
-        "train the float model and use fluid.io's save and load functions")
+# -- CUDA-only, Dataset trainers, inference-only and readers in processes ------------------
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
         "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
         "use fluid.optimizer.Momentum")

@@ -266,3 +266,11 @@ def test_basic_lstm_unit_in_the_imperative_mode_equals_numpy():
         got = new_h.numpy(), new_c.numpy()
     for g, w in zip(got, _lstm_step(x, h, c, params)):
         np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_the_units_import_from_fluid_contrib_layers_as_in_fluid():
+    from parafluid.contrib.layers import BasicGRUUnit, BasicLSTMUnit, basic_gru, basic_lstm
+
+    assert (BasicGRUUnit, BasicLSTMUnit, basic_gru, basic_lstm) == (
+        fluid.contrib.BasicGRUUnit, fluid.contrib.BasicLSTMUnit, fluid.contrib.basic_gru,
+        fluid.contrib.basic_lstm)

@@ -102,6 +102,9 @@ class Tracer:
         self._train_mode = True
         self._has_grad = True
         self._seq = itertools.count()
+        # data parallel (prepare_context): called with the parameters of a Layer that has
+        # just built itself, to give them trainer 0's values
+        self._on_build: Any = None
 
     # ---- modes
     def train_mode(self) -> None:

@@ -179,10 +179,11 @@ class Optimizer:
                              f"{param.name!r}") from None
 
     def _create_accumulators(self, block: Any, parameters: list[Parameter]) -> None:
-        """One accumulator per parameter and entry of ``_state``, in that order (a
-        parameter that has them, from an earlier imperative minimize, keeps them)."""
+        """One accumulator per parameter and entry of ``_state``, in that order (in the
+        imperative mode a parameter that has them, from an earlier minimize, keeps them)."""
+        dygraph = in_dygraph_mode()
         for p in parameters:
-            if self._state and p.name in self._accumulators[self._state[0].acc]:
+            if dygraph and self._state and p.name in self._accumulators[self._state[0].acc]:
                 continue
             for st in self._state:
                 fill = getattr(self, st.fill) if isinstance(st.fill, str) else st.fill

@@ -164,6 +164,9 @@ class Layer:
         if not self._built:
             self._build_once(*inputs, **kwargs)
             self._built = True
+            tracer = framework._dygraph_tracer()
+            if tracer is not None and tracer._on_build is not None:
+                tracer._on_build(self.parameters())  # data parallel: trainer 0's values
         return self.forward(*inputs, **kwargs)
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import layers
+from .. import framework, layers
 from ..framework import Variable
 from ..layer_helper import parameter_source
 from ..param_attr import WeightNormParamAttr
@@ -58,6 +58,11 @@ class _FunctionLayer(Layer):
             if first:
                 p = self.create_parameter(attr, shape, dtype, is_bias, default_initializer)
                 made.append(p)
+                # data parallel: trainer 0's value, before the first op reads it (as Layer
+                # does for the parameters of _build_once)
+                tracer = framework._dygraph_tracer()
+                if p is not None and getattr(tracer, "_on_build", None) is not None:
+                    tracer._on_build([p])
                 return p
             if not queue:
                 raise ValueError(f"{type(self).__name__} {self.full_name()}: "

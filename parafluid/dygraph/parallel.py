@@ -87,7 +87,8 @@ def prepare_context(strategy: ParallelStrategy | None = None) -> ParallelStrateg
         strategy.trainer_endpoints = e.trainer_endpoints
         strategy.current_endpoint = e.current_endpoint
     if strategy.nranks > 1:
-        _communicator(strategy, tracer, join=True)
+        comm = _communicator(strategy, tracer, join=True)
+        tracer._on_build = lambda params: _broadcast(comm, strategy, params)
     return strategy
 
 
@@ -108,12 +109,24 @@ def _communicator(strategy: ParallelStrategy, tracer: Any, join: bool = False) -
     return comm
 
 
+def _broadcast(comm: Any, strategy: ParallelStrategy, params: list[Any]) -> None:
+    """Give ``params`` trainer 0's values (each parameter once, in the given order, which
+    is the same on every trainer)."""
+    for p in params:
+        if getattr(p, "_broadcast_done", False):
+            continue
+        mine = p._value if strategy.local_rank == 0 else None
+        p._value = comm.broadcast(mine, 0, name=p.name)[0]
+        p._broadcast_done = True
+
+
 class DataParallel(Layer):
     """Runs ``layers`` on this trainer's part of the batch; ``scale_loss`` and
     ``apply_collective_grads`` make the update the one of the whole batch.
 
-    Parameters existing when it is made are broadcast from trainer 0, so all trainers
-    start equal whatever their initializers drew.
+    The parameters are broadcast from trainer 0, so all trainers start equal whatever
+    their initializers drew: those existing when it is made, and those a Layer creates in
+    ``_build_once`` on its first call (before its forward runs).
 
     Args:
         layers: the model (a Layer).
@@ -155,10 +168,7 @@ class DataParallel(Layer):
 
     def _broadcast_parameters(self) -> None:
         comm = _communicator(self._strategy, framework._dygraph_tracer())
-        root_value = self._strategy.local_rank == 0
-        for p in self._layers.parameters():
-            got = comm.broadcast(p._value if root_value else None, 0, name=p.name)[0]
-            p._value = got if got is not p._value else p._value
+        _broadcast(comm, self._strategy, self._layers.parameters())
 
     def state_dict(self, destination: dict[str, Any] | None = None,
                    include_sublayers: bool = True) -> Any:

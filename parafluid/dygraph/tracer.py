@@ -44,9 +44,10 @@ __all__ = ["Tracer"]
 
 class _Node:
     """One recorded op: the op (slots hold per-occurrence keys), the values it read and
-    wrote by key, and the variables behind the keys."""
+    wrote by key, the variables behind the keys, and the recorded ops that wrote the
+    values it read (``parents``: taken when it ran, before it rebinds what it writes)."""
 
-    __slots__ = ("seq", "op", "env", "ins", "outs")
+    __slots__ = ("seq", "op", "env", "ins", "outs", "parents")
 
     def __init__(self, seq: int, op: Operator, env: dict[str, Any],
                  ins: list[tuple[str, Any]], outs: list[tuple[str, Any]]) -> None:
@@ -55,6 +56,7 @@ class _Node:
         self.env = env
         self.ins = ins
         self.outs = outs
+        self.parents = [v._node for _, v in ins if v._node is not None]
 
 
 class _OpView:
@@ -102,6 +104,9 @@ class Tracer:
         self._train_mode = True
         self._has_grad = True
         self._seq = itertools.count()
+        # data parallel (prepare_context): called with the parameters of a Layer that has
+        # just built itself, to give them trainer 0's values
+        self._on_build: Any = None
 
     # ---- modes
     def train_mode(self) -> None:
@@ -265,33 +270,40 @@ class Tracer:
             if node is None or id(node) in nodes:
                 continue
             nodes[id(node)] = node
-            stack.extend(v._node for _, v in node.ins)
+            stack.extend(node.parents)
         order = sorted(nodes.values(), key=lambda n: n.seq, reverse=True)
         grads: dict[int, Any] = {id(loss): torch.ones_like(value)}
         owners: dict[int, Any] = {id(loss): loss}
+        done: dict[int, Any] = {}  # gradients of values whose recorded op has run backward
         try:
             for node in order:
-                self._backward_node(node, grads, owners)
+                self._backward_node(node, grads, owners, done)
         finally:
             for node in order:  # the record is freed, used or not
                 for _, v in node.outs:
                     if v._node is node:
                         v._node = None
-                node.env = {}
+                node.env, node.parents = {}, []
+        grads.update(done)  # a variable an op overwrote reports its latest value's gradient
         for key, g in grads.items():
             var = owners[key]
             if var.stop_gradient:
                 continue
             var._grad = g if var._grad is None else _add(var._grad, g)
 
-    def _backward_node(self, node: _Node, grads: dict[int, Any], owners: dict[int, Any]) -> None:
+    def _backward_node(self, node: _Node, grads: dict[int, Any], owners: dict[int, Any],
+                       done: dict[int, Any]) -> None:
         env = dict(node.env)
         produced = set()
         for k, v in node.outs:
-            g = grads.get(id(v))
+            # NOTE: the gradient of the value this op wrote is complete (its readers were
+            # recorded later, and ran first); taking it out lets an op that overwrote its
+            # input (x = 3 * x) start the gradient of the earlier value afresh
+            g = grads.pop(id(v), None)
             if g is not None:
                 env[k + GRAD_SUFFIX] = g
                 produced.add(k + GRAD_SUFFIX)
+                done.setdefault(id(v), g)
         if not produced:
             return
         op = node.op

@@ -25,14 +25,22 @@ LR = 0.1
 
 
 class MLP(dygraph.Layer):
+    """w1 made with the layer, w2 on the first call (``_build_once``): both must reach the
+    other trainers from trainer 0."""
+
     def __init__(self, name_scope, init=True):
         super().__init__(name_scope)
-        def attr(value):
-            if not init:  # each trainer draws its own values: the broadcast must fix them
-                return None
-            return fluid.ParamAttr(initializer=fluid.initializer.NumpyArrayInitializer(value))
-        self.w1 = self.create_parameter(attr(W1), W1.shape, "float32")
-        self.w2 = self.create_parameter(attr(W2), W2.shape, "float32")
+        self._init = init
+        self.w1 = self.create_parameter(self._attr(W1), W1.shape, "float32")
+        self.w2 = None
+
+    def _attr(self, value):
+        if not self._init:  # each trainer draws its own values: the broadcast must fix them
+            return None
+        return fluid.ParamAttr(initializer=fluid.initializer.NumpyArrayInitializer(value))
+
+    def _build_once(self, x, y):
+        self.w2 = self.create_parameter(self._attr(W2), [W1.shape[1], 1], "float32")
 
     def forward(self, x, y):
         h = fluid.layers.tanh(fluid.layers.matmul(x, self.w1))

@@ -254,3 +254,15 @@ def test_control_flow_layers_with_sub_blocks_say_to_use_python():
         with pytest.raises(NotImplementedError, match="sub-blocks"):
             with branch.true_block():
                 pass
+
+
+def test_an_op_overwriting_its_input_starts_the_earlier_values_gradient_afresh():
+    with dygraph.guard():
+        tracer = fluid.framework._dygraph_tracer()
+        x = _var(X)
+        y = x * 2.0
+        tracer.trace_op("scale", {"X": [y]}, {"Out": [y]}, attrs={"scale": 3.0})  # y = 3 * y
+        np.testing.assert_allclose(y.numpy(), 6 * X, rtol=1e-6)
+        fluid.layers.reduce_sum(y * x).backward()  # sum(6 x^2)
+        np.testing.assert_allclose(x.gradient(), 12 * X, rtol=1e-5)
+        np.testing.assert_allclose(y.gradient(), X, rtol=1e-6)  # of y's latest value

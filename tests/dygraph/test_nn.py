@@ -335,3 +335,24 @@ def test_imperative_batch_norm_uses_its_moving_statistics_after_eval():
     want = (x2 - mean[:, None, None]) / np.sqrt(var[:, None, None] + 1e-5) \
         * scale[:, None, None] + bias[:, None, None]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_parameter_made_on_the_first_call_gets_the_data_parallel_value_before_use():
+    """Under DataParallel the tracer's build hook gives every new parameter trainer 0's value;
+    a layer object's parameters, made inside its first forward, get it before any op reads
+    them (here the hook writes ones, as a broadcast would)."""
+    x = np.random.RandomState(0).uniform(-1, 1, (2, 3)).astype("float32")
+    with fluid.dygraph.guard():
+        tracer = fluid.framework._dygraph_tracer()
+        seen = []
+
+        def broadcast(params):
+            for p in params:
+                seen.append(p.name)
+                p.set_value(np.ones(p.shape, p.dtype))
+
+        tracer._on_build = broadcast
+        fc = dygraph.FC("fc", size=4)
+        y = fc(fluid.dygraph.to_variable(x)).numpy()
+    assert seen == [fc.weight.name, fc.bias.name]
+    np.testing.assert_allclose(y, x @ np.ones((3, 4)) + 1, rtol=1e-6)

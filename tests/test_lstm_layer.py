@@ -197,3 +197,80 @@ def test_lstm_in_the_imperative_mode_matches_numpy():
         want = _numpy_lstm(feed["x"], feed["h0"], feed["c0"], weight.numpy(), 2, 2)
     for g, r in zip(got, want):
         np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12)
+
+
+def test_ptb_language_model_cudnn_path_trains():
+    """The cuDNN path of the PaddlePaddle models' PTB language model (lm_model.py,
+    rnn_model="cudnn"), as written there (trained with Adam here, for a short run), on a
+    synthetic corpus whose next token is determined by the current one: perplexity falls."""
+    batch_size, num_steps, num_layers, hidden_size, vocab_size = 4, 6, 2, 16, 12
+    init_scale, dropout = 0.1, 0.1
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 1
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[batch_size, num_steps, 1], dtype='int64',
+                   append_batch_size=False)
+        y = L.data(name="y", shape=[batch_size * num_steps, 1], dtype='int64',
+                   append_batch_size=False)
+        init_hidden = L.data(name="init_hidden", shape=[num_layers, batch_size, hidden_size],
+                             dtype='float32', append_batch_size=False)
+        init_cell = L.data(name="init_cell", shape=[num_layers, batch_size, hidden_size],
+                           dtype='float32', append_batch_size=False)
+        init_cell.persistable = True
+        init_hidden.persistable = True
+        init_hidden_reshape = L.reshape(init_hidden, shape=[num_layers, -1, hidden_size])
+        init_cell_reshape = L.reshape(init_cell, shape=[num_layers, -1, hidden_size])
+        x_emb = L.embedding(
+            input=x, size=[vocab_size, hidden_size], dtype='float32', is_sparse=False,
+            param_attr=fluid.ParamAttr(
+                name='embedding_para',
+                initializer=fluid.initializer.UniformInitializer(low=-init_scale,
+                                                                 high=init_scale)))
+        x_emb = L.reshape(x_emb, shape=[-1, num_steps, hidden_size])
+        if dropout is not None and dropout > 0.0:
+            x_emb = L.dropout(x_emb, dropout_prob=dropout,
+                              dropout_implementation='upscale_in_train')
+        x_emb = L.transpose(x_emb, perm=[1, 0, 2])
+        rnn_out, last_hidden, last_cell = L.lstm(
+            x_emb, init_hidden_reshape, init_cell_reshape, num_steps, hidden_size, num_layers,
+            is_bidirec=False,
+            default_initializer=fluid.initializer.UniformInitializer(low=-init_scale,
+                                                                     high=init_scale))
+        rnn_out = L.transpose(rnn_out, perm=[1, 0, 2])
+        rnn_out = L.reshape(rnn_out, shape=[-1, num_steps, hidden_size])
+        softmax_weight = L.create_parameter(
+            [hidden_size, vocab_size], dtype="float32", name="softmax_weight",
+            default_initializer=fluid.initializer.UniformInitializer(low=-init_scale,
+                                                                     high=init_scale))
+        softmax_bias = L.create_parameter(
+            [vocab_size], dtype="float32", name='softmax_bias',
+            default_initializer=fluid.initializer.UniformInitializer(low=-init_scale,
+                                                                     high=init_scale))
+        projection = L.matmul(rnn_out, softmax_weight)
+        projection = L.elementwise_add(projection, softmax_bias)
+        projection = L.reshape(projection, shape=[-1, vocab_size])
+        loss = L.softmax_with_cross_entropy(logits=projection, label=y, soft_label=False)
+        loss = L.reshape(loss, shape=[-1, num_steps])
+        loss = L.reduce_mean(loss, dim=[0])
+        loss = L.reduce_sum(loss)
+        loss.persistable = True
+        fluid.clip.set_gradient_clip(clip=fluid.clip.GradientClipByGlobalNorm(clip_norm=5.0))
+        fluid.optimizer.Adam(learning_rate=0.01).minimize(loss)
+
+    rng = np.random.RandomState(0)
+    successor = rng.permutation(vocab_size)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    zeros = np.zeros((num_layers, batch_size, hidden_size), "float32")
+    ppl = []
+    for _ in range(80):
+        seq = np.empty((batch_size, num_steps + 1), "int64")
+        seq[:, 0] = rng.randint(0, vocab_size, batch_size)
+        for t in range(num_steps):
+            seq[:, t + 1] = successor[seq[:, t]]
+        cost, h = exe.run(main, feed={"x": seq[:, :-1, None], "y": seq[:, 1:].reshape(-1, 1),
+                                      "init_hidden": zeros, "init_cell": zeros},
+                          fetch_list=[loss, last_hidden], scope=scope)
+        assert h.shape == (num_layers, batch_size, hidden_size)
+        ppl.append(float(np.exp(cost.item() / num_steps)))
+    assert ppl[0] > 0.8 * vocab_size and np.mean(ppl[-5:]) < 0.4 * ppl[0]

@@ -88,9 +88,6 @@ _family(["optimizer.PipelineOptimizer"],
         "Executor.train_from_dataset, the Dataset trainer, which is not provided either",
         "place the stages with fluid.device_guard, minimize with the wrapped optimizer and "
         "set BuildStrategy.num_microbatches for the GPipe pipeline (docs/placement.md)")
-_family(["fluid.DataFeedDesc", "Executor.train_from_dataset", "Executor.infer_from_dataset"],
-        "Dataset training (the C++ data-feed trainers)",
-        "feed batches with fluid.io.DataLoader.from_generator and call Executor.run")
 _family(["CompiledProgram.with_inference_optimize"],
         "the C++ inference API's program optimization",
         "run the saved model with fluid.core.create_paddle_predictor(fluid.core.AnalysisConfig("

@@ -92,8 +92,6 @@ _family(["CompiledProgram.with_inference_optimize"],
         "the C++ inference API's program optimization",
         "run the saved model with fluid.core.create_paddle_predictor(fluid.core.AnalysisConfig("
         "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
-_family(["io.multiprocess_reader"], "readers in child processes",
-        "use fluid.io.xmap_readers (threads) or fluid.io.DataLoader.from_generator")
 
 
 class NotProvidedError(NotImplementedError):

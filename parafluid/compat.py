@@ -88,10 +88,6 @@ _family(["optimizer.PipelineOptimizer"],
         "Executor.train_from_dataset, the Dataset trainer, which is not provided either",
         "place the stages with fluid.device_guard, minimize with the wrapped optimizer and "
         "set BuildStrategy.num_microbatches for the GPipe pipeline (docs/placement.md)")
-_family(["CompiledProgram.with_inference_optimize"],
-        "the C++ inference API's program optimization",
-        "run the saved model with fluid.core.create_paddle_predictor(fluid.core.AnalysisConfig("
-        "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
 
 
 class NotProvidedError(NotImplementedError):

@@ -82,12 +82,6 @@ _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's C
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
         "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
         "use fluid.optimizer.Momentum")
-_family(["optimizer.PipelineOptimizer"],
-        "the section-worker pipeline trainer: its programs (sections cut at cut_list, each "
-        "with a place, a concurrency and queues between them) run only through "
-        "Executor.train_from_dataset, the Dataset trainer, which is not provided either",
-        "place the stages with fluid.device_guard, minimize with the wrapped optimizer and "
-        "set BuildStrategy.num_microbatches for the GPipe pipeline (docs/placement.md)")
 
 
 class NotProvidedError(NotImplementedError):

@@ -10,8 +10,9 @@ each thread has an Executor of its own. ``infer_from_dataset`` runs the program'
 clone (``clone(for_test=True)``: no backward or optimizer ops), so the parameters stay.
 
 A program minimized by ``PipelineOptimizer`` is placed on its sections' devices; it runs its
-batches in order on one thread, its stages overlapping on the per-device lanes of the
-Executor (docs/placement.md).
+batches in order on one thread, each device on a lane of its own (docs/placement.md). A
+``CompiledProgram`` runs as compiled (its BuildStrategy applies: micro-batches that overlap
+the stages of a placed program, data parallelism, compiled segments), on one thread.
 
 ``fetch_list`` / ``fetch_info``: every ``print_period`` batches the values of the fetch
 variables are printed, one line each, ``<info>: <values>``. ``debug=True`` also prints,
@@ -59,8 +60,12 @@ def run_from_dataset(exe: Any, program: Any, dataset: Any, scope: Scope | None, 
                         f"{type(dataset).__name__}")
     if program is None:
         program = default_main_program()
+    compiled = None
     if isinstance(program, CompiledProgram):
-        program = program._program  # as Fluid: the trainer runs the program itself
+        if program._is_inference:
+            raise ValueError(f"{where}: the CompiledProgram is compiled for inference; give "
+                             "the program itself")
+        compiled, program = program, program._program
     if not isinstance(program, Program):
         raise TypeError(f"{where}: program must be a Program or CompiledProgram, got "
                         f"{type(program).__name__}")
@@ -77,21 +82,22 @@ def run_from_dataset(exe: Any, program: Any, dataset: Any, scope: Scope | None, 
     if threads <= 0:
         raise RuntimeError(f"{where}: set the thread number first, either with "
                            "dataset.set_thread(n) or with thread=n here")
-    if getattr(program, "_pipeline_opt", None):
-        threads = 1  # the sections are the parallelism (one batch after another)
+    if getattr(program, "_pipeline_opt", None) or compiled is not None:
+        threads = 1  # the sections, or the compiled program's devices, are the parallelism
     if is_infer:
-        program = program.clone(for_test=True)
+        program, compiled = program.clone(for_test=True), None
+    target: Any = compiled if compiled is not None else program
     scope = scope if scope is not None else global_scope()
     dataset._prepare_to_run()
     try:
-        _Trainer(exe, program, scope, threads, fetch, info, print_period, debug).run(
+        _Trainer(exe, target, scope, threads, fetch, info, print_period, debug).run(
             dataset._batches())
     finally:
         dataset._finish_to_run()
 
 
 class _Trainer:
-    def __init__(self, exe: Any, program: Program, scope: Scope, threads: int,
+    def __init__(self, exe: Any, program: Any, scope: Scope, threads: int,
                  fetch: list[str], info: list[str], print_period: int, debug: bool) -> None:
         self.exe, self.program, self.scope, self.threads = exe, program, scope, threads
         self.fetch, self.info, self.print_period, self.debug = fetch, info, print_period, debug

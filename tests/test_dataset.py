@@ -318,3 +318,78 @@ def test_train_from_dataset_checks_its_arguments(tmp_path):
     with pytest.raises(ValueError, match="a Dataset feeds float32"):
         make_dataset("QueueDataset", [fluid.layers.data(name="i32", shape=[1], dtype="int32")],
                      [])
+
+
+def pipeline_program(pipelined: bool):
+    """Fluid's PipelineOptimizer example (two embeddings, a concat, an fc), its places all
+    CPUs (section 1 becomes cpu:1)."""
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 9
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[1], dtype="int64", lod_level=0)
+        y = fluid.layers.data(name="y", shape=[1], dtype="int64", lod_level=0)
+        emb_x = fluid.layers.embedding(input=x, param_attr=fluid.ParamAttr(name="embx"),
+                                       size=[10, 2], is_sparse=False)
+        emb_y = fluid.layers.embedding(input=y, param_attr=fluid.ParamAttr(
+            name="emby", learning_rate=0.9), size=[10, 2], is_sparse=False)
+        concat = fluid.layers.concat([emb_x, emb_y], axis=1)
+        fc = fluid.layers.fc(input=concat, name="fc", size=1, num_flatten_dims=1,
+                             bias_attr=False)
+        loss = fluid.layers.reduce_mean(fc)
+        optimizer = fluid.optimizer.SGD(learning_rate=0.5)
+        if pipelined:
+            optimizer = fluid.optimizer.PipelineOptimizer(
+                optimizer, cut_list=[[emb_x, emb_y], [loss]],
+                place_list=[fluid.CPUPlace(), fluid.CPUPlace(), fluid.CPUPlace()],
+                concurrency_list=[1, 1, 4], queue_size=2, sync_steps=1, start_cpu_core_id=0)
+        optimizer.minimize(loss)
+    return main, startup, [x, y], loss
+
+
+def test_pipeline_optimizer_places_the_sections_and_trains_as_the_plain_program(tmp_path):
+    rng = random.Random(8)
+    lines = [f"1 {rng.randrange(10)} 1 {rng.randrange(10)}" for _ in range(30)]
+    files = write_files(tmp_path, [lines])
+    plain, startup, plain_vars, _ = pipeline_program(False)
+    piped, _, piped_vars, _ = pipeline_program(True)
+
+    by_type = {}
+    for op in piped.global_block().ops:
+        by_type.setdefault(op.type, set()).add(op.attrs.get("op_device"))
+    assert by_type["lookup_table"] == {"cpu:0"} and by_type["lookup_table_grad"] == {"cpu:0"}
+    assert by_type["concat"] == by_type["mul"] == by_type["mul_grad"] == {"cpu:1"}
+    assert by_type["sgd"] == {"cpu:0", "cpu:1"}   # each stage updates its own parameters
+    assert piped._pipeline_opt["concurrency_list"] == [1, 1, 4]
+    assert not any(op.attrs.get("op_device") for op in plain.global_block().ops)
+
+    exe = fluid.Executor(fluid.CPUPlace())
+    ref, scope = twin_scopes(exe, startup, plain)
+    exe.train_from_dataset(plain, make_dataset("QueueDataset", plain_vars, files), scope=ref)
+    exe.train_from_dataset(piped, make_dataset("FileInstantDataset", piped_vars, files),
+                           scope=scope, thread=2)
+    for name in ("embx", "emby", "fc.w_0"):
+        np.testing.assert_array_equal(np.array(scope.find_var(name).get_tensor()),
+                                      np.array(ref.find_var(name).get_tensor()), err_msg=name)
+
+    # micro-batches through a CompiledProgram overlap the stages: the same within rounding
+    bs = fluid.BuildStrategy()
+    bs.num_microbatches = 2
+    ref2, scope2 = twin_scopes(exe, startup, plain)
+    exe.train_from_dataset(fluid.CompiledProgram(piped, build_strategy=bs),
+                           make_dataset("QueueDataset", piped_vars,
+                                        write_files(tmp_path, [lines[:28]])), scope=scope2)
+    exe.train_from_dataset(plain, make_dataset("QueueDataset", plain_vars,
+                                               write_files(tmp_path, [lines[:28]])), scope=ref2)
+    for name in ("embx", "emby", "fc.w_0"):
+        np.testing.assert_allclose(np.array(scope2.find_var(name).get_tensor()),
+                                   np.array(ref2.find_var(name).get_tensor()), atol=1e-6)
+
+
+def test_pipeline_optimizer_checks_its_sections():
+    main, _, _, loss = ctr_program()
+    with pytest.raises(ValueError, match="2 cuts make 3 sections, so place_list needs 3"):
+        fluid.optimizer.PipelineOptimizer(fluid.optimizer.SGD(0.1), cut_list=[[loss], [loss]],
+                                          place_list=[fluid.CPUPlace()])
+    with pytest.raises(TypeError, match="cut_list must be a list of non-empty lists"):
+        fluid.optimizer.PipelineOptimizer(fluid.optimizer.SGD(0.1), cut_list=[loss],
+                                          place_list=[fluid.CPUPlace()])

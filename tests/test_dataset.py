@@ -258,6 +258,17 @@ def test_pipe_command_runs_over_each_file(tmp_path):
                                          r"status 3"):
         exe.train_from_dataset(main, dataset, scope=scope)
 
+    dataset.set_pipe_command("sleep 30")
+    flags = fluid.core.globals()
+    old = flags["FLAGS_rpc_deadline"]
+    flags["FLAGS_rpc_deadline"] = 300
+    try:
+        with pytest.raises(TimeoutError, match=r"pipe command 'sleep 30' on .*raw.txt' did not "
+                                               r"finish within FLAGS_rpc_deadline \(0.3 s\)"):
+            exe.train_from_dataset(main, dataset, scope=scope)
+    finally:
+        flags["FLAGS_rpc_deadline"] = old
+
 
 @pytest.mark.parametrize("bad, message", [
     ("2 1 2 1 5 1 0 7 7", r"part-0.txt:3: 2 values after the last slot 'click'"),

@@ -24,9 +24,6 @@ _DOC = "docs/fluid_compat.md"
 
 # name as a Fluid program spells it -> (what it is, what to use instead)
 NOT_PROVIDED: dict[str, tuple[str, str]] = {
-    "fluid.incubate": ("the incubate package (fleet)",
-                       "for several devices in one process use "
-                       "fluid.CompiledProgram(...).with_data_parallel"),
     "fluid.inference": ("the C++ inference API's Python package",
                         "use fluid.core.AnalysisConfig and fluid.core.create_paddle_predictor "
                         "(or fluid.io.load_inference_model with fluid.Executor)"),
@@ -60,6 +57,10 @@ _family(["dygraph.FC", "dygraph.Conv2D", "dygraph.Pool2D", "dygraph.BatchNorm",
          "dygraph.SpectralNorm", "dygraph.TreeConv"],
         "the imperative (dygraph) layer classes", "use the fluid.layers function of the same "
         "name in a Program")
+_family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
+        "fleet's PSLib mode (Fluid's C++ parameter server)",
+        "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "
+        "(docs/fleet.md)")
 # -- fluid.contrib -------------------------------------------------------------------------
 _family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit", "contrib.basic_gru",
          "contrib.basic_lstm"], "contrib's basic recurrent units",

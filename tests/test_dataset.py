@@ -300,13 +300,15 @@ def test_dense_float_slots_take_the_variable_shape(tmp_path):
         loss = fluid.layers.mean(fluid.layers.square_error_cost(input=pred, label=y))
         fluid.optimizer.SGD(learning_rate=0.05).minimize(loss)
     rows = np.random.RandomState(0).rand(10, 3).astype("float32")
-    lines = [f"3 {a!r} {b!r} {c!r} 1 {a + b - c!r}" for a, b, c in rows.tolist()]
+    labels = rows[:, 0] + rows[:, 1] - rows[:, 2]
+    lines = [f"3 {a!r} {b!r} {c!r} 1 {t!r}" for (a, b, c), t in zip(rows.tolist(),
+                                                                 labels.tolist())]
     files = write_files(tmp_path, [lines])
     exe = fluid.Executor(fluid.CPUPlace())
     ref, scope = twin_scopes(exe, startup, main)
     for start in range(0, 10, BATCH):
         xb = rows[start:start + BATCH]
-        exe.run(main, feed={"x": xb, "y": (xb[:, 0] + xb[:, 1] - xb[:, 2]).reshape(-1, 1)},
+        exe.run(main, feed={"x": xb, "y": labels[start:start + BATCH].reshape(-1, 1)},
                 scope=ref)
     exe.train_from_dataset(main, make_dataset("QueueDataset", [x, y], files), scope=scope)
     for p in main.global_block().all_parameters():

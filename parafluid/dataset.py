@@ -16,7 +16,9 @@ the instances). The line ``3 1 2 3 1 0`` with slots ``words`` (sparse) and ``lab
 - ``InMemoryDataset`` reads them once with ``load_into_memory`` (or
   ``preload_into_memory`` + ``wait_preload_done``); ``local_shuffle`` and
   ``global_shuffle`` (one process: the same) shuffle the instances; ``release_memory``
-  drops them.
+  drops them. ``set_fea_eval`` + ``slots_shuffle`` permute chosen slots over the
+  instances; with ``set_parse_ins_id`` (lines start ``1 <ins_id>``, then ``1 <content>``
+  with ``set_parse_content``) ``set_merge_by_lineid`` merges the instances of one id.
 
 A malformed line is a ValueError naming the file, the line number and the slot.
 
@@ -85,6 +87,10 @@ class DatasetBase:
         self.thread_num = 1
         self.filelist: list[str] = []
         self._use_vars: list[Any] = []
+        self.parse_ins_id = False
+        self.parse_content = False
+        self.fea_eval = False
+        self.record_candidate_size = 0
 
     # ---------------------------------------------------------------- settings
     def set_pipe_command(self, pipe_command: str) -> None:
@@ -130,6 +136,26 @@ class DatasetBase:
             self.proto_desc.add_slot(slot)
             self._use_vars.append(var)
 
+    def set_parse_ins_id(self, parse_ins_id: bool) -> None:
+        """Lines start with the instance id, written as a slot of one value
+        (``1 <ins_id>``), before the slots."""
+        self.parse_ins_id = bool(parse_ins_id)
+
+    def set_parse_content(self, parse_content: bool) -> None:
+        """Lines carry a content column (``1 <content>``) after the instance id."""
+        self.parse_content = bool(parse_content)
+
+    def set_fea_eval(self, record_candidate_size: int, fea_eval: bool = True) -> None:
+        """Allow ``slots_shuffle`` (feature evaluation: shuffle a slot across instances to
+        see how much the metric depends on it)."""
+        self.fea_eval = bool(fea_eval)
+        self.record_candidate_size = int(record_candidate_size)
+
+    def slots_shuffle(self, slots: Sequence[str]) -> None:
+        """Shuffle ``slots`` across the instances in memory: an InMemoryDataset's."""
+        raise NotImplementedError(f"{type(self).__name__} does not support slots_shuffle, "
+                                  "please use InMemoryDataset for slots_shuffle")
+
     def set_hdfs_config(self, fs_name: str, fs_ugi: str) -> None:
         raise ValueError("set_hdfs_config: parafluid reads local files only; copy the files "
                          "from HDFS first and pass their local paths to set_filelist")
@@ -149,8 +175,9 @@ class DatasetBase:
 
     def _instances(self) -> Iterator[tuple[np.ndarray, ...]]:
         """The instances in order: per used slot, its values."""
+        lead = int(self.parse_ins_id) + int(self.parse_content)
         for path in self.filelist:
-            yield from read_multi_slot_file(path, self.proto_desc)
+            yield from read_multi_slot_file(path, self.proto_desc, lead)
 
     def _batches(self) -> Iterator[dict[str, Any]]:
         """Feeds of ``batch_size`` instances each (the last may be shorter)."""
@@ -211,6 +238,8 @@ class InMemoryDataset(DatasetBase):
         self.queue_num: int | None = None
         self.fleet_send_batch_size = 1024
         self.fleet_send_sleep_seconds = 0
+        self.merge_by_lineid = False
+        self._merge: tuple[set[str], bool, int, bool] | None = None
 
     def set_queue_num(self, queue_num: int) -> None:
         """Accepted for Fluid's scripts (the channels of its C++ reader)."""
@@ -222,10 +251,53 @@ class InMemoryDataset(DatasetBase):
     def set_fleet_send_sleep_seconds(self, fleet_send_sleep_seconds: int = 0) -> None:
         self.fleet_send_sleep_seconds = int(fleet_send_sleep_seconds)
 
+    def set_merge_by_lineid(self, var_list: Sequence[Any], erase_duplicate_feas: bool = True,
+                            min_merge_size: int = 2, keep_unmerged_ins: bool = True) -> None:
+        """Merge the instances of one line id (``set_parse_ins_id(True)``) when loading:
+        the values of the slots of ``var_list`` are concatenated (duplicates dropped with
+        ``erase_duplicate_feas``), the other slots are the first instance's. Groups smaller
+        than ``min_merge_size`` stay as they are, or are dropped without
+        ``keep_unmerged_ins``."""
+        self._merge = ({v.name for v in var_list}, bool(erase_duplicate_feas),
+                       int(min_merge_size), bool(keep_unmerged_ins))
+        self.merge_by_lineid = True
+
     def load_into_memory(self) -> None:
         """Read every file of the file list into memory."""
         self._prepare_to_run()
-        self._memory = list(super()._instances())
+        self._memory = self._merged(list(super()._instances()))
+
+    def _merged(self, instances: list[tuple]) -> list[tuple]:
+        if self._merge is None:
+            return instances
+        if not self.parse_ins_id:
+            raise ValueError("set_merge_by_lineid: the instances have no line id; call "
+                             "set_parse_ins_id(True) and write it first on every line")
+        names, erase, min_size, keep = self._merge
+        slots = self._used_slots()
+        n = len(slots)
+        merge = [s.name in names for s in slots]
+        groups: dict[str, list[tuple]] = {}
+        for inst in instances:
+            groups.setdefault(inst[n], []).append(inst)
+        out = []
+        for group in groups.values():
+            if len(group) < min_size:
+                if keep:
+                    out.extend(group)
+                continue
+            values = []
+            for j in range(n):
+                if not merge[j]:
+                    values.append(group[0][j])
+                    continue
+                joined = np.concatenate([inst[j] for inst in group])
+                if erase:
+                    _, first = np.unique(joined, return_index=True)
+                    joined = joined[np.sort(first)]
+                values.append(joined)
+            out.append((*values, *group[0][n:]))
+        return out
 
     def preload_into_memory(self, thread_num: int | None = None) -> None:
         """``load_into_memory`` in a background thread; ``wait_preload_done`` joins it."""
@@ -233,7 +305,7 @@ class InMemoryDataset(DatasetBase):
 
         def load() -> None:
             try:
-                self._memory = list(DatasetBase._instances(self))
+                self._memory = self._merged(list(DatasetBase._instances(self)))
             except BaseException as e:  # re-raised by wait_preload_done
                 self._preload_error = e
 
@@ -254,6 +326,24 @@ class InMemoryDataset(DatasetBase):
         """Shuffle the instances in memory (Python's ``random``: seed it for a fixed
         order)."""
         random.shuffle(self._loaded("local_shuffle"))
+
+    def slots_shuffle(self, slots: Sequence[str]) -> None:
+        """Give every instance the values of ``slots`` of another instance (a random
+        permutation over the instances in memory, Python's ``random``); needs
+        ``set_fea_eval``, as in Fluid (without it nothing changes)."""
+        memory = self._loaded("slots_shuffle")
+        if not self.fea_eval:
+            return
+        used = [s.name for s in self._used_slots()]
+        unknown = [s for s in slots if s not in used]
+        if unknown:
+            raise ValueError(f"slots_shuffle: {unknown} are not slots of the dataset; its "
+                             f"slots are {used}")
+        order = list(range(len(memory)))
+        random.shuffle(order)
+        cols = [used.index(s) for s in slots]
+        self._memory = [tuple(memory[order[i]][j] if j in cols else v
+                              for j, v in enumerate(inst)) for i, inst in enumerate(memory)]
 
     def global_shuffle(self, fleet: Any = None, thread_num: int = 12) -> None:
         """Shuffle across trainers; with one process (``fleet=None``), ``local_shuffle``."""
@@ -313,18 +403,20 @@ def _file_lines(path: str, pipe_command: str) -> Iterator[str]:
     yield from out.decode("utf-8").splitlines()
 
 
-def read_multi_slot_file(path: str, desc: DataFeedDesc) -> Iterator[tuple[np.ndarray, ...]]:
+def read_multi_slot_file(path: str, desc: DataFeedDesc, lead: int = 0
+                         ) -> Iterator[tuple[Any, ...]]:
     """The instances of one file (through the description's pipe command)."""
     slots = desc.slots
     for lineno, line in enumerate(_file_lines(path, desc.pipe_command), 1):
         if line.strip():
-            yield parse_multi_slot_line(line, slots, f"{path}:{lineno}")
+            yield parse_multi_slot_line(line, slots, f"{path}:{lineno}", lead)
 
 
-def parse_multi_slot_line(line: str, slots: Sequence[Slot], where: str = "<line>"
-                          ) -> tuple[np.ndarray, ...]:
+def parse_multi_slot_line(line: str, slots: Sequence[Slot], where: str = "<line>",
+                          lead: int = 0) -> tuple[Any, ...]:
     """One instance: per used slot of ``slots``, its values (int64 for ``uint64`` slots,
-    float32 for ``float`` ones). ``where`` names the line in errors.
+    float32 for ``float`` ones), then the ``lead`` leading text columns (``1 <ins_id>``,
+    ``1 <content>``) the line starts with. ``where`` names the line in errors.
 
     Example::
 
@@ -333,7 +425,13 @@ def parse_multi_slot_line(line: str, slots: Sequence[Slot], where: str = "<line>
         # (array([7, 9]), array([0]))
     """
     toks = line.split()
-    pos, out = 0, []
+    pos, out, texts = 0, [], []
+    for what in ("ins_id", "content")[:lead]:
+        if len(toks) < pos + 2 or toks[pos] != "1":
+            raise ValueError(f"{where}: the line must start with its {what} as '1 <{what}>', "
+                             f"got {' '.join(toks[pos:pos + 2])!r}")
+        texts.append(toks[pos + 1])
+        pos += 2
     for slot in slots:
         if pos >= len(toks):
             raise ValueError(f"{where}: the line ends before slot {slot.name!r}: expected "
@@ -367,10 +465,10 @@ def parse_multi_slot_line(line: str, slots: Sequence[Slot], where: str = "<line>
         raise ValueError(f"{where}: {len(toks) - pos} values after the last slot "
                          f"{slots[-1].name!r}: the line has more columns than the "
                          f"{len(slots)} slots")
-    return tuple(out)
+    return (*out, *texts)
 
 
-def build_feed(instances: Sequence[tuple[np.ndarray, ...]], slots: Sequence[Slot]
+def build_feed(instances: Sequence[tuple[Any, ...]], slots: Sequence[Slot]
                ) -> dict[str, Any]:
     """The feed of a batch: a dense slot as an array of its variable's shape (the batch
     dimension inferred), a sparse slot as an int64/float32 ``[total, 1]`` LoDTensor with one

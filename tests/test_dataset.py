@@ -406,3 +406,87 @@ def test_pipeline_optimizer_checks_its_sections():
     with pytest.raises(TypeError, match="cut_list must be a list of non-empty lists"):
         fluid.optimizer.PipelineOptimizer(fluid.optimizer.SGD(0.1), cut_list=[loss],
                                           place_list=[fluid.CPUPlace()])
+
+
+FLUID_A = "1 1 2 3 3 4 5 5 5 5 1 1\n1 2 2 3 4 4 6 6 6 6 1 2\n1 3 2 3 5 4 7 7 7 7 1 3\n"
+FLUID_B = ("1 4 2 3 3 4 5 5 5 5 1 4\n1 5 2 3 4 4 6 6 6 6 1 5\n1 6 2 3 5 4 7 7 7 7 1 6\n"
+           "1 7 2 3 6 4 8 8 8 8 1 7\n")
+
+
+def test_fluid_in_memory_dataset_run(tmp_path, monkeypatch):
+    """Fluid 1.6's test_dataset.py test_in_memory_dataset_run, its asserts made explicit."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "test_in_memory_dataset_run_a.txt").write_text(FLUID_A)
+    (tmp_path / "test_in_memory_dataset_run_b.txt").write_text(FLUID_B)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        slots_vars = [fluid.layers.data(name=slot, shape=[1], dtype="int64", lod_level=1)
+                      for slot in ["slot1", "slot2", "slot3", "slot4"]]
+        dataset = fluid.DatasetFactory().create_dataset("InMemoryDataset")
+        dataset.set_batch_size(32)
+        dataset.set_thread(3)
+        dataset.set_filelist(["test_in_memory_dataset_run_a.txt",
+                              "test_in_memory_dataset_run_b.txt"])
+        dataset.set_pipe_command("cat")
+        dataset.set_use_var(slots_vars)
+        dataset.load_into_memory()
+        dataset.set_fea_eval(10000, True)
+        random.seed(1)
+        dataset.slots_shuffle(["slot1"])
+        dataset.local_shuffle()
+        # slot1 went to other instances, the other slots stayed together
+        rows = [tuple(tuple(v) for v in inst) for inst in dataset._memory]
+        assert sorted(r[0] for r in rows) == [(i,) for i in range(1, 8)]
+        assert sorted(r[1:] for r in rows) == sorted(
+            ((3, k), (k + 2,) * 4, (i,)) for i, k in enumerate((3, 4, 5, 3, 4, 5, 6), 1))
+        assert [r[0] for r in rows] != [r[3] for r in rows]
+        exe = fluid.Executor(fluid.CPUPlace())
+        exe.run(startup)
+        for thread in (0, 1, 2, 3, 4):
+            exe.train_from_dataset(main, dataset, thread=thread)
+
+        dataset.set_parse_ins_id(True)
+        dataset.set_merge_by_lineid(slots_vars[1:2], erase_duplicate_feas=True,
+                                    min_merge_size=2, keep_unmerged_ins=True)
+        dataset.set_fleet_send_sleep_seconds(2)
+        (tmp_path / "test_in_memory_dataset_run_a.txt").write_text(
+            "1 u 1 1 2 2 3 1 4 1 5\n1 v 1 1 1 9 1 4 1 5\n1 u 1 7 2 3 8 1 6 1 7\n")
+        dataset.set_filelist(["test_in_memory_dataset_run_a.txt"])
+        dataset.preload_into_memory()
+        dataset.wait_preload_done()
+        merged = {inst[4]: [v.tolist() for v in inst[:4]] for inst in dataset._memory}
+        assert merged == {"u": [[1], [2, 3, 8], [4], [5]], "v": [[1], [9], [4], [5]]}
+        exe.train_from_dataset(main, dataset, thread=2)
+        dataset.release_memory()
+        with pytest.raises(ValueError, match="nothing is in memory"):
+            dataset.get_memory_data_size()
+
+
+def test_fluid_queue_dataset_run_and_an_empty_file_list(tmp_path, capsys):
+    """Fluid 1.6's test_dataset.py test_queue_dataset_run."""
+    files = [tmp_path / "a.txt", tmp_path / "b.txt"]
+    files[0].write_text(FLUID_A)
+    files[1].write_text(FLUID_B)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        slots_vars = [fluid.layers.data(name=slot, shape=[1], dtype="int64", lod_level=1)
+                      for slot in ["slot1", "slot2", "slot3", "slot4"]]
+        words = fluid.layers.sequence_pool(slots_vars[3], pool_type="sum")
+        total = fluid.layers.reduce_sum(fluid.layers.cast(words, "float32"))
+    dataset = fluid.DatasetFactory().create_dataset("QueueDataset")
+    dataset.set_batch_size(32)
+    dataset.set_thread(3)
+    dataset.set_filelist([str(f) for f in files])
+    dataset.set_pipe_command("cat")
+    dataset.set_use_var(slots_vars)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    exe.infer_from_dataset(main, dataset, thread=1, fetch_list=[total], fetch_info=["sum"],
+                           print_period=1)
+    assert capsys.readouterr().out == "sum: 28\n"   # slot4 of the 7 lines in one batch
+    dataset2 = fluid.DatasetFactory().create_dataset("QueueDataset")
+    dataset2.set_use_var(slots_vars)
+    dataset2.set_batch_size(32)
+    dataset2.set_thread(3)
+    dataset2.set_pipe_command("cat")
+    exe.train_from_dataset(main, dataset2)   # no files: nothing to do

@@ -185,7 +185,9 @@ def _child(reader: Callable[[], Iterable[Any]], conn: Any, window: int) -> None:
             if sample is None:
                 raise ValueError("the reader yielded None (a sample must hold data)")
             frame = _SAMPLE + encode_sample(sample)
-            while unacked >= window:
+            # NOTE: take the parent's acknowledgements as they come (not only when the window
+            # is full): unread, they would fill the socket and block the parent's next one
+            while unacked >= window or conn.poll(0):
                 conn.recv_bytes()  # the parent took one; EOFError when it is gone
                 unacked -= 1
             conn.send_bytes(frame)

@@ -132,3 +132,13 @@ def test_the_encoding_round_trips_and_refuses_malformed_bytes():
         decode_sample(b"p\x80\x04")        # a pickle is not a sample
     with pytest.raises(ValueError, match="bytes after the sample"):
         decode_sample(good + b"\0")
+
+
+@pytest.mark.parametrize("use_pipe", [True, False])
+def test_many_small_samples_flow_without_a_stall(use_pipe):
+    def ints():
+        yield from range(100_000)
+
+    merged = fluid.io.multiprocess_reader([ints], use_pipe=use_pipe, queue_size=1_000_000)
+    assert sum(merged()) == sum(range(100_000))
+    assert no_children_left()

@@ -333,9 +333,9 @@ def test_train_from_dataset_checks_its_arguments(tmp_path):
                      [])
 
 
-def pipeline_program(pipelined: bool):
-    """Fluid's PipelineOptimizer example (two embeddings, a concat, an fc), its places all
-    CPUs (section 1 becomes cpu:1)."""
+def pipeline_program(pipelined: bool, places=None):
+    """Fluid's PipelineOptimizer example (two embeddings, a concat, an fc); its places are
+    all CPUs unless given (section 1 becomes cpu:1)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 9
     with fluid.unique_name.guard(), fluid.program_guard(main, startup):
@@ -353,7 +353,7 @@ def pipeline_program(pipelined: bool):
         if pipelined:
             optimizer = fluid.optimizer.PipelineOptimizer(
                 optimizer, cut_list=[[emb_x, emb_y], [loss]],
-                place_list=[fluid.CPUPlace(), fluid.CPUPlace(), fluid.CPUPlace()],
+                place_list=places or [fluid.CPUPlace(), fluid.CPUPlace(), fluid.CPUPlace()],
                 concurrency_list=[1, 1, 4], queue_size=2, sync_steps=1, start_cpu_core_id=0)
         optimizer.minimize(loss)
     return main, startup, [x, y], loss
@@ -396,6 +396,31 @@ def test_pipeline_optimizer_places_the_sections_and_trains_as_the_plain_program(
     for name in ("embx", "emby", "fc.w_0"):
         np.testing.assert_allclose(np.array(scope2.find_var(name).get_tensor()),
                                    np.array(ref2.find_var(name).get_tensor()), atol=1e-6)
+
+
+def test_pipeline_optimizer_puts_a_cuda_section_on_its_gpu():
+    """Fluid's own example: the embeddings (forward, gradient, update) on the CPU, the rest
+    on CUDAPlace(0); the program is built anywhere, it runs where torch sees a GPU."""
+    main, startup, use_vars, _ = pipeline_program(
+        True, [fluid.CPUPlace(), fluid.CUDAPlace(0), fluid.CPUPlace()])
+    by_type = {}
+    for op in main.global_block().ops:
+        by_type.setdefault(op.type, set()).add(op.attrs.get("op_device"))
+    assert by_type["lookup_table"] == by_type["lookup_table_grad"] == {"cpu:0"}
+    assert by_type["concat"] == by_type["mul_grad"] == by_type["concat_grad"] == {"gpu:0"}
+    assert by_type["sgd"] == {"cpu:0", "gpu:0"}
+    if not fluid.is_compiled_with_cuda():
+        return
+    plain, _, plain_vars, _ = pipeline_program(False)
+    feed = {"x": np.arange(8).reshape(-1, 1) % 10, "y": np.arange(8).reshape(-1, 1) % 7}
+    exe = fluid.Executor(fluid.CPUPlace())
+    ref, scope = twin_scopes(exe, startup, plain)
+    for _ in range(3):
+        exe.run(plain, feed=feed, scope=ref)
+        exe.run(main, feed=feed, scope=scope)
+    for name in ("embx", "emby", "fc.w_0"):
+        np.testing.assert_allclose(np.array(scope.find_var(name).get_tensor()),
+                                   np.array(ref.find_var(name).get_tensor()), rtol=1e-5)
 
 
 def test_pipeline_optimizer_checks_its_sections():

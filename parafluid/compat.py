@@ -65,19 +65,6 @@ _family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
 _family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit", "contrib.basic_gru",
          "contrib.basic_lstm"], "contrib's basic recurrent units",
         "use fluid.layers.dynamic_gru / dynamic_lstm over LoD sequences")
-_family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
-         "contrib.BeamSearchDecoder", "contrib.mixed_precision",
-         "contrib.extend_with_decoupled_weight_decay", "contrib.fused_elemwise_activation",
-         "contrib.ctr_metric_bundle", "contrib.memory_usage", "contrib.op_freq_statistic"],
-        "contrib's decoders, mixed precision, optimizer extensions and statistics",
-        "build the decoder with fluid.layers.DynamicRNN / beam_search and cast explicitly with "
-        "fluid.layers.cast")
-_family(["contrib.QuantizeTranspiler", "contrib.Compressor", "contrib.HDFSClient",
-         "contrib.multi_download", "contrib.multi_upload", "contrib.distributed_batch_reader",
-         "contrib.load_persistables_for_increment", "contrib.load_persistables_for_inference",
-         "contrib.convert_dist_to_sparse_program"],
-        "contrib's quantization, compression, HDFS and distributed helpers",
-        "train the float model and use fluid.io's save and load functions")
 _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
         "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],

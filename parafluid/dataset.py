@@ -481,13 +481,22 @@ def build_feed(instances: Sequence[tuple[Any, ...]], slots: Sequence[Slot]
             feed[slot.name] = create_lod_tensor(flat.reshape(-1, 1),
                                                 [[len(p) for p in parts]], CPUPlace())
             continue
-        inner = [d for d in slot.shape[1:]] if slot.shape else [len(parts[0])]
-        per = int(np.prod(inner)) if inner and min(inner) > 0 else None
-        if per is not None:
+        shape = list(slot.shape) or [-1, len(parts[0])]
+        if shape[0] == -1 and all(d > 0 for d in shape[1:]):
+            per = int(np.prod(shape[1:]))
             bad = next((i for i, p in enumerate(parts) if len(p) != per), None)
             if bad is not None:
                 raise ValueError(f"Dataset: dense slot {slot.name!r} has shape {slot.shape}, "
                                  f"so {per} values an instance, but instance {bad} of the "
                                  f"batch has {len(parts[bad])}")
-        feed[slot.name] = flat.reshape([len(parts), *(d if d > 0 else -1 for d in inner)])
+            feed[slot.name] = flat.reshape([len(parts), *shape[1:]])
+            continue
+        # NOTE: a shape without a leading batch dimension is the whole batch's, as Fluid's
+        # (one -1 inferred)
+        known = int(np.prod([d for d in shape if d > 0]))
+        if (-1 in shape and flat.size % max(known, 1)) or (-1 not in shape and
+                                                           flat.size != known):
+            raise ValueError(f"Dataset: dense slot {slot.name!r} has shape {slot.shape} but "
+                             f"the batch of {len(parts)} instances holds {flat.size} values")
+        feed[slot.name] = flat.reshape(shape)
     return feed

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
+from parafluid.data_feed_desc import Slot
+from parafluid.dataset import build_feed, parse_multi_slot_line
 
 DICT = 50
 BATCH = 4
@@ -314,6 +316,13 @@ def test_dense_float_slots_take_the_variable_shape(tmp_path):
     for p in main.global_block().all_parameters():
         np.testing.assert_array_equal(np.array(scope.find_var(p.name).get_tensor()),
                                       np.array(ref.find_var(p.name).get_tensor()))
+    # a shape without the batch dimension is the whole batch's, as Fluid's
+    whole = [Slot("m", "float", is_dense=True, is_used=True, shape=[2, 3])]
+    insts = [parse_multi_slot_line("3 1 2 3", whole), parse_multi_slot_line("3 4 5 6", whole)]
+    np.testing.assert_array_equal(build_feed(insts, whole)["m"], [[1, 2, 3], [4, 5, 6]])
+    with pytest.raises(ValueError, match=r"dense slot 'm' has shape \[2, 3\] but the batch "
+                                         r"of 1 instances holds 3 values"):
+        build_feed(insts[:1], whole)
     files = write_files(tmp_path, [["2 0.5 0.5 1 1.0"]])
     with pytest.raises(ValueError, match=r"dense slot 'x' has shape \[-1, 3\], so 3 values an "
                                          r"instance, but instance 0 of the batch has 2"):

@@ -224,7 +224,7 @@ class _Client:
     """Sends of this worker to one other worker's mailbox (thread-safe)."""
 
     def __init__(self, endpoint: str, worker_id: int) -> None:
-        self._rpc = RPCClient(endpoint, trainer_id=worker_id)
+        self._rpc = RPCClient(endpoint, trainer_id=worker_id, role=f"worker-{worker_id}")
         self.endpoint = self._rpc.endpoint
         self._sent: dict[str, int] = {}  # values of each name stored there so far
         self._lock = threading.Lock()

@@ -650,7 +650,7 @@ class ParameterServer:
         down = []
         for peer in self.peers:
             try:
-                with RPCClient(peer, probe, self._secret) as client:
+                with RPCClient(peer, probe, self._secret, role="pserver") as client:
                     client.call(Kind.PING)
             except RPCError as e:
                 down.append(f"{peer} ({'no answer' if isinstance(e, TimeoutError) else e})")

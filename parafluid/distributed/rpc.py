@@ -465,10 +465,20 @@ def _peer_address(fd: int) -> str:
     """``ip:port`` of the peer of the accepted connection ``fd`` (a duplicate of it is
     asked, so ZeroMQ's own descriptor is left alone); "" when it is already gone."""
     try:
-        with socket.socket(fileno=os.dup(fd)) as s:
-            host, port = s.getpeername()[:2]
-    except (OSError, ValueError):
+        dup = os.dup(fd)
+    except OSError:
         return ""
+    try:
+        s = socket.socket(fileno=dup)
+    except (OSError, ValueError):  # not a socket (any more): the duplicate is ours to close
+        os.close(dup)
+        return ""
+    try:
+        host, port = s.getpeername()[:2]
+    except (OSError, ValueError, TypeError):
+        return ""
+    finally:
+        s.close()
     return f"{host}:{port}"
 
 

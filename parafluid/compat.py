@@ -24,9 +24,6 @@ _DOC = "docs/fluid_compat.md"
 
 # name as a Fluid program spells it -> (what it is, what to use instead)
 NOT_PROVIDED: dict[str, tuple[str, str]] = {
-    "fluid.incubate": ("the incubate package (fleet)",
-                       "for several devices in one process use "
-                       "fluid.CompiledProgram(...).with_data_parallel"),
     "fluid.inference": ("the C++ inference API's Python package",
                         "use fluid.core.AnalysisConfig and fluid.core.create_paddle_predictor "
                         "(or fluid.io.load_inference_model with fluid.Executor)"),
@@ -60,43 +57,19 @@ _family(["dygraph.FC", "dygraph.Conv2D", "dygraph.Pool2D", "dygraph.BatchNorm",
          "dygraph.SpectralNorm", "dygraph.TreeConv"],
         "the imperative (dygraph) layer classes", "use the fluid.layers function of the same "
         "name in a Program")
+_family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
+        "fleet's PSLib mode (Fluid's C++ parameter server)",
+        "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "
+        "(docs/fleet.md)")
 # -- fluid.contrib -------------------------------------------------------------------------
 _family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit", "contrib.basic_gru",
          "contrib.basic_lstm"], "contrib's basic recurrent units",
         "use fluid.layers.dynamic_gru / dynamic_lstm over LoD sequences")
-_family(["contrib.InitState", "contrib.StateCell", "contrib.TrainingDecoder",
-         "contrib.BeamSearchDecoder", "contrib.mixed_precision",
-         "contrib.extend_with_decoupled_weight_decay", "contrib.fused_elemwise_activation",
-         "contrib.ctr_metric_bundle", "contrib.memory_usage", "contrib.op_freq_statistic"],
-        "contrib's decoders, mixed precision, optimizer extensions and statistics",
-        "build the decoder with fluid.layers.DynamicRNN / beam_search and cast explicitly with "
-        "fluid.layers.cast")
-_family(["contrib.QuantizeTranspiler", "contrib.Compressor", "contrib.HDFSClient",
-         "contrib.multi_download", "contrib.multi_upload", "contrib.distributed_batch_reader",
-         "contrib.load_persistables_for_increment", "contrib.load_persistables_for_inference",
-         "contrib.convert_dist_to_sparse_program"],
-        "contrib's quantization, compression, HDFS and distributed helpers",
-        "train the float model and use fluid.io's save and load functions")
 _family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
         "use fluid.layers.dynamic_lstm over LoD sequences")
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
         "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
         "use fluid.optimizer.Momentum")
-_family(["optimizer.PipelineOptimizer"],
-        "the section-worker pipeline trainer: its programs (sections cut at cut_list, each "
-        "with a place, a concurrency and queues between them) run only through "
-        "Executor.train_from_dataset, the Dataset trainer, which is not provided either",
-        "place the stages with fluid.device_guard, minimize with the wrapped optimizer and "
-        "set BuildStrategy.num_microbatches for the GPipe pipeline (docs/placement.md)")
-_family(["fluid.DataFeedDesc", "Executor.train_from_dataset", "Executor.infer_from_dataset"],
-        "Dataset training (the C++ data-feed trainers)",
-        "feed batches with fluid.io.DataLoader.from_generator and call Executor.run")
-_family(["CompiledProgram.with_inference_optimize"],
-        "the C++ inference API's program optimization",
-        "run the saved model with fluid.core.create_paddle_predictor(fluid.core.AnalysisConfig("
-        "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
-_family(["io.multiprocess_reader"], "readers in child processes",
-        "use fluid.io.xmap_readers (threads) or fluid.io.DataLoader.from_generator")
 
 
 class NotProvidedError(NotImplementedError):

@@ -7,6 +7,7 @@ tensor.
     clip_by_value          Out = clamp(X, min, max)
     clip_by_norm           Out = X * max_norm / max(||X||, max_norm)
     squared_l2_norm        Out = [sum(X * X)]
+    l1_norm                Out = [sum(|X|)]
     clip_by_global_norm    Out = X * clip_norm / max(sqrt(SquaredNorm), clip_norm), where
                            SquaredNorm is the sum of squared_l2_norm over a group of tensors
 """
@@ -84,6 +85,20 @@ register_op("squared_l2_norm", inputs=("X",), outputs=("Out",),
             kernel=_squared_l2_norm,
             grad_kernel=lambda ins, attrs, ctx: {
                 "X@GRAD": ins["X"] * (2.0 * ins["Out@GRAD"].reshape(()))},
+            grad_uses=("X",))
+
+
+def _l1_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x = ins["X"]
+    v = x.merged().value if isinstance(x, SelectedRows) else x
+    return {"Out": v.abs().sum().reshape(1)}
+
+
+register_op("l1_norm", inputs=("X",), outputs=("Out",),
+            infer_shape=lambda ins, attrs: {"Out": Meta((1,), ins["X"].dtype)},
+            kernel=_l1_norm,
+            grad_kernel=lambda ins, attrs, ctx: {
+                "X@GRAD": torch.sign(ins["X"]) * ins["Out@GRAD"].reshape(())},
             grad_uses=("X",))
 
 

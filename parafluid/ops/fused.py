@@ -1,11 +1,19 @@
-"""Fused ops produced by graph passes: ``fused_elemwise_activation``.
+"""Fused ops: ``fused_elemwise_activation``, a binary and a unary functor in one op.
 
-``fused_elemwise_activation(X, Y)`` with ``functor_list=[act, "elementwise_add"]`` computes
-``IntermediateOut = X + Y`` (Fluid broadcasting along ``axis``) and ``Out = act(IntermediateOut)``
-in one op; its gradient reads ``X``, ``Y`` and ``Out`` (the activations here have gradients
-in terms of their output) and never materialises the intermediate gradient. The activation
-and its gradient are the registered ``relu``/``sigmoid``/``tanh`` kernels themselves, so the
-fused program computes bitwise what the unfused one computes.
+``functor_list`` names two functors, Fluid's compound pairs:
+
+- unary compound ``[unary, binary]``: ``IntermediateOut = binary(X, Y)``,
+  ``Out = unary(IntermediateOut)`` (``IntermediateOut`` has ``X``'s shape);
+- binary compound ``[binary, unary]``: ``IntermediateOut = unary(Y)``,
+  ``Out = binary(X, IntermediateOut)`` (``IntermediateOut`` has ``Y``'s shape).
+
+Binary functors: ``elementwise_add``, ``elementwise_mul`` (``Y`` broadcast along ``axis`` as in
+the elementwise ops). Unary functors: ``relu``, ``sigmoid``, ``tanh`` and ``scale`` (times
+the ``scale`` attribute). Every unary functor's derivative is written in terms of its output,
+so the gradient reads ``X``, ``Y``, ``Out`` and (for a binary compound, when given)
+``IntermediateOut``. ``relu``/``sigmoid``/``tanh`` run as their registered kernels, so the
+``[act, "elementwise_add"]`` form that ``fuse_elewise_add_act`` writes computes bitwise what
+the unfused ops compute.
 
 Example (what ``fuse_elewise_add_act`` writes for ``fc(x, 4, act="relu")``)::
 
@@ -22,54 +30,99 @@ import torch
 from .common import axis_view_shape, broadcast_meta, broadcast_y, unbroadcast
 from .registry import get_op_def, register_op
 
-__all__ = ["FUSABLE_ACTIVATIONS"]
+__all__ = ["FUSABLE_ACTIVATIONS", "UNARY_FUNCTORS", "BINARY_FUNCTORS"]
 
 # The activations Fluid's fuse_elewise_add_act fuses with an add; each one's gradient reads
 # only its output, so the fused gradient needs no intermediate.
 FUSABLE_ACTIVATIONS = frozenset({"relu", "sigmoid", "tanh"})
+UNARY_FUNCTORS = FUSABLE_ACTIVATIONS | {"scale"}
+BINARY_FUNCTORS = frozenset({"elementwise_add", "elementwise_mul"})
 
 
-def _activation(attrs: dict) -> tuple[Any, Any]:
-    """The activation's registered ``(kernel, gradient kernel)``."""
+def _functors(attrs: dict) -> tuple[str, str, bool]:
+    """``(unary, binary, unary_compound)`` of ``functor_list``, checked."""
     functors = list(attrs["functor_list"])
-    if len(functors) != 2 or functors[1] != "elementwise_add" or \
-            functors[0] not in FUSABLE_ACTIVATIONS:
-        raise ValueError(f"fused_elemwise_activation: functor_list must be [act, "
-                         f"'elementwise_add'] with act in {sorted(FUSABLE_ACTIVATIONS)}, "
-                         f"got {functors}")
-    act = functors[0]
-    return get_op_def(act).kernel, get_op_def(act + "_grad").kernel
+    if len(functors) == 2:
+        if functors[0] in UNARY_FUNCTORS and functors[1] in BINARY_FUNCTORS:
+            return functors[0], functors[1], True
+        if functors[0] in BINARY_FUNCTORS and functors[1] in UNARY_FUNCTORS:
+            return functors[1], functors[0], False
+    raise ValueError(f"fused_elemwise_activation: functor_list must be [unary, binary] or "
+                     f"[binary, unary] with unary in {sorted(UNARY_FUNCTORS)} and binary in "
+                     f"{sorted(BINARY_FUNCTORS)}, got {functors}")
+
+
+def _unary(name: str, x: torch.Tensor, attrs: dict, ctx: Any) -> torch.Tensor:
+    if name == "scale":
+        return x * attrs["scale"]
+    return get_op_def(name).kernel({"X": x}, attrs, ctx)["Out"]
+
+
+def _unary_grad(name: str, out: torch.Tensor, dout: torch.Tensor, attrs: dict,
+                ctx: Any) -> torch.Tensor:
+    """``dout * unary'(x)`` written with the unary's output ``out``."""
+    if name == "scale":
+        return dout * attrs["scale"]
+    return get_op_def(name + "_grad").kernel({"Out": out, "Out@GRAD": dout}, attrs,
+                                             ctx)["X@GRAD"]
+
+
+def _binary(name: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.add(x, y) if name == "elementwise_add" else torch.mul(x, y)
+
+
+def _reduce_to_y(g: torch.Tensor, x: torch.Tensor, y: torch.Tensor, axis: int) -> torch.Tensor:
+    if x.dim() != y.dim():
+        return unbroadcast(g, axis_view_shape(x.shape, y.shape, axis)).reshape(y.shape)
+    return unbroadcast(g, y.shape)
 
 
 def _shape(ins: dict, attrs: dict) -> dict:
-    _activation(attrs)
+    _, _, unary_first = _functors(attrs)
     meta = broadcast_meta(ins["X"], ins["Y"], attrs["axis"])
-    return {"Out": meta, "IntermediateOut": meta}
+    return {"Out": meta, "IntermediateOut": meta if unary_first else ins["Y"]}
 
 
 def _kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
-    act, _ = _activation(attrs)
-    x = ins["X"]
-    inter = torch.add(x, broadcast_y(x, ins["Y"], attrs["axis"]))
-    return {"Out": act({"X": inter}, attrs, ctx)["Out"], "IntermediateOut": inter}
+    unary, binary, unary_first = _functors(attrs)
+    x, y, axis = ins["X"], ins["Y"], attrs["axis"]
+    if unary_first:
+        inter = _binary(binary, x, broadcast_y(x, y, axis))
+        return {"Out": _unary(unary, inter, attrs, ctx), "IntermediateOut": inter}
+    inter = _unary(unary, y, attrs, ctx)
+    return {"Out": _binary(binary, x, broadcast_y(x, inter, axis)), "IntermediateOut": inter}
 
 
 def _grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    _, act_grad = _activation(attrs)
-    x, y, out, dout = ins["X"], ins["Y"], ins["Out"], ins["Out@GRAD"]
-    d_inter = act_grad({"Out": out, "Out@GRAD": dout}, attrs, ctx)["X@GRAD"] \
-        if dout is not None else torch.zeros_like(out)
-    if ins.get("IntermediateOut@GRAD") is not None:
-        d_inter = d_inter + ins["IntermediateOut@GRAD"]
+    unary, binary, unary_first = _functors(attrs)
+    x, y, out, axis = ins["X"], ins["Y"], ins["Out"], attrs["axis"]
+    dout = ins["Out@GRAD"] if ins["Out@GRAD"] is not None else torch.zeros_like(out)
+    dinter_extra = ins.get("IntermediateOut@GRAD")
     grads = {}
+    if unary_first:
+        d_inter = _unary_grad(unary, out, dout, attrs, ctx)
+        if dinter_extra is not None:
+            d_inter = d_inter + dinter_extra
+        by = broadcast_y(x, y, axis)
+        dx = d_inter if binary == "elementwise_add" else d_inter * by
+        dyb = d_inter if binary == "elementwise_add" else d_inter * x
+        if "X" in ctx.need:
+            grads["X@GRAD"] = unbroadcast(dx, x.shape)
+        if "Y" in ctx.need:
+            grads["Y@GRAD"] = _reduce_to_y(dyb, x, y, axis)
+        return grads
+    inter = ins.get("IntermediateOut")
+    if inter is None:
+        inter = _unary(unary, y, attrs, ctx)
+    binter = broadcast_y(x, inter, axis)
+    dx = dout if binary == "elementwise_add" else dout * binter
     if "X" in ctx.need:
-        grads["X@GRAD"] = unbroadcast(d_inter, x.shape)
+        grads["X@GRAD"] = unbroadcast(dx, x.shape)
     if "Y" in ctx.need:
-        if x.dim() != y.dim():
-            view = axis_view_shape(x.shape, y.shape, attrs["axis"])
-            grads["Y@GRAD"] = unbroadcast(d_inter, view).reshape(y.shape)
-        else:
-            grads["Y@GRAD"] = unbroadcast(d_inter, y.shape)
+        d_inter = _reduce_to_y(dout if binary == "elementwise_add" else dout * x, x, inter, axis)
+        if dinter_extra is not None:
+            d_inter = d_inter + dinter_extra
+        grads["Y@GRAD"] = _unary_grad(unary, inter, d_inter, attrs, ctx)
     return grads
 
 
@@ -77,4 +130,5 @@ register_op("fused_elemwise_activation", inputs=("X", "Y"), outputs=("Out", "Int
             attrs={"functor_list": ["relu", "elementwise_add"], "axis": -1, "scale": 0.0,
                    "save_intermediate_out": True},
             infer_shape=_shape, kernel=_kernel, grad_kernel=_grad,
-            grad_uses=("X", "Y", "Out"), share_lod=("X", "Out"), fresh_output=True)
+            grad_uses=("X", "Y", "Out", "IntermediateOut"), share_lod=("X", "Out"),
+            fresh_output=True)

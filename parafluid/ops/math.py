@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..dtypes import VarType
 from ..scope import SelectedRows
 from .common import (
     add_grads,
@@ -76,6 +77,16 @@ def _elementwise_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": broadcast_meta(ins["X"], ins["Y"], attrs["axis"])}
 
 
+def _sparse_by_scalar_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    if x.type == VarType.SELECTED_ROWS:  # stays row-sparse (see the kernel)
+        return {"Out": Meta(tuple(x.shape), x.dtype, VarType.SELECTED_ROWS)}
+    return _elementwise_shape(ins, attrs)
+
+
+_SPARSE_BY_SCALAR = frozenset({"elementwise_mul", "elementwise_div"})
+
+
 def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...],
                           inplace: str | None = None) -> None:
     """``grad_fn(x, y, out, dout) -> (dx, dy)`` on broadcast operands, before unbroadcast.
@@ -83,6 +94,13 @@ def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...
 
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
         x, y = ins["X"], ins["Y"]
+        if isinstance(x, SelectedRows) and name in _SPARSE_BY_SCALAR:
+            # NOTE: a row-sparse tensor times or over one number stays row-sparse (mixed
+            # precision divides each gradient, sparse ones too, by the loss scaling)
+            if not isinstance(y, torch.Tensor) or y.numel() != 1:
+                raise ValueError(f"{name}: a SelectedRows X takes a one-element Y, got Y of "
+                                 f"shape {list(getattr(y, 'shape', []))}")
+            return {"Out": SelectedRows(x.rows, fn(x.value, y.reshape(())), x.height)}
         if not _trailing(x, y, attrs["axis"]):
             y = broadcast_y(x, y, attrs["axis"])
         return {"Out": fn(x, y)}
@@ -107,7 +125,8 @@ def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...
         getattr(x, inplace)(broadcast_y(x, y, attrs["axis"]))
 
     register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
-                infer_shape=_elementwise_shape, kernel=kernel, grad_kernel=grad,
+                infer_shape=_sparse_by_scalar_shape if name in _SPARSE_BY_SCALAR
+                else _elementwise_shape, kernel=kernel, grad_kernel=grad,
                 grad_uses=uses, share_lod=("X", "Out"), inplace=update if inplace else None,
                 fresh_output=True)
 

@@ -28,11 +28,15 @@ register_op("fill_constant", outputs=("Out",),
             infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_fill_constant)
 
 def _fill_zeros_like(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from ..scope import TensorArray
+    from ..scope import SelectedRows, TensorArray
 
     x = ins["X"]
     # the zero of a tensor array (a gradient nothing produced): slots never written
-    return {"Out": TensorArray() if isinstance(x, list) else torch.zeros_like(x)}
+    if isinstance(x, list):
+        return {"Out": TensorArray()}
+    if isinstance(x, SelectedRows):  # the same rows, zero values
+        return {"Out": SelectedRows(x.rows, torch.zeros_like(x.value), x.height)}
+    return {"Out": torch.zeros_like(x)}
 
 
 register_op("fill_zeros_like", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),

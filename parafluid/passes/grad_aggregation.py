@@ -97,12 +97,21 @@ def find_params_grads(program: Program) -> list[tuple[str, str, int]]:
 
 
 def loss_grad_op_index(program: Program, loss_name: str) -> int | None:
-    """Index of the op that fills ``loss@GRAD`` (appended by the backward pass), if any."""
+    """Index of the op that fills ``loss@GRAD`` (appended by the backward pass), if any.
+
+    Without one, the one op of the loss-gradient role that fills a gradient, as Fluid finds
+    the seed by its role: a loss scaled before it is differentiated (mixed precision's
+    ``loss * loss_scaling``) seeds ``<scaled loss>@GRAD``, and that is the gradient to
+    scale by the number of devices."""
     target = [loss_name + GRAD_SUFFIX]
+    seeds = []
     for i, op in enumerate(program.global_block().ops):
-        if op.attrs.get("op_role", 0) == _LOSS_GRAD_ROLE and op.output_arg_names == target:
-            return i
-    return None
+        if op.attrs.get("op_role", 0) == _LOSS_GRAD_ROLE:
+            if op.output_arg_names == target:
+                return i
+            if len(op.output_arg_names) == 1 and op.output_arg_names[0].endswith(GRAD_SUFFIX):
+                seeds.append(i)
+    return seeds[0] if len(seeds) == 1 else None
 
 
 def aggregate_gradients(program: Program, opts: AggregationOptions) -> Program:
@@ -173,7 +182,7 @@ def aggregate_gradients(program: Program, opts: AggregationOptions) -> Program:
                 op.attrs[OWNER_ATTR] = owned[0]
         new_ops.append(op)
         if i == loss_grad_at and opts.scale == GradientScaleStrategy.CoeffNumDevice:
-            name = opts.loss_name + GRAD_SUFFIX
+            name = op.output_arg_names[0]
             emit("scale", [name], [name], {"scale": 1.0 / nranks, "bias": 0.0,
                                           "bias_after_scale": True}, op, _LOSS_GRAD_ROLE)
         for p, g in grads_at.get(i, []):

@@ -108,7 +108,8 @@ def test_not_provided_names_fail_on_use_with_what_to_do(key):
               "optimizer": fluid.optimizer, "metrics": fluid.metrics, "clip": fluid.clip,
               "Executor": fluid.Executor, "CompiledProgram": fluid.CompiledProgram,
               "contrib": fluid.contrib, "dygraph": fluid.dygraph,
-              "dygraph_grad_clip": fluid.dygraph_grad_clip}[where]
+              "dygraph_grad_clip": fluid.dygraph_grad_clip,
+              "pslib": fluid.incubate.fleet.parameter_server.pslib}[where]
     obj = getattr(module, name)  # no error yet: scripts import these at the top
     instead = NOT_PROVIDED[key][1]
     with pytest.raises(NotProvidedError, match="is not part of parafluid") as info:

@@ -28,6 +28,8 @@ CASES = [
            id="clip_by_norm_within"),
     OpCase("squared_l2_norm", {"X": rand(3, 4)},
            ref=lambda X: {"Out": np.array([np.sum(X * X)])}, grad=["X"]),
+    OpCase("l1_norm", {"X": _AWAY}, ref=lambda X: {"Out": np.array([np.sum(np.abs(X))])},
+           grad=["X"]),
     OpCase("clip_by_global_norm", {"X": rand(3, 4), "SquaredNorm": np.array([9.0])},
            attrs={"clip_norm": 1.5}, ref=_clip_by_global_norm),
     OpCase("increment", {"X": np.array([3], dtype="int64")}, attrs={"step": 2.0},

@@ -73,6 +73,9 @@ from .transpiler import memory_optimize, release_memory
 from . import profiler  # noqa: F401  (fluid.profiler)
 from . import install_check, log_helper, reader  # noqa: F401  (Fluid 1.6 module paths)
 from .io import load, save
+from .data_feed_desc import DataFeedDesc
+from .dataset import DatasetFactory, InMemoryDataset, QueueDataset
+from . import dataset  # noqa: F401  (fluid.dataset)
 from .version import __version__  # noqa: F401  (parafluid.__version__)
 from . import contrib, dygraph, dygraph_grad_clip, incubate  # noqa: F401  (Fluid 1.6)
 
@@ -90,7 +93,8 @@ __all__ = [
     "compiler", "core", "metrics", "nets", "data", "embedding", "create_lod_tensor",
     "create_random_int_lodtensor", "cuda_pinned_places", "LoDTensorArray", "one_hot", "save",
     "load", "install_check", "log_helper", "reader", "WeightNormParamAttr", "contrib",
-    "dygraph", "dygraph_grad_clip", "incubate",
+    "dygraph", "dygraph_grad_clip", "incubate", "DataFeedDesc", "DatasetFactory",
+    "InMemoryDataset", "QueueDataset", "dataset",
 ]
 
 

@@ -44,25 +44,10 @@ _family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
         "fleet's PSLib mode (Fluid's C++ parameter server)",
         "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "
         "(docs/fleet.md)")
-# -- CUDA-only, Dataset trainers, inference-only and readers in processes ------------------
+# -- CUDA-only ---------------------------------------------------------------------------------
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
         "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
         "use fluid.optimizer.Momentum")
-_family(["optimizer.PipelineOptimizer"],
-        "the section-worker pipeline trainer: its programs (sections cut at cut_list, each "
-        "with a place, a concurrency and queues between them) run only through "
-        "Executor.train_from_dataset, the Dataset trainer, which is not provided either",
-        "place the stages with fluid.device_guard, minimize with the wrapped optimizer and "
-        "set BuildStrategy.num_microbatches for the GPipe pipeline (docs/placement.md)")
-_family(["fluid.DataFeedDesc", "Executor.train_from_dataset", "Executor.infer_from_dataset"],
-        "Dataset training (the C++ data-feed trainers)",
-        "feed batches with fluid.io.DataLoader.from_generator and call Executor.run")
-_family(["CompiledProgram.with_inference_optimize"],
-        "the C++ inference API's program optimization",
-        "run the saved model with fluid.core.create_paddle_predictor(fluid.core.AnalysisConfig("
-        "model_dir)), or fluid.io.load_inference_model and fluid.Executor")
-_family(["io.multiprocess_reader"], "readers in child processes",
-        "use fluid.io.xmap_readers (threads) or fluid.io.DataLoader.from_generator")
 
 
 class NotProvidedError(NotImplementedError):

@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 
-from .compat import NotProvided
 from .engine.graph import build_graph
 from .engine.lanes import placed_graph
 from .engine.plan import Plan, RunServices
@@ -132,9 +131,59 @@ class Executor:
         return [fetch_value(name, value, return_numpy)
                 for name, value in zip(plan.fetch, values)]
 
-    # Fluid's Dataset trainers: importable, fail on use with what to use instead
-    train_from_dataset = NotProvided("Executor.train_from_dataset")
-    infer_from_dataset = NotProvided("Executor.infer_from_dataset")
+    def train_from_dataset(self, program: Any = None, dataset: Any = None,
+                           scope: Scope | None = None, thread: int = 0, debug: bool = False,
+                           fetch_list: Sequence[Any] | None = None,
+                           fetch_info: Sequence[str] | None = None,
+                           print_period: int = 100) -> None:
+        """Train ``program`` on every batch of ``dataset`` (a ``fluid.DatasetFactory``
+        Dataset) with ``thread`` worker threads sharing the parameters (0: the dataset's
+        ``set_thread``); see ``parafluid/dataset_trainer.py``.
+
+        Args:
+            program: a Program or CompiledProgram (default: the default main program).
+            dataset: the Dataset, its ``set_use_var`` / ``set_filelist`` / ``set_batch_size``
+                done (an InMemoryDataset loaded).
+            scope: where the parameters live (default: ``global_scope()``).
+            thread: worker threads (one thread runs the batches in order, exactly as
+                ``Executor.run`` over them).
+            debug: print the batches per thread and the time at the end.
+            fetch_list, fetch_info: variables printed, with these names, every
+                ``print_period`` batches.
+
+        Example::
+
+            exe.train_from_dataset(main, dataset, thread=2, fetch_list=[loss],
+                                   fetch_info=["loss"], print_period=10)
+        """
+        from .dataset_trainer import run_from_dataset
+
+        self._check_open()
+        run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
+                         fetch_info, print_period, is_infer=False)
+
+    def infer_from_dataset(self, program: Any = None, dataset: Any = None,
+                           scope: Scope | None = None, thread: int = 0, debug: bool = False,
+                           fetch_list: Sequence[Any] | None = None,
+                           fetch_info: Sequence[str] | None = None,
+                           print_period: int = 100) -> None:
+        """Run the test clone of ``program`` (no backward or optimizer ops: the parameters
+        stay) on every batch of ``dataset``; the arguments are those of
+        ``train_from_dataset``.
+
+        Example::
+
+            exe.infer_from_dataset(main, dataset, fetch_list=[acc], fetch_info=["acc"])
+        """
+        from .dataset_trainer import run_from_dataset
+
+        self._check_open()
+        run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
+                         fetch_info, print_period, is_infer=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("Executor.run() after close(): create a new Executor")
 
     def close(self) -> None:
         """Drop the compiled plans; the executor refuses to run afterwards.

@@ -40,6 +40,7 @@ from .atomic_write import write_bytes
 from .dataloader import DataLoader, PyReader
 from .dtypes import convert_dtype
 from .framework import Parameter, Program, Variable, default_main_program
+from .multiprocess_reader import multiprocess_reader
 from .ops.registry import shapes_compatible
 from .passes.prune import prune
 from .reader import (
@@ -72,7 +73,7 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
            "load_persistables", "save_inference_model", "load_inference_model",
            "is_parameter", "is_persistable", "DataLoader", "PyReader", "batch", "shuffle",
            "buffered", "chain", "compose", "firstn", "map_readers", "cache", "xmap_readers",
-           "PipeReader", "Fake", "save", "load", "DEFAULT_FILENAME",
+           "multiprocess_reader", "PipeReader", "Fake", "save", "load", "DEFAULT_FILENAME",
            "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model",
            "pserver_checkpoint_filename", "write_pserver_checkpoint", "check_checkpoint_file",
            "CHECKPOINT_MARKER"]

@@ -40,7 +40,7 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "DecayedAdagrad", "DecayedAdagradOptimizer", "Adamax", "AdamaxOptimizer", "Ftrl",
            "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
            "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage",
-           "LookaheadOptimizer", "ModelAverage"]
+           "LookaheadOptimizer", "ModelAverage", "PipelineOptimizer"]
 
 
 class State(NamedTuple):
@@ -671,6 +671,7 @@ from .moving_average import (  # noqa: E402
     LookaheadOptimizer,
     ModelAverage,
 )
+from .pipeline_optimizer import PipelineOptimizer  # noqa: E402
 
 
 def __getattr__(name: str) -> object:

@@ -25,8 +25,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from .multiprocess_reader import multiprocess_reader
+
 __all__ = ["batch", "shuffle", "buffered", "chain", "compose", "firstn", "map_readers",
-           "ComposeNotAligned", "cache", "xmap_readers", "PipeReader", "Fake"]
+           "ComposeNotAligned", "cache", "xmap_readers", "PipeReader", "Fake",
+           "multiprocess_reader"]
 
 Reader = Callable[[], Iterable[Any]]
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..compat import NotProvided
 from ..feed_fetch import fetch_names
 from ..framework import Program, Variable
 from ..passes.segment import segment_program
 from ..place import CUDAPlace
 from ..placement import is_placed
+from ..predictor_config import AnalysisConfig, NativeConfig
 from ..scope import Scope
 from .parallel_executor import ParallelExecutor
 from .strategy import BuildStrategy, ExecutionStrategy, build_pipeline
@@ -63,9 +63,44 @@ class CompiledProgram:
         self._scope: Scope | None = None
         self._segmented: dict[tuple, Program] = {}  # (version, fetch) -> program run
         self._placed: tuple[int, bool] = (-1, False)  # (version, placed on devices)
+        self._is_inference = False
+        self._infer_config: AnalysisConfig | NativeConfig | None = None
+        self._predictor: Any = None
 
-    # the C++ inference analysis passes: importable, fail on use with what to use instead
-    with_inference_optimize = NotProvided("CompiledProgram.with_inference_optimize")
+    def with_inference_optimize(self, config: AnalysisConfig | NativeConfig
+                                ) -> CompiledProgram:
+        """Run as the inference predictor of ``config`` (``fluid.core.AnalysisConfig`` or
+        ``NativeConfig``): the saved model it names, loaded and pruned for inference as
+        ``fluid.core.create_paddle_predictor(config)`` loads it, in a scope of its own.
+
+        ``exe.run(compiled, feed=[PaddleTensor, ...])`` returns the predictor's output
+        PaddleTensors (as Fluid); ``exe.run(compiled, feed={name: array}, fetch_list=...)``
+        runs the loaded program on that Executor (default fetch: the model's targets).
+
+        Example::
+
+            config = fluid.core.AnalysisConfig("model_dir")
+            compiled = fluid.CompiledProgram(inference_program).with_inference_optimize(config)
+            out, = exe.run(compiled, feed={"x": x})
+
+        Returns this CompiledProgram.
+        """
+        if self._is_data_parallel:
+            raise ValueError("CompiledProgram.with_inference_optimize: the program is already "
+                             "data-parallel; a program is compiled either for data "
+                             "parallelism or for inference")
+        if self._is_inference:
+            raise ValueError("CompiledProgram.with_inference_optimize was already called on "
+                             "this program; create a new CompiledProgram")
+        if not isinstance(config, (AnalysisConfig, NativeConfig)):
+            raise TypeError("CompiledProgram.with_inference_optimize: config must be a "
+                            "fluid.core.AnalysisConfig or NativeConfig, got "
+                            f"{type(config).__name__}")
+        self._is_inference = True
+        self._infer_config = config
+        return self
+
+    _with_inference_optimize = with_inference_optimize  # Fluid 1.6's own tests' spelling
 
     def with_data_parallel(self, loss_name: str | None = None,
                            build_strategy: BuildStrategy | None = None,
@@ -86,6 +121,10 @@ class CompiledProgram:
         if self._is_data_parallel:
             raise RuntimeError("CompiledProgram.with_data_parallel was already called on this "
                                "program; create a new CompiledProgram")
+        if self._is_inference:
+            raise ValueError("CompiledProgram.with_data_parallel: the program is compiled for "
+                             "inference (with_inference_optimize); a program is compiled "
+                             "either for data parallelism or for inference")
         if share_vars_from is not None and not isinstance(share_vars_from, CompiledProgram):
             raise TypeError("CompiledProgram.with_data_parallel: share_vars_from must be a "
                             f"CompiledProgram, got {type(share_vars_from).__name__}")
@@ -105,6 +144,8 @@ class CompiledProgram:
 
     def _run_from_executor(self, exe: Any, feed: Any, fetch_list: list[Any], scope: Scope,
                            return_numpy: bool) -> list[Any]:
+        if self._is_inference:
+            return self._run_inference(exe, feed, fetch_list, return_numpy)
         if self._executor is None and self._compiles_alone(feed):
             if isinstance(feed, (list, tuple)):
                 feed = feed[0]
@@ -118,6 +159,27 @@ class CompiledProgram:
                              "the scope of its first run, or create a new CompiledProgram")
         return self._executor._run(fetch_list, feed or None, return_numpy, True,
                                    check_nan_inf=exe.check_nan_inf)
+
+    def _run_inference(self, exe: Any, feed: Any, fetch_list: list[Any], return_numpy: bool
+                       ) -> list[Any]:
+        from ..predictor import PaddleTensor, create_paddle_predictor
+
+        if self._predictor is None:
+            self._predictor = create_paddle_predictor(self._infer_config)
+        predictor = self._predictor
+        if isinstance(feed, (list, tuple)) and all(isinstance(t, PaddleTensor) for t in feed):
+            if fetch_list:
+                raise ValueError("CompiledProgram (inference): a PaddleTensor feed returns the "
+                                 "model's outputs; leave fetch_list empty, or feed a dict "
+                                 "{name: array} to fetch by name")
+            return predictor.run(list(feed))
+        if not isinstance(feed, dict):
+            raise TypeError("CompiledProgram (inference): feed a list of fluid.core."
+                            "PaddleTensor (one per model input) or a dict {name: array}, got "
+                            f"{type(feed).__name__}")
+        fetch = fetch_names(fetch_list) or predictor.get_output_names()
+        return exe.run(predictor.program(), feed=feed, fetch_list=fetch,
+                       scope=predictor._scope, return_numpy=return_numpy)
 
     def _compiles_alone(self, feed: Any) -> bool:
         """Whether this runs as compiled segments on the executor's own plan (one device, no

@@ -178,9 +178,9 @@ def test_detection_names_are_the_layers_and_stand_ins_fail_on_use():
     with pytest.raises(NotProvidedError, match="deep gradient compression"):
         parafluid.optimizer.DGCMomentumOptimizer(learning_rate=0.1, momentum=0.9,
                                                  rampup_begin_step=0)
-    exe = parafluid.Executor(parafluid.CPUPlace())
-    with pytest.raises(NotProvidedError, match="Dataset training"):
-        exe.train_from_dataset(program=None, dataset=None)
+    with pytest.raises(NotProvidedError, match="reader ops over RecordIO files"):
+        parafluid.layers.open_files(filenames=["a.recordio"], shapes=[[-1, 1]],
+                                    lod_levels=[0], dtypes=["float32"])
 
 
 def write_counts() -> str:

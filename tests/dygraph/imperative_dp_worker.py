@@ -1,8 +1,9 @@
 """One trainer of the imperative data-parallel test: trains the shared MLP on its half of
 each batch through fluid.dygraph.DataParallel and writes its results as JSON.
 
-Run by tests/dygraph/test_data_parallel.py under ``python -m parafluid.distributed.launch``
-(argument: the output directory), or alone as the one-process job.
+Run by tests/dygraph/test_imperative_data_parallel.py under
+``python -m parafluid.distributed.launch`` (argument: the output directory), or alone as the
+one-process job.
 """
 
 from __future__ import annotations

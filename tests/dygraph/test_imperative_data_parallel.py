@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-import dp_worker  # noqa: E402
+import imperative_dp_worker  # noqa: E402
 
 
 def _static_oracle():
@@ -26,15 +26,15 @@ def _static_oracle():
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
         x = fluid.layers.data("x", shape=[4])
         y = fluid.layers.data("y", shape=[1])
-        model = dp_worker.MLP("mlp")
+        model = imperative_dp_worker.MLP("mlp")
         loss = model(x, y)
-        fluid.optimizer.SGD(learning_rate=dp_worker.LR).minimize(loss)
+        fluid.optimizer.SGD(learning_rate=imperative_dp_worker.LR).minimize(loss)
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.Scope()
     with fluid.scope_guard(scope):
         exe.run(startup)
         losses = [exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss])[0].item()
-                  for xb, yb in zip(dp_worker.XS, dp_worker.YS)]
+                  for xb, yb in zip(imperative_dp_worker.XS, imperative_dp_worker.YS)]
         params = {p.name: np.array(scope.find_var(p.name).get_tensor())
                   for p in main.all_parameters()}
     return losses, params
@@ -49,7 +49,7 @@ def _child_env() -> dict[str, str]:
 
 
 def test_one_process_is_the_identity(tmp_path):
-    dp_worker.train(str(tmp_path))  # no launcher: one trainer, no communicator
+    imperative_dp_worker.train(str(tmp_path))  # no launcher: one trainer, no communicator
     with open(tmp_path / "trainer_0.json") as f:
         got = json.load(f)
     losses, params = _static_oracle()
@@ -64,7 +64,7 @@ def test_one_process_is_the_identity(tmp_path):
 def test_two_processes_train_as_one_on_the_whole_batch(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "parafluid.distributed.launch", "--nproc_per_node", "2",
-         os.path.join(HERE, "dp_worker.py"), str(tmp_path)],
+         os.path.join(HERE, "imperative_dp_worker.py"), str(tmp_path)],
         env=_child_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
     try:

@@ -40,7 +40,8 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "DecayedAdagrad", "DecayedAdagradOptimizer", "Adamax", "AdamaxOptimizer", "Ftrl",
            "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
            "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage",
-           "LookaheadOptimizer", "ModelAverage", "PipelineOptimizer"]
+           "LookaheadOptimizer", "ModelAverage", "PipelineOptimizer", "DGCMomentumOptimizer",
+           "DGCMomentum"]
 
 
 class State(NamedTuple):
@@ -672,6 +673,7 @@ from .moving_average import (  # noqa: E402
     ModelAverage,
 )
 from .pipeline_optimizer import PipelineOptimizer  # noqa: E402
+from .dgc_optimizer import DGCMomentum, DGCMomentumOptimizer  # noqa: E402
 
 
 def __getattr__(name: str) -> object:

@@ -89,12 +89,13 @@ def _dgc(ins: dict, attrs: dict, ctx: Any) -> dict:
     sparsity = dgc_sparsity(list(attrs["sparsity"]), step, begin, attrs["rampup_step"])
     k = dgc_k(numel, sparsity)
     m = attrs["m"]
+    # NOTE: new tensors, not in place: the runtime writes them back to U and V
     if attrs["use_nesterov"]:
-        u.add_(g).mul_(m)
-        v.add_(u).add_(g)
+        u = (u + g) * m
+        v = v + u + g
     else:
-        u.mul_(m).add_(g)
-        v.add_(u)
+        u = u * m + g
+        v = v + u
     flat_u, flat_v = u.view(-1), v.view(-1)
     idx = torch.topk(flat_v.abs(), k, sorted=False).indices
     values = flat_v.index_select(0, idx)

@@ -667,13 +667,13 @@ class LarsMomentum(Optimizer):
 AdadeltaOptimizer = Adadelta
 LarsMomentumOptimizer = LarsMomentum
 
+from .dgc_optimizer import DGCMomentum, DGCMomentumOptimizer  # noqa: E402
 from .moving_average import (  # noqa: E402
     ExponentialMovingAverage,
     LookaheadOptimizer,
     ModelAverage,
 )
 from .pipeline_optimizer import PipelineOptimizer  # noqa: E402
-from .dgc_optimizer import DGCMomentum, DGCMomentumOptimizer  # noqa: E402
 
 
 def __getattr__(name: str) -> object:

@@ -5,36 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dgc_models import LR, MU, D, dgc, feeds, linear
 
 import parafluid as fluid
 from parafluid.passes.grad_aggregation import AggregationOptions, aggregate_gradients
 from parafluid.testing.data_parallel import run_parallel, run_single
-
-N, D = 8, 128  # the weight is D x D = 16384 elements: compressed; the bias is not
-LR, MU = 0.5, 0.9
-
-
-def linear(opt_factory):
-    """out = x @ w + b; loss = mean(out * z): the gradients do not depend on w, so the
-    reference needs only DGC's own state."""
-    def build():
-        main, startup = fluid.Program(), fluid.Program()
-        main.random_seed = startup.random_seed = 5
-        with fluid.program_guard(main, startup):
-            x = fluid.layers.data(name="x", shape=[D], dtype="float32")
-            z = fluid.layers.data(name="z", shape=[D], dtype="float32")
-            out = fluid.layers.fc(x, size=D, param_attr=fluid.ParamAttr(name="w"),
-                                  bias_attr=fluid.ParamAttr(name="b"))
-            loss = fluid.layers.mean(fluid.layers.elementwise_mul(out, z))
-            opt_factory().minimize(loss)
-        return main, startup, loss
-    return build
-
-
-def feeds(steps, seed=0):
-    rng = np.random.RandomState(seed)
-    return [{"x": rng.uniform(-1, 1, (N, D)).astype("float32"),
-             "z": rng.uniform(-1, 1, (N, D)).astype("float32")} for _ in range(steps)]
 
 
 def initial_params(build):
@@ -85,12 +60,6 @@ def dgc_reference(w, b, batches, workers, begin, rampup_step, sparsity, nesterov
             v[d].ravel()[idx] = 0.0
         w -= LR * (sent.reshape(w.shape) + l2 * w)
     return {"w": w, "b": b}
-
-
-def dgc(begin, rampup_step=2, sparsity=(0.9, 0.99), **kw):
-    return lambda: fluid.optimizer.DGCMomentumOptimizer(
-        learning_rate=LR, momentum=MU, rampup_begin_step=begin, rampup_step=rampup_step,
-        sparsity=list(sparsity), **kw)
 
 
 def test_before_rampup_it_is_momentum_exactly():

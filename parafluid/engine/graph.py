@@ -11,9 +11,10 @@ What to communicate is decided before, by the gradient aggregation pass
 (``parafluid.passes.grad_aggregation``), which writes collective ops into the program. Here:
 
 - a collective op (``c_allreduce_sum``, ``c_allreduce_coalesced``, ``c_reduce_sum``,
-  ``c_broadcast``, ``c_dgc_allreduce``) names one variable per slot; it becomes ONE node whose slots hold that
-  variable on every local device (``c_reduce_sum`` writes the root only, ``c_broadcast``
-  reads the root only; the root is a global device index, ``rank_offset`` maps it here);
+  ``c_broadcast``, ``c_dgc_allreduce``) names one variable per slot; it becomes ONE node
+  whose slots hold that variable on every local device (``c_reduce_sum`` writes the root
+  only, ``c_broadcast`` reads the root only; the root is a global device index,
+  ``rank_offset`` maps it here);
 - an op with the attr ``owner_device`` runs on that device only; its results exist only
   there, and a replica elsewhere that would read them is skipped (or is an error when it
   updates a persistable);

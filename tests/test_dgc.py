@@ -41,7 +41,8 @@ def dgc_reference(w, b, batches, workers, begin, rampup_step, sparsity, nesterov
             u = [MU * ud + g for ud in u]
             w -= LR * (g + MU * u[0] if nesterov else u[0])
             continue
-        s = sparsity[min(int((step - begin) * len(sparsity) / rampup_step), len(sparsity) - 1)]
+        idx = int(step * len(sparsity) / rampup_step)  # Fluid 1.6: the global step
+        s = 0.999 if idx >= len(sparsity) else sparsity[idx]
         k = max(1, int(w.size * (1 - s)))
         sent = np.zeros(w.size)
         for d in range(workers):

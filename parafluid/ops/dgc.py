@@ -54,11 +54,13 @@ def _step(t: torch.Tensor) -> int:
 
 def dgc_sparsity(sparsity: list[float], step: int, rampup_begin_step: float,
                  rampup_step: float) -> float:
-    """The sparsity of ``step`` (at or after ``rampup_begin_step``): the ramp-up list walked
-    in ``rampup_step`` steps, its last entry after that."""
-    since = step - int(rampup_begin_step)
-    idx = int(since * len(sparsity) / rampup_step)
-    return float(sparsity[min(idx, len(sparsity) - 1)])
+    """The sparsity of ``step`` (at or after ``rampup_begin_step``), as Fluid 1.6's dgc op
+    computes it: the list indexed by the global step (``step * len / rampup_step``), and
+    0.999 once the index passes the list's end (so with ``rampup_begin_step`` beyond
+    ``rampup_step`` the ramp-up is already over when compression starts)."""
+    del rampup_begin_step  # NOTE: Fluid 1.6 does not subtract it (later Fluid does)
+    idx = int(step * len(sparsity) / rampup_step)
+    return 0.999 if idx >= len(sparsity) else float(sparsity[idx])
 
 
 def dgc_k(numel: int, sparsity: float) -> int:

@@ -19,7 +19,8 @@ def _dgc_ref(U, V, Grad, current_step, attrs):
         return {"U_out": u, "V_out": v, "Grad_out": g, "EncodeGrad": np.zeros(g.size),
                 "k": np.zeros(1)}
     sp = attrs["sparsity"]
-    s = sp[min(int((step - begin) * len(sp) / attrs["rampup_step"]), len(sp) - 1)]
+    idx = int(step * len(sp) / attrs["rampup_step"])  # Fluid 1.6: the global step
+    s = 0.999 if idx >= len(sp) else sp[idx]
     k = max(1, int(g.size * (1 - s)))
     m = attrs["m"]
     if attrs["use_nesterov"]:

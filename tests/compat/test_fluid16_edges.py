@@ -1,0 +1,51 @@
+"""Fluid 1.6 programs written as Fluid's users and unit tests wrote them, at the edges of
+the API: integer arithmetic through `scale`, tensor arrays in the imperative mode, the
+contrib metric layers with the label types Fluid documents."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+
+
+def test_scalar_arithmetic_on_an_integer_variable_keeps_its_dtype_as_fluids_scale():
+    # Fluid's scale kernel casts `scale` and `bias` to the tensor's type (static_cast, which
+    # truncates): `i + 1` of an int64 counter is int64, as its variable declares
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        i = fluid.layers.fill_constant([1], "int64", 4)
+        outs = [i + 1, i * 3, 1 - i, -i, i * 2.5, i / 2]
+    assert [o.dtype for o in outs] == ["int64"] * 6
+    exe = fluid.Executor(fluid.CPUPlace())
+    got = exe.run(main, fetch_list=outs)
+    assert [g.dtype for g in got] == [np.int64] * 6
+    assert [int(g[0]) for g in got] == [5, 12, -3, -4, 8, 0]
+    with fluid.dygraph.guard():
+        k = fluid.dygraph.to_variable(np.array([3, 7], "int32"))
+        j = k + 1
+        assert j.dtype == "int32" and j.numpy().tolist() == [4, 8]
+        x = fluid.dygraph.to_variable(np.array([3.0], "float32"))
+        assert (x / 2).numpy().tolist() == [1.5]       # floats are untouched
+
+
+def test_tensor_arrays_in_the_imperative_mode_write_read_and_differentiate():
+    with fluid.dygraph.guard():
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        x = fluid.dygraph.to_variable(np.array([1.0, 2.0], "float32"))
+        x.stop_gradient = False
+        arr = fluid.layers.create_array("float32")
+        assert "lod_tensor_array" in repr(arr)
+        fluid.layers.array_write(x, i, array=arr)
+        fluid.layers.array_write(x * 3, i + 1, array=arr)
+        assert fluid.layers.array_length(arr).numpy().tolist() == [2]
+        assert fluid.layers.array_read(arr, i + 1).numpy().tolist() == [3.0, 6.0]
+        joined, _ = fluid.layers.tensor_array_to_tensor(arr, axis=0)
+        assert joined.numpy().tolist() == [1.0, 2.0, 3.0, 6.0]
+        loss = fluid.layers.reduce_sum(fluid.layers.array_read(arr, i + 1))
+        loss.backward()
+        assert x.gradient().tolist() == [3.0, 3.0]
+        assert str(arr).endswith("of 2 items")
+        with pytest.raises(TypeError, match="tensor array of 2 items.*array_read"):
+            arr.numpy()

@@ -49,3 +49,24 @@ def test_tensor_arrays_in_the_imperative_mode_write_read_and_differentiate():
         assert str(arr).endswith("of 2 items")
         with pytest.raises(TypeError, match="tensor array of 2 items.*array_read"):
             arr.numpy()
+
+
+def test_ctr_metric_bundle_takes_the_int_label_its_fluid_docstring_shows():
+    # Fluid 1.6's own example: label = fluid.layers.data(..., dtype="int32")
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        data = fluid.layers.data(name="data", shape=[3], dtype="float32")
+        label = fluid.layers.data(name="label", shape=[1], dtype="int32")
+        predict = fluid.layers.sigmoid(fluid.layers.fc(input=data, size=1))
+        bundle = fluid.contrib.layers.ctr_metric_bundle(input=predict, label=label)
+    rng = np.random.RandomState(3)
+    feed = {"data": rng.rand(5, 3).astype("float32"),
+            "label": np.array([[1], [0], [1], [1], [0]], "int32")}
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        *sums, pred = exe.run(main, feed=feed, fetch_list=[*bundle, predict])
+    lv = feed["label"].astype("float32")
+    want = [np.sum((pred - lv) ** 2), np.sum(np.abs(pred - lv)), pred.sum(),
+            np.sum(1 / (1 + np.exp(-pred))), lv.sum(), 5.0]
+    np.testing.assert_allclose([float(s) for s in sums], want, rtol=1e-5)

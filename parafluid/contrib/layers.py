@@ -48,8 +48,8 @@ def ctr_metric_bundle(input: Variable, label: Variable) -> tuple[Variable, ...]:
     an int label is cast to float32). Returns persistable ``[1]`` float32 accumulators
     ``(local_sqrerr, local_abserr, local_prob, local_q, local_pos_num, local_ins_num)``:
     sums of squared and absolute error, of ``input``, of ``sigmoid(input)`` (the q value),
-    of ``label`` and the instance count. Divide by ``local_ins_num`` for MSE, MAE, predicted CTR and q; re-run the startup
-    program to reset them.
+    of ``label`` and the instance count. Divide by ``local_ins_num`` for MSE, MAE, predicted
+    CTR and q; re-run the startup program to reset them.
 
     Example::
 

@@ -70,3 +70,20 @@ def test_ctr_metric_bundle_takes_the_int_label_its_fluid_docstring_shows():
     want = [np.sum((pred - lv) ** 2), np.sum(np.abs(pred - lv)), pred.sum(),
             np.sum(1 / (1 + np.exp(-pred))), lv.sum(), 5.0]
     np.testing.assert_allclose([float(s) for s in sums], want, rtol=1e-5)
+
+
+def test_executor_takes_a_feed_list_of_one_dict_as_fluids_does():
+    # a loader over places yields one feed dict per place; Fluid's Executor takes the list
+    # of one, and refuses more ("Not compiled with data parallel")
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[2])
+        y = fluid.layers.reduce_sum(x * 2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    ones = np.ones([3, 2], "float32")
+    assert exe.run(main, feed=[{"x": ones}], fetch_list=[y])[0].tolist() == [12.0]
+    assert exe.run(main, feed=({"x": ones},), fetch_list=[y])[0].tolist() == [12.0]
+    with pytest.raises(TypeError, match="2 feed dicts.*one per device.*CompiledProgram"):
+        exe.run(main, feed=[{"x": ones}, {"x": ones}], fetch_list=[y])
+    with pytest.raises(TypeError, match="feed must be a dict"):
+        exe.run(main, feed=[ones], fetch_list=[y])

@@ -87,3 +87,15 @@ def test_executor_takes_a_feed_list_of_one_dict_as_fluids_does():
         exe.run(main, feed=[{"x": ones}, {"x": ones}], fetch_list=[y])
     with pytest.raises(TypeError, match="feed must be a dict"):
         exe.run(main, feed=[ones], fetch_list=[y])
+
+
+def test_dataset_set_use_var_names_what_it_wants_when_given_names():
+    dataset = fluid.DatasetFactory().create_dataset("QueueDataset")
+    with pytest.raises(TypeError, match="list of data Variables.*'slot1'"):
+        dataset.set_use_var(["slot1"])
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        var = fluid.layers.data(name="slot1", shape=[1], dtype="int64", lod_level=1)
+    with pytest.raises(TypeError, match="list of data Variables"):
+        dataset.set_use_var(var)
+    dataset.set_use_var([var])
+    assert 'name: "slot1"' in dataset.desc()

@@ -39,23 +39,12 @@ def _family(keys: Iterable[str], what: str, instead: str) -> None:
 
 
 # Families of Fluid 1.6 names not provided (yet), one reason each (docs/fluid_compat.md)
-_family(["dygraph.FC", "dygraph.Conv2D", "dygraph.Pool2D", "dygraph.BatchNorm",
-         "dygraph.Embedding", "dygraph.LayerNorm", "dygraph.GRUUnit", "dygraph.NCE",
-         "dygraph.PRelu", "dygraph.BilinearTensorProduct", "dygraph.Conv2DTranspose",
-         "dygraph.Conv3D", "dygraph.Conv3DTranspose", "dygraph.GroupNorm",
-         "dygraph.SpectralNorm", "dygraph.TreeConv"],
-        "the imperative (dygraph) layer classes", "use the fluid.layers function of the same "
-        "name in a Program")
+# -- fluid.incubate.fleet ------------------------------------------------------------------
 _family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
         "fleet's PSLib mode (Fluid's C++ parameter server)",
         "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "
         "(docs/fleet.md)")
-# -- fluid.contrib -------------------------------------------------------------------------
-_family(["contrib.BasicGRUUnit", "contrib.BasicLSTMUnit", "contrib.basic_gru",
-         "contrib.basic_lstm"], "contrib's basic recurrent units",
-        "use fluid.layers.dynamic_gru / dynamic_lstm over LoD sequences")
-_family(["layers.lstm"], "the cuDNN LSTM (op cudnn_lstm exists only in Fluid's CUDA build)",
-        "use fluid.layers.dynamic_lstm over LoD sequences")
+# -- CUDA-only ---------------------------------------------------------------------------------
 _family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
         "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
         "use fluid.optimizer.Momentum")

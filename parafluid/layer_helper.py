@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import unique_name
@@ -15,7 +17,26 @@ from .framework import (
 from .initializer import Constant, Xavier
 from .param_attr import ParamAttr, WeightNormParamAttr
 
-__all__ = ["LayerHelper"]
+__all__ = ["LayerHelper", "parameter_source"]
+
+# NOTE: while a fluid.dygraph layer object (dygraph/nn.py) calls the fluid.layers function
+# of its name, the parameters that function asks for come from the object (made on its first
+# call, the same ones on every later call): one implementation of each layer for both.
+# An entry None lets the source itself create parameters the ordinary way.
+_PARAMETER_SOURCES: list[Callable[..., Any] | None] = []
+
+
+@contextlib.contextmanager
+def parameter_source(source: Callable[..., Any]) -> Iterator[None]:
+    """Within the ``with`` body, ``LayerHelper.create_parameter(attr, shape, dtype, is_bias,
+    default_initializer)`` returns ``source(attr, shape, dtype, is_bias,
+    default_initializer)`` instead of creating a parameter (``attr`` False still gives
+    None)."""
+    _PARAMETER_SOURCES.append(source)
+    try:
+        yield
+    finally:
+        _PARAMETER_SOURCES.pop()
 
 
 class LayerHelper:
@@ -93,6 +114,13 @@ class LayerHelper:
         """Create a parameter in the main program and its initializer in the startup program."""
         if attr is False:
             return None
+        if _PARAMETER_SOURCES and _PARAMETER_SOURCES[-1] is not None:
+            source = _PARAMETER_SOURCES[-1]
+            _PARAMETER_SOURCES.append(None)
+            try:
+                return source(attr, list(shape), dtype, is_bias, default_initializer)
+            finally:
+                _PARAMETER_SOURCES.pop()
         attr = ParamAttr._to_attr(attr)
         for d in shape:
             if not isinstance(d, int) or d <= 0:

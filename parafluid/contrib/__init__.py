@@ -8,6 +8,9 @@ from __future__ import annotations
 __all__: list[str] = []
 
 # -- recurrent units and their static functions ------------------------------------------
+from .rnn_impl import BasicGRUUnit, BasicLSTMUnit, basic_gru, basic_lstm  # noqa: E402
+
+__all__ += ["BasicGRUUnit", "BasicLSTMUnit", "basic_gru", "basic_lstm"]
 
 # -- decoders, mixed precision, optimizer extensions, layers, statistics ----------------
 from . import mixed_precision  # noqa: E402

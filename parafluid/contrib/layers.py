@@ -100,3 +100,10 @@ def ctr_metric_bundle(input: Variable, label: Variable) -> tuple[Variable, ...]:
                      attrs={"shape": [-1, 1], "dtype": "float32", "value": 1.0})
     accumulate("reduce_sum", ones, ins_num, whole)
     return sqrerr, abserr, prob, q, pos_num, ins_num
+
+
+# Fluid's contrib.layers also holds the recurrent units (its contrib/layers/rnn_impl.py):
+# ``from paddle.fluid.contrib.layers import basic_lstm`` as in Fluid's docstrings
+from .rnn_impl import BasicGRUUnit, BasicLSTMUnit, basic_gru, basic_lstm  # noqa: E402
+
+__all__ += ["BasicGRUUnit", "BasicLSTMUnit", "basic_gru", "basic_lstm"]

@@ -28,7 +28,8 @@ variable)). Anything else is refused with a reply naming why and logged (at most
 the job goes on: a stray or forged message from another process changes nothing. A
 duplicate of a value already stored is refused too, so the true sender of a value someone
 else forged fails loudly instead of the model training on the forgery; with
-``PARAFLUID_RPC_SECRET`` set, messages without the secret's MAC never reach the mailbox.
+``PARAFLUID_RPC_SECRET`` set, a connection without the job's credentials is refused at its
+handshake, and messages without the secret's MAC never reach the mailbox.
 A value that arrives before the receiver declared it, or while its box is full, is
 refused as "not ready" and the sender retries until its deadline (flow control).
 
@@ -224,7 +225,7 @@ class _Client:
     """Sends of this worker to one other worker's mailbox (thread-safe)."""
 
     def __init__(self, endpoint: str, worker_id: int) -> None:
-        self._rpc = RPCClient(endpoint, trainer_id=worker_id)
+        self._rpc = RPCClient(endpoint, trainer_id=worker_id, role=f"worker-{worker_id}")
         self.endpoint = self._rpc.endpoint
         self._sent: dict[str, int] = {}  # values of each name stored there so far
         self._lock = threading.Lock()

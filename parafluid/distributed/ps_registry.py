@@ -11,8 +11,9 @@ run starts fresh connections).
 A trainer process that ends normally without ``Executor.close()`` (its script returned, or
 called ``sys.exit``: the Fluid book's examples stop once the loss is low enough) is done
 too: an exit hook completes the pools still open, so the other trainers go on. A process
-that ends with an uncaught exception does not complete: its pservers stop at their barrier
-deadline, naming it (and save an emergency checkpoint).
+that ends with an uncaught exception does not complete: its pservers see its connections
+close without a completion and stop within about a second, naming it (and save an
+emergency checkpoint).
 
 Example::
 
@@ -70,7 +71,7 @@ def _complete_at_exit() -> None:
     # an uncaught exception; SystemExit (sys.exit, any code) is not one
     if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None) is not None:
         log.error("trainer(s) %s end with an uncaught exception: the pservers are not told "
-                  "they are done (they stop at their barrier deadline, naming them)", open_ids)
+                  "they are done (they stop when its connections close, naming them)", open_ids)
         return
     # NOTE: a pserver answers a completion at once; one that does not is gone, and the
     # process must not wait a whole deadline per pserver to exit

@@ -22,6 +22,16 @@ the culprit, and it answers every other request with its error, until every live
 has heard it or ``linger_s`` passed; then ``serve()`` raises :class:`PServerError`. A
 pserver whose own update failed answers pings with its error: it is the culprit.
 
+A trainer that dies (killed, crashed, or ended by an uncaught error: no ``complete``) is
+found in about a second, not at the deadline: the server knows which TCP connection each
+trainer speaks on (its requests), and when that connection closes without the trainer's
+``complete`` and no request of it comes on another one within ``LOST_GRACE_S``, the server
+fails as above (emergency checkpoint, every trainer told) with an error naming that trainer
+and the address it was connected from. A trainer that ends normally sends ``complete``
+before it closes (its exit hook), so it is never taken for dead. A stopped trainer (SIGSTOP)
+keeps its connection open: it is found at the barrier deadline (or when its connection
+misses ZeroMQ's heartbeat, ``idle_timeout_s``, if that comes first).
+
 Steps: every trainer request carries the trainer's step with this pserver (the send barriers
 it passed); in sync mode a request whose step is not the pserver's (a pserver restarted
 alone, a trainer restarted alone) is refused with an error naming both steps, and every
@@ -72,6 +82,9 @@ __all__ = ["ParameterServer", "PServerError", "CHECKPOINT_ROOT_ENV", "EMERGENCY_
            "file_record"]
 
 CHECKPOINT_ROOT_ENV = "PARAFLUID_CHECKPOINT_ROOT"
+# how long a trainer whose connection closed (without completing) may take to show that it
+# is alive (a request on a new connection) before the job fails naming it
+LOST_GRACE_S = 1.0
 EMERGENCY_DIR = "__emergency__"  # inside the checkpoint root: what a failing pserver saves
 
 log = logging.getLogger("parafluid.distributed.pserver")
@@ -148,6 +161,8 @@ class ParameterServer:
         self._emergency_save_cb = emergency_save
         self.checkpoint_root = os.path.realpath(checkpoint_root or default_checkpoint_root())
         self._owner: dict[int, bytes] = {}  # trainer id -> the connection that speaks for it
+        self._link: dict[int, tuple[int, str]] = {}  # trainer id -> (its TCP link, address)
+        self._lost: dict[int, tuple[float, int, str]] = {}  # closed: (when, link, address)
         self._log = RateLimitedLog(log)
         self.refused = 0  # requests refused (bad, forged or unexpected)
         self.deadline_s = rpc_deadline_seconds() if deadline_s is None else float(deadline_s)
@@ -179,6 +194,7 @@ class ParameterServer:
         self._server = RPCServer(endpoint, self._handle, secret,
                                  max_message_bytes=max_message_bytes,
                                  poll_interval_s=poll_interval_s, on_tick=self._tick,
+                                 on_disconnect=self._disconnected,
                                  max_connections=max_connections,
                                  idle_timeout_s=idle_timeout_s)
         self.endpoint = self._server.endpoint
@@ -256,6 +272,7 @@ class ParameterServer:
             return
         self._owner.setdefault(t, req.connection)
         self._last_seen[t] = time.monotonic()
+        self._track_link(t, req)
         try:
             if m.kind == Kind.COMPLETE:
                 self._complete(t)
@@ -287,6 +304,51 @@ class ParameterServer:
         if self._owner.get(m.trainer_id) == req.connection:
             self._told.add(m.trainer_id)
             self._maybe_end_linger()
+
+    def _track_link(self, t: int, req: Request) -> None:
+        """Remember the TCP connection trainer ``t`` speaks on; a request of it on another
+        connection than one that closed shows it alive (it reconnected)."""
+        if req.link < 0:
+            return  # NOTE: a message read after its connection closed: no news of it
+        lost = self._lost.get(t)
+        if lost is not None:
+            if req.link == lost[1]:
+                return
+            del self._lost[t]
+            log.warning("pserver %s: trainer %d reconnected (from %s)", self.endpoint, t,
+                        self._server.link_addresses.get(req.link) or req.peer)
+        if self._link.get(t, (-1, ""))[0] != req.link:
+            self._link[t] = (req.link, self._server.link_addresses.get(req.link) or req.peer)
+
+    def _disconnected(self, link: int) -> None:
+        """A TCP connection closed (serving thread): if a trainer that has not completed
+        spoke on it, it is lost (see the module docstring)."""
+        for t, (own, address) in list(self._link.items()):
+            if own != link or t in self.completed:
+                continue
+            if self._error is not None:
+                self._told.add(t)  # gone after the failure: nothing left to tell it
+                self._maybe_end_linger()
+            elif t in self.live:
+                self._lost.setdefault(t, (time.monotonic(), link, address))
+
+    def _check_lost(self, now: float) -> None:
+        grace = min(LOST_GRACE_S, self.deadline_s / 4)
+        lost = sorted(t for t, (since, _, _) in self._lost.items()
+                      if now - since >= grace and t in self.live)
+        if not lost:
+            return
+        where = ", ".join(f"trainer {t} from {self._lost[t][2] or 'an unknown address'}"
+                          for t in lost)
+        waited = {"send": "gradients and send barrier", "fetch": "fetch barrier"}[self._phase]
+        err = PServerError(
+            f"pserver {self.endpoint}: step {self.step}: trainer(s) {lost} closed the "
+            f"connection without completing ({where}): the process died (killed, crashed or "
+            "ended by an uncaught error)" + (f", while this pserver waited for its {waited}"
+                                             if self.sync_mode else "") +
+            f"; trainers still training: {sorted(self.live - set(lost))}, completed: "
+            f"{sorted(self.completed)}")
+        self._fail(err)
 
     def _refuse(self, req: Request, why: str) -> None:
         """Answer a request with an error and log it (rate-limited); the server goes on."""
@@ -477,6 +539,7 @@ class ParameterServer:
     def _complete(self, t: int) -> None:
         self.live.discard(t)
         self.completed.add(t)
+        self._lost.pop(t, None)
         dropped = [name for name, blocks in self._grads.items() if blocks.pop(t, None) is not None]
         if dropped:
             log.warning("pserver %s: trainer %d completed mid-step %d; its gradients %s are "
@@ -506,6 +569,10 @@ class ParameterServer:
                 self._probing = None
                 self._fail(PServerError(str(err) + "".join(found)))
             return
+        if self._lost:
+            self._check_lost(now)
+            if self._error is not None:
+                return
         if not self.sync_mode:
             silent = sorted(t for t in self.live if now - self._last_seen[t] > self.deadline_s)
             if silent:
@@ -565,6 +632,7 @@ class ParameterServer:
         for req in held:
             req.reply_error(text)
             self._told.add(req.msg.trainer_id)
+        self._told.update(self._lost)  # NOTE: gone: the linger waits for the others only
         self._maybe_end_linger()
 
     def _maybe_end_linger(self) -> None:
@@ -582,7 +650,7 @@ class ParameterServer:
         down = []
         for peer in self.peers:
             try:
-                with RPCClient(peer, probe, self._secret) as client:
+                with RPCClient(peer, probe, self._secret, role="pserver") as client:
                     client.call(Kind.PING)
             except RPCError as e:
                 down.append(f"{peer} ({'no answer' if isinstance(e, TimeoutError) else e})")

@@ -25,10 +25,13 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import itertools
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,13 +54,24 @@ from .wire import (
 )
 
 __all__ = ["RPCServer", "RPCClient", "Request", "RPCError", "RPCTimeoutError",
-           "wait_for_server", "tcp_address", "RateLimitedLog"]
+           "wait_for_server", "tcp_address", "RateLimitedLog", "handshake_password"]
 
 log = logging.getLogger("parafluid.distributed.rpc")
 
 _MAX_FRAMES = 4  # header, two payload frames, MAC
 DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_IDLE_TIMEOUT_S = 60.0
+_PLAIN_LABEL = b"parafluid zmq plain v1"
+_MAX_ROLE_BYTES = 64
+# the handshakes that fail before ZAP is asked (a NULL peer at a PLAIN server, garbage, a
+# connection closed or timed out mid-handshake); ZAP refusals are counted where they happen
+_HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+
+
+def handshake_password(secret: bytes) -> bytes:
+    """The PLAIN password of a job with ``secret``: an HMAC of a fixed label (hex), so the
+    secret itself never crosses the network (PLAIN sends the password in clear)."""
+    return hmac.new(secret, _PLAIN_LABEL, hashlib.sha256).hexdigest().encode("ascii")
 
 
 class RateLimitedLog:
@@ -116,13 +130,20 @@ def _endpoint_of(address: str) -> str:
 
 
 class Request:
-    """One validated request: ``msg``, the ``peer`` (address, for messages), and ``reply``."""
+    """One validated request: ``msg``, the ``peer`` (address, for messages), and ``reply``.
 
-    __slots__ = ("msg", "peer", "_server", "_identity", "replied", "step")
+    ``link``: the number of the TCP connection it came on (the server numbers connections
+    as it accepts them; -1 when not known), the number ``on_disconnect`` reports when that
+    connection closes.
+    """
 
-    def __init__(self, server: RPCServer, identity: bytes, msg: Message, peer: str) -> None:
+    __slots__ = ("msg", "peer", "link", "_server", "_identity", "replied", "step")
+
+    def __init__(self, server: RPCServer, identity: bytes, msg: Message, peer: str,
+                 link: int = -1) -> None:
         self.msg = msg
         self.peer = peer
+        self.link = link
         self._server = server
         self._identity = identity
         self.replied = False
@@ -167,11 +188,21 @@ class RPCServer:
             they are read, and by the decoder).
         poll_interval_s: how often ``on_tick`` runs and ``stop()`` is noticed when idle.
         on_tick: called on the serving thread after every poll (deadline checks).
+        on_disconnect: called on the serving thread with a connection's ``link`` number
+            (see :class:`Request`) when that TCP connection closes (the peer closed its
+            socket or its process ended; or it missed the heartbeat).
         max_connections: connections admitted at once; a further one is refused at its
             handshake, before it can send a byte of a message.
         idle_timeout_s: a connection that neither completes its handshake nor answers a
             heartbeat (e.g. it stalls in the middle of a frame) within this time is dropped,
             with whatever it had sent.
+
+    With a shared secret, connections use ZeroMQ's PLAIN mechanism: during the handshake,
+    before the peer may send a single message frame, the ZAP handler checks its password
+    (:func:`handshake_password`, compared in constant time) and its user name (the peer's
+    role, e.g. ``trainer-3``); a peer without them is refused there (``refused_handshakes``
+    counts it, the log names it at a bounded rate). Every message's MAC is checked too.
+    Without a secret, the NULL mechanism: every peer that reaches the port may send.
     """
 
     def __init__(self, endpoint: str, handler: Callable[[Request], None],
@@ -179,18 +210,25 @@ class RPCServer:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  poll_interval_s: float = 0.05,
                  on_tick: Callable[[], None] | None = None,
+                 on_disconnect: Callable[[int], None] | None = None,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
         self.handler = handler
         self.on_tick = on_tick
+        self.on_disconnect = on_disconnect
         self.secret = rpc_secret(secret)
+        self._password = handshake_password(self.secret) if self.secret else None
         self.max_message_bytes = int(max_message_bytes)
         self.poll_ms = max(1, int(poll_interval_s * 1000))
         self.stopped_by: str | None = None  # "SIGTERM" when a signal ended serve_forever
         self.rejected = 0  # messages refused by the decoder (for tests and logs)
-        self.refused_connections = 0  # connections refused at their handshake
+        self.refused_connections = 0  # connections refused at their handshake (too many)
+        self.refused_handshakes = 0  # handshakes refused or failed (credentials, protocol)
         self.max_connections = int(max_connections)
         self._open: set[int] = set()  # accepted TCP connections not yet closed (by fd)
+        self._links: dict[int, int] = {}  # fd -> link number of its open connection
+        self._link_no = itertools.count(1)
+        self.link_addresses: dict[int, str] = {}  # link -> "ip:port" of the peer (while open)
         self._log = RateLimitedLog(log)
         self._stop = threading.Event()
         # NOTE: a context of its own, so that close() can wait for the last replies to leave
@@ -202,12 +240,15 @@ class RPCServer:
         # disconnected). A refused connection is closed by ZeroMQ. Under a burst of
         # connections, new ones (legitimate or not) are refused until the burst's refused or
         # idle connections are closed; connections already admitted are not affected.
+        # With a secret it first checks the PLAIN credentials (see the class docstring).
         self._zap = self._ctx.socket(zmq.REP)
         self._zap.bind("inproc://zeromq.zap.01")
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 2000)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self._sock.setsockopt(zmq.ZAP_DOMAIN, b"parafluid")
+        if self.secret is not None:
+            self._sock.setsockopt(zmq.PLAIN_SERVER, 1)
         # ZeroMQ drops (and disconnects) a peer whose frame is larger than this, checking the
         # frame's declared size before it allocates; the decoder checks the sizes again.
         self._sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes + 65536)
@@ -220,7 +261,7 @@ class RPCServer:
         self._sock.setsockopt(zmq.HEARTBEAT_IVL, max(50, idle_ms // 3))
         self._sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, idle_ms)
         self._monitor = self._sock.get_monitor_socket(
-            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _HANDSHAKE_FAILED)
         try:
             self._sock.bind(tcp_address(endpoint))
         except zmq.ZMQError as e:
@@ -290,26 +331,54 @@ class RPCServer:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:
                 break
+            fd = event["value"]
             if event["event"] == zmq.EVENT_ACCEPTED:
-                self._open.add(event["value"])
+                self._open.add(fd)
+                link = self._links[fd] = next(self._link_no)
+                self.link_addresses[link] = _peer_address(fd)
             elif event["event"] == zmq.EVENT_DISCONNECTED:
-                self._open.discard(event["value"])
+                self._open.discard(fd)
+                link = self._links.pop(fd, -1)
+                if link >= 0 and self.on_disconnect is not None:
+                    self.on_disconnect(link)
+                self.link_addresses.pop(link, None)
+            elif event["event"] & _HANDSHAKE_FAILED:
+                self.refused_handshakes += 1
+                self._log.error("rpc server %s: a connection failed its handshake (%s)%s",
+                                self.endpoint, _handshake_error(event),
+                                "; this server requires the job's secret at the handshake "
+                                f"(${SECRET_ENV})" if self.secret else "")
         while True:
             try:
                 request = self._zap.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            request_id = request[1] if len(request) > 1 else b""
-            address = request[3].decode("ascii", "replace") if len(request) > 3 else "?"
-            if self.connections <= self.max_connections:  # this one included
-                reply = [b"200", b"OK"]
-            else:
-                self.refused_connections += 1
-                self._log.error("rpc server %s: refused a connection from %s: %d connections "
-                                "are open, at most %d are admitted", self.endpoint, address,
-                                self.connections - 1, self.max_connections)
-                reply = [b"400", b"too many connections"]
-            self._zap.send_multipart([b"1.0", request_id, *reply, b"", b""])
+            self._zap.send_multipart(self._zap_reply(request))
+
+    def _zap_reply(self, request: list[bytes]) -> list[bytes]:
+        """The ZAP answer (RFC 27) to one handshake: credentials first, then capacity."""
+        request_id = request[1] if len(request) > 1 else b""
+        address = request[3].decode("ascii", "replace") if len(request) > 3 else "?"
+        user = b""
+        if self._password is not None:
+            mechanism = request[5] if len(request) > 5 else b""
+            creds = request[6:8] if mechanism == b"PLAIN" and len(request) == 8 else None
+            if creds is None or not _valid_role(creds[0]) or not hmac.compare_digest(
+                    creds[1], self._password):
+                self.refused_handshakes += 1
+                who = creds[0][:_MAX_ROLE_BYTES].decode("ascii", "replace") if creds else "?"
+                self._log.error("rpc server %s: refused a connection from %s (user %r) at its "
+                                "handshake: wrong or missing credentials (the job's secret, "
+                                "$%s)", self.endpoint, address, who, SECRET_ENV)
+                return [b"1.0", request_id, b"400", b"wrong credentials", b"", b""]
+            user = creds[0]
+        if self.connections > self.max_connections:  # this one included
+            self.refused_connections += 1
+            self._log.error("rpc server %s: refused a connection from %s: %d connections "
+                            "are open, at most %d are admitted", self.endpoint, address,
+                            self.connections - 1, self.max_connections)
+            return [b"1.0", request_id, b"400", b"too many connections", b"", b""]
+        return [b"1.0", request_id, b"200", b"OK", user, b""]
 
     def _drain(self) -> None:
         # NOTE: bounded so that a flood of requests cannot starve on_tick's deadline checks.
@@ -351,7 +420,11 @@ class RPCServer:
         if msg.kind >= Kind.REPLY_OK:
             self._reject(identity, frames[0], f"a reply ({msg.kind.name}) sent to a server")
             return
-        self.handler(Request(self, identity, msg, _peer(frames[0], identity)))
+        fd = -1
+        with contextlib.suppress(zmq.ZMQError, ValueError, TypeError):
+            fd = frames[0].get(zmq.SRCFD)
+        self.handler(Request(self, identity, msg, _peer(frames[0], identity),
+                             self._links.get(fd, -1)))
 
     def _reject(self, identity: bytes, frame: zmq.Frame | None, why: str) -> None:
         self.rejected += 1
@@ -379,11 +452,48 @@ class RPCServer:
 
 
 def _peer(frame: Any, identity: bytes) -> str:
-    addr = None
+    addr = user = None
     if frame is not None:
         with contextlib.suppress(Exception):
             addr = frame.get("Peer-Address")
-    return f"{addr or 'unknown address'} (zmq id {identity.hex()})"
+        with contextlib.suppress(Exception):
+            user = frame.get("User-Id")
+    return f"{addr or 'unknown address'}{f' as {user}' if user else ''} (zmq id {identity.hex()})"
+
+
+def _peer_address(fd: int) -> str:
+    """``ip:port`` of the peer of the accepted connection ``fd`` (a duplicate of it is
+    asked, so ZeroMQ's own descriptor is left alone); "" when it is already gone."""
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return ""
+    try:
+        s = socket.socket(fileno=dup)
+    except (OSError, ValueError):  # not a socket (any more): the duplicate is ours to close
+        os.close(dup)
+        return ""
+    try:
+        host, port = s.getpeername()[:2]
+    except (OSError, ValueError, TypeError):
+        return ""
+    finally:
+        s.close()
+    return f"{host}:{port}"
+
+
+def _valid_role(user: bytes) -> bool:
+    """A PLAIN user name as parafluid clients send it: a short printable ASCII role."""
+    return 0 < len(user) <= _MAX_ROLE_BYTES and all(0x21 <= b < 0x7f for b in user)
+
+
+def _handshake_error(event: dict[str, Any]) -> str:
+    if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        return "closed or timed out before it completed"
+    code = event["value"]
+    if code == getattr(zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", None):
+        return "the peer uses another security mechanism: no secret, or one on one side only"
+    return f"protocol error {code:#x}"
 
 
 _client_ctx: zmq.Context | None = None
@@ -406,10 +516,13 @@ class RPCClient:
         deadline_s: seconds each call waits for its reply; None reads ``FLAGS_rpc_deadline``.
         secret: shared secret; None reads ``$PARAFLUID_RPC_SECRET``.
         trainer_id: sent in every request header.
+        role: the user name of the PLAIN handshake when there is a secret (default
+            ``trainer-<id>``, or ``client`` without an id).
     """
 
     def __init__(self, endpoint: str, deadline_s: float | None = None,
                  secret: bytes | str | None = None, *, trainer_id: int = -1,
+                 role: str | None = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.endpoint = _endpoint_of(endpoint)
         self.address = tcp_address(self.endpoint)
@@ -418,10 +531,15 @@ class RPCClient:
         self.deadline_s = rpc_deadline_seconds() if deadline_s is None else float(deadline_s)
         self.secret = rpc_secret(secret)
         self.trainer_id = int(trainer_id)
+        self.role = role or (f"trainer-{self.trainer_id}" if self.trainer_id >= 0 else "client")
+        if not _valid_role(self.role.encode("ascii", "replace")):
+            raise ValueError(f"RPCClient: role {self.role!r} must be 1 to {_MAX_ROLE_BYTES} "
+                             "printable ASCII characters without spaces")
         self.max_message_bytes = int(max_message_bytes)
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         self._sock: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None  # the socket's handshake failures
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
@@ -431,6 +549,13 @@ class RPCClient:
             # knows this connection again after a network blip (it binds a trainer id to it)
             s.setsockopt(zmq.ROUTING_ID, b"T" + os.urandom(15))
             s.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes + 65536)
+            if self.secret is not None:  # the credentials of the server's PLAIN handshake
+                s.setsockopt(zmq.PLAIN_USERNAME, self.role.encode("ascii"))
+                s.setsockopt(zmq.PLAIN_PASSWORD, handshake_password(self.secret))
+            # NOTE: a server that refuses the handshake sends no reply: the monitor's event
+            # turns that into an error at once instead of a timeout that blames the network
+            self._monitor = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH |
+                                                 zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
             s.connect(self.address)
             self._sock = s
         return self._sock
@@ -439,8 +564,33 @@ class RPCClient:
         # NOTE: after a timeout the unanswered request may still sit in the socket's queue; a
         # new socket makes sure it is never delivered late to a server that starts afterwards.
         if self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
             self._sock.close(linger=0)
             self._sock = None
+        if self._monitor is not None:
+            self._monitor.close(linger=0)
+            self._monitor = None
+
+    def _handshake_refused(self, what: str) -> RPCError | None:
+        """The error for a handshake the server refused (seen on the monitor), or None."""
+        assert self._monitor is not None
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return None
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                why = (f"refused this connection at its handshake (ZAP status "
+                       f"{event['value']}): it requires other credentials (the job's secret, "
+                       f"${SECRET_ENV}), or has too many connections open")
+            else:
+                why = (f"and this {'client' if self.secret is None else 'secret-holding client'}"
+                       f" failed their handshake ({_handshake_error(event)}): a secret "
+                       f"(${SECRET_ENV}) must be given to every process of the job, or to "
+                       "none")
+            return RPCError(f"{what} to {self.endpoint} (trainer {self.trainer_id}): the "
+                            f"server {why}")
 
     def call(self, kind: Kind, name: str = "", value: Any = None, *,
              deadline_s: float | None = None, seq: int | None = None,
@@ -463,15 +613,26 @@ class RPCClient:
             sock = self._socket()
             try:
                 sock.send_multipart(frames, copy=False)
+                poller = zmq.Poller()
+                poller.register(sock, zmq.POLLIN)
+                poller.register(self._monitor, zmq.POLLIN)
                 while True:
                     left_ms = int(dl.remaining() * 1000)
-                    if left_ms <= 0 or not sock.poll(left_ms, zmq.POLLIN):
+                    ready = dict(poller.poll(left_ms)) if left_ms > 0 else {}
+                    if self._monitor in ready:
+                        refused = self._handshake_refused(what)
+                        if refused is not None:
+                            self._reset()
+                            raise refused
+                    if not ready:
                         self._reset()
                         raise RPCTimeoutError(
                             f"{what} to pserver {self.endpoint} (trainer {self.trainer_id}): "
                             f"no reply within {dl.seconds:.1f} s; the pserver is down, has "
                             "not started, or is stuck waiting for another trainer "
                             "(deadline: FLAGS_rpc_deadline, in ms)")
+                    if sock not in ready:
+                        continue
                     reply = self._read_reply(sock, what)
                     if reply is None or (reply.seq != seq and not (
                             reply.kind == Kind.REPLY_ERROR and reply.seq == 0)):

@@ -40,6 +40,10 @@ __all__ += [
 ]
 
 # -- layers (dygraph.nn) -------------------------------------------------------------------
+from . import nn  # noqa: E402
+from .nn import *  # noqa: E402, F403
+
+__all__ += nn.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -33,6 +33,7 @@ from . import retinanet
 from . import norm_extra
 from . import tree
 from . import text_match
+from . import lstm_stack
 from . import fluid_paths
 from .control_flow import *
 from .dynamic_rnn import *
@@ -63,6 +64,7 @@ from .retinanet import *
 from .norm_extra import *
 from .tree import *
 from .text_match import *
+from .lstm_stack import *
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
@@ -73,6 +75,7 @@ __all__ += rank_table.__all__ + distributions.__all__
 __all__ += detection.__all__ + roi.__all__ + yolo.__all__ + deformable.__all__
 __all__ += retinanet.__all__
 __all__ += norm_extra.__all__ + tree.__all__ + text_match.__all__
+__all__ += lstm_stack.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -17,6 +17,7 @@ from dist_helpers import ROOT, child_env, endpoints, reap
 
 import parafluid as fluid
 from parafluid.distributed.node_mailbox import LOG_BURST
+from parafluid.distributed.wire import Kind
 from parafluid.testing import node_job
 from parafluid.transpiler.node_split import NodeSplit
 
@@ -281,6 +282,41 @@ def test_mailbox_refuses_unexpected_duplicate_out_of_order_and_misshaped_values(
         assert box.refused == 9 + 3 * LOG_BURST
     finally:
         forger.close()
+        box.stop()
+
+
+def test_with_a_secret_a_mailbox_takes_no_message_from_a_process_without_it(monkeypatch):
+    """With the job's secret, a mailbox's connections need it at the handshake: a process
+    with another secret or none cannot get a value (nor a malformed message) in, the
+    refusal is counted, and the workers' values still cross."""
+    import zmq
+
+    from parafluid.distributed import wire
+    from parafluid.distributed.node_mailbox import Mailbox, client
+    from parafluid.distributed.rpc import RPCClient, RPCError, RPCTimeoutError
+
+    monkeypatch.setenv(wire.SECRET_ENV, "job secret")
+    box = Mailbox("127.0.0.1:0", worker_id=1)
+    box.expect("h", 0, "127.0.0.1:9", shape=(-1,), dtype=torch.float32)
+    ctx = zmq.Context()
+    try:
+        with RPCClient(box.endpoint, 5, secret="another", trainer_id=0) as forger, \
+                pytest.raises(RPCError, match="handshake") as info:
+            forger.call(Kind.SEND, "h", torch.full((2,), float("nan")), seq=1)
+        assert not isinstance(info.value, RPCTimeoutError)
+        raw = ctx.socket(zmq.DEALER)  # no credentials at all
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(f"tcp://{box.endpoint}")
+        raw.send_multipart(wire.encode(Kind.SEND, "h", torch.full((2,), float("nan")),
+                                       trainer_id=0, seq=1, secret=b"job secret"))
+        raw.send_multipart([b"garbage"])
+        assert not raw.poll(300)
+        assert box.pending() == {} and box.refused == 0
+        assert box._server.refused_handshakes >= 2 and box._server.rejected == 0
+        client(box.endpoint, 0).send("h", np.ones(2, "float32"), 1, deadline_s=5)
+        assert box.take("h", 0, "127.0.0.1:9", deadline_s=5).tolist() == [1.0, 1.0]
+    finally:
+        ctx.destroy(linger=0)
         box.stop()
 
 

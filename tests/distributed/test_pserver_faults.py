@@ -85,10 +85,11 @@ class Job:
     """A 2 x 2 job whose children are killed by pid in ``close()`` (SIGSTOPped ones too)."""
 
     def __init__(self, tmp_path, steps, trainer_args=((), ()), step_delay=0.0,
-                 checkpoint_every=0):
+                 checkpoint_every=0, deadline_ms=D_MS, **env):
         self.eps = endpoints(2).split(",")
         self.root = str(tmp_path)
-        self.env = child_env(FLAGS_rpc_deadline=str(D_MS), PARAFLUID_CHECKPOINT_ROOT=self.root)
+        self.env = child_env(FLAGS_rpc_deadline=str(deadline_ms),
+                             PARAFLUID_CHECKPOINT_ROOT=self.root, **env)
         common = ["--pservers", ",".join(self.eps), "--trainers", 2]
         self.servers = [_job("pserver", *common, "--endpoint", ep, env=self.env)
                         for ep in self.eps]
@@ -172,6 +173,37 @@ def test_a_pserver_that_dies_hangs_or_crashes_is_named_by_every_survivor(tmp_pat
         _check_pserver_culprit(job, 1, how, time.monotonic())
         # the healthy pserver saved its state before it exited
         assert os.listdir(os.path.join(job.root, "__emergency__"))
+    finally:
+        job.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["kill", "crash"])
+def test_a_trainer_killed_or_crashed_is_named_by_every_survivor_in_seconds(tmp_path, how):
+    """FLAGS_rpc_deadline 30 s: trainer 1 SIGKILLed (with the job's secret: PLAIN
+    handshakes) or crashing (SIGSEGV, no secret) mid-training; its connections close without
+    a completion, so both pservers and trainer 0 exit within 10 s naming trainer 1, and
+    both pservers save their emergency checkpoint."""
+    env = {"PARAFLUID_RPC_SECRET": "job-secret"} if how == "kill" else {}
+    job = Job(tmp_path, steps=100000, step_delay=0.05, deadline_ms=30000, **env)
+    try:
+        job.wait_step(1, 2)
+        _fault(job.trainers[1], how)
+        faulted = time.monotonic()
+        for p in job.servers + job.trainers[:1]:
+            rc, err, _ = job.finish(p, 40)
+            took = time.monotonic() - faulted
+            role = "pserver" if p in job.servers else "trainer 0"
+            assert rc != 0 and re.search(r"trainer\(s\) \[1\] closed the connection without "
+                                         r"completing \(trainer 1 from 127\.0\.0\.1:\d+\)",
+                                         err), f"{role}: {err[-3000:]}"
+            assert not _blamed(err), err[-3000:]
+            assert took < 10, f"{role} took {took:.1f} s: {err[-2000:]}"
+        # NOTE: killed mid-step, trainer 1 may have passed its send barrier with one pserver
+        # only: each saves the step it is at
+        emergency = os.path.join(job.root, "__emergency__")
+        saved = [p for d in os.listdir(emergency) for p in os.listdir(os.path.join(emergency, d))]
+        assert sorted(saved) == ["pserver_0", "pserver_1"], saved
     finally:
         job.close()
 

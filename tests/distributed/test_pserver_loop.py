@@ -33,7 +33,7 @@ class Job:
     """A pserver holding ``w`` (and an embedding table) served on a thread."""
 
     def __init__(self, fan_in=2, sync_mode=True, deadline_s=5.0, endpoint="127.0.0.1:0",
-                 start=True):
+                 start=True, checkpoint_root="/tmp", **kw):
         self.params = {"w": torch.zeros(3, dtype=torch.float64),
                        "emb": torch.arange(20.0).reshape(10, 2)}
         self.calls = []  # what optimize saw: {name: [trainer-ordered grads]}
@@ -41,7 +41,7 @@ class Job:
         self.ps = ParameterServer(endpoint, fan_in, sync_mode, optimize=self.optimize,
                                   get=self.params.__getitem__, prefetch=self.prefetch,
                                   save=self.save, deadline_s=deadline_s,
-                                  poll_interval_s=0.02, checkpoint_root="/tmp")
+                                  poll_interval_s=0.02, checkpoint_root=checkpoint_root, **kw)
         self.endpoint = self.ps.endpoint
         self.error = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -202,6 +202,52 @@ def test_a_trainer_that_vanishes_mid_step_is_named_at_the_fetch_barrier():
     assert "step 1" in str(job.error)
     c0.close()
     c1.close()
+
+
+@pytest.mark.parametrize("sync_mode", [True, False], ids=["sync", "async"])
+def test_a_trainer_whose_connection_closes_without_completing_is_named_in_seconds(
+        sync_mode, tmp_path):
+    """Its process died (the connection closes, no complete): with a 30 s deadline the
+    pserver fails within a few seconds naming it and its address, saves its emergency
+    checkpoint, and the other trainer's request (held, in sync mode) gets that error."""
+    saved = []
+    job = Job(deadline_s=30, sync_mode=sync_mode, linger_s=30, checkpoint_root=str(tmp_path),
+              emergency_save=lambda d, step: saved.append((d, step)))
+    c0, c1 = PServerClient(job.endpoint, 0, 30), PServerClient(job.endpoint, 1, 30)
+    c1.recv("w")
+    c1.fetch_barrier()
+    c0.send("w", _grad(0, 0))
+    c0.send_barrier()
+    t0 = time.monotonic()
+    c1.close()  # trainer 1's process ends: its socket closes without a complete
+    with pytest.raises(RPCError, match=r"trainer\(s\) \[1\] closed the connection without "
+                       r"completing \(trainer 1 from 127\.0\.0\.1:\d+\)") as info:
+        while time.monotonic() - t0 < 10:  # sync: the first read is held until the failure
+            c0.recv("w")
+            time.sleep(0.1)
+    assert time.monotonic() - t0 < 5, info.value
+    assert "emergency checkpoint" in str(info.value)
+    assert saved == [(str(tmp_path / "__emergency__" / f"step_{job.ps.step}"), job.ps.step)]
+    job.join()  # every trainer still alive was told: no linger
+    assert "trainer(s) [1]" in str(job.error)
+    c0.close()
+
+
+def test_a_trainer_that_completes_then_closes_is_not_taken_for_dead():
+    job = Job(deadline_s=30)
+    c0, c1 = PServerClient(job.endpoint, 0, 30), PServerClient(job.endpoint, 1, 30)
+    c1.recv("w")
+    c1.complete()
+    c1.close()
+    time.sleep(1.5)  # past the grace of a lost connection
+    for s in range(2):
+        c0.send("w", _grad(0, s))
+        c0.send_barrier()
+        c0.recv("w")
+        c0.fetch_barrier()
+    c0.complete()
+    job.join()
+    assert job.error is None and job.ps.step == 2
 
 
 def test_two_send_barriers_in_one_step_are_refused():

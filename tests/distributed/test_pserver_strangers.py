@@ -345,6 +345,86 @@ def test_partial_and_oversized_frames_are_dropped_and_connections_bounded():
     assert server.error is None and torch.allclose(server.w, _expected(3))
 
 
+class _PeakRSS:
+    """The highest resident memory (MiB) of this process while in the ``with`` block, above
+    what it was at the start (sampled every 5 ms by a thread)."""
+
+    def __enter__(self):
+        self.start, self.peak, self._stop = _rss_mb(), 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self):
+        page = os.sysconf("SC_PAGE_SIZE") / 2**20
+        while not self._stop.wait(0.005):
+            with open("/proc/self/statm") as f:
+                self.peak = max(self.peak, int(f.read().split()[1]) * page)
+
+    def __exit__(self, *exc):
+        time.sleep(0.2)
+        self._stop.set()
+        self._thread.join(5)
+        self.grown = self.peak - self.start
+
+
+def _stream_frame(ep, mib):
+    """A stranger speaking ZMTP without credentials (NULL) that sends one frame of ``mib``
+    MiB, 1 MiB at a time; returns the MiB it could send before the server closed."""
+    s = _zmtp_dealer(ep)
+    sent, chunk = 0, b"x" * (1 << 20)
+    try:
+        s.sendall(b"\x02" + (mib << 20).to_bytes(8, "big"))
+        for _ in range(mib):
+            s.sendall(chunk)
+            sent += 1
+    except OSError:
+        pass  # refused: the server closed the connection
+    finally:
+        s.close()
+    return sent
+
+
+@pytest.mark.timeout(120)
+def test_with_a_secret_strangers_get_no_message_in_and_no_memory():
+    """A pserver with the job's secret (and a 256 MiB message limit): a stranger without
+    credentials sending a 200 MiB frame, forged requests from a ZeroMQ peer without
+    credentials and one with a wrong password are all refused at the handshake: the
+    pserver's handler sees none of them, its memory does not grow by the frame, and the
+    trainers (with the secret) train on."""
+    secret = "the job's secret"
+    server = Server(secret=secret, max_message_bytes=256 << 20)
+    ep = server.endpoint
+    c0, c1 = (PServerClient(ep, t, 10, secret=secret) for t in (0, 1))
+    _in_threads(lambda: _train(ep, 0, 1, client=c0), lambda: _train(ep, 1, 1, client=c1))
+    with _PeakRSS() as mem:
+        sent = _stream_frame(ep, 200)
+    assert sent < 100 and mem.grown < 100, f"sent {sent} MiB, memory grew {mem.grown:.0f} MiB"
+    ctx = zmq.Context()
+    try:
+        for password in (None, b"guess"):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            if password is not None:
+                s.plain_username, s.plain_password = b"trainer-1", password
+            s.connect(f"tcp://{ep}")
+            for kind in (wire.Kind.COMPLETE, wire.Kind.SEND_BARRIER):
+                s.send_multipart(wire.encode(kind, trainer_id=1, step=1))
+            assert not s.poll(300)  # no answer: no request was read
+    finally:
+        ctx.destroy(linger=0)
+    errors = _in_threads(lambda: _train(ep, 0, 3, first=1, pull=False, client=c0),
+                         lambda: _train(ep, 1, 3, first=1, pull=False, client=c1))
+    assert not errors, errors
+    rpc = server.ps._server
+    assert rpc.refused_handshakes >= 3, rpc.refused_handshakes
+    assert rpc.rejected == 0 and server.ps.refused == 0  # nothing reached the handler
+    c0.complete()
+    c1.complete()
+    server.join()
+    assert server.error is None and torch.allclose(server.w, _expected(3))
+
+
 # ----------------------------------------------------------------- listen_and_serv's checks
 
 

@@ -16,6 +16,7 @@ from parafluid.distributed.rpc import (
     RPCError,
     RPCServer,
     RPCTimeoutError,
+    handshake_password,
     tcp_address,
     wait_for_server,
 )
@@ -125,19 +126,82 @@ def test_hostile_messages_are_rejected_and_the_server_keeps_serving(caplog):
     ctx.term()
 
 
-def test_secret_mismatch_is_refused(monkeypatch):
-    with _Serving(secret="right") as server:
-        with RPCClient(server.endpoint, 5, secret="right") as c:
+def _counting(seen):
+    def handler(req):
+        seen.append(req.msg.kind)
+        _echo(req)
+    return handler
+
+
+def test_without_the_secret_no_message_reaches_the_handler(monkeypatch):
+    """With a secret, a peer without the handshake's credentials (none, a wrong secret's,
+    another role's name with a wrong password) is refused before it can send a message:
+    the handler sees nothing, the refusals are counted, the client is told at once (not
+    after its deadline), and the job's clients go on."""
+    seen = []
+    with _Serving(handler=_counting(seen), secret="right") as server:
+        with RPCClient(server.endpoint, 5, secret="right", trainer_id=3) as c:
             assert c.call(Kind.SEND, "w", torch.ones(1)).value.tolist() == [2.0]
-        with RPCClient(server.endpoint, 5, secret="wrong") as c, \
-                pytest.raises(RPCError, match="MAC"):
-            c.call(Kind.SEND, "w", torch.ones(1))
-        with RPCClient(server.endpoint, 5) as c, \
-                pytest.raises(RPCError, match="not authenticated"):
-            c.call(Kind.GET, "w")
+        assert seen == [Kind.SEND]
+        start = time.monotonic()
+        for secret in ("wrong", None):
+            with RPCClient(server.endpoint, 5, secret=secret, trainer_id=3) as c, \
+                    pytest.raises(RPCError, match="handshake") as info:
+                c.call(Kind.SEND, "w", torch.ones(1))
+            assert not isinstance(info.value, RPCTimeoutError)
+        assert time.monotonic() - start < 3  # refused at once, not at the 5 s deadline
+        ctx = zmq.Context()
+        try:
+            for user, password in ((b"trainer-0", b"guess"), (b"u", b"p"), (b"x" * 200, b"y")):
+                s = ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                s.plain_username, s.plain_password = user, password
+                s.connect(tcp_address(server.endpoint))
+                s.send_multipart(wire.encode(Kind.SEND, "w", torch.ones(1), secret=b"right"))
+                assert not s.poll(300)
+        finally:
+            ctx.destroy(linger=0)
+        end = time.monotonic() + 5
+        while server.refused_handshakes < 5 and time.monotonic() < end:
+            time.sleep(0.02)
+        assert server.refused_handshakes >= 5 and server.rejected == 0
+        assert seen == [Kind.SEND]  # not one message of the strangers reached the handler
         monkeypatch.setenv(wire.SECRET_ENV, "right")  # the environment variable is the default
         with RPCClient(server.endpoint, 5) as c:
             assert c.call(Kind.PING).kind == Kind.REPLY_OK
+        assert seen == [Kind.SEND, Kind.PING]
+
+
+def test_a_client_with_the_handshake_password_still_needs_the_secret_for_each_message():
+    """PLAIN sends its password in clear: one who read it off the network (not the secret:
+    it is an HMAC of it) gets through the handshake but not one message (the MAC)."""
+    seen = []
+    with _Serving(handler=_counting(seen), secret="right") as server:
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.plain_username, s.plain_password = b"trainer-0", handshake_password(b"right")
+        s.connect(tcp_address(server.endpoint))
+        try:
+            s.send_multipart(wire.encode(Kind.SEND, "w", torch.ones(1), secret=b"guess"))
+            assert s.poll(5000)
+            reply = wire.decode(s.recv_multipart(), secret=b"right")
+        finally:
+            ctx.destroy(linger=0)
+        assert reply.kind == Kind.REPLY_ERROR and "MAC" in reply.text()
+        assert seen == [] and server.rejected == 1 and server.refused_handshakes == 0
+    assert b"right" not in handshake_password(b"right")
+
+
+def test_without_a_secret_every_peer_is_trusted_and_a_secret_on_one_side_is_named():
+    seen = []
+    with _Serving(handler=_counting(seen)) as server:
+        with RPCClient(server.endpoint, 5) as c:
+            assert c.call(Kind.PING).kind == Kind.REPLY_OK
+        with RPCClient(server.endpoint, 5, secret="mine") as c, \
+                pytest.raises(RPCError, match="to every process of the job, or to none"):
+            c.call(Kind.PING)
+        assert seen == [Kind.PING]
 
 
 def test_dead_server_times_out_naming_endpoint_kind_and_variable():

@@ -1,0 +1,482 @@
+"""``fluid.dygraph``'s layer classes (Fluid 1.6 ``dygraph/nn.py``): ``FC``, ``Conv2D``,
+``Pool2D``, ``BatchNorm``, ``Embedding``, ... as ``Layer`` objects.
+
+Each ``forward`` calls the ``fluid.layers`` function of the same name, so the ops are that
+function's in both modes (appended to the Program in static mode, run at once inside
+``fluid.dygraph.guard()``). The parameters that function asks for come from the object
+(``layer_helper.parameter_source``): on the first call they are made as the function makes
+them (its shapes and default initializers), named ``<full_name>.w_<n>`` / ``.b_<n>`` unless
+a ``ParamAttr`` names them, and registered on the object; every later call gets the same
+ones, so a layer called twice shares its weights.
+
+Example::
+
+    import parafluid as fluid
+    conv = fluid.dygraph.Conv2D("conv", num_filters=8, filter_size=3, act="relu")
+    pool = fluid.dygraph.Pool2D("pool", pool_size=2, pool_type="max", pool_stride=2)
+    img = fluid.layers.data(name="img", shape=[1, 28, 28], dtype="float32")
+    y = pool(conv(img))              # static mode: ops of conv2d, relu, pool2d
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import framework, layers
+from ..framework import Variable
+from ..layer_helper import parameter_source
+from ..param_attr import WeightNormParamAttr
+from .layers import Layer
+
+__all__ = ["FC", "Conv2D", "Conv3D", "Pool2D", "BatchNorm", "Embedding", "LayerNorm", "GRUUnit",
+           "NCE", "PRelu", "BilinearTensorProduct", "Conv2DTranspose", "Conv3DTranspose",
+           "GroupNorm", "SpectralNorm", "TreeConv", "Linear"]
+
+
+class _FunctionLayer(Layer):
+    """A Layer whose forward is one ``fluid.layers`` function; ``_param_names`` are the
+    attribute names of the parameters it makes, in the order the function asks for them."""
+
+    _param_names: tuple[str, ...] = ("weight", "bias")
+
+    def __init__(self, name_scope: str | None, dtype: Any = "float32") -> None:
+        super().__init__(name_scope, dtype)
+        self._supplied: list[Any] | None = None
+
+    def _call_function(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        first = self._supplied is None
+        made: list[Any] = []
+        queue = [] if first else list(self._supplied)  # type: ignore[arg-type]
+
+        def source(attr: Any, shape: list[int], dtype: Any, is_bias: bool,
+                   default_initializer: Any) -> Any:
+            if isinstance(attr, WeightNormParamAttr):
+                raise ValueError(f"{type(self).__name__} {self.full_name()}: a "
+                                 f"WeightNormParamAttr makes a computed weight, not a "
+                                 f"parameter the layer object can hold; use ParamAttr")
+            if first:
+                p = self.create_parameter(attr, shape, dtype, is_bias, default_initializer)
+                made.append(p)
+                # data parallel: trainer 0's value, before the first op reads it (as Layer
+                # does for the parameters of _build_once)
+                tracer = framework._dygraph_tracer()
+                if p is not None and getattr(tracer, "_on_build", None) is not None:
+                    tracer._on_build([p])
+                return p
+            if not queue:
+                raise ValueError(f"{type(self).__name__} {self.full_name()}: "
+                                 f"{fn.__name__} asks for more parameters than its first "
+                                 f"call made ({len(self._supplied or [])})")
+            p = queue.pop(0)
+            if p is not None and list(p.shape) != list(shape):
+                raise ValueError(f"{type(self).__name__} {self.full_name()}: parameter "
+                                 f"{p.name!r} has shape {list(p.shape)} but this input needs "
+                                 f"{list(shape)}: call a layer object only on inputs of the "
+                                 f"shape it was first called with")
+            return p
+
+        with parameter_source(source):
+            out = fn(*args, **kwargs)
+        if first:
+            self._supplied = made
+            for i, p in enumerate(made):
+                if p is None:
+                    continue
+                name = self._param_names[i] if i < len(self._param_names) else f"param_{i}"
+                self.add_parameter(name, p)
+        return out
+
+
+class FC(_FunctionLayer):
+    """``fluid.layers.fc`` as a layer: ``act(flatten(input) @ weight + bias)``; several
+    inputs get a weight each (``weight``, ``param_1``, ...; the bias comes last).
+
+    Example::
+
+        fc = fluid.dygraph.FC("fc", size=10, act="softmax")
+        prob = fc(x)
+    """
+
+    def __init__(self, name_scope: str, size: int, num_flatten_dims: int = 1,
+                 param_attr: Any = None, bias_attr: Any = None, act: str | None = None,
+                 is_test: bool = False, dtype: str = "float32") -> None:
+        super().__init__(name_scope, dtype)
+        self._size, self._num_flatten_dims = size, num_flatten_dims
+        self._param_attr, self._bias_attr, self._act = param_attr, bias_attr, act
+        self._is_test = is_test
+
+    def forward(self, input: Variable | list[Variable]) -> Variable:  # noqa: A002
+        return self._call_function(layers.fc, input, self._size, self._num_flatten_dims,
+                                   self._param_attr, self._bias_attr, self._act,
+                                   self._is_test)
+
+
+class Linear(_FunctionLayer):
+    """``act(input @ weight + bias)`` over the last dimension, with ``weight`` ``[input_dim,
+    output_dim]`` and ``bias`` ``[output_dim]`` made at construction (Fluid 1.6 release's
+    ``fluid.dygraph.Linear``; the ops are ``fluid.layers.fc``'s).
+
+    Example::
+
+        linear = fluid.dygraph.Linear(32, 10, act="relu")
+        y = linear(x)        # x: [..., 32]
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, param_attr: Any = None,
+                 bias_attr: Any = None, act: str | None = None,
+                 dtype: str = "float32") -> None:
+        super().__init__("linear", dtype)
+        self._act, self._bias_attr = act, bias_attr
+        self.weight = self.create_parameter(param_attr, [input_dim, output_dim], dtype)
+        bias = self.create_parameter(bias_attr, [output_dim], dtype, is_bias=True)
+        if bias is not None:
+            self.bias = bias
+        self._supplied = [self.weight] + ([bias] if bias is not None else [])
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(layers.fc, input, self.weight.shape[1],
+                                   len(input.shape) - 1, None,
+                                   False if self._bias_attr is False else None, self._act)
+
+
+class _Conv(_FunctionLayer):
+    _function: Callable[..., Any]
+
+    def __init__(self, name_scope: str, num_filters: int, filter_size: Any, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int | None = None,
+                 param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
+                 act: str | None = None, dtype: str = "float32") -> None:
+        super().__init__(name_scope, dtype)
+        self._args = dict(num_filters=num_filters, filter_size=filter_size, stride=stride,
+                          padding=padding, dilation=dilation, groups=groups,
+                          param_attr=param_attr, bias_attr=bias_attr, use_cudnn=use_cudnn,
+                          act=act)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(type(self)._function, input, **self._args)
+
+
+class Conv2D(_Conv):
+    """``fluid.layers.conv2d`` as a layer (filter ``weight`` ``[num_filters, C / groups,
+    kh, kw]``, ``bias``).
+
+    Example::
+
+        conv = fluid.dygraph.Conv2D("conv", num_filters=8, filter_size=3, padding=1)
+    """
+
+    _function = staticmethod(layers.conv2d)
+
+
+class Conv3D(_Conv):
+    """``fluid.layers.conv3d`` as a layer.
+
+    Example::
+
+        conv = fluid.dygraph.Conv3D("conv3d", num_filters=4, filter_size=3)
+    """
+
+    _function = staticmethod(layers.conv3d)
+
+    def __init__(self, name_scope: str, num_filters: int, filter_size: Any, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int | None = None,
+                 param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
+                 act: str | None = None) -> None:
+        super().__init__(name_scope, num_filters, filter_size, stride, padding, dilation,
+                         groups, param_attr, bias_attr, use_cudnn, act)
+
+
+class _ConvTranspose(_FunctionLayer):
+    _function: Callable[..., Any]
+
+    def __init__(self, name_scope: str, num_filters: int, output_size: Any = None,
+                 filter_size: Any = None, padding: Any = 0, stride: Any = 1,
+                 dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
+                 bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
+                 name: str | None = None) -> None:
+        super().__init__(name_scope)
+        self._args = dict(num_filters=num_filters, output_size=output_size,
+                          filter_size=filter_size, padding=padding, stride=stride,
+                          dilation=dilation, groups=groups, param_attr=param_attr,
+                          bias_attr=bias_attr, use_cudnn=use_cudnn, act=act, name=name)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(type(self)._function, input, **self._args)
+
+
+class Conv2DTranspose(_ConvTranspose):
+    """``fluid.layers.conv2d_transpose`` as a layer.
+
+    Example::
+
+        up = fluid.dygraph.Conv2DTranspose("up", num_filters=4, filter_size=2, stride=2)
+    """
+
+    _function = staticmethod(layers.conv2d_transpose)
+
+
+class Conv3DTranspose(_ConvTranspose):
+    """``fluid.layers.conv3d_transpose`` as a layer.
+
+    Example::
+
+        up = fluid.dygraph.Conv3DTranspose("up3d", num_filters=4, filter_size=2, stride=2)
+    """
+
+    _function = staticmethod(layers.conv3d_transpose)
+
+
+class Pool2D(_FunctionLayer):
+    """``fluid.layers.pool2d`` as a layer (no parameters).
+
+    Example::
+
+        pool = fluid.dygraph.Pool2D("pool", pool_size=2, pool_type="avg", pool_stride=2)
+    """
+
+    def __init__(self, name_scope: str, pool_size: Any = -1, pool_type: str = "max",
+                 pool_stride: Any = 1, pool_padding: Any = 0, global_pooling: bool = False,
+                 use_cudnn: bool = True, ceil_mode: bool = False, exclusive: bool = True,
+                 dtype: str = "float32") -> None:
+        super().__init__(name_scope, dtype)
+        self._args = dict(pool_size=pool_size, pool_type=pool_type, pool_stride=pool_stride,
+                          pool_padding=pool_padding, global_pooling=global_pooling,
+                          use_cudnn=use_cudnn, ceil_mode=ceil_mode, exclusive=exclusive)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(layers.pool2d, input, **self._args)
+
+
+class BatchNorm(_FunctionLayer):
+    """``fluid.layers.batch_norm`` as a layer: ``weight`` (scale), ``bias``, and the moving
+    statistics ``_mean`` / ``_variance`` (parameters that are not trained).
+
+    Example::
+
+        bn = fluid.dygraph.BatchNorm("bn", num_channels=8, act="relu")
+    """
+
+    _param_names = ("weight", "bias", "_mean", "_variance")
+
+    def __init__(self, name_scope: str, num_channels: int, act: str | None = None,
+                 is_test: bool = False, momentum: float = 0.9, epsilon: float = 1e-05,
+                 param_attr: Any = None, bias_attr: Any = None, dtype: str = "float32",
+                 data_layout: str = "NCHW", in_place: bool = False,
+                 moving_mean_name: str | None = None, moving_variance_name: str | None = None,
+                 do_model_average_for_mean_and_var: bool = False, fuse_with_relu: bool = False,
+                 use_global_stats: bool = False, trainable_statistics: bool = False) -> None:
+        super().__init__(name_scope, dtype)
+        if trainable_statistics:
+            raise ValueError("BatchNorm: trainable_statistics=True (batch statistics in "
+                             "inference) is not provided; leave it False")
+        self._num_channels = num_channels
+        self._args = dict(act=act, is_test=is_test, momentum=momentum, epsilon=epsilon,
+                          param_attr=param_attr, bias_attr=bias_attr, data_layout=data_layout,
+                          in_place=in_place, moving_mean_name=moving_mean_name,
+                          moving_variance_name=moving_variance_name,
+                          do_model_average_for_mean_and_var=do_model_average_for_mean_and_var,
+                          fuse_with_relu=fuse_with_relu, use_global_stats=use_global_stats)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        channels = input.shape[1 if self._args["data_layout"] == "NCHW" else -1]
+        if channels not in (-1, self._num_channels):
+            raise ValueError(f"BatchNorm {self.full_name()}: num_channels is "
+                             f"{self._num_channels} but input {input.name!r} of shape "
+                             f"{list(input.shape)} has {channels}")
+        return self._call_function(layers.batch_norm, input, **self._args)
+
+
+class Embedding(_FunctionLayer):
+    """``fluid.layers.embedding`` as a layer (table ``weight`` ``size``).
+
+    Example::
+
+        emb = fluid.dygraph.Embedding("emb", size=[1000, 32])
+        vectors = emb(ids)
+    """
+
+    _param_names = ("weight",)
+
+    def __init__(self, name_scope: str, size: list[int], is_sparse: bool = False,
+                 is_distributed: bool = False, padding_idx: int | None = None,
+                 param_attr: Any = None, dtype: str = "float32") -> None:
+        super().__init__(name_scope, dtype)
+        self._args = dict(size=size, is_sparse=is_sparse, is_distributed=is_distributed,
+                          padding_idx=padding_idx, param_attr=param_attr, dtype=dtype)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(layers.embedding, input, **self._args)
+
+
+class LayerNorm(_FunctionLayer):
+    """``fluid.layers.layer_norm`` as a layer (``weight`` scale and ``bias`` when ``scale``
+    / ``shift``).
+
+    Example::
+
+        ln = fluid.dygraph.LayerNorm("ln", begin_norm_axis=1)
+    """
+
+    def __init__(self, name_scope: str, scale: bool = True, shift: bool = True,
+                 begin_norm_axis: int = 1, epsilon: float = 1e-05, param_attr: Any = None,
+                 bias_attr: Any = None, act: str | None = None) -> None:
+        super().__init__(name_scope)
+        self._args = dict(scale=scale, shift=shift, begin_norm_axis=begin_norm_axis,
+                          epsilon=epsilon, param_attr=param_attr, bias_attr=bias_attr,
+                          act=act)
+        if not scale:
+            self._param_names = ("bias",)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(layers.layer_norm, input, **self._args)
+
+
+class GRUUnit(_FunctionLayer):
+    """``fluid.layers.gru_unit`` as a layer: ``forward(input, hidden)`` on the projected
+    input ``[N, size]`` returns ``(hidden, reset_hidden_prev, gate)``.
+
+    Example::
+
+        gru = fluid.dygraph.GRUUnit("gru", size=3 * 16)
+        h, _, _ = gru(x_projected, h_prev)
+    """
+
+    def __init__(self, name_scope: str, size: int, param_attr: Any = None,
+                 bias_attr: Any = None, activation: str = "tanh",
+                 gate_activation: str = "sigmoid", origin_mode: bool = False,
+                 dtype: str = "float32") -> None:
+        super().__init__(name_scope, dtype)
+        self._args = dict(size=size, param_attr=param_attr, bias_attr=bias_attr,
+                          activation=activation, gate_activation=gate_activation,
+                          origin_mode=origin_mode)
+
+    def forward(self, input: Variable, hidden: Variable) -> Any:  # noqa: A002
+        return self._call_function(layers.gru_unit, input, hidden, **self._args)
+
+
+class NCE(_FunctionLayer):
+    """``fluid.layers.nce`` as a layer: ``forward(input, label, sample_weight=None)`` is the
+    noise-contrastive loss per example.
+
+    Example::
+
+        nce = fluid.dygraph.NCE("nce", num_total_classes=1000, num_neg_samples=5)
+        cost = nce(hidden, label)
+    """
+
+    def __init__(self, name_scope: str, num_total_classes: int, param_attr: Any = None,
+                 bias_attr: Any = None, num_neg_samples: int | None = None,
+                 sampler: str = "uniform", custom_dist: Any = None, seed: int = 0,
+                 is_sparse: bool = False) -> None:
+        super().__init__(name_scope)
+        self._args = dict(num_total_classes=num_total_classes, param_attr=param_attr,
+                          bias_attr=bias_attr, num_neg_samples=num_neg_samples,
+                          sampler=sampler, custom_dist=custom_dist, seed=seed,
+                          is_sparse=is_sparse)
+
+    def forward(self, input: Variable, label: Variable,  # noqa: A002
+                sample_weight: Variable | None = None) -> Variable:
+        return self._call_function(layers.nce, input, label, sample_weight=sample_weight,
+                                   **self._args)
+
+
+class PRelu(_FunctionLayer):
+    """``fluid.layers.prelu`` as a layer (``weight``: the slopes for ``mode`` "all",
+    "channel" or "element").
+
+    Example::
+
+        prelu = fluid.dygraph.PRelu("prelu", mode="channel")
+    """
+
+    _param_names = ("weight",)
+
+    def __init__(self, name_scope: str, mode: str, param_attr: Any = None) -> None:
+        super().__init__(name_scope)
+        self._mode, self._param_attr = mode, param_attr
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(layers.prelu, input, self._mode, self._param_attr)
+
+
+class BilinearTensorProduct(_FunctionLayer):
+    """``fluid.layers.bilinear_tensor_product`` as a layer: ``forward(x, y)``.
+
+    Example::
+
+        btp = fluid.dygraph.BilinearTensorProduct("btp", size=4)
+        z = btp(x, y)
+    """
+
+    def __init__(self, name_scope: str, size: int, name: str | None = None,
+                 act: str | None = None, param_attr: Any = None,
+                 bias_attr: Any = None) -> None:
+        super().__init__(name_scope)
+        self._args = dict(size=size, act=act, name=name, param_attr=param_attr,
+                          bias_attr=bias_attr)
+
+    def forward(self, x: Variable, y: Variable) -> Variable:
+        return self._call_function(layers.bilinear_tensor_product, x, y, **self._args)
+
+
+class GroupNorm(_FunctionLayer):
+    """``fluid.layers.group_norm`` as a layer.
+
+    Example::
+
+        gn = fluid.dygraph.GroupNorm("gn", groups=4)
+    """
+
+    def __init__(self, name_scope: str, groups: int, epsilon: float = 1e-05,
+                 param_attr: Any = None, bias_attr: Any = None, act: str | None = None,
+                 data_layout: str = "NCHW") -> None:
+        super().__init__(name_scope)
+        self._args = dict(groups=groups, epsilon=epsilon, param_attr=param_attr,
+                          bias_attr=bias_attr, act=act, data_layout=data_layout)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(layers.group_norm, input, **self._args)
+
+
+class SpectralNorm(_FunctionLayer):
+    """``fluid.layers.spectral_norm`` as a layer: ``forward(weight)`` divides ``weight`` by
+    its largest singular value, estimated by power iteration on the vectors ``weight_u`` /
+    ``weight_v`` (parameters that are not trained).
+
+    Example::
+
+        sn = fluid.dygraph.SpectralNorm("sn", dim=0, power_iters=2)
+        w_normalized = sn(w)
+    """
+
+    _param_names = ("weight_u", "weight_v")
+
+    def __init__(self, name_scope: str, dim: int = 0, power_iters: int = 1,
+                 eps: float = 1e-12, name: str | None = None) -> None:
+        super().__init__(name_scope)
+        self._args = dict(dim=dim, power_iters=power_iters, eps=eps, name=name)
+
+    def forward(self, weight: Variable) -> Variable:
+        return self._call_function(layers.spectral_norm, weight, **self._args)
+
+
+class TreeConv(_FunctionLayer):
+    """``fluid.layers.tree_conv`` as a layer: ``forward(nodes_vector, edge_set)``.
+
+    Example::
+
+        tc = fluid.dygraph.TreeConv("tree", output_size=6, num_filters=1, max_depth=2)
+        out = tc(nodes, edges)
+    """
+
+    def __init__(self, name_scope: str, output_size: int, num_filters: int = 1,
+                 max_depth: int = 2, act: str | None = "tanh", param_attr: Any = None,
+                 bias_attr: Any = None, name: str | None = None) -> None:
+        super().__init__(name_scope)
+        self._args = dict(output_size=output_size, num_filters=num_filters,
+                          max_depth=max_depth, act=act, param_attr=param_attr,
+                          bias_attr=bias_attr, name=name)
+
+    def forward(self, nodes_vector: Variable, edge_set: Variable) -> Variable:
+        return self._call_function(layers.tree_conv, nodes_vector, edge_set, **self._args)

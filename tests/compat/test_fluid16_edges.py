@@ -99,3 +99,30 @@ def test_dataset_set_use_var_names_what_it_wants_when_given_names():
         dataset.set_use_var(var)
     dataset.set_use_var([var])
     assert 'name: "slot1"' in dataset.desc()
+
+
+def test_a_layers_helper_appends_the_activation_it_is_given():
+    # Fluid 1.6's imperative unit tests build cells from raw ops through self._helper
+    class Cell(fluid.dygraph.Layer):
+        def forward(self, x):
+            hidden = self.create_variable(dtype="float32")
+            self._helper.append_op(type="scale", inputs={"X": x}, outputs={"Out": hidden},
+                                   attrs={"scale": 2.0})
+            return self._helper.append_activation(hidden, act="tanh")
+
+    data = np.array([[0.1, -0.3]], "float32")
+    with fluid.dygraph.guard():
+        x = fluid.dygraph.to_variable(data)
+        x.stop_gradient = False
+        out = Cell("cell")(x)
+        loss = fluid.layers.reduce_sum(out)
+        loss.backward()
+        np.testing.assert_allclose(out.numpy(), np.tanh(2 * data), rtol=1e-6)
+        np.testing.assert_allclose(x.gradient(), 2 * (1 - np.tanh(2 * data) ** 2), rtol=1e-5)
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        helper = fluid.layer_helper.LayerHelper("fc", act="relu")
+        y = fluid.layers.data("y", shape=[2])
+        helper.append_activation(y)
+        helper.append_activation(y, act="sigmoid")
+    assert [op.type for op in main.global_block().ops] == ["relu", "sigmoid"]

@@ -4,6 +4,8 @@ contrib metric layers with the label types Fluid documents."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -126,3 +128,28 @@ def test_a_layers_helper_appends_the_activation_it_is_given():
         helper.append_activation(y)
         helper.append_activation(y, act="sigmoid")
     assert [op.type for op in main.global_block().ops] == ["relu", "sigmoid"]
+
+
+def test_paddle_cloud_role_maker_names_the_variable_it_read(monkeypatch):
+    from parafluid.incubate.fleet.base import role_maker
+    for k in list(os.environ):
+        if k.startswith("PADDLE_") or k in ("TRAINING_ROLE", "POD_IP"):
+            monkeypatch.delenv(k)
+    # Fluid 1.6's PaddleCloud variables for a pserver
+    monkeypatch.setenv("TRAINING_ROLE", "PSERVER")
+    monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:6170,127.0.0.1:6171")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    monkeypatch.setenv("POD_IP", "127.0.0.1")
+    monkeypatch.setenv("PADDLE_PORT", "6171")
+    rm = role_maker.PaddleCloudRoleMaker()
+    rm.generate_role()
+    assert rm.is_server() and rm.server_index() == 1 and rm.worker_num() == 2
+    monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1")
+    with pytest.raises(ValueError, match="^PADDLE_PSERVERS_IP_PORT_LIST must look like"):
+        role_maker.PaddleCloudRoleMaker().generate_role()
+    monkeypatch.setenv("TRAINING_ROLE", "WORKER")
+    with pytest.raises(ValueError, match="TRAINING_ROLE must be TRAINER or PSERVER.*'WORKER'"):
+        role_maker.PaddleCloudRoleMaker().generate_role()
+    monkeypatch.setenv("PADDLE_TRAINING_ROLE", "X")
+    with pytest.raises(ValueError, match="PADDLE_TRAINING_ROLE must be TRAINER"):
+        role_maker.PaddleCloudRoleMaker().generate_role()

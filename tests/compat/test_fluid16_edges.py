@@ -153,3 +153,31 @@ def test_paddle_cloud_role_maker_names_the_variable_it_read(monkeypatch):
     monkeypatch.setenv("PADDLE_TRAINING_ROLE", "X")
     with pytest.raises(ValueError, match="PADDLE_TRAINING_ROLE must be TRAINER"):
         role_maker.PaddleCloudRoleMaker().generate_role()
+
+
+def test_dygraph_load_persistables_returns_params_and_optimizer_state(tmp_path):
+    # Fluid 1.6's unit test and tutorials: restore, _ = fluid.dygraph.load_persistables(d)
+    class Net(fluid.dygraph.Layer):
+        def __init__(self, name_scope):
+            super().__init__(name_scope)
+            self.w = self.create_parameter(None, [3, 1], "float32")
+
+        def forward(self, x):
+            return fluid.layers.matmul(x, self.w)
+
+    with fluid.dygraph.guard():
+        net = Net("net")
+        opt = fluid.optimizer.Adam(learning_rate=0.1)
+        loss = fluid.layers.reduce_mean(net(fluid.dygraph.to_variable(np.ones([2, 3],
+                                                                              "float32"))))
+        loss.backward()
+        opt.minimize(loss)
+        fluid.dygraph.save_persistables(net.state_dict(), str(tmp_path / "save_dir"),
+                                        optimizers=opt)
+        restore, opt_state = fluid.dygraph.load_persistables(str(tmp_path / "save_dir"))
+        assert sorted(restore) == ["net/Net_0.w_0"]
+        assert sorted(opt_state) == sorted(opt.state_dict())
+        np.testing.assert_array_equal(restore["net/Net_0.w_0"].numpy(), net.w.numpy())
+        net.load_dict(restore)
+        with pytest.raises(IOError, match="not_exist_dir"):
+            fluid.dygraph.load_persistables(str(tmp_path / "not_exist_dir"))

@@ -45,6 +45,7 @@ class _Eager:
     _value: Any = None
     _grad: Any = None
     _node: Any = None
+    _record_freed = False  # backward() freed the recorded op that wrote it
     _declared_shape: tuple[int, ...] | None = None
     _declared_dtype: str | None = None
 

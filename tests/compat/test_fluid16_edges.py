@@ -181,3 +181,19 @@ def test_dygraph_load_persistables_returns_params_and_optimizer_state(tmp_path):
         net.load_dict(restore)
         with pytest.raises(IOError, match="not_exist_dir"):
             fluid.dygraph.load_persistables(str(tmp_path / "not_exist_dir"))
+
+
+def test_a_second_backward_through_freed_ops_says_so():
+    with fluid.dygraph.guard():
+        x = fluid.dygraph.to_variable(np.array([1.0, 2.0], "float32"))
+        x.stop_gradient = False
+        loss = fluid.layers.reduce_sum(x * x)
+        loss.backward()
+        with pytest.raises(ValueError, match="freed by an earlier backward"):
+            loss.backward()
+        loss = fluid.layers.reduce_sum(x * x)     # the forward pass again: fine
+        loss.backward()
+        assert x.gradient().tolist() == [4.0, 8.0]
+        with pytest.raises(ValueError, match="not computed from any variable"):
+            fluid.layers.reduce_sum(fluid.dygraph.to_variable(np.ones([2], "float32"))
+                                    ).backward()

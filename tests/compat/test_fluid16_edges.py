@@ -197,3 +197,21 @@ def test_a_second_backward_through_freed_ops_says_so():
         with pytest.raises(ValueError, match="not computed from any variable"):
             fluid.layers.reduce_sum(fluid.dygraph.to_variable(np.ones([2], "float32"))
                                     ).backward()
+
+
+def test_grad_clip_by_value_with_only_a_max_clips_symmetrically_as_fluids():
+    from parafluid.dygraph_grad_clip import GradClipByValue
+
+    clip = GradClipByValue(None, 2.0)
+    assert (clip.min_value, clip.max_value) == (-2.0, 2.0)
+    assert str(clip) == "ClipByValue, min = -2.000000, max=2.000000"
+    with pytest.raises(ValueError, match="max_value must be positive"):
+        GradClipByValue(min_value=None, max_value=-1.0)
+    with fluid.dygraph.guard():
+        w = fluid.dygraph.Layer("m").create_parameter(
+            None, [3], "float32", default_initializer=fluid.initializer.Constant(0.0))
+        x = fluid.dygraph.to_variable(np.array([10.0, -10.0, 1.0], "float32"))
+        loss = fluid.layers.reduce_sum(w * x)
+        loss.backward()
+        fluid.optimizer.SGD(learning_rate=1.0).minimize(loss, grad_clip=clip)
+        assert w.numpy().tolist() == [-2.0, 2.0, -1.0]

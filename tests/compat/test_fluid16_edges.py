@@ -215,3 +215,32 @@ def test_grad_clip_by_value_with_only_a_max_clips_symmetrically_as_fluids():
         loss.backward()
         fluid.optimizer.SGD(learning_rate=1.0).minimize(loss, grad_clip=clip)
         assert w.numpy().tolist() == [-2.0, 2.0, -1.0]
+
+
+def test_fleet_save_functions_check_their_arguments_as_fluids():
+    # Fluid 1.6's test_fleet_api_input: a str executor and a CompiledProgram are refused
+    from parafluid.incubate.fleet.base import role_maker
+    from parafluid.incubate.fleet.collective import fleet as collective_fleet
+    from parafluid.incubate.fleet.parameter_server.distribute_transpiler import fleet
+
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        image = fluid.layers.data(name="image", shape=[13], dtype="float32")
+        avg_cost = fluid.layers.mean(fluid.layers.fc(image, 1))
+    fleet.init(role_maker.UserDefinedRoleMaker(
+        current_id=0, role=role_maker.Role.SERVER, worker_num=2,
+        server_endpoints=["127.0.0.1:36011", "127.0.0.1:36012"]))
+    exe = fluid.Executor(fluid.CPUPlace())
+    compiled = fluid.CompiledProgram(main)
+    for f in (fleet, collective_fleet):
+        with pytest.raises(TypeError, match="executor must be a fluid.Executor, got str"):
+            f.save_inference_model(dirname="/nonexistent/", feeded_var_names=["image"],
+                                   target_vars=[avg_cost], executor="executor")
+        with pytest.raises(TypeError, match="CompiledProgram is not allowed"):
+            f.save_inference_model(dirname="/nonexistent/", feeded_var_names=["image"],
+                                   target_vars=[avg_cost], executor=exe,
+                                   main_program=compiled)
+        with pytest.raises(TypeError, match="executor must be a fluid.Executor"):
+            f.save_persistables(executor="executor", dirname="/nonexistent/")
+        with pytest.raises(TypeError, match="CompiledProgram is not allowed"):
+            f.save_persistables(executor=exe, dirname="/nonexistent/", main_program=compiled)

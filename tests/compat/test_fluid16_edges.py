@@ -244,3 +244,20 @@ def test_fleet_save_functions_check_their_arguments_as_fluids():
             f.save_persistables(executor="executor", dirname="/nonexistent/")
         with pytest.raises(TypeError, match="CompiledProgram is not allowed"):
             f.save_persistables(executor=exe, dirname="/nonexistent/", main_program=compiled)
+
+
+def test_compressor_config_names_a_bad_epoch(tmp_path):
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.data("x", shape=[4])
+        loss = fluid.layers.mean(fluid.layers.fc(x, 3))
+    comp = fluid.contrib.Compressor(fluid.CPUPlace(), fluid.Scope(), main,
+                                    train_fetch_list=[("loss", loss.name)])
+    path = tmp_path / "compress.yaml"
+    for bad in ("x", "-1", "1.5"):
+        path.write_text(f"version: 1.0\ncompressor:\n  epoch: {bad}\n")
+        with pytest.raises(ValueError, match="compressor epoch must be an integer >= 0"):
+            comp.config(str(path))
+    path.write_text("version: 1.0\ncompressor:\n  epoch: 2\n  eval_epoch: 1\n")
+    comp.config(str(path))
+    assert (comp.epoch, comp.eval_epoch) == (2, 1)

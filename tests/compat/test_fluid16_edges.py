@@ -261,3 +261,36 @@ def test_compressor_config_names_a_bad_epoch(tmp_path):
     path.write_text("version: 1.0\ncompressor:\n  epoch: 2\n  eval_epoch: 1\n")
     comp.config(str(path))
     assert (comp.epoch, comp.eval_epoch) == (2, 1)
+
+
+def test_variable_slicing_and_astype_as_fluid_16():
+    a = np.arange(24, dtype="float32").reshape(2, 3, 4)
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.data("x", shape=[3, 4])
+        outs = [x[0], x[:, 1:3], x[:, ::2], x[..., -1], x[:, :, ::-1], x[1:], x[:, -1],
+                x.astype("int64")]
+        with pytest.raises(IndexError, match="index 3 is out of range for axis 1 of size 3"):
+            x[:, 3]
+        with pytest.raises(IndexError, match="a slice step of 2 needs the size of axis 0"):
+            x[::2]
+        with pytest.raises(TypeError, match="not iterable when the program is built"):
+            list(x)
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": a}, fetch_list=outs)
+    # an int index keeps its axis, as in Fluid 1.6
+    want = [a[0:1], a[:, 1:3], a[:, ::2], a[..., -1:], a[:, :, ::-1], a[1:], a[:, -1:],
+            a.astype("int64")]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+    with fluid.dygraph.guard():
+        v = fluid.dygraph.to_variable(a)
+        v.stop_gradient = False
+        part = v[:, 1:3, ::2]
+        np.testing.assert_array_equal(part.numpy(), a[:, 1:3, ::2])
+        fluid.layers.reduce_sum(part).backward()
+        grad = np.zeros_like(a)
+        grad[:, 1:3, ::2] = 1
+        np.testing.assert_array_equal(v.gradient(), grad)
+        assert [r.shape for r in v] == [(1, 3, 4), (1, 3, 4)]
+        assert v.astype("float64").dtype == "float64"

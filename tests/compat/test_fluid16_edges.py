@@ -1,6 +1,7 @@
-"""Fluid 1.6 programs written as Fluid's users and unit tests wrote them, at the edges of
-the API: integer arithmetic through `scale`, tensor arrays in the imperative mode, the
-contrib metric layers with the label types Fluid documents."""
+"""Fluid 1.6 code written as Fluid's users and unit tests wrote it, at the edges of the
+newest surfaces (the imperative mode, fleet, contrib, Dataset training) and of what they
+share with programs: integer arithmetic through `scale`, Variable slicing, tensor arrays in
+the imperative mode, feeds, checkpoints, role makers, and the errors for misuse."""
 
 from __future__ import annotations
 

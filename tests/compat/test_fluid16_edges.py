@@ -295,3 +295,40 @@ def test_variable_slicing_and_astype_as_fluid_16():
         np.testing.assert_array_equal(v.gradient(), grad)
         assert [r.shape for r in v] == [(1, 3, 4), (1, 3, 4)]
         assert v.astype("float64").dtype == "float64"
+
+
+DECAYS = {
+    "piecewise": lambda L: L.piecewise_decay([2, 3], [0.1, 0.01, 0.001]),
+    "natural_exp": lambda L: L.natural_exp_decay(0.1, 1, 0.5, staircase=True),
+    "exponential": lambda L: L.exponential_decay(0.1, 2, 0.5),
+    "inverse_time": lambda L: L.inverse_time_decay(0.1, 1, 0.5),
+    "polynomial": lambda L: L.polynomial_decay(0.1, 3, 0.01),
+    "cosine": lambda L: L.cosine_decay(0.1, 2, 3),
+    "noam": lambda L: L.noam_decay(8, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECAYS))
+def test_decay_layers_in_the_imperative_mode_decay_as_in_a_program(name):
+    # Fluid 1.6: SGDOptimizer(learning_rate=fluid.layers.natural_exp_decay(...)) in a guard
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        lr = DECAYS[name](fluid.layers)
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        want = [float(exe.run(main, fetch_list=[lr])[0][0]) for _ in range(4)]
+    got = []
+    with fluid.dygraph.guard():
+        w = fluid.dygraph.Layer("m").create_parameter(
+            None, [1], "float32", default_initializer=fluid.initializer.Constant(0.0))
+        opt = fluid.optimizer.SGD(learning_rate=DECAYS[name](fluid.layers))
+        for _ in range(4):
+            before = float(w.numpy()[0])
+            loss = fluid.layers.reduce_sum(w * 1.0)   # gradient 1: the step is the rate
+            loss.backward()
+            opt.minimize(loss)
+            w.clear_gradient()
+            got.append(before - float(w.numpy()[0]))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert len(set(np.round(want, 6))) > 1      # the rate does change over the 4 steps

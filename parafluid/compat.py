@@ -44,10 +44,6 @@ _family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
         "fleet's PSLib mode (Fluid's C++ parameter server)",
         "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "
         "(docs/fleet.md)")
-# -- CUDA-only ---------------------------------------------------------------------------------
-_family(["optimizer.DGCMomentumOptimizer", "optimizer.DGCMomentum"],
-        "deep gradient compression (its dgc ops exist only in Fluid's CUDA build)",
-        "use fluid.optimizer.Momentum")
 
 
 class NotProvidedError(NotImplementedError):

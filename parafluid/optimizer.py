@@ -40,7 +40,8 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "DecayedAdagrad", "DecayedAdagradOptimizer", "Adamax", "AdamaxOptimizer", "Ftrl",
            "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
            "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage",
-           "LookaheadOptimizer", "ModelAverage", "PipelineOptimizer"]
+           "LookaheadOptimizer", "ModelAverage", "PipelineOptimizer", "DGCMomentumOptimizer",
+           "DGCMomentum"]
 
 
 class State(NamedTuple):
@@ -666,6 +667,7 @@ class LarsMomentum(Optimizer):
 AdadeltaOptimizer = Adadelta
 LarsMomentumOptimizer = LarsMomentum
 
+from .dgc_optimizer import DGCMomentum, DGCMomentumOptimizer  # noqa: E402
 from .moving_average import (  # noqa: E402
     ExponentialMovingAverage,
     LookaheadOptimizer,

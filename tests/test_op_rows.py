@@ -163,6 +163,7 @@ def test_an_op_run_in_place_computes_what_its_kernel_computes(monkeypatch) -> No
 def test_communication_is_what_the_rows_declare() -> None:
     comm = {t for t in registered_ops() if get_op_def(t).comm}
     assert comm == {"c_allreduce_sum", "c_reduce_sum", "c_broadcast", "c_allreduce_coalesced",
+                    "c_dgc_allreduce",
                     "gen_nccl_id", "send", "recv", "send_barrier", "fetch_barrier",
                     "listen_and_serv", "distributed_lookup_table", "node_send", "node_recv",
                     "memcpy"}

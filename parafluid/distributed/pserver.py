@@ -30,7 +30,9 @@ fails as above (emergency checkpoint, every trainer told) with an error naming t
 and the address it was connected from. A trainer that ends normally sends ``complete``
 before it closes (its exit hook), so it is never taken for dead. A stopped trainer (SIGSTOP)
 keeps its connection open: it is found at the barrier deadline (or when its connection
-misses ZeroMQ's heartbeat, ``idle_timeout_s``, if that comes first).
+misses ZeroMQ's heartbeat, ``idle_timeout_s``, if that comes first). A server stopped
+by SIGTERM (the launcher stopping the job on another process's failure) while trainers are
+still training saves the same emergency checkpoint before ``serve()`` returns.
 
 Steps: every trainer request carries the trainer's step with this pserver (the send barriers
 it passed); in sync mode a request whose step is not the pserver's (a pserver restarted
@@ -223,8 +225,15 @@ class ParameterServer:
         if self._error is not None:
             raise self._error
         if self._server.stopped_by:
-            log.warning("pserver %s: stopped by %s at step %d", self.endpoint,
-                        self._server.stopped_by, self.step)
+            # NOTE: a launcher stops the pservers as soon as a trainer fails, before they see
+            # its connection close: trainers still training means the job was cut short
+            saved = ""
+            if self.live and self.step > 0 and self._emergency_save():
+                saved = (f"; its state of step {self.step} is saved in {self.emergency_path} "
+                         "(emergency checkpoint)")
+            log.warning("pserver %s: stopped by %s at step %d (trainers still training: "
+                        "%s)%s", self.endpoint, self._server.stopped_by, self.step,
+                        sorted(self.live), saved)
 
     def stop(self) -> None:
         """End :meth:`serve` (thread-safe)."""

@@ -203,6 +203,13 @@ class RPCServer:
     role, e.g. ``trainer-3``); a peer without them is refused there (``refused_handshakes``
     counts it, the log names it at a bounded rate). Every message's MAC is checked too.
     Without a secret, the NULL mechanism: every peer that reaches the port may send.
+
+    ZeroMQ reads a handshake command (up to the message size limit) before it asks the ZAP
+    handler, so the connection limit is also enforced as a connection is accepted: one past
+    ``max_connections`` is shut down at once (``refused_connections`` counts it). What
+    strangers can make the server hold before their credentials are checked is thus at most
+    ``max_connections`` handshake commands of up to the size limit, each for at most
+    ``idle_timeout_s``.
     """
 
     def __init__(self, endpoint: str, handler: Callable[[Request], None],
@@ -335,7 +342,8 @@ class RPCServer:
             if event["event"] == zmq.EVENT_ACCEPTED:
                 self._open.add(fd)
                 link = self._links[fd] = next(self._link_no)
-                self.link_addresses[link] = _peer_address(fd)
+                address = self.link_addresses[link] = _peer_address(fd)
+                self._limit_accepted(fd, address)
             elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self._open.discard(fd)
                 link = self._links.pop(fd, -1)
@@ -354,6 +362,18 @@ class RPCServer:
             except zmq.Again:
                 return
             self._zap.send_multipart(self._zap_reply(request))
+
+    def _limit_accepted(self, fd: int, address: str) -> None:
+        """Shut down the connection just accepted on ``fd`` if it is one too many (see the
+        class docstring), before ZeroMQ reads its handshake command."""
+        if len(self._open) <= self.max_connections:
+            return
+        if _shutdown(fd, address):
+            self.refused_connections += 1
+            self._log.error("rpc server %s: shut down a connection from %s as it was "
+                            "accepted: %d connections are open, at most %d are admitted",
+                            self.endpoint, address or "?", len(self._open) - 1,
+                            self.max_connections)
 
     def _zap_reply(self, request: list[bytes]) -> list[bytes]:
         """The ZAP answer (RFC 27) to one handshake: credentials first, then capacity."""
@@ -480,6 +500,33 @@ def _peer_address(fd: int) -> str:
     finally:
         s.close()
     return f"{host}:{port}"
+
+
+def _shutdown(fd: int, address: str) -> bool:
+    """Shut down the TCP connection on ZeroMQ's descriptor ``fd`` (through a duplicate, so
+    ZeroMQ sees it end and closes ``fd`` itself) if its peer is still ``address`` (a
+    descriptor closed and reused since is left alone)."""
+    if not address:
+        return False
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return False
+    try:
+        s = socket.socket(fileno=dup)
+    except (OSError, ValueError):
+        os.close(dup)
+        return False
+    try:
+        host, port = s.getpeername()[:2]
+        if f"{host}:{port}" != address:
+            return False
+        s.shutdown(socket.SHUT_RDWR)
+        return True
+    except (OSError, ValueError, TypeError):
+        return False
+    finally:
+        s.close()
 
 
 def _valid_role(user: bytes) -> bool:

@@ -11,9 +11,10 @@ What to communicate is decided before, by the gradient aggregation pass
 (``parafluid.passes.grad_aggregation``), which writes collective ops into the program. Here:
 
 - a collective op (``c_allreduce_sum``, ``c_allreduce_coalesced``, ``c_reduce_sum``,
-  ``c_broadcast``) names one variable per slot; it becomes ONE node whose slots hold that
-  variable on every local device (``c_reduce_sum`` writes the root only, ``c_broadcast``
-  reads the root only; the root is a global device index, ``rank_offset`` maps it here);
+  ``c_broadcast``, ``c_dgc_allreduce``) names one variable per slot; it becomes ONE node
+  whose slots hold that variable on every local device (``c_reduce_sum`` writes the root
+  only, ``c_broadcast`` reads the root only; the root is a global device index,
+  ``rank_offset`` maps it here);
 - an op with the attr ``owner_device`` runs on that device only; its results exist only
   there, and a replica elsewhere that would read them is skipped (or is an error when it
   updates a persistable);
@@ -42,7 +43,7 @@ VarRef = tuple[int, str, int]  # (device, name, version)
 
 # Ops of a program (one device's view) that become one node across the devices.
 COLLECTIVE_OPS = frozenset({"c_allreduce_sum", "c_allreduce_coalesced", "c_reduce_sum",
-                            "c_broadcast"})
+                            "c_broadcast", "c_dgc_allreduce"})
 OWNER_ATTR = "owner_device"
 
 
@@ -189,6 +190,9 @@ def _collective_keys(op: Operator, ndev: int, local_root: int | None
         xs, outs = op.input("X"), op.output("Out")
         return ({"X": [(d, n) for d in devs for n in xs]},
                 {"Out": [(d, n) for d in devs for n in outs]})
+    if op.type == "c_dgc_allreduce":  # every slot: its one variable on every device
+        return ({s: [(d, _one_name(op, s, op.input(s))) for d in devs] for s in op.inputs},
+                {"Out": [(d, _one_name(op, "Out", op.output("Out"))) for d in devs]})
     x = _one_name(op, "X", op.input("X"))
     out = _one_name(op, "Out", op.output("Out"))
     if op.type == "c_reduce_sum":

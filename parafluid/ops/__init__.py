@@ -11,6 +11,7 @@ from . import conv
 from . import crf
 from . import ctc
 from . import debug
+from . import dgc
 from . import embedding
 from . import fused
 from . import index

@@ -9,7 +9,10 @@ where, for training with ``opts.nranks`` devices in all:
 - AllReduce mode: a ``c_allreduce_sum`` right after the op producing each dense gradient, or
   one ``c_allreduce_coalesced`` per group of gradients when fusing; a row-sparse gradient is
   reduced to an owner device (``c_reduce_sum``, rows concatenated) and broadcast back
-  (``c_broadcast``), never densified;
+  (``c_broadcast``), never densified; a gradient that deep gradient compression
+  all-reduces itself (its producer is ``c_dgc_allreduce``, appended by
+  ``DGCMomentumOptimizer``: one node over the devices, like the ops written here) gets
+  nothing more, and is left out of the fused groups;
 - Reduce mode: each gradient is reduced to an owner device (greedy balance of element
   counts over all devices of the job); the parameter's optimizer ops get the attr
   ``owner_device`` (only that device runs them) and the updated parameter is broadcast
@@ -124,6 +127,14 @@ def aggregate_gradients(program: Program, opts: AggregationOptions) -> Program:
     nranks = opts.nranks
     reduce_mode = opts.reduce
     pairs = find_params_grads(program)
+    ops = block.ops
+    # deep gradient compression: the gradient's producer is its own (sparse) all-reduce
+    compressed = {g for _, g, i in pairs if ops[i].type == "c_dgc_allreduce"}
+    if compressed and reduce_mode:
+        raise ValueError(f"deep gradient compression (DGCMomentumOptimizer) all-reduces "
+                         f"{sorted(compressed)[:3]}: it needs ReduceStrategy.AllReduce, not "
+                         "Reduce")
+    pairs = [pg for pg in pairs if pg[1] not in compressed]
 
     def is_sparse(g: str) -> bool:
         var = block._find_var_recursive(g)

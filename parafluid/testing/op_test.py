@@ -88,7 +88,8 @@ class _Built:
                 if lods is not None and not isinstance(value, (list, tuple)):
                     lods = [lods]
                 for i, (n, a) in enumerate(zip(names, arrays)):
-                    a = np.asarray(a)
+                    # a copy: an update op (momentum, ...) writes its state input in place
+                    a = np.array(a)
                     lod = lods[i] if lods is not None else None
                     block.create_var(name=n, shape=a.shape, dtype=a.dtype, is_data=True,
                                      stop_gradient=False, lod_level=len(lod or ()))

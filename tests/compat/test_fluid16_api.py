@@ -175,9 +175,6 @@ def test_detection_names_are_the_layers_and_stand_ins_fail_on_use():
     assert generate_mask_labels is parafluid.layers.generate_mask_labels
     with pytest.raises(TypeError, match="prior_box: input must be a Variable"):
         prior_box(None, None, min_sizes=[1.0])
-    with pytest.raises(NotProvidedError, match="deep gradient compression"):
-        parafluid.optimizer.DGCMomentumOptimizer(learning_rate=0.1, momentum=0.9,
-                                                 rampup_begin_step=0)
     with pytest.raises(NotProvidedError, match="reader ops over RecordIO files"):
         parafluid.layers.open_files(filenames=["a.recordio"], shapes=[[-1, 1]],
                                     lod_levels=[0], dtypes=["float32"])

@@ -15,6 +15,7 @@ from dist_helpers import HERE, child_env, free_ports, reap, start
 pytestmark = pytest.mark.slow
 
 SCRIPT = os.path.join(HERE, "launch_script.py")
+PS_SCRIPT = os.path.join(HERE, "ps_launch_script.py")
 
 
 def launcher(*args: str, module: str = "parafluid.distributed.launch") -> subprocess.Popen:
@@ -165,3 +166,35 @@ def test_every_role_of_a_job_gets_the_same_generated_secret(monkeypatch):
                                       "10.0.0.1:6170,10.0.0.2:6170", "--node_ip", "10.0.0.1",
                                       "train.py"])
     assert all("PARAFLUID_RPC_SECRET" not in p.env for p in plan(args))
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_trainer_under_the_launcher_leaves_every_pservers_emergency_checkpoint(
+        tmp_path):
+    """The launcher stops the pservers (SIGTERM) as soon as a trainer fails, before they
+    could notice its closed connection themselves: each still saves its state of its
+    current step into <checkpoint root>/__emergency__ before it exits."""
+    root = tmp_path / "root"
+    root.mkdir()
+    env = child_env(FLAGS_rpc_deadline="20000", CPU_NUM="1",
+                    PARAFLUID_CHECKPOINT_ROOT=str(root))
+    p = subprocess.Popen([sys.executable, "-m", "parafluid.distributed.launch", "--server_num",
+                          "2", "--worker_num", "2", "--grace_period", "10", "--log_dir",
+                          str(tmp_path / "logs"), PS_SCRIPT, "3"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=90)
+    finally:
+        reap([p])
+    assert p.returncode == 1 and "cannot be read" in err, (out, err)
+    logs = [f.read_text() for f in sorted((tmp_path / "logs").iterdir())]
+    for text in logs:
+        assert gone(int(re.search(r"pid (\d+)", text).group(1))), text
+    emergency = root / "__emergency__"
+    saved = sorted(d.name for step in emergency.iterdir() for d in step.iterdir()) \
+        if emergency.exists() else []
+    assert saved == ["pserver_0", "pserver_1"], (saved, err, logs)
+    for step in emergency.iterdir():
+        for d in step.iterdir():
+            assert (d / "__checkpoint__.json").exists(), list(d.iterdir())

@@ -425,6 +425,57 @@ def test_with_a_secret_strangers_get_no_message_in_and_no_memory():
     assert server.error is None and torch.allclose(server.w, _expected(3))
 
 
+def _plain_hello(ep, mib):
+    """A stranger that greets with ZeroMQ's PLAIN mechanism and streams a HELLO command of
+    ``mib`` MiB (a size under the server's limit) without its last bytes: ZeroMQ reads a
+    handshake command before it asks the ZAP handler about the credentials. Returns the
+    socket (open) or None when the server shut the connection."""
+    host, port = ep.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    try:
+        s.sendall(b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"PLAIN".ljust(20, b"\0") +
+                  bytes(32))
+        s.recv(64)
+        s.sendall(b"\x06" + ((mib << 20) + 1).to_bytes(8, "big") + b"\x05HELLO" +
+                  b"x" * ((mib << 20) - 6))
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+@pytest.mark.timeout(120)
+def test_strangers_in_their_handshake_are_bounded_in_number_and_memory():
+    """With a secret, a 16 MiB message limit and at most 4 connections, 24 strangers each
+    hold a 15 MiB handshake command open (never finished, so the ZAP handler, which counts
+    connections, is never asked): the server shuts every connection past the 4th down as
+    it is accepted, so its memory grows by at most 4 commands (not 24, 360 MiB); once the
+    strangers are gone the trainers, with the secret, connect and train."""
+    secret = "the job's secret"
+    server = Server(secret=secret, max_message_bytes=16 << 20, max_connections=4)
+    ep = server.endpoint
+    held = []
+    try:
+        with _PeakRSS() as mem:
+            for _ in range(24):
+                held.append(_plain_hello(ep, 15))
+        rpc = server.ps._server
+        assert mem.grown < 4 * 16 + 40, f"memory grew {mem.grown:.0f} MiB"
+        assert rpc.refused_connections >= 20, rpc.refused_connections
+        assert sum(s is not None and not _closed_within(s, 0.2) for s in held) <= 4
+    finally:
+        for s in held:
+            if s is not None:
+                s.close()
+    clients = [PServerClient(ep, t, 10, secret=secret) for t in (0, 1)]
+    errors = _in_threads(*(lambda t=t: _train(ep, t, 2, client=clients[t]) for t in (0, 1)))
+    assert not errors, errors
+    for c in clients:
+        c.complete()
+    server.join()
+    assert server.error is None and torch.allclose(server.w, _expected(2))
+
+
 # ----------------------------------------------------------------- listen_and_serv's checks
 
 

@@ -48,6 +48,7 @@ import numpy as np
 from .data_feed_desc import DataFeedDesc, Slot
 from .dtypes import convert_dtype
 from .flags import flag
+from .framework import Variable
 from .lod import create_lod_tensor
 from .place import CPUPlace
 
@@ -121,6 +122,11 @@ class DatasetBase:
 
     def set_use_var(self, var_list: Sequence[Any]) -> None:
         """The variables fed, one slot each in this order (the columns of every line)."""
+        single = isinstance(var_list, (str, Variable))
+        bad = [var_list] if single else [v for v in var_list if not isinstance(v, Variable)]
+        if bad:
+            raise TypeError("set_use_var: expected a list of data Variables "
+                            f"(fluid.layers.data(...)), got {bad[0]!r}")
         for var in var_list:
             dtype = convert_dtype(var.dtype)
             if dtype not in ("float32", "int64"):

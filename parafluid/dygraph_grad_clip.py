@@ -38,18 +38,29 @@ def _number(owner: str, name: str, value: Any) -> float:
 
 
 class GradClipByValue(GradClipBase):
-    """Clip every gradient element into ``[min_value, max_value]`` (with ``max_value``
-    None: ``[-|min_value|, |min_value|]``)."""
+    """Clip every gradient element into ``[min_value, max_value]`` (with ``min_value``
+    None: ``[-max_value, max_value]``, as Fluid; with ``max_value`` None:
+    ``[-|min_value|, |min_value|]``)."""
 
-    def __init__(self, min_value: float, max_value: float | None = None) -> None:
-        lo = _number("GradClipByValue", "min_value", min_value)
-        if max_value is None:
-            lo, hi = -abs(lo), abs(lo)
+    def __init__(self, min_value: float | None, max_value: float | None = None) -> None:
+        if min_value is None:
+            hi = _number("GradClipByValue", "max_value", max_value)
+            if hi <= 0:
+                raise ValueError("GradClipByValue: with min_value None, max_value must be "
+                                 f"positive (the range is [-max_value, max_value]), got {hi}")
+            lo = -hi
+        elif max_value is None:
+            lo = abs(_number("GradClipByValue", "min_value", min_value))
+            lo, hi = -lo, lo
         else:
+            lo = _number("GradClipByValue", "min_value", min_value)
             hi = _number("GradClipByValue", "max_value", max_value)
         if lo > hi:
             raise ValueError(f"GradClipByValue: min_value {lo} is larger than max_value {hi}")
         self.min_value, self.max_value = lo, hi
+
+    def __str__(self) -> str:
+        return f"ClipByValue, min = {self.min_value:f}, max={self.max_value:f}"
 
     def _clip(self, para_and_grad: Pairs) -> Pairs:
         from .layers import clip

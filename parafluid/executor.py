@@ -109,6 +109,13 @@ class Executor:
                 self._ps_scanned.add(key)
                 self._ps_trainers.update(_rpc_trainer_ids(program._program))
             return program._run_from_executor(self, feed, fetch_list, scope, return_numpy)
+        if isinstance(feed, (list, tuple)) and all(isinstance(f, dict) for f in feed):
+            # one feed dict per place, as loaders over places yield; one place here
+            if len(feed) != 1:
+                raise TypeError(f"Executor.run: feed is a list of {len(feed)} feed dicts, one "
+                                "per device; an Executor runs one device: give one dict, or "
+                                "run a CompiledProgram(...).with_data_parallel(...)")
+            feed = feed[0]
         if not isinstance(feed, dict):
             raise TypeError(f"Executor.run: feed must be a dict of name -> array, "
                             f"got {type(feed).__name__}")

@@ -224,8 +224,14 @@ class LayerHelper:
                        outputs={"Out": [out]}, attrs={"axis": dim_start})
         return out
 
-    def append_activation(self, input_var: Variable) -> Variable:
-        act = self.kwargs.get("act")
+    def append_activation(self, input_var: Variable, act: Any = None,
+                          use_cudnn: bool | None = None) -> Variable:
+        """``act`` (a name or ``{"type": name, attrs...}``; default: the layer's ``act``
+        argument) applied to ``input_var``; ``input_var`` itself when there is none. A
+        ``fluid.dygraph.Layer``'s ``self._helper.append_activation(x, act="tanh")`` names it,
+        as Fluid's layer-object helper takes it (``use_cudnn`` is accepted, for CUDA)."""
+        if act is None:
+            act = self.kwargs.get("act")
         if act is None:
             return input_var
         if isinstance(act, str):

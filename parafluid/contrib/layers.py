@@ -44,12 +44,12 @@ def fused_elemwise_activation(x: Variable, y: Variable, functor_list: list[str] 
 def ctr_metric_bundle(input: Variable, label: Variable) -> tuple[Variable, ...]:
     """Running sums for CTR metrics over all batches run so far.
 
-    ``input`` holds predicted click probabilities and ``label`` the 0/1 clicks (same shape,
-    float). Returns persistable ``[1]`` float32 accumulators ``(local_sqrerr, local_abserr,
-    local_prob, local_q, local_pos_num, local_ins_num)``: sums of squared and absolute
-    error, of ``input``, of ``sigmoid(input)`` (the q value), of ``label`` and the instance
-    count. Divide by ``local_ins_num`` for MSE, MAE, predicted CTR and q; re-run the startup
-    program to reset them.
+    ``input`` holds predicted click probabilities and ``label`` the 0/1 clicks (same shape;
+    an int label is cast to float32). Returns persistable ``[1]`` float32 accumulators
+    ``(local_sqrerr, local_abserr, local_prob, local_q, local_pos_num, local_ins_num)``:
+    sums of squared and absolute error, of ``input``, of ``sigmoid(input)`` (the q value),
+    of ``label`` and the instance count. Divide by ``local_ins_num`` for MSE, MAE, predicted
+    CTR and q; re-run the startup program to reset them.
 
     Example::
 
@@ -70,6 +70,12 @@ def ctr_metric_bundle(input: Variable, label: Variable) -> tuple[Variable, ...]:
         return var
 
     sqrerr, abserr, prob, q, pos_num, ins_num = (global_var(True, [1]) for _ in range(6))
+    if label.dtype != "float32":
+        # Fluid documents (and its example feeds) an int label: the sums are float32
+        float_label = global_var(False, list(label.shape))
+        helper.append_op("cast", inputs={"X": [label]}, outputs={"Out": [float_label]},
+                         attrs={"in_dtype": label.dtype, "out_dtype": "float32"})
+        label = float_label
     diff, sig, ones = (global_var(False, [-1, 1]) for _ in range(3))
 
     def accumulate(op_type: str, x: Variable, total: Variable, attrs: dict | None = None

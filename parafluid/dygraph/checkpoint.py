@@ -7,8 +7,9 @@ optimizer state, as safetensors files with parafluid's manifest (never pickle).
   absent).
 - ``save_persistables(model_dict, dirname, optimizers)`` writes the parameters and the
   optimizers' state into ``dirname/__dygraph_persistables__.safetensors``;
-  ``load_persistables(dirname)`` returns name -> value for ``Layer.load_dict`` and
-  ``Optimizer.load``.
+  ``load_persistables(dirname)`` returns ``(params, optimizer_state)``, name -> value, for
+  ``Layer.load_dict`` and ``Optimizer.load`` (``restore, _ = load_persistables(d)``, as
+  Fluid 1.6's).
 
 Example::
 
@@ -20,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +38,7 @@ __all__ = ["save_dygraph", "load_dygraph", "save_persistables", "load_persistabl
 
 PERSISTABLES_FILE = "__dygraph_persistables__.safetensors"
 _KIND_KEY = "parafluid.dygraph"
+_OPT_NAMES_KEY = "parafluid.dygraph.optimizer_state"  # JSON list of the optimizers' names
 
 
 def _tensors(state: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
@@ -61,22 +64,27 @@ def _tensors(state: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
     return out
 
 
-def _write(path: str, tensors: dict[str, torch.Tensor], kind: str) -> None:
+def _write(path: str, tensors: dict[str, torch.Tensor], kind: str,
+           extra: dict[str, str] | None = None) -> None:
     from ..io import write_tensors  # (io imports the layers; this module is imported by them)
 
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
-    write_tensors(path, tensors, extra={_KIND_KEY: kind})
+    write_tensors(path, tensors, extra={_KIND_KEY: kind, **(extra or {})})
 
 
-def _read(path: str, kind: str) -> dict[str, np.ndarray]:
+def _read_with_metadata(path: str, kind: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     tensors, metadata = read_tensors(path)
     got = metadata.get(_KIND_KEY)
     if got != kind:
         raise ValueError(f"{path}: not an imperative-mode {kind} file (it records "
                          f"{got or 'no imperative-mode kind'})")
-    return {name: t.numpy() for name, t in tensors.items()}
+    return {name: t.numpy() for name, t in tensors.items()}, metadata
+
+
+def _read(path: str, kind: str) -> dict[str, np.ndarray]:
+    return _read_with_metadata(path, kind)[0]
 
 
 def save_dygraph(state_dict: Mapping[str, Any], model_path: str) -> None:
@@ -110,6 +118,7 @@ def save_persistables(model_dict: Mapping[str, Any], dirname: str = "save_dir",
     """Write the variables of ``model_dict`` (a ``Layer.state_dict()``) and the state of
     ``optimizers`` (one or a list) to ``dirname``."""
     tensors = _tensors(model_dict, "save_persistables")
+    opt_names: list[str] = []
     if optimizers is not None:
         for opt in optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]:
             for name, t in _tensors(opt.state_dict(), "save_persistables").items():
@@ -117,15 +126,30 @@ def save_persistables(model_dict: Mapping[str, Any], dirname: str = "save_dir",
                     raise ValueError(f"save_persistables: {name!r} is both a model variable "
                                      "and optimizer state")
                 tensors[name] = t
-    _write(os.path.join(dirname, PERSISTABLES_FILE), tensors, "persistables")
+                opt_names.append(name)
+    _write(os.path.join(dirname, PERSISTABLES_FILE), tensors, "persistables",
+           extra={_OPT_NAMES_KEY: json.dumps(sorted(opt_names))})
 
 
-def load_persistables(dirname: str = "save_dir") -> dict[str, Any]:
-    """Name -> value of what ``save_persistables`` wrote (imperative variables inside
-    ``fluid.dygraph.guard()``, numpy arrays outside)."""
-    arrays = _read(os.path.join(dirname, PERSISTABLES_FILE), "persistables")
-    if not framework.in_dygraph_mode():
-        return arrays
-    from .base import to_variable
+def load_persistables(dirname: str = "save_dir") -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(params, optimizer_state)``: name -> value of what ``save_persistables`` wrote,
+    the model's variables and the optimizers' state apart (imperative variables inside
+    ``fluid.dygraph.guard()``, numpy arrays outside), as Fluid 1.6's
+    ``restore, _ = fluid.dygraph.load_persistables(dirname)``."""
+    path = os.path.join(dirname, PERSISTABLES_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"load_persistables: {path} does not exist (write it with "
+                                "fluid.dygraph.save_persistables(model.state_dict(), "
+                                f"{dirname!r}))")
+    arrays, metadata = _read_with_metadata(path, "persistables")
+    opt_names = json.loads(metadata.get(_OPT_NAMES_KEY, "[]"))
+    if not isinstance(opt_names, list):
+        raise ValueError(f"{path}: malformed {_OPT_NAMES_KEY} entry {opt_names!r}")
+    if framework.in_dygraph_mode():
+        from .base import to_variable
 
-    return {name: to_variable(a, name=name) for name, a in arrays.items()}
+        values = {name: to_variable(a, name=name) for name, a in arrays.items()}
+    else:
+        values = dict(arrays)
+    opt = {name: values.pop(name) for name in opt_names if name in values}
+    return values, opt

@@ -215,7 +215,7 @@ class Tracer:
         in_pairs = [(k, v) for pairs in in_keys.values() for k, v in pairs]
         node = _Node(seq, fop, env, in_pairs, out_pairs) if record else None
         for _, v in out_pairs:
-            v._node = node
+            v._node, v._record_freed = node, False
             if not isinstance(v, Parameter) and not v.persistable:
                 v.stop_gradient = not record
         return fop
@@ -259,6 +259,10 @@ class Tracer:
             raise ValueError(f"backward(): variable {loss.name!r} has shape "
                              f"{list(value.shape)}; backward starts from a one-element loss: "
                              "reduce it first (fluid.layers.mean or reduce_sum)")
+        if loss._node is None and loss._record_freed:
+            raise ValueError(f"backward(): the ops that computed {loss.name!r} were freed by "
+                             "an earlier backward() through it; compute the loss again "
+                             "(run the forward pass) before another backward()")
         if loss._node is None:
             raise ValueError(f"backward(): variable {loss.name!r} was not computed from any "
                              "variable that needs a gradient (all inputs have "
@@ -283,6 +287,7 @@ class Tracer:
                 for _, v in node.outs:
                     if v._node is node:
                         v._node = None
+                        v._record_freed = True
                 node.env, node.parents = {}, []
         grads.update(done)  # a variable an op overwrote reports its latest value's gradient
         for key, g in grads.items():

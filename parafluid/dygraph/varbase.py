@@ -45,14 +45,16 @@ class _Eager:
     _value: Any = None
     _grad: Any = None
     _node: Any = None
+    _record_freed = False  # backward() freed the recorded op that wrote it
     _declared_shape: tuple[int, ...] | None = None
     _declared_dtype: str | None = None
 
     # shape and dtype are the value's once there is one (a layer reads them to build the
-    # next op, as it reads a static variable's inferred ones)
+    # next op, as it reads a static variable's inferred ones); a tensor array's (a list of
+    # tensors) are the declared ones, as a static array variable's
     @property  # type: ignore[override]
     def shape(self) -> tuple[int, ...] | None:
-        if self._value is not None:
+        if self._value is not None and not isinstance(self._value, list):
             return tuple(self._value.shape)
         return self._declared_shape
 
@@ -62,7 +64,7 @@ class _Eager:
 
     @property  # type: ignore[override]
     def dtype(self) -> str | None:
-        if self._value is not None:
+        if self._value is not None and not isinstance(self._value, list):
             return convert_dtype(self._value.dtype)
         return self._declared_dtype
 
@@ -78,7 +80,12 @@ class _Eager:
 
     def numpy(self) -> np.ndarray:
         """The value as a numpy array (a copy)."""
-        return as_numpy(self._value_or_raise("numpy()")).copy()
+        value = self._value_or_raise("numpy()")
+        if isinstance(value, list):
+            raise TypeError(f"numpy(): variable {self.name!r} is a tensor array of "
+                            f"{len(value)} items; read an item with fluid.layers.array_read "
+                            "(or join them with fluid.layers.tensor_array_to_tensor)")
+        return as_numpy(value).copy()
 
     def value(self) -> Any:
         """The value (a torch tensor)."""
@@ -137,6 +144,8 @@ class _Eager:
     def __str__(self) -> str:
         if self._value is None:
             return self._describe()
+        if isinstance(self._value, list):
+            return f"{self._describe()} of {len(self._value)} items"
         return f"{self._describe()}\n{self.numpy()}"
 
 

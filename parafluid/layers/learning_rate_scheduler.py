@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..framework import Variable, default_main_program
+from ..framework import Variable, default_main_program, in_dygraph_mode
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
 
@@ -89,6 +89,15 @@ def _schedule(op_type: str, learning_rate: Any, attrs: dict[str, Any],
     return out
 
 
+def _imperative(name: str, *args: Any) -> Any:
+    """In the imperative mode a decay layer returns the schedule object of
+    ``fluid.dygraph`` that the optimizer advances one step per ``minimize``, as Fluid 1.6's
+    layers do there (a variable would hold the first step's rate for ever)."""
+    from .. import dygraph
+
+    return getattr(dygraph, name)(*args)
+
+
 def exponential_decay(learning_rate: float | Variable, decay_steps: int, decay_rate: float,
                       staircase: bool = False) -> Variable:
     """``learning_rate * decay_rate ** (step / decay_steps)`` (the exponent floored when
@@ -100,6 +109,9 @@ def exponential_decay(learning_rate: float | Variable, decay_steps: int, decay_r
                                             staircase=True)
         fluid.optimizer.SGD(learning_rate=lr).minimize(avg_cost)
     """
+    if in_dygraph_mode():
+        return _imperative("ExponentialDecay", learning_rate, decay_steps, decay_rate,
+                           staircase)
     _check_lr("exponential_decay", learning_rate)
     _check_positive("exponential_decay", decay_steps=decay_steps, decay_rate=decay_rate)
     return _schedule("exponential_decay_lr", learning_rate,
@@ -115,6 +127,9 @@ def natural_exp_decay(learning_rate: float | Variable, decay_steps: int, decay_r
 
         lr = fluid.layers.natural_exp_decay(0.1, decay_steps=100, decay_rate=0.5)
     """
+    if in_dygraph_mode():
+        return _imperative("NaturalExpDecay", learning_rate, decay_steps, decay_rate,
+                           staircase)
     _check_lr("natural_exp_decay", learning_rate)
     _check_positive("natural_exp_decay", decay_steps=decay_steps)
     return _schedule("natural_exp_decay_lr", learning_rate,
@@ -130,6 +145,9 @@ def inverse_time_decay(learning_rate: float | Variable, decay_steps: int, decay_
 
         lr = fluid.layers.inverse_time_decay(0.1, decay_steps=100, decay_rate=0.5)
     """
+    if in_dygraph_mode():
+        return _imperative("InverseTimeDecay", learning_rate, decay_steps, decay_rate,
+                           staircase)
     _check_lr("inverse_time_decay", learning_rate)
     _check_positive("inverse_time_decay", decay_steps=decay_steps)
     return _schedule("inverse_time_decay_lr", learning_rate,
@@ -150,6 +168,9 @@ def polynomial_decay(learning_rate: float | Variable, decay_steps: int,
 
         lr = fluid.layers.polynomial_decay(0.01, decay_steps=5000, end_learning_rate=0.0)
     """
+    if in_dygraph_mode():
+        return _imperative("PolynomialDecay", learning_rate, decay_steps, end_learning_rate,
+                           power, cycle)
     _check_lr("polynomial_decay", learning_rate)
     _check_positive("polynomial_decay", decay_steps=decay_steps)
     return _schedule("polynomial_decay_lr", learning_rate,
@@ -165,6 +186,8 @@ def piecewise_decay(boundaries: list[int], values: list[float]) -> Variable:
         lr = fluid.layers.piecewise_decay(boundaries=[100, 200], values=[1.0, 0.5, 0.1])
         fluid.optimizer.Momentum(learning_rate=lr, momentum=0.9).minimize(avg_cost)
     """
+    if in_dygraph_mode():
+        return _imperative("PiecewiseDecay", boundaries, values, 0)
     boundaries, values = list(boundaries), list(values)
     if len(values) - len(boundaries) != 1:
         raise ValueError(f"piecewise_decay: values must have one more entry than boundaries, "
@@ -185,6 +208,12 @@ def noam_decay(d_model: float, warmup_steps: int,
 
         lr = fluid.layers.noam_decay(d_model=512, warmup_steps=4000)
     """
+    if in_dygraph_mode():
+        if learning_rate != 1.0:
+            raise ValueError("noam_decay: in the imperative mode the schedule is "
+                             "fluid.dygraph.NoamDecay, which has no learning_rate factor; "
+                             f"got learning_rate={learning_rate!r}")
+        return _imperative("NoamDecay", d_model, warmup_steps)
     _check_lr("noam_decay", learning_rate)
     _check_positive("noam_decay", d_model=d_model, warmup_steps=warmup_steps)
     return _schedule("noam_decay_lr", learning_rate,
@@ -200,6 +229,8 @@ def cosine_decay(learning_rate: float | Variable, step_each_epoch: int,
 
         lr = fluid.layers.cosine_decay(0.1, step_each_epoch=100, epochs=120)
     """
+    if in_dygraph_mode():
+        return _imperative("CosineDecay", learning_rate, step_each_epoch, epochs)
     _check_lr("cosine_decay", learning_rate)
     _check_positive("cosine_decay", step_each_epoch=step_each_epoch, epochs=epochs)
     return _schedule("cosine_decay_lr", learning_rate,
@@ -217,6 +248,10 @@ def linear_lr_warmup(learning_rate: float | Variable, warmup_steps: int, start_l
             fluid.layers.piecewise_decay([1000], [0.1, 0.01]),
             warmup_steps=100, start_lr=0.0, end_lr=0.1)
     """
+    if in_dygraph_mode():
+        raise NotImplementedError("linear_lr_warmup builds a schedule for programs; in the "
+                                  "imperative mode subclass fluid.dygraph.LearningRateDecay "
+                                  "(its step() returns the rate of step self.step_num)")
     _check_lr("linear_lr_warmup", learning_rate)
     _check_positive("linear_lr_warmup", warmup_steps=warmup_steps)
     return _schedule("linear_warmup_lr", learning_rate,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..framework import Variable
 from .nn import _simple
 from .tensor import fill_constant
@@ -62,3 +64,95 @@ Variable.__lt__ = _ordering("less_than")
 Variable.__le__ = _ordering("less_equal")
 Variable.__gt__ = _ordering("greater_than")
 Variable.__ge__ = _ordering("greater_equal")
+
+
+_END = 2 ** 31 - 1  # a slice end past any axis (the slice op clamps it)
+
+
+def _getitem(self: Variable, item: Any) -> Variable:
+    """``x[i]``, ``x[a:b]``, ``x[:, ::2]``, ``x[..., 0]``: Fluid 1.6's Variable slicing, as
+    ``slice`` ops (a step other than 1 takes the elements one by one and ``concat``\\ s them).
+    As in Fluid 1.6, an int index keeps its axis (of size 1)."""
+    from .index import slice as slice_layer
+    from .tensor import concat
+
+    items = list(item) if isinstance(item, tuple) else [item]
+    rank = len(self.shape)
+    ellipses = [i for i, it in enumerate(items) if it is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError(f"{self.name}[...]: an index can hold one Ellipsis only")
+    if ellipses:
+        at = ellipses[0]
+        items[at:at + 1] = [slice(None)] * (rank - len(items) + 1)
+    if len(items) > rank:
+        raise IndexError(f"{self.name}[...]: {len(items)} indexes for a variable of rank "
+                         f"{rank} (shape {list(self.shape)})")
+    axes: list[int] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    stepped = []
+    for axis, it in enumerate(items):
+        size = int(self.shape[axis])
+        if isinstance(it, (int, np.integer)) and not isinstance(it, bool):
+            it = int(it)
+            if size >= 0 and not -size <= it < size:
+                raise IndexError(f"{self.name}[...]: index {it} is out of range for axis "
+                                 f"{axis} of size {size}")
+            start = it + size if it < 0 and size >= 0 else it
+            axes.append(axis)
+            starts.append(start)
+            ends.append(_END if start == -1 else start + 1)
+        elif isinstance(it, slice):
+            if it.step in (None, 1):
+                if it.start is None and it.stop is None:
+                    continue
+                axes.append(axis)
+                starts.append(0 if it.start is None else int(it.start))
+                ends.append(_END if it.stop is None else int(it.stop))
+            elif size < 0:
+                raise IndexError(f"{self.name}[...]: a slice step of {it.step} needs the size "
+                                 f"of axis {axis}, which is not known when the program is "
+                                 "built (-1)")
+            else:
+                picked = range(*it.indices(size))
+                if not picked:
+                    raise IndexError(f"{self.name}[...]: slice {it} of axis {axis} (size "
+                                     f"{size}) selects nothing")
+                stepped.append((axis, picked))
+        else:
+            raise IndexError(f"{self.name}[...]: an index is an int, a slice or an Ellipsis, "
+                             f"got {type(it).__name__}: {it!r}")
+    out = self
+    if axes:
+        out = slice_layer(out, axes, starts, ends)
+    for axis, picked in stepped:
+        parts = [slice_layer(out, [axis], [i], [i + 1]) for i in picked]
+        out = parts[0] if len(parts) == 1 else concat(parts, axis=axis)
+    return out
+
+
+def _astype(self: Variable, dtype: Any) -> Variable:
+    """The variable cast to ``dtype`` (a ``cast`` op), as Fluid 1.6's ``Variable.astype``."""
+    from .tensor import cast
+
+    return cast(self, dtype)
+
+
+Variable.__getitem__ = _getitem
+Variable.astype = _astype
+
+
+def _iter(self: Variable) -> Any:
+    # NOTE: without this, Python would iterate through __getitem__ forever over an axis of
+    # unknown size (-1); an imperative value's first axis is known
+    from ..framework import in_dygraph_mode
+
+    size = int(self.shape[0]) if self.shape else -1
+    if not in_dygraph_mode() or size < 0:
+        raise TypeError(f"Variable {self.name} (shape {list(self.shape or [])}) is not "
+                        "iterable when the program is built; index it (x[i]) or split it "
+                        "(fluid.layers.split / unstack)")
+    return (self[i] for i in range(size))
+
+
+Variable.__iter__ = _iter

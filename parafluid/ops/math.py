@@ -233,8 +233,18 @@ register_op("mean", inputs=("X",), outputs=("Out",),
             kernel=_mean, grad_kernel=_mean_grad, grad_uses=("X",))
 
 
-def _scale_inplace(x: torch.Tensor, y: Any, attrs: dict) -> None:
+def _scale_factors(x: Any, attrs: dict) -> tuple[Any, Any]:
+    # NOTE: as Fluid's kernel, an integer tensor is scaled by static_cast<T>(scale) and
+    # static_cast<T>(bias) (truncated toward zero), so `i + 1` of an int64 counter stays
+    # int64, as its variable declares
     s, b = attrs["scale"], attrs["bias"]
+    if isinstance(x, torch.Tensor) and not x.is_floating_point() and x.dtype != torch.bool:
+        return int(s), int(b)
+    return s, b
+
+
+def _scale_inplace(x: torch.Tensor, y: Any, attrs: dict) -> None:
+    s, b = _scale_factors(x, attrs)
     if b == 0.0:
         x.mul_(s)
     elif attrs["bias_after_scale"]:
@@ -244,7 +254,8 @@ def _scale_inplace(x: torch.Tensor, y: Any, attrs: dict) -> None:
 
 
 def _scale(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, s, b = ins["X"], attrs["scale"], attrs["bias"]
+    x = ins["X"]
+    s, b = _scale_factors(x, attrs)
     if isinstance(x, SelectedRows):
         return {"Out": SelectedRows(x.rows, x.value * s, x.height)}
     if b == 0.0:

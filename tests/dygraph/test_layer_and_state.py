@@ -138,12 +138,13 @@ def test_save_persistables_load_persistables_round_trip(tmp_path):
         dygraph.save_persistables(model.state_dict(), str(tmp_path), optimizers=opt)
         go_on = _train(model, opt, 2)
     with dygraph.guard():
-        state = dygraph.load_persistables(str(tmp_path))
+        state, opt_state = dygraph.load_persistables(str(tmp_path))
         assert all(isinstance(v, fluid.framework.Variable) for v in state.values())
+        assert sorted(state) == sorted(p.name for p in model.parameters())
         model = Regressor("reg")
         opt = fluid.optimizer.Momentum(learning_rate=0.05, momentum=0.9)
         model.load_dict(state)
-        opt.load(state)
+        opt.load(opt_state)
         resumed = _train(model, opt, 2)
     np.testing.assert_allclose(resumed, go_on, rtol=1e-6)
 

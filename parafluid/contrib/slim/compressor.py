@@ -211,7 +211,12 @@ class Compressor:
     def config(self, config_file: str) -> None:
         """Read the strategies and settings of a YAML config (``slim/config.py``)."""
         factory = ConfigFactory(config_file)
-        self.epoch = int(factory.compressor.get("epoch", self.epoch))
+        for key in ("epoch", "eval_epoch"):
+            value = factory.compressor.get(key, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{config_file}: compressor {key} must be an integer >= 0, "
+                                 f"got {value!r}")
+        self.epoch = factory.compressor.get("epoch", self.epoch)
         for strategy in factory.compressor["strategies"]:
             self._add_strategy(strategy)
         self.checkpoint_path = factory.compressor.get("checkpoint_path", self.checkpoint_path)

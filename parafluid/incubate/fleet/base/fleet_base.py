@@ -121,6 +121,19 @@ class Fleet:
         raise NotImplementedError
 
 
+def check_save_args(where: str, executor: Any, main_program: Any) -> None:
+    """Fluid's checks of ``fleet.save_inference_model`` / ``save_persistables``: an
+    Executor, and a Program (not a CompiledProgram) when one is given."""
+    from ....framework import Program
+
+    if not isinstance(executor, Executor):
+        raise TypeError(f"fleet.{where}: executor must be a fluid.Executor, got "
+                        f"{type(executor).__name__}")
+    if main_program is not None and not isinstance(main_program, Program):
+        raise TypeError(f"fleet.{where}: main_program must be a fluid.Program (a "
+                        f"CompiledProgram is not allowed), got {type(main_program).__name__}")
+
+
 class DistributedOptimizer:
     """Wraps a ``fluid.optimizer`` optimizer: ``minimize`` also makes the distributed
     programs, which the fleet then holds (``fleet.main_program``, ``fleet.startup_program``).

@@ -97,10 +97,11 @@ class PaddleCloudRoleMaker(RoleMakerBase):
         if self._role_is_generated:
             return
         environ = os.environ
-        role = environ.get("PADDLE_TRAINING_ROLE", environ.get("TRAINING_ROLE",
-                                                               "TRAINER")).upper()
+        role_var = "PADDLE_TRAINING_ROLE" if "PADDLE_TRAINING_ROLE" in environ \
+            else "TRAINING_ROLE"
+        role = environ.get(role_var, "TRAINER").upper()
         if role not in ("TRAINER", "PSERVER"):
-            raise ValueError(f"PaddleCloudRoleMaker: PADDLE_TRAINING_ROLE must be TRAINER or "
+            raise ValueError(f"PaddleCloudRoleMaker: {role_var} must be TRAINER or "
                              f"PSERVER, got {role!r}")
         if self._is_collective:
             if role != "TRAINER":
@@ -120,9 +121,10 @@ class PaddleCloudRoleMaker(RoleMakerBase):
             self._role_is_generated = True
             return
         # NOTE: the pserver mode needs no trainer endpoints (Fluid's PaddleCloud sets none)
-        listed = environ.get("PADDLE_PSERVER_ENDPOINTS") or \
-            environ.get("PADDLE_PSERVERS_IP_PORT_LIST", "")
-        servers = parse_endpoints(listed, what="PADDLE_PSERVER_ENDPOINTS") if listed.strip() \
+        listed_var = "PADDLE_PSERVER_ENDPOINTS" if environ.get("PADDLE_PSERVER_ENDPOINTS") \
+            else "PADDLE_PSERVERS_IP_PORT_LIST"
+        listed = environ.get(listed_var, "")
+        servers = parse_endpoints(listed, what=listed_var) if listed.strip() \
             else _fluid_pserver_list()
         if not servers:
             raise ValueError("PaddleCloudRoleMaker: no pserver endpoints "

@@ -27,7 +27,7 @@ from ....framework import Program, default_startup_program
 from ....io import save_inference_model, save_persistables
 from ....parallel import BuildStrategy, CompiledProgram, ExecutionStrategy
 from ....transpiler import DistributeTranspiler, DistributeTranspilerConfig
-from ..base.fleet_base import DistributedOptimizer, Fleet, Mode
+from ..base.fleet_base import DistributedOptimizer, Fleet, Mode, check_save_args
 
 __all__ = ["fleet", "Collective", "DistributedStrategy", "CollectiveOptimizer",
            "LambConfig", "DistFCConfig"]
@@ -78,12 +78,14 @@ class Collective(Fleet):
                              feeded_var_names: Any = None, target_vars: Any = None,
                              main_program: Program | None = None,
                              export_for_deployment: bool = True) -> None:
+        check_save_args("save_inference_model", executor, main_program)
         program = main_program if main_program is not None else self._origin_program
         save_inference_model(dirname, feeded_var_names, target_vars, executor, program,
                              export_for_deployment=export_for_deployment)
 
     def save_persistables(self, executor: Executor, dirname: str,
                           main_program: Program | None = None) -> None:
+        check_save_args("save_persistables", executor, main_program)
         program = main_program if main_program is not None else self._origin_program
         save_persistables(executor, dirname, program)
 

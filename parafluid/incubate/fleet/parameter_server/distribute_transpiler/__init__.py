@@ -32,7 +32,7 @@ from .....framework import Program, default_main_program, default_startup_progra
 from .....io import load_persistables, save_inference_model, save_persistables
 from .....optimizer import Optimizer
 from .....transpiler import DistributeTranspiler, DistributeTranspilerConfig
-from ...base.fleet_base import DistributedOptimizer, Fleet, Mode
+from ...base.fleet_base import DistributedOptimizer, Fleet, Mode, check_save_args
 
 __all__ = ["fleet", "DistributedTranspiler", "TranspilerOptimizer"]
 
@@ -105,6 +105,7 @@ class DistributedTranspiler(Fleet):
                              export_for_deployment: bool = True) -> None:
         """The inference model of the program as written (before transpiling), with the
         parameters as the pservers hold them now."""
+        check_save_args("save_inference_model", executor, main_program)
         program = main_program if main_program is not None else self._origin_program
         if program is None:
             raise ValueError("fleet.save_inference_model: call minimize first, or pass "
@@ -115,6 +116,7 @@ class DistributedTranspiler(Fleet):
     def save_persistables(self, executor: Executor, dirname: str,
                           main_program: Program | None = None) -> None:
         """A checkpoint of the job (trainer 0 asks every pserver to write its part)."""
+        check_save_args("save_persistables", executor, main_program)
         program = main_program if main_program is not None else self.main_program
         if program is None or not program._is_distributed:
             raise ValueError("fleet.save_persistables: main_program is not a distributed "

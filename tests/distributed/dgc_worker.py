@@ -9,10 +9,8 @@ its parameters as .npy files (no pickle) and a status JSON.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 
 import numpy as np
 
@@ -20,6 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from dgc_models import dgc, feeds, linear  # noqa: E402
+from dist_helpers import report_status  # noqa: E402
 
 import parafluid as fluid  # noqa: E402
 
@@ -51,17 +50,7 @@ def train(out: str, steps: int) -> None:
 def main() -> None:
     out, steps = sys.argv[1], int(sys.argv[2])
     trainer_id = fluid.distributed.env().trainer_id
-    status: dict = {"ok": False}
-    try:
-        train(out, steps)
-        status["ok"] = True
-    except BaseException as e:  # noqa: BLE001 (reported to the test, then re-raised)
-        status["error"] = f"{type(e).__name__}: {e}"
-        status["traceback"] = traceback.format_exc()
-        raise
-    finally:
-        with open(os.path.join(out, f"status_t{trainer_id}.json"), "w") as f:
-            json.dump(status, f)
+    report_status(out, trainer_id, lambda: train(out, steps))
 
 
 if __name__ == "__main__":

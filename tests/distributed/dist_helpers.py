@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+import traceback
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -84,3 +86,47 @@ def load_json(path: str) -> dict:
 
 def load(out: str, name: str) -> np.ndarray:
     return np.load(os.path.join(out, name + ".npy"), allow_pickle=False)
+
+
+def report_status(out: str, trainer_id: int, work: Callable[[], None]) -> None:
+    """Run a worker's ``work()`` and write ``status_t<trainer_id>.json`` in ``out`` (ok, or
+    the error and its traceback) whatever happens; an error is re-raised after."""
+    status: dict = {"ok": False}
+    try:
+        work()
+        status["ok"] = True
+    except BaseException as e:  # noqa: BLE001 (reported to the test, then re-raised)
+        status["error"] = f"{type(e).__name__}: {e}"
+        status["traceback"] = traceback.format_exc()
+        raise
+    finally:
+        with open(os.path.join(out, f"status_t{trainer_id}.json"), "w") as f:
+            json.dump(status, f)
+
+
+def run_threads(calls: Sequence[tuple], join_s: float = 60) -> dict[int, dict]:
+    """Run each ``(fn, args, kwargs)`` on a thread of its own (pservers and trainers of
+    ``parafluid.testing.ps_job``); return the results by ``trainer_id``. Re-raises the first
+    error; fails when a thread is still running after ``join_s``."""
+    results: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def guarded(fn, args, kwargs):
+        def run():
+            try:
+                out = fn(*args, **kwargs)
+                if out is not None:
+                    results[out["trainer_id"]] = out
+            except BaseException as e:  # noqa: BLE001  (reported by the test thread)
+                errors.append(e)
+        return threading.Thread(target=run, daemon=True)
+
+    threads = [guarded(fn, args, kwargs) for fn, args, kwargs in calls]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=join_s)
+    if errors:
+        raise errors[0]
+    assert not any(th.is_alive() for th in threads), "a pserver or trainer thread hangs"
+    return results

@@ -14,10 +14,8 @@ the parameters as .npy files (no pickle) and a status JSON.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 
 import numpy as np
 
@@ -25,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "parallel"))
 
 import dp_models  # noqa: E402
+from dist_helpers import report_status  # noqa: E402
 
 import parafluid as fluid  # noqa: E402
 
@@ -82,18 +81,8 @@ def run_case(case: str, endpoints: str, trainer_id: int, out: str) -> None:
 
 def main() -> None:
     endpoints, trainer_id, out, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    status: dict = {"ok": False}
-    try:
-        for case in cases.split(","):
-            run_case(case, endpoints, trainer_id, out)
-        status["ok"] = True
-    except BaseException as e:  # noqa: BLE001 (reported to the test, then re-raised)
-        status["error"] = f"{type(e).__name__}: {e}"
-        status["traceback"] = traceback.format_exc()
-        raise
-    finally:
-        with open(os.path.join(out, f"status_t{trainer_id}.json"), "w") as f:
-            json.dump(status, f)
+    report_status(out, trainer_id, lambda: [run_case(case, endpoints, trainer_id, out)
+                                            for case in cases.split(",")])
 
 
 if __name__ == "__main__":

@@ -6,12 +6,11 @@ into a pserver's state."""
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 import pytest
 import torch
-from dist_helpers import endpoints
+from dist_helpers import endpoints, run_threads
 
 import parafluid as fluid
 from parafluid.contrib import (
@@ -34,28 +33,10 @@ def job(tmp_path, monkeypatch):
     ckpt = str(tmp_path / "ckpt")
     eps = endpoints(2)
     kw = dict(optimizer="sgd", embedding="distributed", split_method="hash_name")
-    results, errors = {}, []
-
-    def guarded(fn, *a, **k):
-        def run():
-            try:
-                out = fn(*a, **k)
-                if out is not None:
-                    results[out["trainer_id"]] = out
-            except BaseException as e:  # noqa: BLE001  (reported by the test thread)
-                errors.append(e)
-        return threading.Thread(target=run, daemon=True)
-
-    threads = [guarded(ps_job.run_pserver, ep, eps, 2, **kw) for ep in eps.split(",")]
-    threads += [guarded(ps_job.run_trainer, t, eps, 2, STEPS, checkpoint_at=STEPS,
-                        checkpoint_dir=ckpt, **kw) for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=60)
-    if errors:
-        raise errors[0]
-    assert not any(th.is_alive() for th in threads), "a pserver or trainer thread hangs"
+    calls = [(ps_job.run_pserver, (ep, eps, 2), kw) for ep in eps.split(",")]
+    calls += [(ps_job.run_trainer, (t, eps, 2, STEPS),
+               dict(checkpoint_at=STEPS, checkpoint_dir=ckpt, **kw)) for t in range(2)]
+    results = run_threads(calls)
     return ckpt, eps, results[0]["final"]
 
 

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 import pytest
-from dist_helpers import endpoints
+from dist_helpers import endpoints, run_threads
 
 import parafluid as fluid
 from parafluid.testing import ps_job
@@ -39,30 +39,11 @@ def _job(optimizer, *, split_method="round_robin", lr_decay=False, l2=0.0, steps
               min_block_size=min_block_size, sync=sync, embedding=embedding)
     trainer_kw = dict(first_step=first_step, checkpoint_at=checkpoint_at, checkpoint_dir=ckpt,
                       **(trainer_kw or {}))
-    results, errors = {}, []
-
-    def guarded(fn, *a, **k):
-        def run():
-            try:
-                out = fn(*a, **k)
-                if out is not None:
-                    results[out["trainer_id"]] = out
-            except BaseException as e:  # noqa: BLE001  (reported by the test thread)
-                errors.append(e)
-        return threading.Thread(target=run, daemon=True)
-
-    threads = [guarded(ps_job.run_pserver, ep, eps, trainers, load_dir=load_dir, **kw)
-               for ep in eps.split(",")]
-    threads += [guarded(ps_job.run_trainer, t, eps, trainers, steps[t], **trainer_kw, **kw)
-                for t in range(trainers)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=join_s)
-    if errors:
-        raise errors[0]
-    assert not any(th.is_alive() for th in threads), "a pserver or trainer thread hangs"
-    return results
+    calls = [(ps_job.run_pserver, (ep, eps, trainers), dict(load_dir=load_dir, **kw))
+             for ep in eps.split(",")]
+    calls += [(ps_job.run_trainer, (t, eps, trainers, steps[t]), dict(**trainer_kw, **kw))
+              for t in range(trainers)]
+    return run_threads(calls, join_s)
 
 
 def _check_equal_to_one_process(results, optimizer, steps=(STEPS, STEPS), **kw):

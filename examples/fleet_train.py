@@ -7,8 +7,10 @@
 The first is the parameter-server mode (2 pservers, 2 workers), the second the collective
 (nccl2) mode with 2 workers. Each worker reads its own half of every batch; the job trains
 what one process would train on the whole batch. ``--out DIR`` makes worker 0 write the
-parameters before and after training (``<name>.initial.npy``, ``<name>.final.npy``) and its
-losses (``losses.npy``).
+parameters before and after training (``<name>.initial.npy``, ``<name>.final.npy``), its
+losses (``losses.npy``), the inference model (``infer/``) and a checkpoint of the job
+(``ckpt/``; in the pserver mode the pservers write their parts, which needs ``DIR`` inside
+their checkpoint root, ``PARAFLUID_CHECKPOINT_ROOT``).
 """
 
 import argparse
@@ -29,7 +31,7 @@ def network():
     y = fluid.layers.data(name="y", shape=[1], dtype="float32")
     hidden = fluid.layers.fc(input=x, size=16, act="tanh")
     pred = fluid.layers.fc(input=hidden, size=1)
-    return fluid.layers.mean(fluid.layers.square_error_cost(input=pred, label=y))
+    return fluid.layers.mean(fluid.layers.square_error_cost(input=pred, label=y)), pred
 
 
 def batches(steps, workers):
@@ -54,7 +56,7 @@ def main():
               "--collective", file=sys.stderr)
         sys.exit(2)
 
-    loss = network()
+    loss, pred = network()
     optimizer = fluid.optimizer.Momentum(learning_rate=0.1, momentum=0.9)
     if args.collective:
         from parafluid.incubate.fleet.collective import DistributedStrategy, fleet
@@ -101,6 +103,10 @@ def main():
         for p, v in values().items():
             np.save(os.path.join(args.out, f"{p}.final.npy"), v)
         np.save(os.path.join(args.out, "losses.npy"), np.array(losses))
+        # the model as written (before transpiling) with the trained parameters, and a
+        # checkpoint of the job (in the pserver mode the pservers write their blocks)
+        fleet.save_inference_model(exe, os.path.join(args.out, "infer"), ["x"], [pred])
+        fleet.save_persistables(exe, os.path.join(args.out, "ckpt"))
     fleet.stop_worker()
 
 

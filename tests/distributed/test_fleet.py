@@ -118,7 +118,7 @@ def test_the_transpiler_fleet_makes_the_role_s_programs():
     eps = ["127.0.0.1:6170", "127.0.0.1:6171"]
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
-        loss = _example().network()
+        loss, _ = _example().network()
         ps_fleet.init(role_maker.UserDefinedRoleMaker(current_id=1, role=role_maker.Role.SERVER,
                                                       worker_num=2, server_endpoints=eps))
         with pytest.raises(ValueError, match="must be a DistributeTranspilerConfig"):
@@ -131,7 +131,7 @@ def test_the_transpiler_fleet_makes_the_role_s_programs():
         ps_fleet.init_worker()
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
-        loss = _example().network()
+        loss, _ = _example().network()
         ps_fleet.init(role_maker.UserDefinedRoleMaker(current_id=0, worker_num=2,
                                                       server_endpoints=eps))
         strategy = fluid.DistributeTranspilerConfig()
@@ -149,7 +149,7 @@ def test_the_collective_fleet_refuses_what_it_does_not_provide():
     s.use_local_sgd = True
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
-        loss = _example().network()
+        loss, _ = _example().network()
         with pytest.raises(NotImplementedError, match="use_local_sgd=True is not provided"):
             collective_fleet.distributed_optimizer(fluid.optimizer.SGD(0.1), s).minimize(loss)
     with pytest.raises(ValueError, match="must be a DistributedStrategy"):
@@ -166,12 +166,16 @@ def test_pslib_is_a_stand_in():
         fleet.init()
 
 
-def _one_process(out: str, workers: int) -> dict[str, np.ndarray]:
+def _one_process(out: str, workers: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The parameters one process reaches on the whole batch, and its predictions for the
+    first batch's rows."""
     ex = _example()
     main, startup = fluid.Program(), fluid.Program()
     scope = fluid.Scope()
-    with fluid.program_guard(main, startup), fluid.scope_guard(scope):
-        loss = ex.network()
+    with fluid.program_guard(main, startup), fluid.scope_guard(scope), \
+            fluid.unique_name.guard():
+        loss, pred = ex.network()
+        test_program = main.clone(for_test=True)
         fluid.optimizer.Momentum(learning_rate=0.1, momentum=0.9).minimize(loss)
         exe = fluid.Executor(fluid.CPUPlace())
         exe.run(startup)
@@ -179,9 +183,12 @@ def _one_process(out: str, workers: int) -> dict[str, np.ndarray]:
         for p in params:
             scope.find_var(p).get_tensor().set(
                 np.load(os.path.join(out, f"{p}.initial.npy")), fluid.CPUPlace())
-        for x, y in ex.batches(STEPS, workers):
+        batches = ex.batches(STEPS, workers)
+        for x, y in batches:
             exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss.name])
-        return {p: np.array(scope.find_var(p).get_tensor()) for p in params}
+        predicted, = exe.run(test_program, feed={"x": batches[0][0], "y": batches[0][1]},
+                             fetch_list=[pred.name])
+        return {p: np.array(scope.find_var(p).get_tensor()) for p in params}, predicted
 
 
 @pytest.mark.slow
@@ -192,19 +199,69 @@ def test_the_fleet_example_equals_one_process_on_the_whole_batch(mode, tmp_path)
     launch = ["--server_num", "2", "--worker_num", "2"] if mode == "pserver" else \
         ["--nproc_per_node", "2"]
     extra = ["--collective"] if mode == "collective" else []
-    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000")
+    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000",
+                    PARAFLUID_CHECKPOINT_ROOT=str(tmp_path))
     proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch", *launch,
                            EXAMPLE, *extra, "--steps", str(STEPS), "--out", out], env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "worker 0 of 2" in proc.stdout and "worker 1 of 2" in proc.stdout, proc.stdout
-    want = _one_process(out, workers=2)
+    want, predicted = _one_process(out, workers=2)
     for p, v in want.items():
         got = np.load(os.path.join(out, f"{p}.final.npy"))
         assert not np.allclose(got, np.load(os.path.join(out, f"{p}.initial.npy"))), p
         np.testing.assert_allclose(got, v, rtol=0, atol=1e-5, err_msg=p)
     losses = np.load(os.path.join(out, "losses.npy"))
     assert losses[-1] < losses[0]
+    # fleet.save_inference_model: the program as written with the trained parameters
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    with fluid.scope_guard(scope):
+        program, feeds, targets = fluid.io.load_inference_model(os.path.join(out, "infer"), exe)
+        assert feeds == ["x"]
+        got, = exe.run(program, feed={"x": _example().batches(STEPS, 2)[0][0]},
+                       fetch_list=targets)
+    np.testing.assert_allclose(got, predicted, rtol=0, atol=1e-5)
+    # fleet.save_persistables: a checkpoint of the job, the parameters as trained
+    ckpt = os.path.join(out, "ckpt")
+    if mode == "pserver":  # the pservers wrote their blocks: a pserver starts from them
+        assert os.path.exists(os.path.join(ckpt, "__checkpoint__.json")), os.listdir(ckpt)
+        _pserver_starts_from(ckpt, want)
+    else:
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.scope_guard(scope), \
+                fluid.unique_name.guard():
+            _example().network()
+            fluid.io.load_persistables(exe, ckpt, main)
+            for p, v in want.items():
+                np.testing.assert_allclose(np.array(scope.find_var(p).get_tensor()), v,
+                                           rtol=0, atol=1e-5, err_msg=p)
+
+
+def _pserver_starts_from(ckpt: str, want: dict[str, np.ndarray]) -> None:
+    """``fleet.init_server(model_dir=ckpt)`` as pserver 0 of a job like the example's: every
+    parameter block it then holds is rows of the trained parameter."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        loss, _ = _example().network()
+        ps_fleet.init(role_maker.UserDefinedRoleMaker(
+            current_id=0, role=role_maker.Role.SERVER, worker_num=2,
+            server_endpoints=["127.0.0.1:6170", "127.0.0.1:6171"]))
+        ps_fleet.distributed_optimizer(
+            fluid.optimizer.Momentum(learning_rate=0.1, momentum=0.9)).minimize(loss)
+    scope = fluid.Scope()
+    with fluid.scope_guard(scope):
+        ps_fleet.init_server(model_dir=ckpt)
+    held = 0
+    for var in ps_fleet.main_program.list_vars():
+        name = var.name.split(".block")[0]
+        if name not in want or not var.persistable:
+            continue
+        block = np.array(scope.find_var(var.name).get_tensor()).reshape(-1, *want[name].shape[1:])
+        rows = len(block)
+        assert any(np.allclose(block, want[name][i:i + rows], rtol=0, atol=1e-5)
+                   for i in range(len(want[name]) - rows + 1)), var.name
+        held += 1
+    assert held, "pserver 0 holds no parameter block"
 
 
 def test_the_example_started_alone_says_how_to_start_it():

@@ -6,7 +6,7 @@ other process must exit non-zero within the bound, naming the culprit (its train
 worker id and endpoint); nothing is left running. (The pserver mode's randomized test,
 with restarts from checkpoints, is in test_pserver_faults.py.)
 
-3 runs per mode; PARAFLUID_FAULT_RUNS=20 asks for more (PARAFLUID_FAULT_SEED picks the draw).
+2 runs per mode; PARAFLUID_FAULT_RUNS=20 asks for more (PARAFLUID_FAULT_SEED picks the draw).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ BOUND_S = 15  # after the fault: the peer finds a dead, stopped or departed peer
 
 
 def _draws():
-    runs = int(os.environ.get("PARAFLUID_FAULT_RUNS", "3"))
+    runs = int(os.environ.get("PARAFLUID_FAULT_RUNS", "2"))
     seed = int(os.environ.get("PARAFLUID_FAULT_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     return seed, [(rng.randrange(2), rng.choice(["kill", "stop", "exit"]), rng.randint(1, 6))

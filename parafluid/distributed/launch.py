@@ -337,7 +337,7 @@ def _signal_all(procs: Sequence[Proc], sig: int) -> None:
     for p in procs:
         if p.popen is not None and p.popen.poll() is None:
             try:
-                os.killpg(p.popen.pid, sig)  # the child's session: it and its own children
+                os.killpg(p.popen.pid, sig)  # the child's process group: it and its own children
             except ProcessLookupError:
                 pass
 

@@ -57,6 +57,23 @@ def _wait(reached, step, proc, timeout=90):
     raise AssertionError(f"no step {step} within {timeout} s")
 
 
+def _fault(procs, who, how, at):
+    """Make ``procs[who]`` fail as drawn (``exit``: its script ends by itself; ``kill`` or
+    ``stop``: a signal once the other reached step ``at``), wait for the other to exit;
+    returns the other and the seconds from the fault until it exited."""
+    other = procs[1 - who]
+    reached: list[int] = []
+    _watch_steps(other, reached)
+    if how == "exit":
+        procs[who].wait(90)
+    else:
+        _wait(reached, at, other)
+        procs[who].send_signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    faulted = time.monotonic()
+    other.wait(BOUND_S + 30)
+    return other, time.monotonic() - faulted
+
+
 def _stop_all(procs):
     for p in procs:
         if p.poll() is None:
@@ -83,18 +100,7 @@ def test_collective_random_faults_name_the_culprit(tmp_path):
                                   env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
                  for t in (0, 1)]
         try:
-            other = procs[1 - who]
-            reached: list[int] = []
-            _watch_steps(other, reached)
-            if how == "exit":
-                procs[who].wait(90)
-                faulted = time.monotonic()
-            else:
-                _wait(reached, at, other)
-                procs[who].send_signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-                faulted = time.monotonic()
-            other.wait(BOUND_S + 30)
-            took = time.monotonic() - faulted
+            other, took = _fault(procs, who, how, at)
         finally:
             _stop_all(procs)
         status = load_json(os.path.join(out, f"status_t{1 - who}.json"))
@@ -122,17 +128,7 @@ def test_model_parallel_random_faults_name_the_culprit():
                  "0.1", "--train-deadline-ms", str(D_MS), *extra],
                 env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         try:
-            other = procs[1 - who]
-            reached: list[int] = []
-            _watch_steps(other, reached)
-            if how == "exit":
-                procs[who].wait(90)
-            else:
-                _wait(reached, at, other)
-                procs[who].send_signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-            faulted = time.monotonic()
-            other.wait(BOUND_S + 30)
-            took = time.monotonic() - faulted
+            other, took = _fault(procs, who, how, at)
             err = other.stderr.read()
         finally:
             _stop_all(procs)

@@ -53,7 +53,12 @@ def _key(name: str, attrs: dict, ctx: Any) -> str:
             f"places=<{replicas} places>)" if replicas > 1 else
             f"{ctx.op.type} of {name!r}: this worker's program runs on one device (its place "
             f"has no device range) but was replicated over {have}; run it with fluid.Executor")
-    return f"{name}@replica{ctx.device_index}" if replicas > 1 else name
+    return _replica_key(name, replicas, ctx.device_index)
+
+
+def _replica_key(name: str, replicas: int, index: int) -> str:
+    """The mailbox key of ``name`` on replica ``index`` (``name`` itself with one replica)."""
+    return f"{name}@replica{index}" if replicas > 1 else name
 
 
 # the programs whose node_recv ops a mailbox was told to expect, per endpoint
@@ -78,10 +83,9 @@ def _mailbox(attrs: dict, ctx: Any) -> Any:
                 name = op.output("Out")[0]
                 var = block._find_var_recursive(name)
                 replicas = int(op.attrs.get("replicas", 1))
-                keys = [f"{name}@replica{i}" for i in range(replicas)] if replicas > 1 \
-                    else [name]
-                for key in keys:
-                    box.expect(key, int(op.attrs["peer"]), op.attrs["peer_endpoint"],
+                for i in range(max(replicas, 1)):
+                    box.expect(_replica_key(name, replicas, i), int(op.attrs["peer"]),
+                               op.attrs["peer_endpoint"],
                                shape=[-1 if d is None else int(d) for d in var.shape],
                                dtype=to_torch(convert_dtype(var.dtype)))
         seen.add(endpoint)

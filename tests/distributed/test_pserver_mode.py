@@ -402,7 +402,7 @@ def test_distributed_lookup_table_keeps_the_lod_of_its_ids():
                                            [[2, 3, 1]], place),
             "y": np.array([[0.5], [-1.0], [2.0]], "float32")}
     config = ps_job._config("round_robin", 100, True)
-    results, errors = {}, []
+    results = {}
 
     def pserver():
         main, startup, *_ = _lod_table_program(True)
@@ -425,22 +425,7 @@ def test_distributed_lookup_table_keeps_the_lod_of_its_ids():
                                                     scope=scope, return_numpy=False)
         exe.close()
 
-    def guarded(fn):
-        def run():
-            try:
-                fn()
-            except BaseException as e:  # noqa: BLE001  (reported by the test thread)
-                errors.append(e)
-        return threading.Thread(target=run, daemon=True)
-
-    threads = [guarded(pserver), guarded(trainer)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=45)
-    if errors:
-        raise errors[0]
-    assert not any(th.is_alive() for th in threads), "the pserver or trainer thread hangs"
+    run_threads([(pserver, (), {}), (trainer, (), {})], join_s=45)
     assert results["emb"].recursive_sequence_lengths() == [[2, 3, 1]]
     main, startup, emb, pooled, _ = _lod_table_program(False)
     exe, scope = fluid.Executor(place), fluid.Scope()

@@ -80,12 +80,6 @@ def _torch_device(device: torch.device) -> torch.device:
     return torch.device("cpu") if device.type == "cpu" else device
 
 
-def _kernel(opdef: Any) -> Callable:
-    # NOTE: LoD is shared by bind_op, not by kernels: compiled code carries no LoD, and a
-    # segment given LoD inputs runs uncompiled (see Segment.__call__)
-    return opdef.kernel
-
-
 def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
                      outs: list[str]) -> str:
     """The source of ``def name(*ins): ... return outs`` calling the kernels ``K<i>`` of
@@ -224,7 +218,9 @@ class Segment:
         self.out_names = list(op.outputs.get("Out", []))
         self.namespace: dict[str, Any] = {}
         for i, inner in enumerate(self.ops):
-            self.namespace[f"K{i}"] = _kernel(get_op_def(inner.type))
+            # NOTE: the kernel itself: LoD is shared by bind_op, not by kernels, so compiled
+            # code carries no LoD (a segment given LoD inputs runs uncompiled, see __call__)
+            self.namespace[f"K{i}"] = get_op_def(inner.type).kernel
             self.namespace[f"A{i}"] = dict(inner.attrs)
             self.namespace[f"C{i}"] = self.contexts[i]
         self.source = segment_source(op)
@@ -368,7 +364,7 @@ class Segment:
         finally:
             env.clear()
 
-    def checked(self, args: tuple) -> tuple:
+    def checked(self, *args: Any) -> tuple:
         """Run compiled and check the outputs for NaN/Inf; on one, re-run op by op from
         copies of the inputs taken before the run to name the op that made it."""
         keep = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
@@ -389,22 +385,17 @@ def bind_segment(op: Any, device: Any, services: Any = None,
     seg = Segment(op, device, services, enabled=enabled)
     ins, outs = tuple(seg.in_names), tuple(seg.out_names)
 
-    def run(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-        values = seg(*[env[n] for n in ins])
-        for n, v in zip(outs, values):
-            env[n] = v
-        if drop:
-            for n in drop:
-                env.pop(n, None)
+    def runner(call: Callable[..., tuple]) -> Callable:
+        def run(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+            values = call(*[env[n] for n in ins])
+            for n, v in zip(outs, values):
+                env[n] = v
+            if drop:
+                for n in drop:
+                    env.pop(n, None)
+        return run
 
-    def run_checked(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-        values = seg.checked(tuple(env[n] for n in ins))
-        for n, v in zip(outs, values):
-            env[n] = v
-        if drop:
-            for n in drop:
-                env.pop(n, None)
-
+    run = runner(seg)
     run.segment = seg  # type: ignore[attr-defined]
-    run.checked = run_checked  # type: ignore[attr-defined]
+    run.checked = runner(seg.checked)  # type: ignore[attr-defined]
     return run

@@ -43,6 +43,7 @@ import torch
 
 from ..lod import LOD_ATTR
 from ..ops.registry import EMPTY, get_op_def
+from ..passes.segment import run_io
 from .atomic import check_finite
 from .runtime import (
     OpRecord,
@@ -140,17 +141,9 @@ class _Piece:
     def __init__(self, seg: Segment, start: int, end: int, needed: set[str],
                  compiled: bool) -> None:
         ops = seg.ops[start:end]
-        reads: list[str] = []
-        written: set[str] = set()
-        for inner in ops:
-            for n in inner.input_arg_names:
-                if n != EMPTY and n not in written and n not in reads:
-                    reads.append(n)
-            written.update(n for n in inner.output_arg_names if n != EMPTY)
-        order = [n for inner in ops for n in inner.output_arg_names]
         self.start, self.end = start, end
-        self.ins = reads
-        self.outs = list(dict.fromkeys(n for n in order if n in needed and n in written))
+        self.ins, written = run_io(ops)
+        self.outs = [n for n in written if n in needed]
         self.name = f"segment_{seg.number}_ops_{start}_{end}"
         self.filename = f"<parafluid {self.name} at {id(self):x}>"
         self.source = _function_source(self.name, ops, start, self.ins, self.outs)

@@ -187,9 +187,7 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
     if len(set(names)) != len(names):
         raise RuntimeError(f"save_persistables: two files of the checkpoint have one name: "
                            f"{names}")
-    doc = {"format": CHECKPOINT_FORMAT, "step": step,
-           "files": {r["file"]: {"sha256": r["sha256"], "bytes": r["bytes"]} for r in records}}
-    write_bytes(marker, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+    _write_marker(marker, step, records)
     return path
 
 
@@ -212,11 +210,15 @@ def write_pserver_emergency_checkpoint(dirname: str, filename: str,
     folder = os.path.join(dirname, os.path.splitext(filename)[0])
     os.makedirs(folder, exist_ok=True)
     record = json.loads(write_pserver_checkpoint(folder, filename, tensors, step))
-    doc = {"format": CHECKPOINT_FORMAT, "step": int(step),
-           "files": {record["file"]: {"sha256": record["sha256"], "bytes": record["bytes"]}}}
-    write_bytes(os.path.join(folder, CHECKPOINT_MARKER),
-                json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+    _write_marker(os.path.join(folder, CHECKPOINT_MARKER), int(step), [record])
     return folder
+
+
+def _write_marker(marker: str, step: int, records: list[dict]) -> None:
+    """The checkpoint's marker: the step and each file's SHA-256 and size."""
+    doc = {"format": CHECKPOINT_FORMAT, "step": step,
+           "files": {r["file"]: {"sha256": r["sha256"], "bytes": r["bytes"]} for r in records}}
+    write_bytes(marker, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
 
 
 def check_checkpoint_file(dirname: str, filename: str) -> int:

@@ -38,7 +38,7 @@ class DGCMomentumOptimizer(Optimizer):
         rampup_begin_step: the step (0 = the first run) from which gradients are compressed;
             before it the optimizer is ``Momentum`` with a dense all-reduce.
         rampup_step: how many steps the ``sparsity`` list is walked over.
-        sparsity: the sparsities of the ramp-up, each in [0, 1); the last one stays.
+        sparsity: the sparsities of the ramp-up, each in [0, 1); 0.999 after its end.
         use_nesterov: Nesterov momentum (in the momentum correction after the ramp-up too).
         local_grad_clip_norm: clip each device's gradient to this norm divided by
             ``num_trainers**2`` after the ramp-up begins (needs ``num_trainers``).

@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import framework, layers
+from .. import layers
 from ..framework import Variable
 from ..layer_helper import parameter_source
 from ..param_attr import WeightNormParamAttr
-from .layers import Layer
+from .layers import Layer, _on_build
 
 __all__ = ["FC", "Conv2D", "Conv3D", "Pool2D", "BatchNorm", "Embedding", "LayerNorm", "GRUUnit",
            "NCE", "PRelu", "BilinearTensorProduct", "Conv2DTranspose", "Conv3DTranspose",
@@ -63,11 +63,8 @@ class _FunctionLayer(Layer):
             if first:
                 p = self.create_parameter(attr, shape, dtype, is_bias, default_initializer)
                 made.append(p)
-                # data parallel: trainer 0's value, before the first op reads it (as Layer
-                # does for the parameters of _build_once)
-                tracer = framework._dygraph_tracer()
-                if p is not None and getattr(tracer, "_on_build", None) is not None:
-                    tracer._on_build([p])
+                if p is not None:  # as Layer does for the parameters of _build_once
+                    _on_build([p])
                 return p
             if not queue:
                 raise ValueError(f"{type(self).__name__} {self.full_name()}: "

@@ -18,7 +18,7 @@ import torch
 
 from ..lod import attach_lod
 from .registry import Meta, register_op
-from .rnn import _act, _clip, _gate_grads, _initial, _lstm_step, _Steps
+from .rnn import _act, _clip, _gate_grads, _initial, _lstm_step, _lstm_weight_grads, _Steps
 
 __all__: list[str] = []
 
@@ -128,13 +128,7 @@ def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         dbias[:4 * d] += g.sum(0)
         dr_next = g @ w.t() + (1 - m) * dr
         dc_next = m * dc_prev + (1 - m) * dc_next
-    out = {}
-    if "Input" in ctx.need:
-        out["Input@GRAD"] = steps.scatter(dgates, x.shape[0])
-    if "Weight" in ctx.need:
-        out["Weight@GRAD"] = dw
-    if "Bias" in ctx.need:
-        out["Bias@GRAD"] = dbias.reshape(ins["Bias"].shape)
+    out = _lstm_weight_grads(ctx, steps, dgates, x, dw, dbias, ins["Bias"])
     if ins.get("H0") is not None:
         dr0 = dr_next * d_proj(r0)
         dpw += ins["H0"].t() @ dr0

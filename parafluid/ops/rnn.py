@@ -188,6 +188,19 @@ def _gate_grads(dc: torch.Tensor, do: torch.Tensor, saved: tuple, m: torch.Tenso
     return torch.cat([dcand, di, df, do], 1) * m, dc_prev
 
 
+def _lstm_weight_grads(ctx: Any, steps: _Steps, dgates: torch.Tensor, x: torch.Tensor,
+                       dw: torch.Tensor, dbias: torch.Tensor, bias: torch.Tensor) -> dict:
+    """The gradients of an LSTM's Input, Weight and Bias that the backward pass needs."""
+    out = {}
+    if "Input" in ctx.need:
+        out["Input@GRAD"] = steps.scatter(dgates, x.shape[0])
+    if "Weight" in ctx.need:
+        out["Weight@GRAD"] = dw
+    if "Bias" in ctx.need:
+        out["Bias@GRAD"] = dbias.reshape(bias.shape)
+    return out
+
+
 def _lstm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, w = ins["Input"], ins["Weight"]
     d = w.shape[0]
@@ -220,13 +233,7 @@ def _lstm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         dbias[:4 * d] += g.sum(0)
         dh_next = g @ w.t() + (1 - m) * dh
         dc_next = m * dc_prev + (1 - m) * dc_next
-    out = {}
-    if "Input" in ctx.need:
-        out["Input@GRAD"] = steps.scatter(dgates, x.shape[0])
-    if "Weight" in ctx.need:
-        out["Weight@GRAD"] = dw
-    if "Bias" in ctx.need:
-        out["Bias@GRAD"] = dbias.reshape(ins["Bias"].shape)
+    out = _lstm_weight_grads(ctx, steps, dgates, x, dw, dbias, ins["Bias"])
     if "H0" in ctx.need:
         out["H0@GRAD"] = dh_next
     if "C0" in ctx.need:

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -234,7 +235,7 @@ def check_checkpoint_file(dirname: str, filename: str) -> int:
                          "of different steps) and does not load. With pservers on other "
                          f"machines, copy {CHECKPOINT_MARKER} from trainer 0's folder")
     try:
-        doc = json.loads(open(marker, "rb").read().decode("utf-8"))
+        doc = json.loads(Path(marker).read_bytes().decode("utf-8"))
         step, files = doc["step"], doc["files"]
         ok = doc["format"] == CHECKPOINT_FORMAT and type(step) is int and \
             isinstance(files, dict)

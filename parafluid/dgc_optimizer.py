@@ -38,7 +38,7 @@ class DGCMomentumOptimizer(Optimizer):
         rampup_begin_step: the step (0 = the first run) from which gradients are compressed;
             before it the optimizer is ``Momentum`` with a dense all-reduce.
         rampup_step: how many steps the ``sparsity`` list is walked over.
-        sparsity: the sparsities of the ramp-up, each in [0, 1); the last one stays.
+        sparsity: the sparsities of the ramp-up, each in [0, 1); 0.999 after its end.
         use_nesterov: Nesterov momentum (in the momentum correction after the ramp-up too).
         local_grad_clip_norm: clip each device's gradient to this norm divided by
             ``num_trainers**2`` after the ramp-up begins (needs ``num_trainers``).
@@ -87,7 +87,6 @@ class DGCMomentumOptimizer(Optimizer):
             if not 0.0 <= s < 1.0:
                 raise ValueError(f"{owner}: every sparsity must be in [0, 1) (the fraction of "
                                  f"the gradient not sent), got {s!r} in {list(sparsity)}")
-        self._local_grad_clip_norm = None
         self._clip_norm = None
         if local_grad_clip_norm is not None:
             _check_number(owner, local_grad_clip_norm=local_grad_clip_norm)
@@ -98,7 +97,6 @@ class DGCMomentumOptimizer(Optimizer):
             if local_grad_clip_norm <= 0:
                 raise ValueError(f"{owner}: local_grad_clip_norm must be > 0, got "
                                  f"{local_grad_clip_norm!r}")
-            self._local_grad_clip_norm = float(local_grad_clip_norm)
             self._clip_norm = float(local_grad_clip_norm) / (num_trainers * num_trainers)
         super().__init__(learning_rate, regularization, name)
         self._momentum = float(momentum)
@@ -106,7 +104,6 @@ class DGCMomentumOptimizer(Optimizer):
         self._rampup_begin_step = int(rampup_begin_step)
         self._rampup_step = int(rampup_step)
         self._sparsity = [float(s) for s in sparsity]
-        self._num_trainers = num_trainers
         self._global_step_var: Variable | None = None
 
     @staticmethod
@@ -169,14 +166,13 @@ class DGCMomentumOptimizer(Optimizer):
                                        type="selected_rows", shape=[-1], stop_gradient=True)
             role = {"op_role": OpRole.Backward, "op_role_var": [param.name, grad.name]}
             step = self._global_step_var
-            clipped = grad
             if self._clip_norm is not None:
                 block.append_op("dgc_clip_by_norm", inputs={"X": [grad], "current_step": [step]},
                                 outputs={"Out": [grad]},
                                 attrs={"max_norm": self._clip_norm,
                                        "rampup_begin_step": float(self._rampup_begin_step),
                                        "op_role": OpRole.Backward})
-            block.append_op("dgc", inputs={"U": [u], "V": [v], "Grad": [clipped],
+            block.append_op("dgc", inputs={"U": [u], "V": [v], "Grad": [grad],
                                            "current_step": [step]},
                             outputs={"U_out": [u], "V_out": [v], "EncodeGrad": [encoded],
                                      "k": [k], "Grad_out": [grad]},

@@ -93,8 +93,7 @@ class Executor:
             scope: where persistable variables live (default: ``global_scope()``).
             return_numpy: return numpy arrays (else LoDTensors).
         """
-        if self._closed:
-            raise RuntimeError("Executor.run() after close(): create a new Executor")
+        self._check_open()
         if program is None:
             program = default_main_program()
         scope = scope if scope is not None else global_scope()

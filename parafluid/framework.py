@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -89,12 +90,17 @@ def _dygraph_guard(tracer: Any) -> Iterator[None]:
         _dygraph_tracer_ = old
 
 
+@functools.lru_cache(maxsize=4096)
+def _in_package(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR)
+
+
 def _user_callsite() -> str:
     """The first stack frame outside the parafluid package, as ``file:line``."""
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_PACKAGE_DIR):
+        if not _in_package(filename):
             return f"{filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"

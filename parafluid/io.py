@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -187,9 +188,7 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
     if len(set(names)) != len(names):
         raise RuntimeError(f"save_persistables: two files of the checkpoint have one name: "
                            f"{names}")
-    doc = {"format": CHECKPOINT_FORMAT, "step": step,
-           "files": {r["file"]: {"sha256": r["sha256"], "bytes": r["bytes"]} for r in records}}
-    write_bytes(marker, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+    _write_marker(marker, step, records)
     return path
 
 
@@ -212,11 +211,15 @@ def write_pserver_emergency_checkpoint(dirname: str, filename: str,
     folder = os.path.join(dirname, os.path.splitext(filename)[0])
     os.makedirs(folder, exist_ok=True)
     record = json.loads(write_pserver_checkpoint(folder, filename, tensors, step))
-    doc = {"format": CHECKPOINT_FORMAT, "step": int(step),
-           "files": {record["file"]: {"sha256": record["sha256"], "bytes": record["bytes"]}}}
-    write_bytes(os.path.join(folder, CHECKPOINT_MARKER),
-                json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+    _write_marker(os.path.join(folder, CHECKPOINT_MARKER), int(step), [record])
     return folder
+
+
+def _write_marker(marker: str, step: int, records: list[dict]) -> None:
+    """The checkpoint's marker: the step and each file's SHA-256 and size."""
+    doc = {"format": CHECKPOINT_FORMAT, "step": step,
+           "files": {r["file"]: {"sha256": r["sha256"], "bytes": r["bytes"]} for r in records}}
+    write_bytes(marker, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
 
 
 def check_checkpoint_file(dirname: str, filename: str) -> int:
@@ -232,7 +235,7 @@ def check_checkpoint_file(dirname: str, filename: str) -> int:
                          "of different steps) and does not load. With pservers on other "
                          f"machines, copy {CHECKPOINT_MARKER} from trainer 0's folder")
     try:
-        doc = json.loads(open(marker, "rb").read().decode("utf-8"))
+        doc = json.loads(Path(marker).read_bytes().decode("utf-8"))
         step, files = doc["step"], doc["files"]
         ok = doc["format"] == CHECKPOINT_FORMAT and type(step) is int and \
             isinstance(files, dict)

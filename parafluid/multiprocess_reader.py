@@ -306,13 +306,18 @@ def multiprocess_reader(readers: Sequence[Callable[[], Iterable[Any]]], use_pipe
     return merged
 
 
+def _check_alive(child: _Child) -> None:
+    """Raise if ``child`` is gone with no frame left to read."""
+    if not child.process.is_alive() and not child.conn.poll(0):
+        child.process.join(timeout=1.0)
+        raise RuntimeError(f"multiprocess_reader: {child.name()} died (exit code "
+                           f"{child.process.exitcode}) before the end of its samples")
+
+
 def _wait_readable(child: _Child) -> None:
     """Wait until ``child`` has a frame (or is gone), looking at its liveness meanwhile."""
     while not child.conn.poll(_POLL_S):
-        if not child.process.is_alive() and not child.conn.poll(0):
-            child.process.join(timeout=1.0)
-            raise RuntimeError(f"multiprocess_reader: {child.name()} died (exit code "
-                               f"{child.process.exitcode}) before the end of its samples")
+        _check_alive(child)
 
 
 def _in_turn(children: list[_Child]) -> Iterator[Any]:
@@ -333,11 +338,7 @@ def _as_ready(children: list[_Child]) -> Iterator[Any]:
         ready = mpc.wait(list(live), timeout=_POLL_S)
         if not ready:
             for child in live.values():
-                if not child.process.is_alive() and not child.conn.poll(0):
-                    child.process.join(timeout=1.0)
-                    raise RuntimeError(f"multiprocess_reader: {child.name()} died (exit code "
-                                       f"{child.process.exitcode}) before the end of its "
-                                       "samples")
+                _check_alive(child)
             continue
         for conn in ready:
             child = live[conn]

@@ -76,6 +76,8 @@ class Optimizer:
         self._learning_rate_map: dict[Program, Variable] = {}
         self._accumulators: dict[str, dict[str, Variable]] = defaultdict(dict)
         self.helper: LayerHelper | None = None
+        # imperative mode: the state given to load(), for accumulators not created yet
+        self._loaded_state: dict[str, Any] = {}
 
     # ---- learning rate
     def _create_global_learning_rate(self) -> None:
@@ -127,9 +129,8 @@ class Optimizer:
             dtype=dtype or param.dtype, shape=list(param.shape if shape is None else shape),
             stop_gradient=True)
         self.helper.set_variable_initializer(var, Constant(float(fill_value)))
-        loaded = getattr(self, "_loaded_state", None)
-        if loaded and var.name in loaded and in_dygraph_mode():
-            var.set_value(loaded[var.name])
+        if var.name in self._loaded_state and in_dygraph_mode():
+            var.set_value(self._loaded_state[var.name])
         self._accumulators[name][param.name] = var
         return var
 

@@ -164,9 +164,7 @@ class Layer:
         if not self._built:
             self._build_once(*inputs, **kwargs)
             self._built = True
-            tracer = framework._dygraph_tracer()
-            if tracer is not None and tracer._on_build is not None:
-                tracer._on_build(self.parameters())  # data parallel: trainer 0's values
+            _on_build(self.parameters())
         return self.forward(*inputs, **kwargs)
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
@@ -276,6 +274,14 @@ class Layer:
             del self._sub_layers[name]
         else:
             object.__delattr__(self, name)
+
+
+def _on_build(params: list[Parameter]) -> None:
+    """Hand parameters a layer has just made to the tracer's build hook (data parallel:
+    they get trainer 0's values before any op reads them)."""
+    tracer = framework._dygraph_tracer()
+    if tracer is not None and tracer._on_build is not None:
+        tracer._on_build(params)
 
 
 def _set_parameter_value(param: Parameter, value: Any) -> None:

@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import framework, layers
+from .. import layers
 from ..framework import Variable
 from ..layer_helper import parameter_source
 from ..param_attr import WeightNormParamAttr
-from .layers import Layer
+from .layers import Layer, _on_build
 
 __all__ = ["FC", "Conv2D", "Conv3D", "Pool2D", "BatchNorm", "Embedding", "LayerNorm", "GRUUnit",
            "NCE", "PRelu", "BilinearTensorProduct", "Conv2DTranspose", "Conv3DTranspose",
@@ -39,10 +39,15 @@ class _FunctionLayer(Layer):
     attribute names of the parameters it makes, in the order the function asks for them."""
 
     _param_names: tuple[str, ...] = ("weight", "bias")
+    # the function of a one-input layer whose keywords are ``_args`` (the default forward)
+    _function: Callable[..., Any]
 
     def __init__(self, name_scope: str | None, dtype: Any = "float32") -> None:
         super().__init__(name_scope, dtype)
         self._supplied: list[Any] | None = None
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(type(self)._function, input, **self._args)
 
     def _call_function(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         first = self._supplied is None
@@ -58,11 +63,8 @@ class _FunctionLayer(Layer):
             if first:
                 p = self.create_parameter(attr, shape, dtype, is_bias, default_initializer)
                 made.append(p)
-                # data parallel: trainer 0's value, before the first op reads it (as Layer
-                # does for the parameters of _build_once)
-                tracer = framework._dygraph_tracer()
-                if p is not None and getattr(tracer, "_on_build", None) is not None:
-                    tracer._on_build([p])
+                if p is not None:  # as Layer does for the parameters of _build_once
+                    _on_build([p])
                 return p
             if not queue:
                 raise ValueError(f"{type(self).__name__} {self.full_name()}: "
@@ -141,8 +143,6 @@ class Linear(_FunctionLayer):
 
 
 class _Conv(_FunctionLayer):
-    _function: Callable[..., Any]
-
     def __init__(self, name_scope: str, num_filters: int, filter_size: Any, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int | None = None,
                  param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
@@ -152,9 +152,6 @@ class _Conv(_FunctionLayer):
                           padding=padding, dilation=dilation, groups=groups,
                           param_attr=param_attr, bias_attr=bias_attr, use_cudnn=use_cudnn,
                           act=act)
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(type(self)._function, input, **self._args)
 
 
 class Conv2D(_Conv):
@@ -188,8 +185,6 @@ class Conv3D(_Conv):
 
 
 class _ConvTranspose(_FunctionLayer):
-    _function: Callable[..., Any]
-
     def __init__(self, name_scope: str, num_filters: int, output_size: Any = None,
                  filter_size: Any = None, padding: Any = 0, stride: Any = 1,
                  dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
@@ -200,9 +195,6 @@ class _ConvTranspose(_FunctionLayer):
                           filter_size=filter_size, padding=padding, stride=stride,
                           dilation=dilation, groups=groups, param_attr=param_attr,
                           bias_attr=bias_attr, use_cudnn=use_cudnn, act=act, name=name)
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(type(self)._function, input, **self._args)
 
 
 class Conv2DTranspose(_ConvTranspose):
@@ -235,6 +227,8 @@ class Pool2D(_FunctionLayer):
         pool = fluid.dygraph.Pool2D("pool", pool_size=2, pool_type="avg", pool_stride=2)
     """
 
+    _function = staticmethod(layers.pool2d)
+
     def __init__(self, name_scope: str, pool_size: Any = -1, pool_type: str = "max",
                  pool_stride: Any = 1, pool_padding: Any = 0, global_pooling: bool = False,
                  use_cudnn: bool = True, ceil_mode: bool = False, exclusive: bool = True,
@@ -243,9 +237,6 @@ class Pool2D(_FunctionLayer):
         self._args = dict(pool_size=pool_size, pool_type=pool_type, pool_stride=pool_stride,
                           pool_padding=pool_padding, global_pooling=global_pooling,
                           use_cudnn=use_cudnn, ceil_mode=ceil_mode, exclusive=exclusive)
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(layers.pool2d, input, **self._args)
 
 
 class BatchNorm(_FunctionLayer):
@@ -257,6 +248,7 @@ class BatchNorm(_FunctionLayer):
         bn = fluid.dygraph.BatchNorm("bn", num_channels=8, act="relu")
     """
 
+    _function = staticmethod(layers.batch_norm)
     _param_names = ("weight", "bias", "_mean", "_variance")
 
     def __init__(self, name_scope: str, num_channels: int, act: str | None = None,
@@ -284,7 +276,7 @@ class BatchNorm(_FunctionLayer):
             raise ValueError(f"BatchNorm {self.full_name()}: num_channels is "
                              f"{self._num_channels} but input {input.name!r} of shape "
                              f"{list(input.shape)} has {channels}")
-        return self._call_function(layers.batch_norm, input, **self._args)
+        return super().forward(input)
 
 
 class Embedding(_FunctionLayer):
@@ -296,6 +288,7 @@ class Embedding(_FunctionLayer):
         vectors = emb(ids)
     """
 
+    _function = staticmethod(layers.embedding)
     _param_names = ("weight",)
 
     def __init__(self, name_scope: str, size: list[int], is_sparse: bool = False,
@@ -304,9 +297,6 @@ class Embedding(_FunctionLayer):
         super().__init__(name_scope, dtype)
         self._args = dict(size=size, is_sparse=is_sparse, is_distributed=is_distributed,
                           padding_idx=padding_idx, param_attr=param_attr, dtype=dtype)
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(layers.embedding, input, **self._args)
 
 
 class LayerNorm(_FunctionLayer):
@@ -318,6 +308,8 @@ class LayerNorm(_FunctionLayer):
         ln = fluid.dygraph.LayerNorm("ln", begin_norm_axis=1)
     """
 
+    _function = staticmethod(layers.layer_norm)
+
     def __init__(self, name_scope: str, scale: bool = True, shift: bool = True,
                  begin_norm_axis: int = 1, epsilon: float = 1e-05, param_attr: Any = None,
                  bias_attr: Any = None, act: str | None = None) -> None:
@@ -327,9 +319,6 @@ class LayerNorm(_FunctionLayer):
                           act=act)
         if not scale:
             self._param_names = ("bias",)
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(layers.layer_norm, input, **self._args)
 
 
 class GRUUnit(_FunctionLayer):
@@ -428,15 +417,14 @@ class GroupNorm(_FunctionLayer):
         gn = fluid.dygraph.GroupNorm("gn", groups=4)
     """
 
+    _function = staticmethod(layers.group_norm)
+
     def __init__(self, name_scope: str, groups: int, epsilon: float = 1e-05,
                  param_attr: Any = None, bias_attr: Any = None, act: str | None = None,
                  data_layout: str = "NCHW") -> None:
         super().__init__(name_scope)
         self._args = dict(groups=groups, epsilon=epsilon, param_attr=param_attr,
                           bias_attr=bias_attr, act=act, data_layout=data_layout)
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(layers.group_norm, input, **self._args)
 
 
 class SpectralNorm(_FunctionLayer):

@@ -183,21 +183,20 @@ class Tracer:
         # pre-op value of a variable the op overwrites stays apart from the new one
         keys: set[str] = set()
         in_keys, out_keys = _keyed(ins, keys), _keyed(outs, keys)
-        view_vars = {k: v for slot in (in_keys, out_keys) for pairs in slot.values()
-                     for k, v in pairs}
-        fop = Operator(_OpView(block, dict(view_vars)), op,
+        in_pairs = [(k, v) for pairs in in_keys.values() for k, v in pairs]
+        out_pairs = [(k, v) for pairs in out_keys.values() for k, v in pairs]
+        fop = Operator(_OpView(block, dict(in_pairs + out_pairs)), op,
                        {s: [k for k, _ in pairs] for s, pairs in in_keys.items()},
                        {s: [k for k, _ in pairs] for s, pairs in out_keys.items()},
                        attrs, callsite=framework._user_callsite())
         prepare_op(fop)
         env: dict[str, Any] = {}
-        for pairs in in_keys.values():
-            for k, v in pairs:
-                if v._value is None:
-                    raise ValueError(f"op {op!r} (created at {fop.callsite}): input variable "
-                                     f"{v.name!r} holds no value; write it with an op (or "
-                                     "fluid.dygraph.to_variable) before using it")
-                env[k] = v._value
+        for k, v in in_pairs:
+            if v._value is None:
+                raise ValueError(f"op {op!r} (created at {fop.callsite}): input variable "
+                                 f"{v.name!r} holds no value; write it with an op (or "
+                                 "fluid.dygraph.to_variable) before using it")
+            env[k] = v._value
         if opdef.grad is not None:
             _check_float_dtypes(fop, in_keys, opdef)
         seq = next(self._seq)
@@ -207,12 +206,10 @@ class Tracer:
             raise op_error(fop, seq, exc) from exc
         record = (self._has_grad and self._train_mode and not stop_gradient
                   and opdef.grad is not None
-                  and any(not v.stop_gradient for pairs in in_keys.values() for _, v in pairs))
-        out_pairs = [(k, v) for pairs in out_keys.values() for k, v in pairs]
+                  and any(not v.stop_gradient for _, v in in_pairs))
         for k, v in out_pairs:
             if k in env:
                 v._value = env[k]
-        in_pairs = [(k, v) for pairs in in_keys.values() for k, v in pairs]
         node = _Node(seq, fop, env, in_pairs, out_pairs) if record else None
         for _, v in out_pairs:
             v._node, v._record_freed = node, False

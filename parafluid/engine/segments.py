@@ -43,6 +43,7 @@ import torch
 
 from ..lod import LOD_ATTR
 from ..ops.registry import EMPTY, get_op_def
+from ..passes.segment import run_io
 from .atomic import check_finite
 from .runtime import (
     OpRecord,
@@ -78,12 +79,6 @@ def _warn_once(key: str, message: str) -> None:
 
 def _torch_device(device: torch.device) -> torch.device:
     return torch.device("cpu") if device.type == "cpu" else device
-
-
-def _kernel(opdef: Any) -> Callable:
-    # NOTE: LoD is shared by bind_op, not by kernels: compiled code carries no LoD, and a
-    # segment given LoD inputs runs uncompiled (see Segment.__call__)
-    return opdef.kernel
 
 
 def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
@@ -146,17 +141,9 @@ class _Piece:
     def __init__(self, seg: Segment, start: int, end: int, needed: set[str],
                  compiled: bool) -> None:
         ops = seg.ops[start:end]
-        reads: list[str] = []
-        written: set[str] = set()
-        for inner in ops:
-            for n in inner.input_arg_names:
-                if n != EMPTY and n not in written and n not in reads:
-                    reads.append(n)
-            written.update(n for n in inner.output_arg_names if n != EMPTY)
-        order = [n for inner in ops for n in inner.output_arg_names]
         self.start, self.end = start, end
-        self.ins = reads
-        self.outs = list(dict.fromkeys(n for n in order if n in needed and n in written))
+        self.ins, written = run_io(ops)
+        self.outs = [n for n in written if n in needed]
         self.name = f"segment_{seg.number}_ops_{start}_{end}"
         self.filename = f"<parafluid {self.name} at {id(self):x}>"
         self.source = _function_source(self.name, ops, start, self.ins, self.outs)
@@ -224,7 +211,9 @@ class Segment:
         self.out_names = list(op.outputs.get("Out", []))
         self.namespace: dict[str, Any] = {}
         for i, inner in enumerate(self.ops):
-            self.namespace[f"K{i}"] = _kernel(get_op_def(inner.type))
+            # NOTE: the kernel itself: LoD is shared by bind_op, not by kernels, so compiled
+            # code carries no LoD (a segment given LoD inputs runs uncompiled, see __call__)
+            self.namespace[f"K{i}"] = get_op_def(inner.type).kernel
             self.namespace[f"A{i}"] = dict(inner.attrs)
             self.namespace[f"C{i}"] = self.contexts[i]
         self.source = segment_source(op)
@@ -368,7 +357,7 @@ class Segment:
         finally:
             env.clear()
 
-    def checked(self, args: tuple) -> tuple:
+    def checked(self, *args: Any) -> tuple:
         """Run compiled and check the outputs for NaN/Inf; on one, re-run op by op from
         copies of the inputs taken before the run to name the op that made it."""
         keep = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
@@ -389,22 +378,17 @@ def bind_segment(op: Any, device: Any, services: Any = None,
     seg = Segment(op, device, services, enabled=enabled)
     ins, outs = tuple(seg.in_names), tuple(seg.out_names)
 
-    def run(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-        values = seg(*[env[n] for n in ins])
-        for n, v in zip(outs, values):
-            env[n] = v
-        if drop:
-            for n in drop:
-                env.pop(n, None)
+    def runner(call: Callable[..., tuple]) -> Callable:
+        def run(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
+            values = call(*[env[n] for n in ins])
+            for n, v in zip(outs, values):
+                env[n] = v
+            if drop:
+                for n in drop:
+                    env.pop(n, None)
+        return run
 
-    def run_checked(env: dict[str, Any] = env) -> None:  # type: ignore[assignment]
-        values = seg.checked(tuple(env[n] for n in ins))
-        for n, v in zip(outs, values):
-            env[n] = v
-        if drop:
-            for n in drop:
-                env.pop(n, None)
-
+    run = runner(seg)
     run.segment = seg  # type: ignore[attr-defined]
-    run.checked = run_checked  # type: ignore[attr-defined]
+    run.checked = runner(seg.checked)  # type: ignore[attr-defined]
     return run

@@ -16,7 +16,8 @@ then on::
 
     U = m*U + G              (nesterov: U = m*(U + G);  V = V + U + G)
     V = V + U
-    sparsity = sparsity_list[min(len * (step - begin) // rampup_step, len - 1)]
+    idx = int(step * len(sparsity_list) / rampup_step)   (the global step, as Fluid 1.6)
+    sparsity = sparsity_list[idx], or 0.999 once idx passes the list's end
     k = max(1, int(numel * (1 - sparsity)))
     I = top-k of |V|;  EncodeGrad = (I, V[I]);  U[I] = V[I] = 0;  Grad_out = 0
     all-reduce: every device's (I, V[I]) gathered and added into the (zero) dense gradient
@@ -52,13 +53,12 @@ def _step(t: torch.Tensor) -> int:
     return int(t.reshape(-1)[0].item())
 
 
-def dgc_sparsity(sparsity: list[float], step: int, rampup_begin_step: float,
-                 rampup_step: float) -> float:
+def dgc_sparsity(sparsity: list[float], step: int, rampup_step: float) -> float:
     """The sparsity of ``step`` (at or after ``rampup_begin_step``), as Fluid 1.6's dgc op
     computes it: the list indexed by the global step (``step * len / rampup_step``), and
-    0.999 once the index passes the list's end (so with ``rampup_begin_step`` beyond
-    ``rampup_step`` the ramp-up is already over when compression starts)."""
-    del rampup_begin_step  # NOTE: Fluid 1.6 does not subtract it (later Fluid does)
+    0.999 once the index passes the list's end. Fluid 1.6 does not subtract
+    ``rampup_begin_step`` (later Fluid does), so with ``rampup_begin_step`` beyond
+    ``rampup_step`` the ramp-up is already over when compression starts."""
     idx = int(step * len(sparsity) / rampup_step)
     return 0.999 if idx >= len(sparsity) else float(sparsity[idx])
 
@@ -88,7 +88,7 @@ def _dgc(ins: dict, attrs: dict, ctx: Any) -> dict:
                             g.new_zeros(0), numel)
         return {"U_out": u, "V_out": v, "Grad_out": g, "EncodeGrad": none,
                 "k": g.new_zeros(1)}
-    sparsity = dgc_sparsity(list(attrs["sparsity"]), step, begin, attrs["rampup_step"])
+    sparsity = dgc_sparsity(list(attrs["sparsity"]), step, attrs["rampup_step"])
     k = dgc_k(numel, sparsity)
     m = attrs["m"]
     # NOTE: new tensors, not in place: the runtime writes them back to U and V

@@ -25,6 +25,8 @@ import torch
 from .registry import Meta, register_op
 
 _SCALE_SLOTS = ("InScale", "Iter", "InState", "InAccum")
+# the running statistic each state output updates
+_STATE_INPUT = {"OutState": "InState", "OutAccum": "InAccum"}
 
 
 def _bin(attrs: dict) -> float:
@@ -33,9 +35,13 @@ def _bin(attrs: dict) -> float:
 
 def _quantize(x: torch.Tensor, scale: torch.Tensor, attrs: dict) -> torch.Tensor:
     s = scale.reshape(()).to(x.dtype)
-    # NOTE: an all-zero input has scale 0; it quantizes to zeros instead of NaNs
-    safe = torch.where(s > 0, s, torch.ones_like(s))
-    return torch.round(torch.clamp(x, -s, s) / safe * _bin(attrs))
+    return torch.round(torch.clamp(x, -s, s) / _nonzero(s) * _bin(attrs))
+
+
+def _nonzero(s: torch.Tensor) -> torch.Tensor:
+    """The scale to divide by: an all-zero input has scale 0; it quantizes to zeros, and
+    its gradient stays finite, instead of NaNs."""
+    return torch.where(s > 0, s, torch.ones_like(s))
 
 
 def _abs_max(x: torch.Tensor) -> torch.Tensor:
@@ -54,20 +60,17 @@ def _quant_shape(op: str, extra: tuple[str, ...] = ()) -> Any:
         x = ins["X"]
         out = {"Out": x, "OutScale": Meta((1,), x.dtype)}
         for slot in extra:
-            src = {"OutScales": "OutScales", "OutState": "InState", "OutAccum": "InAccum"}[slot]
             if slot == "OutScales":
                 out[slot] = Meta((int(attrs["window_size"]),), x.dtype)
-            elif ins.get(src) is not None:
-                out[slot] = ins[src]
+            elif ins.get(_STATE_INPUT[slot]) is not None:
+                out[slot] = ins[_STATE_INPUT[slot]]
         return out
     return infer
 
 
 def _quant_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    s = ins["OutScale"].reshape(())
     dout = ins["Out@GRAD"]
-    safe = torch.where(s > 0, s, torch.ones_like(s)).to(dout.dtype)
-    return {"X@GRAD": dout * (_bin(attrs) / safe)}
+    return {"X@GRAD": dout * (_bin(attrs) / _nonzero(ins["OutScale"].reshape(())).to(dout.dtype))}
 
 
 def _grad_like_out(ins: dict, attrs: dict) -> dict:

@@ -71,6 +71,13 @@ def _binary(name: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.add(x, y) if name == "elementwise_add" else torch.mul(x, y)
 
 
+def _binary_grads(name: str, d: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``binary(a, b)`` (``b`` already broadcast) given its gradient ``d``,
+    before reduction to the operands' shapes."""
+    return (d, d) if name == "elementwise_add" else (d * b, d * a)
+
+
 def _reduce_to_y(g: torch.Tensor, x: torch.Tensor, y: torch.Tensor, axis: int) -> torch.Tensor:
     if x.dim() != y.dim():
         return unbroadcast(g, axis_view_shape(x.shape, y.shape, axis)).reshape(y.shape)
@@ -103,9 +110,7 @@ def _grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         d_inter = _unary_grad(unary, out, dout, attrs, ctx)
         if dinter_extra is not None:
             d_inter = d_inter + dinter_extra
-        by = broadcast_y(x, y, axis)
-        dx = d_inter if binary == "elementwise_add" else d_inter * by
-        dyb = d_inter if binary == "elementwise_add" else d_inter * x
+        dx, dyb = _binary_grads(binary, d_inter, x, broadcast_y(x, y, axis))
         if "X" in ctx.need:
             grads["X@GRAD"] = unbroadcast(dx, x.shape)
         if "Y" in ctx.need:
@@ -114,12 +119,11 @@ def _grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     inter = ins.get("IntermediateOut")
     if inter is None:
         inter = _unary(unary, y, attrs, ctx)
-    binter = broadcast_y(x, inter, axis)
-    dx = dout if binary == "elementwise_add" else dout * binter
+    dx, dinter_b = _binary_grads(binary, dout, x, broadcast_y(x, inter, axis))
     if "X" in ctx.need:
         grads["X@GRAD"] = unbroadcast(dx, x.shape)
     if "Y" in ctx.need:
-        d_inter = _reduce_to_y(dout if binary == "elementwise_add" else dout * x, x, inter, axis)
+        d_inter = _reduce_to_y(dinter_b, x, inter, axis)
         if dinter_extra is not None:
             d_inter = d_inter + dinter_extra
         grads["Y@GRAD"] = _unary_grad(unary, inter, d_inter, attrs, ctx)

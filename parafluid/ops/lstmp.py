@@ -18,7 +18,7 @@ import torch
 
 from ..lod import attach_lod
 from .registry import Meta, register_op
-from .rnn import _act, _gate_grads, _initial, _Steps
+from .rnn import _act, _clip, _gate_grads, _initial, _lstm_step, _lstm_weight_grads, _Steps
 
 __all__: list[str] = []
 
@@ -46,15 +46,11 @@ def _shape(ins: dict, attrs: dict) -> dict:
     return {"Projection": Meta((x.shape[0], p), x.dtype), "Cell": Meta((x.shape[0], d), x.dtype)}
 
 
-def _clip(v: torch.Tensor, clip: float) -> torch.Tensor:
-    return v.clamp(-clip, clip) if clip > 0 else v
-
-
 def _run(ins: dict, attrs: dict) -> tuple:
     x, w, pw, b = ins["Input"], ins["Weight"], ins["ProjWeight"], ins["Bias"]
     d, p = pw.shape
     steps = _Steps(x, "lstmp", attrs["is_reverse"])
-    gate, cell_act, cand_act, proj_act = (_act(attrs[a], "lstmp")[0] for a in _ACT_ATTRS)
+    *acts, proj_act = (_act(attrs[a], "lstmp")[0] for a in _ACT_ATTRS)
     peep = attrs["use_peepholes"]
     bias = b.reshape(-1)
     w_ic, w_fc, w_oc = (bias[4 * d:5 * d], bias[5 * d:6 * d], bias[6 * d:]) if peep else \
@@ -67,19 +63,8 @@ def _run(ins: dict, attrs: dict) -> tuple:
     c = _initial(ins.get("C0"), steps.batch, d, x)
     rs, cs, saved = [], [], []
     for t in range(steps.steps):
-        g = xs[t] + r @ w + bias[:4 * d]
-        cand, i, f, o = g[:, :d], g[:, d:2 * d], g[:, 2 * d:3 * d], g[:, 3 * d:]
-        if peep:
-            i = i + c * w_ic
-            f = f + c * w_fc
-        cand, i, f = cand_act(cand), gate(i), gate(f)
-        c_pre = f * c + i * cand
-        c_new = _clip(c_pre, attrs["cell_clip"])
-        if peep:
-            o = o + c_new * w_oc
-        o = gate(o)
-        act_c = cell_act(c_new)
-        h = o * act_c
+        cand, i, f, o, c_pre, c_new, act_c, h = _lstm_step(
+            xs[t] + r @ w + bias[:4 * d], c, acts, (w_ic, w_fc, w_oc), attrs["cell_clip"])
         r_act = proj_act(h @ pw)
         r_new = _clip(r_act, attrs["proj_clip"])
         saved.append((r, c, cand, i, f, o, c_pre, c_new, act_c, h, r_act))
@@ -143,13 +128,7 @@ def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         dbias[:4 * d] += g.sum(0)
         dr_next = g @ w.t() + (1 - m) * dr
         dc_next = m * dc_prev + (1 - m) * dc_next
-    out = {}
-    if "Input" in ctx.need:
-        out["Input@GRAD"] = steps.scatter(dgates, x.shape[0])
-    if "Weight" in ctx.need:
-        out["Weight@GRAD"] = dw
-    if "Bias" in ctx.need:
-        out["Bias@GRAD"] = dbias.reshape(ins["Bias"].shape)
+    out = _lstm_weight_grads(ctx, steps, dgates, x, dw, dbias, ins["Bias"])
     if ins.get("H0") is not None:
         dr0 = dr_next * d_proj(r0)
         dpw += ins["H0"].t() @ dr0

@@ -101,13 +101,39 @@ def _lstm_shape(ins: dict, attrs: dict) -> dict:
     return {"Hidden": meta, "Cell": meta}
 
 
+def _clip(v: torch.Tensor, clip: float) -> torch.Tensor:
+    return v.clamp(-clip, clip) if clip > 0 else v
+
+
+def _lstm_step(g: torch.Tensor, c: torch.Tensor, acts: tuple, peeps: tuple,
+               cell_clip: float = 0.0) -> tuple:
+    """One LSTM step from the gates' pre-activations ``g`` ``[B, 4D]`` and the previous cell
+    ``c``: (cand, i, f, o, c_pre, c_new, act_c, h). ``acts`` is (gate, cell, candidate)
+    activation; ``peeps`` the (input, forget, output) peephole weights (Nones without);
+    ``cell_clip`` (when positive) clamps the new cell ``c_pre`` into ``c_new``."""
+    gate, cell_act, cand_act = acts
+    w_ic, w_fc, w_oc = peeps
+    d = c.shape[1]
+    cand, i, f, o = g[:, :d], g[:, d:2 * d], g[:, 2 * d:3 * d], g[:, 3 * d:]
+    if w_ic is not None:
+        i = i + c * w_ic
+        f = f + c * w_fc
+    cand, i, f = cand_act(cand), gate(i), gate(f)
+    c_pre = f * c + i * cand
+    c_new = _clip(c_pre, cell_clip)
+    if w_oc is not None:
+        o = o + c_new * w_oc
+    o = gate(o)
+    act_c = cell_act(c_new)
+    return cand, i, f, o, c_pre, c_new, act_c, o * act_c
+
+
 def _lstm_run(ins: dict, attrs: dict, keep: bool) -> tuple:
     x, w, b = ins["Input"], ins["Weight"], ins["Bias"]
     d = w.shape[0]
     steps = _Steps(x, "lstm", attrs["is_reverse"])
-    gate, _ = _act(attrs["gate_activation"], "lstm")
-    cell_act, _ = _act(attrs["cell_activation"], "lstm")
-    cand_act, _ = _act(attrs["candidate_activation"], "lstm")
+    acts = tuple(_act(attrs[a], "lstm")[0]
+                 for a in ("gate_activation", "cell_activation", "candidate_activation"))
     peep = attrs["use_peepholes"]
     bias = b.reshape(-1)
     w_ic, w_fc, w_oc = (bias[4 * d:5 * d], bias[5 * d:6 * d], bias[6 * d:]) if peep else \
@@ -117,18 +143,8 @@ def _lstm_run(ins: dict, attrs: dict, keep: bool) -> tuple:
     c = _initial(ins.get("C0"), steps.batch, d, x)
     hs, cs, saved = [], [], []
     for t in range(steps.steps):
-        g = xs[t] + h @ w + bias[:4 * d]
-        cand, i, f, o = g[:, :d], g[:, d:2 * d], g[:, 2 * d:3 * d], g[:, 3 * d:]
-        if peep:
-            i = i + c * w_ic
-            f = f + c * w_fc
-        cand, i, f = cand_act(cand), gate(i), gate(f)
-        c_new = f * c + i * cand
-        if peep:
-            o = o + c_new * w_oc
-        o = gate(o)
-        act_c = cell_act(c_new)
-        h_new = o * act_c
+        cand, i, f, o, _, c_new, act_c, h_new = _lstm_step(
+            xs[t] + h @ w + bias[:4 * d], c, acts, (w_ic, w_fc, w_oc))
         m = steps.mask[t]
         if keep:
             saved.append((h, c, cand, i, f, o, c_new, act_c))
@@ -172,6 +188,19 @@ def _gate_grads(dc: torch.Tensor, do: torch.Tensor, saved: tuple, m: torch.Tenso
     return torch.cat([dcand, di, df, do], 1) * m, dc_prev
 
 
+def _lstm_weight_grads(ctx: Any, steps: _Steps, dgates: torch.Tensor, x: torch.Tensor,
+                       dw: torch.Tensor, dbias: torch.Tensor, bias: torch.Tensor) -> dict:
+    """The gradients of an LSTM's Input, Weight and Bias that the backward pass needs."""
+    out = {}
+    if "Input" in ctx.need:
+        out["Input@GRAD"] = steps.scatter(dgates, x.shape[0])
+    if "Weight" in ctx.need:
+        out["Weight@GRAD"] = dw
+    if "Bias" in ctx.need:
+        out["Bias@GRAD"] = dbias.reshape(bias.shape)
+    return out
+
+
 def _lstm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, w = ins["Input"], ins["Weight"]
     d = w.shape[0]
@@ -204,13 +233,7 @@ def _lstm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         dbias[:4 * d] += g.sum(0)
         dh_next = g @ w.t() + (1 - m) * dh
         dc_next = m * dc_prev + (1 - m) * dc_next
-    out = {}
-    if "Input" in ctx.need:
-        out["Input@GRAD"] = steps.scatter(dgates, x.shape[0])
-    if "Weight" in ctx.need:
-        out["Weight@GRAD"] = dw
-    if "Bias" in ctx.need:
-        out["Bias@GRAD"] = dbias.reshape(ins["Bias"].shape)
+    out = _lstm_weight_grads(ctx, steps, dgates, x, dw, dbias, ins["Bias"])
     if "H0" in ctx.need:
         out["H0@GRAD"] = dh_next
     if "C0" in ctx.need:

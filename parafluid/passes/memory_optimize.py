@@ -33,6 +33,7 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import math
 import warnings
 from collections.abc import Iterable
@@ -219,13 +220,7 @@ def _pool_insert(pool: list[str], name: str, block: Any) -> None:
         shape = tuple(block.vars[n].shape)
         return (bool(shape) and shape[0] != -1, abs(math.prod(shape)) if shape else 0)
 
-    k = key(name)
-    at = len(pool)
-    for i, other in enumerate(pool):
-        if key(other) > k:
-            at = i
-            break
-    pool.insert(at, name)
+    bisect.insort(pool, name, key=key)  # after its equals: the first dead first among them
 
 
 def _rename(ops: list[Any], old: str, new: str, start: int) -> None:

@@ -44,7 +44,7 @@ from ..framework import Block, OpRole, Program
 from ..ops.registry import EMPTY, get_op_def, has_op
 from .liveness import block_liveness
 
-__all__ = ["segment_program", "why_not_compilable", "SEGMENT_OP", "MIN_SEGMENT_OPS"]
+__all__ = ["segment_program", "why_not_compilable", "run_io", "SEGMENT_OP", "MIN_SEGMENT_OPS"]
 
 log = logging.getLogger("parafluid.compile")
 
@@ -79,6 +79,21 @@ def why_not_compilable(op: Any, block: Block) -> str | None:
         if var is not None and var.type != VarType.LOD_TENSOR:
             return f"{name!r} is a {var.type} value, not a dense tensor"
     return None
+
+
+def run_io(ops: Iterable[Any]) -> tuple[list[str], list[str]]:
+    """What a run of ops reads from outside it and what it writes, each name once, in the
+    order of first use (``EMPTY`` left out)."""
+    reads: dict[str, None] = {}
+    written: dict[str, None] = {}
+    for op in ops:
+        for n in op.input_arg_names:
+            if n != EMPTY and n not in written:
+                reads[n] = None
+        for n in op.output_arg_names:
+            if n != EMPTY:
+                written[n] = None
+    return list(reads), list(written)
 
 
 def _key(op: Any) -> tuple:
@@ -130,19 +145,7 @@ def segment_program(program: Program, keep: Iterable[str] = (),
     for number, (a, b) in enumerate(runs):
         new_ops.extend(ops[pos:a])
         run = ops[a:b]
-        reads: list[str] = []
-        written: list[str] = []
-        seen_w: set[str] = set()
-        seen_r: set[str] = set()
-        for op in run:
-            for n in op.input_arg_names:
-                if n != EMPTY and n not in seen_w and n not in seen_r:
-                    seen_r.add(n)
-                    reads.append(n)
-            for n in op.output_arg_names:
-                if n != EMPTY and n not in seen_w:
-                    seen_w.add(n)
-                    written.append(n)
+        reads, written = run_io(run)
         after = live.live_out[b - 1]
         outs = [n for n in written if n in after or n in keep or persistable(n)]
         sub = out._create_block(parent_idx=0)

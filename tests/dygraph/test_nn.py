@@ -154,25 +154,32 @@ def test_a_layer_called_twice_shares_its_parameters():
     np.testing.assert_array_equal(got_a[0], got_b[0])
 
 
+class Net(dygraph.Layer):
+    """conv, batch norm, pool, fc: the logits of two classes."""
+
+    def __init__(self, name_scope, filters):
+        super().__init__(name_scope)
+        self.conv = dygraph.Conv2D("conv", num_filters=filters, filter_size=3, padding=1)
+        self.bn = dygraph.BatchNorm("bn", num_channels=filters, act="relu")
+        self.pool = dygraph.Pool2D("pool", pool_size=2, pool_stride=2)
+        self.fc = dygraph.FC("fc", size=2)
+
+    def forward(self, x):
+        return self.fc(self.pool(self.bn(self.conv(x))))
+
+
+def _mean_loss(net, x, y):
+    return L.mean(L.softmax_with_cross_entropy(net(x), y))
+
+
 def test_layer_objects_build_a_model_that_trains():
-    class Net(dygraph.Layer):
-        def __init__(self, name_scope):
-            super().__init__(name_scope)
-            self.conv = dygraph.Conv2D("conv", num_filters=4, filter_size=3, padding=1)
-            self.bn = dygraph.BatchNorm("bn", num_channels=4, act="relu")
-            self.pool = dygraph.Pool2D("pool", pool_size=2, pool_stride=2)
-            self.fc = dygraph.FC("fc", size=2)
-
-        def forward(self, x):
-            return self.fc(self.pool(self.bn(self.conv(x))))
-
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 3
     with fluid.program_guard(main, startup):
         img = L.data(name="img", shape=[1, 4, 4], dtype="float32")
         label = L.data(name="label", shape=[1], dtype="int64")
-        net = Net("net")
-        loss = L.mean(L.softmax_with_cross_entropy(net(img), label))
+        net = Net("net", filters=4)
+        loss = _mean_loss(net, img, label)
         fluid.optimizer.Adam(learning_rate=0.02).minimize(loss)
     assert len(net.parameters()) == 8  # conv 2, batch norm 4, fc 2
     assert [type(s).__name__ for s in net.sublayers()] == ["Conv2D", "BatchNorm", "Pool2D",
@@ -248,27 +255,15 @@ def test_imperative_layer_equals_static_layer_forward_and_gradients(row):
 
 
 def test_imperative_model_of_layer_objects_trains_as_its_program():
-    class Net(dygraph.Layer):
-        def __init__(self, name_scope):
-            super().__init__(name_scope)
-            self.conv = dygraph.Conv2D("conv", num_filters=3, filter_size=3, padding=1)
-            self.bn = dygraph.BatchNorm("bn", num_channels=3, act="relu")
-            self.pool = dygraph.Pool2D("pool", pool_size=2, pool_stride=2)
-            self.fc = dygraph.FC("fc", size=2)
-
-        def forward(self, x, y):
-            logits = self.fc(self.pool(self.bn(self.conv(x))))
-            return L.mean(L.softmax_with_cross_entropy(logits, y))
-
     rng = np.random.RandomState(0)
     xs = rng.uniform(-1, 1, (8, 1, 4, 4)).astype("float32")
     data = [(xs, (xs[:, 0, :2].sum((1, 2)) > 0).astype("int64")[:, None])] * 6  # fit a batch
 
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
-        net = Net("net")
-        loss = net(L.data(name="x", shape=[1, 4, 4], dtype="float32"),
-                   L.data(name="y", shape=[1], dtype="int64"))
+        net = Net("net", filters=3)
+        loss = _mean_loss(net, L.data(name="x", shape=[1, 4, 4], dtype="float32"),
+                          L.data(name="y", shape=[1], dtype="int64"))
         fluid.optimizer.Momentum(0.1, momentum=0.9).minimize(loss)
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(startup, scope=scope)
@@ -279,14 +274,14 @@ def test_imperative_model_of_layer_objects_trains_as_its_program():
                      for p in net.parameters()}
 
     with fluid.dygraph.guard(), fluid.unique_name.guard():
-        net = Net("net")
+        net = Net("net", filters=3)
         x0, y0 = (fluid.dygraph.to_variable(v) for v in data[0])
-        net(x0, y0)  # make the parameters, then start from the static ones
+        _mean_loss(net, x0, y0)  # make the parameters, then start from the static ones
         net.load_dict(start)
         opt = fluid.optimizer.Momentum(0.1, momentum=0.9)
         imperative = []
         for x, y in data:
-            loss = net(fluid.dygraph.to_variable(x), fluid.dygraph.to_variable(y))
+            loss = _mean_loss(net, fluid.dygraph.to_variable(x), fluid.dygraph.to_variable(y))
             loss.backward()
             opt.minimize(loss)
             net.clear_gradients()

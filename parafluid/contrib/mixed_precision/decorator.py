@@ -34,7 +34,6 @@ class OptimizerWithMixedPrecision:
         self._optimizer = optimizer
         self._amp_lists = amp_lists
         self._param_grads: list[tuple[Any, Any]] | None = None
-        self._train_program = default_main_program()
         self._startup_prog = default_startup_program()
         self._scaled_loss: Variable | None = None
         self._loss_scaling = layers.create_global_var(

@@ -403,12 +403,15 @@ def test_distributed_lookup_table_keeps_the_lod_of_its_ids():
             "y": np.array([[0.5], [-1.0], [2.0]], "float32")}
     config = ps_job._config("round_robin", 100, True)
     results = {}
+    # NOTE: built here, before the threads: program_guard and unique_name are the process's,
+    # so two threads building at once could mix their programs (the trainer's is built in
+    # its thread: get_trainer_program waits for the pserver's port)
+    main, startup, *_ = _lod_table_program(True)
+    t = fluid.DistributeTranspiler(config)
+    t.transpile(0, program=main, startup_program=startup, pservers=ep, trainers=1)
+    prog, pstartup = t.get_pserver_programs(ep)
 
     def pserver():
-        main, startup, *_ = _lod_table_program(True)
-        t = fluid.DistributeTranspiler(config)
-        t.transpile(0, program=main, startup_program=startup, pservers=ep, trainers=1)
-        prog, pstartup = t.get_pserver_programs(ep)
         exe, scope = fluid.Executor(place), fluid.Scope()
         exe.run(pstartup, scope=scope)
         exe.run(prog, scope=scope)

@@ -6,8 +6,9 @@ short steps, so Ctrl-C works and a dead producer is noticed; an exception in the
 is re-raised in the loop, with its original type and traceback.
 
 Iterable mode (``iterable=True``, the default): each batch is passed to
-``exe.run(feed=...)``; with ``places=`` a list of places, each step yields one feed dict per
-place, which ``exe.run(compiled_program, feed=...)`` takes as they are::
+``exe.run(feed=...)``. As Fluid's loader, each step yields a list with one feed dict per place
+(a list of one for a single place), which ``exe.run`` and ``exe.run(compiled_program, ...)``
+take as they are; in the imperative mode a step is the batch as a list of variables::
 
     loader = fluid.io.DataLoader.from_generator(feed_list=[img, label], capacity=8)
     loader.set_sample_generator(samples, batch_size=32, places=fluid.CPUPlace())
@@ -45,7 +46,7 @@ import numpy as np
 
 from .data_feeder import DataFeeder
 from .dtypes import to_numpy
-from .framework import Variable
+from .framework import Variable, in_dygraph_mode
 from .legacy_reader import QueueReader, append_read_op
 from .reader import batch as batch_reader
 from .unique_name import generate as unique_name
@@ -115,15 +116,23 @@ class GeneratorLoader(DataLoaderBase):
     def __init__(self, feed_list: Sequence[Variable] | None, capacity: int | None,
                  iterable: bool = True, return_list: bool = False, drop_last: bool = True,
                  timeout: float | None = None, use_double_buffer: bool = True) -> None:
-        if not feed_list or not all(isinstance(v, Variable) for v in feed_list):
+        self._dygraph = in_dygraph_mode()
+        if self._dygraph:
+            # NOTE: the imperative mode, as Fluid's: no feed_list, the batches are lists of
+            # arrays (one per field) turned into variables
+            if not iterable:
+                raise ValueError("DataLoader: the imperative mode reads iterable loaders only "
+                                 "(iterable=True)")
+            feed_list = None
+        elif not feed_list or not all(isinstance(v, Variable) for v in feed_list):
             raise TypeError("DataLoader: feed_list must be a non-empty list of data Variables, "
                             f"got {feed_list!r}")
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
             raise ValueError(f"DataLoader: capacity must be a positive int, got {capacity!r}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"DataLoader: timeout must be > 0 seconds or None, got {timeout!r}")
-        self._feed_list = list(feed_list)
-        self._names = [v.name for v in feed_list]
+        self._feed_list = list(feed_list or [])
+        self._names = [v.name for v in self._feed_list]
         self._capacity = capacity
         self._return_list = return_list
         self._drop_last = drop_last
@@ -156,6 +165,13 @@ class GeneratorLoader(DataLoaderBase):
                                   places: Any = None) -> GeneratorLoader:
         """``reader()`` yields minibatches: lists of samples (as ``fluid.io.batch`` makes)."""
         _check_callable(reader)
+        if self._dygraph:
+            def source() -> Iterator[Any]:
+                for minibatch in reader():
+                    yield [np.stack([np.asarray(sample[i]) for sample in minibatch])
+                           for i in range(len(minibatch[0]))]
+
+            return self._set_source(source, places)
         feeder = DataFeeder(self._feed_list, places)
 
         def source() -> Iterator[dict[str, Any]]:
@@ -168,6 +184,12 @@ class GeneratorLoader(DataLoaderBase):
                             places: Any = None) -> GeneratorLoader:
         """``reader()`` yields whole batches: a list/tuple of arrays in ``feed_list`` order."""
         _check_callable(reader)
+        if self._dygraph:
+            def source() -> Iterator[Any]:
+                for fields in reader():
+                    yield [np.asarray(f) for f in fields]
+
+            return self._set_source(source, places)
         names, dtypes = self._names, [to_numpy(v.dtype) for v in self._feed_list]
 
         def source() -> Iterator[dict[str, Any]]:
@@ -223,13 +245,18 @@ class GeneratorLoader(DataLoaderBase):
 
     def _batches(self) -> Iterator[Any]:
         assert self._source is not None
+        if self._dygraph:
+            # NOTE: as Fluid's loader in the imperative mode: one place, the batch as a list
+            # of variables, one per field
+            from .dygraph.base import to_variable
+            for fields in self._source():
+                yield [to_variable(f) for f in fields]
+            return
+        # NOTE: as Fluid 1.6's read_next(): always a list with one item per place, also for
+        # a single place (programs index it as data[0]['x'])
         group: list[Any] = []
         for feed in self._source():
-            item = [feed[n] for n in self._names] if self._return_list else feed
-            if self._num_places == 1:
-                yield item
-                continue
-            group.append(item)
+            group.append([feed[n] for n in self._names] if self._return_list else feed)
             if len(group) == self._num_places:
                 yield group
                 group = []

@@ -148,7 +148,7 @@ def test_loader_trains_like_direct_feeding(model: Model) -> None:
     loader.set_batch_generator(batches, places=fluid.CPUPlace())
     for _epoch in range(2):
         for feed in loader():
-            assert sorted(feed) == ["x", "y"]
+            assert isinstance(feed, list) and len(feed) == 1 and sorted(feed[0]) == ["x", "y"]
             got, = model.exe.run(model.main, feed=feed, fetch_list=[model.loss],
                                  scope=model.scope)
             assert float(got[0]) == twin.step()
@@ -157,16 +157,16 @@ def test_loader_trains_like_direct_feeding(model: Model) -> None:
 def test_sample_generators_batch_and_convert(model: Model) -> None:
     loader = fluid.DataLoader.from_generator(feed_list=[model.x, model.y], capacity=3)
     loader.set_sample_generator(_samples(7), batch_size=3, drop_last=True)
-    feeds = list(loader)
+    feeds = [f for f, in loader]  # one place: a list of one feed per step, as Fluid's
     assert len(feeds) == 2 and feeds[1]["x"].shape == (3, 4)
     np.testing.assert_array_equal(feeds[1]["y"][:, 0], [-3, -4, -5])
 
     loader.set_sample_list_generator(fluid.io.batch(_samples(5), 2))
-    assert [f["x"].shape[0] for f in loader()] == [2, 2, 1]
+    assert [f[0]["x"].shape[0] for f in loader()] == [2, 2, 1]
 
     listed = fluid.io.DataLoader.from_generator([model.x, model.y], capacity=2, return_list=True)
     listed.set_sample_generator(_samples(2), batch_size=2)
-    (x, y), = list(listed())
+    ((x, y),), = list(listed())
     assert x.shape == (2, 4) and y.shape == (2, 3)
 
 
@@ -245,3 +245,34 @@ def test_pyreader_aliases(model: Model) -> None:
     reader = fluid.io.PyReader(feed_list=[model.x, model.y], capacity=2)
     reader.decorate_sample_list_generator(fluid.io.batch(_samples(4), 2))
     assert len(list(reader())) == 2
+
+
+def test_one_place_yields_a_list_of_one_feed_as_fluid_does(model: Model) -> None:
+    """Fluid 1.6's iterable loader returns one feed per place, also for a single place given
+    alone or in a list; its own tests read ``data[0]['image']``."""
+    for places in (fluid.CPUPlace(), [fluid.CPUPlace()], None):
+        loader = fluid.io.DataLoader.from_generator([model.x, model.y], capacity=2)
+        loader.set_sample_generator(_samples(4), batch_size=2, places=places)
+        steps = list(loader())
+        assert len(steps) == 2 and all(isinstance(s, list) and len(s) == 1 for s in steps)
+        np.testing.assert_array_equal(steps[1][0]["y"][:, 0], [-2, -3])
+        got, = model.exe.run(model.main, feed=steps[0], fetch_list=[model.loss],
+                             scope=model.scope)
+        assert np.isfinite(got).all()
+
+
+def test_the_imperative_mode_gets_lists_of_variables() -> None:
+    with fluid.dygraph.guard():
+        reader = fluid.io.PyReader(capacity=2)
+        reader.decorate_sample_list_generator(fluid.io.batch(_samples(5), 2),
+                                              places=fluid.CPUPlace())
+        steps = list(reader())
+        assert len(steps) == 3
+        x, y = steps[1]
+        from parafluid.dygraph.varbase import VarBase
+        assert isinstance(x, VarBase)
+        np.testing.assert_array_equal(y.numpy()[:, 0], [-2, -3])
+        loader = fluid.io.DataLoader.from_generator(capacity=2, return_list=True)
+        loader.set_batch_generator(lambda: iter([(np.ones((2, 3), "float32"),)]))
+        (only,), = list(loader())
+        assert only.numpy().shape == (2, 3)

@@ -207,6 +207,30 @@ class LoDTensor:
                 return False
         return True
 
+    # Fluid's element accessors (its gradient-check tests perturb one element in place)
+    def _element(self, i: int, dtype: torch.dtype, what: str) -> torch.Tensor:
+        self._check()
+        t = self._holder.value
+        if t.dtype != dtype:
+            raise TypeError(f"LoDTensor.{what}: the tensor of {self._holder.name!r} is "
+                            f"{t.dtype}, expected {dtype}")
+        n = t.numel()
+        if not 0 <= i < n:
+            raise IndexError(f"LoDTensor.{what}: element {i} of a tensor of {n} elements")
+        return t
+
+    def _get_float_element(self, i: int) -> float:
+        return float(self._element(i, torch.float32, "_get_float_element").reshape(-1)[i])
+
+    def _set_float_element(self, i: int, value: float) -> None:
+        self._element(i, torch.float32, "_set_float_element").view(-1)[i] = float(value)
+
+    def _get_double_element(self, i: int) -> float:
+        return float(self._element(i, torch.float64, "_get_double_element").reshape(-1)[i])
+
+    def _set_double_element(self, i: int, value: float) -> None:
+        self._element(i, torch.float64, "_set_double_element").view(-1)[i] = float(value)
+
     def _check(self) -> None:
         if self._holder.value is None:
             raise RuntimeError(f"tensor of variable {self._holder.name!r} is not initialized")

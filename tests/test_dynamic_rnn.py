@@ -215,3 +215,75 @@ def test_static_input_with_and_without_lod_matches_numpy_and_finite_differences(
             hi[pos], lo[pos] = args[pos] + d, args[pos] - d
             fd[k] = (float(run(*hi, [loss])[0]) - float(run(*lo, [loss])[0])) / 2e-6
         np.testing.assert_allclose(analytic, fd, rtol=1e-5, atol=1e-7)
+
+
+def test_element_accessors_read_and_write_one_element_in_place():
+    t = fluid.LoDTensor()
+    t.set(np.arange(6, dtype="float32").reshape(2, 3), fluid.CPUPlace())
+    assert t._get_float_element(4) == 4.0
+    t._set_float_element(4, 9.5)
+    np.testing.assert_array_equal(np.array(t), [[0, 1, 2], [3, 9.5, 5]])
+    with pytest.raises(IndexError, match="element 6 of a tensor of 6"):
+        t._get_float_element(6)
+    with pytest.raises(TypeError, match="expected torch.float64"):
+        t._get_double_element(0)
+    d = fluid.LoDTensor()
+    d.set(np.zeros(2), fluid.CPUPlace())
+    d._set_double_element(1, 0.25)
+    assert d._get_double_element(1) == 0.25
+
+
+def _recorded_static_input_program(record_steps: bool):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32", lod_level=1)
+        s = fluid.layers.data(name="s", shape=[3], dtype="float32", lod_level=1)
+        s.stop_gradient = False
+        steps = None
+        if record_steps:
+            # declared, never written before the loop: it starts empty in each run
+            steps = main.global_block().create_var(
+                name="seen", type=fluid.core.VarDesc.VarType.LOD_TENSOR_ARRAY, dtype="float32")
+        rnn = fluid.layers.DynamicRNN()
+        with rnn.block():
+            xt = rnn.step_input(x)
+            st = rnn.static_input(s)
+            if record_steps:
+                fluid.layers.array_write(st, i=rnn.step_idx, array=steps)
+            last = fluid.layers.sequence_pool(st, pool_type="last")
+            rnn.output(fluid.layers.fc(input=[xt, last], size=2))
+        loss = fluid.layers.mean(fluid.layers.sequence_pool(rnn(), pool_type="last"))
+        fluid.backward.append_backward(loss)
+    return main, startup, steps
+
+
+def _lod_tensor(data, lengths):
+    t = fluid.LoDTensor()
+    t.set(data, fluid.CPUPlace())
+    t.set_recursive_sequence_lengths([lengths])
+    return t
+
+
+def test_static_input_gradient_keeps_the_sequences_of_its_input():
+    main, startup, _ = _recorded_static_input_program(record_steps=False)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": _lod_tensor(np.ones((6, 2), "float32"), [1, 3, 2]),
+            "s": _lod_tensor(np.arange(18, dtype="float32").reshape(6, 3), [1, 2, 3])}
+    grad, = exe.run(main, feed=feed, fetch_list=["s@GRAD"], scope=scope, return_numpy=False)
+    assert grad.recursive_sequence_lengths() == [[1, 2, 3]]
+    assert np.array(grad).shape == (6, 3)
+
+
+def test_a_declared_tensor_array_starts_empty_in_each_run():
+    main, startup, steps = _recorded_static_input_program(record_steps=True)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": _lod_tensor(np.ones((4, 2), "float32"), [1, 3]),
+            "s": _lod_tensor(np.arange(9, dtype="float32").reshape(3, 3), [1, 2])}
+    for _ in range(2):  # a second run does not see the first run's items
+        seen, = exe.run(main, feed=feed, fetch_list=[steps], scope=scope)
+        assert len(seen) == 3
+        # step 0 sees both sequences in rank order (the longer x sequence first)
+        np.testing.assert_array_equal(seen[0], [[3, 4, 5], [6, 7, 8], [0, 1, 2]])
+        np.testing.assert_array_equal(seen[1], [[3, 4, 5], [6, 7, 8]])

@@ -41,12 +41,14 @@ from typing import Any
 
 import torch
 
+from ..dtypes import VarType
 from ..feed_fetch import batch_feeds, missing_value_message
 from ..ops.reader import EOFException
 from ..ops.registry import get_op_def
 from ..passes.liveness import release_plan, sub_block_io_listed
 from ..passes.memory_optimize import check_fetch_targets
 from ..passes.segment import SEGMENT_OP
+from ..scope import TensorArray
 from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
@@ -418,6 +420,9 @@ class Plan:
                 for name in self.reads[d]:
                     holder = scope.find_var(name)
                     if holder is None or holder.value is None:
+                        if self._starts_empty(name):
+                            env[name] = TensorArray()
+                            continue
                         raise RuntimeError((missing or missing_value_message)(self.block, name,
                                                                               feed))
                     if homes and name in homes:  # placed: where the copies expect it (once)
@@ -458,6 +463,13 @@ class Plan:
                     holder = scopes[d].find_var(name)
                     if holder is not None:
                         holder.value = value
+
+    def _starts_empty(self, name: str) -> bool:
+        """A tensor array the program declares and reads before any op writes it starts
+        empty in each run, as Fluid creates it in the run's scope."""
+        var = self.block._find_var_recursive(name)
+        return (var is not None and not var.persistable
+                and var.type == VarType.LOD_TENSOR_ARRAY)
 
     def _no_value_message(self, name: str, d: int) -> str:
         where = f" on device {d}" if self._name_devices else ""

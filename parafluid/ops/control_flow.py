@@ -469,8 +469,11 @@ def _reorder_by_rank(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 def _reorder_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, g = ins["X"], ins["Out@GRAD"]
+    from ..lod import attach_lod, get_lod
+
     rows, _ = _rank_rows(x, ins["RankTable"])
-    return {"X@GRAD": torch.zeros_like(x).index_copy_(0, rows, g)}
+    # NOTE: the gradient is back in X's order, so it carries X's sequences (as Fluid's)
+    return {"X@GRAD": attach_lod(torch.zeros_like(x).index_copy_(0, rows, g), get_lod(x))}
 
 
 register_op("reorder_lod_tensor_by_rank", inputs=("X", "RankTable"), outputs=("Out",),

@@ -37,11 +37,10 @@ class _Slot:
             raise ValueError(f"DataFeeder: variable {var.name!r} has no dtype")
         self.dtype = to_numpy(var.dtype)
         self.lod_level = var.lod_level
-        if self.lod_level > 1:
-            raise ValueError(f"DataFeeder: variable {var.name!r} has lod_level "
-                             f"{self.lod_level}; only lod_level 0 and 1 are supported")
 
     def convert(self, fields: list[Any]) -> Any:
+        if self.lod_level > 1:
+            return self._nested(fields)
         arrays = [self._array(f, i) for i, f in enumerate(fields)]
         if self.lod_level == 1:
             return self._sequences(arrays)
@@ -79,6 +78,38 @@ class _Slot:
                          f"{list(arr.shape)} ({arr.size} elements) but the variable expects "
                          f"{list(shape)} per sample (shape {list(self.shape or [])} with the "
                          "batch dimension)")
+
+    def _nested(self, fields: list[Any]) -> LoDTensor:
+        """lod_level >= 2: each sample's field nests sequences ``lod_level`` deep (a
+        paragraph of sentences of words); the LoD's level k counts the items at depth k."""
+        lengths: list[list[int]] = [[] for _ in range(self.lod_level)]
+        steps: list[np.ndarray] = []
+
+        def walk(item: Any, depth: int, index: int) -> None:
+            if isinstance(item, np.ndarray) and item.ndim == 0 or np.isscalar(item):
+                raise ValueError(f"DataFeeder: sample {index}, field {self.name!r} (lod_level "
+                                 f"{self.lod_level}) must nest sequences {self.lod_level} "
+                                 f"deep; found a scalar at depth {depth}")
+            if depth == self.lod_level - 1:
+                seq = self._array(item, index)
+                seq = seq.reshape(len(seq), -1) if seq.ndim == 1 else seq
+                lengths[depth].append(len(seq))
+                steps.append(seq)
+                return
+            lengths[depth].append(len(item))
+            for sub in item:
+                walk(sub, depth + 1, index)
+
+        for i, field in enumerate(fields):
+            walk(field, 0, i)
+        step = () if self.shape is None else self.shape[1:]
+        data = np.concatenate(steps, axis=0) if steps else np.zeros((0, *step), self.dtype)
+        if step and data.ndim != len(step) + 1:
+            data = data.reshape((data.shape[0], *step))
+        tensor = LoDTensor()
+        tensor.set(data)
+        tensor.set_recursive_sequence_lengths(lengths)
+        return tensor
 
     def _sequences(self, arrays: list[np.ndarray]) -> LoDTensor:
         step = () if self.shape is None else self.shape[1:]

@@ -287,3 +287,51 @@ def test_a_declared_tensor_array_starts_empty_in_each_run():
         # step 0 sees both sequences in rank order (the longer x sequence first)
         np.testing.assert_array_equal(seen[0], [[3, 4, 5], [6, 7, 8], [0, 1, 2]])
         np.testing.assert_array_equal(seen[1], [[3, 4, 5], [6, 7, 8]])
+
+
+def test_nested_dynamic_rnn_over_two_level_lod_matches_numpy_and_finite_differences():
+    """A DynamicRNN over paragraphs whose step is a whole sentence (LoD level 1 inside), and
+    an inner DynamicRNN over its words: as Fluid's nested DynamicRNN over a 2-level LoD."""
+    rng = np.random.RandomState(3)
+    paragraphs = [[2, 1], [3], [1, 2, 2]]  # words per sentence, sentences per paragraph
+    words = sum(sum(p) for p in paragraphs)
+    xs = rng.uniform(-1, 1, (words, 3))
+    wv = rng.uniform(-1, 1, (3, 2))
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = L.data(name="x", shape=[3], dtype="float64", lod_level=2)
+        x.stop_gradient = False
+        outer = L.DynamicRNN()
+        with outer.block():
+            sentence = outer.step_input(x)
+            assert sentence.lod_level == 1
+            inner = L.DynamicRNN()
+            with inner.block():
+                word = inner.step_input(sentence)
+                assert word.lod_level == 0
+                inner.output(L.fc(input=word, size=2, act="tanh", bias_attr=False,
+                                  param_attr=fluid.ParamAttr(name="w", initializer=_init(wv))))
+            outer.output(L.sequence_last_step(inner()))
+        out = outer()
+        loss = L.reduce_sum(L.elementwise_mul(out, L.assign(np.linspace(-1, 1, 12).reshape(6, 2))))
+        gx, = fluid.backward.gradients([loss], [x])
+    place = fluid.CPUPlace()
+    exe, scope = fluid.Executor(place), fluid.Scope()
+    exe.run(startup, scope=scope)
+    lengths = [[len(p) for p in paragraphs], [n for p in paragraphs for n in p]]
+
+    def run(a, fetch):
+        return exe.run(main, feed={"x": fluid.create_lod_tensor(a, lengths, place)},
+                       fetch_list=fetch, scope=scope, return_numpy=False)
+
+    got, grad = run(xs, [out, gx])
+    ends = np.cumsum(lengths[1]) - 1  # the last word of every sentence, in order
+    np.testing.assert_allclose(np.array(got), np.tanh(xs[ends] @ wv), rtol=1e-12)
+    assert got.recursive_sequence_lengths() == [lengths[0]]
+    fd = np.zeros_like(xs)
+    for k in np.ndindex(xs.shape):
+        d = np.zeros_like(xs)
+        d[k] = 1e-6
+        fd[k] = (np.array(run(xs + d, [loss])[0]).item() -
+                 np.array(run(xs - d, [loss])[0]).item()) / 2e-6
+    np.testing.assert_allclose(np.array(grad), fd, atol=1e-7)

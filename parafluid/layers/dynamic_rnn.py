@@ -52,6 +52,7 @@ class DynamicRNN:
         self.mem_dict: dict[str, Variable] = {}
         self.input_array: list[Variable] = []
         self.output_array: list[Variable] = []
+        self.output_lod_levels: list[int] = []
         self.outputs: list[Variable] = []
         self.cond = self.helper.create_variable_for_type_inference("bool")
         self.cond.stop_gradient = True
@@ -87,8 +88,9 @@ class DynamicRNN:
                 array_write(x=new_mem, i=self.step_idx, array=mem_array)
             less_than(x=self.step_idx, y=self.max_seq_len, force_cpu=True, cond=self.cond)
         self.status = DynamicRNN.AFTER_RNN
-        for arr in self.output_array:
+        for arr, level in zip(self.output_array, self.output_lod_levels):
             out = self.helper.create_variable_for_type_inference(arr.dtype)
+            out.lod_level = level + 1  # the steps of each sequence, then the items' own LoD
             self.helper.append_op("array_to_lod_tensor",
                                   inputs={"X": [arr], "RankTable": [self.lod_rank_table]},
                                   outputs={"Out": [out]})
@@ -124,7 +126,10 @@ class DynamicRNN:
                                   inputs={"X": [x], "RankTable": [self.lod_rank_table]},
                                   outputs={"Out": [arr]})
         self.input_array.append(arr)
-        return array_read(array=arr, i=self.step_idx)
+        step = array_read(array=arr, i=self.step_idx)
+        # NOTE: a step of a nested sequence is a whole sub-sequence: one LoD level less
+        step.lod_level = max(x.lod_level - 1, 0)
+        return step
 
     def static_input(self, x: Variable) -> Variable:
         """``x`` as seen by each step, as Fluid 1.6's: its items (one row per sequence, or
@@ -205,6 +210,7 @@ class DynamicRNN:
                 arr = create_array(o.dtype)
             array_write(x=o, i=self.step_idx, array=arr)
             self.output_array.append(arr)
+            self.output_lod_levels.append(o.lod_level)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Variable | list[Variable]:
         if self.status != DynamicRNN.AFTER_RNN:

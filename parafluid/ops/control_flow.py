@@ -302,21 +302,29 @@ register_op("is_empty", inputs=("X",), outputs=("Out",),
 
 
 def _rank_table(ins: dict, attrs: dict, ctx: Any) -> dict:
-    lod = get_lod_level(ins["X"], int(attrs["level"]))
-    lengths = [b - a for a, b in zip(lod, lod[1:])]
+    # NOTE: as Fluid's LoDRankTable, a sequence's length counts the items of the next level
+    # (sub-sequences of a nested LoD, rows of a one-level one)
+    level = int(attrs["level"])
+    lod = _lod_of(ins["X"], level, "lod_rank_table")
+    lengths = [b - a for a, b in zip(lod[level], lod[level][1:])]
     order = sorted(range(len(lengths)), key=lambda k: -lengths[k])
     return {"Out": torch.tensor([[k, lengths[k]] for k in order], dtype=torch.int64
                                 ).reshape(-1, 2)}
 
 
-def get_lod_level(x: torch.Tensor, level: int) -> list[int]:
-    """Absolute row offsets of ``x``'s LoD at ``level`` (an error naming the op otherwise)."""
+def _lod_of(x: torch.Tensor, level: int, op: str) -> list[list[int]]:
     from ..lod import get_lod
 
     lod = get_lod(x)
     if not lod or level >= len(lod):
-        raise ValueError(f"lod_rank_table: the input must carry a LoD with level {level}, got "
+        raise ValueError(f"{op}: the input must carry a LoD with level {level}, got "
                          f"{lod}; feed a LoDTensor")
+    return [list(map(int, lv)) for lv in lod]
+
+
+def get_lod_level(x: torch.Tensor, level: int) -> list[int]:
+    """Absolute row offsets of ``x``'s LoD at ``level`` (an error naming the op otherwise)."""
+    lod = _lod_of(x, level, "lod_rank_table")
     offs = list(lod[level])
     for finer in lod[level + 1:]:
         offs = [finer[o] for o in offs]
@@ -338,69 +346,111 @@ def _active(table: torch.Tensor, t: int) -> int:
     return int((table[:, 1] > t).sum())
 
 
+def _step_items(lod: list[list[int]], ranked: list[list[int]], t: int
+                ) -> tuple[list[int], list[list[int]] | None]:
+    """Rows of step ``t`` (item t of each sequence longer than t, in rank order) and, for a
+    nested LoD, their own LoD (the items are whole sub-sequences)."""
+    from ..lod import merge_lods, slice_lod
+
+    rows: list[int] = []
+    subs = []
+    for k, n in ranked:
+        if n <= t:
+            continue
+        i = lod[0][k] + t
+        if len(lod) == 1:
+            rows.append(i)
+            continue
+        (a, b), sub = slice_lod(lod[1:], i, i + 1)
+        rows.extend(range(a, b))
+        subs.append(sub)
+    return rows, (merge_lods(subs) if len(lod) > 1 and subs else None)
+
+
 def _to_array(ins: dict, attrs: dict, ctx: Any) -> dict:
+    from ..lod import attach_lod
+
     x, table = ins["X"], ins["RankTable"]
-    offs = get_lod_level(x, 0)
+    lod = _lod_of(x, 0, "lod_tensor_to_array")
     ranked = table.tolist()
     steps = ranked[0][1] if ranked else 0
     arr = TensorArray()
     for t in range(steps):
-        rows = [offs[k] + t for k, n in ranked if n > t]
-        arr.append(x.index_select(0, torch.tensor(rows, dtype=torch.long, device=x.device)))
+        rows, sub = _step_items(lod, ranked, t)
+        idx = torch.tensor(rows, dtype=torch.long, device=x.device)
+        arr.append(attach_lod(x.index_select(0, idx), sub))
     return {"Out": arr}
-
-
-def _step_rows(ranked: list[list[int]], offs: list[int], t: int) -> list[int]:
-    """Rows of step ``t`` (token t of each sequence longer than t, in rank order), given
-    the row offsets of the sequences."""
-    return [offs[k] + t for k, n in ranked if n > t]
 
 
 def _to_array_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, ranked = ins["X"], ins["RankTable"].tolist()
-    offs = get_lod_level(x, 0)
+    lod = _lod_of(x, 0, "lod_tensor_to_array_grad")
     g = torch.zeros_like(x)
     for t, gt in enumerate(ins["Out@GRAD"] or ()):
         if gt is not None:
-            rows = torch.tensor(_step_rows(ranked, offs, t), dtype=torch.long, device=x.device)
-            g.index_add_(0, rows, gt)
+            rows, _ = _step_items(lod, ranked, t)
+            g.index_add_(0, torch.tensor(rows, dtype=torch.long, device=x.device), gt)
     return {"X@GRAD": g}
 
 
+def _to_array_shape(ins: dict, attrs: dict) -> dict:
+    return {"Out": Meta(ins["X"].shape, ins["X"].dtype, VarType.LOD_TENSOR_ARRAY)}
+
+
 register_op("lod_tensor_to_array", inputs=("X", "RankTable"), outputs=("Out",),
-            infer_shape=lambda ins, attrs: {"Out": Meta(ins["X"].shape, ins["X"].dtype,
-                                                        VarType.LOD_TENSOR_ARRAY)},
-            kernel=_to_array, grad_kernel=_to_array_grad, grad_uses=("X", "RankTable"),
-            no_grad_inputs=("RankTable",))
+            infer_shape=_to_array_shape, kernel=_to_array, grad_kernel=_to_array_grad,
+            grad_uses=("X", "RankTable"), no_grad_inputs=("RankTable",))
+
+
+def _item_pieces(item: torch.Tensor, pos: int) -> tuple[torch.Tensor, list[list[int]] | None]:
+    """The rows of sequence ``pos`` (in rank order) in one step's item, with their LoD when
+    the item holds whole sub-sequences."""
+    from ..lod import get_lod, slice_lod
+
+    lod = get_lod(item)
+    if not lod:
+        return item[pos:pos + 1], None
+    (a, b), sub = slice_lod(lod, pos, pos + 1)
+    return item[a:b], sub
 
 
 def _from_array(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from ..lod import attach_lod, lengths_to_offsets
+    from ..lod import attach_lod, lengths_to_offsets, merge_lods
 
     arr, table = ins["X"], ins["RankTable"]
     ranked = table.tolist()
     by_seq = sorted(range(len(ranked)), key=lambda pos: ranked[pos][0])
-    pieces = []
+    pieces, subs = [], []
     for pos in by_seq:
         _, n = ranked[pos]
-        pieces += [arr[t][pos:pos + 1] for t in range(n)]
+        for t in range(n):
+            piece, sub = _item_pieces(arr[t], pos)
+            pieces.append(piece)
+            subs.append(sub)
     lengths = [ranked[pos][1] for pos in by_seq]
     if not pieces:
         raise ValueError("array_to_lod_tensor: every sequence is empty")
-    return {"Out": attach_lod(torch.cat(pieces), [lengths_to_offsets(lengths)])}
+    lod = [lengths_to_offsets(lengths)]
+    if all(sub is not None for sub in subs):
+        lod += merge_lods(subs) or []
+    return {"Out": attach_lod(torch.cat(pieces), lod)}
 
 
 def _from_array_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    from ..lod import lengths_to_offsets
+    from ..lod import attach_lod, get_lod
 
     ranked, g = ins["RankTable"].tolist(), ins["Out@GRAD"]
-    lengths = [n for _, n in sorted(ranked)]  # in sequence order
-    offs = lengths_to_offsets(lengths)
+    # NOTE: the rows of the forward's output, rebuilt from its items (the gradient need not
+    # carry the LoD)
+    lod = get_lod(_from_array({"X": ins["X"], "RankTable": ins["RankTable"]}, attrs,
+                              ctx)["Out"])
+    lod = [list(map(int, lv)) for lv in lod]
     steps = ranked[0][1] if ranked else 0
     out = TensorArray()
     for t in range(steps):
-        rows = torch.tensor(_step_rows(ranked, offs, t), dtype=torch.long, device=g.device)
-        out.append(g.index_select(0, rows))
+        rows, sub = _step_items(lod, ranked, t)
+        out.append(attach_lod(g.index_select(
+            0, torch.tensor(rows, dtype=torch.long, device=g.device)), sub))
     return {"X@GRAD": out}
 
 

@@ -276,3 +276,18 @@ def test_the_imperative_mode_gets_lists_of_variables() -> None:
         loader.set_batch_generator(lambda: iter([(np.ones((2, 3), "float32"),)]))
         (only,), = list(loader())
         assert only.numpy().shape == (2, 3)
+
+
+def test_feeder_nests_lod_level_two_samples() -> None:
+    """A lod_level 2 field nests sequences two deep (paragraphs of sentences of words); the
+    LoD's levels count sentences per paragraph, then words per sentence, as Fluid's."""
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        words = fluid.layers.data(name="w", shape=[1], dtype="int64", lod_level=2)
+    feeder = fluid.DataFeeder([words], fluid.CPUPlace(), program=main)
+    got = feeder.feed([([[1, 2], [3]],), ([[4], [5, 6, 7]],)])["w"]
+    assert got.recursive_sequence_lengths() == [[2, 2], [2, 1, 1, 3]]
+    np.testing.assert_array_equal(np.array(got), np.arange(1, 8).reshape(7, 1))
+    with pytest.raises(ValueError, match=r"sample 0, field 'w' \(lod_level 2\) must nest "
+                                         r"sequences 2 deep; found a scalar at depth 1"):
+        feeder.feed([([1, 2],)])

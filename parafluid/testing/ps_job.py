@@ -109,7 +109,12 @@ def build(optimizer: str = "sgd", lr_decay: bool | str = False, l2: float = 0.0,
                "momentum": lambda: fluid.optimizer.Momentum(lr, momentum=0.9,
                                                             regularization=reg),
                "adam": lambda: fluid.optimizer.Adam(lr, regularization=reg),
-               "adagrad": lambda: fluid.optimizer.Adagrad(lr, regularization=reg)}[optimizer]()
+               "adagrad": lambda: fluid.optimizer.Adagrad(lr, regularization=reg),
+               "decayed_adagrad": lambda: fluid.optimizer.DecayedAdagrad(lr, regularization=reg),
+               "ftrl": lambda: fluid.optimizer.Ftrl(lr, regularization=reg),
+               "adamax": lambda: fluid.optimizer.Adamax(lr, regularization=reg),
+               "adadelta": lambda: fluid.optimizer.Adadelta(lr, regularization=reg),
+               }[optimizer]()
         opt.minimize(loss)
     return main, startup, loss
 

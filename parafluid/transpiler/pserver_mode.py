@@ -49,9 +49,13 @@ from .slicing import VarBlock, slice_variable
 __all__ = ["PServerTranspile"]
 
 # optimize-role ops that act element by element (so they may run on a block of a parameter)
-_ELEMENTWISE_OPT = frozenset({"sgd", "momentum", "adam", "adagrad", "rmsprop", "scale", "sum",
-                              "sign", "elementwise_add", "elementwise_sub", "elementwise_mul",
-                              "clip", "clip_by_value", "assign", "cast"})
+_ELEMENTWISE_OPT = frozenset({"sgd", "momentum", "adam", "adagrad", "rmsprop", "adamax",
+                              "adadelta", "decayed_adagrad", "ftrl", "proximal_gd",
+                              "proximal_adagrad", "scale", "sum", "sign", "elementwise_add",
+                              "elementwise_sub", "elementwise_mul", "elementwise_div",
+                              "elementwise_max", "elementwise_min", "elementwise_pow", "pow",
+                              "sqrt", "square", "abs", "clip", "clip_by_value", "assign",
+                              "cast"})
 _RESIZABLE_INIT = frozenset({"fill_constant", "uniform_random", "gaussian_random",
                              "truncated_gaussian_random"})
 

@@ -69,6 +69,11 @@ def _check_equal_to_one_process(results, optimizer, steps=(STEPS, STEPS), **kw):
     ("momentum", "hash_name", False, 0.0),
     ("adam", "round_robin", True, 0.01),
     ("adagrad", "hash_name", True, 0.0),
+    # the other elementwise rules run per block of a sliced parameter too, as Fluid's
+    ("decayed_adagrad", "round_robin", False, 0.0),
+    ("ftrl", "hash_name", False, 0.0),
+    ("adamax", "round_robin", False, 0.0),
+    ("adadelta", "hash_name", False, 0.0),
 ])
 def test_sync_2x2_equals_one_process(optimizer, split_method, lr_decay, l2):
     results = _job(optimizer, split_method=split_method, lr_decay=lr_decay, l2=l2)

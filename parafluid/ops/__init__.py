@@ -67,6 +67,7 @@ from . import fake_quant
 from . import fusion_math
 from . import fusion_seq
 from . import fusion_rnn
+from . import io_ops
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -68,6 +68,8 @@ from . import fusion_math
 from . import fusion_seq
 from . import fusion_rnn
 from . import io_ops
+from . import tensor_misc
+from . import control_misc
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

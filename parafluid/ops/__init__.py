@@ -71,6 +71,7 @@ from . import io_ops
 from . import tensor_misc
 from . import control_misc
 from . import collective_more
+from . import recurrent
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

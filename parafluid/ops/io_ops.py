@@ -85,11 +85,12 @@ def _save(ins: dict, attrs: dict, ctx: Any) -> dict:
     path = _check_path("save", attrs)
     name = ctx.op.input("X")[0]
     write_tensors(path, {name: _host_value("save", name, ins["X"], attrs["save_as_fp16"])})
-    return {}
+    return {"kLookupTablePath": path}
 
 
-register_op("save", inputs=("X",), outputs=(), attrs={"file_path": "", "overwrite": True,
-                                                      "save_as_fp16": False},
+# kLookupTablePath: Fluid's pserver-side slot for lookup-table checkpoints (unused here)
+register_op("save", inputs=("X",), outputs=("kLookupTablePath?",),
+            attrs={"file_path": "", "overwrite": True, "save_as_fp16": False},
             kernel=_save, side_effect=True, no_compile="writes a file to disk")
 
 

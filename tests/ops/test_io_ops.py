@@ -38,10 +38,10 @@ def saved(path, want, fp16=False):
 
 
 CASES = [
-    OpCase("save", {"X": A}, attrs={"file_path": os.path.join(DIR, "one")},
+    OpCase("save", {"X": A}, attrs={"file_path": os.path.join(DIR, "one")}, outputs=[],
            check=saved(os.path.join(DIR, "one"), {"x_0": A}), id="save"),
     OpCase("save", {"X": A}, attrs={"file_path": os.path.join(DIR, "one16"),
-                                    "save_as_fp16": True},
+                                    "save_as_fp16": True}, outputs=[],
            check=saved(os.path.join(DIR, "one16"), {"x_0": A}, fp16=True), id="save-fp16"),
     OpCase("save_combine", {"X": [A, B]}, attrs={"file_path": os.path.join(DIR, "two")},
            outputs=[], check=saved(os.path.join(DIR, "two"), {"x_0": A, "x_1": B}),

@@ -73,6 +73,7 @@ from . import control_misc
 from . import collective_more
 from . import recurrent
 from . import cudnn_lstm
+from . import fusion_conv
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

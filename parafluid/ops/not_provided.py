@@ -31,10 +31,7 @@ NOT_PROVIDED: dict[str, str] = {
     "dequantize": "MKL-DNN-only int8 conversion (no kernel outside MKL-DNN in Fluid); use the "
                   "fake_dequantize_* ops",
     "requantize": "MKL-DNN-only int8 rescaling (no kernel outside MKL-DNN in Fluid)",
-    # CUDA-only fusions written by inference passes
-    "conv2d_fusion": "CUDA/cuDNN-only fusion of conv2d + bias + activation (+ residual, split "
-                     "channels) written by an inference pass; run conv2d, elementwise_add "
-                     "and the activation",
+    # CUDA-only fusion written by an inference pass
     "conv2d_inception_fusion": "CUDA/cuDNN-only fusion of a four-branch inception block "
                                "written by an inference pass; run its conv2d/pool2d ops",
     # BoxPS, the federated-learning server and the old NCCL op

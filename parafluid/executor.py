@@ -113,6 +113,14 @@ class Executor:
             fetch_list = [fetch_list]
         if isinstance(program, CompiledProgram):  # may take a list feed
             # a compiled pserver-mode trainer program: close() tells its pservers it is done
+            if program._executor is None and not program._is_inference and \
+                    isinstance(program._program, Program):
+                # a program saved by Fluid: its feed/fetch ops are checked against this run,
+                # then the CompiledProgram compiles the copy without them
+                first = feed[0] if isinstance(feed, (list, tuple)) and feed else feed
+                program._program = self._without_feed_fetch(
+                    program._program, list(first or {}), fetch_names(fetch_list),
+                    feed_var_name, fetch_var_name)
             key = (id(program._program), program._program._version)
             if key not in self._ps_scanned:
                 self._ps_scanned.add(key)

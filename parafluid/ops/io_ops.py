@@ -5,7 +5,8 @@
 ops reading the feed holder (``FEED_MINIBATCH``) and ``{Out=[fetch]} = fetch(X=[y])
 {col=0}`` ops writing the fetch holder (``FETCH_LIST``). The Executor checks them against a
 run's feed dict and fetch list, as Fluid's does, and runs the program without them (feeds and
-fetches are bound by name: ``feed_fetch.without_feed_fetch_ops``). Their kernels read or
+fetches are bound by name: ``feed_fetch.without_feed_fetch_ops``); a CompiledProgram over
+such a program is checked at its first run and compiles the copy without them. Their kernels read or
 write one column of a holder list, for a run that keeps them.
 
 ``save`` / ``save_combine`` write parafluid's variables file (safetensors with a checked

@@ -147,3 +147,16 @@ def test_feed_and_fetch_ops_are_checked_against_the_run():
         exe.run(main, feed={"x": x, "z": x}, fetch_list=["x"], scope=fluid.Scope())
     with pytest.raises(ValueError, match=r"fetch ops do not match fetch_list: \['x'\]"):
         exe.run(main, feed={"x": x, "z": x}, fetch_list=[y, "x"], scope=fluid.Scope())
+
+
+def test_a_compiled_program_holding_feed_and_fetch_ops_runs_data_parallel(monkeypatch):
+    monkeypatch.setenv("CPU_NUM", "2")
+    main, y = fluid_style_program()
+    x, z = rand(4, 3, seed=5), rand(4, 3, seed=6)
+    exe = fluid.Executor(fluid.CPUPlace())
+    compiled = fluid.CompiledProgram(main).with_data_parallel(places=fluid.cpu_places(2))
+    out, = exe.run(compiled, feed={"x": x, "z": z}, fetch_list=[y], scope=fluid.Scope())
+    np.testing.assert_array_equal(out, np.maximum(x, 0) + z)
+    with pytest.raises(ValueError, match="which the feed dict does not have"):
+        exe.run(fluid.CompiledProgram(main).with_data_parallel(places=fluid.cpu_places(2)),
+                feed={"x": x}, fetch_list=[y], scope=fluid.Scope())

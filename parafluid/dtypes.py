@@ -42,6 +42,9 @@ class VarType:
     SELECTED_ROWS = "selected_rows"
     LOD_TENSOR_ARRAY = "lod_tensor_array"
     RAW = "raw"
+    # the holders of a program's feed / fetch ops (Fluid's prepend_feed_ops)
+    FEED_MINIBATCH = "feed_minibatch"
+    FETCH_LIST = "fetch_list"
 
 
 _NUMPY_NAMES: dict[np.dtype, str] = {}  # numpy dtype -> canonical name, filled on use

@@ -23,6 +23,7 @@ outputs for NaN and Inf.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,14 @@ from .engine.graph import build_graph
 from .engine.lanes import placed_graph
 from .engine.plan import Plan, RunServices
 from .engine.scheduler import Scheduler, make_scheduler
-from .feed_fetch import as_feed_tensor, check_batch_sizes, fetch_names, fetch_value
+from .feed_fetch import (
+    as_feed_tensor,
+    check_batch_sizes,
+    fetch_names,
+    fetch_value,
+    strip_feed_fetch_ops,
+    without_feed_fetch_ops,
+)
 from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
 from .passes.release_memory import eager_deletion_enabled
@@ -78,6 +86,8 @@ class Executor:
         self._closed = False
         self._ps_trainers: set[int] = set()  # trainer ids of the pserver-mode ops it ran
         self._ps_scanned: set[tuple[int, int]] = set()  # compiled programs looked at
+        # programs holding feed/fetch ops -> (version, the copy without them)
+        self._stripped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ public API
     def run(self, program: Any = None, feed: dict[str, Any] | None = None,
@@ -103,6 +113,14 @@ class Executor:
             fetch_list = [fetch_list]
         if isinstance(program, CompiledProgram):  # may take a list feed
             # a compiled pserver-mode trainer program: close() tells its pservers it is done
+            if program._executor is None and not program._is_inference and \
+                    isinstance(program._program, Program):
+                # a program saved by Fluid: its feed/fetch ops are checked against this run,
+                # then the CompiledProgram compiles the copy without them
+                first = feed[0] if isinstance(feed, (list, tuple)) and feed else feed
+                program._program = self._without_feed_fetch(
+                    program._program, list(first or {}), fetch_names(fetch_list),
+                    feed_var_name, fetch_var_name)
             key = (id(program._program), program._program._version)
             if key not in self._ps_scanned:
                 self._ps_scanned.add(key)
@@ -122,6 +140,9 @@ class Executor:
             raise TypeError(f"Executor.run: program must be a Program or CompiledProgram, "
                             f"got {type(program).__name__}")
         fetch = fetch_names(fetch_list)
+        # a program saved by Fluid holds feed/fetch ops: checked, then run without them
+        program = self._without_feed_fetch(program, list(feed), fetch, feed_var_name,
+                                           fetch_var_name)
         plan = self._take_plan(program, tuple(sorted(feed)), tuple(fetch))
         block = program.global_block()
         try:
@@ -186,6 +207,23 @@ class Executor:
         self._check_open()
         run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
                          fetch_info, print_period, is_infer=True)
+
+    def _without_feed_fetch(self, program: Program, feed: list[str], fetch: list[str],
+                            feed_holder: str, fetch_holder: str) -> Program:
+        """``program`` itself, or (checked against this run's feeds and fetches) its cached
+        copy without the feed/fetch ops it holds."""
+        with self._lock:
+            hit = self._stripped.get(program)
+        if hit is None or hit[0] != program._version:
+            has = any(op.type in ("feed", "fetch") for op in program.global_block().ops)
+            hit = (program._version, strip_feed_fetch_ops(program) if has else None)
+            with self._lock:
+                self._stripped[program] = hit
+        stripped = hit[1]
+        if stripped is None:
+            return program
+        return without_feed_fetch_ops(program, feed, fetch, feed_holder, fetch_holder,
+                                      lambda _: stripped)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -32,7 +32,8 @@ from .ops.registry import shapes_compatible
 from .scope import FetchedArray, LoDTensor, ScopeVariable, SelectedRows, TensorArray, as_numpy
 from .variable import Variable, unknown_name_message, var_names
 
-__all__ = ["fetch_names", "as_feed_tensor", "lod_feed_tensor", "as_lod_tensor", "FeedSplitter",
+__all__ = ["fetch_names", "without_feed_fetch_ops", "strip_feed_fetch_ops",
+           "as_feed_tensor", "lod_feed_tensor", "as_lod_tensor", "FeedSplitter",
            "fetch_value", "merge_fetches", "missing_value_message", "batch_feeds",
            "check_batch_sizes"]
 
@@ -391,3 +392,65 @@ def _numpy_view(value: Any) -> np.ndarray:
             value.dtype != torch.bfloat16:
         return value.detach().numpy()
     return as_numpy(value)
+
+
+def without_feed_fetch_ops(program: Any, feed: Sequence[str], fetch: Sequence[str],
+                           feed_holder: str = "feed", fetch_holder: str = "fetch",
+                           strip: Any = None) -> Any:
+    """A program holding Fluid's ``feed``/``fetch`` ops (a program saved by Fluid, or built
+    with ``prepend_feed_ops``), checked against a run's feed and fetch names as Fluid's
+    Executor checks them, and returned without them: the executors bind feeds and fetches by
+    name. A program without such ops is returned as it is. ``strip(program)`` makes the
+    copy (default ``strip_feed_fetch_ops``; the Executor passes a cached one).
+
+    Every ``feed`` op must read ``feed_holder`` and write a fed variable, one op per fed
+    name; every ``fetch`` op must read the fetch target at its ``col`` in ``fetch`` and write
+    ``fetch_holder``, one op per target.
+    """
+    block = program.global_block()
+    feeds = [op for op in block.ops if op.type == "feed"]
+    fetches = [op for op in block.ops if op.type == "fetch"]
+    if not feeds and not fetches:
+        return program
+    for op in feeds:
+        holder, target = op.input("X")[0], op.output("Out")[0]
+        if holder != feed_holder:
+            raise ValueError(f"Executor.run: the program's feed op reads {holder!r}, not the "
+                             f"feed holder {feed_holder!r}; pass feed_var_name={holder!r}")
+        if target not in feed:
+            raise ValueError(f"Executor.run: the program's feed op (col {op.attr('col')}) "
+                             f"writes {target!r}, which the feed dict does not have; feed it "
+                             f"(fed: {sorted(feed)})")
+    if feeds and len(feeds) != len(feed):
+        extra = sorted(set(feed) - {op.output("Out")[0] for op in feeds})
+        raise ValueError(f"Executor.run: the program's feed ops do not match the feed dict: "
+                         f"{extra} have no feed op")
+    for op in fetches:
+        holder, target, col = op.output("Out")[0], op.input("X")[0], op.attr("col")
+        if holder != fetch_holder:
+            raise ValueError(f"Executor.run: the program's fetch op writes {holder!r}, not "
+                             f"the fetch holder {fetch_holder!r}; pass "
+                             f"fetch_var_name={holder!r}")
+        if target not in fetch:
+            raise ValueError(f"Executor.run: the program's fetch op (col {col}) reads "
+                             f"{target!r}, which fetch_list does not have (fetch_list: "
+                             f"{list(fetch)})")
+        if not 0 <= col < len(fetch) or fetch[col] != target:
+            raise ValueError(f"Executor.run: the program's fetch op reads {target!r} at col "
+                             f"{col}, but fetch_list has it at {list(fetch).index(target)}: "
+                             f"list the fetch targets in the program's order")
+    if fetches and len(fetches) != len(fetch):
+        extra = [n for n in fetch if n not in {op.input("X")[0] for op in fetches}]
+        raise ValueError(f"Executor.run: the program's fetch ops do not match fetch_list: "
+                         f"{extra} have no fetch op")
+    return (strip or strip_feed_fetch_ops)(program)
+
+
+def strip_feed_fetch_ops(program: Any) -> Any:
+    """A copy of ``program`` without the ``feed``/``fetch`` ops of its global block."""
+    stripped = program.clone()
+    sblock = stripped.global_block()
+    for i in reversed(range(len(sblock.ops))):
+        if sblock.ops[i].type in ("feed", "fetch"):
+            sblock._remove_op(i)
+    return stripped

@@ -35,11 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save as _st_save
 
 from .atomic_write import write_bytes
 from .dataloader import DataLoader, PyReader
-from .dtypes import convert_dtype
 from .framework import Parameter, Program, Variable, default_main_program
 from .multiprocess_reader import multiprocess_reader
 from .ops.registry import shapes_compatible
@@ -59,8 +57,7 @@ from .reader import (
 )
 from .scope import Scope, SelectedRows, global_scope
 from .serialization import _MAGIC, parse_json, program_from_dict, program_to_dict
-from .tensor_file import (
-    _MANIFEST_KEY,
+from .tensor_file import (  # noqa: F401 (VARS_FORMAT, _crc: read by fluid.io's users)
     VARS_FORMAT,
     _crc,
     _dtype_name,
@@ -68,6 +65,7 @@ from .tensor_file import (
     _open_for_read,
     _quoted,
     read_tensors,
+    write_tensors,
 )
 
 __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_params",
@@ -545,17 +543,6 @@ def decode_model(data: bytes, where: str = "<bytes>") -> tuple[Program, list[str
 
 
 # ---------------------------------------------------------------------- files
-
-
-def write_tensors(path: str, tensors: dict[str, torch.Tensor],
-                  extra: dict[str, str] | None = None) -> None:
-    """Atomically write ``tensors`` as a safetensors file with a parafluid manifest."""
-    manifest = {"format": VARS_FORMAT, "vars": [
-        {"name": n, "shape": list(t.shape), "dtype": convert_dtype(t.dtype), "crc32": _crc(t)}
-        for n, t in sorted(tensors.items())]}
-    metadata = {_MANIFEST_KEY: json.dumps(manifest, sort_keys=True)}
-    metadata.update(extra or {})
-    write_bytes(path, _st_save(tensors, metadata=metadata))
 
 
 # ---------------------------------------------------------------------- helpers

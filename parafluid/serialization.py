@@ -132,7 +132,7 @@ def program_from_dict(data: dict[str, Any], *, extra_keys: Sequence[str] = (),
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 _MAX_ATTR_DEPTH = 8  # an attr is a scalar, a list, or a list of lists (a 2-D numpy array)
 _VAR_KINDS = frozenset({VarType.LOD_TENSOR, VarType.SELECTED_ROWS, VarType.LOD_TENSOR_ARRAY,
-                        VarType.RAW})
+                        VarType.RAW, VarType.FEED_MINIBATCH, VarType.FETCH_LIST})
 _DTYPES = frozenset(_CANONICAL)  # the canonical names only: that is what the writer writes
 _VAR_FLAGS = ("persistable", "stop_gradient", "is_data", "need_check_feed")
 _PLAIN_SCALARS = frozenset({str, float, bool, type(None)})  # ints are range-checked

@@ -3,7 +3,8 @@
 A variables file is a safetensors file whose metadata key ``parafluid`` holds a JSON
 manifest: the format version and each variable's name, shape, dtype and CRC-32.
 ``read_tensors`` checks the file against it before anything is used; nothing is pickled.
-``fluid.io`` writes these files (``write_tensors``) and the ``load`` op reads them.
+``write_tensors`` writes these files (``fluid.io``, the ``save``/``save_combine`` ops); the
+``load``/``load_combine`` ops read them.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Any
 
 import torch
 from safetensors.torch import load as _st_load
+from safetensors.torch import save as _st_save
 
+from .atomic_write import write_bytes
 from .dtypes import convert_dtype
 
-__all__ = ["VARS_FORMAT", "read_tensors"]
+__all__ = ["VARS_FORMAT", "read_tensors", "write_tensors"]
 
 VARS_FORMAT = "parafluid.vars/1"
 _MANIFEST_KEY = "parafluid"
@@ -46,6 +49,17 @@ def read_tensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
                          "safetensors.torch.load_file and its values set in the scope")
     _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
     return tensors, metadata
+
+
+def write_tensors(path: str, tensors: dict[str, torch.Tensor],
+                  extra: dict[str, str] | None = None) -> None:
+    """Atomically write ``tensors`` as a safetensors file with a parafluid manifest."""
+    manifest = {"format": VARS_FORMAT, "vars": [
+        {"name": n, "shape": list(t.shape), "dtype": convert_dtype(t.dtype), "crc32": _crc(t)}
+        for n, t in sorted(tensors.items())]}
+    metadata = {_MANIFEST_KEY: json.dumps(manifest, sort_keys=True)}
+    metadata.update(extra or {})
+    write_bytes(path, _st_save(tensors, metadata=metadata))
 
 
 def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> None:

@@ -35,10 +35,25 @@ def verify(program: Any) -> None:
         raise ProgramVerificationError(problems)
 
 
+def _handed_in(program: Any) -> dict[int, set[str]]:
+    """Names an op feeds its sub-blocks besides the outer variables they see: the previous
+    step's states of ``recurrent`` (and ``recurrent_grad``), its ``ex_states``."""
+    out: dict[int, set[str]] = {}
+    for block in program.blocks:
+        for op in block.ops:
+            names = op.attrs.get("ex_states")
+            if names:
+                for sub in op.sub_blocks:
+                    out.setdefault(sub.idx, set()).update(names)
+    return out
+
+
 def find_problems(program: Any) -> list[str]:
     problems: list[str] = []
+    handed = _handed_in(program)
     for block in program.blocks:
         defined = {n for n, v in block.vars.items() if v.persistable or v.is_data}
+        defined |= handed.get(block.idx, set())
         parent = block.parent_block
         while parent is not None:  # a sub-block sees everything its ancestors define
             defined |= set(parent.vars)

@@ -28,11 +28,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "parafluid"
 # bottom to top: (layer, module prefixes relative to the package)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("values", ("dtypes", "scope", "lod", "place", "placement", "flags", "unique_name",
-                "version", "tensor_file")),
+                "version", "tensor_file", "atomic_write")),
     # the op registry is the schema the IR checks ops against (slots, attrs, shape rules);
-    # it imports only values
+    # it imports only values (and the table of the op types it refuses, with their reasons)
     ("IR", ("framework", "variable", "program_meta", "serialization", "verifier",
-            "ops.registry")),
+            "ops.registry", "ops.not_provided")),
     ("ops", ("ops", "distributed")),
     ("passes", ("backward", "passes")),
     ("engine", ("engine", "feed_fetch")),

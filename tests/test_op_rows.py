@@ -166,7 +166,9 @@ def test_communication_is_what_the_rows_declare() -> None:
                     "c_dgc_allreduce",
                     "gen_nccl_id", "send", "recv", "send_barrier", "fetch_barrier",
                     "listen_and_serv", "distributed_lookup_table", "node_send", "node_recv",
-                    "memcpy"}
+                    "memcpy", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod",
+                    "c_allgather", "c_reducescatter", "c_sync_calc_stream",
+                    "c_sync_comm_stream", "allreduce", "broadcast"}
     assert all(is_comm_op(t) for t in comm)
     assert not is_comm_op("relu") and not is_comm_op("no_such_op")
 

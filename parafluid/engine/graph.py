@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..framework import Operator
+from ..ops.collective_more import MORE_COLLECTIVES
 from ..ops.registry import EMPTY, get_op_def
 
 __all__ = ["Node", "SSAGraph", "GraphOptions", "build_graph", "ALL_DEVICES", "COLLECTIVE_OPS"]
@@ -43,7 +44,7 @@ VarRef = tuple[int, str, int]  # (device, name, version)
 
 # Ops of a program (one device's view) that become one node across the devices.
 COLLECTIVE_OPS = frozenset({"c_allreduce_sum", "c_allreduce_coalesced", "c_reduce_sum",
-                            "c_broadcast", "c_dgc_allreduce"})
+                            "c_broadcast", "c_dgc_allreduce"}) | MORE_COLLECTIVES
 OWNER_ATTR = "owner_device"
 
 

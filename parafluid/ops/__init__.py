@@ -64,6 +64,16 @@ from . import match_matrix
 from . import var_conv
 from . import load
 from . import fake_quant
+from . import fusion_math
+from . import fusion_seq
+from . import fusion_rnn
+from . import io_ops
+from . import tensor_misc
+from . import control_misc
+from . import collective_more
+from . import recurrent
+from . import cudnn_lstm
+from . import fusion_conv
 from . import sequence  # last: its LoD-sharing table wraps ops of the families above
 from .registry import get_op_def, has_op, register_op, registered_ops
 

@@ -62,9 +62,12 @@ def _declare(grad_block: Any, src_block: Any, name: str, new_name: str) -> None:
 
 
 def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out: list[str],
-                      ctx: GradContext) -> tuple[Any, list[str], list[str]]:
+                      ctx: GradContext, shadowed: frozenset[str] = frozenset()
+                      ) -> tuple[Any, list[str], list[str]]:
     """(gradient block, the names its Out-gradient feeds take, per ``in_names`` entry the
-    name of its gradient in the block or "" when the block does not produce one)."""
+    name of its gradient in the block or "" when the block does not produce one).
+    ``shadowed``: names the sub-block declares over outer variables of the same name (a
+    ``recurrent`` step's slice of an input), declared in the gradient block as there."""
     fwd = op.attrs["sub_block"]
     parent = op.block
     program = parent.program
@@ -83,7 +86,8 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
         ins = {slot: [version.get(n, n) for n in names] for slot, names in fop.inputs.items()}
         for names in fop.inputs.values():
             for n in names:
-                if n != EMPTY and n not in version and not parent._find_var_recursive(n):
+                if n != EMPTY and n not in version and (
+                        n in shadowed or not parent._find_var_recursive(n)):
                     _declare(grad_block, fwd, n, n)
         outs: dict[str, list[str]] = {}
         for slot, names in fop.outputs.items():
@@ -102,7 +106,7 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
     feeds, seeds = [], []
     for n in diff_out:
         feed = f"{n}@GRAD@OUTER"
-        _declare(grad_block, parent, n, feed)
+        _declare(grad_block, fwd if n in shadowed else parent, n, feed)
         grad_block.var(feed).is_data = True  # fed by the grad op: the gradient of the output
         feeds.append(feed)
         seeds.append({"type": "assign", "inputs": {"X": [feed]},

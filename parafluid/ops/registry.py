@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..dtypes import VarType
+from .not_provided import not_provided_message
 
 __all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
            "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
@@ -207,6 +208,9 @@ def get_op_def(type: str) -> OpDef:
     try:
         return _REGISTRY[type]
     except KeyError:
+        refused = not_provided_message(type)
+        if refused is not None:
+            raise ValueError(refused) from None
         close = difflib.get_close_matches(type, _REGISTRY, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown op type {type!r}{hint}") from None

@@ -10,9 +10,10 @@ differences in ``tests/ops/test_rnn_ops.py``.
 
 Fluid's layouts: LSTM gates are ordered (candidate, input, forget, output) in the weight
 ``[D, 4D]`` and the bias ``[1, 4D]`` (``[1, 7D]`` with peepholes: ``W_ic, W_fc, W_oc``
-follow). GRU: the weight ``[D, 3D]`` holds the update and reset gates' ``[D, 2D]`` then the
-candidate's ``[D, D]``; ``origin_mode`` picks ``h = u·h_prev + (1-u)·c`` over Fluid's
-default ``h = (1-u)·h_prev + u·c``.
+follow). GRU: the weight ``[D, 3D]`` is read in Fluid's memory layout: its first ``2D·D``
+values are the update and reset gates' ``[D, 2D]`` weights, the last ``D·D`` the candidate's
+``[D, D]`` (a split of the flat buffer, not of the columns); ``origin_mode`` picks
+``h = u·h_prev + (1-u)·c`` over Fluid's default ``h = (1-u)·h_prev + u·c``.
 """
 
 from __future__ import annotations
@@ -273,7 +274,7 @@ def _gru_run(ins: dict, attrs: dict, keep: bool) -> tuple:
     steps = _Steps(x, "gru", attrs["is_reverse"])
     gate, _ = _act(attrs["gate_activation"], "gru")
     act, _ = _act(attrs["activation"], "gru")
-    w_ur, w_c = w[:, :2 * d], w[:, 2 * d:]
+    w_ur, w_c = _gru_weights(w)
     xs = steps.gather(x)
     if b is not None:
         xs = xs + b.reshape(-1)
@@ -324,11 +325,11 @@ def _gru_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     steps, _, saved = _gru_run(ins, attrs, keep=True)
     _, d_gate = _act(attrs["gate_activation"], "gru")
     _, d_act = _act(attrs["activation"], "gru")
-    w_ur, w_c = w[:, :2 * d], w[:, 2 * d:]
+    w_ur, w_c = _gru_weights(w)
     dhidden = steps.gather(ins["Hidden@GRAD"])
     dh_next = x.new_zeros((steps.batch, d))
     dxs = x.new_zeros((steps.steps, steps.batch, 3 * d))
-    dw = torch.zeros_like(w)
+    dw_ur, dw_c = torch.zeros_like(w_ur), torch.zeros_like(w_c)
     for t in reversed(range(steps.steps)):
         h_prev, u, r, rh, cand = saved[t]
         m = steps.mask[t]
@@ -337,15 +338,15 @@ def _gru_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
                                     attrs["origin_mode"])
         g = g * m
         dxs[t] = g
-        dw[:, :2 * d] += h_prev.t() @ g[:, :2 * d]
-        dw[:, 2 * d:] += rh.t() @ g[:, 2 * d:]
+        dw_ur += h_prev.t() @ g[:, :2 * d]
+        dw_c += rh.t() @ g[:, 2 * d:]
         dh_prev = dh_prev + g[:, :2 * d] @ w_ur.t()
         dh_next = m * dh_prev + (1 - m) * dh
     out = {}
     if "Input" in ctx.need:
         out["Input@GRAD"] = steps.scatter(dxs, x.shape[0])
     if "Weight" in ctx.need:
-        out["Weight@GRAD"] = dw
+        out["Weight@GRAD"] = torch.cat([dw_ur.reshape(-1), dw_c.reshape(-1)]).reshape(w.shape)
     if "Bias" in ctx.need:
         out["Bias@GRAD"] = dxs.sum((0, 1)).reshape(1, -1)
     if "H0" in ctx.need:

@@ -40,12 +40,15 @@ def gru_ref(Input, Weight, attrs, Bias=None, H0=None):
     rev, origin = attrs["is_reverse"], attrs["origin_mode"]
     x = Input + (Bias.reshape(-1) if Bias is not None else 0)
     hidden = np.zeros((Input.shape[0], D))
+    # Fluid's layout: the flat weight's first 2D*D values are [D, 2D], the rest [D, D]
+    w_ur = Weight.reshape(-1)[:2 * D * D].reshape(D, 2 * D)
+    w_c = Weight.reshape(-1)[2 * D * D:].reshape(D, D)
     for s, (a, e) in enumerate(zip(OFFS, OFFS[1:])):
         h = H0[s] if H0 is not None else np.zeros(D)
         for row in (range(e - 1, a - 1, -1) if rev else range(a, e)):
-            ur = sig(x[row, :2 * D] + h @ Weight[:, :2 * D])
+            ur = sig(x[row, :2 * D] + h @ w_ur)
             u, r = ur[:D], ur[D:]
-            cand = np.tanh(x[row, 2 * D:] + (r * h) @ Weight[:, 2 * D:])
+            cand = np.tanh(x[row, 2 * D:] + (r * h) @ w_c)
             h = u * h + (1 - u) * cand if origin else (1 - u) * h + u * cand
             hidden[row] = h
     return {"Hidden": hidden}

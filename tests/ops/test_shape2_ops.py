@@ -4,9 +4,11 @@ their XShape output and XShape-reading gradient ops; reshape's ShapeTensor input
 import numpy as np
 import pytest
 
+import parafluid as fluid
 from parafluid import backward
 from parafluid.framework import Program, program_guard
 from parafluid.testing import OpCase, check_op, rand
+from parafluid.testing.refs import run_built
 
 
 def _xshape(X):
@@ -116,3 +118,42 @@ def test_grad_op_reads_xshape_not_x(op, attrs):
     assert grad_op.input("XShape") == ["xshape"]
     assert "X" not in grad_op.inputs
     assert grads[0].shape == (2, 3)
+
+
+def test_shape_layers_emit_the_fluid16_op_types_with_xshape():
+    main, startup = Program(), Program()
+    with program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[2, 6], dtype="float32")
+        dim = fluid.layers.fill_constant([1], "int32", 3)
+        r = fluid.layers.reshape(x, shape=[-1, dim, 4])
+        t = fluid.layers.transpose(r, perm=[0, 2, 1])
+        u = fluid.layers.unsqueeze(t, axes=[1])
+        s = fluid.layers.squeeze(u, axes=[1])
+        f = fluid.layers.flatten(s, axis=1)
+    types = [o.type for o in main.global_block().ops]
+    assert types == ["fill_constant", "fill_constant", "fill_constant", "reshape2",
+                     "transpose2", "unsqueeze2", "squeeze2", "flatten2"]
+    reshape_op = main.global_block().ops[3]
+    assert reshape_op.attr("shape") == [-1, -1, 4] and len(reshape_op.input("ShapeTensor")) == 3
+    # as Fluid: the helper's temporaries are the two constant dims, then Out, then XShape
+    assert reshape_op.output("XShape") == ["reshape2_0.tmp_3"]
+    assert r.shape == (-1, -1, 4)  # the tensor-given dim is known at run time only
+    xv = rand(2, 2, 6).astype("float32")
+    got, _ = run_built(main, startup, f, {"x": xv})
+    np.testing.assert_allclose(got, xv.reshape(2, 3, 4).transpose(0, 2, 1).reshape(2, 12))
+
+
+def test_reshape_layer_takes_a_shape_variable():
+    main, startup = Program(), Program()
+    with program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[6], dtype="float32")
+        target = fluid.layers.data("t", shape=[3], dtype="int32", append_batch_size=False)
+        y = fluid.layers.reshape(x, shape=target)
+    assert main.global_block().ops[-1].input("Shape") == ["t"]
+    assert y.shape == (-1, -1, -1)
+    xv = rand(2, 6).astype("float32")
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=fluid.Scope())
+    got = exe.run(main, feed={"x": xv, "t": np.array([3, 2, 2], "int32")}, fetch_list=[y],
+                  scope=fluid.Scope())[0]
+    np.testing.assert_allclose(got, xv.reshape(3, 2, 2))

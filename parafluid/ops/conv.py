@@ -200,7 +200,7 @@ def _register_conv(op: str, nd: int, transposed: bool, fmt: str) -> None:
     """One registration per conv op type: N, C and ``nd`` spatial dims in either layout."""
     attrs: dict[str, Any] = {
         "strides": [1] * nd, "paddings": [0] * nd, "padding_algorithm": "EXPLICIT",
-        "dilations": [1] * nd, "groups": 1, "use_cudnn": True, "use_mkldnn": False,
+        "dilations": [1] * nd, "groups": 1, "use_cudnn": False, "use_mkldnn": False,
         "data_format": fmt, "is_test": False, "workspace_size_MB": 512}
     if transposed:
         attrs["output_size"] = []

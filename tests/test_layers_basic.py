@@ -141,7 +141,7 @@ def test_reshape_with_actual_shape_and_act():
         x = fluid.layers.data("x", shape=[6], dtype="float32")
         target = fluid.layers.data("target", shape=[2], dtype="int32", append_batch_size=False)
         y = fluid.layers.reshape(x, shape=[-1, 3], actual_shape=target, act="relu")
-    assert [op.type for op in prog.global_block().ops] == ["reshape", "relu"]
+    assert [op.type for op in prog.global_block().ops] == ["reshape2", "relu"]
     xv = np.linspace(-1, 1, 12).astype("float32").reshape(2, 6)
     (out,) = fluid.Executor(fluid.CPUPlace()).run(
         prog, feed={"x": xv, "target": np.array([3, 4], "int32")}, fetch_list=[y],
@@ -152,7 +152,7 @@ def test_reshape_with_actual_shape_and_act():
 @pytest.mark.parametrize("build, error, message", [
     (lambda x: fluid.layers.reshape(x, shape=[-1, -1]), ValueError, "only one dimension"),
     (lambda x: fluid.layers.reshape(x, shape=[0, 7]), ValueError,
-     r"op 'reshape' at .*cannot reshape X \[-1, 6\]"),
+     r"op 'reshape2' at .*cannot reshape X \[-1, 6\]"),
     (lambda x: fluid.layers.softmax(x.name), TypeError, "softmax: input must be a Variable"),
     (lambda x: fluid.layers.relu([x]), TypeError, "relu: x must be a Variable, got list"),
     (lambda x: fluid.layers.clip(x, min=1.0, max=0.0), ValueError, r"clip: min \(1.0\)"),
@@ -184,4 +184,4 @@ def test_layers_with_act_take_one_name_from_the_counter():
                  fluid.layers.reshape(x, shape=[-1, 2, 3]).name,
                  fluid.layers.reshape(x, shape=[-1, 3, 2], act="relu").name]
     assert names == ["elementwise_add_0.tmp_1", "elementwise_add_1.tmp_0", "scale_0.tmp_1",
-                     "scale_1.tmp_0", "reshape_0.tmp_0", "reshape_1.tmp_1"]
+                     "scale_1.tmp_0", "reshape2_0.tmp_0", "reshape2_1.tmp_2"]

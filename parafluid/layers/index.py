@@ -77,14 +77,23 @@ def stack(x: list[Variable], axis: int = 0) -> Variable:
 
 
 def flatten(x: Variable, axis: int = 1, name: str | None = None) -> Variable:
-    """Fold the dims before ``axis`` into rows and the rest into columns (2-D result).
+    """Fold the dims before ``axis`` into rows and the rest into columns (2-D result;
+    appends ``flatten2`` with its XShape, as Fluid 1.6).
 
     Example::
 
         flat = fluid.layers.flatten(conv_out, axis=1)    # [N, C*H*W]
     """
     _check("flatten", "x", x)
-    return _op("flatten", {"X": [x]}, {"axis": int(axis)}, x.dtype, name=name)
+    if not isinstance(axis, int) or not 0 <= axis <= len(x.shape or ()):
+        raise ValueError(f"flatten: axis must be an int in [0, {len(x.shape or ())}] for x of "
+                         f"shape {list(x.shape or [])}, got {axis!r}")
+    helper = LayerHelper("flatten", name=name)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    x_shape = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("flatten2", inputs={"X": [x]}, outputs={"Out": [out], "XShape": [x_shape]},
+                     attrs={"axis": int(axis)})
+    return out
 
 
 def _compare(op_type: str) -> Any:

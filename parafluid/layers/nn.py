@@ -7,6 +7,7 @@ from typing import Any
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 from ..ops.common import numel
+from .window_args import channel_axis, check_format, padding_attrs
 
 __all__ = ["fc", "mean", "mul", "matmul", "elementwise_add", "elementwise_sub", "elementwise_mul",
            "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_pow", "scale",
@@ -151,11 +152,16 @@ def _channels(layer: str, input: Variable, axis: int) -> int:
 def conv2d(input: Variable, num_filters: int, filter_size: int | list[int], stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int | None = None,
            param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
-           act: str | None = None, name: str | None = None) -> Variable:
-    """2-D convolution over an NCHW input, plus a per-channel bias and an activation.
+           act: str | None = None, name: str | None = None,
+           data_format: str = "NCHW") -> Variable:
+    """2-D convolution over an NCHW (or ``data_format="NHWC"``) input, plus a per-channel
+    bias and an activation.
 
     The filter has shape ``[num_filters, C / groups, kh, kw]`` and starts from
-    ``Normal(0, sqrt(2 / (kh * kw * C)))``.
+    ``Normal(0, sqrt(2 / (kh * kw * C)))``. ``padding`` is an int, ``[ph, pw]``,
+    ``[top, bottom, left, right]``, per-dim pairs in the data layout, or 'SAME' / 'VALID'.
+    With ``groups == C``, ``num_filters % C == 0`` and ``use_cudnn=False`` the op is
+    ``depthwise_conv2d``, as in Fluid.
 
     Example::
 
@@ -163,14 +169,18 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | list[int], stri
         h = fluid.layers.conv2d(img, num_filters=8, filter_size=3, padding=1, act="relu")
     """
     from ..initializer import Normal
-
-    helper = LayerHelper("conv2d", input=input, param_attr=param_attr, bias_attr=bias_attr,
+    last = check_format("conv2d", data_format, 2)
+    if len(input.shape or ()) != 4:
+        raise ValueError(f"conv2d: input {input.name!r} must be 4-D {data_format}, "
+                         f"got shape {list(input.shape or [])}")
+    channels = _channels("conv2d", input, channel_axis(2, last))
+    op_type = "conv2d"
+    if groups is not None and channels == groups and num_filters % channels == 0 \
+            and not use_cudnn:
+        op_type = "depthwise_conv2d"
+    helper = LayerHelper(op_type, input=input, param_attr=param_attr, bias_attr=bias_attr,
                          act=act, name=name)
     dtype = helper.input_dtype()
-    if len(input.shape or ()) != 4:
-        raise ValueError(f"conv2d: input {input.name!r} must be 4-D NCHW, "
-                         f"got shape {list(input.shape or [])}")
-    channels = _channels("conv2d", input, 1)
     groups = 1 if groups is None else int(groups)
     if groups <= 0 or channels % groups:
         raise ValueError(f"conv2d: the {channels} input channels of {input.name!r} are not "
@@ -179,23 +189,29 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | list[int], stri
     std = (2.0 / (kh * kw * channels)) ** 0.5
     w = helper.create_parameter(helper.param_attr, [num_filters, channels // groups, kh, kw],
                                 dtype, default_initializer=Normal(0.0, std, 0))
+    pads, algorithm = padding_attrs("conv2d", padding, 2, last, pairs=True)
     pre_bias = helper.create_variable_for_type_inference(dtype)
-    helper.append_op("conv2d", inputs={"Input": [input], "Filter": [w]},
+    helper.append_op(op_type, inputs={"Input": [input], "Filter": [w]},
                      outputs={"Output": [pre_bias]},
                      attrs={"strides": _int_pair(stride, "stride", "conv2d"),
-                            "paddings": _int_pair(padding, "padding", "conv2d"),
+                            "paddings": pads, "padding_algorithm": algorithm,
                             "dilations": _int_pair(dilation, "dilation", "conv2d"),
-                            "groups": groups, "use_cudnn": use_cudnn})
-    pre_act = helper.append_bias_op(pre_bias, dim_start=1, dim_end=2)
+                            "groups": groups, "use_cudnn": use_cudnn, "use_mkldnn": False,
+                            "fuse_relu_before_depthwise_conv": False,
+                            "data_format": data_format})
+    axis = channel_axis(2, last)
+    pre_act = helper.append_bias_op(pre_bias, dim_start=axis, dim_end=axis + 1)
     return helper.append_activation(pre_act)
 
 
 def pool2d(input: Variable, pool_size: Any = -1, pool_type: str = "max", pool_stride: Any = 1,
            pool_padding: Any = 0, global_pooling: bool = False, use_cudnn: bool = True,
-           ceil_mode: bool = False, name: str | None = None, exclusive: bool = True) -> Variable:
-    """Max or average pooling over an NCHW input.
+           ceil_mode: bool = False, name: str | None = None, exclusive: bool = True,
+           data_format: str = "NCHW") -> Variable:
+    """Max or average pooling over an NCHW (or ``data_format="NHWC"``) input.
 
-    ``exclusive=True`` averages over the in-bounds part of each window only.
+    ``exclusive=True`` averages over the in-bounds part of each window only;
+    ``pool_padding`` takes the forms of ``conv2d``'s ``padding`` ('SAME', 'VALID', pairs).
 
     Example::
 
@@ -205,14 +221,19 @@ def pool2d(input: Variable, pool_size: Any = -1, pool_type: str = "max", pool_st
         raise ValueError(f"pool2d: pool_type must be 'max' or 'avg', got {pool_type!r}")
     if not global_pooling and pool_size == -1:
         raise ValueError("pool2d: pool_size must be given when global_pooling is False")
+    last = check_format("pool2d", data_format, 2)
+    pads, algorithm = padding_attrs("pool2d", pool_padding, 2, last, pairs=False,
+                                    name="pool_padding")
+    if algorithm == "VALID" and ceil_mode:
+        raise ValueError("pool2d: pool_padding 'VALID' needs ceil_mode=False")
     ksize = [1, 1] if global_pooling and pool_size == -1 else \
         _int_pair(pool_size, "pool_size", "pool2d")
     return _simple("pool2d", {"X": [input]}, {
         "pooling_type": pool_type, "ksize": ksize,
         "strides": _int_pair(pool_stride, "pool_stride", "pool2d"),
-        "paddings": _int_pair(pool_padding, "pool_padding", "pool2d"),
+        "paddings": pads, "padding_algorithm": algorithm,
         "global_pooling": global_pooling, "use_cudnn": use_cudnn, "ceil_mode": ceil_mode,
-        "exclusive": exclusive}, name)
+        "use_mkldnn": False, "exclusive": exclusive, "data_format": data_format}, name)
 
 
 def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,

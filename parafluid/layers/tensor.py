@@ -160,14 +160,32 @@ def split(input: Variable, num_or_sections: int | list[int], dim: int = -1,
     return outs
 
 
-def reshape(x: Variable, shape: list[int], actual_shape: Variable | None = None,
+def _with_xshape(op_type: str, helper_name: str, x: Variable, attrs: dict[str, Any],
+                 name: str | None, inputs: dict[str, Any] | None = None,
+                 act: str | None = None, helper: LayerHelper | None = None) -> Variable:
+    """Append one of Fluid's ``*2`` shape ops: ``Out`` plus ``XShape`` (X's shape for the
+    gradient op), both named by the layer's helper as in Fluid."""
+    helper = helper or LayerHelper(helper_name, name=name, act=act)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    x_shape = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op(op_type, inputs={"X": [x], **(inputs or {})},
+                     outputs={"Out": [out], "XShape": [x_shape]}, attrs=attrs)
+    return helper.append_activation(out)
+
+
+def reshape(x: Variable, shape: Any, actual_shape: Variable | None = None,
             act: str | None = None, inplace: bool = False, name: str | None = None) -> Variable:
     """Give ``x`` a new shape: 0 copies the dim at that index, one -1 is inferred.
 
+    Appends ``reshape2`` (Out and XShape), as Fluid 1.6.
+
     Args:
         x: input variable.
-        shape: target shape, e.g. ``[0, -1]`` flattens all but the first dim.
-        actual_shape: an int variable holding the target shape at run time (overrides).
+        shape: target shape, e.g. ``[0, -1]`` flattens all but the first dim; entries may be
+            int32 ``[1]`` variables (the ``ShapeTensor`` input), or ``shape`` a 1-D int32
+            variable (the ``Shape`` input), read at run time.
+        actual_shape: an int variable holding the target shape at run time (overrides a
+            list of ints).
         act: activation appended after the reshape.
         inplace: accepted for compatibility; parafluid always writes a new variable (buffer
             reuse is the memory optimizer's job).
@@ -177,18 +195,43 @@ def reshape(x: Variable, shape: list[int], actual_shape: Variable | None = None,
         flat = fluid.layers.reshape(x, shape=[0, -1])
     """
     _check_var("reshape", "x", x)
-    shape = _int_list("reshape", "shape", shape)
-    if shape.count(-1) > 1:
-        raise ValueError(f"reshape: only one dimension of shape may be -1, got {shape}")
-    inputs = {}
-    if actual_shape is not None:
-        _check_var("reshape", "actual_shape", actual_shape)
-        inputs["Shape"] = [actual_shape]
-    return _one_op("reshape", x, {"shape": shape}, name, inputs=inputs, act=act)
+    helper_name = "reshape2"
+    helper = LayerHelper(helper_name, name=name, act=act)
+    inputs: dict[str, Any] = {}
+    attrs: dict[str, Any] = {}
+    if isinstance(shape, Variable):
+        shape.stop_gradient = True
+        inputs["Shape"] = [shape]
+    else:
+        if not isinstance(shape, (list, tuple)) or not shape:
+            raise TypeError(f"reshape: shape must be a non-empty list or tuple (of ints or "
+                            f"int32 variables) or a variable, got {shape!r}")
+        dims = [d if isinstance(d, Variable) else _int_list("reshape", "shape", d)[0]
+                for d in shape]
+        ints = [d for d in dims if not isinstance(d, Variable)]
+        if ints.count(-1) > 1:
+            raise ValueError(f"reshape: only one dimension of shape may be -1, got {shape}")
+        attrs["shape"] = [-1 if isinstance(d, Variable) else d for d in dims]
+        if any(isinstance(d, Variable) for d in dims):
+            tensors = []
+            for d in dims:
+                if isinstance(d, Variable):
+                    d.stop_gradient = True
+                    tensors.append(d)
+                else:
+                    tmp = helper.create_variable_for_type_inference("int32")
+                    tensors.append(fill_constant([1], "int32", d, force_cpu=True, out=tmp))
+            inputs["ShapeTensor"] = tensors
+        elif actual_shape is not None:
+            _check_var("reshape", "actual_shape", actual_shape)
+            actual_shape.stop_gradient = True
+            inputs["Shape"] = [actual_shape]
+    return _with_xshape("reshape2", helper_name, x, attrs, name, inputs, act, helper)
 
 
 def transpose(x: Variable, perm: list[int], name: str | None = None) -> Variable:
-    """Permute the dimensions of ``x``: output dim i is input dim ``perm[i]``.
+    """Permute the dimensions of ``x``: output dim i is input dim ``perm[i]`` (appends
+    ``transpose2``, as Fluid 1.6).
 
     Example::
 
@@ -199,29 +242,33 @@ def transpose(x: Variable, perm: list[int], name: str | None = None) -> Variable
     if x.shape is not None and len(perm) != len(x.shape):
         raise ValueError(f"transpose: perm {perm} has {len(perm)} entries but x "
                          f"{list(x.shape)} has rank {len(x.shape)}")
-    return _one_op("transpose", x, {"axis": perm}, name)
+    return _with_xshape("transpose2", "transpose", x, {"axis": perm}, name)
 
 
 def squeeze(input: Variable, axes: list[int], name: str | None = None) -> Variable:
-    """Remove the size-1 dimensions listed in ``axes`` (all of them if ``axes`` is empty).
+    """Remove the size-1 dimensions listed in ``axes`` (all of them if ``axes`` is empty;
+    appends ``squeeze2``, as Fluid 1.6).
 
     Example::
 
         y = fluid.layers.squeeze(x, axes=[1])    # [N, 1, 5] -> [N, 5]
     """
-    return _one_op("squeeze", input, {"axes": _int_list("squeeze", "axes", axes)}, name,
-                   arg="input")
+    _check_var("squeeze", "input", input)
+    return _with_xshape("squeeze2", "squeeze", input,
+                        {"axes": _int_list("squeeze", "axes", axes)}, name)
 
 
 def unsqueeze(input: Variable, axes: list[int], name: str | None = None) -> Variable:
-    """Insert size-1 dimensions at ``axes`` (each counted in the growing shape).
+    """Insert size-1 dimensions at ``axes`` (each counted in the growing shape; appends
+    ``unsqueeze2``, as Fluid 1.6).
 
     Example::
 
         y = fluid.layers.unsqueeze(x, axes=[1])  # [N, 5] -> [N, 1, 5]
     """
-    return _one_op("unsqueeze", input, {"axes": _int_list("unsqueeze", "axes", axes)}, name,
-                   arg="input")
+    _check_var("unsqueeze", "input", input)
+    return _with_xshape("unsqueeze2", "unsqueeze", input,
+                        {"axes": _int_list("unsqueeze", "axes", axes)}, name)
 
 
 def expand(x: Variable, expand_times: list[int], name: str | None = None) -> Variable:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .window_args import channel_axis, check_format, padding_attrs
 
 __all__ = ["conv2d_transpose", "conv3d", "conv3d_transpose", "pool3d", "adaptive_pool2d",
            "adaptive_pool3d", "image_resize", "image_resize_short", "resize_bilinear",
@@ -62,41 +63,50 @@ def _one(op_type: str, inputs: dict[str, Any], attrs: dict[str, Any], name: str 
 def _conv_nd(op: str, nd: int, input: Variable, num_filters: int, filter_size: Any,
              stride: Any, padding: Any, dilation: Any, groups: int | None, param_attr: Any,
              bias_attr: Any, use_cudnn: bool, act: str | None, name: str | None,
-             transposed: bool, output_size: Any = None) -> Variable:
+             transposed: bool, output_size: Any = None, data_format: str = "NCHW") -> Variable:
     from ..initializer import Normal
 
-    layout = "NCHW" if nd == 2 else "NCDHW"
-    _check_rank(op, input, nd + 2, layout)
-    helper = LayerHelper(op, input=input, param_attr=param_attr, bias_attr=bias_attr,
+    last = check_format(op, data_format, nd)
+    _check_rank(op, input, nd + 2, data_format)
+    axis = channel_axis(nd, last)
+    channels = _known_channels(op, input, axis)
+    op_type = op
+    if op == "conv2d_transpose" and channels == groups and num_filters == channels and \
+            not use_cudnn:
+        op_type = "depthwise_conv2d_transpose"
+    helper = LayerHelper(op_type, input=input, param_attr=param_attr, bias_attr=bias_attr,
                          act=act, name=name)
     dtype = helper.input_dtype()
-    channels = _known_channels(op, input)
     groups = 1 if groups is None else int(groups)
     if groups <= 0 or channels % groups or (transposed and num_filters % groups):
         raise ValueError(f"{op}: the {channels} input channels of {input.name!r} (and "
                          f"num_filters={num_filters}) must be divisible by groups={groups}")
     strides = _ints(stride, nd, "stride", op)
-    pads = _ints(padding, nd, "padding", op)
+    pads, algorithm = padding_attrs(op, padding, nd, last, pairs=True)
     dilations = _ints(dilation, nd, "dilation", op)
     out_sizes = [] if output_size is None else _ints(output_size, nd, "output_size", op)
     if filter_size is None:
         if not out_sizes:
             raise ValueError(f"{op}: give filter_size or output_size")
-        in_sizes = input.shape[2:]
+        in_sizes = input.shape[1:-1] if last else input.shape[2:]
         if any(d <= 0 for d in in_sizes):
             raise ValueError(f"{op}: filter_size=None needs the spatial dims of "
                              f"{input.name!r} to be known, got {list(input.shape)}")
         # Fluid derives the filter that makes the output exactly output_size.
-        k = [(out_sizes[i] - (in_sizes[i] - 1) * strides[i] + 2 * pads[i] - 1)
-             // dilations[i] + 1 for i in range(nd)]
+        k = [(out_sizes[i] - (in_sizes[i] - 1) * strides[i] + pads[2 * i] +
+              pads[2 * i + 1] - 1) // dilations[i] + 1 for i in range(nd)]
     else:
         k = _ints(filter_size, nd, "filter_size", op)
-    attrs: dict[str, Any] = {"strides": strides, "paddings": pads, "dilations": dilations,
-                             "groups": groups, "use_cudnn": use_cudnn}
+    attrs: dict[str, Any] = {"strides": strides, "paddings": pads,
+                             "padding_algorithm": algorithm, "dilations": dilations,
+                             "groups": groups, "use_cudnn": use_cudnn,
+                             "data_format": data_format}
     if transposed:
         shape = [channels, num_filters // groups, *k]
         w = helper.create_parameter(helper.param_attr, shape, dtype)  # Xavier, as Fluid
         attrs["output_size"] = out_sizes
+        if nd == 3:  # Fluid's conv3d_transpose op names its layouts as the 2-D one
+            attrs["data_format"] = "NHWC" if last else "NCHW"
     else:
         numel = channels
         for d in k:
@@ -104,10 +114,11 @@ def _conv_nd(op: str, nd: int, input: Variable, num_filters: int, filter_size: A
         w = helper.create_parameter(helper.param_attr, [num_filters, channels // groups, *k],
                                     dtype, default_initializer=Normal(0.0, (2.0 / numel) ** 0.5,
                                                                       0))
+        attrs["use_mkldnn"] = False
     pre_bias = helper.create_variable_for_type_inference(dtype)
-    helper.append_op(op, inputs={"Input": [input], "Filter": [w]},
+    helper.append_op(op_type, inputs={"Input": [input], "Filter": [w]},
                      outputs={"Output": [pre_bias]}, attrs=attrs)
-    pre_act = helper.append_bias_op(pre_bias, dim_start=1, dim_end=2)
+    pre_act = helper.append_bias_op(pre_bias, dim_start=axis, dim_end=axis + 1)
     return helper.append_activation(pre_act)
 
 
@@ -115,12 +126,14 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                      filter_size: Any = None, padding: Any = 0, stride: Any = 1,
                      dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
                      bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
-                     name: str | None = None) -> Variable:
-    """Transposed 2-D convolution (NCHW); the filter is ``[C, num_filters / groups, kh, kw]``.
+                     name: str | None = None, data_format: str = "NCHW") -> Variable:
+    """Transposed 2-D convolution (NCHW or NHWC); the filter is
+    ``[C, num_filters / groups, kh, kw]``.
 
-    Output size ``(H - 1) * stride - 2 * padding + dilation * (k - 1) + 1``; an
+    Output size ``(H - 1) * stride - pad_before - pad_after + dilation * (k - 1) + 1``; an
     ``output_size`` up to ``stride - 1`` larger is reached by extra trailing rows, and with
-    ``filter_size=None`` the filter is sized to give ``output_size`` exactly.
+    ``filter_size=None`` the filter is sized to give ``output_size`` exactly. ``padding``
+    takes ``conv2d``'s forms ('SAME', 'VALID', pairs).
 
     Example::
 
@@ -129,33 +142,36 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
     """
     return _conv_nd("conv2d_transpose", 2, input, num_filters, filter_size, stride, padding,
                     dilation, groups, param_attr, bias_attr, use_cudnn, act, name, True,
-                    output_size)
+                    output_size, data_format)
 
 
 def conv3d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                      filter_size: Any = None, padding: Any = 0, stride: Any = 1,
                      dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
                      bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
-                     name: str | None = None) -> Variable:
-    """Transposed 3-D convolution (NCDHW); see ``conv2d_transpose``."""
+                     name: str | None = None, data_format: str = "NCDHW") -> Variable:
+    """Transposed 3-D convolution (NCDHW or NDHWC); see ``conv2d_transpose``."""
     return _conv_nd("conv3d_transpose", 3, input, num_filters, filter_size, stride, padding,
                     dilation, groups, param_attr, bias_attr, use_cudnn, act, name, True,
-                    output_size)
+                    output_size, data_format)
 
 
 def conv3d(input: Variable, num_filters: int, filter_size: Any, stride: Any = 1,
            padding: Any = 0, dilation: Any = 1, groups: int | None = None,
            param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
-           act: str | None = None, name: str | None = None) -> Variable:
-    """3-D convolution over an NCDHW input; filter ``[num_filters, C / groups, kd, kh, kw]``
-    starting from ``Normal(0, sqrt(2 / (kd * kh * kw * C)))``.
+           act: str | None = None, name: str | None = None,
+           data_format: str = "NCDHW") -> Variable:
+    """3-D convolution over an NCDHW (or NDHWC) input; filter
+    ``[num_filters, C / groups, kd, kh, kw]`` starting from
+    ``Normal(0, sqrt(2 / (kd * kh * kw * C)))``.
 
     Example::
 
         h = fluid.layers.conv3d(vol, num_filters=4, filter_size=3, padding=1, act="relu")
     """
     return _conv_nd("conv3d", 3, input, num_filters, filter_size, stride, padding, dilation,
-                    groups, param_attr, bias_attr, use_cudnn, act, name, False)
+                    groups, param_attr, bias_attr, use_cudnn, act, name, False,
+                    data_format=data_format)
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -163,43 +179,58 @@ def conv3d(input: Variable, num_filters: int, filter_size: Any, stride: Any = 1,
 
 def pool3d(input: Variable, pool_size: Any = -1, pool_type: str = "max", pool_stride: Any = 1,
            pool_padding: Any = 0, global_pooling: bool = False, use_cudnn: bool = True,
-           ceil_mode: bool = False, name: str | None = None, exclusive: bool = True) -> Variable:
-    """Max or average pooling over an NCDHW input (``pool2d``'s rules in 3-D)."""
+           ceil_mode: bool = False, name: str | None = None, exclusive: bool = True,
+           data_format: str = "NCDHW") -> Variable:
+    """Max or average pooling over an NCDHW (or NDHWC) input (``pool2d``'s rules in 3-D)."""
     if pool_type not in ("max", "avg"):
         raise ValueError(f"pool3d: pool_type must be 'max' or 'avg', got {pool_type!r}")
     if not global_pooling and pool_size == -1:
         raise ValueError("pool3d: pool_size must be given when global_pooling is False")
-    _check_rank("pool3d", input, 5, "NCDHW")
+    last = check_format("pool3d", data_format, 3)
+    _check_rank("pool3d", input, 5, data_format)
+    pads, algorithm = padding_attrs("pool3d", pool_padding, 3, last, pairs=False,
+                                    name="pool_padding")
+    if algorithm == "VALID" and ceil_mode:
+        raise ValueError("pool3d: pool_padding 'VALID' needs ceil_mode=False")
     ksize = [1, 1, 1] if global_pooling and pool_size == -1 else \
         _ints(pool_size, 3, "pool_size", "pool3d")
     return _one("pool3d", {"X": [input]}, {
         "pooling_type": pool_type, "ksize": ksize,
         "strides": _ints(pool_stride, 3, "pool_stride", "pool3d"),
-        "paddings": _ints(pool_padding, 3, "pool_padding", "pool3d"),
+        "paddings": pads, "padding_algorithm": algorithm,
         "global_pooling": global_pooling, "use_cudnn": use_cudnn, "ceil_mode": ceil_mode,
-        "exclusive": exclusive}, name)
+        "use_mkldnn": False, "exclusive": exclusive, "data_format": data_format}, name)
 
 
 def _adaptive(nd: int, input: Variable, pool_size: Any, pool_type: str, require_index: bool,
-              name: str | None) -> Variable:
-    op = f"pool{nd}d"
+              name: str | None) -> Any:
+    """Fluid's adaptive pooling: ``pool{nd}d`` for 'avg', ``max_pool{nd}d_with_index``
+    (an Out and a Mask of flat argmax positions) for 'max'."""
     layer = f"adaptive_pool{nd}d"
     if pool_type not in ("max", "avg"):
         raise ValueError(f"{layer}: pool_type must be 'max' or 'avg', got {pool_type!r}")
-    if require_index:
-        raise ValueError(f"{layer}: require_index=True (the max_pool{nd}d_with_index op) is "
-                         "not supported; use require_index=False")
+    if pool_type == "avg" and require_index:
+        raise ValueError(f"{layer}: require_index=True needs pool_type 'max'")
     _check_rank(layer, input, nd + 2, "NCHW" if nd == 2 else "NCDHW")
     size = _ints(pool_size, nd, "pool_size", layer)
-    return _one(op, {"X": [input]}, {"pooling_type": pool_type, "ksize": size,
-                                     "adaptive": True}, name)
+    attrs = {"pooling_type": pool_type, "ksize": size, "adaptive": True}
+    if pool_type == "avg":
+        return _one(f"pool{nd}d", {"X": [input]}, attrs, name)
+    op = f"max_pool{nd}d_with_index"
+    helper = LayerHelper(op, name=name)
+    out = helper.create_variable_for_type_inference(input.dtype)
+    mask = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op(op, inputs={"X": [input]}, outputs={"Out": [out], "Mask": [mask]},
+                     attrs=attrs)
+    return (out, mask) if require_index else out
 
 
 def adaptive_pool2d(input: Variable, pool_size: Any, pool_type: str = "max",
-                    require_index: bool = False, name: str | None = None) -> Variable:
+                    require_index: bool = False, name: str | None = None) -> Any:
     """Pool an NCHW input to ``pool_size`` output bins; bin ``i`` of ``out`` covers rows
-    ``[floor(i * H / out), ceil((i + 1) * H / out))`` (appends ``pool2d`` with
-    ``adaptive=True``).
+    ``[floor(i * H / out), ceil((i + 1) * H / out))``. 'avg' appends ``pool2d`` with
+    ``adaptive=True``, 'max' appends ``max_pool2d_with_index`` (``require_index=True``
+    returns its Mask too), as Fluid.
 
     Example::
 
@@ -209,8 +240,8 @@ def adaptive_pool2d(input: Variable, pool_size: Any, pool_type: str = "max",
 
 
 def adaptive_pool3d(input: Variable, pool_size: Any, pool_type: str = "max",
-                    require_index: bool = False, name: str | None = None) -> Variable:
-    """``adaptive_pool2d`` over an NCDHW input (appends ``pool3d`` with ``adaptive=True``)."""
+                    require_index: bool = False, name: str | None = None) -> Any:
+    """``adaptive_pool2d`` over an NCDHW input (``pool3d`` / ``max_pool3d_with_index``)."""
     return _adaptive(3, input, pool_size, pool_type, require_index, name)
 
 
@@ -444,24 +475,27 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr:
 
         h = fluid.layers.group_norm(h, groups=4, act="relu")
     """
-    if data_layout != "NCHW":
-        raise ValueError(f"group_norm: only data_layout 'NCHW' is supported, "
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"group_norm: data_layout must be 'NCHW' or 'NHWC', "
                          f"got {data_layout!r}")
     helper = LayerHelper("group_norm", input=input, param_attr=param_attr,
                          bias_attr=bias_attr, act=act, name=name)
     out = _channel_norm(helper, "group_norm", input, param_attr, bias_attr,
-                        ("Mean", "Variance"), {"epsilon": float(epsilon), "groups": int(groups)})
+                        ("Mean", "Variance"), {"epsilon": float(epsilon), "groups": int(groups),
+                                               "data_layout": data_layout},
+                        axis=-1 if data_layout == "NHWC" else 1)
     return helper.append_activation(out)
 
 
 def _channel_norm(helper: LayerHelper, op: str, input: Variable, param_attr: Any,
-                  bias_attr: Any, stats: tuple[str, str], attrs: dict[str, Any]) -> Variable:
+                  bias_attr: Any, stats: tuple[str, str], attrs: dict[str, Any],
+                  axis: int = 1) -> Variable:
     """Append a normalization op with a per-channel scale (starting at 1) and bias (at 0),
     either left out by ``False``; its two statistics outputs ``stats``; return ``Y``."""
     from ..initializer import Constant
 
     dtype = helper.input_dtype()
-    c = _known_channels(op, input)
+    c = _known_channels(op, input, axis)
     inputs: dict[str, Any] = {"X": [input]}
     if param_attr is not False:
         inputs["Scale"] = [helper.create_parameter(helper.param_attr, [c], dtype,

@@ -37,6 +37,9 @@ from . import selected_rows
 from . import spatial
 from . import sync_norm
 from . import tensor
+from . import shape2
+from . import pool_index
+from . import conv_shift
 from . import vision
 from . import segment
 from . import vocab_loss

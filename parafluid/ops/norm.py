@@ -251,15 +251,21 @@ def _groups(op_attrs: dict, c: int) -> int:
     return g
 
 
+def _gn_last(attrs: dict) -> bool:
+    """Fluid's data_layout: 'NCHW' (channels at dim 1) or 'NHWC' (channels last)."""
+    layout = str(attrs["data_layout"]).upper()
+    if layout not in ("NCHW", "NHWC", "ANYLAYOUT"):
+        raise ValueError(f"group_norm: data_layout must be 'NCHW' or 'NHWC', "
+                         f"got {attrs['data_layout']!r}")
+    return layout == "NHWC"
+
+
 def _group_norm_shape(ins: dict, attrs: dict) -> dict:
     x = ins["X"]
     if len(x.shape) < 2:
         raise ValueError(f"group_norm: X must be at least 2-D (N, C, ...), "
                          f"got {list(x.shape)}")
-    if attrs["data_layout"] != "NCHW":
-        raise ValueError(f"group_norm: only data_layout 'NCHW' is supported, "
-                         f"got {attrs['data_layout']!r}")
-    c = x.shape[1]
+    c = x.shape[-1] if _gn_last(attrs) else x.shape[1]
     g = _groups(attrs, c)
     for slot in ("Scale", "Bias"):
         meta = ins.get(slot)
@@ -277,28 +283,39 @@ def _gn_dims(x: torch.Tensor) -> tuple[int, int, int]:
     return x.shape[0], x.shape[1], hw
 
 
+def _channel_first(x: torch.Tensor, last: bool) -> torch.Tensor:
+    return x.movedim(-1, 1).contiguous() if last else x.contiguous()
+
+
+def _channel_back(x: torch.Tensor, last: bool) -> torch.Tensor:
+    return x.movedim(1, -1).contiguous() if last else x
+
+
 def _group_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, eps = ins["X"], float(attrs["epsilon"])
+    last = _gn_last(attrs)
+    x, eps = _channel_first(ins["X"], last), float(attrs["epsilon"])
     n, c, hw = _gn_dims(x)
     g = _groups(attrs, c)
-    y, mean, rstd = torch.ops.aten.native_group_norm(x.contiguous(), ins.get("Scale"),
+    y, mean, rstd = torch.ops.aten.native_group_norm(x, ins.get("Scale"),
                                                      ins.get("Bias"), n, c, hw, g, eps)
     # Fluid's Variance output is the biased variance, not aten's reciprocal std.
-    return {"Y": y, "Mean": mean, "Variance": rstd.pow(-2) - eps}
+    return {"Y": _channel_back(y, last), "Mean": mean, "Variance": rstd.pow(-2) - eps}
 
 
 def _group_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, dy, scale = ins["X"], ins["Y@GRAD"], ins.get("Scale")
+    last = _gn_last(attrs)
+    x, dy, scale = _channel_first(ins["X"], last), _channel_first(ins["Y@GRAD"], last), \
+        ins.get("Scale")
     n, c, hw = _gn_dims(x)
     g = _groups(attrs, c)
     rstd = torch.rsqrt(ins["Variance"] + float(attrs["epsilon"]))
     mask = ["X" in ctx.need, "Scale" in ctx.need, "Bias" in ctx.need]
     dx, dscale, dbias = torch.ops.aten.native_group_norm_backward(
-        dy.contiguous(), x.contiguous(), ins["Mean"], rstd, scale, n, c, hw, g, mask)
+        dy, x, ins["Mean"], rstd, scale, n, c, hw, g, mask)
     out = {}
     for slot, value in (("X", dx), ("Scale", dscale), ("Bias", dbias)):
         if slot in ctx.need:
-            out[slot + "@GRAD"] = value
+            out[slot + "@GRAD"] = _channel_back(value, last) if slot == "X" else value
     return out
 
 

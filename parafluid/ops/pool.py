@@ -1,29 +1,47 @@
-"""Pooling: pool2d, pool3d (max or average, global and adaptive forms).
+"""Pooling: pool2d, pool3d (max or average; global, adaptive, ceil mode; channel-first or
+channel-last ``data_format``; Fluid's padding forms, see ``window.py``).
 
-Forward kernels are ``torch.nn.functional`` calls; gradients call aten's backward kernels
-(``max_pool2d_with_indices_backward``, ``avg_pool3d_backward``, ...), never autograd.
+Fluid's window ``i`` along a dim starts at ``i * stride - pad_before`` and is clipped to the
+input; an exclusive average divides by the clipped window, a non-exclusive one by the full
+``ksize``. The output length is ``(in + pad_before + pad_after - k) / stride + 1``, rounded
+up in ceil mode (so a last window may lie wholly in the padding: max gives -FLT_MAX there,
+as Fluid's CPU kernel).
+
+Where torch's pooling gives the same windows (symmetric paddings of at most half a window,
+the same output length) it runs as is; otherwise the input is padded explicitly to exactly
+the windows Fluid visits. Gradients call aten's backward kernels, never autograd.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .conv import _check_rank, _paddings, pair
 from .registry import Meta, register_op
+from .window import (
+    Pads,
+    check_rank,
+    is_channel_last,
+    pad_input,
+    pair,
+    spatial_of,
+    symmetric,
+    to_channel_first,
+    to_channel_last,
+    window_pads,
+    with_layout,
+)
 
-__all__ = ["pool_out_size", "pooled_meta"]
+__all__ = ["pool_out_size", "fluid_pool_out_size", "PoolGeometry"]
+
+_FLT_MAX = 3.4028234663852886e38  # Fluid's MaxPool starts from -FLT_MAX
 
 
 def pool_out_size(size: int, k: int, pad: int, stride: int, ceil_mode: bool) -> int:
-    """Output length of a pooling along one dim, with torch's ceil-mode rule.
-
-    In ceil mode a last window that would start inside the right padding is dropped (torch
-    and cuDNN do so; Fluid's CPU kernel kept it as an all-padding window).
-    """
+    """Output length of torch's pooling along one dim (a ceil-mode window starting in the
+    right padding is dropped)."""
     if size == -1:
         return -1
     if not ceil_mode:
@@ -34,166 +52,186 @@ def pool_out_size(size: int, k: int, pad: int, stride: int, ceil_mode: bool) -> 
     return out
 
 
-# ----------------------------------------------------------------------------- pool2d
+def fluid_pool_out_size(size: int, k: int, before: int, after: int, stride: int,
+                        ceil_mode: bool) -> int:
+    """Output length of Fluid's pooling along one dim (-1 stays unknown)."""
+    if size == -1:
+        return -1
+    span = size + before + after - k
+    return (span + (stride - 1 if ceil_mode else 0)) // stride + 1
 
 
-def _pool_params(attrs: dict, hw: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
-    """(ksize, strides, paddings); global pooling takes the whole (known) spatial extent."""
-    if attrs["global_pooling"]:
-        return [int(hw[0]), int(hw[1])], [1, 1], [0, 0]
-    return (pair(attrs["ksize"], "ksize", "pool2d"), pair(attrs["strides"], "strides", "pool2d"),
-            pair(attrs["paddings"], "paddings", "pool2d"))
+class PoolGeometry:
+    """Layout, window sizes, strides, (before, after) paddings and output sizes of one
+    pool op for a given input shape (Fluid's ``UpdatePadding`` / ``UpdateKsize``)."""
+
+    def __init__(self, op: str, nd: int, attrs: dict, x_shape: Any) -> None:
+        self.nd = nd
+        self.last = is_channel_last(op, attrs)
+        self.spatial = spatial_of(x_shape, self.last)
+        self.strides = pair(attrs["strides"], "strides", op, nd)
+        ksize = pair(attrs["ksize"], "ksize", op, nd)
+        self.pads: Pads = window_pads(op, attrs, self.spatial, ksize, self.strides)
+        self.is_global, self.adaptive = bool(attrs["global_pooling"]), bool(attrs["adaptive"])
+        if self.is_global or self.adaptive:
+            self.pads = [(0, 0)] * nd
+        if self.is_global:
+            ksize = list(self.spatial)
+        self.ksize = ksize
+        self.ceil = bool(attrs["ceil_mode"])
+        if self.adaptive:
+            self.sizes = list(ksize)
+        elif self.is_global:  # one window, even where the input's size is not known yet
+            self.sizes = [1] * nd
+        else:
+            self.sizes = [fluid_pool_out_size(self.spatial[i], ksize[i], *self.pads[i],
+                                              self.strides[i], self.ceil) for i in range(nd)]
+
+    def native(self) -> bool:
+        """torch's own padding and ceil rule give Fluid's windows."""
+        return symmetric(self.pads) and all(
+            p <= k // 2 and pool_out_size(s, k, p, st, self.ceil) == o
+            for (p, _), k, s, st, o in zip(self.pads, self.ksize, self.spatial, self.strides,
+                                           self.sizes))
+
+    def explicit(self) -> Pads:
+        """Paddings (negative: crops) that make exactly ``sizes`` unpadded windows."""
+        return [(pb, (o - 1) * s + k - pb - size) for (pb, _), o, s, k, size in
+                zip(self.pads, self.sizes, self.strides, self.ksize, self.spatial)]
+
+    def has_empty_window(self) -> bool:
+        return any(k <= pb or (o - 1) * s - pb >= size for (pb, _), o, s, k, size in
+                   zip(self.pads, self.sizes, self.strides, self.ksize, self.spatial))
+
+    def kprod(self) -> int:
+        n = 1
+        for k in self.ksize:
+            n *= k
+        return n
 
 
-def _pool2d_shape(ins: dict, attrs: dict) -> dict:
-    return pooled_meta("pool2d", ins["X"], attrs, 2, _pool_params)
+def _fn(name: str, nd: int) -> Any:
+    return getattr(F, f"{name}{nd}d")
 
 
-def pooled_meta(op: str, x: Meta, attrs: dict, ndims: int, params: Any) -> dict:
-    """The shape rule of ``pool2d`` / ``pool3d`` (``ndims`` spatial dims; ``params(attrs,
-    spatial) -> (ksize, strides, paddings)``)."""
-    _check_rank(op, "X", x, ndims + 2)
+def _aten(name: str, nd: int) -> Any:
+    return getattr(torch.ops.aten, name.format(nd=nd))
+
+
+def _pool_infer(op: str, nd: int, ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    check_rank(op, "X", x, nd + 2)
     if attrs["pooling_type"] not in ("max", "avg"):
         raise ValueError(f"{op}: pooling_type must be 'max' or 'avg', "
                          f"got {attrs['pooling_type']!r}")
-    if attrs["global_pooling"]:
-        return {"Out": Meta((x.shape[0], x.shape[1]) + (1,) * ndims, x.dtype)}
-    ksize, strides, pads = params(attrs, x.shape[2:])
-    if attrs["adaptive"]:  # ksize is the output size (adaptive pooling)
-        return {"Out": Meta((x.shape[0], x.shape[1], *ksize), x.dtype)}
-    for k, p in zip(ksize, pads):
-        if p > k // 2:
-            raise ValueError(f"{op}: paddings {pads} must be at most half of ksize {ksize}")
-    sizes = [pool_out_size(x.shape[2 + i], ksize[i], pads[i], strides[i], attrs["ceil_mode"])
-             for i in range(ndims)]
-    if any(d == 0 or d < -1 for d in sizes):
-        raise ValueError(f"{op}: X {list(x.shape)} is smaller than ksize {ksize} "
-                         f"with paddings {pads}")
-    return {"Out": Meta((x.shape[0], x.shape[1], *sizes), x.dtype)}
+    g = PoolGeometry(op, nd, attrs, x.shape)
+    if any(d == 0 or d < -1 for d in g.sizes):
+        raise ValueError(f"{op}: X {list(x.shape)} is smaller than ksize {g.ksize} "
+                         f"with paddings {g.pads}")
+    c = x.shape[-1] if g.last else x.shape[1]
+    return {"Out": Meta(with_layout(x.shape[0], c, g.sizes, g.last), x.dtype)}
 
 
-def _avg_divisor(attrs: dict, ksize: list[int]) -> int | None:
-    # Fluid's non-exclusive average always divides by the full window, even where a
-    # ceil-mode window is clipped; exclusive divides by the in-bounds count (torch's default).
-    return None if attrs["exclusive"] else ksize[0] * ksize[1]
+def _exclusive_counts(g: PoolGeometry, x: torch.Tensor) -> torch.Tensor:
+    """In-bounds element count of every window (explicit-padding path)."""
+    ones = torch.ones((1, 1, *x.shape[2:]), dtype=x.dtype, device=x.device)
+    return _fn("avg_pool", g.nd)(pad_input(ones, g.explicit()), g.ksize, g.strides) * g.kprod()
 
 
-def _pool_layout(x: torch.Tensor) -> torch.Tensor:
-    """Max pooling on CPU is ~6x faster on a channels-last tensor (conversion included)."""
-    if x.device.type == "cpu" and x.dim() == 4:
-        return x.contiguous(memory_format=torch.channels_last)
-    return x
-
-
-def _pool2d(ins: dict, attrs: dict, ctx: Any) -> dict:
+def _pool_forward(op: str, nd: int, ins: dict, attrs: dict,
+                  g: PoolGeometry | None = None) -> torch.Tensor:
     x = ins["X"]
-    ksize, strides, pads = _pool_params(attrs, x.shape[2:])
-    if attrs["adaptive"] and not attrs["global_pooling"]:
-        fn = F.adaptive_max_pool2d if attrs["pooling_type"] == "max" else F.adaptive_avg_pool2d
-        return {"Out": fn(x, ksize)}
-    if attrs["pooling_type"] == "max":
-        x = _pool_layout(x)
-        out = F.max_pool2d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"])
-    else:
-        out = F.avg_pool2d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"],
-                           count_include_pad=not attrs["exclusive"],
-                           divisor_override=_avg_divisor(attrs, ksize))
-    return {"Out": out}
-
-
-def _pool2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, dy = ins["X"], ins["Out@GRAD"]
-    ksize, strides, pads = _pool_params(attrs, x.shape[2:])
-    ceil = attrs["ceil_mode"]
-    if attrs["adaptive"] and not attrs["global_pooling"]:
-        return {"X@GRAD": _adaptive_pool2d_grad(x, dy, ksize, attrs["pooling_type"])}
-    if attrs["pooling_type"] == "max":
-        # NOTE: recomputing the argmax is cheaper than keeping an index tensor alive between
-        # the forward and backward passes.
-        x = _pool_layout(x)
-        _, idx = F.max_pool2d(x, ksize, strides, pads, ceil_mode=ceil, return_indices=True)
-        dx = torch.ops.aten.max_pool2d_with_indices_backward(dy, x, ksize, strides, pads,
-                                                             [1, 1], ceil, idx)
-    else:
-        dx = torch.ops.aten.avg_pool2d_backward(dy, x, ksize, strides, pads, ceil,
-                                                not attrs["exclusive"],
-                                                _avg_divisor(attrs, ksize))
-    return {"X@GRAD": dx}
-
-
-def _adaptive_pool2d_grad(x: torch.Tensor, dy: torch.Tensor, size: list[int],
-                          pooling_type: str) -> torch.Tensor:
-    """Adaptive bins are Fluid's: ``[floor(i * H / out), ceil((i + 1) * H / out))``."""
-    if pooling_type == "max":
-        _, idx = F.adaptive_max_pool2d(x, size, return_indices=True)
-        return torch.ops.aten.adaptive_max_pool2d_backward(dy, x, idx)
-    return torch.ops.aten._adaptive_avg_pool2d_backward(dy, x)
-
-
-register_op("pool2d", inputs=("X",), outputs=("Out",),
-            attrs={"pooling_type": "max", "ksize": [1, 1], "strides": [1, 1],
-                   "paddings": [0, 0], "global_pooling": False, "exclusive": True,
-                   "adaptive": False,
-                   "ceil_mode": False, "use_cudnn": True, "data_format": "NCHW"},
-            infer_shape=_pool2d_shape, kernel=_pool2d, grad_kernel=_pool2d_grad,
-            grad_uses=("X",), fresh_output=True)
-
-
-# ----------------------------------------------------------------------------- pool3d
-
-
-def _pool3d_params(attrs: dict, dhw: Any) -> tuple[list[int], list[int], list[int]]:
-    if attrs["global_pooling"]:
-        return [int(d) for d in dhw], [1, 1, 1], [0, 0, 0]
-    return (pair(attrs["ksize"], "ksize", "pool3d", 3),
-            pair(attrs["strides"], "strides", "pool3d", 3),
-            _paddings("pool3d", attrs["paddings"], 3))
-
-
-def _pool3d_shape(ins: dict, attrs: dict) -> dict:
-    return pooled_meta("pool3d", ins["X"], attrs, 3, _pool3d_params)
-
-
-def _divisor(attrs: dict, ksize: list[int]) -> int | None:
-    return None if attrs["exclusive"] else ksize[0] * ksize[1] * ksize[2]
-
-
-def _pool3d(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x = ins["X"]
-    ksize, strides, pads = _pool3d_params(attrs, x.shape[2:])
+    g = g or PoolGeometry(op, nd, attrs, x.shape)
+    x = to_channel_first(x, g.last)
     is_max = attrs["pooling_type"] == "max"
-    if attrs["adaptive"] and not attrs["global_pooling"]:
-        fn = F.adaptive_max_pool3d if is_max else F.adaptive_avg_pool3d
-        return {"Out": fn(x, ksize)}
-    if is_max:
-        return {"Out": F.max_pool3d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"])}
-    return {"Out": F.avg_pool3d(x, ksize, strides, pads, ceil_mode=attrs["ceil_mode"],
-                                count_include_pad=not attrs["exclusive"],
-                                divisor_override=_divisor(attrs, ksize))}
-
-
-def _pool3d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, dy = ins["X"], ins["Out@GRAD"]
-    ksize, strides, pads = _pool3d_params(attrs, x.shape[2:])
-    ceil, is_max = attrs["ceil_mode"], attrs["pooling_type"] == "max"
-    aten = torch.ops.aten
-    if attrs["adaptive"] and not attrs["global_pooling"]:
+    if g.adaptive:
+        return to_channel_last(_fn("adaptive_max_pool" if is_max else "adaptive_avg_pool", nd)(
+            x, g.ksize), g.last)
+    if g.native():
+        sym = [p for p, _ in g.pads]
         if is_max:
-            _, idx = F.adaptive_max_pool3d(x, ksize, return_indices=True)
-            return {"X@GRAD": aten.adaptive_max_pool3d_backward(dy, x, idx)}
-        return {"X@GRAD": aten._adaptive_avg_pool3d_backward(dy, x)}
+            if nd == 2 and not g.last and x.device.type == "cpu":
+                # NOTE: max pooling on CPU is ~6x faster on channels_last memory
+                x = x.contiguous(memory_format=torch.channels_last)
+            out = _fn("max_pool", nd)(x, g.ksize, g.strides, sym, ceil_mode=g.ceil)
+        else:
+            out = _fn("avg_pool", nd)(x, g.ksize, g.strides, sym, ceil_mode=g.ceil,
+                                      count_include_pad=not attrs["exclusive"],
+                                      divisor_override=None if attrs["exclusive"]
+                                      else g.kprod())
+        return to_channel_last(out, g.last)
     if is_max:
-        _, idx = F.max_pool3d(x, ksize, strides, pads, ceil_mode=ceil, return_indices=True)
-        return {"X@GRAD": aten.max_pool3d_with_indices_backward(dy, x, ksize, strides, pads,
-                                                                [1, 1, 1], ceil, idx)}
-    return {"X@GRAD": aten.avg_pool3d_backward(dy, x, ksize, strides, pads, ceil,
-                                               not attrs["exclusive"], _divisor(attrs, ksize))}
+        out = _fn("max_pool", nd)(pad_input(x, g.explicit(), float("-inf")), g.ksize, g.strides)
+        if g.has_empty_window():
+            out = out.clamp_min(-_FLT_MAX)
+    else:
+        out = _fn("avg_pool", nd)(pad_input(x, g.explicit()), g.ksize, g.strides)
+        if attrs["exclusive"]:
+            out = out * g.kprod() / _exclusive_counts(g, x)
+    return to_channel_last(out, g.last)
 
 
-register_op("pool3d", inputs=("X",), outputs=("Out",),
-            attrs={"pooling_type": "max", "ksize": [1, 1, 1], "strides": [1, 1, 1],
-                   "paddings": [0, 0, 0], "global_pooling": False, "exclusive": True,
-                   "adaptive": False, "ceil_mode": False, "use_cudnn": True,
-                   "data_format": "NCDHW"},
-            infer_shape=_pool3d_shape, kernel=_pool3d, grad_kernel=_pool3d_grad,
-            grad_uses=("X",))
+def _pool_backward(op: str, nd: int, ins: dict, attrs: dict, ctx: Any,
+                   g: PoolGeometry | None = None) -> dict:
+    x0, dy = ins["X"], ins["Out@GRAD"]
+    g = g or PoolGeometry(op, nd, attrs, x0.shape)
+    x, dy = to_channel_first(x0, g.last), to_channel_first(dy, g.last)
+    is_max = attrs["pooling_type"] == "max"
+    if g.adaptive:
+        if is_max:
+            _, idx = _fn("adaptive_max_pool", nd)(x, g.ksize, return_indices=True)
+            dx = _aten("adaptive_max_pool{nd}d_backward", nd)(dy, x, idx)
+        else:
+            dx = _aten("_adaptive_avg_pool{nd}d_backward", nd)(dy, x)
+        return {"X@GRAD": to_channel_last(dx, g.last)}
+    ones, zeros = [1] * nd, [0] * nd
+    if g.native():
+        sym = [p for p, _ in g.pads]
+        if is_max:
+            # NOTE: recomputing the argmax is cheaper than keeping an index tensor alive
+            # between the forward and backward passes.
+            if nd == 2 and not g.last and x.device.type == "cpu":
+                x = x.contiguous(memory_format=torch.channels_last)
+            _, idx = _fn("max_pool", nd)(x, g.ksize, g.strides, sym, ceil_mode=g.ceil,
+                                         return_indices=True)
+            dx = _aten("max_pool{nd}d_with_indices_backward", nd)(
+                dy, x, g.ksize, g.strides, sym, ones, g.ceil, idx)
+        else:
+            dx = _aten("avg_pool{nd}d_backward", nd)(
+                dy, x, g.ksize, g.strides, sym, g.ceil, not attrs["exclusive"],
+                None if attrs["exclusive"] else g.kprod())
+        return {"X@GRAD": to_channel_last(dx, g.last)}
+    pads = g.explicit()
+    back = [(-a, -b) for a, b in pads]
+    if is_max:
+        xp = pad_input(x, pads, float("-inf"))
+        _, idx = _fn("max_pool", nd)(xp, g.ksize, g.strides, return_indices=True)
+        dxp = _aten("max_pool{nd}d_with_indices_backward", nd)(
+            dy, xp, g.ksize, g.strides, zeros, ones, False, idx)
+    else:
+        xp = pad_input(x, pads)
+        if attrs["exclusive"]:
+            dy = dy / _exclusive_counts(g, x)
+            divisor = 1
+        else:
+            divisor = g.kprod()
+        dxp = _aten("avg_pool{nd}d_backward", nd)(dy, xp, g.ksize, g.strides, zeros, False,
+                                                  True, divisor)
+    return {"X@GRAD": to_channel_last(pad_input(dxp, back), g.last)}
+
+
+def _register_pool(op: str, nd: int, fmt: str) -> None:
+    register_op(op, inputs=("X",), outputs=("Out",),
+                attrs={"pooling_type": "max", "ksize": [1] * nd, "strides": [1] * nd,
+                       "paddings": [0] * nd, "padding_algorithm": "EXPLICIT",
+                       "global_pooling": False, "exclusive": True, "adaptive": False,
+                       "ceil_mode": False, "use_cudnn": False, "use_mkldnn": False,
+                       "use_quantizer": False, "is_test": False, "data_format": fmt},
+                infer_shape=lambda ins, a: _pool_infer(op, nd, ins, a),
+                kernel=lambda ins, a, ctx: {"Out": _pool_forward(op, nd, ins, a)},
+                grad_kernel=lambda ins, a, ctx: _pool_backward(op, nd, ins, a, ctx),
+                grad_uses=("X",), fresh_output=True)
+
+
+_register_pool("pool2d", 2, "NCHW")
+_register_pool("pool3d", 3, "NCDHW")

@@ -272,6 +272,8 @@ def _reshape_target(x_shape: Sequence[int], shape: Sequence[int]) -> tuple[int, 
 
 def _reshape_shape(ins: dict, attrs: dict) -> dict:
     x, shape_in = ins["X"], ins["Shape"]
+    if ins.get("ShapeTensor"):  # one [1] tensor per dim: only the rank is known now
+        return {"Out": Meta((-1,) * len(ins["ShapeTensor"]), x.dtype)}
     if shape_in is not None:
         # The target is a run-time value; only its rank may be known now.
         rank = shape_in.shape[0] if shape_in.shape and shape_in.shape[0] != -1 else \
@@ -285,7 +287,9 @@ def _reshape_shape(ins: dict, attrs: dict) -> dict:
 
 def _reshape(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, shape_in = ins["X"], ins["Shape"]
-    shape = attrs["shape"] if shape_in is None else shape_in.tolist()
+    shape = attrs["shape"] if shape_in is None else shape_in.reshape(-1).tolist()
+    if ins.get("ShapeTensor"):  # Fluid's order: ShapeTensor, then Shape, then the attr
+        shape = [int(t.reshape(-1)[0]) for t in ins["ShapeTensor"]]
     # NOTE: a copy, not a view: an in-place update of X must not show through Out.
     return {"Out": x.reshape(_reshape_target(tuple(x.shape), shape)).clone()}
 
@@ -294,9 +298,9 @@ def _reshape_back(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"X@GRAD": ins["Out@GRAD"].reshape(ins["X"].shape)}
 
 
-register_op("reshape", inputs=("X", "Shape?"), outputs=("Out",), attrs={"shape": []},
-            infer_shape=_reshape_shape, kernel=_reshape, grad_kernel=_reshape_back,
-            grad_uses=("X",), no_grad_inputs=("Shape",))
+register_op("reshape", inputs=("X", "Shape?", "ShapeTensor[]?"), outputs=("Out",),
+            attrs={"shape": []}, infer_shape=_reshape_shape, kernel=_reshape,
+            grad_kernel=_reshape_back, grad_uses=("X",), no_grad_inputs=("Shape", "ShapeTensor"))
 
 
 # ----------------------------------------------------------------------------- transpose

@@ -98,7 +98,7 @@ def test_conv2d_transpose_output_size_out_of_reach_names_the_range():
      "Input has 3 channels"),
     ("conv2d", {"Input": rand(1, 2, 2, 2), "Filter": rand(2, 2, 3, 3)}, {}, "too small"),
     ("conv2d", {"Input": rand(1, 2, 5, 5), "Filter": rand(2, 2, 3, 3)},
-     {"paddings": [0, 1, 0, 0]}, "asymmetric paddings"),
+     {"padding_algorithm": "FULL"}, "padding_algorithm must be"),
     ("conv2d_transpose", {"Input": rand(1, 3, 3, 3), "Filter": rand(2, 2, 3, 3)}, {},
      "Input has 3 channels"),
 ])

@@ -18,11 +18,8 @@ def fluid_pool_ref(X, attrs):
     else:
         (kh, kw), (sh, sw), (ph, pw) = attrs["ksize"], attrs["strides"], attrs["paddings"]
 
-    def out_size(size, k, s, p):
-        if not attrs["ceil_mode"]:
-            return (size + 2 * p - k) // s + 1
-        out = -(-(size + 2 * p - k) // s) + 1
-        return out - 1 if (out - 1) * s >= size + p else out
+    def out_size(size, k, s, p):  # Fluid's rule: ceil mode keeps a window in the padding
+        return (size + 2 * p - k + (s - 1 if attrs["ceil_mode"] else 0)) // s + 1
 
     oh, ow = out_size(h, kh, sh, ph), out_size(w, kw, sw, pw)
     out = np.zeros((n, c, oh, ow), X.dtype)

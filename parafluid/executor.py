@@ -144,7 +144,7 @@ class Executor:
                            print_period: int = 100) -> None:
         """Train ``program`` on every batch of ``dataset`` (a ``fluid.DatasetFactory``
         Dataset) with ``thread`` worker threads sharing the parameters (0: the dataset's
-        ``set_thread``); see ``parafluid/dataset_trainer.py``.
+        ``set_thread``); see ``parafluid/dataio/dataset_trainer.py``.
 
         Args:
             program: a Program or CompiledProgram (default: the default main program).
@@ -162,7 +162,7 @@ class Executor:
             exe.train_from_dataset(main, dataset, thread=2, fetch_list=[loss],
                                    fetch_info=["loss"], print_period=10)
         """
-        from .dataset_trainer import run_from_dataset
+        from .dataio.dataset_trainer import run_from_dataset
 
         self._check_open()
         run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
@@ -181,7 +181,7 @@ class Executor:
 
             exe.infer_from_dataset(main, dataset, fetch_list=[acc], fetch_info=["acc"])
         """
-        from .dataset_trainer import run_from_dataset
+        from .dataio.dataset_trainer import run_from_dataset
 
         self._check_open()
         run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,

@@ -38,13 +38,9 @@ import torch
 from safetensors.torch import save as _st_save
 
 from .atomic_write import write_bytes
-from .dataloader import DataLoader, PyReader
-from .dtypes import convert_dtype
-from .framework import Parameter, Program, Variable, default_main_program
-from .multiprocess_reader import multiprocess_reader
-from .ops.registry import shapes_compatible
-from .passes.prune import prune
-from .reader import (
+from .dataio.dataloader import DataLoader, PyReader
+from .dataio.multiprocess_reader import multiprocess_reader
+from .dataio.reader import (
     Fake,
     PipeReader,
     batch,
@@ -57,6 +53,10 @@ from .reader import (
     shuffle,
     xmap_readers,
 )
+from .dtypes import convert_dtype
+from .framework import Parameter, Program, Variable, default_main_program
+from .ops.registry import shapes_compatible
+from .passes.prune import prune
 from .scope import Scope, SelectedRows, global_scope
 from .serialization import _MAGIC, parse_json, program_from_dict, program_to_dict
 from .tensor_file import (

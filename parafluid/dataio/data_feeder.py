@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import to_numpy
-from .framework import Program, Variable, default_main_program
-from .scope import LoDTensor
+from ..dtypes import to_numpy
+from ..framework import Program, Variable, default_main_program
+from ..scope import LoDTensor
 
 __all__ = ["DataFeeder"]
 

@@ -17,7 +17,7 @@ place, which ``exe.run(compiled_program, feed=...)`` takes as they are::
 
 Non-iterable mode (``iterable=False``): the loader puts a ``read`` op writing the
 ``feed_list`` variables at the start of the main program, and the program takes its
-batches itself (``parafluid.legacy_reader``); ``start()`` begins an epoch, ``exe.run``
+batches itself (``legacy_reader.py``); ``start()`` begins an epoch, ``exe.run``
 raises ``fluid.core.EOFException`` at its end, ``reset()`` ends it::
 
     loader = fluid.io.DataLoader.from_generator(feed_list=[img, label], capacity=8,
@@ -43,12 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import to_numpy
+from ..framework import Variable
+from ..unique_name import generate as unique_name
 from .data_feeder import DataFeeder
-from .dtypes import to_numpy
-from .framework import Variable
 from .legacy_reader import QueueReader, append_read_op
 from .reader import batch as batch_reader
-from .unique_name import generate as unique_name
 
 __all__ = ["DataLoader", "DataLoaderBase", "GeneratorLoader", "PyReader"]
 

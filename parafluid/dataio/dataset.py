@@ -45,12 +45,12 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import convert_dtype
+from ..flags import flag
+from ..framework import Variable
+from ..lod import create_lod_tensor
+from ..place import CPUPlace
 from .data_feed_desc import DataFeedDesc, Slot
-from .dtypes import convert_dtype
-from .flags import flag
-from .framework import Variable
-from .lod import create_lod_tensor
-from .place import CPUPlace
 
 __all__ = ["DatasetFactory", "DatasetBase", "InMemoryDataset", "QueueDataset",
            "FileInstantDataset", "parse_multi_slot_line"]

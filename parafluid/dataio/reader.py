@@ -359,11 +359,6 @@ class Fake:
 
 
 def __getattr__(name: str) -> object:
-    # Fluid 1.6's fluid/reader.py holds the loader classes (parafluid.dataloader)
-    if name in ("DataLoaderBase", "GeneratorLoader", "PyReader", "DataLoader"):
-        from . import dataloader
-
-        return getattr(dataloader, name)
-    from .compat import missing_attribute
+    from ..compat import missing_attribute
 
     return missing_attribute("reader", name, __all__)

@@ -1,6 +1,7 @@
 """Learning-rate decays of the imperative mode: an optimizer given one takes one step of it
 per ``minimize`` (Fluid 1.6's formulas, the same numbers as the ``fluid.layers`` decays of
-a Program).
+a Program). ``fluid.dygraph`` re-exports them; the ``fluid.layers`` decays return them in
+the imperative mode, so they live here, beneath both.
 
 Example::
 
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from .. import framework, unique_name
 
@@ -42,12 +44,12 @@ class LearningRateDecay:
     def create_lr_var(self, lr: float) -> Any:
         """A one-element variable holding ``lr`` (in the imperative mode a plain variable:
         one is made per step, and the tracer keeps only persistable ones)."""
-        if framework.in_dygraph_mode():
-            from .base import to_variable
-
-            return to_variable(np.array([lr], dtype=self.dtype),
-                               name=unique_name.generate("learning_rate"))
-        from ..layers.tensor import create_global_var
+        tracer = framework._dygraph_tracer()
+        if tracer is not None:  # what fluid.dygraph.to_variable makes of the value
+            value = torch.from_numpy(np.array([lr], dtype=self.dtype)).to(tracer.device)
+            return framework.default_main_program().current_block().create_var(
+                name=unique_name.generate("learning_rate"), value=value, stop_gradient=True)
+        from .tensor import create_global_var
 
         return create_global_var(name=unique_name.generate("learning_rate"), shape=[1],
                                  value=float(lr), dtype=self.dtype, persistable=True)

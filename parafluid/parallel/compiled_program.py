@@ -17,10 +17,10 @@ from typing import Any
 
 from ..feed_fetch import fetch_names
 from ..framework import Program, Variable
+from ..inference_api.config import AnalysisConfig, NativeConfig
 from ..passes.segment import segment_program
 from ..place import CUDAPlace
 from ..placement import is_placed
-from ..predictor_config import AnalysisConfig, NativeConfig
 from ..scope import Scope
 from .parallel_executor import ParallelExecutor
 from .strategy import BuildStrategy, ExecutionStrategy, build_pipeline
@@ -162,7 +162,7 @@ class CompiledProgram:
 
     def _run_inference(self, exe: Any, feed: Any, fetch_list: list[Any], return_numpy: bool
                        ) -> list[Any]:
-        from ..predictor import PaddleTensor, create_paddle_predictor
+        from ..inference_api.predictor import PaddleTensor, create_paddle_predictor
 
         if self._predictor is None:
             self._predictor = create_paddle_predictor(self._infer_config)

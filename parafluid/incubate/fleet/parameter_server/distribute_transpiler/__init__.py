@@ -30,7 +30,7 @@ from typing import Any
 from .....executor import Executor
 from .....framework import Program, default_main_program, default_startup_program
 from .....io import load_persistables, save_inference_model, save_persistables
-from .....optimizer import Optimizer
+from .....optimizers.base import Optimizer
 from .....transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from ...base.fleet_base import DistributedOptimizer, Fleet, Mode, check_save_args
 

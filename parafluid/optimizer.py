@@ -1,0 +1,21 @@
+"""``fluid.optimizer``: Fluid's path of the optimizers, whose home is ``parafluid/optimizers/``."""
+
+# ruff: noqa: F401, F403
+from __future__ import annotations
+
+from .optimizers.base import Optimizer
+from .optimizers.dgc import DGCMomentum, DGCMomentumOptimizer
+from .optimizers.moving_average import ExponentialMovingAverage, LookaheadOptimizer, ModelAverage
+from .optimizers.pipeline import PipelineOptimizer
+from .optimizers.rules import *
+from .optimizers.rules import __all__ as _rules
+
+__all__ = ["Optimizer", *_rules, "ExponentialMovingAverage", "LookaheadOptimizer",
+           "ModelAverage", "PipelineOptimizer", "DGCMomentumOptimizer", "DGCMomentum"]
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6 names left out here import and fail on use, saying what to use instead
+    from .compat import missing_attribute
+
+    return missing_attribute("optimizer", name, __all__)

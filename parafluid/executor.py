@@ -144,7 +144,7 @@ class Executor:
                            print_period: int = 100) -> None:
         """Train ``program`` on every batch of ``dataset`` (a ``fluid.DatasetFactory``
         Dataset) with ``thread`` worker threads sharing the parameters (0: the dataset's
-        ``set_thread``); see ``parafluid/dataio/dataset_trainer.py``.
+        ``set_thread``): the Dataset runs it (``parafluid/dataio/dataset_trainer.py``).
 
         Args:
             program: a Program or CompiledProgram (default: the default main program).
@@ -162,11 +162,9 @@ class Executor:
             exe.train_from_dataset(main, dataset, thread=2, fetch_list=[loss],
                                    fetch_info=["loss"], print_period=10)
         """
-        from .dataio.dataset_trainer import run_from_dataset
-
         self._check_open()
-        run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
-                         fetch_info, print_period, is_infer=False)
+        _dataset_run(dataset, False)(self, program, scope, thread, debug, fetch_list,
+                                       fetch_info, print_period, is_infer=False)
 
     def infer_from_dataset(self, program: Any = None, dataset: Any = None,
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,
@@ -181,11 +179,9 @@ class Executor:
 
             exe.infer_from_dataset(main, dataset, fetch_list=[acc], fetch_info=["acc"])
         """
-        from .dataio.dataset_trainer import run_from_dataset
-
         self._check_open()
-        run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
-                         fetch_info, print_period, is_infer=True)
+        _dataset_run(dataset, True)(self, program, scope, thread, debug, fetch_list,
+                                       fetch_info, print_period, is_infer=True)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -280,3 +276,17 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
     return Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
                 release=eager_deletion_enabled(), name_devices=False, serial=True,
                 lanes=lanes, homes=homes)
+
+
+def _dataset_run(dataset: Any, is_infer: bool) -> Any:
+    """The dataset's own loop (``DatasetBase._run_from_executor``): the data family is
+    built on the executors, so the executor asks the dataset instead of importing it."""
+    where = "infer_from_dataset" if is_infer else "train_from_dataset"
+    if dataset is None:
+        raise RuntimeError(f"{where}: dataset is needed and should be initialized "
+                           "(fluid.DatasetFactory().create_dataset(...))")
+    run = getattr(dataset, "_run_from_executor", None)
+    if run is None:
+        raise TypeError(f"{where}: dataset must be a Dataset of fluid.DatasetFactory, got "
+                        f"{type(dataset).__name__}")
+    return run

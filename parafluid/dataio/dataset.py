@@ -51,6 +51,7 @@ from ..framework import Variable
 from ..lod import create_lod_tensor
 from ..place import CPUPlace
 from .data_feed_desc import DataFeedDesc, Slot
+from .dataset_trainer import run_from_dataset
 
 __all__ = ["DatasetFactory", "DatasetBase", "InMemoryDataset", "QueueDataset",
            "FileInstantDataset", "parse_multi_slot_line"]
@@ -171,6 +172,14 @@ class DatasetBase:
         return self.proto_desc.desc()
 
     # ---------------------------------------------------------------- reading
+    def _run_from_executor(self, exe: Any, program: Any, scope: Any, thread: int,
+                           debug: bool, fetch_list: Any, fetch_info: Any, print_period: int,
+                           is_infer: bool) -> None:
+        """``exe.train_from_dataset`` / ``infer_from_dataset`` on this dataset (the loop is
+        in ``dataset_trainer.py``; the executor asks the dataset, never imports it)."""
+        run_from_dataset(exe, program, self, scope, thread, debug, fetch_list, fetch_info,
+                         print_period, is_infer)
+
     def _prepare_to_run(self) -> None:
         if not self.proto_desc.slots:
             raise ValueError(f"{type(self).__name__}: no slots; call set_use_var([...]) with "

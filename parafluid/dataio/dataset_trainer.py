@@ -38,7 +38,6 @@ from ..feed_fetch import fetch_names
 from ..framework import Program, default_main_program
 from ..parallel.compiled_program import CompiledProgram
 from ..scope import Scope, global_scope
-from .dataset import DatasetBase
 
 __all__ = ["run_from_dataset"]
 
@@ -52,12 +51,6 @@ def run_from_dataset(exe: Any, program: Any, dataset: Any, scope: Scope | None, 
     """The loop behind ``Executor.train_from_dataset`` (``is_infer=False``) and
     ``infer_from_dataset``."""
     where = "infer_from_dataset" if is_infer else "train_from_dataset"
-    if dataset is None:
-        raise RuntimeError(f"{where}: dataset is needed and should be initialized "
-                           "(fluid.DatasetFactory().create_dataset(...))")
-    if not isinstance(dataset, DatasetBase):
-        raise TypeError(f"{where}: dataset must be a Dataset of fluid.DatasetFactory, got "
-                        f"{type(dataset).__name__}")
     if program is None:
         program = default_main_program()
     compiled = None

@@ -35,6 +35,7 @@ from . import tree
 from . import text_match
 from . import lstm_stack
 from . import fluid_paths
+from . import weight_norm  # WeightNormParamAttr's parameters (layer_helper calls it)
 from .control_flow import *
 from .dynamic_rnn import *
 from .index import *

@@ -13,7 +13,7 @@ import pytest
 
 import parafluid as fluid
 from parafluid.ops.registry import register_op, same_as
-from parafluid.passes.segment import SEGMENT_OP, segment_program, why_not_compilable
+from parafluid.passes.compile_regions import SEGMENT_OP, segment_program, why_not_compilable
 
 STEPS = 5
 
@@ -313,7 +313,7 @@ def test_profiler_times_a_segment_as_one_event_or_each_op_on_request(option, tmp
 @pytest.fixture
 def compiled_without_fallback():
     """The test's segments compiled, and none fell back to the interpreter."""
-    from parafluid.engine.segments import compile_stats
+    from parafluid.engine.compiled_functions import compile_stats
 
     before = dict(compile_stats)
     yield

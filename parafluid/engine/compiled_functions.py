@@ -1,6 +1,6 @@
 """Compiled segments: a ``compiled_segment`` op bound to one function of its ops' kernels.
 
-The segmentation pass (``passes/segment.py``) leaves a run of compilable ops in the
+The segmentation pass (``passes/compile_regions.py``) leaves a run of compilable ops in the
 sub-block of a ``compiled_segment`` op. Binding that op (``bind_segment``, which the Plan
 uses instead of ``runtime.bind_op`` for segment ops) writes the run out as one Python
 function, one line per op calling the op's own registered kernel, e.g.::
@@ -43,7 +43,7 @@ import torch
 
 from ..lod import LOD_ATTR
 from ..ops.registry import EMPTY, get_op_def
-from ..passes.segment import run_io
+from ..passes.compile_regions import run_io
 from .atomic import check_finite
 from .runtime import (
     OpRecord,

@@ -44,10 +44,11 @@ import torch
 from ..feed_fetch import batch_feeds, missing_value_message
 from ..ops.reader import EOFException
 from ..ops.registry import get_op_def
+from ..passes.compile_regions import SEGMENT_OP
 from ..passes.liveness import release_plan, sub_block_io_listed
 from ..passes.memory_optimize import check_fetch_targets
-from ..passes.segment import SEGMENT_OP
 from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
+from .compiled_functions import bind_segment
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
 from .runtime import (
@@ -60,7 +61,6 @@ from .runtime import (
     timed,
 )
 from .scheduler import Scheduler, TaskError, TaskGraph
-from .segments import bind_segment
 
 __all__ = ["Plan", "run_plan", "RunServices", "BlockRunner"]
 

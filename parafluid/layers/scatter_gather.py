@@ -1,21 +1,17 @@
-"""Tensor layers of Fluid 1.6: shape, rank, sum, where, scatter, unstack, multiplex,
-elementwise_mod / floordiv, reduce_all / reduce_any, clip_by_norm, the batch-size-like
-random fills and sampling_id."""
+"""Layers that pick or place elements by index: ``where``, ``scatter``, ``scatter_nd`` /
+``scatter_nd_add``, ``gather_nd``, ``multiplex``, ``strided_slice``, ``unstack``, ``unique`` /
+``unique_with_counts`` and ``shard_index`` (ops in ``parafluid/ops/index.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .common import append_one, check_vars
 
-__all__ = ["shape", "rank", "sum", "where", "scatter", "unstack", "multiplex",
-           "elementwise_mod", "elementwise_floordiv", "reduce_all", "reduce_any",
-           "clip_by_norm", "uniform_random_batch_size_like", "gaussian_random_batch_size_like",
-           "sampling_id", "size", "expand_as", "gather_nd", "scatter_nd_add", "scatter_nd",
-           "unique", "unique_with_counts", "mean_iou", "strided_slice", "hash"]
+__all__ = ["where", "scatter", "unstack", "multiplex", "gather_nd", "scatter_nd_add",
+           "scatter_nd", "unique", "unique_with_counts", "strided_slice", "shard_index"]
 
 
 def _check_var(layer: str, arg: str, x: Any) -> None:
@@ -30,38 +26,6 @@ def _append(op_type: str, inputs: dict[str, Any], attrs: dict[str, Any], dtype: 
     out = helper.create_variable_for_type_inference(dtype, stop_gradient=stop_gradient)
     helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     return helper.append_activation(out)
-
-
-def shape(input: Variable) -> Variable:
-    """The shape of ``input`` at run time, an int32 tensor of ``rank`` values.
-
-    Example::
-
-        batch = fluid.layers.slice(fluid.layers.shape(x), axes=[0], starts=[0], ends=[1])
-    """
-    _check_var("shape", "input", input)
-    return _append("shape", {"Input": [input]}, {}, "int32", stop_gradient=True)
-
-
-def rank(input: Variable) -> Variable:
-    """The number of dims of ``input`` as an int32 tensor ``[1]`` (known at build time)."""
-    from .tensor import assign
-
-    _check_var("rank", "input", input)
-    return assign(np.array([len(input.shape or ())], dtype="int32"))
-
-
-def sum(x: Variable | list[Variable]) -> Variable:
-    """Elementwise sum of a list of same-shape variables (one variable is returned copied).
-
-    Example::
-
-        total = fluid.layers.sum([loss_a, loss_b, loss_c])
-    """
-    xs = [x] if isinstance(x, Variable) else list(x)
-    for i, v in enumerate(xs):
-        _check_var("sum", f"x[{i}]", v)
-    return _append("sum", {"X": xs}, {}, xs[0].dtype)
 
 
 def where(condition: Variable) -> Variable:
@@ -125,111 +89,6 @@ def multiplex(inputs: list[Variable], index: Variable) -> Variable:
         raise ValueError("multiplex: inputs must be a list of at least 2 Variables")
     _check_var("multiplex", "index", index)
     return _append("multiplex", {"X": list(inputs), "Ids": [index]}, {}, inputs[0].dtype)
-
-
-def _int_elementwise(op_type: str) -> Any:
-    def layer(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
-              name: str | None = None) -> Variable:
-        _check_var(op_type, "x", x)
-        _check_var(op_type, "y", y)
-        return _append(op_type, {"X": [x], "Y": [y]}, {"axis": axis}, x.dtype, name, act)
-    layer.__name__ = op_type
-    layer.__doc__ = (f"``{op_type}(x, y, axis=-1)`` with Fluid's broadcasting; C semantics "
-                     "as Fluid 1.6 (remainder takes the sign of x, quotient truncated toward "
-                     "zero); no gradient.")
-    return layer
-
-
-elementwise_mod = _int_elementwise("elementwise_mod")
-elementwise_floordiv = _int_elementwise("elementwise_floordiv")
-
-
-def _bool_reduce(op_type: str) -> Any:
-    def layer(input: Variable, dim: int | list[int] | None = None, keep_dim: bool = False,
-              name: str | None = None) -> Variable:
-        _check_var(op_type, "input", input)
-        dims = [0] if dim is None else ([dim] if isinstance(dim, int) else list(dim))
-        return _append(op_type, {"X": [input]},
-                       {"dim": dims, "keep_dim": keep_dim, "reduce_all": dim is None},
-                       "bool", name, stop_gradient=True)
-    layer.__name__ = op_type
-    layer.__doc__ = (f"``{op_type}(input, dim=None, keep_dim=False)`` over a bool tensor; "
-                     "``dim=None`` reduces every dim to shape [1].")
-    return layer
-
-
-reduce_all = _bool_reduce("reduce_all")
-reduce_any = _bool_reduce("reduce_any")
-
-
-def clip_by_norm(x: Variable, max_norm: float, name: str | None = None) -> Variable:
-    """``x * max_norm / max(||x||_2, max_norm)``: rescale ``x`` when its L2 norm is above
-    ``max_norm`` (no gradient, as in Fluid)."""
-    _check_var("clip_by_norm", "x", x)
-    return _append("clip_by_norm", {"X": [x]}, {"max_norm": float(max_norm)}, x.dtype, name)
-
-
-def _random_like(op_type: str, input: Variable, shape: list[int], dtype: Any,
-                 input_dim_idx: int, output_dim_idx: int, seed: int,
-                 extra: dict[str, float]) -> Variable:
-    from ..dtypes import convert_dtype
-
-    _check_var(op_type, "input", input)
-    dtype = convert_dtype(dtype)
-    return _append(op_type, {"Input": [input]},
-                   {"shape": [int(s) for s in shape], "dtype": dtype,
-                    "input_dim_idx": int(input_dim_idx), "output_dim_idx": int(output_dim_idx),
-                    "seed": int(seed), **extra}, dtype, stop_gradient=True)
-
-
-def uniform_random_batch_size_like(input: Variable, shape: list[int], dtype: Any = "float32",
-                                   input_dim_idx: int = 0, output_dim_idx: int = 0,
-                                   min: float = -1.0, max: float = 1.0,
-                                   seed: int = 0) -> Variable:
-    """Uniform ``[min, max)`` noise of ``shape``, dim ``output_dim_idx`` taken from
-    ``input``'s dim ``input_dim_idx`` at run time (the batch size)."""
-    return _random_like("uniform_random_batch_size_like", input, shape, dtype, input_dim_idx,
-                        output_dim_idx, seed, {"min": float(min), "max": float(max)})
-
-
-def gaussian_random_batch_size_like(input: Variable, shape: list[int], input_dim_idx: int = 0,
-                                    output_dim_idx: int = 0, mean: float = 0.0,
-                                    std: float = 1.0, seed: int = 0,
-                                    dtype: Any = "float32") -> Variable:
-    """Normal(mean, std) noise of ``shape`` with the batch dim taken from ``input``.
-
-    Example::
-
-        z = fluid.layers.gaussian_random_batch_size_like(img, shape=[-1, 100])
-    """
-    return _random_like("gaussian_random_batch_size_like", input, shape, dtype, input_dim_idx,
-                        output_dim_idx, seed, {"mean": float(mean), "std": float(std)})
-
-
-def sampling_id(x: Variable, min: float = 0.0, max: float = 1.0, seed: int = 0,
-                dtype: Any = "float32") -> Variable:
-    """Sample one class id per row of probabilities ``x [N, K]``: int64 ``[N]``.
-
-    ``dtype`` is accepted for compatibility; the ids are int64 (what Fluid's kernel writes).
-    """
-    _check_var("sampling_id", "x", x)
-    return _append("sampling_id", {"X": [x]},
-                   {"min": float(min), "max": float(max), "seed": int(seed)}, "int64",
-                   stop_gradient=True)
-
-
-def size(input: Variable) -> Variable:
-    """The number of elements of ``input`` at run time, int64 ``[1]``."""
-    _check_var("size", "input", input)
-    return _append("size", {"Input": [input]}, {}, "int64", stop_gradient=True)
-
-
-def expand_as(x: Variable, target_tensor: Variable, name: str | None = None) -> Variable:
-    """Tile ``x`` to the shape of ``target_tensor`` (each dim a whole number of copies)."""
-    _check_var("expand_as", "x", x)
-    _check_var("expand_as", "target_tensor", target_tensor)
-    return _append("expand_as", {"X": [x], "target_tensor": [target_tensor]}, {}, x.dtype,
-                   name)
 
 
 def gather_nd(input: Variable, index: Variable, name: str | None = None) -> Variable:
@@ -298,23 +157,6 @@ def unique_with_counts(x: Variable, dtype: Any = "int32") -> tuple[Variable, Var
     return out, index, count
 
 
-def mean_iou(input: Variable, label: Variable,
-             num_classes: int) -> tuple[Variable, Variable, Variable]:
-    """Mean intersection-over-union of predicted and true class ids (segmentation metric):
-    ``(mean_iou [1], wrong [num_classes], correct [num_classes])``."""
-    _check_var("mean_iou", "input", input)
-    _check_var("mean_iou", "label", label)
-    helper = LayerHelper("mean_iou")
-    miou = helper.create_variable_for_type_inference("float32", stop_gradient=True)
-    wrong = helper.create_variable_for_type_inference("int32", stop_gradient=True)
-    correct = helper.create_variable_for_type_inference("int32", stop_gradient=True)
-    helper.append_op("mean_iou", inputs={"Predictions": [input], "Labels": [label]},
-                     outputs={"OutMeanIou": [miou], "OutWrong": [wrong],
-                              "OutCorrect": [correct]},
-                     attrs={"num_classes": int(num_classes)})
-    return miou, wrong, correct
-
-
 def strided_slice(input: Variable, axes: list[int], starts: list[int], ends: list[int],
                   strides: list[int]) -> Variable:
     """``input[start:end:stride]`` along each of ``axes`` (Python's slice rules: negative
@@ -331,15 +173,12 @@ def strided_slice(input: Variable, axes: list[int], starts: list[int], ends: lis
                     "infer_flags": [1] * len(axes)}, input.dtype)
 
 
-def hash(input: Variable, hash_size: int, num_hash: int = 1,
-         name: str | None = None) -> Variable:
-    """Hash each int32 row of ``input [N, k]`` with ``num_hash`` seeds into ``[0, hash_size)``:
-    int64 ``[N, num_hash, 1]`` (XXH64, as Fluid; e.g. feature hashing of n-grams).
-
-    Example::
-
-        bucket = fluid.layers.hash(ngram_ids, hash_size=100000, num_hash=2)
-    """
-    _check_var("hash", "input", input)
-    return _append("hash", {"X": [input]}, {"num_hash": int(num_hash), "mod_by": int(hash_size)},
-                   "int64", name, stop_gradient=True)
+def shard_index(input: Variable, index_num: int, nshards: int, shard_id: int,
+                ignore_value: int = -1) -> Variable:
+    """Ids of shard ``shard_id`` (of ``nshards`` equal ranges over ``index_num``) become their
+    offset in the shard; other ids become ``ignore_value``."""
+    check_vars("shard_index", input=input)
+    return append_one("shard_index", {"X": [input]},
+                   {"index_num": int(index_num), "nshards": int(nshards),
+                    "shard_id": int(shard_id), "ignore_value": int(ignore_value)},
+                   input.dtype, stop_gradient=True)

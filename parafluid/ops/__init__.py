@@ -38,7 +38,7 @@ from . import spatial
 from . import sync_norm
 from . import tensor
 from . import vision
-from . import segment
+from . import compiled_block
 from . import vocab_loss
 from . import sequence_steps
 from . import tensor_array

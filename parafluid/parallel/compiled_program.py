@@ -17,7 +17,7 @@ from typing import Any
 
 from ..feed_fetch import fetch_names
 from ..framework import Program, Variable
-from ..passes.segment import segment_program
+from ..passes.compile_regions import segment_program
 from ..place import CUDAPlace
 from ..placement import is_placed
 from ..scope import Scope

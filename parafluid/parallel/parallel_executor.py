@@ -46,8 +46,8 @@ from ..feed_fetch import (
     missing_value_message,
 )
 from ..framework import Program, default_main_program
+from ..passes.compile_regions import segment_program
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
-from ..passes.segment import segment_program
 from ..place import cpu_device_count, to_device
 from ..placement import is_placed
 from ..scope import Scope, SelectedRows, global_scope

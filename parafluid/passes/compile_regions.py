@@ -6,7 +6,7 @@ values they write that are still needed afterwards: a persistable (it goes to th
 a name in ``keep`` (fetch targets), or a name live after the run (``liveness.block_liveness``).
 Everything else a segment computes lives only inside it. The engine runs a segment as one
 task, a function of the ops' own kernels handed to ``torch.compile`` (see
-``parafluid.engine.segments``).
+``parafluid.engine.compiled_functions``).
 
 An op can be compiled when it:
 

@@ -32,7 +32,13 @@ from .engine.graph import build_graph
 from .engine.lanes import placed_graph
 from .engine.plan import Plan, RunServices
 from .engine.scheduler import Scheduler, make_scheduler
-from .feed_fetch import as_feed_tensor, check_batch_sizes, fetch_names, fetch_value
+from .feed_fetch import (
+    as_feed_tensor,
+    as_fetch_list,
+    check_batch_sizes,
+    fetch_names,
+    fetch_value,
+)
 from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
 from .passes.release_memory import eager_deletion_enabled
@@ -98,9 +104,7 @@ class Executor:
             program = default_main_program()
         scope = scope if scope is not None else global_scope()
         feed = {} if feed is None else feed
-        fetch_list = [] if fetch_list is None else fetch_list
-        if not isinstance(fetch_list, (list, tuple)):
-            fetch_list = [fetch_list]
+        fetch_list = [] if fetch_list is None else as_fetch_list(fetch_list)
         if isinstance(program, CompiledProgram):  # may take a list feed
             # a compiled pserver-mode trainer program: close() tells its pservers it is done
             key = (id(program._program), program._program._version)

@@ -44,6 +44,7 @@ import torch
 from ..lod import LOD_ATTR
 from ..ops.registry import EMPTY, get_op_def
 from ..passes.compile_regions import run_io
+from ..placement import torch_device
 from .atomic import check_finite
 from .runtime import (
     OpRecord,
@@ -75,10 +76,6 @@ def _warn_once(key: str, message: str) -> None:
             return
         _warned.add(key)
     log.warning(message)
-
-
-def _torch_device(device: torch.device) -> torch.device:
-    return torch.device("cpu") if device.type == "cpu" else device
 
 
 def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
@@ -201,8 +198,8 @@ class Segment:
         self.device = op_device(op, device)
         # NOTE: every CPU "device" of a process is torch's one CPU; compiled code must see
         # one device, not cpu:0 and cpu:1
-        self.contexts = [RunContext(o, _torch_device(op_device(o, self.device)), services)
-                         for o in self.ops]
+        self.contexts = [RunContext(o, torch_device(op_device(o, self.device), storage=True),
+                                    services) for o in self.ops]
         self.device_index = services.device_index if services is not None else 0
         self._services = services
         self._env: dict[str, Any] = {}  # the values of an op-by-op run

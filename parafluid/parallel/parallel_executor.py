@@ -40,6 +40,7 @@ from ..engine.runtime import OpRunError
 from ..engine.scheduler import default_num_threads, make_scheduler
 from ..feed_fetch import (
     FeedSplitter,
+    as_fetch_list,
     check_batch_sizes,
     fetch_names,
     merge_fetches,
@@ -204,9 +205,7 @@ class ParallelExecutor:
         if self._closed:
             raise RuntimeError("ParallelExecutor.run() after close(): its device scopes were "
                                "freed; create a new ParallelExecutor")
-        if not isinstance(fetch_list, (list, tuple)):
-            fetch_list = [fetch_list]
-        fetch = tuple(fetch_names(fetch_list))
+        fetch = tuple(fetch_names(as_fetch_list(fetch_list)))
         program, graph = self._graph(fetch)
         block = program.global_block()
         feeds = self._feeds.split(feed, block)

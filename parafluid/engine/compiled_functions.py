@@ -1,7 +1,7 @@
 """Compiled segments: a ``compiled_segment`` op bound to one function of its ops' kernels.
 
 The segmentation pass (``passes/compile_regions.py``) leaves a run of compilable ops in the
-sub-block of a ``compiled_segment`` op. Binding that op (``bind_segment``, which the Plan
+sub-block of a ``compiled_segment`` op. Binding that op (``bind_compiled_function``, which the Plan
 uses instead of ``runtime.bind_op`` for segment ops) writes the run out as one Python
 function, one line per op calling the op's own registered kernel, e.g.::
 
@@ -56,7 +56,7 @@ from .runtime import (
     report,
 )
 
-__all__ = ["bind_segment", "Segment", "segment_source", "compile_stats"]
+__all__ = ["bind_compiled_function", "Segment", "segment_source", "compile_stats"]
 
 log = logging.getLogger("parafluid.compile")
 
@@ -367,7 +367,7 @@ class Segment:
         return out
 
 
-def bind_segment(op: Any, device: Any, services: Any = None,
+def bind_compiled_function(op: Any, device: Any, services: Any = None,
                  env: dict[str, Any] | None = None, drop: tuple[str, ...] = (),
                  enabled: bool = True) -> Callable:
     """``run(env)`` for a ``compiled_segment`` op, as ``runtime.bind_op`` returns for other

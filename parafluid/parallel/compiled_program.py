@@ -17,7 +17,7 @@ from typing import Any
 
 from ..feed_fetch import fetch_names
 from ..framework import Program, Variable
-from ..passes.compile_regions import segment_program
+from ..passes.compile_regions import compile_regions
 from ..place import CUDAPlace
 from ..placement import is_placed
 from ..scope import Scope
@@ -193,7 +193,7 @@ class CompiledProgram:
         program = self._segmented.get(key)
         if program is None:
             passes = build_pipeline(self._build_strategy, 1, self._loss_name)
-            program = segment_program(passes(self._program),
+            program = compile_regions(passes(self._program),
                                       keep=[*fetch, *filter(None, [self._loss_name])])
             self._segmented = {k: v for k, v in self._segmented.items()
                                if k[0] == key[0]}

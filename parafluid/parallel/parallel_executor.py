@@ -47,7 +47,7 @@ from ..feed_fetch import (
     missing_value_message,
 )
 from ..framework import Program, default_main_program
-from ..passes.compile_regions import segment_program
+from ..passes.compile_regions import compile_regions
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
 from ..place import cpu_device_count, to_device
 from ..placement import is_placed
@@ -358,7 +358,7 @@ class ParallelExecutor:
         program = pipeline(self._program)
         options = GraphOptions(sequential=bs.enable_sequential_execution,
                                rank_offset=comm.rank_offset)
-        segment = partial(segment_program, keep=keep) if bs.enable_compile else None
+        segment = partial(compile_regions, keep=keep) if bs.enable_compile else None
         if is_placed(program) or bs.num_microbatches > 1:
             # operator placement in one process (docs/placement.md): one lane per device
             program, graph, lanes = placed_parallel_graph(

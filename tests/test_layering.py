@@ -59,9 +59,7 @@ CALL_TIME_DELEGATIONS = {
 }
 
 # (importer, imported): upward imports not yet removed, each with what still needs it
-KNOWN_UPWARD = {
-    ("ops.rpc", "io"): "a pserver's checkpoint writes its blocks with io.save_vars",
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 # (importer, imported): Fluid names of a higher layer's family in a lower module's namespace
 SURFACE_REEXPORTS = {

@@ -63,9 +63,9 @@ from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data l
 from . import compiler, core, lod, metrics, nets  # noqa: F401  (Fluid 1.6 spellings)
 from .data_layer import data, embedding, one_hot
 from .lod import create_lod_tensor, create_random_int_lodtensor
-from .data_feeder import DataFeeder
-from .dataloader import DataLoader
-from .reader import batch
+from .dataio.data_feeder import DataFeeder
+from .dataio.dataloader import DataLoader
+from .dataio.reader import batch
 from . import distributed  # noqa: F401  (fluid.distributed.env())
 from . import transpiler  # noqa: F401  (fluid.transpiler)
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig
@@ -73,9 +73,9 @@ from .transpiler import memory_optimize, release_memory
 from . import profiler  # noqa: F401  (fluid.profiler)
 from . import install_check, log_helper, reader  # noqa: F401  (Fluid 1.6 module paths)
 from .io import load, save
-from .data_feed_desc import DataFeedDesc
-from .dataset import DatasetFactory, InMemoryDataset, QueueDataset
-from . import dataset  # noqa: F401  (fluid.dataset)
+from .dataio.data_feed_desc import DataFeedDesc
+from .dataio.dataset import DatasetFactory, InMemoryDataset, QueueDataset
+from . import data_feed_desc, data_feeder, dataset  # noqa: F401  (Fluid 1.6 module paths)
 from .version import __version__  # noqa: F401  (parafluid.__version__)
 from . import contrib, dygraph, dygraph_grad_clip, incubate  # noqa: F401  (Fluid 1.6)
 

@@ -21,10 +21,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .framework import GRAD_SUFFIX, OpRole, Parameter, Variable, grad_var_name
+from .ops.common import numel
 from .ops.registry import EMPTY, GradContext, get_op_def
 from .placement import DEVICE_ATTR, NODE_ATTR, place_attrs
 
-__all__ = ["append_backward", "gradients", "calc_gradient"]
+__all__ = ["append_backward", "gradients", "calc_gradient", "prune_missing_grads"]
 
 
 def _names(items: Iterable[Any] | None) -> set[str]:
@@ -46,7 +47,7 @@ def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
     """
     if not isinstance(loss, Variable):
         raise TypeError(f"append_backward: loss must be a Variable, got {type(loss).__name__}")
-    if loss.shape is not None and _numel(loss.shape) != 1:
+    if loss.shape is not None and numel(loss.shape) != 1:
         raise ValueError(f"append_backward: loss {loss.name!r} must hold one element "
                          f"(shape [1]), got shape {list(loss.shape)}; reduce it with "
                          "fluid.layers.mean or reduce_sum first")
@@ -153,13 +154,6 @@ def _opted_in_leaves(block: Any) -> set[str]:
     return out
 
 
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _ordered_names(items: Sequence[Any]) -> list[str]:
     return [i.name if isinstance(i, Variable) else i for i in items]
 
@@ -258,7 +252,7 @@ def _append_grad_ops(block: Any, targets: list[str], seeds: list[dict[str, Any]]
         blocked = {n for n in op.input_arg_names if n not in flows} | no_grad
         for spec in opdef.grad(op, blocked, _GRAD_CONTEXT):
             _read_snapshots(block, op, spec, written_later[id(op)], snapshots)
-            ok, zero_fills = _prune_missing_grads(spec, produced)
+            ok, zero_fills = prune_missing_grads(spec, produced)
             if not ok:
                 continue
             for fill in zero_fills:
@@ -338,12 +332,17 @@ def _renamed(name: str, counters: dict[str, int]) -> str:
     return f"{name}@RENAME@{k}"
 
 
-def _prune_missing_grads(spec: dict[str, Any],
-                         produced: set[str]) -> tuple[bool, list[dict[str, Any]]]:
-    """Drop ``Out@GRAD`` inputs nobody produces; False if the op then has nothing to do.
+def prune_missing_grads(spec: dict[str, Any],
+                        produced: set[str]) -> tuple[bool, list[dict[str, Any]]]:
+    """Fit a gradient op to the output gradients that exist: a gradient maker's op ``spec``
+    (``{"type", "inputs", "outputs", "attrs"}``, edited in place) loses the ``*@GRAD``
+    inputs no earlier op produced (``produced``: the gradient names made so far).
 
-    A list slot keeps its positions: a missing gradient there is filled with zeros by the
-    returned ``fill_zeros_like`` specs.
+    Returns ``(keep, zero_fills)``: ``keep`` is False when the op reads gradients and none
+    of them exists (it has nothing to do); a list slot keeps its positions, its missing
+    gradients written as zeros by the ``fill_zeros_like`` op specs of ``zero_fills``, to be
+    appended before the op. ``append_backward`` and the imperative mode's
+    ``Tracer.backward`` both apply it to every gradient op they emit.
     """
     inputs = spec["inputs"]
     has_grad_inputs = have_any = False

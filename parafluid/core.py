@@ -3,7 +3,7 @@
 Real Fluid programs write ``from paddle.fluid import core`` (or ``fluid.core.X``) for places,
 tensors, device counts and a few global switches; those work here, with
 ``EOFException`` (the end of a reader's epoch) and the inference API (``AnalysisConfig``,
-``NativeConfig``, ``create_paddle_predictor``, ``PaddleTensor``, ...: ``parafluid.predictor``).
+``NativeConfig``, ``create_paddle_predictor``, ``PaddleTensor``, ...: ``parafluid.inference_api``).
 
 Example::
 
@@ -19,12 +19,10 @@ from typing import Any
 import torch
 
 from .compat import missing_attribute
+from .dataio.legacy_reader import LoDTensorBlockingQueue
 from .dtypes import VarType
 from .flags import FLAGS, flag, known_flags, set_flag
-from .legacy_reader import LoDTensorBlockingQueue
-from .ops.reader import EOFException
-from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
-from .predictor import (
+from .inference_api.predictor import (
     AnalysisConfig,
     AnalysisPredictor,
     NativeConfig,
@@ -37,6 +35,8 @@ from .predictor import (
     ZeroCopyTensor,
     create_paddle_predictor,
 )
+from .ops.reader import EOFException
+from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
 from .scope import LoDTensor, LoDTensorArray, Scope, SelectedRows
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray", "Scope",

@@ -35,6 +35,7 @@ from .engine.plan import Plan, RunServices
 from .engine.scheduler import Scheduler, make_scheduler
 from .feed_fetch import (
     as_feed_tensor,
+    as_fetch_list,
     check_batch_sizes,
     fetch_names,
     fetch_value,
@@ -108,9 +109,7 @@ class Executor:
             program = default_main_program()
         scope = scope if scope is not None else global_scope()
         feed = {} if feed is None else feed
-        fetch_list = [] if fetch_list is None else fetch_list
-        if not isinstance(fetch_list, (list, tuple)):
-            fetch_list = [fetch_list]
+        fetch_list = [] if fetch_list is None else as_fetch_list(fetch_list)
         if isinstance(program, CompiledProgram):  # may take a list feed
             # a compiled pserver-mode trainer program: close() tells its pservers it is done
             if program._executor is None and not program._is_inference and \
@@ -165,7 +164,7 @@ class Executor:
                            print_period: int = 100) -> None:
         """Train ``program`` on every batch of ``dataset`` (a ``fluid.DatasetFactory``
         Dataset) with ``thread`` worker threads sharing the parameters (0: the dataset's
-        ``set_thread``); see ``parafluid/dataset_trainer.py``.
+        ``set_thread``): the Dataset runs it (``parafluid/dataio/dataset_trainer.py``).
 
         Args:
             program: a Program or CompiledProgram (default: the default main program).
@@ -183,11 +182,9 @@ class Executor:
             exe.train_from_dataset(main, dataset, thread=2, fetch_list=[loss],
                                    fetch_info=["loss"], print_period=10)
         """
-        from .dataset_trainer import run_from_dataset
-
         self._check_open()
-        run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
-                         fetch_info, print_period, is_infer=False)
+        _dataset_run(dataset, False)(self, program, scope, thread, debug, fetch_list,
+                                       fetch_info, print_period, is_infer=False)
 
     def infer_from_dataset(self, program: Any = None, dataset: Any = None,
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,
@@ -202,11 +199,9 @@ class Executor:
 
             exe.infer_from_dataset(main, dataset, fetch_list=[acc], fetch_info=["acc"])
         """
-        from .dataset_trainer import run_from_dataset
-
         self._check_open()
-        run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
-                         fetch_info, print_period, is_infer=True)
+        _dataset_run(dataset, True)(self, program, scope, thread, debug, fetch_list,
+                                       fetch_info, print_period, is_infer=True)
 
     def _without_feed_fetch(self, program: Program, feed: list[str], fetch: list[str],
                             feed_holder: str, fetch_holder: str) -> Program:
@@ -318,3 +313,17 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
     return Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
                 release=eager_deletion_enabled(), name_devices=False, serial=True,
                 lanes=lanes, homes=homes)
+
+
+def _dataset_run(dataset: Any, is_infer: bool) -> Any:
+    """The dataset's own loop (``DatasetBase._run_from_executor``): the data family is
+    built on the executors, so the executor asks the dataset instead of importing it."""
+    where = "infer_from_dataset" if is_infer else "train_from_dataset"
+    if dataset is None:
+        raise RuntimeError(f"{where}: dataset is needed and should be initialized "
+                           "(fluid.DatasetFactory().create_dataset(...))")
+    run = getattr(dataset, "_run_from_executor", None)
+    if run is None:
+        raise TypeError(f"{where}: dataset must be a Dataset of fluid.DatasetFactory, got "
+                        f"{type(dataset).__name__}")
+    return run

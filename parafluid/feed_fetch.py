@@ -38,6 +38,12 @@ __all__ = ["fetch_names", "without_feed_fetch_ops", "strip_feed_fetch_ops",
            "check_batch_sizes"]
 
 
+def as_fetch_list(fetch_list: Any) -> list[Any]:
+    """An executor's ``fetch_list`` argument as a list: one Variable or name stands for the
+    list of it (``Executor.run`` and ``ParallelExecutor.run`` both take that)."""
+    return list(fetch_list) if isinstance(fetch_list, (list, tuple)) else [fetch_list]
+
+
 def fetch_names(fetch_list: Sequence[Any]) -> list[str]:
     """Names of a fetch list of Variables or names."""
     return var_names(fetch_list, "fetch_list")

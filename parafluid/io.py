@@ -37,12 +37,9 @@ from typing import Any
 import torch
 
 from .atomic_write import write_bytes
-from .dataloader import DataLoader, PyReader
-from .framework import Parameter, Program, Variable, default_main_program
-from .multiprocess_reader import multiprocess_reader
-from .ops.registry import shapes_compatible
-from .passes.prune import prune
-from .reader import (
+from .dataio.dataloader import DataLoader, PyReader
+from .dataio.multiprocess_reader import multiprocess_reader
+from .dataio.reader import (
     Fake,
     PipeReader,
     batch,
@@ -55,9 +52,24 @@ from .reader import (
     shuffle,
     xmap_readers,
 )
-from .scope import Scope, SelectedRows, global_scope
+from .distributed.checkpoint import (  # noqa: F401  (the pserver checkpoint files' writers)
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_MARKER,
+    file_record,
+    write_pserver_checkpoint,
+    write_pserver_emergency_checkpoint,
+)
+from .distributed.checkpoint import ROLE_KEY as _ROLE_KEY
+from .distributed.checkpoint import STEP_KEY as _STEP_KEY
+from .distributed.checkpoint import write_marker as _write_marker
+from .framework import Parameter, Program, Variable, default_main_program
+from .ops.registry import shapes_compatible
+from .ops.rpc import pserver_checkpoint_filename
+from .passes.prune import prune
+from .scope import Scope, global_scope
 from .serialization import _MAGIC, parse_json, program_from_dict, program_to_dict
-from .tensor_file import (  # noqa: F401 (VARS_FORMAT, _crc: read by fluid.io's users)
+from .tensor_file import (  # noqa: F401  (VARS_FORMAT, _crc: io's names for the format)
+    _MANIFEST_KEY,
     VARS_FORMAT,
     _crc,
     _dtype_name,
@@ -67,6 +79,7 @@ from .tensor_file import (  # noqa: F401 (VARS_FORMAT, _crc: read by fluid.io's 
     read_tensors,
     write_tensors,
 )
+from .tensor_file import scope_values as _values
 
 __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_params",
            "load_persistables", "save_inference_model", "load_inference_model",
@@ -78,10 +91,6 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
            "CHECKPOINT_MARKER"]
 
 DEFAULT_FILENAME = "__variables__.safetensors"
-CHECKPOINT_MARKER = "__checkpoint__.json"
-CHECKPOINT_FORMAT = "parafluid.checkpoint/1"
-_STEP_KEY = "parafluid.step"
-_ROLE_KEY = "parafluid.role"
 MODEL_FILENAME = "__model__"
 
 
@@ -173,8 +182,6 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
     tensors = _values(scope, list({v.name: v for v in chosen}.values()), "save_persistables")
     path = os.path.join(dirname, filename or DEFAULT_FILENAME)
     write_tensors(path, tensors, {_STEP_KEY: str(step), _ROLE_KEY: "trainer"})
-    from .distributed.pserver import file_record
-
     records = [file_record(path, step)]
     for ep, record in zip(pservers, pool.checkpoint_notify(os.path.abspath(dirname), pservers)):
         if record["step"] != step:
@@ -190,41 +197,9 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
     return path
 
 
-def write_pserver_checkpoint(dirname: str, filename: str, tensors: dict[str, torch.Tensor],
-                             step: int) -> str:
-    """A pserver's part of a checkpoint: its tensors with the step; returns the JSON record
-    (name, step, bytes, SHA-256) the trainer puts into the checkpoint's marker."""
-    from .distributed.pserver import file_record
-
-    path = os.path.join(dirname, filename)
-    write_tensors(path, tensors, {_STEP_KEY: str(step), _ROLE_KEY: "pserver"})
-    return json.dumps(file_record(path, step))
-
-
-def write_pserver_emergency_checkpoint(dirname: str, filename: str,
-                                       tensors: dict[str, torch.Tensor], step: int) -> str:
-    """A failing pserver's state of ``step``: its file and a marker of its own in
-    ``dirname/<file stem>/``, which ``load_persistables`` of that pserver's program loads
-    (the job's other pservers write theirs beside it). Returns the folder."""
-    folder = os.path.join(dirname, os.path.splitext(filename)[0])
-    os.makedirs(folder, exist_ok=True)
-    record = json.loads(write_pserver_checkpoint(folder, filename, tensors, step))
-    _write_marker(os.path.join(folder, CHECKPOINT_MARKER), int(step), [record])
-    return folder
-
-
-def _write_marker(marker: str, step: int, records: list[dict]) -> None:
-    """The checkpoint's marker: the step and each file's SHA-256 and size."""
-    doc = {"format": CHECKPOINT_FORMAT, "step": step,
-           "files": {r["file"]: {"sha256": r["sha256"], "bytes": r["bytes"]} for r in records}}
-    write_bytes(marker, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
-
-
 def check_checkpoint_file(dirname: str, filename: str) -> int:
     """The step of ``dirname/filename`` in a pserver-mode checkpoint, after checking it
     against the checkpoint's marker (present, same step, same SHA-256); ValueError if not."""
-    from .distributed.pserver import file_record
-
     marker = os.path.join(dirname, CHECKPOINT_MARKER)
     path = os.path.join(dirname, filename)
     if not os.path.isfile(marker):
@@ -255,15 +230,6 @@ def check_checkpoint_file(dirname: str, filename: str) -> int:
                          f"(step {step}): the file was replaced after the checkpoint was "
                          "committed; the folder does not load")
     return step
-
-
-def pserver_checkpoint_filename(pserver_program: Program) -> str | None:
-    """The file a pserver's blocks are saved in (``pserver_<id>.safetensors``), or None when
-    ``pserver_program`` is not a pserver program (no ``listen_and_serv`` op)."""
-    for op in pserver_program.global_block().ops:
-        if op.type == "listen_and_serv":
-            return f"pserver_{int(op.attr('pserver_id'))}.safetensors"
-    return None
 
 
 # ---------------------------------------------------------------------- loading variables
@@ -580,29 +546,6 @@ def _select_vars(program: Program, vars: Any, predicate: Any, where: str) -> lis
             raise TypeError(f"{where}: vars must be Variables or names, got {type(v).__name__}")
         chosen.append(v)
     return chosen
-
-
-def _values(scope: Scope, chosen: list[Variable], where: str) -> dict[str, torch.Tensor]:
-    out, empty, temporaries = {}, [], []
-    for var in chosen:
-        holder = scope.find_var(var.name)
-        value = None if holder is None else holder.value
-        if value is None:
-            (empty if var.persistable else temporaries).append(var.name)
-            continue
-        if isinstance(value, SelectedRows):
-            value = value.to_dense()
-        out[var.name] = value.detach().to("cpu").contiguous().clone()
-    if temporaries:
-        # NOTE: Fluid's save_vars example selects by name alone, which picks these up.
-        raise ValueError(f"{where}: {_quoted(temporaries)} are not persistable: their values "
-                         "exist only during exe.run, so there is nothing to save; select "
-                         "persistable variables, e.g. predicate=lambda v: "
-                         "fluid.io.is_persistable(v) and v.name.startswith(...)")
-    if empty:
-        raise ValueError(f"{where}: no value in the scope for {_quoted(empty)}; run the "
-                         "startup program first, or pass the scope that holds them (scope=)")
-    return out
 
 
 def _put_in_scope(scope: Scope | None, executor: Any, chosen: list[Variable],

@@ -39,6 +39,19 @@ def parameter_source(source: Callable[..., Any]) -> Iterator[None]:
         _PARAMETER_SOURCES.pop()
 
 
+# NOTE: a WeightNormParamAttr parameter is built of layers (``w = g * v / norm(v)``), so its
+# maker lives in layers/weight_norm.py, which registers it here when the layers load (the
+# layers use this helper; it never imports them).
+_WEIGHT_NORM: Callable[..., Variable] | None = None
+
+
+def register_weight_norm(maker: Callable[..., Variable]) -> None:
+    """Install ``maker(helper, attr, shape, dtype, is_bias, default_initializer)``: the
+    parameter ``create_parameter`` returns for a ``WeightNormParamAttr``."""
+    global _WEIGHT_NORM
+    _WEIGHT_NORM = maker
+
+
 class LayerHelper:
     """Names a layer instance (``fc_0``) and appends its parameters and ops."""
 
@@ -127,7 +140,10 @@ class LayerHelper:
                 raise ValueError(f"{self.layer_type} {self.name}: parameter shape must be "
                                  f"positive ints, got {list(shape)} (is an input dim unknown?)")
         if isinstance(attr, WeightNormParamAttr):
-            return self._weight_normalized(attr, shape, dtype, is_bias, default_initializer)
+            if _WEIGHT_NORM is None:
+                raise RuntimeError(f"{self.layer_type}: WeightNormParamAttr needs "
+                                   "parafluid.layers (import parafluid)")
+            return _WEIGHT_NORM(self, attr, shape, dtype, is_bias, default_initializer)
         kwargs = attr._to_kwargs()
         if kwargs["name"] is None:
             kwargs["name"] = unique_name.generate(f"{self.name}.{'b' if is_bias else 'w'}")
@@ -145,44 +161,6 @@ class LayerHelper:
             init(svar, startup_block)
         return self.main_program.global_block().create_parameter(shape=shape, dtype=dtype,
                                                                  **kwargs)
-
-    def _weight_normalized(self, attr: WeightNormParamAttr, shape: list[int], dtype: Any,
-                           is_bias: bool, default_initializer: Any) -> Variable:
-        """``w = g * v / norm(v)`` from parameters ``<name>_v`` (initialized as ``w`` would
-        be) and ``<name>_g`` (set to ``norm(v)`` by the startup program)."""
-        from .layers import (
-            assign,
-            elementwise_div,
-            elementwise_mul,
-            reduce_sum,
-            reshape,
-            sqrt,
-            square,
-        )
-
-        rank = len(shape)
-        if attr.dim is not None and not -rank <= attr.dim < rank:
-            raise ValueError(f"{self.layer_type}: WeightNormParamAttr dim {attr.dim} is out of "
-                             f"range for a parameter of shape {list(shape)}")
-        dim = None if attr.dim is None else attr.dim % rank
-        base = attr.name or unique_name.generate(f"{self.name}.{'b' if is_bias else 'w'}")
-        common = {k: v for k, v in vars(attr).items() if k not in ("dim", "name")}
-        v = self.create_parameter(ParamAttr(**{**common, "name": f"{base}_v"}), shape, dtype,
-                                  is_bias, default_initializer)
-        g_shape = [shape[i] if i == dim else 1 for i in range(rank)]
-        g = self.create_parameter(ParamAttr(**{**common, "name": f"{base}_g",
-                                               "initializer": Constant(1.0)}),
-                                  g_shape, dtype)
-        axes = [i for i in range(rank) if i != dim]
-
-        def norm(x: Variable) -> Variable:
-            return reshape(sqrt(reduce_sum(square(x), dim=axes, keep_dim=True)), g_shape)
-
-        startup = self.startup_program.global_block()
-        from .framework import program_guard
-        with program_guard(self.startup_program, self.startup_program):
-            assign(norm(startup.var(v.name)), output=startup.var(g.name))
-        return elementwise_mul(v, elementwise_div(g, norm(v)))
 
     def create_variable_for_type_inference(self, dtype: Any = None,
                                            stop_gradient: bool = False) -> Variable:

@@ -205,6 +205,20 @@ def device_name(device: Any, what: str = "device") -> str:
     return f"{dev.device_type}:{dev.first_id or 0}"
 
 
+def op_device_name(op: Any, what: str) -> str | None:
+    """The one device of ``op``'s ``op_device`` attr in the canonical form (``"gpu:1"``), or
+    None when the op is not placed on a device: the runtime's reading of that attr when it
+    binds an op (the transfer pass parses it with ``parse_device`` too, and words its own
+    refusals). A range is refused (one op runs on one device); errors name ``what``.
+
+    Example::
+
+        op_device_name(op, f"op {op.type}: op_device")   # 'cpu:1' for op_device="cpu:1"
+    """
+    spec = op.attrs.get(DEVICE_ATTR) or ""
+    return device_name(spec, what) if spec else None
+
+
 def torch_device(device: Any, what: str = "device", storage: bool = False) -> torch.device:
     """The ``torch.device`` of one device: ``"gpu:N"`` -> ``cuda:N``; ``"cpu:N"`` -> torch's
     CPU with index N, so that an op bound there knows which CPU place it is, or with

@@ -3,8 +3,9 @@
 A variables file is a safetensors file whose metadata key ``parafluid`` holds a JSON
 manifest: the format version and each variable's name, shape, dtype and CRC-32.
 ``read_tensors`` checks the file against it before anything is used; nothing is pickled.
-``write_tensors`` writes these files (``fluid.io``, the ``save``/``save_combine`` ops); the
-``load``/``load_combine`` ops read them.
+``write_tensors`` writes these files (for ``fluid.io``, the ``save``/``save_combine`` ops, the
+pserver checkpoints and the imperative state files); the ``load``/``load_combine`` ops read
+them.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from safetensors.torch import save as _st_save
 
 from .atomic_write import write_bytes
 from .dtypes import convert_dtype
+from .scope import SelectedRows
 
-__all__ = ["VARS_FORMAT", "read_tensors", "write_tensors"]
+__all__ = ["VARS_FORMAT", "read_tensors", "write_tensors", "scope_values"]
 
 VARS_FORMAT = "parafluid.vars/1"
 _MANIFEST_KEY = "parafluid"
@@ -60,6 +62,32 @@ def write_tensors(path: str, tensors: dict[str, torch.Tensor],
     metadata = {_MANIFEST_KEY: json.dumps(manifest, sort_keys=True)}
     metadata.update(extra or {})
     write_bytes(path, _st_save(tensors, metadata=metadata))
+
+
+def scope_values(scope: Any, chosen: Sequence[Any], where: str) -> dict[str, torch.Tensor]:
+    """The values of the variables ``chosen`` (anything with ``name`` and ``persistable``)
+    in ``scope``, as dense CPU copies to write; ValueError naming ``where`` and the
+    variables when one holds no value."""
+    out, empty, temporaries = {}, [], []
+    for var in chosen:
+        holder = scope.find_var(var.name)
+        value = None if holder is None else holder.value
+        if value is None:
+            (empty if var.persistable else temporaries).append(var.name)
+            continue
+        if isinstance(value, SelectedRows):
+            value = value.to_dense()
+        out[var.name] = value.detach().to("cpu").contiguous().clone()
+    if temporaries:
+        # NOTE: Fluid's save_vars example selects by name alone, which picks these up.
+        raise ValueError(f"{where}: {_quoted(temporaries)} are not persistable: their values "
+                         "exist only during exe.run, so there is nothing to save; select "
+                         "persistable variables, e.g. predicate=lambda v: "
+                         "fluid.io.is_persistable(v) and v.name.startswith(...)")
+    if empty:
+        raise ValueError(f"{where}: no value in the scope for {_quoted(empty)}; run the "
+                         "startup program first, or pass the scope that holds them (scope=)")
+    return out
 
 
 def _check_manifest(path: str, tensors: dict[str, torch.Tensor], text: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import parafluid as fluid
 from parafluid.ops.registry import register_op, same_as
-from parafluid.passes.segment import SEGMENT_OP, segment_program, why_not_compilable
+from parafluid.passes.compile_regions import SEGMENT_OP, compile_regions, why_not_compilable
 
 STEPS = 5
 
@@ -28,7 +28,7 @@ def _train(build, feeds, compiled: bool, steps: int = STEPS, fetch_extra=()):
     fetch = [loss.name, *fetch_extra]
     with fluid.scope_guard(scope):
         exe.run(startup)
-        prog = segment_program(main, keep=fetch) if compiled else main
+        prog = compile_regions(main, keep=fetch) if compiled else main
         losses = [exe.run(prog, feed=feeds(i), fetch_list=fetch)[0] for i in range(steps)]
         params = {p.name: np.array(scope.find_var(p.name).value)
                   for p in main.all_parameters()}
@@ -262,7 +262,7 @@ def test_a_failing_segment_applies_no_update():
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
         loss = build()
-    prog = segment_program(main, keep=[loss.name])
+    prog = compile_regions(main, keep=[loss.name])
     feeds = _mlp_feeds()
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
@@ -286,7 +286,7 @@ def test_profiler_times_a_segment_as_one_event_or_each_op_on_request(option, tmp
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
         loss = _mlp(lambda: fluid.optimizer.SGD(0.1))()
-    prog = segment_program(main, keep=[loss.name])
+    prog = compile_regions(main, keep=[loss.name])
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup)
     feeds = _mlp_feeds()
@@ -313,7 +313,7 @@ def test_profiler_times_a_segment_as_one_event_or_each_op_on_request(option, tmp
 @pytest.fixture
 def compiled_without_fallback():
     """The test's segments compiled, and none fell back to the interpreter."""
-    from parafluid.engine.segments import compile_stats
+    from parafluid.engine.compiled_functions import compile_stats
 
     before = dict(compile_stats)
     yield
@@ -459,7 +459,7 @@ def test_debug_lists_every_op_left_out_and_why(monkeypatch, caplog):
         h = fluid.layers.dropout(fluid.layers.relu(x), dropout_prob=0.5, seed=3)
         fluid.layers.scale(fluid.layers.relu(h), scale=2.0)
     with caplog.at_level(logging.WARNING, logger="parafluid.compile"):
-        segment_program(main, keep=[])
+        compile_regions(main, keep=[])
     left = [r.getMessage() for r in caplog.records if "stays interpreted" in r.getMessage()]
     assert len(left) == 1 and "op #1 dropout" in left[0] and "random" in left[0]
 
@@ -470,7 +470,7 @@ def test_a_segment_given_lod_runs_op_by_op_and_its_outputs_keep_the_lod(caplog):
         x = fluid.layers.data(name="x", shape=[3], dtype="float32", lod_level=1)
         h = fluid.layers.relu(fluid.layers.scale(x, scale=2.0, bias=-1.0))
         pooled = fluid.layers.sequence_pool(h, pool_type="sum")
-    prog = segment_program(main, keep=[h.name, pooled.name])
+    prog = compile_regions(main, keep=[h.name, pooled.name])
     assert _segments(prog)
     values = np.random.RandomState(9).rand(5, 3).astype("float32")
     feed = {"x": fluid.create_lod_tensor(values, [[2, 3]], fluid.CPUPlace())}

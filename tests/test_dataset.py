@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.data_feed_desc import Slot
-from parafluid.dataset import build_feed, parse_multi_slot_line
+from parafluid.dataio.data_feed_desc import Slot
+from parafluid.dataio.dataset import build_feed, parse_multi_slot_line
 
 DICT = 50
 BATCH = 4

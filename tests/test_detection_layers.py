@@ -171,7 +171,7 @@ def test_rpn_proposals_through_fpn_levels_into_roi_align():
 
 
 def test_value_dependent_detection_ops_stay_out_of_compiled_segments():
-    from parafluid.passes.segment import why_not_compilable
+    from parafluid.passes.compile_regions import why_not_compilable
 
     main = fluid.Program()
     with fluid.program_guard(main, fluid.Program()):

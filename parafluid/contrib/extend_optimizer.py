@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..framework import Variable, default_startup_program, name_scope, program_guard
-from ..optimizer import Optimizer
+from ..optimizers.base import Optimizer
 
 __all__ = ["extend_with_decoupled_weight_decay"]
 

@@ -5,8 +5,11 @@ Two conventions are read:
 - Fluid's (set by ``python -m parafluid.distributed.launch``, or by a Slurm/Kubernetes job
   spec): ``PADDLE_TRAINER_ID``, ``PADDLE_TRAINERS_NUM``, ``PADDLE_TRAINER_ENDPOINTS``
   ("ip:port,ip:port"), ``PADDLE_CURRENT_ENDPOINT``, and ``PADDLE_TRAINING_ROLE`` (TRAINER by
-  default; PSERVER for parameter servers), and the pservers' endpoints in
-  ``PADDLE_PSERVER_ENDPOINTS`` or Fluid's ``PADDLE_PSERVERS_IP_PORT_LIST``.
+  default; PSERVER for parameter servers; Fluid's PaddleCloud spells it ``TRAINING_ROLE``),
+  and the pservers' endpoints in ``PADDLE_PSERVER_ENDPOINTS``, Fluid's
+  ``PADDLE_PSERVERS_IP_PORT_LIST``, or Fluid's ``PADDLE_PSERVERS`` (ips) with ``PADDLE_PORT``
+  (one port, or one per ip); lists given twice must agree. A pserver's own endpoint is
+  ``PADDLE_CURRENT_ENDPOINT``, or ``POD_IP:PADDLE_PORT``.
 - torchrun's: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``.
   torchrun's own store already listens on ``MASTER_PORT``, so trainer 0 hosts parafluid's
   rendezvous at ``MASTER_ADDR:MASTER_PORT+1``; trainer k's endpoint is written
@@ -68,19 +71,45 @@ def _int(environ: Mapping[str, str], name: str, low: int = 0) -> int:
     return value
 
 
+def _fluid_pserver_ips(e: Mapping[str, str]) -> list[str]:
+    """Fluid's ``PADDLE_PSERVERS`` (ips) with ``PADDLE_PORT`` (one port, or one per ip)."""
+    ips = [ip.strip() for ip in e.get("PADDLE_PSERVERS", "").split(",") if ip.strip()]
+    if not ips:
+        return []
+    ports = [p.strip() for p in e.get("PADDLE_PORT", "6174").split(",")]
+    if len(ports) == 1:
+        ports = ports * len(ips)
+    if len(ports) != len(ips):
+        raise ValueError(f"PADDLE_PORT lists {len(ports)} ports for {len(ips)} "
+                         f"PADDLE_PSERVERS: give one port, or one per pserver")
+    return parse_endpoints(",".join(f"{ip}:{port}" for ip, port in zip(ips, ports)),
+                           "PADDLE_PSERVERS")
+
+
+def _pserver_endpoints(e: Mapping[str, str]) -> list[str]:
+    """The pservers' endpoints, from whichever of Fluid's spellings are set (all alike)."""
+    given: list[tuple[str, list[str]]] = []
+    for var in ("PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PSERVER_ENDPOINTS"):
+        if e.get(var, "").strip():
+            given.append((var, parse_endpoints(e[var], var)))
+    ips = _fluid_pserver_ips(e)
+    if ips:
+        given.append(("PADDLE_PSERVERS with PADDLE_PORT", ips))
+    for var, listed in given[1:]:
+        if listed != given[0][1]:
+            raise ValueError(f"{var}={','.join(listed)} and {given[0][0]}="
+                             f"{','.join(given[0][1])} disagree; set one, or both to the "
+                             "same list")
+    return given[0][1] if given else []
+
+
 def _from_paddle(e: Mapping[str, str]) -> DistributedEnv:
-    role = e.get("PADDLE_TRAINING_ROLE", "TRAINER").strip().upper() or "TRAINER"
+    role_var = "PADDLE_TRAINING_ROLE" if "PADDLE_TRAINING_ROLE" in e or "TRAINING_ROLE" not in e \
+        else "TRAINING_ROLE"
+    role = e.get(role_var, "TRAINER").strip().upper() or "TRAINER"
     if role not in ("TRAINER", "PSERVER"):
-        raise ValueError(f"PADDLE_TRAINING_ROLE must be TRAINER or PSERVER, got {role!r}")
-    pservers = parse_endpoints(e["PADDLE_PSERVERS_IP_PORT_LIST"], "PADDLE_PSERVERS_IP_PORT_LIST") \
-        if e.get("PADDLE_PSERVERS_IP_PORT_LIST", "").strip() else []
-    if e.get("PADDLE_PSERVER_ENDPOINTS", "").strip():
-        listed = parse_endpoints(e["PADDLE_PSERVER_ENDPOINTS"], "PADDLE_PSERVER_ENDPOINTS")
-        if pservers and listed != pservers:
-            raise ValueError(f"PADDLE_PSERVER_ENDPOINTS={','.join(listed)} and "
-                             f"PADDLE_PSERVERS_IP_PORT_LIST={','.join(pservers)} disagree; set "
-                             "one, or both to the same list")
-        pservers = listed
+        raise ValueError(f"{role_var} must be TRAINER or PSERVER, got {role!r}")
+    pservers = _pserver_endpoints(e)
     eps = parse_endpoints(e["PADDLE_TRAINER_ENDPOINTS"], "PADDLE_TRAINER_ENDPOINTS") \
         if e.get("PADDLE_TRAINER_ENDPOINTS", "").strip() else []
     tid = _int(e, "PADDLE_TRAINER_ID") if "PADDLE_TRAINER_ID" in e else 0
@@ -93,8 +122,12 @@ def _from_paddle(e: Mapping[str, str]) -> DistributedEnv:
     cur = e.get("PADDLE_CURRENT_ENDPOINT", "").strip()
     if cur:
         parse_endpoint(cur, "PADDLE_CURRENT_ENDPOINT")
+    elif role == "PSERVER" and e.get("POD_IP"):
+        cur = f"{e['POD_IP']}:{e.get('PADDLE_PORT', '6174')}"
     if role == "TRAINER":
-        if num > 1 and not eps:
+        # (a parameter-server job's trainers talk to the pservers only: Fluid's PaddleCloud
+        # gives them no trainer endpoints)
+        if num > 1 and not eps and not pservers:
             raise ValueError(f"PADDLE_TRAINERS_NUM={num} needs PADDLE_TRAINER_ENDPOINTS, every "
                              "trainer's 'ip:port' in trainer order")
         if eps and not cur:
@@ -103,8 +136,9 @@ def _from_paddle(e: Mapping[str, str]) -> DistributedEnv:
             raise ValueError(f"PADDLE_CURRENT_ENDPOINT={cur} must be entry {tid} "
                              f"(PADDLE_TRAINER_ID) of PADDLE_TRAINER_ENDPOINTS={','.join(eps)}")
     local = _int(e, "LOCAL_RANK") if "LOCAL_RANK" in e else 0
-    return DistributedEnv(tid, num, eps or ([cur] if cur else []), cur, role, local, pservers,
-                          "paddle")
+    # (a lone trainer's endpoint is its own; a pserver's is no trainer's)
+    alone = [cur] if cur and role == "TRAINER" else []
+    return DistributedEnv(tid, num, eps or alone, cur, role, local, pservers, "paddle")
 
 
 def _from_torchrun(e: Mapping[str, str]) -> DistributedEnv:

@@ -57,7 +57,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -80,8 +79,7 @@ from .rpc import (
 from .wire import DEFAULT_MAX_MESSAGE_BYTES, Kind
 
 __all__ = ["ParameterServer", "PServerError", "CHECKPOINT_ROOT_ENV", "EMERGENCY_DIR",
-           "default_checkpoint_root", "confine_checkpoint_dir", "emergency_checkpoint_dir",
-           "file_record"]
+           "default_checkpoint_root", "confine_checkpoint_dir", "emergency_checkpoint_dir"]
 
 CHECKPOINT_ROOT_ENV = "PARAFLUID_CHECKPOINT_ROOT"
 # how long a trainer whose connection closed (without completing) may take to show that it
@@ -720,16 +718,6 @@ def confine_checkpoint_dir(dirname: str, root: str) -> str:
                          f"checkpoint root {root!r} (set ${CHECKPOINT_ROOT_ENV} on the "
                          "pserver to allow another directory)")
     return path
-
-
-def file_record(path: str, step: int) -> dict[str, Any]:
-    """What a saved file is in a checkpoint's marker: its name, step, size and SHA-256."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return {"file": os.path.basename(path), "step": int(step), "bytes": os.path.getsize(path),
-            "sha256": h.hexdigest()}
 
 
 def _wait(tracker: zmq.MessageTracker, seconds: float) -> bool:

@@ -31,7 +31,7 @@ import torch
 
 from .. import framework
 from ..framework import Parameter, Variable
-from ..tensor_file import read_tensors
+from ..tensor_file import read_tensors, write_tensors
 from .varbase import as_numpy
 
 __all__ = ["save_dygraph", "load_dygraph", "save_persistables", "load_persistables"]
@@ -66,8 +66,6 @@ def _tensors(state: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
 
 def _write(path: str, tensors: dict[str, torch.Tensor], kind: str,
            extra: dict[str, str] | None = None) -> None:
-    from ..io import write_tensors  # (io imports the layers; this module is imported by them)
-
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)

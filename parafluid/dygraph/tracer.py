@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from .. import framework
-from ..backward import _prune_missing_grads
+from ..backward import prune_missing_grads
 from ..dtypes import convert_dtype
 from ..engine.runtime import bind_op, op_error
 from ..framework import GRAD_SUFFIX, Operator, Parameter, Variable
@@ -311,7 +311,7 @@ class Tracer:
         op = node.op
         blocked = {k for k, v in node.ins if v.stop_gradient}
         for spec in get_op_def(op.type).grad(op, blocked, _GRAD_CONTEXT):
-            ok, zero_fills = _prune_missing_grads(spec, produced)
+            ok, zero_fills = prune_missing_grads(spec, produced)
             if not ok:
                 continue
             for s in (*zero_fills, spec):

@@ -45,11 +45,12 @@ from ..dtypes import VarType
 from ..feed_fetch import batch_feeds, missing_value_message
 from ..ops.reader import EOFException
 from ..ops.registry import get_op_def
+from ..passes.compile_regions import SEGMENT_OP
 from ..passes.liveness import release_plan, sub_block_io_listed
 from ..passes.memory_optimize import check_fetch_targets
-from ..passes.segment import SEGMENT_OP
 from ..scope import TensorArray
 from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
+from .compiled_functions import bind_compiled_function
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
 from .runtime import (
@@ -62,7 +63,6 @@ from .runtime import (
     timed,
 )
 from .scheduler import Scheduler, TaskError, TaskGraph
-from .segments import bind_segment
 
 __all__ = ["Plan", "run_plan", "RunServices", "BlockRunner"]
 
@@ -70,7 +70,7 @@ __all__ = ["Plan", "run_plan", "RunServices", "BlockRunner"]
 def _binder(op: Any) -> Callable:
     """How to bind ``op``: a compiled segment as one function of its ops, any other op
     through ``runtime.bind_op``."""
-    return bind_segment if op.type == SEGMENT_OP else bind_op
+    return bind_compiled_function if op.type == SEGMENT_OP else bind_op
 
 Task = Callable[[], None]
 

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from ..ops.registry import EMPTY, GRAD, get_op_def
-from ..placement import torch_device
+from ..placement import op_device_name, torch_device
 
 __all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext",
            "OpRecord", "add_op_hook", "remove_op_hook", "op_hooks_active", "op_device",
@@ -77,10 +77,9 @@ def op_error(op: Any, index: int, exc: BaseException, device: int | None = None)
 def op_device(op: Any, default: torch.device) -> torch.device:
     """The device an op runs on: its ``op_device`` attr ("cpu", "cpu:1", "gpu:0"), else
     ``default``. CPU devices with different ids are distinct places on one torch CPU."""
-    spec = op.attrs.get("op_device") or ""
-    if not spec:
-        return default
-    return torch_device(spec, f"op {op.type} (created at {op.callsite}): op_device")
+    what = f"op {op.type} (created at {op.callsite}): op_device"
+    name = op_device_name(op, what)
+    return default if name is None else torch_device(name, what)
 
 
 # ---------------------------------------------------------------------- run context

@@ -15,12 +15,19 @@ from . import sequence
 from . import static_rnn
 from . import tensor
 from . import vision
-from . import misc
-from . import loss_extra
-from . import seq_extra
+from . import scatter_gather
+from . import loss_distance
+from . import sequence_steps
 from . import spatial
-from . import tensor_extra
-from . import tensor_more
+from . import python_function
+from . import creation
+from . import random
+from . import shapes
+from . import math
+from . import logic
+from . import selected_rows
+from . import rnn
+from . import ctc
 from . import debug
 from . import rank_table
 from . import distributions
@@ -30,11 +37,12 @@ from . import roi
 from . import yolo
 from . import deformable
 from . import retinanet
-from . import norm_extra
+from . import norm
 from . import tree
 from . import text_match
 from . import lstm_stack
 from . import fluid_paths
+from . import weight_norm  # WeightNormParamAttr's parameters (layer_helper calls it)
 from .control_flow import *
 from .dynamic_rnn import *
 from .index import *
@@ -47,12 +55,19 @@ from .sequence import *
 from .static_rnn import *
 from .tensor import *
 from .vision import *
-from .misc import *
-from .loss_extra import *
-from .seq_extra import *
+from .scatter_gather import *
+from .loss_distance import *
+from .sequence_steps import *
 from .spatial import *
-from .tensor_extra import *
-from .tensor_more import *
+from .python_function import *
+from .creation import *
+from .random import *
+from .shapes import *
+from .math import *
+from .logic import *
+from .selected_rows import *
+from .rnn import *
+from .ctc import *
 from .debug import *
 from .rank_table import *
 from .distributions import *
@@ -61,7 +76,7 @@ from .roi import *
 from .yolo import *
 from .deformable import *
 from .retinanet import *
-from .norm_extra import *
+from .norm import *
 from .tree import *
 from .text_match import *
 from .lstm_stack import *
@@ -69,12 +84,14 @@ from .lstm_stack import *
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
            + static_rnn.__all__ + dynamic_rnn.__all__)
-__all__ += vision.__all__ + misc.__all__ + loss_extra.__all__ + seq_extra.__all__
-__all__ += spatial.__all__ + tensor_extra.__all__ + tensor_more.__all__ + debug.__all__
+__all__ += vision.__all__ + scatter_gather.__all__ + loss_distance.__all__ + sequence_steps.__all__
+__all__ += spatial.__all__ + python_function.__all__ + creation.__all__ + debug.__all__
+__all__ += random.__all__ + shapes.__all__ + math.__all__ + logic.__all__
+__all__ += selected_rows.__all__ + rnn.__all__ + ctc.__all__
 __all__ += rank_table.__all__ + distributions.__all__
 __all__ += detection.__all__ + roi.__all__ + yolo.__all__ + deformable.__all__
 __all__ += retinanet.__all__
-__all__ += norm_extra.__all__ + tree.__all__ + text_match.__all__
+__all__ += norm.__all__ + tree.__all__ + text_match.__all__
 __all__ += lstm_stack.__all__
 
 

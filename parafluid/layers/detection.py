@@ -356,7 +356,7 @@ def ssd_loss(location: Variable, confidence: Variable, gt_box: Variable, gt_labe
     """
     from .index import flatten
     from .loss import softmax_with_cross_entropy
-    from .loss_extra import smooth_l1
+    from .loss_distance import smooth_l1
     from .sequence import lod_reset
     from .tensor import cast, reduce_sum, reshape
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..dataio.legacy_reader import create_py_reader_by_data, double_buffer, py_reader, read_file
 from ..dtypes import VarType
 from ..framework import Variable, default_main_program
-from ..legacy_reader import create_py_reader_by_data, double_buffer, py_reader, read_file
 
 __all__ = ["data", "py_reader", "create_py_reader_by_data", "read_file", "double_buffer",
            "load"]

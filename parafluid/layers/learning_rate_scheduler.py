@@ -19,6 +19,7 @@ from typing import Any
 from ..framework import Variable, default_main_program, in_dygraph_mode
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
+from . import learning_rate_decay
 
 __all__ = ["exponential_decay", "natural_exp_decay", "inverse_time_decay", "polynomial_decay",
            "piecewise_decay", "noam_decay", "cosine_decay", "linear_lr_warmup",
@@ -91,11 +92,10 @@ def _schedule(op_type: str, learning_rate: Any, attrs: dict[str, Any],
 
 def _imperative(name: str, *args: Any) -> Any:
     """In the imperative mode a decay layer returns the schedule object of
-    ``fluid.dygraph`` that the optimizer advances one step per ``minimize``, as Fluid 1.6's
-    layers do there (a variable would hold the first step's rate for ever)."""
-    from .. import dygraph
-
-    return getattr(dygraph, name)(*args)
+    ``fluid.dygraph`` (``learning_rate_decay.py``) that the optimizer advances one step per
+    ``minimize``, as Fluid 1.6's layers do there (a variable would hold the first step's
+    rate for ever)."""
+    return getattr(learning_rate_decay, name)(*args)
 
 
 def exponential_decay(learning_rate: float | Variable, decay_steps: int, decay_rate: float,

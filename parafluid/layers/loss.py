@@ -1,5 +1,6 @@
-"""Loss and metric layers: cross_entropy, softmax_with_cross_entropy, square_error_cost,
-accuracy."""
+"""Loss and metric layers over class scores: cross_entropy, softmax_with_cross_entropy,
+square_error_cost, kldiv_loss, bpr_loss, sampled_softmax_with_cross_entropy, ...; accuracy,
+auc and mean_iou."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .common import check_var, check_vars
 
 __all__ = ["cross_entropy", "softmax_with_cross_entropy", "square_error_cost", "accuracy",
            "auc", "sigmoid_cross_entropy_with_logits", "log_loss", "huber_loss", "label_smooth",
-           "hsigmoid", "nce", "warpctc"]
+           "hsigmoid", "nce", "warpctc", "kldiv_loss", "bpr_loss", "teacher_student_sigmoid_loss",
+           "sampled_softmax_with_cross_entropy", "mean_iou"]
 
 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
@@ -331,3 +334,124 @@ def warpctc(input: Variable, label: Variable, blank: int = 0, norm_by_times: boo
     return _one("warpctc", inputs, "Loss",
                 {"blank": blank, "norm_by_times": bool(norm_by_times)}, input.dtype,
                 extra=("WarpCTCGrad",))
+
+
+def kldiv_loss(x: Variable, target: Variable, reduction: str = "mean",
+               name: str | None = None) -> Variable:
+    """KL divergence ``target * (log(target) - x)`` with ``x`` log-probabilities; reduction
+    ``none`` (elementwise), ``batchmean``, ``mean`` or ``sum`` (shape [1])."""
+    check_vars("kldiv_loss", x=x, target=target)
+    return _one("kldiv_loss", {"X": [x], "Target": [target]}, "Loss",
+                {"reduction": reduction}, x.dtype, name)
+
+
+def bpr_loss(input: Variable, label: Variable, name: str | None = None) -> Variable:
+    """Bayesian personalized ranking over scores ``[N, C]`` and int64 labels ``[N, 1]``:
+    ``-mean_{j != label} log(sigmoid(s_label - s_j))`` per row, ``[N, 1]``."""
+    check_vars("bpr_loss", input=input, label=label)
+    return _one("bpr_loss", {"X": [input], "Label": [label]}, "Y", {}, input.dtype, name)
+
+
+def teacher_student_sigmoid_loss(input: Variable, label: Variable,
+                                 soft_max_up_bound: float = 15.0,
+                                 soft_max_lower_bound: float = -15.0) -> Variable:
+    """Click-through loss distilled from a teacher: ``label`` is -2 / -1 (no teacher score,
+    no click / click) or ``q`` / ``1 + q`` (teacher score ``q``, no click / click); ``[N, 1]``.
+    The gradient is zero where the logit is beyond the bounds (Fluid's kernel)."""
+    check_vars("teacher_student_sigmoid_loss", input=input, label=label)
+    return _one("teacher_student_sigmoid_loss", {"X": [input], "Label": [label]}, "Y",
+                {"soft_max_up_bound": float(soft_max_up_bound),
+                 "soft_max_lower_bound": float(soft_max_lower_bound)}, input.dtype, None)
+
+
+def sampled_softmax_with_cross_entropy(logits: Variable, label: Variable, num_samples: int,
+                                       num_true: int = 1,
+                                       remove_accidental_hits: bool = True,
+                                       use_customized_samples: bool = False,
+                                       customized_samples: Variable | None = None,
+                                       customized_probabilities: Variable | None = None,
+                                       seed: int = 0) -> Variable:
+    """Softmax cross entropy over the true classes and ``num_samples`` sampled ones, ``[N, 1]``.
+
+    A ``sample_logits`` op takes each row's ``num_true`` labels (``label``: int64
+    ``[N, num_true]``) and ``num_samples`` distinct classes drawn for the batch from the
+    log-uniform distribution (or ``customized_samples`` with their
+    ``customized_probabilities``, both ``[N, num_true + num_samples]``), with logits
+    corrected by ``-log(probability)`` and accidental hits (a sampled class that is a true
+    label) pushed to ``-1e20``; then ``softmax_with_cross_entropy`` with a soft label of 1
+    at each true class, divided by ``num_true``. A nonzero ``seed`` draws the same samples
+    on every run. The gradient reaches ``logits`` at the sampled columns only.
+
+    Example::
+
+        logits = fluid.layers.fc(input=x, size=1000)
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        loss = fluid.layers.sampled_softmax_with_cross_entropy(logits, label, num_samples=25)
+    """
+    from .tensor import reduce_sum, reshape
+
+    check_vars("sampled_softmax_with_cross_entropy", logits=logits, label=label)
+    if num_samples < 1 or num_true < 1:
+        raise ValueError(f"sampled_softmax_with_cross_entropy: num_samples and num_true must "
+                         f"be positive, got {num_samples} and {num_true}")
+    helper = LayerHelper("sample_logits")
+    inputs = {"Logits": [logits], "Labels": [label]}
+    if use_customized_samples:
+        check_vars("sampled_softmax_with_cross_entropy", customized_samples=customized_samples,
+                    customized_probabilities=customized_probabilities)
+        inputs["CustomizedSamples"] = [customized_samples]
+        inputs["CustomizedProbabilities"] = [customized_probabilities]
+    samples = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    probabilities = helper.create_variable_for_type_inference(logits.dtype, stop_gradient=True)
+    sampled_logits = helper.create_variable_for_type_inference(logits.dtype)
+    sampled_label = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("sample_logits", inputs=inputs,
+                     outputs={"Samples": [samples], "Probabilities": [probabilities],
+                              "SampledLogits": [sampled_logits],
+                              "SampledLabels": [sampled_label]},
+                     attrs={"use_customized_samples": bool(use_customized_samples),
+                            "uniq": True, "remove_accidental_hits": bool(remove_accidental_hits),
+                            "num_samples": int(num_samples), "seed": int(seed)})
+    depth = num_true + num_samples
+    if num_true == 1:
+        soft_label = helper.create_variable_for_type_inference(logits.dtype,
+                                                               stop_gradient=True)
+        helper.append_op("one_hot", inputs={"X": [sampled_label]}, outputs={"Out": [soft_label]},
+                         attrs={"depth": depth, "dtype": logits.dtype})
+    else:  # one 1 per true column: the sum of each label's one-hot row
+        flat = reshape(sampled_label, [-1, num_true, 1])
+        hot = helper.create_variable_for_type_inference(logits.dtype, stop_gradient=True)
+        helper.append_op("one_hot", inputs={"X": [flat]}, outputs={"Out": [hot]},
+                         attrs={"depth": depth, "dtype": logits.dtype})
+        soft_label = reduce_sum(hot, dim=1)
+        soft_label.stop_gradient = True
+    softmax = helper.create_variable_for_type_inference(logits.dtype)
+    loss = helper.create_variable_for_type_inference(logits.dtype)
+    helper.append_op("softmax_with_cross_entropy",
+                     inputs={"Logits": [sampled_logits], "Label": [soft_label]},
+                     outputs={"Softmax": [softmax], "Loss": [loss]},
+                     attrs={"soft_label": True, "ignore_index": -100,
+                            "numeric_stable_mode": False, "axis": -1})
+    if num_true == 1:
+        return loss
+    out = helper.create_variable_for_type_inference(logits.dtype)
+    helper.append_op("scale", inputs={"X": [loss]}, outputs={"Out": [out]},
+                     attrs={"scale": 1.0 / num_true, "bias": 0.0})
+    return out
+
+
+def mean_iou(input: Variable, label: Variable,
+             num_classes: int) -> tuple[Variable, Variable, Variable]:
+    """Mean intersection-over-union of predicted and true class ids (segmentation metric):
+    ``(mean_iou [1], wrong [num_classes], correct [num_classes])``."""
+    check_var("mean_iou", "input", input)
+    check_var("mean_iou", "label", label)
+    helper = LayerHelper("mean_iou")
+    miou = helper.create_variable_for_type_inference("float32", stop_gradient=True)
+    wrong = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    correct = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("mean_iou", inputs={"Predictions": [input], "Labels": [label]},
+                     outputs={"OutMeanIou": [miou], "OutWrong": [wrong],
+                              "OutCorrect": [correct]},
+                     attrs={"num_classes": int(num_classes)})
+    return miou, wrong, correct

@@ -59,8 +59,8 @@ def lstm(input: Variable, init_h: Variable, init_c: Variable, max_len: int,  # n
     """
     from .index import slice as slice_
     from .index import stack
-    from .misc import unstack
     from .nn import dropout, elementwise_add, matmul
+    from .scatter_gather import unstack
     from .tensor import concat, reshape
 
     for arg, v in (("input", input), ("init_h", init_h), ("init_c", init_c)):

@@ -7,11 +7,12 @@ from typing import Any
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 from ..ops.common import numel
+from .common import append_one, check_vars
 from .window_args import channel_axis, check_format, padding_attrs
 
 __all__ = ["fc", "mean", "mul", "matmul", "elementwise_add", "elementwise_sub", "elementwise_mul",
            "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_pow", "scale",
-           "sums"]
+           "sums", "bilinear_tensor_product", "continuous_value_model"]
 
 
 def fc(input: Variable | list[Variable], size: int, num_flatten_dims: int = 1,
@@ -509,6 +510,44 @@ def filter_by_instag(ins: Variable, ins_tag: Variable, filter_tag: Variable,
 
 
 __all__ += ["filter_by_instag"]
+
+
+def bilinear_tensor_product(x: Variable, y: Variable, size: int, act: str | None = None,
+                            name: str | None = None, param_attr: Any = None,
+                            bias_attr: Any = None) -> Variable:
+    """``out[n, k] = x[n] @ W[k] @ y[n] + b[k]`` with ``W [size, M, P]``.
+
+    Example::
+
+        score = fluid.layers.bilinear_tensor_product(user, item, size=8, act="tanh")
+    """
+    check_vars("bilinear_tensor_product", x=x, y=y)
+    helper = LayerHelper("bilinear_tensor_product", param_attr=param_attr,
+                         bias_attr=bias_attr, act=act, name=name)
+    m, p = (x.shape or (0, 0))[-1], (y.shape or (0, 0))[-1]
+    if len(x.shape or ()) != 2 or len(y.shape or ()) != 2 or m <= 0 or p <= 0:
+        raise ValueError(f"bilinear_tensor_product: x and y must be 2-D with known widths, got "
+                         f"{list(x.shape or [])} and {list(y.shape or [])}")
+    dtype = x.dtype
+    inputs: dict[str, Any] = {"X": [x], "Y": [y],
+                              "Weight": [helper.create_parameter(helper.param_attr,
+                                                                 [size, m, p], dtype)]}
+    bias = helper.create_parameter(helper.bias_attr, [1, size], dtype, is_bias=True)
+    if bias is not None:
+        inputs["Bias"] = [bias]
+    out = helper.create_variable_for_type_inference(dtype)
+    helper.append_op("bilinear_tensor_product", inputs=inputs, outputs={"Out": [out]})
+    return helper.append_activation(out)
+
+
+def continuous_value_model(input: Variable, cvm: Variable, use_cvm: bool = True) -> Variable:
+    """CTR models' show/click features: the first two columns of ``input`` (show, click)
+    become ``log(show + 1)`` and ``log(click + 1) - log(show + 1)`` (``use_cvm``) or are
+    dropped. As in Fluid, the gradient of those two columns is ``cvm`` itself."""
+    check_vars("continuous_value_model", input=input, cvm=cvm)
+    return append_one("cvm", {"X": [input], "CVM": [cvm]}, {"use_cvm": bool(use_cvm)},
+                      input.dtype, out_slot="Y")
+
 
 def __getattr__(name: str) -> object:
     # Fluid 1.6 spells the layers it defined here as fluid.layers.nn.<name>

@@ -41,7 +41,7 @@ from . import shape2
 from . import pool_index
 from . import conv_shift
 from . import vision
-from . import segment
+from . import compiled_block
 from . import vocab_loss
 from . import sequence_steps
 from . import tensor_array

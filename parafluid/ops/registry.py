@@ -119,7 +119,7 @@ class OpDef:
     fresh_output: bool = False  # the kernel's outputs are always new tensors, never views
     comm: bool = False  # moves values between devices or processes
     # why the op cannot run inside a compiled segment (a host round trip, a value-dependent
-    # output shape, ...); None: it can (passes/segment.py also checks side effects, seeds,
+    # output shape, ...); None: it can (passes/compile_regions.py also checks side effects, seeds,
     # sub-blocks and row-sparse values itself)
     no_compile: str | None = None
     input_by_name: dict[str, Slot] = field(default_factory=dict)

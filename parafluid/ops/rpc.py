@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..distributed.checkpoint import write_pserver_checkpoint, write_pserver_emergency_checkpoint
+from ..tensor_file import scope_values
 from .registry import register_op
 
 __all__ = ["RPC_OP_TYPES", "trainer_suffix", "parse_grad_to_block"]
@@ -37,6 +39,15 @@ log = logging.getLogger("parafluid.ops.rpc")
 RPC_OP_TYPES = frozenset({"send", "recv", "send_barrier", "fetch_barrier",
                           "distributed_lookup_table"})
 
+
+
+def pserver_checkpoint_filename(pserver_program: Any) -> str | None:
+    """The file a pserver's blocks are saved in (``pserver_<id>.safetensors``), or None when
+    ``pserver_program`` is not a pserver program (no ``listen_and_serv`` op)."""
+    for op in pserver_program.global_block().ops:
+        if op.type == "listen_and_serv":
+            return f"pserver_{int(op.attr('pserver_id'))}.safetensors"
+    return None
 
 def trainer_suffix(trainer_id: int) -> str:
     """The suffix of a gradient block sent by trainer ``trainer_id`` in sync mode."""
@@ -311,19 +322,15 @@ class _Server:
     def _state(self, what: str) -> dict[str, torch.Tensor]:
         """This pserver's persistables that hold a value (its blocks, their optimizer
         state, the LR counter)."""
-        from ..io import _values
-
         program = self.ctx.op.block.program
         scope = self.ctx.scope
         chosen = [v for n, v in program.global_block().vars.items() if v.persistable
                   and scope.find_var(n) is not None and scope.find_var(n).value is not None]
-        return _values(scope, chosen, f"pserver {self.endpoint} {what}")
+        return scope_values(scope, chosen, f"pserver {self.endpoint} {what}")
 
     def save(self, dirname: str, step: int) -> str:
         """Checkpoint notice: this pserver's persistables of ``step`` into ``dirname`` (see
         io); returns the record of the file for the checkpoint's marker."""
-        from ..io import pserver_checkpoint_filename, write_pserver_checkpoint
-
         return write_pserver_checkpoint(dirname,
                                         pserver_checkpoint_filename(self.ctx.op.block.program),
                                         self._state("checkpoint"), step)
@@ -331,8 +338,6 @@ class _Server:
     def emergency_save(self, dirname: str, step: int) -> None:
         """Before a failure ends the pserver: its persistables of ``step`` into
         ``dirname/pserver_<id>/`` with a marker of their own (see io)."""
-        from ..io import pserver_checkpoint_filename, write_pserver_emergency_checkpoint
-
         write_pserver_emergency_checkpoint(
             dirname, pserver_checkpoint_filename(self.ctx.op.block.program),
             self._state("emergency checkpoint"), step)

@@ -12,20 +12,32 @@ run's scope) and reused afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..feed_fetch import fetch_names
 from ..framework import Program, Variable
-from ..passes.segment import segment_program
+from ..passes.compile_regions import compile_regions
 from ..place import CUDAPlace
 from ..placement import is_placed
-from ..predictor_config import AnalysisConfig, NativeConfig
 from ..scope import Scope
 from .parallel_executor import ParallelExecutor
 from .strategy import BuildStrategy, ExecutionStrategy, build_pipeline
 
-__all__ = ["CompiledProgram"]
+__all__ = ["CompiledProgram", "register_inference"]
+
+# NOTE: the inference API (parafluid/inference_api/) is built on the executors, so it
+# registers here how a program compiled with ``with_inference_optimize`` runs; the
+# executors never import it. (config types, run(compiled, exe, feed, fetch_list,
+# return_numpy))
+_INFERENCE: list[tuple[tuple[type, ...], Callable[..., list[Any]]]] = []
+
+
+def register_inference(config_types: tuple[type, ...],
+                       run: Callable[..., list[Any]]) -> None:
+    """Install the inference API: the config classes ``with_inference_optimize`` accepts,
+    and ``run(compiled, exe, feed, fetch_list, return_numpy)`` that runs such a program."""
+    _INFERENCE[:] = [(tuple(config_types), run)]
 
 
 class CompiledProgram:
@@ -64,11 +76,10 @@ class CompiledProgram:
         self._segmented: dict[tuple, Program] = {}  # (version, fetch) -> program run
         self._placed: tuple[int, bool] = (-1, False)  # (version, placed on devices)
         self._is_inference = False
-        self._infer_config: AnalysisConfig | NativeConfig | None = None
+        self._infer_config: Any = None  # an AnalysisConfig or NativeConfig
         self._predictor: Any = None
 
-    def with_inference_optimize(self, config: AnalysisConfig | NativeConfig
-                                ) -> CompiledProgram:
+    def with_inference_optimize(self, config: Any) -> CompiledProgram:
         """Run as the inference predictor of ``config`` (``fluid.core.AnalysisConfig`` or
         ``NativeConfig``): the saved model it names, loaded and pruned for inference as
         ``fluid.core.create_paddle_predictor(config)`` loads it, in a scope of its own.
@@ -92,7 +103,8 @@ class CompiledProgram:
         if self._is_inference:
             raise ValueError("CompiledProgram.with_inference_optimize was already called on "
                              "this program; create a new CompiledProgram")
-        if not isinstance(config, (AnalysisConfig, NativeConfig)):
+        config_types = _INFERENCE[0][0] if _INFERENCE else ()
+        if not isinstance(config, config_types):
             raise TypeError("CompiledProgram.with_inference_optimize: config must be a "
                             "fluid.core.AnalysisConfig or NativeConfig, got "
                             f"{type(config).__name__}")
@@ -145,7 +157,7 @@ class CompiledProgram:
     def _run_from_executor(self, exe: Any, feed: Any, fetch_list: list[Any], scope: Scope,
                            return_numpy: bool) -> list[Any]:
         if self._is_inference:
-            return self._run_inference(exe, feed, fetch_list, return_numpy)
+            return _INFERENCE[0][1](self, exe, feed, fetch_list, return_numpy)
         if self._executor is None and self._compiles_alone(feed):
             if isinstance(feed, (list, tuple)):
                 feed = feed[0]
@@ -159,27 +171,6 @@ class CompiledProgram:
                              "the scope of its first run, or create a new CompiledProgram")
         return self._executor._run(fetch_list, feed or None, return_numpy, True,
                                    check_nan_inf=exe.check_nan_inf)
-
-    def _run_inference(self, exe: Any, feed: Any, fetch_list: list[Any], return_numpy: bool
-                       ) -> list[Any]:
-        from ..predictor import PaddleTensor, create_paddle_predictor
-
-        if self._predictor is None:
-            self._predictor = create_paddle_predictor(self._infer_config)
-        predictor = self._predictor
-        if isinstance(feed, (list, tuple)) and all(isinstance(t, PaddleTensor) for t in feed):
-            if fetch_list:
-                raise ValueError("CompiledProgram (inference): a PaddleTensor feed returns the "
-                                 "model's outputs; leave fetch_list empty, or feed a dict "
-                                 "{name: array} to fetch by name")
-            return predictor.run(list(feed))
-        if not isinstance(feed, dict):
-            raise TypeError("CompiledProgram (inference): feed a list of fluid.core."
-                            "PaddleTensor (one per model input) or a dict {name: array}, got "
-                            f"{type(feed).__name__}")
-        fetch = fetch_names(fetch_list) or predictor.get_output_names()
-        return exe.run(predictor.program(), feed=feed, fetch_list=fetch,
-                       scope=predictor._scope, return_numpy=return_numpy)
 
     def _compiles_alone(self, feed: Any) -> bool:
         """Whether this runs as compiled segments on the executor's own plan (one device, no
@@ -202,7 +193,7 @@ class CompiledProgram:
         program = self._segmented.get(key)
         if program is None:
             passes = build_pipeline(self._build_strategy, 1, self._loss_name)
-            program = segment_program(passes(self._program),
+            program = compile_regions(passes(self._program),
                                       keep=[*fetch, *filter(None, [self._loss_name])])
             self._segmented = {k: v for k, v in self._segmented.items()
                                if k[0] == key[0]}

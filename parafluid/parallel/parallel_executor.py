@@ -40,14 +40,15 @@ from ..engine.runtime import OpRunError
 from ..engine.scheduler import default_num_threads, make_scheduler
 from ..feed_fetch import (
     FeedSplitter,
+    as_fetch_list,
     check_batch_sizes,
     fetch_names,
     merge_fetches,
     missing_value_message,
 )
 from ..framework import Program, default_main_program
+from ..passes.compile_regions import compile_regions
 from ..passes.grad_aggregation import find_params_grads, loss_grad_op_index
-from ..passes.segment import segment_program
 from ..place import cpu_device_count, to_device
 from ..placement import is_placed
 from ..scope import Scope, SelectedRows, global_scope
@@ -204,9 +205,7 @@ class ParallelExecutor:
         if self._closed:
             raise RuntimeError("ParallelExecutor.run() after close(): its device scopes were "
                                "freed; create a new ParallelExecutor")
-        if not isinstance(fetch_list, (list, tuple)):
-            fetch_list = [fetch_list]
-        fetch = tuple(fetch_names(fetch_list))
+        fetch = tuple(fetch_names(as_fetch_list(fetch_list)))
         program, graph = self._graph(fetch)
         block = program.global_block()
         feeds = self._feeds.split(feed, block)
@@ -359,7 +358,7 @@ class ParallelExecutor:
         program = pipeline(self._program)
         options = GraphOptions(sequential=bs.enable_sequential_execution,
                                rank_offset=comm.rank_offset)
-        segment = partial(segment_program, keep=keep) if bs.enable_compile else None
+        segment = partial(compile_regions, keep=keep) if bs.enable_compile else None
         if is_placed(program) or bs.num_microbatches > 1:
             # operator placement in one process (docs/placement.md): one lane per device
             program, graph, lanes = placed_parallel_graph(

@@ -25,15 +25,17 @@ from typing import Any
 from ..framework import GRAD_SUFFIX, Operator, Program
 from ..ops.fused import FUSABLE_ACTIVATIONS
 from ..ops.registry import EMPTY
+from .rewrite import make_op, rewrite_global_ops
 
 __all__ = ["fuse_elewise_add_act"]
 
 
 def fuse_elewise_add_act(program: Program) -> Program:
     """A copy of ``program`` with every fusable add + activation pair fused."""
-    out = program.clone()
-    block = out.global_block()
-    ops = block.ops
+    return rewrite_global_ops(program, _fuse)
+
+
+def _fuse(block: Any, ops: list[Operator]) -> list[Operator]:
     readers: dict[str, list[int]] = defaultdict(list)
     writers: dict[str, list[int]] = defaultdict(list)
     for i, op in enumerate(ops):
@@ -61,14 +63,13 @@ def fuse_elewise_add_act(program: Program) -> Program:
         attrs = {"functor_list": [act.type, "elementwise_add"], "axis": add.attr("axis"),
                  "save_intermediate_out": True, "op_role": add.attrs.get("op_role", 0),
                  "op_role_var": list(add.attrs.get("op_role_var") or [])}
-        replace[i] = _op(block, "fused_elemwise_activation", add.inputs,
-                         {"Out": [o], "IntermediateOut": [t]}, attrs, add.callsite)
+        replace[i] = make_op(block, "fused_elemwise_activation", add.inputs,
+                             {"Out": [o], "IntermediateOut": [t]}, attrs, add.callsite,
+                             infer=False)  # (its variables exist)
         replace[j] = None
         _fuse_grads(block, ops, readers, writers, add, act, t, o, attrs, replace)
-    block.ops = [new for k, op in enumerate(ops)
-                 for new in ([op] if k not in replace else [replace[k]] if replace[k] else [])]
-    out._bump()
-    return out
+    return [new for k, op in enumerate(ops)
+            for new in ([op] if k not in replace else [replace[k]] if replace[k] else [])]
 
 
 def _fuse_grads(block: Any, ops: list[Operator], readers: dict[str, list[int]],
@@ -94,16 +95,6 @@ def _fuse_grads(block: Any, ops: list[Operator], readers: dict[str, list[int]],
              "save_intermediate_out": True, "op_role": add_grad.attrs.get("op_role", 0),
              "op_role_var": list(add_grad.attrs.get("op_role_var") or [])}
     inputs = {"X": add.input("X"), "Y": add.input("Y"), "Out": [o], "Out@GRAD": [og]}
-    replace[gb] = _op(block, "fused_elemwise_activation_grad", inputs, outputs, attrs,
-                      add_grad.callsite)
+    replace[gb] = make_op(block, "fused_elemwise_activation_grad", inputs, outputs, attrs,
+                          add_grad.callsite, infer=False)
     replace[ga] = None
-
-
-def _op(block: Any, type: str, inputs: dict[str, list[str]], outputs: dict[str, list[str]],
-        attrs: dict[str, Any], callsite: str) -> Operator:
-    from ..ops.registry import prepare_op
-
-    op = Operator(block, type, {k: list(v) for k, v in inputs.items()},
-                  {k: list(v) for k, v in outputs.items()}, dict(attrs), callsite)
-    prepare_op(op, infer=False)  # slots checked, attr defaults filled; vars already exist
-    return op

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..framework import OpRole
+from ..ops.common import numel
 from ..ops.registry import EMPTY
 from ..placement import place_attrs
 
@@ -140,7 +141,7 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
         var = new_block._find_var_recursive(name)
         shape = list(var.shape) if var is not None and var.shape is not None else None
         grad_or_loss = name in (n for op in updates for n in op.input_arg_names) or \
-            (shape is not None and _numel(shape) == 1)
+            (shape is not None and numel(shape) == 1)
         if grad_or_loss:
             # gradients of a mean loss, and the loss itself: the mean over micro-batches
             result.append(new_block._make_op("sum", {"X": parts}, {"Out": [name]}, attrs))
@@ -158,9 +159,3 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
     out._bump()
     return out
 
-
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -19,17 +19,20 @@ from typing import Any
 
 from ..framework import Operator, OpRole, Program
 from ..ops.registry import EMPTY
+from .rewrite import make_op, rewrite_global_ops
 
 __all__ = ["sync_batch_norm"]
 
 
 def sync_batch_norm(program: Program) -> Program:
     """A copy of ``program`` whose training batch_norm ops synchronize across devices."""
-    out = program.clone()
-    block = out.global_block()
+    return rewrite_global_ops(program, _sync)
+
+
+def _sync(block: Any, ops: list[Operator]) -> list[Operator]:
     new_ops: list[Operator] = []
     synced: dict[str, tuple[str, str]] = {}  # SavedMean name -> (global stats, layout)
-    for op in block.ops:
+    for op in ops:
         if op.type == "batch_norm" and not op.attr("is_test") and \
                 not op.attr("use_global_stats"):
             new_ops += _forward(block, op, synced)
@@ -38,9 +41,7 @@ def sync_batch_norm(program: Program) -> Program:
             new_ops += _backward(block, op, synced[op.input("SavedMean")[0]])
         else:
             new_ops.append(op)
-    block.ops = new_ops
-    out._bump()
-    return out
+    return new_ops
 
 
 def _var(block: Any, name: str, dtype: str) -> str:
@@ -51,13 +52,9 @@ def _var(block: Any, name: str, dtype: str) -> str:
 def _make(block: Any, type: str, inputs: dict[str, list[str]], outputs: dict[str, list[str]],
           attrs: dict[str, Any], like: Operator, role_var: bool = False) -> Operator:
     """An op with ``like``'s role and callsite (and its op_role_var if ``role_var``)."""
-    from ..ops.registry import prepare_op
-
     attrs = dict(attrs, op_role=like.attrs.get("op_role", OpRole.Forward),
                  op_role_var=list(like.attrs.get("op_role_var") or []) if role_var else [])
-    op = Operator(block, type, inputs, outputs, attrs, like.callsite)
-    prepare_op(op)  # fills attr defaults, infers the new variables' shapes
-    return op
+    return make_op(block, type, inputs, outputs, attrs, like.callsite)
 
 
 def _forward(block: Any, op: Operator, synced: dict[str, tuple[str, str]]) -> list[Operator]:

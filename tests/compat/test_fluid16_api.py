@@ -1,4 +1,4 @@
-"""Walk Fluid 1.6's public API (tests/compat/fluid16_api.txt) against parafluid.
+"""Walk Fluid 1.6's public API (parafluid/specs/fluid16_api.txt) against parafluid.
 
 Every name must import at Fluid's path and be either provided (accepting Fluid's keyword
 arguments, and used by some test under tests/) or a documented not-provided stand-in
@@ -23,7 +23,7 @@ from parafluid.compat import NOT_PROVIDED, NotProvided, NotProvidedError
 
 HERE = Path(__file__).parent
 TESTS = HERE.parent
-API_FILE = HERE / "fluid16_api.txt"
+API_FILE = Path(parafluid.__file__).parent / "specs" / "fluid16_api.txt"
 DOC = TESTS.parent / "docs" / "fluid_compat.md"
 _LINE = re.compile(r"^(fluid(?:\.\w+)*)(?:\((.*)\))?$")
 

@@ -76,6 +76,30 @@ def test_paddle_cloud_role_maker_reads_fluids_pserver_ips_and_port(monkeypatch):
         role_maker.PaddleCloudRoleMaker().generate_role()
 
 
+def test_paddle_cloud_role_maker_refuses_pserver_lists_that_disagree(monkeypatch):
+    # the role maker reads the job through distributed/env.py: two pserver lists that
+    # disagree are refused, not settled by taking the first
+    _clear_env(monkeypatch)
+    monkeypatch.setenv("PADDLE_TRAINING_ROLE", "TRAINER")
+    monkeypatch.setenv("PADDLE_PSERVER_ENDPOINTS", "127.0.0.1:7001,127.0.0.1:7002")
+    monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7001")
+    with pytest.raises(ValueError, match="PADDLE_PSERVER_ENDPOINTS=.* and "
+                                         "PADDLE_PSERVERS_IP_PORT_LIST=.* disagree"):
+        role_maker.PaddleCloudRoleMaker().generate_role()
+    monkeypatch.delenv("PADDLE_PSERVERS_IP_PORT_LIST")
+    monkeypatch.setenv("PADDLE_PSERVERS", "10.0.0.1")
+    with pytest.raises(ValueError, match="PADDLE_PSERVERS with PADDLE_PORT=10.0.0.1:6174 and "
+                                         "PADDLE_PSERVER_ENDPOINTS=.* disagree"):
+        role_maker.PaddleCloudRoleMaker().generate_role()
+    with pytest.raises(ValueError, match="disagree"):
+        fluid.distributed.env()
+    monkeypatch.setenv("PADDLE_PSERVERS", "127.0.0.1,127.0.0.1")
+    monkeypatch.setenv("PADDLE_PORT", "7001,7002")
+    rm = role_maker.PaddleCloudRoleMaker()  # the same list twice is one list
+    assert rm.get_pserver_endpoints() == ["127.0.0.1:7001", "127.0.0.1:7002"]
+    assert fluid.distributed.env().pserver_endpoints == rm.get_pserver_endpoints()
+
+
 def test_role_makers_refuse_bad_settings_by_name(monkeypatch):
     _clear_env(monkeypatch)
     with pytest.raises(ValueError, match="no pserver endpoints.*launch --server_num"):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.reader import ComposeNotAligned
+from parafluid.dataio.reader import ComposeNotAligned
 
 from .conftest import Model
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
-from parafluid.multiprocess_reader import decode_sample, encode_sample
+from parafluid.dataio.multiprocess_reader import decode_sample, encode_sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

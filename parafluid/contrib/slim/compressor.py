@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ... import io
-from ...data_feeder import DataFeeder
+from ...dataio.data_feeder import DataFeeder
 from ...executor import Executor
 from ...framework import Program, program_guard
 from ...place import CPUPlace

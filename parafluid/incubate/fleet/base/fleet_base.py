@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ....executor import Executor
-from ....optimizer import Optimizer
+from ....optimizers.base import Optimizer
 from ....place import CPUPlace
 from .role_maker import PaddleCloudRoleMaker, RoleMakerBase
 

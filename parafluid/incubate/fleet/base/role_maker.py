@@ -6,13 +6,13 @@ parafluid.distributed.launch``, docs/distributed.md): ``PADDLE_TRAINING_ROLE``,
 ``PADDLE_TRAINER_ID``, ``PADDLE_TRAINERS_NUM``, ``PADDLE_TRAINER_ENDPOINTS``,
 ``PADDLE_CURRENT_ENDPOINT`` and the pservers' endpoints (``PADDLE_PSERVER_ENDPOINTS`` or
 Fluid's ``PADDLE_PSERVERS_IP_PORT_LIST``, or Fluid's ``PADDLE_PSERVERS`` with
-``PADDLE_PORT``). ``UserDefinedRoleMaker`` / ``UserDefinedCollectiveRoleMaker`` take them as
-arguments.
+``PADDLE_PORT``), all through ``parafluid.distributed.env``, the one reader of them (so
+two pserver lists that disagree are refused here as everywhere). ``UserDefinedRoleMaker`` /
+``UserDefinedCollectiveRoleMaker`` take them as arguments.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from ....distributed.endpoints import parse_endpoints
@@ -96,24 +96,17 @@ class PaddleCloudRoleMaker(RoleMakerBase):
     def generate_role(self) -> None:
         if self._role_is_generated:
             return
-        environ = os.environ
-        role_var = "PADDLE_TRAINING_ROLE" if "PADDLE_TRAINING_ROLE" in environ \
-            else "TRAINING_ROLE"
-        role = environ.get(role_var, "TRAINER").upper()
-        if role not in ("TRAINER", "PSERVER"):
-            raise ValueError(f"PaddleCloudRoleMaker: {role_var} must be TRAINER or "
-                             f"PSERVER, got {role!r}")
+        e = distributed_env()  # the one reader of the job's variables (distributed/env.py)
         if self._is_collective:
-            if role != "TRAINER":
+            if e.training_role != "TRAINER":
                 raise ValueError("PaddleCloudRoleMaker(is_collective=True): every process of "
                                  f"a collective job is a TRAINER, got PADDLE_TRAINING_ROLE="
-                                 f"{role}")
-            if not environ.get("PADDLE_TRAINER_ENDPOINTS", "").strip():
+                                 f"{e.training_role}")
+            if not e.trainer_endpoints:
                 raise ValueError("PaddleCloudRoleMaker(is_collective=True): "
                                  "PADDLE_TRAINER_ENDPOINTS is not set; start the job with "
                                  "python -m parafluid.distributed.launch --nproc_per_node N "
                                  "script.py")
-            e = distributed_env()
             self._worker_endpoints = list(e.trainer_endpoints)
             self._trainers_num = len(self._worker_endpoints)
             self._current_id = e.trainer_id
@@ -121,64 +114,26 @@ class PaddleCloudRoleMaker(RoleMakerBase):
             self._role_is_generated = True
             return
         # NOTE: the pserver mode needs no trainer endpoints (Fluid's PaddleCloud sets none)
-        listed_var = "PADDLE_PSERVER_ENDPOINTS" if environ.get("PADDLE_PSERVER_ENDPOINTS") \
-            else "PADDLE_PSERVERS_IP_PORT_LIST"
-        listed = environ.get(listed_var, "")
-        servers = parse_endpoints(listed, what=listed_var) if listed.strip() \
-            else _fluid_pserver_list()
+        servers = list(e.pserver_endpoints)
         if not servers:
             raise ValueError("PaddleCloudRoleMaker: no pserver endpoints "
                              "(PADDLE_PSERVER_ENDPOINTS / PADDLE_PSERVERS_IP_PORT_LIST); "
                              "start the job with python -m parafluid.distributed.launch "
                              "--server_num N --worker_num M script.py")
         self._server_endpoints = servers
-        workers = environ.get("PADDLE_TRAINER_ENDPOINTS", "").strip()
-        self._worker_endpoints = parse_endpoints(workers, what="PADDLE_TRAINER_ENDPOINTS") \
-            if workers else []
-        self._trainers_num = _int_var("PADDLE_TRAINERS_NUM", "1", low=1)
-        if role == "PSERVER":
-            current = environ.get("PADDLE_CURRENT_ENDPOINT", "").strip()
-            if not current and environ.get("POD_IP"):
-                current = f"{environ['POD_IP']}:{environ.get('PADDLE_PORT', '6174')}"
-            if current not in servers:
-                raise ValueError(f"PaddleCloudRoleMaker: this pserver's endpoint {current!r} "
-                                 f"(PADDLE_CURRENT_ENDPOINT, or POD_IP:PADDLE_PORT) is not one "
-                                 f"of the pservers {servers}")
-            self._current_id = servers.index(current)
+        self._worker_endpoints = list(e.trainer_endpoints)
+        self._trainers_num = e.trainers
+        if e.training_role == "PSERVER":
+            if e.current_endpoint not in servers:
+                raise ValueError(f"PaddleCloudRoleMaker: this pserver's endpoint "
+                                 f"{e.current_endpoint!r} (PADDLE_CURRENT_ENDPOINT, or "
+                                 f"POD_IP:PADDLE_PORT) is not one of the pservers {servers}")
+            self._current_id = servers.index(e.current_endpoint)
             self._role = Role.SERVER
         else:
-            self._current_id = _int_var("PADDLE_TRAINER_ID", "0", low=0)
-            if self._current_id >= self._trainers_num:
-                raise ValueError(f"PaddleCloudRoleMaker: PADDLE_TRAINER_ID={self._current_id} "
-                                 f"must be below PADDLE_TRAINERS_NUM={self._trainers_num}")
+            self._current_id = e.trainer_id
             self._role = Role.WORKER
         self._role_is_generated = True
-
-
-def _int_var(name: str, default: str, low: int) -> int:
-    text = os.environ.get(name, default).strip()
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer >= {low}, got {text!r}") from None
-    if value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value}")
-    return value
-
-
-def _fluid_pserver_list() -> list[str]:
-    """Fluid's ``PADDLE_PSERVERS`` (ips) with ``PADDLE_PORT`` (one port, or one per ip)."""
-    ips = [ip.strip() for ip in os.environ.get("PADDLE_PSERVERS", "").split(",") if ip.strip()]
-    if not ips:
-        return []
-    ports = [p.strip() for p in os.environ.get("PADDLE_PORT", "6174").split(",")]
-    if len(ports) == 1:
-        ports = ports * len(ips)
-    if len(ports) != len(ips):
-        raise ValueError(f"PADDLE_PORT lists {len(ports)} ports for {len(ips)} "
-                         f"PADDLE_PSERVERS: give one port, or one per pserver")
-    return parse_endpoints(",".join(f"{ip}:{port}" for ip, port in zip(ips, ports)),
-                           what="PADDLE_PSERVERS")
 
 
 class UserDefinedRoleMaker(RoleMakerBase):

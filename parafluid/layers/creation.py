@@ -1,6 +1,5 @@
-"""The last tensor layers of Fluid 1.6 that programs commonly use: create_parameter,
-zeros_like / ones_like, cumsum, reverse, argsort, range, linspace, eye, diag, and the checks
-isfinite / has_inf / has_nan (ops in ``parafluid/ops/``: math, reduce, logic, tensor).
+"""Layers that create tensors: ``create_parameter``, ``zeros_like`` / ``ones_like``, ``range``,
+``linspace``, ``eye`` and ``diag`` (ops in ``parafluid/ops/tensor.py``).
 
 NOTE: a module of its own because it defines ``range`` (Fluid's name), which would hide the
 builtin from the code of any module that held it.
@@ -15,10 +14,9 @@ import numpy as np
 from ..dtypes import convert_dtype
 from ..framework import Variable
 from ..layer_helper import LayerHelper
-from .tensor import _check_var, _one_op, assign, expand, fill_constant, unsqueeze
+from .tensor import _check_var, assign, expand, fill_constant, unsqueeze
 
-__all__ = ["create_parameter", "zeros_like", "ones_like", "cumsum", "reverse", "argsort",
-           "range", "linspace", "eye", "diag", "isfinite", "has_inf", "has_nan"]
+__all__ = ["create_parameter", "zeros_like", "ones_like", "range", "linspace", "eye", "diag"]
 
 
 def create_parameter(shape: list[int], dtype: Any, name: str | None = None, attr: Any = None,
@@ -56,46 +54,6 @@ def _like(op_type: str, x: Variable, attrs: dict[str, Any], out: Variable | None
     helper.append_op(op_type, inputs={"X": [x]}, outputs={"Out": [out]}, attrs=attrs)
     out.stop_gradient = True
     return out
-
-
-def cumsum(x: Variable, axis: int | None = None, exclusive: bool | None = None,
-           reverse: bool | None = None) -> Variable:
-    """Running sums along ``axis`` (default -1); ``exclusive`` starts at 0, ``reverse``
-    sums from the end.
-
-    Example::
-
-        c = fluid.layers.cumsum(x, axis=1, exclusive=True)
-    """
-    attrs: dict[str, Any] = {}
-    for key, value in (("axis", axis), ("exclusive", exclusive), ("reverse", reverse)):
-        if value is not None:
-            attrs[key] = int(value) if key == "axis" else bool(value)
-    return _one_op("cumsum", x, attrs)
-
-
-def reverse(x: Variable, axis: int | list[int]) -> Variable:
-    """``x`` reversed along ``axis`` (an int or a list)."""
-    axes = [axis] if isinstance(axis, int) else list(axis)
-    return _one_op("reverse", x, {"axis": axes})
-
-
-def argsort(input: Variable, axis: int = -1, descending: bool = False,
-            name: str | None = None) -> tuple[Variable, Variable]:
-    """``(sorted values, int64 indices)`` along ``axis`` (a stable sort).
-
-    Example::
-
-        values, idx = fluid.layers.argsort(scores, axis=-1)
-    """
-    _check_var("argsort", "input", input)
-    helper = LayerHelper("argsort", name=name)
-    out = helper.create_variable_for_type_inference(input.dtype)
-    ids = helper.create_variable_for_type_inference("int64")
-    helper.append_op("argsort", inputs={"X": [input]}, outputs={"Out": [out], "Indices": [ids]},
-                     attrs={"axis": int(axis), "descending": bool(descending)})
-    ids.stop_gradient = True
-    return out, ids
 
 
 def _scalar_var(value: Any, dtype: Any) -> Variable:
@@ -151,26 +109,5 @@ def diag(diagonal: Variable | np.ndarray) -> Variable:
     helper = LayerHelper("diag")
     out = helper.create_variable_for_type_inference(diagonal.dtype)
     helper.append_op("diag", inputs={"Diagonal": [diagonal]}, outputs={"Out": [out]})
-    out.stop_gradient = True
-    return out
-
-
-def isfinite(x: Variable) -> Variable:
-    """A bool [1]: every element of ``x`` is finite."""
-    return _like_check("isfinite", x)
-
-
-def has_inf(x: Variable) -> Variable:
-    """A bool [1]: some element of ``x`` is +-inf."""
-    return _like_check("isinf", x)
-
-
-def has_nan(x: Variable) -> Variable:
-    """A bool [1]: some element of ``x`` is NaN."""
-    return _like_check("isnan", x)
-
-
-def _like_check(op_type: str, x: Variable) -> Variable:
-    out = _one_op(op_type, x, {}, dtype="bool")
     out.stop_gradient = True
     return out

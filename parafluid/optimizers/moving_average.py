@@ -26,9 +26,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import unique_name
-from .framework import Program, Variable, default_main_program, program_guard
-from .optimizer import Optimizer
+from .. import unique_name
+from ..framework import Program, Variable, default_main_program, program_guard
+from .base import Optimizer
 
 __all__ = ["ExponentialMovingAverage", "LookaheadOptimizer", "ModelAverage"]
 
@@ -54,7 +54,7 @@ class _SwappedAverages:
         self.restore_program = self._swap_program(to_average=False)
 
     def _swap_program(self, to_average: bool) -> Program:
-        from .layers import assign
+        from ..layers import assign
 
         program = Program()
         block = program.global_block()
@@ -95,7 +95,7 @@ class ExponentialMovingAverage(_SwappedAverages):
 
     def __init__(self, decay: float = 0.999, thres_steps: Variable | None = None,
                  name: str | None = None) -> None:
-        from .layers import create_global_var
+        from ..layers import create_global_var
 
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or \
                 not 0.0 < decay < 1.0:
@@ -129,7 +129,7 @@ class ExponentialMovingAverage(_SwappedAverages):
         return self._backup[p.name]
 
     def _average(self, p: Variable, declare: Callable[[Variable], Variable]) -> Variable:
-        from .layers import elementwise_div, fill_constant, scale
+        from ..layers import elementwise_div, fill_constant, scale
 
         # bias correction: ema / (1 - decay_pow)
         one_minus = scale(declare(self._decay_pow), scale=-1.0, bias=1.0)
@@ -138,7 +138,7 @@ class ExponentialMovingAverage(_SwappedAverages):
 
     def update(self) -> None:
         """Append the averaging ops to the default main program (after ``minimize``)."""
-        from .layers import assign, elementwise_min, fill_constant
+        from ..layers import assign, elementwise_min, fill_constant
 
         decay: Any = fill_constant([1], "float32", self._decay)
         if self._thres_steps is not None:
@@ -177,8 +177,8 @@ class LookaheadOptimizer:
     def minimize(self, loss: Variable, startup_program: Program | None = None) -> Any:
         """The inner optimizer's ``minimize``, then the slow weights (copied from the
         parameters by the startup program) and their every-``k``-steps update."""
-        from .framework import default_startup_program
-        from .layers import (
+        from ..framework import default_startup_program
+        from ..layers import (
             Switch,
             assign,
             create_global_var,
@@ -242,7 +242,7 @@ class ModelAverage(_SwappedAverages, Optimizer):
     def __init__(self, average_window_rate: float, min_average_window: int = 10000,
                  max_average_window: int = 10000, regularization: Any = None,
                  name: str | None = None) -> None:
-        from .layers import create_global_var
+        from ..layers import create_global_var
 
         super().__init__(0.0, regularization, name)
         self.average_window = float(average_window_rate)
@@ -283,7 +283,7 @@ class ModelAverage(_SwappedAverages, Optimizer):
         return self._acc[p.name]["backup"]
 
     def _average(self, p: Variable, declare: Callable[[Variable], Variable]) -> Variable:
-        from .layers import cast, elementwise_div, sums
+        from ..layers import cast, elementwise_div, sums
 
         acc = {k: declare(v) for k, v in self._acc[p.name].items() if k != "backup"}
         total = sums([acc["sum_1"], acc["sum_2"], acc["sum_3"]])

@@ -14,7 +14,7 @@ Numpy arrays go in without a copy (a C-contiguous array becomes the fed tensor's
 ``PaddleTensor(array, copy=False)`` keeps the caller's array) and each output array is the
 one copy the run makes of its result.
 
-The configs are in ``parafluid/predictor_config.py``: settings for engines parafluid does
+The configs are in ``config.py``: settings for engines parafluid does
 not have (GPU memory pools, IR optimization passes, MKLDNN, TensorRT, Anakin, nGraph,
 profiling, glog) are accepted, remembered and read back, and change nothing.
 ``enable_use_gpu`` runs the model on that GPU when torch sees one, else on the CPU with a
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .dtypes import convert_dtype
-from .predictor_config import AnalysisConfig, NativeConfig
-from .scope import LoDTensor, Scope, ScopeVariable
+from ..dtypes import convert_dtype
+from ..scope import LoDTensor, Scope, ScopeVariable
+from .config import AnalysisConfig, NativeConfig
 
 __all__ = ["AnalysisConfig", "NativeConfig", "PaddleTensor", "PaddleBuf", "PaddleDType",
            "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor", "NativePaddlePredictor",
@@ -276,8 +276,8 @@ class AnalysisPredictor:
     """Runs a saved inference model (what ``create_paddle_predictor`` returns)."""
 
     def __init__(self, config: AnalysisConfig | NativeConfig, _share: Any = None) -> None:
-        from .executor import Executor
-        from .place import CPUPlace, CUDAPlace
+        from ..executor import Executor
+        from ..place import CPUPlace, CUDAPlace
 
         self._config = config
         use_gpu = config.use_gpu() if isinstance(config, AnalysisConfig) else config.use_gpu
@@ -390,7 +390,7 @@ def _fed(arr: np.ndarray, lod: list[list[int]]) -> Any:
 
 def _load(config: AnalysisConfig | NativeConfig, exe: Any, scope: Scope
           ) -> tuple[Any, list[str], list[str]]:
-    from .io import MODEL_FILENAME, load_inference_model
+    from ..io import MODEL_FILENAME, load_inference_model
 
     model_dir, prog_file, params_file = config._files()
     if prog_file is None and params_file is None:

@@ -1,4 +1,6 @@
-"""``fluid.layers.data_norm``: normalization by accumulated data statistics (Fluid 1.6)."""
+"""Normalization layers outside ``nn``'s convolution family: ``data_norm`` (normalization by
+accumulated data statistics) and ``spectral_norm`` (a weight divided by its largest singular
+value); ops in ``parafluid/ops/data_norm.py``, ``normalize.py``."""
 
 from __future__ import annotations
 
@@ -6,8 +8,9 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .common import append_one, check_vars
 
-__all__ = ["data_norm"]
+__all__ = ["data_norm", "spectral_norm"]
 
 
 def data_norm(input: Variable, act: str | None = None, epsilon: float = 1e-05,
@@ -62,3 +65,42 @@ def data_norm(input: Variable, act: str | None = None, epsilon: float = 1e-05,
                      outputs={"Y": [out], "Means": [means], "Scales": [scales]},
                      attrs={"epsilon": float(epsilon)})
     return helper.append_activation(out)
+
+
+def spectral_norm(weight: Variable, dim: int = 0, power_iters: int = 1, eps: float = 1e-12,
+                  name: str | None = None) -> Variable:
+    """``weight / sigma``, sigma its largest singular value (``weight`` seen as a matrix with
+    ``dim`` first) estimated by ``power_iters`` power iterations from stored vectors ``U``,
+    ``V`` (non-trainable parameters drawn from Normal(0, 1); as in Fluid 1.6 the op does not
+    update them).
+
+    Example::
+
+        w = fluid.layers.data(name="w", shape=[8, 36], dtype="float32",
+                              append_batch_size=False)
+        w_sn = fluid.layers.spectral_norm(w, dim=0, power_iters=2)
+    """
+    from ..initializer import Normal
+    from ..param_attr import ParamAttr
+
+    check_vars("spectral_norm", weight=weight)
+    shape = list(weight.shape or ())
+    if len(shape) < 2 or not 0 <= dim < len(shape) or min(shape) <= 0:
+        raise ValueError(f"spectral_norm: weight {weight.name!r} must be a known shape of "
+                         f"rank >= 2 and dim must index it, got {shape} and dim={dim}")
+    h = shape[dim]
+    w = 1
+    for i, d in enumerate(shape):
+        if i != dim:
+            w *= d
+    helper = LayerHelper("spectral_norm", name=name)
+    vectors = []
+    for size in (h, w):
+        vec = helper.create_parameter(ParamAttr(trainable=False), [size], weight.dtype,
+                                      default_initializer=Normal(0.0, 1.0, 0))
+        vec.stop_gradient = True
+        vectors.append(vec)
+    u, v = vectors
+    return append_one("spectral_norm", {"Weight": [weight], "U": [u], "V": [v]},
+                   {"dim": int(dim), "power_iters": int(power_iters), "eps": float(eps)},
+                   weight.dtype, name)

@@ -1,9 +1,9 @@
 """``compiled_segment``: a run of ops that the engine runs as one compiled function.
 
-The segmentation pass (``passes/segment.py``) moves a run of compilable ops into a sub-block
+The segmentation pass (``passes/compile_regions.py``) moves a run of compilable ops into a sub-block
 and puts one ``compiled_segment`` op in their place: ``X`` lists what the ops read from
 outside, ``Out`` what they write that is needed afterwards. The engine binds the op to a
-function of the ops' own kernels handed to ``torch.compile`` (``engine/segments.py``),
+function of the ops' own kernels handed to ``torch.compile`` (``engine/compiled_functions.py``),
 which also runs them one by one when they cannot compile: the op has no kernel of its own.
 """
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .framework import OpRole, Parameter, Program, Variable, default_main_program, in_dygraph_mode
-from .layer_helper import LayerHelper
-from .optimizer import Optimizer, State, _check_number
+from ..framework import OpRole, Parameter, Program, Variable, default_main_program, in_dygraph_mode
+from ..layer_helper import LayerHelper
+from .base import Optimizer, State, _check_number
 
 __all__ = ["DGCMomentumOptimizer", "DGCMomentum", "DGC_COUNTER_NAME"]
 
@@ -122,7 +122,7 @@ class DGCMomentumOptimizer(Optimizer):
         block = program.global_block()
         counter = block.vars.get(DGC_COUNTER_NAME)
         if counter is None:
-            from .layers.tensor import create_global_var
+            from ..layers.tensor import create_global_var
 
             counter = create_global_var(shape=[1], value=-1.0, dtype="float32",
                                         persistable=True, force_cpu=True,
@@ -139,7 +139,7 @@ class DGCMomentumOptimizer(Optimizer):
                  callbacks: Any = None) -> list[tuple[Parameter, Variable]]:
         params_grads = super().backward(loss, startup_program, parameter_list, no_grad_set,
                                         callbacks)
-        from .framework import default_startup_program, program_guard
+        from ..framework import default_startup_program, program_guard
 
         with program_guard(loss.block.program, startup_program or default_startup_program()):
             self._append_dgc_ops(params_grads)
@@ -149,7 +149,7 @@ class DGCMomentumOptimizer(Optimizer):
         block = default_main_program().global_block()
         self._global_step_var = self._step_counter()
         self.helper = LayerHelper(type(self).__name__)
-        from .layers.tensor import create_global_var
+        from ..layers.tensor import create_global_var
 
         for param, grad in params_grads:
             if grad is None or not param.trainable:

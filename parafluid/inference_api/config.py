@@ -2,7 +2,7 @@
 
 They say where a saved model is (a directory, or a program file and a parameters file) and
 how to run it. Only the model files, ``enable_use_gpu`` / ``disable_gpu`` and
-``switch_specify_input_names`` change what a predictor (``parafluid/predictor.py``) does;
+``switch_specify_input_names`` change what a predictor (``predictor.py``) does;
 the settings for engines parafluid does not have are kept, read back, and do nothing.
 
 Example::

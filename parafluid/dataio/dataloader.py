@@ -18,7 +18,7 @@ take as they are; in the imperative mode a step is the batch as a list of variab
 
 Non-iterable mode (``iterable=False``): the loader puts a ``read`` op writing the
 ``feed_list`` variables at the start of the main program, and the program takes its
-batches itself (``parafluid.legacy_reader``); ``start()`` begins an epoch, ``exe.run``
+batches itself (``legacy_reader.py``); ``start()`` begins an epoch, ``exe.run``
 raises ``fluid.core.EOFException`` at its end, ``reset()`` ends it::
 
     loader = fluid.io.DataLoader.from_generator(feed_list=[img, label], capacity=8,
@@ -44,12 +44,12 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import to_numpy
+from ..framework import Variable, in_dygraph_mode
+from ..unique_name import generate as unique_name
 from .data_feeder import DataFeeder
-from .dtypes import to_numpy
-from .framework import Variable, in_dygraph_mode
 from .legacy_reader import QueueReader, append_read_op
 from .reader import batch as batch_reader
-from .unique_name import generate as unique_name
 
 __all__ = ["DataLoader", "DataLoaderBase", "GeneratorLoader", "PyReader"]
 
@@ -248,7 +248,7 @@ class GeneratorLoader(DataLoaderBase):
         if self._dygraph:
             # NOTE: as Fluid's loader in the imperative mode: one place, the batch as a list
             # of variables, one per field
-            from .dygraph.base import to_variable
+            from ..dygraph.base import to_variable
             for fields in self._source():
                 yield [to_variable(f) for f in fields]
             return

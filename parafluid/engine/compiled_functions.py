@@ -1,7 +1,7 @@
 """Compiled segments: a ``compiled_segment`` op bound to one function of its ops' kernels.
 
-The segmentation pass (``passes/segment.py``) leaves a run of compilable ops in the
-sub-block of a ``compiled_segment`` op. Binding that op (``bind_segment``, which the Plan
+The segmentation pass (``passes/compile_regions.py``) leaves a run of compilable ops in the
+sub-block of a ``compiled_segment`` op. Binding that op (``bind_compiled_function``, which the Plan
 uses instead of ``runtime.bind_op`` for segment ops) writes the run out as one Python
 function, one line per op calling the op's own registered kernel, e.g.::
 
@@ -43,7 +43,8 @@ import torch
 
 from ..lod import LOD_ATTR
 from ..ops.registry import EMPTY, get_op_def
-from ..passes.segment import run_io
+from ..passes.compile_regions import run_io
+from ..placement import torch_device
 from .atomic import check_finite
 from .runtime import (
     OpRecord,
@@ -55,7 +56,7 @@ from .runtime import (
     report,
 )
 
-__all__ = ["bind_segment", "Segment", "segment_source", "compile_stats"]
+__all__ = ["bind_compiled_function", "Segment", "segment_source", "compile_stats"]
 
 log = logging.getLogger("parafluid.compile")
 
@@ -75,10 +76,6 @@ def _warn_once(key: str, message: str) -> None:
             return
         _warned.add(key)
     log.warning(message)
-
-
-def _torch_device(device: torch.device) -> torch.device:
-    return torch.device("cpu") if device.type == "cpu" else device
 
 
 def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
@@ -201,8 +198,8 @@ class Segment:
         self.device = op_device(op, device)
         # NOTE: every CPU "device" of a process is torch's one CPU; compiled code must see
         # one device, not cpu:0 and cpu:1
-        self.contexts = [RunContext(o, _torch_device(op_device(o, self.device)), services)
-                         for o in self.ops]
+        self.contexts = [RunContext(o, torch_device(op_device(o, self.device), storage=True),
+                                    services) for o in self.ops]
         self.device_index = services.device_index if services is not None else 0
         self._services = services
         self._env: dict[str, Any] = {}  # the values of an op-by-op run
@@ -370,7 +367,7 @@ class Segment:
         return out
 
 
-def bind_segment(op: Any, device: Any, services: Any = None,
+def bind_compiled_function(op: Any, device: Any, services: Any = None,
                  env: dict[str, Any] | None = None, drop: tuple[str, ...] = (),
                  enabled: bool = True) -> Callable:
     """``run(env)`` for a ``compiled_segment`` op, as ``runtime.bind_op`` returns for other

@@ -1,7 +1,7 @@
 """``Executor.train_from_dataset`` / ``infer_from_dataset``: a program run over every batch of
 a Dataset by worker threads (Fluid's MultiTrainer with Hogwild workers).
 
-The batches come from the dataset in file and line order (``parafluid/dataset.py``). With
+The batches come from the dataset in file and line order (``dataset.py``). With
 one thread they run in that order on the calling thread, each an ``Executor.run`` step, so
 the parameters are exactly those of ``Executor.run`` over the same batches. With ``thread``
 = n > 1, n threads take the next batch as they become free and run it against the same scope
@@ -34,11 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from .dataset import DatasetBase
-from .feed_fetch import fetch_names
-from .framework import Program, default_main_program
-from .parallel.compiled_program import CompiledProgram
-from .scope import Scope, global_scope
+from ..feed_fetch import fetch_names
+from ..framework import Program, default_main_program
+from ..parallel.compiled_program import CompiledProgram
+from ..scope import Scope, global_scope
 
 __all__ = ["run_from_dataset"]
 
@@ -52,12 +51,6 @@ def run_from_dataset(exe: Any, program: Any, dataset: Any, scope: Scope | None, 
     """The loop behind ``Executor.train_from_dataset`` (``is_infer=False``) and
     ``infer_from_dataset``."""
     where = "infer_from_dataset" if is_infer else "train_from_dataset"
-    if dataset is None:
-        raise RuntimeError(f"{where}: dataset is needed and should be initialized "
-                           "(fluid.DatasetFactory().create_dataset(...))")
-    if not isinstance(dataset, DatasetBase):
-        raise TypeError(f"{where}: dataset must be a Dataset of fluid.DatasetFactory, got "
-                        f"{type(dataset).__name__}")
     if program is None:
         program = default_main_program()
     compiled = None
@@ -132,7 +125,7 @@ class _Trainer:
             print(f"{self.counter} batches in {took:.3f} s", flush=True)
 
     def _run_threads(self, batches: Iterator[dict[str, Any]]) -> None:
-        from .executor import Executor
+        from ..executor import Executor
 
         work: queue.Queue = queue.Queue(maxsize=2 * self.threads)
         stop = threading.Event()

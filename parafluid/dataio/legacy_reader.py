@@ -37,15 +37,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import unique_name
+from .. import unique_name
+from ..dtypes import VarType, convert_dtype
+from ..feed_fetch import as_feed_tensor
+from ..framework import Program, Variable, default_main_program
+from ..ops.reader import EOFException, register_reader
+from ..place import to_device
+from ..scope import LoDTensor
 from .data_feeder import DataFeeder
-from .dtypes import VarType, convert_dtype
-from .feed_fetch import as_feed_tensor
-from .framework import Program, Variable, default_main_program
-from .ops.reader import EOFException, register_reader
-from .place import to_device
 from .reader import batch as batch_reader
-from .scope import LoDTensor
 
 __all__ = ["QueueReader", "LoDTensorBlockingQueue", "EOFException", "py_reader",
            "create_py_reader_by_data", "read_file", "double_buffer"]

@@ -31,9 +31,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .framework import OpRole, Program, Variable
-from .place import CPUPlace, CUDAPlace
-from .placement import DEVICE_ATTR
+from ..framework import OpRole, Program, Variable
+from ..place import CPUPlace, CUDAPlace
+from ..placement import DEVICE_ATTR
+from .base import Optimizer
 
 __all__ = ["PipelineOptimizer"]
 
@@ -55,8 +56,6 @@ class PipelineOptimizer:
                  place_list: Sequence[Any] | None = None,
                  concurrency_list: Sequence[int] | None = None, queue_size: int = 30,
                  sync_steps: int = 1, start_cpu_core_id: int = 0) -> None:
-        from .optimizer import Optimizer
-
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"PipelineOptimizer: optimizer must be a fluid.optimizer "
                             f"optimizer (e.g. SGD), got {type(optimizer).__name__}")

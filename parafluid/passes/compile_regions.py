@@ -6,7 +6,7 @@ values they write that are still needed afterwards: a persistable (it goes to th
 a name in ``keep`` (fetch targets), or a name live after the run (``liveness.block_liveness``).
 Everything else a segment computes lives only inside it. The engine runs a segment as one
 task, a function of the ops' own kernels handed to ``torch.compile`` (see
-``parafluid.engine.segments``).
+``parafluid.engine.compiled_functions``).
 
 An op can be compiled when it:
 
@@ -28,7 +28,7 @@ inside it. ``PARAFLUID_DEBUG=1`` logs every op left out of the segments and why.
 
 Example::
 
-    seg = segment_program(main, keep=[loss.name])
+    seg = compile_regions(main, keep=[loss.name])
     print(seg)   # {Out=[...]} = compiled_segment(X=[x, fc_0.w_0, ...]) {segment=0, ...}
 """
 
@@ -44,7 +44,7 @@ from ..framework import Block, OpRole, Program
 from ..ops.registry import EMPTY, get_op_def, has_op
 from .liveness import block_liveness
 
-__all__ = ["segment_program", "why_not_compilable", "run_io", "SEGMENT_OP", "MIN_SEGMENT_OPS"]
+__all__ = ["compile_regions", "why_not_compilable", "run_io", "SEGMENT_OP", "MIN_SEGMENT_OPS"]
 
 log = logging.getLogger("parafluid.compile")
 
@@ -102,7 +102,7 @@ def _key(op: Any) -> tuple:
     return (op.attrs.get("op_device") or "", op.attrs.get("owner_device", -1), update)
 
 
-def segment_program(program: Program, keep: Iterable[str] = (),
+def compile_regions(program: Program, keep: Iterable[str] = (),
                     min_ops: int = MIN_SEGMENT_OPS) -> Program:
     """A copy of ``program`` whose global block has its runs of compilable ops (at least
     ``min_ops`` long) replaced by ``compiled_segment`` ops; ``program`` is not modified.

@@ -1,0 +1,67 @@
+"""CTC decoding and its metric: ``ctc_greedy_decoder`` and ``edit_distance`` (ops in
+``parafluid/ops/ctc.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..framework import Variable
+from ..layer_helper import LayerHelper
+from .common import append_one, check_vars
+
+__all__ = ["edit_distance", "ctc_greedy_decoder"]
+
+
+def edit_distance(input: Variable, label: Variable, normalized: bool = True,
+                  ignored_tokens: list[int] | None = None, input_length: Any = None,
+                  label_length: Any = None) -> tuple[Variable, Variable]:
+    """Levenshtein distance between each hypothesis and reference sequence (int64 LoD
+    ``[N, 1]``); returns ``(distances [num_sequences, 1], sequence_num [1])``.
+    ``normalized`` divides by the reference length; ``ignored_tokens`` are erased first.
+
+    Example::
+
+        dist, num = fluid.layers.edit_distance(decoded, label, ignored_tokens=[0])
+    """
+    check_vars("edit_distance", input=input, label=label)
+    if input_length is not None or label_length is not None:
+        raise ValueError("edit_distance: padded input with input_length/label_length is not "
+                         "supported; feed LoD sequences")
+    helper = LayerHelper("edit_distance")
+    if ignored_tokens:
+        erased = []
+        for v in (input, label):
+            out = helper.create_variable_for_type_inference(v.dtype, stop_gradient=True)
+            helper.append_op("sequence_erase", inputs={"X": [v]}, outputs={"Out": [out]},
+                             attrs={"tokens": [int(t) for t in ignored_tokens]})
+            out.lod_level = 1
+            erased.append(out)
+        input, label = erased
+    dist = helper.create_variable_for_type_inference("float32", stop_gradient=True)
+    num = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+    helper.append_op("edit_distance", inputs={"Hyps": [input], "Refs": [label]},
+                     outputs={"Out": [dist], "SequenceNum": [num]},
+                     attrs={"normalized": bool(normalized)})
+    return dist, num
+
+
+def ctc_greedy_decoder(input: Variable, blank: int, input_length: Any = None,
+                       padding_value: int = 0, name: str | None = None) -> Variable:
+    """Best-path CTC decoding of LoD class scores ``[steps, num_classes + 1]``: the arg max
+    of each step, repeats merged, ``blank`` dropped. Int64 LoD ``[tokens, 1]``.
+
+    Example::
+
+        decoded = fluid.layers.ctc_greedy_decoder(fc_out, blank=num_classes)
+    """
+    from .tensor import topk
+
+    check_vars("ctc_greedy_decoder", input=input)
+    if input_length is not None:
+        raise ValueError("ctc_greedy_decoder: padded input with input_length is not "
+                         "supported; feed LoD sequences")
+    _, ids = topk(input, k=1)
+    return append_one("ctc_align", {"Input": [ids]},
+                      {"blank": int(blank), "merge_repeated": True,
+                       "padding_value": int(padding_value)},
+                      "int64", name, stop_gradient=True, out_slot="Output", lod_level=1)

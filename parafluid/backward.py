@@ -36,16 +36,25 @@ def _names(items: Iterable[Any] | None) -> set[str]:
 
 def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
                     no_grad_set: Iterable[Any] | None = None,
-                    callbacks: Any = None) -> list[tuple[Parameter, Variable]]:
+                    callbacks: Any = None,
+                    checkpoints: Sequence[Variable] | None = None,
+                    ) -> list[tuple[Parameter, Variable]]:
     """Append the backward pass of ``loss``; return ``(param, grad)`` pairs.
 
     Args:
         loss: a variable with one element (e.g. the output of ``fluid.layers.mean``).
         parameter_list: parameters (or names) to differentiate; default all trainable ones.
         no_grad_set: variables (or names) whose gradient is not computed.
+        checkpoints: Fluid's recompute checkpoints (forward Variables). They are checked
+            and accepted, but the forward segments between them are not recomputed: the
+            gradients are the same as without them and so is the memory kept.
     """
     if not isinstance(loss, Variable):
         raise TypeError(f"append_backward: loss must be a Variable, got {type(loss).__name__}")
+    if checkpoints is not None and (not isinstance(checkpoints, (list, tuple)) or not all(
+            isinstance(c, Variable) for c in checkpoints)):
+        raise TypeError(f"append_backward: checkpoints must be a list of Variables, got "
+                        f"{checkpoints!r}")
     if loss.shape is not None and _numel(loss.shape) != 1:
         raise ValueError(f"append_backward: loss {loss.name!r} must hold one element "
                          f"(shape [1]), got shape {list(loss.shape)}; reduce it with "

@@ -89,8 +89,8 @@ class DataLoader:
         Then call ``set_sample_generator``, ``set_sample_list_generator`` or
         ``set_batch_generator``, and iterate over ``loader()``.
         """
-        return GeneratorLoader(feed_list, capacity, iterable, return_list, drop_last, timeout,
-                               use_double_buffer)
+        return GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list,
+                               drop_last, timeout)
 
 
 class DataLoaderBase:
@@ -112,9 +112,10 @@ class DataLoaderBase:
 class GeneratorLoader(DataLoaderBase):
     """What ``DataLoader.from_generator`` returns; iterate it (or call it) once per epoch."""
 
-    def __init__(self, feed_list: Sequence[Variable] | None, capacity: int | None,
-                 iterable: bool = True, return_list: bool = False, drop_last: bool = True,
-                 timeout: float | None = None, use_double_buffer: bool = True) -> None:
+    def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
+                 use_double_buffer: bool = True, iterable: bool = True,
+                 return_list: bool = False, drop_last: bool = True,
+                 timeout: float | None = None) -> None:
         if not feed_list or not all(isinstance(v, Variable) for v in feed_list):
             raise TypeError("DataLoader: feed_list must be a non-empty list of data Variables, "
                             f"got {feed_list!r}")
@@ -258,8 +259,7 @@ class PyReader(GeneratorLoader):
     def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
                  use_double_buffer: bool = True, iterable: bool = True,
                  return_list: bool = False) -> None:
-        super().__init__(feed_list, capacity, iterable, return_list,
-                         use_double_buffer=use_double_buffer)
+        super().__init__(feed_list, capacity, use_double_buffer, iterable, return_list)
 
     def decorate_sample_generator(self, sample_generator: Callable[[], Iterable[Any]],
                                   batch_size: int, drop_last: bool = True,

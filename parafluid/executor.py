@@ -141,7 +141,7 @@ class Executor:
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,
                            fetch_list: Sequence[Any] | None = None,
                            fetch_info: Sequence[str] | None = None,
-                           print_period: int = 100) -> None:
+                           print_period: int = 100, fetch_handler: Any = None) -> None:
         """Train ``program`` on every batch of ``dataset`` (a ``fluid.DatasetFactory``
         Dataset) with ``thread`` worker threads sharing the parameters (0: the dataset's
         ``set_thread``); see ``parafluid/dataset_trainer.py``.
@@ -156,6 +156,8 @@ class Executor:
             debug: print the batches per thread and the time at the end.
             fetch_list, fetch_info: variables printed, with these names, every
                 ``print_period`` batches.
+            fetch_handler: Fluid's timed FetchHandler; only None is supported (print with
+                fetch_list / fetch_info / print_period instead).
 
         Example::
 
@@ -165,6 +167,7 @@ class Executor:
         from .dataset_trainer import run_from_dataset
 
         self._check_open()
+        _no_fetch_handler("train_from_dataset", fetch_handler)
         run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
                          fetch_info, print_period, is_infer=False)
 
@@ -172,7 +175,7 @@ class Executor:
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,
                            fetch_list: Sequence[Any] | None = None,
                            fetch_info: Sequence[str] | None = None,
-                           print_period: int = 100) -> None:
+                           print_period: int = 100, fetch_handler: Any = None) -> None:
         """Run the test clone of ``program`` (no backward or optimizer ops: the parameters
         stay) on every batch of ``dataset``; the arguments are those of
         ``train_from_dataset``.
@@ -184,6 +187,7 @@ class Executor:
         from .dataset_trainer import run_from_dataset
 
         self._check_open()
+        _no_fetch_handler("infer_from_dataset", fetch_handler)
         run_from_dataset(self, program, dataset, scope, thread, debug, fetch_list,
                          fetch_info, print_period, is_infer=True)
 
@@ -280,3 +284,10 @@ def compile_program(program: Program, feed: Sequence[str], fetch: Sequence[str],
     return Plan(graph, block, [device], [svc], tuple(feed), tuple(fetch),
                 release=eager_deletion_enabled(), name_devices=False, serial=True,
                 lanes=lanes, homes=homes)
+
+
+def _no_fetch_handler(where: str, fetch_handler: Any) -> None:
+    if fetch_handler is not None:
+        raise ValueError(f"Executor.{where}: fetch_handler (Fluid's timed FetchHandler "
+                         f"thread) is not supported, got {fetch_handler!r}; pass fetch_list, "
+                         "fetch_info and print_period to print fetched values instead")

@@ -44,6 +44,7 @@ from .framework import Parameter, Program, Variable, default_main_program
 from .multiprocess_reader import multiprocess_reader
 from .ops.registry import shapes_compatible
 from .passes.prune import prune
+from .program_state import load_program_state, set_program_state
 from .reader import (
     Fake,
     PipeReader,
@@ -77,7 +78,7 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
            "multiprocess_reader", "PipeReader", "Fake", "save", "load", "DEFAULT_FILENAME",
            "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model",
            "pserver_checkpoint_filename", "write_pserver_checkpoint", "check_checkpoint_file",
-           "CHECKPOINT_MARKER"]
+           "CHECKPOINT_MARKER", "load_program_state", "set_program_state"]
 
 DEFAULT_FILENAME = "__variables__.safetensors"
 CHECKPOINT_MARKER = "__checkpoint__.json"

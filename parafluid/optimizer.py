@@ -41,7 +41,7 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
            "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage",
            "LookaheadOptimizer", "ModelAverage", "PipelineOptimizer", "DGCMomentumOptimizer",
-           "DGCMomentum"]
+           "DGCMomentum", "RecomputeOptimizer", "Dpsgd", "DpsgdOptimizer"]
 
 
 class State(NamedTuple):
@@ -675,6 +675,7 @@ from .moving_average import (  # noqa: E402
     ModelAverage,
 )
 from .pipeline_optimizer import PipelineOptimizer  # noqa: E402
+from .recompute_optimizer import Dpsgd, DpsgdOptimizer, RecomputeOptimizer  # noqa: E402
 
 
 def __getattr__(name: str) -> object:

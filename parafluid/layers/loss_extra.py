@@ -11,7 +11,7 @@ from ..layer_helper import LayerHelper
 
 __all__ = ["smooth_l1", "kldiv_loss", "margin_rank_loss", "rank_loss", "bpr_loss",
            "dice_loss", "npair_loss", "teacher_student_sigmoid_loss", "center_loss",
-           "continuous_value_model", "sampled_softmax_with_cross_entropy"]
+           "continuous_value_model", "sampled_softmax_with_cross_entropy", "mse_loss"]
 
 
 def _check_vars(layer: str, **args: Any) -> None:
@@ -106,7 +106,8 @@ def teacher_student_sigmoid_loss(input: Variable, label: Variable,
                  "soft_max_lower_bound": float(soft_max_lower_bound)}, input.dtype, None)
 
 
-def dice_loss(input: Variable, label: Variable, epsilon: float = 0.00001) -> Variable:
+def dice_loss(input: Variable, label: Variable, epsilon: float = 0.00001,
+              name: str | None = None) -> Variable:
     """Dice loss for segmentation: ``1 - 2 |P * Y| / (|P| + |Y| + epsilon)`` per sample
     (``input`` holds probabilities ``[N, ..., K]``, ``label`` int64 ``[N, ..., 1]``), averaged.
 
@@ -290,3 +291,19 @@ def sampled_softmax_with_cross_entropy(logits: Variable, label: Variable, num_sa
     helper.append_op("scale", inputs={"X": [loss]}, outputs={"Out": [out]},
                      attrs={"scale": 1.0 / num_true, "bias": 0.0})
     return out
+
+
+def mse_loss(input: Variable, label: Variable) -> Variable:
+    """Mean squared error: ``reduce_mean(square_error_cost(input, label))``, shape ``[1]``.
+
+    Example::
+
+        loss = fluid.layers.mse_loss(input=pred, label=y)
+    """
+    from .loss import square_error_cost
+    from .tensor import reduce_mean
+
+    for slot, v in (("input", input), ("label", label)):
+        if not isinstance(v, Variable):
+            raise TypeError(f"mse_loss: {slot} must be a Variable, got {type(v).__name__}")
+    return reduce_mean(square_error_cost(input, label))

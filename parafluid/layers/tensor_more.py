@@ -80,8 +80,8 @@ def reverse(x: Variable, axis: int | list[int]) -> Variable:
     return _one_op("reverse", x, {"axis": axes})
 
 
-def argsort(input: Variable, axis: int = -1, descending: bool = False,
-            name: str | None = None) -> tuple[Variable, Variable]:
+def argsort(input: Variable, axis: int = -1, name: str | None = None,
+            descending: bool = False) -> tuple[Variable, Variable]:
     """``(sorted values, int64 indices)`` along ``axis`` (a stable sort).
 
     Example::

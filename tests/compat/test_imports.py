@@ -110,8 +110,11 @@ def test_not_provided_names_fail_on_use_with_what_to_do(key):
               "Executor": fluid.Executor, "CompiledProgram": fluid.CompiledProgram,
               "contrib": fluid.contrib, "dygraph": fluid.dygraph,
               "dygraph_grad_clip": fluid.dygraph_grad_clip,
-              "pslib": fluid.incubate.fleet.parameter_server.pslib}[where]
-    obj = getattr(module, name)  # no error yet: scripts import these at the top
+              "pslib": fluid.incubate.fleet.parameter_server.pslib,
+              "transpiler": fluid.transpiler}[where]
+    obj = module
+    for part in name.split("."):  # transpiler.collective.GradAllReduce
+        obj = getattr(obj, part)  # no error yet: scripts import these at the top
     instead = NOT_PROVIDED[key][1]
     with pytest.raises(NotProvidedError, match="is not part of parafluid") as info:
         obj()

@@ -54,12 +54,11 @@ _family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
         "(docs/fleet.md)")
 
 
-# -- fluid.layers.rnn (the cell / decoder API of layers/rnn.py) ----------------------------
-_family(["layers.rnn", "layers.RNNCell", "layers.GRUCell", "layers.LSTMCell", "layers.Decoder",
-         "layers.BeamSearchDecoder", "layers.dynamic_decode"],
-        "the RNNCell / Decoder API of fluid.layers.rnn (rnn, dynamic_decode)",
-        "build the recurrence with fluid.layers.StaticRNN or DynamicRNN (gru_unit, "
-        "lstm_unit) and decode with fluid.layers.beam_search / beam_search_decode")
+# -- fluid.layers.rnn's dynamic decoding ---------------------------------------------------
+_family(["layers.BeamSearchDecoder", "layers.dynamic_decode"],
+        "dynamic decoding in a While loop (BeamSearchDecoder, dynamic_decode)",
+        "decode with fluid.layers.beam_search / beam_search_decode in a While loop, or "
+        "fluid.contrib.BeamSearchDecoder")
 # -- layers whose ops are not part of this build ------------------------------------------
 _family(["layers.gather_tree", "layers.prroi_pool"],
         "a layer over an op (gather_tree, prroi_pool) this build does not register",

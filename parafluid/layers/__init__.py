@@ -35,6 +35,7 @@ from . import tree
 from . import text_match
 from . import lstm_stack
 from . import fluid_paths
+from . import rnn as _rnn
 from .control_flow import *
 from .dynamic_rnn import *
 from .index import *
@@ -65,6 +66,7 @@ from .norm_extra import *
 from .tree import *
 from .text_match import *
 from .lstm_stack import *
+from .rnn import *  # binds layers.rnn to the function, as in Fluid
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
@@ -76,6 +78,7 @@ __all__ += detection.__all__ + roi.__all__ + yolo.__all__ + deformable.__all__
 __all__ += retinanet.__all__
 __all__ += norm_extra.__all__ + tree.__all__ + text_match.__all__
 __all__ += lstm_stack.__all__
+__all__ += _rnn.__all__
 
 
 def __getattr__(name: str) -> object:

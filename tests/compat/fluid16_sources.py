@@ -36,10 +36,13 @@ SKIP_MODULES = ("core", "proto", "wrapped_decorator", "layers.layer_function_gen
 # elsewhere too (fluid/input.py is where Fluid's docs place embedding and one_hot)
 NAMES_ONLY = "# keyword names only"
 EXTRA_PATHS = ["fluid.input.embedding", "fluid.input.one_hot"]
-# Names of the 1.6 release that the source snapshot read predates, with the release's
-# signatures (fluid.io's checkpoint-state pair, documented with the 1.6 API)
+# Names written by hand: fluid.io's checkpoint-state pair (documented with the 1.6 API; the
+# source snapshot read predates it), and a name the walk above cannot see
 MANUAL = ["fluid.io.load_program_state(model_path, var_list=None)",
-          "fluid.io.set_program_state(program, state_dict)"]
+          "fluid.io.set_program_state(program, state_dict)",
+          # the function layers/rnn.py's "from .rnn import *" binds over the module's name
+          "fluid.layers.rnn(cell, inputs, initial_states=None, sequence_length=None, "
+          "time_major=False, is_reverse=False, **kwargs)"]
 
 
 @dataclass
@@ -291,12 +294,17 @@ def _source(expr: ast.expr) -> str:
     return " ".join(ast.unparse(expr).split())
 
 
+# Modules whose name the package rebinds to a function of theirs ("from .rnn import *" makes
+# fluid.layers.rnn the function rnn): their names are reached at the package's path only
+SHADOWED = ("layers.rnn",)
+
+
 def exported(pkg: Package) -> list[str]:
     """Every Fluid path an ``__all__`` of the release exports (one path per object)."""
     out: list[str] = []
     for name, mod in sorted(pkg.modules.items()):
         if not mod.all or any(name == p or name.startswith(p + ".") for p in SKIP_PACKAGES) \
-                or name in SKIP_MODULES:
+                or name in SKIP_MODULES or name in SHADOWED:
             continue
         for n in mod.all:
             out.append(f"fluid.{name}.{n}" if name else f"fluid.{n}")
@@ -356,11 +364,9 @@ def rewrite(pkg: Package, api_file: Path = API_FILE) -> list[str]:
         ident = _identity(pkg, path)
         # a name an __all__ lists but the module never binds (fluid.learning_rate_decay)
         # does not exist in the release either
-        if path in known_paths:
-            continue
-        known_paths.add(path)
         if (ident in known and path not in EXTRA_PATHS) or ident[0] in ("module", "path"):
             continue
+        known_paths.add(path)
         known.add(ident)
         found = pkg.resolve(path)
         sig = pkg.signature(found)

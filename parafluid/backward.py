@@ -45,9 +45,10 @@ def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
         loss: a variable with one element (e.g. the output of ``fluid.layers.mean``).
         parameter_list: parameters (or names) to differentiate; default all trainable ones.
         no_grad_set: variables (or names) whose gradient is not computed.
-        checkpoints: Fluid's recompute checkpoints (forward Variables). They are checked
-            and accepted, but the forward segments between them are not recomputed: the
-            gradients are the same as without them and so is the memory kept.
+        checkpoints: Fluid's recompute checkpoints (forward Variables): the forward ops
+            between two of them run again just before their gradient ops, so that their
+            results need not stay alive through the forward pass (passes/recompute.py). The
+            gradients are the same as without them.
     """
     if not isinstance(loss, Variable):
         raise TypeError(f"append_backward: loss must be a Variable, got {type(loss).__name__}")
@@ -74,6 +75,10 @@ def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
     first_backward_op = len(block.ops)
     produced = _append_grad_ops(block, [loss.name], [seed], sources, no_grad)
     _append_error_clips(block, first_backward_op)
+    if checkpoints:
+        from .passes.recompute import recompute
+
+        recompute(block, first_backward_op, [c.name for c in checkpoints])
     program._appending_grad_times += 1
     pairs = []
     for p in params:

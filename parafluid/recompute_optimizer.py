@@ -2,12 +2,12 @@
 names forward checkpoints for recomputation, and the differentially private SGD.
 
 ``RecomputeOptimizer(optimizer)`` takes the checkpoints (``_set_checkpoints`` or
-``backward(..., checkpoints=)``) and records them on the program
-(``program._recompute_checkpoints``). parafluid's backward pass does NOT recompute the
-forward segments between them: every forward activation the gradient ops read stays alive
-until its last use, exactly as with the plain optimizer, so the numbers are identical to the
-wrapped optimizer's and the peak memory is the same (no saving). Memory is reduced by the
-liveness-based release of the executors instead.
+``backward(..., checkpoints=)``) and passes them to ``append_backward``: the forward ops
+between two checkpoints run again just before their gradient ops (passes/recompute.py), so
+their results die during the forward pass instead of living until the backward pass reads
+them. The numbers are exactly the wrapped optimizer's. Segments holding random ops
+(dropout), sub-blocks or writes to persistable variables (batch_norm's running statistics)
+are not recomputed; their values stay alive as without checkpoints.
 
 Example::
 
@@ -30,8 +30,8 @@ __all__ = ["RecomputeOptimizer", "DpsgdOptimizer", "Dpsgd"]
 
 class RecomputeOptimizer(Optimizer):
     """Wraps ``optimizer``; ``backward`` takes ``checkpoints`` (forward Variables) as
-    Fluid's does. See the module docstring for what parafluid does with them (results equal
-    to the wrapped optimizer's; no memory saved)."""
+    Fluid's does and recomputes the segments between them in the backward pass (see the
+    module docstring)."""
 
     def __init__(self, optimizer: Optimizer) -> None:
         if not isinstance(optimizer, Optimizer):

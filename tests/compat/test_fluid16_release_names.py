@@ -416,3 +416,74 @@ def test_in_memory_dataset_settings_and_shuffle_sizes(tmp_path):
     queue = fluid.dataset.QueueDataset()
     with pytest.raises(NotImplementedError, match="does not support global shuffle"):
         queue.global_shuffle()
+
+
+def _deep(checkpoints_of, use_dropout=False, use_bn=False):
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.data(name="x", shape=[None, 8], dtype="float32")
+        y = fluid.data(name="y", shape=[None, 1], dtype="int64")
+        h1 = fluid.layers.fc(x, 16, act="relu")
+        h2 = fluid.layers.fc(h1, 16, act="tanh")
+        if use_dropout:
+            h2 = fluid.layers.dropout(h2, dropout_prob=0.5)
+        if use_bn:
+            h2 = fluid.layers.batch_norm(h2)
+        h3 = fluid.layers.fc(h2, 16, act="relu")
+        pred = fluid.layers.fc(h3, 2, act="softmax")
+        cost = fluid.layers.reduce_mean(fluid.layers.cross_entropy(input=pred, label=y))
+        checkpoints = checkpoints_of(h1, h3)
+        if checkpoints is None:
+            fluid.optimizer.Adam(0.01).minimize(cost)
+        else:
+            opt = fluid.optimizer.RecomputeOptimizer(fluid.optimizer.Adam(0.01))
+            opt._set_checkpoints(checkpoints)
+            opt.minimize(cost)
+    return main, startup, cost
+
+
+def _backward_start(main):
+    from parafluid.framework import OpRole
+
+    return next(i for i, op in enumerate(main.global_block().ops)
+                if op.attrs.get("op_role", 0) & OpRole.Backward)
+
+
+def test_recompute_replays_the_segment_before_its_gradient_ops():
+    main, _, _ = _deep(lambda h1, h3: [h1, h3])
+    ops = main.global_block().ops
+    start = _backward_start(main)
+    replayed = [op for op in ops[start:] if any(
+        n.endswith("@RECOMPUTE") for n in op.output_arg_names)]
+    # the second fc's mul, add and tanh, and the third fc's mul (its add's input)
+    assert [op.type for op in replayed] == ["mul", "elementwise_add", "tanh", "mul"]
+    forward_outputs = {n for op in replayed for n in op.output_arg_names}
+    originals = {n[:-len("@RECOMPUTE")] for n in forward_outputs}
+    # no backward op reads the originals any more: they die in the forward pass
+    assert not {n for op in ops[start:] for n in op.input_arg_names} & originals
+    first = ops.index(replayed[0])
+    assert all(not any(n in forward_outputs for n in op.input_arg_names)
+               for op in ops[:first])
+
+
+@pytest.mark.parametrize("kw", [{"use_dropout": True}, {"use_bn": True}])
+def test_recompute_leaves_segments_it_cannot_replay(kw):
+    main, _, _ = _deep(lambda h1, h3: [h1, h3], **kw)
+    assert not any(n.endswith("@RECOMPUTE") for op in main.global_block().ops
+                   for n in op.output_arg_names)
+
+
+@pytest.mark.parametrize("kw", [{}, {"use_bn": True}])
+def test_recompute_trains_exactly_as_the_plain_program(kw):
+    rng = np.random.RandomState(0)
+    feeds = [{"x": rng.rand(4, 8).astype("float32"),
+              "y": rng.randint(0, 2, [4, 1]).astype("int64")} for _ in range(3)]
+    runs = []
+    for checkpoints_of in (lambda h1, h3: None, lambda h1, h3: [h1, h3]):
+        main, startup, cost = _deep(checkpoints_of, **kw)
+        with fluid.scope_guard(fluid.Scope()):
+            exe = _exe()
+            exe.run(startup)
+            runs.append([exe.run(main, feed=f, fetch_list=[cost])[0] for f in feeds])
+    np.testing.assert_array_equal(np.array(runs[0]), np.array(runs[1]))

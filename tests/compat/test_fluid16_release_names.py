@@ -487,3 +487,35 @@ def test_recompute_trains_exactly_as_the_plain_program(kw):
             exe.run(startup)
             runs.append([exe.run(main, feed=f, fetch_list=[cost])[0] for f in feeds])
     np.testing.assert_array_equal(np.array(runs[0]), np.array(runs[1]))
+
+
+def test_recompute_lowers_the_peak_of_live_activations():
+    from parafluid.passes.liveness import block_liveness
+
+    def build(recompute):
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            h = fluid.data(name="x", shape=[None, 32], dtype="float32")
+            outs = []
+            for _ in range(8):
+                h = fluid.layers.fc(h, 32, act="tanh")
+                outs.append(h)
+            opt = fluid.optimizer.SGD(0.1)
+            if recompute:
+                opt = fluid.optimizer.RecomputeOptimizer(opt)
+                opt._set_checkpoints(outs[1::2])
+            opt.minimize(fluid.layers.mean(h))
+        return main.global_block()
+
+    def peak(block):
+        # activations and their gradients: not parameters, their gradients or the data
+        def activation(n):
+            var = block._find_var_recursive(n)
+            base = block._find_var_recursive(n.split("@")[0])
+            return var is not None and not var.persistable and not var.is_data and \
+                not (base is not None and base.persistable)
+        live = block_liveness(block)
+        return max(sum(map(activation, names)) for names in live.live_out)
+
+    plain, recomputed = peak(build(False)), peak(build(True))
+    assert recomputed < plain, (recomputed, plain)

@@ -64,9 +64,6 @@ _family(["layers.gather_tree", "layers.prroi_pool"],
         "a layer over an op (gather_tree, prroi_pool) this build does not register",
         "use beam_search_decode to backtrace beams, roi_align / psroi_pool for RoI pooling")
 # -- the imperative mode's C++ tools -------------------------------------------------------
-_family(["dygraph.jit"], "tracing an imperative Layer into a static Program (dygraph.jit)",
-        "write the model with fluid.layers in a Program and save it with "
-        "fluid.io.save_inference_model")
 _family(["dygraph.profiler"], "the gperftools CPU profiler of Paddle's C++ core",
         "use fluid.profiler.profiler (per-op timings) or Python's cProfile")
 # -- fluid.transpiler.collective -----------------------------------------------------------

@@ -107,6 +107,8 @@ class Tracer:
         # data parallel (prepare_context): called with the parameters of a Layer that has
         # just built itself, to give them trainer 0's values
         self._on_build: Any = None
+        # dygraph.jit.trace: (op type, inputs, outputs, attrs) of every op run, when set
+        self._recorder: list[tuple[str, dict, dict, dict]] | None = None
 
     # ---- modes
     def train_mode(self) -> None:
@@ -211,6 +213,8 @@ class Tracer:
         for k, v in out_pairs:
             if k in env:
                 v._value = env[k]
+        if self._recorder is not None:
+            self._recorder.append((op, ins, outs, dict(attrs)))
         node = _Node(seq, fop, env, in_pairs, out_pairs) if record else None
         for _, v in out_pairs:
             v._node, v._record_freed = node, False

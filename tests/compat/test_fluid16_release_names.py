@@ -380,7 +380,6 @@ def test_dpsgd_defaults_and_checks():
 @pytest.mark.parametrize("use", [
     lambda: fluid.layers.BeamSearchDecoder(None, 0, 1, 4),
     lambda: fluid.layers.dynamic_decode(None),
-    lambda: fluid.dygraph.jit.trace,
     lambda: fluid.dygraph.profiler.start_gperf_profiler(),
     lambda: fluid.transpiler.collective.GradAllReduce(),
     lambda: fluid.transpiler.collective.LocalSGD(nrings=2),
@@ -519,3 +518,44 @@ def test_recompute_lowers_the_peak_of_live_activations():
 
     plain, recomputed = peak(build(False)), peak(build(True))
     assert recomputed < plain, (recomputed, plain)
+
+
+# -- fluid.dygraph.jit.trace -----------------------------------------------------------------
+class _TwoLayers(fluid.dygraph.Layer):
+    def __init__(self) -> None:
+        super().__init__("two")
+        self.fc1 = fluid.dygraph.FC("fc1", size=4, act="relu")
+        self.fc2 = fluid.dygraph.FC("fc2", size=2)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x))
+
+
+def test_jit_trace_records_a_program_that_computes_what_the_layer_did():
+    x = np.random.RandomState(0).rand(3, 5).astype("float32")
+    with fluid.dygraph.guard():
+        model = _TwoLayers()
+        out, program = fluid.dygraph.jit.trace(model, [fluid.dygraph.to_variable(x)],
+                                               feed_names=["img"], fetch_names=["logits"])
+        want = out.numpy()
+        params = {p.name: p.numpy() for p in model.parameters()}
+    block = program.global_block()
+    assert [op.type for op in block.ops].count("mul") == 2
+    assert block.var("img").shape == (3, 5) and block.has_var("logits")
+    assert {n for n in params} <= {v.name for v in block.vars.values() if v.persistable}
+    scope = fluid.Scope()
+    for name, value in params.items():
+        scope.var(name).get_tensor().set(value, fluid.CPUPlace())
+    got, = _exe().run(program, feed={"img": x}, fetch_list=["logits"], scope=scope)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_jit_trace_checks_its_arguments():
+    with pytest.raises(RuntimeError, match="inside fluid.dygraph.guard"):
+        fluid.dygraph.jit.trace(_TwoLayers.__new__(_TwoLayers), [])
+    with fluid.dygraph.guard():
+        with pytest.raises(TypeError, match="must be a fluid.dygraph.Layer"):
+            fluid.dygraph.jit.trace(lambda x: x, [])
+        x = fluid.dygraph.to_variable(np.ones([1, 5], "float32"))
+        with pytest.raises(ValueError, match="2 feed_names for 1 variables"):
+            fluid.dygraph.jit.trace(_TwoLayers(), [x], feed_names=["a", "b"])

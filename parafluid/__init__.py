@@ -34,6 +34,8 @@ from .backward import append_backward, gradients
 from .dtypes import VarType
 from .executor import Executor
 from .framework import (  # noqa: F401
+    convert_np_dtype_to_dtype_,
+    require_version,
     Operator,
     OpRole,
     Parameter,
@@ -78,6 +80,9 @@ from .dataio.dataset import DatasetFactory, InMemoryDataset, QueueDataset
 from . import data_feed_desc, data_feeder, dataset  # noqa: F401  (Fluid 1.6 module paths)
 from .version import __version__  # noqa: F401  (parafluid.__version__)
 from . import contrib, dygraph, dygraph_grad_clip, incubate  # noqa: F401  (Fluid 1.6)
+from . import average, evaluator, input  # noqa: F401  (Fluid 1.6 module paths)
+
+Tensor = LoDTensor  # Fluid 1.6's other name for a LoDTensor
 
 __all__ = [
     "Program", "Operator", "Parameter", "Variable", "program_guard", "default_main_program",
@@ -94,7 +99,8 @@ __all__ = [
     "create_random_int_lodtensor", "cuda_pinned_places", "LoDTensorArray", "one_hot", "save",
     "load", "install_check", "log_helper", "reader", "WeightNormParamAttr", "contrib",
     "dygraph", "dygraph_grad_clip", "incubate", "DataFeedDesc", "DatasetFactory",
-    "InMemoryDataset", "QueueDataset", "dataset",
+    "InMemoryDataset", "QueueDataset", "dataset", "Tensor", "require_version", "average",
+    "evaluator", "input",
 ]
 
 

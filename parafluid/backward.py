@@ -37,16 +37,26 @@ def _names(items: Iterable[Any] | None) -> set[str]:
 
 def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
                     no_grad_set: Iterable[Any] | None = None,
-                    callbacks: Any = None) -> list[tuple[Parameter, Variable]]:
+                    callbacks: Any = None,
+                    checkpoints: Sequence[Variable] | None = None,
+                    ) -> list[tuple[Parameter, Variable]]:
     """Append the backward pass of ``loss``; return ``(param, grad)`` pairs.
 
     Args:
         loss: a variable with one element (e.g. the output of ``fluid.layers.mean``).
         parameter_list: parameters (or names) to differentiate; default all trainable ones.
         no_grad_set: variables (or names) whose gradient is not computed.
+        checkpoints: Fluid's recompute checkpoints (forward Variables): the forward ops
+            between two of them run again just before their gradient ops, so that their
+            results need not stay alive through the forward pass (passes/recompute.py). The
+            gradients are the same as without them.
     """
     if not isinstance(loss, Variable):
         raise TypeError(f"append_backward: loss must be a Variable, got {type(loss).__name__}")
+    if checkpoints is not None and (not isinstance(checkpoints, (list, tuple)) or not all(
+            isinstance(c, Variable) for c in checkpoints)):
+        raise TypeError(f"append_backward: checkpoints must be a list of Variables, got "
+                        f"{checkpoints!r}")
     if loss.shape is not None and numel(loss.shape) != 1:
         raise ValueError(f"append_backward: loss {loss.name!r} must hold one element "
                          f"(shape [1]), got shape {list(loss.shape)}; reduce it with "
@@ -66,6 +76,10 @@ def append_backward(loss: Variable, parameter_list: Sequence[Any] | None = None,
     first_backward_op = len(block.ops)
     produced = _append_grad_ops(block, [loss.name], [seed], sources, no_grad)
     _append_error_clips(block, first_backward_op)
+    if checkpoints:
+        from .passes.recompute import recompute
+
+        recompute(block, first_backward_op, [c.name for c in checkpoints])
     program._appending_grad_times += 1
     pairs = []
     for p in params:

@@ -17,7 +17,12 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["NotProvidedError", "NotProvided", "NOT_PROVIDED", "missing_attribute"]
+__all__ = ["NotProvidedError", "NotProvided", "NOT_PROVIDED", "missing_attribute",
+           "long_type", "int_type"]
+
+# paddle.compat's integer types (Python 3 has one): Fluid programs write compat.long_type(x)
+long_type = int
+int_type = int
 
 _DOC = "docs/fluid_compat.md"
 
@@ -28,6 +33,9 @@ NOT_PROVIDED: dict[str, tuple[str, str]] = {
                         "(or fluid.io.load_inference_model with fluid.Executor)"),
     "fluid.recordio_writer": ("RecordIO files",
                               "feed numpy arrays, or use fluid.io.DataLoader.from_generator"),
+    "fluid.load_op_library": ("loading a shared library of custom C++ operators",
+                              "write the op in Python with parafluid.ops.registry.register_op "
+                              "(slots, attrs, infer_shape, a torch kernel, a gradient maker)"),
     "layers.open_files": ("reader ops over RecordIO files",
                           "feed numpy arrays, or use fluid.io.DataLoader"),
 }
@@ -44,6 +52,25 @@ _family(["pslib.fleet", "pslib.PSLib", "pslib.DownpourOptimizer"],
         "fleet's PSLib mode (Fluid's C++ parameter server)",
         "use fleet from parafluid.incubate.fleet.parameter_server.distribute_transpiler "
         "(docs/fleet.md)")
+
+
+# -- fluid.layers.rnn's dynamic decoding ---------------------------------------------------
+_family(["layers.BeamSearchDecoder", "layers.dynamic_decode"],
+        "dynamic decoding in a While loop (BeamSearchDecoder, dynamic_decode)",
+        "decode with fluid.layers.beam_search / beam_search_decode in a While loop, or "
+        "fluid.contrib.BeamSearchDecoder")
+# -- layers whose ops are not part of this build ------------------------------------------
+_family(["layers.gather_tree", "layers.prroi_pool"],
+        "a layer over an op (gather_tree, prroi_pool) this build does not register",
+        "use beam_search_decode to backtrace beams, roi_align / psroi_pool for RoI pooling")
+# -- the imperative mode's C++ tools -------------------------------------------------------
+_family(["dygraph.profiler"], "the gperftools CPU profiler of Paddle's C++ core",
+        "use fluid.profiler.profiler (per-op timings) or Python's cProfile")
+# -- fluid.transpiler.collective -----------------------------------------------------------
+_family(["transpiler.collective.GradAllReduce", "transpiler.collective.LocalSGD"],
+        "the c_allreduce collective transpilers",
+        "use DistributeTranspiler in nccl2 mode (config.mode = 'nccl2') with "
+        "CompiledProgram.with_data_parallel, or fleet's collective mode")
 
 
 class NotProvidedError(NotImplementedError):

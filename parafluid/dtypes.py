@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["VarType", "convert_dtype", "to_torch", "to_numpy", "FLOAT_DTYPES"]
+__all__ = ["VarType", "convert_dtype", "to_torch", "to_numpy", "FLOAT_DTYPES",
+           "convert_np_dtype_to_dtype_"]
 
 _CANONICAL = {
     "float16": (torch.float16, np.float16),
@@ -26,25 +27,52 @@ _ALIASES = {"float": "float32", "double": "float64", "int": "int32", "long": "in
 _TORCH_TO_NAME = {t: name for name, (t, _) in _CANONICAL.items()}
 
 
-class VarType:
-    """Fluid's ``core.VarDesc.VarType``: dtype constants plus variable kinds."""
+class _Member(str):
+    """A ``VarType`` member: the dtype's name as a string (what parafluid compares and stores),
+    with Fluid's enum value for ``int()`` (framework.proto: FP32 is 5)."""
 
-    BOOL = "bool"
-    INT16 = "int16"
-    INT32 = "int32"
-    INT64 = "int64"
-    FP16 = "float16"
-    FP32 = "float32"
-    FP64 = "float64"
-    UINT8 = "uint8"
-    INT8 = "int8"
-    LOD_TENSOR = "lod_tensor"
-    SELECTED_ROWS = "selected_rows"
-    LOD_TENSOR_ARRAY = "lod_tensor_array"
-    RAW = "raw"
-    # the holders of a program's feed / fetch ops (Fluid's prepend_feed_ops)
-    FEED_MINIBATCH = "feed_minibatch"
-    FETCH_LIST = "fetch_list"
+    value: int
+
+    def __new__(cls, name: str, value: int) -> _Member:
+        member = super().__new__(cls, name)
+        member.value = value
+        return member
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __reduce__(self) -> tuple:
+        return (_Member, (str(self), self.value))
+
+
+class VarType:
+    """Fluid's ``core.VarDesc.VarType``: dtype constants plus variable kinds.
+
+    Each member is the dtype's name (``VarType.FP32 == 'float32'``) and converts with
+    ``int()`` to Fluid's enum value (``int(VarType.FP32) == 5``).
+    """
+
+    BOOL = _Member("bool", 0)
+    INT16 = _Member("int16", 1)
+    INT32 = _Member("int32", 2)
+    INT64 = _Member("int64", 3)
+    FP16 = _Member("float16", 4)
+    FP32 = _Member("float32", 5)
+    FP64 = _Member("float64", 6)
+    SIZE_T = _Member("size_t", 19)
+    UINT8 = _Member("uint8", 20)
+    INT8 = _Member("int8", 21)
+    LOD_TENSOR = _Member("lod_tensor", 7)
+    SELECTED_ROWS = _Member("selected_rows", 8)
+    FEED_MINIBATCH = _Member("feed_minibatch", 9)
+    FETCH_LIST = _Member("fetch_list", 10)
+    STEP_SCOPES = _Member("step_scopes", 11)
+    LOD_RANK_TABLE = _Member("lod_rank_table", 12)
+    LOD_TENSOR_ARRAY = _Member("lod_tensor_array", 13)
+    PLACE_LIST = _Member("place_list", 14)
+    READER = _Member("reader", 15)
+    RAW = _Member("raw", 17)
+    TUPLE = _Member("tuple", 18)
 
 
 _NUMPY_NAMES: dict[np.dtype, str] = {}  # numpy dtype -> canonical name, filled on use
@@ -55,7 +83,8 @@ def convert_dtype(dtype: object) -> str:
     if isinstance(dtype, str):
         name = _ALIASES.get(dtype, dtype)
         if name in _CANONICAL:
-            return name
+            # NOTE: a VarType member becomes the plain name: programs hold plain strings
+            return name if type(name) is str else str.__str__(name)
     elif isinstance(dtype, torch.dtype):
         if dtype in _TORCH_TO_NAME:
             return _TORCH_TO_NAME[dtype]
@@ -85,3 +114,13 @@ def to_numpy(dtype: str) -> type:
     if np_type is None:
         raise TypeError(f"dtype {dtype} has no numpy equivalent")
     return np_type
+
+
+def convert_np_dtype_to_dtype_(np_dtype: object) -> _Member:
+    """Fluid's ``framework.convert_np_dtype_to_dtype_``: the ``VarType`` member of a numpy
+    dtype (or its name), e.g. ``np.float32`` -> ``VarType.FP32`` (``int()`` gives 5)."""
+    name = np.dtype(np_dtype).name  # type: ignore[call-overload]
+    for member in vars(VarType).values():
+        if isinstance(member, _Member) and str(member) == name:
+            return member
+    raise ValueError(f"Not supported numpy dtype {name}")

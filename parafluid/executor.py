@@ -161,7 +161,7 @@ class Executor:
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,
                            fetch_list: Sequence[Any] | None = None,
                            fetch_info: Sequence[str] | None = None,
-                           print_period: int = 100) -> None:
+                           print_period: int = 100, fetch_handler: Any = None) -> None:
         """Train ``program`` on every batch of ``dataset`` (a ``fluid.DatasetFactory``
         Dataset) with ``thread`` worker threads sharing the parameters (0: the dataset's
         ``set_thread``): the Dataset runs it (``parafluid/dataio/dataset_trainer.py``).
@@ -176,6 +176,8 @@ class Executor:
             debug: print the batches per thread and the time at the end.
             fetch_list, fetch_info: variables printed, with these names, every
                 ``print_period`` batches.
+            fetch_handler: Fluid's timed FetchHandler; only None is supported (print with
+                fetch_list / fetch_info / print_period instead).
 
         Example::
 
@@ -183,6 +185,7 @@ class Executor:
                                    fetch_info=["loss"], print_period=10)
         """
         self._check_open()
+        _no_fetch_handler("train_from_dataset", fetch_handler)
         _dataset_run(dataset, False)(self, program, scope, thread, debug, fetch_list,
                                        fetch_info, print_period, is_infer=False)
 
@@ -190,7 +193,7 @@ class Executor:
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,
                            fetch_list: Sequence[Any] | None = None,
                            fetch_info: Sequence[str] | None = None,
-                           print_period: int = 100) -> None:
+                           print_period: int = 100, fetch_handler: Any = None) -> None:
         """Run the test clone of ``program`` (no backward or optimizer ops: the parameters
         stay) on every batch of ``dataset``; the arguments are those of
         ``train_from_dataset``.
@@ -200,6 +203,7 @@ class Executor:
             exe.infer_from_dataset(main, dataset, fetch_list=[acc], fetch_info=["acc"])
         """
         self._check_open()
+        _no_fetch_handler("infer_from_dataset", fetch_handler)
         _dataset_run(dataset, True)(self, program, scope, thread, debug, fetch_list,
                                        fetch_info, print_period, is_infer=True)
 
@@ -327,3 +331,10 @@ def _dataset_run(dataset: Any, is_infer: bool) -> Any:
         raise TypeError(f"{where}: dataset must be a Dataset of fluid.DatasetFactory, got "
                         f"{type(dataset).__name__}")
     return run
+
+
+def _no_fetch_handler(where: str, fetch_handler: Any) -> None:
+    if fetch_handler is not None:
+        raise ValueError(f"Executor.{where}: fetch_handler (Fluid's timed FetchHandler "
+                         f"thread) is not supported, got {fetch_handler!r}; pass fetch_list, "
+                         "fetch_info and print_period to print fetched values instead")

@@ -23,15 +23,16 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .dtypes import convert_dtype
+from .dtypes import convert_dtype, convert_np_dtype_to_dtype_
 from .program_meta import ProgramMeta, VarsDistributed
 from .variable import Parameter, Variable, _as_shape, var_names
+from .version import require_version
 
 __all__ = [
     "OpRole", "Variable", "Parameter", "Operator", "Block", "Program",
     "program_guard", "default_main_program", "default_startup_program",
     "switch_main_program", "switch_startup_program", "name_scope", "in_dygraph_mode",
-    "grad_var_name", "GRAD_SUFFIX",
+    "grad_var_name", "GRAD_SUFFIX", "convert_np_dtype_to_dtype_", "require_version",
 ]
 
 GRAD_SUFFIX = "@GRAD"

@@ -7,11 +7,13 @@ from .optimizers.base import Optimizer
 from .optimizers.dgc import DGCMomentum, DGCMomentumOptimizer
 from .optimizers.moving_average import ExponentialMovingAverage, LookaheadOptimizer, ModelAverage
 from .optimizers.pipeline import PipelineOptimizer
+from .optimizers.recompute import Dpsgd, DpsgdOptimizer, RecomputeOptimizer
 from .optimizers.rules import *
 from .optimizers.rules import __all__ as _rules
 
 __all__ = ["Optimizer", *_rules, "ExponentialMovingAverage", "LookaheadOptimizer",
-           "ModelAverage", "PipelineOptimizer", "DGCMomentumOptimizer", "DGCMomentum"]
+           "ModelAverage", "PipelineOptimizer", "DGCMomentumOptimizer", "DGCMomentum",
+           "RecomputeOptimizer", "Dpsgd", "DpsgdOptimizer"]
 
 
 def __getattr__(name: str) -> object:

@@ -28,17 +28,26 @@ class Variable:
     ported code builds, and have no effect.
     """
 
-    def __init__(self, block: Block, name: str | None = None, shape: Sequence[int] | None = None,
-                 dtype: Any = None, type: str = VarType.LOD_TENSOR, lod_level: int = 0,
-                 persistable: bool = False, stop_gradient: bool = False, is_data: bool = False,
-                 need_check_feed: bool = False, **_ignored: Any) -> None:
+    # NOTE: Fluid's parameter order; capacity, error_clip and belong_to_optimizer are
+    # accepted as Fluid's are (error_clip is kept for the clip module to find)
+    def __init__(self, block: Block, type: str = VarType.LOD_TENSOR,  # noqa: A002
+                 name: str | None = None, shape: Sequence[int] | None = None,
+                 dtype: Any = None, lod_level: int | None = None, capacity: int | None = None,
+                 persistable: bool | None = None, error_clip: Any = None,
+                 stop_gradient: bool = False, is_data: bool = False,
+                 need_check_feed: bool = False, belong_to_optimizer: bool = False,
+                 **_ignored: Any) -> None:
         self.block = block
         self.name = name if name is not None else unique_name.generate("_generated_var")
         self.shape: tuple[int, ...] | None = None if shape is None else _as_shape(shape, self.name)
         self.dtype: str | None = None if dtype is None else convert_dtype(dtype)
-        self.type = type
-        self.lod_level = lod_level
-        self.persistable = persistable
+        # NOTE: a VarType member (a str with an int value) is stored as its plain name
+        self.type = str.__str__(type) if isinstance(type, str) else type
+        self.lod_level = 0 if lod_level is None else lod_level
+        self.persistable = bool(persistable)
+        if error_clip is not None:
+            self.error_clip = error_clip
+        self.belong_to_optimizer = belong_to_optimizer
         self.stop_gradient = stop_gradient
         self.is_data = is_data
         self.need_check_feed = need_check_feed

@@ -43,7 +43,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("executors", ("executor", "parallel", "compiler")),
     ("program API", ("layers", "layer_helper", "optimizers", "optimizer", "initializer",
                      "param_attr", "regularizer", "clip", "data_layer", "nets", "metrics",
-                     "io", "transpiler", "profiler", "timeline")),
+                     "io", "transpiler", "profiler", "timeline", "program_state", "average",
+                     "evaluator", "input")),
     # the imperative mode builds on the layers; the data family and the inference API on
     # the executors (Fluid's paths fluid.reader, fluid.dataset, ... re-export dataio/)
     ("modes and data", ("dygraph", "dygraph_grad_clip", "dataio", "reader", "data_feeder",
@@ -56,10 +57,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 CALL_TIME_DELEGATIONS = {
     ("framework", "serialization"): "Program.clone, serialize_to_string and parse_from_string "
                                     "are Fluid's methods; serialization builds Programs",
+    ("layers.rnn", "contrib.rnn_impl"): "see KNOWN_UPWARD",
 }
 
 # (importer, imported): upward imports not yet removed, each with what still needs it
-KNOWN_UPWARD: dict[tuple[str, str], str] = {}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
+    ("layers.rnn", "contrib.rnn_impl"): "GRUCell / LSTMCell hold contrib's BasicGRUUnit / "
+                                        "BasicLSTMUnit as Fluid's cells do (imported when a "
+                                        "cell is made); the units belong below the "
+                                        "imperative Layer",
+}
 
 # (importer, imported): Fluid names of a higher layer's family in a lower module's namespace
 SURFACE_REEXPORTS = {

@@ -90,8 +90,8 @@ class DataLoader:
         Then call ``set_sample_generator``, ``set_sample_list_generator`` or
         ``set_batch_generator``, and iterate over ``loader()``.
         """
-        return GeneratorLoader(feed_list, capacity, iterable, return_list, drop_last, timeout,
-                               use_double_buffer)
+        return GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list,
+                               drop_last, timeout)
 
 
 class DataLoaderBase:
@@ -113,9 +113,10 @@ class DataLoaderBase:
 class GeneratorLoader(DataLoaderBase):
     """What ``DataLoader.from_generator`` returns; iterate it (or call it) once per epoch."""
 
-    def __init__(self, feed_list: Sequence[Variable] | None, capacity: int | None,
-                 iterable: bool = True, return_list: bool = False, drop_last: bool = True,
-                 timeout: float | None = None, use_double_buffer: bool = True) -> None:
+    def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
+                 use_double_buffer: bool = True, iterable: bool = True,
+                 return_list: bool = False, drop_last: bool = True,
+                 timeout: float | None = None) -> None:
         self._dygraph = in_dygraph_mode()
         if self._dygraph:
             # NOTE: the imperative mode, as Fluid's: no feed_list, the batches are lists of
@@ -285,8 +286,7 @@ class PyReader(GeneratorLoader):
     def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
                  use_double_buffer: bool = True, iterable: bool = True,
                  return_list: bool = False) -> None:
-        super().__init__(feed_list, capacity, iterable, return_list,
-                         use_double_buffer=use_double_buffer)
+        super().__init__(feed_list, capacity, use_double_buffer, iterable, return_list)
 
     def decorate_sample_generator(self, sample_generator: Callable[[], Iterable[Any]],
                                   batch_size: int, drop_last: bool = True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__: list[str] = []
 
 # -- the tracer, variables, guard, backward, Layer, learning-rate decays, save/load -------
+from . import jit  # noqa: E402  (fluid.dygraph.jit.trace)
 from .base import BackwardStrategy, enabled, guard, no_grad, to_variable  # noqa: E402
 from .checkpoint import (  # noqa: E402
     load_dygraph,
@@ -36,7 +37,7 @@ __all__ += [
     "save_persistables", "load_persistables", "save_dygraph", "load_dygraph",
     "LearningRateDecay", "NoamDecay", "PiecewiseDecay", "NaturalExpDecay", "ExponentialDecay",
     "InverseTimeDecay", "PolynomialDecay", "CosineDecay",
-    "prepare_context", "ParallelStrategy", "Env", "DataParallel",
+    "prepare_context", "ParallelStrategy", "Env", "DataParallel", "jit",
 ]
 
 # -- layers (dygraph.nn) -------------------------------------------------------------------

@@ -256,7 +256,7 @@ class BatchNorm(_FunctionLayer):
                  param_attr: Any = None, bias_attr: Any = None, dtype: str = "float32",
                  data_layout: str = "NCHW", in_place: bool = False,
                  moving_mean_name: str | None = None, moving_variance_name: str | None = None,
-                 do_model_average_for_mean_and_var: bool = False, fuse_with_relu: bool = False,
+                 do_model_average_for_mean_and_var: bool = True, fuse_with_relu: bool = False,
                  use_global_stats: bool = False, trainable_statistics: bool = False) -> None:
         super().__init__(name_scope, dtype)
         if trainable_statistics:
@@ -354,11 +354,14 @@ class NCE(_FunctionLayer):
         cost = nce(hidden, label)
     """
 
-    def __init__(self, name_scope: str, num_total_classes: int, param_attr: Any = None,
+    def __init__(self, name_scope: str, num_total_classes: int,
+                 sample_weight: Variable | None = None, param_attr: Any = None,
                  bias_attr: Any = None, num_neg_samples: int | None = None,
                  sampler: str = "uniform", custom_dist: Any = None, seed: int = 0,
                  is_sparse: bool = False) -> None:
         super().__init__(name_scope)
+        # the weight given here is used when forward gets none
+        self._sample_weight = sample_weight
         self._args = dict(num_total_classes=num_total_classes, param_attr=param_attr,
                           bias_attr=bias_attr, num_neg_samples=num_neg_samples,
                           sampler=sampler, custom_dist=custom_dist, seed=seed,
@@ -366,6 +369,8 @@ class NCE(_FunctionLayer):
 
     def forward(self, input: Variable, label: Variable,  # noqa: A002
                 sample_weight: Variable | None = None) -> Variable:
+        if sample_weight is None:
+            sample_weight = self._sample_weight
         return self._call_function(layers.nce, input, label, sample_weight=sample_weight,
                                    **self._args)
 

@@ -107,6 +107,8 @@ class Tracer:
         # data parallel (prepare_context): called with the parameters of a Layer that has
         # just built itself, to give them trainer 0's values
         self._on_build: Any = None
+        # dygraph.jit.trace: (op type, inputs, outputs, attrs) of every op run, when set
+        self._recorder: list[tuple[str, dict, dict, dict]] | None = None
 
     # ---- modes
     def train_mode(self) -> None:
@@ -162,12 +164,13 @@ class Tracer:
         return param
 
     # ---- ops
-    def trace_op(self, op: Any, inputs: Any = None, outputs: Any = None,
-                 stop_gradient: bool = False, attrs: dict[str, Any] | None = None,
+    def trace_op(self, type: Any, inputs: Any = None, outputs: Any = None,  # noqa: A002
+                 attrs: dict[str, Any] | None = None, stop_gradient: bool = False,
                  block: Any = None) -> Operator:
-        """Run op ``op`` (a type name) at once on the values of ``inputs`` (slot ->
-        imperative variables), writing ``outputs``; record it if an input needs a gradient
-        (and ``stop_gradient`` is False)."""
+        """Run op ``type`` (a type name, or an Operator) at once on the values of ``inputs``
+        (slot -> imperative variables), writing ``outputs``; record it if an input needs a
+        gradient (and ``stop_gradient`` is False). Fluid's argument order."""
+        op = type
         if isinstance(op, Operator):
             attrs = dict(op.attrs) if attrs is None else attrs
             op = op.type
@@ -210,6 +213,8 @@ class Tracer:
         for k, v in out_pairs:
             if k in env:
                 v._value = env[k]
+        if self._recorder is not None:
+            self._recorder.append((op, ins, outs, dict(attrs)))
         node = _Node(seq, fop, env, in_pairs, out_pairs) if record else None
         for _, v in out_pairs:
             v._node, v._record_freed = node, False
@@ -220,7 +225,7 @@ class Tracer:
     def trace(self, op_type: str, inputs: Any, outputs: Any, attrs: dict[str, Any],
               stop_gradient: bool = False) -> Operator:
         """``trace_op`` with Fluid's C++ tracer's argument order."""
-        return self.trace_op(op_type, inputs, outputs, stop_gradient, attrs=attrs)
+        return self.trace_op(op_type, inputs, outputs, attrs, stop_gradient)
 
     def _slot_vars(self, op: str, slots: Any, what: str) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {}

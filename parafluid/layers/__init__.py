@@ -26,7 +26,7 @@ from . import shapes
 from . import math
 from . import logic
 from . import selected_rows
-from . import rnn
+from . import rnn_units
 from . import ctc
 from . import debug
 from . import rank_table
@@ -43,6 +43,7 @@ from . import text_match
 from . import lstm_stack
 from . import fluid_paths
 from . import weight_norm  # WeightNormParamAttr's parameters (layer_helper calls it)
+from . import rnn as _rnn
 from .control_flow import *
 from .dynamic_rnn import *
 from .index import *
@@ -66,7 +67,7 @@ from .shapes import *
 from .math import *
 from .logic import *
 from .selected_rows import *
-from .rnn import *
+from .rnn_units import *
 from .ctc import *
 from .debug import *
 from .rank_table import *
@@ -80,6 +81,7 @@ from .norm import *
 from .tree import *
 from .text_match import *
 from .lstm_stack import *
+from .rnn import *  # binds layers.rnn to the function, as in Fluid
 
 __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tensor.__all__
            + ops.__all__ + loss.__all__ + learning_rate_scheduler.__all__ + sequence.__all__
@@ -87,12 +89,13 @@ __all__ = (control_flow.__all__ + index.__all__ + io.__all__ + nn.__all__ + tens
 __all__ += vision.__all__ + scatter_gather.__all__ + loss_distance.__all__ + sequence_steps.__all__
 __all__ += spatial.__all__ + python_function.__all__ + creation.__all__ + debug.__all__
 __all__ += random.__all__ + shapes.__all__ + math.__all__ + logic.__all__
-__all__ += selected_rows.__all__ + rnn.__all__ + ctc.__all__
+__all__ += selected_rows.__all__ + rnn_units.__all__ + ctc.__all__
 __all__ += rank_table.__all__ + distributions.__all__
 __all__ += detection.__all__ + roi.__all__ + yolo.__all__ + deformable.__all__
 __all__ += retinanet.__all__
 __all__ += norm.__all__ + tree.__all__ + text_match.__all__
 __all__ += lstm_stack.__all__
+__all__ += _rnn.__all__
 
 
 def __getattr__(name: str) -> object:

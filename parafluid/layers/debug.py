@@ -10,8 +10,8 @@ __all__ = ["Print"]
 
 def Print(input: Variable, first_n: int = -1, message: str | None = None, summarize: int = 20,
           print_tensor_name: bool = True, print_tensor_type: bool = True,
-          print_tensor_shape: bool = True, print_tensor_layout: bool = True,
-          print_tensor_lod: bool = True, print_phase: str = "both") -> Variable:
+          print_tensor_shape: bool = True, print_tensor_lod: bool = True,
+          print_phase: str = "both", print_tensor_layout: bool = True) -> Variable:
     """Return ``input`` unchanged through a ``print`` op that writes its name, shape, dtype,
     LoD and first ``summarize`` values (-1: all) to stdout each run (only the first
     ``first_n`` runs when >= 0). ``print_phase``: ``"forward"``, ``"backward"`` (the

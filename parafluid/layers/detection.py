@@ -196,8 +196,8 @@ def box_coder(prior_box: Variable, prior_box_var: Any, target_box: Variable,
     return out
 
 
-def iou_similarity(x: Variable, y: Variable, box_normalized: bool = True,
-                   name: str | None = None) -> Variable:
+def iou_similarity(x: Variable, y: Variable, name: str | None = None,
+                   box_normalized: bool = True) -> Variable:
     """``[N, M]`` intersection over union of boxes ``x [N, 4]`` (may be a LoD tensor: the
     output keeps its LoD) and ``y [M, 4]``.
 
@@ -318,9 +318,12 @@ def multiclass_nms(bboxes: Variable, scores: Variable, score_threshold: float,
 def detection_output(loc: Variable, scores: Variable, prior_box: Variable,
                      prior_box_var: Variable, background_label: int = 0,
                      nms_threshold: float = 0.3, nms_top_k: int = 400, keep_top_k: int = 200,
-                     score_threshold: float = 0.01, nms_eta: float = 1.0) -> Variable:
+                     score_threshold: float = 0.01, nms_eta: float = 1.0,
+                     return_index: bool = False) -> Variable:
     """SSD detections: ``loc [N, M, 4]`` decoded against the priors, ``scores [N, M, C]``
     soft-maxed, then ``multiclass_nms``; a LoD tensor of ``[label, score, x1, y1, x2, y2]``.
+    ``return_index=True`` (Fluid's ``multiclass_nms2``, which also returns the kept boxes'
+    indices) is not supported.
 
     Example::
 
@@ -329,6 +332,10 @@ def detection_output(loc: Variable, scores: Variable, prior_box: Variable,
     from .ops import softmax
     from .tensor import transpose
 
+    if return_index:
+        raise ValueError("detection_output: return_index=True needs the multiclass_nms2 op "
+                         "(the selected boxes' indices), which parafluid does not provide; "
+                         "use return_index=False")
     decoded = box_coder(prior_box, prior_box_var, loc, code_type="decode_center_size")
     probs = transpose(softmax(scores), perm=[0, 2, 1])
     probs.stop_gradient = True

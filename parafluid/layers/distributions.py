@@ -1,4 +1,5 @@
-"""``fluid.layers.distributions``: Fluid 1.6's ``Uniform`` and ``Normal``, built from
+"""``fluid.layers.distributions``: Fluid 1.6's ``Uniform``, ``Normal``, ``Categorical`` and
+``MultivariateNormalDiag``, built from
 ordinary layers (random ops, ``log``, elementwise arithmetic), so their samples and
 densities are variables of the program like any other.
 
@@ -26,7 +27,7 @@ from ..framework import Variable
 from .ops import log
 from .tensor import assign, cast, fill_constant, gaussian_random, uniform_random
 
-__all__ = ["Uniform", "Normal"]
+__all__ = ["Uniform", "Normal", "Categorical", "MultivariateNormalDiag"]
 
 
 class Distribution:
@@ -142,3 +143,112 @@ class Normal(Distribution):
         t1 = (self.loc - other.loc) / other.scale
         t1 = t1 * t1
         return 0.5 * (ratio + t1 - 1.0 - log(ratio))
+
+
+def _as_variables(name: str, *args: Any) -> list[Variable]:
+    # Fluid takes all Variables (of any shape, batch included) or all lists / arrays
+    if all(isinstance(a, Variable) for a in args):
+        return list(args)
+    if any(isinstance(a, Variable) for a in args):
+        raise TypeError(f"{name}: the parameters must all be Variables or all be lists / "
+                        f"numpy arrays, got {[type(a).__name__ for a in args]}")
+    return [assign(np.asarray(a, dtype="float32")) for a in args]
+
+
+class Categorical(Distribution):
+    """The categorical distribution over the last axis of ``logits`` (unnormalised log
+    probabilities).
+
+    Example::
+
+        a = fluid.layers.Categorical(np.array([-0.602, -0.602], "float32"))
+        b = fluid.layers.Categorical(np.array([-0.102, -0.112], "float32"))
+        a.entropy(), a.kl_divergence(b)   # [1] each
+    """
+
+    def __init__(self, logits: Any) -> None:
+        (self.logits,) = _as_variables("Categorical", logits)
+
+    def _normalised(self, logits: Variable) -> tuple[Variable, Variable, Variable]:
+        from . import ops, tensor
+
+        # NOTE: subtracting the max keeps exp finite, as Fluid's formula does
+        shifted = logits - tensor.reduce_max(logits, dim=-1, keep_dim=True)
+        e = ops.exp(shifted)
+        z = tensor.reduce_sum(e, dim=-1, keep_dim=True)
+        return shifted, z, e / z
+
+    def entropy(self) -> Variable:
+        """``-sum(p * log p)`` over the last axis (keeps it, size 1)."""
+        from . import tensor
+
+        logits, z, prob = self._normalised(self.logits)
+        return -1.0 * tensor.reduce_sum(prob * (logits - log(z)), dim=-1, keep_dim=True)
+
+    def kl_divergence(self, other: Distribution) -> Variable:
+        """``sum(p * (log p - log q))`` over the last axis, for another ``Categorical``."""
+        from . import tensor
+
+        if not isinstance(other, Categorical):
+            raise TypeError(f"Categorical.kl_divergence: other must be a Categorical, got "
+                            f"{type(other).__name__}")
+        logits, z, prob = self._normalised(self.logits)
+        other_logits, other_z, _ = self._normalised(other.logits)
+        return tensor.reduce_sum(prob * (logits - log(z) - other_logits + log(other_z)),
+                                 dim=-1, keep_dim=True)
+
+
+class MultivariateNormalDiag(Distribution):
+    """A multivariate normal with mean ``loc`` (``[k]``) and diagonal covariance matrix
+    ``scale`` (``[k, k]``, zero off the diagonal), as Fluid defines it (``scale`` is the
+    covariance itself: the entropy is ``0.5 * (k * (1 + log 2 pi) + log det scale)``).
+
+    Example::
+
+        a = fluid.layers.MultivariateNormalDiag(np.array([0.3, 0.5], "float32"),
+                                                np.array([[0.4, 0], [0, 0.5]], "float32"))
+        a.entropy()
+    """
+
+    def __init__(self, loc: Any, scale: Any) -> None:
+        self.loc, self.scale = _as_variables("MultivariateNormalDiag", loc, scale)
+
+    def _off_diagonal_ones(self, value: Variable) -> tuple[Variable, Variable]:
+        from . import creation, tensor
+
+        shape = list(value.shape)
+        return (tensor.ones(shape=shape, dtype=self.loc.dtype),
+                creation.diag(tensor.ones(shape=[shape[0]], dtype=self.loc.dtype)))
+
+    def _det(self, value: Variable) -> Variable:
+        from . import tensor
+
+        one_all, one_diag = self._off_diagonal_ones(value)
+        return tensor.reduce_prod(value + one_all - one_diag)
+
+    def _inv(self, value: Variable) -> Variable:
+        from . import nn
+
+        one_all, one_diag = self._off_diagonal_ones(value)
+        # the diagonal to the power -1, everything else to the power 1 (it is zero)
+        return nn.elementwise_pow(value, one_all - 2.0 * one_diag)
+
+    def entropy(self) -> Variable:
+        """``0.5 * (k * (1 + log 2 pi) + log det scale)``, shape ``[1]``."""
+        k = self.scale.shape[0]
+        return 0.5 * (log(self._det(self.scale)) + k * (1.0 + math.log(2 * math.pi)))
+
+    def kl_divergence(self, other: Distribution) -> Variable:
+        """``KL(self || other)`` for another ``MultivariateNormalDiag``, shape ``[1]``."""
+        from . import nn, tensor
+
+        if not isinstance(other, MultivariateNormalDiag):
+            raise TypeError("MultivariateNormalDiag.kl_divergence: other must be a "
+                            f"MultivariateNormalDiag, got {type(other).__name__}")
+        inv_other = self._inv(other.scale)
+        trace = tensor.reduce_sum(inv_other * self.scale)
+        diff = other.loc - self.loc
+        quad = nn.matmul(nn.matmul(diff, inv_other), diff)
+        k = self.scale.shape[0]
+        ln_cov = log(self._det(other.scale)) - log(self._det(self.scale))
+        return 0.5 * (trace + quad - float(k) + ln_cov)

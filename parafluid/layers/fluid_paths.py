@@ -58,7 +58,9 @@ FLUID_LAYER_MODULES: dict[str, tuple[str, ...]] = {
         'npair_loss', 'pixel_shuffle', 'fsp_matrix', 'continuous_value_model', 'where',
         'sign', 'deformable_conv', 'unfold', 'deformable_roi_pooling',
         'match_matrix_tensor', 'filter_by_instag', 'var_conv_2d', 'shard_index',
-        'hard_swish'),
+        'hard_swish', 'instance_norm', 'gather_nd', 'scatter_nd_add', 'scatter_nd',
+        'crop_tensor', 'expand_as', 'strided_slice', 'prroi_pool', 'gather_tree', 'mse_loss',
+        'uniform_random'),
     "io": (
         'data', 'read_file', 'double_buffer', 'py_reader', 'create_py_reader_by_data',
         'load'),
@@ -94,7 +96,7 @@ FLUID_LAYER_MODULES: dict[str, tuple[str, ...]] = {
         'exponential_decay', 'natural_exp_decay', 'inverse_time_decay', 'polynomial_decay',
         'piecewise_decay', 'noam_decay', 'cosine_decay', 'linear_lr_warmup'),
     "distributions": (
-        'Uniform', 'Normal'),}
+        'Uniform', 'Normal', 'Categorical', 'MultivariateNormalDiag'),}
 
 
 def resolve(module: str, name: str) -> Any:

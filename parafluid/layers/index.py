@@ -97,14 +97,25 @@ def flatten(x: Variable, axis: int = 1, name: str | None = None) -> Variable:
 
 
 def _compare(op_type: str) -> Any:
-    def layer(x: Variable, y: Variable, force_cpu: bool | None = None,
-              cond: Variable | None = None) -> Variable:
+    def build(x: Variable, y: Variable, force_cpu: bool | None, cond: Variable | None
+              ) -> Variable:
         _check(op_type, "x", x)
         _check(op_type, "y", y)
         out = _op(op_type, {"X": [x], "Y": [y]}, {"force_cpu": bool(force_cpu)}, "bool",
                   out=cond)
         out.stop_gradient = True
         return out
+
+    # NOTE: Fluid 1.6 gives only less_than the force_cpu parameter (before cond); the others
+    # take (x, y, cond=None), so a positional cond must land on cond
+    if op_type == "less_than":
+        def layer(x: Variable, y: Variable, force_cpu: bool | None = None,
+                  cond: Variable | None = None) -> Variable:
+            return build(x, y, force_cpu, cond)
+    else:
+        def layer(x: Variable, y: Variable, cond: Variable | None = None, *,
+                  force_cpu: bool | None = None) -> Variable:
+            return build(x, y, force_cpu, cond)
     layer.__name__ = layer.__qualname__ = op_type
     layer.__doc__ = (f"Elementwise ``{op_type}`` of ``x`` and ``y``: a bool variable (written "
                      f"into ``cond`` when given).\n\nExample::\n\n    mask = "
@@ -121,8 +132,8 @@ not_equal = _compare("not_equal")
 
 
 def _logical(op_type: str, binary: bool) -> Any:
-    def layer(x: Variable, y: Variable | None = None, out: Variable | None = None,
-              name: str | None = None) -> Variable:
+    def build(x: Variable, y: Variable | None, out: Variable | None,
+              name: str | None) -> Variable:
         _check(op_type, "x", x)
         inputs: dict[str, Any] = {"X": [x]}
         if binary:
@@ -131,6 +142,15 @@ def _logical(op_type: str, binary: bool) -> Any:
         res = _op(op_type, inputs, {}, "bool", out=out, name=name)
         res.stop_gradient = True
         return res
+
+    if binary:
+        def layer(x: Variable, y: Variable, out: Variable | None = None,
+                  name: str | None = None) -> Variable:
+            return build(x, y, out, name)
+    else:
+        def layer(x: Variable, out: Variable | None = None,  # type: ignore[misc]
+                  name: str | None = None) -> Variable:
+            return build(x, None, out, name)
     layer.__name__ = layer.__qualname__ = op_type
     layer.__doc__ = (f"Elementwise ``{op_type}`` of bool variables.\n\nExample::\n\n    "
                      f"m = fluid.layers.{op_type}(" + ("a, b" if binary else "a") + ")\n")

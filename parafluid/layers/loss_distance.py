@@ -10,7 +10,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 
 __all__ = ["smooth_l1", "margin_rank_loss", "rank_loss", "dice_loss", "npair_loss",
-           "center_loss"]
+           "center_loss", "mse_loss"]
 
 
 def _check_vars(layer: str, **args: Any) -> None:
@@ -77,7 +77,8 @@ def rank_loss(label: Variable, left: Variable, right: Variable,
                 left.dtype, name)
 
 
-def dice_loss(input: Variable, label: Variable, epsilon: float = 0.00001) -> Variable:
+def dice_loss(input: Variable, label: Variable, epsilon: float = 0.00001,
+              name: str | None = None) -> Variable:
     """Dice loss for segmentation: ``1 - 2 |P * Y| / (|P| + |Y| + epsilon)`` per sample
     (``input`` holds probabilities ``[N, ..., K]``, ``label`` int64 ``[N, ..., 1]``), averaged.
 
@@ -176,3 +177,17 @@ def center_loss(input: Variable, label: Variable, num_classes: int, alpha: Any,
                               "CentersOut": [centers]},
                      attrs={"cluster_num": int(num_classes), "need_update": bool(update_center)})
     return loss
+
+
+def mse_loss(input: Variable, label: Variable) -> Variable:
+    """Mean squared error: ``reduce_mean(square_error_cost(input, label))``, shape ``[1]``.
+
+    Example::
+
+        loss = fluid.layers.mse_loss(input=pred, label=y)
+    """
+    from .loss import square_error_cost
+    from .tensor import reduce_mean
+
+    _check_vars("mse_loss", input=input, label=label)
+    return reduce_mean(square_error_cost(input, label))

@@ -87,8 +87,8 @@ def cumsum(x: Variable, axis: int | None = None, exclusive: bool | None = None,
     return _one_op("cumsum", x, attrs)
 
 
-def argsort(input: Variable, axis: int = -1, descending: bool = False,
-            name: str | None = None) -> tuple[Variable, Variable]:
+def argsort(input: Variable, axis: int = -1, name: str | None = None,
+            descending: bool = False) -> tuple[Variable, Variable]:
     """``(sorted values, int64 indices)`` along ``axis`` (a stable sort).
 
     Example::

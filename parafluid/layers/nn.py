@@ -17,7 +17,7 @@ __all__ = ["fc", "mean", "mul", "matmul", "elementwise_add", "elementwise_sub", 
 
 def fc(input: Variable | list[Variable], size: int, num_flatten_dims: int = 1,
        param_attr: Any = None, bias_attr: Any = None, act: str | None = None,
-       is_test: bool = False, name: str | None = None) -> Variable:
+       name: str | None = None, is_test: bool = False) -> Variable:
     """Fully connected layer: ``act(sum_i flatten(input_i) @ W_i + b)``.
 
     Example::
@@ -242,7 +242,7 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
                bias_attr: Any = None, data_layout: str = "NCHW", in_place: bool = False,
                name: str | None = None, moving_mean_name: str | None = None,
                moving_variance_name: str | None = None,
-               do_model_average_for_mean_and_var: bool = False,
+               do_model_average_for_mean_and_var: bool = True,
                fuse_with_relu: bool = False, use_global_stats: bool = False) -> Variable:
     """Batch normalization; keeps moving statistics for inference.
 
@@ -383,6 +383,8 @@ def embedding(input: Variable, size: list[int], is_sparse: bool = False,
         ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
         emb = fluid.layers.embedding(ids, size=[10000, 64], is_sparse=True)
     """
+    if not isinstance(input, Variable):
+        raise TypeError(f"embedding: input must be a Variable, got {type(input).__name__}")
     if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
         raise ValueError(f"embedding: size must be [vocab_size, emb_dim] of positive ints, "
                          f"got {size!r}")

@@ -17,7 +17,7 @@ def data_norm(input: Variable, act: str | None = None, epsilon: float = 1e-05,
               param_attr: Any = None, data_layout: str = "NCHW", in_place: bool = False,
               name: str | None = None, moving_mean_name: str | None = None,
               moving_variance_name: str | None = None,
-              do_model_average_for_mean_and_var: bool = False) -> Variable:
+              do_model_average_for_mean_and_var: bool = True) -> Variable:
     """Normalize the columns of a 2-D ``input`` ``[N, C]`` by accumulated statistics.
 
     Three trainable parameters of ``C`` values, ``<name>.batch_size``, ``<name>.batch_sum``

@@ -62,7 +62,27 @@ cos = _activation("cos", "cos(x)")
 softplus = _activation("softplus", "ln(1 + exp(x))")
 softsign = _activation("softsign", "x / (1 + |x|)")
 logsigmoid = _activation("logsigmoid", "ln(sigmoid(x))")
-sign = _activation("sign", "sign(x)")
+_sign = _activation("sign", "sign(x)")
+
+
+def sign(x: Variable, name: str | None = None) -> Variable:
+    """Elementwise ``sign(x)`` (op ``sign``); a numpy array is first made a constant with
+    ``assign``, as Fluid's ``sign`` does.
+
+    Example::
+
+        s = fluid.layers.sign(np.array([-2.0, 3.0], "float32"))   # [-1., 1.]
+    """
+    if not isinstance(x, Variable):
+        import numpy as np
+
+        from .tensor import assign
+
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"sign: x must be a Variable or a numpy ndarray, got "
+                            f"{type(x).__name__}")
+        x = assign(x)
+    return _sign(x, name=name)
 floor = _activation("floor", "floor(x)")
 ceil = _activation("ceil", "ceil(x)")
 round = _activation("round", "round(x), halves away from zero")  # noqa: A001

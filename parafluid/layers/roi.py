@@ -318,7 +318,8 @@ def retinanet_target_assign(bbox_pred: Variable, cls_logits: Variable, anchor_bo
 
 
 def roi_perspective_transform(input: Variable, rois: Variable, transformed_height: int,
-                              transformed_width: int, spatial_scale: float = 1.0) -> Variable:
+                              transformed_width: int, spatial_scale: float = 1.0,
+                              name: str | None = None) -> Variable:
     """Warp each quadrilateral ROI (``rois [R, 8]`` = ``x0, y0, ..., x3, y3`` clockwise from
     the top left, LoD: per image) of ``input [N, C, H, W]`` onto a ``[transformed_height,
     transformed_width]`` grid: ``[R, C, transformed_height, transformed_width]``, zero
@@ -329,7 +330,7 @@ def roi_perspective_transform(input: Variable, rois: Variable, transformed_heigh
         text = fluid.layers.roi_perspective_transform(feat, quads, 8, 32, 1 / 4.)
     """
     _check("roi_perspective_transform", input=input, rois=rois)
-    helper = LayerHelper("roi_perspective_transform")
+    helper = LayerHelper("roi_perspective_transform", name=name)
     out = helper.create_variable_for_type_inference(input.dtype)
     helper.append_op("roi_perspective_transform", inputs={"X": [input], "ROIs": [rois]},
                      outputs={"Out": [out]},

@@ -366,7 +366,8 @@ reduce_prod = _reduce("reduce_prod")
 
 
 def fill_constant_batch_size_like(input: Variable, shape: list[int], dtype: Any, value: float,
-                                  input_dim_idx: int = 0, output_dim_idx: int = 0) -> Variable:
+                                  input_dim_idx: int = 0, output_dim_idx: int = 0,
+                                  force_cpu: bool = False) -> Variable:
     """A constant tensor of ``shape`` whose dim ``output_dim_idx`` is taken at run time from
     dim ``input_dim_idx`` of ``input`` (typically the batch size).
 
@@ -383,7 +384,8 @@ def fill_constant_batch_size_like(input: Variable, shape: list[int], dtype: Any,
                      attrs={"shape": _int_list("fill_constant_batch_size_like", "shape", shape),
                             "dtype": convert_dtype(dtype), "value": float(value),
                             "input_dim_idx": int(input_dim_idx),
-                            "output_dim_idx": int(output_dim_idx)})
+                            "output_dim_idx": int(output_dim_idx),
+                            "force_cpu": bool(force_cpu)})
     out.stop_gradient = True
     return out
 
@@ -396,6 +398,9 @@ def uniform_random(shape: list[int], dtype: Any = "float32", min: float = -1.0,
 
         noise = fluid.layers.uniform_random([4, 8], min=-0.1, max=0.1, seed=1)
     """
+    if not isinstance(shape, (list, tuple, Variable)):
+        raise TypeError(f"uniform_random: shape must be a list, tuple or Variable, got "
+                        f"{type(shape).__name__}: {shape!r}")
     helper = LayerHelper("uniform_random")
     out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
     helper.append_op("uniform_random", outputs={"Out": [out]},
@@ -423,8 +428,8 @@ def gaussian_random(shape: list[int], mean: float = 0.0, std: float = 1.0, seed:
 
 
 
-def tensor_array_to_tensor(input: Variable, axis: int = 1,
-                           name: str | None = None) -> tuple[Variable, Variable]:
+def tensor_array_to_tensor(input: Variable, axis: int = 1, name: str | None = None,
+                           use_stack: bool = False) -> tuple[Variable, Variable]:
     """The items of a tensor array concatenated along ``axis``, and each item's size along
     it (int32, one per item). The gradient is cut back into an array of the items' shapes.
 
@@ -438,6 +443,10 @@ def tensor_array_to_tensor(input: Variable, axis: int = 1,
     if not isinstance(input, Variable) or input.type != VarType.LOD_TENSOR_ARRAY:
         raise TypeError(f"tensor_array_to_tensor: input must be a tensor array Variable "
                         f"(create_array / array_write), got {input!r}")
+    if use_stack:
+        raise ValueError("tensor_array_to_tensor: use_stack=True (stacking the items along a "
+                         "new axis) is not supported; use the default use_stack=False "
+                         "(concatenation along axis), then reshape")
     helper = LayerHelper("tensor_array_to_tensor", name=name)
     out = helper.create_variable_for_type_inference(input.dtype)
     index = helper.create_variable_for_type_inference("int32", stop_gradient=True)

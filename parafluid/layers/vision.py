@@ -254,9 +254,11 @@ _RESAMPLE = {"BILINEAR": "bilinear_interp", "NEAREST": "nearest_interp",
 def image_resize(input: Variable, out_shape: Any = None, scale: float | None = None,
                  name: str | None = None, resample: str = "BILINEAR",
                  actual_shape: Variable | None = None, align_corners: bool = True,
-                 align_mode: int = 1) -> Variable:
+                 align_mode: int = 1, data_format: str = "NCHW") -> Variable:
     """Resize the spatial dims as Fluid's interpolate ops: H and W of an NCHW input
     (``BILINEAR``, ``NEAREST``) or D, H and W of an NCDHW input (``TRILINEAR``).
+    ``data_format`` ``"NHWC"`` / ``"NDHWC"`` takes and gives channels-last tensors (resized
+    between two transposes).
 
     ``out_shape`` is ``[out_h, out_w]`` (``[out_d, out_h, out_w]``), ints or an int32
     Variable; otherwise ``scale`` gives ``int(size * scale)``. ``actual_shape`` (an int32
@@ -268,6 +270,17 @@ def image_resize(input: Variable, out_shape: Any = None, scale: float | None = N
 
         up = fluid.layers.image_resize(feat, out_shape=[64, 64])   # bilinear, align_corners
     """
+    if data_format not in ("NCHW", "NHWC", "NCDHW", "NDHWC"):
+        raise ValueError(f"image_resize: data_format must be 'NCHW', 'NHWC', 'NCDHW' or "
+                         f"'NDHWC', got {data_format!r}")
+    if data_format in ("NHWC", "NDHWC"):
+        from .tensor import transpose
+
+        rank = len(input.shape or ())
+        first = transpose(input, [0, rank - 1] + list(range(1, rank - 1)))
+        out = image_resize(first, out_shape, scale, None, resample, actual_shape,
+                           align_corners, align_mode)
+        return transpose(out, [0] + list(range(2, rank)) + [1])
     resample = resample.upper()
     if resample not in _RESAMPLE:
         raise ValueError(f"image_resize: resample must be one of {sorted(_RESAMPLE)}, "
@@ -318,26 +331,28 @@ def image_resize_short(input: Variable, out_short_len: int,
 
 def resize_bilinear(input: Variable, out_shape: Any = None, scale: float | None = None,
                     name: str | None = None, actual_shape: Variable | None = None,
-                    align_corners: bool = True, align_mode: int = 1) -> Variable:
+                    align_corners: bool = True, align_mode: int = 1,
+                    data_format: str = "NCHW") -> Variable:
     """``image_resize(..., resample="BILINEAR")``."""
     return image_resize(input, out_shape, scale, name, "BILINEAR", actual_shape,
-                        align_corners, align_mode)
+                        align_corners, align_mode, data_format)
 
 
 def resize_trilinear(input: Variable, out_shape: Any = None, scale: float | None = None,
                      name: str | None = None, actual_shape: Variable | None = None,
-                     align_corners: bool = True, align_mode: int = 1) -> Variable:
-    """``image_resize(..., resample="TRILINEAR")`` over an NCDHW input."""
+                     align_corners: bool = True, align_mode: int = 1,
+                     data_format: str = "NCDHW") -> Variable:
+    """``image_resize(..., resample="TRILINEAR")`` over an NCDHW (or NDHWC) input."""
     return image_resize(input, out_shape, scale, name, "TRILINEAR", actual_shape,
-                        align_corners, align_mode)
+                        align_corners, align_mode, data_format)
 
 
 def resize_nearest(input: Variable, out_shape: Any = None, scale: float | None = None,
                    name: str | None = None, actual_shape: Variable | None = None,
-                   align_corners: bool = True) -> Variable:
+                   align_corners: bool = True, data_format: str = "NCHW") -> Variable:
     """``image_resize(..., resample="NEAREST")``."""
     return image_resize(input, out_shape, scale, name, "NEAREST", actual_shape,
-                        align_corners, 1)
+                        align_corners, 1, data_format)
 
 
 # ----------------------------------------------------------------------------- pad / crop

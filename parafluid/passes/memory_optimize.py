@@ -48,7 +48,7 @@ __all__ = ["memory_optimize", "protected_names", "check_fetch_targets"]
 
 
 def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None = None,
-                    print_log: bool = False, level: int = 0, skip_grads: bool = False) -> None:
+                    print_log: bool = False, level: int = 0, skip_grads: bool = True) -> None:
     """Reuse the buffers of dead variables by renaming, in place (Fluid's transpiler pass).
 
     Args:
@@ -58,7 +58,7 @@ def memory_optimize(input_program: Program, skip_opt_set: Iterable[str] | None =
         level: 0 reuses a variable of exactly the same shape; 1 also one of the same ``-1``
             pattern holding at least as many elements.
         skip_grads: leave the parameter gradients alone (Fluid's rule: the gradient named
-            by each optimize op's ``op_role_var``).
+            by each optimize op's ``op_role_var``); True by default, as in Fluid.
 
     Returns None, like Fluid. Example::
 

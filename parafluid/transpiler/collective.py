@@ -52,3 +52,10 @@ def transpile_nccl2(program: Any, startup_program: Any, trainer_id: int,
         prog.meta.trainers_endpoints = list(eps)
         prog.meta.num_trainers = len(eps)
         prog.meta.trainer_id = trainer_id
+
+
+def __getattr__(name: str) -> object:
+    # Fluid 1.6's GradAllReduce / LocalSGD import and fail on use, saying what to use instead
+    from ..compat import missing_attribute
+
+    return missing_attribute("transpiler.collective", name, __all__)

@@ -149,6 +149,11 @@ class Compressor:
         search_space: for architecture search (not provided: see docs/fluid_compat.md).
         eval_func: ``{key: fn(eval_program, scope) -> float}`` evaluations instead of the
             eval reader.
+        save_eval_model: also save the eval program and its persistables with each
+            checkpoint (``<checkpoint>/eval_model``).
+        prune_infer_model: ``(input names, output names)``: also save an inference model
+            pruned to them (``eval_model/__model__.infer``).
+        log_period: log the training fetches every ``log_period`` batches.
 
     Example::
 
@@ -168,10 +173,21 @@ class Compressor:
                  eval_program: Program | None = None,
                  eval_reader: Callable[[], Any] | None = None,
                  eval_feed_list: Any = None, eval_fetch_list: Any = None,
+                 eval_func: dict[str, Callable[[Program, Scope], float]] | None = None,
+                 save_eval_model: bool = True, prune_infer_model: Any = None,
                  teacher_programs: Sequence[Program] = (), checkpoint_path: str | None = None,
                  train_optimizer: Any = None, distiller_optimizer: Any = None,
-                 search_space: Any = None,
-                 eval_func: dict[str, Callable[[Program, Scope], float]] | None = None) -> None:
+                 search_space: Any = None, log_period: int = 20) -> None:
+        if isinstance(log_period, bool) or not isinstance(log_period, int) or log_period <= 0:
+            raise ValueError(f"Compressor: log_period must be a positive int, got "
+                             f"{log_period!r}")
+        if prune_infer_model is not None and (
+                not isinstance(prune_infer_model, (list, tuple)) or len(prune_infer_model) != 2):
+            raise ValueError("Compressor: prune_infer_model must be (input variable names, "
+                             f"output variable names), got {prune_infer_model!r}")
+        self.save_eval_model = bool(save_eval_model)
+        self.prune_infer_model = prune_infer_model
+        self.log_period = log_period
         if not isinstance(train_program, Program):
             raise TypeError(f"Compressor: train_program must be a fluid.Program, got "
                             f"{type(train_program).__name__}")
@@ -279,7 +295,7 @@ class Compressor:
             out = context.executor.run(context.optimize_program, feed=feeder.feed(data),
                                         fetch_list=list(context.optimize_fetches.values()),
                                         scope=self.scope)
-            if context.batch_id % 20 == 0:
+            if context.batch_id % self.log_period == 0:
                 _logger.info("epoch %d batch %d: %s", context.epoch_id, context.batch_id,
                              dict(zip(context.optimize_fetches,
                                       (round(float(np.mean(r)), 4) for r in out))))
@@ -311,6 +327,7 @@ class Compressor:
         folder = os.path.join(self.checkpoint_path, str(context.epoch_id))
         io.save_persistables(context.executor, os.path.join(folder, "model"),
                              context.optimize_program, scope=self.scope)
+        self._save_eval_model(context, os.path.join(folder, "eval_model"))
         doc = {"epoch_id": context.epoch_id, "eval_results": context.eval_results,
                "strategies": [{"class": type(s).__name__,
                                "state": s.state() if hasattr(s, "state") else {}}
@@ -319,6 +336,24 @@ class Compressor:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
         os.replace(tmp, os.path.join(folder, "context.json"))
+
+    def _save_eval_model(self, context: Context, folder: str) -> None:
+        """Fluid's ``save_eval_model`` (the eval program and its persistables) and
+        ``prune_infer_model`` (an inference model pruned to the given inputs / outputs)."""
+        program = context.eval_program
+        if program is None:
+            return
+        if self.save_eval_model:
+            io.save_persistables(context.executor, folder, program, scope=self.scope)
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "__model__"), "wb") as f:
+                f.write(program.serialize_to_string())
+        if self.prune_infer_model:
+            feeds, fetches = self.prune_infer_model
+            block = program.global_block()
+            io.save_inference_model(folder, list(feeds), [block.var(n) for n in fetches],
+                                    context.executor, program, model_filename="__model__.infer",
+                                    program_only=self.save_eval_model, scope=self.scope)
 
     def _load_checkpoint(self, context: Context) -> None:
         path = self.checkpoint_path

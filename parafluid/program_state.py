@@ -1,0 +1,87 @@
+"""``fluid.io.load_program_state`` / ``set_program_state``: a checkpoint written by
+``fluid.save`` as a dict of numpy arrays, and that dict put into the scope.
+
+Example::
+
+    fluid.save(main, "out/model")
+    state = fluid.io.load_program_state("out/model")   # {name: np.ndarray}
+    fluid.io.set_program_state(main, state)
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .framework import Program, Variable
+from .scope import global_scope
+from .tensor_file import read_tensors
+
+__all__ = ["load_program_state", "set_program_state"]
+
+
+def load_program_state(model_path: str,
+                       var_list: Sequence[Variable | str] | None = None) -> dict[str, np.ndarray]:
+    """Read ``<model_path>.pdparams`` and, if present, ``<model_path>.pdopt`` (what
+    ``fluid.save`` writes) into ``{variable name: numpy array}``.
+
+    Args:
+        model_path: the prefix given to ``fluid.save`` (``'dir/model'``).
+        var_list: only these variables (or names); all by default.
+    """
+    params = model_path + ".pdparams"
+    if not os.path.exists(params):
+        raise ValueError(f"load_program_state: {params} does not exist; model_path must be "
+                         "the prefix fluid.save was given (like 'dir/model')")
+    state: dict[str, np.ndarray] = {}
+    for path in (params, model_path + ".pdopt"):
+        if os.path.exists(path):
+            tensors, _ = read_tensors(path)
+            state.update({k: v.numpy() for k, v in tensors.items()})
+    if var_list is not None:
+        wanted = [v if isinstance(v, str) else v.name for v in var_list]
+        missing = [n for n in wanted if n not in state]
+        if missing:
+            raise ValueError(f"load_program_state: {missing} are not in {model_path}")
+        state = {n: state[n] for n in wanted}
+    return state
+
+
+def set_program_state(program: Program, state_dict: dict[str, Any]) -> None:
+    """Put the values of ``state_dict`` into the global scope, for each persistable
+    variable of ``program`` it names. Shapes and dtypes must match the scope's values;
+    entries naming no variable of the program are left out with a warning, as Fluid does.
+    """
+    if not isinstance(program, Program):
+        raise TypeError(f"set_program_state: program must be a Program, got "
+                        f"{type(program).__name__}")
+    scope = global_scope()
+    used = set()
+    for var in program.list_vars():
+        if not var.persistable or var.name not in state_dict:
+            continue
+        holder = scope.find_var(var.name)
+        current = None if holder is None else holder.value
+        if current is None:
+            warnings.warn(f"Variable [ {var.name} ] Not found, Please make sure run startup "
+                          "program", stacklevel=2)
+            continue
+        new = np.asarray(state_dict[var.name])
+        if tuple(current.shape) != new.shape:
+            raise ValueError(f"set_program_state: {var.name} has shape {list(current.shape)} "
+                             f"in the scope but {list(new.shape)} in state_dict")
+        value = torch.from_numpy(np.ascontiguousarray(new))
+        if value.dtype != current.dtype:
+            raise ValueError(f"set_program_state: {var.name} is {current.dtype} in the scope "
+                             f"but {new.dtype} in state_dict")
+        holder.value = value.to(current.device)
+        used.add(var.name)
+    unused = [k for k in state_dict if k not in used]
+    if unused:
+        warnings.warn("This list is not set, Because of Paramerter not found in program. "
+                      f"There are: {' '.join(unused)}", stacklevel=2)

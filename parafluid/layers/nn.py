@@ -170,6 +170,7 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | list[int], stri
         h = fluid.layers.conv2d(img, num_filters=8, filter_size=3, padding=1, act="relu")
     """
     from ..initializer import Normal
+    check_vars("conv2d", input=input)
     last = check_format("conv2d", data_format, 2)
     if len(input.shape or ()) != 4:
         raise ValueError(f"conv2d: input {input.name!r} must be 4-D {data_format}, "
@@ -222,6 +223,7 @@ def pool2d(input: Variable, pool_size: Any = -1, pool_type: str = "max", pool_st
         raise ValueError(f"pool2d: pool_type must be 'max' or 'avg', got {pool_type!r}")
     if not global_pooling and pool_size == -1:
         raise ValueError("pool2d: pool_size must be given when global_pooling is False")
+    check_vars("pool2d", input=input)
     last = check_format("pool2d", data_format, 2)
     pads, algorithm = padding_attrs("pool2d", pool_padding, 2, last, pairs=False,
                                     name="pool_padding")

@@ -79,10 +79,7 @@ CHECKS: list[tuple[str, str, Any]] = [
 
 # parameters Fluid requires to be a list, tuple or Variable (a shape)
 SHAPE_CHECKS: list[Any] = [
-    # reshape's signature and checks are being reworked with the layout layers
-    pytest.param("reshape", "shape", lambda: {"x": _x()}, id="reshape-shape",
-                 marks=pytest.mark.xfail(reason="reshape checks come with the layout rework",
-                                         strict=False)),
+    pytest.param("reshape", "shape", lambda: {"x": _x()}, id="reshape-shape"),
     pytest.param("uniform_random", "shape", lambda: {}, id="uniform_random-shape"),
     pytest.param("fill_constant", "shape", lambda: {"dtype": "float32", "value": 1.0},
                  id="fill_constant-shape"),

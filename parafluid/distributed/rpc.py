@@ -69,6 +69,24 @@ _MAX_ROLE_BYTES = 64
 _HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 
 
+_monitor_numbers = itertools.count(1)
+
+
+def _monitor_socket(sock: zmq.Socket, events: int) -> zmq.Socket:
+    """A PAIR socket that receives ``sock``'s monitor ``events`` (``disable_monitor`` ends it).
+
+    NOTE: pyzmq's ``get_monitor_socket`` names the monitor's inproc endpoint after the
+    socket's file descriptor; a client closed and a new one made at once (the descriptor
+    reused) can find the old name still bound, until ZeroMQ's reaper has closed the old
+    monitor (EADDRINUSE, seen under load): a name of our own is never reused.
+    """
+    address = f"inproc://parafluid.monitor.{os.getpid()}.{next(_monitor_numbers)}"
+    sock.monitor(address, events)
+    mon = sock.context.socket(zmq.PAIR)
+    mon.connect(address)
+    return mon
+
+
 def handshake_password(secret: bytes) -> bytes:
     """The PLAIN password of a job with ``secret``: an HMAC of a fixed label (hex), so the
     secret itself never crosses the network (PLAIN sends the password in clear)."""
@@ -268,8 +286,8 @@ class RPCServer:
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, idle_ms)
         self._sock.setsockopt(zmq.HEARTBEAT_IVL, max(50, idle_ms // 3))
         self._sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, idle_ms)
-        self._monitor = self._sock.get_monitor_socket(
-            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _HANDSHAKE_FAILED)
+        self._monitor = _monitor_socket(
+            self._sock, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _HANDSHAKE_FAILED)
         try:
             self._sock.bind(tcp_address(endpoint))
         except zmq.ZMQError as e:
@@ -594,9 +612,9 @@ class RPCClient:
             # NOTE: a server that refuses the handshake sends no reply: the monitor's event
             # turns that into an error at once instead of a timeout that blames the network
             # (a connection closed mid-handshake too: see _handshake_refused)
-            self._monitor = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH |
-                                                 zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                                 zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+            self._monitor = _monitor_socket(s, zmq.EVENT_HANDSHAKE_FAILED_AUTH |
+                                            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
             s.connect(self.address)
             self._sock = s
         return self._sock

@@ -186,3 +186,24 @@ def test_a_handshake_refused_before_the_request_is_queued_is_named_not_waited_on
         finally:
             if t is None or not t.is_alive():
                 c.close()
+
+
+def test_a_client_does_not_depend_on_the_monitor_name_of_a_closed_socket():
+    """A socket's monitor used to be named after its file descriptor: a client made just as
+    another closed (the descriptor reused, the old monitor not yet reaped by ZeroMQ) failed
+    with 'Address already in use'. Every such name taken here, clients still connect."""
+    import zmq
+
+    from parafluid.distributed.rpc import _shared_context
+
+    taken = _shared_context().socket(zmq.PAIR)  # one socket may bind many names
+    taken.setsockopt(zmq.LINGER, 0)
+    try:
+        for fd in range(4096):
+            taken.bind(f"inproc://monitor.s-{fd}")
+        with _Serving() as server:
+            for _ in range(3):
+                with RPCClient(server.endpoint, 10) as c:
+                    assert c.call(Kind.PING).kind == Kind.REPLY_OK
+    finally:
+        taken.close()

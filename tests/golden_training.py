@@ -4,9 +4,11 @@ is caught.
 ``python tests/golden_training.py`` records, for a digits MLP (fc + dropout + Adam) and a
 digits CNN (conv + batch_norm + pool + fc, Momentum), the losses of 6 steps and a SHA-256 of
 every parameter after them, under the Executor and the ParallelExecutor (2 CPU devices:
-AllReduce, Reduce, fused all-reduce). ``tests/test_golden_training.py`` reruns them and
-compares: bitwise on the platform the file was recorded on (same torch version and CPU
-kernel capability), within 1e-5 elsewhere.
+AllReduce, Reduce, fused all-reduce), together with the key of the machine that made them
+(:func:`platform`). ``tests/test_golden_training.py`` reruns them and compares with
+:func:`compare`: bitwise where the key is this machine's, within ``RTOL``/``ATOL`` elsewhere
+(another CPU model or vendor runs other kernel paths in torch's CPU backends, even at the same
+ISA level, and rounds differently in the last bits).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform as _pyplatform
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,9 +32,86 @@ BATCH = 32
 THREADS = 2
 
 
-def platform() -> dict[str, str]:
-    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability(),
-            "cores": str(os.cpu_count())}
+# Losses recorded on another machine must agree to this: rounding differences of float32
+# kernels (about 1e-7 relative a step) grow over the 6 training steps but stay far below it,
+# while any change of what is computed (an op, a gradient, an update rule) moves a loss by
+# 1e-3 or more.
+RTOL = 1e-5
+ATOL = 1e-6
+
+
+def _cpuinfo_fields(cpuinfo: str) -> dict[str, str]:
+    """The ``key: value`` fields of the first processor listed in /proc/cpuinfo text."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:  # a blank line ends the first processor's block
+                break
+            continue
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def platform(cpuinfo: str | None = None) -> dict[str, str]:
+    """The key of the machine a run is made on: bitwise-equal results are promised only
+    between runs with equal keys.
+
+    It names the CPU (vendor, model name, family/model/stepping, a digest of its feature
+    flags: two CPUs at the same ISA level still take different kernel paths in torch's CPU
+    backends), torch's build (version, commit, a digest of ``torch.__config__.show()``: the
+    compiler and MKL/oneDNN versions) and the ISA level torch dispatches to, and the torch
+    thread count the runs are made with (conv and matmul split their sums by it).
+    ``cpuinfo`` is /proc/cpuinfo's text (read when None; empty where there is none).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    cpu = _cpuinfo_fields(cpuinfo)
+    flags = " ".join(sorted((cpu.get("flags") or cpu.get("Features", "")).split()))
+    return {
+        "torch": torch.__version__,
+        "torch_commit": str(torch.version.git_version),
+        "torch_config_sha256": hashlib.sha256(torch.__config__.show().encode()).hexdigest()[:16],
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "machine": _pyplatform.machine(),
+        "cpu_vendor": cpu.get("vendor_id") or cpu.get("CPU implementer", ""),
+        "cpu_model": cpu.get("model name") or _pyplatform.processor(),
+        "cpu_id": " ".join(f"{k} {cpu.get(k, '?')}" for k in ("cpu family", "model",
+                                                               "stepping")),
+        "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16],
+        "cores": str(os.cpu_count()),
+        "torch_threads": str(THREADS),
+    }
+
+
+def load(path: Path = GOLDEN) -> dict[str, Any]:
+    """The recording at ``path``: ``{"platform": key, "cases": {"model/mode": run}}``."""
+    return json.loads(Path(path).read_text())
+
+
+def compare(got: dict[str, Any], want: dict[str, Any], recorded_on: dict[str, str]) -> str:
+    """Check the run ``got`` against the recorded run ``want``; return how it was compared.
+
+    ``"bitwise"`` where ``recorded_on`` is this machine's key (same CPU, torch build and
+    thread count: the same kernels add in the same order), losses and parameter digest
+    equal; ``"tolerance"`` otherwise, losses within ``RTOL``/``ATOL`` (the digest of
+    parameters rounded elsewhere says nothing). Raises AssertionError on a mismatch.
+    """
+    if recorded_on == platform():
+        assert got["losses"] == want["losses"], (
+            f"losses are not bitwise equal to the recording made on this machine: "
+            f"got {got['losses']}, recorded {want['losses']}")
+        assert got["params_sha256"] == want["params_sha256"], (
+            "parameters are not bitwise equal to the recording made on this machine")
+        return "bitwise"
+    np.testing.assert_allclose(
+        np.array(got["losses"]), np.array(want["losses"]), rtol=RTOL, atol=ATOL,
+        err_msg=f"losses differ beyond the tolerance for a recording made on another machine "
+                f"({recorded_on})")
+    return "tolerance"
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -69,19 +149,25 @@ MODELS = {"mlp": _mlp, "cnn": _cnn}
 MODES = ("executor", "allreduce", "reduce", "fused")
 
 
-def run_case(model: str, mode: str) -> dict[str, Any]:
-    """Train ``model`` for STEPS steps under ``mode``; return losses and a parameter digest."""
+def run_case(model: str, mode: str, exec_threads: int = 0,
+             torch_threads: int = THREADS) -> dict[str, Any]:
+    """Train ``model`` for STEPS steps under ``mode``; return losses and a parameter digest.
+
+    ``exec_threads`` is the ParallelExecutor's scheduler thread count (0: automatic; its
+    workers set their own torch thread count, see ``parafluid.engine.scheduler``),
+    ``torch_threads`` the calling thread's torch thread count (the recording's: THREADS).
+    """
     # NOTE: conv and matmul sum in an order that depends on torch's thread count, which other
     # code in the process may have changed: pin it to what the record was made with.
     previous = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(torch_threads)
     try:
-        return _run_case(model, mode)
+        return _run_case(model, mode, exec_threads)
     finally:
         torch.set_num_threads(previous)
 
 
-def _run_case(model: str, mode: str) -> dict[str, Any]:
+def _run_case(model: str, mode: str, exec_threads: int) -> dict[str, Any]:
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 11
     with fluid.unique_name.guard(), fluid.program_guard(main, startup):
@@ -97,8 +183,11 @@ def _run_case(model: str, mode: str) -> dict[str, Any]:
         if mode == "reduce":
             bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
         bs.fuse_all_reduce_ops = mode == "fused"
+        es = fluid.ExecutionStrategy()
+        es.num_threads = exec_threads
         target = fluid.CompiledProgram(main).with_data_parallel(
-            loss_name=loss.name, build_strategy=bs, places=fluid.cpu_places(2))
+            loss_name=loss.name, build_strategy=bs, exec_strategy=es,
+            places=fluid.cpu_places(2))
     losses = []
     for step in range(STEPS):
         sl = slice(step * BATCH, (step + 1) * BATCH)

@@ -42,6 +42,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from .deadline import Deadline, rpc_deadline_seconds
 from .endpoints import parse_endpoint
+from .handshake import ONE_SIDED_SECRET, failure_reason, mechanism_of, peer_mechanism
 from .wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
     SECRET_ENV,
@@ -66,6 +67,24 @@ _MAX_ROLE_BYTES = 64
 # the handshakes that fail before ZAP is asked (a NULL peer at a PLAIN server, garbage, a
 # connection closed or timed out mid-handshake); ZAP refusals are counted where they happen
 _HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+
+
+_monitor_numbers = itertools.count(1)
+
+
+def _monitor_socket(sock: zmq.Socket, events: int) -> zmq.Socket:
+    """A PAIR socket that receives ``sock``'s monitor ``events`` (``disable_monitor`` ends it).
+
+    NOTE: pyzmq's ``get_monitor_socket`` names the monitor's inproc endpoint after the
+    socket's file descriptor; a client closed and a new one made at once (the descriptor
+    reused) can find the old name still bound, until ZeroMQ's reaper has closed the old
+    monitor (EADDRINUSE, seen under load): a name of our own is never reused.
+    """
+    address = f"inproc://parafluid.monitor.{os.getpid()}.{next(_monitor_numbers)}"
+    sock.monitor(address, events)
+    mon = sock.context.socket(zmq.PAIR)
+    mon.connect(address)
+    return mon
 
 
 def handshake_password(secret: bytes) -> bytes:
@@ -267,8 +286,8 @@ class RPCServer:
         self._sock.setsockopt(zmq.HANDSHAKE_IVL, idle_ms)
         self._sock.setsockopt(zmq.HEARTBEAT_IVL, max(50, idle_ms // 3))
         self._sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, idle_ms)
-        self._monitor = self._sock.get_monitor_socket(
-            zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _HANDSHAKE_FAILED)
+        self._monitor = _monitor_socket(
+            self._sock, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _HANDSHAKE_FAILED)
         try:
             self._sock.bind(tcp_address(endpoint))
         except zmq.ZMQError as e:
@@ -352,10 +371,8 @@ class RPCServer:
                 self.link_addresses.pop(link, None)
             elif event["event"] & _HANDSHAKE_FAILED:
                 self.refused_handshakes += 1
-                self._log.error("rpc server %s: a connection failed its handshake (%s)%s",
-                                self.endpoint, _handshake_error(event),
-                                "; this server requires the job's secret at the handshake "
-                                f"(${SECRET_ENV})" if self.secret else "")
+                self._log.error("rpc server %s: a connection failed its handshake (%s)",
+                                self.endpoint, failure_reason(event, self.secret, "server"))
         while True:
             try:
                 request = self._zap.recv_multipart(zmq.NOBLOCK)
@@ -534,15 +551,6 @@ def _valid_role(user: bytes) -> bool:
     return 0 < len(user) <= _MAX_ROLE_BYTES and all(0x21 <= b < 0x7f for b in user)
 
 
-def _handshake_error(event: dict[str, Any]) -> str:
-    if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-        return "closed or timed out before it completed"
-    code = event["value"]
-    if code == getattr(zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", None):
-        return "the peer uses another security mechanism: no secret, or one on one side only"
-    return f"protocol error {code:#x}"
-
-
 _client_ctx: zmq.Context | None = None
 _client_ctx_lock = threading.Lock()
 
@@ -587,6 +595,8 @@ class RPCClient:
         self._seq = itertools.count(1)
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None  # the socket's handshake failures
+        self._closed_handshakes = 0  # connections closed mid-handshake, on this socket
+        self._probed = False  # whether the server's mechanism was asked, on this socket
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
@@ -601,8 +611,10 @@ class RPCClient:
                 s.setsockopt(zmq.PLAIN_PASSWORD, handshake_password(self.secret))
             # NOTE: a server that refuses the handshake sends no reply: the monitor's event
             # turns that into an error at once instead of a timeout that blames the network
-            self._monitor = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH |
-                                                 zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            # (a connection closed mid-handshake too: see _handshake_refused)
+            self._monitor = _monitor_socket(s, zmq.EVENT_HANDSHAKE_FAILED_AUTH |
+                                            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
             s.connect(self.address)
             self._sock = s
         return self._sock
@@ -618,9 +630,11 @@ class RPCClient:
         if self._monitor is not None:
             self._monitor.close(linger=0)
             self._monitor = None
+        self._closed_handshakes, self._probed = 0, False
 
-    def _handshake_refused(self, what: str) -> RPCError | None:
-        """The error for a handshake the server refused (seen on the monitor), or None."""
+    def _handshake_refused(self, what: str, dl: Deadline) -> RPCError | None:
+        """The error for a handshake the server refused or failed (seen on the monitor), or
+        None while none is known to have (the socket reconnects by itself)."""
         assert self._monitor is not None
         while True:
             try:
@@ -631,11 +645,29 @@ class RPCClient:
                 why = (f"refused this connection at its handshake (ZAP status "
                        f"{event['value']}): it requires other credentials (the job's secret, "
                        f"${SECRET_ENV}), or has too many connections open")
+            elif event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                # NOTE: a server with a secret on one side only closes the connection as soon
+                # as it reads this client's greeting, often before this side has read the
+                # server's (then it is this event, not a mismatch, whatever the libzmq
+                # version): ask the server's greeting for its mechanism, once a socket.
+                # Otherwise the server went away mid-handshake or shut the connection at once
+                # (too many open): ZeroMQ reconnects, and a timeout says how often it closed.
+                self._closed_handshakes += 1
+                if self._probed:
+                    continue
+                self._probed = True
+                theirs = peer_mechanism(self.endpoint, min(2.0, max(dl.remaining(), 0.1)))
+                ours = mechanism_of(self.secret)
+                if theirs is None or theirs == ours:
+                    continue
+                who = ("this client has a secret and the server none" if self.secret else
+                       "the server has a secret and this client none")
+                why = (f"closed this connection during its handshake: the server announces "
+                       f"the {theirs} mechanism and this client {ours}, so {who}; "
+                       f"{ONE_SIDED_SECRET}")
             else:
-                why = (f"and this {'client' if self.secret is None else 'secret-holding client'}"
-                       f" failed their handshake ({_handshake_error(event)}): a secret "
-                       f"(${SECRET_ENV}) must be given to every process of the job, or to "
-                       "none")
+                why = (f"and this client failed their handshake "
+                       f"({failure_reason(event, self.secret, 'client')})")
             return RPCError(f"{what} to {self.endpoint} (trainer {self.trainer_id}): the "
                             f"server {why}")
 
@@ -659,25 +691,33 @@ class RPCClient:
                             secret=self.secret)
             sock = self._socket()
             try:
-                sock.send_multipart(frames, copy=False)
                 poller = zmq.Poller()
-                poller.register(sock, zmq.POLLIN)
                 poller.register(self._monitor, zmq.POLLIN)
+                # NOTE: a refused handshake ends the connection for good (ZeroMQ does not
+                # reconnect after it); a blocking send would then wait forever for one, so
+                # the request is queued without waiting, and when it cannot be the monitor
+                # says why
+                with contextlib.suppress(zmq.Again):
+                    sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                    poller.register(sock, zmq.POLLIN)
                 while True:
                     left_ms = int(dl.remaining() * 1000)
                     ready = dict(poller.poll(left_ms)) if left_ms > 0 else {}
                     if self._monitor in ready:
-                        refused = self._handshake_refused(what)
+                        refused = self._handshake_refused(what, dl)
                         if refused is not None:
                             self._reset()
                             raise refused
                     if not ready:
+                        closed = self._closed_handshakes
                         self._reset()
                         raise RPCTimeoutError(
                             f"{what} to pserver {self.endpoint} (trainer {self.trainer_id}): "
                             f"no reply within {dl.seconds:.1f} s; the pserver is down, has "
                             "not started, or is stuck waiting for another trainer "
-                            "(deadline: FLAGS_rpc_deadline, in ms)")
+                            "(deadline: FLAGS_rpc_deadline, in ms)" + (
+                                f"; {closed} connection(s) to it were closed during their "
+                                "handshake" if closed else ""))
                     if sock not in ready:
                         continue
                     reply = self._read_reply(sock, what)

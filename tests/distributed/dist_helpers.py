@@ -18,7 +18,10 @@ from parafluid.distributed.launch import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHECKPOINT_ROOT = os.path.join(tempfile.gettempdir(), "parafluid_test_checkpoints")
+# NOTE: one a test process (pytest-xdist runs several at once): emergency checkpoints of two
+# jobs never land in the same directory
+CHECKPOINT_ROOT = os.path.join(tempfile.gettempdir(), "parafluid_test_checkpoints-" +
+                               os.environ.get("PYTEST_XDIST_WORKER", "main"))
 
 
 def endpoints(n: int) -> str:

@@ -471,7 +471,15 @@ def test_strangers_in_their_handshake_are_bounded_in_number_and_memory():
                 held.append(_plain_hello(ep, 15))
         rpc = server.ps._server
         assert mem.grown < 4 * 16 + 40, f"memory grew {mem.grown:.0f} MiB"
-        assert rpc.refused_connections >= 20, rpc.refused_connections
+        # the server shuts a connection down when its loop sees it accepted, which on a
+        # loaded machine may be after the strangers are done: wait for it (a stranger
+        # refused before it was accepted never reached the server)
+        unaccepted = sum(s is None for s in held)
+        end = time.monotonic() + 30
+        while rpc.refused_connections + unaccepted < 20 and time.monotonic() < end:
+            time.sleep(0.02)
+        assert rpc.refused_connections + unaccepted >= 20, (rpc.refused_connections,
+                                                             unaccepted)
         assert sum(s is not None and not _closed_within(s, 0.2) for s in held) <= 4
     finally:
         for s in held:

@@ -122,7 +122,12 @@ def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...
         return out
 
     def update(x: torch.Tensor, y: torch.Tensor, attrs: dict) -> None:
-        getattr(x, inplace)(broadcast_y(x, y, attrs["axis"]))
+        y = broadcast_y(x, y, attrs["axis"])
+        if inplace == "div_" and not x.is_floating_point():
+            _check_int_divisor(name, y)
+            x.div_(y, rounding_mode="trunc")
+        else:
+            getattr(x, inplace)(y)
 
     register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
                 infer_shape=_sparse_by_scalar_shape if name in _SPARSE_BY_SCALAR
@@ -136,6 +141,29 @@ def _trailing(x: torch.Tensor, y: torch.Tensor, axis: int) -> bool:
     (numpy) broadcasting gives the same result without building a view shape (hot path:
     every fc bias add)."""
     return axis == -1 or y.dim() == x.dim() or axis == x.dim() - y.dim()
+
+
+def _check_int_divisor(name: str, y: torch.Tensor) -> None:
+    if not y.is_floating_point() and bool((y == 0).any()):
+        raise ValueError(f"{name}: integer division by zero (a zero in Y)")
+
+
+def _div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Fluid's ``x / y`` in the operands' type: integers divide as C++ integers do,
+    truncating toward zero (torch's ``/`` would return floats)."""
+    if x.is_floating_point() or y.is_floating_point():
+        return x / y
+    _check_int_divisor("elementwise_div", y)
+    return torch.div(x, y, rounding_mode="trunc")
+
+
+def _pow(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Fluid's ``std::pow(x, y)`` cast back to the operands' type: an integer power is
+    computed in double and truncated, so a negative exponent gives 0 (or +-1 for +-1),
+    where torch refuses integers to negative powers."""
+    if x.is_floating_point() or y.is_floating_point():
+        return torch.pow(x, y)
+    return torch.pow(x.double(), y.double()).trunc().to(x.dtype)
 
 
 def _div_grad(x: Any, y: Any, out: Any, d: Any, need: Any) -> tuple:
@@ -166,12 +194,12 @@ _register_elementwise("elementwise_mul", torch.mul,
                       lambda x, y, o, d, n: (d * y if "X" in n else None,
                                              d * x if "Y" in n else None), ("X", "Y"),
                       inplace="mul_")
-_register_elementwise("elementwise_div", torch.div, _div_grad, ("X", "Y"), inplace="div_")
+_register_elementwise("elementwise_div", _div, _div_grad, ("X", "Y"), inplace="div_")
 _register_elementwise("elementwise_max", torch.maximum, _select_grad(lambda x, y: x >= y),
                       ("X", "Y"))
 _register_elementwise("elementwise_min", torch.minimum, _select_grad(lambda x, y: x <= y),
                       ("X", "Y"))
-_register_elementwise("elementwise_pow", torch.pow, _pow_grad, ("X", "Y"))
+_register_elementwise("elementwise_pow", _pow, _pow_grad, ("X", "Y"))
 
 # ----------------------------------------------------------------------------- sum / mean / scale
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..dtypes import FLOAT_DTYPES, convert_dtype, to_torch
+from ..lod import get_lod
 from .common import axis_in_range, numel
 from .registry import GRAD, GradContext, Meta, register_op, same_as
 
@@ -455,7 +456,12 @@ def _batch_like_shape(op: str, in_shape: Sequence[int], attrs: dict) -> tuple[in
 
 
 def _fill_batch_like(ins: dict, attrs: dict, ctx: Any) -> dict:
-    shape = _batch_like_shape("fill_constant_batch_size_like", tuple(ins["Input"].shape), attrs)
+    shape = list(_batch_like_shape("fill_constant_batch_size_like", tuple(ins["Input"].shape),
+                                   attrs))
+    lod = get_lod(ins["Input"])
+    if lod and attrs["input_dim_idx"] == 0:
+        # as Fluid: the batch of a LoD input is its number of sequences, not of rows
+        shape[attrs["output_dim_idx"]] = len(lod[-1]) - 1
     return {"Out": torch.full(shape, attrs["value"], dtype=to_torch(convert_dtype(attrs["dtype"])),
                               device=ctx.device)}
 

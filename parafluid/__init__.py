@@ -62,6 +62,7 @@ from .scope import LoDTensor, LoDTensorArray, Scope, global_scope, scope_guard
 from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
 from . import compiler, core, lod, metrics, nets  # noqa: F401  (Fluid 1.6 spellings)
 from .data_layer import data, embedding, one_hot
+from . import input  # noqa: F401, A004  (fluid.input: one_hot, embedding)
 from .lod import create_lod_tensor, create_random_int_lodtensor
 from .data_feeder import DataFeeder
 from .dataloader import DataLoader
@@ -94,7 +95,7 @@ __all__ = [
     "create_random_int_lodtensor", "cuda_pinned_places", "LoDTensorArray", "one_hot", "save",
     "load", "install_check", "log_helper", "reader", "WeightNormParamAttr", "contrib",
     "dygraph", "dygraph_grad_clip", "incubate", "DataFeedDesc", "DatasetFactory",
-    "InMemoryDataset", "QueueDataset", "dataset",
+    "InMemoryDataset", "QueueDataset", "dataset", "input",
 ]
 
 

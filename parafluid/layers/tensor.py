@@ -235,19 +235,32 @@ def expand(x: Variable, expand_times: list[int], name: str | None = None) -> Var
                    {"expand_times": _int_list("expand", "expand_times", expand_times)}, name)
 
 
-def one_hot(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
-    """One-hot float32 rows of int labels shaped ``[..., 1]``: the result is ``[..., depth]``.
+def _one_hot_layer(op_type: str, input: Variable, depth: int | Variable,
+                   allow_out_of_range: bool) -> Variable:
+    """Append ``op_type`` (one_hot / one_hot_v2); a Variable ``depth`` is read at run time
+    through the op's ``depth_tensor`` input, as in Fluid 1.6."""
+    attrs: dict[str, Any] = {"dtype": "float32", "allow_out_of_range": bool(allow_out_of_range)}
+    inputs: dict[str, Any] = {}
+    if isinstance(depth, Variable):
+        depth.stop_gradient = True
+        inputs["depth_tensor"] = [depth]
+    else:
+        attrs["depth"] = int(depth)
+    out = _one_op(op_type, input, attrs, dtype="float32", arg="input", inputs=inputs)
+    out.stop_gradient = True
+    return out
+
+
+def one_hot(input: Variable, depth: int | Variable, allow_out_of_range: bool = False) -> Variable:
+    """One-hot float32 rows of int labels shaped ``[..., 1]``: the result is ``[..., depth]``
+    (op ``one_hot``). ``depth`` is an int or a one-element int Variable.
 
     Example::
 
         label = fluid.layers.data(name="label", shape=[1], dtype="int64")
         onehot = fluid.layers.one_hot(label, depth=10)   # [-1, 10]
     """
-    out = _one_op("one_hot", input, {"depth": int(depth), "dtype": "float32",
-                                     "allow_out_of_range": bool(allow_out_of_range)},
-                  dtype="float32", arg="input")
-    out.stop_gradient = True
-    return out
+    return _one_hot_layer("one_hot", input, depth, allow_out_of_range)
 
 
 def _arg(op_type: str, x: Variable, axis: int) -> Variable:

@@ -2,6 +2,7 @@
 # ruff: noqa: F401, I001  (one import per family, for its registration side effects)
 
 from . import activation
+from . import activation_more
 from . import beam_search
 from . import clip
 from . import collective_init
@@ -25,6 +26,7 @@ from . import metric
 from . import node_comm
 from . import norm
 from . import normalize
+from . import one_hot
 from . import optimizer
 from . import pool
 from . import py_func

@@ -408,40 +408,6 @@ register_op("expand", inputs=("X",), outputs=("Out",), attrs={"expand_times": []
             grad_kernel=_expand_grad, grad_uses=("X",))
 
 
-# ----------------------------------------------------------------------------- one_hot
-
-
-def _one_hot_shape(ins: dict, attrs: dict) -> dict:
-    x, depth = ins["X"], attrs["depth"]
-    if depth < 1:
-        raise ValueError(f"one_hot: depth must be positive, got {depth}")
-    if not x.shape or x.shape[-1] not in (1, -1):
-        raise ValueError(f"one_hot: X must have a last dimension of size 1, got shape "
-                         f"{list(x.shape)}")
-    if x.dtype not in ("int32", "int64"):
-        raise ValueError(f"one_hot: X must be int32 or int64, got {x.dtype}")
-    return {"Out": Meta(tuple(x.shape[:-1]) + (depth,), convert_dtype(attrs["dtype"]))}
-
-
-def _one_hot(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, depth = ins["X"], attrs["depth"]
-    idx = x.reshape(x.shape[:-1]).long()
-    valid = (idx >= 0) & (idx < depth)
-    if not attrs["allow_out_of_range"] and not bool(valid.all()):
-        bad = idx[~valid][:5].tolist()
-        raise ValueError(f"one_hot: values {bad} are outside [0, {depth}); pass "
-                         "allow_out_of_range=True to map them to all-zero rows")
-    dtype = to_torch(convert_dtype(attrs["dtype"]))
-    out = torch.zeros(*idx.shape, depth, dtype=dtype, device=x.device)
-    return {"Out": out.scatter_(-1, idx.clamp(0, depth - 1).unsqueeze(-1),
-                                valid.unsqueeze(-1).to(dtype))}
-
-
-register_op("one_hot", inputs=("X",), outputs=("Out",),
-            attrs={"depth": 1, "dtype": "float32", "allow_out_of_range": False},
-            infer_shape=_one_hot_shape, kernel=_one_hot)
-
-
 # ----------------------------------------------------------------------------- batch-size-like
 
 

@@ -19,6 +19,7 @@ from . import index
 from . import logic
 from . import loss
 from . import loss_distance
+from . import loss_more
 from . import lr
 from . import math
 from . import memory

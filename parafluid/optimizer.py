@@ -41,7 +41,7 @@ __all__ = ["Optimizer", "SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", 
            "FtrlOptimizer", "Lamb", "LambOptimizer", "Adadelta", "AdadeltaOptimizer",
            "LarsMomentum", "LarsMomentumOptimizer", "ExponentialMovingAverage",
            "LookaheadOptimizer", "ModelAverage", "PipelineOptimizer", "DGCMomentumOptimizer",
-           "DGCMomentum"]
+           "DGCMomentum", "Dpsgd", "DpsgdOptimizer"]
 
 
 class State(NamedTuple):
@@ -669,6 +669,7 @@ AdadeltaOptimizer = Adadelta
 LarsMomentumOptimizer = LarsMomentum
 
 from .dgc_optimizer import DGCMomentum, DGCMomentumOptimizer  # noqa: E402
+from .dpsgd_optimizer import Dpsgd, DpsgdOptimizer  # noqa: E402
 from .moving_average import (  # noqa: E402
     ExponentialMovingAverage,
     LookaheadOptimizer,

@@ -29,6 +29,7 @@ from . import norm
 from . import normalize
 from . import one_hot
 from . import optimizer
+from . import optimizer_more
 from . import pool
 from . import py_func
 from . import random

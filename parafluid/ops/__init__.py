@@ -14,6 +14,7 @@ from . import ctc
 from . import debug
 from . import dgc
 from . import embedding
+from . import fake_quant_more
 from . import fused
 from . import index
 from . import logic

@@ -39,6 +39,7 @@ from . import reduce
 from . import rnn
 from . import rpc
 from . import selected_rows
+from . import slicing
 from . import spatial
 from . import sync_norm
 from . import tensor

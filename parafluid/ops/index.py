@@ -1,9 +1,8 @@
-"""Indexing ops: gather, gather_nd, scatter, scatter_nd_add, slice, strided_slice,
-multiplex, where, unique / unique_with_counts, stack / unstack, flatten. Gradients scatter
-or pad back; integer results (where, unique) have none.
+"""Indexing ops: gather, gather_nd, scatter, scatter_nd_add, multiplex, where, unique /
+unique_with_counts, stack / unstack, flatten (slice and strided_slice: ``slicing``).
+Gradients scatter or pad back; integer results (where, unique) have none.
 
-``gather`` picks rows ``Index`` of ``X``; ``slice`` cuts ``[starts, ends)`` on ``axes``
-(negative and past-the-end bounds clamp, as numpy); ``stack`` joins same-shape tensors along a
+``gather`` picks rows ``Index`` of ``X``; ``stack`` joins same-shape tensors along a
 new ``axis``; ``flatten`` folds dims ``[0, axis)`` and ``[axis, rank)`` into a 2-D tensor.
 ``where`` gives the coordinates of the true elements of ``Condition``; ``multiplex`` takes
 row ``i`` from input ``Ids[i]``.
@@ -49,56 +48,6 @@ register_op("gather", inputs=("X", "Index"), outputs=("Out",), attrs={"overwrite
                 "X@GRAD": torch.zeros_like(ins["X"]).index_add_(
                     0, ins["Index"].reshape(-1).long(), ins["Out@GRAD"])},
             grad_uses=("X", "Index"), no_grad_inputs=("Index",))
-
-# ----------------------------------------------------------------------------- slice
-
-
-def _slice_bounds(shape: Any, attrs: dict) -> list[tuple[int, int, int]]:
-    axes, starts, ends = attrs["axes"], attrs["starts"], attrs["ends"]
-    if not len(axes) == len(starts) == len(ends):
-        raise ValueError(f"slice: axes {axes}, starts {starts} and ends {ends} must have the "
-                         "same length")
-    out = []
-    for a, s, e in zip(axes, starts, ends):
-        if not 0 <= a < len(shape):
-            raise ValueError(f"slice: axis {a} is out of range for rank {len(shape)}")
-        n = shape[a]
-        if n == -1:
-            out.append((a, s, e))
-            continue
-        s = max(0, min(n, s + n if s < 0 else s))
-        e = max(0, min(n, e + n if e < 0 else e))
-        out.append((a, s, max(s, e)))
-    return out
-
-
-def _slice_shape(ins: dict, attrs: dict) -> dict:
-    x = ins["Input"]
-    shape = list(x.shape)
-    for a, s, e in _slice_bounds(x.shape, attrs):
-        shape[a] = -1 if x.shape[a] == -1 else e - s
-    return {"Out": Meta(tuple(shape), x.dtype)}
-
-
-def _slice_index(x: torch.Tensor, attrs: dict) -> tuple[slice, ...]:
-    idx = [slice(None)] * x.dim()
-    for a, s, e in _slice_bounds(tuple(x.shape), attrs):
-        idx[a] = slice(s, e)
-    return tuple(idx)
-
-
-def _slice_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x = ins["Input"]
-    dx = torch.zeros_like(x)
-    dx[_slice_index(x, attrs)] = ins["Out@GRAD"]
-    return {"Input@GRAD": dx}
-
-
-register_op("slice", inputs=("Input",), outputs=("Out",),
-            attrs={"axes": [], "starts": [], "ends": []}, infer_shape=_slice_shape,
-            kernel=lambda ins, attrs, ctx: {
-                "Out": ins["Input"][_slice_index(ins["Input"], attrs)].clone()},
-            grad_kernel=_slice_grad, grad_uses=("Input",))
 
 # ----------------------------------------------------------------------------- stack
 
@@ -384,68 +333,6 @@ register_op("scatter_nd_add", inputs=("X", "Index", "Updates"), outputs=("Out",)
             infer_shape=_scatter_nd_add_shape, kernel=_scatter_nd_add,
             grad_kernel=_scatter_nd_add_grad, grad_uses=("X", "Index", "Updates"),
             no_grad_inputs=("Index",))
-
-
-# ----------------------------------------------------------------------------- strided_slice
-
-
-def _strided_index(shape: Any, attrs: dict) -> list[Any]:
-    """Per dim: ``slice(None)`` or the positions Python's ``slice(start, end, stride)``
-    selects (negative bounds count from the end, bounds clamp, negative strides reverse)."""
-    axes, starts, ends, strides = (list(attrs[k]) for k in ("axes", "starts", "ends",
-                                                              "strides"))
-    if not len(axes) == len(starts) == len(ends) == len(strides):
-        raise ValueError(f"strided_slice: axes {axes}, starts {starts}, ends {ends} and "
-                         f"strides {strides} must have the same length")
-    index: list[Any] = [slice(None)] * len(shape)
-    for a, s, e, st in zip(axes, starts, ends, strides):
-        if not 0 <= a < len(shape):
-            raise ValueError(f"strided_slice: axis {a} is out of range for rank {len(shape)}")
-        if st == 0:
-            raise ValueError("strided_slice: a stride cannot be 0")
-        index[a] = None if shape[a] == -1 else list(range(*slice(s, e, st).indices(shape[a])))
-    return index
-
-
-def _strided_shape(ins: dict, attrs: dict) -> dict:
-    x = ins["Input"]
-    index = _strided_index(x.shape, attrs)
-    shape = tuple(d if isinstance(i, slice) else (-1 if i is None else len(i))
-                  for d, i in zip(x.shape, index))
-    return {"Out": Meta(shape, x.dtype)}
-
-
-def _strided_pick(x: torch.Tensor, attrs: dict) -> list[Any]:
-    return [i if isinstance(i, slice) else torch.tensor(i, dtype=torch.long, device=x.device)
-            for i in _strided_index(tuple(x.shape), attrs)]
-
-
-def _strided_slice(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x = ins["Input"]
-    for dim, idx in enumerate(_strided_pick(x, attrs)):
-        if not isinstance(idx, slice):
-            x = x.index_select(dim, idx)
-    return {"Out": x.contiguous()}
-
-
-def _strided_slice_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, dout = ins["Input"], ins["Out@GRAD"]
-    grad = dout
-    picks = _strided_pick(x, attrs)
-    for dim in range(x.dim() - 1, -1, -1):
-        idx = picks[dim]
-        if not isinstance(idx, slice):
-            shape = list(grad.shape)
-            shape[dim] = x.shape[dim]
-            grad = torch.zeros(shape, dtype=dout.dtype, device=dout.device).index_add_(
-                dim, idx, grad)
-    return {"Input@GRAD": grad}
-
-
-register_op("strided_slice", inputs=("Input",), outputs=("Out",),
-            attrs={"axes": [], "starts": [], "ends": [], "strides": [], "infer_flags": []},
-            infer_shape=_strided_shape, kernel=_strided_slice,
-            grad_kernel=_strided_slice_grad, grad_uses=("Input",))
 
 
 # ----------------------------------------------------------------------------- unique

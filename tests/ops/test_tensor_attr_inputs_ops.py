@@ -201,3 +201,51 @@ def test_inferred_shapes_mark_tensor_given_dims_unknown():
         assert list(op("top_k", {"X": [x], "K": [k]}, {}, ("Out", "Indices")).shape) == \
             [4, 5, -1]
         assert list(op("expand", {"X": [x], "ExpandTimes": [k]}, {}).shape) == [-1, -1, -1]
+
+
+def test_layers_pass_variables_to_the_tensor_inputs():
+    import parafluid as fluid
+    from parafluid.testing import run_layers
+
+    x = rand(4, 5, 6)
+    img = rand(1, 2, 3, 4, seed=7)
+
+    def build():
+        xv = fluid.data("x", [4, 5, 6], dtype="float64")
+        iv = fluid.data("img", [1, 2, 3, 4], dtype="float64")
+        two = fluid.layers.fill_constant([1], "int32", 2)
+        three = fluid.layers.fill_constant([1], "int32", 3)
+        pair = fluid.layers.fill_constant([2], "int32", 3)
+        outs = [
+            fluid.layers.fill_constant([two, 3], "float32", 1.0),
+            fluid.layers.fill_constant(pair, "float32", 2.0),
+            fluid.layers.uniform_random([three, 2]),
+            fluid.layers.slice(xv, axes=[0, 2], starts=[1, two], ends=[three, 6]),
+            fluid.layers.strided_slice(xv, axes=[1], starts=[0], ends=[three], strides=[two]),
+            fluid.layers.expand(fluid.layers.slice(xv, [0], [0], [1]), [two, 1, 1]),
+            fluid.layers.crop_tensor(xv, shape=[two, 3, -1], offsets=[1, two, 0]),
+            fluid.layers.topk(xv, k=two)[0],
+            fluid.layers.sequence_mask(fluid.layers.fill_constant([2], "int64", 1.0),
+                                       maxlen=three),
+            fluid.layers.resize_bilinear(iv, out_shape=[two, three]),
+            fluid.layers.resize_bilinear(iv, scale=fluid.layers.fill_constant(
+                [1], "float32", 2.0)),
+        ]
+        types = {op.type for op in xv.block.ops}
+        assert {"slice", "strided_slice", "expand", "crop_tensor", "top_k"} <= types
+        assert any(op.input("StartsTensorList") for op in xv.block.ops if op.type == "slice")
+        assert [op.input("K") for op in xv.block.ops if op.type == "top_k"] != [[]]
+        return outs
+
+    outs = run_layers(build, {"x": x, "img": img})
+    np.testing.assert_array_equal(outs[0], np.ones((2, 3), "float32"))
+    np.testing.assert_array_equal(outs[1], np.full((3, 3), 2.0, "float32"))
+    assert outs[2].shape == (3, 2)
+    np.testing.assert_array_equal(outs[3], x[1:3, :, 2:6])
+    np.testing.assert_array_equal(outs[4], x[:, 0:3:2])
+    np.testing.assert_array_equal(outs[5], np.tile(x[0:1], (2, 1, 1)))
+    np.testing.assert_array_equal(outs[6], x[1:3, 2:5, 0:6])
+    np.testing.assert_array_equal(outs[7], -np.sort(-x, -1)[..., :2])
+    np.testing.assert_array_equal(outs[8], np.array([[1, 0, 0], [1, 0, 0]]))
+    np.testing.assert_allclose(outs[9], _bilinear(img, 2, 3))
+    np.testing.assert_allclose(outs[10], _bilinear(img, 6, 8))

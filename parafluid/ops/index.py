@@ -257,18 +257,27 @@ register_op("multiplex", inputs=("X[]", "Ids"), outputs=("Out",),
 # ----------------------------------------------------------------------------- gather_nd, scatter
 
 
-def _nd_index(op: str, x_shape: Any, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The columns of ``index [..., k]`` as a tuple indexing the first ``k`` dims of X."""
+def _nd_rows(op: str, x_shape: Any, index: torch.Tensor) -> torch.Tensor:
+    """Each row of ``index [..., k]`` as a position in X's first ``k`` dims flattened (X
+    seen as ``[prod(x_shape[:k]), *x_shape[k:]]``). An empty last dim (``k = 0``) picks
+    the whole of X for every row, as Fluid."""
     k = index.shape[-1]
     if k > len(x_shape):
         raise ValueError(f"{op}: Index's last dim {k} exceeds the rank of X {list(x_shape)}")
-    flat = index.reshape(-1, k).long()
+    n = numel(index.shape[:-1])
+    flat = index.reshape(n, k).long()
+    lin = torch.zeros(n, dtype=torch.long, device=index.device)
     for d in range(k):
         col = flat[:, d]
         if col.numel() and (int(col.min()) < 0 or int(col.max()) >= x_shape[d]):
             raise ValueError(f"{op}: an index in column {d} is out of range for dim {d} of X "
                              f"{list(x_shape)}")
-    return tuple(flat[:, d] for d in range(k))
+        lin = lin * x_shape[d] + col
+    return lin
+
+
+def _rows_view(x: torch.Tensor, k: int) -> torch.Tensor:
+    return x.reshape(numel(x.shape[:k]), *x.shape[k:])
 
 
 def _gather_nd_shape(ins: dict, attrs: dict) -> dict:
@@ -282,17 +291,18 @@ def _gather_nd_shape(ins: dict, attrs: dict) -> dict:
 
 def _gather_nd(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, index = ins["X"], ins["Index"]
-    picked = x[_nd_index("gather_nd", x.shape, index)]
-    return {"Out": picked.reshape(*index.shape[:-1], *x.shape[index.shape[-1]:])}
+    k = index.shape[-1]
+    picked = _rows_view(x, k).index_select(0, _nd_rows("gather_nd", x.shape, index))
+    return {"Out": picked.reshape(*index.shape[:-1], *x.shape[k:])}
 
 
 def _gather_nd_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, index, dout = ins["X"], ins["Index"], ins["Out@GRAD"]
     k = index.shape[-1]
     rows = dout.reshape(-1, *x.shape[k:])
-    dx = torch.zeros_like(x).index_put_(_nd_index("gather_nd", x.shape, index), rows,
-                                        accumulate=True)
-    return {"X@GRAD": dx}
+    dx = _rows_view(torch.zeros_like(x), k).index_add_(
+        0, _nd_rows("gather_nd", x.shape, index), rows)
+    return {"X@GRAD": dx.reshape(x.shape)}
 
 
 register_op("gather_nd", inputs=("X", "Index"), outputs=("Out",),
@@ -313,19 +323,22 @@ def _scatter_nd_add_shape(ins: dict, attrs: dict) -> dict:
 
 def _scatter_nd_add(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, index, upd = ins["X"], ins["Index"], ins["Updates"]
-    rows = upd.reshape(-1, *x.shape[index.shape[-1]:]).to(x.dtype)
-    return {"Out": x.clone().index_put_(_nd_index("scatter_nd_add", x.shape, index), rows,
-                                        accumulate=True)}
+    k = index.shape[-1]
+    rows = upd.reshape(-1, *x.shape[k:]).to(x.dtype)
+    out = _rows_view(x.clone(), k).index_add_(0, _nd_rows("scatter_nd_add", x.shape, index),
+                                              rows)
+    return {"Out": out.reshape(x.shape)}
 
 
 def _scatter_nd_add_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     index, upd, dout = ins["Index"], ins["Updates"], ins["Out@GRAD"]
+    k = index.shape[-1]
     out = {}
     if "X" in ctx.need:
         out["X@GRAD"] = dout
     if "Updates" in ctx.need:
-        out["Updates@GRAD"] = dout[_nd_index("scatter_nd_add", dout.shape, index)].reshape(
-            upd.shape)
+        out["Updates@GRAD"] = _rows_view(dout, k).index_select(
+            0, _nd_rows("scatter_nd_add", dout.shape, index)).reshape(upd.shape)
     return out
 
 

@@ -14,8 +14,10 @@ from . import ctc
 from . import debug
 from . import dgc
 from . import embedding
+from . import fc
 from . import fake_quant_more
 from . import fused
+from . import ids
 from . import index
 from . import logic
 from . import loss

@@ -27,6 +27,7 @@ from . import lr
 from . import math
 from . import memory
 from . import metric
+from . import metric_more
 from . import node_comm
 from . import norm
 from . import normalize

@@ -64,6 +64,7 @@ from .scope import LoDTensor, LoDTensorArray, Scope, global_scope, scope_guard
 from . import io  # noqa: F401  (fluid.io: checkpoints, inference models, data loading)
 from . import compiler, core, lod, metrics, nets  # noqa: F401  (Fluid 1.6 spellings)
 from .data_layer import data, embedding, one_hot
+from . import input  # noqa: F401, A004  (fluid.input: one_hot, embedding)
 from .lod import create_lod_tensor, create_random_int_lodtensor
 from .dataio.data_feeder import DataFeeder
 from .dataio.dataloader import DataLoader
@@ -80,7 +81,7 @@ from .dataio.dataset import DatasetFactory, InMemoryDataset, QueueDataset
 from . import data_feed_desc, data_feeder, dataset  # noqa: F401  (Fluid 1.6 module paths)
 from .version import __version__  # noqa: F401  (parafluid.__version__)
 from . import contrib, dygraph, dygraph_grad_clip, incubate  # noqa: F401  (Fluid 1.6)
-from . import average, evaluator, input  # noqa: F401  (Fluid 1.6 module paths)
+from . import average, evaluator  # noqa: F401  (Fluid 1.6 module paths)
 
 Tensor = LoDTensor  # Fluid 1.6's other name for a LoDTensor
 

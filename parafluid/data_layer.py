@@ -76,20 +76,19 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
     return out
 
 
-def one_hot(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
-    """Fluid 1.6's ``fluid.one_hot``: float32 one-hot rows with every dim of ``input`` kept
-    (ids ``[N]`` give ``[N, depth]``, ids ``[N, 1]`` give ``[N, 1, depth]``), unlike
-    ``fluid.layers.one_hot``, which replaces a trailing 1. No gradient.
+def one_hot(input: Variable, depth: int | Variable, allow_out_of_range: bool = False) -> Variable:
+    """Fluid 1.6's ``fluid.one_hot`` (op ``one_hot_v2``): float32 one-hot rows with every dim
+    of ``input`` kept (ids ``[N]`` give ``[N, depth]``, ids ``[N, 1]`` give
+    ``[N, 1, depth]``), unlike ``fluid.layers.one_hot``, which replaces a trailing 1.
+    ``depth`` is an int or a one-element int Variable. No gradient.
 
     Example::
 
         label = fluid.data(name="label", shape=[None], dtype="int64")
         onehot = fluid.one_hot(label, depth=10)   # [-1, 10]
     """
-    from .layers import one_hot as layers_one_hot
-    from .layers import unsqueeze
+    from .layers.tensor import _one_hot_layer
 
     if not isinstance(input, Variable):
         raise TypeError(f"one_hot: input must be a Variable, got {type(input).__name__}")
-    rank = len(input.shape or ())
-    return layers_one_hot(unsqueeze(input, axes=[rank]), depth, allow_out_of_range)
+    return _one_hot_layer("one_hot_v2", input, depth, allow_out_of_range)

@@ -1,5 +1,12 @@
-"""``fluid.input``: the module where Fluid 1.6 defines ``fluid.embedding`` and
-``fluid.one_hot`` (the layers without the ``[-1, 1]`` trailing-dimension convention)."""
+"""``fluid.input``: Fluid 1.6's module of the full-shape input layers ``one_hot`` (op
+``one_hot_v2``) and ``embedding`` (op ``lookup_table_v2``); their home is ``data_layer``.
+
+Example::
+
+    import parafluid as fluid
+    label = fluid.data(name="label", shape=[None], dtype="int64")
+    onehot = fluid.input.one_hot(label, depth=10)
+"""
 
 from __future__ import annotations
 

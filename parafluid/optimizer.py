@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from .optimizers.base import Optimizer
 from .optimizers.dgc import DGCMomentum, DGCMomentumOptimizer
+from .optimizers.dpsgd import Dpsgd, DpsgdOptimizer
 from .optimizers.moving_average import ExponentialMovingAverage, LookaheadOptimizer, ModelAverage
 from .optimizers.pipeline import PipelineOptimizer
-from .optimizers.recompute import Dpsgd, DpsgdOptimizer, RecomputeOptimizer
+from .optimizers.recompute import RecomputeOptimizer
 from .optimizers.rules import *
 from .optimizers.rules import __all__ as _rules
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .attr_tensors import int_list_arg
 
 __all__ = ["gather", "slice", "stack", "flatten", "less_than", "less_equal", "greater_than",
            "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_xor",
@@ -49,18 +50,32 @@ def gather(input: Variable, index: Variable, overwrite: bool = True) -> Variable
                input.dtype)
 
 
-def slice(input: Variable, axes: list[int], starts: list[int],  # noqa: A001 (Fluid's name)
-          ends: list[int]) -> Variable:
+def slice(input: Variable, axes: list[int], starts: Any,  # noqa: A001 (Fluid's name)
+          ends: Any) -> Variable:
     """``input[starts:ends]`` along each of ``axes`` (negative bounds count from the end;
-    bounds past the end clamp).
+    bounds past the end clamp). ``starts`` / ``ends``: ints, ints and one-element int
+    Variables, or one int Variable (read at run time, as Fluid 1.6).
 
     Example::
 
         y = fluid.layers.slice(x, axes=[1, 2], starts=[0, 1], ends=[2, -1])
     """
     _check("slice", "input", input)
-    return _op("slice", {"Input": [input]},
-               {"axes": list(axes), "starts": list(starts), "ends": list(ends)}, input.dtype)
+    helper = LayerHelper("slice")
+    inputs: dict[str, Any] = {"Input": [input]}
+    attrs: dict[str, Any] = {"axes": list(axes)}
+    flags = [1] * len(axes)
+    for arg, value, slots in (("starts", starts, ("StartsTensor", "StartsTensorList")),
+                              ("ends", ends, ("EndsTensor", "EndsTensorList"))):
+        attr, extra = int_list_arg(helper, "slice", arg, value, *slots)
+        inputs.update(extra)
+        if attr is None:
+            flags = [-1] * len(axes)
+        else:
+            attrs[arg] = attr
+            flags = [-1 if a == -1 and extra else f for a, f in zip(attr, flags)]
+    attrs["infer_flags"] = flags
+    return _op("slice", inputs, attrs, input.dtype)
 
 
 def stack(x: list[Variable], axis: int = 0) -> Variable:

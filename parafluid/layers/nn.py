@@ -430,9 +430,9 @@ def cos_sim(X: Variable, Y: Variable) -> Variable:
 
 def hard_swish(x: Variable, threshold: float = 6.0, scale: float = 6.0, offset: float = 3.0,
                name: str | None = None) -> Variable:
-    """``x * min(max(x + offset, 0), threshold) / scale`` (MobileNetV3), built from ``scale``,
-    ``clip`` and ``elementwise_mul`` ops; its gradient is Fluid's: ``(2x + offset) / scale``
-    where ``0 < x + offset < threshold``, ``threshold / scale`` above, 0 below.
+    """``x * min(max(x + offset, 0), threshold) / scale`` (MobileNetV3), one ``hard_swish``
+    op; its gradient is Fluid's: ``(2x + offset) / scale`` where
+    ``0 < x + offset < threshold``, 1 at or above the threshold, 0 below.
 
     Example::
 
@@ -441,15 +441,11 @@ def hard_swish(x: Variable, threshold: float = 6.0, scale: float = 6.0, offset: 
     if not isinstance(x, Variable):
         raise TypeError(f"hard_swish: x must be a Variable, got {type(x).__name__}")
     helper = LayerHelper("hard_swish", name=name)
-
-    def op(op_type: str, inputs: dict[str, list[Variable]], attrs: dict[str, Any]) -> Variable:
-        out = helper.create_variable_for_type_inference(x.dtype)
-        helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
-        return out
-    shifted = op("scale", {"X": [x]}, {"scale": 1.0, "bias": float(offset)})
-    gate = op("clip", {"X": [shifted]}, {"min": 0.0, "max": float(threshold)})
-    prod = op("elementwise_mul", {"X": [x], "Y": [gate]}, {"axis": -1})
-    return op("scale", {"X": [prod]}, {"scale": 1.0 / float(scale), "bias": 0.0})
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("hard_swish", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"threshold": float(threshold), "scale": float(scale),
+                            "offset": float(offset)})
+    return out
 
 
 __all__ += ["hard_swish"]

@@ -228,13 +228,24 @@ def swish(x: Variable, beta: float = 1.0, name: str | None = None) -> Variable:
     return _unary("swish", x, {"beta": float(beta)}, name)
 
 
-def pow(x: Variable, factor: float = 1.0, name: str | None = None) -> Variable:  # noqa: A001
-    """``x ** factor`` for a constant ``factor``.
+def pow(x: Variable, factor: float | Variable = 1.0,  # noqa: A001
+        name: str | None = None) -> Variable:
+    """``x ** factor``; ``factor`` a number or a one-element Variable (read at run time
+    through the op's ``FactorTensor`` input, with no gradient).
 
     Example::
 
         y = fluid.layers.pow(x, factor=2.0)
+        y = fluid.layers.pow(x, factor=fluid.layers.fill_constant([1], "float32", 3.0))
     """
+    if isinstance(factor, Variable):
+        _check_var("pow", "x", x)
+        factor.stop_gradient = True
+        helper = LayerHelper("pow", name=name)
+        out = helper.create_variable_for_type_inference(x.dtype)
+        helper.append_op("pow", inputs={"X": [x], "FactorTensor": [factor]},
+                         outputs={"Out": [out]})
+        return out
     return _unary("pow", x, {"factor": float(factor)}, name)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .attr_tensors import int_list_arg
 from .common import append_one, check_vars
 
 __all__ = ["where", "scatter", "unstack", "multiplex", "gather_nd", "scatter_nd_add",
@@ -157,20 +158,33 @@ def unique_with_counts(x: Variable, dtype: Any = "int32") -> tuple[Variable, Var
     return out, index, count
 
 
-def strided_slice(input: Variable, axes: list[int], starts: list[int], ends: list[int],
-                  strides: list[int]) -> Variable:
+def strided_slice(input: Variable, axes: list[int], starts: Any, ends: Any,
+                  strides: Any) -> Variable:
     """``input[start:end:stride]`` along each of ``axes`` (Python's slice rules: negative
     bounds count from the end, bounds clamp, a negative stride walks backwards).
+    ``starts`` / ``ends`` / ``strides``: ints, ints and one-element int Variables, or one
+    int Variable (read at run time, as Fluid 1.6).
 
     Example::
 
         rev = fluid.layers.strided_slice(x, axes=[1], starts=[-1], ends=[-1000], strides=[-1])
     """
     _check_var("strided_slice", "input", input)
-    return _append("strided_slice", {"Input": [input]},
-                   {"axes": [int(a) for a in axes], "starts": [int(s) for s in starts],
-                    "ends": [int(e) for e in ends], "strides": [int(s) for s in strides],
-                    "infer_flags": [1] * len(axes)}, input.dtype)
+    helper = LayerHelper("strided_slice")
+    inputs: dict[str, Any] = {"Input": [input]}
+    attrs: dict[str, Any] = {"axes": [int(a) for a in axes]}
+    flags = [1] * len(axes)
+    for arg, value in (("starts", starts), ("ends", ends), ("strides", strides)):
+        slot = arg[0].upper() + arg[1:] + "Tensor"
+        attr, extra = int_list_arg(helper, "strided_slice", arg, value, slot, slot + "List")
+        inputs.update(extra)
+        if attr is None:
+            flags = [-1] * len(axes)
+        else:
+            attrs[arg] = attr
+            flags = [-1 if a == -1 and extra else f for a, f in zip(attr, flags)]
+    attrs["infer_flags"] = flags
+    return _append("strided_slice", inputs, attrs, input.dtype)
 
 
 def shard_index(input: Variable, index_num: int, nshards: int, shard_id: int,

@@ -289,10 +289,11 @@ def sequence_unpad(x: Variable, length: Variable, name: str | None = None) -> Va
     return _one("sequence_unpad", {"X": [x], "Length": [length]}, {}, x.dtype, 1, name)
 
 
-def sequence_mask(x: Variable, maxlen: int | None = None, dtype: str = "int64",
+def sequence_mask(x: Variable, maxlen: int | Variable | None = None, dtype: str = "int64",
                   name: str | None = None) -> Variable:
     """``mask[..., j] = j < x[...]`` for int lengths ``x``: shape ``x.shape + [maxlen]``
-    (``maxlen`` default: the largest length).
+    (``maxlen`` default: the largest length; a one-element int32 Variable is read at run
+    time through the op's ``MaxLenTensor`` input).
 
     Example::
 
@@ -303,7 +304,12 @@ def sequence_mask(x: Variable, maxlen: int | None = None, dtype: str = "int64",
     _check("sequence_mask", "x", x)
     helper = LayerHelper("sequence_mask", name=name)
     out = helper.create_variable_for_type_inference(convert_dtype(dtype), stop_gradient=True)
-    helper.append_op("sequence_mask", inputs={"X": [x]}, outputs={"Y": [out]},
+    inputs = {"X": [x]}
+    if isinstance(maxlen, Variable):
+        maxlen.stop_gradient = True
+        inputs["MaxLenTensor"] = [maxlen]
+        maxlen = None
+    helper.append_op("sequence_mask", inputs=inputs, outputs={"Y": [out]},
                      attrs={"maxlen": -1 if maxlen is None else int(maxlen),
                             "out_dtype": convert_dtype(dtype)})
     return out

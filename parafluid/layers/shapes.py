@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..framework import Variable
+from ..layer_helper import LayerHelper
+from .attr_tensors import int_list_arg
 from .common import append_one, check_var, check_vars
 from .tensor import _one_op
 
@@ -49,22 +51,26 @@ def expand_as(x: Variable, target_tensor: Variable, name: str | None = None) -> 
 
 def crop_tensor(x: Variable, shape: Any = None, offsets: Any = None,
                 name: str | None = None) -> Variable:
-    """Crop ``x`` to ``shape`` (ints, ``-1`` keeping the rest of a dim, or an int32 Variable
-    of values) at ``offsets`` (ints or an int32 Variable; default 0)."""
+    """Crop ``x`` to ``shape`` at ``offsets`` (default 0): each is ints (``-1`` in ``shape``
+    keeps the rest of a dim), ints and one-element int32 Variables (op inputs
+    ``ShapeTensor`` / ``OffsetsTensor``), or one int32 Variable (``Shape`` / ``Offsets``)."""
     check_vars("crop_tensor", x=x)
     rank = len(x.shape or ())
+    helper = LayerHelper("crop_tensor")
     inputs: dict[str, Any] = {"X": [x]}
     attrs: dict[str, Any] = {}
-    if isinstance(shape, Variable):
-        inputs["Shape"] = [shape]
-    elif shape is None:
-        raise ValueError("crop_tensor: shape must be given (ints or an int32 Variable)")
-    else:
-        attrs["shape"] = [int(s) for s in shape]
-    if isinstance(offsets, Variable):
-        inputs["Offsets"] = [offsets]
-    else:
-        attrs["offsets"] = [0] * rank if offsets is None else [int(o) for o in offsets]
+    if shape is None:
+        raise ValueError("crop_tensor: shape must be given (ints or int32 Variables)")
+    attr, extra = int_list_arg(helper, "crop_tensor", "shape", shape, "Shape", "ShapeTensor")
+    inputs.update(extra)
+    if attr is not None:
+        attrs["shape"] = attr
+    attr, extra = int_list_arg(helper, "crop_tensor", "offsets",
+                               [0] * rank if offsets is None else offsets, "Offsets",
+                               "OffsetsTensor")
+    inputs.update(extra)
+    if attr is not None:
+        attrs["offsets"] = attr
     return append_one("crop_tensor", inputs, attrs, x.dtype, name)
 
 

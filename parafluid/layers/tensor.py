@@ -11,6 +11,7 @@ from ..dtypes import VarType, convert_dtype
 from ..framework import Variable
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
+from .attr_tensors import int_list_arg
 
 __all__ = ["uniform_random", "gaussian_random", "fill_constant", "assign", "create_global_var",
            "create_tensor", "zeros", "ones",
@@ -19,15 +20,19 @@ __all__ = ["uniform_random", "gaussian_random", "fill_constant", "assign", "crea
            "reduce_min", "reduce_prod", "fill_constant_batch_size_like"]
 
 
-def fill_constant(shape: list[int], dtype: Any, value: float, force_cpu: bool = False,
+def fill_constant(shape: Any, dtype: Any, value: float, force_cpu: bool = False,
                   out: Variable | None = None) -> Variable:
-    """A tensor of ``shape`` filled with ``value``."""
+    """A tensor of ``shape`` filled with ``value``; ``shape`` is ints, ints and one-element
+    int32 Variables, or one int32 Variable (read at run time, as Fluid 1.6)."""
     helper = LayerHelper("fill_constant")
     if out is None:
         out = helper.create_variable_for_type_inference(dtype)
-    helper.append_op("fill_constant", outputs={"Out": [out]},
-                     attrs={"shape": list(shape), "dtype": convert_dtype(dtype),
-                            "value": float(value), "force_cpu": force_cpu})
+    attr, inputs = int_list_arg(helper, "fill_constant", "shape", shape, "ShapeTensor",
+                                "ShapeTensorList")
+    attrs = {"dtype": convert_dtype(dtype), "value": float(value), "force_cpu": force_cpu}
+    if attr is not None:
+        attrs["shape"] = attr
+    helper.append_op("fill_constant", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     out.stop_gradient = True
     return out
 
@@ -271,30 +276,48 @@ def unsqueeze(input: Variable, axes: list[int], name: str | None = None) -> Vari
                         {"axes": _int_list("unsqueeze", "axes", axes)}, name)
 
 
-def expand(x: Variable, expand_times: list[int], name: str | None = None) -> Variable:
-    """Tile ``x``: dimension i is repeated ``expand_times[i]`` times.
+def expand(x: Variable, expand_times: Any, name: str | None = None) -> Variable:
+    """Tile ``x``: dimension i is repeated ``expand_times[i]`` times; ``expand_times`` is
+    ints, ints and one-element int32 Variables, or one int32 Variable (as Fluid 1.6).
 
     Example::
 
         y = fluid.layers.expand(x, expand_times=[1, 3])  # [N, 2] -> [N, 6]
     """
-    return _one_op("expand", x,
-                   {"expand_times": _int_list("expand", "expand_times", expand_times)}, name)
+    if isinstance(expand_times, int):
+        expand_times = [expand_times]
+    attr, inputs = int_list_arg(LayerHelper("expand", name=name), "expand", "expand_times",
+                                expand_times, "ExpandTimes", "expand_times_tensor")
+    return _one_op("expand", x, {} if attr is None else {"expand_times": attr}, name,
+                   inputs=inputs)
 
 
-def one_hot(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
-    """One-hot float32 rows of int labels shaped ``[..., 1]``: the result is ``[..., depth]``.
+def _one_hot_layer(op_type: str, input: Variable, depth: int | Variable,
+                   allow_out_of_range: bool) -> Variable:
+    """Append ``op_type`` (one_hot / one_hot_v2); a Variable ``depth`` is read at run time
+    through the op's ``depth_tensor`` input, as in Fluid 1.6."""
+    attrs: dict[str, Any] = {"dtype": "float32", "allow_out_of_range": bool(allow_out_of_range)}
+    inputs: dict[str, Any] = {}
+    if isinstance(depth, Variable):
+        depth.stop_gradient = True
+        inputs["depth_tensor"] = [depth]
+    else:
+        attrs["depth"] = int(depth)
+    out = _one_op(op_type, input, attrs, dtype="float32", arg="input", inputs=inputs)
+    out.stop_gradient = True
+    return out
+
+
+def one_hot(input: Variable, depth: int | Variable, allow_out_of_range: bool = False) -> Variable:
+    """One-hot float32 rows of int labels shaped ``[..., 1]``: the result is ``[..., depth]``
+    (op ``one_hot``). ``depth`` is an int or a one-element int Variable.
 
     Example::
 
         label = fluid.layers.data(name="label", shape=[1], dtype="int64")
         onehot = fluid.layers.one_hot(label, depth=10)   # [-1, 10]
     """
-    out = _one_op("one_hot", input, {"depth": int(depth), "dtype": "float32",
-                                     "allow_out_of_range": bool(allow_out_of_range)},
-                  dtype="float32", arg="input")
-    out.stop_gradient = True
-    return out
+    return _one_hot_layer("one_hot", input, depth, allow_out_of_range)
 
 
 def _arg(op_type: str, x: Variable, axis: int) -> Variable:
@@ -323,21 +346,30 @@ def argmin(x: Variable, axis: int = 0) -> Variable:
     return _arg("arg_min", x, axis)
 
 
-def topk(input: Variable, k: int, name: str | None = None) -> tuple[Variable, Variable]:
-    """The ``k`` largest values along the last dimension and their int64 indices.
+def topk(input: Variable, k: int | Variable,
+         name: str | None = None) -> tuple[Variable, Variable]:
+    """The ``k`` largest values along the last dimension and their int64 indices; ``k`` an
+    int or a one-element int32 Variable (op input ``K``, read at run time).
 
     Example::
 
         values, indices = fluid.layers.topk(prob, k=5)
     """
     _check_var("topk", "input", input)
-    if not isinstance(k, int):
-        raise TypeError(f"topk: k must be an int, got {type(k).__name__}")
+    inputs: dict[str, Any] = {"X": [input]}
+    attrs: dict[str, Any] = {}
+    if isinstance(k, Variable):
+        k.stop_gradient = True
+        inputs["K"] = [k]
+    elif isinstance(k, int) and not isinstance(k, bool):
+        attrs["k"] = k
+    else:
+        raise TypeError(f"topk: k must be an int or a Variable, got {type(k).__name__}")
     helper = LayerHelper("top_k", name=name)
     values = helper.create_variable_for_type_inference(input.dtype)
     indices = helper.create_variable_for_type_inference("int64", stop_gradient=True)
-    helper.append_op("top_k", inputs={"X": [input]},
-                     outputs={"Out": [values], "Indices": [indices]}, attrs={"k": k})
+    helper.append_op("top_k", inputs=inputs,
+                     outputs={"Out": [values], "Indices": [indices]}, attrs=attrs)
     return values, indices
 
 
@@ -390,9 +422,10 @@ def fill_constant_batch_size_like(input: Variable, shape: list[int], dtype: Any,
     return out
 
 
-def uniform_random(shape: list[int], dtype: Any = "float32", min: float = -1.0,
+def uniform_random(shape: Any, dtype: Any = "float32", min: float = -1.0,
                    max: float = 1.0, seed: int = 0) -> Variable:
-    """A tensor of ``shape`` drawn uniformly from [min, max) on each run (seed 0: random).
+    """A tensor of ``shape`` drawn uniformly from [min, max) on each run (seed 0: random);
+    ``shape`` is ints, ints and one-element int32 Variables, or one int32 Variable.
 
     Example::
 
@@ -403,10 +436,14 @@ def uniform_random(shape: list[int], dtype: Any = "float32", min: float = -1.0,
                         f"{type(shape).__name__}: {shape!r}")
     helper = LayerHelper("uniform_random")
     out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
-    helper.append_op("uniform_random", outputs={"Out": [out]},
-                     attrs={"shape": _int_list("uniform_random", "shape", shape),
-                            "dtype": convert_dtype(dtype), "min": float(min),
-                            "max": float(max), "seed": int(seed)})
+    attr, inputs = int_list_arg(helper, "uniform_random", "shape",
+                                [shape] if isinstance(shape, int) else shape,
+                                "ShapeTensor", "ShapeTensorList")
+    attrs = {"dtype": convert_dtype(dtype), "min": float(min), "max": float(max),
+             "seed": int(seed)}
+    if attr is not None:
+        attrs["shape"] = attr
+    helper.append_op("uniform_random", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     return out
 
 

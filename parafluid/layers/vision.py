@@ -251,36 +251,42 @@ _RESAMPLE = {"BILINEAR": "bilinear_interp", "NEAREST": "nearest_interp",
              "TRILINEAR": "trilinear_interp"}
 
 
-def image_resize(input: Variable, out_shape: Any = None, scale: float | None = None,
+def _size_tensors(helper: LayerHelper, out_shape: Any) -> list[Variable]:
+    """One ``[1]`` int32 tensor per entry of ``out_shape`` (ints become fill_constant)."""
+    tensors = []
+    for dim in out_shape:
+        if isinstance(dim, Variable):
+            dim.stop_gradient = True
+            tensors.append(dim)
+        else:
+            t = helper.create_variable_for_type_inference("int32")
+            helper.append_op("fill_constant", outputs={"Out": [t]},
+                             attrs={"shape": [1], "dtype": "int32", "value": float(dim),
+                                    "force_cpu": True})
+            t.stop_gradient = True
+            tensors.append(t)
+    return tensors
+
+
+def image_resize(input: Variable, out_shape: Any = None, scale: Any = None,
                  name: str | None = None, resample: str = "BILINEAR",
                  actual_shape: Variable | None = None, align_corners: bool = True,
                  align_mode: int = 1, data_format: str = "NCHW") -> Variable:
-    """Resize the spatial dims as Fluid's interpolate ops: H and W of an NCHW input
-    (``BILINEAR``, ``NEAREST``) or D, H and W of an NCDHW input (``TRILINEAR``).
-    ``data_format`` ``"NHWC"`` / ``"NDHWC"`` takes and gives channels-last tensors (resized
-    between two transposes).
+    """Resize the spatial dims as Fluid's interpolate ops: H and W of a 4-D input
+    (``BILINEAR``, ``NEAREST``) or D, H and W of a 5-D one (``TRILINEAR``), channels first
+    (``data_format`` NCHW / NCDHW) or last (NHWC / NDHWC).
 
-    ``out_shape`` is ``[out_h, out_w]`` (``[out_d, out_h, out_w]``), ints or an int32
-    Variable; otherwise ``scale`` gives ``int(size * scale)``. ``actual_shape`` (an int32
-    Variable) overrides the size at run time. ``align_corners`` maps corner pixels onto
-    corner pixels; without it, linear ``align_mode=0`` samples at half-pixel centres and
-    ``align_mode=1`` at ``in / out * k``.
+    ``out_shape`` is ``[out_h, out_w]`` (``[out_d, out_h, out_w]``): ints, ints and
+    one-element int32 Variables (op input ``SizeTensor``), or one int32 Variable
+    (``OutSize``); otherwise ``scale`` (a number, or a one-element Variable: ``Scale``)
+    gives ``int(size * scale)``. ``actual_shape`` (an int32 Variable) overrides the size at
+    run time. ``align_corners`` maps corner pixels onto corner pixels; without it, linear
+    ``align_mode=0`` samples at half-pixel centres and ``align_mode=1`` at ``in / out * k``.
 
     Example::
 
         up = fluid.layers.image_resize(feat, out_shape=[64, 64])   # bilinear, align_corners
     """
-    if data_format not in ("NCHW", "NHWC", "NCDHW", "NDHWC"):
-        raise ValueError(f"image_resize: data_format must be 'NCHW', 'NHWC', 'NCDHW' or "
-                         f"'NDHWC', got {data_format!r}")
-    if data_format in ("NHWC", "NDHWC"):
-        from .tensor import transpose
-
-        rank = len(input.shape or ())
-        first = transpose(input, [0, rank - 1] + list(range(1, rank - 1)))
-        out = image_resize(first, out_shape, scale, None, resample, actual_shape,
-                           align_corners, align_mode)
-        return transpose(out, [0] + list(range(2, rank)) + [1])
     resample = resample.upper()
     if resample not in _RESAMPLE:
         raise ValueError(f"image_resize: resample must be one of {sorted(_RESAMPLE)}, "
@@ -290,25 +296,42 @@ def image_resize(input: Variable, out_shape: Any = None, scale: float | None = N
     op = _RESAMPLE[resample]
     nd = 3 if resample == "TRILINEAR" else 2
     keys = ["out_h", "out_w"] if nd == 2 else ["out_d", "out_h", "out_w"]
-    _check_rank("image_resize", input, nd + 2, "NCHW" if nd == 2 else "NCDHW")
+    formats = ("NCHW", "NHWC") if nd == 2 else ("NCDHW", "NDHWC")
+    if data_format not in formats:
+        raise ValueError(f"image_resize: data_format must be one of {list(formats)} for a "
+                         f"{nd + 2}-D input, got {data_format!r}")
+    _check_rank("image_resize", input, nd + 2, data_format)
     if out_shape is None and scale is None:
         raise ValueError("image_resize: one of out_shape and scale must be given")
+    helper = LayerHelper(op, name=name)
     inputs: dict[str, Any] = {"X": [input]}
     attrs: dict[str, Any] = {"interp_method": resample.lower(), "align_corners": align_corners,
-                             "align_mode": align_mode, "scale": 0.0, **{k: -1 for k in keys}}
+                             "align_mode": align_mode, "scale": 0.0, **{k: -1 for k in keys},
+                             "data_layout": "NCHW" if data_format[1] == "C" else "NHWC"}
     if isinstance(out_shape, Variable):
-        actual_shape = actual_shape if actual_shape is not None else out_shape
+        out_shape.stop_gradient = True
+        inputs["OutSize"] = [out_shape]
     elif out_shape is not None:
-        if not isinstance(out_shape, (list, tuple)) or len(out_shape) != nd or \
-                not all(isinstance(v, int) and v > 0 for v in out_shape):
-            raise ValueError(f"image_resize: out_shape must be {nd} positive ints "
-                             f"{keys}, got {out_shape!r}")
-        attrs.update({k: int(v) for k, v in zip(keys, out_shape)})
+        if not isinstance(out_shape, (list, tuple)) or len(out_shape) != nd or not all(
+                isinstance(v, Variable) or (isinstance(v, int) and v > 0) for v in out_shape):
+            raise ValueError(f"image_resize: out_shape must be {nd} positive ints or int32 "
+                             f"Variables {keys}, got {out_shape!r}")
+        if any(isinstance(v, Variable) for v in out_shape):
+            inputs["SizeTensor"] = _size_tensors(helper, out_shape)
+        attrs.update({k: -1 if isinstance(v, Variable) else int(v)
+                      for k, v in zip(keys, out_shape)})
+    elif isinstance(scale, Variable):
+        scale.stop_gradient = True
+        inputs["Scale"] = [scale]
     else:
         if float(scale) <= 0:
             raise ValueError(f"image_resize: scale must be > 0, got {scale}")
         attrs["scale"] = float(scale)
     if actual_shape is not None:
+        if not isinstance(actual_shape, Variable):
+            raise TypeError(f"image_resize: actual_shape must be a Variable or None, got "
+                            f"{type(actual_shape).__name__}")
+        actual_shape.stop_gradient = True
         inputs["OutSize"] = [actual_shape]
     return _one(op, inputs, attrs, name)
 
@@ -329,7 +352,7 @@ def image_resize_short(input: Variable, out_short_len: int,
     return image_resize(input, out_shape=out, resample=resample)
 
 
-def resize_bilinear(input: Variable, out_shape: Any = None, scale: float | None = None,
+def resize_bilinear(input: Variable, out_shape: Any = None, scale: Any = None,
                     name: str | None = None, actual_shape: Variable | None = None,
                     align_corners: bool = True, align_mode: int = 1,
                     data_format: str = "NCHW") -> Variable:
@@ -338,16 +361,16 @@ def resize_bilinear(input: Variable, out_shape: Any = None, scale: float | None 
                         align_corners, align_mode, data_format)
 
 
-def resize_trilinear(input: Variable, out_shape: Any = None, scale: float | None = None,
+def resize_trilinear(input: Variable, out_shape: Any = None, scale: Any = None,
                      name: str | None = None, actual_shape: Variable | None = None,
                      align_corners: bool = True, align_mode: int = 1,
                      data_format: str = "NCDHW") -> Variable:
-    """``image_resize(..., resample="TRILINEAR")`` over an NCDHW (or NDHWC) input."""
+    """``image_resize(..., resample="TRILINEAR")`` over a 5-D input."""
     return image_resize(input, out_shape, scale, name, "TRILINEAR", actual_shape,
                         align_corners, align_mode, data_format)
 
 
-def resize_nearest(input: Variable, out_shape: Any = None, scale: float | None = None,
+def resize_nearest(input: Variable, out_shape: Any = None, scale: Any = None,
                    name: str | None = None, actual_shape: Variable | None = None,
                    align_corners: bool = True, data_format: str = "NCHW") -> Variable:
     """``image_resize(..., resample="NEAREST")``."""

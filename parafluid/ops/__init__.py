@@ -2,6 +2,7 @@
 # ruff: noqa: F401, I001  (one import per family, for its registration side effects)
 
 from . import activation
+from . import activation_more
 from . import beam_search
 from . import clip
 from . import collective_init
@@ -13,19 +14,26 @@ from . import ctc
 from . import debug
 from . import dgc
 from . import embedding
+from . import fc
+from . import fake_quant_more
 from . import fused
+from . import ids
 from . import index
 from . import logic
 from . import loss
 from . import loss_distance
+from . import loss_more
 from . import lr
 from . import math
 from . import memory
 from . import metric
+from . import metric_more
 from . import node_comm
 from . import norm
 from . import normalize
+from . import one_hot
 from . import optimizer
+from . import optimizer_more
 from . import pool
 from . import py_func
 from . import random
@@ -34,6 +42,7 @@ from . import reduce
 from . import rnn
 from . import rpc
 from . import selected_rows
+from . import slicing
 from . import spatial
 from . import sync_norm
 from . import tensor

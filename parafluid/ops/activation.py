@@ -85,8 +85,6 @@ _UNARY: list[tuple[Any, ...]] = [
      lambda o, d, a: d * a["slope"] * _in_open_range(o, 0.0, 1.0), "Out",
      {"slope": 0.2, "offset": 0.5}),
     ("swish", lambda x, a: x * torch.sigmoid(a["beta"] * x), _swish_grad, "X", {"beta": 1.0}),
-    ("pow", lambda x, a: torch.pow(x, a["factor"]),
-     lambda x, d, a: d * a["factor"] * torch.pow(x, a["factor"] - 1), "X", {"factor": 1.0}),
     ("sign", lambda x, a: torch.sign(x), _zero_grad, "", {}),
     ("floor", lambda x, a: torch.floor(x), _zero_grad, "", {}),
     ("ceil", lambda x, a: torch.ceil(x), _zero_grad, "", {}),

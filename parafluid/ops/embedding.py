@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..lod import get_lod
 from ..scope import SelectedRows
 from .conv import _check_rank
 from .registry import Meta, register_op
@@ -230,12 +231,17 @@ def _cvm(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 def _cvm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Fluid's rule, not a derivative: the rest of the columns get ``Y@GRAD``, the show and
-    click columns get the ``CVM`` values (what the CTR embedding update expects)."""
+    click columns get the ``CVM`` values (what the CTR embedding update expects). With a
+    LoD on X, ``CVM`` has one row per sequence, given to every row of that sequence."""
     dy, cvm = ins["Y@GRAD"], ins["CVM"].to(ins["Y@GRAD"].dtype)
+    lod = get_lod(ins["X"])
+    if lod:
+        offsets = torch.tensor(lod[0], device=cvm.device)
+        cvm = cvm[:len(lod[0]) - 1].repeat_interleave(offsets[1:] - offsets[:-1], dim=0)
     rest = dy[:, 2:] if attrs["use_cvm"] else dy
     return {"X@GRAD": torch.cat([cvm, rest], 1)}
 
 
 register_op("cvm", inputs=("X", "CVM"), outputs=("Y",), attrs={"use_cvm": True},
             infer_shape=_cvm_shape, kernel=_cvm, grad_kernel=_cvm_grad,
-            grad_uses=("X", "CVM"), no_grad_inputs=("CVM",))
+            grad_uses=("X", "CVM"), no_grad_inputs=("CVM",), share_lod=("X", "Y"))

@@ -108,12 +108,15 @@ def _range_abs_max_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
         return _frozen(x, in_scale, attrs, {"OutScales": ins["OutScales"]})
     window = int(attrs["window_size"])
     scales, it = ins["OutScales"], ins["Iter"]
-    if scales is None or it is None:
+    if it is None:
         raise ValueError("fake_quantize_range_abs_max: training (is_test=False) needs the "
-                         "inputs Iter and OutScales (the step counter and the window)")
+                         "input Iter (the step counter)")
+    # NOTE: Fluid keeps the window in its OutScales output buffer, fresh (zeros) on the
+    # first step; here the previous window comes in through OutScales when wired
+    scales = torch.zeros(window, dtype=in_scale.dtype, device=x.device) if scales is None \
+        else scales.clone()
     step = int(it.reshape(-1)[0])
     cur = _abs_max(x).to(in_scale.dtype)
-    scales = scales.clone()
     idx = step % window
     removed = scales[idx].clone()
     scales[idx] = cur[0]
@@ -121,8 +124,10 @@ def _range_abs_max_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
     if last < cur[0]:
         scale = cur.clone()
     elif torch.abs(removed - last) < 1e-6:
-        # NOTE: the window's maximum left the window: take the maximum of what is in it
-        scale = scales[: min(step + 1, window)].max().reshape(1)
+        # the window's maximum left it: the abs max of the first min(step, window) entries
+        # (Fluid's count; with none, its max_element reads the first entry)
+        size = max(min(step, window), 1)
+        scale = scales[:size].abs().max().reshape(1)
     else:
         scale = last.reshape(1).clone()
     return {"Out": _quantize(x, scale, attrs), "OutScale": scale, "OutScales": scales}

@@ -78,26 +78,47 @@ def _binary_grads(name: str, d: torch.Tensor, a: torch.Tensor, b: torch.Tensor
     return (d, d) if name == "elementwise_add" else (d * b, d * a)
 
 
-def _reduce_to_y(g: torch.Tensor, x: torch.Tensor, y: torch.Tensor, axis: int) -> torch.Tensor:
-    if x.dim() != y.dim():
-        return unbroadcast(g, axis_view_shape(x.shape, y.shape, axis)).reshape(y.shape)
-    return unbroadcast(g, y.shape)
+def _bcast_y(x_shape: Any, y_shape: Any) -> bool:
+    """Fluid's IsBcastY: Y is the operand broadcast to X's shape (else X is broadcast to
+    Y's: X may be the smaller operand)."""
+    if len(x_shape) != len(y_shape):
+        return len(x_shape) > len(y_shape)
+    return all(a >= b for a, b in zip(x_shape, y_shape))
+
+
+def _pair(x: torch.Tensor, y: torch.Tensor, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` and ``y`` lined up (Fluid's axis rule applied to the smaller operand)."""
+    if _bcast_y(tuple(x.shape), tuple(y.shape)):
+        return x, broadcast_y(x, y, axis)
+    return broadcast_y(y, x, axis), y
+
+
+def _reduce_to(g: torch.Tensor, t: torch.Tensor, other: torch.Tensor,
+               axis: int) -> torch.Tensor:
+    """Sum the gradient ``g`` of a broadcast result down to operand ``t``'s shape."""
+    if tuple(g.shape) == tuple(t.shape):
+        return g
+    if t.dim() != other.dim():
+        return unbroadcast(g, axis_view_shape(other.shape, t.shape, axis)).reshape(t.shape)
+    return unbroadcast(g, t.shape)
 
 
 def _shape(ins: dict, attrs: dict) -> dict:
     _, _, unary_first = _functors(attrs)
-    meta = broadcast_meta(ins["X"], ins["Y"], attrs["axis"])
-    return {"Out": meta, "IntermediateOut": meta if unary_first else ins["Y"]}
+    x, y = ins["X"], ins["Y"]
+    meta = broadcast_meta(x, y, attrs["axis"]) if _bcast_y(x.shape, y.shape) else \
+        broadcast_meta(y, x, attrs["axis"])
+    return {"Out": meta, "IntermediateOut": meta if unary_first else y}
 
 
 def _kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
     unary, binary, unary_first = _functors(attrs)
     x, y, axis = ins["X"], ins["Y"], attrs["axis"]
     if unary_first:
-        inter = _binary(binary, x, broadcast_y(x, y, axis))
+        inter = _binary(binary, *_pair(x, y, axis))
         return {"Out": _unary(unary, inter, attrs, ctx), "IntermediateOut": inter}
     inter = _unary(unary, y, attrs, ctx)
-    return {"Out": _binary(binary, x, broadcast_y(x, inter, axis)), "IntermediateOut": inter}
+    return {"Out": _binary(binary, *_pair(x, inter, axis)), "IntermediateOut": inter}
 
 
 def _grad(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -110,20 +131,20 @@ def _grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         d_inter = _unary_grad(unary, out, dout, attrs, ctx)
         if dinter_extra is not None:
             d_inter = d_inter + dinter_extra
-        dx, dyb = _binary_grads(binary, d_inter, x, broadcast_y(x, y, axis))
+        dxb, dyb = _binary_grads(binary, d_inter, *_pair(x, y, axis))
         if "X" in ctx.need:
-            grads["X@GRAD"] = unbroadcast(dx, x.shape)
+            grads["X@GRAD"] = _reduce_to(dxb, x, y, axis)
         if "Y" in ctx.need:
-            grads["Y@GRAD"] = _reduce_to_y(dyb, x, y, axis)
+            grads["Y@GRAD"] = _reduce_to(dyb, y, x, axis)
         return grads
     inter = ins.get("IntermediateOut")
     if inter is None:
         inter = _unary(unary, y, attrs, ctx)
-    dx, dinter_b = _binary_grads(binary, dout, x, broadcast_y(x, inter, axis))
+    dxb, dinter_b = _binary_grads(binary, dout, *_pair(x, inter, axis))
     if "X" in ctx.need:
-        grads["X@GRAD"] = unbroadcast(dx, x.shape)
+        grads["X@GRAD"] = _reduce_to(dxb, x, inter, axis)
     if "Y" in ctx.need:
-        d_inter = _reduce_to_y(dinter_b, x, inter, axis)
+        d_inter = _reduce_to(dinter_b, inter, x, axis)
         if dinter_extra is not None:
             d_inter = d_inter + dinter_extra
         grads["Y@GRAD"] = _unary_grad(unary, inter, d_inter, attrs, ctx)

@@ -1,9 +1,8 @@
-"""Indexing ops: gather, gather_nd, scatter, scatter_nd_add, slice, strided_slice,
-multiplex, where, unique / unique_with_counts, stack / unstack, flatten. Gradients scatter
-or pad back; integer results (where, unique) have none.
+"""Indexing ops: gather, gather_nd, scatter, scatter_nd_add, multiplex, where, unique /
+unique_with_counts, stack / unstack, flatten (slice and strided_slice: ``slicing``).
+Gradients scatter or pad back; integer results (where, unique) have none.
 
-``gather`` picks rows ``Index`` of ``X``; ``slice`` cuts ``[starts, ends)`` on ``axes``
-(negative and past-the-end bounds clamp, as numpy); ``stack`` joins same-shape tensors along a
+``gather`` picks rows ``Index`` of ``X``; ``stack`` joins same-shape tensors along a
 new ``axis``; ``flatten`` folds dims ``[0, axis)`` and ``[axis, rank)`` into a 2-D tensor.
 ``where`` gives the coordinates of the true elements of ``Condition``; ``multiplex`` takes
 row ``i`` from input ``Ids[i]``.
@@ -49,56 +48,6 @@ register_op("gather", inputs=("X", "Index"), outputs=("Out",), attrs={"overwrite
                 "X@GRAD": torch.zeros_like(ins["X"]).index_add_(
                     0, ins["Index"].reshape(-1).long(), ins["Out@GRAD"])},
             grad_uses=("X", "Index"), no_grad_inputs=("Index",))
-
-# ----------------------------------------------------------------------------- slice
-
-
-def _slice_bounds(shape: Any, attrs: dict) -> list[tuple[int, int, int]]:
-    axes, starts, ends = attrs["axes"], attrs["starts"], attrs["ends"]
-    if not len(axes) == len(starts) == len(ends):
-        raise ValueError(f"slice: axes {axes}, starts {starts} and ends {ends} must have the "
-                         "same length")
-    out = []
-    for a, s, e in zip(axes, starts, ends):
-        if not 0 <= a < len(shape):
-            raise ValueError(f"slice: axis {a} is out of range for rank {len(shape)}")
-        n = shape[a]
-        if n == -1:
-            out.append((a, s, e))
-            continue
-        s = max(0, min(n, s + n if s < 0 else s))
-        e = max(0, min(n, e + n if e < 0 else e))
-        out.append((a, s, max(s, e)))
-    return out
-
-
-def _slice_shape(ins: dict, attrs: dict) -> dict:
-    x = ins["Input"]
-    shape = list(x.shape)
-    for a, s, e in _slice_bounds(x.shape, attrs):
-        shape[a] = -1 if x.shape[a] == -1 else e - s
-    return {"Out": Meta(tuple(shape), x.dtype)}
-
-
-def _slice_index(x: torch.Tensor, attrs: dict) -> tuple[slice, ...]:
-    idx = [slice(None)] * x.dim()
-    for a, s, e in _slice_bounds(tuple(x.shape), attrs):
-        idx[a] = slice(s, e)
-    return tuple(idx)
-
-
-def _slice_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x = ins["Input"]
-    dx = torch.zeros_like(x)
-    dx[_slice_index(x, attrs)] = ins["Out@GRAD"]
-    return {"Input@GRAD": dx}
-
-
-register_op("slice", inputs=("Input",), outputs=("Out",),
-            attrs={"axes": [], "starts": [], "ends": []}, infer_shape=_slice_shape,
-            kernel=lambda ins, attrs, ctx: {
-                "Out": ins["Input"][_slice_index(ins["Input"], attrs)].clone()},
-            grad_kernel=_slice_grad, grad_uses=("Input",))
 
 # ----------------------------------------------------------------------------- stack
 
@@ -308,18 +257,27 @@ register_op("multiplex", inputs=("X[]", "Ids"), outputs=("Out",),
 # ----------------------------------------------------------------------------- gather_nd, scatter
 
 
-def _nd_index(op: str, x_shape: Any, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The columns of ``index [..., k]`` as a tuple indexing the first ``k`` dims of X."""
+def _nd_rows(op: str, x_shape: Any, index: torch.Tensor) -> torch.Tensor:
+    """Each row of ``index [..., k]`` as a position in X's first ``k`` dims flattened (X
+    seen as ``[prod(x_shape[:k]), *x_shape[k:]]``). An empty last dim (``k = 0``) picks
+    the whole of X for every row, as Fluid."""
     k = index.shape[-1]
     if k > len(x_shape):
         raise ValueError(f"{op}: Index's last dim {k} exceeds the rank of X {list(x_shape)}")
-    flat = index.reshape(-1, k).long()
+    n = numel(index.shape[:-1])
+    flat = index.reshape(n, k).long()
+    lin = torch.zeros(n, dtype=torch.long, device=index.device)
     for d in range(k):
         col = flat[:, d]
         if col.numel() and (int(col.min()) < 0 or int(col.max()) >= x_shape[d]):
             raise ValueError(f"{op}: an index in column {d} is out of range for dim {d} of X "
                              f"{list(x_shape)}")
-    return tuple(flat[:, d] for d in range(k))
+        lin = lin * x_shape[d] + col
+    return lin
+
+
+def _rows_view(x: torch.Tensor, k: int) -> torch.Tensor:
+    return x.reshape(numel(x.shape[:k]), *x.shape[k:])
 
 
 def _gather_nd_shape(ins: dict, attrs: dict) -> dict:
@@ -333,17 +291,18 @@ def _gather_nd_shape(ins: dict, attrs: dict) -> dict:
 
 def _gather_nd(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, index = ins["X"], ins["Index"]
-    picked = x[_nd_index("gather_nd", x.shape, index)]
-    return {"Out": picked.reshape(*index.shape[:-1], *x.shape[index.shape[-1]:])}
+    k = index.shape[-1]
+    picked = _rows_view(x, k).index_select(0, _nd_rows("gather_nd", x.shape, index))
+    return {"Out": picked.reshape(*index.shape[:-1], *x.shape[k:])}
 
 
 def _gather_nd_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, index, dout = ins["X"], ins["Index"], ins["Out@GRAD"]
     k = index.shape[-1]
     rows = dout.reshape(-1, *x.shape[k:])
-    dx = torch.zeros_like(x).index_put_(_nd_index("gather_nd", x.shape, index), rows,
-                                        accumulate=True)
-    return {"X@GRAD": dx}
+    dx = _rows_view(torch.zeros_like(x), k).index_add_(
+        0, _nd_rows("gather_nd", x.shape, index), rows)
+    return {"X@GRAD": dx.reshape(x.shape)}
 
 
 register_op("gather_nd", inputs=("X", "Index"), outputs=("Out",),
@@ -364,19 +323,22 @@ def _scatter_nd_add_shape(ins: dict, attrs: dict) -> dict:
 
 def _scatter_nd_add(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, index, upd = ins["X"], ins["Index"], ins["Updates"]
-    rows = upd.reshape(-1, *x.shape[index.shape[-1]:]).to(x.dtype)
-    return {"Out": x.clone().index_put_(_nd_index("scatter_nd_add", x.shape, index), rows,
-                                        accumulate=True)}
+    k = index.shape[-1]
+    rows = upd.reshape(-1, *x.shape[k:]).to(x.dtype)
+    out = _rows_view(x.clone(), k).index_add_(0, _nd_rows("scatter_nd_add", x.shape, index),
+                                              rows)
+    return {"Out": out.reshape(x.shape)}
 
 
 def _scatter_nd_add_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     index, upd, dout = ins["Index"], ins["Updates"], ins["Out@GRAD"]
+    k = index.shape[-1]
     out = {}
     if "X" in ctx.need:
         out["X@GRAD"] = dout
     if "Updates" in ctx.need:
-        out["Updates@GRAD"] = dout[_nd_index("scatter_nd_add", dout.shape, index)].reshape(
-            upd.shape)
+        out["Updates@GRAD"] = _rows_view(dout, k).index_select(
+            0, _nd_rows("scatter_nd_add", dout.shape, index)).reshape(upd.shape)
     return out
 
 
@@ -384,68 +346,6 @@ register_op("scatter_nd_add", inputs=("X", "Index", "Updates"), outputs=("Out",)
             infer_shape=_scatter_nd_add_shape, kernel=_scatter_nd_add,
             grad_kernel=_scatter_nd_add_grad, grad_uses=("X", "Index", "Updates"),
             no_grad_inputs=("Index",))
-
-
-# ----------------------------------------------------------------------------- strided_slice
-
-
-def _strided_index(shape: Any, attrs: dict) -> list[Any]:
-    """Per dim: ``slice(None)`` or the positions Python's ``slice(start, end, stride)``
-    selects (negative bounds count from the end, bounds clamp, negative strides reverse)."""
-    axes, starts, ends, strides = (list(attrs[k]) for k in ("axes", "starts", "ends",
-                                                              "strides"))
-    if not len(axes) == len(starts) == len(ends) == len(strides):
-        raise ValueError(f"strided_slice: axes {axes}, starts {starts}, ends {ends} and "
-                         f"strides {strides} must have the same length")
-    index: list[Any] = [slice(None)] * len(shape)
-    for a, s, e, st in zip(axes, starts, ends, strides):
-        if not 0 <= a < len(shape):
-            raise ValueError(f"strided_slice: axis {a} is out of range for rank {len(shape)}")
-        if st == 0:
-            raise ValueError("strided_slice: a stride cannot be 0")
-        index[a] = None if shape[a] == -1 else list(range(*slice(s, e, st).indices(shape[a])))
-    return index
-
-
-def _strided_shape(ins: dict, attrs: dict) -> dict:
-    x = ins["Input"]
-    index = _strided_index(x.shape, attrs)
-    shape = tuple(d if isinstance(i, slice) else (-1 if i is None else len(i))
-                  for d, i in zip(x.shape, index))
-    return {"Out": Meta(shape, x.dtype)}
-
-
-def _strided_pick(x: torch.Tensor, attrs: dict) -> list[Any]:
-    return [i if isinstance(i, slice) else torch.tensor(i, dtype=torch.long, device=x.device)
-            for i in _strided_index(tuple(x.shape), attrs)]
-
-
-def _strided_slice(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x = ins["Input"]
-    for dim, idx in enumerate(_strided_pick(x, attrs)):
-        if not isinstance(idx, slice):
-            x = x.index_select(dim, idx)
-    return {"Out": x.contiguous()}
-
-
-def _strided_slice_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, dout = ins["Input"], ins["Out@GRAD"]
-    grad = dout
-    picks = _strided_pick(x, attrs)
-    for dim in range(x.dim() - 1, -1, -1):
-        idx = picks[dim]
-        if not isinstance(idx, slice):
-            shape = list(grad.shape)
-            shape[dim] = x.shape[dim]
-            grad = torch.zeros(shape, dtype=dout.dtype, device=dout.device).index_add_(
-                dim, idx, grad)
-    return {"Input@GRAD": grad}
-
-
-register_op("strided_slice", inputs=("Input",), outputs=("Out",),
-            attrs={"axes": [], "starts": [], "ends": [], "strides": [], "infer_flags": []},
-            infer_shape=_strided_shape, kernel=_strided_slice,
-            grad_kernel=_strided_slice_grad, grad_uses=("Input",))
 
 
 # ----------------------------------------------------------------------------- unique

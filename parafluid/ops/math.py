@@ -122,7 +122,12 @@ def _register_elementwise(name: str, fn: Any, grad_fn: Any, uses: tuple[str, ...
         return out
 
     def update(x: torch.Tensor, y: torch.Tensor, attrs: dict) -> None:
-        getattr(x, inplace)(broadcast_y(x, y, attrs["axis"]))
+        y = broadcast_y(x, y, attrs["axis"])
+        if inplace == "div_" and not x.is_floating_point():
+            _check_int_divisor(name, y)
+            x.div_(y, rounding_mode="trunc")
+        else:
+            getattr(x, inplace)(y)
 
     register_op(name, inputs=("X", "Y"), outputs=("Out",), attrs={"axis": -1},
                 infer_shape=_sparse_by_scalar_shape if name in _SPARSE_BY_SCALAR
@@ -136,6 +141,29 @@ def _trailing(x: torch.Tensor, y: torch.Tensor, axis: int) -> bool:
     (numpy) broadcasting gives the same result without building a view shape (hot path:
     every fc bias add)."""
     return axis == -1 or y.dim() == x.dim() or axis == x.dim() - y.dim()
+
+
+def _check_int_divisor(name: str, y: torch.Tensor) -> None:
+    if not y.is_floating_point() and bool((y == 0).any()):
+        raise ValueError(f"{name}: integer division by zero (a zero in Y)")
+
+
+def _div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Fluid's ``x / y`` in the operands' type: integers divide as C++ integers do,
+    truncating toward zero (torch's ``/`` would return floats)."""
+    if x.is_floating_point() or y.is_floating_point():
+        return x / y
+    _check_int_divisor("elementwise_div", y)
+    return torch.div(x, y, rounding_mode="trunc")
+
+
+def _pow(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Fluid's ``std::pow(x, y)`` cast back to the operands' type: an integer power is
+    computed in double and truncated, so a negative exponent gives 0 (or +-1 for +-1),
+    where torch refuses integers to negative powers."""
+    if x.is_floating_point() or y.is_floating_point():
+        return torch.pow(x, y)
+    return torch.pow(x.double(), y.double()).trunc().to(x.dtype)
 
 
 def _div_grad(x: Any, y: Any, out: Any, d: Any, need: Any) -> tuple:
@@ -166,12 +194,12 @@ _register_elementwise("elementwise_mul", torch.mul,
                       lambda x, y, o, d, n: (d * y if "X" in n else None,
                                              d * x if "Y" in n else None), ("X", "Y"),
                       inplace="mul_")
-_register_elementwise("elementwise_div", torch.div, _div_grad, ("X", "Y"), inplace="div_")
+_register_elementwise("elementwise_div", _div, _div_grad, ("X", "Y"), inplace="div_")
 _register_elementwise("elementwise_max", torch.maximum, _select_grad(lambda x, y: x >= y),
                       ("X", "Y"))
 _register_elementwise("elementwise_min", torch.minimum, _select_grad(lambda x, y: x <= y),
                       ("X", "Y"))
-_register_elementwise("elementwise_pow", torch.pow, _pow_grad, ("X", "Y"))
+_register_elementwise("elementwise_pow", _pow, _pow_grad, ("X", "Y"))
 
 # ----------------------------------------------------------------------------- sum / mean / scale
 
@@ -275,62 +303,71 @@ register_op("scale", inputs=("X",), outputs=("Out",),
 # ----------------------------------------------------------------------------- matmul
 
 
-def _matmul_operands(x: Any, y: Any, attrs: dict) -> tuple[Any, Any]:
-    """Fluid's matmul: 1-D operands act as row/column vectors; transposes swap the last two."""
-    if attrs["transpose_X"] and x.dim() >= 2:
-        x = x.transpose(-1, -2)
-    if attrs["transpose_Y"] and y.dim() >= 2:
-        y = y.transpose(-1, -2)
-    return x, y
+def _matmul_2d(x: Any, y: Any, attrs: dict) -> tuple[Any, Any]:
+    """Fluid's matmul operands as matrices: a 1-D X is the row ``[1, K]`` and a 1-D Y the
+    column ``[K, 1]``, both *before* ``transpose_X`` / ``transpose_Y`` swap the last two
+    dims (so a transposed 1-D X is a column and a transposed 1-D Y a row)."""
+    x2 = x.unsqueeze(0) if x.dim() == 1 else x
+    y2 = y.unsqueeze(-1) if y.dim() == 1 else y
+    if attrs["transpose_X"]:
+        x2 = x2.transpose(-1, -2)
+    if attrs["transpose_Y"]:
+        y2 = y2.transpose(-1, -2)
+    return x2, y2
+
+
+def _matmul_out_dims(dims: list[int], x_rank: int, y_rank: int) -> list[int]:
+    """Fluid's rule for vector operands: a 1-D X drops a size-1 row dim, a 1-D Y a size-1
+    column dim; nothing left gives ``[1]``."""
+    dims = list(dims)
+    if x_rank == 1 and dims[-2] == 1:
+        dims.pop(-2)
+    if y_rank == 1 and dims and dims[-1] == 1:
+        dims.pop(-1)
+    return dims or [1]
 
 
 def _matmul_shape(ins: dict, attrs: dict) -> dict:
-    x, y = list(ins["X"].shape), list(ins["Y"].shape)
-    if attrs["transpose_X"] and len(x) >= 2:
+    xs, ys = list(ins["X"].shape), list(ins["Y"].shape)
+    x = [1] + xs if len(xs) == 1 else list(xs)
+    y = ys + [1] if len(ys) == 1 else list(ys)
+    if attrs["transpose_X"]:
         x[-1], x[-2] = x[-2], x[-1]
-    if attrs["transpose_Y"] and len(y) >= 2:
+    if attrs["transpose_Y"]:
         y[-1], y[-2] = y[-2], y[-1]
-    x_vec, y_vec = len(x) == 1, len(y) == 1
-    x2 = [1] + x if x_vec else x
-    y2 = y + [1] if y_vec else y
-    k_x, k_y = x2[-1], y2[-2]
+    k_x, k_y = x[-1], y[-2]
     if -1 not in (k_x, k_y) and k_x != k_y:
-        raise ValueError(f"matmul: X {list(ins['X'].shape)} and Y {list(ins['Y'].shape)} "
-                         f"(transpose_X={attrs['transpose_X']}, "
+        raise ValueError(f"matmul: X {xs} and Y {ys} (transpose_X={attrs['transpose_X']}, "
                          f"transpose_Y={attrs['transpose_Y']}) contract {k_x} with {k_y}")
-    batch_x, batch_y = x2[:-2], y2[:-2]
+    batch_x, batch_y = x[:-2], y[:-2]
     batch = batch_x if len(batch_x) >= len(batch_y) else batch_y
-    out = list(batch) + [x2[-2], y2[-1]]
-    if x_vec:
-        out.pop(-2)
-    if y_vec:
-        out.pop(-1)
-    return {"Out": Meta(tuple(out) or (1,), ins["X"].dtype)}
+    out = _matmul_out_dims(list(batch) + [x[-2], y[-1]], len(xs), len(ys))
+    return {"Out": Meta(tuple(out), ins["X"].dtype)}
 
 
 def _matmul(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, y = _matmul_operands(ins["X"], ins["Y"], attrs)
-    out = torch.matmul(x, y)
+    x, y = ins["X"], ins["Y"]
+    x2, y2 = _matmul_2d(x, y, attrs)
+    out = torch.matmul(x2, y2)
     if attrs["alpha"] != 1.0:
         out = out * attrs["alpha"]
-    return {"Out": out.reshape(1) if out.dim() == 0 else out}
+    return {"Out": out.reshape(_matmul_out_dims(list(out.shape), x.dim(), y.dim()))}
 
 
 def _matmul_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x0, y0, dout = ins["X"], ins["Y"], ins["Out@GRAD"]
-    x, y = _matmul_operands(x0, y0, attrs)
-    # Work on the >= 2-D forms, then undo the vector promotion and broadcasting.
-    x2 = x.unsqueeze(0) if x.dim() == 1 else x
-    y2 = y.unsqueeze(-1) if y.dim() == 1 else y
-    d = dout.reshape(*torch.broadcast_shapes(x2.shape[:-2], y2.shape[:-2]),
-                     x2.shape[-2], y2.shape[-1]) * attrs["alpha"]
+    x, y, dout = ins["X"], ins["Y"], ins["Out@GRAD"]
+    a, b = _matmul_2d(x, y, attrs)  # Out = alpha * a @ b
+    d = dout.reshape(*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]),
+                     a.shape[-2], b.shape[-1]) * attrs["alpha"]
     out = {}
     if "X" in ctx.need:
-        dx = unbroadcast(d @ y2.transpose(-1, -2), x2.shape).reshape(x.shape)
-        out["X@GRAD"] = dx.transpose(-1, -2) if attrs["transpose_X"] and x0.dim() >= 2 else dx
+        da = unbroadcast(d @ b.transpose(-1, -2), a.shape)
+        dx = da.transpose(-1, -2) if attrs["transpose_X"] else da
+        out["X@GRAD"] = dx.reshape(x.shape)
     if "Y" in ctx.need:
-        dy = unbroadcast(x2.transpose(-1, -2) @ d, y2.shape).reshape(y.shape)
-        out["Y@GRAD"] = dy.transpose(-1, -2) if attrs["transpose_Y"] and y0.dim() >= 2 else dy
+        db = unbroadcast(a.transpose(-1, -2) @ d, b.shape)
+        dy = db.transpose(-1, -2) if attrs["transpose_Y"] else db
+        out["Y@GRAD"] = dy.reshape(y.shape)
     return out
 
 

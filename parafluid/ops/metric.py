@@ -58,9 +58,14 @@ register_op("accuracy", inputs=("Out", "Indices?", "Label"),
 
 def _auc_shape(ins: dict, attrs: dict) -> dict:
     pred, stat = ins["Predict"], ins["StatPos"]
-    if len(pred.shape) != 2 or pred.shape[1] not in (2, -1):
-        raise ValueError(f"auc: Predict must be [N, 2] class probabilities, got "
-                         f"{list(pred.shape)}")
+    if len(pred.shape) != 2 or pred.shape[1] not in (1, 2, -1):
+        raise ValueError(f"auc: Predict must be [N, 2] class probabilities or [N, 1] "
+                         f"positive-class probabilities, got {list(pred.shape)}")
+    label = ins["Label"]
+    if -1 not in (pred.shape[0], label.shape[0]) and pred.shape[0] != label.shape[0]:
+        raise ValueError(f"auc: Predict has {pred.shape[0]} rows but Label {label.shape[0]}")
+    if int(attrs["slide_steps"]) < 0:
+        raise ValueError(f"auc: slide_steps must be >= 0, got {attrs['slide_steps']}")
     if attrs["curve"] != "ROC":
         raise ValueError(f"auc: only curve='ROC' is supported, got {attrs['curve']!r}")
     width = int(attrs["num_thresholds"]) + 1
@@ -77,7 +82,12 @@ def _auc(ins: dict, attrs: dict, ctx: Any) -> dict:
     pred, label = ins["Predict"], ins["Label"].reshape(-1)
     pos, neg = ins["StatPos"], ins["StatNeg"]
     nt = int(attrs["num_thresholds"])
-    bins = (pred[:, 1].double() * nt).long().clamp_(0, nt)
+    # the positive-class probability is the last column ([N, 2] or [N, 1]), as Fluid's
+    p = pred[:, -1].double()
+    if p.numel() and (float(p.min()) < 0 or float(p.max()) > 1):
+        raise ValueError(f"auc: Predict must hold probabilities in [0, 1], got values in "
+                         f"[{float(p.min())}, {float(p.max())}]")
+    bins = (p * nt).long().clamp_(0, nt)
     batch_pos = torch.bincount(bins[label != 0], minlength=nt + 1).to(pos.dtype)
     batch_neg = torch.bincount(bins[label == 0], minlength=nt + 1).to(neg.dtype)
     if int(attrs["slide_steps"]) == 0:

@@ -13,14 +13,14 @@ import torch
 
 from ..dtypes import convert_dtype, to_torch
 from .registry import Meta, register_op
-from .tensor import _batch_like_shape, _shape_attr_meta
+from .tensor import _batch_like_shape, _shape_attr_meta, run_shape
 
 __all__: list[str] = []
 
 
 def _uniform_random(ins: dict, attrs: dict, ctx: Any) -> dict:
-    out = torch.empty(tuple(attrs["shape"]), dtype=to_torch(convert_dtype(attrs["dtype"])),
-                      device=ctx.device)
+    out = torch.empty(run_shape("uniform_random", ins, attrs),
+                      dtype=to_torch(convert_dtype(attrs["dtype"])), device=ctx.device)
     out.uniform_(attrs["min"], attrs["max"], generator=ctx.generator(attrs["seed"]))
     if attrs["diag_num"] > 0:  # Fluid's UniformInitializer(diag_num, diag_step, diag_val)
         step = attrs["diag_step"] + 1
@@ -28,10 +28,11 @@ def _uniform_random(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"Out": out}
 
 
-register_op("uniform_random", outputs=("Out",),
+register_op("uniform_random", inputs=("ShapeTensor?", "ShapeTensorList[]?"), outputs=("Out",),
             attrs={"shape": [1], "min": -1.0, "max": 1.0, "seed": 0, "dtype": "float32",
                    "diag_num": 0, "diag_step": 0, "diag_val": 1.0},
-            infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_uniform_random)
+            infer_shape=lambda ins, attrs: _shape_attr_meta(attrs, ins, "uniform_random"),
+            kernel=_uniform_random)
 
 
 def _gaussian_random(ins: dict, attrs: dict, ctx: Any) -> dict:

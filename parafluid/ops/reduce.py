@@ -124,10 +124,24 @@ _register_arg("arg_min", torch.argmin)
 # ----------------------------------------------------------------------------- top_k
 
 
+def _top_k_k(ins: dict, attrs: dict) -> int:
+    """``k``, or the value of the int tensor ``K`` that overrides it (Fluid 1.6)."""
+    t = ins.get("K")
+    if t is None:
+        return attrs["k"]
+    if t.is_floating_point() or t.numel() != 1:
+        raise ValueError(f"top_k: K must be one int value, got {t.dtype} of shape "
+                         f"{list(t.shape)}")
+    return int(t.reshape(-1)[0])
+
+
 def _top_k_shape(ins: dict, attrs: dict) -> dict:
     x, k = ins["X"], attrs["k"]
     if not x.shape:
         raise ValueError("top_k: X must have at least one dimension")
+    if ins.get("K") is not None:  # known at run time only
+        shape = tuple(x.shape[:-1]) + (-1,)
+        return {"Out": Meta(shape, x.dtype), "Indices": Meta(shape, "int64")}
     last = x.shape[-1]
     if k < 1 or (last != -1 and k > last):
         raise ValueError(f"top_k: k={k} must be in 1..{last} (the last dim of X "
@@ -137,7 +151,11 @@ def _top_k_shape(ins: dict, attrs: dict) -> dict:
 
 
 def _top_k(ins: dict, attrs: dict, ctx: Any) -> dict:
-    values, indices = torch.topk(ins["X"], attrs["k"], dim=-1, largest=True, sorted=True)
+    x, k = ins["X"], _top_k_k(ins, attrs)
+    if not 1 <= k <= x.shape[-1]:
+        raise ValueError(f"top_k: k={k} must be in 1..{x.shape[-1]} (the last dim of X "
+                         f"{list(x.shape)})")
+    values, indices = torch.topk(x, k, dim=-1, largest=True, sorted=True)
     return {"Out": values, "Indices": indices}
 
 
@@ -146,9 +164,11 @@ def _top_k_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"X@GRAD": torch.zeros_like(x).scatter_(-1, idx, d)}
 
 
-register_op("top_k", inputs=("X",), outputs=("Out", "Indices"), attrs={"k": 1},
+register_op("top_k", inputs=("X", "K?"), outputs=("Out", "Indices"), attrs={"k": 1},
             infer_shape=_top_k_shape, kernel=_top_k, grad_kernel=_top_k_grad,
-            grad_uses=("X", "Indices"), share_lod=("X", ("Out", "Indices")))
+            grad_uses=("X", "Indices"), no_grad_inputs=("K",),
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]},
+            share_lod=("X", ("Out", "Indices")))
 
 
 # ctc_greedy_decoder runs ctc_align on top_k's indices: top_k keeps its input's sequences.

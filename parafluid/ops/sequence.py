@@ -497,22 +497,24 @@ def _seq_mask_shape(ins: dict, attrs: dict) -> dict:
     x = ins["X"]
     if x.dtype not in ("int32", "int64"):
         raise TypeError(f"sequence_mask: X must hold int lengths, got {x.dtype}")
-    maxlen = int(attrs["maxlen"])
+    maxlen = -1 if ins.get("MaxLenTensor") is not None else int(attrs["maxlen"])
     return {"Y": Meta((*x.shape, maxlen if maxlen > 0 else -1), attrs["out_dtype"])}
 
 
 def _seq_mask(ins: dict, attrs: dict, ctx: Any) -> dict:
     from ..dtypes import to_torch
 
-    x = ins["X"]
-    maxlen = int(attrs["maxlen"])
+    x, t = ins["X"], ins.get("MaxLenTensor")
+    maxlen = int(attrs["maxlen"]) if t is None else int(t.reshape(-1)[0])
+    if t is not None and maxlen <= 0:  # Fluid: the tensor's value must be positive
+        raise ValueError(f"sequence_mask: MaxLenTensor must be > 0, got {maxlen}")
     if maxlen <= 0:
         maxlen = int(x.max()) if x.numel() else 0
     steps = torch.arange(maxlen, device=x.device)
     return {"Y": (steps < x.unsqueeze(-1)).to(to_torch(attrs["out_dtype"]))}
 
 
-register_op("sequence_mask", inputs=("X",), outputs=("Y",),
+register_op("sequence_mask", inputs=("X", "MaxLenTensor?"), outputs=("Y",),
             attrs={"maxlen": -1, "out_dtype": "int64"}, infer_shape=_seq_mask_shape,
             kernel=_seq_mask)
 

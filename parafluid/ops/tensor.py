@@ -10,22 +10,43 @@ from typing import Any
 import torch
 
 from ..dtypes import FLOAT_DTYPES, convert_dtype, to_torch
+from ..lod import get_lod
+from .attr_inputs import given, int_list, list_meta
 from .common import axis_in_range, numel
 from .registry import GRAD, GradContext, Meta, register_op, same_as
 
 
-def _shape_attr_meta(attrs: dict) -> dict:
-    return {"Out": Meta(tuple(attrs["shape"]), convert_dtype(attrs["dtype"]))}
+def _shape_attr_meta(attrs: dict, ins: dict | None = None, op: str = "") -> dict:
+    """Out's meta from the ``shape`` attribute, or from the ``ShapeTensor`` /
+    ``ShapeTensorList`` inputs that override it (their values: -1, known at run time)."""
+    shape = attrs["shape"] if ins is None else \
+        list_meta(ins, attrs, "shape", "ShapeTensor", "ShapeTensorList", tensor_first=True)
+    if shape is None:
+        raise ValueError(f"{op}: the length of ShapeTensor (the output's rank) must be known "
+                         "when the program is built")
+    return {"Out": Meta(tuple(shape), convert_dtype(attrs["dtype"]))}
+
+
+def run_shape(op: str, ins: dict, attrs: dict) -> tuple[int, ...]:
+    """The output shape at run time: ``ShapeTensor``, else ``ShapeTensorList``, else
+    ``shape`` (Fluid's order)."""
+    shape = tuple(int_list(op, ins, attrs, "shape", "ShapeTensor", "ShapeTensorList",
+                           tensor_first=True))
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{op}: the output shape must be fully known at run time, got "
+                         f"{list(shape)}")
+    return shape
 
 
 def _fill_constant(ins: dict, attrs: dict, ctx: Any) -> dict:
-    return {"Out": torch.full(tuple(attrs["shape"]), attrs["value"],
+    return {"Out": torch.full(run_shape("fill_constant", ins, attrs), attrs["value"],
                               dtype=to_torch(convert_dtype(attrs["dtype"])), device=ctx.device)}
 
 
-register_op("fill_constant", outputs=("Out",),
+register_op("fill_constant", inputs=("ShapeTensor?", "ShapeTensorList[]?"), outputs=("Out",),
             attrs={"shape": [1], "value": 0.0, "dtype": "float32", "force_cpu": False},
-            infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_fill_constant)
+            infer_shape=lambda ins, attrs: _shape_attr_meta(attrs, ins, "fill_constant"),
+            kernel=_fill_constant)
 
 def _fill_zeros_like(ins: dict, attrs: dict, ctx: Any) -> dict:
     from ..scope import SelectedRows, TensorArray
@@ -387,62 +408,49 @@ _register_reshape_like("unsqueeze", _unsqueezed)
 # ----------------------------------------------------------------------------- expand
 
 
+_EXPAND_TIMES = ("expand_times", "ExpandTimes", "expand_times_tensor")
+
+
+def _expand_times(ins: dict, attrs: dict) -> list[int]:
+    return int_list("expand", ins, attrs, *_EXPAND_TIMES, tensor_first=True)
+
+
 def _expand_shape(ins: dict, attrs: dict) -> dict:
-    x, times = ins["X"], list(attrs["expand_times"])
-    if len(times) != len(x.shape) or any(t < 1 for t in times):
+    x = ins["X"]
+    times = list_meta(ins, attrs, *_EXPAND_TIMES, tensor_first=True)
+    if times is None or ins.get("ExpandTimes") is not None or \
+            (not times and given(ins, "expand_times_tensor")):
+        times = [-1] * len(x.shape)  # one count per dim, known at run time (Fluid's rule)
+    if len(times) != len(x.shape) or any(t < 1 and t != -1 for t in times):
         raise ValueError(f"expand: expand_times {times} must hold one positive count per "
                          f"dim of X {list(x.shape)}")
-    return {"Out": Meta(tuple(-1 if d == -1 else d * t for d, t in zip(x.shape, times)),
+    return {"Out": Meta(tuple(-1 if -1 in (d, t) else d * t for d, t in zip(x.shape, times)),
                         x.dtype)}
+
+
+def _expand(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, times = ins["X"], _expand_times(ins, attrs)
+    if len(times) != x.dim() or any(t < 1 for t in times):
+        raise ValueError(f"expand: expand_times {times} must hold one positive count per "
+                         f"dim of X {list(x.shape)}")
+    return {"Out": x.repeat(*times)}
 
 
 def _expand_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, d = ins["X"], ins["Out@GRAD"]
     tiled = []
-    for t, n in zip(attrs["expand_times"], x.shape):
+    for t, n in zip(_expand_times(ins, attrs), x.shape):
         tiled += [t, n]
     summed = d.reshape(tiled).sum(dim=list(range(0, len(tiled), 2)))
     return {"X@GRAD": summed.reshape(x.shape)}
 
 
-register_op("expand", inputs=("X",), outputs=("Out",), attrs={"expand_times": []},
-            infer_shape=_expand_shape,
-            kernel=lambda ins, attrs, ctx: {"Out": ins["X"].repeat(*attrs["expand_times"])},
-            grad_kernel=_expand_grad, grad_uses=("X",))
-
-
-# ----------------------------------------------------------------------------- one_hot
-
-
-def _one_hot_shape(ins: dict, attrs: dict) -> dict:
-    x, depth = ins["X"], attrs["depth"]
-    if depth < 1:
-        raise ValueError(f"one_hot: depth must be positive, got {depth}")
-    if not x.shape or x.shape[-1] not in (1, -1):
-        raise ValueError(f"one_hot: X must have a last dimension of size 1, got shape "
-                         f"{list(x.shape)}")
-    if x.dtype not in ("int32", "int64"):
-        raise ValueError(f"one_hot: X must be int32 or int64, got {x.dtype}")
-    return {"Out": Meta(tuple(x.shape[:-1]) + (depth,), convert_dtype(attrs["dtype"]))}
-
-
-def _one_hot(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, depth = ins["X"], attrs["depth"]
-    idx = x.reshape(x.shape[:-1]).long()
-    valid = (idx >= 0) & (idx < depth)
-    if not attrs["allow_out_of_range"] and not bool(valid.all()):
-        bad = idx[~valid][:5].tolist()
-        raise ValueError(f"one_hot: values {bad} are outside [0, {depth}); pass "
-                         "allow_out_of_range=True to map them to all-zero rows")
-    dtype = to_torch(convert_dtype(attrs["dtype"]))
-    out = torch.zeros(*idx.shape, depth, dtype=dtype, device=x.device)
-    return {"Out": out.scatter_(-1, idx.clamp(0, depth - 1).unsqueeze(-1),
-                                valid.unsqueeze(-1).to(dtype))}
-
-
-register_op("one_hot", inputs=("X",), outputs=("Out",),
-            attrs={"depth": 1, "dtype": "float32", "allow_out_of_range": False},
-            infer_shape=_one_hot_shape, kernel=_one_hot)
+register_op("expand", inputs=("X", "ExpandTimes?", "expand_times_tensor[]?"),
+            outputs=("Out",), attrs={"expand_times": []},
+            infer_shape=_expand_shape, kernel=_expand, grad_kernel=_expand_grad,
+            grad_uses=("X", "ExpandTimes", "expand_times_tensor"),
+            no_grad_inputs=("ExpandTimes", "expand_times_tensor"),
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]})
 
 
 # ----------------------------------------------------------------------------- batch-size-like
@@ -459,7 +467,12 @@ def _batch_like_shape(op: str, in_shape: Sequence[int], attrs: dict) -> tuple[in
 
 
 def _fill_batch_like(ins: dict, attrs: dict, ctx: Any) -> dict:
-    shape = _batch_like_shape("fill_constant_batch_size_like", tuple(ins["Input"].shape), attrs)
+    shape = list(_batch_like_shape("fill_constant_batch_size_like", tuple(ins["Input"].shape),
+                                   attrs))
+    lod = get_lod(ins["Input"])
+    if lod and attrs["input_dim_idx"] == 0:
+        # as Fluid: the batch of a LoD input is its number of sequences, not of rows
+        shape[attrs["output_dim_idx"]] = len(lod[-1]) - 1
     return {"Out": torch.full(shape, attrs["value"], dtype=to_torch(convert_dtype(attrs["dtype"])),
                               device=ctx.device)}
 

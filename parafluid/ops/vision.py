@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .attr_inputs import given, int_list, ints_of, list_meta
 from .registry import Meta, register_op
 
 __all__ = ["interp_matrix"]
@@ -61,13 +62,33 @@ def interp_matrix(in_size: int, out_size: int, method: str, align_corners: bool,
     return a.to(dtype=dtype, device=device)
 
 
-def _interp_out_size(attrs: dict, in_sizes: Sequence[int], keys: Sequence[str]) -> list[int]:
-    """Output sizes from the attrs (``out_d``/``out_h``/``out_w``): explicit sizes win, else
-    ``int(in * scale)``."""
-    outs, scale = [int(attrs[k]) for k in keys], float(attrs["scale"])
-    if scale > 0 and min(outs) <= 0:
+def _interp_out_size(attrs: dict, in_sizes: Sequence[int], keys: Sequence[str],
+                     scale: float | None = None) -> list[int]:
+    """Output sizes from the attrs as Fluid: a ``scale`` > 0 wins (``int(in * scale)``),
+    else ``out_d``/``out_h``/``out_w``."""
+    scale = float(attrs["scale"]) if scale is None else scale
+    if scale > 0:
         return [-1 if d == -1 else int(d * scale) for d in in_sizes]
-    return outs
+    return [int(attrs[k]) for k in keys]
+
+
+def _interp_run_sizes(op: str, ins: dict, attrs: dict, in_sizes: Sequence[int],
+                      keys: Sequence[str]) -> list[int]:
+    """Fluid 1.6's order: ``SizeTensor`` (one int tensor per spatial dim), else
+    ``OutSize`` (one int tensor of them), else the ``Scale`` tensor or attribute, else the
+    size attributes."""
+    if ins.get("SizeTensor"):
+        sizes = int_list(op, ins, attrs, keys[0], None, "SizeTensor")
+    elif ins.get("OutSize") is not None:
+        sizes = ints_of(op, "OutSize", ins["OutSize"])
+    else:
+        t = ins.get("Scale")
+        scale = None if t is None else float(t.reshape(-1)[0])
+        sizes = _interp_out_size(attrs, in_sizes, keys, scale)
+    if len(sizes) != len(keys) or min(sizes) <= 0:
+        raise ValueError(f"{op}: the output size must be {len(keys)} positive values, got "
+                         f"{sizes}; give out_shape or a scale > 0")
+    return sizes
 
 
 def _apply_matrices(x: torch.Tensor, mats: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -77,50 +98,72 @@ def _apply_matrices(x: torch.Tensor, mats: Sequence[torch.Tensor]) -> torch.Tens
     return x.contiguous()
 
 
+_CHANNEL_FIRST = ("NCHW", "NCDHW")
+_CHANNEL_LAST = ("NHWC", "NDHWC")
+
+
 def _register_interp(op: str, method: str, nd: int) -> None:
     keys = ("out_h", "out_w") if nd == 2 else ("out_d", "out_h", "out_w")
-    layout = "NCHW" if nd == 2 else "NCDHW"
+
+    def last(attrs: dict) -> bool:
+        layout = attrs["data_layout"]
+        if layout not in _CHANNEL_FIRST + _CHANNEL_LAST:
+            raise ValueError(f"{op}: data_layout must be one of "
+                             f"{list(_CHANNEL_FIRST + _CHANNEL_LAST)}, got {layout!r}")
+        return layout in _CHANNEL_LAST
 
     def infer(ins: dict, attrs: dict) -> dict:
         x = ins["X"]
         _check_rank(op, "X", x, nd + 2)
-        if attrs["data_layout"] != layout:
-            raise ValueError(f"{op}: only data_layout {layout!r} is supported, "
-                             f"got {attrs['data_layout']!r}")
-        if ins.get("OutSize") is not None:
-            return {"Out": Meta((x.shape[0], x.shape[1], *[-1] * nd), x.dtype)}
-        sizes = _interp_out_size(attrs, x.shape[2:], keys)
-        no_size = float(attrs["scale"]) <= 0 and min(int(attrs[k]) for k in keys) <= 0
-        if no_size or any(d == 0 or d < -1 for d in sizes):
-            given = ", ".join(f"{k}={attrs[k]}" for k in keys)
-            raise ValueError(f"{op}: the output size must be positive; give out_shape or a "
-                             f"scale > 0 (got {given}, scale={attrs['scale']})")
-        return {"Out": Meta((x.shape[0], x.shape[1], *sizes), x.dtype)}
-
-    def matrices(x: torch.Tensor, attrs: dict, out_size: Any) -> list[torch.Tensor]:
-        if out_size is not None:
-            sizes = [int(v) for v in out_size.reshape(-1).tolist()]
+        channel_last = last(attrs)
+        n, c = x.shape[0], x.shape[-1] if channel_last else x.shape[1]
+        spatial = x.shape[1:-1] if channel_last else x.shape[2:]
+        if ins.get("SizeTensor"):
+            if len(ins["SizeTensor"]) != nd:
+                raise ValueError(f"{op}: SizeTensor must hold {nd} tensors, got "
+                                 f"{len(ins['SizeTensor'])}")
+            sizes = [int(attrs[k]) if int(attrs[k]) > 0 else -1 for k in keys]
+        elif ins.get("OutSize") is not None or ins.get("Scale") is not None:
+            sizes = [-1] * nd  # known at run time only
         else:
-            sizes = _interp_out_size(attrs, x.shape[2:], keys)
+            sizes = _interp_out_size(attrs, spatial, keys)
+            no_size = float(attrs["scale"]) <= 0 and min(int(attrs[k]) for k in keys) <= 0
+            if no_size or any(d == 0 or d < -1 for d in sizes):
+                given = ", ".join(f"{k}={attrs[k]}" for k in keys)
+                raise ValueError(f"{op}: the output size must be positive; give out_shape or "
+                                 f"a scale > 0 (got {given}, scale={attrs['scale']})")
+        shape = (n, *sizes, c) if channel_last else (n, c, *sizes)
+        return {"Out": Meta(shape, x.dtype)}
+
+    def matrices(x: torch.Tensor, ins: dict, attrs: dict) -> list[torch.Tensor]:
+        sizes = _interp_run_sizes(op, ins, attrs, x.shape[2:], keys)
         align = bool(attrs["align_corners"])
         mode = int(attrs["align_mode"])
         return [interp_matrix(x.shape[2 + i], sizes[i], method, align, mode, x.dtype,
                               x.device) for i in range(nd)]
 
+    def channel_first(x: torch.Tensor, attrs: dict) -> torch.Tensor:
+        return torch.movedim(x, -1, 1) if last(attrs) else x
+
+    def restore(x: torch.Tensor, attrs: dict) -> torch.Tensor:
+        return torch.movedim(x, 1, -1).contiguous() if last(attrs) else x
+
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
-        x = ins["X"]
-        return {"Out": _apply_matrices(x, matrices(x, attrs, ins.get("OutSize")))}
+        x = channel_first(ins["X"], attrs)
+        return {"Out": restore(_apply_matrices(x, matrices(x, ins, attrs)), attrs)}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-        x, dout = ins["X"], ins["Out@GRAD"]
-        mats = matrices(x, attrs, ins.get("OutSize"))
-        return {"X@GRAD": _apply_matrices(dout, [a.t() for a in mats])}
+        x = channel_first(ins["X"], attrs)
+        dout = channel_first(ins["Out@GRAD"], attrs)
+        mats = matrices(x, ins, attrs)
+        return {"X@GRAD": restore(_apply_matrices(dout, [a.t() for a in mats]), attrs)}
 
-    register_op(op, inputs=("X", "OutSize?"), outputs=("Out",),
-                attrs={**{k: -1 for k in keys}, "scale": 0.0, "interp_method": method,
-                       "align_corners": True, "align_mode": 1, "data_layout": layout},
-                infer_shape=infer, kernel=kernel, grad_kernel=grad, grad_uses=("X", "OutSize"),
-                no_grad_inputs=("OutSize",))
+    register_op(op, inputs=("X", "OutSize?", "SizeTensor[]?", "Scale?"), outputs=("Out",),
+                attrs={**{k: 0 for k in keys}, "scale": 0.0, "interp_method": method,
+                       "align_corners": True, "align_mode": 1, "data_layout": "NCHW"},
+                infer_shape=infer, kernel=kernel, grad_kernel=grad,
+                no_grad_inputs=("OutSize", "SizeTensor", "Scale"),
+                grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]})
 
 
 _register_interp("bilinear_interp", "bilinear", 2)
@@ -457,20 +500,21 @@ register_op("unfold", inputs=("X",), outputs=("Y",),
 
 
 def _crop_tensor_args(ins: dict, attrs: dict, x_shape: list[int]) -> tuple[list[int], list[int]]:
-    shape = ins.get("Shape")
-    shape = [int(v) for v in shape.reshape(-1).tolist()] if shape is not None else \
-        [int(v) for v in attrs["shape"]]
-    offsets = ins.get("Offsets")
-    offsets = [int(v) for v in offsets.reshape(-1).tolist()] if offsets is not None else \
-        [int(v) for v in attrs["offsets"]]
+    """Fluid 1.6's order: the ``ShapeTensor`` / ``OffsetsTensor`` lists, else the
+    ``Shape`` / ``Offsets`` tensors, else the attributes."""
+    shape = int_list("crop_tensor", ins, attrs, "shape", "Shape", "ShapeTensor")
+    offsets = int_list("crop_tensor", ins, attrs, "offsets", "Offsets", "OffsetsTensor")
     return _crop_box(shape, x_shape, offsets)
 
 
 def _crop_tensor_shape(ins: dict, attrs: dict) -> dict:
     x = ins["X"]
+    if ins.get("ShapeTensor"):
+        shape = list_meta(ins, attrs, "shape", "Shape", "ShapeTensor")
+        return {"Out": Meta(tuple(shape), x.dtype)}
     if ins.get("Shape") is not None:
         return {"Out": Meta((-1,) * len(x.shape), x.dtype)}
-    if ins.get("Offsets") is not None:
+    if given(ins, "Offsets", "OffsetsTensor"):
         shape = [-1 if s == -1 else s for s in attrs["shape"]]
         return {"Out": Meta(tuple(shape), x.dtype)}
     shape, _ = _crop_box(list(attrs["shape"]), list(x.shape), list(attrs["offsets"]))
@@ -489,9 +533,12 @@ def _crop_tensor_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"X@GRAD": dx}
 
 
-register_op("crop_tensor", inputs=("X", "Shape?", "Offsets?"), outputs=("Out",),
-            attrs={"shape": [], "offsets": []}, infer_shape=_crop_tensor_shape,
+register_op("crop_tensor",
+            inputs=("X", "Shape?", "Offsets?", "ShapeTensor[]?", "OffsetsTensor[]?"),
+            outputs=("Out",), attrs={"shape": [], "offsets": []},
+            infer_shape=_crop_tensor_shape,
             kernel=lambda ins, attrs, ctx: {"Out": ins["X"][_crop_tensor_box(
                 ins, attrs)].contiguous()},
-            grad_kernel=_crop_tensor_grad, grad_uses=("X", "Shape", "Offsets"),
-            no_grad_inputs=("Shape", "Offsets"))
+            grad_kernel=_crop_tensor_grad,
+            no_grad_inputs=("Shape", "Offsets", "ShapeTensor", "OffsetsTensor"),
+            grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]})

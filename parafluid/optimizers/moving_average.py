@@ -138,11 +138,13 @@ class ExponentialMovingAverage(_SwappedAverages):
 
     def update(self) -> None:
         """Append the averaging ops to the default main program (after ``minimize``)."""
-        from ..layers import assign, elementwise_min, fill_constant
+        from ..layers import assign, cast, elementwise_min, fill_constant
 
         decay: Any = fill_constant([1], "float32", self._decay)
         if self._thres_steps is not None:
-            steps = self._thres_steps
+            # NOTE: the documented (1 + steps) / (10 + steps) in float: an int64 step counter
+            # divided as itself would truncate to 0 (elementwise_div on integers is C++'s)
+            steps = cast(self._thres_steps, "float32")
             warm = (steps + 1.0) / (steps + 10.0)
             decay = elementwise_min(decay, warm)
         for p in self._params:

@@ -1,5 +1,5 @@
-"""``fluid.optimizer.RecomputeOptimizer`` and ``DpsgdOptimizer``: Fluid 1.6's wrapper that
-names forward checkpoints for recomputation, and the differentially private SGD.
+"""``fluid.optimizer.RecomputeOptimizer``: Fluid 1.6's wrapper that
+names forward checkpoints for recomputation.
 
 ``RecomputeOptimizer(optimizer)`` takes the checkpoints (``_set_checkpoints`` or
 ``backward(..., checkpoints=)``) and passes them to ``append_backward``: the forward ops
@@ -23,9 +23,9 @@ from typing import Any
 
 from ..backward import append_backward
 from ..framework import Parameter, Program, Variable, default_startup_program, program_guard
-from .base import Optimizer, _check_number
+from .base import Optimizer
 
-__all__ = ["RecomputeOptimizer", "DpsgdOptimizer", "Dpsgd"]
+__all__ = ["RecomputeOptimizer"]
 
 
 class RecomputeOptimizer(Optimizer):
@@ -89,35 +89,3 @@ def _checked(checkpoints: Sequence[Variable]) -> list[Variable]:
         raise TypeError("RecomputeOptimizer: checkpoints must be a list of Variables, got "
                         f"{checkpoints!r}")
     return list(checkpoints)
-
-
-class DpsgdOptimizer(Optimizer):
-    """Differentially private SGD: the ``dpsgd`` update op (gradient clipped to norm
-    ``clip``, Gaussian noise of scale ``sigma`` added, over ``batch_size``).
-
-    Example::
-
-        fluid.optimizer.Dpsgd(learning_rate=0.01, clip=10.0, batch_size=16.0,
-                              sigma=1.0).minimize(loss)
-    """
-
-    type = "dpsgd"
-
-    def __init__(self, learning_rate: float | Variable = 0.001, clip: float = 0.9,
-                 batch_size: float = 0.999, sigma: float = 1e-8) -> None:
-        for name, v in (("learning_rate", learning_rate), ("clip", clip),
-                        ("batch_size", batch_size), ("sigma", sigma)):
-            if v is None:
-                raise ValueError(f"Dpsgd: {name} must not be None")
-        _check_number("Dpsgd", clip=clip, batch_size=batch_size, sigma=sigma)
-        super().__init__(learning_rate)
-        self._clip = clip
-        self._batch_size = batch_size
-        self._sigma = sigma
-
-    def _update_attrs(self, param: Parameter) -> dict[str, Any]:
-        return {"clip": float(self._clip), "batch_size": float(self._batch_size),
-                "sigma": float(self._sigma)}
-
-
-Dpsgd = DpsgdOptimizer

@@ -15,11 +15,13 @@ def _q(x, s, bits=8):
 
 
 def _range_ref(X, InScale, Iter, OutScales, attrs):
-    # step 3 of a window of 4: the previous maximum 2.0 sits at index 3 and is replaced
+    # step 3 of a window of 4: the previous maximum 2.0 sits at index 3 and is replaced;
+    # Fluid then takes the abs max of the first min(step, window) = 3 entries (its count
+    # leaves out the entry just written while the window is filling)
     cur = np.abs(X).max()
     scales = OutScales.copy()
     scales[3] = cur
-    scale = scales[:4].max()
+    scale = np.abs(scales[:3]).max()
     return {"Out": _q(X, scale), "OutScale": np.array([scale]), "OutScales": scales}
 
 

@@ -125,7 +125,10 @@ def _adam(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("adam", inputs=("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow",
                             "Beta2Pow"),
             outputs=("ParamOut", "Moment1Out", "Moment2Out"),
-            attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False},
+            # min_row_size_to_use_multithread: Fluid's CPU threading threshold for sparse
+            # gradients; accepted, it changes no value
+            attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False,
+                   "min_row_size_to_use_multithread": 1000},
             infer_shape=_state_shape("adam", (("Param", "ParamOut"), ("Moment1", "Moment1Out"),
                                               ("Moment2", "Moment2Out"))),
             kernel=_adam)

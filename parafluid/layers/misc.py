@@ -333,8 +333,9 @@ def strided_slice(input: Variable, axes: list[int], starts: list[int], ends: lis
 
 def hash(input: Variable, hash_size: int, num_hash: int = 1,
          name: str | None = None) -> Variable:
-    """Hash each int32 row of ``input [N, k]`` with ``num_hash`` seeds into ``[0, hash_size)``:
-    int64 ``[N, num_hash, 1]`` (XXH64, as Fluid; e.g. feature hashing of n-grams).
+    """Hash each int32 or int64 row (last dimension) of ``input [..., k]`` with ``num_hash``
+    seeds into ``[0, hash_size)``: int64 ``[..., num_hash, 1]`` (XXH64, as Fluid; e.g. feature
+    hashing of n-grams).
 
     Example::
 

@@ -14,6 +14,8 @@ and returns ``{output slot: expected array}``; slots it leaves out are not compa
 Gradients are checked on ``sum(w * out)`` for a fixed random ``w`` per checked output.
 ``lod`` gives sequence offsets for inputs that are batches of sequences (sequence ops):
 ``lod={"X": [[0, 2, 5]]}`` feeds ``X`` as a LoDTensor (a list of LoDs for a ``[]`` slot).
+An input given as a ``SelectedRows`` is fed as one (a row-sparse variable); a SelectedRows
+output is fetched densified.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from typing import Any
 import numpy as np
 
 from .. import backward
+from ..dtypes import VarType
 from ..executor import Executor
 from ..framework import Program, program_guard
 from ..ops.registry import get_op_def
 from ..place import CPUPlace
-from ..scope import LoDTensor, Scope
+from ..scope import LoDTensor, Scope, SelectedRows
 
 __all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad",
            "run_op", "run_layers", "rand"]
@@ -88,6 +91,12 @@ class _Built:
                 if lods is not None and not isinstance(value, (list, tuple)):
                     lods = [lods]
                 for i, (n, a) in enumerate(zip(names, arrays)):
+                    if isinstance(a, SelectedRows):  # a row-sparse input, fed as it is
+                        block.create_var(name=n, shape=a.shape, is_data=True,
+                                         dtype=str(a.value.dtype).replace("torch.", ""),
+                                         type=VarType.SELECTED_ROWS, stop_gradient=False)
+                        self.feed[n] = SelectedRows(a.rows.clone(), a.value.clone(), a.height)
+                        continue
                     # a copy: an update op (momentum, ...) writes its state input in place
                     a = np.array(a)
                     lod = lods[i] if lods is not None else None

@@ -61,6 +61,8 @@ _INTERNAL = "parafluid-internal (not a Fluid 1.6 op): "
 # processes, tensor arrays, sub-blocks, random output, parafluid-internal ops).
 EXEMPT: dict[str, tuple[str, str]] = {
     "array_to_lod_tensor": (_RNN, "reads a tensor array and a rank table, which a row cannot feed"),
+    "beam_search_decode": ("tests/test_beam_search.py::test_decoder_loop_finds_the_numpy_beams",
+                           "reads the tensor arrays of a decoder loop's steps"),
     "c_allreduce_coalesced": (_DP + "test_fused_all_reduce_is_bitwise_equal_to_unfused",
                               _INTERNAL + "the fused all-reduce, a collective across devices"),
     "c_allreduce_sum": (_DP + "test_mlp_matches_single_device",
@@ -116,6 +118,9 @@ EXEMPT: dict[str, tuple[str, str]] = {
     "recv": (_PS + "test_programs_print_verify_and_round_trip", "RPC from parameter servers"),
     "send": (_PS + "test_programs_print_verify_and_round_trip", "RPC to parameter servers"),
     "send_barrier": (_PS + "test_programs_print_verify_and_round_trip", "RPC barrier"),
+    "sync_batch_norm": (_SBN, "Fluid's op is CUDA-only and computes its statistics over "
+                        "devices; parafluid's reads them from a GlobalStats input the "
+                        "sync_batch_norm pass writes (one device: batch_norm's numbers)"),
     "sync_batch_norm_grad_stats": (_SBN, _INTERNAL + "cross-device statistics of "
                                    "sync_batch_norm's gradient"),
     "sync_batch_norm_stats": (_SBN, _INTERNAL + "cross-device statistics of sync_batch_norm"),

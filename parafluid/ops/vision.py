@@ -77,25 +77,40 @@ def _apply_matrices(x: torch.Tensor, mats: Sequence[torch.Tensor]) -> torch.Tens
     return x.contiguous()
 
 
+# Fluid's interpolate ops read data_layout "NCHW" (channels first, also for 5-D inputs) or
+# "NHWC" (channels last); NCDHW / NDHWC are accepted as their 5-D spellings.
+_CHANNEL_LAST = {"NCHW": False, "NCDHW": False, "NHWC": True, "NDHWC": True}
+
+
+def _channel_last(op: str, attrs: dict) -> bool:
+    layout = str(attrs["data_layout"]).upper()
+    if layout not in _CHANNEL_LAST:
+        raise ValueError(f"{op}: data_layout must be 'NCHW' (channels first) or 'NHWC' "
+                         f"(channels last), got {attrs['data_layout']!r}")
+    return _CHANNEL_LAST[layout]
+
+
 def _register_interp(op: str, method: str, nd: int) -> None:
     keys = ("out_h", "out_w") if nd == 2 else ("out_d", "out_h", "out_w")
-    layout = "NCHW" if nd == 2 else "NCDHW"
 
     def infer(ins: dict, attrs: dict) -> dict:
         x = ins["X"]
         _check_rank(op, "X", x, nd + 2)
-        if attrs["data_layout"] != layout:
-            raise ValueError(f"{op}: only data_layout {layout!r} is supported, "
-                             f"got {attrs['data_layout']!r}")
+        last = _channel_last(op, attrs)
+        n, c = x.shape[0], x.shape[-1] if last else x.shape[1]
+        spatial = x.shape[1:-1] if last else x.shape[2:]
+
+        def meta(sizes: Sequence[int]) -> Meta:
+            return Meta((n, *sizes, c) if last else (n, c, *sizes), x.dtype)
         if ins.get("OutSize") is not None:
-            return {"Out": Meta((x.shape[0], x.shape[1], *[-1] * nd), x.dtype)}
-        sizes = _interp_out_size(attrs, x.shape[2:], keys)
+            return {"Out": meta([-1] * nd)}
+        sizes = _interp_out_size(attrs, spatial, keys)
         no_size = float(attrs["scale"]) <= 0 and min(int(attrs[k]) for k in keys) <= 0
         if no_size or any(d == 0 or d < -1 for d in sizes):
             given = ", ".join(f"{k}={attrs[k]}" for k in keys)
             raise ValueError(f"{op}: the output size must be positive; give out_shape or a "
                              f"scale > 0 (got {given}, scale={attrs['scale']})")
-        return {"Out": Meta((x.shape[0], x.shape[1], *sizes), x.dtype)}
+        return {"Out": meta(sizes)}
 
     def matrices(x: torch.Tensor, attrs: dict, out_size: Any) -> list[torch.Tensor]:
         if out_size is not None:
@@ -108,17 +123,24 @@ def _register_interp(op: str, method: str, nd: int) -> None:
                               x.device) for i in range(nd)]
 
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
-        x = ins["X"]
-        return {"Out": _apply_matrices(x, matrices(x, attrs, ins.get("OutSize")))}
+        last = _channel_last(op, attrs)
+        x = ins["X"].movedim(-1, 1) if last else ins["X"]
+        out = _apply_matrices(x, matrices(x, attrs, ins.get("OutSize")))
+        return {"Out": out.movedim(1, -1).contiguous() if last else out}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+        last = _channel_last(op, attrs)
         x, dout = ins["X"], ins["Out@GRAD"]
+        if last:
+            x, dout = x.movedim(-1, 1), dout.movedim(-1, 1)
         mats = matrices(x, attrs, ins.get("OutSize"))
-        return {"X@GRAD": _apply_matrices(dout, [a.t() for a in mats])}
+        dx = _apply_matrices(dout, [a.t() for a in mats])
+        return {"X@GRAD": dx.movedim(1, -1).contiguous() if last else dx}
 
     register_op(op, inputs=("X", "OutSize?"), outputs=("Out",),
-                attrs={**{k: -1 for k in keys}, "scale": 0.0, "interp_method": method,
-                       "align_corners": True, "align_mode": 1, "data_layout": layout},
+                attrs={"out_d": 0, "out_h": 0, "out_w": 0, "scale": 0.0,
+                       "interp_method": method, "align_corners": True, "align_mode": 1,
+                       "data_layout": "NCHW"},
                 infer_shape=infer, kernel=kernel, grad_kernel=grad, grad_uses=("X", "OutSize"),
                 no_grad_inputs=("OutSize",))
 

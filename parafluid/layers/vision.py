@@ -444,24 +444,27 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr:
 
         h = fluid.layers.group_norm(h, groups=4, act="relu")
     """
-    if data_layout != "NCHW":
-        raise ValueError(f"group_norm: only data_layout 'NCHW' is supported, "
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"group_norm: data_layout must be 'NCHW' or 'NHWC', "
                          f"got {data_layout!r}")
     helper = LayerHelper("group_norm", input=input, param_attr=param_attr,
                          bias_attr=bias_attr, act=act, name=name)
     out = _channel_norm(helper, "group_norm", input, param_attr, bias_attr,
-                        ("Mean", "Variance"), {"epsilon": float(epsilon), "groups": int(groups)})
+                        ("Mean", "Variance"), {"epsilon": float(epsilon), "groups": int(groups),
+                                               "data_layout": data_layout},
+                        axis=-1 if data_layout == "NHWC" else 1)
     return helper.append_activation(out)
 
 
 def _channel_norm(helper: LayerHelper, op: str, input: Variable, param_attr: Any,
-                  bias_attr: Any, stats: tuple[str, str], attrs: dict[str, Any]) -> Variable:
+                  bias_attr: Any, stats: tuple[str, str], attrs: dict[str, Any],
+                  axis: int = 1) -> Variable:
     """Append a normalization op with a per-channel scale (starting at 1) and bias (at 0),
     either left out by ``False``; its two statistics outputs ``stats``; return ``Y``."""
     from ..initializer import Constant
 
     dtype = helper.input_dtype()
-    c = _known_channels(op, input)
+    c = _known_channels(op, input, axis)
     inputs: dict[str, Any] = {"X": [input]}
     if param_attr is not False:
         inputs["Scale"] = [helper.create_parameter(helper.param_attr, [c], dtype,

@@ -256,10 +256,7 @@ def _group_norm_shape(ins: dict, attrs: dict) -> dict:
     if len(x.shape) < 2:
         raise ValueError(f"group_norm: X must be at least 2-D (N, C, ...), "
                          f"got {list(x.shape)}")
-    if attrs["data_layout"] != "NCHW":
-        raise ValueError(f"group_norm: only data_layout 'NCHW' is supported, "
-                         f"got {attrs['data_layout']!r}")
-    c = x.shape[1]
+    c = x.shape[-1] if _gn_channel_last(attrs) else x.shape[1]
     g = _groups(attrs, c)
     for slot in ("Scale", "Bias"):
         meta = ins.get(slot)
@@ -270,6 +267,15 @@ def _group_norm_shape(ins: dict, attrs: dict) -> dict:
     return {"Y": x, "Mean": stat, "Variance": stat}
 
 
+def _gn_channel_last(attrs: dict) -> bool:
+    """Fluid's group_norm reads data_layout 'NCHW' (channels first) or 'NHWC' (last)."""
+    layout = str(attrs["data_layout"]).upper()
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"group_norm: data_layout must be 'NCHW' (channels first) or 'NHWC' "
+                         f"(channels last), got {attrs['data_layout']!r}")
+    return layout == "NHWC"
+
+
 def _gn_dims(x: torch.Tensor) -> tuple[int, int, int]:
     hw = 1
     for d in x.shape[2:]:
@@ -278,17 +284,23 @@ def _gn_dims(x: torch.Tensor) -> tuple[int, int, int]:
 
 
 def _group_norm(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, eps = ins["X"], float(attrs["epsilon"])
+    x, eps, last = ins["X"], float(attrs["epsilon"]), _gn_channel_last(attrs)
+    if last:  # channels last: the same groups of channels, moved to dim 1 and back
+        x = x.movedim(-1, 1)
     n, c, hw = _gn_dims(x)
     g = _groups(attrs, c)
     y, mean, rstd = torch.ops.aten.native_group_norm(x.contiguous(), ins.get("Scale"),
                                                      ins.get("Bias"), n, c, hw, g, eps)
     # Fluid's Variance output is the biased variance, not aten's reciprocal std.
-    return {"Y": y, "Mean": mean, "Variance": rstd.pow(-2) - eps}
+    return {"Y": y.movedim(1, -1).contiguous() if last else y, "Mean": mean,
+            "Variance": rstd.pow(-2) - eps}
 
 
 def _group_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, dy, scale = ins["X"], ins["Y@GRAD"], ins.get("Scale")
+    last = _gn_channel_last(attrs)
+    if last:
+        x, dy = x.movedim(-1, 1), dy.movedim(-1, 1)
     n, c, hw = _gn_dims(x)
     g = _groups(attrs, c)
     rstd = torch.rsqrt(ins["Variance"] + float(attrs["epsilon"]))
@@ -296,6 +308,8 @@ def _group_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     dx, dscale, dbias = torch.ops.aten.native_group_norm_backward(
         dy.contiguous(), x.contiguous(), ins["Mean"], rstd, scale, n, c, hw, g, mask)
     out = {}
+    if last and dx is not None:
+        dx = dx.movedim(1, -1).contiguous()
     for slot, value in (("X", dx), ("Scale", dscale), ("Bias", dbias)):
         if slot in ctx.need:
             out[slot + "@GRAD"] = value

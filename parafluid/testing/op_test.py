@@ -36,7 +36,7 @@ from ..place import CPUPlace
 from ..scope import LoDTensor, Scope, SelectedRows
 
 __all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad",
-           "run_op", "run_layers", "rand"]
+           "check_refused", "run_op", "run_layers", "rand"]
 
 
 def rand(*shape: int, low: float = -1.0, high: float = 1.0, seed: int = 0,
@@ -65,6 +65,9 @@ class OpCase:
     check: Callable[[dict[str, np.ndarray], dict[str, Any]], None] | None = None
     out_counts: dict[str, int] = field(default_factory=dict)  # sizes of list output slots
     lod: dict[str, Any] = field(default_factory=dict)  # input slot -> LoD offsets
+    # a value the op refuses: building or running the row raises ValueError / TypeError /
+    # NotImplementedError whose message contains this text (the row documents the refusal)
+    refused: str | None = None
 
     def __str__(self) -> str:
         return self.id or self.op
@@ -268,8 +271,25 @@ def check_grad(case: OpCase) -> None:
             k += 1
 
 
+def check_refused(case: OpCase) -> None:
+    """The row's op refuses its attrs or inputs with an error naming ``case.refused``."""
+    assert case.refused, f"{case}: not a refused row"
+    try:
+        run_op(case)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        assert case.refused in str(e), \
+            f"{case}: refused with {str(e)!r}, which does not say {case.refused!r}"
+        return
+    raise AssertionError(f"{case}: the op accepted what the row says it refuses "
+                         f"({case.refused!r})")
+
+
 def check_op(case: OpCase) -> None:
-    """Forward, shape inference and gradient checks of one table row."""
+    """Forward, shape inference and gradient checks of one table row (for a ``refused``
+    row: that the op refuses it with that message)."""
+    if case.refused is not None:
+        check_refused(case)
+        return
     check_forward(case)
     check_infer_shape(case)
     check_grad(case)

@@ -208,8 +208,18 @@ CASES = [
            ref=lambda In: {"Out": In}, grad=["In"], id="print_lod_backward_phase"),
 ]
 
+# Values Fluid 1.6 accepts that parafluid refuses (each row checks the refusal's message)
+REFUSED_CASES = [
+    # Fluid 1.6 reads curve but always computes the ROC area, so 'PR' would silently be ROC
+    OpCase("auc", {"Predict": np.array([[0.3, 0.7], [0.8, 0.2]]),
+                   "Label": np.array([[1], [0]], "int64"),
+                   "StatPos": np.zeros((1, 11), "int64"), "StatNeg": np.zeros((1, 11), "int64")},
+           attrs={"curve": "PR", "num_thresholds": 10}, refused="only curve='ROC' is supported",
+           id="auc_curve_pr"),
+]
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+
+@pytest.mark.parametrize("case", CASES + REFUSED_CASES, ids=str)
 def test_op(case):
     check_op(case)
 

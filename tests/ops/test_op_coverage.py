@@ -219,9 +219,20 @@ def forward_ops() -> list[str]:
     return [t for t in registered_ops() if not GRAD_TYPE.search(t)]
 
 
+def checking_rows(table: dict[str, list[tuple[str, OpCase]]]) -> dict[str, list[Any]]:
+    """The rows that check values (not the ``refused`` rows, which check a refusal)."""
+    out: dict[str, list[Any]] = {}
+    for op, entries in table.items():
+        kept = [(m, c) for m, c in entries if c.refused is None]
+        if kept:
+            out[op] = kept
+    return out
+
+
 def untested(table: dict[str, list[Any]], exempt: dict[str, Any] = EXEMPT,
              pending: dict[str, str] = PENDING) -> list[str]:
-    """Registered forward op types with neither rows nor an exemption."""
+    """Registered forward op types with neither value-checking rows nor an exemption."""
+    table = checking_rows(table)
     return [t for t in forward_ops() if t not in table and t not in exempt and t not in pending]
 
 
@@ -269,8 +280,11 @@ def test_every_registered_forward_op_has_rows_or_names_the_test_that_checks_it()
                          f"tests/ops/test_*.py and no EXEMPT entry: {missing}")
 
 
-def test_the_check_fails_for_an_op_without_rows():
-    table = {op: [] for op in forward_ops() if op != "relu"}
+def test_the_check_fails_for_an_op_without_rows_or_with_only_refused_rows():
+    row = ("test_x", OpCase("sin", {"X": [[1.0]]}))
+    table = {op: [row] for op in forward_ops() if op != "relu"}
+    assert untested(table, {}, {}) == ["relu"]
+    table["relu"] = [("test_x", OpCase("relu", {"X": [[1.0]]}, refused="no"))]
     assert untested(table, {}, {}) == ["relu"]
 
 
@@ -357,15 +371,18 @@ def render_table(table: dict[str, list[tuple[str, OpCase]]]) -> str:
     """The markdown table of every Fluid 1.6 and every parafluid op type."""
     registered = set(registered_ops())
     out = ["| op type | Fluid 1.6 kernel | inputs | outputs | attributes (defaults) | rows "
-           "| gradient check | status |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| gradient check | refused values | status |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    refused = {op: [c for _, c in entries if c.refused is not None]
+               for op, entries in table.items()}
+    table = checking_rows(table)
     for op in sorted(registered | set(FLUID16)):
         fluid = FLUID16.get(op)
         kernel = "—" if fluid is None else fluid.kernel + (
             f" ({fluid.build})" if fluid.build != "default" else "")
         if op not in registered:
             why = NOT_PROVIDED.get(op, "no reason listed yet")
-            out.append(f"| `{op}` | {kernel} | | | | | | not provided: {_cell(why)} |")
+            out.append(f"| `{op}` | {kernel} | | | | | | | not provided: {_cell(why)} |")
             continue
         opdef = get_op_def(op)
         entries = table.get(op, [])
@@ -387,13 +404,23 @@ def render_table(table: dict[str, list[tuple[str, OpCase]]]) -> str:
                 n = "0"
             elif op in PENDING:
                 status = "; ".join(s for s in (status, "rows pending") if s)
+        refusals = "; ".join(f"{_row_values(c)}: {c.refused}" for c in refused.get(op, []))
         out.append(f"| `{op}` | {kernel} | {_cell(_slots(opdef.inputs))} | "
                    f"{_cell(_slots(opdef.outputs))} | {_cell(attrs)} | {n} | {grad} | "
-                   f"{_cell(status)} |")
+                   f"{_cell(refusals)} | {_cell(status)} |")
     return "\n".join(out)
 
 
+def _row_values(case: OpCase) -> str:
+    """What a refused row sets: its attributes (or, with none, its id)."""
+    if not case.attrs:
+        return str(case)
+    return ", ".join(f"{k}={_value(v)}" for k, v in sorted(case.attrs.items()))
+
+
 def _summary(table: dict[str, list[tuple[str, OpCase]]]) -> str:
+    n_refused = sum(1 for v in table.values() for _, c in v if c.refused is not None)
+    table = checking_rows(table)
     registered = set(registered_ops())
     fwd = forward_ops()
     with_rows = sum(1 for op in fwd if op in table)
@@ -402,12 +429,14 @@ def _summary(table: dict[str, list[tuple[str, OpCase]]]) -> str:
     return (f"Fluid 1.6 registers {len(FLUID16)} op types ({len(fluid_fwd)} forward); "
             f"parafluid registers {len(registered)} ({len(fwd)} forward), "
             f"{sum(1 for op in fluid_fwd if op in registered)} of Fluid's forward types among "
-            f"them. {with_rows} forward op types have OpCase rows ({n_rows} rows), "
+            f"them. {with_rows} forward op types have OpCase rows ({n_rows} rows, and "
+            f"{n_refused} rows showing a refused value), "
             f"{sum(1 for op in fwd if op in EXEMPT)} are checked by the named tests.")
 
 
 def render_block(table: dict[str, list[tuple[str, OpCase]]]) -> str:
-    return "\n".join([BEGIN, "", _summary(table), "", render_table(table), "", END])
+    return "\n".join([BEGIN, "", _INTRO, "", _summary(table), "", render_table(table), "",
+                      END])
 
 
 def write_docs() -> None:
@@ -417,7 +446,7 @@ def write_docs() -> None:
         head, rest = doc.split(BEGIN, 1)
         doc = head + block + rest.split(END, 1)[1]
     else:
-        doc = doc.rstrip("\n") + "\n\n## Every op type\n\n" + _INTRO + "\n\n" + block + "\n"
+        doc = doc.rstrip("\n") + "\n\n## Every op type\n\n" + block + "\n"
     DOC.write_text(doc)
 
 
@@ -426,8 +455,10 @@ One row per op type of Fluid 1.6 (`parafluid/specs/fluid16_ops.txt`) and of para
 its slots (`X[]` takes a list of variables, `Bias?` may be absent), attributes with their
 defaults, how many `OpCase` rows test it (`tests/ops/test_*.py`; each checks the forward
 against a numpy reference, the inferred shapes and, for the inputs it names, the gradient
-against float64 finite differences), and what is not provided and why
-(`parafluid/ops/not_provided.py`). Regenerate with `python tests/ops/test_op_coverage.py`."""
+against float64 finite differences), the values Fluid accepts that parafluid refuses with
+the error's reason (`OpCase(..., refused=...)` rows check the refusal), and what is not
+provided and why (`parafluid/ops/not_provided.py`). Regenerate with
+`python tests/ops/test_op_coverage.py`."""
 
 
 def test_the_docs_table_is_current():
@@ -441,3 +472,16 @@ def test_the_docs_table_is_current():
 if __name__ == "__main__":
     write_docs()
     print(f"wrote {DOC}")
+
+
+def test_a_refused_row_fails_when_the_op_accepts_the_value_or_says_something_else():
+    from parafluid.testing.op_test import check_refused
+
+    accepted = OpCase("relu", {"X": [[1.0]]}, refused="anything", id="relu_accepts")
+    with pytest.raises(AssertionError, match="accepted what the row says it refuses"):
+        check_refused(accepted)
+    other = OpCase("auc", {"Predict": [[0.3, 0.7]], "Label": [[1]], "StatPos": [[0, 0]],
+                           "StatNeg": [[0, 0]]}, attrs={"curve": "PR", "num_thresholds": 1},
+                   refused="no such words")
+    with pytest.raises(AssertionError, match="does not say 'no such words'"):
+        check_refused(other)

@@ -61,13 +61,14 @@ def interp_matrix(in_size: int, out_size: int, method: str, align_corners: bool,
     return a.to(dtype=dtype, device=device)
 
 
-def _interp_out_size(attrs: dict, in_sizes: Sequence[int], keys: Sequence[str]) -> list[int]:
-    """Output sizes from the attrs (``out_d``/``out_h``/``out_w``): explicit sizes win, else
-    ``int(in * scale)``."""
-    outs, scale = [int(attrs[k]) for k in keys], float(attrs["scale"])
-    if scale > 0 and min(outs) <= 0:
-        return [-1 if d == -1 else int(d * scale) for d in in_sizes]
-    return outs
+def _interp_out_size(attrs: dict, in_sizes: Sequence[int], keys: Sequence[str],
+                     scale: float | None = None) -> list[int]:
+    """Fluid's rule: a scale > 0 (the Scale input's, else the attribute) gives
+    ``int(in * scale)`` and wins over the ``out_d``/``out_h``/``out_w`` attributes."""
+    scale = float(attrs["scale"]) if scale is None else scale
+    if scale > 0:
+        return [-1 if d == -1 or int(d * scale) <= 0 else int(d * scale) for d in in_sizes]
+    return [int(attrs[k]) for k in keys]
 
 
 def _apply_matrices(x: torch.Tensor, mats: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -92,17 +93,33 @@ def _channel_last(op: str, attrs: dict) -> bool:
 
 def _register_interp(op: str, method: str, nd: int) -> None:
     keys = ("out_h", "out_w") if nd == 2 else ("out_d", "out_h", "out_w")
+    # as Fluid, the interp_method attribute picks the method (bilinear_interp with
+    # interp_method='nearest' resizes by nearest neighbour)
+    methods = ("bilinear", "nearest") if nd == 2 else ("trilinear",)
+
+    def check_method(attrs: dict) -> str:
+        if attrs["interp_method"] not in methods:
+            raise ValueError(f"{op}: interp_method must be one of {list(methods)} for a "
+                             f"{nd + 2}-D input, got {attrs['interp_method']!r}")
+        return attrs["interp_method"]
 
     def infer(ins: dict, attrs: dict) -> dict:
         x = ins["X"]
         _check_rank(op, "X", x, nd + 2)
+        check_method(attrs)
         last = _channel_last(op, attrs)
         n, c = x.shape[0], x.shape[-1] if last else x.shape[1]
         spatial = x.shape[1:-1] if last else x.shape[2:]
 
         def meta(sizes: Sequence[int]) -> Meta:
             return Meta((n, *sizes, c) if last else (n, c, *sizes), x.dtype)
-        if ins.get("OutSize") is not None:
+        size_list = ins.get("SizeTensor") or []
+        if size_list:  # the run-time sizes; Fluid shows the out_* attributes meanwhile
+            if len(size_list) != nd:
+                raise ValueError(f"{op}: SizeTensor must hold {nd} tensors (one per spatial "
+                                 f"dimension), got {len(size_list)}")
+            return {"Out": meta([int(attrs[k]) if int(attrs[k]) > 0 else -1 for k in keys])}
+        if ins.get("OutSize") is not None or ins.get("Scale") is not None:
             return {"Out": meta([-1] * nd)}
         sizes = _interp_out_size(attrs, spatial, keys)
         no_size = float(attrs["scale"]) <= 0 and min(int(attrs[k]) for k in keys) <= 0
@@ -112,20 +129,32 @@ def _register_interp(op: str, method: str, nd: int) -> None:
                              f"scale > 0 (got {given}, scale={attrs['scale']})")
         return {"Out": meta(sizes)}
 
-    def matrices(x: torch.Tensor, attrs: dict, out_size: Any) -> list[torch.Tensor]:
-        if out_size is not None:
-            sizes = [int(v) for v in out_size.reshape(-1).tolist()]
-        else:
-            sizes = _interp_out_size(attrs, x.shape[2:], keys)
+    def run_sizes(x: torch.Tensor, attrs: dict, ins: dict) -> list[int]:
+        """Fluid's order: SizeTensor, else OutSize, else the scale (Scale input, then the
+        attribute), else the out_* attributes."""
+        size_list = ins.get("SizeTensor") or []
+        if size_list:
+            return [int(t.reshape(-1)[0]) for t in size_list]
+        if ins.get("OutSize") is not None:
+            return [int(v) for v in ins["OutSize"].reshape(-1).tolist()]
+        scale_t = ins.get("Scale")
+        scale = None if scale_t is None else float(scale_t.reshape(-1)[0])
+        return _interp_out_size(attrs, x.shape[2:], keys, scale)
+
+    def matrices(x: torch.Tensor, attrs: dict, ins: dict) -> list[torch.Tensor]:
+        sizes = run_sizes(x, attrs, ins)
+        if any(d <= 0 for d in sizes):
+            raise ValueError(f"{op}: the output size must be positive, got {sizes}")
         align = bool(attrs["align_corners"])
         mode = int(attrs["align_mode"])
-        return [interp_matrix(x.shape[2 + i], sizes[i], method, align, mode, x.dtype,
+        how = check_method(attrs)
+        return [interp_matrix(x.shape[2 + i], sizes[i], how, align, mode, x.dtype,
                               x.device) for i in range(nd)]
 
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
         last = _channel_last(op, attrs)
         x = ins["X"].movedim(-1, 1) if last else ins["X"]
-        out = _apply_matrices(x, matrices(x, attrs, ins.get("OutSize")))
+        out = _apply_matrices(x, matrices(x, attrs, ins))
         return {"Out": out.movedim(1, -1).contiguous() if last else out}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -133,16 +162,17 @@ def _register_interp(op: str, method: str, nd: int) -> None:
         x, dout = ins["X"], ins["Out@GRAD"]
         if last:
             x, dout = x.movedim(-1, 1), dout.movedim(-1, 1)
-        mats = matrices(x, attrs, ins.get("OutSize"))
+        mats = matrices(x, attrs, ins)
         dx = _apply_matrices(dout, [a.t() for a in mats])
         return {"X@GRAD": dx.movedim(1, -1).contiguous() if last else dx}
 
-    register_op(op, inputs=("X", "OutSize?"), outputs=("Out",),
+    register_op(op, inputs=("X", "OutSize?", "SizeTensor[]?", "Scale?"), outputs=("Out",),
                 attrs={"out_d": 0, "out_h": 0, "out_w": 0, "scale": 0.0,
                        "interp_method": method, "align_corners": True, "align_mode": 1,
                        "data_layout": "NCHW"},
-                infer_shape=infer, kernel=kernel, grad_kernel=grad, grad_uses=("X", "OutSize"),
-                no_grad_inputs=("OutSize",))
+                infer_shape=infer, kernel=kernel, grad_kernel=grad,
+                grad_uses=("X", "OutSize", "SizeTensor", "Scale"),
+                no_grad_inputs=("OutSize", "SizeTensor", "Scale"))
 
 
 _register_interp("bilinear_interp", "bilinear", 2)

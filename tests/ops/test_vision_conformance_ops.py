@@ -66,6 +66,48 @@ CASES = [
 ]
 
 
+def _sized(**sizes):
+    """interp_ref at the given sizes (the ones SizeTensor / Scale carry at run time)."""
+    def ref(X, attrs, **ins):
+        return interp_ref(X, {**attrs, **sizes})
+    return ref
+
+
+_INT = lambda v: np.array([v], "int32")  # noqa: E731
+
+# the size inputs, in Fluid's order: SizeTensor, OutSize, the Scale input, the scale
+# attribute (which wins over out_h/out_w), the out_h/out_w attributes
+CASES += [
+    OpCase("bilinear_interp", {"X": rand(1, 2, 3, 4), "SizeTensor": [_INT(5), _INT(3)]},
+           attrs=_interp_attrs("bilinear"), ref=_sized(out_h=5, out_w=3), grad=["X"],
+           id="bilinear_interp_size_tensor"),
+    OpCase("bilinear_interp", {"X": rand(1, 2, 3, 4), "SizeTensor": [_INT(5), _INT(3)],
+                               "OutSize": np.array([2, 2], "int32")},
+           attrs=_interp_attrs("bilinear"), ref=_sized(out_h=5, out_w=3),
+           id="bilinear_interp_size_tensor_before_out_size"),
+    OpCase("bilinear_interp", {"X": rand(1, 2, 3, 4), "Scale": np.array([2.0], "float32")},
+           attrs=_interp_attrs("bilinear", out_h=2, out_w=2, scale=0.5),
+           ref=_sized(out_h=6, out_w=8), grad=["X"], id="bilinear_interp_scale_tensor"),
+    OpCase("bilinear_interp", {"X": rand(1, 2, 3, 4)},
+           attrs=_interp_attrs("bilinear", out_h=2, out_w=2, scale=1.5),
+           ref=_sized(out_h=4, out_w=6), grad=["X"], id="bilinear_interp_scale_wins_over_out_hw"),
+    # the interp_method attribute picks the method, whatever the op type says
+    OpCase("bilinear_interp", {"X": rand(1, 2, 3, 4)},
+           attrs=_interp_attrs("nearest", out_h=5, out_w=7), ref=interp_ref, grad=["X"],
+           id="bilinear_interp_method_nearest"),
+    OpCase("nearest_interp", {"X": rand(1, 3, 4, 2), "SizeTensor": [_INT(2), _INT(5)]},
+           attrs={**_interp_attrs("nearest"), "data_layout": "NHWC"},
+           ref=lambda X, SizeTensor, attrs: _nhwc(interp_ref)(X, {**attrs, "out_h": 2,
+                                                                  "out_w": 5}),
+           grad=["X"], id="nearest_interp_nhwc_size_tensor"),
+    OpCase("trilinear_interp", {"X": rand(1, 2, 3, 4, 2),
+                                "SizeTensor": [_INT(3), _INT(4), _INT(3)]},
+           attrs={"align_corners": False, "align_mode": 0, "data_layout": "NHWC"},
+           ref=lambda X, SizeTensor: _trilinear(X, {}), grad=["X"],
+           id="trilinear_interp_size_tensor"),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op(case):
     check_op(case)

@@ -376,6 +376,7 @@ def render_table(table: dict[str, list[tuple[str, OpCase]]]) -> str:
     refused = {op: [c for _, c in entries if c.refused is not None]
                for op, entries in table.items()}
     table = checking_rows(table)
+    known_gaps = importlib.import_module("test_op_signatures").KNOWN_GAPS
     for op in sorted(registered | set(FLUID16)):
         fluid = FLUID16.get(op)
         kernel = "—" if fluid is None else fluid.kernel + (
@@ -404,6 +405,9 @@ def render_table(table: dict[str, list[tuple[str, OpCase]]]) -> str:
                 n = "0"
             elif op in PENDING:
                 status = "; ".join(s for s in (status, "rows pending") if s)
+        if op in known_gaps:
+            lacks, why = known_gaps[op]
+            status = "; ".join(s for s in (status, f"lacks Fluid's {lacks}: {why}") if s)
         refusals = "; ".join(f"{_row_values(c)}: {c.refused}" for c in refused.get(op, []))
         out.append(f"| `{op}` | {kernel} | {_cell(_slots(opdef.inputs))} | "
                    f"{_cell(_slots(opdef.outputs))} | {_cell(attrs)} | {n} | {grad} | "
@@ -456,9 +460,10 @@ its slots (`X[]` takes a list of variables, `Bias?` may be absent), attributes w
 defaults, how many `OpCase` rows test it (`tests/ops/test_*.py`; each checks the forward
 against a numpy reference, the inferred shapes and, for the inputs it names, the gradient
 against float64 finite differences), the values Fluid accepts that parafluid refuses with
-the error's reason (`OpCase(..., refused=...)` rows check the refusal), and what is not
-provided and why (`parafluid/ops/not_provided.py`). Regenerate with
-`python tests/ops/test_op_coverage.py`."""
+the error's reason (`OpCase(..., refused=...)` rows check the refusal), the slots and
+attributes of Fluid's op (`parafluid/specs/fluid16_op_slots.txt`) an op lacks and why
+(`tests/ops/test_op_signatures.py`), and what is not provided and why
+(`parafluid/ops/not_provided.py`). Regenerate with `python tests/ops/test_op_coverage.py`."""
 
 
 def test_the_docs_table_is_current():

@@ -432,7 +432,7 @@ def _space_to_depth_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"X@GRAD": grid.reshape(n, c, h, w)}
 
 
-register_op("space_to_depth", inputs=("X",), outputs=("Out",), attrs={"blocksize": 1},
+register_op("space_to_depth", inputs=("X",), outputs=("Out",), attrs={"blocksize": 2},
             infer_shape=_space_to_depth_shape, kernel=_space_to_depth,
             grad_kernel=_space_to_depth_grad, grad_uses=("X",))
 

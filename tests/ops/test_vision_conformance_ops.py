@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch.nn.functional as F
-from test_vision_ops import interp_ref
+from test_vision_ops import interp_ref, space_to_depth_ref
 
 from parafluid.testing import OpCase, check_op, rand
 from parafluid.testing.refs import to_torch
@@ -106,6 +106,11 @@ CASES += [
            ref=lambda X, SizeTensor: _trilinear(X, {}), grad=["X"],
            id="trilinear_interp_size_tensor"),
 ]
+
+# Fluid's default blocksize is 2 (the reference does not read the op's default)
+CASES.append(OpCase("space_to_depth", {"X": rand(1, 4, 4, 6)},
+                    ref=lambda X, attrs: space_to_depth_ref(X, {**attrs, "blocksize": 2}),
+                    grad=["X"], id="space_to_depth_default_blocksize"))
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

@@ -8,8 +8,10 @@ int8 scales) are left out: they change no value parafluid computes (``BACKEND_AT
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -176,3 +178,100 @@ def test_registered_fluid_ops_declare_fluids_slots_and_attributes_or_list_the_ga
 ])
 def test_a_missing_slot_or_attribute_is_found(declared, expected):
     assert gaps("relu", declared) == expected
+
+
+# --------------------------------------------------------------------------- defaults
+
+DEFAULTS = Path(__file__).resolve().parents[2] / "parafluid" / "specs" / \
+    "fluid16_op_attr_defaults.txt"
+
+# "op.attribute" -> why parafluid's default differs from Fluid's
+_SET = "every layer (or pass) appending the op sets it"
+KNOWN_DEFAULT_DIFFS: dict[str, str] = {
+    "conv3d_transpose.data_format": "parafluid spells the 5-D channels-first layout 'NCDHW'",
+    "dgc.use_nesterov": "the DGC momentum optimizer always sets it",
+    "distributed_lookup_table.table_names": _SET,
+    "fill_constant.shape": _SET,
+    "fused_elemwise_activation.save_intermediate_out": _SET,
+    "gen_nccl_id.hierarchical_allreduce_inter_nranks": _SET,
+    "listen_and_serv.endpoint": _SET,
+    "listen_and_serv.pserver_id": _SET,
+    "nearest_interp.interp_method": "Fluid's shared interpolate maker defaults every "
+                                    "interp op to 'bilinear'; parafluid to the op's method; "
+                                    + _SET,
+    "one_hot.depth": _SET,
+    "py_func.forward_callable_id": _SET,
+    "sequence_conv.contextStart": _SET + " (Fluid's layer: -(filter_size // 2))",
+    "trilinear_interp.interp_method": "Fluid's shared interpolate maker defaults to "
+                                      "'bilinear', which a 5-D input refuses",
+    "uniform_random.shape": _SET,
+}
+
+
+def parse_defaults(text: str) -> dict[str, dict[str, Any]]:
+    """op type -> {attribute: Fluid's default} (``REQUIRED`` where Fluid sets none; the
+    attributes whose default is not a literal are left out)."""
+    assert re.search(r"^# commit [0-9a-f]{40}\.$", text, re.M), f"{DEFAULTS.name}: no commit"
+    out: dict[str, dict[str, Any]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        cols = line.split()
+        assert len(cols) == 3, f"{DEFAULTS.name}:{n}: expected 'op attribute default': {line!r}"
+        op, name, value = cols
+        if value == "?":
+            continue
+        out.setdefault(op, {})[name] = REQUIRED if value == "required" else \
+            ast.literal_eval(value)
+    return out
+
+
+REQUIRED = object()
+FLUID_DEFAULTS = parse_defaults(DEFAULTS.read_text())
+
+
+def same_default(fluid: Any, ours: Any) -> bool:
+    if isinstance(fluid, bool) or isinstance(ours, bool):
+        return fluid is ours or (isinstance(ours, bool) and fluid == ours)
+    if isinstance(fluid, (int, float)) and isinstance(ours, (int, float)):
+        return abs(fluid - ours) <= 1e-6 * max(1.0, abs(fluid))
+    if isinstance(fluid, list) and isinstance(ours, (list, tuple)):
+        return len(fluid) == len(ours) and all(same_default(a, b) for a, b in zip(fluid, ours))
+    return fluid == ours
+
+
+def default_diffs() -> dict[str, str]:
+    """"op.attribute" -> "Fluid X, parafluid Y" for every differing default."""
+    out = {}
+    for op, attrs in sorted(FLUID_DEFAULTS.items()):
+        if not has_op(op):
+            continue
+        ours = get_op_def(op).attrs
+        for name, fluid in attrs.items():
+            if fluid is REQUIRED or name in BACKEND_ATTRS or name not in ours:
+                continue
+            if not same_default(fluid, ours[name]):
+                out[f"{op}.{name}"] = f"Fluid {fluid!r}, parafluid {ours[name]!r}"
+    return out
+
+
+def test_the_default_list_reads_fluids_makers():
+    assert FLUID_DEFAULTS["conv2d"]["strides"] == [1, 1]
+    assert FLUID_DEFAULTS["pool2d"]["ksize"] is REQUIRED
+    assert FLUID_DEFAULTS["leaky_relu"]["alpha"] == pytest.approx(0.02)
+    assert FLUID_DEFAULTS["brelu"]["t_max"] == 24
+
+
+def test_registered_fluid_ops_default_their_attributes_as_fluid_or_list_why_not():
+    diffs = default_diffs()
+    new = {k: v for k, v in diffs.items() if k not in KNOWN_DEFAULT_DIFFS}
+    stale = sorted(k for k in KNOWN_DEFAULT_DIFFS if k not in diffs)
+    assert not new, "defaults that differ from Fluid 1.6's (fix them, or list them in " \
+        "KNOWN_DEFAULT_DIFFS with the reason):\n" + "\n".join(f"{k}: {v}"
+                                                              for k, v in new.items())
+    assert not stale, f"KNOWN_DEFAULT_DIFFS lists defaults that agree now: {stale}"
+
+
+def test_a_different_default_is_found():
+    assert same_default(1, 1.0) and same_default([1, 1], (1, 1)) and not same_default(True, 1)
+    assert not same_default(0.02, 0.2) and not same_default("NCHW", "NCDHW")

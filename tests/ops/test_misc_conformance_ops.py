@@ -165,6 +165,31 @@ _HASH64_OUT = np.array([1269, 9609, 3868, 7268], "int64").reshape(2, 2, 1)
 _HASH_ATTRS = {"num_hash": 2, "mod_by": 10000}
 
 
+# ----------------------------------------------------------------------------- mean_iou
+
+
+def _mean_iou(Predictions, Labels, attrs, InWrongs=(), InCorrects=(), InMeanIou=()):
+    n = attrs["num_classes"]
+    p, y = Predictions.reshape(-1), Labels.reshape(-1)
+    correct = np.zeros(n, "int64") + sum((c.astype("int64") for c in InCorrects), 0)
+    wrong = np.zeros(n, "int64") + sum((w.astype("int64") for w in InWrongs), 0)
+    for a, b in zip(p, y):
+        if a == b:
+            correct[a] += 1
+        else:
+            wrong[a] += 1
+            wrong[b] += 1
+    denom = correct + wrong
+    valid = (denom > 0).sum()
+    mean = (correct / np.maximum(denom, 1)).sum() / valid + sum(float(m[0]) for m in InMeanIou)
+    return {"OutMeanIou": np.array([mean], "float32"), "OutWrong": wrong.astype("int32"),
+            "OutCorrect": correct.astype("int32")}
+
+
+_IOU = {"Predictions": np.array([0, 1, 1, 2, 2, 0], "int32"),
+        "Labels": np.array([0, 1, 2, 2, 1, 3], "int32")}
+
+
 CASES = [
     OpCase("center_loss", _CL, attrs={"cluster_num": 4, "need_update": True},
            ref=_center_loss, grad=["X"], grad_outputs=["Loss"]),
@@ -199,6 +224,14 @@ CASES = [
     # rows are the last dimension: [2, 4, 1] hashes 8 rows into [2, 4, 2, 1]
     OpCase("hash", {"X": _HASH_IN.reshape(2, 4, 1)}, attrs=_HASH_ATTRS,
            ref=lambda X: {"Out": _HASH_OUT.reshape(2, 4, 2, 1)}, id="hash_rank3"),
+    # the counts and means of earlier batches add up (Fluid's accumulating form)
+    OpCase("mean_iou", {**_IOU, "InWrongs": [np.array([1, 0, 2, 0], "int32"),
+                                             np.array([0, 3, 0, 1], "int32")],
+                        "InCorrects": [np.array([2, 1, 0, 0], "int32")],
+                        "InMeanIou": [np.array([0.25], "float32")]},
+           attrs={"num_classes": 4}, ref=_mean_iou, id="mean_iou_accumulating"),
+    OpCase("mean_iou", {**_IOU, "InCorrects": [np.array([0, 0, 0, 5], "int32")]},
+           attrs={"num_classes": 4}, ref=_mean_iou, id="mean_iou_in_corrects_only"),
     OpCase("print", {"In": rand(2, 3)}, ref=lambda In: {"Out": In}, grad=["In"]),
     OpCase("print", {"In": rand(2, 3)}, attrs={"message": "m", "summarize": 2, "first_n": 1,
                                                "print_phase": "forward"},

@@ -80,8 +80,6 @@ KNOWN_GAPS: dict[str, tuple[str, str]] = {
     "lstm": ("out:BatchGate out:BatchCellPreAct", _BATCH_BUFS),
     "lstmp": ("out:BatchGate out:BatchCellPreAct out:BatchHidden", _BATCH_BUFS),
     "matmul": ("attr:head_number", "multi-head matmul (head_number > 1) is not provided"),
-    "mean_iou": ("in:InWrongs in:InCorrects in:InMeanIou",
-                 "accumulating over batches is not provided; each run is one batch"),
     "one_hot": ("in:depth_tensor", _TENSOR_ARGS),
     "pad2d": ("in:Paddings", _TENSOR_ARGS),
     "pool2d": ("attr:is_test attr:padding_algorithm", _PAD_ALGO),

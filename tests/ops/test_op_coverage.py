@@ -142,6 +142,17 @@ PENDING: dict[str, str] = {
                                  "(tests/ops/test_fused_ops.py)",
 }
 
+# Forward op types with a gradient whose rows check no gradient by finite differences, and why
+_STE = ("parafluid-only straight-through gradient (Fluid registers none; its quantization "
+        "pass rewires the gradient ops), not the derivative of the rounding")
+NO_FD: dict[str, str] = {
+    "cvm": "Fluid's gradient is a rule, not the derivative (the CVM columns pass through): "
+           "the cvm_grad_rule rows of tests/ops/test_misc_conformance_ops.py check it",
+    "fake_quantize_abs_max": _STE,
+    "fake_quantize_moving_average_abs_max": _STE,
+    "fake_quantize_range_abs_max": _STE,
+}
+
 
 @dataclass(frozen=True)
 class FluidOp:
@@ -325,6 +336,21 @@ def test_every_fluid16_op_type_is_registered_or_not_provided_with_a_reason():
                          f"parafluid/ops/not_provided.py: {missing}")
 
 
+def without_fd_rows(table: dict[str, list[tuple[str, OpCase]]]) -> list[str]:
+    """Forward op types that have a gradient and value rows, none of which checks it."""
+    table = checking_rows(table)
+    return [op for op in forward_ops() if op in table and get_op_def(op).grad is not None
+            and not any(c.grad for _, c in table[op])]
+
+
+def test_ops_with_a_gradient_have_a_finite_difference_row_or_say_why_not():
+    missing = [op for op in without_fd_rows(rows()) if op not in NO_FD]
+    stale = [op for op in NO_FD if op not in without_fd_rows(rows())]
+    assert not missing, (f"op types with a gradient but no row checking it by finite "
+                         f"differences (grad=[...]): {missing}")
+    assert not stale, f"NO_FD lists op types whose rows check the gradient now: {stale}"
+
+
 def test_rows_name_only_declared_slots_and_attributes():
     problems = row_problems(rows())
     assert not problems, "\n".join(problems)
@@ -397,7 +423,8 @@ def render_table(table: dict[str, list[tuple[str, OpCase]]]) -> str:
             n = ""
         else:
             grad = ("FD-checked" if any(c.grad for _, c in entries)
-                    else "no gradient" if opdef.grad is None else "not FD-checked")
+                    else "no gradient" if opdef.grad is None
+                    else f"not FD-checked: {NO_FD[op]}" if op in NO_FD else "not FD-checked")
             attrs = _attrs(op)
             n = str(len(entries))
             if op in EXEMPT:

@@ -153,6 +153,12 @@ NO_FD: dict[str, str] = {
     "fake_quantize_range_abs_max": _STE,
 }
 
+# Differentiable input slots no row checks by finite differences, and why (op -> slots, why)
+NO_FD_SLOTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "data_norm": (("BatchSize", "BatchSum", "BatchSquareSum"),
+                  "their @GRAD outputs are Fluid's statistics updates, not derivatives"),
+}
+
 
 @dataclass(frozen=True)
 class FluidOp:
@@ -351,6 +357,28 @@ def test_ops_with_a_gradient_have_a_finite_difference_row_or_say_why_not():
     assert not stale, f"NO_FD lists op types whose rows check the gradient now: {stale}"
 
 
+def unchecked_grad_slots(table: dict[str, list[tuple[str, OpCase]]]) -> dict[str, list[str]]:
+    """op -> its differentiable input slots (its ``_grad`` op's outputs) no row FD-checks."""
+    table = checking_rows(table)
+    out = {}
+    for op in forward_ops():
+        if op not in table or op in NO_FD or not has_op(op + "_grad"):
+            continue
+        slots = {s.name[:-len("@GRAD")] for s in get_op_def(op + "_grad").outputs
+                 if s.name.endswith("@GRAD")}
+        checked = {slot for _, case in table[op] for slot in case.grad}
+        missing = sorted(slots - checked - set(NO_FD_SLOTS.get(op, ((), ""))[0]))
+        if missing:
+            out[op] = missing
+    return out
+
+
+def test_every_differentiable_input_slot_is_checked_by_finite_differences():
+    missing = unchecked_grad_slots(rows())
+    assert not missing, ("differentiable input slots that no row lists in grad=[...] "
+                         f"(add a row, or list them in NO_FD_SLOTS with the reason): {missing}")
+
+
 def test_rows_name_only_declared_slots_and_attributes():
     problems = row_problems(rows())
     assert not problems, "\n".join(problems)
@@ -517,3 +545,10 @@ def test_a_refused_row_fails_when_the_op_accepts_the_value_or_says_something_els
                    refused="no such words")
     with pytest.raises(AssertionError, match="does not say 'no such words'"):
         check_refused(other)
+
+
+def test_a_differentiable_slot_without_a_gradient_row_is_found():
+    table = {"elementwise_add": [("test_x", OpCase("elementwise_add", {"X": [[1.0]],
+                                                                      "Y": [[2.0]]},
+                                                   grad=["X"]))]}
+    assert unchecked_grad_slots(table) == {"elementwise_add": ["Y"]}

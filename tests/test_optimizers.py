@@ -161,7 +161,7 @@ def fluid_lamb(lr, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
     def step(p, g, s, t):
         s["m1"] = b1 * s.get("m1", 0.0) + (1 - b1) * g
         s["m2"] = b2 * s.get("m2", 0.0) + (1 - b2) * g * g
-        r = (s["m1"] / (1 - b1 ** t)) / (np.sqrt(s["m2"] / (1 - b2 ** t)) + eps) + wd * p
+        r = s["m1"] / (np.sqrt(s["m2"]) + eps) + wd * p  # no bias correction in Fluid 1.6
         p_norm, r_norm = np.linalg.norm(p), np.linalg.norm(r)
         p -= lr * (p_norm / r_norm if p_norm > 0 and r_norm > 0 else 1.0) * r
     return step

@@ -116,8 +116,9 @@ def _compare(op_type: str) -> Any:
               ) -> Variable:
         _check(op_type, "x", x)
         _check(op_type, "y", y)
-        out = _op(op_type, {"X": [x], "Y": [y]}, {"force_cpu": bool(force_cpu)}, "bool",
-                  out=cond)
+        # as Fluid, force_cpu is set only when given (the op's default keeps it on the host)
+        attrs = {} if force_cpu is None else {"force_cpu": bool(force_cpu)}
+        out = _op(op_type, {"X": [x], "Y": [y]}, attrs, "bool", out=cond)
         out.stop_gradient = True
         return out
 

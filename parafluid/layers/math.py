@@ -59,8 +59,9 @@ def clip_by_norm(x: Variable, max_norm: float, name: str | None = None) -> Varia
 
 def hash(input: Variable, hash_size: int, num_hash: int = 1,
          name: str | None = None) -> Variable:
-    """Hash each int32 row of ``input [N, k]`` with ``num_hash`` seeds into ``[0, hash_size)``:
-    int64 ``[N, num_hash, 1]`` (XXH64, as Fluid; e.g. feature hashing of n-grams).
+    """Hash each int32 or int64 row (last dimension) of ``input [..., k]`` with ``num_hash``
+    seeds into ``[0, hash_size)``: int64 ``[..., num_hash, 1]`` (XXH64, as Fluid; e.g. feature
+    hashing of n-grams).
 
     Example::
 

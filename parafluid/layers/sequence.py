@@ -421,7 +421,8 @@ def chunk_eval(input: Variable, label: Variable, chunk_scheme: str, num_chunk_ty
                excluded_chunk_types: list[int] | None = None,
                seq_length: Variable | None = None) -> tuple[Variable, ...]:
     """Chunk precision, recall and F1 of predicted tags ``input`` against ``label`` (both
-    int64 ``[steps, 1]`` sequences), with Fluid's chunk rules for ``chunk_scheme`` "IOB",
+    int64 ``[steps, 1]`` sequences, or padded ``[batch, bucket]`` rows with ``seq_length``),
+    with Fluid's chunk rules for ``chunk_scheme`` "IOB",
     "IOE", "IOBES" or "plain". Returns ``(precision, recall, f1, num_infer_chunks,
     num_label_chunks, num_correct_chunks)``; feed the last three to
     ``fluid.metrics.ChunkEvaluator`` to accumulate over batches.
@@ -433,16 +434,16 @@ def chunk_eval(input: Variable, label: Variable, chunk_scheme: str, num_chunk_ty
     """
     _check("chunk_eval", "input", input)
     _check("chunk_eval", "label", label)
-    if seq_length is not None:
-        raise ValueError("chunk_eval: padded input with seq_length= is not supported; feed "
-                         "LoD sequences")
     helper = LayerHelper("chunk_eval")
     slots = ["Precision", "Recall", "F1-Score", "NumInferChunks", "NumLabelChunks",
              "NumCorrectChunks"]
     outs = [helper.create_variable_for_type_inference("float32" if i < 3 else "int64",
                                                       stop_gradient=True)
             for i in range(len(slots))]
-    helper.append_op("chunk_eval", inputs={"Inference": [input], "Label": [label]},
+    inputs = {"Inference": [input], "Label": [label]}
+    if seq_length is not None:  # padded [batch, bucket(, 1)] rows, seq_length[i] tags each
+        inputs["SeqLength"] = [seq_length]
+    helper.append_op("chunk_eval", inputs=inputs,
                      outputs={slot: [v] for slot, v in zip(slots, outs)},
                      attrs={"num_chunk_types": int(num_chunk_types),
                             "chunk_scheme": chunk_scheme,

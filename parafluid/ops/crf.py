@@ -220,19 +220,32 @@ def _chunk_eval_shape(ins: dict, attrs: dict) -> dict:
     if attrs["chunk_scheme"] not in _SCHEMES:
         raise ValueError(f"chunk_eval: chunk_scheme must be one of {sorted(_SCHEMES)}, got "
                          f"{attrs['chunk_scheme']!r}")
+    x, seq_len = ins["Inference"], ins.get("SeqLength")
+    if seq_len is not None and not (len(x.shape) == 2 or (len(x.shape) == 3 and
+                                                           x.shape[2] == 1)):
+        raise ValueError(f"chunk_eval: with SeqLength, Inference must be [batch, bucket] or "
+                         f"[batch, bucket, 1], got {list(x.shape)}")
     rate, count = Meta((1,), "float32"), Meta((1,), "int64")
     return {"Precision": rate, "Recall": rate, "F1-Score": rate, "NumInferChunks": count,
             "NumLabelChunks": count, "NumCorrectChunks": count}
 
 
 def _chunk_eval(ins: dict, attrs: dict, ctx: Any) -> dict:
-    pred, label = ins["Inference"], ins["Label"]
-    offsets = require_lod("chunk_eval", "Inference", pred)
+    pred, label, seq_len = ins["Inference"], ins["Label"], ins.get("SeqLength")
+    if seq_len is not None:
+        # Fluid's padded form: row i of [batch, bucket(, 1)] holds a sequence of
+        # SeqLength[i] tags at its start
+        bucket = pred.shape[1]
+        spans = [(i * bucket, i * bucket + int(n))
+                 for i, n in enumerate(seq_len.reshape(-1).tolist())]
+    else:
+        offsets = require_lod("chunk_eval", "Inference", pred)
+        spans = list(zip(offsets, offsets[1:]))
     p, y = pred.reshape(-1).tolist(), label.reshape(-1).tolist()
     excluded = set(attrs["excluded_chunk_types"])
     n_types, scheme = int(attrs["num_chunk_types"]), attrs["chunk_scheme"]
     n_infer = n_label = n_correct = 0
-    for a, b in zip(offsets, offsets[1:]):
+    for a, b in spans:
         got = {c for c in chunks(p[a:b], n_types, scheme) if c[2] not in excluded}
         want = {c for c in chunks(y[a:b], n_types, scheme) if c[2] not in excluded}
         n_infer, n_label, n_correct = n_infer + len(got), n_label + len(want), \
@@ -252,7 +265,7 @@ def _chunk_eval(ins: dict, attrs: dict, ctx: Any) -> dict:
             "NumCorrectChunks": count(n_correct)}
 
 
-register_op("chunk_eval", inputs=("Inference", "Label"),
+register_op("chunk_eval", inputs=("Inference", "Label", "SeqLength?"),
             outputs=("Precision", "Recall", "F1-Score", "NumInferChunks", "NumLabelChunks",
                      "NumCorrectChunks"),
             attrs={"num_chunk_types": 1, "chunk_scheme": "IOB", "excluded_chunk_types": []},

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..lod import get_lod
@@ -185,20 +186,22 @@ def xxh64(data: bytes, seed: int) -> int:
 
 def _hash_shape(ins: dict, attrs: dict) -> dict:
     x = ins["X"]
-    if x.dtype != "int32" or len(x.shape) != 2:
-        raise ValueError(f"hash: X must be int32 [N, k] (Fluid hashes int32 rows), got "
-                         f"{x.dtype} {list(x.shape)}")
-    return {"Out": Meta((x.shape[0], int(attrs["num_hash"]), 1), "int64")}
+    if x.dtype not in ("int32", "int64") or len(x.shape) < 2:
+        raise ValueError(f"hash: X must be int32 or int64 [..., k] (Fluid hashes the last "
+                         f"dimension's rows), got {x.dtype} {list(x.shape)}")
+    return {"Out": Meta((*x.shape[:-1], int(attrs["num_hash"]), 1), "int64")}
 
 
 def _hash(ins: dict, attrs: dict, ctx: Any) -> dict:
-    """Per row and seed ``0 .. num_hash - 1``: ``XXH64(row's int32 bytes, seed) % mod_by``."""
+    """Per row (the last dimension) and seed ``0 .. num_hash - 1``: ``XXH64(row's bytes,
+    seed) % mod_by``, the bytes of int32 or int64 values as Fluid's two kernels read them."""
     x = ins["X"]
-    rows = x.detach().cpu().numpy().astype("<i4")
+    arr = x.detach().cpu().numpy()
+    rows = arr.astype("<i4" if arr.dtype == np.int32 else "<i8").reshape(-1, arr.shape[-1])
     k, mod = int(attrs["num_hash"]), int(attrs["mod_by"])
     out = [[xxh64(r.tobytes(), seed) % mod for seed in range(k)] for r in rows]
-    result = torch.tensor(out, dtype=torch.int64, device=x.device).reshape(len(rows), k, 1)
-    return {"Out": result}
+    result = torch.tensor(out, dtype=torch.int64, device=x.device)
+    return {"Out": result.reshape(*arr.shape[:-1], k, 1)}
 
 
 register_op("hash", inputs=("X",), outputs=("Out",), attrs={"num_hash": 1, "mod_by": 100000},

@@ -32,7 +32,9 @@ def _register_compare(name: str, fn: Any) -> None:
         return {"Out": fn(x, broadcast_y(x, y, attrs["axis"]))}
 
     register_op(name, inputs=("X", "Y"), outputs=("Out",),
-                attrs={"axis": -1, "force_cpu": False}, infer_shape=_compare_shape,
+                # force_cpu: where Fluid keeps the bool result (its default: on the host); a
+                # placement hint that changes no value
+                attrs={"axis": -1, "force_cpu": True}, infer_shape=_compare_shape,
                 kernel=kernel)
 
 

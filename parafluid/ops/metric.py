@@ -130,7 +130,11 @@ def _mean_iou_shape(ins: dict, attrs: dict) -> dict:
 
 def _mean_iou(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Per class ``correct / (correct + wrong)`` (a miss counts as wrong for both the true
-    and the predicted class), averaged over the classes that occur; as Fluid's kernel."""
+    and the predicted class), averaged over the classes that occur; as Fluid's kernel.
+
+    The optional ``InWrongs`` / ``InCorrects`` (lists of ``[num_classes]`` counts) add to the
+    counts before the ratio is taken, and ``InMeanIou`` (a list of ``[1]``) adds to the
+    result: how Fluid accumulates over batches."""
     n = int(attrs["num_classes"])
     pred, label = ins["Predictions"].reshape(-1).long(), ins["Labels"].reshape(-1).long()
     for name, t in (("Predictions", pred), ("Labels", label)):
@@ -139,16 +143,23 @@ def _mean_iou(ins: dict, attrs: dict, ctx: Any) -> dict:
     hit = pred == label
     correct = torch.bincount(pred[hit], minlength=n)
     wrong = torch.bincount(pred[~hit], minlength=n) + torch.bincount(label[~hit], minlength=n)
+    for t in ins.get("InWrongs") or []:
+        wrong = wrong + t.reshape(-1).long()
+    for t in ins.get("InCorrects") or []:
+        correct = correct + t.reshape(-1).long()
     denom = correct + wrong
     valid = denom > 0
     iou = torch.where(valid, correct.double() / denom.clamp(min=1).double(),
                       torch.zeros(n, dtype=torch.float64, device=pred.device))
     mean = iou.sum() / valid.sum().clamp(min=1)
+    for t in ins.get("InMeanIou") or []:
+        mean = mean + t.reshape(-1)[0].double()
     return {"OutMeanIou": mean.reshape(1).float(), "OutWrong": wrong.int(),
             "OutCorrect": correct.int()}
 
 
-register_op("mean_iou", inputs=("Predictions", "Labels"),
+register_op("mean_iou", inputs=("Predictions", "Labels", "InWrongs[]?", "InCorrects[]?",
+                                "InMeanIou[]?"),
             outputs=("OutMeanIou", "OutWrong", "OutCorrect"), attrs={"num_classes": 2},
             infer_shape=_mean_iou_shape, kernel=_mean_iou)
 

@@ -125,7 +125,10 @@ def _adam(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("adam", inputs=("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow",
                             "Beta2Pow"),
             outputs=("ParamOut", "Moment1Out", "Moment2Out"),
-            attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False},
+            # min_row_size_to_use_multithread: Fluid's CPU threading threshold for sparse
+            # gradients; accepted, it changes no value
+            attrs={"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False,
+                   "min_row_size_to_use_multithread": 1000},
             infer_shape=_state_shape("adam", (("Param", "ParamOut"), ("Moment1", "Moment1Out"),
                                               ("Moment2", "Moment2Out"))),
             kernel=_adam)
@@ -277,16 +280,16 @@ register_op("ftrl", inputs=("Param", "SquaredAccumulator", "LinearAccumulator", 
 
 
 def _lamb(ins: dict, attrs: dict, ctx: Any) -> dict:
-    # m1, m2 as Adam; r = (m1/(1-b1^t)) / (sqrt(m2/(1-b2^t)) + eps) + wd*p;
+    # m1, m2 as Adam; r = m1 / (sqrt(m2) + eps) + wd*p;
     # p -= lr * (|p| / |r|) * r   (trust ratio 1 where either norm is 0)
+    # NOTE: Fluid 1.6's kernel does not bias-correct the moments: Beta1Pow and Beta2Pow
+    # are inputs it reads but does not use.
     param, grad, lr = ins["Param"], _dense(ins["Grad"]), ins["LearningRate"]
     m1, m2 = ins["Moment1"], ins["Moment2"]
     b1, b2 = attrs["beta1"], attrs["beta2"]
     m1.mul_(b1).add_(grad, alpha=1.0 - b1)
     m2.mul_(b2).addcmul_(grad, grad, value=1.0 - b2)
-    m1_hat = m1 / (1.0 - ins["Beta1Pow"])
-    m2_hat = m2 / (1.0 - ins["Beta2Pow"])
-    r = m1_hat / (m2_hat.sqrt() + attrs["epsilon"]) + attrs["weight_decay"] * param
+    r = m1 / (m2.sqrt() + attrs["epsilon"]) + attrs["weight_decay"] * param
     p_norm, r_norm = param.norm(), r.norm()
     trust = torch.where((p_norm > 0) & (r_norm > 0), p_norm / r_norm, torch.ones_like(p_norm))
     param.sub_(r * (trust * lr))

@@ -29,8 +29,9 @@ import numpy as np
 import torch
 
 from ..distributed.checkpoint import write_pserver_checkpoint, write_pserver_emergency_checkpoint
+from ..dtypes import VarType
 from ..tensor_file import scope_values
-from .registry import register_op
+from .registry import Meta, register_op
 
 __all__ = ["RPC_OP_TYPES", "trainer_suffix", "parse_grad_to_block"]
 
@@ -228,8 +229,14 @@ register_op("distributed_lookup_table", inputs=("Ids",), outputs=("Out",),
             side_effect=True, comm=True, share_lod=("Ids", "Out"))
 register_op("distributed_lookup_table_grad", inputs=("Ids", "Out@GRAD"), outputs=("W@GRAD",),
             attrs=dict(_TABLE_ATTRS), infer_shape=_sparse_grad_shape, kernel=_dist_lookup_grad)
+def _split_selected_rows_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["X"]
+    return {"Out": [Meta((int(h), *x.shape[1:]), x.dtype, VarType.SELECTED_ROWS)
+                    for h in attrs["height_sections"]]}
+
+
 register_op("split_selected_rows", inputs=("X",), outputs=("Out[]",),
-            attrs={"height_sections": []}, infer_shape=_no_shapes,
+            attrs={"height_sections": []}, infer_shape=_split_selected_rows_shape,
             kernel=_split_selected_rows)
 register_op("send_barrier", inputs=(), outputs=(),
             attrs={"endpoints": [], "trainer_id": 0},

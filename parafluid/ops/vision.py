@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .attr_inputs import given, int_list, ints_of, list_meta
+from .attr_inputs import given, int_list, list_meta
 from .registry import Meta, register_op
 
 __all__ = ["interp_matrix"]
@@ -64,31 +64,12 @@ def interp_matrix(in_size: int, out_size: int, method: str, align_corners: bool,
 
 def _interp_out_size(attrs: dict, in_sizes: Sequence[int], keys: Sequence[str],
                      scale: float | None = None) -> list[int]:
-    """Output sizes from the attrs as Fluid: a ``scale`` > 0 wins (``int(in * scale)``),
-    else ``out_d``/``out_h``/``out_w``."""
+    """Fluid's rule: a scale > 0 (the Scale input's, else the attribute) gives
+    ``int(in * scale)`` and wins over the ``out_d``/``out_h``/``out_w`` attributes."""
     scale = float(attrs["scale"]) if scale is None else scale
     if scale > 0:
-        return [-1 if d == -1 else int(d * scale) for d in in_sizes]
+        return [-1 if d == -1 or int(d * scale) <= 0 else int(d * scale) for d in in_sizes]
     return [int(attrs[k]) for k in keys]
-
-
-def _interp_run_sizes(op: str, ins: dict, attrs: dict, in_sizes: Sequence[int],
-                      keys: Sequence[str]) -> list[int]:
-    """Fluid 1.6's order: ``SizeTensor`` (one int tensor per spatial dim), else
-    ``OutSize`` (one int tensor of them), else the ``Scale`` tensor or attribute, else the
-    size attributes."""
-    if ins.get("SizeTensor"):
-        sizes = int_list(op, ins, attrs, keys[0], None, "SizeTensor")
-    elif ins.get("OutSize") is not None:
-        sizes = ints_of(op, "OutSize", ins["OutSize"])
-    else:
-        t = ins.get("Scale")
-        scale = None if t is None else float(t.reshape(-1)[0])
-        sizes = _interp_out_size(attrs, in_sizes, keys, scale)
-    if len(sizes) != len(keys) or min(sizes) <= 0:
-        raise ValueError(f"{op}: the output size must be {len(keys)} positive values, got "
-                         f"{sizes}; give out_shape or a scale > 0")
-    return sizes
 
 
 def _apply_matrices(x: torch.Tensor, mats: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -98,72 +79,101 @@ def _apply_matrices(x: torch.Tensor, mats: Sequence[torch.Tensor]) -> torch.Tens
     return x.contiguous()
 
 
-_CHANNEL_FIRST = ("NCHW", "NCDHW")
-_CHANNEL_LAST = ("NHWC", "NDHWC")
+# Fluid's interpolate ops read data_layout "NCHW" (channels first, also for 5-D inputs) or
+# "NHWC" (channels last); NCDHW / NDHWC are accepted as their 5-D spellings.
+_CHANNEL_LAST = {"NCHW": False, "NCDHW": False, "NHWC": True, "NDHWC": True}
+
+
+def _channel_last(op: str, attrs: dict) -> bool:
+    layout = str(attrs["data_layout"]).upper()
+    if layout not in _CHANNEL_LAST:
+        raise ValueError(f"{op}: data_layout must be 'NCHW' (channels first) or 'NHWC' "
+                         f"(channels last), got {attrs['data_layout']!r}")
+    return _CHANNEL_LAST[layout]
 
 
 def _register_interp(op: str, method: str, nd: int) -> None:
     keys = ("out_h", "out_w") if nd == 2 else ("out_d", "out_h", "out_w")
+    # as Fluid, the interp_method attribute picks the method (bilinear_interp with
+    # interp_method='nearest' resizes by nearest neighbour)
+    methods = ("bilinear", "nearest") if nd == 2 else ("trilinear",)
 
-    def last(attrs: dict) -> bool:
-        layout = attrs["data_layout"]
-        if layout not in _CHANNEL_FIRST + _CHANNEL_LAST:
-            raise ValueError(f"{op}: data_layout must be one of "
-                             f"{list(_CHANNEL_FIRST + _CHANNEL_LAST)}, got {layout!r}")
-        return layout in _CHANNEL_LAST
+    def check_method(attrs: dict) -> str:
+        if attrs["interp_method"] not in methods:
+            raise ValueError(f"{op}: interp_method must be one of {list(methods)} for a "
+                             f"{nd + 2}-D input, got {attrs['interp_method']!r}")
+        return attrs["interp_method"]
 
     def infer(ins: dict, attrs: dict) -> dict:
         x = ins["X"]
         _check_rank(op, "X", x, nd + 2)
-        channel_last = last(attrs)
-        n, c = x.shape[0], x.shape[-1] if channel_last else x.shape[1]
-        spatial = x.shape[1:-1] if channel_last else x.shape[2:]
-        if ins.get("SizeTensor"):
-            if len(ins["SizeTensor"]) != nd:
-                raise ValueError(f"{op}: SizeTensor must hold {nd} tensors, got "
-                                 f"{len(ins['SizeTensor'])}")
-            sizes = [int(attrs[k]) if int(attrs[k]) > 0 else -1 for k in keys]
-        elif ins.get("OutSize") is not None or ins.get("Scale") is not None:
-            sizes = [-1] * nd  # known at run time only
-        else:
-            sizes = _interp_out_size(attrs, spatial, keys)
-            no_size = float(attrs["scale"]) <= 0 and min(int(attrs[k]) for k in keys) <= 0
-            if no_size or any(d == 0 or d < -1 for d in sizes):
-                given = ", ".join(f"{k}={attrs[k]}" for k in keys)
-                raise ValueError(f"{op}: the output size must be positive; give out_shape or "
-                                 f"a scale > 0 (got {given}, scale={attrs['scale']})")
-        shape = (n, *sizes, c) if channel_last else (n, c, *sizes)
-        return {"Out": Meta(shape, x.dtype)}
+        check_method(attrs)
+        last = _channel_last(op, attrs)
+        n, c = x.shape[0], x.shape[-1] if last else x.shape[1]
+        spatial = x.shape[1:-1] if last else x.shape[2:]
 
-    def matrices(x: torch.Tensor, ins: dict, attrs: dict) -> list[torch.Tensor]:
-        sizes = _interp_run_sizes(op, ins, attrs, x.shape[2:], keys)
+        def meta(sizes: Sequence[int]) -> Meta:
+            return Meta((n, *sizes, c) if last else (n, c, *sizes), x.dtype)
+        size_list = ins.get("SizeTensor") or []
+        if size_list:  # the run-time sizes; Fluid shows the out_* attributes meanwhile
+            if len(size_list) != nd:
+                raise ValueError(f"{op}: SizeTensor must hold {nd} tensors (one per spatial "
+                                 f"dimension), got {len(size_list)}")
+            return {"Out": meta([int(attrs[k]) if int(attrs[k]) > 0 else -1 for k in keys])}
+        if ins.get("OutSize") is not None or ins.get("Scale") is not None:
+            return {"Out": meta([-1] * nd)}
+        sizes = _interp_out_size(attrs, spatial, keys)
+        no_size = float(attrs["scale"]) <= 0 and min(int(attrs[k]) for k in keys) <= 0
+        if no_size or any(d == 0 or d < -1 for d in sizes):
+            given = ", ".join(f"{k}={attrs[k]}" for k in keys)
+            raise ValueError(f"{op}: the output size must be positive; give out_shape or a "
+                             f"scale > 0 (got {given}, scale={attrs['scale']})")
+        return {"Out": meta(sizes)}
+
+    def run_sizes(x: torch.Tensor, attrs: dict, ins: dict) -> list[int]:
+        """Fluid's order: SizeTensor, else OutSize, else the scale (Scale input, then the
+        attribute), else the out_* attributes."""
+        size_list = ins.get("SizeTensor") or []
+        if size_list:
+            return [int(t.reshape(-1)[0]) for t in size_list]
+        if ins.get("OutSize") is not None:
+            return [int(v) for v in ins["OutSize"].reshape(-1).tolist()]
+        scale_t = ins.get("Scale")
+        scale = None if scale_t is None else float(scale_t.reshape(-1)[0])
+        return _interp_out_size(attrs, x.shape[2:], keys, scale)
+
+    def matrices(x: torch.Tensor, attrs: dict, ins: dict) -> list[torch.Tensor]:
+        sizes = run_sizes(x, attrs, ins)
+        if any(d <= 0 for d in sizes):
+            raise ValueError(f"{op}: the output size must be positive, got {sizes}")
         align = bool(attrs["align_corners"])
         mode = int(attrs["align_mode"])
-        return [interp_matrix(x.shape[2 + i], sizes[i], method, align, mode, x.dtype,
+        how = check_method(attrs)
+        return [interp_matrix(x.shape[2 + i], sizes[i], how, align, mode, x.dtype,
                               x.device) for i in range(nd)]
 
-    def channel_first(x: torch.Tensor, attrs: dict) -> torch.Tensor:
-        return torch.movedim(x, -1, 1) if last(attrs) else x
-
-    def restore(x: torch.Tensor, attrs: dict) -> torch.Tensor:
-        return torch.movedim(x, 1, -1).contiguous() if last(attrs) else x
-
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
-        x = channel_first(ins["X"], attrs)
-        return {"Out": restore(_apply_matrices(x, matrices(x, ins, attrs)), attrs)}
+        last = _channel_last(op, attrs)
+        x = ins["X"].movedim(-1, 1) if last else ins["X"]
+        out = _apply_matrices(x, matrices(x, attrs, ins))
+        return {"Out": out.movedim(1, -1).contiguous() if last else out}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-        x = channel_first(ins["X"], attrs)
-        dout = channel_first(ins["Out@GRAD"], attrs)
-        mats = matrices(x, ins, attrs)
-        return {"X@GRAD": restore(_apply_matrices(dout, [a.t() for a in mats]), attrs)}
+        last = _channel_last(op, attrs)
+        x, dout = ins["X"], ins["Out@GRAD"]
+        if last:
+            x, dout = x.movedim(-1, 1), dout.movedim(-1, 1)
+        mats = matrices(x, attrs, ins)
+        dx = _apply_matrices(dout, [a.t() for a in mats])
+        return {"X@GRAD": dx.movedim(1, -1).contiguous() if last else dx}
 
     register_op(op, inputs=("X", "OutSize?", "SizeTensor[]?", "Scale?"), outputs=("Out",),
-                attrs={**{k: 0 for k in keys}, "scale": 0.0, "interp_method": method,
-                       "align_corners": True, "align_mode": 1, "data_layout": "NCHW"},
+                attrs={"out_d": 0, "out_h": 0, "out_w": 0, "scale": 0.0,
+                       "interp_method": method, "align_corners": True, "align_mode": 1,
+                       "data_layout": "NCHW"},
                 infer_shape=infer, kernel=kernel, grad_kernel=grad,
-                no_grad_inputs=("OutSize", "SizeTensor", "Scale"),
-                grad_infer_shape=lambda ins, attrs: {"X@GRAD": ins["X"]})
+                grad_uses=("X", "OutSize", "SizeTensor", "Scale"),
+                no_grad_inputs=("OutSize", "SizeTensor", "Scale"))
 
 
 _register_interp("bilinear_interp", "bilinear", 2)
@@ -423,7 +433,7 @@ def _space_to_depth_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"X@GRAD": grid.reshape(n, c, h, w)}
 
 
-register_op("space_to_depth", inputs=("X",), outputs=("Out",), attrs={"blocksize": 1},
+register_op("space_to_depth", inputs=("X",), outputs=("Out",), attrs={"blocksize": 2},
             infer_shape=_space_to_depth_shape, kernel=_space_to_depth,
             grad_kernel=_space_to_depth_grad, grad_uses=("X",))
 

@@ -239,8 +239,8 @@ class Ftrl(Optimizer):
     def _update_attrs(self, param: Parameter) -> dict[str, Any]:
         return {"l1": self._l1, "l2": self._l2, "lr_power": self._lr_power}
 class Lamb(Adam):
-    """LAMB (You et al.): Adam's bias-corrected step plus weight decay, scaled per parameter
-    by the trust ratio ``|p| / |step|``.
+    """LAMB (You et al.): Adam's moments (not bias-corrected, as Fluid 1.6's kernel) plus
+    weight decay, scaled per parameter by the trust ratio ``|p| / |step|``.
 
     ``exclude_from_weight_decay_fn(param) -> bool`` turns weight decay off for a parameter.
 

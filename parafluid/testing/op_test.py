@@ -14,6 +14,8 @@ and returns ``{output slot: expected array}``; slots it leaves out are not compa
 Gradients are checked on ``sum(w * out)`` for a fixed random ``w`` per checked output.
 ``lod`` gives sequence offsets for inputs that are batches of sequences (sequence ops):
 ``lod={"X": [[0, 2, 5]]}`` feeds ``X`` as a LoDTensor (a list of LoDs for a ``[]`` slot).
+An input given as a ``SelectedRows`` is fed as one (a row-sparse variable); a SelectedRows
+output is fetched densified.
 """
 
 from __future__ import annotations
@@ -26,14 +28,15 @@ from typing import Any
 import numpy as np
 
 from .. import backward
+from ..dtypes import VarType
 from ..executor import Executor
 from ..framework import Program, program_guard
 from ..ops.registry import get_op_def
 from ..place import CPUPlace
-from ..scope import LoDTensor, Scope
+from ..scope import LoDTensor, Scope, SelectedRows
 
 __all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad",
-           "run_op", "run_layers", "rand"]
+           "check_refused", "run_op", "run_layers", "rand"]
 
 
 def rand(*shape: int, low: float = -1.0, high: float = 1.0, seed: int = 0,
@@ -62,6 +65,9 @@ class OpCase:
     check: Callable[[dict[str, np.ndarray], dict[str, Any]], None] | None = None
     out_counts: dict[str, int] = field(default_factory=dict)  # sizes of list output slots
     lod: dict[str, Any] = field(default_factory=dict)  # input slot -> LoD offsets
+    # a value the op refuses: building or running the row raises ValueError / TypeError /
+    # NotImplementedError whose message contains this text (the row documents the refusal)
+    refused: str | None = None
 
     def __str__(self) -> str:
         return self.id or self.op
@@ -88,6 +94,12 @@ class _Built:
                 if lods is not None and not isinstance(value, (list, tuple)):
                     lods = [lods]
                 for i, (n, a) in enumerate(zip(names, arrays)):
+                    if isinstance(a, SelectedRows):  # a row-sparse input, fed as it is
+                        block.create_var(name=n, shape=a.shape, is_data=True,
+                                         dtype=str(a.value.dtype).replace("torch.", ""),
+                                         type=VarType.SELECTED_ROWS, stop_gradient=False)
+                        self.feed[n] = SelectedRows(a.rows.clone(), a.value.clone(), a.height)
+                        continue
                     # a copy: an update op (momentum, ...) writes its state input in place
                     a = np.array(a)
                     lod = lods[i] if lods is not None else None
@@ -259,8 +271,25 @@ def check_grad(case: OpCase) -> None:
             k += 1
 
 
+def check_refused(case: OpCase) -> None:
+    """The row's op refuses its attrs or inputs with an error naming ``case.refused``."""
+    assert case.refused, f"{case}: not a refused row"
+    try:
+        run_op(case)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        assert case.refused in str(e), \
+            f"{case}: refused with {str(e)!r}, which does not say {case.refused!r}"
+        return
+    raise AssertionError(f"{case}: the op accepted what the row says it refuses "
+                         f"({case.refused!r})")
+
+
 def check_op(case: OpCase) -> None:
-    """Forward, shape inference and gradient checks of one table row."""
+    """Forward, shape inference and gradient checks of one table row (for a ``refused``
+    row: that the op refuses it with that message)."""
+    if case.refused is not None:
+        check_refused(case)
+        return
     check_forward(case)
     check_infer_shape(case)
     check_grad(case)

@@ -518,6 +518,14 @@ class PServerTranspile:
                 prog._rollback()
                 opt_blocks.append(sub)
                 grad_to_block.append(f"{gname}:{sub.idx}")
+        if lr_block_idx >= 0:
+            # Fluid lists the LR block first among the optimize blocks
+            opt_blocks.insert(0, prog.block(lr_block_idx))
+        if not opt_blocks:
+            # a pserver that holds no parameter block still gets one (empty) optimize block,
+            # as Fluid gives it
+            opt_blocks.append(prog._create_block(0))
+            prog._rollback()
         gb.append_op("listen_and_serv",
                      attrs={"endpoint": endpoint, "Fanin": self.trainers,
                             "sync_mode": self.sync, "optimize_blocks": opt_blocks,

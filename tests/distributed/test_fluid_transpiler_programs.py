@@ -257,3 +257,42 @@ def test_l2_decay_and_clip_by_value_run_on_the_pserver_in_fluids_order():
     # fc_w's block: average, clip (Fluid 1.6's "clip" op), then the decay, then the update
     assert _types(pserver.blocks[2]) == ["sum", "scale", "clip", "scale", "sum", "sgd"]
     assert not {"clip", "sgd"} & set(_types(trainer.global_block()))
+
+
+def _one_param_net():
+    x = fluid.layers.data(name="x", shape=[1000], dtype="float32")
+    y_predict = fluid.layers.fc(input=x, size=1000, act=None,
+                                param_attr=fluid.ParamAttr(name="fc_w"), bias_attr=False)
+    y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+    cost = fluid.layers.square_error_cost(input=y_predict, label=y)
+    fluid.optimizer.SGD(learning_rate=1.0).minimize(fluid.layers.mean(cost))
+
+
+def test_a_pserver_holding_no_parameter_gets_one_empty_optimize_block():
+    config = fluid.DistributeTranspilerConfig()
+    config.slice_var_up = False
+    _, _, _, [(ps1, _), (ps2, _)] = _transpile(_one_param_net, config=config)
+    held, empty = (ps1, ps2) if len(ps1.blocks[1].ops) else (ps2, ps1)
+    assert _types(held.blocks[1]) == ["sum", "scale", "sgd"]
+    assert len(empty.blocks) == 2 and empty.blocks[1].ops == []
+    serv = empty.global_block().ops[0]
+    assert [b.idx for b in serv.attr("optimize_blocks")] == [1]
+    assert serv.attr("grad_to_block_id") == []
+
+
+def test_pserver_program_carries_the_trainers_distributed_marks():
+    _, _, (trainer, _), [(ps1, _), (ps2, _)] = _transpile(
+        lambda: _fc_net(fluid.optimizer.RMSProp(learning_rate=0.1)))
+    for ps in (ps1, ps2):
+        assert ps._is_distributed
+        assert ps._parameters_on_pservers.distributed_vars == \
+            trainer._parameters_on_pservers.distributed_vars
+    # each record also reads as Fluid's VarDistributed: the blocks of a sliced variable add up
+    on = ps1._parameters_on_pservers
+    for r in on.get_distributed_vars_by_ep(EP1):
+        numel = math.prod(r.slice.shape)
+        if r.is_slice:
+            numel += sum(math.prod(o.slice.shape) for o in on.get_distributed_vars_by_ep(EP2)
+                         if o.origin.name == r.origin.name)
+        assert numel == math.prod(r.origin.shape), r
+    assert {r.vtype for r in on.get_distributed_vars_by_ep(EP2)} == {"Param", "Optimizer"}

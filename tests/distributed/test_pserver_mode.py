@@ -306,7 +306,9 @@ def test_programs_print_verify_and_round_trip():
         lr_block = prog.block(ls.attr("lr_decay_block_id"))
         assert [op.type for op in lr_block.ops] == ["increment", "exponential_decay_lr"]
         blocks_of[ep] = [g.split(":")[0] for g in ls.attr("grad_to_block_id")]
-        for blk in ls.attr("optimize_blocks"):
+        # as Fluid lists them: the LR block first, then one block per parameter block
+        assert ls.attr("optimize_blocks")[0].idx == lr_block.idx
+        for blk in ls.attr("optimize_blocks")[1:]:
             types = [op.type for op in blk.ops]
             assert types[:2] == ["sum", "scale"] and "adam" in types
             assert blk.ops[1].attr("scale") == 0.5

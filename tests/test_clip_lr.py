@@ -249,8 +249,16 @@ def test_schedules_share_one_counter_and_roles():
         L.exponential_decay(0.1, 10, 0.5)
         L.piecewise_decay([3], [0.1, 0.01])
     ops = main.global_block().ops
-    assert [op.type for op in ops] == ["increment", "exponential_decay_lr", "piecewise_decay_lr"]
+    types = [op.type for op in ops]
+    # one counter; piecewise_decay is Fluid's Switch over the float32 step
+    assert types[:2] == ["increment", "exponential_decay_lr"] and types.count("increment") == 1
+    assert types[2:] == ["cast", "fill_constant", "fill_constant", "less_than", "logical_not",
+                         "conditional_block", "fill_constant", "conditional_block"]
     assert all(op.attr("op_role") == OpRole.LRSched for op in ops)
+    for op in ops:  # the ops of the Switch's cases too
+        if op.type == "conditional_block":
+            assert [o.type for o in op.attr("sub_block").ops] == ["assign"]
+            assert all(o.attr("op_role") == OpRole.LRSched for o in op.attr("sub_block").ops)
     counter = main.global_block().var("@LR_DECAY_COUNTER@")
     assert counter.persistable and counter.dtype == "int64"
     assert main.clone(for_test=True).global_block().ops == []

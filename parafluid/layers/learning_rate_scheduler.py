@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import unique_name
 from ..framework import Variable, default_main_program, in_dygraph_mode
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
@@ -194,9 +195,30 @@ def piecewise_decay(boundaries: list[int], values: list[float]) -> Variable:
                          f"got {len(boundaries)} boundaries and {len(values)} values")
     if any(b2 < b1 for b1, b2 in zip(boundaries, boundaries[1:])):
         raise ValueError(f"piecewise_decay: boundaries must be increasing, got {boundaries}")
-    return _schedule("piecewise_decay_lr", None,
-                     {"boundaries": [float(b) for b in boundaries],
-                      "values": [float(v) for v in values]})
+    # Fluid's program: the float32 step, then a Switch assigning values[i] to a persistable
+    # rate in the first case with step < boundaries[i] (its conditional_block sub-blocks go
+    # to the pservers with the LR block)
+    from . import control_flow, tensor
+
+    program = default_main_program()
+    with program._lr_schedule_guard():
+        step = tensor.cast(_decay_step_counter(), "float32")
+        name = "learning_rate"
+        if program.global_block().has_var(name):
+            name = unique_name.generate(name)
+        lr = tensor.create_global_var(shape=[1], value=0.0, dtype="float32", persistable=True,
+                                      name=name)
+        with control_flow.Switch() as switch:
+            for boundary, value in zip(boundaries, values):
+                boundary_val = tensor.fill_constant(shape=[1], dtype="float32",
+                                                    value=float(boundary), force_cpu=True)
+                value_var = tensor.fill_constant(shape=[1], dtype="float32", value=float(value))
+                with switch.case(step < boundary_val):
+                    tensor.assign(value_var, lr)
+            last_value = tensor.fill_constant(shape=[1], dtype="float32", value=float(values[-1]))
+            with switch.default():
+                tensor.assign(last_value, lr)
+    return lr
 
 
 def noam_decay(d_model: float, warmup_steps: int,

@@ -296,3 +296,33 @@ def test_pserver_program_carries_the_trainers_distributed_marks():
                          if o.origin.name == r.origin.name)
         assert numel == math.prod(r.origin.shape), r
     assert {r.vtype for r in on.get_distributed_vars_by_ep(EP2)} == {"Param", "Optimizer"}
+
+
+def test_piecewise_decay_switch_runs_in_the_pserver_lr_block_with_its_sub_blocks():
+    def net():
+        _fc_net(fluid.optimizer.Momentum(
+            learning_rate=fluid.layers.piecewise_decay([10, 20], [1.0, 0.5, 0.1]),
+            momentum=0.9, regularization=fluid.regularizer.L2Decay(1e-4)))
+    _, _, (trainer, _), [(ps1, start1), _] = _transpile(net)
+    serv = ps1.global_block().ops[0]
+    lr_idx = serv.attr("lr_decay_block_id")
+    assert lr_idx == 1 and serv.attr("optimize_blocks")[0].idx == 1
+    assert _types(ps1.blocks[1]) == [
+        "increment", "cast", "fill_constant", "fill_constant", "less_than", "logical_not",
+        "conditional_block", "fill_constant", "fill_constant", "less_than", "logical_not",
+        "logical_and", "logical_and", "conditional_block", "fill_constant",
+        "conditional_block"]
+    # each case's block is cloned right after the LR block, a child of it, as Fluid does
+    conds = [op for op in ps1.blocks[1].ops if op.type == "conditional_block"]
+    assert [op.attr("sub_block").idx for op in conds] == [2, 3, 4]
+    for op in conds:
+        sub = op.attr("sub_block")
+        assert sub.program is ps1 and sub.parent_idx == 1 and _types(sub) == ["assign"]
+    # then the parameter blocks: merge, average, L2 decay, update
+    assert [b.idx for b in serv.attr("optimize_blocks")[1:]] == [5, 6]
+    for b in serv.attr("optimize_blocks")[1:]:
+        assert _types(b) == ["sum", "scale", "scale", "sum", "momentum"]
+    # the pserver initializes the decayed rate and the step counter
+    inits = {n for op in start1.global_block().ops for n in op.output_arg_names}
+    assert {"learning_rate", "@LR_DECAY_COUNTER@"} <= inits
+    assert "conditional_block" not in _types(trainer.global_block())

@@ -472,3 +472,10 @@ def test_async_mode_with_an_lr_decay_and_two_trainers_trains():
     # judged by the trainer that finished with the most updates applied
     after = min(ps_job.evaluate(results[t]["final"]) for t in (0, 1))
     assert after < 0.8 * before, (after, before)
+
+
+@pytest.mark.timeout(120)
+def test_sync_2x2_with_a_piecewise_schedule_equals_one_process():
+    # the LR block holds Fluid's Switch: its conditional_blocks run their cloned sub-blocks
+    results = _job("momentum", lr_decay="piecewise")
+    _check_equal_to_one_process(results, "momentum", lr_decay="piecewise")

@@ -250,9 +250,11 @@ def test_schedules_share_one_counter_and_roles():
         L.piecewise_decay([3], [0.1, 0.01])
     ops = main.global_block().ops
     types = [op.type for op in ops]
-    # one counter; piecewise_decay is Fluid's Switch over the float32 step
-    assert types[:2] == ["increment", "exponential_decay_lr"] and types.count("increment") == 1
-    assert types[2:] == ["cast", "fill_constant", "fill_constant", "less_than", "logical_not",
+    # one counter, Fluid 1.6's ops: exponential_decay is scalar arithmetic on the float32
+    # step, piecewise_decay a Switch over it
+    assert types[:6] == ["increment", "cast", "scale", "fill_constant", "elementwise_pow",
+                         "scale"] and types.count("increment") == 1
+    assert types[6:] == ["cast", "fill_constant", "fill_constant", "less_than", "logical_not",
                          "conditional_block", "fill_constant", "conditional_block"]
     assert all(op.attr("op_role") == OpRole.LRSched for op in ops)
     for op in ops:  # the ops of the Switch's cases too

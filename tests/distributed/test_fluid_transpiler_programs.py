@@ -326,3 +326,31 @@ def test_piecewise_decay_switch_runs_in_the_pserver_lr_block_with_its_sub_blocks
     inits = {n for op in start1.global_block().ops for n in op.output_arg_names}
     assert {"learning_rate", "@LR_DECAY_COUNTER@"} <= inits
     assert "conditional_block" not in _types(trainer.global_block())
+
+
+def test_exponential_decay_runs_in_the_pserver_lr_block_as_fluid_16_ops():
+    # Fluid 1.6's layer divides the float32 step by a number (a scale op), floors it, raises
+    # the decay rate to it and scales by the base rate
+    _, _, (trainer, _), [(ps1, _), _] = _transpile(lambda: _fc_net(fluid.optimizer.SGD(
+        learning_rate=fluid.layers.exponential_decay(learning_rate=1.0, decay_steps=2100,
+                                                     decay_rate=0.1, staircase=True))))
+    lr_block = ps1.blocks[1]
+    assert _types(lr_block) == ["increment", "cast", "scale", "floor", "fill_constant",
+                                "elementwise_pow", "scale"]
+    assert lr_block.ops[2].attr("scale") == pytest.approx(1 / 2100)
+    assert lr_block.ops[4].attr("value") == pytest.approx(0.1)
+    assert len(ps1.blocks) == 4  # the LR block, then one block per parameter block
+    assert not {"increment", "elementwise_pow"} & set(_types(trainer.global_block()))
+
+
+def test_linear_warmup_switch_blocks_follow_the_lr_block_on_the_pserver():
+    def net():
+        _fc_net(fluid.optimizer.SGD(learning_rate=fluid.layers.linear_lr_warmup(
+            0.1, warmup_steps=5, start_lr=0.0, end_lr=0.1)))
+    _, _, _, [(ps1, start1), _] = _transpile(net)
+    conds = [op for op in ps1.blocks[1].ops if op.type == "conditional_block"]
+    assert [op.attr("sub_block").idx for op in conds] == [2, 3]
+    assert _types(conds[0].attr("sub_block")) == ["scale", "scale", "scale", "assign"]
+    assert _types(conds[1].attr("sub_block")) == ["fill_constant", "assign"]
+    inits = {n for op in start1.global_block().ops for n in op.output_arg_names}
+    assert "learning_rate_warmup" in inits

@@ -280,7 +280,7 @@ def test_programs_print_verify_and_round_trip():
     t.transpile(1, program=main, startup_program=startup, pservers=eps, trainers=2)
     text = str(main)
     types = [op.type for op in main.global_block().ops]
-    assert "adam" not in types and "exponential_decay_lr" not in types
+    assert "adam" not in types and "increment" not in types and "elementwise_pow" not in types
     assert types.count("send") == 4 and types.count("recv") == 4
     assert types[-3:] == ["recv", "fetch_barrier", "concat"]
     assert types.index("send_barrier") > max(i for i, x in enumerate(types) if x == "send")
@@ -304,7 +304,8 @@ def test_programs_print_verify_and_round_trip():
         ls, = prog.global_block().ops
         assert ls.type == "listen_and_serv" and ls.attr("Fanin") == 2 and ls.attr("sync_mode")
         lr_block = prog.block(ls.attr("lr_decay_block_id"))
-        assert [op.type for op in lr_block.ops] == ["increment", "exponential_decay_lr"]
+        assert [op.type for op in lr_block.ops] == ["increment", "cast", "scale", "fill_constant",
+                                                    "elementwise_pow", "scale"]
         blocks_of[ep] = [g.split(":")[0] for g in ls.attr("grad_to_block_id")]
         # as Fluid lists them: the LR block first, then one block per parameter block
         assert ls.attr("optimize_blocks")[0].idx == lr_block.idx

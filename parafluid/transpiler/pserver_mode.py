@@ -35,7 +35,7 @@ Example (what the pserver of a 2 x 2 job runs)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..distributed.endpoints import parse_endpoints
@@ -201,8 +201,10 @@ class PServerTranspile:
                 continue  # no optimizer op updates it (e.g. trainable=False downstream)
             var = block.var(param)
             if param in tables:
-                # one shard of whole rows per pserver, in pserver order
-                blocks = slice_variable(param, var.shape, len(self.eps), 1)
+                # one shard of whole rows per pserver, in pserver order; each pserver calls
+                # its shard by the table's own name, as Fluid's
+                blocks = [replace(b, name=param)
+                          for b in slice_variable(param, var.shape, len(self.eps), 1)]
                 plans.append(_ParamPlan(param, grad, tuple(var.shape), var.dtype, blocks,
                                         self.eps[:len(blocks)], table=True, sparse=True))
                 continue

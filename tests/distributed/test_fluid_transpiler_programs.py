@@ -163,9 +163,15 @@ def test_no_distributed_table_is_marked_as_none():
 
 
 def test_distributed_table_slices_have_ceil_rows_per_pserver():
-    t, _, _, [(pserver, _), _] = _transpile(lambda: _table_net(True))
-    rows = pserver.global_block().vars[t.table_name + ".block0"].shape[0]
+    t, _, (trainer, _), pservers = _transpile(lambda: _table_net(True))
+    # each pserver holds its shard under the table's own name, as Fluid's
+    for (pserver, _), rows in zip(pservers, (500, 500)):
+        assert pserver.global_block().vars[t.table_name].shape == (rows, 64)
     assert rows == math.ceil(1000 / 2)
+    lookup = next(op for op in trainer.global_block().ops
+                  if op.type == "distributed_lookup_table")
+    assert lookup.attr("table_names") == ["shared_w", "shared_w"]
+    assert lookup.attr("epmap") == [EP1, EP2] and lookup.attr("height_sections") == [500, 500]
 
 
 def test_parameters_on_pservers_say_where_each_block_lives():

@@ -28,7 +28,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["ProgramMeta", "NODE_KINDS", "VarsDistributed", "DISTRIBUTED_VAR_KEYS"]
 
@@ -108,6 +108,48 @@ DISTRIBUTED_VAR_KEYS = ("origin", "origin_shape", "slice", "slice_shape", "is_sl
                         "block_id", "offset", "vtype", "endpoint")
 
 
+class VarStruct(NamedTuple):
+    """One side of a distributed record as Fluid's ``VarDistributed`` shows it: a name and a
+    shape."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+class VarDistributed(dict):
+    """A record of ``ProgramMeta.parameters_on_pservers`` (keys ``DISTRIBUTED_VAR_KEYS``),
+    also read as Fluid's ``VarDistributed``: ``r.origin`` / ``r.slice`` have ``.name`` and
+    ``.shape``; ``r.is_slice``, ``r.block_id``, ``r.offset``, ``r.vtype``, ``r.endpoint``."""
+
+    @property
+    def origin(self) -> VarStruct:
+        return VarStruct(self["origin"], tuple(self["origin_shape"]))
+
+    @property
+    def slice(self) -> VarStruct:
+        return VarStruct(self["slice"], tuple(self["slice_shape"]))
+
+    @property
+    def is_slice(self) -> bool:
+        return bool(self["is_slice"])
+
+    @property
+    def block_id(self) -> int:
+        return int(self["block_id"])
+
+    @property
+    def offset(self) -> int:
+        return int(self["offset"])
+
+    @property
+    def vtype(self) -> str:
+        return str(self["vtype"])
+
+    @property
+    def endpoint(self) -> str:
+        return str(self["endpoint"])
+
+
 class VarsDistributed:
     """Fluid's ``Program._parameters_on_pservers``: which pserver holds which block of each
     parameter and of its optimizer state, over ``ProgramMeta.parameters_on_pservers``.
@@ -120,7 +162,7 @@ class VarsDistributed:
     """
 
     def __init__(self, records: list[dict[str, Any]]) -> None:
-        self.distributed_vars = records
+        self.distributed_vars = [VarDistributed(r) for r in records]
 
     def get_distributed_var_by_slice(self, var_name: str) -> dict[str, Any] | None:
         return next((r for r in self.distributed_vars if r["slice"] == var_name), None)

@@ -249,8 +249,18 @@ def test_schedules_share_one_counter_and_roles():
         L.exponential_decay(0.1, 10, 0.5)
         L.piecewise_decay([3], [0.1, 0.01])
     ops = main.global_block().ops
-    assert [op.type for op in ops] == ["increment", "exponential_decay_lr", "piecewise_decay_lr"]
+    types = [op.type for op in ops]
+    # one counter, Fluid 1.6's ops: exponential_decay is scalar arithmetic on the float32
+    # step, piecewise_decay a Switch over it
+    assert types[:6] == ["increment", "cast", "scale", "fill_constant", "elementwise_pow",
+                         "scale"] and types.count("increment") == 1
+    assert types[6:] == ["cast", "fill_constant", "fill_constant", "less_than", "logical_not",
+                         "conditional_block", "fill_constant", "conditional_block"]
     assert all(op.attr("op_role") == OpRole.LRSched for op in ops)
+    for op in ops:  # the ops of the Switch's cases too
+        if op.type == "conditional_block":
+            assert [o.type for o in op.attr("sub_block").ops] == ["assign"]
+            assert all(o.attr("op_role") == OpRole.LRSched for o in op.attr("sub_block").ops)
     counter = main.global_block().var("@LR_DECAY_COUNTER@")
     assert counter.persistable and counter.dtype == "int64"
     assert main.clone(for_test=True).global_block().ops == []

@@ -320,9 +320,10 @@ class Switch:
             run = condition
             self.pre_not_conditions.append(logical_not(condition))
         else:
+            # Fluid's op order: not(cond), and(before, not cond), and(before, cond)
             before = self.pre_not_conditions[-1]
-            run = logical_and(before, condition)
             self.pre_not_conditions.append(logical_and(before, logical_not(condition)))
+            run = logical_and(before, condition)
         return ConditionalBlock([run], is_scalar_condition=True).block()
 
     def default(self) -> _SubBlockGuard:

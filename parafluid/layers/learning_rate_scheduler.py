@@ -14,12 +14,15 @@ DistributeTranspiler moves them to the parameter servers.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from .. import unique_name
 from ..framework import Variable, default_main_program, in_dygraph_mode
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
 from . import learning_rate_decay
+from .nn import _simple
 
 __all__ = ["exponential_decay", "natural_exp_decay", "inverse_time_decay", "polynomial_decay",
            "piecewise_decay", "noam_decay", "cosine_decay", "linear_lr_warmup",
@@ -72,22 +75,53 @@ def _check_positive(layer: str, **values: Any) -> None:
             raise ValueError(f"{layer}: {name} must be a positive number, got {v!r}")
 
 
-def _schedule(op_type: str, learning_rate: Any, attrs: dict[str, Any],
-              begin: int = 0) -> Variable:
-    """Append ``op_type`` reading the decay counter (and a Variable base rate, if given)."""
-    program = default_main_program()
-    with program._lr_schedule_guard():
-        step = _decay_step_counter(begin)
-        helper = LayerHelper(op_type)
-        inputs: dict[str, Any] = {"Step": [step]}
-        if isinstance(learning_rate, Variable):
-            inputs["LearningRate"] = [learning_rate]
-        elif learning_rate is not None:
-            attrs = {"learning_rate": float(learning_rate), **attrs}
-        dtype = learning_rate.dtype if isinstance(learning_rate, Variable) else "float32"
-        out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
-        helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
-    return out
+# NOTE: the schedules build Fluid 1.6's programs op for op (its layers write them with
+# Variable operators: a Python number next to a Variable is a ``scale`` op, a number raised to
+# a Variable's power a ``fill_constant`` then ``elementwise_pow``), so a transpiled program
+# and a saved one hold the ops Fluid's hold. The helpers below emit what those operators emit.
+
+
+def _float_step(begin: int = 0) -> Variable:
+    """The decay counter as float32 (Fluid's ``_decay_step_counter``: increment, cast)."""
+    from .tensor import cast
+
+    return cast(_decay_step_counter(begin), "float32")
+
+
+def _scale(x: Variable, scale: float, bias: float = 0.0) -> Variable:
+    return _simple("scale", {"X": [x]}, {"scale": float(scale), "bias": float(bias)})
+
+
+def _const(value: float, dtype: Any = "float32") -> Variable:
+    from .tensor import fill_constant
+
+    return fill_constant(shape=[1], dtype=dtype, value=float(value))
+
+
+def _binary(op_type: str, x: Variable, y: Variable) -> Variable:
+    return _simple(op_type, {"X": [x], "Y": [y]}, {"axis": -1})
+
+
+def _times(factor: float | Variable, x: Variable) -> Variable:
+    """``factor * x``: a Variable factor multiplies, a number scales."""
+    if isinstance(factor, Variable):
+        return _binary("elementwise_mul", factor, x)
+    return _scale(x, float(factor))
+
+
+def _global_rate(name: str, dtype: Any) -> Variable:
+    """The persistable rate a Switch assigns (Fluid names it ``name``)."""
+    from .tensor import create_global_var
+
+    if default_main_program().global_block().has_var(name):
+        name = unique_name.generate(name)
+    return create_global_var(shape=[1], value=0.0, dtype=dtype, persistable=True, name=name)
+
+
+def _ops() -> Any:
+    from . import ops
+
+    return ops
 
 
 def _imperative(name: str, *args: Any) -> Any:
@@ -114,9 +148,11 @@ def exponential_decay(learning_rate: float | Variable, decay_steps: int, decay_r
                            staircase)
     _check_lr("exponential_decay", learning_rate)
     _check_positive("exponential_decay", decay_steps=decay_steps, decay_rate=decay_rate)
-    return _schedule("exponential_decay_lr", learning_rate,
-                     {"decay_steps": decay_steps, "decay_rate": float(decay_rate),
-                      "staircase": bool(staircase)})
+    with default_main_program()._lr_schedule_guard():
+        div = _scale(_float_step(), 1.0 / decay_steps)
+        if staircase:
+            div = _ops().floor(div)
+        return _times(learning_rate, _binary("elementwise_pow", _const(decay_rate), div))
 
 
 def natural_exp_decay(learning_rate: float | Variable, decay_steps: int, decay_rate: float,
@@ -132,9 +168,11 @@ def natural_exp_decay(learning_rate: float | Variable, decay_steps: int, decay_r
                            staircase)
     _check_lr("natural_exp_decay", learning_rate)
     _check_positive("natural_exp_decay", decay_steps=decay_steps)
-    return _schedule("natural_exp_decay_lr", learning_rate,
-                     {"decay_steps": decay_steps, "decay_rate": float(decay_rate),
-                      "staircase": bool(staircase)})
+    with default_main_program()._lr_schedule_guard():
+        div = _scale(_float_step(), 1.0 / decay_steps)
+        if staircase:
+            div = _ops().floor(div)
+        return _times(learning_rate, _ops().exp(_scale(div, -1 * decay_rate)))
 
 
 def inverse_time_decay(learning_rate: float | Variable, decay_steps: int, decay_rate: float,
@@ -150,9 +188,13 @@ def inverse_time_decay(learning_rate: float | Variable, decay_steps: int, decay_
                            staircase)
     _check_lr("inverse_time_decay", learning_rate)
     _check_positive("inverse_time_decay", decay_steps=decay_steps)
-    return _schedule("inverse_time_decay_lr", learning_rate,
-                     {"decay_steps": decay_steps, "decay_rate": float(decay_rate),
-                      "staircase": bool(staircase)})
+    with default_main_program()._lr_schedule_guard():
+        div = _scale(_float_step(), 1.0 / decay_steps)
+        if staircase:
+            div = _ops().floor(div)
+        denom = _scale(_scale(div, decay_rate), 1.0, 1.0)
+        lr = learning_rate if isinstance(learning_rate, Variable) else _const(learning_rate)
+        return _binary("elementwise_div", lr, denom)
 
 
 def polynomial_decay(learning_rate: float | Variable, decay_steps: int,
@@ -173,9 +215,29 @@ def polynomial_decay(learning_rate: float | Variable, decay_steps: int,
                            power, cycle)
     _check_lr("polynomial_decay", learning_rate)
     _check_positive("polynomial_decay", decay_steps=decay_steps)
-    return _schedule("polynomial_decay_lr", learning_rate,
-                     {"decay_steps": decay_steps, "end_learning_rate": float(end_learning_rate),
-                      "power": float(power), "cycle": bool(cycle)})
+    from . import control_flow, index
+    from .nn import elementwise_min
+    from .tensor import assign
+
+    with default_main_program()._lr_schedule_guard():
+        step = _float_step()
+        if cycle:
+            div = _ops().ceil(_scale(step, 1.0 / decay_steps))
+            zero, one = _const(0.0), _const(1.0)
+            with control_flow.Switch() as switch:
+                with switch.case(index.equal(step, zero)):
+                    assign(one, div)
+            steps: float | Variable = _scale(div, decay_steps)
+        else:
+            step = elementwise_min(x=step, y=_const(decay_steps))
+            steps = decay_steps
+        # Python evaluates the left factor first: a Variable rate's op comes first
+        factor = _scale(learning_rate, 1.0, -end_learning_rate) \
+            if isinstance(learning_rate, Variable) else learning_rate - end_learning_rate
+        ratio = _binary("elementwise_div", step, steps) if isinstance(steps, Variable) \
+            else _scale(step, 1.0 / steps)
+        decayed = _binary("elementwise_pow", _scale(ratio, -1.0, 1.0), _const(power))
+        return _scale(_times(factor, decayed), 1.0, end_learning_rate)
 
 
 def piecewise_decay(boundaries: list[int], values: list[float]) -> Variable:
@@ -194,9 +256,30 @@ def piecewise_decay(boundaries: list[int], values: list[float]) -> Variable:
                          f"got {len(boundaries)} boundaries and {len(values)} values")
     if any(b2 < b1 for b1, b2 in zip(boundaries, boundaries[1:])):
         raise ValueError(f"piecewise_decay: boundaries must be increasing, got {boundaries}")
-    return _schedule("piecewise_decay_lr", None,
-                     {"boundaries": [float(b) for b in boundaries],
-                      "values": [float(v) for v in values]})
+    # Fluid's program: the float32 step, then a Switch assigning values[i] to a persistable
+    # rate in the first case with step < boundaries[i] (its conditional_block sub-blocks go
+    # to the pservers with the LR block)
+    from . import control_flow, tensor
+
+    program = default_main_program()
+    with program._lr_schedule_guard():
+        step = tensor.cast(_decay_step_counter(), "float32")
+        name = "learning_rate"
+        if program.global_block().has_var(name):
+            name = unique_name.generate(name)
+        lr = tensor.create_global_var(shape=[1], value=0.0, dtype="float32", persistable=True,
+                                      name=name)
+        with control_flow.Switch() as switch:
+            for boundary, value in zip(boundaries, values):
+                boundary_val = tensor.fill_constant(shape=[1], dtype="float32",
+                                                    value=float(boundary), force_cpu=True)
+                value_var = tensor.fill_constant(shape=[1], dtype="float32", value=float(value))
+                with switch.case(step < boundary_val):
+                    tensor.assign(value_var, lr)
+            last_value = tensor.fill_constant(shape=[1], dtype="float32", value=float(values[-1]))
+            with switch.default():
+                tensor.assign(last_value, lr)
+    return lr
 
 
 def noam_decay(d_model: float, warmup_steps: int,
@@ -216,8 +299,17 @@ def noam_decay(d_model: float, warmup_steps: int,
         return _imperative("NoamDecay", d_model, warmup_steps)
     _check_lr("noam_decay", learning_rate)
     _check_positive("noam_decay", d_model=d_model, warmup_steps=warmup_steps)
-    return _schedule("noam_decay_lr", learning_rate,
-                     {"d_model": float(d_model), "warmup_steps": warmup_steps}, begin=1)
+    from .nn import elementwise_min
+
+    with default_main_program()._lr_schedule_guard():
+        step = _float_step(1)
+        a = _binary("elementwise_pow", step, _const(-0.5))
+        b = _scale(step, warmup_steps ** -1.5)
+        if isinstance(learning_rate, Variable):
+            factor: float | Variable = _scale(learning_rate, d_model ** -0.5)
+        else:
+            factor = learning_rate * d_model ** -0.5
+        return _times(factor, elementwise_min(a, b))
 
 
 def cosine_decay(learning_rate: float | Variable, step_each_epoch: int,
@@ -233,8 +325,12 @@ def cosine_decay(learning_rate: float | Variable, step_each_epoch: int,
         return _imperative("CosineDecay", learning_rate, step_each_epoch, epochs)
     _check_lr("cosine_decay", learning_rate)
     _check_positive("cosine_decay", step_each_epoch=step_each_epoch, epochs=epochs)
-    return _schedule("cosine_decay_lr", learning_rate,
-                     {"step_each_epoch": step_each_epoch, "epochs": epochs})
+    with default_main_program()._lr_schedule_guard():
+        epoch = _ops().floor(_scale(_float_step(), 1.0 / step_each_epoch))
+        factor = _scale(learning_rate, 0.5) if isinstance(learning_rate, Variable) \
+            else learning_rate * 0.5
+        cos = _ops().cos(_scale(_scale(epoch, math.pi), 1.0 / epochs))
+        return _times(factor, _scale(cos, 1.0, 1.0))
 
 
 def linear_lr_warmup(learning_rate: float | Variable, warmup_steps: int, start_lr: float,
@@ -254,9 +350,23 @@ def linear_lr_warmup(learning_rate: float | Variable, warmup_steps: int, start_l
                                   "(its step() returns the rate of step self.step_num)")
     _check_lr("linear_lr_warmup", learning_rate)
     _check_positive("linear_lr_warmup", warmup_steps=warmup_steps)
-    return _schedule("linear_warmup_lr", learning_rate,
-                     {"warmup_steps": warmup_steps, "start_lr": float(start_lr),
-                      "end_lr": float(end_lr)})
+    from . import control_flow, index
+    from .tensor import assign
+
+    dtype = learning_rate.dtype if isinstance(learning_rate, Variable) else "float32"
+    with default_main_program()._lr_schedule_guard():
+        lr = _global_rate("learning_rate_warmup", dtype)
+        step = _float_step()
+        with control_flow.Switch() as switch:
+            with switch.case(index.less_than(step, _const(warmup_steps))):
+                ramp = _scale(_scale(_scale(step, 1.0 / float(warmup_steps)),
+                                     float(end_lr) - float(start_lr)), 1.0, float(start_lr))
+                assign(ramp, lr)
+            with switch.default():
+                after = learning_rate if isinstance(learning_rate, Variable) \
+                    else _const(learning_rate, dtype)
+                assign(after, lr)
+    return lr
 
 
 def __getattr__(name: str) -> object:

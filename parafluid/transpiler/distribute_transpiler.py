@@ -198,6 +198,13 @@ class DistributeTranspiler:
         # the job's pservers: a pserver whose barrier times out pings the others to name a
         # dead one (listen_and_serv reads them here)
         prog.meta.pserver_endpoints = list(self._pserver().eps)
+        # Fluid copies the trainer program's distributed marks onto the pserver program
+        # (Program._copy_dist_param_info_from), _parameters_on_pservers included
+        trainer = self.origin_program.meta
+        prog.meta.is_distributed = trainer.is_distributed
+        prog.meta.is_chief = trainer.is_chief
+        prog.meta.distributed_lookup_table = trainer.distributed_lookup_table
+        prog.meta.parameters_on_pservers = [dict(r) for r in trainer.parameters_on_pservers]
         return prog
 
     def get_pserver_programs(self, endpoint: str) -> tuple[Any, Any]:

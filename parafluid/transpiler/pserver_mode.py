@@ -35,11 +35,11 @@ Example (what the pserver of a 2 x 2 job runs)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..distributed.endpoints import parse_endpoints
-from ..framework import OpRole, Program
+from ..framework import Block, OpRole, Program
 from ..ops.rpc import trainer_suffix
 from ..passes.grad_aggregation import find_params_grads
 from ..placement import NODE_ATTR, place_of
@@ -80,6 +80,22 @@ class _ParamPlan:
 
     def grad_block(self, i: int) -> str:
         return f"{self.grad}.block{i}" if self.sliced else self.grad
+
+
+def _clone_sub_block(prog: Program, block: Block, parent_idx: int) -> Block:
+    """A copy of ``block`` (vars, ops, nested sub-blocks) as a new child of ``parent_idx``."""
+    current = prog.current_block_idx
+    new = prog._create_block(parent_idx)
+    for var in block.vars.values():
+        new.create_var(name=var.name, shape=var.shape, dtype=var.dtype, type=var.type,
+                       lod_level=var.lod_level, persistable=var.persistable)
+    for op in block.ops:
+        attrs = dict(op.attrs)
+        if isinstance(attrs.get("sub_block"), Block):
+            attrs["sub_block"] = _clone_sub_block(prog, attrs["sub_block"], new.idx)
+        new.append_op(op.type, inputs=dict(op.inputs), outputs=dict(op.outputs), attrs=attrs)
+    prog.current_block_idx = current
+    return new
 
 
 class PServerTranspile:
@@ -185,8 +201,10 @@ class PServerTranspile:
                 continue  # no optimizer op updates it (e.g. trainable=False downstream)
             var = block.var(param)
             if param in tables:
-                # one shard of whole rows per pserver, in pserver order
-                blocks = slice_variable(param, var.shape, len(self.eps), 1)
+                # one shard of whole rows per pserver, in pserver order; each pserver calls
+                # its shard by the table's own name, as Fluid's
+                blocks = [replace(b, name=param)
+                          for b in slice_variable(param, var.shape, len(self.eps), 1)]
                 plans.append(_ParamPlan(param, grad, tuple(var.shape), var.dtype, blocks,
                                         self.eps[:len(blocks)], table=True, sparse=True))
                 continue
@@ -475,10 +493,18 @@ class PServerTranspile:
             for op in lr_ops:
                 for name in op.input_arg_names + op.output_arg_names:
                     ov = origin.var(name)
+                    if ov.type != "lod_tensor":  # a conditional_block's scope
+                        gb.create_var(name=name, type=ov.type)
+                        continue
                     # the LR value must outlive the LR block's run: persistable here
-                    declare(name, name, ov.shape, True, None)
+                    declare(name, name, ov.shape or (), True, None)
+                # Fluid appends each op's sub-block (a piecewise schedule's Switch) right
+                # after the op, as a child of the LR block
+                attrs = dict(op.attrs)
+                if isinstance(attrs.get("sub_block"), Block):
+                    attrs["sub_block"] = _clone_sub_block(prog, attrs["sub_block"], sub.idx)
                 sub.append_op(op.type, inputs=dict(op.inputs), outputs=dict(op.outputs),
-                              attrs=dict(op.attrs))
+                              attrs=attrs)
             prog._rollback()
             lr_block_idx = sub.idx
 
@@ -518,6 +544,14 @@ class PServerTranspile:
                 prog._rollback()
                 opt_blocks.append(sub)
                 grad_to_block.append(f"{gname}:{sub.idx}")
+        if lr_block_idx >= 0:
+            # Fluid lists the LR block first among the optimize blocks
+            opt_blocks.insert(0, prog.block(lr_block_idx))
+        if not opt_blocks:
+            # a pserver that holds no parameter block still gets one (empty) optimize block,
+            # as Fluid gives it
+            opt_blocks.append(prog._create_block(0))
+            prog._rollback()
         gb.append_op("listen_and_serv",
                      attrs={"endpoint": endpoint, "Fanin": self.trainers,
                             "sync_mode": self.sync, "optimize_blocks": opt_blocks,

@@ -163,9 +163,15 @@ def test_no_distributed_table_is_marked_as_none():
 
 
 def test_distributed_table_slices_have_ceil_rows_per_pserver():
-    t, _, _, [(pserver, _), _] = _transpile(lambda: _table_net(True))
-    rows = pserver.global_block().vars[t.table_name + ".block0"].shape[0]
+    t, _, (trainer, _), pservers = _transpile(lambda: _table_net(True))
+    # each pserver holds its shard under the table's own name, as Fluid's
+    for (pserver, _), rows in zip(pservers, (500, 500)):
+        assert pserver.global_block().vars[t.table_name].shape == (rows, 64)
     assert rows == math.ceil(1000 / 2)
+    lookup = next(op for op in trainer.global_block().ops
+                  if op.type == "distributed_lookup_table")
+    assert lookup.attr("table_names") == ["shared_w", "shared_w"]
+    assert lookup.attr("epmap") == [EP1, EP2] and lookup.attr("height_sections") == [500, 500]
 
 
 def test_parameters_on_pservers_say_where_each_block_lives():
@@ -257,3 +263,100 @@ def test_l2_decay_and_clip_by_value_run_on_the_pserver_in_fluids_order():
     # fc_w's block: average, clip (Fluid 1.6's "clip" op), then the decay, then the update
     assert _types(pserver.blocks[2]) == ["sum", "scale", "clip", "scale", "sum", "sgd"]
     assert not {"clip", "sgd"} & set(_types(trainer.global_block()))
+
+
+def _one_param_net():
+    x = fluid.layers.data(name="x", shape=[1000], dtype="float32")
+    y_predict = fluid.layers.fc(input=x, size=1000, act=None,
+                                param_attr=fluid.ParamAttr(name="fc_w"), bias_attr=False)
+    y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+    cost = fluid.layers.square_error_cost(input=y_predict, label=y)
+    fluid.optimizer.SGD(learning_rate=1.0).minimize(fluid.layers.mean(cost))
+
+
+def test_a_pserver_holding_no_parameter_gets_one_empty_optimize_block():
+    config = fluid.DistributeTranspilerConfig()
+    config.slice_var_up = False
+    _, _, _, [(ps1, _), (ps2, _)] = _transpile(_one_param_net, config=config)
+    held, empty = (ps1, ps2) if len(ps1.blocks[1].ops) else (ps2, ps1)
+    assert _types(held.blocks[1]) == ["sum", "scale", "sgd"]
+    assert len(empty.blocks) == 2 and empty.blocks[1].ops == []
+    serv = empty.global_block().ops[0]
+    assert [b.idx for b in serv.attr("optimize_blocks")] == [1]
+    assert serv.attr("grad_to_block_id") == []
+
+
+def test_pserver_program_carries_the_trainers_distributed_marks():
+    _, _, (trainer, _), [(ps1, _), (ps2, _)] = _transpile(
+        lambda: _fc_net(fluid.optimizer.RMSProp(learning_rate=0.1)))
+    for ps in (ps1, ps2):
+        assert ps._is_distributed
+        assert ps._parameters_on_pservers.distributed_vars == \
+            trainer._parameters_on_pservers.distributed_vars
+    # each record also reads as Fluid's VarDistributed: the blocks of a sliced variable add up
+    on = ps1._parameters_on_pservers
+    for r in on.get_distributed_vars_by_ep(EP1):
+        numel = math.prod(r.slice.shape)
+        if r.is_slice:
+            numel += sum(math.prod(o.slice.shape) for o in on.get_distributed_vars_by_ep(EP2)
+                         if o.origin.name == r.origin.name)
+        assert numel == math.prod(r.origin.shape), r
+    assert {r.vtype for r in on.get_distributed_vars_by_ep(EP2)} == {"Param", "Optimizer"}
+
+
+def test_piecewise_decay_switch_runs_in_the_pserver_lr_block_with_its_sub_blocks():
+    def net():
+        _fc_net(fluid.optimizer.Momentum(
+            learning_rate=fluid.layers.piecewise_decay([10, 20], [1.0, 0.5, 0.1]),
+            momentum=0.9, regularization=fluid.regularizer.L2Decay(1e-4)))
+    _, _, (trainer, _), [(ps1, start1), _] = _transpile(net)
+    serv = ps1.global_block().ops[0]
+    lr_idx = serv.attr("lr_decay_block_id")
+    assert lr_idx == 1 and serv.attr("optimize_blocks")[0].idx == 1
+    assert _types(ps1.blocks[1]) == [
+        "increment", "cast", "fill_constant", "fill_constant", "less_than", "logical_not",
+        "conditional_block", "fill_constant", "fill_constant", "less_than", "logical_not",
+        "logical_and", "logical_and", "conditional_block", "fill_constant",
+        "conditional_block"]
+    # each case's block is cloned right after the LR block, a child of it, as Fluid does
+    conds = [op for op in ps1.blocks[1].ops if op.type == "conditional_block"]
+    assert [op.attr("sub_block").idx for op in conds] == [2, 3, 4]
+    for op in conds:
+        sub = op.attr("sub_block")
+        assert sub.program is ps1 and sub.parent_idx == 1 and _types(sub) == ["assign"]
+    # then the parameter blocks: merge, average, L2 decay, update
+    assert [b.idx for b in serv.attr("optimize_blocks")[1:]] == [5, 6]
+    for b in serv.attr("optimize_blocks")[1:]:
+        assert _types(b) == ["sum", "scale", "scale", "sum", "momentum"]
+    # the pserver initializes the decayed rate and the step counter
+    inits = {n for op in start1.global_block().ops for n in op.output_arg_names}
+    assert {"learning_rate", "@LR_DECAY_COUNTER@"} <= inits
+    assert "conditional_block" not in _types(trainer.global_block())
+
+
+def test_exponential_decay_runs_in_the_pserver_lr_block_as_fluid_16_ops():
+    # Fluid 1.6's layer divides the float32 step by a number (a scale op), floors it, raises
+    # the decay rate to it and scales by the base rate
+    _, _, (trainer, _), [(ps1, _), _] = _transpile(lambda: _fc_net(fluid.optimizer.SGD(
+        learning_rate=fluid.layers.exponential_decay(learning_rate=1.0, decay_steps=2100,
+                                                     decay_rate=0.1, staircase=True))))
+    lr_block = ps1.blocks[1]
+    assert _types(lr_block) == ["increment", "cast", "scale", "floor", "fill_constant",
+                                "elementwise_pow", "scale"]
+    assert lr_block.ops[2].attr("scale") == pytest.approx(1 / 2100)
+    assert lr_block.ops[4].attr("value") == pytest.approx(0.1)
+    assert len(ps1.blocks) == 4  # the LR block, then one block per parameter block
+    assert not {"increment", "elementwise_pow"} & set(_types(trainer.global_block()))
+
+
+def test_linear_warmup_switch_blocks_follow_the_lr_block_on_the_pserver():
+    def net():
+        _fc_net(fluid.optimizer.SGD(learning_rate=fluid.layers.linear_lr_warmup(
+            0.1, warmup_steps=5, start_lr=0.0, end_lr=0.1)))
+    _, _, _, [(ps1, start1), _] = _transpile(net)
+    conds = [op for op in ps1.blocks[1].ops if op.type == "conditional_block"]
+    assert [op.attr("sub_block").idx for op in conds] == [2, 3]
+    assert _types(conds[0].attr("sub_block")) == ["scale", "scale", "scale", "assign"]
+    assert _types(conds[1].attr("sub_block")) == ["fill_constant", "assign"]
+    inits = {n for op in start1.global_block().ops for n in op.output_arg_names}
+    assert "learning_rate_warmup" in inits

@@ -172,10 +172,10 @@ def test_distributed_lookup_table_programs():
                  for n in op.output("Out")]
     assert not any(n.startswith("emb") for n in recv_outs)
     assert not any("emb" in op.output_arg_names for op in startup.global_block().ops)
-    for ep, first in (("127.0.0.1:6174", 0), ("127.0.0.1:6175", 25)):
+    for ep in ("127.0.0.1:6174", "127.0.0.1:6175"):
         prog, pstartup = t.get_pserver_programs(ep)
         prog.verify()
-        shard = f"emb.block{first // 25}"
+        shard = "emb"  # each pserver holds its rows under the table's own name, as Fluid's
         assert prog.global_block().var(shard).shape == (25, ps_job.EMB)
         # the table's initializer cannot be resized: the whole value is made, then split
         split = next(op for op in pstartup.global_block().ops if op.type == "split")
@@ -280,7 +280,7 @@ def test_programs_print_verify_and_round_trip():
     t.transpile(1, program=main, startup_program=startup, pservers=eps, trainers=2)
     text = str(main)
     types = [op.type for op in main.global_block().ops]
-    assert "adam" not in types and "exponential_decay_lr" not in types
+    assert "adam" not in types and "increment" not in types and "elementwise_pow" not in types
     assert types.count("send") == 4 and types.count("recv") == 4
     assert types[-3:] == ["recv", "fetch_barrier", "concat"]
     assert types.index("send_barrier") > max(i for i, x in enumerate(types) if x == "send")
@@ -304,9 +304,12 @@ def test_programs_print_verify_and_round_trip():
         ls, = prog.global_block().ops
         assert ls.type == "listen_and_serv" and ls.attr("Fanin") == 2 and ls.attr("sync_mode")
         lr_block = prog.block(ls.attr("lr_decay_block_id"))
-        assert [op.type for op in lr_block.ops] == ["increment", "exponential_decay_lr"]
+        assert [op.type for op in lr_block.ops] == ["increment", "cast", "scale", "fill_constant",
+                                                    "elementwise_pow", "scale"]
         blocks_of[ep] = [g.split(":")[0] for g in ls.attr("grad_to_block_id")]
-        for blk in ls.attr("optimize_blocks"):
+        # as Fluid lists them: the LR block first, then one block per parameter block
+        assert ls.attr("optimize_blocks")[0].idx == lr_block.idx
+        for blk in ls.attr("optimize_blocks")[1:]:
             types = [op.type for op in blk.ops]
             assert types[:2] == ["sum", "scale"] and "adam" in types
             assert blk.ops[1].attr("scale") == 0.5
@@ -470,3 +473,10 @@ def test_async_mode_with_an_lr_decay_and_two_trainers_trains():
     # judged by the trainer that finished with the most updates applied
     after = min(ps_job.evaluate(results[t]["final"]) for t in (0, 1))
     assert after < 0.8 * before, (after, before)
+
+
+@pytest.mark.timeout(120)
+def test_sync_2x2_with_a_piecewise_schedule_equals_one_process():
+    # the LR block holds Fluid's Switch: its conditional_blocks run their cloned sub-blocks
+    results = _job("momentum", lr_decay="piecewise")
+    _check_equal_to_one_process(results, "momentum", lr_decay="piecewise")

@@ -2,11 +2,12 @@
 over parafluid's pserver mode and checkpoint files.
 
 A distributed table (``embedding(..., is_sparse=True, is_distributed=True)`` in a program
-transpiled in pserver mode) is cut into shards of whole rows, ``<table>.block<i>`` on pserver
-``i``; the trainer program looks rows up with ``distributed_lookup_table`` ops and never
-holds the table. A pserver-mode checkpoint (``fluid.io.save_persistables`` of the trainer
-program) is one folder: the trainer's ``__variables__.safetensors``, each pserver's
-``pserver_<id>.safetensors`` (its shards and optimizer state) and ``__checkpoint__.json``.
+transpiled in pserver mode) is cut into shards of whole rows, each pserver ``i`` holding its
+shard under the table's own name (as Fluid's); the trainer program looks rows up with
+``distributed_lookup_table`` ops and never holds the table. A pserver-mode checkpoint
+(``fluid.io.save_persistables`` of the trainer program) is one folder: the trainer's
+``__variables__.safetensors``, each pserver's ``pserver_<id>.safetensors`` (its shard and
+optimizer state) and ``__checkpoint__.json``.
 
 - ``convert_dist_to_sparse_program``: the trainer program with local ``lookup_table`` ops
   over the whole table (for inference in one process);
@@ -89,22 +90,25 @@ def convert_dist_to_sparse_program(program: Program) -> Program:
 
 
 def _table_from_shards(dirname: str, table: str) -> torch.Tensor:
-    """The whole table: its shards ``<table>.block<i>`` (or the table itself, unsplit) from
-    the checkpoint's pserver files, each checked against the checkpoint's marker."""
+    """The whole table from the checkpoint's pserver files, each checked against the
+    checkpoint's marker: the shard each pserver holds under the table's own name, in pserver
+    order (as the transpiler names them), or shards ``<table>.block<i>``."""
     pattern = re.compile(rf"^{re.escape(table)}\.block(\d+)$")
     shards: dict[int, torch.Tensor] = {}
-    whole = None
+    by_pserver: dict[int, torch.Tensor] = {}
+    file_id = re.compile(r"^pserver_(\d+)\.safetensors$")
     for path in sorted(glob.glob(os.path.join(dirname, "pserver_*.safetensors"))):
         check_checkpoint_file(dirname, os.path.basename(path))
         tensors, _ = read_tensors(path)
+        fm = file_id.match(os.path.basename(path))
         for name, value in tensors.items():
             m = pattern.match(name)
             if m:
                 shards[int(m.group(1))] = value
             elif name == table:
-                whole = value
-    if whole is not None and not shards:
-        return whole
+                by_pserver[int(fm.group(1)) if fm else len(by_pserver)] = value
+    if by_pserver and not shards:
+        return torch.cat([by_pserver[i] for i in sorted(by_pserver)])
     if not shards or sorted(shards) != list(range(len(shards))):
         raise ValueError(f"load_persistables_for_inference: the pserver files of {dirname} "
                          f"hold shards {sorted(shards)} of table {table!r}; expected "
@@ -165,7 +169,7 @@ def load_persistables_for_increment(dirname: str, executor: Any, program: Progra
 
         prog, pstartup = t.get_pserver_programs(endpoint)
         exe.run(pstartup)
-        fluid.contrib.load_persistables_for_increment("ckpt", exe, prog, "emb.block0",
+        fluid.contrib.load_persistables_for_increment("ckpt", exe, prog, "emb",
                                                       "old_job/pserver_0.safetensors")
     """
     if not os.path.isdir(dirname):

@@ -125,7 +125,21 @@ def _warpctc(ins: dict, attrs: dict, ctx: Any) -> dict:
                                              s_len, nll, log_alpha, blank, False)
     # the kernel's gradient w.r.t. the log-probabilities, through log_softmax to the logits
     grad = grad - torch.exp(log_probs) * grad.sum(-1, keepdim=True)
+    # NOTE: warp-ctc skips a sequence that no alignment fits (its label plus one blank
+    # between each repeated pair needs more steps than it has): loss 0 and zero gradient,
+    # where the alpha recursion alone would give an infinite loss and NaN gradients
+    skip = torch.tensor([_infeasible(targets[i, :s_len[i]], t_len[i]) for i in range(n)],
+                        dtype=torch.bool, device=nll.device)
+    if bool(skip.any()):
+        nll = torch.where(skip, torch.zeros_like(nll), nll)
+        grad = torch.where(skip.reshape(1, n, 1), torch.zeros_like(grad), grad)
     return {"Loss": nll.reshape(n, 1), "WarpCTCGrad": grad}
+
+
+def _infeasible(label: torch.Tensor, steps: int) -> bool:
+    """True when ``label`` cannot be aligned to ``steps`` frames (warp-ctc's test)."""
+    repeats = int((label[1:] == label[:-1]).sum()) if label.numel() > 1 else 0
+    return label.numel() + repeats > steps
 
 
 def _warpctc_grad(ins: dict, attrs: dict, ctx: Any) -> dict:

@@ -36,7 +36,8 @@ def decode_assign_ref(PriorBox, TargetBox, BoxScore, attrs, PriorBoxVar=None):
 ZERO_PRIOR = np.array([[0, 0, 9, 9], [2, 4, 5, 11]], "float64")
 ZERO_DELTAS = np.zeros((2, 8), "float64")
 ZERO_SCORES = np.array([[0.2, 0.8], [0.9, 0.1]], "float64")
-# dx = 1 with variance 0.1 moves the box by 0.1 * width = 1 pixel: prior [0, 0, 9, 9] -> [1, 0, 10, 9]
+# dx = 1 with variance 0.1 moves the box by 0.1 * width = 1 pixel:
+# prior [0, 0, 9, 9] -> [1, 0, 10, 9]
 SHIFT_DELTAS = np.array([[0, 0, 0, 0, 1, 0, 0, 0]], "float64")
 
 BOX_CASES = [

@@ -68,7 +68,8 @@ CTC_CASES = [
            grad_outputs=["Loss"], check=_ctc_grad_check, id="warpctc_label_longer_than_input"),
     OpCase("warpctc", {"Logits": CTC_X, "Label": CTC_Y}, ref=ctc_lod_ref,
            attrs={"norm_by_times": True},  # scales the gradient only, never the loss
-           lod={"Logits": [CTC_OFFS], "Label": [CTC_LABEL_OFFS]}, check=_ctc_grad_check, id="warpctc_label_longer_than_input_norm_by_times"),
+           lod={"Logits": [CTC_OFFS], "Label": [CTC_LABEL_OFFS]}, check=_ctc_grad_check,
+           id="warpctc_label_longer_than_input_norm_by_times"),
     OpCase("warpctc", {"Logits": CTC_PAD_X, "Label": CTC_PAD_Y,
                        "LogitsLength": np.array([3, 2], "int64"),
                        "LabelLength": np.array([2, 2], "int64")}, ref=ctc_pad_ref,

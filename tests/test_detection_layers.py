@@ -132,9 +132,9 @@ def test_focal_loss_polygon_transform_and_decoder_assign_layers():
     assert grad[0, 0] < 0 < grad[1, 0]  # the positive pulls up, the negatives push down
     np.testing.assert_array_equal(quads[0, 0], [[-1, 3, 7], [-1, 3, 7]])
     np.testing.assert_array_equal(quads[0, 1], [[-1, -1, -1], [3, 3, 3]])
-    # Fluid's centre of a pixel box is (x1 + x2) / 2 while its width is x2 - x1 + 1
-    np.testing.assert_allclose(decoded[0, :4], [-0.5, -0.5, 8.5, 8.5], atol=1e-6)
-    np.testing.assert_allclose(assigned[0], [0.5, -0.5, 9.5, 8.5], atol=1e-5)  # class 1
+    # a pixel box is x2 - x1 + 1 wide and centred at x1 + width / 2: zero deltas give it back
+    np.testing.assert_allclose(decoded[0, :4], [0, 0, 9, 9], atol=1e-6)
+    np.testing.assert_allclose(assigned[0], [1, 0, 10, 9], atol=1e-5)  # class 1, 1 px right
 
 
 def test_rpn_proposals_through_fpn_levels_into_roi_align():

@@ -58,7 +58,7 @@ FLUID_LAYER_MODULES: dict[str, tuple[str, ...]] = {
         'npair_loss', 'pixel_shuffle', 'fsp_matrix', 'continuous_value_model', 'where',
         'sign', 'deformable_conv', 'unfold', 'deformable_roi_pooling',
         'match_matrix_tensor', 'filter_by_instag', 'var_conv_2d', 'shard_index',
-        'hard_swish'),
+        'hard_swish', 'prroi_pool', 'gather_tree'),
     "io": (
         'data', 'read_file', 'double_buffer', 'py_reader', 'create_py_reader_by_data',
         'load'),

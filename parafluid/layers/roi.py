@@ -20,7 +20,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 from .detection import _check, _outputs
 
-__all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign",
+__all__ = ["roi_pool", "roi_align", "psroi_pool", "prroi_pool", "box_decoder_and_assign",
            "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals",
            "rpn_target_assign", "generate_proposal_labels", "retinanet_target_assign",
            "roi_perspective_transform", "generate_mask_labels"]
@@ -84,6 +84,30 @@ def psroi_pool(input: Variable, rois: Variable, output_channels: int, spatial_sc
                                             "spatial_scale": float(spatial_scale),
                                             "pooled_height": int(pooled_height),
                                             "pooled_width": int(pooled_width)}, name)
+
+
+def prroi_pool(input: Variable, rois: Variable, spatial_scale: float = 1.0,
+               pooled_height: int = 1, pooled_width: int = 1,
+               name: str | None = None) -> Variable:
+    """Precise ROI pooling (PrRoI Pooling): each bin of each ROI (``rois [R, 4]``, a LoD
+    tensor, not rounded to pixels) is the integral of the bilinearly interpolated ``input``
+    over the bin divided by its area; ``[R, C, pooled_height, pooled_width]``. The gradient
+    reaches ``input`` and ``rois``.
+
+    Example::
+
+        pool_out = fluid.layers.prroi_pool(x, rois, 1.0, 7, 7)
+    """
+    # NOTE: Fluid checks the Python types of these three (a TypeError, not a conversion)
+    if not isinstance(spatial_scale, float):
+        raise TypeError(f"prroi_pool: spatial_scale must be a float, got "
+                        f"{type(spatial_scale).__name__} {spatial_scale!r}")
+    for arg, v in (("pooled_height", pooled_height), ("pooled_width", pooled_width)):
+        if not isinstance(v, int):
+            raise TypeError(f"prroi_pool: {arg} must be an int, got {type(v).__name__} {v!r}")
+    return _roi("prroi_pool", input, rois, {"spatial_scale": spatial_scale,
+                                            "pooled_height": pooled_height,
+                                            "pooled_width": pooled_width}, name)
 
 
 def box_decoder_and_assign(prior_box: Variable, prior_box_var: Variable, target_box: Variable,

@@ -47,6 +47,7 @@ from . import filter_by_tag
 from . import detection_box
 from . import detection_match
 from . import roi
+from . import prroi
 from . import yolo
 from . import detection_loss
 from . import detection_map

@@ -77,6 +77,54 @@ CTC_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CTC_CASES, ids=str)
+# ----------------------------------------------------------------------------- gather_tree
+
+
+def gather_tree_ref(Ids, Parents):
+    steps, batch, beam = Ids.shape
+    out = np.zeros_like(Ids)
+    for b in range(batch):
+        for k in range(beam):
+            parent = k
+            for t in range(steps - 1, -1, -1):
+                out[t, b, k] = Ids[t, b, parent]
+                parent = Parents[t, b, parent]
+    return {"Out": out}
+
+
+# Fluid's documented example
+TREE_IDS = np.array([[[2, 2], [6, 1]], [[3, 9], [6, 1]], [[0, 1], [9, 0]]], "int64")
+TREE_PARENTS = np.array([[[0, 0], [1, 1]], [[1, 0], [1, 0]], [[0, 0], [0, 1]]], "int64")
+TREE_OUT = np.array([[[2, 2], [1, 6]], [[3, 3], [6, 1]], [[0, 1], [9, 0]]], "int64")
+RNG = np.random.RandomState(83)
+
+GATHER_TREE_CASES = [
+    OpCase("gather_tree", {"Ids": TREE_IDS, "Parents": TREE_PARENTS},
+           ref=lambda Ids, Parents: {"Out": TREE_OUT}, id="gather_tree_fluid_example"),
+    OpCase("gather_tree", {"Ids": RNG.randint(0, 20, (5, 3, 4)).astype("int32"),
+                           "Parents": RNG.randint(0, 4, (5, 3, 4)).astype("int32")},
+           ref=gather_tree_ref, id="gather_tree_int32"),
+]
+
+
+@pytest.mark.parametrize("case", CTC_CASES + GATHER_TREE_CASES, ids=str)
 def test_op(case):
     check_op(case)
+
+
+def test_gather_tree_layer():
+    """layers.gather_tree(ids, parents) as Fluid 1.6 (also as fluid.layers.nn.gather_tree)."""
+    import parafluid as fluid
+    from parafluid.testing import run_layers
+
+    assert fluid.layers.nn.gather_tree is fluid.layers.gather_tree
+
+    def build():
+        ids = fluid.layers.data(name="ids", shape=[3, 2, 2], dtype="int64",
+                                append_batch_size=False)
+        parents = fluid.layers.data(name="parents", shape=[3, 2, 2], dtype="int64",
+                                    append_batch_size=False)
+        return [fluid.layers.gather_tree(ids, parents)]
+
+    got, = run_layers(build, {"ids": TREE_IDS, "parents": TREE_PARENTS})
+    np.testing.assert_array_equal(got, TREE_OUT)

@@ -1,0 +1,225 @@
+"""Op table: detection ops of Fluid 1.6 beyond the main tables: ``multiclass_nms2`` (the NMS
+with the ``Index`` of each kept box) and ``prroi_pool`` (precise ROI pooling, gradients to
+``X`` and the ROIs). References are numpy loops written from Fluid's kernels."""
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid.testing import OpCase, check_op, rand, run_layers
+
+
+def _iou(a, b, normalized):
+    if b[0] > a[2] or b[2] < a[0] or b[1] > a[3] or b[3] < a[1]:
+        return 0.0
+    px = 0.0 if normalized else 1.0
+
+    def area(r):
+        return 0.0 if r[2] < r[0] or r[3] < r[1] else (r[2] - r[0] + px) * (r[3] - r[1] + px)
+
+    inter = (min(a[2], b[2]) - max(a[0], b[0]) + px) * (min(a[3], b[3]) - max(a[1], b[1]) + px)
+    return inter / (area(a) + area(b) - inter)
+
+
+def _nms_one(boxes, scores, attrs):
+    order = [i for i in np.argsort(-scores, kind="stable") if scores[i] > attrs["score_threshold"]]
+    if attrs["nms_top_k"] > -1:
+        order = order[:attrs["nms_top_k"]]
+    kept, thr = [], attrs["nms_threshold"]
+    for i in order:
+        if all(_iou(boxes[i], boxes[k], attrs["normalized"]) <= thr for k in kept):
+            kept.append(i)
+            if attrs["nms_eta"] < 1 and thr > 0.5:
+                thr *= attrs["nms_eta"]
+    return kept
+
+
+def nms2_ref(BBoxes, Scores, attrs):
+    """[N, M, 4] boxes with [N, C, M] scores: the index of a kept box is n * M + m."""
+    rows, index = [], []
+    n_img, _, m = Scores.shape
+    for n in range(n_img):
+        dets = []  # (score, class, box)
+        for c in range(Scores.shape[1]):
+            if c != attrs["background_label"]:
+                dets += [(Scores[n, c, i], c, i) for i in _nms_one(BBoxes[n], Scores[n, c], attrs)]
+        if attrs["keep_top_k"] > -1:
+            dets = sorted(dets, key=lambda d: -d[0])[:attrs["keep_top_k"]]
+        dets = sorted(dets, key=lambda d: (d[1], -d[0]))
+        rows += [[c, s, *BBoxes[n, i]] for s, c, i in dets]
+        index += [n * m + i for _, _, i in dets]
+    return {"Out": np.array(rows, Scores.dtype).reshape(-1, 6),
+            "Index": np.array(index, "int32").reshape(-1, 1)}
+
+
+LOD_OFFS = (0, 4, 9)
+
+
+def nms2_lod_ref(BBoxes, Scores, attrs):
+    """LoD [M, C, 4] boxes with [M, C] scores: the index is (row of the box) * C + class."""
+    rows, index = [], []
+    classes = Scores.shape[1]
+    for n in range(len(LOD_OFFS) - 1):
+        s0 = LOD_OFFS[n]
+        b, s = BBoxes[s0:LOD_OFFS[n + 1]], Scores[s0:LOD_OFFS[n + 1]]
+        dets = []
+        for c in range(classes):
+            if c != attrs["background_label"]:
+                dets += [(s[i, c], c, i) for i in _nms_one(b[:, c], s[:, c], attrs)]
+        if attrs["keep_top_k"] > -1:
+            dets = sorted(dets, key=lambda d: -d[0])[:attrs["keep_top_k"]]
+        dets = sorted(dets, key=lambda d: (d[1], d[2]))
+        rows += [[c, sc, *b[i, c]] for sc, c, i in dets]
+        index += [(s0 + i) * classes + c for _, c, i in dets]
+    return {"Out": np.array(rows, Scores.dtype).reshape(-1, 6),
+            "Index": np.array(index, "int32").reshape(-1, 1)}
+
+
+def _clustered(n, m, seed):
+    rng = np.random.RandomState(seed)
+    centres = rng.uniform(0.2, 0.8, (3, 2))
+    c = centres[rng.randint(0, 3, (n, m))] + rng.uniform(-0.05, 0.05, (n, m, 2))
+    half = rng.uniform(0.05, 0.15, (n, m, 2))
+    return np.concatenate([c - half, c + half], -1).astype("float32")
+
+
+NMS_ATTRS = {"background_label": 0, "score_threshold": 0.1, "nms_top_k": -1,
+             "nms_threshold": 0.3, "nms_eta": 1.0, "keep_top_k": -1, "normalized": True}
+BOXES = _clustered(2, 10, seed=31)
+SCORES = rand(2, 3, 10, low=0, high=1, seed=32, dtype="float32")
+
+
+def _empty_check(got, attrs):
+    # multiclass_nms2 marks "nothing kept" by empty outputs (multiclass_nms by a -1 row)
+    assert got["Out"].shape == (0, 6), got["Out"].shape
+    assert got["Index"].shape == (0, 1), got["Index"].shape
+
+
+NMS2_CASES = [
+    OpCase("multiclass_nms2", {"BBoxes": BOXES, "Scores": SCORES}, attrs=NMS_ATTRS,
+           ref=nms2_ref, id="multiclass_nms2"),
+    OpCase("multiclass_nms2", {"BBoxes": BOXES * 30, "Scores": SCORES},
+           attrs={**NMS_ATTRS, "normalized": False, "keep_top_k": 5, "nms_top_k": 6},
+           ref=nms2_ref, id="multiclass_nms2_pixels_keep_top_k"),
+    OpCase("multiclass_nms2", {"BBoxes": _clustered(9, 3, seed=33),
+                               "Scores": rand(9, 3, low=0, high=1, seed=34, dtype="float32")},
+           attrs={**NMS_ATTRS, "keep_top_k": 5}, lod={"BBoxes": [list(LOD_OFFS)]},
+           ref=nms2_lod_ref, id="multiclass_nms2_lod"),
+    OpCase("multiclass_nms2", {"BBoxes": BOXES, "Scores": SCORES * 0.01}, attrs=NMS_ATTRS,
+           check=_empty_check, id="multiclass_nms2_nothing_kept"),
+]
+
+
+# ----------------------------------------------------------------------------- prroi_pool
+
+
+def _cell_integral(data, h, w, y0, x0, y1, x1):
+    """Integral over [x0, x1] x [y0, y1] (inside the unit cell at (h, w)) of the bilinear
+    interpolation between the cell's 4 corner pixels; pixels off the map count 0."""
+    def px(hh, ww):
+        return data[hh, ww] if 0 <= hh < data.shape[0] and 0 <= ww < data.shape[1] else 0.0
+
+    def lin(lo, hi):  # integral of (1 - t) and of t over [lo, hi]
+        return (hi - hi * hi / 2) - (lo - lo * lo / 2), (hi * hi - lo * lo) / 2
+    ax0, ax1 = lin(x0 - w, x1 - w)
+    ay0, ay1 = lin(y0 - h, y1 - h)
+    return (px(h, w) * ax0 * ay0 + px(h, w + 1) * ax1 * ay0 + px(h + 1, w) * ax0 * ay1 +
+            px(h + 1, w + 1) * ax1 * ay1)
+
+
+def prroi_ref(X, ROIs, attrs, offsets):
+    s, ph_n, pw_n = attrs["spatial_scale"], attrs["pooled_height"], attrs["pooled_width"]
+    out = np.zeros((len(ROIs), X.shape[1], ph_n, pw_n))
+    for r, roi in enumerate(ROIs):
+        img = next(i for i in range(len(offsets) - 1) if offsets[i] <= r < offsets[i + 1])
+        x1, y1, x2, y2 = roi * s
+        bw, bh = max(x2 - x1, 0) / pw_n, max(y2 - y1, 0) / ph_n
+        if bw * bh <= 0:
+            continue
+        for c in range(X.shape[1]):
+            for i in range(ph_n):
+                for j in range(pw_n):
+                    ws, hs = x1 + j * bw, y1 + i * bh
+                    we, he = ws + bw, hs + bh
+                    total = 0.0
+                    for w in range(int(np.floor(ws)), int(np.ceil(we))):
+                        for h in range(int(np.floor(hs)), int(np.ceil(he))):
+                            total += _cell_integral(X[img, c], h, w, max(hs, h), max(ws, w),
+                                                    min(he, h + 1), min(we, w + 1))
+                    out[r, c, i, j] = total / (bw * bh)
+    return {"Out": out}
+
+
+PR_X = rand(2, 2, 5, 4, seed=35)
+# a ROI past the map's right edge, one inside, one with x2 < x1 (empty: its bins are 0)
+PR_ROIS = np.array([[0.3, 0.7, 9.1, 12.2], [2.2, 1.1, 5.9, 7.3], [3.0, 2.0, 2.0, 6.0],
+                    [1.0, 2.0, 7.5, 9.0]])
+PR_OFFS = [0, 3, 4]
+
+PRROI_CASES = [
+    OpCase("prroi_pool", {"X": PR_X, "ROIs": PR_ROIS},
+           attrs={"spatial_scale": 0.5, "pooled_height": 2, "pooled_width": 3},
+           lod={"ROIs": [PR_OFFS]}, ref=lambda X, ROIs, attrs: prroi_ref(X, ROIs, attrs, PR_OFFS),
+           grad=["X", "ROIs"], id="prroi_pool"),
+    OpCase("prroi_pool", {"X": PR_X[:1], "ROIs": PR_ROIS[1:2] * 2},
+           attrs={"spatial_scale": 1.0, "pooled_height": 1, "pooled_width": 1},
+           lod={"ROIs": [[0, 1]]},
+           ref=lambda X, ROIs, attrs: prroi_ref(X, ROIs, attrs, [0, 1]), grad=["X", "ROIs"],
+           id="prroi_pool_one_bin"),
+]
+
+
+@pytest.mark.parametrize("case", NMS2_CASES + PRROI_CASES, ids=str)
+def test_op(case):
+    check_op(case)
+
+
+def test_prroi_pool_layer_matches_the_op():
+    """layers.prroi_pool(input, rois, spatial_scale, pooled_height, pooled_width) as 1.6."""
+    rois = fluid.create_lod_tensor(PR_ROIS.astype("float32"), [[3, 1]], fluid.CPUPlace())
+
+    def build():
+        x = fluid.layers.data(name="x", shape=[2, 5, 4], dtype="float32")
+        r = fluid.layers.data(name="r", shape=[4], dtype="float32", lod_level=1)
+        return [fluid.layers.prroi_pool(x, r, 0.5, 2, 3)]
+
+    got, = run_layers(build, {"x": PR_X.astype("float32"), "r": rois})
+    want = prroi_ref(PR_X, PR_ROIS, {"spatial_scale": 0.5, "pooled_height": 2,
+                                     "pooled_width": 3}, PR_OFFS)["Out"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="spatial_scale"):
+        fluid.layers.prroi_pool(fluid.layers.data(name="x2", shape=[2, 5, 4]),
+                                fluid.layers.data(name="r2", shape=[4], lod_level=1), 2, 7, 7)
+
+
+def test_detection_output_return_index():
+    """detection_output(..., return_index=True) gives multiclass_nms2's (Out, Index)."""
+    rng = np.random.RandomState(36)
+    priors = np.sort(rng.uniform(0, 1, (6, 2, 2)), 1).transpose(0, 2, 1).reshape(6, 4)
+    loc = rng.uniform(-0.5, 0.5, (2, 6, 4)).astype("float32")
+    conf = rng.uniform(-2, 2, (2, 6, 3)).astype("float32")
+
+    def build():
+        lv = fluid.layers.data(name="loc", shape=[2, 6, 4], append_batch_size=False)
+        cv = fluid.layers.data(name="conf", shape=[2, 6, 3], append_batch_size=False)
+        pb = fluid.layers.assign(priors.astype("float32"))
+        pv = fluid.layers.assign(np.full((6, 4), 0.1, "float32"))
+        out, index = fluid.layers.detection_output(lv, cv, pb, pv, score_threshold=0.2,
+                                                   return_index=True)
+        plain = fluid.layers.detection_output(lv, cv, pb, pv, score_threshold=0.2)
+        return [out, index, plain]
+
+    out, index, plain = run_layers(build, {"loc": loc, "conf": conf})
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(plain))
+    assert index.dtype == np.int32 and index.shape == (len(out), 1)
+    # each kept row's box is the decoded box at its index in the batch's N * M boxes
+    var = 0.1
+    pw, ph = priors[:, 2] - priors[:, 0], priors[:, 3] - priors[:, 1]
+    pcx, pcy = priors[:, 0] + pw / 2, priors[:, 1] + ph / 2
+    for row, k in zip(np.asarray(out), index[:, 0]):
+        n, m = divmod(int(k), 6)
+        d = loc[n, m]
+        cx, cy = var * d[0] * pw[m] + pcx[m], var * d[1] * ph[m] + pcy[m]
+        w, h = np.exp(var * d[2]) * pw[m], np.exp(var * d[3]) * ph[m]
+        np.testing.assert_allclose(row[2:], [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2],
+                                   rtol=1e-5, atol=1e-5)

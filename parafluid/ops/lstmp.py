@@ -18,7 +18,7 @@ import torch
 
 from ..lod import attach_lod
 from .registry import Meta, register_op
-from .rnn import _act, _clip, _gate_grads, _initial, _lstm_step, _lstm_weight_grads, _Steps
+from .rnn import _act, _clip, _gate_grads, _initial, _lstm_step, _lstm_weight_grads, _Steps, wanted
 
 __all__: list[str] = []
 
@@ -43,7 +43,10 @@ def _shape(ins: dict, attrs: dict) -> dict:
                          f"{attrs['use_peepholes']}), got {list(b.shape)}")
     for act in _ACT_ATTRS:
         _act(attrs[act], "lstmp")
-    return {"Projection": Meta((x.shape[0], p), x.dtype), "Cell": Meta((x.shape[0], d), x.dtype)}
+    cell = Meta((x.shape[0], d), x.dtype)
+    return {"Projection": Meta((x.shape[0], p), x.dtype), "Cell": cell,
+            "BatchGate": Meta((x.shape[0], 4 * d), x.dtype), "BatchCellPreAct": cell,
+            "BatchHidden": cell}
 
 
 def _run(ins: dict, attrs: dict) -> tuple:
@@ -79,12 +82,22 @@ def _run(ins: dict, attrs: dict) -> tuple:
 def _lstmp(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["Input"]
     d, p = ins["ProjWeight"].shape
-    steps, rs, cs, _, _, _ = _run(ins, attrs)
+    steps, rs, cs, saved, _, _ = _run(ins, attrs)
     if not rs:
-        return {"Projection": x.new_zeros((0, p)), "Cell": x.new_zeros((0, d))}
+        empty = x.new_zeros((0, d))
+        return {"Projection": x.new_zeros((0, p)), "Cell": empty,
+                "BatchGate": x.new_zeros((0, 4 * d)), "BatchCellPreAct": empty.clone(),
+                "BatchHidden": empty.clone()}
     proj = steps.scatter(torch.stack(rs), x.shape[0])
     cell = steps.scatter(torch.stack(cs), x.shape[0])
-    return {"Projection": attach_lod(proj, steps.lod), "Cell": attach_lod(cell, steps.lod)}
+    out = {"Projection": attach_lod(proj, steps.lod), "Cell": attach_lod(cell, steps.lod)}
+    if any(wanted(ctx, s) for s in ("BatchGate", "BatchCellPreAct", "BatchHidden")):
+        # Fluid's intermediates in its batch layout: the activated gates (candidate, input,
+        # forget, output), the activated cell, the hidden state before the projection
+        out["BatchGate"] = steps.batch_rows(torch.stack([torch.cat(v[2:6], 1) for v in saved]))
+        out["BatchCellPreAct"] = steps.batch_rows(torch.stack([v[8] for v in saved]))
+        out["BatchHidden"] = steps.batch_rows(torch.stack([v[9] for v in saved]))
+    return out
 
 
 def _inside(v: torch.Tensor, clip: float) -> Any:
@@ -142,7 +155,7 @@ def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("lstmp", inputs=("Input", "H0?", "C0?", "Weight", "ProjWeight", "Bias"),
-            outputs=("Projection", "Cell"),
+            outputs=("Projection", "Cell", "BatchGate?", "BatchCellPreAct?", "BatchHidden?"),
             attrs={"use_peepholes": True, "is_reverse": False, "gate_activation": "sigmoid",
                    "cell_activation": "tanh", "candidate_activation": "tanh",
                    "proj_activation": "tanh", "cell_clip": 0.0, "proj_clip": 0.0},

@@ -46,7 +46,7 @@ def lstmp_case(peep=True, rev=False, h0=False, id=None, **attrs):
     attrs = {"use_peepholes": peep, "is_reverse": rev, "cell_clip": 0.0, "proj_clip": 0.0,
              "gate_activation": "sigmoid", "proj_activation": "tanh", **attrs}
     return OpCase("lstmp", inputs, attrs=attrs, ref=lstmp_ref, lod={"Input": [OFFS]},
-                  grad=list(inputs), id=id)
+                  grad=list(inputs), outputs=["Projection", "Cell"], id=id)
 
 
 CASES = [

@@ -107,7 +107,118 @@ GATHER_TREE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CTC_CASES + GATHER_TREE_CASES, ids=str)
+# ------------------------------------------------------------------ linear_chain_crf and co.
+
+TAGS = 3
+
+
+def _crf_seq(x, w, y):
+    """Fluid's forward pass of one sequence in the exp domain: (the per-step L1-normalized
+    forward vectors, -log-likelihood by brute force over every tag path)."""
+    wx = np.exp(w)
+    ex = np.exp(x - x.max(1, keepdims=True))
+    alpha = np.zeros_like(x)
+    a = wx[0] * ex[0]
+    alpha[0] = a / a.sum()
+    for k in range(1, len(x)):
+        a = ex[k] * (alpha[k - 1] @ wx[2:])
+        alpha[k] = a / a.sum()
+
+    def score(p):
+        return w[0, p[0]] + w[1, p[-1]] + sum(x[t, p[t]] for t in range(len(p))) + \
+            sum(w[2 + p[t - 1], p[t]] for t in range(1, len(p)))
+    log_z = np.log(sum(np.exp(score(p)) for p in itertools.product(range(TAGS),
+                                                                   repeat=len(x))))
+    return alpha, log_z - score(list(y))
+
+
+CRF_OFFS = [0, 3, 4, 6]
+CRF_X, CRF_W = rand(6, TAGS, seed=84), rand(TAGS + 2, TAGS, seed=85)
+CRF_Y = np.array([[0], [2], [1], [1], [2], [0]], "int64")
+
+
+def crf_lod_ref(Emission, Transition, Label):
+    alpha, ll = np.zeros_like(Emission), []
+    for a, b in zip(CRF_OFFS, CRF_OFFS[1:]):
+        alpha[a:b], nll = _crf_seq(Emission[a:b], Transition, Label[a:b, 0])
+        ll.append(nll)
+    return {"LogLikelihood": np.array(ll).reshape(-1, 1), "Alpha": alpha,
+            "EmissionExps": np.exp(Emission - Emission.max(1, keepdims=True)),
+            "TransitionExps": np.exp(Transition)}
+
+
+# padded: [N, S, D] with Length; the padding rows' exps are exp(0 - 0) = 1, alpha 0
+CRF_LEN = np.array([3, 1, 2], "int64")
+CRF_PX = np.zeros((3, 3, TAGS))
+CRF_PY = np.zeros((3, 3, 1), "int64")
+for _i, (_a, _b) in enumerate(zip(CRF_OFFS, CRF_OFFS[1:])):
+    CRF_PX[_i, :_b - _a], CRF_PY[_i, :_b - _a] = CRF_X[_a:_b], CRF_Y[_a:_b]
+
+
+def crf_padded_ref(Emission, Transition, Label, Length):
+    alpha, ll = np.zeros_like(Emission), []
+    for i, n in enumerate(Length.reshape(-1)):
+        alpha[i, :n], nll = _crf_seq(Emission[i, :n], Transition, Label[i, :n, 0])
+        ll.append(nll)
+    return {"LogLikelihood": np.array(ll).reshape(-1, 1), "Alpha": alpha,
+            "EmissionExps": np.exp(Emission - Emission.max(2, keepdims=True)),
+            "TransitionExps": np.exp(Transition)}
+
+
+def _viterbi(x, w):
+    def score(p):
+        return w[0, p[0]] + w[1, p[-1]] + sum(x[t, p[t]] for t in range(len(p))) + \
+            sum(w[2 + p[t - 1], p[t]] for t in range(1, len(p)))
+    return max(itertools.product(range(TAGS), repeat=len(x)), key=score)
+
+
+def decode_padded_ref(Emission, Transition, Length, Label=None):
+    path = np.zeros(Emission.shape[:2], "int64")
+    for i, n in enumerate(Length.reshape(-1)):
+        path[i, :n] = _viterbi(Emission[i, :n], Transition)
+        if Label is not None:
+            path[i, :n] = path[i, :n] == Label.reshape(path.shape)[i, :n]
+    return {"ViterbiPath": path}
+
+
+# IOB tags over 2 chunk types: 0 B-0, 1 I-0, 2 B-1, 3 I-1, 4 O
+CHUNK_PRED = np.array([[0, 1, 4, 2, 9], [2, 3, 3, 9, 9], [4, 0, 9, 9, 9]], "int64")
+CHUNK_LABEL = np.array([[0, 1, 4, 2, 9], [2, 3, 4, 9, 9], [4, 0, 9, 9, 9]], "int64")
+
+
+def chunk_ref(Inference, Label, SeqLength):
+    # sequence 0: chunks (0-1 type 0), (3 type 1) both right; sequence 1: (0-2 type 1) vs
+    # (0-1 type 1), wrong; sequence 2: (1 type 0) right; the 9s are padding, never read
+    infer, label, correct = 4, 4, 3
+    p, r = correct / infer, correct / label
+    return {"Precision": np.array([p], "float32"), "Recall": np.array([r], "float32"),
+            "F1-Score": np.array([2 * p * r / (p + r)], "float32"),
+            "NumInferChunks": np.array([infer]), "NumLabelChunks": np.array([label]),
+            "NumCorrectChunks": np.array([correct])}
+
+
+CRF_CASES = [
+    OpCase("linear_chain_crf", {"Emission": CRF_X, "Transition": CRF_W, "Label": CRF_Y},
+           ref=crf_lod_ref, lod={"Emission": [CRF_OFFS], "Label": [CRF_OFFS]},
+           grad=["Emission", "Transition"], grad_outputs=["LogLikelihood"],
+           id="linear_chain_crf_alpha_and_exps"),
+    OpCase("linear_chain_crf", {"Emission": CRF_PX, "Transition": CRF_W, "Label": CRF_PY,
+                                "Length": CRF_LEN},
+           ref=crf_padded_ref, grad=["Emission", "Transition"], grad_outputs=["LogLikelihood"],
+           id="linear_chain_crf_padded_length"),
+    OpCase("crf_decoding", {"Emission": CRF_PX * 3, "Transition": CRF_W, "Length": CRF_LEN},
+           ref=decode_padded_ref, id="crf_decoding_padded_length"),
+    OpCase("crf_decoding", {"Emission": CRF_PX * 3, "Transition": CRF_W, "Length": CRF_LEN,
+                            "Label": CRF_PY[..., 0]},
+           ref=decode_padded_ref, id="crf_decoding_padded_length_label"),
+    OpCase("chunk_eval", {"Inference": CHUNK_PRED, "Label": CHUNK_LABEL,
+                          "SeqLength": np.array([5 - 1, 3, 2], "int64")},
+           attrs={"num_chunk_types": 2, "chunk_scheme": "IOB"}, ref=chunk_ref,
+           id="chunk_eval_padded_seq_length"),
+]
+
+
+@pytest.mark.parametrize("case", CTC_CASES + GATHER_TREE_CASES + CRF_CASES, ids=str)
 def test_op(case):
     check_op(case)
 
@@ -128,3 +239,36 @@ def test_gather_tree_layer():
 
     got, = run_layers(build, {"ids": TREE_IDS, "parents": TREE_PARENTS})
     np.testing.assert_array_equal(got, TREE_OUT)
+
+
+def test_crf_layers_padded_length():
+    """linear_chain_crf / crf_decoding / chunk_eval with Fluid 1.6's padded form (length=,
+    seq_length=) give what the LoD form gives, and the padded CRF trains."""
+    import parafluid as fluid
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3, 3, TAGS], dtype="float64",
+                              append_batch_size=False)
+        x.stop_gradient = False
+        y = fluid.layers.data(name="y", shape=[3, 3, 1], dtype="int64",
+                              append_batch_size=False)
+        n = fluid.layers.data(name="n", shape=[3], dtype="int64", append_batch_size=False)
+        attr = fluid.ParamAttr(name="crfw_padded",
+                               initializer=fluid.initializer.NumpyArrayInitializer(CRF_W))
+        cost = fluid.layers.linear_chain_crf(x, y, param_attr=attr, length=n)
+        path = fluid.layers.crf_decoding(x, param_attr=attr, length=n)
+        scores = fluid.layers.chunk_eval(path, fluid.layers.squeeze(y, [2]), "IOB", 1,
+                                         seq_length=n)
+        grad, = fluid.gradients([fluid.layers.reduce_sum(cost)], [x])
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    got_cost, got_path, n_infer, got_grad = exe.run(
+        main, feed={"x": CRF_PX, "y": CRF_PY, "n": CRF_LEN},
+        fetch_list=[cost, path, scores[3], grad], scope=scope)
+    want = crf_padded_ref(CRF_PX, CRF_W, CRF_PY, CRF_LEN)["LogLikelihood"]
+    np.testing.assert_allclose(got_cost, want, rtol=1e-6)
+    np.testing.assert_array_equal(got_path, decode_padded_ref(CRF_PX, CRF_W, CRF_LEN)
+                                  ["ViterbiPath"])
+    assert int(np.asarray(n_infer)[0]) >= 1
+    assert not np.asarray(got_grad)[1, 1:].any()  # padding rows get no gradient

@@ -84,16 +84,20 @@ def test_roi_layers_pool_the_rois_of_each_image():
                                        sampling_ratio=1),
                 fluid.layers.psroi_pool(x, r, output_channels=1, spatial_scale=1.0,
                                         pooled_height=1, pooled_width=1),
-                fluid.layers.roi_perspective_transform(x, quads, transformed_height=2,
-                                                       transformed_width=2)]
+                *fluid.layers.roi_perspective_transform(x, quads, transformed_height=2,
+                                                        transformed_width=2)]
 
     t = fluid.create_lod_tensor(rois, [[2, 1]], fluid.CPUPlace())
     # axis-aligned quadrilaterals: the perspective transform samples their corners' pixels
     quads = fluid.create_lod_tensor(np.array([[0, 0, 3, 0, 3, 3, 0, 3], [1, 1, 2, 1, 2, 2, 1, 2],
                                               [0, 0, 1, 0, 1, 1, 0, 1]], "float32"), [[2, 1]],
                                     fluid.CPUPlace())
-    pooled, aligned, ps, warped = run_layers(build, {"x": feat, "rois": t, "quads": quads})
+    pooled, aligned, ps, warped, mask, matrix = run_layers(
+        build, {"x": feat, "rois": t, "quads": quads})
     np.testing.assert_allclose(warped[0, 0], [[0, 3], [12, 15]], atol=1e-5)
+    assert mask.dtype == np.int32 and mask.shape == (3, 1, 2, 2) and mask.all()
+    # an axis-aligned square onto a 2 x 2 grid: a scale, no perspective terms
+    np.testing.assert_allclose(matrix[0], [3, 0, 0, 0, 3, 0, 0, 0, 1], atol=1e-6)
     np.testing.assert_allclose(warped[2, 0], [[16, 17], [20, 21]], atol=1e-5)
     # ROIs 0 and 1 read image 0 (values 0..15), ROI 2 image 1 (values 16..31)
     np.testing.assert_array_equal(pooled.reshape(-1), [15, 15, 21])

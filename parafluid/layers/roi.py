@@ -342,25 +342,34 @@ def retinanet_target_assign(bbox_pred: Variable, cls_logits: Variable, anchor_bo
 
 
 def roi_perspective_transform(input: Variable, rois: Variable, transformed_height: int,
-                              transformed_width: int, spatial_scale: float = 1.0) -> Variable:
+                              transformed_width: int, spatial_scale: float = 1.0,
+                              name: str | None = None) -> tuple[Variable, Variable, Variable]:
     """Warp each quadrilateral ROI (``rois [R, 8]`` = ``x0, y0, ..., x3, y3`` clockwise from
     the top left, LoD: per image) of ``input [N, C, H, W]`` onto a ``[transformed_height,
-    transformed_width]`` grid: ``[R, C, transformed_height, transformed_width]``, zero
-    outside the quadrilateral.
+    transformed_width]`` grid. Returns ``(out, mask, transform_matrix)`` as Fluid 1.6:
+    ``out [R, C, transformed_height, transformed_width]`` (zero outside the quadrilateral),
+    the int32 ``mask [R, 1, transformed_height, transformed_width]`` of the output pixels
+    that sample the input, and each ROI's homography ``transform_matrix [R, 9]``.
 
     Example::
 
-        text = fluid.layers.roi_perspective_transform(feat, quads, 8, 32, 1 / 4.)
+        text, mask, matrix = fluid.layers.roi_perspective_transform(feat, quads, 8, 32, 1 / 4.)
     """
     _check("roi_perspective_transform", input=input, rois=rois)
-    helper = LayerHelper("roi_perspective_transform")
+    helper = LayerHelper("roi_perspective_transform", name=name)
     out = helper.create_variable_for_type_inference(input.dtype)
+    mask = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    matrix = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    out2in_idx = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    out2in_w = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
     helper.append_op("roi_perspective_transform", inputs={"X": [input], "ROIs": [rois]},
-                     outputs={"Out": [out]},
+                     outputs={"Out": [out], "Out2InIdx": [out2in_idx],
+                              "Out2InWeights": [out2in_w], "Mask": [mask],
+                              "TransformMatrix": [matrix]},
                      attrs={"transformed_height": int(transformed_height),
                             "transformed_width": int(transformed_width),
                             "spatial_scale": float(spatial_scale)})
-    return out
+    return out, mask, matrix
 
 
 def generate_mask_labels(im_info: Variable, gt_classes: Variable, is_crowd: Variable,

@@ -169,7 +169,53 @@ PRROI_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", NMS2_CASES + PRROI_CASES, ids=str)
+# ----------------------------------------------------------- roi_perspective_transform outputs
+
+RPT_X = rand(2, 2, 4, 5, seed=37)  # H 4, W 5
+# axis-aligned rectangles: 4 x 2 onto a 3 x 5 grid (fitted width (4 * 2 / 2) + 1 = 5),
+# the source pixel of output (oh, ow) is (y0 + oh, x0 + ow); the first runs past x = 4.5
+RPT_ROIS = np.array([[2, 1, 6, 1, 6, 3, 2, 3], [0, 0, 4, 0, 4, 2, 0, 2]], "float64")
+
+
+def perspective_outputs_ref(X, ROIs, attrs, offsets=(0, 1, 2)):
+    th, tw = attrs["transformed_height"], attrs["transformed_width"]
+    r_n, (c_n, h, w) = len(ROIs), X.shape[1:]
+    out = np.zeros((r_n, c_n, th, tw))
+    mask = np.zeros((r_n, 1, th, tw), "int32")
+    matrix = np.zeros((r_n, 9))
+    idx = -np.ones((r_n, c_n, th, tw, 4), "int32")
+    wts = np.zeros((r_n, c_n, th, tw, 4))
+    for r, q in enumerate(ROIs):
+        b = next(i for i in range(len(offsets) - 1) if offsets[i] <= r < offsets[i + 1])
+        x0, y0, x1, _, _, _, _, y3 = q
+        matrix[r] = [(x1 - x0) / (tw - 1), 0, x0, 0, (y3 - y0) / (th - 1), y0, 0, 0, 1]
+        for oh in range(th):
+            for ow in range(tw):
+                x, y = x0 + ow * (x1 - x0) / (tw - 1), y0 + oh * (y3 - y0) / (th - 1)
+                if x > w - 0.5 or y > h - 0.5:
+                    continue
+                mask[r, 0, oh, ow] = 1
+                xf, yf = int(x), int(y)  # integer source pixels: all weight on (yf, xf)
+                xc, yc = min(xf + 1, w - 1), min(yf + 1, h - 1)
+                for c in range(c_n):
+                    base = (b * c_n + c) * h * w
+                    out[r, c, oh, ow] = X[b, c, yf, xf]
+                    idx[r, c, oh, ow] = [base + yf * w + xf, base + yc * w + xf,
+                                         base + yc * w + xc, base + yf * w + xc]
+                    wts[r, c, oh, ow] = [1, 0, 0, 0]
+    return {"Out": out, "Mask": mask, "TransformMatrix": matrix,
+            "Out2InIdx": idx.reshape(-1, 4), "Out2InWeights": wts.reshape(-1, 4)}
+
+
+RPT_CASES = [
+    OpCase("roi_perspective_transform", {"X": RPT_X, "ROIs": RPT_ROIS},
+           attrs={"transformed_height": 3, "transformed_width": 5, "spatial_scale": 1.0},
+           lod={"ROIs": [[0, 1, 2]]}, ref=perspective_outputs_ref, grad=["X"],
+           grad_outputs=["Out"], id="roi_perspective_transform_mask_matrix_index"),
+]
+
+
+@pytest.mark.parametrize("case", NMS2_CASES + PRROI_CASES + RPT_CASES, ids=str)
 def test_op(case):
     check_op(case)
 

@@ -268,8 +268,10 @@ def generate_proposal_labels(rpn_rois: Variable, gt_classes: Variable, is_crowd:
                              is_cascade_rcnn: bool = False) -> tuple[Variable, ...]:
     """Sample Fast R-CNN's training ROIs from the proposals (LoD, per image) and the ground
     truth: ``(rois, labels_int32, bbox_targets, bbox_inside_weights, bbox_outside_weights)``,
-    the targets ``[R, 4 * class_nums]`` (``[R, 8]`` when ``is_cls_agnostic``).
-    ``is_cascade_rcnn=True`` is not supported.
+    the targets ``[R, 4 * class_nums]`` (with ``is_cls_agnostic`` every foreground box's
+    target in columns 4..7). ``is_cascade_rcnn``: ``rpn_rois`` are a cascade stage's ROIs
+    (the image's ground truth first, dropped), empty boxes are skipped and every foreground
+    and background box is kept, unsampled.
 
     Example::
 

@@ -269,3 +269,103 @@ def test_detection_output_return_index():
         w, h = np.exp(var * d[2]) * pw[m], np.exp(var * d[3]) * ph[m]
         np.testing.assert_allclose(row[2:], [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2],
                                    rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------- generate_proposal_labels
+
+
+def _pixel_iou(a, b):
+    return _iou(a, b, normalized=False)
+
+
+def proposal_labels_ref(RpnRois, GtClasses, IsCrowd, GtBoxes, ImInfo, attrs,
+                        roi_offs=(0, 5, 8), gt_offs=(0, 2, 4)):
+    """Fluid 1.6's rules: foreground at IoU >= fg_thresh; targets 4 * class_nums wide
+    (class agnostic: columns 4..7); cascade: the first rows of each image's RpnRois (its
+    ground truth) dropped, empty boxes skipped, nothing sampled away."""
+    cascade = attrs["is_cascade_rcnn"]
+    width = 4 * attrs["class_nums"]
+    rows = {"Rois": [], "LabelsInt32": [], "BboxTargets": [], "BboxInsideWeights": []}
+    for i in range(len(ImInfo)):
+        gt = GtBoxes[gt_offs[i]:gt_offs[i + 1]]
+        cls = GtClasses[gt_offs[i]:gt_offs[i + 1], 0]
+        crowd = IsCrowd[gt_offs[i]:gt_offs[i + 1], 0]
+        scale = ImInfo[i, 2]
+        rois = RpnRois[roi_offs[i]:roi_offs[i + 1]]
+        if cascade:
+            rois = rois[len(gt):]
+        boxes = np.concatenate([gt, rois / scale])
+        fg, bg = [], []
+        for b, box in enumerate(boxes):
+            ov = [_pixel_iou(box, g) for g in gt]
+            best = -1 if b < len(gt) and crowd[b] else max(ov)
+            if cascade and (box[2] - box[0] + 1 <= 0 or box[3] - box[1] + 1 <= 0):
+                continue
+            if best >= attrs["fg_thresh"]:
+                fg.append((b, int(np.argmax(ov))))
+            elif attrs["bg_thresh_lo"] <= best < attrs["bg_thresh_hi"]:
+                bg.append(b)
+        if not cascade:
+            fg = fg[:int(attrs["batch_size_per_im"] * attrs["fg_fraction"])]
+            bg = bg[:attrs["batch_size_per_im"] - len(fg)]
+        for b, j in fg:
+            a, g = boxes[b], gt[j]
+            aw, ah, gw, gh = a[2] - a[0] + 1, a[3] - a[1] + 1, g[2] - g[0] + 1, g[3] - g[1] + 1
+            d = np.array([(g[0] + gw / 2 - a[0] - aw / 2) / aw,
+                          (g[1] + gh / 2 - a[1] - ah / 2) / ah,
+                          np.log(gw / aw), np.log(gh / ah)]) / attrs["bbox_reg_weights"]
+            t, w = np.zeros(width), np.zeros(width)
+            col = 4 if attrs["is_cls_agnostic"] else 4 * cls[j]
+            t[col:col + 4], w[col:col + 4] = d, 1
+            rows["Rois"].append(a * scale)
+            rows["LabelsInt32"].append(cls[j])
+            rows["BboxTargets"].append(t)
+            rows["BboxInsideWeights"].append(w)
+        for b in bg:
+            rows["Rois"].append(boxes[b] * scale)
+            rows["LabelsInt32"].append(0)
+            rows["BboxTargets"].append(np.zeros(width))
+            rows["BboxInsideWeights"].append(np.zeros(width))
+    out = {k: np.array(v).reshape(len(v), -1) for k, v in rows.items()}
+    out["LabelsInt32"] = out["LabelsInt32"].astype("int32")
+    out["BboxOutsideWeights"] = out["BboxInsideWeights"]
+    return out
+
+
+PL_GT = np.array([[1, 1, 12, 12], [15, 15, 30, 30], [5, 5, 15, 16], [0, 0, 4, 30]])
+PL_ROIS = np.array([[2, 2, 26, 24], [40, 40, 60, 62], [2, 2, 24, 24], [30, 28, 62, 64],
+                    [4, 30, 24, 60], [10, 10, 30, 30], [0, 0, 5, 60], [12, 8, 32, 34]],
+                   "float64")
+PL_INPUTS = {"RpnRois": PL_ROIS, "GtClasses": np.array([[3], [1], [2], [2]], "int32"),
+             "IsCrowd": np.array([[0], [0], [0], [1]], "int32"), "GtBoxes": PL_GT * 1.0,
+             "ImInfo": np.array([[64, 64, 2.0], [40, 40, 1.0]])}
+PL_LOD = {"RpnRois": [[0, 5, 8]], "GtClasses": [[0, 2, 4]], "IsCrowd": [[0, 2, 4]],
+          "GtBoxes": [[0, 2, 4]]}
+PL_ATTRS = {"batch_size_per_im": 6, "fg_fraction": 0.5, "fg_thresh": 0.5,
+            "bg_thresh_hi": 0.5, "bg_thresh_lo": 0.0, "bbox_reg_weights": [0.1, 0.1, 0.2, 0.2],
+            "class_nums": 4, "use_random": False, "is_cls_agnostic": False,
+            "is_cascade_rcnn": False}
+# cascade: each image's ROIs start with its ground truth (scaled), one ROI is empty
+PL_CASCADE_ROIS = np.concatenate([PL_GT[:2] * 2.0, PL_ROIS[:4], [[20, 20, 10, 10]],
+                                  PL_GT[2:] * 1.0, PL_ROIS[5:]])
+
+PROPOSAL_LABEL_CASES = [
+    # the ground-truth boxes overlap themselves by exactly 1.0: foreground at fg_thresh 1
+    OpCase("generate_proposal_labels", PL_INPUTS, lod=PL_LOD,
+           attrs={**PL_ATTRS, "fg_thresh": 1.0}, ref=proposal_labels_ref,
+           id="generate_proposal_labels_fg_at_threshold"),
+    OpCase("generate_proposal_labels", PL_INPUTS, lod=PL_LOD,
+           attrs={**PL_ATTRS, "is_cls_agnostic": True, "class_nums": 3},
+           ref=proposal_labels_ref, id="generate_proposal_labels_agnostic_width"),
+    OpCase("generate_proposal_labels", {**PL_INPUTS, "RpnRois": PL_CASCADE_ROIS},
+           lod={**PL_LOD, "RpnRois": [[0, 7, 12]]},
+           attrs={**PL_ATTRS, "is_cascade_rcnn": True, "batch_size_per_im": 2,
+                  "use_random": True},
+           ref=lambda attrs, **kw: proposal_labels_ref(attrs=attrs, roi_offs=(0, 7, 12), **kw),
+           id="generate_proposal_labels_cascade"),
+]
+
+
+@pytest.mark.parametrize("case", PROPOSAL_LABEL_CASES, ids=str)
+def test_proposal_labels(case):
+    check_op(case)

@@ -235,30 +235,45 @@ def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any
              bias_attr: Any = None, name: str | None = None, path_table: Variable | None = None,
              path_code: Variable | None = None, is_custom: bool = False,
              is_sparse: bool = False) -> Variable:
-    """Hierarchical sigmoid loss over Fluid's default complete binary tree of
-    ``num_classes`` leaves: ``[N, 1]``, a sum of binary cross entropies along the label's
-    path (``log2(num_classes)`` terms instead of a softmax over every class).
+    """Hierarchical sigmoid loss: ``[N, 1]``, a sum of binary cross entropies along a path
+    of a binary tree (``log2(num_classes)`` terms instead of a softmax over every class).
+    By default the tree is Fluid's complete binary tree over ``num_classes`` leaves (weights
+    ``[num_classes - 1, D]``); with ``is_custom`` each sample brings its own path:
+    ``path_table [N, L]`` int64 node ids (-1 padded) and ``path_code [N, L]`` branch bits,
+    over ``num_classes`` nodes (weights ``[num_classes, D]``). ``is_sparse`` (custom trees
+    only, as Fluid) makes the weight's gradient a SelectedRows of the visited nodes.
 
     Example::
 
         cost = fluid.layers.hsigmoid(input=hidden, label=next_word, num_classes=dict_size)
     """
-    if is_custom or path_table is not None or path_code is not None:
-        raise ValueError("hsigmoid: custom trees (is_custom, path_table, path_code) are not "
-                         "supported; use the default tree")
+    if not is_custom and (num_classes is None or num_classes < 2):
+        raise ValueError(f"hsigmoid: num_classes must be at least 2 with the default tree, "
+                         f"got {num_classes}")
+    if not is_custom and (path_table is not None or path_code is not None):
+        raise ValueError("hsigmoid: path_table and path_code need is_custom=True; the "
+                         "default tree takes num_classes only")
+    if is_custom and (path_table is None or path_code is None or num_classes is None):
+        raise ValueError("hsigmoid: a custom tree (is_custom=True) needs path_table, "
+                         "path_code and num_classes (its number of nodes)")
+    is_sparse = bool(is_sparse and is_custom)  # Fluid drops is_sparse on the default tree
     helper = LayerHelper("hierarchical_sigmoid", param_attr=param_attr, bias_attr=bias_attr,
                          name=name)
     dtype = input.dtype
-    w = helper.create_parameter(helper.param_attr, [num_classes - 1, input.shape[-1]], dtype)
+    rows = int(num_classes) if is_custom else int(num_classes) - 1
+    w = helper.create_parameter(helper.param_attr, [rows, input.shape[-1]], dtype)
     inputs: dict[str, Any] = {"X": [input], "W": [w], "Label": [label]}
-    b = helper.create_parameter(helper.bias_attr, [num_classes - 1, 1], dtype, is_bias=True)
+    if is_custom:
+        inputs["PathTable"], inputs["PathCode"] = [path_table], [path_code]
+    b = helper.create_parameter(helper.bias_attr, [rows, 1], dtype, is_bias=True)
     if b is not None:
         inputs["Bias"] = [b]
     out = helper.create_variable_for_type_inference(dtype)
     pre = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
     helper.append_op("hierarchical_sigmoid", inputs=inputs,
                      outputs={"Out": [out], "PreOut": [pre]},
-                     attrs={"num_classes": int(num_classes), "is_sparse": is_sparse})
+                     attrs={"num_classes": int(num_classes), "is_sparse": is_sparse,
+                            "remote_prefetch": is_sparse})
     return out
 
 

@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
+from ..scope import SelectedRows
 from .registry import Meta, register_op
+from .rnn import wanted
 
 __all__: list[str] = []
 
@@ -20,20 +22,35 @@ __all__: list[str] = []
 
 def _hsig_shape(ins: dict, attrs: dict) -> dict:
     x, w, label = ins["X"], ins["W"], ins["Label"]
+    table, code = ins.get("PathTable"), ins.get("PathCode")
     classes = int(attrs["num_classes"])
-    if classes < 2:
-        raise ValueError(f"hierarchical_sigmoid: num_classes must be >= 2, got {classes}")
-    if tuple(w.shape) != (classes - 1, x.shape[-1]):
-        raise ValueError(f"hierarchical_sigmoid: W must be [num_classes - 1, D] = "
-                         f"[{classes - 1}, {x.shape[-1]}], got {list(w.shape)}")
+    if (table is None) != (code is None):
+        raise ValueError("hierarchical_sigmoid: a custom tree needs both PathTable and "
+                         "PathCode ([N, L] int64: each sample's nodes, -1 padded, and its "
+                         "branch bits)")
+    if table is not None:
+        if len(table.shape) != 2 or tuple(code.shape) != tuple(table.shape):
+            raise ValueError(f"hierarchical_sigmoid: PathTable and PathCode must both be "
+                             f"[N, L], got {list(table.shape)} and {list(code.shape)}")
+        if len(w.shape) != 2 or w.shape[1] != x.shape[-1]:
+            raise ValueError(f"hierarchical_sigmoid: W must be [nodes, D] with D = "
+                             f"{x.shape[-1]}, got {list(w.shape)}")
+        length = table.shape[1]
+    else:
+        if classes < 2:
+            raise ValueError(f"hierarchical_sigmoid: num_classes must be >= 2, got {classes}")
+        if tuple(w.shape) != (classes - 1, x.shape[-1]):
+            raise ValueError(f"hierarchical_sigmoid: W must be [num_classes - 1, D] = "
+                             f"[{classes - 1}, {x.shape[-1]}], got {list(w.shape)}")
+        length = (classes - 1).bit_length()
     if label.dtype not in ("int64", "int32"):
         raise TypeError(f"hierarchical_sigmoid: Label must be int64 class ids, got "
                         f"{label.dtype}")
-    if ins.get("PathTable") is not None or ins.get("PathCode") is not None:
-        raise ValueError("hierarchical_sigmoid: custom trees (PathTable/PathCode) are not "
-                         "supported; use the default complete binary tree")
-    return {"Out": Meta((x.shape[0], 1), x.dtype),
-            "PreOut": Meta((x.shape[0], (classes - 1).bit_length()), x.dtype)}
+    if attrs["remote_prefetch"] and attrs["epmap"]:
+        raise ValueError("hierarchical_sigmoid: remote_prefetch from parameter servers "
+                         f"(epmap {attrs['epmap']}) is not supported; keep W local")
+    return {"Out": Meta((x.shape[0], 1), x.dtype), "PreOut": Meta((x.shape[0], length), x.dtype),
+            "W_Out": Meta(w.shape, w.dtype)}
 
 
 def _hsig_paths(label: torch.Tensor, classes: int) -> tuple:
@@ -48,13 +65,29 @@ def _hsig_paths(label: torch.Tensor, classes: int) -> tuple:
     return index, bits, valid
 
 
+def _custom_paths(table: torch.Tensor, code: torch.Tensor, nodes: int) -> tuple:
+    """A custom tree: sample i visits the nodes ``PathTable[i]`` up to the first negative
+    entry, taking branch ``PathCode[i, j]`` at each."""
+    table = table.long()
+    valid = torch.cumprod((table >= 0).long(), 1).bool()
+    if bool((table[valid] >= nodes).any()):
+        raise ValueError(f"hierarchical_sigmoid: PathTable names a node past W's {nodes} rows")
+    index = torch.where(valid, table, torch.zeros_like(table))
+    bits = (code.long() != 0) & valid
+    return index, bits, valid
+
+
 def _hsig_pre(ins: dict, attrs: dict) -> tuple:
     x, w, bias = ins["X"], ins["W"], ins.get("Bias")
-    label = ins["Label"]
-    classes = int(attrs["num_classes"])
-    if label.numel() and (int(label.min()) < 0 or int(label.max()) >= classes):
-        raise ValueError(f"hierarchical_sigmoid: a label is out of range for {classes} classes")
-    index, bits, valid = _hsig_paths(label, classes)
+    if ins.get("PathTable") is not None:
+        index, bits, valid = _custom_paths(ins["PathTable"], ins["PathCode"], w.shape[0])
+    else:
+        label = ins["Label"]
+        classes = int(attrs["num_classes"])
+        if label.numel() and (int(label.min()) < 0 or int(label.max()) >= classes):
+            raise ValueError(f"hierarchical_sigmoid: a label is out of range for {classes} "
+                             "classes")
+        index, bits, valid = _hsig_paths(label, classes)
     pre = torch.einsum("nld,nd->nl", w[index], x)
     if bias is not None:
         pre = pre + bias.reshape(-1)[index]
@@ -64,11 +97,15 @@ def _hsig_pre(ins: dict, attrs: dict) -> tuple:
 
 def _hsig(ins: dict, attrs: dict, ctx: Any) -> dict:
     # NOTE: as Fluid, a path shorter than the longest adds softplus(0) = log 2 for each
-    # missing node: a constant that carries no gradient.
+    # missing node: a constant that carries no gradient. PreOut is Fluid's softplus of the
+    # (clipped) node scores, not the scores.
     pre, _, bits, _ = _hsig_pre(ins, attrs)
-    out = torch.nn.functional.softplus(pre).sum(1, keepdim=True) - \
-        (bits * pre).sum(1, keepdim=True)
-    return {"Out": out, "PreOut": pre}
+    soft = torch.nn.functional.softplus(pre)
+    out = soft.sum(1, keepdim=True) - (bits * pre).sum(1, keepdim=True)
+    res = {"Out": out, "PreOut": soft}
+    if wanted(ctx, "W_Out"):  # Fluid's layer binds W_Out to W itself (remote prefetch)
+        res["W_Out"] = ins["W"]
+    return res
 
 
 def _hsig_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -79,9 +116,12 @@ def _hsig_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     if "X" in ctx.need:
         out["X@GRAD"] = torch.einsum("nl,nld->nd", dpre, w[index])
     if "W" in ctx.need:
-        rows = dpre.unsqueeze(-1) * x.unsqueeze(1)  # [N, L, D]
-        out["W@GRAD"] = torch.zeros_like(w).index_add_(
-            0, index.reshape(-1), rows.reshape(-1, w.shape[1]))
+        rows = (dpre.unsqueeze(-1) * x.unsqueeze(1))[valid]  # [valid nodes, D]
+        nodes = index[valid]
+        if attrs["is_sparse"]:  # rows of W on the batch's paths (Fluid: custom trees)
+            out["W@GRAD"] = SelectedRows(nodes, rows, w.shape[0])
+        else:
+            out["W@GRAD"] = torch.zeros_like(w).index_add_(0, nodes, rows)
     if "Bias" in ctx.need:
         bias = ins["Bias"]
         out["Bias@GRAD"] = torch.zeros_like(bias.reshape(-1)).index_add_(
@@ -89,11 +129,22 @@ def _hsig_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return out
 
 
+def _hsig_grad_shape(ins: dict, attrs: dict) -> dict:
+    out = {f"{s}@GRAD": ins[s] for s in ("X", "W", "Bias") if ins.get(s) is not None}
+    if attrs["is_sparse"] and "W@GRAD" in out:
+        w = ins["W"]
+        out["W@GRAD"] = Meta(w.shape, w.dtype, "selected_rows")
+    return out
+
+
 register_op("hierarchical_sigmoid",
             inputs=("X", "W", "Label", "PathTable?", "PathCode?", "Bias?"),
-            outputs=("Out", "PreOut"), attrs={"num_classes": 2, "is_sparse": False},
+            outputs=("Out", "PreOut", "W_Out?"),
+            attrs={"num_classes": 2, "is_sparse": False, "remote_prefetch": False,
+                   "trainer_id": 0, "height_sections": [], "epmap": [], "table_names": []},
             infer_shape=_hsig_shape, kernel=_hsig, grad_kernel=_hsig_grad,
-            grad_uses=("X", "W", "Label", "Bias"),
+            grad_uses=("X", "W", "Label", "PathTable", "PathCode", "Bias"),
+            grad_infer_shape=_hsig_grad_shape,
             no_grad_inputs=("Label", "PathTable", "PathCode"))
 
 # ----------------------------------------------------------------------------- nce

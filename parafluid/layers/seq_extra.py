@@ -80,15 +80,14 @@ def im2sequence(input: Variable, filter_size: Any = 1, stride: Any = 1, padding:
     (row-major), ``C * kh * kw`` features (OCR models feed it to an RNN).
 
     ``padding`` is ``[up, left, down, right]`` (2 values mean ``[up, left]`` repeated).
+    ``input_image_size [N, 2]`` (each image's real height and width, batches of 2 or more as
+    Fluid) keeps, per image, the positions its real size divided by ``out_stride`` spans.
 
     Example::
 
         seq = fluid.layers.im2sequence(conv, filter_size=[conv_h, 1], stride=[1, 1])
     """
     _check("im2sequence", input=input)
-    if input_image_size is not None:
-        raise ValueError("im2sequence: input_image_size (per-image real sizes) is not "
-                         "supported; resize the images to one size")
 
     def two(v: Any, what: str) -> list[int]:
         vals = [int(v)] * 2 if isinstance(v, int) else [int(a) for a in v]
@@ -96,7 +95,10 @@ def im2sequence(input: Variable, filter_size: Any = 1, stride: Any = 1, padding:
             raise ValueError(f"im2sequence: {what} must be an int or 2 ints, got {v!r}")
         return vals
 
-    return _one("im2sequence", {"X": [input]},
+    inputs = {"X": [input]}
+    if input_image_size is not None:  # [N, 2] real sizes: each image's own sequence length
+        inputs["Y"] = [input_image_size]
+    return _one("im2sequence", inputs,
                 {"kernels": two(filter_size, "filter_size"), "strides": two(stride, "stride"),
                  "paddings": _four(padding, "im2sequence"),
                  "out_stride": two(out_stride, "out_stride")}, input.dtype, 1, name)
@@ -169,21 +171,31 @@ def edit_distance(input: Variable, label: Variable, normalized: bool = True,
 
 
 def ctc_greedy_decoder(input: Variable, blank: int, input_length: Any = None,
-                       padding_value: int = 0, name: str | None = None) -> Variable:
+                       padding_value: int = 0,
+                       name: str | None = None) -> Variable | tuple[Variable, Variable]:
     """Best-path CTC decoding of LoD class scores ``[steps, num_classes + 1]``: the arg max
-    of each step, repeats merged, ``blank`` dropped. Int64 LoD ``[tokens, 1]``.
+    of each step, repeats merged, ``blank`` dropped. Int64 LoD ``[tokens, 1]``. Padded
+    scores ``[N, T, num_classes + 1]`` with ``input_length [N, 1]`` give
+    ``(output [N, T], output_length [N, 1])``, rows filled up with ``padding_value``.
 
     Example::
 
         decoded = fluid.layers.ctc_greedy_decoder(fc_out, blank=num_classes)
     """
-    from .tensor import topk
+    from .tensor import squeeze, topk
 
     _check("ctc_greedy_decoder", input=input)
-    if input_length is not None:
-        raise ValueError("ctc_greedy_decoder: padded input with input_length is not "
-                         "supported; feed LoD sequences")
     _, ids = topk(input, k=1)
+    if input_length is not None:
+        helper = LayerHelper("ctc_greedy_decoder", name=name)
+        out = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+        out_len = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+        helper.append_op("ctc_align", inputs={"Input": [squeeze(ids, [2])],
+                                              "InputLength": [input_length]},
+                         outputs={"Output": [out], "OutputLength": [out_len]},
+                         attrs={"blank": int(blank), "merge_repeated": True,
+                                "padding_value": int(padding_value)})
+        return out, out_len
     return _one("ctc_align", {"Input": [ids]}, {"blank": int(blank), "merge_repeated": True,
                                                "padding_value": int(padding_value)},
                 "int64", 1, name, "Output", stop_gradient=True)

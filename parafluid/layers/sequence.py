@@ -289,10 +289,10 @@ def sequence_unpad(x: Variable, length: Variable, name: str | None = None) -> Va
     return _one("sequence_unpad", {"X": [x], "Length": [length]}, {}, x.dtype, 1, name)
 
 
-def sequence_mask(x: Variable, maxlen: int | None = None, dtype: str = "int64",
+def sequence_mask(x: Variable, maxlen: int | Variable | None = None, dtype: str = "int64",
                   name: str | None = None) -> Variable:
     """``mask[..., j] = j < x[...]`` for int lengths ``x``: shape ``x.shape + [maxlen]``
-    (``maxlen`` default: the largest length).
+    (``maxlen`` default: the largest length; a Variable: an int32 tensor read at run time).
 
     Example::
 
@@ -303,9 +303,12 @@ def sequence_mask(x: Variable, maxlen: int | None = None, dtype: str = "int64",
     _check("sequence_mask", "x", x)
     helper = LayerHelper("sequence_mask", name=name)
     out = helper.create_variable_for_type_inference(convert_dtype(dtype), stop_gradient=True)
-    helper.append_op("sequence_mask", inputs={"X": [x]}, outputs={"Y": [out]},
-                     attrs={"maxlen": -1 if maxlen is None else int(maxlen),
-                            "out_dtype": convert_dtype(dtype)})
+    inputs = {"X": [x]}
+    if isinstance(maxlen, Variable):
+        inputs["MaxLenTensor"] = [maxlen]
+    helper.append_op("sequence_mask", inputs=inputs, outputs={"Y": [out]},
+                     attrs={"maxlen": -1 if maxlen is None or isinstance(maxlen, Variable)
+                            else int(maxlen), "out_dtype": convert_dtype(dtype)})
     return out
 
 

@@ -62,6 +62,7 @@ from . import sampled_softmax
 from . import lstmp
 from . import tree_conv
 from . import match_matrix
+from . import sequence_topk
 from . import var_conv
 from . import load
 from . import fake_quant

@@ -165,7 +165,8 @@ def _seq_softmax_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("sequence_softmax", inputs=("X",), outputs=("Out",),
-            attrs={"use_cudnn": False}, infer_shape=_seq_softmax_shape, kernel=_seq_softmax,
+            attrs={"use_cudnn": False, "data_format": "AnyLayout"},
+            infer_shape=_seq_softmax_shape, kernel=_seq_softmax,
             grad_kernel=_seq_softmax_grad, grad_uses=("X", "Out"), share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- sequence_expand
@@ -361,7 +362,7 @@ def _seq_conv_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("sequence_conv", inputs=("X", "Filter", "PaddingData?"), outputs=("Out",),
-            attrs={"contextLength": 3, "contextStart": -1, "contextStride": 1,
+            attrs={"contextLength": 3, "contextStart": 0, "contextStride": 1,
                    "paddingTrainable": False},
             infer_shape=_seq_conv_shape, kernel=_seq_conv, grad_kernel=_seq_conv_grad,
             grad_uses=("X", "Filter"), no_grad_inputs=("PaddingData",), share_lod=("X", "Out"))
@@ -498,6 +499,8 @@ def _seq_mask_shape(ins: dict, attrs: dict) -> dict:
     if x.dtype not in ("int32", "int64"):
         raise TypeError(f"sequence_mask: X must hold int lengths, got {x.dtype}")
     maxlen = int(attrs["maxlen"])
+    if ins.get("MaxLenTensor") is not None:  # the length comes at run time
+        maxlen = -1
     return {"Y": Meta((*x.shape, maxlen if maxlen > 0 else -1), attrs["out_dtype"])}
 
 
@@ -506,13 +509,18 @@ def _seq_mask(ins: dict, attrs: dict, ctx: Any) -> dict:
 
     x = ins["X"]
     maxlen = int(attrs["maxlen"])
+    if ins.get("MaxLenTensor") is not None:  # Fluid: the tensor wins over the attribute
+        maxlen = int(ins["MaxLenTensor"].reshape(-1)[0])
+        if maxlen <= 0:
+            raise ValueError(f"sequence_mask: MaxLenTensor must hold a positive length, got "
+                             f"{maxlen}")
     if maxlen <= 0:
         maxlen = int(x.max()) if x.numel() else 0
     steps = torch.arange(maxlen, device=x.device)
     return {"Y": (steps < x.unsqueeze(-1)).to(to_torch(attrs["out_dtype"]))}
 
 
-register_op("sequence_mask", inputs=("X",), outputs=("Y",),
+register_op("sequence_mask", inputs=("X", "MaxLenTensor?"), outputs=("Y",),
             attrs={"maxlen": -1, "out_dtype": "int64"}, infer_shape=_seq_mask_shape,
             kernel=_seq_mask)
 

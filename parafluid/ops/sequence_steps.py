@@ -335,8 +335,29 @@ def _im2seq_shape(ins: dict, attrs: dict) -> dict:
     if oh == 0 or ow == 0 or oh < -1 or ow < -1:
         raise ValueError(f"im2sequence: X {list(x.shape)} is smaller than the kernel "
                          f"[{kh}, {kw}] with paddings {[pu, pl, pd, pr]}")
-    rows = -1 if -1 in (x.shape[0], oh, ow) else x.shape[0] * oh * ow
+    rows = -1 if -1 in (x.shape[0], oh, ow) or ins.get("Y") is not None else \
+        x.shape[0] * oh * ow
     return {"Out": Meta((rows, x.shape[1] * kh * kw), x.dtype)}
+
+
+def _im2seq_keep(ins: dict, attrs: dict, oh: int, ow: int) -> list[torch.Tensor] | None:
+    """With ``Y`` (each image's real ``[height, width]``, batches of 2 or more, as Fluid):
+    per image, the filter positions of the top-left ``oh_i x ow_i`` corner of the grid that
+    its real size (divided by ``out_stride``, rounded up) spans; None: every position."""
+    y, n = ins.get("Y"), ins["X"].shape[0]
+    if y is None or n <= 1:
+        return None
+    (kh, kw), (sh, sw), (pu, pl, pd, pr) = _im2seq_params(attrs)
+    osh, osw = (int(v) for v in attrs["out_stride"])
+    sizes = y.reshape(n, 2).tolist()
+    keep = []
+    for real_h, real_w in sizes:
+        rh, rw = -(-int(real_h) // osh), -(-int(real_w) // osw)
+        hi = min((rh + pu + pd - kh) // sh + 1, oh)
+        wi = min((rw + pl + pr - kw) // sw + 1, ow)
+        grid = torch.arange(oh * ow).reshape(oh, ow)
+        keep.append(grid[:max(hi, 0), :max(wi, 0)].reshape(-1))
+    return keep
 
 
 def _im2seq(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -346,6 +367,14 @@ def _im2seq(ins: dict, attrs: dict, ctx: Any) -> dict:
     (kh, kw), strides, (pu, pl, pd, pr) = _im2seq_params(attrs)
     cols = F.unfold(F.pad(x, [pl, pr, pu, pd]), (kh, kw), stride=strides)
     n, feat, positions = cols.shape
+    oh = _im2seq_out(x.shape[2], kh, pu, pd, strides[0])
+    keep = _im2seq_keep(ins, attrs, oh, positions // oh)
+    if keep is not None:
+        rows = [cols[i].t()[k] for i, k in enumerate(keep)]
+        lod = [0]
+        for r in rows:
+            lod.append(lod[-1] + r.shape[0])
+        return {"Out": attach_lod(torch.cat(rows), [lod])}
     out = cols.transpose(1, 2).reshape(n * positions, feat)
     return {"Out": attach_lod(out, [list(range(0, n * positions + 1, positions))])}
 
@@ -355,13 +384,23 @@ def _im2seq_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     (kh, kw), strides, (pu, pl, pd, pr) = _im2seq_params(attrs)
     n, c, h, w = x.shape
     padded = (h + pu + pd, w + pl + pr)
+    oh = _im2seq_out(h, kh, pu, pd, strides[0])
+    ow = _im2seq_out(w, kw, pl, pr, strides[1])
+    keep = _im2seq_keep(ins, attrs, oh, ow)
+    if keep is not None:  # scatter each image's rows back onto its positions
+        full = dout.new_zeros((n, oh * ow, c * kh * kw))
+        start = 0
+        for i, k in enumerate(keep):
+            full[i, k] = dout[start:start + len(k)]
+            start += len(k)
+        dout = full
     cols = dout.reshape(n, -1, c * kh * kw).transpose(1, 2)
     dx = F.fold(cols, padded, (kh, kw), stride=strides)
     return {"X@GRAD": dx[:, :, pu:pu + h, pl:pl + w].contiguous()}
 
 
-register_op("im2sequence", inputs=("X",), outputs=("Out",),
+register_op("im2sequence", inputs=("X", "Y?"), outputs=("Out",),
             attrs={"kernels": [1, 1], "strides": [1, 1], "paddings": [0, 0, 0, 0],
                    "out_stride": [1, 1]},
             infer_shape=_im2seq_shape, kernel=_im2seq, grad_kernel=_im2seq_grad,
-            grad_uses=("X",))
+            grad_uses=("X", "Y"), no_grad_inputs=("Y",))

@@ -218,7 +218,89 @@ CRF_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CTC_CASES + GATHER_TREE_CASES + CRF_CASES, ids=str)
+# ------------------------------------------------------------------ sequence_topk_avg_pooling
+
+TOPK_ROWS, TOPK_COLS, TOPK_CH = [2, 3], [3, 2], 2
+TOPK_X = np.random.RandomState(86).permutation(
+    sum(r * c for r, c in zip(TOPK_ROWS, TOPK_COLS)) * TOPK_CH).astype("float64") / 7.0
+TOPK_X_OFFS = [0, 12, 24]
+
+
+def topk_pool_ref(X, ROW, COLUMN, attrs):
+    topks, ch = attrs["topks"], attrs["channel_num"]
+    out, start = [], 0
+    for rows, cols in zip(TOPK_ROWS, TOPK_COLS):
+        seg = X[start:start + ch * rows * cols].reshape(ch, rows, cols)
+        start += ch * rows * cols
+        for r in range(rows):
+            line = []
+            for c in range(ch):
+                best = sorted(seg[c, r], reverse=True)
+                line += [sum(best[:k]) / k for k in topks]  # a short row still divides by k
+            out.append(line)
+    return {"Out": np.array(out)}
+
+
+TOPK_CASES = [
+    OpCase("sequence_topk_avg_pooling",
+           {"X": TOPK_X, "ROW": rand(5, 4, seed=87), "COLUMN": rand(5, 4, seed=88)},
+           attrs={"topks": [1, 2, 3], "channel_num": TOPK_CH}, ref=topk_pool_ref,
+           lod={"X": [TOPK_X_OFFS], "ROW": [[0, 2, 5]], "COLUMN": [[0, 3, 5]]}, grad=["X"],
+           grad_outputs=["Out"], id="sequence_topk_avg_pooling"),
+]
+
+# --------------------------------------- sequence_mask, ctc_align, im2sequence, sequence_conv
+
+
+def im2seq_real_size_ref(X, Y):
+    """Kernel 2 x 2, stride 1, out_stride 2: image i keeps the top-left
+    (ceil(h_i / 2) - 1) x (ceil(w_i / 2) - 1) positions of the 3 x 4 grid."""
+    rows, lod = [], [0]
+    for i in range(X.shape[0]):
+        oh = -(-int(Y[i, 0]) // 2) - 1
+        ow = -(-int(Y[i, 1]) // 2) - 1
+        for r in range(oh):
+            for c in range(ow):
+                rows.append(X[i, :, r:r + 2, c:c + 2].reshape(-1))
+        lod.append(len(rows))
+    return {"Out": np.array(rows)}
+
+
+def seq_conv_ref(X, Filter):
+    """contextLength 3 from Fluid's default contextStart 0: step t sees t, t+1, t+2."""
+    out = np.zeros((X.shape[0], Filter.shape[1]))
+    for a, b in ((0, 3), (3, 5)):
+        for t in range(a, b):
+            ctx = [X[t + j] if t + j < b else np.zeros(X.shape[1]) for j in range(3)]
+            out[t] = np.concatenate(ctx) @ Filter
+    return {"Out": out}
+
+
+MISC_CASES = [
+    OpCase("sequence_mask", {"X": np.array([1, 3, 0], "int64"),
+                             "MaxLenTensor": np.array([4], "int32")},
+           attrs={"maxlen": 2, "out_dtype": "int64"},
+           ref=lambda X, MaxLenTensor: {"Y": (np.arange(4) < X[:, None]).astype("int64")},
+           id="sequence_mask_maxlen_tensor"),
+    OpCase("ctc_align", {"Input": np.array([[0, 2, 2, 0, 1, 1], [3, 3, 0, 0, 0, 0]], "int32"),
+                         "InputLength": np.array([[6], [3]], "int32")},
+           attrs={"blank": 0, "merge_repeated": True, "padding_value": -7},
+           ref=lambda Input, InputLength: {
+               "Output": np.array([[2, 1, -7, -7, -7, -7], [3, -7, -7, -7, -7, -7]], "int32"),
+               "OutputLength": np.array([[2], [1]], "int32")}, id="ctc_align_padded"),
+    OpCase("im2sequence", {"X": rand(2, 2, 4, 5, seed=89),
+                           "Y": np.array([[8, 10], [5, 6]], "float64")},
+           attrs={"kernels": [2, 2], "strides": [1, 1], "paddings": [0, 0, 0, 0],
+                  "out_stride": [2, 2]}, ref=im2seq_real_size_ref, grad=["X"],
+           id="im2sequence_real_image_size"),
+    OpCase("sequence_conv", {"X": rand(5, 2, seed=90), "Filter": rand(6, 3, seed=91)},
+           attrs={"contextLength": 3}, lod={"X": [[0, 3, 5]]}, ref=seq_conv_ref,
+           grad=["X", "Filter"], id="sequence_conv_default_context_start"),
+]
+
+
+@pytest.mark.parametrize("case", CTC_CASES + GATHER_TREE_CASES + CRF_CASES + TOPK_CASES +
+                         MISC_CASES, ids=str)
 def test_op(case):
     check_op(case)
 
@@ -272,3 +354,54 @@ def test_crf_layers_padded_length():
                                   ["ViterbiPath"])
     assert int(np.asarray(n_infer)[0]) >= 1
     assert not np.asarray(got_grad)[1, 1:].any()  # padding rows get no gradient
+
+
+def test_padded_and_runtime_length_layers():
+    """ctc_greedy_decoder(input_length=), sequence_mask(maxlen=Variable),
+    im2sequence(input_image_size=) and contrib.sequence_topk_avg_pooling as Fluid 1.6."""
+    import parafluid as fluid
+    from parafluid.testing import run_layers
+
+    probs = np.zeros((2, 4, 3), "float32")
+    probs[0, [0, 1, 2, 3], [1, 1, 0, 2]] = 1  # argmax 1 1 0 2 -> 1 2
+    probs[1, [0, 1, 2, 3], [2, 0, 2, 1]] = 1  # length 2: argmax 2 0 -> 2
+
+    def build():
+        x = fluid.layers.data(name="p", shape=[2, 4, 3], append_batch_size=False)
+        n = fluid.layers.data(name="n", shape=[2, 1], dtype="int64", append_batch_size=False)
+        out, out_len = fluid.layers.ctc_greedy_decoder(x, blank=0, input_length=n,
+                                                       padding_value=-1)
+        lens = fluid.layers.data(name="lens", shape=[3], dtype="int64",
+                                 append_batch_size=False)
+        maxlen = fluid.layers.fill_constant([1], "int32", 5)
+        mask = fluid.layers.sequence_mask(lens, maxlen=maxlen, dtype="float32")
+        img = fluid.layers.data(name="img", shape=[2, 2, 4, 5], append_batch_size=False)
+        size = fluid.layers.data(name="size", shape=[2, 2], append_batch_size=False)
+        seq = fluid.layers.im2sequence(img, filter_size=2, input_image_size=size, out_stride=2)
+        return [out, out_len, mask, seq]
+
+    img = rand(2, 2, 4, 5, seed=89, dtype="float32")
+    size = np.array([[8, 10], [5, 6]], "float32")
+    out, out_len, mask, seq = run_layers(build, {
+        "p": probs, "n": np.array([[4], [2]], "int64"), "lens": np.array([2, 0, 5], "int64"),
+        "img": img, "size": size})
+    np.testing.assert_array_equal(out, [[1, 2, -1, -1], [2, -1, -1, -1]])
+    np.testing.assert_array_equal(out_len, [[2], [1]])
+    np.testing.assert_array_equal(mask, np.arange(5) < np.array([[2], [0], [5]]))
+    np.testing.assert_allclose(seq, im2seq_real_size_ref(img, size)["Out"], rtol=1e-6)
+
+    def build_topk():
+        x = fluid.layers.data(name="x", shape=[1], dtype="float64", lod_level=1)
+        row = fluid.layers.data(name="row", shape=[4], dtype="float64", lod_level=1)
+        col = fluid.layers.data(name="col", shape=[4], dtype="float64", lod_level=1)
+        return [fluid.contrib.sequence_topk_avg_pooling(x, row, col, topks=[1, 2, 3],
+                                                        channel_num=TOPK_CH)]
+
+    def lod(a, lengths):
+        return fluid.create_lod_tensor(a, [lengths], fluid.CPUPlace())
+
+    pooled, = run_layers(build_topk, {
+        "x": lod(TOPK_X.reshape(-1, 1), [12, 12]), "row": lod(rand(5, 4, seed=87), [2, 3]),
+        "col": lod(rand(5, 4, seed=88), [3, 2])})
+    np.testing.assert_allclose(pooled, topk_pool_ref(TOPK_X, None, None, {
+        "topks": [1, 2, 3], "channel_num": TOPK_CH})["Out"], rtol=1e-12)

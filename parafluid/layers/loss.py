@@ -282,17 +282,24 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
         num_neg_samples: int | None = None, name: str | None = None, sampler: str = "uniform",
         custom_dist: Any = None, seed: int = 0, is_sparse: bool = False) -> Variable:
     """Noise-contrastive estimation loss ``[N, 1]``: each row's true class against
-    ``num_neg_samples`` (default 10) classes drawn from ``sampler`` ("uniform" or
-    "log_uniform"). A non-zero ``seed`` draws the same negatives on every run.
+    ``num_neg_samples`` (default 10) classes drawn from ``sampler``: "uniform",
+    "log_uniform" or "custom_dist" (``custom_dist``: one probability per class, sampled by
+    the alias method). A non-zero ``seed`` draws the same negatives on every run;
+    ``is_sparse`` makes the weight's gradient a SelectedRows of the sampled classes.
 
     Example::
 
         cost = fluid.layers.nce(input=hidden, label=next_word, num_total_classes=dict_size,
                                 num_neg_samples=5)
     """
-    if custom_dist is not None or sampler == "custom_dist":
-        raise ValueError("nce: sampler='custom_dist' is not supported; use 'uniform' or "
-                         "'log_uniform'")
+    import numpy as np
+
+    from ..initializer import NumpyArrayInitializer
+    from ..param_attr import ParamAttr
+
+    if sampler not in ("uniform", "log_uniform", "custom_dist"):
+        raise ValueError(f"nce: sampler must be 'uniform', 'log_uniform' or 'custom_dist', "
+                         f"got {sampler!r}")
     helper = LayerHelper("nce", param_attr=param_attr, bias_attr=bias_attr, name=name)
     dtype = input.dtype
     w = helper.create_parameter(helper.param_attr, [num_total_classes, input.shape[-1]], dtype)
@@ -302,6 +309,19 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
         inputs["Bias"] = [b]
     if sample_weight is not None:
         inputs["SampleWeight"] = [sample_weight]
+    if sampler == "custom_dist":
+        probs = np.asarray(custom_dist if custom_dist is not None else [], "float64")
+        if probs.shape != (num_total_classes,):
+            raise ValueError(f"nce: custom_dist must give one probability for each of the "
+                             f"{num_total_classes} classes, got shape {list(probs.shape)}")
+        alias, alias_probs = _alias_tables(probs)
+        for slot, table in (("CustomDistProbs", probs.astype("float32")),
+                            ("CustomDistAlias", alias), ("CustomDistAliasProbs", alias_probs)):
+            var = helper.create_parameter(
+                ParamAttr(initializer=NumpyArrayInitializer(table)), list(table.shape),
+                str(table.dtype))
+            var.stop_gradient = True
+            inputs[slot] = [var]
     cost = helper.create_variable_for_type_inference(dtype)
     logits = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
     labels = helper.create_variable_for_type_inference("int64", stop_gradient=True)
@@ -311,8 +331,32 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
                      attrs={"num_total_classes": int(num_total_classes),
                             "num_neg_samples": 10 if num_neg_samples is None
                             else int(num_neg_samples),
-                            "sampler": sampler, "seed": int(seed), "is_sparse": is_sparse})
+                            "sampler": {"uniform": 0, "log_uniform": 1,
+                                        "custom_dist": 2}[sampler],
+                            "seed": int(seed), "is_sparse": bool(is_sparse),
+                            "remote_prefetch": bool(is_sparse)})
     return cost
+
+
+def _alias_tables(probs: Any) -> tuple[Any, Any]:
+    """Walker's alias tables of a distribution: (int32 alias, float32 keep probability);
+    class i is kept with its probability, else replaced by ``alias[i]`` (-1: none)."""
+    import numpy as np
+
+    n = len(probs)
+    scaled = [float(p) * n for p in probs]
+    alias, keep = [-1] * n, [1.0] * n
+    small = [i for i, v in enumerate(scaled) if v < 1.0]
+    large = [i for i, v in enumerate(scaled) if v > 1.0]
+    while small and large:
+        s, g = small.pop(0), large.pop(0)
+        keep[s], alias[s] = scaled[s], g
+        scaled[g] += scaled[s] - 1.0
+        if scaled[g] < 1.0:
+            small.append(g)
+        elif scaled[g] > 1.0:
+            large.append(g)
+    return np.array(alias, "int32"), np.array(keep, "float32")
 
 
 def warpctc(input: Variable, label: Variable, blank: int = 0, norm_by_times: bool = False,

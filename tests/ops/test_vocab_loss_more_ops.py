@@ -43,7 +43,53 @@ HSIG_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", HSIG_CASES, ids=str)
+# ----------------------------------------------------------------------------- nce
+
+NCE_C = 7
+NCE_INPUTS = {"Input": rand(3, 4, seed=95), "Label": np.array([[2], [0], [6]], "int64"),
+              "Weight": rand(NCE_C, 4, seed=96), "Bias": rand(NCE_C, 1, seed=97)}
+NEG = [1, 3, 5]
+DIST = np.array([0.05, 0.1, 0.2, 0.05, 0.3, 0.1, 0.2])
+
+
+def _sig(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def nce_ref(Input, Label, Weight, Bias, attrs, **custom):
+    """Fluid's cost with fixed negatives: q = num_neg * P(class) under the sampler."""
+    sid, k = attrs["sampler"], attrs["num_neg_samples"]
+
+    def prob(c):
+        if sid == 0:
+            return 1 / NCE_C
+        if sid == 1:
+            return np.log((c + 2) / (c + 1)) / np.log(NCE_C)  # log of C, not C + 1
+        return custom["CustomDistProbs"][c]
+    labels = np.concatenate([Label, np.tile(attrs["custom_neg_classes"], (len(Label), 1))], 1)
+    o = _sig(np.einsum("nkd,nd->nk", Weight[labels], Input) + Bias[labels, 0])
+    q = np.vectorize(prob)(labels) * k
+    cost = -np.log(o[:, :1] / (o[:, :1] + q[:, :1])).sum(1) - \
+        np.log(q[:, 1:] / (o[:, 1:] + q[:, 1:])).sum(1)
+    return {"Cost": cost.reshape(-1, 1), "SampleLogits": o, "SampleLabels": labels}
+
+
+def _nce_case(sampler, **extra):
+    inputs = dict(NCE_INPUTS)
+    if sampler == 2:
+        inputs.update({"CustomDistProbs": DIST.astype("float32"),
+                       "CustomDistAlias": np.full(NCE_C, -1, "int32"),
+                       "CustomDistAliasProbs": np.ones(NCE_C, "float32")})
+    return OpCase("nce", inputs, attrs={"num_total_classes": NCE_C, "num_neg_samples": 3,
+                                        "sampler": sampler, "custom_neg_classes": NEG, **extra},
+                  ref=nce_ref, grad=["Input", "Weight", "Bias"], grad_outputs=["Cost"],
+                  id=f"nce_sampler_{sampler}_fixed_negatives")
+
+
+NCE_CASES = [_nce_case(0), _nce_case(1), _nce_case(2)]
+
+
+@pytest.mark.parametrize("case", HSIG_CASES + NCE_CASES, ids=str)
 def test_op(case):
     check_op(case)
 
@@ -88,3 +134,51 @@ def test_hsigmoid_layer_rejects_half_a_custom_tree():
         y = fluid.layers.data(name="y", shape=[1], dtype="int64")
         with pytest.raises(ValueError, match="path_table"):
             fluid.layers.hsigmoid(x, y, num_classes=6, is_custom=True)
+
+
+def _train_nce(is_sparse, sampler="uniform"):
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 3
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[4], dtype="float64")
+        y = fluid.layers.data(name="y", shape=[1], dtype="int64")
+        cost = fluid.layers.nce(
+            x, y, num_total_classes=NCE_C, num_neg_samples=3, sampler=sampler, seed=11,
+            custom_dist=list(DIST) if sampler == "custom_dist" else None,
+            is_sparse=is_sparse, bias_attr=False,
+            param_attr=fluid.ParamAttr(name="nce_w", initializer=fluid.initializer.
+                                       NumpyArrayInitializer(NCE_INPUTS["Weight"])))
+        fluid.optimizer.SGD(learning_rate=0.5).minimize(fluid.layers.mean(cost))
+    op = next(op for op in main.global_block().ops if op.type == "nce")
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    labels = None
+    for _ in range(2):
+        labels, = exe.run(main, feed={"x": NCE_INPUTS["Input"], "y": NCE_INPUTS["Label"]},
+                          fetch_list=[op.output("SampleLabels")[0]], scope=scope)
+    return np.array(scope.find_var("nce_w").get_tensor()), op, labels
+
+
+def test_nce_layer_sampler_ids_sparse_and_custom_dist():
+    dense, op, _ = _train_nce(False)
+    sparse, _, _ = _train_nce(True)
+    assert op.attr("sampler") == 0  # Fluid's int id for "uniform"
+    np.testing.assert_allclose(sparse, dense, rtol=1e-12, atol=1e-12)
+    _, op, labels = _train_nce(False, "custom_dist")
+    assert op.attr("sampler") == 2 and "CustomDistAlias" in op.input_names
+    # class 0 and 3 are rare, 4 common: the alias tables sample by the distribution
+    assert labels.shape == (3, 4) and labels.min() >= 0 and labels.max() < NCE_C
+
+
+def test_nce_custom_dist_alias_sampling_follows_the_distribution():
+    from parafluid.layers.loss import _alias_tables
+    from parafluid.testing import run_op
+
+    alias, keep = _alias_tables(DIST)
+    case = OpCase("nce", {**NCE_INPUTS, "CustomDistProbs": DIST.astype("float32"),
+                          "CustomDistAlias": alias, "CustomDistAliasProbs": keep},
+                  attrs={"num_total_classes": NCE_C, "num_neg_samples": 20000, "sampler": 2,
+                         "seed": 5})
+    labels = run_op(case)["SampleLabels"][:, 1:]
+    freq = np.bincount(labels.reshape(-1), minlength=NCE_C) / labels.size
+    np.testing.assert_allclose(freq, DIST, atol=0.01)

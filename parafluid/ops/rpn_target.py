@@ -327,27 +327,29 @@ def _retinanet_target_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
         gt = part["GtBoxes"][keep] * float(info[i, 2])
         labels = part["GtLabels"].reshape(-1)[keep]
         overlap = _pixel_iou(anchors, gt)
-        if gt.shape[0]:
-            best, argmax = overlap.max(dim=1)
-            at_best = ((overlap - overlap.max(dim=0).values[None]).abs() < 1e-5).any(dim=1)
-        else:
-            best = torch.full((n_anchor,), -1.0, dtype=anchors.dtype)
-            argmax = torch.zeros(n_anchor, dtype=torch.int64)
-            at_best = torch.zeros(n_anchor, dtype=torch.bool)
-        fg_fake = at_best | (best >= attrs["positive_overlap"])
-        bg = best < attrs["negative_overlap"]
-        fg = fg_fake & ~bg  # background wins where both hold (Detectron's order)
-        fg_idx, bg_idx = torch.nonzero(fg).reshape(-1), torch.nonzero(bg).reshape(-1)
-        outs["loc"].append(fg_idx + i * n_anchor)
-        outs["score"].append(torch.cat([fg_idx, bg_idx]) + i * n_anchor)
-        outs["label"].append(torch.cat([labels[argmax[fg_idx]].to(torch.int32),
-                                        torch.zeros(len(bg_idx), dtype=torch.int32)]))
-        outs["bbox"].append(_box_to_delta(anchors[fg_idx], gt[argmax[fg_idx]]) if len(fg_idx)
+        # RPN's assignment without sampling: every foreground and background anchor; a
+        # foreground anchor that is also background becomes a zero-weight "fake" location
+        loc, score, flags, gt_of_loc, weights = _assign_one(overlap, {
+            "rpn_batch_size_per_im": 2 * n_anchor + 1, "rpn_fg_fraction": 1.0,
+            "use_random": False, "rpn_positive_overlap": attrs["positive_overlap"],
+            "rpn_negative_overlap": attrs["negative_overlap"]})
+        fg_count = len(weights)  # every foreground anchor, fakes included
+        loc_t = torch.tensor(loc, dtype=torch.int64)
+        score_t = torch.tensor(score, dtype=torch.int64)
+        n_fg = sum(flags)
+        fg_gt = overlap.argmax(dim=1)[score_t[:n_fg]] if overlap.shape[1] else \
+            torch.zeros(0, dtype=torch.int64)
+        outs["loc"].append(loc_t + i * n_anchor)
+        outs["score"].append(score_t + i * n_anchor)
+        outs["label"].append(torch.cat([labels[fg_gt].to(torch.int32),
+                                        torch.zeros(len(score) - n_fg, dtype=torch.int32)]))
+        gt_idx = torch.tensor(gt_of_loc, dtype=torch.int64)
+        outs["bbox"].append(_box_to_delta(anchors[loc_t], gt[gt_idx]) if loc
                             else anchors.new_zeros((0, 4)))
-        outs["weight"].append(anchors.new_ones((len(fg_idx), 4)))
-        outs["fg"].append(int(fg_fake.sum()) + 1)
-        loc_lod.append(loc_lod[-1] + len(fg_idx))
-        score_lod.append(score_lod[-1] + len(fg_idx) + len(bg_idx))
+        outs["weight"].append(torch.tensor(weights, dtype=anchors.dtype).reshape(-1, 4))
+        outs["fg"].append(fg_count + 1)
+        loc_lod.append(loc_lod[-1] + len(loc))
+        score_lod.append(score_lod[-1] + len(score))
     images = list(range(len(outs["fg"]) + 1))
     return {"LocationIndex": attach_lod(torch.cat(outs["loc"]).to(torch.int32), [loc_lod]),
             "ScoreIndex": attach_lod(torch.cat(outs["score"]).to(torch.int32), [score_lod]),

@@ -369,3 +369,67 @@ PROPOSAL_LABEL_CASES = [
 @pytest.mark.parametrize("case", PROPOSAL_LABEL_CASES, ids=str)
 def test_proposal_labels(case):
     check_op(case)
+
+
+# ----------------------------------------------------------- retinanet_target_assign
+
+
+def _delta(a, g):
+    aw, ah, gw, gh = a[2] - a[0] + 1, a[3] - a[1] + 1, g[2] - g[0] + 1, g[3] - g[1] + 1
+    return [(g[0] + gw / 2 - a[0] - aw / 2) / aw, (g[1] + gh / 2 - a[1] - ah / 2) / ah,
+            np.log(gw / aw), np.log(gh / ah)]
+
+
+def retinanet_assign_ref(Anchor, GtBoxes, GtLabels, IsCrowd, ImInfo, attrs, offs=(0, 2, 3)):
+    """Fluid's rules: foreground = each ground truth's best anchors plus IoU >= positive;
+    background = IoU < negative, and wins; a foreground anchor turned background leaves a
+    zero-weight location at the first foreground anchor (a "fake"); no sampling."""
+    n_anchor = len(Anchor)
+    out = {k: [] for k in ("loc", "score", "label", "bbox", "w", "fg")}
+    for i in range(len(offs) - 1):
+        keep = IsCrowd[offs[i]:offs[i + 1], 0] == 0
+        gt = GtBoxes[offs[i]:offs[i + 1]][keep] * ImInfo[i, 2]
+        cls = GtLabels[offs[i]:offs[i + 1], 0][keep]
+        iou = np.array([[_pixel_iou(a, g) for g in gt] for a in Anchor])
+        best, arg = iou.max(1), iou.argmax(1)
+        fg = [a for a in range(n_anchor) if best[a] >= attrs["positive_overlap"] or
+              any(abs(iou[a, j] - iou[:, j].max()) < 1e-5 for j in range(len(gt)))]
+        bg = [a for a in range(n_anchor) if best[a] < attrs["negative_overlap"]]
+        fakes = [fg[0]] * sum(a in fg for a in bg)
+        fg_left = [a for a in fg if a not in bg]
+        loc = fakes + fg_left
+        out["loc"] += [a + i * n_anchor for a in loc]
+        out["score"] += [a + i * n_anchor for a in fg_left + bg]
+        out["label"] += [cls[arg[a]] for a in fg_left] + [0] * len(bg)
+        out["bbox"] += [_delta(Anchor[a], gt[arg[a]]) for a in loc]
+        out["w"] += [[0.0] * 4] * len(fakes) + [[1.0] * 4] * len(fg_left)
+        out["fg"].append(len(fg) + 1)
+    return {"LocationIndex": np.array(out["loc"], "int32"),
+            "ScoreIndex": np.array(out["score"], "int32"),
+            "TargetLabel": np.array(out["label"], "int32").reshape(-1, 1),
+            "TargetBBox": np.array(out["bbox"]).reshape(-1, 4),
+            "BBoxInsideWeight": np.array(out["w"]).reshape(-1, 4),
+            "ForegroundNumber": np.array(out["fg"], "int32").reshape(-1, 1)}
+
+
+RA_ANCHORS = np.array([[0, 0, 15, 15], [8, 8, 23, 23], [16, 16, 31, 31], [0, 16, 15, 31],
+                       [4, 4, 11, 11], [20, 0, 35, 15]], "float64")
+# image 0: one box that every anchor overlaps little (its best anchors are both foreground
+# and background: fakes) and one well covered; image 1: one box
+RA_GT = np.array([[24, 24, 27, 27], [1, 1, 15, 14], [16, 15, 31, 31]], "float64")
+
+RETINANET_CASES = [
+    OpCase("retinanet_target_assign",
+           {"Anchor": RA_ANCHORS, "GtBoxes": RA_GT,
+            "GtLabels": np.array([[3], [1], [2]], "int32"),
+            "IsCrowd": np.array([[0], [0], [0]], "int32"),
+            "ImInfo": np.array([[40, 40, 1.0], [40, 40, 1.0]])},
+           lod={"GtBoxes": [[0, 2, 3]], "GtLabels": [[0, 2, 3]], "IsCrowd": [[0, 2, 3]]},
+           attrs={"positive_overlap": 0.5, "negative_overlap": 0.4},
+           ref=retinanet_assign_ref, id="retinanet_target_assign_fake_foreground"),
+]
+
+
+@pytest.mark.parametrize("case", RETINANET_CASES, ids=str)
+def test_retinanet_assign(case):
+    check_op(case)

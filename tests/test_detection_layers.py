@@ -238,7 +238,9 @@ def test_rpn_target_assign_samples_at_most_the_batch_and_gathers_the_predictions
                                                            {**feed, "gt_label": labels})
     assert score.shape == (len(label), 3) and loc.shape == target.shape == weight.shape
     assert set(np.unique(label)) <= {0, 1, 2, 3} and fg_num.shape == (2, 1)
-    assert (label > 0).sum() == len(loc) <= fg_num.sum() - 2  # fg_num counts one extra each
+    # every foreground anchor has a location (those also background: zero-weight "fakes");
+    # fg_num counts them plus one per image
+    assert (label > 0).sum() <= len(loc) == fg_num.sum() - 2
 
 
 def test_generate_proposal_labels_samples_the_head_batch():

@@ -5,7 +5,9 @@ As ``lstm`` (ops/rnn.py: gates ordered candidate, input, forget, output; peephol
 projection ``r = proj_act(h @ ProjWeight)`` (``[D, P]``): the gates of step ``t`` are
 ``Input_t + r_{t-1} @ Weight + Bias`` with ``Weight`` ``[P, 4D]``. ``cell_clip`` /
 ``proj_clip`` (when positive) clamp the cell and the projection to ``[-clip, clip]``. An
-initial ``H0`` ``[N, D]`` enters projected, ``r_0 = proj_act(H0 @ ProjWeight)``. Outputs:
+initial ``H0`` is the initial projection itself, ``[N, P]`` (Fluid 1.6: ``r_0 = H0``). As
+Fluid 1.6's kernel, a ``proj_activation`` other than identity applies ``cell_activation``
+to the projection. Outputs:
 ``Projection`` ``[T, P]`` and ``Cell`` ``[T, D]``, with the input's LoD. The gradient kernel
 recomputes the forward pass and runs back-propagation through time.
 """
@@ -23,6 +25,14 @@ from .rnn import _act, _clip, _gate_grads, _initial, _lstm_step, _lstm_weight_gr
 __all__: list[str] = []
 
 _ACT_ATTRS = ("gate_activation", "cell_activation", "candidate_activation", "proj_activation")
+
+
+def _proj_act(attrs: dict) -> tuple:
+    """The projection's activation as Fluid 1.6 runs it: identity, or else the cell's."""
+    _act(attrs["proj_activation"], "lstmp")
+    if attrs["proj_activation"] == "identity":
+        return _act("identity", "lstmp")
+    return _act(attrs["cell_activation"], "lstmp")
 
 
 def _shape(ins: dict, attrs: dict) -> dict:
@@ -53,14 +63,15 @@ def _run(ins: dict, attrs: dict) -> tuple:
     x, w, pw, b = ins["Input"], ins["Weight"], ins["ProjWeight"], ins["Bias"]
     d, p = pw.shape
     steps = _Steps(x, "lstmp", attrs["is_reverse"])
-    *acts, proj_act = (_act(attrs[a], "lstmp")[0] for a in _ACT_ATTRS)
+    *acts, _ = (_act(attrs[a], "lstmp")[0] for a in _ACT_ATTRS)
+    proj_act = _proj_act(attrs)[0]
     peep = attrs["use_peepholes"]
     bias = b.reshape(-1)
     w_ic, w_fc, w_oc = (bias[4 * d:5 * d], bias[5 * d:6 * d], bias[6 * d:]) if peep else \
         (None, None, None)
     xs = steps.gather(x)
     h0 = ins.get("H0")
-    r = proj_act(_initial(h0, steps.batch, d, x) @ pw) if h0 is not None else \
+    r = _initial(h0, steps.batch, p, x) if h0 is not None else \
         x.new_zeros((steps.batch, p))
     r0 = r
     c = _initial(ins.get("C0"), steps.batch, d, x)
@@ -108,8 +119,9 @@ def _inside(v: torch.Tensor, clip: float) -> Any:
 def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, w, pw = ins["Input"], ins["Weight"], ins["ProjWeight"]
     d, p = pw.shape
-    steps, _, _, saved, (w_ic, w_fc, w_oc), r0 = _run(ins, attrs)
-    d_gate, d_cell, d_cand, d_proj = (_act(attrs[a], "lstmp")[1] for a in _ACT_ATTRS)
+    steps, _, _, saved, (w_ic, w_fc, w_oc), _ = _run(ins, attrs)
+    d_gate, d_cell, d_cand, _ = (_act(attrs[a], "lstmp")[1] for a in _ACT_ATTRS)
+    d_proj = _proj_act(attrs)[1]
     peep = attrs["use_peepholes"]
 
     def padded(slot: str, width: int) -> torch.Tensor:
@@ -142,11 +154,8 @@ def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         dr_next = g @ w.t() + (1 - m) * dr
         dc_next = m * dc_prev + (1 - m) * dc_next
     out = _lstm_weight_grads(ctx, steps, dgates, x, dw, dbias, ins["Bias"])
-    if ins.get("H0") is not None:
-        dr0 = dr_next * d_proj(r0)
-        dpw += ins["H0"].t() @ dr0
-        if "H0" in ctx.need:
-            out["H0@GRAD"] = dr0 @ pw.t()
+    if ins.get("H0") is not None and "H0" in ctx.need:
+        out["H0@GRAD"] = dr_next
     if "ProjWeight" in ctx.need:
         out["ProjWeight@GRAD"] = dpw
     if "C0" in ctx.need:

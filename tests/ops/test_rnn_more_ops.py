@@ -36,8 +36,7 @@ def lstm_ref(Input, Weight, Bias, attrs, proj=None, H0=None, C0=None):
     out = {k: {} for k in ("Hidden", "Cell", "BatchGate", "BatchCellPreAct", "BatchHidden")}
     for s, (a, e) in enumerate(zip(OFFS, OFFS[1:])):
         width = D if proj is None else P
-        h = np.zeros(width) if H0 is None else \
-            (H0[s] if proj is None else np.tanh(H0[s] @ proj))
+        h = np.zeros(width) if H0 is None else H0[s]  # lstmp: H0 is the projection [N, P]
         c = np.zeros(D) if C0 is None else C0[s]
         for row in (range(e - 1, a - 1, -1) if rev else range(a, e)):
             cand, i, f, o = np.split(Input[row] + h @ Weight + b[:4 * D], 4)
@@ -93,7 +92,7 @@ def _lstm_inputs(peep=True, proj=False, h0=False):
     if proj:
         ins["ProjWeight"] = rand(D, P, seed=3)
     if h0:
-        ins["H0"], ins["C0"] = rand(3, D, seed=5), rand(3, D, seed=6)
+        ins["H0"], ins["C0"] = rand(3, P if proj else D, seed=5), rand(3, D, seed=6)
     return ins
 
 
@@ -127,3 +126,18 @@ RNN_CASES = [
 @pytest.mark.parametrize("case", RNN_CASES, ids=str)
 def test_op(case):
     check_op(case)
+
+
+def test_lstmp_projection_activation_is_the_cell_activation():
+    """Fluid 1.6's lstmp applies cell_activation to the projection whenever
+    proj_activation is not identity (its kernel reads the cell's activation there)."""
+    from parafluid.testing import run_op
+
+    ins = _lstm_inputs(proj=True)
+    base = {"use_peepholes": True, "is_reverse": False, "cell_activation": "tanh"}
+    relu = run_op(OpCase("lstmp", ins, attrs={**base, "proj_activation": "relu"},
+                         lod={"Input": [OFFS]}))["Projection"]
+    tanh = run_op(OpCase("lstmp", ins, attrs={**base, "proj_activation": "tanh"},
+                         lod={"Input": [OFFS]}))["Projection"]
+    np.testing.assert_array_equal(relu, tanh)
+    assert (tanh < 0).any()  # a relu would have cut these

@@ -261,12 +261,22 @@ register_op("add_position_encoding", inputs=("X",), outputs=("Out",),
 
 def _row_conv_shape(ins: dict, attrs: dict) -> dict:
     x, w = ins["X"], ins["Filter"]
-    if len(x.shape) != 2 or len(w.shape) != 2:
-        raise ValueError(f"row_conv: X must be [N, D] and Filter [k, D], got {list(x.shape)} "
-                         f"and {list(w.shape)}")
-    if -1 not in (x.shape[1], w.shape[1]) and x.shape[1] != w.shape[1]:
-        raise ValueError(f"row_conv: Filter {list(w.shape)} must have X's {x.shape[1]} columns")
+    if len(x.shape) not in (2, 3) or len(w.shape) != 2:
+        raise ValueError(f"row_conv: X must be [N, D] (LoD) or [B, T, D] (padded) and Filter "
+                         f"[k, D], got {list(x.shape)} and {list(w.shape)}")
+    if -1 not in (x.shape[-1], w.shape[1]) and x.shape[-1] != w.shape[1]:
+        raise ValueError(f"row_conv: Filter {list(w.shape)} must have X's {x.shape[-1]} "
+                         f"columns")
     return {"Out": x}
+
+
+def _row_conv_rows(x: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """X as rows and its sequences' offsets: the LoD of ``[N, D]``, or each of the ``B``
+    rows of a padded ``[B, T, D]`` as one sequence of ``T`` steps (Fluid's tensor input)."""
+    if x.dim() == 3:
+        b, t = x.shape[0], x.shape[1]
+        return x.reshape(b * t, x.shape[2]), list(range(0, b * t + 1, t)) if t else [0] * (b + 1)
+    return x, require_lod("row_conv", "X", x)
 
 
 def _future_rows(offsets: list[int], k: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,23 +291,27 @@ def _future_rows(offsets: list[int], k: int, device: Any) -> tuple[torch.Tensor,
 def _row_conv(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Lookahead convolution (DeepSpeech 2): ``out[t] = sum_i x[t + i] * W[i]`` within the
     sequence of ``t``."""
-    x, w = ins["X"], ins["Filter"]
-    offsets = require_lod("row_conv", "X", x)
+    x3, w = ins["X"], ins["Filter"]
+    x, offsets = _row_conv_rows(x3)
     rows, inside = _future_rows(offsets, w.shape[0], x.device)
     window = x[rows] * inside.unsqueeze(2).to(x.dtype)  # [N, k, D]
-    return {"Out": attach_lod((window * w.unsqueeze(0)).sum(1), get_lod(x))}
+    out = (window * w.unsqueeze(0)).sum(1)
+    if x3.dim() == 3:
+        return {"Out": out.reshape(x3.shape)}
+    return {"Out": attach_lod(out, get_lod(x3))}
 
 
 def _row_conv_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, w, dout = ins["X"], ins["Filter"], ins["Out@GRAD"]
-    offsets = require_lod("row_conv_grad", "X", x)
+    x3, w = ins["X"], ins["Filter"]
+    x, offsets = _row_conv_rows(x3)
+    dout = ins["Out@GRAD"].reshape(x.shape)
     rows, inside = _future_rows(offsets, w.shape[0], x.device)
     mask = inside.unsqueeze(2).to(x.dtype)
     out = {}
     if "X" in ctx.need:
         contrib = dout.unsqueeze(1) * w.unsqueeze(0) * mask  # [N, k, D] to row t + i
-        out["X@GRAD"] = torch.zeros_like(x).index_add_(0, rows.reshape(-1),
-                                                        contrib.reshape(-1, x.shape[1]))
+        out["X@GRAD"] = torch.zeros_like(x).index_add_(
+            0, rows.reshape(-1), contrib.reshape(-1, x.shape[1])).reshape(x3.shape)
     if "Filter" in ctx.need:
         out["Filter@GRAD"] = (x[rows] * mask * dout.unsqueeze(1)).sum(0)
     return out

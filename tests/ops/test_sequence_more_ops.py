@@ -276,7 +276,20 @@ def seq_conv_ref(X, Filter):
     return {"Out": out}
 
 
+def row_conv_padded_ref(X, Filter):
+    """Each of the B rows of [B, T, D] is one sequence: out[b, t] = sum_i X[b, t + i] W[i]."""
+    out = np.zeros_like(X)
+    for b in range(X.shape[0]):
+        for t in range(X.shape[1]):
+            for i in range(Filter.shape[0]):
+                if t + i < X.shape[1]:
+                    out[b, t] += X[b, t + i] * Filter[i]
+    return {"Out": out}
+
+
 MISC_CASES = [
+    OpCase("row_conv", {"X": rand(2, 4, 3, seed=92), "Filter": rand(2, 3, seed=93)},
+           ref=row_conv_padded_ref, grad=["X", "Filter"], id="row_conv_padded_tensor"),
     OpCase("sequence_mask", {"X": np.array([1, 3, 0], "int64"),
                              "MaxLenTensor": np.array([4], "int32")},
            attrs={"maxlen": 2, "out_dtype": "int64"},

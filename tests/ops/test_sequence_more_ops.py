@@ -287,7 +287,28 @@ def row_conv_padded_ref(X, Filter):
     return {"Out": out}
 
 
+def seq_conv_padding_ref(X, Filter, PaddingData):
+    """contextStart -1, contextLength 4: positions before a sequence read PaddingData row
+    up + p (up = 1), positions past its end row up + p - len."""
+    out = np.zeros((X.shape[0], Filter.shape[1]))
+    for a, b in ((0, 3), (3, 5)):
+        n = b - a
+        for t in range(n):
+            ctx = []
+            for j in range(4):
+                p = t - 1 + j
+                ctx.append(X[a + p] if 0 <= p < n else
+                           PaddingData[1 + p] if p < 0 else PaddingData[1 + p - n])
+            out[a + t] = np.concatenate(ctx) @ Filter
+    return {"Out": out}
+
+
 MISC_CASES = [
+    OpCase("sequence_conv", {"X": rand(5, 2, seed=94), "Filter": rand(8, 3, seed=95),
+                             "PaddingData": rand(3, 2, seed=96)},
+           attrs={"contextLength": 4, "contextStart": -1, "paddingTrainable": True},
+           lod={"X": [[0, 3, 5]]}, ref=seq_conv_padding_ref,
+           grad=["X", "Filter", "PaddingData"], id="sequence_conv_trainable_padding"),
     OpCase("row_conv", {"X": rand(2, 4, 3, seed=92), "Filter": rand(2, 3, seed=93)},
            ref=row_conv_padded_ref, grad=["X", "Filter"], id="row_conv_padded_tensor"),
     OpCase("sequence_mask", {"X": np.array([1, 3, 0], "int64"),

@@ -84,16 +84,20 @@ def test_roi_layers_pool_the_rois_of_each_image():
                                        sampling_ratio=1),
                 fluid.layers.psroi_pool(x, r, output_channels=1, spatial_scale=1.0,
                                         pooled_height=1, pooled_width=1),
-                fluid.layers.roi_perspective_transform(x, quads, transformed_height=2,
-                                                       transformed_width=2)]
+                *fluid.layers.roi_perspective_transform(x, quads, transformed_height=2,
+                                                        transformed_width=2)]
 
     t = fluid.create_lod_tensor(rois, [[2, 1]], fluid.CPUPlace())
     # axis-aligned quadrilaterals: the perspective transform samples their corners' pixels
     quads = fluid.create_lod_tensor(np.array([[0, 0, 3, 0, 3, 3, 0, 3], [1, 1, 2, 1, 2, 2, 1, 2],
                                               [0, 0, 1, 0, 1, 1, 0, 1]], "float32"), [[2, 1]],
                                     fluid.CPUPlace())
-    pooled, aligned, ps, warped = run_layers(build, {"x": feat, "rois": t, "quads": quads})
+    pooled, aligned, ps, warped, mask, matrix = run_layers(
+        build, {"x": feat, "rois": t, "quads": quads})
     np.testing.assert_allclose(warped[0, 0], [[0, 3], [12, 15]], atol=1e-5)
+    assert mask.dtype == np.int32 and mask.shape == (3, 1, 2, 2) and mask.all()
+    # an axis-aligned square onto a 2 x 2 grid: a scale, no perspective terms
+    np.testing.assert_allclose(matrix[0], [3, 0, 0, 0, 3, 0, 0, 0, 1], atol=1e-6)
     np.testing.assert_allclose(warped[2, 0], [[16, 17], [20, 21]], atol=1e-5)
     # ROIs 0 and 1 read image 0 (values 0..15), ROI 2 image 1 (values 16..31)
     np.testing.assert_array_equal(pooled.reshape(-1), [15, 15, 21])
@@ -132,9 +136,9 @@ def test_focal_loss_polygon_transform_and_decoder_assign_layers():
     assert grad[0, 0] < 0 < grad[1, 0]  # the positive pulls up, the negatives push down
     np.testing.assert_array_equal(quads[0, 0], [[-1, 3, 7], [-1, 3, 7]])
     np.testing.assert_array_equal(quads[0, 1], [[-1, -1, -1], [3, 3, 3]])
-    # Fluid's centre of a pixel box is (x1 + x2) / 2 while its width is x2 - x1 + 1
-    np.testing.assert_allclose(decoded[0, :4], [-0.5, -0.5, 8.5, 8.5], atol=1e-6)
-    np.testing.assert_allclose(assigned[0], [0.5, -0.5, 9.5, 8.5], atol=1e-5)  # class 1
+    # a pixel box is x2 - x1 + 1 wide and centred at x1 + width / 2: zero deltas give it back
+    np.testing.assert_allclose(decoded[0, :4], [0, 0, 9, 9], atol=1e-6)
+    np.testing.assert_allclose(assigned[0], [1, 0, 10, 9], atol=1e-5)  # class 1, 1 px right
 
 
 def test_rpn_proposals_through_fpn_levels_into_roi_align():
@@ -234,7 +238,9 @@ def test_rpn_target_assign_samples_at_most_the_batch_and_gathers_the_predictions
                                                            {**feed, "gt_label": labels})
     assert score.shape == (len(label), 3) and loc.shape == target.shape == weight.shape
     assert set(np.unique(label)) <= {0, 1, 2, 3} and fg_num.shape == (2, 1)
-    assert (label > 0).sum() == len(loc) <= fg_num.sum() - 2  # fg_num counts one extra each
+    # every foreground anchor has a location (those also background: zero-weight "fakes");
+    # fg_num counts them plus one per image
+    assert (label > 0).sum() <= len(loc) == fg_num.sum() - 2
 
 
 def test_generate_proposal_labels_samples_the_head_batch():

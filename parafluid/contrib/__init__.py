@@ -16,14 +16,18 @@ __all__ += ["BasicGRUUnit", "BasicLSTMUnit", "basic_gru", "basic_lstm"]
 from . import mixed_precision  # noqa: E402
 from .decoder import BeamSearchDecoder, InitState, StateCell, TrainingDecoder  # noqa: E402
 from .extend_optimizer import extend_with_decoupled_weight_decay  # noqa: E402
-from .layers import ctr_metric_bundle, fused_elemwise_activation  # noqa: E402
+from .layers import (  # noqa: E402
+    ctr_metric_bundle,
+    fused_elemwise_activation,
+    sequence_topk_avg_pooling,
+)
 from .memory_usage_calc import memory_usage  # noqa: E402
 from .op_frequence import op_freq_statistic  # noqa: E402
 
 __all__ += ["InitState", "StateCell", "TrainingDecoder", "BeamSearchDecoder",
             "extend_with_decoupled_weight_decay", "ctr_metric_bundle",
             "fused_elemwise_activation", "memory_usage", "op_freq_statistic",
-            "mixed_precision"]
+            "mixed_precision", "sequence_topk_avg_pooling"]
 
 # -- quantization, compression, HDFS, distributed helpers ---------------------------------
 from .quantize import QuantizeTranspiler  # noqa: E402

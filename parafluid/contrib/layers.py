@@ -6,7 +6,7 @@ from ..framework import Variable
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
 
-__all__ = ["fused_elemwise_activation", "ctr_metric_bundle"]
+__all__ = ["fused_elemwise_activation", "ctr_metric_bundle", "sequence_topk_avg_pooling"]
 
 
 def fused_elemwise_activation(x: Variable, y: Variable, functor_list: list[str] | str,
@@ -107,3 +107,27 @@ def ctr_metric_bundle(input: Variable, label: Variable) -> tuple[Variable, ...]:
 from .rnn_impl import BasicGRUUnit, BasicLSTMUnit, basic_gru, basic_lstm  # noqa: E402
 
 __all__ += ["BasicGRUUnit", "BasicLSTMUnit", "basic_gru", "basic_lstm"]
+
+
+def sequence_topk_avg_pooling(input: Variable, row: Variable, col: Variable, topks: list[int],
+                              channel_num: int) -> Variable:
+    """Top-k average pooling of match matrices (``match_matrix_tensor``'s output): for each
+    row of each channel, the mean of its ``k`` largest scores for each ``k`` of the
+    ascending ``topks``; ``[total rows, channel_num * len(topks)]`` with ``row``'s LoD
+    (``row`` / ``col``: LoD tensors whose sequence lengths are each example's rows and
+    columns).
+
+    Example::
+
+        out = fluid.contrib.sequence_topk_avg_pooling(mm, row, col, topks=[1, 3, 5],
+                                                      channel_num=5)
+    """
+    helper = LayerHelper("sequence_topk_avg_pooling")
+    out = helper.create_variable_for_type_inference(dtype=input.dtype)
+    pos = helper.create_variable_for_type_inference(dtype="int32", stop_gradient=True)
+    helper.append_op("sequence_topk_avg_pooling",
+                     inputs={"X": [input], "ROW": [row], "COLUMN": [col]},
+                     outputs={"Out": [out], "pos": [pos]},
+                     attrs={"topks": [int(k) for k in topks], "channel_num": int(channel_num)})
+    out.lod_level = 1
+    return out

@@ -31,7 +31,8 @@ from .tensor import assign
 
 __all__ = ["While", "Switch", "IfElse", "ConditionalBlock", "increment", "create_array",
            "array_write", "array_read", "array_length", "split_lod_tensor",
-           "merge_lod_tensor", "is_empty", "beam_search", "beam_search_decode"]
+           "merge_lod_tensor", "is_empty", "beam_search", "beam_search_decode",
+           "gather_tree"]
 
 
 def _check_var(layer: str, arg: str, x: Any) -> None:
@@ -536,6 +537,24 @@ def beam_search_decode(ids: Variable, scores: Variable, beam_size: int, end_id: 
                      outputs={"SentenceIds": [sent_ids], "SentenceScores": [sent_scores]},
                      attrs={"beam_size": int(beam_size), "end_id": int(end_id)})
     return sent_ids, sent_scores
+
+
+def gather_tree(ids: Variable, parents: Variable) -> Variable:
+    """The full sequences of a beam search: ``ids`` and ``parents`` (both
+    ``[max_time, batch_size, beam_size]``, int32 or int64: each step's selected ids and the
+    beam each came from) back-traced from the last step; same shape and dtype as ``ids``.
+
+    Example::
+
+        final_sequences = fluid.layers.gather_tree(ids, parents)
+    """
+    _check_var("gather_tree", "ids", ids)
+    _check_var("gather_tree", "parents", parents)
+    helper = LayerHelper("gather_tree")
+    out = helper.create_variable_for_type_inference(ids.dtype)
+    helper.append_op("gather_tree", inputs={"Ids": [ids], "Parents": [parents]},
+                     outputs={"Out": [out]})
+    return out
 
 
 def __getattr__(name: str) -> object:

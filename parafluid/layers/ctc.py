@@ -46,21 +46,31 @@ def edit_distance(input: Variable, label: Variable, normalized: bool = True,
 
 
 def ctc_greedy_decoder(input: Variable, blank: int, input_length: Any = None,
-                       padding_value: int = 0, name: str | None = None) -> Variable:
+                       padding_value: int = 0,
+                       name: str | None = None) -> Variable | tuple[Variable, Variable]:
     """Best-path CTC decoding of LoD class scores ``[steps, num_classes + 1]``: the arg max
-    of each step, repeats merged, ``blank`` dropped. Int64 LoD ``[tokens, 1]``.
+    of each step, repeats merged, ``blank`` dropped. Int64 LoD ``[tokens, 1]``. Padded
+    scores ``[N, T, num_classes + 1]`` with ``input_length [N, 1]`` give
+    ``(output [N, T], output_length [N, 1])``, rows filled up with ``padding_value``.
 
     Example::
 
         decoded = fluid.layers.ctc_greedy_decoder(fc_out, blank=num_classes)
     """
-    from .tensor import topk
+    from .tensor import squeeze, topk
 
     check_vars("ctc_greedy_decoder", input=input)
-    if input_length is not None:
-        raise ValueError("ctc_greedy_decoder: padded input with input_length is not "
-                         "supported; feed LoD sequences")
     _, ids = topk(input, k=1)
+    if input_length is not None:
+        helper = LayerHelper("ctc_greedy_decoder", name=name)
+        out = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+        out_len = helper.create_variable_for_type_inference("int64", stop_gradient=True)
+        helper.append_op("ctc_align", inputs={"Input": [squeeze(ids, [2])],
+                                              "InputLength": [input_length]},
+                         outputs={"Output": [out], "OutputLength": [out_len]},
+                         attrs={"blank": int(blank), "merge_repeated": True,
+                                "padding_value": int(padding_value)})
+        return out, out_len
     return append_one("ctc_align", {"Input": [ids]},
                       {"blank": int(blank), "merge_repeated": True,
                        "padding_value": int(padding_value)},

@@ -319,29 +319,39 @@ def detection_output(loc: Variable, scores: Variable, prior_box: Variable,
                      prior_box_var: Variable, background_label: int = 0,
                      nms_threshold: float = 0.3, nms_top_k: int = 400, keep_top_k: int = 200,
                      score_threshold: float = 0.01, nms_eta: float = 1.0,
-                     return_index: bool = False) -> Variable:
+                     return_index: bool = False) -> Variable | tuple[Variable, Variable]:
     """SSD detections: ``loc [N, M, 4]`` decoded against the priors, ``scores [N, M, C]``
     soft-maxed, then ``multiclass_nms``; a LoD tensor of ``[label, score, x1, y1, x2, y2]``.
-    ``return_index=True`` (Fluid's ``multiclass_nms2``, which also returns the kept boxes'
-    indices) is not supported.
+    With ``return_index`` (``multiclass_nms2``) also the int32 ``[No, 1]`` index of each kept
+    box in the batch's ``N * M`` boxes. As Fluid 1.6's layer, the NMS always takes class 0 as
+    the background and ``nms_eta = 1`` (``background_label`` and ``nms_eta`` are accepted
+    and not used).
 
     Example::
 
         nmsed = fluid.layers.detection_output(locs, confs, boxes, variances)
+        nmsed, index = fluid.layers.detection_output(locs, confs, boxes, variances,
+                                                     return_index=True)
     """
     from .ops import softmax
     from .tensor import transpose
 
-    if return_index:
-        raise ValueError("detection_output: return_index=True needs the multiclass_nms2 op "
-                         "(the selected boxes' indices), which parafluid does not provide; "
-                         "use return_index=False")
     decoded = box_coder(prior_box, prior_box_var, loc, code_type="decode_center_size")
     probs = transpose(softmax(scores), perm=[0, 2, 1])
     probs.stop_gradient = True
-    return multiclass_nms(decoded, probs, score_threshold, nms_top_k, keep_top_k,
-                          nms_threshold=nms_threshold, nms_eta=nms_eta,
-                          background_label=background_label)
+    if not return_index:
+        return multiclass_nms(decoded, probs, score_threshold, nms_top_k, keep_top_k,
+                              nms_threshold=nms_threshold)
+    helper = LayerHelper("detection_output")
+    out = helper.create_variable_for_type_inference(decoded.dtype, stop_gradient=True)
+    index = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("multiclass_nms2", inputs={"BBoxes": [decoded], "Scores": [probs]},
+                     outputs={"Out": [out], "Index": [index]},
+                     attrs={"background_label": 0, "score_threshold": float(score_threshold),
+                            "nms_top_k": int(nms_top_k), "nms_threshold": float(nms_threshold),
+                            "nms_eta": 1.0, "keep_top_k": int(keep_top_k)})
+    out.lod_level = index.lod_level = 1
+    return out, index
 
 
 def ssd_loss(location: Variable, confidence: Variable, gt_box: Variable, gt_label: Variable,

@@ -238,30 +238,45 @@ def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any
              bias_attr: Any = None, name: str | None = None, path_table: Variable | None = None,
              path_code: Variable | None = None, is_custom: bool = False,
              is_sparse: bool = False) -> Variable:
-    """Hierarchical sigmoid loss over Fluid's default complete binary tree of
-    ``num_classes`` leaves: ``[N, 1]``, a sum of binary cross entropies along the label's
-    path (``log2(num_classes)`` terms instead of a softmax over every class).
+    """Hierarchical sigmoid loss: ``[N, 1]``, a sum of binary cross entropies along a path
+    of a binary tree (``log2(num_classes)`` terms instead of a softmax over every class).
+    By default the tree is Fluid's complete binary tree over ``num_classes`` leaves (weights
+    ``[num_classes - 1, D]``); with ``is_custom`` each sample brings its own path:
+    ``path_table [N, L]`` int64 node ids (-1 padded) and ``path_code [N, L]`` branch bits,
+    over ``num_classes`` nodes (weights ``[num_classes, D]``). ``is_sparse`` (custom trees
+    only, as Fluid) makes the weight's gradient a SelectedRows of the visited nodes.
 
     Example::
 
         cost = fluid.layers.hsigmoid(input=hidden, label=next_word, num_classes=dict_size)
     """
-    if is_custom or path_table is not None or path_code is not None:
-        raise ValueError("hsigmoid: custom trees (is_custom, path_table, path_code) are not "
-                         "supported; use the default tree")
+    if not is_custom and (num_classes is None or num_classes < 2):
+        raise ValueError(f"hsigmoid: num_classes must be at least 2 with the default tree, "
+                         f"got {num_classes}")
+    if not is_custom and (path_table is not None or path_code is not None):
+        raise ValueError("hsigmoid: path_table and path_code need is_custom=True; the "
+                         "default tree takes num_classes only")
+    if is_custom and (path_table is None or path_code is None or num_classes is None):
+        raise ValueError("hsigmoid: a custom tree (is_custom=True) needs path_table, "
+                         "path_code and num_classes (its number of nodes)")
+    is_sparse = bool(is_sparse and is_custom)  # Fluid drops is_sparse on the default tree
     helper = LayerHelper("hierarchical_sigmoid", param_attr=param_attr, bias_attr=bias_attr,
                          name=name)
     dtype = input.dtype
-    w = helper.create_parameter(helper.param_attr, [num_classes - 1, input.shape[-1]], dtype)
+    rows = int(num_classes) if is_custom else int(num_classes) - 1
+    w = helper.create_parameter(helper.param_attr, [rows, input.shape[-1]], dtype)
     inputs: dict[str, Any] = {"X": [input], "W": [w], "Label": [label]}
-    b = helper.create_parameter(helper.bias_attr, [num_classes - 1, 1], dtype, is_bias=True)
+    if is_custom:
+        inputs["PathTable"], inputs["PathCode"] = [path_table], [path_code]
+    b = helper.create_parameter(helper.bias_attr, [rows, 1], dtype, is_bias=True)
     if b is not None:
         inputs["Bias"] = [b]
     out = helper.create_variable_for_type_inference(dtype)
     pre = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
     helper.append_op("hierarchical_sigmoid", inputs=inputs,
                      outputs={"Out": [out], "PreOut": [pre]},
-                     attrs={"num_classes": int(num_classes), "is_sparse": is_sparse})
+                     attrs={"num_classes": int(num_classes), "is_sparse": is_sparse,
+                            "remote_prefetch": is_sparse})
     return out
 
 
@@ -270,17 +285,24 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
         num_neg_samples: int | None = None, name: str | None = None, sampler: str = "uniform",
         custom_dist: Any = None, seed: int = 0, is_sparse: bool = False) -> Variable:
     """Noise-contrastive estimation loss ``[N, 1]``: each row's true class against
-    ``num_neg_samples`` (default 10) classes drawn from ``sampler`` ("uniform" or
-    "log_uniform"). A non-zero ``seed`` draws the same negatives on every run.
+    ``num_neg_samples`` (default 10) classes drawn from ``sampler``: "uniform",
+    "log_uniform" or "custom_dist" (``custom_dist``: one probability per class, sampled by
+    the alias method). A non-zero ``seed`` draws the same negatives on every run;
+    ``is_sparse`` makes the weight's gradient a SelectedRows of the sampled classes.
 
     Example::
 
         cost = fluid.layers.nce(input=hidden, label=next_word, num_total_classes=dict_size,
                                 num_neg_samples=5)
     """
-    if custom_dist is not None or sampler == "custom_dist":
-        raise ValueError("nce: sampler='custom_dist' is not supported; use 'uniform' or "
-                         "'log_uniform'")
+    import numpy as np
+
+    from ..initializer import NumpyArrayInitializer
+    from ..param_attr import ParamAttr
+
+    if sampler not in ("uniform", "log_uniform", "custom_dist"):
+        raise ValueError(f"nce: sampler must be 'uniform', 'log_uniform' or 'custom_dist', "
+                         f"got {sampler!r}")
     helper = LayerHelper("nce", param_attr=param_attr, bias_attr=bias_attr, name=name)
     dtype = input.dtype
     w = helper.create_parameter(helper.param_attr, [num_total_classes, input.shape[-1]], dtype)
@@ -290,6 +312,19 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
         inputs["Bias"] = [b]
     if sample_weight is not None:
         inputs["SampleWeight"] = [sample_weight]
+    if sampler == "custom_dist":
+        probs = np.asarray(custom_dist if custom_dist is not None else [], "float64")
+        if probs.shape != (num_total_classes,):
+            raise ValueError(f"nce: custom_dist must give one probability for each of the "
+                             f"{num_total_classes} classes, got shape {list(probs.shape)}")
+        alias, alias_probs = _alias_tables(probs)
+        for slot, table in (("CustomDistProbs", probs.astype("float32")),
+                            ("CustomDistAlias", alias), ("CustomDistAliasProbs", alias_probs)):
+            var = helper.create_parameter(
+                ParamAttr(initializer=NumpyArrayInitializer(table)), list(table.shape),
+                str(table.dtype))
+            var.stop_gradient = True
+            inputs[slot] = [var]
     cost = helper.create_variable_for_type_inference(dtype)
     logits = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
     labels = helper.create_variable_for_type_inference("int64", stop_gradient=True)
@@ -299,8 +334,32 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
                      attrs={"num_total_classes": int(num_total_classes),
                             "num_neg_samples": 10 if num_neg_samples is None
                             else int(num_neg_samples),
-                            "sampler": sampler, "seed": int(seed), "is_sparse": is_sparse})
+                            "sampler": {"uniform": 0, "log_uniform": 1,
+                                        "custom_dist": 2}[sampler],
+                            "seed": int(seed), "is_sparse": bool(is_sparse),
+                            "remote_prefetch": bool(is_sparse)})
     return cost
+
+
+def _alias_tables(probs: Any) -> tuple[Any, Any]:
+    """Walker's alias tables of a distribution: (int32 alias, float32 keep probability);
+    class i is kept with its probability, else replaced by ``alias[i]`` (-1: none)."""
+    import numpy as np
+
+    n = len(probs)
+    scaled = [float(p) * n for p in probs]
+    alias, keep = [-1] * n, [1.0] * n
+    small = [i for i, v in enumerate(scaled) if v < 1.0]
+    large = [i for i, v in enumerate(scaled) if v > 1.0]
+    while small and large:
+        s, g = small.pop(0), large.pop(0)
+        keep[s], alias[s] = scaled[s], g
+        scaled[g] += scaled[s] - 1.0
+        if scaled[g] < 1.0:
+            small.append(g)
+        elif scaled[g] > 1.0:
+            large.append(g)
+    return np.array(alias, "int32"), np.array(keep, "float32")
 
 
 def warpctc(input: Variable, label: Variable, blank: int = 0, norm_by_times: bool = False,

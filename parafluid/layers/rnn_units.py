@@ -92,7 +92,8 @@ def dynamic_lstmp(input: Variable, size: int, proj_size: int, param_attr: Any = 
     ``r = proj_activation(h @ proj_weight)`` (``[D, proj_size]``), which feeds the next
     step's gates through the weight ``[proj_size, 4 * D]``. Returns ``(projection, cell)``,
     ``[steps, proj_size]`` and ``[steps, D]`` with the input's LoD. ``cell_clip`` and
-    ``proj_clip`` clamp the cell and the projection; ``h_0`` ``[N, D]`` enters projected.
+    ``proj_clip`` clamp the cell and the projection; ``h_0`` ``[N, proj_size]`` is the initial
+    projection (Fluid 1.6), ``c_0`` ``[N, size / 4]`` the initial cell.
 
     Example::
 

@@ -20,7 +20,7 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 from .detection import _check, _outputs
 
-__all__ = ["roi_pool", "roi_align", "psroi_pool", "box_decoder_and_assign",
+__all__ = ["roi_pool", "roi_align", "psroi_pool", "prroi_pool", "box_decoder_and_assign",
            "generate_proposals", "distribute_fpn_proposals", "collect_fpn_proposals",
            "rpn_target_assign", "generate_proposal_labels", "retinanet_target_assign",
            "roi_perspective_transform", "generate_mask_labels"]
@@ -84,6 +84,30 @@ def psroi_pool(input: Variable, rois: Variable, output_channels: int, spatial_sc
                                             "spatial_scale": float(spatial_scale),
                                             "pooled_height": int(pooled_height),
                                             "pooled_width": int(pooled_width)}, name)
+
+
+def prroi_pool(input: Variable, rois: Variable, spatial_scale: float = 1.0,
+               pooled_height: int = 1, pooled_width: int = 1,
+               name: str | None = None) -> Variable:
+    """Precise ROI pooling (PrRoI Pooling): each bin of each ROI (``rois [R, 4]``, a LoD
+    tensor, not rounded to pixels) is the integral of the bilinearly interpolated ``input``
+    over the bin divided by its area; ``[R, C, pooled_height, pooled_width]``. The gradient
+    reaches ``input`` and ``rois``.
+
+    Example::
+
+        pool_out = fluid.layers.prroi_pool(x, rois, 1.0, 7, 7)
+    """
+    # NOTE: Fluid checks the Python types of these three (a TypeError, not a conversion)
+    if not isinstance(spatial_scale, float):
+        raise TypeError(f"prroi_pool: spatial_scale must be a float, got "
+                        f"{type(spatial_scale).__name__} {spatial_scale!r}")
+    for arg, v in (("pooled_height", pooled_height), ("pooled_width", pooled_width)):
+        if not isinstance(v, int):
+            raise TypeError(f"prroi_pool: {arg} must be an int, got {type(v).__name__} {v!r}")
+    return _roi("prroi_pool", input, rois, {"spatial_scale": spatial_scale,
+                                            "pooled_height": pooled_height,
+                                            "pooled_width": pooled_width}, name)
 
 
 def box_decoder_and_assign(prior_box: Variable, prior_box_var: Variable, target_box: Variable,
@@ -244,8 +268,10 @@ def generate_proposal_labels(rpn_rois: Variable, gt_classes: Variable, is_crowd:
                              is_cascade_rcnn: bool = False) -> tuple[Variable, ...]:
     """Sample Fast R-CNN's training ROIs from the proposals (LoD, per image) and the ground
     truth: ``(rois, labels_int32, bbox_targets, bbox_inside_weights, bbox_outside_weights)``,
-    the targets ``[R, 4 * class_nums]`` (``[R, 8]`` when ``is_cls_agnostic``).
-    ``is_cascade_rcnn=True`` is not supported.
+    the targets ``[R, 4 * class_nums]`` (with ``is_cls_agnostic`` every foreground box's
+    target in columns 4..7). ``is_cascade_rcnn``: ``rpn_rois`` are a cascade stage's ROIs
+    (the image's ground truth first, dropped), empty boxes are skipped and every foreground
+    and background box is kept, unsampled.
 
     Example::
 
@@ -319,25 +345,33 @@ def retinanet_target_assign(bbox_pred: Variable, cls_logits: Variable, anchor_bo
 
 def roi_perspective_transform(input: Variable, rois: Variable, transformed_height: int,
                               transformed_width: int, spatial_scale: float = 1.0,
-                              name: str | None = None) -> Variable:
+                              name: str | None = None) -> tuple[Variable, Variable, Variable]:
     """Warp each quadrilateral ROI (``rois [R, 8]`` = ``x0, y0, ..., x3, y3`` clockwise from
     the top left, LoD: per image) of ``input [N, C, H, W]`` onto a ``[transformed_height,
-    transformed_width]`` grid: ``[R, C, transformed_height, transformed_width]``, zero
-    outside the quadrilateral.
+    transformed_width]`` grid. Returns ``(out, mask, transform_matrix)`` as Fluid 1.6:
+    ``out [R, C, transformed_height, transformed_width]`` (zero outside the quadrilateral),
+    the int32 ``mask [R, 1, transformed_height, transformed_width]`` of the output pixels
+    that sample the input, and each ROI's homography ``transform_matrix [R, 9]``.
 
     Example::
 
-        text = fluid.layers.roi_perspective_transform(feat, quads, 8, 32, 1 / 4.)
+        text, mask, matrix = fluid.layers.roi_perspective_transform(feat, quads, 8, 32, 1 / 4.)
     """
     _check("roi_perspective_transform", input=input, rois=rois)
     helper = LayerHelper("roi_perspective_transform", name=name)
     out = helper.create_variable_for_type_inference(input.dtype)
+    mask = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    matrix = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
+    out2in_idx = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    out2in_w = helper.create_variable_for_type_inference(input.dtype, stop_gradient=True)
     helper.append_op("roi_perspective_transform", inputs={"X": [input], "ROIs": [rois]},
-                     outputs={"Out": [out]},
+                     outputs={"Out": [out], "Out2InIdx": [out2in_idx],
+                              "Out2InWeights": [out2in_w], "Mask": [mask],
+                              "TransformMatrix": [matrix]},
                      attrs={"transformed_height": int(transformed_height),
                             "transformed_width": int(transformed_width),
                             "spatial_scale": float(spatial_scale)})
-    return out
+    return out, mask, matrix
 
 
 def generate_mask_labels(im_info: Variable, gt_classes: Variable, is_crowd: Variable,

@@ -370,17 +370,18 @@ def linear_chain_crf(input: Variable, label: Variable, param_attr: Any = None,
         avg_cost = fluid.layers.mean(crf_cost)
     """
     _check("linear_chain_crf", "input", input)
-    if length is not None:
-        raise ValueError("linear_chain_crf: padded input with length= is not supported; "
-                         "feed LoD sequences")
     helper = LayerHelper("linear_chain_crf", param_attr=param_attr)
     size = input.shape[-1]
     transition = helper.create_parameter(helper.param_attr, [size + 2, size], input.dtype)
     out = helper.create_variable_for_type_inference(input.dtype)
-    helper.append_op("linear_chain_crf",
-                     inputs={"Emission": [input], "Transition": [transition],
-                             "Label": [label]},
-                     outputs={"LogLikelihood": [out]})
+    inputs = {"Emission": [input], "Transition": [transition], "Label": [label]}
+    if length is not None:  # padded: input [N, S, D], label [N, S, 1], length [N]
+        inputs["Length"] = [length]
+    # as Fluid's layer, the forward's intermediates are bound too
+    inter = {slot: [helper.create_variable_for_type_inference(input.dtype)]
+             for slot in ("Alpha", "EmissionExps", "TransitionExps")}
+    helper.append_op("linear_chain_crf", inputs=inputs,
+                     outputs={**inter, "LogLikelihood": [out]})
     return out
 
 
@@ -398,9 +399,6 @@ def crf_decoding(input: Variable, param_attr: Any, label: Variable | None = None
     from ..param_attr import ParamAttr
 
     _check("crf_decoding", "input", input)
-    if length is not None:
-        raise ValueError("crf_decoding: padded input with length= is not supported; feed "
-                         "LoD sequences")
     attr = ParamAttr._to_attr(param_attr)
     name = getattr(attr, "name", None)
     block = LayerHelper("crf_decoding").main_program.global_block()
@@ -412,8 +410,10 @@ def crf_decoding(input: Variable, param_attr: Any, label: Variable | None = None
     inputs: dict[str, Any] = {"Emission": [input], "Transition": [block.var(name)]}
     if label is not None:
         inputs["Label"] = [label]
+    if length is not None:  # padded: input [N, S, D], the path [N, S]
+        inputs["Length"] = [length]
     helper.append_op("crf_decoding", inputs=inputs, outputs={"ViterbiPath": [path]})
-    path.lod_level = _lod_level(input)
+    path.lod_level = 0 if length is not None else _lod_level(input)
     return path
 
 
@@ -441,7 +441,7 @@ def chunk_eval(input: Variable, label: Variable, chunk_scheme: str, num_chunk_ty
                                                       stop_gradient=True)
             for i in range(len(slots))]
     inputs = {"Inference": [input], "Label": [label]}
-    if seq_length is not None:  # padded [batch, bucket(, 1)] rows, seq_length[i] tags each
+    if seq_length is not None:  # padded: input and label [N, S], seq_length [N]
         inputs["SeqLength"] = [seq_length]
     helper.append_op("chunk_eval", inputs=inputs,
                      outputs={slot: [v] for slot, v in zip(slots, outs)},

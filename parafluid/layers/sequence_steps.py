@@ -77,15 +77,14 @@ def im2sequence(input: Variable, filter_size: Any = 1, stride: Any = 1, padding:
     (row-major), ``C * kh * kw`` features (OCR models feed it to an RNN).
 
     ``padding`` is ``[up, left, down, right]`` (2 values mean ``[up, left]`` repeated).
+    ``input_image_size [N, 2]`` (each image's real height and width, batches of 2 or more as
+    Fluid) keeps, per image, the positions its real size divided by ``out_stride`` spans.
 
     Example::
 
         seq = fluid.layers.im2sequence(conv, filter_size=[conv_h, 1], stride=[1, 1])
     """
     _check("im2sequence", input=input)
-    if input_image_size is not None:
-        raise ValueError("im2sequence: input_image_size (per-image real sizes) is not "
-                         "supported; resize the images to one size")
 
     def two(v: Any, what: str) -> list[int]:
         vals = [int(v)] * 2 if isinstance(v, int) else [int(a) for a in v]
@@ -93,7 +92,10 @@ def im2sequence(input: Variable, filter_size: Any = 1, stride: Any = 1, padding:
             raise ValueError(f"im2sequence: {what} must be an int or 2 ints, got {v!r}")
         return vals
 
-    return _one("im2sequence", {"X": [input]},
+    inputs = {"X": [input]}
+    if input_image_size is not None:  # [N, 2] real sizes: each image's own sequence length
+        inputs["Y"] = [input_image_size]
+    return _one("im2sequence", inputs,
                 {"kernels": two(filter_size, "filter_size"), "strides": two(stride, "stride"),
                  "paddings": _four(padding, "im2sequence"),
                  "out_stride": two(out_stride, "out_stride")}, input.dtype, 1, name)

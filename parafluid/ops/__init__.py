@@ -59,6 +59,7 @@ from . import filter_by_tag
 from . import detection_box
 from . import detection_match
 from . import roi
+from . import prroi
 from . import yolo
 from . import detection_loss
 from . import detection_map
@@ -73,6 +74,7 @@ from . import sampled_softmax
 from . import lstmp
 from . import tree_conv
 from . import match_matrix
+from . import sequence_topk
 from . import var_conv
 from . import load
 from . import fake_quant

@@ -169,3 +169,39 @@ def _decode_shape(ins: dict, attrs: dict) -> dict:
 register_op("beam_search_decode", inputs=("Ids", "Scores"),
             outputs=("SentenceIds", "SentenceScores"), attrs={"beam_size": 1, "end_id": 0},
             infer_shape=_decode_shape, kernel=_beam_search_decode)
+
+
+# ----------------------------------------------------------------------------- gather_tree
+
+
+def _gather_tree_shape(ins: dict, attrs: dict) -> dict:
+    ids, parents = ins["Ids"], ins["Parents"]
+    if len(ids.shape) != 3:
+        raise ValueError(f"gather_tree: Ids must be [max_time, batch_size, beam_size], got "
+                         f"{list(ids.shape)}")
+    if tuple(ids.shape) != tuple(parents.shape):
+        raise ValueError(f"gather_tree: Parents must have the shape of Ids "
+                         f"{list(ids.shape)}, got {list(parents.shape)}")
+    if ids.dtype not in ("int32", "int64"):
+        raise TypeError(f"gather_tree: Ids must be int32 or int64, got {ids.dtype}")
+    return {"Out": Meta(ids.shape, ids.dtype)}
+
+
+def _gather_tree(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """Back-trace each final beam through ``Parents`` from the last step to the first."""
+    ids, parents = ins["Ids"], ins["Parents"]
+    steps, batch, beam = ids.shape
+    out = torch.empty_like(ids)
+    if steps == 0:
+        return {"Out": out}
+    if bool(((parents < 0) | (parents >= beam)).any()):
+        raise ValueError(f"gather_tree: Parents holds a beam index outside [0, {beam})")
+    parent = torch.arange(beam, device=ids.device).expand(batch, beam)
+    for t in range(steps - 1, -1, -1):
+        out[t] = ids[t].gather(1, parent)
+        parent = parents[t].long().gather(1, parent)
+    return {"Out": out}
+
+
+register_op("gather_tree", inputs=("Ids", "Parents"), outputs=("Out",),
+            infer_shape=_gather_tree_shape, kernel=_gather_tree)

@@ -24,20 +24,39 @@ __all__: list[str] = []
 def _crf_shape(ins: dict, attrs: dict) -> dict:
     x, w, label = ins["Emission"], ins["Transition"], ins["Label"]
     d = x.shape[-1]
-    if len(x.shape) != 2 or tuple(w.shape) != (d + 2, d):
-        raise ValueError(f"linear_chain_crf: Emission must be [steps, D] and Transition "
+    padded = ins.get("Length") is not None
+    rank = 3 if padded else 2
+    if len(x.shape) != rank or tuple(w.shape) != (d + 2, d):
+        want = "[N, S, D] (padded, with Length)" if padded else "[steps, D] (LoD)"
+        raise ValueError(f"linear_chain_crf: Emission must be {want} and Transition "
                          f"[D + 2, D]; got {list(x.shape)} and {list(w.shape)}")
     if label.dtype not in ("int64", "int32"):
         raise TypeError(f"linear_chain_crf: Label must be int64 tags, got {label.dtype}")
-    return {"LogLikelihood": Meta((-1, 1), x.dtype)}
+    rows = x.shape[0] if padded else -1
+    return {"LogLikelihood": Meta((rows, 1), x.dtype), "Alpha": Meta(x.shape, x.dtype),
+            "EmissionExps": Meta(x.shape, x.dtype), "TransitionExps": Meta(w.shape, w.dtype)}
 
 
-def _spans(x: torch.Tensor, label: torch.Tensor) -> list[tuple[int, int]]:
-    offsets = require_lod("linear_chain_crf", "Emission", x)
-    if label.shape[0] != x.shape[0]:
-        raise ValueError(f"linear_chain_crf: Label has {label.shape[0]} rows, Emission "
-                         f"{x.shape[0]}")
-    return [(a, b) for a, b in zip(offsets, offsets[1:])]
+def _spans(op: str, ins: dict, slot: str = "Emission") -> tuple[torch.Tensor, torch.Tensor,
+                                                                list[tuple[int, int]]]:
+    """Emission as rows ``[rows, D]``, the tags ``[rows]`` (or None) and each sequence's
+    ``(start, end)`` rows: from the LoD, or from ``Length`` over ``[N, S, D]`` padding."""
+    x, label, length = ins[slot], ins.get("Label"), ins.get("Length")
+    if length is not None:
+        n, steps = x.shape[0], x.shape[1]
+        lengths = [int(v) for v in length.reshape(-1).tolist()]
+        if len(lengths) != n or any(not 0 <= v <= steps for v in lengths):
+            raise ValueError(f"{op}: Length must hold one length in [0, {steps}] per sequence "
+                             f"of {slot} {list(x.shape)}, got {lengths}")
+        if label is not None and label.numel() != n * steps:
+            raise ValueError(f"{op}: Label must be [N, S] or [N, S, 1] as {slot} "
+                             f"{list(x.shape[:2])}, got {list(label.shape)}")
+        spans = [(i * steps, i * steps + v) for i, v in enumerate(lengths)]
+        return x.reshape(n * steps, -1), label, spans
+    offsets = require_lod(op, slot, x)
+    if label is not None and label.shape[0] != x.shape[0]:
+        raise ValueError(f"{op}: Label has {label.shape[0]} rows, {slot} {x.shape[0]}")
+    return x, label, [(a, b) for a, b in zip(offsets, offsets[1:])]
 
 
 def _forward_backward(x: torch.Tensor, w: torch.Tensor) -> tuple:
@@ -70,23 +89,32 @@ def _check_tags(label: torch.Tensor, d: int) -> torch.Tensor:
 
 
 def _crf(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, w = ins["Emission"], ins["Transition"]
-    y = _check_tags(ins["Label"], x.shape[1])
+    emission, w = ins["Emission"], ins["Transition"]
+    x, label, spans = _spans("linear_chain_crf", ins)
+    y = _check_tags(label, x.shape[1])
+    # Fluid's intermediates: exp(x - row max) of every row (padding rows included), exp(w),
+    # and the forward vectors normalized to sum 1 at each step (zero on padding rows)
+    exps = torch.exp(x - x.max(1, keepdim=True).values) if x.shape[0] else x.clone()
+    alpha = torch.zeros_like(x)
     out = []
-    for a, b in _spans(x, ins["Label"]):
+    for a, b in spans:
         if a == b:
             out.append(x.new_zeros(()))
             continue
-        _, _, log_z = _forward_backward(x[a:b], w)
+        log_alpha, _, log_z = _forward_backward(x[a:b], w)
+        alpha[a:b] = torch.softmax(log_alpha, 1)
         out.append(log_z - _gold_score(x[a:b], w, y[a:b]))
-    return {"LogLikelihood": torch.stack(out).reshape(-1, 1) if out else x.new_zeros((0, 1))}
+    return {"LogLikelihood": torch.stack(out).reshape(-1, 1) if out else x.new_zeros((0, 1)),
+            "Alpha": alpha.reshape(emission.shape), "EmissionExps": exps.reshape(emission.shape),
+            "TransitionExps": torch.exp(w)}
 
 
 def _crf_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, w, dloss = ins["Emission"], ins["Transition"], ins["LogLikelihood@GRAD"]
-    y = _check_tags(ins["Label"], x.shape[1])
+    emission, w, dloss = ins["Emission"], ins["Transition"], ins["LogLikelihood@GRAD"]
+    x, label, spans = _spans("linear_chain_crf", ins)
+    y = _check_tags(label, x.shape[1])
     dx, dw = torch.zeros_like(x), torch.zeros_like(w)
-    for s, (a, b) in enumerate(_spans(x, ins["Label"])):
+    for s, (a, b) in enumerate(spans):
         if a == b:
             continue
         xs, ys, g = x[a:b], y[a:b], dloss[s, 0]
@@ -106,16 +134,17 @@ def _crf_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
             dw[2:] += g * (pair.sum(0) - counts)
     out = {}
     if "Emission" in ctx.need:
-        out["Emission@GRAD"] = dx
+        out["Emission@GRAD"] = dx.reshape(emission.shape)
     if "Transition" in ctx.need:
         out["Transition@GRAD"] = dw
     return out
 
 
-register_op("linear_chain_crf", inputs=("Emission", "Transition", "Label"),
-            outputs=("LogLikelihood",), infer_shape=_crf_shape, kernel=_crf,
-            grad_kernel=_crf_grad, grad_uses=("Emission", "Transition", "Label"),
-            no_grad_inputs=("Label",))
+register_op("linear_chain_crf", inputs=("Emission", "Transition", "Label", "Length?"),
+            outputs=("Alpha?", "EmissionExps?", "TransitionExps?", "LogLikelihood"),
+            infer_shape=_crf_shape, kernel=_crf,
+            grad_kernel=_crf_grad, grad_uses=("Emission", "Transition", "Label", "Length"),
+            no_grad_inputs=("Label", "Length"))
 
 # ----------------------------------------------------------------------------- crf_decoding
 
@@ -123,10 +152,13 @@ register_op("linear_chain_crf", inputs=("Emission", "Transition", "Label"),
 def _decode_shape(ins: dict, attrs: dict) -> dict:
     x, w = ins["Emission"], ins["Transition"]
     d = x.shape[-1]
-    if len(x.shape) != 2 or tuple(w.shape) != (d + 2, d):
-        raise ValueError(f"crf_decoding: Emission must be [steps, D] and Transition "
+    padded = ins.get("Length") is not None
+    if len(x.shape) != (3 if padded else 2) or tuple(w.shape) != (d + 2, d):
+        want = "[N, S, D] (padded, with Length)" if padded else "[steps, D] (LoD)"
+        raise ValueError(f"crf_decoding: Emission must be {want} and Transition "
                          f"[D + 2, D]; got {list(x.shape)} and {list(w.shape)}")
-    return {"ViterbiPath": Meta((x.shape[0], 1), "int64")}
+    shape = (x.shape[0], x.shape[1]) if padded else (x.shape[0], 1)
+    return {"ViterbiPath": Meta(shape, "int64")}
 
 
 def _viterbi(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -147,20 +179,24 @@ def _viterbi(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def _decode(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, w, label = ins["Emission"], ins["Transition"], ins.get("Label")
-    offsets = require_lod("crf_decoding", "Emission", x)
+    emission, w = ins["Emission"], ins["Transition"]
+    x, label, spans = _spans("crf_decoding", ins)
     path = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-    for a, b in zip(offsets, offsets[1:]):
+    inside = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+    for a, b in spans:
         if b > a:
             path[a:b] = _viterbi(x[a:b], w)
+            inside[a:b] = True
     if label is not None:  # Fluid: with a label, 1 where the decoded tag is right
-        path = (path == label.reshape(-1).long()).long()
+        path = ((path == label.reshape(-1).long()) & inside).long()
+    if ins.get("Length") is not None:  # padded: [N, S], zeros past each length
+        return {"ViterbiPath": path.reshape(emission.shape[0], emission.shape[1])}
     return {"ViterbiPath": path.reshape(-1, 1)}
 
 
 # NOTE: the path keeps the sequences of the emissions (Fluid shares Emission's LoD), so
 # chunk_eval and the sequence layers read it as it comes
-register_op("crf_decoding", inputs=("Emission", "Transition", "Label?"),
+register_op("crf_decoding", inputs=("Emission", "Transition", "Label?", "Length?"),
             outputs=("ViterbiPath",), infer_shape=_decode_shape, kernel=_decode,
             share_lod=("Emission", ("ViterbiPath",)))
 
@@ -230,17 +266,26 @@ def _chunk_eval_shape(ins: dict, attrs: dict) -> dict:
             "NumLabelChunks": count, "NumCorrectChunks": count}
 
 
-def _chunk_eval(ins: dict, attrs: dict, ctx: Any) -> dict:
-    pred, label, seq_len = ins["Inference"], ins["Label"], ins.get("SeqLength")
-    if seq_len is not None:
-        # Fluid's padded form: row i of [batch, bucket(, 1)] holds a sequence of
-        # SeqLength[i] tags at its start
-        bucket = pred.shape[1]
-        spans = [(i * bucket, i * bucket + int(n))
-                 for i, n in enumerate(seq_len.reshape(-1).tolist())]
-    else:
+def _chunk_spans(pred: torch.Tensor, seq_length: torch.Tensor | None) -> list[tuple[int, int]]:
+    """Each sequence's (start, end) among the flattened tags: from the LoD, or from
+    ``SeqLength`` over ``[N, S]`` (or ``[N, S, 1]``) padding."""
+    if seq_length is None:
         offsets = require_lod("chunk_eval", "Inference", pred)
-        spans = list(zip(offsets, offsets[1:]))
+        return list(zip(offsets, offsets[1:]))
+    if pred.dim() not in (2, 3) or (pred.dim() == 3 and pred.shape[2] != 1):
+        raise ValueError(f"chunk_eval: with SeqLength, Inference must be [N, S] or "
+                         f"[N, S, 1], got {list(pred.shape)}")
+    steps = pred.shape[1]
+    lengths = [int(v) for v in seq_length.reshape(-1).tolist()]
+    if len(lengths) != pred.shape[0] or any(not 0 <= v <= steps for v in lengths):
+        raise ValueError(f"chunk_eval: SeqLength must hold one length in [0, {steps}] per row "
+                         f"of Inference {list(pred.shape)}, got {lengths}")
+    return [(i * steps, i * steps + v) for i, v in enumerate(lengths)]
+
+
+def _chunk_eval(ins: dict, attrs: dict, ctx: Any) -> dict:
+    pred, label = ins["Inference"], ins["Label"]
+    spans = _chunk_spans(pred, ins.get("SeqLength"))
     p, y = pred.reshape(-1).tolist(), label.reshape(-1).tolist()
     excluded = set(attrs["excluded_chunk_types"])
     n_types, scheme = int(attrs["num_chunk_types"]), attrs["chunk_scheme"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..lod import attach_lod, require_lod
+from ..lod import attach_lod, get_lod, require_lod
 from .registry import Meta, register_op
 
 __all__: list[str] = []
@@ -125,7 +125,21 @@ def _warpctc(ins: dict, attrs: dict, ctx: Any) -> dict:
                                              s_len, nll, log_alpha, blank, False)
     # the kernel's gradient w.r.t. the log-probabilities, through log_softmax to the logits
     grad = grad - torch.exp(log_probs) * grad.sum(-1, keepdim=True)
+    # NOTE: warp-ctc skips a sequence that no alignment fits (its label plus one blank
+    # between each repeated pair needs more steps than it has): loss 0 and zero gradient,
+    # where the alpha recursion alone would give an infinite loss and NaN gradients
+    skip = torch.tensor([_infeasible(targets[i, :s_len[i]], t_len[i]) for i in range(n)],
+                        dtype=torch.bool, device=nll.device)
+    if bool(skip.any()):
+        nll = torch.where(skip, torch.zeros_like(nll), nll)
+        grad = torch.where(skip.reshape(1, n, 1), torch.zeros_like(grad), grad)
     return {"Loss": nll.reshape(n, 1), "WarpCTCGrad": grad}
+
+
+def _infeasible(label: torch.Tensor, steps: int) -> bool:
+    """True when ``label`` cannot be aligned to ``steps`` frames (warp-ctc's test)."""
+    repeats = int((label[1:] == label[:-1]).sum()) if label.numel() > 1 else 0
+    return label.numel() + repeats > steps
 
 
 def _warpctc_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -157,10 +171,38 @@ register_op("warpctc", inputs=("Logits", "Label", "LogitsLength?", "LabelLength?
 # ----------------------------------------------------------------------------- ctc_align
 
 
+def _align_one(tokens: list[int], blank: int, merge: bool) -> list[int]:
+    out, prev = [], None
+    for tok in tokens:
+        if tok != blank and not (merge and tok == prev):
+            out.append(tok)
+        prev = tok
+    return out
+
+
+def _ctc_align_padded(ins: dict, attrs: dict) -> dict:
+    """Padded ``Input [N, T]`` with ``InputLength [N, 1]``: each row aligned in place, the
+    rest of the row ``padding_value``; ``OutputLength [N, 1]``."""
+    x, lengths = ins["Input"], ins["InputLength"].reshape(-1).tolist()
+    if x.dim() != 2 or len(lengths) != x.shape[0]:
+        raise ValueError(f"ctc_align: padded Input must be [N, T] with one InputLength per "
+                         f"row, got {list(x.shape)} and {len(lengths)} lengths")
+    out = torch.full_like(x, int(attrs["padding_value"]))
+    out_len = []
+    for i, n in enumerate(lengths):
+        row = _align_one(x[i, :int(n)].tolist(), int(attrs["blank"]), attrs["merge_repeated"])
+        out[i, :len(row)] = torch.tensor(row, dtype=x.dtype)
+        out_len.append(len(row))
+    return {"Output": out,
+            "OutputLength": torch.tensor(out_len, dtype=x.dtype).reshape(-1, 1)}
+
+
 def _ctc_align(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Per sequence: merge repeated tokens (``merge_repeated``), then drop ``blank``. A batch
     whose every sequence comes out empty gives ``[[-1]]`` with LoD ``[[0, 1]]``, as Fluid."""
     x = ins["Input"]
+    if ins.get("InputLength") is not None and not get_lod(x):
+        return _ctc_align_padded(ins, attrs)
     offsets = require_lod("ctc_align", "Input", x)
     flat, blank = x.reshape(-1).tolist(), int(attrs["blank"])
     tokens, new_offsets = [], [0]
@@ -171,13 +213,22 @@ def _ctc_align(ins: dict, attrs: dict, ctx: Any) -> dict:
                 tokens.append(tok)
             prev = tok
         new_offsets.append(len(tokens))
+    # OutputLength is the padded form's; bound in the LoD form, it gets each sequence's length
+    lengths = torch.tensor([b - a for a, b in zip(new_offsets, new_offsets[1:])],
+                           dtype=x.dtype).reshape(-1, 1)
     if not tokens:
         tokens, new_offsets = [-1], [0, 1]
     out = torch.tensor(tokens, dtype=x.dtype, device=x.device).reshape(-1, 1)
-    return {"Output": attach_lod(out, [new_offsets])}
+    return {"Output": attach_lod(out, [new_offsets]), "OutputLength": lengths}
 
 
-register_op("ctc_align", inputs=("Input",), outputs=("Output",),
+def _ctc_align_shape(ins: dict, attrs: dict) -> dict:
+    x = ins["Input"]
+    if ins.get("InputLength") is None:
+        return {"Output": Meta((-1, 1), x.dtype), "OutputLength": Meta((-1, 1), x.dtype)}
+    return {"Output": Meta(x.shape, x.dtype), "OutputLength": Meta((x.shape[0], 1), x.dtype)}
+
+
+register_op("ctc_align", inputs=("Input", "InputLength?"), outputs=("Output", "OutputLength?"),
             attrs={"blank": 0, "merge_repeated": True, "padding_value": 0},
-            infer_shape=lambda ins, attrs: {"Output": Meta((-1, 1), ins["Input"].dtype)},
-            kernel=_ctc_align)
+            infer_shape=_ctc_align_shape, kernel=_ctc_align)

@@ -397,14 +397,17 @@ def _decode_assign_shape(ins: dict, attrs: dict) -> dict:
 
 
 def _box_decoder_and_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
-    prior, var = ins["PriorBox"], ins["PriorBoxVar"].reshape(-1)[:4]
-    target, score = ins["TargetBox"], ins["BoxScore"]
+    prior, target, score = ins["PriorBox"], ins["TargetBox"], ins["BoxScore"]
+    var = ins.get("PriorBoxVar")
+    # Fluid reads the first 4 values of PriorBoxVar, one variance set for every ROI
+    var = torch.ones(4, dtype=target.dtype) if var is None else var.reshape(-1)[:4]
     r, c = score.shape
     d = target.reshape(r, c, 4)
+    # pixel boxes: the width counts both ends and the centre is x1 + width / 2
     pw = (prior[:, 2] - prior[:, 0] + 1)[:, None]
     ph = (prior[:, 3] - prior[:, 1] + 1)[:, None]
-    pcx = ((prior[:, 2] + prior[:, 0]) / 2)[:, None]
-    pcy = ((prior[:, 3] + prior[:, 1]) / 2)[:, None]
+    pcx = prior[:, 0:1] + pw / 2
+    pcy = prior[:, 1:2] + ph / 2
     clip = torch.tensor(attrs["box_clip"], dtype=target.dtype)
     dw = torch.minimum(var[2] * d[..., 2], clip)
     dh = torch.minimum(var[3] * d[..., 3], clip)
@@ -422,7 +425,8 @@ def _box_decoder_and_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"DecodeBox": boxes.reshape(r, c * 4), "OutputAssignBox": assign}
 
 
-register_op("box_decoder_and_assign", inputs=("PriorBox", "PriorBoxVar", "TargetBox", "BoxScore"),
+register_op("box_decoder_and_assign",
+            inputs=("PriorBox", "PriorBoxVar?", "TargetBox", "BoxScore"),
             outputs=("DecodeBox", "OutputAssignBox"), attrs={"box_clip": 4.135},
             infer_shape=_decode_assign_shape, kernel=_box_decoder_and_assign)
 

@@ -240,9 +240,11 @@ def nms(boxes: list[list[float]], scores: list[float], score_threshold: float,
 
 
 def _nms_image(boxes: torch.Tensor, scores: torch.Tensor, attrs: dict,
-               per_class_boxes: bool) -> list[list[float]]:
-    """Rows ``[label, score, box...]`` of one image. ``scores`` is ``[C, M]``; ``boxes`` is
-    ``[M, 4]``, or ``[C, M, 4]`` when each class has its own boxes."""
+               per_class_boxes: bool) -> tuple[list[list[float]], list[int]]:
+    """Rows ``[label, score, box...]`` of one image and each row's index in the image's
+    flattened scores (``idx`` for ``[C, M]`` scores, ``idx * C + label`` for per-class
+    boxes, as Fluid's multiclass_nms2). ``scores`` is ``[C, M]``; ``boxes`` is ``[M, 4]``,
+    or ``[C, M, 4]`` when each class has its own boxes."""
     sc = scores.tolist()
     bx = boxes.tolist()
     picked: dict[int, list[int]] = {}
@@ -262,38 +264,47 @@ def _nms_image(boxes: torch.Tensor, scores: torch.Tensor, attrs: dict,
             picked.setdefault(c, []).append(i)
         if per_class_boxes:
             picked = {c: sorted(v) for c, v in picked.items()}
-    rows = []
+    rows, index = [], []
     for c in sorted(picked):
         for i in picked[c]:
             box = bx[c][i] if per_class_boxes else bx[i]
             rows.append([float(c), sc[c][i], *box])
-    return rows
+            index.append(i * len(sc) + c if per_class_boxes else i)
+    return rows, index
 
 
-def _multiclass_nms(ins: dict, attrs: dict, ctx: Any) -> dict:
+def _multiclass_nms(ins: dict, attrs: dict, ctx: Any, with_index: bool = False) -> dict:
     boxes, scores = ins["BBoxes"], ins["Scores"]
     per_image: list[list[list[float]]] = []
+    index: list[int] = []
     if scores.dim() == 3:  # [N, C, M] scores over [N, M, 4] boxes
         if boxes.shape[0] != scores.shape[0] or boxes.shape[1] != scores.shape[2]:
             raise ValueError(f"multiclass_nms: BBoxes {list(boxes.shape)} must be [N, M, 4] "
                              f"for Scores [N, C, M] {list(scores.shape)}")
         for n in range(scores.shape[0]):
-            per_image.append(_nms_image(boxes[n], scores[n], attrs, False))
+            rows, idx = _nms_image(boxes[n], scores[n], attrs, False)
+            per_image.append(rows)
+            index += [n * scores.shape[2] + i for i in idx]
     else:  # [M, C] scores over [M, C, 4] boxes, one LoD sequence per image
         offs = _offsets(boxes)
         for n in range(len(offs) - 1):
             s, e = offs[n], offs[n + 1]
-            per_image.append(_nms_image(boxes[s:e].transpose(0, 1), scores[s:e].t(), attrs,
-                                        True))
+            rows, idx = _nms_image(boxes[s:e].transpose(0, 1), scores[s:e].t(), attrs, True)
+            per_image.append(rows)
+            index += [s * scores.shape[1] + i for i in idx]
     width = boxes.shape[-1] + 2
     rows = [r for img in per_image for r in img]
-    if not rows:  # Fluid's marker for "no detection in the whole batch"
-        return {"Out": attach_lod(torch.full((1, 1), -1.0, dtype=scores.dtype), [[0, 1]])}
     offsets = [0]
     for img in per_image:
         offsets.append(offsets[-1] + len(img))
+    if not rows and not with_index:  # Fluid's marker for "no detection in the whole batch"
+        return {"Out": attach_lod(torch.full((1, 1), -1.0, dtype=scores.dtype), [[0, 1]])}
     out = torch.tensor(rows, dtype=scores.dtype).reshape(-1, width)
-    return {"Out": attach_lod(out, [offsets])}
+    if not with_index:
+        return {"Out": attach_lod(out, [offsets])}
+    # NOTE: multiclass_nms2 marks "no detection" by empty outputs, not by a -1 row
+    idx = torch.tensor(index, dtype=torch.int32).reshape(-1, 1)
+    return {"Out": attach_lod(out, [offsets]), "Index": attach_lod(idx, [offsets])}
 
 
 def _multiclass_nms_shape(ins: dict, attrs: dict) -> dict:
@@ -315,8 +326,17 @@ def _multiclass_nms_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": Meta((-1, 6), scores.dtype)}
 
 
+def _multiclass_nms2_shape(ins: dict, attrs: dict) -> dict:
+    return {**_multiclass_nms_shape(ins, attrs), "Index": Meta((-1, 1), "int32")}
+
+
+_NMS_ATTRS = {"background_label": 0, "score_threshold": 0.0, "nms_top_k": -1,
+              "nms_threshold": 0.3, "nms_eta": 1.0, "keep_top_k": -1, "normalized": True}
+
 register_op("multiclass_nms", inputs=("BBoxes", "Scores"), outputs=("Out",),
-            attrs={"background_label": 0, "score_threshold": 0.0, "nms_top_k": -1,
-                   "nms_threshold": 0.3, "nms_eta": 1.0, "keep_top_k": -1, "normalized": True},
-            infer_shape=_multiclass_nms_shape, kernel=_multiclass_nms,
+            attrs=dict(_NMS_ATTRS), infer_shape=_multiclass_nms_shape, kernel=_multiclass_nms,
+            no_compile="non-maximum suppression: the number of kept boxes depends on the values")
+register_op("multiclass_nms2", inputs=("BBoxes", "Scores"), outputs=("Out", "Index"),
+            attrs=dict(_NMS_ATTRS), infer_shape=_multiclass_nms2_shape,
+            kernel=lambda ins, attrs, ctx: _multiclass_nms(ins, attrs, ctx, with_index=True),
             no_compile="non-maximum suppression: the number of kept boxes depends on the values")

@@ -5,7 +5,9 @@ As ``lstm`` (ops/rnn.py: gates ordered candidate, input, forget, output; peephol
 projection ``r = proj_act(h @ ProjWeight)`` (``[D, P]``): the gates of step ``t`` are
 ``Input_t + r_{t-1} @ Weight + Bias`` with ``Weight`` ``[P, 4D]``. ``cell_clip`` /
 ``proj_clip`` (when positive) clamp the cell and the projection to ``[-clip, clip]``. An
-initial ``H0`` ``[N, D]`` enters projected, ``r_0 = proj_act(H0 @ ProjWeight)``. Outputs:
+initial ``H0`` is the initial projection itself, ``[N, P]`` (Fluid 1.6: ``r_0 = H0``). As
+Fluid 1.6's kernel, a ``proj_activation`` other than identity applies ``cell_activation``
+to the projection. Outputs:
 ``Projection`` ``[T, P]`` and ``Cell`` ``[T, D]``, with the input's LoD. The gradient kernel
 recomputes the forward pass and runs back-propagation through time.
 """
@@ -18,11 +20,19 @@ import torch
 
 from ..lod import attach_lod
 from .registry import Meta, register_op
-from .rnn import _act, _clip, _gate_grads, _initial, _lstm_step, _lstm_weight_grads, _Steps
+from .rnn import _act, _clip, _gate_grads, _initial, _lstm_step, _lstm_weight_grads, _Steps, wanted
 
 __all__: list[str] = []
 
 _ACT_ATTRS = ("gate_activation", "cell_activation", "candidate_activation", "proj_activation")
+
+
+def _proj_act(attrs: dict) -> tuple:
+    """The projection's activation as Fluid 1.6 runs it: identity, or else the cell's."""
+    _act(attrs["proj_activation"], "lstmp")
+    if attrs["proj_activation"] == "identity":
+        return _act("identity", "lstmp")
+    return _act(attrs["cell_activation"], "lstmp")
 
 
 def _shape(ins: dict, attrs: dict) -> dict:
@@ -43,21 +53,25 @@ def _shape(ins: dict, attrs: dict) -> dict:
                          f"{attrs['use_peepholes']}), got {list(b.shape)}")
     for act in _ACT_ATTRS:
         _act(attrs[act], "lstmp")
-    return {"Projection": Meta((x.shape[0], p), x.dtype), "Cell": Meta((x.shape[0], d), x.dtype)}
+    cell = Meta((x.shape[0], d), x.dtype)
+    return {"Projection": Meta((x.shape[0], p), x.dtype), "Cell": cell,
+            "BatchGate": Meta((x.shape[0], 4 * d), x.dtype), "BatchCellPreAct": cell,
+            "BatchHidden": cell}
 
 
 def _run(ins: dict, attrs: dict) -> tuple:
     x, w, pw, b = ins["Input"], ins["Weight"], ins["ProjWeight"], ins["Bias"]
     d, p = pw.shape
     steps = _Steps(x, "lstmp", attrs["is_reverse"])
-    *acts, proj_act = (_act(attrs[a], "lstmp")[0] for a in _ACT_ATTRS)
+    *acts, _ = (_act(attrs[a], "lstmp")[0] for a in _ACT_ATTRS)
+    proj_act = _proj_act(attrs)[0]
     peep = attrs["use_peepholes"]
     bias = b.reshape(-1)
     w_ic, w_fc, w_oc = (bias[4 * d:5 * d], bias[5 * d:6 * d], bias[6 * d:]) if peep else \
         (None, None, None)
     xs = steps.gather(x)
     h0 = ins.get("H0")
-    r = proj_act(_initial(h0, steps.batch, d, x) @ pw) if h0 is not None else \
+    r = _initial(h0, steps.batch, p, x) if h0 is not None else \
         x.new_zeros((steps.batch, p))
     r0 = r
     c = _initial(ins.get("C0"), steps.batch, d, x)
@@ -79,12 +93,22 @@ def _run(ins: dict, attrs: dict) -> tuple:
 def _lstmp(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["Input"]
     d, p = ins["ProjWeight"].shape
-    steps, rs, cs, _, _, _ = _run(ins, attrs)
+    steps, rs, cs, saved, _, _ = _run(ins, attrs)
     if not rs:
-        return {"Projection": x.new_zeros((0, p)), "Cell": x.new_zeros((0, d))}
+        empty = x.new_zeros((0, d))
+        return {"Projection": x.new_zeros((0, p)), "Cell": empty,
+                "BatchGate": x.new_zeros((0, 4 * d)), "BatchCellPreAct": empty.clone(),
+                "BatchHidden": empty.clone()}
     proj = steps.scatter(torch.stack(rs), x.shape[0])
     cell = steps.scatter(torch.stack(cs), x.shape[0])
-    return {"Projection": attach_lod(proj, steps.lod), "Cell": attach_lod(cell, steps.lod)}
+    out = {"Projection": attach_lod(proj, steps.lod), "Cell": attach_lod(cell, steps.lod)}
+    if any(wanted(ctx, s) for s in ("BatchGate", "BatchCellPreAct", "BatchHidden")):
+        # Fluid's intermediates in its batch layout: the activated gates (candidate, input,
+        # forget, output), the activated cell, the hidden state before the projection
+        out["BatchGate"] = steps.batch_rows(torch.stack([torch.cat(v[2:6], 1) for v in saved]))
+        out["BatchCellPreAct"] = steps.batch_rows(torch.stack([v[8] for v in saved]))
+        out["BatchHidden"] = steps.batch_rows(torch.stack([v[9] for v in saved]))
+    return out
 
 
 def _inside(v: torch.Tensor, clip: float) -> Any:
@@ -95,8 +119,9 @@ def _inside(v: torch.Tensor, clip: float) -> Any:
 def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, w, pw = ins["Input"], ins["Weight"], ins["ProjWeight"]
     d, p = pw.shape
-    steps, _, _, saved, (w_ic, w_fc, w_oc), r0 = _run(ins, attrs)
-    d_gate, d_cell, d_cand, d_proj = (_act(attrs[a], "lstmp")[1] for a in _ACT_ATTRS)
+    steps, _, _, saved, (w_ic, w_fc, w_oc), _ = _run(ins, attrs)
+    d_gate, d_cell, d_cand, _ = (_act(attrs[a], "lstmp")[1] for a in _ACT_ATTRS)
+    d_proj = _proj_act(attrs)[1]
     peep = attrs["use_peepholes"]
 
     def padded(slot: str, width: int) -> torch.Tensor:
@@ -129,11 +154,8 @@ def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         dr_next = g @ w.t() + (1 - m) * dr
         dc_next = m * dc_prev + (1 - m) * dc_next
     out = _lstm_weight_grads(ctx, steps, dgates, x, dw, dbias, ins["Bias"])
-    if ins.get("H0") is not None:
-        dr0 = dr_next * d_proj(r0)
-        dpw += ins["H0"].t() @ dr0
-        if "H0" in ctx.need:
-            out["H0@GRAD"] = dr0 @ pw.t()
+    if ins.get("H0") is not None and "H0" in ctx.need:
+        out["H0@GRAD"] = dr_next
     if "ProjWeight" in ctx.need:
         out["ProjWeight@GRAD"] = dpw
     if "C0" in ctx.need:
@@ -142,7 +164,7 @@ def _lstmp_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("lstmp", inputs=("Input", "H0?", "C0?", "Weight", "ProjWeight", "Bias"),
-            outputs=("Projection", "Cell"),
+            outputs=("Projection", "Cell", "BatchGate?", "BatchCellPreAct?", "BatchHidden?"),
             attrs={"use_peepholes": True, "is_reverse": False, "gate_activation": "sigmoid",
                    "cell_activation": "tanh", "candidate_activation": "tanh",
                    "proj_activation": "tanh", "cell_clip": 0.0, "proj_clip": 0.0},

@@ -63,6 +63,18 @@ class _Steps:
         return padded.index_select(0, (self.rows + 1).reshape(-1)).reshape(
             self.steps, self.batch, *x.shape[1:])
 
+    def batch_rows(self, padded: torch.Tensor) -> torch.Tensor:
+        """Padded ``[L, B, ...]`` -> Fluid's batch layout (sequence2batch): step by step, the
+        rows of the sequences still running, longest sequence first (ties in input order);
+        the layout of the ops' intermediate outputs (``BatchGate``, ...)."""
+        lengths = (self.rows >= 0).sum(0).tolist()
+        order = sorted(range(self.batch), key=lambda s: -lengths[s])
+        pairs = [(t, s) for t in range(self.steps) for s in order if t < lengths[s]]
+        if not pairs:
+            return padded.new_zeros((0, *padded.shape[2:]))
+        ts, ss = zip(*pairs)
+        return padded[torch.tensor(ts), torch.tensor(ss)]
+
     def scatter(self, padded: torch.Tensor, rows: int) -> torch.Tensor:
         """Padded ``[L, B, ...]`` -> rows (the inverse of ``gather``)."""
         flat = padded.reshape(-1, *padded.shape[2:])
@@ -70,6 +82,12 @@ class _Steps:
         out = padded.new_zeros((rows, *padded.shape[2:]))
         out[self.rows.reshape(-1)[keep]] = flat[keep]
         return out
+
+
+def wanted(ctx: Any, slot: str) -> bool:
+    """Whether the op being run binds its output ``slot`` (an optional intermediate)."""
+    op = getattr(ctx, "op", None)
+    return bool(op is not None and op.outputs.get(slot))
 
 
 def _initial(v: torch.Tensor | None, batch: int, width: int, like: torch.Tensor) -> torch.Tensor:
@@ -99,7 +117,8 @@ def _lstm_shape(ins: dict, attrs: dict) -> dict:
     for act in ("gate_activation", "cell_activation", "candidate_activation"):
         _act(attrs[act], "lstm")
     meta = Meta((x.shape[0], d), x.dtype)
-    return {"Hidden": meta, "Cell": meta}
+    return {"Hidden": meta, "Cell": meta, "BatchGate": Meta((x.shape[0], 4 * d), x.dtype),
+            "BatchCellPreAct": meta}
 
 
 def _clip(v: torch.Tensor, clip: float) -> torch.Tensor:
@@ -158,14 +177,28 @@ def _lstm_run(ins: dict, attrs: dict, keep: bool) -> tuple:
 
 def _lstm(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["Input"]
-    steps, hs, cs, _, _ = _lstm_run(ins, attrs, keep=False)
+    batch_out = wanted(ctx, "BatchGate") or wanted(ctx, "BatchCellPreAct")
+    steps, hs, cs, saved, _ = _lstm_run(ins, attrs, keep=batch_out)
     d = ins["Weight"].shape[0]
     if not hs:
         empty = x.new_zeros((0, d))
-        return {"Hidden": empty, "Cell": empty.clone()}
+        return {"Hidden": empty, "Cell": empty.clone(), "BatchGate": x.new_zeros((0, 4 * d)),
+                "BatchCellPreAct": empty.clone()}
     hidden = steps.scatter(torch.stack(hs), x.shape[0])
     cell = steps.scatter(torch.stack(cs), x.shape[0])
-    return {"Hidden": attach_lod(hidden, steps.lod), "Cell": attach_lod(cell, steps.lod)}
+    out = {"Hidden": attach_lod(hidden, steps.lod), "Cell": attach_lod(cell, steps.lod)}
+    if batch_out:
+        out.update(lstm_batch_outputs(steps, saved))
+    return out
+
+
+def lstm_batch_outputs(steps: _Steps, saved: list[tuple]) -> dict:
+    """Fluid's intermediate outputs of an LSTM in its batch layout: ``BatchGate`` the
+    activated gates (candidate, input, forget, output), ``BatchCellPreAct`` the activated
+    cell (what Fluid's kernel keeps under that name)."""
+    gates = torch.stack([torch.cat([s[2], s[3], s[4], s[5]], 1) for s in saved])
+    act_c = torch.stack([s[7] for s in saved])
+    return {"BatchGate": steps.batch_rows(gates), "BatchCellPreAct": steps.batch_rows(act_c)}
 
 def _gate_grads(dc: torch.Tensor, do: torch.Tensor, saved: tuple, m: torch.Tensor,
                 d_gate: Any, d_cand: Any, peeps: tuple | None, dbias: torch.Tensor
@@ -243,7 +276,7 @@ def _lstm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("lstm", inputs=("Input", "H0?", "C0?", "Weight", "Bias"),
-            outputs=("Hidden", "Cell"),
+            outputs=("Hidden", "Cell", "BatchGate?", "BatchCellPreAct?"),
             attrs={"use_peepholes": True, "is_reverse": False,
                    "gate_activation": "sigmoid", "cell_activation": "tanh",
                    "candidate_activation": "tanh"},
@@ -265,7 +298,9 @@ def _gru_shape(ins: dict, attrs: dict) -> dict:
         raise ValueError(f"gru: Bias must be [1, {3 * d}], got {list(b.shape)}")
     for act in ("gate_activation", "activation"):
         _act(attrs[act], "gru")
-    return {"Hidden": Meta((x.shape[0], d), x.dtype)}
+    meta = Meta((x.shape[0], d), x.dtype)
+    return {"Hidden": meta, "BatchGate": Meta((x.shape[0], 3 * d), x.dtype),
+            "BatchResetHiddenPrev": meta, "BatchHidden": meta}
 
 
 def _gru_run(ins: dict, attrs: dict, keep: bool) -> tuple:
@@ -313,10 +348,23 @@ def _gru_cell_grad(dh: torch.Tensor, h_prev: torch.Tensor, u: torch.Tensor, r: t
 
 def _gru(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["Input"]
-    steps, hs, _ = _gru_run(ins, attrs, keep=False)
+    d = ins["Weight"].shape[0]
+    batch_out = any(wanted(ctx, s) for s in ("BatchGate", "BatchResetHiddenPrev",
+                                             "BatchHidden"))
+    steps, hs, saved = _gru_run(ins, attrs, keep=batch_out)
     if not hs:
-        return {"Hidden": x.new_zeros((0, ins["Weight"].shape[0]))}
-    return {"Hidden": attach_lod(steps.scatter(torch.stack(hs), x.shape[0]), steps.lod)}
+        empty = x.new_zeros((0, d))
+        return {"Hidden": empty, "BatchGate": x.new_zeros((0, 3 * d)),
+                "BatchResetHiddenPrev": empty.clone(), "BatchHidden": empty.clone()}
+    out = {"Hidden": attach_lod(steps.scatter(torch.stack(hs), x.shape[0]), steps.lod)}
+    if batch_out:
+        # Fluid's batch layout: the activated gates (update, reset, candidate), the reset
+        # previous hidden state r * h_prev, and the new hidden state
+        gates = torch.stack([torch.cat([u, r, cand], 1) for _, u, r, _, cand in saved])
+        out["BatchGate"] = steps.batch_rows(gates)
+        out["BatchResetHiddenPrev"] = steps.batch_rows(torch.stack([s[3] for s in saved]))
+        out["BatchHidden"] = steps.batch_rows(torch.stack(hs))
+    return out
 
 
 def _gru_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -354,7 +402,8 @@ def _gru_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return out
 
 
-register_op("gru", inputs=("Input", "H0?", "Weight", "Bias?"), outputs=("Hidden",),
+register_op("gru", inputs=("Input", "H0?", "Weight", "Bias?"),
+            outputs=("BatchGate?", "BatchResetHiddenPrev?", "BatchHidden?", "Hidden"),
             attrs={"is_reverse": False, "gate_activation": "sigmoid", "activation": "tanh",
                    "origin_mode": False},
             infer_shape=_gru_shape, kernel=_gru, grad_kernel=_gru_grad,

@@ -408,15 +408,41 @@ def _perspective_shape(ins: dict, attrs: dict) -> dict:
         raise ValueError(f"roi_perspective_transform: transformed_height and "
                          f"transformed_width must exceed 1 and spatial_scale be positive, got "
                          f"{th}, {tw}, {attrs['spatial_scale']}")
-    return {"Out": Meta((rois.shape[0], x.shape[1], th, tw), x.dtype)}
+    r = rois.shape[0]
+    return {"Out": Meta((r, x.shape[1], th, tw), x.dtype),
+            "Mask": Meta((r, 1, th, tw), "int32"), "TransformMatrix": Meta((r, 9), x.dtype),
+            "Out2InIdx": Meta((-1, 4), "int32"), "Out2InWeights": Meta((-1, 4), x.dtype)}
 
 
-register_op("roi_perspective_transform", inputs=("X", "ROIs"), outputs=("Out",),
+def _roi_perspective_transform(ins: dict, attrs: dict, ctx: Any) -> dict:
+    x, rois = ins["X"], ins["ROIs"]
+    th, tw = attrs["transformed_height"], attrs["transformed_width"]
+    images, tables = _perspective_tables(ins, attrs)
+    r, c, hw = len(images), x.shape[1], x.shape[2] * x.shape[3]
+    out = _gather(x, images, tables, (th, tw))
+    # Fluid's other outputs: a 1/0 mask of the output pixels that sample the map, each
+    # ROI's homography, and (as Fluid's GPU kernel) each output element's 4 bilinear
+    # corners as flat indices into X (-1 where the pixel samples nothing) and weights
+    valid = torch.stack([w.sum(-1) > 0.5 for _, w in tables]) if r else \
+        torch.zeros((0, th * tw), dtype=torch.bool)
+    s = attrs["spatial_scale"]
+    matrix = [_perspective_matrix([v * s for v in q[0::2]], [v * s for v in q[1::2]], th, tw)
+              for q in rois.tolist()]
+    idx = torch.full((r, c, th * tw, 4), -1, dtype=torch.int64)
+    wts = torch.zeros((r, c, th * tw, 4), dtype=x.dtype)
+    for n, (b, (index, weight)) in enumerate(zip(images, tables)):
+        base = (b * c + torch.arange(c)).reshape(c, 1, 1) * hw
+        idx[n] = torch.where(valid[n].reshape(1, -1, 1), base + index, idx[n])
+        wts[n] = torch.where(valid[n].reshape(-1, 1), weight, torch.zeros_like(weight))
+    return {"Out": out, "Mask": valid.to(torch.int32).reshape(r, 1, th, tw),
+            "TransformMatrix": torch.tensor(matrix, dtype=x.dtype).reshape(r, 9),
+            "Out2InIdx": idx.reshape(-1, 4).to(torch.int32), "Out2InWeights": wts.reshape(-1, 4)}
+
+
+register_op("roi_perspective_transform", inputs=("X", "ROIs"),
+            outputs=("Out", "Mask?", "TransformMatrix?", "Out2InIdx?", "Out2InWeights?"),
             attrs={"transformed_height": 1, "transformed_width": 1, "spatial_scale": 1.0},
-            infer_shape=_perspective_shape,
-            kernel=lambda ins, attrs, ctx: {"Out": _gather(
-                ins["X"], *_perspective_tables(ins, attrs),
-                (attrs["transformed_height"], attrs["transformed_width"]))},
+            infer_shape=_perspective_shape, kernel=_roi_perspective_transform,
             grad_kernel=lambda ins, attrs, ctx: {"X@GRAD": _scatter(
                 ins["X"], ins["Out@GRAD"], *_perspective_tables(ins, attrs))},
             grad_uses=("X", "ROIs"), no_grad_inputs=("ROIs",),

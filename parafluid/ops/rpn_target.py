@@ -195,6 +195,9 @@ register_op("rpn_target_assign", inputs=("Anchor", "GtBoxes", "IsCrowd", "ImInfo
 def _labels_one(rois: torch.Tensor, classes: torch.Tensor, crowd: torch.Tensor,
                 gt: torch.Tensor, scale: float, attrs: dict) -> tuple:
     """Fast R-CNN's sampled ROIs of one image (Detectron's rules, as Fluid)."""
+    cascade = attrs["is_cascade_rcnn"]
+    if cascade:  # a cascade stage's ROIs start with the image's ground truth: drop it
+        rois = rois[gt.shape[0]:]
     boxes = torch.cat([gt, rois / scale])  # the ground truth joins the proposals
     overlap = _pixel_iou(boxes, gt)
     fg, gt_of_fg, bg = [], [], []
@@ -203,27 +206,16 @@ def _labels_one(rois: torch.Tensor, classes: torch.Tensor, crowd: torch.Tensor,
         best = float(row.max()) if row.numel() else -1.0
         if i < crowd.numel() and int(crowd[i]):
             best = -1.0
-        if best > attrs["fg_thresh"]:
+        if cascade and (float(boxes[i, 2] - boxes[i, 0]) + 1 <= 0 or
+                        float(boxes[i, 3] - boxes[i, 1]) + 1 <= 0):
+            continue  # an empty box
+        if best >= attrs["fg_thresh"]:
             fg.append(i)
             gt_of_fg.append(int(torch.nonzero((row - best).abs() < 1e-5)[0]))
         elif attrs["bg_thresh_lo"] <= best < attrs["bg_thresh_hi"]:
             bg.append(i)
-    batch = attrs["batch_size_per_im"]
-    n_fg = min(math.floor(batch * attrs["fg_fraction"]), len(fg))
-    if attrs["use_random"]:
-        for i in range(n_fg, len(fg)):
-            j = math.floor(float(torch.rand(())) * i)
-            if j < n_fg:
-                fg[j], fg[i] = fg[i], fg[j]
-                gt_of_fg[j], gt_of_fg[i] = gt_of_fg[i], gt_of_fg[j]
-    fg, gt_of_fg = fg[:n_fg], gt_of_fg[:n_fg]
-    n_bg = min(batch - n_fg, len(bg))
-    if attrs["use_random"]:
-        for i in range(n_bg, len(bg)):
-            j = math.floor(float(torch.rand(())) * i)
-            if j < n_bg:
-                bg[j], bg[i] = bg[i], bg[j]
-    bg = bg[:n_bg]
+    if not cascade:  # a cascade stage keeps every foreground and background box
+        fg, gt_of_fg, bg = _sample_fg_bg(fg, gt_of_fg, bg, attrs)
     keep = torch.tensor(fg + bg, dtype=torch.int64)
     sampled = boxes[keep]
     gt_idx = torch.tensor(gt_of_fg, dtype=torch.int64)
@@ -232,8 +224,9 @@ def _labels_one(rois: torch.Tensor, classes: torch.Tensor, crowd: torch.Tensor,
     weights = torch.tensor(attrs["bbox_reg_weights"], dtype=boxes.dtype)
     deltas = _box_to_delta(sampled[:len(fg)], gt[gt_idx]) / weights if fg else \
         boxes.new_zeros((0, 4))
-    classes_out = 2 if attrs["is_cls_agnostic"] else attrs["class_nums"]
-    targets = boxes.new_zeros((len(keep), 4 * classes_out))
+    # NOTE: the targets are 4 * class_nums wide also when class agnostic (Fluid's kernel;
+    # its layer passes class_nums as given): the agnostic foreground goes to columns 4..7
+    targets = boxes.new_zeros((len(keep), 4 * attrs["class_nums"]))
     inside = torch.zeros_like(targets)
     for r in range(len(fg)):
         label = int(labels[r])
@@ -244,16 +237,37 @@ def _labels_one(rois: torch.Tensor, classes: torch.Tensor, crowd: torch.Tensor,
     return sampled * scale, labels.reshape(-1, 1), targets, inside
 
 
+def _sample_fg_bg(fg: list[int], gt_of_fg: list[int], bg: list[int], attrs: dict) -> tuple:
+    """Reservoir sampling of at most ``batch_size_per_im * fg_fraction`` foreground boxes
+    and the rest of the batch in background boxes (in order without ``use_random``)."""
+    batch = attrs["batch_size_per_im"]
+    n_fg = min(math.floor(batch * attrs["fg_fraction"]), len(fg))
+    if attrs["use_random"]:
+        for i in range(n_fg, len(fg)):
+            j = math.floor(float(torch.rand(())) * i)
+            if j < n_fg:
+                fg[j], fg[i] = fg[i], fg[j]
+                gt_of_fg[j], gt_of_fg[i] = gt_of_fg[i], gt_of_fg[j]
+    n_bg = min(batch - n_fg, len(bg))
+    if attrs["use_random"]:
+        for i in range(n_bg, len(bg)):
+            j = math.floor(float(torch.rand(())) * i)
+            # NOTE: Fluid 1.6 tests the background draw against the foreground count
+            if j < n_fg:
+                bg[j], bg[i] = bg[i], bg[j]
+    return fg[:n_fg], gt_of_fg[:n_fg], bg[:n_bg]
+
+
 def _generate_proposal_labels(ins: dict, attrs: dict, ctx: Any) -> dict:
-    if attrs["is_cascade_rcnn"]:
-        raise ValueError("generate_proposal_labels: is_cascade_rcnn=True is not supported; "
-                         "sample the cascade stages' ROIs with is_cascade_rcnn=False")
     names = ("RpnRois", "GtClasses", "IsCrowd", "GtBoxes")
     offs = _image_offsets("generate_proposal_labels", ins, names)
     info = ins["ImInfo"]
     outs: list[list[torch.Tensor]] = [[], [], [], [], []]
     lod = [0]
     for i in range(info.shape[0]):
+        if offs["RpnRois"][i] == offs["RpnRois"][i + 1]:  # no proposals: no rows (Fluid)
+            lod.append(lod[-1])
+            continue
         part = {s: ins[s][offs[s][i]:offs[s][i + 1]] for s in names}
         rois, labels, targets, inside = _labels_one(
             part["RpnRois"], part["GtClasses"], part["IsCrowd"].reshape(-1), part["GtBoxes"],
@@ -262,7 +276,11 @@ def _generate_proposal_labels(ins: dict, attrs: dict, ctx: Any) -> dict:
             outs[k].append(v)
         lod.append(lod[-1] + rois.shape[0])
     keys = ("Rois", "LabelsInt32", "BboxTargets", "BboxInsideWeights", "BboxOutsideWeights")
-    return {k: attach_lod(torch.cat(v), [lod]) for k, v in zip(keys, outs)}
+    width = 4 * attrs["class_nums"]
+    empty = (ins["RpnRois"].new_zeros((0, 4)), torch.zeros((0, 1), dtype=torch.int32),
+             *(ins["RpnRois"].new_zeros((0, width)) for _ in range(3)))
+    return {k: attach_lod(torch.cat(v) if v else e, [lod])
+            for k, v, e in zip(keys, outs, empty)}
 
 
 def _proposal_labels_shape(ins: dict, attrs: dict) -> dict:
@@ -270,10 +288,11 @@ def _proposal_labels_shape(ins: dict, attrs: dict) -> dict:
     if len(rois.shape) != 2 or rois.shape[1] not in (-1, 4):
         raise ValueError(f"generate_proposal_labels: RpnRois must be [R, 4], got "
                          f"{list(rois.shape)}")
-    if not attrs["is_cls_agnostic"] and attrs["class_nums"] <= 0:
-        raise ValueError(f"generate_proposal_labels: class_nums must be positive, got "
-                         f"{attrs['class_nums']}")
-    width = 4 * (2 if attrs["is_cls_agnostic"] else attrs["class_nums"])
+    if attrs["class_nums"] <= (1 if attrs["is_cls_agnostic"] else 0):
+        raise ValueError(f"generate_proposal_labels: class_nums must be positive (at least 2 "
+                         f"with is_cls_agnostic: the foreground targets take columns 4..7), "
+                         f"got {attrs['class_nums']}")
+    width = 4 * attrs["class_nums"]
     return {"Rois": Meta((-1, 4), rois.dtype), "LabelsInt32": Meta((-1, 1), "int32"),
             "BboxTargets": Meta((-1, width), rois.dtype),
             "BboxInsideWeights": Meta((-1, width), rois.dtype),
@@ -308,27 +327,29 @@ def _retinanet_target_assign(ins: dict, attrs: dict, ctx: Any) -> dict:
         gt = part["GtBoxes"][keep] * float(info[i, 2])
         labels = part["GtLabels"].reshape(-1)[keep]
         overlap = _pixel_iou(anchors, gt)
-        if gt.shape[0]:
-            best, argmax = overlap.max(dim=1)
-            at_best = ((overlap - overlap.max(dim=0).values[None]).abs() < 1e-5).any(dim=1)
-        else:
-            best = torch.full((n_anchor,), -1.0, dtype=anchors.dtype)
-            argmax = torch.zeros(n_anchor, dtype=torch.int64)
-            at_best = torch.zeros(n_anchor, dtype=torch.bool)
-        fg_fake = at_best | (best >= attrs["positive_overlap"])
-        bg = best < attrs["negative_overlap"]
-        fg = fg_fake & ~bg  # background wins where both hold (Detectron's order)
-        fg_idx, bg_idx = torch.nonzero(fg).reshape(-1), torch.nonzero(bg).reshape(-1)
-        outs["loc"].append(fg_idx + i * n_anchor)
-        outs["score"].append(torch.cat([fg_idx, bg_idx]) + i * n_anchor)
-        outs["label"].append(torch.cat([labels[argmax[fg_idx]].to(torch.int32),
-                                        torch.zeros(len(bg_idx), dtype=torch.int32)]))
-        outs["bbox"].append(_box_to_delta(anchors[fg_idx], gt[argmax[fg_idx]]) if len(fg_idx)
+        # RPN's assignment without sampling: every foreground and background anchor; a
+        # foreground anchor that is also background becomes a zero-weight "fake" location
+        loc, score, flags, gt_of_loc, weights = _assign_one(overlap, {
+            "rpn_batch_size_per_im": 2 * n_anchor + 1, "rpn_fg_fraction": 1.0,
+            "use_random": False, "rpn_positive_overlap": attrs["positive_overlap"],
+            "rpn_negative_overlap": attrs["negative_overlap"]})
+        fg_count = len(weights)  # every foreground anchor, fakes included
+        loc_t = torch.tensor(loc, dtype=torch.int64)
+        score_t = torch.tensor(score, dtype=torch.int64)
+        n_fg = sum(flags)
+        fg_gt = overlap.argmax(dim=1)[score_t[:n_fg]] if overlap.shape[1] else \
+            torch.zeros(0, dtype=torch.int64)
+        outs["loc"].append(loc_t + i * n_anchor)
+        outs["score"].append(score_t + i * n_anchor)
+        outs["label"].append(torch.cat([labels[fg_gt].to(torch.int32),
+                                        torch.zeros(len(score) - n_fg, dtype=torch.int32)]))
+        gt_idx = torch.tensor(gt_of_loc, dtype=torch.int64)
+        outs["bbox"].append(_box_to_delta(anchors[loc_t], gt[gt_idx]) if loc
                             else anchors.new_zeros((0, 4)))
-        outs["weight"].append(anchors.new_ones((len(fg_idx), 4)))
-        outs["fg"].append(int(fg_fake.sum()) + 1)
-        loc_lod.append(loc_lod[-1] + len(fg_idx))
-        score_lod.append(score_lod[-1] + len(fg_idx) + len(bg_idx))
+        outs["weight"].append(torch.tensor(weights, dtype=anchors.dtype).reshape(-1, 4))
+        outs["fg"].append(fg_count + 1)
+        loc_lod.append(loc_lod[-1] + len(loc))
+        score_lod.append(score_lod[-1] + len(score))
     images = list(range(len(outs["fg"]) + 1))
     return {"LocationIndex": attach_lod(torch.cat(outs["loc"]).to(torch.int32), [loc_lod]),
             "ScoreIndex": attach_lod(torch.cat(outs["score"]).to(torch.int32), [score_lod]),

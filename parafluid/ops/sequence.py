@@ -165,7 +165,8 @@ def _seq_softmax_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 register_op("sequence_softmax", inputs=("X",), outputs=("Out",),
-            attrs={"use_cudnn": False}, infer_shape=_seq_softmax_shape, kernel=_seq_softmax,
+            attrs={"use_cudnn": False, "data_format": "AnyLayout"},
+            infer_shape=_seq_softmax_shape, kernel=_seq_softmax,
             grad_kernel=_seq_softmax_grad, grad_uses=("X", "Out"), share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- sequence_expand
@@ -311,9 +312,9 @@ def _seq_conv_shape(ins: dict, attrs: dict) -> dict:
     if x.shape[1] != -1 and w.shape[0] != want:
         raise ValueError(f"sequence_conv: Filter has {w.shape[0]} rows but contextLength "
                          f"{attrs['contextLength']} x {x.shape[1]} input columns = {want}")
-    if ins.get("PaddingData") is not None or attrs["paddingTrainable"]:
-        raise ValueError("sequence_conv: trainable padding (PaddingData) is not supported; "
-                         "out-of-sequence steps are zeros")
+    if attrs["paddingTrainable"] and ins.get("PaddingData") is None:
+        raise ValueError("sequence_conv: paddingTrainable=True needs the PaddingData input "
+                         "[up + down padding rows, D]")
     return {"Out": Meta((x.shape[0], w.shape[1]), x.dtype)}
 
 
@@ -336,35 +337,72 @@ def _im2col(x: torch.Tensor, ctx_rows: torch.Tensor) -> torch.Tensor:
     return padded.index_select(0, (ctx_rows + 1).reshape(-1)).reshape(x.shape[0], -1)
 
 
-def _seq_conv(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, w = ins["X"], ins["Filter"]
+def _padding_rows(offsets: list[int], length: int, start: int,
+                  device: torch.device) -> torch.Tensor:
+    """``[rows, length]``: where a context position falls before its sequence (``p < 0``)
+    the row ``up + p`` of PaddingData, after it (``p >= len``) the row ``up + p - len``
+    (``up = max(0, -contextStart)``); -1 inside the sequence."""
+    up = max(0, -start)
+    seg, _ = _segments(offsets, device)
+    lo = torch.tensor(offsets[:-1], device=device).index_select(0, seg)
+    hi = torch.tensor(offsets[1:], device=device).index_select(0, seg)
+    pos = torch.arange(offsets[-1], device=device) - lo  # position in the sequence
+    p = pos.unsqueeze(1) + start + torch.arange(length, device=device).unsqueeze(0)
+    n = (hi - lo).unsqueeze(1)
+    idx = torch.where(p < 0, up + p, torch.where(p >= n, up + p - n, torch.full_like(p, -1)))
+    return torch.where(idx >= 0, idx, torch.full_like(idx, -1))
+
+
+def _seq_cols(ins: dict, attrs: dict) -> tuple:
+    """The context columns ``[rows, length * D]`` (PaddingData outside the sequences when
+    ``paddingTrainable``), the context rows and the padding rows (None without)."""
+    x = ins["X"]
     offsets = require_lod("sequence_conv", "X", x)
-    rows = _context_rows(offsets, int(attrs["contextLength"]), int(attrs["contextStart"]),
-                         x.device)
-    return {"Out": _im2col(x, rows) @ w}
+    length, start = int(attrs["contextLength"]), int(attrs["contextStart"])
+    rows = _context_rows(offsets, length, start, x.device)
+    cols = _im2col(x, rows)
+    pad = ins.get("PaddingData")
+    if not attrs["paddingTrainable"] or pad is None:
+        return cols, rows, None
+    prow = _padding_rows(offsets, length, start, x.device)
+    table = torch.cat([pad.new_zeros((1, pad.shape[1])), pad], 0)
+    cols = cols + table.index_select(0, (prow + 1).reshape(-1)).reshape(cols.shape)
+    return cols, rows, prow
+
+
+def _seq_conv(ins: dict, attrs: dict, ctx: Any) -> dict:
+    cols, _, _ = _seq_cols(ins, attrs)
+    return {"Out": cols @ ins["Filter"]}
 
 
 def _seq_conv_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, w, dout = ins["X"], ins["Filter"], ins["Out@GRAD"]
-    offsets = require_lod("sequence_conv_grad", "X", x)
     length = int(attrs["contextLength"])
-    rows = _context_rows(offsets, length, int(attrs["contextStart"]), x.device)
+    cols, rows, prow = _seq_cols(ins, attrs)
     out = {}
     if "Filter" in ctx.need:
-        out["Filter@GRAD"] = _im2col(x, rows).t() @ dout
+        out["Filter@GRAD"] = cols.t() @ dout
+    dcol = (dout @ w.t()).reshape(x.shape[0] * length, x.shape[1])
     if "X" in ctx.need:
-        dcol = (dout @ w.t()).reshape(x.shape[0] * length, x.shape[1])
         flat = rows.reshape(-1)
         keep = flat >= 0
         out["X@GRAD"] = torch.zeros_like(x).index_add_(0, flat[keep], dcol[keep])
+    if "PaddingData" in ctx.need and ins.get("PaddingData") is not None:
+        pad = ins["PaddingData"]
+        dpad = torch.zeros_like(pad)
+        if prow is not None:
+            flat = prow.reshape(-1)
+            keep = flat >= 0
+            dpad.index_add_(0, flat[keep], dcol[keep])
+        out["PaddingData@GRAD"] = dpad
     return out
 
 
 register_op("sequence_conv", inputs=("X", "Filter", "PaddingData?"), outputs=("Out",),
-            attrs={"contextLength": 3, "contextStart": -1, "contextStride": 1,
+            attrs={"contextLength": 3, "contextStart": 0, "contextStride": 1,
                    "paddingTrainable": False},
             infer_shape=_seq_conv_shape, kernel=_seq_conv, grad_kernel=_seq_conv_grad,
-            grad_uses=("X", "Filter"), no_grad_inputs=("PaddingData",), share_lod=("X", "Out"))
+            grad_uses=("X", "Filter", "PaddingData"), share_lod=("X", "Out"))
 
 # ----------------------------------------------------------------------------- expand_as
 

@@ -261,12 +261,22 @@ register_op("add_position_encoding", inputs=("X",), outputs=("Out",),
 
 def _row_conv_shape(ins: dict, attrs: dict) -> dict:
     x, w = ins["X"], ins["Filter"]
-    if len(x.shape) != 2 or len(w.shape) != 2:
-        raise ValueError(f"row_conv: X must be [N, D] and Filter [k, D], got {list(x.shape)} "
-                         f"and {list(w.shape)}")
-    if -1 not in (x.shape[1], w.shape[1]) and x.shape[1] != w.shape[1]:
-        raise ValueError(f"row_conv: Filter {list(w.shape)} must have X's {x.shape[1]} columns")
+    if len(x.shape) not in (2, 3) or len(w.shape) != 2:
+        raise ValueError(f"row_conv: X must be [N, D] (LoD) or [B, T, D] (padded) and Filter "
+                         f"[k, D], got {list(x.shape)} and {list(w.shape)}")
+    if -1 not in (x.shape[-1], w.shape[1]) and x.shape[-1] != w.shape[1]:
+        raise ValueError(f"row_conv: Filter {list(w.shape)} must have X's {x.shape[-1]} "
+                         f"columns")
     return {"Out": x}
+
+
+def _row_conv_rows(x: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """X as rows and its sequences' offsets: the LoD of ``[N, D]``, or each of the ``B``
+    rows of a padded ``[B, T, D]`` as one sequence of ``T`` steps (Fluid's tensor input)."""
+    if x.dim() == 3:
+        b, t = x.shape[0], x.shape[1]
+        return x.reshape(b * t, x.shape[2]), list(range(0, b * t + 1, t)) if t else [0] * (b + 1)
+    return x, require_lod("row_conv", "X", x)
 
 
 def _future_rows(offsets: list[int], k: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,23 +291,27 @@ def _future_rows(offsets: list[int], k: int, device: Any) -> tuple[torch.Tensor,
 def _row_conv(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Lookahead convolution (DeepSpeech 2): ``out[t] = sum_i x[t + i] * W[i]`` within the
     sequence of ``t``."""
-    x, w = ins["X"], ins["Filter"]
-    offsets = require_lod("row_conv", "X", x)
+    x3, w = ins["X"], ins["Filter"]
+    x, offsets = _row_conv_rows(x3)
     rows, inside = _future_rows(offsets, w.shape[0], x.device)
     window = x[rows] * inside.unsqueeze(2).to(x.dtype)  # [N, k, D]
-    return {"Out": attach_lod((window * w.unsqueeze(0)).sum(1), get_lod(x))}
+    out = (window * w.unsqueeze(0)).sum(1)
+    if x3.dim() == 3:
+        return {"Out": out.reshape(x3.shape)}
+    return {"Out": attach_lod(out, get_lod(x3))}
 
 
 def _row_conv_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, w, dout = ins["X"], ins["Filter"], ins["Out@GRAD"]
-    offsets = require_lod("row_conv_grad", "X", x)
+    x3, w = ins["X"], ins["Filter"]
+    x, offsets = _row_conv_rows(x3)
+    dout = ins["Out@GRAD"].reshape(x.shape)
     rows, inside = _future_rows(offsets, w.shape[0], x.device)
     mask = inside.unsqueeze(2).to(x.dtype)
     out = {}
     if "X" in ctx.need:
         contrib = dout.unsqueeze(1) * w.unsqueeze(0) * mask  # [N, k, D] to row t + i
-        out["X@GRAD"] = torch.zeros_like(x).index_add_(0, rows.reshape(-1),
-                                                        contrib.reshape(-1, x.shape[1]))
+        out["X@GRAD"] = torch.zeros_like(x).index_add_(
+            0, rows.reshape(-1), contrib.reshape(-1, x.shape[1])).reshape(x3.shape)
     if "Filter" in ctx.need:
         out["Filter@GRAD"] = (x[rows] * mask * dout.unsqueeze(1)).sum(0)
     return out
@@ -335,8 +349,29 @@ def _im2seq_shape(ins: dict, attrs: dict) -> dict:
     if oh == 0 or ow == 0 or oh < -1 or ow < -1:
         raise ValueError(f"im2sequence: X {list(x.shape)} is smaller than the kernel "
                          f"[{kh}, {kw}] with paddings {[pu, pl, pd, pr]}")
-    rows = -1 if -1 in (x.shape[0], oh, ow) else x.shape[0] * oh * ow
+    rows = -1 if -1 in (x.shape[0], oh, ow) or ins.get("Y") is not None else \
+        x.shape[0] * oh * ow
     return {"Out": Meta((rows, x.shape[1] * kh * kw), x.dtype)}
+
+
+def _im2seq_keep(ins: dict, attrs: dict, oh: int, ow: int) -> list[torch.Tensor] | None:
+    """With ``Y`` (each image's real ``[height, width]``, batches of 2 or more, as Fluid):
+    per image, the filter positions of the top-left ``oh_i x ow_i`` corner of the grid that
+    its real size (divided by ``out_stride``, rounded up) spans; None: every position."""
+    y, n = ins.get("Y"), ins["X"].shape[0]
+    if y is None or n <= 1:
+        return None
+    (kh, kw), (sh, sw), (pu, pl, pd, pr) = _im2seq_params(attrs)
+    osh, osw = (int(v) for v in attrs["out_stride"])
+    sizes = y.reshape(n, 2).tolist()
+    keep = []
+    for real_h, real_w in sizes:
+        rh, rw = -(-int(real_h) // osh), -(-int(real_w) // osw)
+        hi = min((rh + pu + pd - kh) // sh + 1, oh)
+        wi = min((rw + pl + pr - kw) // sw + 1, ow)
+        grid = torch.arange(oh * ow).reshape(oh, ow)
+        keep.append(grid[:max(hi, 0), :max(wi, 0)].reshape(-1))
+    return keep
 
 
 def _im2seq(ins: dict, attrs: dict, ctx: Any) -> dict:
@@ -346,6 +381,14 @@ def _im2seq(ins: dict, attrs: dict, ctx: Any) -> dict:
     (kh, kw), strides, (pu, pl, pd, pr) = _im2seq_params(attrs)
     cols = F.unfold(F.pad(x, [pl, pr, pu, pd]), (kh, kw), stride=strides)
     n, feat, positions = cols.shape
+    oh = _im2seq_out(x.shape[2], kh, pu, pd, strides[0])
+    keep = _im2seq_keep(ins, attrs, oh, positions // oh)
+    if keep is not None:
+        rows = [cols[i].t()[k] for i, k in enumerate(keep)]
+        lod = [0]
+        for r in rows:
+            lod.append(lod[-1] + r.shape[0])
+        return {"Out": attach_lod(torch.cat(rows), [lod])}
     out = cols.transpose(1, 2).reshape(n * positions, feat)
     return {"Out": attach_lod(out, [list(range(0, n * positions + 1, positions))])}
 
@@ -355,13 +398,23 @@ def _im2seq_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     (kh, kw), strides, (pu, pl, pd, pr) = _im2seq_params(attrs)
     n, c, h, w = x.shape
     padded = (h + pu + pd, w + pl + pr)
+    oh = _im2seq_out(h, kh, pu, pd, strides[0])
+    ow = _im2seq_out(w, kw, pl, pr, strides[1])
+    keep = _im2seq_keep(ins, attrs, oh, ow)
+    if keep is not None:  # scatter each image's rows back onto its positions
+        full = dout.new_zeros((n, oh * ow, c * kh * kw))
+        start = 0
+        for i, k in enumerate(keep):
+            full[i, k] = dout[start:start + len(k)]
+            start += len(k)
+        dout = full
     cols = dout.reshape(n, -1, c * kh * kw).transpose(1, 2)
     dx = F.fold(cols, padded, (kh, kw), stride=strides)
     return {"X@GRAD": dx[:, :, pu:pu + h, pl:pl + w].contiguous()}
 
 
-register_op("im2sequence", inputs=("X",), outputs=("Out",),
+register_op("im2sequence", inputs=("X", "Y?"), outputs=("Out",),
             attrs={"kernels": [1, 1], "strides": [1, 1], "paddings": [0, 0, 0, 0],
                    "out_stride": [1, 1]},
             infer_shape=_im2seq_shape, kernel=_im2seq, grad_kernel=_im2seq_grad,
-            grad_uses=("X",))
+            grad_uses=("X", "Y"), no_grad_inputs=("Y",))

@@ -48,7 +48,7 @@ CRF_Y = np.array([[0], [2], [1], [1], [2], [0]], "int64")
 CRF_CASES = [
     OpCase("linear_chain_crf", {"Emission": CRF_X, "Transition": CRF_W, "Label": CRF_Y},
            ref=crf_ref, lod={"Emission": [CRF_OFFS], "Label": [CRF_OFFS]},
-           grad=["Emission", "Transition"]),
+           grad=["Emission", "Transition"], grad_outputs=["LogLikelihood"]),
     OpCase("crf_decoding", {"Emission": CRF_X * 3, "Transition": CRF_W},
            ref=decode_ref, lod={"Emission": [CRF_OFFS]}),
 ]

@@ -398,7 +398,7 @@ def decode_assign_ref(PriorBox, PriorBoxVar, TargetBox, BoxScore, attrs):
     for i in range(r):
         p = PriorBox[i]
         pw, ph = p[2] - p[0] + 1, p[3] - p[1] + 1
-        pcx, pcy = (p[2] + p[0]) / 2, (p[3] + p[1]) / 2
+        pcx, pcy = p[0] + pw / 2, p[1] + ph / 2
         for j in range(c):
             d = TargetBox[i, 4 * j:4 * j + 4]
             cx, cy = v[0] * d[0] * pw + pcx, v[1] * d[1] * ph + pcy

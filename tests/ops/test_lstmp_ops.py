@@ -21,7 +21,7 @@ def lstmp_ref(Input, Weight, ProjWeight, Bias, attrs, H0=None, C0=None):
     b = Bias.reshape(-1)
     proj, cell = np.zeros((Input.shape[0], P)), np.zeros((Input.shape[0], D))
     for s, (a, e) in enumerate(zip(OFFS, OFFS[1:])):
-        r = proj_act(H0[s] @ ProjWeight) if H0 is not None else np.zeros(P)
+        r = H0[s] if H0 is not None else np.zeros(P)  # Fluid 1.6: H0 is the projection
         c = C0[s] if C0 is not None else np.zeros(D)
         for row in (range(e - 1, a - 1, -1) if rev else range(a, e)):
             cand, i, f, o = np.split(Input[row] + r @ Weight + b[:4 * D], 4)
@@ -42,11 +42,11 @@ def lstmp_case(peep=True, rev=False, h0=False, id=None, **attrs):
     inputs = {"Input": rand(6, 4 * D, seed=1), "Weight": rand(P, 4 * D, seed=2) * 0.5,
               "ProjWeight": rand(D, P, seed=3), "Bias": rand(1, (7 if peep else 4) * D, seed=4)}
     if h0:
-        inputs["H0"], inputs["C0"] = rand(3, D, seed=5), rand(3, D, seed=6)
+        inputs["H0"], inputs["C0"] = rand(3, P, seed=5), rand(3, D, seed=6)
     attrs = {"use_peepholes": peep, "is_reverse": rev, "cell_clip": 0.0, "proj_clip": 0.0,
              "gate_activation": "sigmoid", "proj_activation": "tanh", **attrs}
     return OpCase("lstmp", inputs, attrs=attrs, ref=lstmp_ref, lod={"Input": [OFFS]},
-                  grad=list(inputs), id=id)
+                  grad=list(inputs), outputs=["Projection", "Cell"], id=id)
 
 
 CASES = [

@@ -61,7 +61,7 @@ def lstm_case(peep, rev, h0=False, id=None):
         inputs["H0"], inputs["C0"] = rand(3, D, seed=4), rand(3, D, seed=5)
     return OpCase("lstm", inputs, attrs={"use_peepholes": peep, "is_reverse": rev},
                   ref=lstm_ref, lod={"Input": [OFFS]}, grad=list(inputs), rtol=1e-5,
-                  id=id)
+                  outputs=["Hidden", "Cell"], id=id)
 
 
 def gru_case(rev, origin, h0=False, id=None):
@@ -70,7 +70,8 @@ def gru_case(rev, origin, h0=False, id=None):
     if h0:
         inputs["H0"] = rand(3, D, seed=9)
     return OpCase("gru", inputs, attrs={"is_reverse": rev, "origin_mode": origin},
-                  ref=gru_ref, lod={"Input": [OFFS]}, grad=list(inputs), id=id)
+                  ref=gru_ref, lod={"Input": [OFFS]}, grad=list(inputs), outputs=["Hidden"],
+                  id=id)
 
 
 def lstm_unit_ref(X, C_prev, attrs):

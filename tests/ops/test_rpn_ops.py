@@ -167,7 +167,7 @@ CASES += [
 def proposal_labels_ref(RpnRois, GtClasses, IsCrowd, GtBoxes, ImInfo, attrs,
                         roi_offs=(0, 5, 8), gt_offs=(0, 2, 4)):
     outs = [[], [], [], []]
-    ncls = 2 if attrs["is_cls_agnostic"] else attrs["class_nums"]
+    ncls = attrs["class_nums"]  # the width also when class agnostic (Fluid's kernel)
     for i in range(len(ImInfo)):
         gt = GtBoxes[gt_offs[i]:gt_offs[i + 1]]
         cls = GtClasses[gt_offs[i]:gt_offs[i + 1], 0]
@@ -178,7 +178,7 @@ def proposal_labels_ref(RpnRois, GtClasses, IsCrowd, GtBoxes, ImInfo, attrs,
         for b in range(len(boxes)):
             ov = [box_iou(boxes[b], g, normalized=False) for g in gt]
             best = -1 if b < len(gt) and crowd[b] else max(ov)
-            if best > attrs["fg_thresh"]:
+            if best >= attrs["fg_thresh"]:
                 fg.append((b, int(np.argmax(ov))))
             elif attrs["bg_thresh_lo"] <= best < attrs["bg_thresh_hi"]:
                 bg.append(b)

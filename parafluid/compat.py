@@ -59,10 +59,6 @@ _family(["layers.BeamSearchDecoder", "layers.dynamic_decode"],
         "dynamic decoding in a While loop (BeamSearchDecoder, dynamic_decode)",
         "decode with fluid.layers.beam_search / beam_search_decode in a While loop, or "
         "fluid.contrib.BeamSearchDecoder")
-# -- layers whose ops are not part of this build ------------------------------------------
-_family(["layers.gather_tree", "layers.prroi_pool"],
-        "a layer over an op (gather_tree, prroi_pool) this build does not register",
-        "use beam_search_decode to backtrace beams, roi_align / psroi_pool for RoI pooling")
 # -- the imperative mode's C++ tools -------------------------------------------------------
 _family(["dygraph.profiler"], "the gperftools CPU profiler of Paddle's C++ core",
         "use fluid.profiler.profiler (per-op timings) or Python's cProfile")

@@ -370,7 +370,7 @@ def test_dpsgd_appends_fluids_dpsgd_op():
 def test_dpsgd_defaults_and_checks():
     opt = fluid.optimizer.DpsgdOptimizer()
     assert (opt._clip, opt._batch_size, opt._sigma) == (0.9, 0.999, 1e-8)
-    with pytest.raises(ValueError, match="sigma must not be None"):
+    with pytest.raises(TypeError, match="sigma must be a number, got NoneType"):
         fluid.optimizer.Dpsgd(sigma=None)
     with pytest.raises(TypeError, match="clip must be a number"):
         fluid.optimizer.Dpsgd(clip="big")

@@ -49,12 +49,6 @@ def test_parameters_that_cannot_be_honoured_raise_clear_errors():
         arr = fluid.layers.create_array("float32")
         with pytest.raises(ValueError, match="use_stack=True"):
             fluid.layers.tensor_array_to_tensor(arr, axis=1, use_stack=True)
-        loc = fluid.data(name="loc", shape=[None, 4, 4], dtype="float32")
-        scores = fluid.data(name="s", shape=[None, 4, 3], dtype="float32")
-        prior = fluid.data(name="p", shape=[4, 4], dtype="float32")
-        var = fluid.data(name="v", shape=[4, 4], dtype="float32")
-        with pytest.raises(ValueError, match="return_index=True needs the multiclass_nms2"):
-            fluid.layers.detection_output(loc, scores, prior, var, return_index=True)
     with pytest.raises(ValueError, match="fetch_handler"):
         _exe().train_from_dataset(fluid.Program(), None, fetch_handler=object())
     with pytest.raises(ValueError, match="fetch_handler"):

@@ -67,13 +67,16 @@ def lstmp_ref(Input, Weight, ProjWeight, Bias, attrs, H0=None, C0=None):
 def gru_ref(Input, Weight, Bias, attrs, H0=None):
     rev, origin = attrs["is_reverse"], attrs["origin_mode"]
     x = Input + Bias.reshape(-1)
+    # Fluid's layout: the flat weight's first 2D*D values are [D, 2D], the rest [D, D]
+    flat = Weight.reshape(-1)
+    w_ur, w_c = flat[:2 * D * D].reshape(D, 2 * D), flat[2 * D * D:].reshape(D, D)
     out = {k: {} for k in ("Hidden", "BatchGate", "BatchResetHiddenPrev", "BatchHidden")}
     for s, (a, e) in enumerate(zip(OFFS, OFFS[1:])):
         h = np.zeros(D) if H0 is None else H0[s]
         for row in (range(e - 1, a - 1, -1) if rev else range(a, e)):
-            ur = _sig(x[row, :2 * D] + h @ Weight[:, :2 * D])
+            ur = _sig(x[row, :2 * D] + h @ w_ur)
             u, r = ur[:D], ur[D:]
-            cand = np.tanh(x[row, 2 * D:] + (r * h) @ Weight[:, 2 * D:])
+            cand = np.tanh(x[row, 2 * D:] + (r * h) @ w_c)
             out["BatchGate"][row] = np.concatenate([u, r, cand])
             out["BatchResetHiddenPrev"][row] = r * h
             h = u * h + (1 - u) * cand if origin else (1 - u) * h + u * cand

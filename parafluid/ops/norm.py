@@ -313,8 +313,6 @@ def _group_norm_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     dx, dscale, dbias = torch.ops.aten.native_group_norm_backward(
         dy, x, ins["Mean"], rstd, scale, n, c, hw, g, mask)
     out = {}
-    if last and dx is not None:
-        dx = dx.movedim(1, -1).contiguous()
     for slot, value in (("X", dx), ("Scale", dscale), ("Bias", dbias)):
         if slot in ctx.need:
             out[slot + "@GRAD"] = _channel_back(value, last) if slot == "X" else value

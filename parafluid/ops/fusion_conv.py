@@ -75,7 +75,7 @@ def _kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("conv2d_fusion", inputs=("Input", "Filter", "Bias?", "ResidualData?", "AlgoCache?"),
             outputs=("Output", "Outputs[]?"),
             attrs={"strides": [1, 1], "paddings": [0, 0], "dilations": [1, 1], "groups": 1,
-                   "use_cudnn": True, "data_format": "AnyLayout", "activation": "relu",
+                   "use_cudnn": True, "data_format": "NCHW", "activation": "relu",
                    "split_channels": [], "exhaustive_search": False, "search_times": -1,
                    "workspace_size_MB": 4096, "is_test": False},
             infer_shape=_shape, kernel=_kernel)

@@ -20,7 +20,42 @@ _NCCL = ("parafluid's collectives run on its Communicator, whose gen_nccl_id op 
 _ENGINE = "an engine holding a subgraph compiled by an external inference library ({}), " \
           "not available in parafluid; run the subgraph's own ops"
 
+_DOUBLE_GRAD = ("a second-order gradient op: parafluid's backward emits first-order gradient "
+                "ops only (no gradient of a gradient program)")
+_READER = ("a reader variable of Fluid's C++ data pipeline; parafluid's py_reader and "
+           "DataLoader(iterable=False) keep the queue in Python and a read op takes from it")
+_OLD_NCCL = ("the pre-1.0 NCCL ops (over a ncclInit communicator variable), superseded by "
+             "c_allreduce_sum / c_reduce_sum / c_broadcast")
+
 NOT_PROVIDED: dict[str, str] = {
+    # second-order gradients
+    "conv2d_grad_grad": _DOUBLE_GRAD,
+    "conv3d_grad_grad": _DOUBLE_GRAD,
+    "elementwise_add_grad_grad": _DOUBLE_GRAD,
+    "elementwise_div_grad_grad": _DOUBLE_GRAD,
+    "elementwise_mul_grad_grad": _DOUBLE_GRAD,
+    "elementwise_sub_grad_grad": _DOUBLE_GRAD,
+    "instance_norm_grad_grad": _DOUBLE_GRAD,
+    "leaky_relu_grad_grad": _DOUBLE_GRAD,
+    "mul_grad_grad": _DOUBLE_GRAD,
+    "relu_grad_grad": _DOUBLE_GRAD,
+    "reshape2_grad_grad": _DOUBLE_GRAD,
+    "sqrt_grad_grad": _DOUBLE_GRAD,
+    "square_grad_grad": _DOUBLE_GRAD,
+    # the reader-variable ops of Fluid's C++ data pipeline
+    "create_ctr_reader": "the CTR reader of Fluid's C++ data pipeline; use fluid.DatasetFactory "
+                         "(MultiSlot files) or a DataLoader",
+    "create_double_buffer_reader": _READER,
+    "create_py_reader": _READER,
+    # the pre-1.0 NCCL ops
+    "ncclAllReduce": _OLD_NCCL,
+    "ncclBcast": _OLD_NCCL,
+    "ncclInit": _OLD_NCCL,
+    "ncclReduce": _OLD_NCCL,
+    "transpose_grad": "parafluid differentiates transpose with a transpose by the inverse axes "
+                      "(and transpose2 with transpose2_grad); Fluid's transpose_grad is not a "
+                      "separate kernel here",
+
     # inference engines: subgraphs handed to external libraries
     "tensorrt_engine": _ENGINE.format("TensorRT"),
     "anakin_engine": _ENGINE.format("Anakin"),
@@ -42,8 +77,6 @@ NOT_PROVIDED: dict[str, str] = {
     "fl_listen_and_serv": "the federated-learning parameter server loop of Fluid's FL "
                           "transpiler, not ported; parafluid's pserver mode uses "
                           "listen_and_serv",
-    "nccl": "the pre-1.0 NCCL op (ncclAllReduce/Reduce/Bcast over a ncclInit communicator "
-            "variable), superseded by c_allreduce_sum / c_reduce_sum / c_broadcast",
     # NCCL bootstrap of the c_* collectives
     "c_gen_nccl_id": "generates an NCCL unique id for a ring: " + _NCCL,
     "c_comm_init": "creates an NCCL communicator for a ring from an NCCL id: " + _NCCL,

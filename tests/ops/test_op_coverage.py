@@ -153,10 +153,7 @@ for _lr in ("cosine_decay", "inverse_time_decay", "linear_warmup", "natural_exp_
 
 # Registered op types whose rows another family's table is adding: allowed without rows
 # until then (an entry here whose op has rows is reported by the staleness test).
-PENDING: dict[str, str] = {
-    "fused_elemwise_activation": "rows come with the fused ops' table "
-                                 "(tests/ops/test_fused_ops.py)",
-}
+PENDING: dict[str, str] = {}
 
 # Forward op types with a gradient whose rows check no gradient by finite differences, and why
 _STE = ("parafluid-only straight-through gradient (Fluid registers none; its quantization "
@@ -164,13 +161,17 @@ _STE = ("parafluid-only straight-through gradient (Fluid registers none; its qua
 NO_FD: dict[str, str] = {
     "cvm": "Fluid's gradient is a rule, not the derivative (the CVM columns pass through): "
            "the cvm_grad_rule rows of tests/ops/test_misc_conformance_ops.py check it",
+    "fake_channel_wise_quantize_abs_max": _STE,
     "fake_quantize_abs_max": _STE,
+    "fake_quantize_dequantize_moving_average_abs_max": _STE,
     "fake_quantize_moving_average_abs_max": _STE,
     "fake_quantize_range_abs_max": _STE,
 }
 
 # Differentiable input slots no row checks by finite differences, and why (op -> slots, why)
 NO_FD_SLOTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "fake_channel_wise_quantize_abs_max": (("X",), _STE),
+    "fake_quantize_dequantize_moving_average_abs_max": (("X",), _STE),
     "data_norm": (("BatchSize", "BatchSum", "BatchSquareSum"),
                   "their @GRAD outputs are Fluid's statistics updates, not derivatives"),
 }

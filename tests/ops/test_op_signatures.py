@@ -37,7 +37,7 @@ _BATCH_BUFS = "Fluid's batch kernels' intermediate buffers; parafluid's kernels 
 _PADDED = "the padded (Length) form; LoD sequences are provided"
 _PS = "parafluid's parameter-server ops name their state differently"
 _IS_TEST = "not declared; the op computes the same in training and inference"
-_PAD_ALGO = "padding_algorithm (SAME / VALID) not provided yet; explicit paddings are"
+_MKLDNN_IN = "MKL-DNN fusion inputs, written only by Fluid's MKL-DNN passes"
 
 # op type -> (the Fluid slots/attributes it lacks, as "in:X" / "out:Y" / "attr:z", why)
 KNOWN_GAPS: dict[str, tuple[str, str]] = {
@@ -47,61 +47,33 @@ KNOWN_GAPS: dict[str, tuple[str, str]] = {
     "c_broadcast": ("attr:use_calc_stream", "one stream per device"),
     "conditional_block": ("out:Scope attr:skip_eager_deletion_vars",
                           "parafluid keeps the sub-block's scope itself"),
-    "conv2d": ("in:Bias in:ResidualData attr:is_test attr:padding_algorithm",
-               "Bias and ResidualData are MKL-DNN fusion inputs; " + _PAD_ALGO),
-    "conv2d_transpose": ("in:Bias attr:is_test attr:padding_algorithm",
-                         "Bias is an MKL-DNN fusion input; " + _PAD_ALGO),
-    "conv3d": ("in:ResidualData attr:is_test attr:padding_algorithm",
-               "ResidualData is an MKL-DNN fusion input; " + _PAD_ALGO),
-    "conv3d_transpose": ("attr:padding_algorithm", _PAD_ALGO),
-    "crf_decoding": ("in:Length", _PADDED),
-    "crop_tensor": ("in:ShapeTensor in:OffsetsTensor", _TENSOR_ARGS),
-    "ctc_align": ("in:InputLength out:OutputLength", _PADDED),
+    "conditional_block_infer": ("attr:skip_eager_deletion_vars",
+                                "parafluid keeps the sub-block's scope itself"),
+    "conv2d": ("in:Bias in:ResidualData", _MKLDNN_IN),
+    "conv2d_fusion": ("attr:padding_algorithm",
+                      "the inference pass that writes it gives explicit paddings"),
+    "conv2d_transpose": ("in:Bias", _MKLDNN_IN),
+    "conv3d": ("in:ResidualData", _MKLDNN_IN),
+    "depthwise_conv2d": ("in:Bias in:ResidualData", _MKLDNN_IN),
+    "depthwise_conv2d_transpose": ("in:Bias", _MKLDNN_IN),
     "data_norm": ("attr:data_layout", "the [N, C] form, where both layouts agree"),
     "distributed_lookup_table": ("in:W out:Outputs attr:endpoints", _PS),
     "edit_distance": ("in:HypsLength in:RefsLength", _PADDED),
-    "expand": ("in:ExpandTimes in:expand_times_tensor", _TENSOR_ARGS),
-    "fill_constant": ("in:ShapeTensor in:ShapeTensorList", _TENSOR_ARGS),
     "gen_nccl_id": ("out:NCCLID attr:trainers",
                     "parafluid's rendezvous registers the communicator by endpoints"),
-    "gru": ("out:BatchGate out:BatchResetHiddenPrev out:BatchHidden", _BATCH_BUFS),
-    "hierarchical_sigmoid": ("out:W_Out attr:remote_prefetch attr:trainer_id "
-                             "attr:height_sections attr:epmap attr:table_names",
-                             "the remote-prefetch form of the parameter server"),
-    "im2sequence": ("in:Y", "the per-image real sizes (Y) are not provided yet"),
-    "linear_chain_crf": ("in:Length out:Alpha out:EmissionExps out:TransitionExps",
-                         _PADDED + "; Alpha and the exps are Fluid's gradient buffers"),
     "listen_and_serv": ("in:X attr:dc_asgd attr:prefetch_var_name_to_block_id "
                         "attr:sparse_grad_to_param attr:checkpint_block_id", _PS),
     "lookup_table": ("attr:grad_inplace attr:trainer_id attr:height_sections attr:epmap "
                      "attr:table_names", "the remote-prefetch form of the parameter server"),
     "lookup_table_v2": ("attr:trainer_id attr:height_sections attr:epmap attr:table_names",
                         "the remote-prefetch form of the parameter server"),
-    "lstm": ("out:BatchGate out:BatchCellPreAct", _BATCH_BUFS),
-    "lstmp": ("out:BatchGate out:BatchCellPreAct out:BatchHidden", _BATCH_BUFS),
     "matmul": ("attr:head_number", "multi-head matmul (head_number > 1) is not provided"),
-    "one_hot": ("in:depth_tensor", _TENSOR_ARGS),
     "pad2d": ("in:Paddings", _TENSOR_ARGS),
-    "pool2d": ("attr:is_test attr:padding_algorithm", _PAD_ALGO),
-    "pool3d": ("attr:padding_algorithm", _PAD_ALGO),
-    "pow": ("in:FactorTensor", _TENSOR_ARGS),
-    "reshape": ("in:ShapeTensor", _TENSOR_ARGS),
-    "roi_perspective_transform": ("out:Mask out:TransformMatrix out:Out2InIdx "
-                                  "out:Out2InWeights", "Fluid's gradient buffers"),
     "sample_logits": ("out:LogitsDim out:LabelsDim", "Fluid's shape-carrying buffers"),
-    "sequence_mask": ("in:MaxLenTensor", _TENSOR_ARGS),
-    "sequence_softmax": ("attr:data_format", "an MKL-DNN layout hint"),
-    "slice": ("in:StartsTensor in:EndsTensor in:StartsTensorList in:EndsTensorList "
-              "attr:infer_flags attr:decrease_axis", _TENSOR_ARGS + "; decrease_axis too"),
     "softmax": ("attr:data_format", "an MKL-DNN layout hint"),
-    "strided_slice": ("in:StartsTensor in:EndsTensor in:StridesTensor in:StartsTensorList "
-                      "in:EndsTensorList in:StridesTensorList attr:decrease_axis",
-                      _TENSOR_ARGS + "; decrease_axis too"),
     "sync_batch_norm": ("attr:fuse_with_relu", "set only by Fluid's fusion pass"),
     "tensor_array_to_tensor": ("attr:use_stack", "stacking is not provided; concat is"),
-    "top_k": ("in:K", _TENSOR_ARGS),
     "transpose": ("attr:data_format", "an MKL-DNN layout hint"),
-    "uniform_random": ("in:ShapeTensor in:ShapeTensorList", _TENSOR_ARGS),
     "uniform_random_batch_size_like": ("attr:diag_num attr:diag_step attr:diag_val",
                                        "the diagonal initialisation is not provided"),
     "while": ("attr:skip_eager_deletion_vars", "parafluid's release plan decides"),
@@ -186,7 +158,6 @@ DEFAULTS = Path(__file__).resolve().parents[2] / "parafluid" / "specs" / \
 # "op.attribute" -> why parafluid's default differs from Fluid's
 _SET = "every layer (or pass) appending the op sets it"
 KNOWN_DEFAULT_DIFFS: dict[str, str] = {
-    "conv3d_transpose.data_format": "parafluid spells the 5-D channels-first layout 'NCDHW'",
     "dgc.use_nesterov": "the DGC momentum optimizer always sets it",
     "distributed_lookup_table.table_names": _SET,
     "fill_constant.shape": _SET,
@@ -197,9 +168,7 @@ KNOWN_DEFAULT_DIFFS: dict[str, str] = {
     "nearest_interp.interp_method": "Fluid's shared interpolate maker defaults every "
                                     "interp op to 'bilinear'; parafluid to the op's method; "
                                     + _SET,
-    "one_hot.depth": _SET,
     "py_func.forward_callable_id": _SET,
-    "sequence_conv.contextStart": _SET + " (Fluid's layer: -(filter_size // 2))",
     "trilinear_interp.interp_method": "Fluid's shared interpolate maker defaults to "
                                       "'bilinear', which a 5-D input refuses",
     "uniform_random.shape": _SET,

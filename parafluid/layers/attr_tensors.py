@@ -60,3 +60,21 @@ def int_list_arg(helper: LayerHelper, layer: str, arg: str, value: Any,
         else:
             tensors.append(_int_tensor(helper, v))
     return [-1 if isinstance(v, Variable) else int(v) for v in value], {list_slot: tensors}
+
+
+def slice_bounds(helper: LayerHelper, layer: str, axes: list[int], inputs: dict[str, Any],
+                 attrs: dict[str, Any], **bounds: Any) -> None:
+    """The bounds of ``slice`` / ``strided_slice`` (``starts=``, ``ends=``, ``strides=``) as
+    attributes or tensor inputs (``StartsTensor`` / ``StartsTensorList``, ...), and Fluid's
+    ``infer_flags`` (-1 where a bound comes only at run time), into ``inputs`` / ``attrs``."""
+    flags = [1] * len(axes)
+    for arg, value in bounds.items():
+        slot = arg[0].upper() + arg[1:] + "Tensor"
+        attr, extra = int_list_arg(helper, layer, arg, value, slot, slot + "List")
+        inputs.update(extra)
+        if attr is None:
+            flags = [-1] * len(axes)
+        else:
+            attrs[arg] = attr
+            flags = [-1 if a == -1 and extra else f for a, f in zip(attr, flags)]
+    attrs["infer_flags"] = flags

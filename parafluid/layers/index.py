@@ -14,7 +14,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
-from .attr_tensors import int_list_arg
+from .attr_tensors import slice_bounds
 
 __all__ = ["gather", "slice", "stack", "flatten", "less_than", "less_equal", "greater_than",
            "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_xor",
@@ -64,17 +64,7 @@ def slice(input: Variable, axes: list[int], starts: Any,  # noqa: A001 (Fluid's 
     helper = LayerHelper("slice")
     inputs: dict[str, Any] = {"Input": [input]}
     attrs: dict[str, Any] = {"axes": list(axes)}
-    flags = [1] * len(axes)
-    for arg, value, slots in (("starts", starts, ("StartsTensor", "StartsTensorList")),
-                              ("ends", ends, ("EndsTensor", "EndsTensorList"))):
-        attr, extra = int_list_arg(helper, "slice", arg, value, *slots)
-        inputs.update(extra)
-        if attr is None:
-            flags = [-1] * len(axes)
-        else:
-            attrs[arg] = attr
-            flags = [-1 if a == -1 and extra else f for a, f in zip(attr, flags)]
-    attrs["infer_flags"] = flags
+    slice_bounds(helper, "slice", axes, inputs, attrs, starts=starts, ends=ends)
     return _op("slice", inputs, attrs, input.dtype)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
-from .attr_tensors import int_list_arg
+from .attr_tensors import slice_bounds
 from .common import append_one, check_vars
 
 __all__ = ["where", "scatter", "unstack", "multiplex", "gather_nd", "scatter_nd_add",
@@ -173,17 +173,8 @@ def strided_slice(input: Variable, axes: list[int], starts: Any, ends: Any,
     helper = LayerHelper("strided_slice")
     inputs: dict[str, Any] = {"Input": [input]}
     attrs: dict[str, Any] = {"axes": [int(a) for a in axes]}
-    flags = [1] * len(axes)
-    for arg, value in (("starts", starts), ("ends", ends), ("strides", strides)):
-        slot = arg[0].upper() + arg[1:] + "Tensor"
-        attr, extra = int_list_arg(helper, "strided_slice", arg, value, slot, slot + "List")
-        inputs.update(extra)
-        if attr is None:
-            flags = [-1] * len(axes)
-        else:
-            attrs[arg] = attr
-            flags = [-1 if a == -1 and extra else f for a, f in zip(attr, flags)]
-    attrs["infer_flags"] = flags
+    slice_bounds(helper, "strided_slice", axes, inputs, attrs, starts=starts, ends=ends,
+                 strides=strides)
     return _append("strided_slice", inputs, attrs, input.dtype)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
-from .window_args import channel_axis, check_format, padding_attrs
+from .window_args import channel_axis, check_format, int_or_ints, padding_attrs
 
 __all__ = ["conv2d_transpose", "conv3d", "conv3d_transpose", "pool3d", "adaptive_pool2d",
            "adaptive_pool3d", "image_resize", "image_resize_short", "resize_bilinear",
@@ -18,18 +18,6 @@ __all__ = ["conv2d_transpose", "conv3d", "conv3d_transpose", "pool3d", "adaptive
            "pad2d", "pad_constant_like", "crop", "l2_normalize", "prelu", "group_norm", "lrn",
            "maxout", "pixel_shuffle", "space_to_depth", "shuffle_channel", "affine_channel",
            "instance_norm", "unfold"]
-
-
-def _ints(value: Any, n: int, name: str, layer: str) -> list[int]:
-    """An int or a list of ``n`` ints (a 1-list repeats)."""
-    if isinstance(value, int):
-        return [value] * n
-    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
-        if len(value) == 1:
-            return [int(value[0])] * n
-        if len(value) == n:
-            return [int(v) for v in value]
-    raise TypeError(f"{layer}: {name} must be an int or a list of {n} ints, got {value!r}")
 
 
 def _check_rank(layer: str, input: Variable, rank: int, layout: str) -> None:
@@ -81,10 +69,10 @@ def _conv_nd(op: str, nd: int, input: Variable, num_filters: int, filter_size: A
     if groups <= 0 or channels % groups or (transposed and num_filters % groups):
         raise ValueError(f"{op}: the {channels} input channels of {input.name!r} (and "
                          f"num_filters={num_filters}) must be divisible by groups={groups}")
-    strides = _ints(stride, nd, "stride", op)
+    strides = int_or_ints(op, "stride", stride, nd)
     pads, algorithm = padding_attrs(op, padding, nd, last, pairs=True)
-    dilations = _ints(dilation, nd, "dilation", op)
-    out_sizes = [] if output_size is None else _ints(output_size, nd, "output_size", op)
+    dilations = int_or_ints(op, "dilation", dilation, nd)
+    out_sizes = [] if output_size is None else int_or_ints(op, "output_size", output_size, nd)
     if filter_size is None:
         if not out_sizes:
             raise ValueError(f"{op}: give filter_size or output_size")
@@ -96,7 +84,7 @@ def _conv_nd(op: str, nd: int, input: Variable, num_filters: int, filter_size: A
         k = [(out_sizes[i] - (in_sizes[i] - 1) * strides[i] + pads[2 * i] +
               pads[2 * i + 1] - 1) // dilations[i] + 1 for i in range(nd)]
     else:
-        k = _ints(filter_size, nd, "filter_size", op)
+        k = int_or_ints(op, "filter_size", filter_size, nd)
     attrs: dict[str, Any] = {"strides": strides, "paddings": pads,
                              "padding_algorithm": algorithm, "dilations": dilations,
                              "groups": groups, "use_cudnn": use_cudnn,
@@ -193,10 +181,10 @@ def pool3d(input: Variable, pool_size: Any = -1, pool_type: str = "max", pool_st
     if algorithm == "VALID" and ceil_mode:
         raise ValueError("pool3d: pool_padding 'VALID' needs ceil_mode=False")
     ksize = [1, 1, 1] if global_pooling and pool_size == -1 else \
-        _ints(pool_size, 3, "pool_size", "pool3d")
+        int_or_ints("pool3d", "pool_size", pool_size, 3)
     return _one("pool3d", {"X": [input]}, {
         "pooling_type": pool_type, "ksize": ksize,
-        "strides": _ints(pool_stride, 3, "pool_stride", "pool3d"),
+        "strides": int_or_ints("pool3d", "pool_stride", pool_stride, 3),
         "paddings": pads, "padding_algorithm": algorithm,
         "global_pooling": global_pooling, "use_cudnn": use_cudnn, "ceil_mode": ceil_mode,
         "use_mkldnn": False, "exclusive": exclusive, "data_format": data_format}, name)
@@ -212,7 +200,7 @@ def _adaptive(nd: int, input: Variable, pool_size: Any, pool_type: str, require_
     if pool_type == "avg" and require_index:
         raise ValueError(f"{layer}: require_index=True needs pool_type 'max'")
     _check_rank(layer, input, nd + 2, "NCHW" if nd == 2 else "NCDHW")
-    size = _ints(pool_size, nd, "pool_size", layer)
+    size = int_or_ints(layer, "pool_size", pool_size, nd)
     attrs = {"pooling_type": pool_type, "ksize": size, "adaptive": True}
     if pool_type == "avg":
         return _one(f"pool{nd}d", {"X": [input]}, attrs, name)
@@ -634,8 +622,8 @@ def unfold(x: Variable, kernel_sizes: Any, strides: Any = 1, paddings: Any = 0,
     helper = LayerHelper("unfold", name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op("unfold", inputs={"X": [x]}, outputs={"Y": [out]},
-                     attrs={"kernel_sizes": _ints(kernel_sizes, 2, "kernel_sizes", "unfold"),
-                            "strides": _ints(strides, 2, "strides", "unfold"),
+                     attrs={"kernel_sizes": int_or_ints("unfold", "kernel_sizes", kernel_sizes, 2),
+                            "strides": int_or_ints("unfold", "strides", strides, 2),
                             "paddings": pads,
-                            "dilations": _ints(dilations, 2, "dilations", "unfold")})
+                            "dilations": int_or_ints("unfold", "dilations", dilations, 2)})
     return out

@@ -22,7 +22,8 @@ def channel_axis(nd: int, channel_last: bool) -> int:
     return nd + 1 if channel_last else 1
 
 
-def _ints(layer: str, name: str, value: Any, n: int) -> list[int]:
+def int_or_ints(layer: str, name: str, value: Any, n: int) -> list[int]:
+    """An int or a list of ``n`` ints (a 1-list repeats), as ``layer``'s ``name``."""
     if isinstance(value, int):
         return [value] * n
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
@@ -56,8 +57,8 @@ def padding_attrs(layer: str, padding: Any, nd: int, channel_last: bool,
         spatial = padding[1:nd + 1] if channel_last else padding[2:]
         return [int(v) for pr in spatial for v in pr], "EXPLICIT"
     if isinstance(padding, (list, tuple)) and len(padding) == 2 * nd:
-        return _ints(layer, name, padding, 2 * nd), "EXPLICIT"
-    pads = _ints(layer, name, padding, nd)
+        return int_or_ints(layer, name, padding, 2 * nd), "EXPLICIT"
+    pads = int_or_ints(layer, name, padding, nd)
     if pairs:
         return [p for p in pads for _ in range(2)], "EXPLICIT"
     return pads, "EXPLICIT"

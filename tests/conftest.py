@@ -17,3 +17,10 @@ def fresh_programs():
         yield
     framework.switch_main_program(old_main)
     framework.switch_startup_program(old_startup)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The multi-process and long tests (marked ``slow``) first, the rest in their order: a
+    parallel run (``-n``) then starts the long ones at once and fills the workers' remaining
+    time with the short ones, instead of ending on a long test that started last."""
+    items[:] = sorted(items, key=lambda item: item.get_closest_marker("slow") is None)

@@ -266,21 +266,27 @@ class _Mutator:
 
 
 FUZZ_DOCUMENTS = 100_000
+# NOTE: four shards of differently seeded mutations (together the 100k documents), so that a
+# parallel test run spreads them over its workers
+FUZZ_SHARDS = 4
 
 
 @pytest.mark.timeout(120)
-def test_fuzz_100k_mutated_documents_raise_only_value_errors() -> None:
-    """Parse (as a program, or as an inference model) and verify 100k mutated documents."""
+@pytest.mark.parametrize("shard", range(FUZZ_SHARDS))
+def test_fuzz_100k_mutated_documents_raise_only_value_errors(shard: int) -> None:
+    """Parse (as a program, or as an inference model) and verify 100k mutated documents
+    (this shard's quarter of them)."""
     program = _small_program()
     model = prune(program, ["fc_0.tmp_1"], ["x"])  # what save_inference_model writes
     targets = [
-        (_Mutator(_doc(program), seed=12), fluid.Program.parse_from_string),
+        (_Mutator(_doc(program), seed=12 + 2 * shard), fluid.Program.parse_from_string),
         (_Mutator(json.loads(fio.encode_model(model, ["x"], ["fc_0.tmp_1"])[len(_MAGIC):]),
-                  seed=13), lambda data: fio.decode_model(data)[0]),
+                  seed=13 + 2 * shard), lambda data: fio.decode_model(data)[0]),
     ]
     counts = {"rejected": 0, "verify found problems": 0, "valid": 0}
+    documents = FUZZ_DOCUMENTS // FUZZ_SHARDS
     start = time.perf_counter()
-    for i in range(FUZZ_DOCUMENTS):
+    for i in range(documents):
         mutator, parse = targets[i % 2]
         data = mutator.one()
         try:
@@ -298,10 +304,10 @@ def test_fuzz_100k_mutated_documents_raise_only_value_errors() -> None:
         except Exception as e:  # noqa: BLE001 - any other exception is the finding
             pytest.fail(f"document {i}: verify raised {type(e).__name__}: {e}\n{data[:2000]!r}")
     elapsed = time.perf_counter() - start
-    print(f"{FUZZ_DOCUMENTS} documents in {elapsed:.1f} s: {counts}")
+    print(f"{documents} documents in {elapsed:.1f} s: {counts}")
     # NOTE: the mutations must reach verify and the builder, not stop at the JSON decoder
-    assert counts["verify found problems"] > FUZZ_DOCUMENTS // 100
-    assert counts["valid"] > FUZZ_DOCUMENTS // 100
+    assert counts["verify found problems"] > documents // 100
+    assert counts["valid"] > documents // 100
 
 
 @pytest.mark.parametrize("result", [None, 5, ("float32",), ([1.5], "float32"), ([None], "f")])

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from parafluid.distributed.launch import free_ports
+from parafluid.testing.warm_popen import WarmPopen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,7 +41,7 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def start(args: Sequence[str], env: dict[str, str], **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *args], env=env, cwd=ROOT, **kw)
+    return WarmPopen([sys.executable, *args], env=env, cwd=ROOT, **kw)
 
 
 def reap(procs: Sequence[subprocess.Popen]) -> None:

@@ -19,6 +19,7 @@ import pytest
 from dist_helpers import HERE, child_env, endpoints, load_json, reap, start
 
 from parafluid.distributed.rendezvous import RendezvousError, rendezvous
+from parafluid.testing.contention import scaled
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +82,9 @@ def test_a_trainer_gone_before_or_during_the_first_step_is_named_in_seconds(
     assert "CollectiveError" in err and "check_consistent" in err, t0
     assert "trainer 1 (127.0.0.1:" in err and clause in err, t0
     took = t0["end"] - t0["start"]
-    assert took < 6, f"trainer 0 took {took:.1f} s (deadline 30 s) to name trainer 1"
+    # NOTE: seconds, not the deadline, on a quiet machine or a busy one
+    assert took < min(scaled(6), 25), \
+        f"trainer 0 took {took:.1f} s (deadline 30 s) to name trainer 1"
 
 
 @pytest.mark.timeout(30)
@@ -114,7 +117,7 @@ def test_rendezvous_with_a_port_that_accepts_and_never_answers(monkeypatch):
         for c in held:
             c.close()
         silent.close()
-    assert took < 4, f"the rendezvous took {took:.1f} s with a 2 s deadline"
+    assert took < 2 + scaled(2), f"the rendezvous took {took:.1f} s with a 2 s deadline"
     msg = str(info.value)
     assert f"trainer 0's port {eps[0]} accepts connections but the rendezvous store there " \
            "did not answer within 2 s" in msg, msg

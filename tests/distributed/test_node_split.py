@@ -19,6 +19,7 @@ import parafluid as fluid
 from parafluid.distributed.node_mailbox import LOG_BURST
 from parafluid.distributed.wire import Kind
 from parafluid.testing import node_job
+from parafluid.testing.warm_popen import WarmPopen
 from parafluid.transpiler.node_split import NodeSplit
 
 STEPS = 5
@@ -344,7 +345,7 @@ def test_a_full_mailbox_makes_the_sender_wait_until_the_receiver_takes():
 def _worker(t, eps, env, *extra):
     cmd = [sys.executable, "-m", "parafluid.testing.node_job", "worker", "--trainers", eps,
            "--trainer-id", str(t), "--steps", str(STEPS), *extra]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+    return WarmPopen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

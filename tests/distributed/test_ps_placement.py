@@ -15,6 +15,7 @@ from dist_helpers import ROOT, child_env, endpoints, reap
 
 import parafluid as fluid
 from parafluid.testing import node_job
+from parafluid.testing.warm_popen import WarmPopen
 
 STEPS = 5
 SEED = 5  # per-op generators: each pserver's startup draws what the unplaced program does
@@ -84,7 +85,7 @@ def test_updates_left_on_the_workers_of_several_trainers_are_refused():
 def _start(role, *args, env):
     cmd = [sys.executable, "-m", "parafluid.testing.node_job", role, "--seed", str(SEED),
            "--steps", str(STEPS), *map(str, args)]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+    return WarmPopen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 

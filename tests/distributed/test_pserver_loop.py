@@ -14,6 +14,7 @@ from parafluid.distributed.ps_client import ClientPool, PServerClient
 from parafluid.distributed.pserver import ParameterServer, PServerError
 from parafluid.distributed.rpc import RPCError, RPCTimeoutError
 from parafluid.scope import SelectedRows
+from parafluid.testing.contention import scaled
 
 LR = 0.5
 
@@ -181,7 +182,7 @@ def test_a_trainer_that_never_comes_is_named_at_the_barrier():
     t0 = time.monotonic()
     with pytest.raises(RPCError, match=r"send barrier of trainer\(s\) \[1\]"):
         c.recv("w")  # held for the optimization, then answered with the server's error
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 0.6 + scaled(2.4)
     job.join()
     assert isinstance(job.error, PServerError)
     assert "trainer(s) [1]" in str(job.error) and "FLAGS_rpc_deadline" in str(job.error)
@@ -225,7 +226,7 @@ def test_a_trainer_whose_connection_closes_without_completing_is_named_in_second
         while time.monotonic() - t0 < 10:  # sync: the first read is held until the failure
             c0.recv("w")
             time.sleep(0.1)
-    assert time.monotonic() - t0 < 5, info.value
+    assert time.monotonic() - t0 < scaled(5), info.value
     assert "emergency checkpoint" in str(info.value)
     assert saved == [(str(tmp_path / "__emergency__" / f"step_{job.ps.step}"), job.ps.step)]
     job.join()  # every trainer still alive was told: no linger
@@ -277,7 +278,7 @@ def test_dead_server_every_call_errors_within_the_deadline_naming_it():
         t0 = time.monotonic()
         with pytest.raises(RPCTimeoutError, match=f"{what} to pserver {ep} \\(trainer 1\\)"):
             call()
-        assert time.monotonic() - t0 < 1.5
+        assert time.monotonic() - t0 < 0.3 + scaled(1.2)
     c.close()
 
 

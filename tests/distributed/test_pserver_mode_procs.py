@@ -17,13 +17,15 @@ import pytest
 from dist_helpers import ROOT, child_env, endpoints, reap
 
 from parafluid.testing import ps_job
+from parafluid.testing.contention import scaled
+from parafluid.testing.warm_popen import WarmPopen
 
 pytestmark = pytest.mark.slow
 
 
 def _job(role, *args, env):
     cmd = [sys.executable, "-m", "parafluid.testing.ps_job", role, *map(str, args)]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+    return WarmPopen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -114,7 +116,8 @@ def test_killed_pserver_is_named_by_every_trainer_within_the_deadline():
             _, err = t.communicate(timeout=30)
             assert t.returncode != 0
             assert dead in err, err  # the dead pserver is named (a timeout or a reset)
-        assert time.monotonic() - killed_at < 4 + 10  # the deadline, plus process exit
+        # the deadline, plus the process's exit
+        assert time.monotonic() - killed_at < 4 + scaled(10)
         # the surviving pserver: its trainers died without completing; it names them
         _, err = servers[0].communicate(timeout=30)
         assert servers[0].returncode != 0
@@ -148,12 +151,22 @@ def test_killed_trainer_is_named_by_the_pserver_which_exits_nonzero():
         reap(procs)
 
 
-def _train_cli(*args, cwd):
+def _train_clis(runs, cwd):
+    """``parafluid train`` with each argument list of ``runs``, all at once (they wait on
+    each other's processes more than they compute); the stdout of each."""
     env = child_env(FLAGS_rpc_deadline="60000")
-    proc = subprocess.run([sys.executable, "-m", "parafluid", "train", *args], env=env,
-                          cwd=cwd, capture_output=True, text=True, timeout=150)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    procs = []
+    try:
+        for args in runs:
+            procs.append(WarmPopen([sys.executable, "-m", "parafluid", "train", *map(str, args)],
+                                   env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True))
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        reap(procs)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out + err
+    return [out for out, _ in outs]
 
 
 def _epoch_numbers(out):
@@ -168,18 +181,18 @@ def test_parafluid_train_with_pservers_sync_equals_two_devices_and_async_converg
 
     common = ["--epochs", "3", "--hidden", "32", "--seed", "4"]
     sync_dir, async_dir, dev_dir = (str(tmp_path / n) for n in ("sync", "async", "devices"))
-    out = _train_cli("--pservers", "2", "--trainers", "2", *common, "-o", sync_dir, cwd=ROOT)
+    sync_out, async_out, dev_out = _train_clis([
+        ("--pservers", "2", "--trainers", "2", *common, "-o", sync_dir),
+        ("--pservers", "2", "--trainers", "2", "--async", *common, "-o", async_dir),
+        ("--devices", "2", *common, "-o", dev_dir)], cwd=ROOT)
+    out = sync_out
     assert "trainer 0 of 2 processes with 2 parameter servers (sync)" in out, out
     assert len(re.findall(r"\[trainer 0\] epoch \d/3  loss", out)) == 3, out
     assert "[trainer 1] epoch" not in out and "[pserver" not in out, "trainer 0 reports"
     sync_acc = float(re.search(r"test accuracy ([\d.]+)", out)[1])
-    sync_out = out
-    out = _train_cli("--pservers", "2", "--trainers", "2", "--async", *common, "-o", async_dir,
-                     cwd=ROOT)
-    assert "(async)" in out
-    async_acc = float(re.search(r"test accuracy ([\d.]+)", out)[1])
+    assert "(async)" in async_out
+    async_acc = float(re.search(r"test accuracy ([\d.]+)", async_out)[1])
     assert async_acc >= sync_acc - 0.02, (async_acc, sync_acc)
-    dev_out = _train_cli("--devices", "2", *common, "-o", dev_dir, cwd=ROOT)
     # trainer 0 prints the job's loss and accuracy (every trainer's images), not its shard's
     np.testing.assert_allclose(_epoch_numbers(sync_out), _epoch_numbers(dev_out), atol=2e-4)
     a = fluid.io.read_tensors(os.path.join(sync_dir, fluid.io.DEFAULT_FILENAME))[0]
@@ -270,11 +283,14 @@ def test_sigterm_ends_a_serving_pserver_cleanly():
     assert "stopped by SIGTERM" in err, err
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_a_pserver_restarted_alone_is_refused_and_every_process_stops():
     eps = endpoints(2)
     restarted_ep = eps.split(",")[1]
-    env = child_env(FLAGS_rpc_deadline="6000")
+    # NOTE: the trainers' held requests must outlive the restarted pserver's start (a Python
+    # process importing torch: seconds, more on a busy machine)
+    deadline_s = scaled(6)
+    env = child_env(FLAGS_rpc_deadline=str(int(deadline_s * 1000)))
     common = ["--pservers", eps, "--trainers", 2, "--optimizer", "momentum"]
     procs = []
     try:
@@ -295,11 +311,11 @@ def test_a_pserver_restarted_alone_is_refused_and_every_process_stops():
         outs = [p.communicate(timeout=60) for p in trainers]
         took = time.monotonic() - t0
         for p in (servers[0], restarted):
-            p.communicate(timeout=30)
+            p.communicate(timeout=2 * deadline_s + scaled(18))
             assert p.returncode != 0  # their trainers are gone: they stop at the deadline
     finally:
         reap(procs)
-    assert took < 20
+    assert took < deadline_s + scaled(14)
     for p, (_, err) in zip(trainers, outs):
         assert p.returncode != 0, err
     # a trainer whose request reached the restarted pserver names it and both steps (the
@@ -407,9 +423,11 @@ def test_wire_fuzzer_against_a_live_job_loses_nothing(tmp_path):
         assert p.returncode == 0, err  # 0 jobs lost
     assert sent >= 2000, sent
     assert not outside.exists() and not (root / "inside").exists()
-    for _, err in outs[2:]:  # refusals are logged, a few lines per 10 s, not one a message
+    # refusals are logged, a few lines per 10 s, not one a message: at most 20 and a count per
+    # 10 s window from each of the pserver's two logs (its transport's and its loop's)
+    for _, err in outs[2:]:
         refusals = [ln for ln in err.splitlines() if "refused" in ln or "rejected" in ln]
-        assert 0 < len(refusals) <= 21 * windows, (len(refusals), windows)
+        assert 0 < len(refusals) <= 2 * 21 * windows, (len(refusals), windows)
     results = {r["trainer_id"]: r for r in (_last_json(outs[t][0]) for t in (0, 1))}
     ref = ps_job.reference(results[0]["initial"], (steps, steps), "momentum")
     for t in (0, 1):

@@ -22,6 +22,7 @@ from parafluid.distributed.rpc import (
 )
 from parafluid.distributed.wire import Kind
 from parafluid.scope import SelectedRows
+from parafluid.testing.contention import scaled
 from parafluid.testing.wire_fuzz import mutate, seed_messages
 
 
@@ -149,7 +150,8 @@ def test_without_the_secret_no_message_reaches_the_handler(monkeypatch):
                     pytest.raises(RPCError, match="handshake") as info:
                 c.call(Kind.SEND, "w", torch.ones(1))
             assert not isinstance(info.value, RPCTimeoutError)
-        assert time.monotonic() - start < 3  # refused at once, not at the 5 s deadline
+        # refused at once, not at the 5 s deadline
+        assert time.monotonic() - start < min(scaled(3), 4.5)
         ctx = zmq.Context()
         try:
             for user, password in ((b"trainer-0", b"guess"), (b"u", b"p"), (b"x" * 200, b"y")):
@@ -211,7 +213,7 @@ def test_dead_server_times_out_naming_endpoint_kind_and_variable():
         with pytest.raises(RPCTimeoutError, match=rf"get of 'fc_0.w_0' to pserver {ep} "
                                                   r"\(trainer 2\): no reply within 0.3 s"):
             c.call(Kind.GET, "fc_0.w_0")
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < 0.3 + scaled(1.7)
     with pytest.raises(RPCTimeoutError, match=f"pserver {ep} did not answer"):
         wait_for_server(ep, 0.2)
 
@@ -295,7 +297,7 @@ def test_stop_from_another_thread_is_prompt():
         t0 = time.monotonic()
         server.stop()
         serving.thread.join(2)
-        assert not serving.thread.is_alive() and time.monotonic() - t0 < 1.0
+        assert not serving.thread.is_alive() and time.monotonic() - t0 < scaled(1.0)
 
 
 def test_client_is_thread_safe():

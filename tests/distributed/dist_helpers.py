@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -41,7 +42,23 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def start(args: Sequence[str], env: dict[str, str], **kw) -> subprocess.Popen:
+    """``python ARGS`` in the repository, forked warm (``-c CODE`` runs CODE from a file)."""
+    if args and args[0] == "-c":
+        args = [_code_file(args[1]), *args[2:]]
     return WarmPopen([sys.executable, *args], env=env, cwd=ROOT, **kw)
+
+
+_CODE_DIR = tempfile.mkdtemp(prefix="parafluid-test-code-")
+
+
+def _code_file(code: str) -> str:
+    """A script holding ``code`` (``python -c`` starts cold; a script can start warm)."""
+    path = os.path.join(_CODE_DIR, f"code_{hashlib.sha256(code.encode()).hexdigest()[:16]}.py")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as f:
+            f.write(code)
+        os.replace(path + ".tmp", path)
+    return path
 
 
 def reap(procs: Sequence[subprocess.Popen]) -> None:

@@ -77,6 +77,8 @@ def warm_eligible(args: Any, kwargs: dict) -> bool:
 _START_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "LD_", "MALLOC_", "TORCH",
                    "OPENBLAS_", "CUDA_", "NCCL_")
 _PER_CHILD = ("PYTHONPATH", "PYTHONUNBUFFERED")
+# parafluid's own start-up settings (read when it is imported)
+_START_NAMES = ("PARAFLUID_TUNE_MALLOC",)
 
 
 def _server_env() -> dict[str, str]:
@@ -95,7 +97,8 @@ def _same_start(env: dict | None) -> bool:
         return True
     ours = _server_env()
     env = {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
-    keys = {k for k in (*env, *ours) if k.startswith(_START_PREFIXES) and k not in _PER_CHILD}
+    keys = {k for k in (*env, *ours) if (k.startswith(_START_PREFIXES) or k in _START_NAMES)
+            and k not in _PER_CHILD}
     if any(env.get(k) != ours.get(k) for k in keys):
         return False
     have = {os.path.abspath(p) for p in ours["PYTHONPATH"].split(os.pathsep) if p}

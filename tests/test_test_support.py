@@ -1,0 +1,152 @@
+"""The suite's own machinery: children forked from a warm interpreter, and deadlines stretched
+by the measured load."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from parafluid.testing import contention
+from parafluid.testing.warm_popen import WarmPopen, warm_eligible
+
+CHILD = """\
+import atexit, os, sys, threading, time
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "X", os.environ.get("X"), flush=True)
+print("on stderr", file=sys.stderr, flush=True)
+what = sys.argv[1]
+if what == "sleep":
+    time.sleep(60)
+elif what == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
+elif what == "raise":
+    atexit.register(lambda: print("last", type(sys.last_value).__name__, flush=True))
+    raise RuntimeError("boom")
+elif what == "torch":
+    import torch
+    print("sum", float(torch.arange(4.0).sum()), flush=True)
+sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def script(tmp_path_factory):
+    path = tmp_path_factory.mktemp("warm") / "child.py"
+    path.write_text(CHILD)
+    return str(path)
+
+
+def test_a_warm_child_gets_its_argv_env_cwd_streams_and_exit_code(script, tmp_path):
+    p = WarmPopen([sys.executable, script, "exit", "3"], env={**os.environ, "X": "1"},
+                  cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p._warm
+    out, err = p.communicate(timeout=60)
+    assert out == f"argv ['exit', '3'] cwd {tmp_path} X 1\n" and err == "on stderr\n"
+    assert p.returncode == 3
+
+
+def test_a_warm_child_runs_torch_joins_its_threads_and_reports_uncaught_errors(script):
+    outs = {}
+    for what in ("torch", "thread", "raise"):
+        p = WarmPopen([sys.executable, script, what], stdout=subprocess.PIPE,
+                      stderr=subprocess.STDOUT, text=True)
+        outs[what] = (p.communicate(timeout=60)[0], p.returncode)
+    assert "sum 6.0" in outs["torch"][0] and outs["torch"][1] == 0
+    assert outs["thread"][0].endswith("thread done\n") and outs["thread"][1] == 0
+    out, rc = outs["raise"]
+    # as a fresh interpreter: the traceback, sys.last_value for the atexit functions, code 1
+    assert "RuntimeError: boom" in out and "last RuntimeError" in out and rc == 1, out
+
+
+def test_a_warm_child_is_waited_for_stopped_and_killed_by_pid_and_group(script):
+    p = WarmPopen([sys.executable, script, "sleep"], stdout=subprocess.PIPE, text=True,
+                  start_new_session=True)
+    try:
+        assert p.stdout.readline().startswith("argv ['sleep']")
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(timeout=0.2)
+        os.kill(p.pid, signal.SIGSTOP)
+        assert p.poll() is None  # stopped, not ended
+        assert os.getpgid(p.pid) == p.pid  # its own session and group
+        os.killpg(p.pid, signal.SIGKILL)
+        assert p.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        p.kill()
+        p.stdout.close()
+
+
+def test_other_commands_and_other_start_up_settings_start_cold(script):
+    env = dict(os.environ)
+    assert warm_eligible([sys.executable, script], {"env": env})
+    assert warm_eligible([sys.executable, "-m", "json.tool"], {})
+    assert not warm_eligible([sys.executable, "-c", "pass"], {})
+    assert not warm_eligible([sys.executable, "-u", script], {})
+    assert not warm_eligible(["/bin/true"], {})
+    assert not warm_eligible([sys.executable, script], {"shell": True})
+    for name, value in [("PYTHONHASHSEED", "7"), ("OMP_NUM_THREADS", "3"),
+                        ("PARAFLUID_TUNE_MALLOC", "0"), ("PYTHONPATH", "/elsewhere")]:
+        assert not warm_eligible([sys.executable, script], {"env": {**env, name: value}}), name
+    p = WarmPopen([sys.executable, "-c", "import sys; sys.exit(5)"])
+    assert not p._warm and p.wait(timeout=60) == 5
+
+
+def _start_child_then_die(script, queue):
+    p = WarmPopen([sys.executable, script, "sleep"], stdout=subprocess.DEVNULL)
+    queue.put(p.pid)
+    time.sleep(60)
+
+
+@pytest.mark.slow
+def test_warm_children_do_not_outlive_the_process_that_started_them(script):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    owner = ctx.Process(target=_start_child_then_die, args=(script, queue), daemon=True)
+    owner.start()
+    try:
+        child = queue.get(timeout=120)
+    finally:
+        owner.kill()
+        owner.join(30)
+    end = time.monotonic() + 30
+    while time.monotonic() < end and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child), f"child {child} outlived the process that started it"
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _burn(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_a_quiet_bound_is_stretched_by_the_measured_load():
+    with pytest.raises(ValueError, match="positive"):
+        contention.scaled(0)
+    base = contention.slowdown()
+    assert 1.0 <= base <= contention.MAX_SLOWDOWN
+    assert contention.scaled(2) >= 2 and int(contention.scaled_ms(1000)) >= 1000
+    burners = [multiprocessing.get_context("fork").Process(target=_burn, args=(3,))
+               for _ in range(3 * (os.cpu_count() or 1))]
+    for b in burners:
+        b.start()
+    try:
+        time.sleep(0.5)
+        busy = contention.slowdown()
+    finally:
+        for b in burners:
+            b.kill()
+            b.join()
+    assert busy > 1.3, (base, busy)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +51,7 @@ def start(args: Sequence[str], env: dict[str, str], **kw) -> subprocess.Popen:
 
 
 _CODE_DIR = tempfile.mkdtemp(prefix="parafluid-test-code-")
+atexit.register(shutil.rmtree, _CODE_DIR, True)
 
 
 def _code_file(code: str) -> str:

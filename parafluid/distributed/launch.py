@@ -316,7 +316,16 @@ class _Output:
 
 
 def _last_error(proc: Proc) -> str:
-    lines = [ln.strip() for ln in proc.tail if ln.strip()]
+    """The rank's exception: the last traceback's exception line, then that traceback
+    (indented); without a traceback, its last error-like line, else its last line."""
+    raw = [ln.rstrip() for ln in proc.tail]
+    starts = [i for i, ln in enumerate(raw) if ln.strip() == "Traceback (most recent call last):"]
+    if starts:
+        block = raw[starts[-1]:]
+        for j, ln in enumerate(block[1:], 1):
+            if not ln.startswith(" ") and _ERROR_LINE.match(ln.strip()):
+                return ln.strip() + "\n" + "\n".join("    " + b for b in block[:j] if b)
+    lines = [ln.strip() for ln in raw if ln.strip()]
     for ln in reversed(lines):
         if _ERROR_LINE.match(ln):
             return ln

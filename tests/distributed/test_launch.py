@@ -64,6 +64,7 @@ def test_a_failing_rank_stops_the_job_and_is_named(tmp_path):
     assert p.returncode == 1, (out, err)
     assert "launch: rank 1 (pid" in err and "exited with status 1" in err, err
     assert "last error: ValueError: boom on rank 1" in err, err
+    assert "launch_script.py" in err.split("last error: ValueError: boom on rank 1", 1)[1], err
     assert "stopped rank 0" in err, err
     log0 = (tmp_path / "workerlog.0").read_text()
     pid0 = int(re.search(r"pid (\d+)", log0).group(1))
@@ -198,3 +199,22 @@ def test_a_failing_trainer_under_the_launcher_leaves_every_pservers_emergency_ch
     for step in emergency.iterdir():
         for d in step.iterdir():
             assert (d / "__checkpoint__.json").exists(), list(d.iterdir())
+
+
+def test_the_last_error_of_a_rank_is_its_exception_with_its_traceback():
+    from collections import deque
+    from types import SimpleNamespace
+
+    from parafluid.distributed.launch import _last_error
+
+    tail = deque(["step 1", "Traceback (most recent call last):",
+                  '  File "train.py", line 9, in <module>', "    main()",
+                  '  File "train.py", line 5, in main', '    raise ValueError("bad batch")',
+                  "ValueError: bad batch", "closing the communicator", "bye"])
+    err = _last_error(SimpleNamespace(tail=tail))
+    # not its last line ("bye"): the exception, then the traceback it ended
+    assert err.splitlines()[0] == "ValueError: bad batch", err
+    assert '      File "train.py", line 5, in main' in err.splitlines(), err
+    assert _last_error(SimpleNamespace(tail=deque(["a", "RuntimeError: x", "b"]))) == \
+        "RuntimeError: x"
+    assert _last_error(SimpleNamespace(tail=deque(["only this"]))) == "only this"

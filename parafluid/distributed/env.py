@@ -34,7 +34,10 @@ from dataclasses import dataclass, field
 
 from .endpoints import parse_endpoint, parse_endpoints
 
-__all__ = ["DistributedEnv", "env", "training_role_variable"]
+__all__ = ["DistributedEnv", "env", "training_role_variable", "job_id", "JOB_ID_ENV"]
+
+#: the job's name, shared by all its processes (the launcher sets one when none is given)
+JOB_ID_ENV = "PARAFLUID_JOB_ID"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,12 @@ def _pserver_endpoints(e: Mapping[str, str]) -> list[str]:
                              f"{','.join(given[0][1])} disagree; set one, or both to the "
                              "same list")
     return given[0][1] if given else []
+
+
+def job_id(environ: Mapping[str, str] | None = None) -> str:
+    """``$PARAFLUID_JOB_ID`` (stripped), or "" (a job without a name)."""
+    e = os.environ if environ is None else environ
+    return e.get(JOB_ID_ENV, "").strip()
 
 
 def training_role_variable(environ: Mapping[str, str] | None = None) -> str | None:

@@ -192,9 +192,11 @@ def test_a_failing_trainer_under_the_launcher_leaves_every_pservers_emergency_ch
     logs = [f.read_text() for f in sorted((tmp_path / "logs").iterdir())]
     for text in logs:
         assert gone(int(re.search(r"pid (\d+)", text).group(1))), text
-    emergency = root / "__emergency__"
-    saved = sorted(d.name for step in emergency.iterdir() for d in step.iterdir()) \
-        if emergency.exists() else []
+    jobs = list((root / "__emergency__").iterdir()) if (root / "__emergency__").exists() else []
+    # one folder of this job (named by the launcher), its pservers' states in its step folder
+    assert len(jobs) == 1 and jobs[0].name.startswith("job-"), (jobs, err, logs)
+    emergency = jobs[0]
+    saved = sorted(d.name for step in emergency.iterdir() for d in step.iterdir())
     assert saved == ["pserver_0", "pserver_1"], (saved, err, logs)
     for step in emergency.iterdir():
         for d in step.iterdir():

@@ -412,6 +412,10 @@ class Program:
         self._is_mem_optimized = False
         # what passes and transpilers record about the job (kept by clone and serialization)
         self.meta = ProgramMeta()
+        # the most iterations a loop op of this program may run (None: unbounded); a program
+        # read from a model file gets one (io.MODEL_LOOP_LIMIT), so that a file cannot hold
+        # a run forever
+        self._loop_limit: int | None = None
 
     def _bump(self) -> None:
         self._version += 1
@@ -589,6 +593,7 @@ class Program:
                     var.regularizer = orig.regularizer
                     var.gradient_clip_attr = orig.gradient_clip_attr
         self._appending_grad_times = other._appending_grad_times
+        self._loop_limit = other._loop_limit
 
     # ---- printing, checking, bytes
     def to_string(self, throw_on_error: bool = True, with_details: bool = False) -> str:

@@ -93,6 +93,12 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
 
 DEFAULT_FILENAME = "__variables__.safetensors"
 MODEL_FILENAME = "__model__"
+#: the most iterations a loop (``while``) of a program read from a model file may run
+MODEL_LOOP_LIMIT = 1_000_000
+# NOTE: ops that talk to the outside (the registry's side_effect: RPC, collectives, files,
+# the console, Python callbacks, readers) may not come from a model file; these two only
+# move the model's own inputs and outputs
+_MODEL_IO_OPS = frozenset({"feed", "fetch"})
 
 
 def is_parameter(var: Variable) -> bool:
@@ -506,7 +512,24 @@ def decode_model(data: bytes, where: str = "<bytes>") -> tuple[Program, list[str
     for name in feeds + fetches:
         if block._find_var_recursive(name) is None:
             raise ValueError(f"{where}: feed/fetch name {name!r} is not a variable of the model")
+    _check_model_ops(program, where)
+    program._loop_limit = MODEL_LOOP_LIMIT
     return program, feeds, fetches
+
+
+def _check_model_ops(program: Program, where: str) -> None:
+    """A model file is data: its program may only compute. An op that reaches the network,
+    files, the console or Python code (RPC, collectives, save/load, print, py_func,
+    readers) is refused here, before anything runs."""
+    from .ops.registry import get_op_def
+
+    for block in program.blocks:
+        for i, op in enumerate(block.ops):
+            if op.type not in _MODEL_IO_OPS and get_op_def(op.type).side_effect:
+                raise ValueError(
+                    f"{where}: op #{i} of block {block.idx} is {op.type!r}, which acts outside "
+                    "the computation (network, files, console or Python code); a model file "
+                    "may hold only ops that compute, so it is not loaded")
 
 
 # ---------------------------------------------------------------------- files

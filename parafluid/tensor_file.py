@@ -30,18 +30,53 @@ VARS_FORMAT = "parafluid.vars/1"
 _MANIFEST_KEY = "parafluid"
 
 
+# NOTE: a safetensors header is a JSON index (names, dtypes, shapes, offsets): a few KiB for
+# a model with thousands of variables; a file claiming more is refused before it is read
+MAX_HEADER_BYTES = 64 << 20
+
+
 def read_tensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Read a safetensors file; check it against its manifest. Returns (tensors, metadata)."""
+    """Read a safetensors file; check it against its manifest. Returns (tensors, metadata).
+
+    The header is read and checked first (its length against the file's, the manifest's
+    presence, every tensor's extent inside the file), so a file that is not one of ours,
+    or claims more than it holds, is refused before its data is read."""
     with _open_for_read(path, "checkpoint") as f:
+        size = os.fstat(f.fileno()).st_size
+        metadata = _read_header(path, f, size)
+        f.seek(0)
         data = f.read()
     try:
         tensors = _st_load(data)
-        header_len = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8:8 + header_len].decode("utf-8"))
-        metadata = header.get("__metadata__") or {}
     except Exception as e:  # noqa: BLE001 (the Rust reader raises its own error type)
         raise ValueError(f"{path}: not a valid safetensors file (truncated or corrupt, "
                          f"{len(data)} bytes): {e}") from None
+    _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
+    return tensors, metadata
+
+
+def _read_header(path: str, f: Any, size: int) -> dict[str, str]:
+    """The checked header's metadata of an open safetensors file of ``size`` bytes."""
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{path}: not a valid safetensors file (truncated or corrupt, "
+                          f"{size} bytes): {why}")
+
+    head = f.read(8)
+    if len(head) < 8:
+        raise bad("shorter than the 8-byte header length")
+    header_len = int.from_bytes(head, "little")
+    if header_len > min(size - 8, MAX_HEADER_BYTES):
+        raise bad(f"the header claims {header_len} bytes, the file has {size - 8} after the "
+                  f"length (and a header may have at most {MAX_HEADER_BYTES})")
+    try:
+        header = json.loads(f.read(header_len).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise bad(f"the header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise bad(f"the header is a JSON {type(header).__name__}, expected an object")
+    metadata = header.get("__metadata__") or {}
+    if not isinstance(metadata, dict):
+        raise bad("__metadata__ is not an object")
     if _MANIFEST_KEY not in metadata:
         # NOTE: without the manifest there are no checksums: a damaged file would load
         held = f"holds {sorted(metadata)}" if metadata else "holds no metadata"
@@ -49,8 +84,17 @@ def read_tensors(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
                          f"file {held}), so its checksums cannot be checked and nothing is "
                          "loaded. A file written by another tool can be read with "
                          "safetensors.torch.load_file and its values set in the scope")
-    _check_manifest(path, tensors, metadata[_MANIFEST_KEY])
-    return tensors, metadata
+    data_bytes = size - 8 - header_len
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and
+                all(type(o) is int for o in offsets) and 0 <= offsets[0] <= offsets[1] <=
+                data_bytes):
+            raise bad(f"tensor {name!r} claims the bytes {offsets!r}, outside the file's "
+                      f"{data_bytes} data bytes")
+    return metadata
 
 
 def write_tensors(path: str, tensors: dict[str, torch.Tensor],

@@ -34,7 +34,10 @@ from dataclasses import dataclass, field
 
 from .endpoints import parse_endpoint, parse_endpoints
 
-__all__ = ["DistributedEnv", "env"]
+__all__ = ["DistributedEnv", "env", "training_role_variable", "job_id", "JOB_ID_ENV"]
+
+#: the job's name, shared by all its processes (the launcher sets one when none is given)
+JOB_ID_ENV = "PARAFLUID_JOB_ID"
 
 
 @dataclass(frozen=True)
@@ -103,12 +106,29 @@ def _pserver_endpoints(e: Mapping[str, str]) -> list[str]:
     return given[0][1] if given else []
 
 
+def job_id(environ: Mapping[str, str] | None = None) -> str:
+    """``$PARAFLUID_JOB_ID`` (stripped), or "" (a job without a name)."""
+    e = os.environ if environ is None else environ
+    return e.get(JOB_ID_ENV, "").strip()
+
+
+def training_role_variable(environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable that gives this process's role (``PADDLE_TRAINING_ROLE``, or PaddleCloud's
+    ``TRAINING_ROLE``), or None when neither is set."""
+    e = os.environ if environ is None else environ
+    for name in ("PADDLE_TRAINING_ROLE", "TRAINING_ROLE"):
+        if name in e:
+            return name
+    return None
+
+
 def _from_paddle(e: Mapping[str, str]) -> DistributedEnv:
-    role_var = "PADDLE_TRAINING_ROLE" if "PADDLE_TRAINING_ROLE" in e or "TRAINING_ROLE" not in e \
-        else "TRAINING_ROLE"
-    role = e.get(role_var, "TRAINER").strip().upper() or "TRAINER"
+    role_var = training_role_variable(e) or "PADDLE_TRAINING_ROLE"
+    # NOTE: spelled exactly, as Fluid compares it: a "pserver" or "Trainer" is a typo that
+    # would otherwise run this process in the other role
+    role = e.get(role_var, "TRAINER").strip() or "TRAINER"
     if role not in ("TRAINER", "PSERVER"):
-        raise ValueError(f"{role_var} must be TRAINER or PSERVER, got {role!r}")
+        raise ValueError(f"{role_var} must be TRAINER or PSERVER (upper case), got {role!r}")
     pservers = _pserver_endpoints(e)
     eps = parse_endpoints(e["PADDLE_TRAINER_ENDPOINTS"], "PADDLE_TRAINER_ENDPOINTS") \
         if e.get("PADDLE_TRAINER_ENDPOINTS", "").strip() else []

@@ -50,12 +50,14 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .endpoints import parse_endpoint, parse_endpoints
+from .env import JOB_ID_ENV, job_id
 
 __all__ = ["Proc", "add_arguments", "build_parser", "plan", "plan_pserver", "run", "main"]
 
@@ -222,6 +224,13 @@ def _with_secret(procs: list[Proc], several_machines: bool) -> list[Proc]:
     if secret is not None:
         for p in procs:
             p.env[SECRET_ENV] = secret
+    # NOTE: the job's name keeps its emergency checkpoints apart from another job's: one is
+    # made for a job of this machine alone; the launchers of several machines cannot agree
+    # on one they make, so such a job gives its own (or its pservers' endpoints name it)
+    if not job_id() and not several_machines:
+        name = f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        for p in procs:
+            p.env[JOB_ID_ENV] = name
     return procs
 
 
@@ -316,7 +325,16 @@ class _Output:
 
 
 def _last_error(proc: Proc) -> str:
-    lines = [ln.strip() for ln in proc.tail if ln.strip()]
+    """The rank's exception: the last traceback's exception line, then that traceback
+    (indented); without a traceback, its last error-like line, else its last line."""
+    raw = [ln.rstrip() for ln in proc.tail]
+    starts = [i for i, ln in enumerate(raw) if ln.strip() == "Traceback (most recent call last):"]
+    if starts:
+        block = raw[starts[-1]:]
+        for j, ln in enumerate(block[1:], 1):
+            if not ln.startswith(" ") and _ERROR_LINE.match(ln.strip()):
+                return ln.strip() + "\n" + "\n".join("    " + b for b in block[:j] if b)
+    lines = [ln.strip() for ln in raw if ln.strip()]
     for ln in reversed(lines):
         if _ERROR_LINE.match(ln):
             return ln

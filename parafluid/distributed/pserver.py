@@ -16,7 +16,7 @@ Every wait has the deadline (``FLAGS_rpc_deadline``): when it passes, the server
 other pservers of its job (``peers``) and its error names the missing trainer ids, what they
 were waiting for, and a peer that does not answer (a dead or stopped pserver holds up the
 trainers, so it is the likely cause). Then it saves its state into an emergency checkpoint
-(``save``, under ``checkpoint_root/__emergency__/step_<k>``) and stays up for a while
+(``save``, under ``checkpoint_root/__emergency__/<job>/step_<k>``) and stays up for a while
 (``linger_s``): it answers pings, so that trainers probing the pservers do not take it for
 the culprit, and it answers every other request with its error, until every live trainer
 has heard it or ``linger_s`` passed; then ``serve()`` raises :class:`PServerError`. A
@@ -57,6 +57,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -69,6 +70,7 @@ import torch
 import zmq
 
 from .deadline import rpc_deadline_seconds
+from .env import job_id
 from .rpc import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
@@ -118,7 +120,7 @@ class ParameterServer:
             and returns the text the trainer gets back (a JSON record of the file).
         emergency_save: ``emergency_save(dirname, step)`` before a failure ends the server
             (not when its own update failed): writes this pserver's state of ``step`` into
-            ``dirname`` (``checkpoint_root/__emergency__/step_<k>``) as a checkpoint that
+            ``dirname`` (``checkpoint_root/__emergency__/<job>/step_<k>``) as a checkpoint that
             loads on its own.
         check_grad: ``check_grad(name, value)`` raises ValueError for a gradient this
             pserver cannot optimize (unknown name, wrong shape or dtype): the SEND is
@@ -199,6 +201,9 @@ class ParameterServer:
                                  idle_timeout_s=idle_timeout_s)
         self.endpoint = self._server.endpoint
         self.peers = [p for p in peers if p != self.endpoint and p != endpoint]
+        # the job's folder among the emergency checkpoints: two jobs failing at the same step
+        # under one root must not overwrite each other
+        self.job = emergency_job_key([endpoint, *peers])
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -675,7 +680,7 @@ class ParameterServer:
     def _emergency_save(self) -> str | None:
         if self._emergency_save_cb is None:
             return None
-        dirname = emergency_checkpoint_dir(self.checkpoint_root, self.step)
+        dirname = emergency_checkpoint_dir(self.checkpoint_root, self.step, self.job)
         try:
             os.makedirs(dirname, exist_ok=True)
             self._emergency_save_cb(dirname, self.step)
@@ -691,10 +696,25 @@ class _RequestError(Exception):
     """A bad request: answered with an error, the server goes on."""
 
 
-def emergency_checkpoint_dir(root: str, step: int) -> str:
-    """Where a failing pserver saves its state of ``step``: ``root/__emergency__/step_<k>``
-    (each pserver writes its own ``pserver_<id>.safetensors`` and marker there)."""
-    return os.path.join(root, EMERGENCY_DIR, f"step_{int(step)}")
+def emergency_checkpoint_dir(root: str, step: int, job: str) -> str:
+    """Where a failing pserver of job ``job`` saves its state of ``step``:
+    ``root/__emergency__/<job>/step_<k>`` (each pserver of the job writes its own
+    ``pserver_<id>`` folder there)."""
+    return os.path.join(root, EMERGENCY_DIR, job, f"step_{int(step)}")
+
+
+_JOB_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def emergency_job_key(pserver_endpoints: Sequence[str]) -> str:
+    """The job's folder name among emergency checkpoints: ``$PARAFLUID_JOB_ID`` (the launcher
+    sets a fresh one per job), made safe as a file name; without one, ``pservers-`` and a
+    hash of the job's pserver endpoints (the same for every pserver of the job)."""
+    name = _JOB_CHARS.sub("_", job_id())[:64].strip(".")
+    if name:
+        return name
+    key = ",".join(sorted({str(e) for e in pserver_endpoints if e}))
+    return "pservers-" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def default_checkpoint_root() -> str:

@@ -53,13 +53,13 @@ import torch.distributed as dist
 
 from .deadline import Deadline, rpc_deadline_seconds
 from .endpoints import parse_endpoint, parse_endpoints
+from .env import JOB_ID_ENV, job_id
 from .health import Heartbeat
 
 __all__ = ["DEFAULT_RENDEZVOUS_DEADLINE_S", "JOB_ID_ENV", "Rendezvous", "RendezvousError",
            "StoreCalls", "rendezvous", "job_id_from_env"]
 
 DEFAULT_RENDEZVOUS_DEADLINE_S = 300.0
-JOB_ID_ENV = "PARAFLUID_JOB_ID"
 _MIN_CALL_S = 2.0  # a store call made after the deadline still gets this long
 _MAX_RECORD = 1 << 16  # an announcement is a few hundred bytes; refuse anything absurd
 
@@ -287,7 +287,7 @@ def _join_job(raw: bytes, job_id: str, secret: bytes | None, me: str, host: str)
 
 def job_id_from_env() -> str:
     """``$PARAFLUID_JOB_ID``, or "" (a job without a name)."""
-    return os.environ.get(JOB_ID_ENV, "").strip()
+    return job_id()
 
 
 def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: int,

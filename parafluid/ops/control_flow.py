@@ -58,7 +58,14 @@ def _while(ins: dict, attrs: dict, ctx: Any) -> dict:
     has_steps = bool(op.outputs.get("StepScopes"))
     steps: list[dict[str, Any]] = []
     record = has_steps and not attrs["is_test"]
+    limit = getattr(getattr(op.block, "program", None), "_loop_limit", None)
+    done = 0
     while scalar_truth("while", cond):
+        if limit is not None and done >= limit:
+            raise RuntimeError(f"while (block {block.idx}): the loop of a program read from a "
+                               f"model file ran {limit} iterations without ending (the most "
+                               "a model file's loop may run: parafluid.io.MODEL_LOOP_LIMIT)")
+        done += 1
         feed = {n: values[n] for n in x_names}
         if record:
             steps.append(feed)

@@ -76,6 +76,31 @@ def test_paddle_cloud_role_maker_reads_fluids_pserver_ips_and_port(monkeypatch):
         role_maker.PaddleCloudRoleMaker().generate_role()
 
 
+@pytest.mark.parametrize("value", ["pserver", "Trainer", "WORKER", None])
+def test_paddle_cloud_role_maker_refuses_a_role_that_is_not_trainer_or_pserver(monkeypatch,
+                                                                               value):
+    """Lower case, another word, or nothing: a pserver-mode process is not quietly a
+    trainer."""
+    _clear_env(monkeypatch)
+    monkeypatch.setenv("PADDLE_PSERVER_ENDPOINTS", "127.0.0.1:7001")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "1")
+    if value is not None:
+        monkeypatch.setenv("TRAINING_ROLE", value)
+        match = f"TRAINING_ROLE must be TRAINER or PSERVER \\(upper case\\), got '{value}'"
+    else:
+        match = r"PADDLE_TRAINING_ROLE \(or TRAINING_ROLE\) is not set"
+    with pytest.raises(ValueError, match=match):
+        role_maker.PaddleCloudRoleMaker().generate_role()
+    # a collective job's processes are all trainers: no role variable is needed there
+    _clear_env(monkeypatch)
+    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:7101")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "1")
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "0")
+    coll = role_maker.PaddleCloudRoleMaker(is_collective=True)
+    coll.generate_role()
+    assert coll.is_worker()
+
+
 def test_paddle_cloud_role_maker_refuses_pserver_lists_that_disagree(monkeypatch):
     # the role maker reads the job through distributed/env.py: two pserver lists that
     # disagree are refused, not settled by taking the first

@@ -64,6 +64,7 @@ def test_a_failing_rank_stops_the_job_and_is_named(tmp_path):
     assert p.returncode == 1, (out, err)
     assert "launch: rank 1 (pid" in err and "exited with status 1" in err, err
     assert "last error: ValueError: boom on rank 1" in err, err
+    assert "launch_script.py" in err.split("last error: ValueError: boom on rank 1", 1)[1], err
     assert "stopped rank 0" in err, err
     log0 = (tmp_path / "workerlog.0").read_text()
     pid0 = int(re.search(r"pid (\d+)", log0).group(1))
@@ -191,10 +192,31 @@ def test_a_failing_trainer_under_the_launcher_leaves_every_pservers_emergency_ch
     logs = [f.read_text() for f in sorted((tmp_path / "logs").iterdir())]
     for text in logs:
         assert gone(int(re.search(r"pid (\d+)", text).group(1))), text
-    emergency = root / "__emergency__"
-    saved = sorted(d.name for step in emergency.iterdir() for d in step.iterdir()) \
-        if emergency.exists() else []
+    jobs = list((root / "__emergency__").iterdir()) if (root / "__emergency__").exists() else []
+    # one folder of this job (named by the launcher), its pservers' states in its step folder
+    assert len(jobs) == 1 and jobs[0].name.startswith("job-"), (jobs, err, logs)
+    emergency = jobs[0]
+    saved = sorted(d.name for step in emergency.iterdir() for d in step.iterdir())
     assert saved == ["pserver_0", "pserver_1"], (saved, err, logs)
     for step in emergency.iterdir():
         for d in step.iterdir():
             assert (d / "__checkpoint__.json").exists(), list(d.iterdir())
+
+
+def test_the_last_error_of_a_rank_is_its_exception_with_its_traceback():
+    from collections import deque
+    from types import SimpleNamespace
+
+    from parafluid.distributed.launch import _last_error
+
+    tail = deque(["step 1", "Traceback (most recent call last):",
+                  '  File "train.py", line 9, in <module>', "    main()",
+                  '  File "train.py", line 5, in main', '    raise ValueError("bad batch")',
+                  "ValueError: bad batch", "closing the communicator", "bye"])
+    err = _last_error(SimpleNamespace(tail=tail))
+    # not its last line ("bye"): the exception, then the traceback it ended
+    assert err.splitlines()[0] == "ValueError: bad batch", err
+    assert '      File "train.py", line 5, in main' in err.splitlines(), err
+    assert _last_error(SimpleNamespace(tail=deque(["a", "RuntimeError: x", "b"]))) == \
+        "RuntimeError: x"
+    assert _last_error(SimpleNamespace(tail=deque(["only this"]))) == "only this"

@@ -74,6 +74,13 @@ class _Lines:
                 self._cv.wait(left)
 
 
+def _job_emergency_dir(root):
+    """``root/__emergency__/<job>``: the one job's folder of emergency checkpoints."""
+    jobs = os.listdir(os.path.join(root, "__emergency__"))
+    assert len(jobs) == 1, jobs
+    return os.path.join(root, "__emergency__", jobs[0])
+
+
 def _blamed(err):
     """The endpoints an error names as the likely cause."""
     found = set()
@@ -203,7 +210,7 @@ def test_a_trainer_killed_or_crashed_is_named_by_every_survivor_in_seconds(tmp_p
             assert took < min(scaled(10), 28), f"{role} took {took:.1f} s: {err[-2000:]}"
         # NOTE: killed mid-step, trainer 1 may have passed its send barrier with one pserver
         # only: each saves the step it is at
-        emergency = os.path.join(job.root, "__emergency__")
+        emergency = _job_emergency_dir(job.root)
         saved = [p for d in os.listdir(emergency) for p in os.listdir(os.path.join(emergency, d))]
         assert sorted(saved) == ["pserver_0", "pserver_1"], saved
     finally:
@@ -262,7 +269,7 @@ def test_a_failing_trainer_ends_the_job_named_and_the_emergency_checkpoint_resta
         assert rc != 0 and "the data of step 3 cannot be read" in err
     finally:
         job.close()
-    emergency = os.path.join(job.root, "__emergency__")
+    emergency = _job_emergency_dir(job.root)
     assert os.listdir(emergency) == ["step_3"], os.listdir(emergency)
     dirs = [os.path.join(emergency, "step_3", f"pserver_{i}") for i in (0, 1)]
     monkeypatch.setenv("FLAGS_rpc_deadline", "30000")

@@ -2,6 +2,7 @@
 uneven data, dead trainers, dead servers, start order, prefetch and checkpoint notices."""
 
 import json
+import os
 import socket
 import threading
 import time
@@ -228,7 +229,8 @@ def test_a_trainer_whose_connection_closes_without_completing_is_named_in_second
             time.sleep(0.1)
     assert time.monotonic() - t0 < scaled(5), info.value
     assert "emergency checkpoint" in str(info.value)
-    assert saved == [(str(tmp_path / "__emergency__" / f"step_{job.ps.step}"), job.ps.step)]
+    assert saved == [(str(tmp_path / "__emergency__" / job.ps.job / f"step_{job.ps.step}"),
+                      job.ps.step)]
     job.join()  # every trainer still alive was told: no linger
     assert "trainer(s) [1]" in str(job.error)
     c0.close()
@@ -348,3 +350,20 @@ def test_pool_completes_every_endpoint():
     for j in jobs:
         j.join()
         assert j.error is None and j.ps.step == 1
+
+
+def test_emergency_checkpoints_of_two_jobs_at_the_same_step_stay_apart(tmp_path, monkeypatch):
+    from parafluid.distributed.pserver import emergency_checkpoint_dir, emergency_job_key
+
+    eps = ["127.0.0.1:7001", "127.0.0.1:7002"]
+    monkeypatch.delenv("PARAFLUID_JOB_ID", raising=False)
+    # without a job name: every pserver of the job agrees on one key, another job differs
+    assert emergency_job_key(eps) == emergency_job_key(eps[::-1])
+    assert emergency_job_key(eps) != emergency_job_key(["127.0.0.1:7003"])
+    paths = set()
+    for job in ("job-a", "job-b", "../../escape"):
+        monkeypatch.setenv("PARAFLUID_JOB_ID", job)
+        paths.add(emergency_checkpoint_dir(str(tmp_path), 3, emergency_job_key(eps)))
+    assert len(paths) == 3
+    for p in paths:  # a job name cannot lead outside the root
+        assert os.path.realpath(p).startswith(str(tmp_path / "__emergency__") + os.sep), p

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from ....distributed.endpoints import parse_endpoints
 from ....distributed.env import env as distributed_env
+from ....distributed.env import training_role_variable
 
 __all__ = ["Role", "RoleMakerBase", "PaddleCloudRoleMaker", "UserDefinedRoleMaker",
            "UserDefinedCollectiveRoleMaker", "MPIRoleMaker", "MPISymetricRoleMaker"]
@@ -120,6 +121,13 @@ class PaddleCloudRoleMaker(RoleMakerBase):
                              "(PADDLE_PSERVER_ENDPOINTS / PADDLE_PSERVERS_IP_PORT_LIST); "
                              "start the job with python -m parafluid.distributed.launch "
                              "--server_num N --worker_num M script.py")
+        # NOTE: in the pserver mode a process is a trainer or a pserver, and nothing in the
+        # job says which but this variable: unset, it must not default to a trainer
+        if training_role_variable() is None:
+            raise ValueError("PaddleCloudRoleMaker: PADDLE_TRAINING_ROLE (or TRAINING_ROLE) is "
+                             "not set; a parameter-server job gives every process TRAINER or "
+                             "PSERVER (python -m parafluid.distributed.launch --server_num N "
+                             "--worker_num M script.py sets it)")
         self._server_endpoints = servers
         self._worker_endpoints = list(e.trainer_endpoints)
         self._trainers_num = e.trainers

@@ -15,7 +15,10 @@ The flags the runtime reads:
 - ``FLAGS_eager_delete_tensor_gb`` (GB): negative turns eager deletion off
   (``parafluid.passes.release_memory``); ``core._set_eager_deletion_mode`` sets it too;
 - ``FLAGS_selected_gpus`` (ids like ``"0,1"``): the GPUs of a collective trainer
-  (``parafluid.distributed.collective``).
+  (``parafluid.distributed.collective``);
+- ``FLAGS_reader_deadline`` (ms, default 180000): how long ``multiprocess_reader`` waits for
+  a child's next sample before it names the child as stuck
+  (``parafluid.dataio.multiprocess_reader``).
 
 The others are accepted and kept so that scripts which set them run; they change nothing.
 
@@ -104,6 +107,7 @@ FLAGS: dict[str, Flag] = {
     "FLAGS_check_nan_inf": Flag(False, _bool, "parafluid.engine.atomic"),
     "FLAGS_eager_delete_tensor_gb": Flag(0.0, _gb, "parafluid.passes.release_memory"),
     "FLAGS_selected_gpus": Flag("", _gpu_ids, "parafluid.distributed.collective"),
+    "FLAGS_reader_deadline": Flag(180000, _deadline_ms, "parafluid.dataio.multiprocess_reader"),
     "FLAGS_fast_eager_deletion_mode": Flag(True, _bool),
     "FLAGS_memory_fraction_of_eager_deletion": Flag(1.0, _fraction),
     "FLAGS_fraction_of_gpu_memory_to_use": Flag(0.92, _fraction),

@@ -35,11 +35,14 @@ import multiprocessing.connection as mpc
 import os
 import struct
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+
+from ..flags import flag
 
 __all__ = ["multiprocess_reader", "encode_sample", "decode_sample"]
 
@@ -314,10 +317,27 @@ def _check_alive(child: _Child) -> None:
                            f"{child.process.exitcode}) before the end of its samples")
 
 
+def _deadline_s() -> float:
+    return flag("FLAGS_reader_deadline") / 1000.0
+
+
+def _stuck(children: list[_Child], waited_s: float) -> RuntimeError:
+    names = ", ".join(c.name() for c in children)
+    return RuntimeError(f"multiprocess_reader: {names} sent no sample for {waited_s:.1f} s "
+                        "and is still running: its reader is stuck (or slower than "
+                        "FLAGS_reader_deadline, in ms, allows; raise it for a reader that "
+                        "takes longer)")
+
+
 def _wait_readable(child: _Child) -> None:
-    """Wait until ``child`` has a frame (or is gone), looking at its liveness meanwhile."""
+    """Wait until ``child`` has a frame (or is gone), looking at its liveness meanwhile;
+    past FLAGS_reader_deadline, raise naming it."""
+    limit = _deadline_s()
+    start = time.monotonic()
     while not child.conn.poll(_POLL_S):
         _check_alive(child)
+        if time.monotonic() - start > limit:
+            raise _stuck([child], time.monotonic() - start)
 
 
 def _in_turn(children: list[_Child]) -> Iterator[Any]:
@@ -334,12 +354,17 @@ def _in_turn(children: list[_Child]) -> Iterator[Any]:
 
 def _as_ready(children: list[_Child]) -> Iterator[Any]:
     live = {child.conn: child for child in children}
+    limit = _deadline_s()
+    last = time.monotonic()
     while live:
         ready = mpc.wait(list(live), timeout=_POLL_S)
         if not ready:
             for child in live.values():
                 _check_alive(child)
+            if time.monotonic() - last > limit:
+                raise _stuck(list(live.values()), time.monotonic() - last)
             continue
+        last = time.monotonic()
         for conn in ready:
             child = live[conn]
             ok, sample = child.take()

@@ -153,7 +153,8 @@ class ParameterServer:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  poll_interval_s: float = 0.05,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                 first_contact_s: float | None = None) -> None:
         if not isinstance(fan_in, int) or fan_in < 1:
             raise ValueError(f"ParameterServer: fan_in must be an int >= 1, got {fan_in!r}")
         self.fan_in = fan_in
@@ -173,6 +174,13 @@ class ParameterServer:
         # since the barrier began must get this server's error (after the peers are probed)
         # before its own deadline, else it would only know that this server did not answer
         self.barrier_s = max(0.75 * self.deadline_s, self.deadline_s - 1.0)
+        # NOTE: the first step's clock starts at the first trainer's first message, not when
+        # this pserver started serving: trainers may take long to reach their first step
+        # (reading data, building the program); the wait for that first message has its own,
+        # longer bound
+        self.first_contact_s = 10 * self.deadline_s if first_contact_s is None else \
+            float(first_contact_s)
+        self._first_contact: float | None = None
         self._secret = secret
         self._failed_at = 0.0
         self._culprit = False  # the failure is this server's own (its update failed)
@@ -265,6 +273,11 @@ class ParameterServer:
             req.reply()
             return
         t = m.trainer_id
+        if self._first_contact is None:
+            self._first_contact = now = time.monotonic()
+            if self.step == 0:
+                self._phase_start = now
+                self._last_seen = dict.fromkeys(self.live, now)
         try:
             if not 0 <= t < self.fan_in:
                 raise _RequestError(f"trainer id {t} is not in 0..{self.fan_in - 1} (this "
@@ -585,6 +598,14 @@ class ParameterServer:
             self._check_lost(now)
             if self._error is not None:
                 return
+        if self._first_contact is None:
+            waited = now - self._phase_start
+            if waited > self.first_contact_s:
+                self._give_up(PServerError(
+                    f"pserver {self.endpoint}: no trainer sent a message within "
+                    f"{waited:.1f} s of the start (10 x FLAGS_rpc_deadline): trainer(s) "
+                    f"{sorted(self.live)} never connected{self._refusals()}"))
+            return
         if not self.sync_mode:
             silent = sorted(t for t in self.live if now - self._last_seen[t] > self.deadline_s)
             if silent:
@@ -602,16 +623,24 @@ class ParameterServer:
         if not missing:
             return
         if waited > self.barrier_s:
+            never = [t for t in missing if t not in self._owner]
             self._give_up(PServerError(
                 f"pserver {self.endpoint}: step {self.step}: waited {waited:.1f} s for the "
                 f"{what} of trainer(s) {missing} (FLAGS_rpc_deadline is "
                 f"{self.deadline_s * 1000:.0f} ms); trainers done with this barrier: "
-                f"{sorted(self.live - set(missing))}, completed: {sorted(self.completed)}"))
+                f"{sorted(self.live - set(missing))}, completed: {sorted(self.completed)}" +
+                (f"; trainer(s) {never} never connected{self._refusals()}" if never else "")))
         elif waited > self.barrier_s / 2 and not self._warned:
             self._warned = True
             log.warning("pserver %s: step %d: still waiting for the %s of trainer(s) %s after "
                         "%.1f s (deadline %.1f s)", self.endpoint, self.step, what, missing,
                         waited, self.deadline_s)
+
+    def _refusals(self) -> str:
+        """What the transport refused at the handshake, if anything (a wrong secret)."""
+        n = self._server.refused_handshakes
+        return (f" ({n} connection(s) were refused at their handshake: a wrong or missing "
+                f"secret, $PARAFLUID_RPC_SECRET)") if n else ""
 
     def _give_up(self, err: PServerError) -> None:
         """A barrier timed out: ping the peers from a thread (the serving loop goes on

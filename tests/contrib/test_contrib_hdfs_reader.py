@@ -164,3 +164,32 @@ def test_distributed_batch_reader_with_one_trainer_and_bad_ids(monkeypatch):
     monkeypatch.setenv("PADDLE_TRAINER_ID", "2")
     with pytest.raises(ValueError, match=r"PADDLE_TRAINER_ID=2 must be in \[0, "):
         distributed_batch_reader(_batches)
+
+
+def test_a_path_that_hadoop_would_read_as_an_option_is_refused(client, tmp_path, monkeypatch):
+    c, root = client
+    (root / "-skipTrash").mkdir()
+    for call in (lambda: c.delete("-skipTrash"), lambda: c.is_exist("-test"),
+                 lambda: c.ls("-R"), lambda: c.rename("/a", "-f")):
+        with pytest.raises(ValueError, match="starts with '-', which `hadoop fs` would read "
+                                             "as an option"):
+            call()
+    assert (root / "-skipTrash").exists()
+    # a local path starting with '-' reaches hadoop as an absolute path, not an option
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-local").write_text("x")
+    assert c.upload("/up", "-local")
+    assert (root / "up" / "-local").read_text() == "x"
+
+
+@pytest.mark.parametrize("entry", ["/data/../../escape", "/elsewhere/f", "/data/sub/.."])
+def test_multi_download_writes_nothing_outside_its_local_path(client, tmp_path, monkeypatch,
+                                                              entry):
+    c, root = client
+    (root / "data").mkdir()
+    (root / "data" / "ok").write_text("ok")
+    monkeypatch.setattr(c, "lsr", lambda path, sort=True: ["/data/ok", entry])
+    dst = tmp_path / "dst" / "inner"
+    with pytest.raises(ValueError, match="outside"):
+        multi_download(c, "/data", str(dst), 0, 1)
+    assert [p.name for p in (tmp_path / "dst").rglob("*")] == ["inner"]  # nothing written

@@ -187,7 +187,30 @@ def test_a_trainer_that_never_comes_is_named_at_the_barrier():
     job.join()
     assert isinstance(job.error, PServerError)
     assert "trainer(s) [1]" in str(job.error) and "FLAGS_rpc_deadline" in str(job.error)
+    assert "trainer(s) [1] never connected" in str(job.error)
     c.close()
+
+
+def test_the_first_steps_clock_starts_at_the_first_message_not_at_the_start():
+    """Trainers that take longer than the deadline to reach their first step (reading
+    data) train: the first barrier's clock starts when the first trainer speaks."""
+    job = Job(deadline_s=0.6)
+    time.sleep(1.5)  # longer than the deadline: before, the pserver had failed the job
+    seen = {}
+    errors = _run_trainers([_sync_trainer(job.endpoint, t, 2, seen) for t in (0, 1)])
+    assert not errors, errors
+    job.join()
+    assert job.error is None, job.error
+    assert job.ps.step == 2
+
+
+def test_trainers_that_never_connect_are_named_at_the_first_contact_bound():
+    job = Job(deadline_s=0.3, first_contact_s=1.0)
+    t0 = time.monotonic()
+    job.join(timeout=30)
+    assert 1.0 <= time.monotonic() - t0 < 20
+    assert "no trainer sent a message within" in str(job.error)
+    assert "trainer(s) [0, 1] never connected" in str(job.error), job.error
 
 
 def test_a_trainer_that_vanishes_mid_step_is_named_at_the_fetch_barrier():

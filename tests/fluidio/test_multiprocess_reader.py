@@ -142,3 +142,25 @@ def test_many_small_samples_flow_without_a_stall(use_pipe):
     merged = fluid.io.multiprocess_reader([ints], use_pipe=use_pipe, queue_size=1_000_000)
     assert sum(merged()) == sum(range(100_000))
     assert no_children_left()
+
+
+@pytest.mark.parametrize("use_pipe", [True, False])
+def test_a_child_that_hangs_after_its_first_sample_is_named_at_the_deadline(monkeypatch,
+                                                                             use_pipe):
+    monkeypatch.setenv("FLAGS_reader_deadline", "1500")
+
+    def hangs():
+        yield 1
+        time.sleep(600)
+
+    def fine():
+        yield from range(10, 13)
+
+    merged = fluid.io.multiprocess_reader([fine, hangs], use_pipe=use_pipe)
+    got = []
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"reader 1 \(pid \d+\) sent no sample for "
+                                           r"[\d.]+ s and is still running"):
+        for sample in merged():
+            got.append(sample)
+    assert 1 in got and time.monotonic() - start < 60

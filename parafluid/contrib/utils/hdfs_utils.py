@@ -153,7 +153,7 @@ class HDFSClient:
                     _logger.error("HDFS file %s exists and overwrite=False", target)
                     return False
                 self.delete(target)
-        return self._run(["-put", local_path, path], retry_times)[0] == 0
+        return self._run(["-put", _local(local_path, "upload"), path], retry_times)[0] == 0
 
     def download(self, hdfs_path: str, local_path: str, overwrite: bool = False,
                  unzip: bool = False) -> bool:
@@ -164,14 +164,18 @@ class HDFSClient:
         if not self.is_exist(path):
             _logger.error("HDFS path %s does not exist", path)
             return False
-        local_file = os.path.join(local_path, os.path.basename(path.rstrip("/")))
+        name = os.path.basename(path.rstrip("/"))
+        if name in ("", ".", ".."):
+            raise ValueError(f"HDFSClient.download: HDFS path {path!r} names no file to write "
+                             f"into {local_path!r}")
+        local_file = os.path.join(local_path, name)
         if os.path.exists(local_file):
             if not overwrite:
                 _logger.error("local path %s exists and overwrite=False", local_file)
                 return False
             os.remove(local_file)
         self.make_local_dirs(local_path)
-        if self._run(["-get", path, local_path])[0] != 0:
+        if self._run(["-get", path, _local(local_path, "download")])[0] != 0:
             return False
         if unzip:
             import zipfile
@@ -190,7 +194,21 @@ def _path(p: Any, method: str) -> str:
     if not isinstance(p, str) or not p:
         raise ValueError(f"HDFSClient.{method}: an HDFS path (non-empty str) is needed, "
                          f"got {p!r}")
+    # NOTE: `hadoop fs` reads an argument starting with "-" as an option (-rm -skipTrash,
+    # -D...): a path must not be one
+    if p.startswith("-"):
+        raise ValueError(f"HDFSClient.{method}: HDFS path {p!r} starts with '-', which "
+                         "`hadoop fs` would read as an option; write it as ./" + p +
+                         " or with its full hdfs:// URI")
     return p
+
+
+def _local(p: Any, method: str) -> str:
+    """A local path as `hadoop fs` must get it: absolute (never read as an option)."""
+    if not isinstance(p, (str, os.PathLike)) or not str(p):
+        raise ValueError(f"HDFSClient.{method}: a local path (non-empty str) is needed, "
+                         f"got {p!r}")
+    return os.path.abspath(p)
 
 
 def _listing(out: str) -> list[tuple[bool, datetime, str]]:
@@ -241,17 +259,29 @@ def multi_download(client: HDFSClient, hdfs_path: str, local_path: str, trainer_
     mine = files[int(trainer_id)::int(trainers)]
     root = hdfs_path.rstrip("/")
 
+    top = os.path.realpath(local_path)
+
     def local_dir(f: str) -> str:
         rel = os.path.relpath(os.path.dirname(f), root)
-        return local_path if rel == os.curdir else os.path.join(local_path, rel)
+        where = local_path if rel == os.curdir else os.path.join(local_path, rel)
+        # NOTE: the listing comes from the cluster: an entry outside hdfs_path, or with ".."
+        # in it, must not write outside local_path
+        target = os.path.realpath(os.path.join(where, os.path.basename(f)))
+        if rel.startswith(os.pardir) or os.path.isabs(rel) or \
+                not target.startswith(top + os.sep):
+            raise ValueError(f"multi_download: the listing of {hdfs_path!r} holds {f!r}, which "
+                             f"would be written to {target!r}, outside {local_path!r}; "
+                             "nothing is downloaded")
+        return where
 
-    ok = _parallel(lambda f: client.download(f, local_dir(f), overwrite=True), mine,
-                   multi_processes)
+    dirs = [local_dir(f) for f in mine]  # every target checked before anything is written
+    ok = _parallel(lambda fd: client.download(fd[0], fd[1], overwrite=True),
+                   list(zip(mine, dirs)), multi_processes)
     failed = [f for f, good in zip(mine, ok) if not good]
     if failed:
         raise RuntimeError(f"multi_download: {len(failed)} of {len(mine)} files failed, e.g. "
                            f"{failed[0]!r}")
-    return [os.path.join(local_dir(f), os.path.basename(f)) for f in mine]
+    return [os.path.join(d, os.path.basename(f)) for f, d in zip(mine, dirs)]
 
 
 def multi_upload(client: HDFSClient, hdfs_path: str, local_path: str,

@@ -151,13 +151,16 @@ class Plan:
         lanes: scheduler lanes the plan wants (one per device of a placed program).
         homes: where each persistable must be before a step (placement's
             ``persistable_homes``), or None.
+        overlap: start the all-reduces that only the update tail reads and go on with the
+            backward pass; the barrier before the tail waits for them (a communicator across
+            processes; see ``_defer_collectives``).
     """
 
     def __init__(self, graph: SSAGraph, block: Any, devices: list[torch.device],
                  services: list[RunServices], feed: tuple[str, ...], fetch: tuple[str, ...],
                  release: bool = True, inplace: dict[int, Any] | None = None,
                  name_devices: bool = True, serial: bool = False, lanes: int = 1,
-                 homes: dict[str, Any] | None = None) -> None:
+                 homes: dict[str, Any] | None = None, overlap: bool = False) -> None:
         self.graph = graph
         self.block = block
         self.lanes = lanes
@@ -258,6 +261,7 @@ class Plan:
         recorded = set(self.recorded_nodes)
         self._in_tail = set(self.tail_nodes)
         self.guard = StepGuard()
+        self.deferred = self._defer_collectives() if overlap else []
         n = len(graph.nodes)
         self._order: list[int] = list(range(n))
         self._edges = list(self.edges)
@@ -276,6 +280,54 @@ class Plan:
                       for i in range(len(graph.nodes))]
         self._variants: dict[tuple, TaskGraph] = {}
         self._graph_for(False, False, False)  # build the common one now
+
+    # ------------------------------------------------------------------ overlap
+    def _defer_collectives(self) -> list[int]:
+        """Make the all-reduces whose results only the update tail reads start and return at
+        once (the backward pass goes on while the transport sums); the barrier before the
+        tail waits for them. Returns their node indices.
+
+        NOTE: a node is deferred only when every successor is a tail node, or a collective
+        that neither reads nor writes its outputs (the one order of collectives): nothing
+        before the barrier can see a sum still in flight. Collectives start in program order
+        as before, so every trainer pairs them the same way.
+        """
+        comm = self.services[0].communicator if self.services else None
+        if comm is None or not hasattr(comm, "wait_pending") or comm.num_trainers < 2 \
+                or not (self.tail_nodes and self.compute_nodes):
+            return []
+        succ: dict[int, list[int]] = {}
+        for a, b in self.edges:
+            succ.setdefault(a, []).append(b)
+        nodes = self.graph.nodes
+        out = []
+        for i in self.compute_nodes:
+            node = nodes[i]
+            if node.type not in ("c_allreduce_sum", "c_allreduce_coalesced") \
+                    or node.device != ALL_DEVICES:
+                continue
+            mine = {(d, n) for refs in node.outputs.values() for d, n, _ in refs}
+            if all(b in self._in_tail or (nodes[b].device == ALL_DEVICES and not mine & {
+                    (d, n) for slots in (nodes[b].inputs, nodes[b].outputs)
+                    for refs in slots.values() for d, n, _ in refs}) for b in succ.get(i, ())):
+                self._fns[i] = _deferring(self._fns[i], comm, i)
+                out.append(i)
+        return out
+
+    def _barrier(self) -> None:
+        """Wait for the deferred all-reduces, then enter the update tail."""
+        try:
+            self.services[0].communicator.wait_pending()
+        except Exception as e:
+            node = self.graph.nodes[getattr(e, "tag", self.deferred[0])]
+            raise op_error(node.op, node.op_index, e,
+                           node.device if self._name_devices else None) from e
+        self.guard.enter_tail()
+
+    def drop_pending(self) -> None:
+        """A failed step: forget the all-reduces it started (nobody reads them)."""
+        if self.deferred:
+            self.services[0].communicator.drop_pending()
 
     # ------------------------------------------------------------------ binding
     def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
@@ -499,7 +551,7 @@ class Plan:
                      timed(t, _event_name(n.op), n.op_index, n.device)
                      for t, n in zip(tasks, self.graph.nodes)]
         if len(self._order) > len(tasks):
-            tasks = [*tasks, self.guard.enter_tail]
+            tasks = [*tasks, self._barrier if self.deferred else self.guard.enter_tail]
         # NOTE: node order is program order, a topological order: one lane runs in it (the
         # barrier before the update tail, a suffix of it), so random ops draw in the order
         # the program lists them.
@@ -534,6 +586,7 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         plan.proven = True
     except BaseException as e:
         guard.hold()  # a second Ctrl-C must not cut the restore short
+        plan.drop_pending()
         plan.undo.rollback()
         if guard.in_tail and guard.unrecorded:
             # NOTE: only an update op failing on a later run than the plan's first and
@@ -564,6 +617,17 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         plan.undo.clear()
         if guarded:
             guard.finish()  # raises a Ctrl-C held during the updates, the step done
+
+
+def _deferring(fn: Task, comm: Any, index: int) -> Task:
+    """``fn`` (a collective node's task) with the communicator's all-reduces only started."""
+    def run() -> None:
+        comm.defer = index
+        try:
+            fn()
+        finally:
+            comm.defer = None
+    return run
 
 
 class BlockRunner:

@@ -36,6 +36,7 @@ Example (what the Executor does with one device)::
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,12 +55,14 @@ from .compiled_functions import bind_compiled_function
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
 from .runtime import (
+    OpRecord,
     OpRunError,
     RunContext,
     bind_op,
     op_detail,
     op_error,
     op_hooks_active,
+    report,
     timed,
 )
 from .scheduler import Scheduler, TaskError, TaskGraph
@@ -310,7 +313,7 @@ class Plan:
             if all(b in self._in_tail or (nodes[b].device == ALL_DEVICES and not mine & {
                     (d, n) for slots in (nodes[b].inputs, nodes[b].outputs)
                     for refs in slots.values() for d, n, _ in refs}) for b in succ.get(i, ())):
-                self._fns[i] = _deferring(self._fns[i], comm, i)
+                self._fns[i] = _deferring(self._fns[i], comm, node)
                 out.append(i)
         return out
 
@@ -619,14 +622,28 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
             guard.finish()  # raises a Ctrl-C held during the updates, the step done
 
 
-def _deferring(fn: Task, comm: Any, index: int) -> Task:
-    """``fn`` (a collective node's task) with the communicator's all-reduces only started."""
+def _deferring(fn: Task, comm: Any, node: Node) -> Task:
+    """``fn`` (a collective node's task) with the communicator's all-reduces only started.
+
+    While an op hook is registered (the profiler), each all-reduce also reports its time in
+    flight, from its start to the transport's completion, as ``<op type> in flight`` on the
+    thread that completed it: the timeline shows it beside the backward ops it overlaps."""
+    index, name = node.index, f"{node.type} in flight"
+
     def run() -> None:
+        hooked = op_hooks_active()
+        before = len(comm.in_flight()) if hooked else 0
+        start = time.perf_counter_ns()
         comm.defer = index
         try:
             fn()
         finally:
             comm.defer = None
+        if hooked:
+            for fut in comm.in_flight()[before:]:
+                fut.add_done_callback(lambda _: report(OpRecord(
+                    name, node.op_index, ALL_DEVICES, start, time.perf_counter_ns(),
+                    threading.get_ident())))
     return run
 
 

@@ -5,7 +5,8 @@
 CASE is ``model/mode`` (models of tests/parallel/dp_models.py, ``mlp``, ``cnn``, ``embedding``,
 or with another optimizer than SGD, ``mlp+momentum``, ``embedding+adam``, ...; modes
 allreduce, reduce, allreduce-fused, reduce-fused, and any of them with ``-compiled``:
-BuildStrategy.enable_compile, or ``-nooverlap``: BuildStrategy.overlap_communication off), optionally ``@k`` for the k-th repetition of the same case.
+BuildStrategy.enable_compile, or ``-nooverlap``: BuildStrategy.overlap_communication off),
+optionally ``@k`` for the k-th repetition of the same case.
 Each case transpiles a fresh program in nccl2 mode, runs its startup program (the rendezvous
 happens once, in the first one), then trains 5 steps on this trainer's half of each global
 batch with a ParallelExecutor over CPU_NUM devices. Writes, per case, the merged losses and

@@ -26,6 +26,11 @@ hashes differ, every trainer reads the others' signatures through the store and 
 ``CollectiveMismatchError`` (a ValueError) naming each one's. gloo itself would hand one rank
 garbage and abort the other (different sizes), or silently sum two different gradients (the
 same size, paired out of order). The check costs one small round trip per collective.
+Where the caller vouches that the sizes agree (``sizes_agreed``: a ParallelExecutor's steps
+after its program check), a dense float all-reduce carries the check in its own data instead
+(``data_check.py``): no second collective. With ``defer`` set, a dense all-reduce is only
+started; ``wait_pending()`` waits for the started ones in order (the plan's barrier before
+the updates), so that the transport runs while the backward pass goes on.
 
 Deadlines and dead peers: every collective fails within ``deadline_s`` (default
 ``FLAGS_rpc_deadline``, 180 s). Each trainer's heartbeat thread (``health.py``) watches the

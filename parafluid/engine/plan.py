@@ -286,45 +286,57 @@ class Plan:
 
     # ------------------------------------------------------------------ overlap
     def _defer_collectives(self) -> list[int]:
-        """Make the all-reduces whose results only the update tail reads start and return at
-        once (the backward pass goes on while the transport sums); the barrier before the
-        tail waits for them. Returns their node indices.
+        """Make the all-reduces start and return at once, so that the backward pass goes on
+        while the transport sums; each is waited for before the first op that reads its
+        result: the barrier before the update tail, or a compute op (a compiled segment that
+        ends with the updates, gradient clipping) that waits first. Returns their node
+        indices.
 
-        NOTE: a node is deferred only when every successor is a tail node, or a collective
-        that neither reads nor writes its outputs (the one order of collectives): nothing
-        before the barrier can see a sum still in flight. Collectives start in program order
-        as before, so every trainer pairs them the same way.
+        NOTE: a node is deferred only when it has readers and none of them is a collective;
+        its other successors (the one order of collectives) only order the starts.
+        Collectives start in program order as before, so every trainer pairs them the same
+        way.
         """
         comm = self.services[0].communicator if self.services else None
-        if comm is None or not hasattr(comm, "wait_pending") or comm.num_trainers < 2 \
-                or not (self.tail_nodes and self.compute_nodes):
+        if comm is None or not hasattr(comm, "wait_pending") or comm.num_trainers < 2:
             return []
         succ: dict[int, list[int]] = {}
         for a, b in self.edges:
             succ.setdefault(a, []).append(b)
         nodes = self.graph.nodes
-        out = []
+        out: list[int] = []
+        wait_in: set[int] = set()
         for i in self.compute_nodes:
             node = nodes[i]
             if node.type not in ("c_allreduce_sum", "c_allreduce_coalesced") \
                     or node.device != ALL_DEVICES:
                 continue
             mine = {(d, n) for refs in node.outputs.values() for d, n, _ in refs}
-            if all(b in self._in_tail or (nodes[b].device == ALL_DEVICES and not mine & {
-                    (d, n) for slots in (nodes[b].inputs, nodes[b].outputs)
-                    for refs in slots.values() for d, n, _ in refs}) for b in succ.get(i, ())):
-                self._fns[i] = _deferring(self._fns[i], comm, node)
-                out.append(i)
+            readers = [b for b in succ.get(i, ()) if mine & {
+                (d, n) for slots in (nodes[b].inputs, nodes[b].outputs)
+                for refs in slots.values() for d, n, _ in refs}]
+            if not readers or any(nodes[b].device == ALL_DEVICES for b in readers):
+                continue
+            self._fns[i] = _deferring(self._fns[i], comm, node)
+            out.append(i)
+            wait_in.update(b for b in readers if b not in self._in_tail)
+        for b in sorted(wait_in):
+            self._fns[b] = _after(self._wait_deferred, self._fns[b])
+            self._inline[b] = None
         return out
 
-    def _barrier(self) -> None:
-        """Wait for the deferred all-reduces, then enter the update tail."""
+    def _wait_deferred(self) -> None:
+        """Wait for the all-reduces started so far; a failure names the op that started it."""
         try:
             self.services[0].communicator.wait_pending()
         except Exception as e:
             node = self.graph.nodes[getattr(e, "tag", self.deferred[0])]
             raise op_error(node.op, node.op_index, e,
                            node.device if self._name_devices else None) from e
+
+    def _barrier(self) -> None:
+        """Wait for the deferred all-reduces, then enter the update tail."""
+        self._wait_deferred()
         self.guard.enter_tail()
 
     def drop_pending(self) -> None:
@@ -620,6 +632,14 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         plan.undo.clear()
         if guarded:
             guard.finish()  # raises a Ctrl-C held during the updates, the step done
+
+
+def _after(first: Callable[[], None], fn: Task) -> Task:
+    """``fn`` run after ``first``."""
+    def run() -> None:
+        first()
+        fn()
+    return run
 
 
 def _deferring(fn: Task, comm: Any, node: Node) -> Task:

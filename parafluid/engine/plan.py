@@ -36,7 +36,6 @@ Example (what the Executor does with one device)::
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,15 +53,14 @@ from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .compiled_functions import bind_compiled_function
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
+from .overlap import defer_collectives
 from .runtime import (
-    OpRecord,
     OpRunError,
     RunContext,
     bind_op,
     op_detail,
     op_error,
     op_hooks_active,
-    report,
     timed,
 )
 from .scheduler import Scheduler, TaskError, TaskGraph
@@ -264,7 +262,7 @@ class Plan:
         recorded = set(self.recorded_nodes)
         self._in_tail = set(self.tail_nodes)
         self.guard = StepGuard()
-        self.deferred = self._defer_collectives() if overlap else []
+        self.deferred = defer_collectives(self) if overlap else []
         n = len(graph.nodes)
         self._order: list[int] = list(range(n))
         self._edges = list(self.edges)
@@ -285,46 +283,6 @@ class Plan:
         self._graph_for(False, False, False)  # build the common one now
 
     # ------------------------------------------------------------------ overlap
-    def _defer_collectives(self) -> list[int]:
-        """Make the all-reduces start and return at once, so that the backward pass goes on
-        while the transport sums; each is waited for before the first op that reads its
-        result: the barrier before the update tail, or a compute op (a compiled segment that
-        ends with the updates, gradient clipping) that waits first. Returns their node
-        indices.
-
-        NOTE: a node is deferred only when it has readers and none of them is a collective;
-        its other successors (the one order of collectives) only order the starts.
-        Collectives start in program order as before, so every trainer pairs them the same
-        way.
-        """
-        comm = self.services[0].communicator if self.services else None
-        if comm is None or not hasattr(comm, "wait_pending") or comm.num_trainers < 2:
-            return []
-        succ: dict[int, list[int]] = {}
-        for a, b in self.edges:
-            succ.setdefault(a, []).append(b)
-        nodes = self.graph.nodes
-        out: list[int] = []
-        wait_in: set[int] = set()
-        for i in self.compute_nodes:
-            node = nodes[i]
-            if node.type not in ("c_allreduce_sum", "c_allreduce_coalesced") \
-                    or node.device != ALL_DEVICES:
-                continue
-            mine = {(d, n) for refs in node.outputs.values() for d, n, _ in refs}
-            readers = [b for b in succ.get(i, ()) if mine & {
-                (d, n) for slots in (nodes[b].inputs, nodes[b].outputs)
-                for refs in slots.values() for d, n, _ in refs}]
-            if not readers or any(nodes[b].device == ALL_DEVICES for b in readers):
-                continue
-            self._fns[i] = _deferring(self._fns[i], comm, node)
-            out.append(i)
-            wait_in.update(b for b in readers if b not in self._in_tail)
-        for b in sorted(wait_in):
-            self._fns[b] = _after(self._wait_deferred, self._fns[b])
-            self._inline[b] = None
-        return out
-
     def _wait_deferred(self) -> None:
         """Wait for the all-reduces started so far; a failure names the op that started it."""
         try:
@@ -632,39 +590,6 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         plan.undo.clear()
         if guarded:
             guard.finish()  # raises a Ctrl-C held during the updates, the step done
-
-
-def _after(first: Callable[[], None], fn: Task) -> Task:
-    """``fn`` run after ``first``."""
-    def run() -> None:
-        first()
-        fn()
-    return run
-
-
-def _deferring(fn: Task, comm: Any, node: Node) -> Task:
-    """``fn`` (a collective node's task) with the communicator's all-reduces only started.
-
-    While an op hook is registered (the profiler), each all-reduce also reports its time in
-    flight, from its start to the transport's completion, as ``<op type> in flight`` on the
-    thread that completed it: the timeline shows it beside the backward ops it overlaps."""
-    index, name = node.index, f"{node.type} in flight"
-
-    def run() -> None:
-        hooked = op_hooks_active()
-        before = len(comm.in_flight()) if hooked else 0
-        start = time.perf_counter_ns()
-        comm.defer = index
-        try:
-            fn()
-        finally:
-            comm.defer = None
-        if hooked:
-            for fut in comm.in_flight()[before:]:
-                fut.add_done_callback(lambda _: report(OpRecord(
-                    name, node.op_index, ALL_DEVICES, start, time.perf_counter_ns(),
-                    threading.get_ident())))
-    return run
 
 
 class BlockRunner:

@@ -26,8 +26,9 @@ hashes differ, every trainer reads the others' signatures through the store and 
 ``CollectiveMismatchError`` (a ValueError) naming each one's. gloo itself would hand one rank
 garbage and abort the other (different sizes), or silently sum two different gradients (the
 same size, paired out of order). The check costs one small round trip per collective.
-Where the caller vouches that the sizes agree (``sizes_agreed``: a ParallelExecutor's steps
-after its program check), a dense float all-reduce carries the check in its own data instead
+Where the caller vouches that the sizes agree (``sizes_agreed``: the ParallelExecutor's
+all-reduces of parameter gradients, whose shapes its first-step program check compared), a
+dense float all-reduce carries the check in its own data instead
 (``data_check.py``): no second collective. With ``defer`` set, a dense all-reduce is only
 started; ``wait_pending()`` waits for the started ones in order (the plan's barrier before
 the updates), so that the transport runs while the backward pass goes on.
@@ -158,9 +159,10 @@ class ProcessGroupCommunicator:
         # raises CollectiveMismatchError on every trainer.
         self.verify_collectives = True
         self.step = 0  # the executor's step, part of every signature
-        # NOTE: where the caller vouches that every trainer's buffers have the same sizes (a
-        # ParallelExecutor's steps after its program check), a dense all-reduce carries its
-        # signature check in its own data (data_check.py): no second collective.
+        # NOTE: where the caller vouches that every trainer's buffers have the same sizes (the
+        # ParallelExecutor's all-reduces of parameter gradients, whose shapes its first-step
+        # program check compared), a dense all-reduce carries its signature check in its own
+        # data (data_check.py): no second collective.
         self.sizes_agreed = False
         # not None: the next dense all-reduces only start (the value is the caller's tag for
         # them); their results are valid after wait_pending() (the plan's barrier)

@@ -12,8 +12,8 @@ pieces together carry 56 bits of the hash. So the check costs no collective of i
 
 It needs the trainers' buffers to have the same size (a transport pairing buffers of
 different sizes answers with garbage or an abort): the caller uses it where the sizes are
-known to agree (a ParallelExecutor's steps after its program check), and the separate
-16-byte check elsewhere.
+known to agree (the ParallelExecutor's all-reduces of parameter gradients, whose shapes its
+first-step program check compared), and the separate 16-byte check elsewhere.
 
 Example::
 

@@ -7,6 +7,8 @@ asynchronous work handle) and return, so that the backward ops go on while the t
 sums; the plan waits for them (``communicator.wait_pending``) before the first op that reads
 a result: the barrier before the update tail, or a compute op that first waits. The profiler
 sees each started all-reduce as ``<op type> in flight`` until the transport completes it.
+An all-reduce of parameter gradients also carries its signature check in its own data
+(``distributed/data_check.py``) instead of a second collective.
 
 Example (what ``Plan`` does with ``overlap=True``)::
 
@@ -25,15 +27,23 @@ from .runtime import OpRecord, op_hooks_active, report
 
 __all__ = ["defer_collectives"]
 
+GRAD = "@GRAD"
+
 Task = Callable[[], None]
 
 
-def defer_collectives(plan: Any) -> list[int]:
-    """Make the all-reduces start and return at once, so that the backward pass goes on
-    while the transport sums; each is waited for before the first op that reads its
-    result: the barrier before the update tail, or a compute op (a compiled segment that
-    ends with the updates, gradient clipping) that waits first. Returns their node
-    indices.
+def defer_collectives(plan: Any, overlap: bool = True) -> list[int]:
+    """With ``overlap``, make the all-reduces start and return at once, so that the backward
+    pass goes on while the transport sums; each is waited for before the first op that
+    reads its result: the barrier before the update tail, or a compute op (a compiled
+    segment that ends with the updates, gradient clipping) that waits first. Returns their
+    node indices. Either way, an all-reduce of parameter gradients carries its signature
+    check in its data (the communicator's ``sizes_agreed``).
+
+    NOTE: the sizes of parameter gradients agree across the trainers: the ParallelExecutor's
+    first-step program check compared every parameter's shape and the variables every
+    collective carries. Other all-reduces (a user's, of activations whose batch may differ)
+    keep the separate check, which fails cleanly on a size mismatch.
 
     NOTE: a node is deferred only when it has readers and none of them is a collective;
     its other successors (the one order of collectives) only order the starts.
@@ -47,12 +57,17 @@ def defer_collectives(plan: Any) -> list[int]:
     for a, b in plan.edges:
         succ.setdefault(a, []).append(b)
     nodes = plan.graph.nodes
+    params = {p.name for p in plan.block.program.global_block().all_parameters()}
     out: list[int] = []
     wait_in: set[int] = set()
-    for i in plan.compute_nodes:
+    for i in range(len(nodes)):
         node = nodes[i]
         if node.type not in ("c_allreduce_sum", "c_allreduce_coalesced") \
                 or node.device != ALL_DEVICES:
+            continue
+        if all(x.endswith(GRAD) and x[:-len(GRAD)] in params for x in node.op.input("X")):
+            plan._fns[i] = _agreed(plan._fns[i], comm)
+        if not overlap or i in plan._in_tail:
             continue
         mine = {(d, n) for refs in node.outputs.values() for d, n, _ in refs}
         readers = [b for b in succ.get(i, ()) if mine & {
@@ -67,6 +82,17 @@ def defer_collectives(plan: Any) -> list[int]:
         plan._fns[b] = _after(plan._wait_deferred, plan._fns[b])
         plan._inline[b] = None
     return out
+
+
+def _agreed(fn: Task, comm: Any) -> Task:
+    """``fn`` (a collective node's task) with the communicator told that the sizes agree."""
+    def run() -> None:
+        comm.sizes_agreed = True
+        try:
+            fn()
+        finally:
+            comm.sizes_agreed = False
+    return run
 
 
 def _after(first: Callable[[], None], fn: Task) -> Task:

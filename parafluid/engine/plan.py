@@ -152,9 +152,9 @@ class Plan:
         lanes: scheduler lanes the plan wants (one per device of a placed program).
         homes: where each persistable must be before a step (placement's
             ``persistable_homes``), or None.
-        overlap: start the all-reduces that only the update tail reads and go on with the
-            backward pass; the barrier before the tail waits for them (a communicator across
-            processes; see ``_defer_collectives``).
+        overlap: start the all-reduces and go on with the backward pass; the first op that
+            reads a sum waits for it (a communicator across processes; see
+            ``engine.overlap``).
     """
 
     def __init__(self, graph: SSAGraph, block: Any, devices: list[torch.device],
@@ -262,7 +262,7 @@ class Plan:
         recorded = set(self.recorded_nodes)
         self._in_tail = set(self.tail_nodes)
         self.guard = StepGuard()
-        self.deferred = defer_collectives(self) if overlap else []
+        self.deferred = defer_collectives(self, overlap)
         n = len(graph.nodes)
         self._order: list[int] = list(range(n))
         self._edges = list(self.edges)

@@ -228,10 +228,6 @@ class ParallelExecutor:
         # NOTE: Plan.run drops the step's values (feeds, activations) whatever happens, so
         # that a caller retrying after an error (out of memory) gets them back
         try:
-            if self._multi:
-                # NOTE: the program check above compared every collective's shape: the
-                # all-reduces of this run carry their signature check in their data
-                self._communicator.sizes_agreed = True
             for _ in range(steps):
                 self._steps += 1
                 if self._multi:
@@ -248,9 +244,6 @@ class ParallelExecutor:
             if self._multi:
                 self._give_up(e)
             raise
-        finally:
-            if self._multi:
-                self._communicator.sizes_agreed = False
         results = [merge_fetches(name, list(values), return_numpy, return_merged)
                    for name, values in zip(fetch, zip(*fetches))]
         self._has_run = True
@@ -445,7 +438,7 @@ class ParallelExecutor:
             plan = Plan(graph, block, self._devices, self._services, feed, fetch,
                         release=bool(self._build_strategy.memory_optimize), inplace=inplace,
                         serial=serial,
-                        overlap=self._multi and self._build_strategy.overlap_communication)
+                        overlap=self._build_strategy.overlap_communication)
             self._plans[key] = plan
         return plan
 

@@ -142,6 +142,14 @@ def main() -> int:
             print(f"{kind}: {name} {mo:,.0f} samples/s, ratio to DDP {mo / md:.2f} "
                   f"(median of per-round ratios {statistics.median(ratios):.2f}; per round: "
                   f"{', '.join(f'{r:.2f}' for r in ratios)})")
+        # the changes measured side by side: each job against its counterpart, per round
+        for new, old in (("parafluid", "parafluid, no overlap"), ("parafluid", "parafluid before"),
+                         ("parafluid compiled", "parafluid compiled before")):
+            if new in rates and old in rates:
+                ratios = [a / b for a, b in zip(rates[new], rates[old])]
+                print(f"{kind}: {new} / {old}: median of per-round ratios "
+                      f"{statistics.median(ratios):.2f} (per round: "
+                      f"{', '.join(f'{r:.2f}' for r in ratios)})")
     return 0
 
 

@@ -7,9 +7,13 @@ SGD. parafluid: ``DistributeTranspiler`` in nccl2 mode + ``ParallelExecutor(num_
 backward pass). The jobs alternate (parafluid, DDP, parafluid, ...) for ``--rounds`` rounds;
 prints the median samples/s of each and the ratio parafluid / DDP (target >= 1.0). With
 ``--compile`` a third job runs parafluid with ``BuildStrategy.enable_compile`` (compiled
-segments on each trainer; the first steps, which compile, are not timed).
+segments on each trainer; the first steps, which compile, are not timed). ``--no-overlap``
+adds a job with ``BuildStrategy.overlap_communication`` off (each all-reduce waited for where
+the backward pass issues it); ``--before ROOT`` adds a job running this same worker from
+another checkout (``ROOT``, e.g. the main branch), so that a change is measured side by side.
 
     python bench/collective_train.py [--rounds 3] [--steps 20] [--kinds mlp cnn] [--compile]
+        [--no-overlap] [--before /path/to/other/checkout]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -29,7 +34,8 @@ sys.path.insert(0, ROOT)
 from parafluid.distributed.launch import free_ports  # noqa: E402
 
 
-def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False) -> None:
+def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False,
+                     overlap: bool = True) -> None:
     """One trainer (PADDLE_* set by main); rank 0 prints the job's samples/s."""
     import torch
     from data_parallel import BATCH, batch, fluid_model, samples_per_s
@@ -48,6 +54,8 @@ def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False)
     fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
     bs = fluid.BuildStrategy()
     bs.enable_compile = compile
+    if not overlap:
+        bs.overlap_communication = False
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
                                 num_trainers=job.trainers, trainer_id=job.trainer_id,
                                 build_strategy=bs)
@@ -60,18 +68,21 @@ def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False)
         print(json.dumps({"rate": rate}), flush=True)
 
 
-def run_parafluid(kind: str, steps: int, repeats: int, compile: bool = False) -> float:
+def run_parafluid(kind: str, steps: int, repeats: int, compile: bool = False,
+                  overlap: bool = True, root: str = ROOT) -> float:
     ports = free_ports(2)
     eps = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = []
     try:
         for t in range(2):
-            env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
                        CPU_NUM="1", PADDLE_TRAINER_ID=str(t), PADDLE_TRAINERS_NUM="2",
                        PADDLE_TRAINER_ENDPOINTS=eps, PADDLE_CURRENT_ENDPOINT=eps.split(",")[t])
             procs.append(subprocess.Popen(
-                [sys.executable, __file__, "--worker", kind, "--steps", str(steps),
-                 "--repeats", str(repeats), *(["--compile"] if compile else [])], env=env,
+                [sys.executable, os.path.join(root, "bench", os.path.basename(__file__)),
+                 "--worker", kind, "--steps", str(steps), "--repeats", str(repeats),
+                 *(["--compile"] if compile else []), *([] if overlap else ["--no-overlap"])],
+                env=env,
                 stdout=subprocess.PIPE, text=True))
         out = procs[0].communicate(timeout=900)[0]
         procs[1].wait(timeout=60)
@@ -94,31 +105,51 @@ def main() -> int:
     p.add_argument("--kinds", nargs="+", default=["mlp", "cnn"], choices=["mlp", "cnn"])
     p.add_argument("--compile", action="store_true",
                    help="also run parafluid with compiled segments (enable_compile)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="also run parafluid with BuildStrategy.overlap_communication off")
+    p.add_argument("--before", metavar="ROOT",
+                   help="also run this worker from another checkout (e.g. the main branch)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
-        parafluid_worker(a.worker, a.steps, a.repeats, a.compile)
+        parafluid_worker(a.worker, a.steps, a.repeats, a.compile, overlap=not a.no_overlap)
         return 0
     from data_parallel import run_ddp
 
     print(f"2 processes x 1 torch thread, gloo on 127.0.0.1, global batch 256, SGD; "
           f"{a.rounds} alternating rounds of {a.repeats} x {a.steps} steps (best of repeats)")
     for kind in a.kinds:
-        ours, ddp, comp = [], [], []
-        for _ in range(a.rounds):
-            ours.append(run_parafluid(kind, a.steps, a.repeats))
-            ddp.append(run_ddp(kind, a.steps, a.repeats))
-            if a.compile:
-                comp.append(run_parafluid(kind, a.steps, a.repeats, compile=True))
-        ratios = [o / d for o, d in zip(ours, ddp)]
-        mo, md = statistics.median(ours), statistics.median(ddp)
-        print(f"{kind}: parafluid {mo:,.0f} samples/s, DDP {md:,.0f} samples/s, ratio "
-              f"{mo / md:.2f} (per round: {', '.join(f'{r:.2f}' for r in ratios)})")
-        if comp:
-            mc = statistics.median(comp)
-            cr = [c / d for c, d in zip(comp, ddp)]
-            print(f"{kind}: parafluid compiled {mc:,.0f} samples/s, ratio to DDP {mc / md:.2f} "
-                  f"(per round: {', '.join(f'{r:.2f}' for r in cr)})")
+        before = {"root": os.path.abspath(a.before)} if a.before else None
+        jobs: dict[str, dict[str, Any]] = {"parafluid": {}}
+        if a.no_overlap:
+            jobs["parafluid, no overlap"] = {"overlap": False}
+        if before:
+            jobs["parafluid before"] = before
+        if a.compile:
+            jobs["parafluid compiled"] = {"compile": True}
+            if before:
+                jobs["parafluid compiled before"] = {"compile": True, **before}
+        rates: dict[str, list[float]] = {name: [] for name in [*jobs, "DDP"]}
+        for _ in range(a.rounds):  # alternating: every job of a round sees the same load
+            for name, options in jobs.items():
+                rates[name].append(run_parafluid(kind, a.steps, a.repeats, **options))
+            rates["DDP"].append(run_ddp(kind, a.steps, a.repeats))
+        md = statistics.median(rates["DDP"])
+        print(f"{kind}: DDP {md:,.0f} samples/s")
+        for name in jobs:
+            ratios = [o / d for o, d in zip(rates[name], rates["DDP"])]
+            mo = statistics.median(rates[name])
+            print(f"{kind}: {name} {mo:,.0f} samples/s, ratio to DDP {mo / md:.2f} "
+                  f"(median of per-round ratios {statistics.median(ratios):.2f}; per round: "
+                  f"{', '.join(f'{r:.2f}' for r in ratios)})")
+        # the changes measured side by side: each job against its counterpart, per round
+        for new, old in (("parafluid", "parafluid, no overlap"), ("parafluid", "parafluid before"),
+                         ("parafluid compiled", "parafluid compiled before")):
+            if new in rates and old in rates:
+                ratios = [a / b for a, b in zip(rates[new], rates[old])]
+                print(f"{kind}: {new} / {old}: median of per-round ratios "
+                      f"{statistics.median(ratios):.2f} (per round: "
+                      f"{', '.join(f'{r:.2f}' for r in ratios)})")
     return 0
 
 

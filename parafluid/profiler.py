@@ -57,7 +57,9 @@ DEFAULT_PROFILE_PATH = "/tmp/profile"
 
 def is_comm_op(op_type: str) -> bool:
     """Whether the trace shows ``op_type`` as communication: its registration row says
-    ``comm=True`` (collectives, RPC, barriers, copies between devices)."""
+    ``comm=True`` (collectives, RPC, barriers, copies between devices); "<type> in flight"
+    (an all-reduce started without waiting, until it completes) is communication too."""
+    op_type = op_type.removesuffix(" in flight")
     return has_op(op_type) and get_op_def(op_type).comm
 
 

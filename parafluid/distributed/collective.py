@@ -26,6 +26,12 @@ hashes differ, every trainer reads the others' signatures through the store and 
 ``CollectiveMismatchError`` (a ValueError) naming each one's. gloo itself would hand one rank
 garbage and abort the other (different sizes), or silently sum two different gradients (the
 same size, paired out of order). The check costs one small round trip per collective.
+Where the caller vouches that the sizes agree (``sizes_agreed``: the ParallelExecutor's
+all-reduces of parameter gradients, whose shapes its first-step program check compared), a
+dense float all-reduce carries the check in its own data instead
+(``data_check.py``): no second collective. With ``defer`` set, a dense all-reduce is only
+started; ``wait_pending()`` waits for the started ones in order (the plan's barrier before
+the updates), so that the transport runs while the backward pass goes on.
 
 Deadlines and dead peers: every collective fails within ``deadline_s`` (default
 ``FLAGS_rpc_deadline``, 180 s). Each trainer's heartbeat thread (``health.py``) watches the
@@ -50,7 +56,6 @@ Example (two processes, each runs)::
 from __future__ import annotations
 
 import atexit
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -61,6 +66,7 @@ import torch.distributed as dist
 
 from ..flags import flag
 from ..scope import SelectedRows
+from .data_check import check_pairs, check_tail, signature_hash, tail_agrees
 from .deadline import rpc_deadline_seconds
 from .endpoints import parse_endpoints
 from .rendezvous import Rendezvous, rendezvous
@@ -153,6 +159,15 @@ class ProcessGroupCommunicator:
         # raises CollectiveMismatchError on every trainer.
         self.verify_collectives = True
         self.step = 0  # the executor's step, part of every signature
+        # NOTE: where the caller vouches that every trainer's buffers have the same sizes (the
+        # ParallelExecutor's all-reduces of parameter gradients, whose shapes its first-step
+        # program check compared), a dense all-reduce carries its signature check in its own
+        # data (data_check.py): no second collective.
+        self.sizes_agreed = False
+        # not None: the next dense all-reduces only start (the value is the caller's tag for
+        # them); their results are valid after wait_pending() (the plan's barrier)
+        self.defer: Any = None
+        self._pending: list[tuple] = []
         self._rdv = rdv
         self._store = rdv.store
         self._calls = rdv.calls
@@ -227,44 +242,55 @@ class ProcessGroupCommunicator:
         is compared first.
         """
         with self._lock:
-            if self._closed:
-                raise CollectiveError(f"{what}: the communicator of trainer {self.trainer_id} "
-                                      "is closed")
-            if self._broken is not None:
-                raise CollectiveError(f"{what}: this communicator failed earlier and cannot "
-                                      f"be used again ({self._broken})")
-            self._seq += 1
-            seq = self._seq
-            self._heartbeat.seq = seq
-            start = time.monotonic()
+            seq, start = self._enter(what)
             try:
                 if signature is not None and self.verify_collectives:
                     self._verify(seq, what, signature)
                 return body()
-            except (ValueError, TypeError) as e:
-                if isinstance(e, CollectiveMismatchError):
-                    self._broken = str(e)
-                raise
-            except (RuntimeError, _PeerGone) as e:
-                took = time.monotonic() - start
-                if isinstance(e, _PeerGone):
-                    who = str(e)
-                else:
-                    self._read_failures()
-                    who = self._heartbeat.describe(
-                        seq, wait_s=max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
-                                                 self.deadline_s - took)))
-                detail = "" if isinstance(e, _PeerGone) else f". Transport: {first_line(e)}"
-                self._broken = (f"{what} (collective #{seq}) failed on "
-                                f"{self.describe(self.trainer_id)} after "
-                                f"{time.monotonic() - start:.1f} s (deadline "
-                                f"{self.deadline_s:g} s): {who}{detail}")
-                raise CollectiveError(self._broken) from e
+            except (ValueError, TypeError, RuntimeError, _PeerGone) as e:
+                err = self._failure(e, what, seq, start)
+                if err is e:
+                    raise
+                raise err from e
+
+    def _enter(self, what: str) -> tuple[int, float]:
+        """Number the next collective (``self._lock`` held); refuse it on a closed or broken
+        communicator."""
+        if self._closed:
+            raise CollectiveError(f"{what}: the communicator of trainer {self.trainer_id} "
+                                  "is closed")
+        if self._broken is not None:
+            raise CollectiveError(f"{what}: this communicator failed earlier and cannot "
+                                  f"be used again ({self._broken})")
+        self._seq += 1
+        self._heartbeat.seq = self._seq
+        return self._seq, time.monotonic()
+
+    def _failure(self, e: BaseException, what: str, seq: int, start: float) -> BaseException:
+        """The error to raise for collective ``seq`` failing with ``e``; a transport failure
+        or a mismatch breaks the communicator."""
+        if isinstance(e, (ValueError, TypeError)):
+            if isinstance(e, CollectiveMismatchError):
+                self._broken = str(e)
+            return e
+        took = time.monotonic() - start
+        if isinstance(e, _PeerGone):
+            who = str(e)
+        else:
+            self._read_failures()
+            who = self._heartbeat.describe(
+                seq, wait_s=max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
+                                         self.deadline_s - took)))
+        detail = "" if isinstance(e, _PeerGone) else f". Transport: {first_line(e)}"
+        self._broken = (f"{what} (collective #{seq}) failed on "
+                        f"{self.describe(self.trainer_id)} after "
+                        f"{time.monotonic() - start:.1f} s (deadline "
+                        f"{self.deadline_s:g} s): {who}{detail}")
+        return CollectiveError(self._broken)
 
     def _verify(self, seq: int, what: str, signature: str) -> None:
         tag = f"{self.step}\n{signature}"
-        h = int.from_bytes(hashlib.blake2b(f"{seq}\n{tag}".encode(), digest_size=7).digest(),
-                           "big")
+        h = signature_hash(seq, tag)
         head = torch.tensor([h, -h], dtype=torch.int64, device=self._wire)
         opts = dist.AllreduceOptions()
         opts.reduceOp = dist.ReduceOp.MAX
@@ -272,7 +298,11 @@ class ProcessGroupCommunicator:
         top, neg_low = head.tolist()
         if top == h and -neg_low == h:
             return
-        # the trainers differ: every one of them gets here; say how, through the store
+        self._mismatch(seq, what, tag)
+
+    def _mismatch(self, seq: int, what: str, tag: str) -> None:
+        """The trainers' signatures of collective ``seq`` differ: every one of them gets here;
+        raise CollectiveMismatchError saying how, read through the store."""
         base = f"sig/{seq}/"
         self._calls(lambda: self._store.set(base + str(self.trainer_id), tag),
                     self._transport_s, "publishing the signature")
@@ -340,6 +370,84 @@ class ProcessGroupCommunicator:
             acc += v.to(device)
         return acc.contiguous()
 
+    def _local_sum_into(self, values: Sequence[torch.Tensor], extra: int
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a flat buffer of the local sum followed by ``extra`` free elements, the sum as a
+        view of it): the same bits as ``_local_sum``, with room for the data check."""
+        v0 = values[0]
+        flat = torch.empty(v0.numel() + extra, dtype=v0.dtype, device=self._wire)
+        head = flat[:v0.numel()].view(v0.shape)
+        if len(values) == 1:
+            head.copy_(v0)
+        else:
+            torch.add(v0.to(self._wire), values[1].to(self._wire), out=head)
+            for v in values[2:]:
+                head += v.to(self._wire)
+        return flat, head
+
+    def _dense_all_reduce(self, values: Sequence[torch.Tensor], signature: str
+                          ) -> torch.Tensor:
+        """All-reduce the local sum of ``values``: checked in its data where the sizes agree,
+        only started while ``defer`` is set (the result is valid after ``wait_pending``)."""
+        n = self.num_trainers
+        pairs = check_pairs(values[0].dtype, n) \
+            if self.verify_collectives and self.sizes_agreed else 0
+        flat, head = self._local_sum_into(values, 2 * pairs)
+        with self._lock:
+            seq, start = self._enter("all_reduce")
+            tag = f"{self.step}\n{signature}"
+            try:
+                if self.verify_collectives and not pairs:
+                    self._verify(seq, "all_reduce", signature)
+                if pairs:
+                    flat[head.numel():] = torch.tensor(
+                        check_tail(signature_hash(seq, tag), pairs, flat.dtype, n),
+                        dtype=flat.dtype)
+                work = self._pg.allreduce([flat])
+                item = (self.defer, seq, start, work, flat, head.numel() if pairs else -1, tag)
+                if self.defer is not None:
+                    self._pending.append(item)
+                else:
+                    self._finish(item)
+            except (ValueError, TypeError, RuntimeError, _PeerGone) as e:
+                err = self._failure(e, "all_reduce", seq, start)
+                if err is e:
+                    raise
+                raise err from e
+        return head
+
+    def _finish(self, item: tuple) -> None:
+        """Wait for a started all-reduce and read its data check."""
+        _, seq, _, work, flat, n, tag = item
+        self._wait(work)
+        if n >= 0 and not tail_agrees(flat[n:].tolist(), self.num_trainers):
+            self._mismatch(seq, "all_reduce", tag)
+
+    def wait_pending(self) -> None:
+        """Wait for every all-reduce started while ``defer`` was set, in the order they
+        started. A failure raises as the collective would have (its ``tag`` attribute is the
+        ``defer`` value it started under), and drops the others."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+            for item in pending:
+                try:
+                    self._finish(item)
+                except (ValueError, TypeError, RuntimeError, _PeerGone) as e:
+                    err = self._failure(e, "all_reduce", item[1], item[2])
+                    err.tag = item[0]  # type: ignore[attr-defined]
+                    if err is e:
+                        raise
+                    raise err from e
+
+    def in_flight(self) -> list[Any]:
+        """The futures of the all-reduces started while ``defer`` was set and not yet waited
+        for, in start order (the profiler times them)."""
+        return [item[3].get_future() for item in self._pending]
+
+    def drop_pending(self) -> None:
+        """Forget the started all-reduces (a failed step: nobody reads their results)."""
+        self._pending = []
+
     def _spread(self, value: Value) -> list[Value]:
         if self._same_device:
             return [value] * len(self.devices)
@@ -367,13 +475,15 @@ class ProcessGroupCommunicator:
             return self._spread(self._gather_rows(values, "all_reduce", name))
         _same_kind(values, "all_reduce")
         v = values[0]
+        signature = f"all_reduce{_of(name)} {v.dtype} {list(v.shape)}"
+        if self.num_trainers > 1 and v.numel() and (self.sizes_agreed or self.defer is not None):
+            return self._spread(self._dense_all_reduce(values, signature).to(self.devices[0]))
         if donate and len(values) == 1 and v.device == self._wire and v.is_contiguous():
             buf = v
         else:
             buf = self._local_sum(values, self._wire)
         if self.num_trainers > 1 and buf.numel():
-            self._run("all_reduce", lambda: self._wait(self._pg.allreduce([buf])),
-                      f"all_reduce{_of(name)} {buf.dtype} {list(buf.shape)}")
+            self._run("all_reduce", lambda: self._wait(self._pg.allreduce([buf])), signature)
         return self._spread(buf.to(self.devices[0]))
 
     def reduce(self, values: Sequence[Value], root: int, name: str = "") -> Value | None:
@@ -533,6 +643,7 @@ class ProcessGroupCommunicator:
         """
         if self._broken is None:
             self._broken = f"{self.describe(self.trainer_id)} gave up: {reason}"
+        self._pending = []
         try:
             self._calls(lambda: self._store.set(f"failed/{self.trainer_id}", reason[:2000]),
                         min(self._transport_s, 5.0), "announcing the failure")

@@ -53,6 +53,7 @@ from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .compiled_functions import bind_compiled_function
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
+from .overlap import defer_collectives
 from .runtime import (
     OpRunError,
     RunContext,
@@ -151,13 +152,16 @@ class Plan:
         lanes: scheduler lanes the plan wants (one per device of a placed program).
         homes: where each persistable must be before a step (placement's
             ``persistable_homes``), or None.
+        overlap: start the all-reduces and go on with the backward pass; the first op that
+            reads a sum waits for it (a communicator across processes; see
+            ``engine.overlap``).
     """
 
     def __init__(self, graph: SSAGraph, block: Any, devices: list[torch.device],
                  services: list[RunServices], feed: tuple[str, ...], fetch: tuple[str, ...],
                  release: bool = True, inplace: dict[int, Any] | None = None,
                  name_devices: bool = True, serial: bool = False, lanes: int = 1,
-                 homes: dict[str, Any] | None = None) -> None:
+                 homes: dict[str, Any] | None = None, overlap: bool = False) -> None:
         self.graph = graph
         self.block = block
         self.lanes = lanes
@@ -258,6 +262,7 @@ class Plan:
         recorded = set(self.recorded_nodes)
         self._in_tail = set(self.tail_nodes)
         self.guard = StepGuard()
+        self.deferred = defer_collectives(self, overlap)
         n = len(graph.nodes)
         self._order: list[int] = list(range(n))
         self._edges = list(self.edges)
@@ -276,6 +281,26 @@ class Plan:
                       for i in range(len(graph.nodes))]
         self._variants: dict[tuple, TaskGraph] = {}
         self._graph_for(False, False, False)  # build the common one now
+
+    # ------------------------------------------------------------------ overlap
+    def _wait_deferred(self) -> None:
+        """Wait for the all-reduces started so far; a failure names the op that started it."""
+        try:
+            self.services[0].communicator.wait_pending()
+        except Exception as e:
+            node = self.graph.nodes[getattr(e, "tag", self.deferred[0])]
+            raise op_error(node.op, node.op_index, e,
+                           node.device if self._name_devices else None) from e
+
+    def _barrier(self) -> None:
+        """Wait for the deferred all-reduces, then enter the update tail."""
+        self._wait_deferred()
+        self.guard.enter_tail()
+
+    def drop_pending(self) -> None:
+        """A failed step: forget the all-reduces it started (nobody reads them)."""
+        if self.deferred:
+            self.services[0].communicator.drop_pending()
 
     # ------------------------------------------------------------------ binding
     def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
@@ -499,7 +524,7 @@ class Plan:
                      timed(t, _event_name(n.op), n.op_index, n.device)
                      for t, n in zip(tasks, self.graph.nodes)]
         if len(self._order) > len(tasks):
-            tasks = [*tasks, self.guard.enter_tail]
+            tasks = [*tasks, self._barrier if self.deferred else self.guard.enter_tail]
         # NOTE: node order is program order, a topological order: one lane runs in it (the
         # barrier before the update tail, a suffix of it), so random ops draw in the order
         # the program lists them.
@@ -534,6 +559,7 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         plan.proven = True
     except BaseException as e:
         guard.hold()  # a second Ctrl-C must not cut the restore short
+        plan.drop_pending()
         plan.undo.rollback()
         if guard.in_tail and guard.unrecorded:
             # NOTE: only an update op failing on a later run than the plan's first and

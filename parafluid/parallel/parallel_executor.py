@@ -437,7 +437,8 @@ class ParallelExecutor:
             serial = (sched.num_threads if sched is not None else self._num_threads) == 1
             plan = Plan(graph, block, self._devices, self._services, feed, fetch,
                         release=bool(self._build_strategy.memory_optimize), inplace=inplace,
-                        serial=serial)
+                        serial=serial,
+                        overlap=self._build_strategy.overlap_communication)
             self._plans[key] = plan
         return plan
 

@@ -183,6 +183,9 @@ class BuildStrategy(_Strategy):
         enable_compile: run the runs of compilable ops as compiled segments
             (torch.compile / Inductor), each device its own; the rest stays interpreted
             (docs/compiled.md).
+        overlap_communication: in a multi-trainer job, start each all-reduce whose result
+            only the parameter updates read and go on with the backward pass, waiting for
+            it before the updates (default True; the results are the same bits either way).
 
     Example::
 
@@ -201,6 +204,7 @@ class BuildStrategy(_Strategy):
         "enable_sequential_execution": (bool, False),
         "fuse_elewise_add_act_ops": (bool, False),
         "fuse_all_reduce_ops": (bool, False),
+        "overlap_communication": (bool, True),
         "fuse_all_optimizer_ops": (bool, False),
         "fuse_relu_depthwise_conv": (bool, False),
         "fuse_broadcast_ops": (bool, False),

@@ -5,7 +5,8 @@
 CASE is ``model/mode`` (models of tests/parallel/dp_models.py, ``mlp``, ``cnn``, ``embedding``,
 or with another optimizer than SGD, ``mlp+momentum``, ``embedding+adam``, ...; modes
 allreduce, reduce, allreduce-fused, reduce-fused, and any of them with ``-compiled``:
-BuildStrategy.enable_compile), optionally ``@k`` for the k-th repetition of the same case.
+BuildStrategy.enable_compile, or ``-nooverlap``: BuildStrategy.overlap_communication off),
+optionally ``@k`` for the k-th repetition of the same case.
 Each case transpiles a fresh program in nccl2 mode, runs its startup program (the rendezvous
 happens once, in the first one), then trains 5 steps on this trainer's half of each global
 batch with a ParallelExecutor over CPU_NUM devices. Writes, per case, the merged losses and
@@ -57,6 +58,7 @@ def run_case(case: str, endpoints: str, trainer_id: int, out: str) -> None:
         bs.reduce_strategy = fluid.BuildStrategy.ReduceStrategy.Reduce
     bs.fuse_all_reduce_ops = "fused" in mode.split("-")
     bs.enable_compile = "compiled" in mode.split("-")  # compiled segments on every device
+    bs.overlap_communication = "nooverlap" not in mode.split("-")
     bs.sync_batch_norm = model == "cnn"  # statistics over every device of every trainer
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
                                 build_strategy=bs, num_trainers=len(eps),

@@ -53,17 +53,19 @@ from .runtime import (
     op_detail,
     op_device,
     op_error,
+    op_hooks_active,
     report,
 )
 
-__all__ = ["bind_compiled_function", "Segment", "segment_source", "compile_stats"]
+__all__ = ["bind_compiled_function", "Segment", "segment_source", "compile_stats",
+           "background_idle"]
 
 log = logging.getLogger("parafluid.compile")
 
 _lock = threading.Lock()
 _warned: set[str] = set()
 # counters for tests and the benchmarks: compiles, recompiles, fallbacks
-compile_stats = {"compiled": 0, "recompiled": 0, "fallbacks": 0}
+compile_stats = {"compiled": 0, "recompiled": 0, "fallbacks": 0, "tiered": 0}
 
 
 def _debug() -> bool:
@@ -79,10 +81,11 @@ def _warn_once(key: str, message: str) -> None:
 
 
 def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
-                     outs: list[str]) -> str:
+                     outs: list[str], fresh: tuple[str, ...] = ()) -> str:
     """The source of ``def name(*ins): ... return outs`` calling the kernels ``K<i>`` of
     ``ops`` (numbered from ``first``), one line per op, with attrs ``A<i>``, contexts
-    ``C<i>``."""
+    ``C<i>``; the inputs named in ``fresh`` are cloned first (the kernels update the
+    clones, the caller's tensors stay as they were)."""
     local: dict[str, str] = {}
 
     def var(n: str) -> str:
@@ -91,6 +94,8 @@ def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
         return local[n]
 
     lines = [f"def {name}({', '.join(var(n) for n in ins)}):"]
+    for n in fresh:
+        lines.append(f"    {local[n]} = {local[n]}.clone()  # {n}: new value, committed after")
     for j, inner in enumerate(ops):
         i = first + j
         opdef = get_op_def(inner.type)
@@ -127,8 +132,18 @@ def segment_source(op: Any) -> str:
     """The Python source of segment op ``op``'s function (what ``PARAFLUID_DEBUG=1``
     prints): one line per op, calling its registered kernel."""
     ops = op.attrs["sub_block"].ops
+    ins = list(op.inputs.get("X", []))
     return _function_source(f"segment_{int(op.attrs.get('segment', 0))}", ops, 0,
-                            list(op.inputs.get("X", [])), list(op.outputs.get("Out", [])))
+                            ins, list(op.outputs.get("Out", [])), _fresh_inputs(op, ins))
+
+
+def _fresh_inputs(op: Any, ins: list[str]) -> tuple[str, ...]:
+    """The inputs a committing segment writes: cloned at its start, so that the scope's
+    tensors keep their values until the new ones are committed."""
+    if not op.attrs.get("commit"):
+        return ()
+    _, written = run_io(op.attrs["sub_block"].ops)
+    return tuple(n for n in ins if n in set(written))
 
 
 class _Piece:
@@ -143,7 +158,8 @@ class _Piece:
         self.outs = [n for n in written if n in needed]
         self.name = f"segment_{seg.number}_ops_{start}_{end}"
         self.filename = f"<parafluid {self.name} at {id(self):x}>"
-        self.source = _function_source(self.name, ops, start, self.ins, self.outs)
+        fresh = tuple(n for n in self.ins if n in seg.fresh and n in set(written))
+        self.source = _function_source(self.name, ops, start, self.ins, self.outs, fresh)
         # NOTE: a fresh code object per piece: torch.compile caches compiled code per code
         # object, and closures of one function would share (and overflow) one cache
         code = compile(self.source, self.filename, "exec")
@@ -155,7 +171,9 @@ class _Piece:
         self.fn: Callable | None = None if compiled else self.eager
         self.mode = "reduce-overhead" if seg.device.type == "cuda" else None
 
-    def __call__(self, *args: Any) -> tuple:
+    def compiled(self) -> Callable:
+        """The piece's compiled function (made on first use; it compiles on its first
+        call)."""
         fn = self.fn
         if fn is None:
             # NOTE: fullgraph: code the compiler cannot take raises here instead of running
@@ -163,10 +181,16 @@ class _Piece:
             # NOTE: a piece's globals (kernels, attrs, contexts) are fixed when it is built,
             # so guarding on them would only cost time at every call (hundreds of guards
             # for a long piece): only the guards on the input tensors and their shapes stay
-            fn = self.fn = torch.compile(
+            fn = torch.compile(
                 self.eager, dynamic=None, fullgraph=True, mode=self.mode,
                 options={"guard_filter_fn": torch.compiler.skip_guard_on_globals_unsafe})
             compile_stats["compiled"] += 1
+        return fn
+
+    def __call__(self, *args: Any) -> tuple:
+        fn = self.fn
+        if fn is None:
+            fn = self.fn = self.compiled()
         return fn(*args)
 
     def culprit(self, exc: BaseException) -> int | None:
@@ -206,6 +230,16 @@ class Segment:
         self._runners: list[Callable] | None = None  # the ops bound for it (on first use)
         self.in_names = list(op.inputs.get("X", []))
         self.out_names = list(op.outputs.get("Out", []))
+        # a committing segment's inputs that it writes: cloned at its start (see __call__)
+        self.fresh = set(_fresh_inputs(op, self.in_names))
+        self._fresh_idx = [i for i, n in enumerate(self.in_names) if n in self.fresh]
+        # inputs whose first dimension is the batch (-1 in the IR): compiled dynamic there
+        self._batch_idx = [i for i, n in enumerate(self.in_names)
+                           if _batch_dimension(getattr(op, "block", None), n)]
+        self.tiered = bool(op.attrs.get("tiered")) and enabled
+        self._ready = not self.tiered  # tiered: compiled code not ready yet
+        self._queued = False
+        self._bg_error: BaseException | None = None
         self.namespace: dict[str, Any] = {}
         for i, inner in enumerate(self.ops):
             # NOTE: the kernel itself: LoD is shared by bind_op, not by kernels, so compiled
@@ -248,8 +282,14 @@ class Segment:
             _warn_once(f"{id(self)}:{reason}", f"{self.describe()} runs uncompiled: {reason}")
             compile_stats["fallbacks"] += 1
             return self.run_ops(args)
+        if not self._ready:
+            self._tier_up(args)
+            if not self._ready:
+                return self.run_ops(args)
         shapes = tuple((tuple(a.shape), a.dtype) for a in args)
         if shapes != self._shapes:
+            if self._shapes is None:
+                self._mark_batch(args)
             self._note_shapes(shapes)
         try:
             if self._single is not None:
@@ -262,6 +302,66 @@ class Segment:
             out = self.run_ops(args)  # raises the op's own error, named, if there is one
             self._reject(exc)
             return out
+
+    def _mark_batch(self, args: tuple) -> None:
+        """Compile with the batch dimension dynamic from the first call on (the IR says
+        which inputs have one: -1 first in their shape), so that a new batch size does not
+        recompile."""
+        for i in self._batch_idx:
+            a = args[i]
+            if isinstance(a, torch.Tensor) and a.dim() >= 1:
+                torch._dynamo.maybe_mark_dynamic(a, 0)
+                self._dynamic_logged = True
+
+    # ------------------------------------------------------------------ tiered
+    def _tier_up(self, args: tuple) -> None:
+        """Tiered compilation: on the first call, queue the compilation of the pieces on
+        the background thread (with copies of ``args`` as example inputs); while it runs,
+        the segment runs op by op; when it is done, switch over. A compile failure seen
+        there is handled here, on the caller's thread, as a synchronous one is."""
+        error, self._bg_error = self._bg_error, None
+        if error is not None:
+            self._queued = False
+            self._reject(error)
+            if self.fallback is not None:
+                return
+        if self._queued:
+            return
+        self._queued = True
+        example = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a
+                        for a in args)
+        _BACKGROUND.submit(lambda: self._compile_pieces(example))
+
+    def _compile_pieces(self, example: tuple) -> None:
+        """(background thread) Compile every piece by running it once on ``example``."""
+        t0 = time.perf_counter_ns()
+        try:
+            self._mark_batch(example)
+            env = dict(zip(self.in_names, example))
+            fns = []
+            for piece in self.pieces:
+                fn = piece.fn if piece.fn is not None else piece.compiled()
+                env.update(zip(piece.outs, fn(*[env[n] for n in piece.ins])))
+                fns.append(fn)
+            for piece, fn in zip(self.pieces, fns):
+                piece.fn = fn
+            self._shapes = tuple((tuple(a.shape), a.dtype) for a in example)
+            self._ready = True  # (last: the caller's thread switches over on seeing it)
+            compile_stats["tiered"] += 1
+            log.info("%s on %s: compiled in the background in %.1f s, switching over",
+                     self.describe(), self.device, (time.perf_counter_ns() - t0) / 1e9)
+        except Exception as exc:  # noqa: BLE001 (handled on the caller's thread)
+            self._bg_error = exc
+        finally:
+            if op_hooks_active():
+                report(OpRecord(f"compile {self.describe()} (background)", -1,
+                                self.device_index, t0, time.perf_counter_ns(),
+                                threading.get_ident()))
+
+    @property
+    def ready(self) -> bool:
+        """Whether the segment runs compiled code (tiered: once its compilation is done)."""
+        return self._ready
 
     def _reject(self, exc: BaseException) -> None:
         """The compiler failed on a piece: run the op it points at uncompiled from now on
@@ -331,6 +431,8 @@ class Segment:
         if self._runners is None:
             self._runners = [bind_op(o, self.device, self._services, env=self._env)
                              for o in self.ops]
+        if self._fresh_idx:  # a committing segment updates copies, committed after it
+            args = tuple(a.clone() if i in self._fresh_idx else a for i, a in enumerate(args))
         env = self._env
         env.clear()
         env.update(zip(self.in_names, args))
@@ -365,6 +467,64 @@ class Segment:
             self.run_ops(keep, check=True)
             raise
         return out
+
+
+def _batch_dimension(block: Any, name: str) -> bool:
+    """Whether variable ``name`` has a batch dimension: -1 first in its declared shape."""
+    var = None if block is None else block._find_var_recursive(name)
+    if var is None or var.persistable:
+        return False
+    shape = list(var.shape or ())
+    return bool(shape) and shape[0] == -1
+
+
+class _Background:
+    """The one daemon thread that compiles tiered segments, one job after the other (torch's
+    compiler takes a global lock anyway); ``idle(timeout)`` waits until every queued job is
+    done."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._jobs: list[Callable[[], None]] = []
+        self._busy = 0
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._cond:
+            self._jobs.append(job)
+            self._busy += 1
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="parafluid-compile")
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs:
+                    self._cond.wait()
+                job = self._jobs.pop(0)
+            try:
+                job()
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._cond.notify_all()
+
+    def idle(self, timeout: float | None = None) -> bool:
+        """Wait until no compilation is queued or running; False if ``timeout`` passed."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._busy == 0, timeout)
+
+
+_BACKGROUND = _Background()
+
+
+def background_idle(timeout: float | None = None) -> bool:
+    """Wait until the tiered segments queued so far are compiled (or failed to); False when
+    ``timeout`` seconds passed first. For tests and benchmarks: a run never needs to wait."""
+    return _BACKGROUND.idle(timeout)
 
 
 def bind_compiled_function(op: Any, device: Any, services: Any = None,

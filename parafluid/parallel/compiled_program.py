@@ -194,7 +194,8 @@ class CompiledProgram:
         if program is None:
             passes = build_pipeline(self._build_strategy, 1, self._loss_name)
             program = compile_regions(passes(self._program),
-                                      keep=[*fetch, *filter(None, [self._loss_name])])
+                                      keep=[*fetch, *filter(None, [self._loss_name])],
+                                      background=self._build_strategy.compile_in_background)
             self._segmented = {k: v for k, v in self._segmented.items()
                                if k[0] == key[0]}
             self._segmented[key] = program

@@ -183,6 +183,9 @@ class BuildStrategy(_Strategy):
         enable_compile: run the runs of compilable ops as compiled segments
             (torch.compile / Inductor), each device its own; the rest stays interpreted
             (docs/compiled.md).
+        compile_in_background: with ``enable_compile``, tiered compilation: the run starts
+            at once with every segment running op by op, and a background thread compiles
+            the segments, each switching over when its code is ready (docs/compiled.md).
 
     Example::
 
@@ -221,6 +224,7 @@ class BuildStrategy(_Strategy):
         "trainers_endpoints": (list, list),
         "num_microbatches": (int, 1),
         "enable_compile": (bool, False),
+        "compile_in_background": (bool, False),
     }
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -45,6 +45,8 @@ from ..lod import LOD_ATTR
 from ..ops.registry import EMPTY, get_op_def
 from ..passes.compile_regions import run_io
 from ..placement import torch_device
+from ..serialization import dumps
+from . import tiered
 from .atomic import check_finite
 from .runtime import (
     OpRecord,
@@ -238,8 +240,9 @@ class Segment:
                            if _batch_dimension(getattr(op, "block", None), n)]
         self.tiered = bool(op.attrs.get("tiered")) and enabled
         self._ready = not self.tiered  # tiered: compiled code not ready yet
-        self._queued = False
-        self._bg_error: BaseException | None = None
+        self._job: Any = None  # tiered: the queued ahead-of-time compilation
+        self._tier_failed = False
+        self._aot: Callable | None = None  # tiered: the compiled code, once switched
         self.namespace: dict[str, Any] = {}
         for i, inner in enumerate(self.ops):
             # NOTE: the kernel itself: LoD is shared by bind_op, not by kernels, so compiled
@@ -282,10 +285,11 @@ class Segment:
             _warn_once(f"{id(self)}:{reason}", f"{self.describe()} runs uncompiled: {reason}")
             compile_stats["fallbacks"] += 1
             return self.run_ops(args)
-        if not self._ready:
+        if self.tiered:
+            if self._aot is not None:
+                return self._run_aot(args)
             self._tier_up(args)
-            if not self._ready:
-                return self.run_ops(args)
+            return self.run_ops(args) if self._aot is None else self._run_aot(args)
         shapes = tuple((tuple(a.shape), a.dtype) for a in args)
         if shapes != self._shapes:
             if self._shapes is None:
@@ -315,52 +319,66 @@ class Segment:
 
     # ------------------------------------------------------------------ tiered
     def _tier_up(self, args: tuple) -> None:
-        """Tiered compilation: on the first call, queue the compilation of the pieces on
-        the background thread (with copies of ``args`` as example inputs); while it runs,
-        the segment runs op by op; when it is done, switch over. A compile failure seen
-        there is handled here, on the caller's thread, as a synchronous one is."""
-        error, self._bg_error = self._bg_error, None
-        if error is not None:
-            self._queued = False
-            self._reject(error)
-            if self.fallback is not None:
+        """Tiered compilation (``engine/tiered.py``): on the first call, queue a worker
+        process that compiles this segment ahead of time from ``args``; once its package is
+        there, load it, check it once against the op-by-op run and switch over (``_ready``).
+        Until then, and for good when it cannot switch, the segment runs op by op."""
+        job = self._job
+        if job is None:
+            if self._tier_failed:
                 return
-        if self._queued:
+            program = self.op.block.program
+            self._job = tiered.Job(
+                dumps(program), program.global_block().ops.index(self.op), self.in_names,
+                args, self._batch_idx, self.describe())
+            tiered.submit(self._job, self._job_done)
             return
-        self._queued = True
-        example = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a
-                        for a in args)
-        _BACKGROUND.submit(lambda: self._compile_pieces(example))
-
-    def _compile_pieces(self, example: tuple) -> None:
-        """(background thread) Compile every piece by running it once on ``example``."""
-        t0 = time.perf_counter_ns()
+        if not job.done:
+            return
+        self._job = None
+        self._tier_failed = True  # (switched or not, no second job)
         try:
-            self._mark_batch(example)
-            env = dict(zip(self.in_names, example))
-            fns = []
-            for piece in self.pieces:
-                fn = piece.fn if piece.fn is not None else piece.compiled()
-                env.update(zip(piece.outs, fn(*[env[n] for n in piece.ins])))
-                fns.append(fn)
-            for piece, fn in zip(self.pieces, fns):
-                piece.fn = fn
-            self._shapes = tuple((tuple(a.shape), a.dtype) for a in example)
-            self._ready = True  # (last: the caller's thread switches over on seeing it)
-            compile_stats["tiered"] += 1
-            log.info("%s on %s: compiled in the background in %.1f s, switching over",
-                     self.describe(), self.device, (time.perf_counter_ns() - t0) / 1e9)
-        except Exception as exc:  # noqa: BLE001 (handled on the caller's thread)
-            self._bg_error = exc
+            if job.error is not None:
+                raise RuntimeError(job.error)
+            fn = tiered.load(job.package)
+            got = fn(*args)
+            want = self.run_ops(args)
+            for name, g, w in zip(self.out_names, got, want):
+                if g.shape != w.shape or not torch.allclose(g, w, rtol=1e-4, atol=1e-5,
+                                                            equal_nan=True):
+                    raise RuntimeError(f"its output {name!r} differs from the op-by-op run")
+        except Exception as exc:  # noqa: BLE001 (the segment stays as it is: op by op)
+            _warn_once(f"{id(self)}:tiered", f"{self.describe()} on {self.device} stays "
+                       f"interpreted: tiered compilation did not switch it over ({exc})")
+            return
         finally:
-            if op_hooks_active():
-                report(OpRecord(f"compile {self.describe()} (background)", -1,
-                                self.device_index, t0, time.perf_counter_ns(),
-                                threading.get_ident()))
+            job.remove()
+        self._aot = fn
+        self._ready = True
+        compile_stats["tiered"] += 1
+        log.info("%s on %s: compiled ahead of time in %.1f s by a worker process; switched "
+                 "over", self.describe(), self.device, (job.end_ns - job.start_ns) / 1e9)
+
+    def _job_done(self, job: Any) -> None:
+        """(the job queue's thread) Show the worker's time in the profiler's timeline."""
+        if op_hooks_active():
+            report(OpRecord(f"compile {job.what} (worker process)", -1, self.device_index,
+                            job.start_ns, job.end_ns, threading.get_ident()))
+
+    def _run_aot(self, args: tuple) -> tuple:
+        """The ahead-of-time compiled code; a call it refuses (an input shape it was not
+        compiled for) runs op by op, and an op's own error is raised from there."""
+        try:
+            return tuple(self._aot(*args))
+        except Exception as exc:  # noqa: BLE001
+            _warn_once(f"{id(self)}:aot:{tuple(tuple(a.shape) for a in args)}",
+                       f"{self.describe()}: the compiled code refused a call "
+                       f"({type(exc).__name__}: {str(exc).strip()[:200]}); it runs op by op")
+            return self.run_ops(args)
 
     @property
     def ready(self) -> bool:
-        """Whether the segment runs compiled code (tiered: once its compilation is done)."""
+        """Whether the segment runs compiled code (tiered: once it switched over)."""
         return self._ready
 
     def _reject(self, exc: BaseException) -> None:
@@ -478,53 +496,11 @@ def _batch_dimension(block: Any, name: str) -> bool:
     return bool(shape) and shape[0] == -1
 
 
-class _Background:
-    """The one daemon thread that compiles tiered segments, one job after the other (torch's
-    compiler takes a global lock anyway); ``idle(timeout)`` waits until every queued job is
-    done."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._jobs: list[Callable[[], None]] = []
-        self._busy = 0
-        self._thread: threading.Thread | None = None
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._cond:
-            self._jobs.append(job)
-            self._busy += 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name="parafluid-compile")
-                self._thread.start()
-            self._cond.notify_all()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._jobs:
-                    self._cond.wait()
-                job = self._jobs.pop(0)
-            try:
-                job()
-            finally:
-                with self._cond:
-                    self._busy -= 1
-                    self._cond.notify_all()
-
-    def idle(self, timeout: float | None = None) -> bool:
-        """Wait until no compilation is queued or running; False if ``timeout`` passed."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._busy == 0, timeout)
-
-
-_BACKGROUND = _Background()
-
-
 def background_idle(timeout: float | None = None) -> bool:
-    """Wait until the tiered segments queued so far are compiled (or failed to); False when
-    ``timeout`` seconds passed first. For tests and benchmarks: a run never needs to wait."""
-    return _BACKGROUND.idle(timeout)
+    """Wait until the tiered segments' compile jobs queued so far are done (compiled or
+    refused); False when ``timeout`` seconds passed first. For tests and benchmarks: a run
+    never needs to wait (the segment switches over at its first call after that)."""
+    return tiered.jobs_idle(timeout)
 
 
 def bind_compiled_function(op: Any, device: Any, services: Any = None,

@@ -340,8 +340,8 @@ def _check_tiered(wait: bool) -> int:
     return switched
 
 
-def test_tiered_compilation_starts_at_once_op_by_op_with_the_same_numbers():
-    # the steps run op by op while a worker process compiles (killed here, unfinished)
+def test_tiered_compilation_starts_at_once_interpreted_with_the_same_numbers():
+    # the steps run interpreted while a worker process compiles (killed here, unfinished)
     assert _check_tiered(wait=False) == 0
 
 

@@ -319,28 +319,32 @@ class Segment:
 
     # ------------------------------------------------------------------ tiered
     def _tier_up(self, args: tuple) -> None:
-        """Tiered compilation (``engine/tiered.py``): on the first call, queue a worker
-        process that compiles this segment ahead of time from ``args``; once its package is
-        there, load it, check it once against the op-by-op run and switch over (``_ready``).
-        Until then, and for good when it cannot switch, the segment runs op by op."""
-        job = self._job
-        if job is None:
-            if self._tier_failed:
+        """Tiered compilation (``engine/tiered.py``): switch over to the package a worker
+        process compiled ahead of time, once it is there: loaded, checked once against the
+        op-by-op run on the same inputs, then called instead (``_ready``). A segment given
+        no package (``tiered.attach_package``) queues its own job at its first call. Until
+        it switches, and for good when it cannot, the segment runs op by op."""
+        if self._tier_failed:
+            return
+        job, package = self._job, getattr(self.op, tiered.PACKAGE_ATTR, None)
+        seconds = 0.0
+        if package is None:
+            if job is None:
+                program = self.op.block.program
+                self._job = tiered.Job(
+                    dumps(program), program.global_block().ops.index(self.op),
+                    self.in_names, args, self._batch_idx, self.describe())
+                tiered.submit(self._job, self._job_done)
                 return
-            program = self.op.block.program
-            self._job = tiered.Job(
-                dumps(program), program.global_block().ops.index(self.op), self.in_names,
-                args, self._batch_idx, self.describe())
-            tiered.submit(self._job, self._job_done)
-            return
-        if not job.done:
-            return
-        self._job = None
-        self._tier_failed = True  # (switched or not, no second job)
+            if not job.done:
+                return
+            self._job = None
+            package, seconds = job.package, (job.end_ns - job.start_ns) / 1e9
+        self._tier_failed = True  # (switched or not: once)
         try:
-            if job.error is not None:
+            if package is None:
                 raise RuntimeError(job.error)
-            fn = tiered.load(job.package)
+            fn = tiered.load(package)
             got = fn(*args)
             want = self.run_ops(args)
             for name, g, w in zip(self.out_names, got, want):
@@ -352,12 +356,16 @@ class Segment:
                        f"interpreted: tiered compilation did not switch it over ({exc})")
             return
         finally:
-            job.remove()
+            if job is not None:
+                job.remove()
+            elif package is not None:
+                tiered.remove_package(package)
         self._aot = fn
         self._ready = True
         compile_stats["tiered"] += 1
-        log.info("%s on %s: compiled ahead of time in %.1f s by a worker process; switched "
-                 "over", self.describe(), self.device, (job.end_ns - job.start_ns) / 1e9)
+        log.info("%s on %s: switched over to the code a worker process compiled ahead of "
+                 "time%s", self.describe(), self.device,
+                 f" (in {seconds:.1f} s)" if seconds else "")
 
     def _job_done(self, job: Any) -> None:
         """(the job queue's thread) Show the worker's time in the profiler's timeline."""
@@ -447,8 +455,19 @@ class Segment:
         raise at the first op whose output holds NaN or Inf. While the profiler asks for op
         detail, every op reports its own time."""
         if self._runners is None:
-            self._runners = [bind_op(o, self.device, self._services, env=self._env)
-                             for o in self.ops]
+            # NOTE: each value is dropped after its last reader, as the interpreter does:
+            # the op-by-op run is the tiered start's speed, and freed memory is reused
+            last: dict[str, int] = {}
+            for i, o in enumerate(self.ops):
+                for n in (*o.input_arg_names, *o.output_arg_names):
+                    last[n] = i
+            keep = set(self.out_names)
+            drops: list[list[str]] = [[] for _ in self.ops]
+            for n, i in last.items():
+                if n != EMPTY and n not in keep:
+                    drops[i].append(n)
+            self._runners = [bind_op(o, self.device, self._services, env=self._env,
+                                     drop=tuple(d)) for o, d in zip(self.ops, drops)]
         if self._fresh_idx:  # a committing segment updates copies, committed after it
             args = tuple(a.clone() if i in self._fresh_idx else a for i, a in enumerate(args))
         env = self._env

@@ -42,10 +42,12 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["submit", "jobs_idle", "cancel_jobs", "Job"]
+__all__ = ["submit", "jobs_idle", "cancel_jobs", "Job", "attach_package", "load",
+           "remove_package"]
 
 log = logging.getLogger("parafluid.compile")
 
+PACKAGE_ATTR = "_tiered_package"  # a segment op's ready package (see attach_package)
 REFUSED = 3  # the worker's exit status for "this segment cannot switch" (the reason on stderr)
 
 
@@ -55,6 +57,7 @@ class Job:
     def __init__(self, program_json: bytes, op_index: int, names: list[str],
                  args: tuple, batch: list[int], what: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="parafluid-tiered-")
+        self.op: Any = None  # the segment op it compiles, where the caller keeps it
         self.what = what
         self.package: str | None = None  # the compiled package, once the worker made it
         self.error: str | None = None  # why it did not
@@ -185,6 +188,17 @@ def jobs_idle(timeout: float | None = None) -> bool:
 def cancel_jobs() -> None:
     """Kill the running compile worker and drop the queued jobs."""
     _QUEUE.cancel()
+
+
+def attach_package(op: Any, package: str) -> None:
+    """Give segment op ``op`` the package a job compiled for it: the segment switches over
+    at its first call, without a job of its own."""
+    setattr(op, PACKAGE_ATTR, package)
+
+
+def remove_package(package: str) -> None:
+    """Remove a job's files once its package is loaded (the loaded code stays usable)."""
+    shutil.rmtree(os.path.dirname(package), ignore_errors=True)
 
 
 def load(package: str) -> Callable[..., list]:

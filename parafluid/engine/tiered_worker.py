@@ -24,9 +24,13 @@ def compile_job(job_dir: str) -> int:
     """Compile the segment of ``job_dir`` into ``segment.pt2``; 0 on success, REFUSED when
     it cannot switch (the reason on stderr)."""
     try:
-        os.nice(19)  # the training process comes first
-    except OSError:
-        pass
+        # NOTE: the training process comes first: this worker runs only on idle CPU time
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.nice(19)
+        except OSError:
+            pass
     torch.set_num_threads(1)
     with open(os.path.join(job_dir, "job.json")) as f:
         spec = json.load(f)

@@ -4,7 +4,7 @@ time, and the segment switches over when the compiled code is ready.
 With ``BuildStrategy.compile_in_background`` the segmentation pass marks each segment
 ``tiered``. On its first call such a segment (``compiled_functions.Segment``) runs its ops
 one by one, as the interpreter would, and queues a job here. The job is a worker process
-(``python -m parafluid.engine.tiered_worker``, at the lowest CPU priority, one torch
+(``parafluid.engine.tiered_worker``, at the lowest CPU priority (nice 19), one torch
 thread) that
 reads the segmented program (the JSON of ``serialization.dumps``, never a pickle) and the
 first call's inputs (``.npy`` files), traces the segment's function with ``torch.export``
@@ -127,8 +127,11 @@ class _Queue:
                 if self._closed:
                     job.error = "the process is exiting"
                     return
+                # NOTE: the lowest priority from the first instruction on (imports included):
+                # the training process comes first, the worker takes the idle CPU time
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "parafluid.engine.tiered_worker", job.dir],
+                    [sys.executable, "-c", "import os; os.nice(19); "
+                     "from parafluid.engine.tiered_worker import main; main()", job.dir],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
             status = self._proc.wait()
         except OSError as e:

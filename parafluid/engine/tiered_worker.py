@@ -1,7 +1,8 @@
 """The compile worker of tiered compilation (``parafluid.engine.tiered``): run as
-``python -m parafluid.engine.tiered_worker JOB_DIR``, it compiles one segment ahead of time
-(``torch.export`` + AOTInductor) into ``JOB_DIR/segment.pt2``. Exit status 0: done;
-``tiered.REFUSED``: the segment cannot switch (the reason is the last line on stderr)."""
+``python -m parafluid.engine.tiered_worker JOB_DIR`` (or its ``main()``), it compiles one
+segment ahead of time (``torch.export`` + AOTInductor) into ``JOB_DIR/segment.pt2``. Exit
+status 0: done; ``tiered.REFUSED``: the segment cannot switch (the reason is the last line
+on stderr)."""
 
 from __future__ import annotations
 
@@ -17,20 +18,12 @@ from ..serialization import loads
 from .compiled_functions import Segment
 from .tiered import REFUSED
 
-__all__ = ["compile_job"]
+__all__ = ["compile_job", "main"]
 
 
 def compile_job(job_dir: str) -> int:
     """Compile the segment of ``job_dir`` into ``segment.pt2``; 0 on success, REFUSED when
     it cannot switch (the reason on stderr)."""
-    try:
-        # NOTE: the training process comes first: this worker runs only on idle CPU time
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        try:
-            os.nice(19)
-        except OSError:
-            pass
     torch.set_num_threads(1)
     with open(os.path.join(job_dir, "job.json")) as f:
         spec = json.load(f)
@@ -60,5 +53,11 @@ def compile_job(job_dir: str) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The worker's entry point (started by ``engine/tiered.py`` at nice 19):
+    ``JOB_DIR`` is the first argument."""
     sys.exit(compile_job(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    main()

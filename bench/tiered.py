@@ -10,7 +10,9 @@ medians of the per-round ratios to the interpreted run.
 
 Case ``curve``: the digits classifier trained for ``--seconds`` of wall time in a fresh
 process per side (interpreted, tiered cold, tiered warm); each step's time is logged against
-the wall time since the process started training. Writes the points as JSON, an SVG plot
+the wall time since the process started training (``--nice``: the compile worker's
+niceness, 19 by default as in a real run; 0 shows what a machine with an idle core sees on a
+loaded one). Writes the points as JSON, an SVG plot
 (``--svg``) and a Chrome trace of the tiered cold start (``--trace``, one event per step and
 the compile worker's job) with its SVG rendering (``--trace-svg``).
 
@@ -72,8 +74,10 @@ while time.perf_counter() - t0 < seconds:
             tier = next(iter(program._tiers.values()))
             state = tier.state
         points.append((e - t0, (e - s) * 1e3, state))
+now = time.perf_counter_ns()
 for job in jobs:
-    if job.end_ns:
+    if job.start_ns:
+        job.end_ns = job.end_ns or now  # (still compiling when the run ended)
         events.append({"name": f"compile {job.what} (worker process, AOTInductor)",
                        "ph": "X", "pid": 1, "tid": 2, "ts": (job.start_ns / 1e3) - t0 * 1e6,
                        "dur": (job.end_ns - job.start_ns) / 1e3})
@@ -125,9 +129,9 @@ def run_case(rounds: int, before: str | None) -> None:
 
 
 def curve_case(seconds: float, out_json: str, svg: str | None, trace: str | None,
-               trace_svg: str | None) -> None:
+               trace_svg: str | None, nice: int) -> None:
     warm_cache = tempfile.mkdtemp()
-    base = dict(os.environ, PYTHONPATH=ROOT)
+    base = dict(os.environ, PYTHONPATH=ROOT, PARAFLUID_TIERED_NICE=str(nice))
     results = {}
     # (the cold run fills the cache the warm run then finds)
     for name, compile_, cache in (("interpreted", "0", None),
@@ -264,11 +268,13 @@ def main() -> None:
     p.add_argument("--svg")
     p.add_argument("--trace")
     p.add_argument("--trace-svg")
+    p.add_argument("--nice", type=int, default=19,
+                   help="the compile worker's niceness (PARAFLUID_TIERED_NICE; 19: default)")
     args = p.parse_args()
     if args.case == "run":
         run_case(args.rounds, args.before)
     else:
-        curve_case(args.seconds, args.json, args.svg, args.trace, args.trace_svg)
+        curve_case(args.seconds, args.json, args.svg, args.trace, args.trace_svg, args.nice)
 
 
 if __name__ == "__main__":

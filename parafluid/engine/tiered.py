@@ -130,7 +130,7 @@ class _Queue:
                 # NOTE: the lowest priority from the first instruction on (imports included):
                 # the training process comes first, the worker takes the idle CPU time
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-c", "import os; os.nice(19); "
+                    [sys.executable, "-c", f"import os; os.nice({_nice()}); "
                      "from parafluid.engine.tiered_worker import main; main()", job.dir],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
             status = self._proc.wait()
@@ -172,6 +172,14 @@ class _Queue:
         with self._cond:
             self._closed = True
         self.cancel()
+
+
+def _nice() -> int:
+    """The worker's niceness: 19 (the lowest priority), or ``$PARAFLUID_TIERED_NICE``."""
+    try:
+        return max(0, min(19, int(os.environ.get("PARAFLUID_TIERED_NICE", "19"))))
+    except ValueError:
+        return 19
 
 
 _QUEUE = _Queue()

@@ -87,11 +87,12 @@ json.dump({"points": points, "events": events}, open(trace, "w"))
 
 
 def _cli(args: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(process wall seconds, the training seconds the command reports)."""
+    """(process wall seconds, the training seconds the command reports); the checkout in
+    ``env["PYTHONPATH"]`` runs (from its root: ``-m`` looks in the working folder first)."""
     t = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "parafluid", "train", "--seed", "1",
                           "--threads", "1", *args], env=env, capture_output=True, text=True,
-                         check=True)
+                         check=True, cwd=env["PYTHONPATH"])
     wall = time.perf_counter() - t
     m = re.search(r"\(([\d.]+) s in all\)", res.stdout)
     return wall, float(m.group(1)) if m else float("nan")

@@ -51,12 +51,16 @@ PACKAGE_ATTR = "_tiered_package"  # a segment op's ready package (see attach_pac
 REFUSED = 3  # the worker's exit status for "this segment cannot switch" (the reason on stderr)
 
 
+_DIRS: set[str] = set()  # the job folders of this process not removed yet (gone at exit)
+
+
 class Job:
     """One segment to compile ahead of time: its files, and what the worker made of them."""
 
     def __init__(self, program_json: bytes, op_index: int, names: list[str],
                  args: tuple, batch: list[int], what: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="parafluid-tiered-")
+        _DIRS.add(self.dir)
         self.op: Any = None  # the segment op it compiles, where the caller keeps it
         self.what = what
         self.package: str | None = None  # the compiled package, once the worker made it
@@ -77,6 +81,7 @@ class Job:
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        _DIRS.discard(self.dir)
 
 
 class _Queue:
@@ -113,6 +118,8 @@ class _Queue:
             try:
                 self._run(job)
                 done(job)
+            except Exception as e:  # noqa: BLE001 (a job's failure is its error, not ours)
+                job.error = job.error or f"{type(e).__name__}: {e}"
             finally:
                 with self._cond:
                     self._busy -= 1
@@ -145,11 +152,15 @@ class _Queue:
         if status == 0 and os.path.exists(package):
             job.package = package
             return
-        with open(err_path, errors="replace") as f:
-            lines = [ln for ln in f.read().strip().splitlines() if ln.strip()]
+        try:
+            with open(err_path, errors="replace") as f:
+                lines = [ln for ln in f.read().strip().splitlines() if ln.strip()]
+        except OSError:  # (the process is exiting: close() removed the folder)
+            lines = []
         last = lines[-1] if lines else "no message"
         job.error = (last if status == REFUSED else
                      f"the compile worker failed (exit status {status}): {last}")
+        job.remove()  # (nothing in it is of use any more)
 
     def idle(self, timeout: float | None) -> bool:
         with self._cond:
@@ -172,6 +183,9 @@ class _Queue:
         with self._cond:
             self._closed = True
         self.cancel()
+        for path in list(_DIRS):  # packages never loaded, jobs cut short
+            shutil.rmtree(path, ignore_errors=True)
+        _DIRS.clear()
 
 
 def _nice() -> int:
@@ -210,6 +224,7 @@ def attach_package(op: Any, package: str) -> None:
 def remove_package(package: str) -> None:
     """Remove a job's files once its package is loaded (the loaded code stays usable)."""
     shutil.rmtree(os.path.dirname(package), ignore_errors=True)
+    _DIRS.discard(os.path.dirname(package))
 
 
 def load(package: str) -> Callable[..., list]:

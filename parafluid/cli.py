@@ -103,9 +103,11 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --pservers: asynchronous updates (no barriers; each gradient "
                         "is applied as it arrives)")
     p.add_argument("--compile", action="store_true",
-                   help="run the program as compiled segments (torch.compile / Inductor; "
-                        "BuildStrategy.enable_compile): the first steps compile, later ones "
-                        "run faster (see docs/compiled.md)")
+                   help="compiled segments with tiered compilation (BuildStrategy."
+                        "enable_compile and compile_in_background): training starts "
+                        "interpreted at once while a low-priority worker process compiles the "
+                        "program ahead of time, and switches to the compiled code when it is "
+                        "ready (see docs/compiled.md)")
     p.add_argument("--threads", type=_positive_int, default=1,
                    help="torch intra-op threads (default: %(default)s; this model is too small "
                         "to gain from more, and extra threads hurt on a busy machine)")

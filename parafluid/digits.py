@@ -167,6 +167,9 @@ def _build_strategy(compile: bool, trainers: int = 1, trainer_id: int = 0) -> An
     bs = fluid.BuildStrategy()
     bs.num_trainers, bs.trainer_id = trainers, trainer_id
     bs.enable_compile = compile
+    # tiered: training starts at once, interpreted, and each segment switches to compiled
+    # code when the background thread has it (a short run never waits for the compiler)
+    bs.compile_in_background = compile
     return bs
 
 

@@ -45,6 +45,8 @@ from ..lod import LOD_ATTR
 from ..ops.registry import EMPTY, get_op_def
 from ..passes.compile_regions import run_io
 from ..placement import torch_device
+from ..serialization import dumps
+from . import tiered
 from .atomic import check_finite
 from .runtime import (
     OpRecord,
@@ -53,17 +55,19 @@ from .runtime import (
     op_detail,
     op_device,
     op_error,
+    op_hooks_active,
     report,
 )
 
-__all__ = ["bind_compiled_function", "Segment", "segment_source", "compile_stats"]
+__all__ = ["bind_compiled_function", "Segment", "segment_source", "compile_stats",
+           "background_idle"]
 
 log = logging.getLogger("parafluid.compile")
 
 _lock = threading.Lock()
 _warned: set[str] = set()
 # counters for tests and the benchmarks: compiles, recompiles, fallbacks
-compile_stats = {"compiled": 0, "recompiled": 0, "fallbacks": 0}
+compile_stats = {"compiled": 0, "recompiled": 0, "fallbacks": 0, "tiered": 0}
 
 
 def _debug() -> bool:
@@ -79,10 +83,11 @@ def _warn_once(key: str, message: str) -> None:
 
 
 def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
-                     outs: list[str]) -> str:
+                     outs: list[str], fresh: tuple[str, ...] = ()) -> str:
     """The source of ``def name(*ins): ... return outs`` calling the kernels ``K<i>`` of
     ``ops`` (numbered from ``first``), one line per op, with attrs ``A<i>``, contexts
-    ``C<i>``."""
+    ``C<i>``; the inputs named in ``fresh`` are cloned first (the kernels update the
+    clones, the caller's tensors stay as they were)."""
     local: dict[str, str] = {}
 
     def var(n: str) -> str:
@@ -91,6 +96,8 @@ def _function_source(name: str, ops: list[Any], first: int, ins: list[str],
         return local[n]
 
     lines = [f"def {name}({', '.join(var(n) for n in ins)}):"]
+    for n in fresh:
+        lines.append(f"    {local[n]} = {local[n]}.clone()  # {n}: new value, committed after")
     for j, inner in enumerate(ops):
         i = first + j
         opdef = get_op_def(inner.type)
@@ -127,8 +134,18 @@ def segment_source(op: Any) -> str:
     """The Python source of segment op ``op``'s function (what ``PARAFLUID_DEBUG=1``
     prints): one line per op, calling its registered kernel."""
     ops = op.attrs["sub_block"].ops
+    ins = list(op.inputs.get("X", []))
     return _function_source(f"segment_{int(op.attrs.get('segment', 0))}", ops, 0,
-                            list(op.inputs.get("X", [])), list(op.outputs.get("Out", [])))
+                            ins, list(op.outputs.get("Out", [])), _fresh_inputs(op, ins))
+
+
+def _fresh_inputs(op: Any, ins: list[str]) -> tuple[str, ...]:
+    """The inputs a committing segment writes: cloned at its start, so that the scope's
+    tensors keep their values until the new ones are committed."""
+    if not op.attrs.get("commit"):
+        return ()
+    _, written = run_io(op.attrs["sub_block"].ops)
+    return tuple(n for n in ins if n in set(written))
 
 
 class _Piece:
@@ -143,7 +160,8 @@ class _Piece:
         self.outs = [n for n in written if n in needed]
         self.name = f"segment_{seg.number}_ops_{start}_{end}"
         self.filename = f"<parafluid {self.name} at {id(self):x}>"
-        self.source = _function_source(self.name, ops, start, self.ins, self.outs)
+        fresh = tuple(n for n in self.ins if n in seg.fresh and n in set(written))
+        self.source = _function_source(self.name, ops, start, self.ins, self.outs, fresh)
         # NOTE: a fresh code object per piece: torch.compile caches compiled code per code
         # object, and closures of one function would share (and overflow) one cache
         code = compile(self.source, self.filename, "exec")
@@ -155,7 +173,9 @@ class _Piece:
         self.fn: Callable | None = None if compiled else self.eager
         self.mode = "reduce-overhead" if seg.device.type == "cuda" else None
 
-    def __call__(self, *args: Any) -> tuple:
+    def compiled(self) -> Callable:
+        """The piece's compiled function (made on first use; it compiles on its first
+        call)."""
         fn = self.fn
         if fn is None:
             # NOTE: fullgraph: code the compiler cannot take raises here instead of running
@@ -163,10 +183,16 @@ class _Piece:
             # NOTE: a piece's globals (kernels, attrs, contexts) are fixed when it is built,
             # so guarding on them would only cost time at every call (hundreds of guards
             # for a long piece): only the guards on the input tensors and their shapes stay
-            fn = self.fn = torch.compile(
+            fn = torch.compile(
                 self.eager, dynamic=None, fullgraph=True, mode=self.mode,
                 options={"guard_filter_fn": torch.compiler.skip_guard_on_globals_unsafe})
             compile_stats["compiled"] += 1
+        return fn
+
+    def __call__(self, *args: Any) -> tuple:
+        fn = self.fn
+        if fn is None:
+            fn = self.fn = self.compiled()
         return fn(*args)
 
     def culprit(self, exc: BaseException) -> int | None:
@@ -206,6 +232,17 @@ class Segment:
         self._runners: list[Callable] | None = None  # the ops bound for it (on first use)
         self.in_names = list(op.inputs.get("X", []))
         self.out_names = list(op.outputs.get("Out", []))
+        # a committing segment's inputs that it writes: cloned at its start (see __call__)
+        self.fresh = set(_fresh_inputs(op, self.in_names))
+        self._fresh_idx = [i for i, n in enumerate(self.in_names) if n in self.fresh]
+        # inputs whose first dimension is the batch (-1 in the IR): compiled dynamic there
+        self._batch_idx = [i for i, n in enumerate(self.in_names)
+                           if _batch_dimension(getattr(op, "block", None), n)]
+        self.tiered = bool(op.attrs.get("tiered")) and enabled
+        self._ready = not self.tiered  # tiered: compiled code not ready yet
+        self._job: Any = None  # tiered: the queued ahead-of-time compilation
+        self._tier_failed = False
+        self._aot: Callable | None = None  # tiered: the compiled code, once switched
         self.namespace: dict[str, Any] = {}
         for i, inner in enumerate(self.ops):
             # NOTE: the kernel itself: LoD is shared by bind_op, not by kernels, so compiled
@@ -248,8 +285,15 @@ class Segment:
             _warn_once(f"{id(self)}:{reason}", f"{self.describe()} runs uncompiled: {reason}")
             compile_stats["fallbacks"] += 1
             return self.run_ops(args)
+        if self.tiered:
+            if self._aot is not None:
+                return self._run_aot(args)
+            self._tier_up(args)
+            return self.run_ops(args) if self._aot is None else self._run_aot(args)
         shapes = tuple((tuple(a.shape), a.dtype) for a in args)
         if shapes != self._shapes:
+            if self._shapes is None:
+                self._mark_batch(args)
             self._note_shapes(shapes)
         try:
             if self._single is not None:
@@ -262,6 +306,88 @@ class Segment:
             out = self.run_ops(args)  # raises the op's own error, named, if there is one
             self._reject(exc)
             return out
+
+    def _mark_batch(self, args: tuple) -> None:
+        """Compile with the batch dimension dynamic from the first call on (the IR says
+        which inputs have one: -1 first in their shape), so that a new batch size does not
+        recompile."""
+        for i in self._batch_idx:
+            a = args[i]
+            if isinstance(a, torch.Tensor) and a.dim() >= 1:
+                torch._dynamo.maybe_mark_dynamic(a, 0)
+                self._dynamic_logged = True
+
+    # ------------------------------------------------------------------ tiered
+    def _tier_up(self, args: tuple) -> None:
+        """Tiered compilation (``engine/tiered.py``): switch over to the package a worker
+        process compiled ahead of time, once it is there: loaded, checked once against the
+        op-by-op run on the same inputs, then called instead (``_ready``). A segment given
+        no package (``tiered.attach_package``) queues its own job at its first call. Until
+        it switches, and for good when it cannot, the segment runs op by op."""
+        if self._tier_failed:
+            return
+        job, package = self._job, getattr(self.op, tiered.PACKAGE_ATTR, None)
+        seconds = 0.0
+        if package is None:
+            if job is None:
+                program = self.op.block.program
+                self._job = tiered.Job(
+                    dumps(program), program.global_block().ops.index(self.op),
+                    self.in_names, args, self._batch_idx, self.describe())
+                tiered.submit(self._job, self._job_done)
+                return
+            if not job.done:
+                return
+            self._job = None
+            package, seconds = job.package, (job.end_ns - job.start_ns) / 1e9
+        self._tier_failed = True  # (switched or not: once)
+        try:
+            if package is None:
+                raise RuntimeError(job.error)
+            fn = tiered.load(package)
+            got = fn(*args)
+            want = self.run_ops(args)
+            for name, g, w in zip(self.out_names, got, want):
+                if g.shape != w.shape or not torch.allclose(g, w, rtol=1e-4, atol=1e-5,
+                                                            equal_nan=True):
+                    raise RuntimeError(f"its output {name!r} differs from the op-by-op run")
+        except Exception as exc:  # noqa: BLE001 (the segment stays as it is: op by op)
+            _warn_once(f"{id(self)}:tiered", f"{self.describe()} on {self.device} stays "
+                       f"interpreted: tiered compilation did not switch it over ({exc})")
+            return
+        finally:
+            if job is not None:
+                job.remove()
+            elif package is not None:
+                tiered.remove_package(package)
+        self._aot = fn
+        self._ready = True
+        compile_stats["tiered"] += 1
+        log.info("%s on %s: switched over to the code a worker process compiled ahead of "
+                 "time%s", self.describe(), self.device,
+                 f" (in {seconds:.1f} s)" if seconds else "")
+
+    def _job_done(self, job: Any) -> None:
+        """(the job queue's thread) Show the worker's time in the profiler's timeline."""
+        if op_hooks_active():
+            report(OpRecord(f"compile {job.what} (worker process)", -1, self.device_index,
+                            job.start_ns, job.end_ns, threading.get_ident()))
+
+    def _run_aot(self, args: tuple) -> tuple:
+        """The ahead-of-time compiled code; a call it refuses (an input shape it was not
+        compiled for) runs op by op, and an op's own error is raised from there."""
+        try:
+            return tuple(self._aot(*args))
+        except Exception as exc:  # noqa: BLE001
+            _warn_once(f"{id(self)}:aot:{tuple(tuple(a.shape) for a in args)}",
+                       f"{self.describe()}: the compiled code refused a call "
+                       f"({type(exc).__name__}: {str(exc).strip()[:200]}); it runs op by op")
+            return self.run_ops(args)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the segment runs compiled code (tiered: once it switched over)."""
+        return self._ready
 
     def _reject(self, exc: BaseException) -> None:
         """The compiler failed on a piece: run the op it points at uncompiled from now on
@@ -329,8 +455,21 @@ class Segment:
         raise at the first op whose output holds NaN or Inf. While the profiler asks for op
         detail, every op reports its own time."""
         if self._runners is None:
-            self._runners = [bind_op(o, self.device, self._services, env=self._env)
-                             for o in self.ops]
+            # NOTE: each value is dropped after its last reader, as the interpreter does:
+            # the op-by-op run is the tiered start's speed, and freed memory is reused
+            last: dict[str, int] = {}
+            for i, o in enumerate(self.ops):
+                for n in (*o.input_arg_names, *o.output_arg_names):
+                    last[n] = i
+            keep = set(self.out_names)
+            drops: list[list[str]] = [[] for _ in self.ops]
+            for n, i in last.items():
+                if n != EMPTY and n not in keep:
+                    drops[i].append(n)
+            self._runners = [bind_op(o, self.device, self._services, env=self._env,
+                                     drop=tuple(d)) for o, d in zip(self.ops, drops)]
+        if self._fresh_idx:  # a committing segment updates copies, committed after it
+            args = tuple(a.clone() if i in self._fresh_idx else a for i, a in enumerate(args))
         env = self._env
         env.clear()
         env.update(zip(self.in_names, args))
@@ -365,6 +504,22 @@ class Segment:
             self.run_ops(keep, check=True)
             raise
         return out
+
+
+def _batch_dimension(block: Any, name: str) -> bool:
+    """Whether variable ``name`` has a batch dimension: -1 first in its declared shape."""
+    var = None if block is None else block._find_var_recursive(name)
+    if var is None or var.persistable:
+        return False
+    shape = list(var.shape or ())
+    return bool(shape) and shape[0] == -1
+
+
+def background_idle(timeout: float | None = None) -> bool:
+    """Wait until the tiered segments' compile jobs queued so far are done (compiled or
+    refused); False when ``timeout`` seconds passed first. For tests and benchmarks: a run
+    never needs to wait (the segment switches over at its first call after that)."""
+    return tiered.jobs_idle(timeout)
 
 
 def bind_compiled_function(op: Any, device: Any, services: Any = None,

@@ -76,6 +76,12 @@ def _binder(op: Any) -> Callable:
 Task = Callable[[], None]
 
 
+def _commits(op: Any) -> bool:
+    """A compiled segment that ends with the updates and commits its new values after the
+    call (``compile_regions(fuse_updates=True)``): it never writes a scope value in place."""
+    return op.type == SEGMENT_OP and bool(op.attrs.get("commit"))
+
+
 def _event_name(op: Any) -> str:
     """The profiler's name for a node's task: the op type; a compiled segment lists its
     ops."""
@@ -237,7 +243,11 @@ class Plan:
                                  for refs in node.outputs.values() for d, n, _ in refs
                                  if persistable(n)])
             reads = {(d, n) for refs in node.inputs.values() for d, n, _ in refs}
-            self._records.append([(self.services[d], n, (d, n) in reads)
+            # NOTE: a committing segment (forward, backward and update in one compiled call)
+            # computes its new values into fresh tensors and they reach the scope after the
+            # call: the old values are kept by reference, nothing is copied
+            commit = _commits(node.op)
+            self._records.append([(self.services[d], n, (d, n) in reads and not commit)
                                   for refs in node.outputs.values() for d, n, _ in refs
                                   if persistable(n)])
         self.edges = [(dep, node.index) for node in graph.nodes for dep in sorted(node.deps)]
@@ -252,7 +262,8 @@ class Plan:
         # recorded in the undo log instead.
         tail = [False] * len(graph.nodes)
         for i in reversed(range(len(graph.nodes))):
-            if not self._writes[i]:
+            # a committing segment is a compute node: it changes nothing until it returns
+            if not self._writes[i] or _commits(graph.nodes[i].op):
                 break
             tail[i] = True
         self.tail_nodes = [i for i, c in enumerate(tail) if c]

@@ -5,6 +5,9 @@ and puts one ``compiled_segment`` op in their place: ``X`` lists what the ops re
 outside, ``Out`` what they write that is needed afterwards. The engine binds the op to a
 function of the ops' own kernels handed to ``torch.compile`` (``engine/compiled_functions.py``),
 which also runs them one by one when they cannot compile: the op has no kernel of its own.
+``commit``: the run ends with update ops and writes the new values of the persistables it
+updates into fresh tensors, committed after the call (a failure inside changes nothing);
+``tiered``: it runs op by op until its compiled code, built in the background, is ready.
 """
 
 from __future__ import annotations
@@ -17,4 +20,5 @@ def _segment_shape(ins: dict, attrs: dict) -> dict:
 
 
 register_op("compiled_segment", inputs=("X[]",), outputs=("Out[]",),
-            attrs={"sub_block": None, "segment": 0}, infer_shape=_segment_shape)
+            attrs={"sub_block": None, "segment": 0, "commit": False, "tiered": False},
+            infer_shape=_segment_shape)

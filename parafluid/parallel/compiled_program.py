@@ -23,6 +23,7 @@ from ..placement import is_placed
 from ..scope import Scope
 from .parallel_executor import ParallelExecutor
 from .strategy import BuildStrategy, ExecutionStrategy, build_pipeline
+from .tiered_start import TieredStart
 
 __all__ = ["CompiledProgram", "register_inference"]
 
@@ -74,6 +75,7 @@ class CompiledProgram:
         self._executor: ParallelExecutor | None = None
         self._scope: Scope | None = None
         self._segmented: dict[tuple, Program] = {}  # (version, fetch) -> program run
+        self._tiers: dict[int, TieredStart] = {}  # id(segmented program) -> its tiered start
         self._placed: tuple[int, bool] = (-1, False)  # (version, placed on devices)
         self._is_inference = False
         self._infer_config: Any = None  # an AnalysisConfig or NativeConfig
@@ -162,6 +164,9 @@ class CompiledProgram:
             if isinstance(feed, (list, tuple)):
                 feed = feed[0]
             program = self._segments_for(fetch_names(fetch_list))
+            tier = self._tiers.get(id(program))
+            if tier is not None:  # tiered: interpreted until the compiled code is ready
+                program = tier.program(feed or {}, scope)
             return exe.run(program, feed=feed, fetch_list=fetch_list, scope=scope,
                            return_numpy=return_numpy)
         if self._executor is None:
@@ -193,11 +198,17 @@ class CompiledProgram:
         program = self._segmented.get(key)
         if program is None:
             passes = build_pipeline(self._build_strategy, 1, self._loss_name)
-            program = compile_regions(passes(self._program),
-                                      keep=[*fetch, *filter(None, [self._loss_name])])
+            plain = passes(self._program)
+            background = self._build_strategy.compile_in_background
+            program = compile_regions(plain, keep=[*fetch, *filter(None, [self._loss_name])],
+                                      background=background)
+            if background:
+                self._tiers[id(program)] = TieredStart(plain, program)
             self._segmented = {k: v for k, v in self._segmented.items()
                                if k[0] == key[0]}
             self._segmented[key] = program
+            live = {id(p) for p in self._segmented.values()}
+            self._tiers = {k: v for k, v in self._tiers.items() if k in live}
         return program
 
     def _compile(self, exe: Any, scope: Scope) -> ParallelExecutor:

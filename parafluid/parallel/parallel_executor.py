@@ -358,7 +358,8 @@ class ParallelExecutor:
         program = pipeline(self._program)
         options = GraphOptions(sequential=bs.enable_sequential_execution,
                                rank_offset=comm.rank_offset)
-        segment = partial(compile_regions, keep=keep) if bs.enable_compile else None
+        segment = partial(compile_regions, keep=keep,
+                          background=bs.compile_in_background) if bs.enable_compile else None
         if is_placed(program) or bs.num_microbatches > 1:
             # operator placement in one process (docs/placement.md): one lane per device
             program, graph, lanes = placed_parallel_graph(

@@ -186,6 +186,9 @@ class BuildStrategy(_Strategy):
         overlap_communication: in a multi-trainer job, start each all-reduce whose result
             only the parameter updates read and go on with the backward pass, waiting for
             it before the updates (default True; the results are the same bits either way).
+        compile_in_background: with ``enable_compile``, tiered compilation: the run starts
+            at once with every segment running op by op, and a worker process compiles
+            the segments; the run switches over when their code is ready (docs/compiled.md).
 
     Example::
 
@@ -225,6 +228,7 @@ class BuildStrategy(_Strategy):
         "trainers_endpoints": (list, list),
         "num_microbatches": (int, 1),
         "enable_compile": (bool, False),
+        "compile_in_background": (bool, False),
     }
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -20,11 +20,18 @@ An op can be compiled when it:
 - was not declared ``no_compile`` in its registration (a host round trip such as
   ``py_func``, a value-dependent output shape).
 
-A segment never mixes devices (``op_device``), owner devices (the Reduce strategy's
-``owner_device``) or the update ops (``OpRole.Optimize``) with the computation before them,
-so placement, data parallelism and the update tail of an atomic step see the same structure
-as before. ``print(program)`` after the pass shows each segment op and, in its block, the ops
-inside it. ``PARAFLUID_DEBUG=1`` logs every op left out of the segments and why.
+A segment never mixes devices (``op_device``) or owner devices (the Reduce strategy's
+``owner_device``), so placement and data parallelism see the same structure as before. The
+update ops (``OpRole.Optimize``) join the computation right before them (``fuse_updates``,
+the default): forward, backward and update become one segment, one compiled call per step.
+Such a segment has ``commit=True``: it computes the new values of the persistables it
+updates into fresh tensors and the engine commits them after the call, by swapping each
+scope variable's value, so a step that fails inside it changes nothing (the atomic step).
+A run never goes back from updates to computation: an op after the updates that is not an
+update starts a new segment. ``tiered=True`` (``background``) asks the engine to run a
+segment op by op at once and compile it on a background thread, switching over when ready.
+``print(program)`` after the pass shows each segment op and, in its block, the ops inside it.
+``PARAFLUID_DEBUG=1`` logs every op left out of the segments and why.
 
 Example::
 
@@ -102,14 +109,31 @@ def _key(op: Any) -> tuple:
     return (op.attrs.get("op_device") or "", op.attrs.get("owner_device", -1), update)
 
 
+def _joins(op: Any, first: Any, prev: Any, fuse_updates: bool) -> bool:
+    """Whether ``op`` may continue the run that began with ``first`` (last op ``prev``)."""
+    a, b, c = _key(op), _key(first), _key(prev)
+    if a[:2] != b[:2]:
+        return False
+    if a[2] == c[2]:
+        return True
+    # computation -> updates: one segment when fusing; updates -> computation: never
+    return fuse_updates and c[2] is False and a[2] is True
+
+
 def compile_regions(program: Program, keep: Iterable[str] = (),
-                    min_ops: int = MIN_SEGMENT_OPS) -> Program:
+                    min_ops: int = MIN_SEGMENT_OPS, fuse_updates: bool = True,
+                    background: bool = False) -> Program:
     """A copy of ``program`` whose global block has its runs of compilable ops (at least
     ``min_ops`` long) replaced by ``compiled_segment`` ops; ``program`` is not modified.
 
     Args:
         keep: names that must stay readable after the run (the fetch targets).
         min_ops: the shortest run that becomes a segment.
+        fuse_updates: the update ops join the computation before them (one compiled call
+            for forward, backward and update; the segment commits its new values at its
+            end); False keeps them a segment of their own.
+        background: tiered compilation: segments run op by op until their compiled code,
+            built on a background thread, is ready (docs/compiled.md).
     """
     out = program.clone()
     block = out.global_block()
@@ -130,7 +154,8 @@ def compile_regions(program: Program, keep: Iterable[str] = (),
         if debug and not ok:
             log.warning("segment: op #%d %s (created at %s) stays interpreted: %s", i, op.type,
                         op.callsite, why)
-        if start is not None and (not ok or _key(op) != _key(ops[start])):
+        if start is not None and (not ok or not _joins(op, ops[start], ops[i - 1],
+                                                       fuse_updates)):
             runs.append((start, i))
             start = None
         if ok and start is None:
@@ -154,7 +179,8 @@ def compile_regions(program: Program, keep: Iterable[str] = (),
             sub.ops.append(op)
         out._rollback()
         first = run[0]
-        attrs = {"sub_block": sub, "segment": number,
+        commit = _key(first)[2] != _key(run[-1])[2]
+        attrs = {"sub_block": sub, "segment": number, "commit": commit, "tiered": background,
                  "op_role": int(first.attrs.get("op_role", 0)),
                  "op_role_var": [v for op in run for v in op.attrs.get("op_role_var", [])]}
         device, owner, _ = _key(first)

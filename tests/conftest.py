@@ -24,3 +24,15 @@ def pytest_collection_modifyitems(config, items):
     parallel run (``-n``) then starts the long ones at once and fills the workers' remaining
     time with the short ones, instead of ending on a long test that started last."""
     items[:] = sorted(items, key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_configure(config):
+    """Python's own Ctrl-C handler in every test process: a test run started in the
+    background by a shell (``pytest ... &``, nohup) inherits an ignored SIGINT, and Python
+    then installs no handler of its own, so the tests of what a Ctrl-C does would see none."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -75,6 +75,8 @@ class VarType:
     TUPLE = _Member("tuple", 18)
 
 
+_ENUM_NAMES = {m.value: str.__str__(m) for m in vars(VarType).values()
+               if isinstance(m, _Member) and str.__str__(m) in _CANONICAL}
 _NUMPY_NAMES: dict[np.dtype, str] = {}  # numpy dtype -> canonical name, filled on use
 
 
@@ -85,6 +87,12 @@ def convert_dtype(dtype: object) -> str:
         if name in _CANONICAL:
             # NOTE: a VarType member becomes the plain name: programs hold plain strings
             return name if type(name) is str else str.__str__(name)
+    elif isinstance(dtype, (int, np.integer)) and not isinstance(dtype, (bool, np.bool_)):
+        # NOTE: Fluid's ops store dtype attributes as framework.proto enum values, and its
+        # programs pass them as ints (``int(VarType.FP64)``): 6 means float64.
+        name = _ENUM_NAMES.get(int(dtype))
+        if name is not None:
+            return name
     elif isinstance(dtype, torch.dtype):
         if dtype in _TORCH_TO_NAME:
             return _TORCH_TO_NAME[dtype]

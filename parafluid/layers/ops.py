@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..dtypes import convert_dtype
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 
@@ -29,9 +30,21 @@ def _check_var(layer: str, arg: str, x: Any) -> None:
         raise TypeError(f"{layer}: {arg} must be a Variable, got {type(x).__name__}")
 
 
+# Fluid 1.6's generated activation layers (and elu) refuse a non-float input when the
+# program is built, with a TypeError; the other activation layers leave it to the kernel.
+_FLOAT_ONLY = frozenset({
+    "sigmoid", "logsigmoid", "exp", "tanh", "atan", "tanh_shrink", "sqrt", "rsqrt", "abs",
+    "ceil", "floor", "cos", "acos", "asin", "sin", "round", "reciprocal", "square",
+    "softplus", "softsign", "elu"})
+
+
 def _unary(op_type: str, x: Variable, attrs: dict[str, Any] | None = None,
            name: str | None = None, arg: str = "x") -> Variable:
     _check_var(op_type, arg, x)
+    if op_type in _FLOAT_ONLY and convert_dtype(x.dtype) not in (
+            "float16", "float32", "float64"):
+        raise TypeError(f"{op_type}: the dtype of {arg} must be float16, float32 or float64, "
+                        f"got {convert_dtype(x.dtype)}")
     helper = LayerHelper(op_type, name=name)
     out = helper.create_variable_for_type_inference(x.dtype)
     helper.append_op(op_type, inputs={"X": [x]}, outputs={"Out": [out]}, attrs=attrs or {})

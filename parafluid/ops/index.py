@@ -283,9 +283,13 @@ def _rows_view(x: torch.Tensor, k: int) -> torch.Tensor:
 def _gather_nd_shape(ins: dict, attrs: dict) -> dict:
     x, index = ins["X"], ins["Index"]
     k = index.shape[-1]
-    if index.dtype not in ("int32", "int64") or k == -1 or k > len(x.shape):
-        raise ValueError(f"gather_nd: Index must be int with a known last dim <= the rank of "
-                         f"X {list(x.shape)}, got {index.dtype} {list(index.shape)}")
+    if index.dtype not in ("int32", "int64") or k == -1:
+        raise ValueError(f"gather_nd: Index must be int32/int64 with a known last dim, got "
+                         f"{index.dtype} {list(index.shape)}")
+    if k > len(x.shape):
+        # Fluid's wording, which its own tests look for
+        raise ValueError(f"gather_nd: Input(Index).shape[-1] should be no greater than "
+                         f"Input(X).rank: Index {list(index.shape)}, X {list(x.shape)}")
     return {"Out": Meta((*index.shape[:-1], *x.shape[k:]), x.dtype)}
 
 

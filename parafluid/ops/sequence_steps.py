@@ -9,6 +9,7 @@ them. Gradient kernels are explicit (index maps run backwards, ``F.fold`` for un
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -354,37 +355,51 @@ def _im2seq_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": Meta((rows, x.shape[1] * kh * kw), x.dtype)}
 
 
-def _im2seq_keep(ins: dict, attrs: dict, oh: int, ow: int) -> list[torch.Tensor] | None:
+def _im2seq_grids(ins: dict, attrs: dict) -> list[tuple[int, int]] | None:
     """With ``Y`` (each image's real ``[height, width]``, batches of 2 or more, as Fluid):
-    per image, the filter positions of the top-left ``oh_i x ow_i`` corner of the grid that
-    its real size (divided by ``out_stride``, rounded up) spans; None: every position."""
+    per image, the ``(rows, cols)`` of its filter grid, from its real size divided by
+    ``out_stride`` (rounded up); None: every image takes the whole grid of X. As in Fluid,
+    a grid may reach past the image: those positions read zeros, like padding."""
     y, n = ins.get("Y"), ins["X"].shape[0]
     if y is None or n <= 1:
         return None
     (kh, kw), (sh, sw), (pu, pl, pd, pr) = _im2seq_params(attrs)
     osh, osw = (int(v) for v in attrs["out_stride"])
-    sizes = y.reshape(n, 2).tolist()
-    keep = []
-    for real_h, real_w in sizes:
+    grids = []
+    for real_h, real_w in y.reshape(n, 2).tolist():
         rh, rw = -(-int(real_h) // osh), -(-int(real_w) // osw)
-        hi = min((rh + pu + pd - kh) // sh + 1, oh)
-        wi = min((rw + pl + pr - kw) // sw + 1, ow)
-        grid = torch.arange(oh * ow).reshape(oh, ow)
-        keep.append(grid[:max(hi, 0), :max(wi, 0)].reshape(-1))
-    return keep
+        grids.append((max(_im2seq_out(rh, kh, pu, pd, sh), 0),
+                      max(_im2seq_out(rw, kw, pl, pr, sw), 0)))
+    return grids
+
+
+def _im2seq_pads(x_shape: Sequence[int], attrs: dict,
+                 grids: list[tuple[int, int]] | None) -> tuple[int, int]:
+    """The bottom and right paddings that make the unfolded grid cover every image's grid."""
+    (kh, kw), (sh, sw), (pu, pl, pd, pr) = _im2seq_params(attrs)
+    if not grids:
+        return pd, pr
+    gh = max(g[0] for g in grids)
+    gw = max(g[1] for g in grids)
+    return (max(pd, (gh - 1) * sh + kh - x_shape[2] - pu),
+            max(pr, (gw - 1) * sw + kw - x_shape[3] - pl))
 
 
 def _im2seq(ins: dict, attrs: dict, ctx: Any) -> dict:
     """One row per filter position (row-major over the output grid), features ordered
     (channel, kernel row, kernel column); each image is one sequence."""
     x = ins["X"]
-    (kh, kw), strides, (pu, pl, pd, pr) = _im2seq_params(attrs)
-    cols = F.unfold(F.pad(x, [pl, pr, pu, pd]), (kh, kw), stride=strides)
+    (kh, kw), strides, (pu, pl, _, _) = _im2seq_params(attrs)
+    grids = _im2seq_grids(ins, attrs)
+    pd, pr = _im2seq_pads(x.shape, attrs, grids)
+    padded = F.pad(x, [pl, pr, pu, pd])
+    cols = F.unfold(padded, (kh, kw), stride=strides)
     n, feat, positions = cols.shape
-    oh = _im2seq_out(x.shape[2], kh, pu, pd, strides[0])
-    keep = _im2seq_keep(ins, attrs, oh, positions // oh)
-    if keep is not None:
-        rows = [cols[i].t()[k] for i, k in enumerate(keep)]
+    oh = _im2seq_out(padded.shape[2], kh, 0, 0, strides[0])
+    if grids is not None:
+        grid = cols.reshape(n, feat, oh, positions // oh)
+        rows = [grid[i, :, :gh, :gw].reshape(feat, -1).t() for i, (gh, gw) in
+                enumerate(grids)]
         lod = [0]
         for r in rows:
             lod.append(lod[-1] + r.shape[0])
@@ -395,18 +410,19 @@ def _im2seq(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 def _im2seq_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, dout = ins["X"], ins["Out@GRAD"]
-    (kh, kw), strides, (pu, pl, pd, pr) = _im2seq_params(attrs)
+    (kh, kw), strides, (pu, pl, _, _) = _im2seq_params(attrs)
     n, c, h, w = x.shape
+    grids = _im2seq_grids(ins, attrs)
+    pd, pr = _im2seq_pads(x.shape, attrs, grids)
     padded = (h + pu + pd, w + pl + pr)
-    oh = _im2seq_out(h, kh, pu, pd, strides[0])
-    ow = _im2seq_out(w, kw, pl, pr, strides[1])
-    keep = _im2seq_keep(ins, attrs, oh, ow)
-    if keep is not None:  # scatter each image's rows back onto its positions
-        full = dout.new_zeros((n, oh * ow, c * kh * kw))
+    oh = _im2seq_out(padded[0], kh, 0, 0, strides[0])
+    ow = _im2seq_out(padded[1], kw, 0, 0, strides[1])
+    if grids is not None:  # scatter each image's rows back onto its grid positions
+        full = dout.new_zeros((n, oh, ow, c * kh * kw))
         start = 0
-        for i, k in enumerate(keep):
-            full[i, k] = dout[start:start + len(k)]
-            start += len(k)
+        for i, (gh, gw) in enumerate(grids):
+            full[i, :gh, :gw] = dout[start:start + gh * gw].reshape(gh, gw, -1)
+            start += gh * gw
         dout = full
     cols = dout.reshape(n, -1, c * kh * kw).transpose(1, 2)
     dx = F.fold(cols, padded, (kh, kw), stride=strides)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .dtypes import convert_dtype
+from .ops.tensor import assign_value_attrs
 
 __all__ = ["Initializer", "Constant", "Uniform", "Normal", "TruncatedNormal", "Xavier", "MSRA",
            "Bilinear", "BilinearInitializer",
@@ -178,10 +179,9 @@ class NumpyArrayInitializer(Initializer):
             raise ValueError(f"NumpyArrayInitializer: array shape {list(self.value.shape)} does "
                              f"not match {var.name} shape {list(var.shape)}")
         dtype = convert_dtype(var.dtype)
-        values = self.value.astype(dtype).reshape(-1).tolist()
         return block._prepend_op("assign_value", outputs={"Out": [var]},
                                attrs={"shape": list(var.shape), "dtype": dtype,
-                                      "values": values})
+                                      **assign_value_attrs(self.value.astype(dtype), dtype)})
 
 
 class Bilinear(Initializer):

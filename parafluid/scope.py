@@ -20,7 +20,8 @@ import torch
 
 from .place import to_device
 
-__all__ = ["Scope", "ScopeVariable", "LoDTensor", "LoDTensorArray", "SelectedRows", "TensorArray",
+__all__ = ["Scope", "ScopeVariable", "LoDTensor", "LoDTensorArray", "SelectedRows",
+           "SelectedRowsHandle", "TensorArray",
            "global_scope", "scope_guard", "as_numpy", "FetchedArray", "OneElementArray"]
 
 
@@ -278,17 +279,106 @@ class ScopeVariable:
     def get_tensor(self) -> LoDTensor:
         return LoDTensor(self)
 
-    def get_selected_rows(self) -> SelectedRows:
-        if not isinstance(self.value, SelectedRows):
+    def get_selected_rows(self) -> SelectedRowsHandle:
+        """Fluid's ``var.get_selected_rows()``: a handle on the row-sparse value this
+        variable holds; an empty variable is given an empty one (height 0, no rows) that the
+        handle's setters fill, as Fluid's ``GetMutable<SelectedRows>``."""
+        if self.value is None:
+            self.value = SelectedRows(torch.zeros(0, dtype=torch.int64), torch.zeros(0), 0)
+        elif not isinstance(self.value, SelectedRows):
             raise TypeError(f"variable {self.name!r} holds {type(self.value).__name__}, "
                             "not SelectedRows")
-        return self.value
+        return SelectedRowsHandle(self)
 
     def is_initialized(self) -> bool:
         return self.value is not None
 
     def __repr__(self) -> str:
         return f"ScopeVariable({self.name!r}, {'set' if self.value is not None else 'empty'})"
+
+
+class _RowsValue:
+    """The value tensor of a scope variable's SelectedRows, as a ``LoDTensor`` holder."""
+
+    __slots__ = ("_var",)
+
+    def __init__(self, var: ScopeVariable) -> None:
+        self._var = var
+
+    @property
+    def name(self) -> str:
+        return self._var.name
+
+    @property
+    def value(self) -> torch.Tensor | None:
+        rows = self._var.value
+        return rows.value if isinstance(rows, SelectedRows) else None
+
+    @value.setter
+    def value(self, tensor: torch.Tensor) -> None:
+        rows = self._var.value
+        rows.value = tensor
+        rows.rows = rows.rows.to(tensor.device)
+
+    @property
+    def lod(self) -> list[list[int]]:
+        return []
+
+    @lod.setter
+    def lod(self, lod: list[list[int]]) -> None:
+        if lod:
+            raise ValueError(f"the value of SelectedRows {self._var.name!r} has no LoD "
+                             f"(got {lod})")
+
+
+class SelectedRowsHandle:
+    """Fluid's ``core.SelectedRows`` as ``scope.var(name).get_selected_rows()`` returns it:
+    ``set_height``/``height()``, ``set_rows``/``rows()`` and ``get_tensor()`` (the value
+    rows, one per listed row index) on the variable's row-sparse value.
+
+    Example::
+
+        sr = scope.var("grad").get_selected_rows()
+        sr.set_height(10); sr.set_rows([0, 4, 4])
+        sr.get_tensor().set(np.ones((3, 2), "float32"), fluid.CPUPlace())
+    """
+
+    __slots__ = ("_var",)
+
+    def __init__(self, var: ScopeVariable) -> None:
+        self._var = var
+
+    @property
+    def _rows(self) -> SelectedRows:
+        return self._var.value
+
+    def height(self) -> int:
+        return self._rows.height
+
+    def set_height(self, height: int) -> None:
+        if int(height) < 0:
+            raise ValueError(f"SelectedRows {self._var.name!r}: height must be >= 0, got "
+                             f"{height}")
+        self._rows.height = int(height)
+
+    def rows(self) -> list[int]:
+        return [int(r) for r in self._rows.rows.tolist()]
+
+    def set_rows(self, rows: Any) -> None:
+        ids = torch.as_tensor(np.asarray(list(rows), dtype=np.int64))
+        self._rows.rows = ids.to(self._rows.value.device)
+
+    def get_tensor(self) -> LoDTensor:
+        return LoDTensor(_RowsValue(self._var))  # type: ignore[arg-type]
+
+    def numel(self) -> int:
+        return int(self._rows.value.numel())
+
+    def sync_index(self) -> None:
+        """Fluid rebuilds its row-to-index map here; the rows list is the only index."""
+
+    def __repr__(self) -> str:
+        return f"SelectedRowsHandle({self._var.name!r}, {self._rows!r})"
 
 
 class Scope:

@@ -16,6 +16,15 @@ XS = RNG.uniform(-1, 1, (sum(LENGTHS), D)).astype("float32")
 WEIGHTS = RNG.uniform(-1, 1, (sum(LENGTHS), H))  # weighs every output row in the loss
 
 
+def _loss_weights():
+    """WEIGHTS as a float64 constant of the program (layers.assign takes float32 or int32
+    arrays only, as Fluid's)."""
+    w = L.create_parameter(list(WEIGHTS.shape), "float64",
+                           default_initializer=fluid.initializer.NumpyArrayInitializer(WEIGHTS))
+    w.stop_gradient = True
+    return w
+
+
 def _init(a):
     return fluid.initializer.NumpyArrayInitializer(a)
 
@@ -113,7 +122,7 @@ def test_dynamic_rnn_gradient_matches_finite_differences():
             drnn.update_memory(prev, hidden)
             drnn.output(hidden)
         out = drnn()
-        weights = L.assign(WEIGHTS)
+        weights = _loss_weights()
         loss = L.reduce_sum(L.elementwise_mul(out, weights))
         gx, gh = fluid.backward.gradients([loss], [sentence, h0])
     main.verify()
@@ -170,7 +179,7 @@ def _static_input_program():
             drnn.update_memory(prev, hidden)
             drnn.output(hidden)
         out = drnn()
-        loss = L.reduce_sum(L.elementwise_mul(out, L.assign(WEIGHTS)))
+        loss = L.reduce_sum(L.elementwise_mul(out, _loss_weights()))
         grads = fluid.backward.gradients([loss], [sentence, ctx, bias])
     return main, startup, out, loss, grads
 
@@ -313,7 +322,8 @@ def test_nested_dynamic_rnn_over_two_level_lod_matches_numpy_and_finite_differen
                                   param_attr=fluid.ParamAttr(name="w", initializer=_init(wv))))
             outer.output(L.sequence_last_step(inner()))
         out = outer()
-        loss = L.reduce_sum(L.elementwise_mul(out, L.assign(np.linspace(-1, 1, 12).reshape(6, 2))))
+        loss = L.reduce_sum(L.elementwise_mul(
+            out, L.assign(np.linspace(-1, 1, 12).reshape(6, 2).astype("float32"))))
         gx, = fluid.backward.gradients([loss], [x])
     place = fluid.CPUPlace()
     exe, scope = fluid.Executor(place), fluid.Scope()

@@ -105,7 +105,7 @@ def eye(num_rows: int, num_columns: int | None = None, batch_shape: list[int] | 
 def diag(diagonal: Variable | np.ndarray) -> Variable:
     """A square matrix with ``diagonal`` (a 1-D variable or array) on its diagonal."""
     if not isinstance(diagonal, Variable):
-        diagonal = assign(np.asarray(diagonal))
+        diagonal = assign(diagonal)
     helper = LayerHelper("diag")
     out = helper.create_variable_for_type_inference(diagonal.dtype)
     helper.append_op("diag", inputs={"Diagonal": [diagonal]}, outputs={"Out": [out]})

@@ -11,6 +11,7 @@ from ..dtypes import VarType, convert_dtype
 from ..framework import Variable
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
+from ..ops.tensor import assign_value_attrs
 from .attr_tensors import int_list_arg
 
 __all__ = ["uniform_random", "gaussian_random", "fill_constant", "assign", "create_global_var",
@@ -46,20 +47,42 @@ def ones(shape: list[int], dtype: Any, force_cpu: bool = False) -> Variable:
 
 
 def assign(input: Variable | np.ndarray, output: Variable | None = None) -> Variable:
-    """Copy a variable (or a numpy array, as a constant) into ``output``."""
+    """Copy a variable (or a numpy array, as a constant) into ``output``.
+
+    As Fluid 1.6: a Variable of float32, float64, int32, int64 or bool; an array of float32
+    or int32 (its values go into the program as an ``assign_value`` op, at most 2**20 of
+    them). Anything else raises ``TypeError``.
+    """
     helper = LayerHelper("assign")
     if isinstance(input, Variable):
+        dtype = convert_dtype(input.dtype)
+        if dtype not in ("float32", "float64", "int32", "int64", "bool"):
+            raise TypeError("assign: a Variable input must be float32, float64, int32, int64 "
+                            f"or bool, got {dtype} ({input.name!r})")
         if output is None:
             output = helper.create_variable_for_type_inference(input.dtype)
         helper.append_op("assign", inputs={"X": [input]}, outputs={"Out": [output]})
         return output
-    arr = np.asarray(input)
-    dtype = convert_dtype(arr.dtype)
+    if not isinstance(input, np.ndarray):
+        raise TypeError("assign: input must be a Variable or a numpy.ndarray, got "
+                        f"{type(input).__name__}")
+    dtype = convert_dtype(input.dtype)
+    if dtype not in ("float32", "int32"):
+        raise TypeError("assign: a numpy.ndarray input must be float32 or int32 (its values "
+                        f"are stored in the program), got {dtype}")
+    if input.size > 1024 * 1024:
+        raise ValueError(f"assign: the array has {input.size} elements, more than 1048576 "
+                         "to store in a program; save it to a file and load it with a "
+                         "load op instead")
     if output is None:
         output = helper.create_variable_for_type_inference(dtype)
+    elif output.dtype is not None and convert_dtype(output.dtype) != dtype:
+        # Fluid writes the array's own type into the output whatever it was declared as
+        # (the fetched value has the array's dtype): the declaration follows the value
+        output.dtype = dtype
     helper.append_op("assign_value", outputs={"Out": [output]},
-                     attrs={"shape": list(arr.shape), "dtype": dtype,
-                            "values": arr.reshape(-1).tolist()})
+                     attrs={"shape": list(input.shape), "dtype": dtype,
+                            **assign_value_attrs(input, dtype)})
     return output
 
 

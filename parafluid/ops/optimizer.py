@@ -52,13 +52,40 @@ def _state_shape(op: str, pairs: tuple[tuple[str, str], ...],
         if lr is not None and lr.shape not in ((1,), ()):
             raise ValueError(f"{op}: LearningRate must hold one element (shape [1]), got "
                              f"shape {list(lr.shape)}")
-        return {out: Meta(ins[i].shape, ins[i].dtype) for i, out in pairs
+        return {out: Meta(ins[i].shape, ins[i].dtype, ins[i].type) for i, out in pairs
                 if ins.get(i) is not None}
     return infer
 
 
+def rows_in_table(op: str, table: SelectedRows, ids: torch.Tensor) -> torch.Tensor:
+    """The positions in ``table.value`` of the row ids ``ids`` (Fluid's
+    ``AutoGrownIndex(id, false)``); an id the table does not hold is an error."""
+    order = torch.argsort(table.rows)
+    held = table.rows[order]
+    pos = torch.searchsorted(held, ids).clamp_(max=max(len(held) - 1, 0))
+    found = held[pos] == ids if len(held) else torch.zeros_like(ids, dtype=torch.bool)
+    if not bool(found.all()):
+        missing = sorted({int(i) for i in ids[~found].tolist()})
+        raise ValueError(f"{op}: the row-sparse parameter holds no row {missing[:10]} "
+                         f"(id should be in the table; it holds {len(held)} rows)")
+    return order[pos]
+
+
 def _sgd(ins: dict, attrs: dict, ctx: Any) -> dict:
     param, grad, lr = ins["Param"], ins["Grad"], ins["LearningRate"]
+    if isinstance(param, SelectedRows):
+        # a row-sparse parameter (a distributed table's block): the gradient's rows update
+        # the parameter's rows holding the same ids, as Fluid's SelectedRows kernel
+        if not isinstance(grad, SelectedRows):
+            raise TypeError("sgd: when Param is SelectedRows, Grad must be SelectedRows too, "
+                            f"got {type(grad).__name__}")
+        if len(grad.rows):
+            if grad.value.shape[1:] != param.value.shape[1:]:
+                raise ValueError(f"sgd: Grad's rows have shape {list(grad.value.shape[1:])} "
+                                 f"but Param's rows {list(param.value.shape[1:])}")
+            where = rows_in_table("sgd", param, grad.rows)
+            param.value.index_add_(0, where, grad.value * -lr)
+        return {"ParamOut": param}
     if isinstance(grad, SelectedRows):
         # NOTE: index_add_ adds every listed row, so repeated rows need no merge here.
         param.index_add_(0, grad.rows, grad.value * -lr)

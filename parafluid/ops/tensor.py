@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..dtypes import FLOAT_DTYPES, convert_dtype, to_torch
@@ -81,14 +82,34 @@ register_op("assign", inputs=("X",), outputs=("Out",), infer_shape=same_as("X"),
             share_lod=("X", "Out"))
 
 
+_VALUE_ATTRS = {"float32": "fp32_values", "int32": "int32_values"}
+
+
+def assign_value_attrs(values: Any, dtype: str) -> dict[str, list]:
+    """The attribute that carries an ``assign_value`` op's values, as Fluid's op names it:
+    ``fp32_values`` for float32, ``int32_values`` for int32; other dtypes (parafluid's
+    initializers write them) go in ``values``."""
+    flat = np.asarray(values).reshape(-1)
+    name = _VALUE_ATTRS.get(convert_dtype(dtype), "values")
+    if name == "int32_values":
+        return {name: [int(v) for v in flat]}
+    return {name: flat.tolist()}
+
+
 def _assign_value(ins: dict, attrs: dict, ctx: Any) -> dict:
-    dtype = to_torch(convert_dtype(attrs["dtype"]))
-    return {"Out": torch.tensor(attrs["values"], dtype=dtype,
-                                device=ctx.device).reshape(tuple(attrs["shape"]))}
+    dtype = convert_dtype(attrs["dtype"])
+    shape = tuple(int(d) for d in attrs["shape"])
+    values = attrs.get(_VALUE_ATTRS.get(dtype, "values")) or attrs["values"]
+    if len(values) != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"assign_value: {len(values)} values for shape {list(shape)} of "
+                         f"{int(np.prod(shape, dtype=np.int64))} elements")
+    return {"Out": torch.tensor(values, dtype=to_torch(dtype),
+                                device=ctx.device).reshape(shape)}
 
 
 register_op("assign_value", outputs=("Out",),
-            attrs={"shape": [1], "dtype": "float32", "values": []},
+            attrs={"shape": [1], "dtype": "float32", "fp32_values": [], "int32_values": [],
+                   "values": []},
             infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_assign_value)
 
 

@@ -114,7 +114,7 @@ def test_layers_scatter_multiplex_mod_and_clip_by_norm():
     def build():
         x = fluid.layers.data(name="x", shape=[3], dtype="float32")
         ids = fluid.layers.data(name="ids", shape=[1], dtype="int32")
-        rows = fluid.layers.assign(np.array([2, 0], "int64"))
+        rows = fluid.layers.assign(np.array([2, 0], "int32"))
         upd = fluid.layers.fill_constant([2, 3], "float32", 1.5)
         scattered = fluid.layers.scatter(x, rows, upd)
         picked = fluid.layers.multiplex([x, scattered], ids)
@@ -134,7 +134,7 @@ def test_layers_scatter_multiplex_mod_and_clip_by_norm():
 
 
 def test_scatter_nd_layer_builds_on_zeros():
-    index = np.array([[1, 2], [0, 0], [1, 2]], "int64")
+    index = np.array([[1, 2], [0, 0], [1, 2]], "int32")
     upd = np.array([1.0, 2.0, 3.0], "float32")
 
     def build():

@@ -223,7 +223,8 @@ def test_the_layers_in_a_program():
                 fluid.layers.reverse(x, axis=1), fluid.layers.argsort(x, axis=1)[1],
                 fluid.layers.range(0, 6, 2, "int64"), fluid.layers.linspace(0.0, 1.0, 3,
                                                                             "float32"),
-                fluid.layers.eye(2, batch_shape=[3]), fluid.layers.diag(np.array([1.0, 2.0])),
+                fluid.layers.eye(2, batch_shape=[3]),
+                fluid.layers.diag(np.array([1.0, 2.0], "float32")),
                 fluid.layers.isfinite(x), fluid.layers.has_inf(x), fluid.layers.has_nan(x)]
         loss = fluid.layers.mean(y)
         fluid.optimizer.SGD(0.1).minimize(loss)

@@ -1,0 +1,140 @@
+"""fluid.op.Operator: one op built from keyword arguments and run on a scope, as Fluid's
+single-op programs and tests drive it; SelectedRows through the scope's handles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid import core
+from parafluid.op import Operator, OperatorFactory
+
+PLACE = core.CPUPlace()
+
+
+def _scope(**arrays):
+    scope = core.Scope()
+    for name, arr in arrays.items():
+        scope.var(name).get_tensor().set(arr, PLACE)
+    return scope
+
+
+def test_dense_op_reads_the_scope_and_writes_its_output():
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    scope = _scope(X=x)
+    op = Operator("scale", X="X", Out="Out", scale=2.0, bias=1.0)
+    assert op.type() == "scale" and op.input("X") == ["X"] and op.output("Out") == ["Out"]
+    assert op.attr("scale") == 2.0
+    op.run(scope, PLACE)
+    np.testing.assert_array_equal(np.array(scope.find_var("Out").get_tensor()), x * 2 + 1)
+    np.testing.assert_array_equal(np.array(scope.find_var("X").get_tensor()), x)
+
+
+def test_duplicable_inputs_lod_and_numpy_attributes():
+    scope = _scope(a=np.ones((2, 2), "float32"), b=np.full((2, 2), 3.0, "float32"))
+    Operator("sum", X=["a", "b"], Out="s").run(scope, PLACE)
+    np.testing.assert_array_equal(np.array(scope.find_var("s").get_tensor()), 4.0)
+
+    scope = core.Scope()
+    t = scope.var("seq").get_tensor()
+    t.set(np.arange(5, dtype="float32").reshape(5, 1), PLACE)
+    t.set_recursive_sequence_lengths([[2, 3]])
+    Operator("sequence_pool", X="seq", Out="pooled", MaxIndex="idx",
+             pooltype=np.str_("SUM")).run(scope, PLACE)
+    np.testing.assert_array_equal(np.array(scope.find_var("pooled").get_tensor()),
+                                  [[1.0], [9.0]])
+    Operator("sequence_softmax", X="seq", Out="soft").run(scope, PLACE)
+    assert scope.find_var("soft").get_tensor().recursive_sequence_lengths() == [[2, 3]]
+
+    scope = core.Scope()
+    Operator("fill_constant", Out="c", shape=np.array([2, 3]), value=np.float32(1.5),
+             dtype=int(fluid.core.VarDesc.VarType.FP64)).run(scope, PLACE)
+    out = np.array(scope.find_var("c").get_tensor())
+    assert out.dtype == np.float64 and out.shape == (2, 3) and (out == 1.5).all()
+
+
+def _selected_rows(scope, name, height, rows, value):
+    sr = scope.var(name).get_selected_rows()
+    sr.set_height(height)
+    sr.set_rows(rows)
+    sr.get_tensor().set(value, PLACE)
+    return sr
+
+
+def test_selected_rows_handle_round_trip():
+    scope = core.Scope()
+    value = np.arange(6, dtype="float32").reshape(3, 2)
+    sr = _selected_rows(scope, "g", 10, [0, 4, 4], value)
+    assert sr.height() == 10 and sr.rows() == [0, 4, 4] and sr.numel() == 6
+    np.testing.assert_array_equal(np.array(sr.get_tensor()), value)
+    # the scope's value is the engine's row-sparse value: densified on fetch
+    dense = np.zeros((10, 2), "float32")
+    np.add.at(dense, [0, 4, 4], value)
+    np.testing.assert_array_equal(fluid.scope.as_numpy(scope.find_var("g").value), dense)
+    with pytest.raises(TypeError, match="not SelectedRows"):
+        _scope(t=np.ones(2, "float32")).find_var("t").get_selected_rows()
+
+
+def test_sgd_on_a_row_sparse_parameter_updates_the_rows_holding_the_ids():
+    scope = core.Scope()
+    _selected_rows(scope, "Grad", 10, [0, 4, 7], np.ones((3, 4), "float32"))
+    w = np.arange(32, dtype="float32").reshape(8, 4)
+    # the parameter's rows in another order than their ids
+    param_ids = [7, 6, 5, 4, 3, 2, 1, 0]
+    param = _selected_rows(scope, "Param", 8, param_ids, w)
+    scope.var("LR").get_tensor().set(np.array([0.5], "float32"), PLACE)
+    Operator("sgd", Param="Param", Grad="Grad", LearningRate="LR", ParamOut="Param").run(
+        scope, PLACE)
+    expect = w.copy()
+    for gid in (0, 4, 7):
+        expect[param_ids.index(gid)] -= 0.5
+    np.testing.assert_array_equal(np.array(param.get_tensor()), expect)
+
+    _selected_rows(scope, "Grad", 10, [9], np.ones((1, 4), "float32"))
+    with pytest.raises(Exception, match=r"holds no row \[9\]"):
+        Operator("sgd", Param="Param", Grad="Grad", LearningRate="LR",
+                 ParamOut="Param").run(scope, PLACE)
+    np.testing.assert_array_equal(np.array(param.get_tensor()), expect)  # nothing applied
+
+
+def test_bad_operators_are_named():
+    with pytest.raises(ValueError, match="no op type 'sclae'.*'scale'"):
+        Operator("sclae", X="X")
+    with pytest.raises(ValueError, match="'X' expects only one variable"):
+        Operator("scale", X=["a", "b"], Out="o")
+    with pytest.raises(TypeError, match="variable name"):
+        Operator("scale", X=3, Out="o")
+    with pytest.raises(ValueError, match="input variable 'missing' is not in the scope"):
+        Operator("scale", X="missing", Out="o").run(core.Scope(), PLACE)
+    scope = core.Scope()
+    scope.var("empty")
+    with pytest.raises(ValueError, match="'empty' holds no value"):
+        Operator("scale", X="empty", Out="o").run(scope, PLACE)
+    assert OperatorFactory()("scale", X="X", Out="o").type() == "scale"
+    assert "sgd" in OperatorFactory().types()
+
+
+def test_assign_checks_its_input_as_fluid():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.layers.data(name="x", shape=[4], dtype="float16")
+        for bad in (fluid.create_lod_tensor(np.array([[-1.0]]), [[1]], PLACE), x,
+                    np.ones(2, "float64"), np.ones(2, "int64"), np.ones(2, bool), [1.0, 2.0]):
+            with pytest.raises(TypeError, match="assign"):
+                fluid.layers.assign(bad)
+
+
+def test_assign_value_uses_fluids_value_attributes_and_the_arrays_dtype():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        ints = np.array([[-3, 7], [100, 0]], "int32")
+        out = fluid.layers.create_tensor(dtype="float32")
+        fluid.layers.assign(ints, output=out)
+        floats = fluid.layers.assign(np.array([0.5, -2.0], "float32"))
+    ops = [op for op in main.global_block().ops if op.type == "assign_value"]
+    assert ops[0].attr("int32_values") == [-3, 7, 100, 0]
+    assert ops[1].attr("fp32_values") == [0.5, -2.0]
+    got_i, got_f = fluid.Executor(PLACE).run(main, fetch_list=[out, floats])
+    assert got_i.dtype == np.int32
+    np.testing.assert_array_equal(got_i, ints)
+    np.testing.assert_array_equal(got_f, [0.5, -2.0])

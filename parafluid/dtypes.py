@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["VarType", "convert_dtype", "to_torch", "to_numpy", "FLOAT_DTYPES",
-           "convert_np_dtype_to_dtype_"]
+__all__ = ["VarType", "UnsupportedDtypeError", "convert_dtype", "to_torch", "to_numpy",
+           "FLOAT_DTYPES", "convert_np_dtype_to_dtype_"]
 
 _CANONICAL = {
     "float16": (torch.float16, np.float16),
@@ -23,7 +23,10 @@ _CANONICAL = {
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 _ALIASES = {"float": "float32", "double": "float64", "int": "int32", "long": "int64",
-            "half": "float16", "fp16": "float16", "fp32": "float32", "fp64": "float64"}
+            "half": "float16", "fp16": "float16", "fp32": "float32", "fp64": "float64",
+            # Fluid's Python side passes float16 values as numpy uint16 holding their bits
+            # (numpy had no float16 its C++ side could bind): a uint16 array is float16
+            "uint16": "float16"}
 _TORCH_TO_NAME = {t: name for name, (t, _) in _CANONICAL.items()}
 
 
@@ -80,6 +83,12 @@ _ENUM_NAMES = {m.value: str.__str__(m) for m in vars(VarType).values()
 _NUMPY_NAMES: dict[np.dtype, str] = {}  # numpy dtype -> canonical name, filled on use
 
 
+class UnsupportedDtypeError(TypeError, ValueError):
+    """A dtype parafluid does not know. Both a TypeError (what a wrong argument type raises)
+    and a ValueError (what Fluid's ``convert_dtype`` raises for an unknown name), so code
+    written against either catches it."""
+
+
 def convert_dtype(dtype: object) -> str:
     """Return the canonical name ('float32', 'int64', ...) of a str, numpy or torch dtype."""
     if isinstance(dtype, str):
@@ -106,11 +115,13 @@ def convert_dtype(dtype: object) -> str:
             name = np.dtype(dtype).name  # type: ignore[arg-type]
         except TypeError:
             name = None
+        name = _ALIASES.get(name, name)  # type: ignore[arg-type]
         if name in _CANONICAL:
             if isinstance(dtype, np.dtype):
                 _NUMPY_NAMES[dtype] = name
             return name
-    raise TypeError(f"unsupported dtype {dtype!r}; expected one of {sorted(_CANONICAL)}")
+    raise UnsupportedDtypeError(f"unsupported dtype {dtype!r}; expected one of "
+                                f"{sorted(_CANONICAL)}")
 
 
 def to_torch(dtype: str) -> torch.dtype:

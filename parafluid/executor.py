@@ -36,6 +36,7 @@ from .engine.scheduler import Scheduler, make_scheduler
 from .feed_fetch import (
     as_feed_tensor,
     as_fetch_list,
+    batch_size_mismatch,
     check_batch_sizes,
     fetch_names,
     fetch_value,
@@ -147,13 +148,22 @@ class Executor:
         try:
             fed = {name: as_feed_tensor(block, name, value, self.device)
                    for name, value in feed.items()}
+            mismatch = None
             if plan.batch_feeds:
-                check_batch_sizes(plan.batch_feeds, fed)
+                # as Fluid, feeds whose dim 0 is -1 may differ in rows (two -1 dims of a
+                # matmul are not a batch); when an op then fails, the rows are the reason
+                check_batch_sizes(plan.batch_feeds, fed, agree=False)
+                mismatch = batch_size_mismatch(plan.batch_feeds, fed)
         except BaseException:
             plan.in_use = False
             raise
-        (values,) = plan.run([scope], [fed], self._scheduler_for(plan),
-                             check_nan_inf=self.check_nan_inf)
+        try:
+            (values,) = plan.run([scope], [fed], self._scheduler_for(plan),
+                                 check_nan_inf=self.check_nan_inf)
+        except Exception as e:
+            if mismatch is None:
+                raise
+            raise ValueError(mismatch) from e
         return [fetch_value(name, value, return_numpy)
                 for name, value in zip(plan.fetch, values)]
 

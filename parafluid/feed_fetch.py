@@ -63,6 +63,8 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
         shape = tuple(value.shape)
     else:
         value = _as_array(name, value, var)
+        if value.dtype == np.uint16:
+            value = value.view(np.float16)  # float16 bits, as Fluid's Python side passes them
         arr_dtype = convert_dtype(value.dtype)
         shape = value.shape
     if var.dtype is not None and arr_dtype != var.dtype:
@@ -366,30 +368,41 @@ def _rows(value: Any) -> int | None:
     return None
 
 
-def check_batch_sizes(names: Sequence[str], feed: dict[str, Any], where: str = "") -> None:
-    """Raise ValueError when the fed batch variables ``names`` hold 0 rows or disagree.
+def check_batch_sizes(names: Sequence[str], feed: dict[str, Any], where: str = "",
+                      agree: bool = True) -> None:
+    """Raise ValueError when the fed batch variables ``names`` hold 0 rows or (``agree``)
+    disagree.
 
     Example::
 
         check_batch_sizes(("x", "label"), {"x": x8, "label": label6})
         # ValueError: feeds 'x' and 'label' must have the same batch size ...
     """
+    for name in names:
+        if _rows(feed[name]) == 0:
+            raise ValueError(f"feed {name!r}{where}: the batch is empty (0 rows); dim 0 of "
+                             f"{name!r} is the batch (-1 in the program) and needs at least "
+                             "one row: skip empty batches")
+    problem = batch_size_mismatch(names, feed, where) if agree else None
+    if problem:
+        raise ValueError(problem)
+
+
+def batch_size_mismatch(names: Sequence[str], feed: dict[str, Any],
+                        where: str = "") -> str | None:
+    """What is wrong when the fed batch variables ``names`` have different row counts."""
     first: tuple[str, int] | None = None
     for name in names:
         rows = _rows(feed[name])
         if rows is None:
             continue  # a 0-d value: the shape check reports it
-        if rows == 0:
-            raise ValueError(f"feed {name!r}{where}: the batch is empty (0 rows); dim 0 of "
-                             f"{name!r} is the batch (-1 in the program) and needs at least "
-                             "one row: skip empty batches")
         if first is None:
             first = (name, rows)
         elif rows != first[1]:
-            raise ValueError(
-                f"feeds {first[0]!r} and {name!r}{where} must have the same batch size (dim 0 "
-                f"is -1, the batch, in the program for both): {first[0]!r} has {first[1]} "
-                f"rows, {name!r} has {rows}")
+            return (f"feeds {first[0]!r} and {name!r}{where} must have the same batch size "
+                    f"(dim 0 is -1, the batch, in the program for both): {first[0]!r} has "
+                    f"{first[1]} rows, {name!r} has {rows}")
+    return None
 
 
 def _numpy_view(value: Any) -> np.ndarray:

@@ -198,6 +198,11 @@ class Operator:
             names[:] = [new if n == old else n for n in names]
         self.block.program._bump()
 
+    @property
+    def desc(self) -> _OpDesc:
+        """Fluid's ``op.desc``: the op's description as the C++ side sees it."""
+        return _OpDesc(self)
+
     # ---- printing
     def to_string(self, with_details: bool = False) -> str:
         def slots(d: dict[str, list[str]]) -> str:
@@ -218,6 +223,97 @@ class Operator:
 _HIDDEN_ATTRS = frozenset({"op_role", "op_role_var", "op_namescope"})
 
 
+def _name(name: str | bytes) -> str:
+    return name.decode() if isinstance(name, bytes) else name
+
+
+class _OpDesc:
+    """Fluid's ``OpDesc`` of an op: its type, slots and attributes, and the shape and type
+    inference Fluid's programs call on it (run again on the op's current variables)."""
+
+    __slots__ = ("_op",)
+
+    def __init__(self, op: Operator) -> None:
+        self._op = op
+
+    def type(self) -> str:
+        return self._op.type
+
+    def input(self, slot: str) -> list[str]:
+        return self._op.input(slot)
+
+    def output(self, slot: str) -> list[str]:
+        return self._op.output(slot)
+
+    def input_names(self) -> list[str]:
+        return self._op.input_names
+
+    def output_names(self) -> list[str]:
+        return self._op.output_names
+
+    def input_arg_names(self) -> list[str]:
+        return self._op.input_arg_names
+
+    def output_arg_names(self) -> list[str]:
+        return self._op.output_arg_names
+
+    def attr(self, name: str) -> Any:
+        return self._op.attr(name)
+
+    def has_attr(self, name: str) -> bool:
+        return self._op.has_attr(name)
+
+    def attr_names(self) -> list[str]:
+        return self._op.attr_names
+
+    def set_attr(self, name: str, value: Any) -> None:
+        self._op._set_attr(name, value)
+
+    def infer_var_type(self, block_desc: Any = None) -> None:
+        """Output kinds and dtypes are inferred with the shapes (``infer_shape``)."""
+        self.infer_shape(block_desc)
+
+    def infer_shape(self, block_desc: Any = None) -> None:
+        from .ops.registry import prepare_op  # registry imports nothing from here at import
+
+        prepare_op(self._op, infer=True)
+
+
+class _BlockDesc:
+    """Fluid's ``BlockDesc`` of a block: its variables by name (str or bytes)."""
+
+    __slots__ = ("_block",)
+
+    def __init__(self, block: Block) -> None:
+        self._block = block
+
+    @property
+    def id(self) -> int:
+        return self._block.idx
+
+    @property
+    def parent(self) -> int:
+        return self._block.parent_idx
+
+    def find_var(self, name: str | bytes) -> Variable | None:
+        return self._block.vars.get(_name(name))
+
+    def find_var_recursive(self, name: str | bytes) -> Variable | None:
+        return self._block._find_var_recursive(_name(name))
+
+    def has_var(self, name: str | bytes) -> bool:
+        return _name(name) in self._block.vars
+
+    def var(self, name: str | bytes) -> Variable:
+        return self._block.var(_name(name))
+
+    def op_size(self) -> int:
+        return len(self._block.ops)
+
+    def op(self, index: int) -> _OpDesc:
+        return _OpDesc(self._block.ops[index])
+
+
 def _attr_str(v: Any) -> str:
     if isinstance(v, Block):
         return f"block[{v.idx}]"
@@ -235,6 +331,11 @@ def _attr_str(v: Any) -> str:
 
 class Block:
     """An ordered list of ops plus the variables they use; block 0 is the global block."""
+
+    @property
+    def desc(self) -> _BlockDesc:
+        """Fluid's ``block.desc``: the block's description as the C++ side sees it."""
+        return _BlockDesc(self)
 
     def __init__(self, program: Program, idx: int, parent_idx: int = -1) -> None:
         self.program = program

@@ -150,7 +150,12 @@ class Operator:
                 where = "is not in the scope" if found is None else "holds no value"
                 raise ValueError(f"Operator {self._type!r}: input variable {name!r} {where}; "
                                  "set it with scope.var(name).get_tensor().set(...) first")
-            made[name] = block.create_var(name=name, persistable=True, **_meta_of(found))
+            meta = _meta_of(found)
+            if not must_hold:
+                # an output's shape and dtype are the op's to decide; the scope only says
+                # what kind of value the variable holds (a SelectedRows, a tensor array)
+                meta = {k: v for k, v in meta.items() if k == "type"}
+            made[name] = block.create_var(name=name, persistable=True, **meta)
             return made[name]
 
         ins = {slot: [declare(n, True) for n in names] for slot, names in self._inputs.items()}
@@ -162,9 +167,20 @@ class Operator:
             var = scope.find_var(name)
             if var.lod and isinstance(var.value, torch.Tensor):
                 attach_lod(var.value, var.lod)
+        # an op that fills a tensor writes a row-sparse output's value tensor (Fluid's
+        # GetMutable<SelectedRows>()->mutable_value(): fill_constant, uniform_random, ...)
+        sparse_out = {n: scope.find_var(n).value for n in self.output_vars()
+                      if scope.find_var(n) is not None
+                      and isinstance(scope.find_var(n).value, SelectedRows)}
         Executor(place).run(program, scope=scope)
         for name in self.output_vars():
             var = scope.find_var(name)
+            rows = sparse_out.get(name)
+            if rows is not None and isinstance(var.value, torch.Tensor):
+                rows.value = var.value
+                rows.rows = rows.rows.to(var.value.device)
+                var.value = rows
+                continue
             lod = get_lod(var.value) if var is not None else None
             if lod:
                 var.lod = [list(level) for level in lod]

@@ -162,7 +162,11 @@ class LoDTensor:
         if isinstance(array, torch.Tensor):
             t = array.detach().clone()
         else:
-            t = torch.from_numpy(np.array(array, copy=True))
+            arr = np.array(array, copy=True)
+            if arr.dtype == np.uint16:
+                # Fluid's Python side passes float16 values as uint16 holding their bits
+                arr = arr.view(np.float16)
+            t = torch.from_numpy(arr)
         self._holder.value = t.to(to_device(place)) if place is not None else t
 
     def _is_initialized(self) -> bool:

@@ -240,3 +240,15 @@ def test_close_frees_the_device_scopes_and_leaves_the_source_of_a_sharer() -> No
     with pytest.raises(RuntimeError, match=r"run\(\) after close\(\)"):
         pe.run([m["loss"]], feed=data(8))
     pe.close()  # idempotent
+
+
+def test_the_executor_lets_minus_one_dims_differ_when_the_ops_agree() -> None:
+    """As Fluid: dim 0 of -1 is not always a batch; a matmul of [-1, 3] by [-1, 4] runs."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[-1, 3], dtype="float32")
+        y = fluid.data(name="y", shape=[-1, 4], dtype="float32")
+        out = fluid.layers.matmul(x, y)
+    xv, yv = np.ones((2, 3), "float32"), np.ones((3, 4), "float32")
+    got, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "y": yv}, fetch_list=[out])
+    np.testing.assert_array_equal(got, xv @ yv)

@@ -97,6 +97,12 @@ __all__ += norm.__all__ + tree.__all__ + text_match.__all__
 __all__ += lstm_stack.__all__
 __all__ += _rnn.__all__
 
+from . import arg_checks as _arg_checks  # noqa: E402  (it wraps what is imported above)
+# Fluid's argument checks on the layers users call (also where a Fluid module path names them)
+_arg_checks.apply(globals(), tuple(m for m in (control_flow, io, nn, ops, tensor, detection,
+                                               metric_op, learning_rate_scheduler,
+                                               distributions)))
+
 
 def __getattr__(name: str) -> object:
     from ..compat import missing_attribute

@@ -26,11 +26,21 @@ def fill_constant(shape: Any, dtype: Any, value: float, force_cpu: bool = False,
     """A tensor of ``shape`` filled with ``value``; ``shape`` is ints, ints and one-element
     int32 Variables, or one int32 Variable (read at run time, as Fluid 1.6)."""
     helper = LayerHelper("fill_constant")
+    dtype = convert_dtype(dtype)
+    if dtype not in ("bool", "float16", "float32", "float64", "int32", "int64"):
+        raise TypeError("fill_constant: dtype must be bool, float16, float32, float64, int32 "
+                        f"or int64, got {dtype}")
+    if not isinstance(shape, (list, tuple, Variable)):
+        raise TypeError("fill_constant: shape must be a list, a tuple or a Variable, got "
+                        f"{type(shape).__name__}")
     if out is None:
         out = helper.create_variable_for_type_inference(dtype)
+    elif out.dtype is not None and convert_dtype(out.dtype) != dtype:
+        raise TypeError(f"fill_constant: dtype {dtype} differs from the dtype of out "
+                        f"{out.name!r} ({convert_dtype(out.dtype)})")
     attr, inputs = int_list_arg(helper, "fill_constant", "shape", shape, "ShapeTensor",
                                 "ShapeTensorList")
-    attrs = {"dtype": convert_dtype(dtype), "value": float(value), "force_cpu": force_cpu}
+    attrs = {"dtype": dtype, "value": float(value), "force_cpu": force_cpu}
     if attr is not None:
         attrs["shape"] = attr
     helper.append_op("fill_constant", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
@@ -457,6 +467,9 @@ def uniform_random(shape: Any, dtype: Any = "float32", min: float = -1.0,
     if not isinstance(shape, (list, tuple, Variable)):
         raise TypeError(f"uniform_random: shape must be a list, tuple or Variable, got "
                         f"{type(shape).__name__}: {shape!r}")
+    if convert_dtype(dtype) not in ("float32", "float64"):
+        raise TypeError(f"uniform_random: dtype must be float32 or float64, got "
+                        f"{convert_dtype(dtype)}")
     helper = LayerHelper("uniform_random")
     out = helper.create_variable_for_type_inference(dtype, stop_gradient=True)
     attr, inputs = int_list_arg(helper, "uniform_random", "shape",

@@ -54,7 +54,9 @@ def _functors(attrs: dict) -> tuple[str, str, bool]:
 
 def _unary(name: str, x: torch.Tensor, attrs: dict, ctx: Any) -> torch.Tensor:
     if name == "scale":
-        return x * attrs["scale"]
+        # the factor in the value's own type, as Fluid's kernel casts it (float16 rounds
+        # 0.1 before multiplying)
+        return x * torch.tensor(attrs["scale"], dtype=x.dtype, device=x.device)
     return get_op_def(name).kernel({"X": x}, attrs, ctx)["Out"]
 
 
@@ -62,7 +64,7 @@ def _unary_grad(name: str, out: torch.Tensor, dout: torch.Tensor, attrs: dict,
                 ctx: Any) -> torch.Tensor:
     """``dout * unary'(x)`` written with the unary's output ``out``."""
     if name == "scale":
-        return dout * attrs["scale"]
+        return dout * torch.tensor(attrs["scale"], dtype=dout.dtype, device=dout.device)
     return get_op_def(name + "_grad").kernel({"Out": out, "Out@GRAD": dout}, attrs,
                                              ctx)["X@GRAD"]
 

@@ -45,13 +45,27 @@ def _check_label_dtype(op: str, label: torch.Tensor) -> None:
                         f"got {str(label.dtype).replace('torch.', '')}")
 
 
-def _hard_label_meta(op: str, x: Meta, label: Meta, axis: int) -> None:
+def _hard_label_meta(op: str, x: Meta, label: Meta, axis: int,
+                     squeezed_ok: bool = False) -> bool:
+    """Check a hard Label's shape; True when it is the input's shape without its last dim
+    (cross_entropy's ``[N]`` label for an ``[N, D]`` input, which Fluid takes too)."""
     want = list(x.shape)
     want[axis] = 1
+    if squeezed_ok and axis == len(want) - 1 and len(label.shape) == len(want) - 1 and all(
+            a == b or -1 in (a, b) for a, b in zip(label.shape, want)):
+        return True
     if len(label.shape) != len(want) or any(
             a != b and -1 not in (a, b) for a, b in zip(label.shape, want)):
         raise ValueError(f"{op}: Label must have shape {want} for input {list(x.shape)} "
                          f"(soft_label=False), got {list(label.shape)}")
+    return False
+
+
+def _with_class_dim(label: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The label with a trailing class dim of 1 (added when it came without one)."""
+    if label.dim() == x.dim() - 1:
+        return label.unsqueeze(-1), True
+    return label, False
 
 
 def _soft_label_meta(op: str, x: Meta, label: Meta) -> None:
@@ -78,8 +92,8 @@ def _cross_entropy_shape(ins: dict, attrs: dict) -> dict:
     x, label = ins["X"], ins["Label"]
     if attrs["soft_label"]:
         _soft_label_meta("cross_entropy", x, label)
-    else:
-        _hard_label_meta("cross_entropy", x, label, len(x.shape) - 1)
+    elif _hard_label_meta("cross_entropy", x, label, len(x.shape) - 1, squeezed_ok=True):
+        return {"Y": Meta(tuple(x.shape[:-1]), x.dtype)}
     return {"Y": Meta((*x.shape[:-1], 1), x.dtype)}
 
 
@@ -108,14 +122,19 @@ def _cross_entropy(ins: dict, attrs: dict, ctx: Any) -> dict:
     ignore = attrs["ignore_index"]
     _check_label_dtype("cross_entropy", label)
     _check_label_range("cross_entropy", label, x.shape[-1], ignore)
+    label, squeezed = _with_class_dim(label, x)
     picked, valid = _hard_pick(x, label, ignore, x.dim() - 1)
-    return {"Y": torch.where(valid, -_tolerable_log(picked), torch.zeros_like(picked))}
+    y = torch.where(valid, -_tolerable_log(picked), torch.zeros_like(picked))
+    return {"Y": y.squeeze(-1) if squeezed else y}
 
 
 def _cross_entropy_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, label, dy = ins["X"], ins["Label"], ins["Y@GRAD"]
     if attrs["soft_label"]:
         return {"X@GRAD": -dy * label / x}
+    label, squeezed = _with_class_dim(label, x)
+    if squeezed:
+        dy = dy.unsqueeze(-1)
     picked, valid = _hard_pick(x, label, attrs["ignore_index"], x.dim() - 1)
     g = torch.where(valid, -dy / picked, torch.zeros_like(picked))
     safe = torch.where(valid, label.long(), torch.zeros_like(label, dtype=torch.long))
@@ -138,18 +157,21 @@ register_op("cross_entropy", inputs=("X", "Label"), outputs=("Y",),
 
 def _cross_entropy2_shape(ins: dict, attrs: dict) -> dict:
     x, label = ins["X"], ins["Label"]
-    _hard_label_meta("cross_entropy2", x, label, len(x.shape) - 1)
+    squeezed = _hard_label_meta("cross_entropy2", x, label, len(x.shape) - 1, squeezed_ok=True)
     picked = Meta((*x.shape[:-1], 1), x.dtype)
-    return {"Y": picked, "MatchX": picked, "XShape": Meta((0, *x.shape), x.dtype)}
+    y = Meta(tuple(x.shape[:-1]), x.dtype) if squeezed else picked
+    return {"Y": y, "MatchX": picked, "XShape": Meta((0, *x.shape), x.dtype)}
 
 
 def _cross_entropy2(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, label, ignore = ins["X"], ins["Label"], attrs["ignore_index"]
     _check_label_dtype("cross_entropy2", label)
     _check_label_range("cross_entropy2", label, x.shape[-1], ignore)
+    label, squeezed = _with_class_dim(label, x)
     picked, valid = _hard_pick(x, label, ignore, x.dim() - 1)
     zeros = torch.zeros_like(picked)
-    return {"Y": torch.where(valid, -_tolerable_log(picked), zeros),
+    y = torch.where(valid, -_tolerable_log(picked), zeros)
+    return {"Y": y.squeeze(-1) if squeezed else y,
             "MatchX": torch.where(valid, picked, zeros),
             "XShape": x.new_empty((0, *x.shape))}
 
@@ -168,6 +190,8 @@ def _cross_entropy2_grad_maker(op: Any, no_grad: set, ctx: GradContext) -> list[
 def _cross_entropy_grad2(ins: dict, attrs: dict, ctx: Any) -> dict:
     label, match, dy = ins["Label"], ins["MatchX"], ins["Y@GRAD"]
     shape = tuple(ins["XShape"].shape[1:])
+    if label.dim() == len(shape) - 1:  # a label without the class dim (and dy as Y)
+        label, dy = label.unsqueeze(-1), dy.unsqueeze(-1)
     valid = label != attrs["ignore_index"]
     g = torch.where(valid, -dy / match, torch.zeros_like(match))
     safe = torch.where(valid, label.long(), torch.zeros_like(label, dtype=torch.long))

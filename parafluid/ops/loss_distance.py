@@ -11,7 +11,7 @@ import torch
 
 from .common import unbroadcast
 from .loss import _rows_meta, _same_shape, _slots_same_shape
-from .registry import register_op
+from .registry import Meta, register_op
 
 __all__: list[str] = []
 
@@ -170,20 +170,43 @@ register_op("margin_rank_loss", inputs=("Label", "X1", "X2"), outputs=("Out", "A
             grad_uses=("Label", "X1", "X2", "Activated"), no_grad_inputs=("Label",))
 
 
+def _rank_loss_shape(ins: dict, attrs: dict) -> dict:
+    """Label, Left and Right are each ``[N]`` or ``[N, 1]`` (Fluid's rule); Out is Label's."""
+    for slot in ("Label", "Left", "Right"):
+        shape = ins[slot].shape
+        if len(shape) not in (1, 2) or (len(shape) == 2 and shape[1] not in (1, -1)):
+            raise ValueError(f"rank_loss: {slot} must have shape [N] or [N, 1], got "
+                             f"{list(shape)}")
+    n = ins["Label"].shape[0]
+    for slot in ("Left", "Right"):
+        if -1 not in (n, ins[slot].shape[0]) and ins[slot].shape[0] != n:
+            raise ValueError(f"rank_loss: {slot} has {ins[slot].shape[0]} rows but Label "
+                             f"has {n}")
+    return {"Out": Meta(ins["Label"].shape, ins["Left"].dtype)}
+
+
 def _rank_loss(ins: dict, attrs: dict, ctx: Any) -> dict:
-    """RankNet: ``log(1 + exp(left - right)) - label * (left - right)``."""
-    o = ins["Left"] - ins["Right"]
-    return {"Out": torch.nn.functional.softplus(o) - ins["Label"].to(o.dtype) * o}
+    """RankNet: ``log(1 + exp(left - right)) - label * (left - right)``, elementwise over
+    the N pairs."""
+    o = ins["Left"].reshape(-1) - ins["Right"].reshape(-1)
+    out = torch.nn.functional.softplus(o) - ins["Label"].reshape(-1).to(o.dtype) * o
+    return {"Out": out.reshape(ins["Label"].shape)}
 
 
 def _rank_loss_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    o = ins["Left"] - ins["Right"]
-    g = (torch.sigmoid(o) - ins["Label"].to(o.dtype)) * ins["Out@GRAD"]
-    return _difference_grads(ctx, "Left", "Right", g)
+    o = ins["Left"].reshape(-1) - ins["Right"].reshape(-1)
+    g = (torch.sigmoid(o) - ins["Label"].reshape(-1).to(o.dtype)) * \
+        ins["Out@GRAD"].reshape(-1)
+    out = {}
+    if "Left" in ctx.need:
+        out["Left@GRAD"] = g.reshape(ins["Left"].shape)
+    if "Right" in ctx.need:
+        out["Right@GRAD"] = (-g).reshape(ins["Right"].shape)
+    return out
 
 
 register_op("rank_loss", inputs=("Label", "Left", "Right"), outputs=("Out",),
-            infer_shape=_pair_shape("rank_loss", "Left", "Right"), kernel=_rank_loss,
+            infer_shape=_rank_loss_shape, kernel=_rank_loss,
             grad_kernel=_rank_loss_grad, grad_uses=("Label", "Left", "Right"),
             no_grad_inputs=("Label",))
 

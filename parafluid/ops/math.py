@@ -381,17 +381,23 @@ register_op("matmul", inputs=("X", "Y"), outputs=("Out",),
 
 def _cos_sim_shape(ins: dict, attrs: dict) -> dict:
     x, y = ins["X"], ins["Y"]
-    if len(x.shape) != 2 or len(y.shape) != 2 or x.shape[1] != y.shape[1]:
-        raise ValueError(f"cos_sim: X and Y must be [N, D] with the same D, got "
-                         f"{list(x.shape)} and {list(y.shape)}")
+    # rank >= 2; each row's trailing dims are one vector (Fluid flattens them)
+    if len(x.shape) < 2 or len(y.shape) != len(x.shape) or any(
+            a != b and -1 not in (a, b) for a, b in zip(x.shape[1:], y.shape[1:])):
+        raise ValueError(f"cos_sim: X and Y must be [N, ...] with the same trailing dims, "
+                         f"got {list(x.shape)} and {list(y.shape)}")
     if y.shape[0] not in (1, -1) and x.shape[0] not in (y.shape[0], -1):
         raise ValueError(f"cos_sim: Y must have X's {x.shape[0]} rows or 1, got {y.shape[0]}")
     col = Meta((x.shape[0], 1), x.dtype)
     return {"Out": col, "XNorm": col, "YNorm": Meta((y.shape[0], 1), y.dtype)}
 
 
+def _rows2d(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(t.shape[0], -1)
+
+
 def _cos_sim(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, y = ins["X"], ins["Y"]
+    x, y = _rows2d(ins["X"]), _rows2d(ins["Y"])
     xn = x.norm(dim=1, keepdim=True)
     yn = y.norm(dim=1, keepdim=True)
     out = (x * y).sum(1, keepdim=True) / (xn * yn)
@@ -400,14 +406,15 @@ def _cos_sim(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 def _cos_sim_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     # d cos/dx = y/(|x||y|) - cos * x/|x|²  (and symmetrically for y; a one-row Y sums)
-    x, y, out, d = ins["X"], ins["Y"], ins["Out"], ins["Out@GRAD"]
+    x, y, out, d = _rows2d(ins["X"]), _rows2d(ins["Y"]), ins["Out"], ins["Out@GRAD"]
     xn, yn = ins["XNorm"], ins["YNorm"]
     grads = {}
     if "X" in ctx.need:
-        grads["X@GRAD"] = d * (y / (xn * yn) - out * x / (xn * xn))
+        grads["X@GRAD"] = (d * (y / (xn * yn) - out * x / (xn * xn))).reshape(ins["X"].shape)
     if "Y" in ctx.need:
         dy = d * (x / (xn * yn) - out * y / (yn * yn))
-        grads["Y@GRAD"] = dy.sum(0, keepdim=True) if y.shape[0] == 1 != x.shape[0] else dy
+        dy = dy.sum(0, keepdim=True) if y.shape[0] == 1 != x.shape[0] else dy
+        grads["Y@GRAD"] = dy.reshape(ins["Y"].shape)
     return grads
 
 

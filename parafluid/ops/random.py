@@ -1,8 +1,12 @@
 """Ops that draw random numbers: uniform_random, gaussian_random, truncated_gaussian_random,
 their ``*_batch_size_like`` forms, sampling_id, random_crop and dropout.
 
-Each takes attr ``seed`` (0: torch's default generator, else a generator seeded once per op,
-``ctx.generator``). Only dropout has a gradient (through its saved ``Mask``).
+Each takes attr ``seed`` (0: torch's default generator). A non-zero seed: uniform_random,
+gaussian_random, truncated_gaussian_random and their ``*_batch_size_like`` forms draw, in
+float32 and float64, exactly the values of Fluid's CPU kernels (``std_random``: a fresh
+``std::minstd_rand`` on every run, so the same values every run); the other ops and dtypes
+use a torch generator seeded once per op (``ctx.generator``). Only dropout has a gradient
+(through its saved ``Mask``).
 """
 
 from __future__ import annotations
@@ -12,16 +16,40 @@ from typing import Any
 import torch
 
 from ..dtypes import convert_dtype, to_torch
+from . import std_random
 from .registry import Meta, register_op
 from .tensor import _batch_like_shape, _shape_attr_meta, run_shape
 
 __all__: list[str] = []
 
 
+def _fluid_values(draw: Any, out: torch.Tensor, seed: int, *params: float) -> bool:
+    """Fill ``out`` with the values Fluid's CPU kernel draws for ``seed``; False where
+    that does not apply (seed 0, or a dtype Fluid's kernel does not draw in)."""
+    dtype = convert_dtype(out.dtype)
+    if not seed or dtype not in ("float32", "float64"):
+        return False
+    values = draw(int(seed), out.numel(), *params, dtype)
+    out.copy_(torch.from_numpy(values).reshape(out.shape))
+    return True
+
+
+def _uniform(out: torch.Tensor, attrs: dict, ctx: Any) -> torch.Tensor:
+    if not _fluid_values(std_random.uniform, out, attrs["seed"], attrs["min"], attrs["max"]):
+        out.uniform_(attrs["min"], attrs["max"], generator=ctx.generator(attrs["seed"]))
+    return out
+
+
+def _normal(out: torch.Tensor, attrs: dict, ctx: Any) -> torch.Tensor:
+    if not _fluid_values(std_random.normal, out, attrs["seed"], attrs["mean"], attrs["std"]):
+        out.normal_(attrs["mean"], attrs["std"], generator=ctx.generator(attrs["seed"]))
+    return out
+
+
 def _uniform_random(ins: dict, attrs: dict, ctx: Any) -> dict:
     out = torch.empty(run_shape("uniform_random", ins, attrs),
                       dtype=to_torch(convert_dtype(attrs["dtype"])), device=ctx.device)
-    out.uniform_(attrs["min"], attrs["max"], generator=ctx.generator(attrs["seed"]))
+    _uniform(out, attrs, ctx)
     if attrs["diag_num"] > 0:  # Fluid's UniformInitializer(diag_num, diag_step, diag_val)
         step = attrs["diag_step"] + 1
         out.view(-1)[:attrs["diag_num"] * step:step] = attrs["diag_val"]
@@ -38,8 +66,7 @@ register_op("uniform_random", inputs=("ShapeTensor?", "ShapeTensorList[]?"), out
 def _gaussian_random(ins: dict, attrs: dict, ctx: Any) -> dict:
     out = torch.empty(tuple(attrs["shape"]), dtype=to_torch(convert_dtype(attrs["dtype"])),
                       device=ctx.device)
-    return {"Out": out.normal_(attrs["mean"], attrs["std"],
-                               generator=ctx.generator(attrs["seed"]))}
+    return {"Out": _normal(out, attrs, ctx)}
 
 
 register_op("gaussian_random", outputs=("Out",),
@@ -52,6 +79,8 @@ def _truncated_gaussian_random(ins: dict, attrs: dict, ctx: Any) -> dict:
     dtype = to_torch(convert_dtype(attrs["dtype"]))
     out = torch.empty(tuple(attrs["shape"]), dtype=dtype, device=ctx.device)
     mean, std = attrs["mean"], attrs["std"]
+    if _fluid_values(std_random.truncated_normal, out, attrs["seed"], mean, std):
+        return {"Out": out}
     return {"Out": torch.nn.init.trunc_normal_(out, mean, std, mean - 2 * std, mean + 2 * std,
                                                generator=ctx.generator(attrs["seed"]))}
 
@@ -70,7 +99,7 @@ def _register_random_like(name: str, fill: Any, extra: dict) -> None:
         shape = _batch_like_shape(name, tuple(ins["Input"].shape), attrs)
         out = torch.empty(shape, dtype=to_torch(convert_dtype(attrs["dtype"])),
                           device=ctx.device)
-        return {"Out": fill(out, attrs, ctx.generator(attrs["seed"]))}
+        return {"Out": fill(out, attrs, ctx)}
 
     register_op(name, inputs=("Input",), outputs=("Out",),
                 attrs={"shape": [1], "dtype": "float32", "input_dim_idx": 0,
@@ -81,12 +110,8 @@ def _register_random_like(name: str, fill: Any, extra: dict) -> None:
                 kernel=kernel)
 
 
-_register_random_like("uniform_random_batch_size_like",
-                      lambda out, a, gen: out.uniform_(a["min"], a["max"], generator=gen),
-                      {"min": -1.0, "max": 1.0})
-_register_random_like("gaussian_random_batch_size_like",
-                      lambda out, a, gen: out.normal_(a["mean"], a["std"], generator=gen),
-                      {"mean": 0.0, "std": 1.0})
+_register_random_like("uniform_random_batch_size_like", _uniform, {"min": -1.0, "max": 1.0})
+_register_random_like("gaussian_random_batch_size_like", _normal, {"mean": 0.0, "std": 1.0})
 
 
 # ----------------------------------------------------------------------------- sampling_id

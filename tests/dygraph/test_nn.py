@@ -188,7 +188,7 @@ def test_layer_objects_build_a_model_that_trains():
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(startup, scope=scope)
     losses = []
-    for _ in range(40):
+    for _ in range(80):
         xs = rng.uniform(-1, 1, (16, 1, 4, 4)).astype("float32")
         ys = (xs[:, 0, :2].sum((1, 2)) > xs[:, 0, 2:].sum((1, 2))).astype("int64")[:, None]
         losses.append(float(exe.run(main, feed={"img": xs, "label": ys}, fetch_list=[loss],

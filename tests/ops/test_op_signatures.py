@@ -41,8 +41,6 @@ _MKLDNN_IN = "MKL-DNN fusion inputs, written only by Fluid's MKL-DNN passes"
 
 # op type -> (the Fluid slots/attributes it lacks, as "in:X" / "out:Y" / "attr:z", why)
 KNOWN_GAPS: dict[str, tuple[str, str]] = {
-    "assign_value": ("attr:fp32_values attr:int32_values",
-                     "one 'values' attribute holds the values of every dtype"),
     "batch_norm": ("attr:fuse_with_relu", "set only by Fluid's fusion pass"),
     "c_broadcast": ("attr:use_calc_stream", "one stream per device"),
     "conditional_block": ("out:Scope attr:skip_eager_deletion_vars",

@@ -1,0 +1,112 @@
+"""Op table: the input forms of Fluid 1.6's shape rules that a narrower rule refused.
+
+- ``cross_entropy`` / ``cross_entropy2`` take a hard Label without the class dim (``[N]``
+  for ``[N, D]``, ``[N, T]`` for ``[N, T, D]``); Y then has the Label's shape;
+- ``cos_sim`` takes inputs of any rank >= 2, each row's trailing dims one vector;
+- ``rank_loss`` takes each of Label, Left, Right as ``[N]`` or ``[N, 1]``; Out has Label's;
+- ``fused_elemwise_activation``'s ``scale`` multiplies by the factor in the value's type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid.testing import OpCase, check_op, rand
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+P2 = _softmax(rand(5, 4, seed=1))
+P3 = _softmax(rand(2, 3, 4, seed=2))
+L1 = np.array([0, 3, 1, 2, 3], "int64")
+L2 = np.array([[1, 0, 3], [2, 2, 1]], "int64")
+
+
+def _ce(X, Label):
+    return {"Y": -np.log(np.take_along_axis(X, Label[..., None], -1))[..., 0]}
+
+
+def _ce2(X, Label):
+    picked = np.take_along_axis(X, Label[..., None], -1)
+    return {"Y": -np.log(picked)[..., 0], "MatchX": picked}
+
+
+def _cos(X, Y):
+    x, y = X.reshape(len(X), -1), Y.reshape(len(Y), -1)
+    xn = np.linalg.norm(x, axis=1, keepdims=True)
+    yn = np.linalg.norm(y, axis=1, keepdims=True)
+    return {"Out": (x * y).sum(1, keepdims=True) / (xn * yn), "XNorm": xn, "YNorm": yn}
+
+
+def _rank(Label, Left, Right):
+    o = Left.reshape(-1) - Right.reshape(-1)
+    return {"Out": (np.log1p(np.exp(o)) - Label.reshape(-1) * o).reshape(Label.shape)}
+
+
+CASES = [
+    OpCase("cross_entropy", {"X": P2, "Label": L1}, ref=_ce, grad=["X"],
+           id="cross_entropy_label_without_class_dim"),
+    OpCase("cross_entropy", {"X": P3, "Label": L2}, ref=_ce, grad=["X"],
+           id="cross_entropy_3d_label_without_class_dim"),
+    OpCase("cross_entropy2", {"X": P2, "Label": L1}, ref=_ce2, grad=["X"],
+           grad_outputs=["Y"], outputs=["Y", "MatchX", "XShape"],
+           id="cross_entropy2_label_without_class_dim"),
+    OpCase("cross_entropy2", {"X": P3, "Label": L2}, ref=_ce2, grad=["X"],
+           grad_outputs=["Y"], outputs=["Y", "MatchX", "XShape"],
+           id="cross_entropy2_3d_label_without_class_dim"),
+    OpCase("cos_sim", {"X": rand(4, 3, 2, seed=3), "Y": rand(4, 3, 2, seed=4)}, ref=_cos,
+           grad=["X", "Y"], grad_outputs=["Out"], id="cos_sim_rank3"),
+    OpCase("cos_sim", {"X": rand(4, 3, 2, seed=5), "Y": rand(1, 3, 2, seed=6)}, ref=_cos,
+           grad=["X", "Y"], grad_outputs=["Out"], id="cos_sim_rank3_one_row_y"),
+    OpCase("rank_loss", {"Label": np.array([1.0, 0.0, 1.0, 0.5]), "Left": rand(4, seed=7),
+                         "Right": rand(4, 1, seed=8)}, ref=_rank, grad=["Left", "Right"],
+           id="rank_loss_n_and_n1"),
+    OpCase("rank_loss", {"Label": np.array([[1.0], [0.0], [1.0]]), "Left": rand(3, 1, seed=9),
+                         "Right": rand(3, seed=10)}, ref=_rank, grad=["Left", "Right"],
+           id="rank_loss_n1_label"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_op(case):
+    check_op(case)
+
+
+def test_fused_scale_multiplies_in_the_values_type():
+    x = np.random.RandomState(0).uniform(0.1, 1, (13, 17)).astype("float16")
+    y = np.random.RandomState(1).uniform(0.1, 1, (13, 17)).astype("float16")
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        xv = fluid.data(name="x", shape=[13, 17], dtype="float16")
+        yv = fluid.data(name="y", shape=[13, 17], dtype="float16")
+        out = main.global_block().create_var(name="out", dtype="float16")
+        mid = main.global_block().create_var(name="mid", dtype="float16")
+        main.global_block().append_op(
+            "fused_elemwise_activation", inputs={"X": [xv], "Y": [yv]},
+            outputs={"Out": [out], "IntermediateOut": [mid]},
+            attrs={"functor_list": ["elementwise_mul", "scale"], "scale": 0.1,
+                   "save_intermediate_out": True})
+    got, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": x, "y": y},
+                                                fetch_list=[out])
+    # Fluid casts the factor to float16 first (0.1 -> 0.0999756), then multiplies
+    np.testing.assert_array_equal(got, x * (y * np.float16(0.1)))
+
+
+def test_a_uint16_array_is_float16_bits_as_fluids_python_side_passes_them():
+    half = np.array([[0.5, -1.25], [3.0, 0.1]], "float16")
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data(name="x", shape=[2, 2], dtype="float16")
+        y = fluid.layers.cast(x, "float32")
+    got, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": half.view(np.uint16)},
+                                                fetch_list=[y])
+    np.testing.assert_array_equal(got, half.astype("float32"))
+    t = fluid.LoDTensor()
+    t.set(half.view(np.uint16), fluid.CPUPlace())
+    assert np.array(t).dtype == np.float16
+    np.testing.assert_array_equal(np.array(t), half)

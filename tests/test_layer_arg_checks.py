@@ -1,0 +1,84 @@
+"""Layer functions check their arguments when the program is built, as Fluid 1.6's do: an
+input that is not a Variable, or a Variable of a dtype the layer does not take, is a
+TypeError; ``use_cudnn`` that is not a bool is a ValueError (parafluid/layers/arg_checks.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+from parafluid.layers import arg_checks
+
+L = fluid.layers
+
+
+def _data(name, dtype, shape=(4,)):
+    return L.data(name=name, shape=list(shape), dtype=dtype)
+
+
+def _lod_tensor():
+    return fluid.create_lod_tensor(np.array([[-1.0]]), [[1]], fluid.CPUPlace())
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: L.reshape(_lod_tensor(), shape=[1]), "reshape: x must be a Variable"),
+    (lambda: L.reshape(_data("b", "bool"), shape=[2, 2]), "reshape: x must be of dtype"),
+    (lambda: L.reshape(_data("x", "float32"), shape=1), "reshape: shape must be"),
+    (lambda: L.reshape(_data("x", "float32"), shape=[4], actual_shape=1),
+     "reshape: actual_shape must be a Variable"),
+    (lambda: L.elementwise_add(_lod_tensor(), _data("y", "float32")),
+     "elementwise_add: x must be a Variable"),
+    (lambda: L.elementwise_mul(_data("x", "float32"), _data("y", "bool")),
+     "elementwise_mul: y must be of dtype"),
+    (lambda: L.concat([_data("x", "float32"), np.ones((1, 4), "float32")]),
+     r"concat: input\[1\] must be a Variable"),
+    (lambda: L.softmax(_data("i", "int32")), "softmax: input must be of dtype"),
+    (lambda: L.embedding(_data("ids", "int32", (1,)), size=[10, 3]),
+     "embedding: input must be of dtype int64"),
+    (lambda: L.squeeze(_data("x", "float32", (1, 4)), axes=(1,)),
+     "squeeze: axes must be a list"),
+    (lambda: L.transpose(_data("x", "float32", (2, 3)), perm=(0, 2, 1)),
+     "transpose: perm must be a list"),
+    (lambda: L.reduce_sum(_data("b", "bool")), "reduce_sum: input must be of dtype"),
+    (lambda: L.conv2d(_data("i", "int32", (3, 4, 5, 6)), 1, 1),
+     "conv2d: input must be of dtype"),  # the dtype before the rank, as Fluid
+    (lambda: L.fill_constant([1], "uint8", 5), "fill_constant: dtype must be"),
+    (lambda: L.fill_constant(1, "float32", 5), "fill_constant: shape must be"),
+    (lambda: L.fill_constant([1], "float64", 5, out=_data("o", "int32")),
+     "fill_constant: dtype float64 differs"),
+    (lambda: L.uniform_random([2, 3], "int32"), "uniform_random: dtype must be"),
+])
+def test_refused_with_a_type_error(call, match):
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(TypeError, match=match):
+            call()
+
+
+@pytest.mark.parametrize("layer", ["conv2d", "pool2d"])
+def test_use_cudnn_must_be_a_bool(layer):
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = _data("x", "float32", (3, 8, 8))
+        kwargs = {"num_filters": 2, "filter_size": 3} if layer == "conv2d" else {"pool_size": 2}
+        with pytest.raises(ValueError, match=f"{layer}: use_cudnn must be True or False"):
+            getattr(L, layer)(x, use_cudnn=[0], **kwargs)
+        getattr(L, layer)(x, use_cudnn=False, **kwargs)
+
+
+def test_an_unknown_dtype_name_is_both_a_type_and_a_value_error():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        for kind in (TypeError, ValueError):
+            with pytest.raises(kind, match="unsupported dtype 'uint4'"):
+                L.fill_constant(shape=[1], value=5, dtype="uint4")
+
+
+def test_accepted_inputs_still_build_and_fluid_module_paths_are_the_checked_layers():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = _data("x", "float32", (2, 2))
+        L.reshape(x, shape=[-1, 4])
+        L.reshape(_data("f16", "float16", (4,)), shape=[-1, 2, 2])
+        L.concat([x, x], axis=1)
+        L.embedding(_data("ids", "int64", (1,)), size=[10, 3])
+    assert fluid.layers.tensor.concat is fluid.layers.concat
+    assert fluid.layers.nn.reshape is fluid.layers.reshape
+    assert all(hasattr(L, name) for name in arg_checks.LAYER_CHECKS)

@@ -57,6 +57,16 @@ __all__ = ["Executor", "global_scope", "scope_guard", "compile_program"]
 _MAX_PLANS = 64  # compiled (program, feed, fetch) signatures an Executor keeps
 
 
+def _feed_to_blame(block: Any, error: BaseException,
+                   notes: list[tuple[type, str, str]]) -> tuple[type, str, str] | None:
+    """The unchecked feed that did not match its variable and that the failing op reads."""
+    index = getattr(error, "op_index", None)
+    if not notes or index is None or not 0 <= index < len(block.ops):
+        return None
+    read = set(block.ops[index].input_arg_names)
+    return next((note for note in notes if note[2] in read), None)
+
+
 class Executor:
     """Runs programs on one place (``CPUPlace()`` or ``CUDAPlace(i)``).
 
@@ -146,7 +156,8 @@ class Executor:
         plan = self._take_plan(program, tuple(sorted(feed)), tuple(fetch))
         block = program.global_block()
         try:
-            fed = {name: as_feed_tensor(block, name, value, self.device)
+            notes: list[tuple[type, str, str]] = []  # feeds Fluid takes unchecked that differ
+            fed = {name: as_feed_tensor(block, name, value, self.device, notes)
                    for name, value in feed.items()}
             mismatch = None
             if plan.batch_feeds:
@@ -161,6 +172,9 @@ class Executor:
             (values,) = plan.run([scope], [fed], self._scheduler_for(plan),
                                  check_nan_inf=self.check_nan_inf)
         except Exception as e:
+            blamed = _feed_to_blame(block, e, notes)
+            if blamed is not None:
+                raise blamed[0](blamed[1]) from e
             if mismatch is None:
                 raise
             raise ValueError(mismatch) from e

@@ -49,15 +49,22 @@ def fetch_names(fetch_list: Sequence[Any]) -> list[str]:
     return var_names(fetch_list, "fetch_list")
 
 
-def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> Any:
-    """Check a fed value against the variable's shape and dtype; return it as a tensor."""
+def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device,
+                   notes: list[tuple[type, str, str]] | None = None) -> Any:
+    """Check a fed value against the variable's shape and dtype; return it as a tensor.
+
+    With ``notes`` (a list), a variable Fluid does not check feeds of (``layers.data``,
+    whose ``need_check_feed`` is False) takes the value as it is, as Fluid's Executor does
+    (an int32 shape tensor fed into a float32-declared one); what did not match is added
+    to ``notes`` (error type, message, variable) for the caller to raise if an op reading
+    that variable then fails."""
     var = block._find_var_recursive(name)
     if var is None:
         raise ValueError(unknown_name_message("feed", name, block))
     if isinstance(value, SelectedRows):
         return value.to(device)
     if isinstance(value, LoDTensor):
-        return lod_feed_tensor(block, name, value, device)
+        return lod_feed_tensor(block, name, value, device, notes)
     if isinstance(value, torch.Tensor):
         arr_dtype = convert_dtype(value.dtype)
         shape = tuple(value.shape)
@@ -67,12 +74,19 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
             value = value.view(np.float16)  # float16 bits, as Fluid's Python side passes them
         arr_dtype = convert_dtype(value.dtype)
         shape = value.shape
+    lenient = notes is not None and not var.need_check_feed
     if var.dtype is not None and arr_dtype != var.dtype:
-        raise TypeError(f"feed {name!r}: expected dtype {var.dtype}, got {arr_dtype} "
-                        f"(convert with .astype('{var.dtype}'))")
+        problem = (TypeError, f"feed {name!r}: expected dtype {var.dtype}, got {arr_dtype} "
+                              f"(convert with .astype('{var.dtype}'))", name)
+        if not lenient:
+            raise problem[0](problem[1])
+        notes.append(problem)  # type: ignore[union-attr,arg-type]
     if var.shape is not None and not shapes_compatible(var.shape, shape):
-        raise ValueError(f"feed {name!r}: expected shape {list(var.shape)} (-1 = any), "
-                         f"got {list(shape)}")
+        problem = (ValueError, f"feed {name!r}: expected shape {list(var.shape)} (-1 = any), "
+                               f"got {list(shape)}", name)
+        if not lenient:
+            raise problem[0](problem[1])
+        notes.append(problem)  # type: ignore[union-attr,arg-type]
     # NOTE: a persistable may be updated in place later (optimizer ops): never alias the
     # caller's memory for one.
     if isinstance(value, torch.Tensor):
@@ -85,11 +99,12 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device) -> A
     return t if device.type == "cpu" else t.to(device)
 
 
-def lod_feed_tensor(block: Any, name: str, value: LoDTensor, device: torch.device) -> Any:
+def lod_feed_tensor(block: Any, name: str, value: LoDTensor, device: torch.device,
+                    notes: list[tuple[type, str, str]] | None = None) -> Any:
     """What the executors make of a fed LoDTensor: its tensor, carrying the LoD."""
     if value.value is None:
         raise ValueError(f"feed {name!r}: the LoDTensor has no value; call .set(array, place)")
-    t = as_feed_tensor(block, name, value.value, device)
+    t = as_feed_tensor(block, name, value.value, device, notes)
     lod = value.lod()
     if not lod:
         return t

@@ -38,7 +38,8 @@ def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
         dims = [-1] + dims
     return default_main_program().global_block().create_var(
         name=name, shape=dims, dtype=dtype, type=type, lod_level=lod_level,
-        stop_gradient=stop_gradient, is_data=True, need_check_feed=True)
+        # as Fluid's layers.data: the Executor does not check what is fed (fluid.data does)
+        stop_gradient=stop_gradient, is_data=True, need_check_feed=False)
 
 
 def load(out: Variable, file_path: str, load_as_fp16: bool | None = None) -> None:

@@ -70,10 +70,13 @@ _END = 2 ** 31 - 1  # a slice end past any axis (the slice op clamps it)
 
 
 def _getitem(self: Variable, item: Any) -> Variable:
-    """``x[i]``, ``x[a:b]``, ``x[:, ::2]``, ``x[..., 0]``: Fluid 1.6's Variable slicing, as
-    ``slice`` ops (a step other than 1 takes the elements one by one and ``concat``\\ s them).
-    As in Fluid 1.6, an int index keeps its axis (of size 1)."""
-    from .index import slice as slice_layer
+    """``x[i]``, ``x[a:b]``, ``x[:, ::2]``, ``x[..., 0]``, ``x[v]`` with a Variable ``v``:
+    Fluid 1.6's Variable slicing, as a ``slice`` op. As Fluid's, an index (an int or a
+    one-element int Variable) drops its axis (``decrease_axis``; all dropped: shape [1]),
+    slice bounds may be Variables, and ``[::-1]`` is a ``reverse`` op. A step other than
+    1 or -1 takes the elements one by one and ``concat``\ s them (the axis's size must be
+    known)."""
+    from .shapes import reverse
     from .tensor import concat
 
     items = list(item) if isinstance(item, tuple) else [item]
@@ -88,27 +91,36 @@ def _getitem(self: Variable, item: Any) -> Variable:
         raise IndexError(f"{self.name}[...]: {len(items)} indexes for a variable of rank "
                          f"{rank} (shape {list(self.shape)})")
     axes: list[int] = []
-    starts: list[int] = []
-    ends: list[int] = []
+    starts: list[Any] = []
+    ends: list[Any] = []
+    decrease: list[int] = []
+    reversed_axes: list[int] = []
     stepped = []
     for axis, it in enumerate(items):
         size = int(self.shape[axis])
-        if isinstance(it, (int, np.integer)) and not isinstance(it, bool):
+        if isinstance(it, Variable):
+            axes.append(axis)
+            decrease.append(axis)
+            starts.append(it)
+            ends.append(_plus_one(it))
+        elif isinstance(it, (int, np.integer)) and not isinstance(it, bool):
             it = int(it)
             if size >= 0 and not -size <= it < size:
                 raise IndexError(f"{self.name}[...]: index {it} is out of range for axis "
                                  f"{axis} of size {size}")
-            start = it + size if it < 0 and size >= 0 else it
             axes.append(axis)
-            starts.append(start)
-            ends.append(_END if start == -1 else start + 1)
+            decrease.append(axis)
+            starts.append(it)
+            ends.append(_END if it == -1 else it + 1)
         elif isinstance(it, slice):
             if it.step in (None, 1):
                 if it.start is None and it.stop is None:
                     continue
                 axes.append(axis)
-                starts.append(0 if it.start is None else int(it.start))
-                ends.append(_END if it.stop is None else int(it.stop))
+                starts.append(0 if it.start is None else _bound(it.start))
+                ends.append(_END if it.stop is None else _bound(it.stop))
+            elif it.step == -1 and it.start is None and it.stop is None:
+                reversed_axes.append(axis)
             elif size < 0:
                 raise IndexError(f"{self.name}[...]: a slice step of {it.step} needs the size "
                                  f"of axis {axis}, which is not known when the program is "
@@ -120,14 +132,44 @@ def _getitem(self: Variable, item: Any) -> Variable:
                                      f"{size}) selects nothing")
                 stepped.append((axis, picked))
         else:
-            raise IndexError(f"{self.name}[...]: an index is an int, a slice or an Ellipsis, "
-                             f"got {type(it).__name__}: {it!r}")
+            raise IndexError(f"{self.name}[...]: an index is an int, an int Variable, a slice "
+                             f"or an Ellipsis, got {type(it).__name__}: {it!r}")
     out = self
-    if axes:
-        out = slice_layer(out, axes, starts, ends)
+    # the stepped and reversed axes first: they keep every axis where the indexes said
     for axis, picked in stepped:
-        parts = [slice_layer(out, [axis], [i], [i + 1]) for i in picked]
+        parts = [_slice(out, [axis], [i], [i + 1], []) for i in picked]
         out = parts[0] if len(parts) == 1 else concat(parts, axis=axis)
+    if reversed_axes:
+        out = reverse(out, reversed_axes)
+    if axes:
+        out = _slice(out, axes, starts, ends, decrease)
+    return out
+
+
+def _bound(value: Any) -> Any:
+    return value if isinstance(value, Variable) else int(value)
+
+
+def _plus_one(index: Variable) -> Variable:
+    """``index + 1`` as an int32 Variable (the end of a one-element slice at ``index``)."""
+    from .tensor import cast
+
+    if index.dtype != "int32":
+        index = cast(index, "int32")
+    return _simple("elementwise_add", {"X": [index], "Y": [fill_constant([1], "int32", 1)]})
+
+
+def _slice(x: Variable, axes: list[int], starts: list[Any], ends: list[Any],
+           decrease: list[int]) -> Variable:
+    from ..layer_helper import LayerHelper
+    from .attr_tensors import slice_bounds
+
+    helper = LayerHelper("slice")
+    inputs: dict[str, Any] = {"Input": [x]}
+    attrs: dict[str, Any] = {"axes": list(axes), "decrease_axis": list(decrease)}
+    slice_bounds(helper, "slice", axes, inputs, attrs, starts=starts, ends=ends)
+    out = helper.create_variable_for_type_inference(x.dtype)
+    helper.append_op("slice", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     return out
 
 

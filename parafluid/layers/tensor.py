@@ -319,6 +319,10 @@ def expand(x: Variable, expand_times: Any, name: str | None = None) -> Variable:
     """
     if isinstance(expand_times, int):
         expand_times = [expand_times]
+    if isinstance(x, Variable) and convert_dtype(x.dtype) == "bool" and x.stop_gradient:
+        # Fluid 1.6's layer refuses to expand a bool variable whose stop_gradient is set
+        raise ValueError(f"expand: a bool input must have stop_gradient=False, as Fluid's "
+                         f"layer requires; {x.name!r} has stop_gradient=True")
     attr, inputs = int_list_arg(LayerHelper("expand", name=name), "expand", "expand_times",
                                 expand_times, "ExpandTimes", "expand_times_tensor")
     return _one_op("expand", x, {} if attr is None else {"expand_times": attr}, name,

@@ -107,9 +107,23 @@ def _slice_index(x: torch.Tensor, attrs: dict) -> tuple[slice, ...]:
     return tuple(idx)
 
 
+def _last_index_ends(attrs: dict) -> dict:
+    """An index -1 given at run time reaches its slice as start -1, end 0 (``v + 1``):
+    on a decreased axis that means the last element, as Fluid's kernel reads it."""
+    decrease = set(attrs.get("decrease_axis") or ())
+    if not decrease:
+        return attrs
+    ends = [_END_OF_AXIS if a in decrease and s == -1 and e == 0 else e
+            for a, s, e in zip(attrs["axes"], attrs["starts"], attrs["ends"])]
+    return {**attrs, "ends": ends}
+
+
+_END_OF_AXIS = 2 ** 31 - 1
+
+
 def _slice(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["Input"]
-    attrs = _resolved("slice", ins, attrs, _BOUNDS)
+    attrs = _last_index_ends(_resolved("slice", ins, attrs, _BOUNDS))
     out = x[_slice_index(x, attrs)].clone()
     if attrs["decrease_axis"]:
         out = out.reshape(_decreased("slice", list(out.shape), list(attrs["decrease_axis"])))
@@ -118,7 +132,7 @@ def _slice(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 def _slice_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["Input"]
-    attrs = _resolved("slice", ins, attrs, _BOUNDS)
+    attrs = _last_index_ends(_resolved("slice", ins, attrs, _BOUNDS))
     dx = torch.zeros_like(x)
     idx = _slice_index(x, attrs)
     dx[idx] = ins["Out@GRAD"].reshape(dx[idx].shape)

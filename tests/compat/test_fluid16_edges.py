@@ -278,8 +278,8 @@ def test_variable_slicing_and_astype_as_fluid_16():
         with pytest.raises(TypeError, match="not iterable when the program is built"):
             list(x)
     got = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": a}, fetch_list=outs)
-    # an int index keeps its axis, as in Fluid 1.6
-    want = [a[0:1], a[:, 1:3], a[:, ::2], a[..., -1:], a[:, :, ::-1], a[1:], a[:, -1:],
+    # an int index drops its axis, as Fluid 1.6's slice with decrease_axis
+    want = [a[0], a[:, 1:3], a[:, ::2], a[..., -1], a[:, :, ::-1], a[1:], a[:, -1],
             a.astype("int64")]
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
@@ -293,7 +293,7 @@ def test_variable_slicing_and_astype_as_fluid_16():
         grad = np.zeros_like(a)
         grad[:, 1:3, ::2] = 1
         np.testing.assert_array_equal(v.gradient(), grad)
-        assert [r.shape for r in v] == [(1, 3, 4), (1, 3, 4)]
+        assert [r.shape for r in v] == [(3, 4), (3, 4)]
         assert v.astype("float64").dtype == "float64"
 
 
@@ -332,3 +332,45 @@ def test_decay_layers_in_the_imperative_mode_decay_as_in_a_program(name):
             got.append(before - float(w.numpy()[0]))
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert len(set(np.round(want, 6))) > 1      # the rate does change over the 4 steps
+
+
+def test_variable_indexes_and_bounds_as_fluid_16():
+    a = np.random.RandomState(0).random_sample((3, 4, 5, 6)).astype("float32")
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data(name="x", shape=[3, 4, 5, 6], dtype="float32")
+        minus_1 = fluid.layers.fill_constant([1], "int32", -1)
+        minus_3 = fluid.layers.fill_constant([1], "int32", -3)
+        one = fluid.layers.fill_constant([1], "int64", 1)
+        outs = [x[minus_3:3, 0:100, :, 2:-1], x[minus_1, 0:100, :, 2:minus_1], x[one],
+                x[1, 2, 3, 4], x[:, :, ::-1]]
+        assert outs[3].shape == (1,)
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": a}, fetch_list=outs)
+    want = [a[-3:3, 0:100, :, 2:-1], a[-1, 0:100, :, 2:-1], a[1], a[1, 2, 3, 4].reshape(1),
+            a[:, :, ::-1]]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_an_int32_shape_fed_into_a_float32_layers_data_is_taken_as_fluid_takes_it():
+    """layers.data does not check what is fed (Fluid's need_check_feed is False); when an
+    op then fails, the feed that did not match is the error."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2, 3], append_batch_size=False)
+        times = fluid.layers.data(name="times", shape=[2], append_batch_size=False)  # float32
+        out = fluid.layers.expand(x, expand_times=times)
+    with fluid.program_guard(other := fluid.Program(), startup):
+        y = fluid.layers.data(name="y", shape=[2, 3], append_batch_size=False)
+        bad = fluid.layers.fc(y, size=2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    xv = np.ones((2, 3), "float32")
+    got, = exe.run(main, feed={"x": xv, "times": np.array([2, 1], "int32")}, fetch_list=[out])
+    np.testing.assert_array_equal(got, np.ones((4, 3), "float32"))
+    with pytest.raises(TypeError, match="feed 'y': expected dtype float32, got float64"):
+        exe.run(other, feed={"y": xv.astype("float64")}, fetch_list=[bad])
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        flag = fluid.layers.data(name="flag", shape=[4], dtype="bool")
+        with pytest.raises(ValueError, match="a bool input must have stop_gradient=False"):
+            fluid.layers.expand(flag, [2, 1])

@@ -70,7 +70,7 @@ _END = 2 ** 31 - 1  # a slice end past any axis (the slice op clamps it)
 
 
 def _getitem(self: Variable, item: Any) -> Variable:
-    """``x[i]``, ``x[a:b]``, ``x[:, ::2]``, ``x[..., 0]``, ``x[v]`` with a Variable ``v``:
+    r"""``x[i]``, ``x[a:b]``, ``x[:, ::2]``, ``x[..., 0]``, ``x[v]`` with a Variable ``v``:
     Fluid 1.6's Variable slicing, as a ``slice`` op. As Fluid's, an index (an int or a
     one-element int Variable) drops its axis (``decrease_axis``; all dropped: shape [1]),
     slice bounds may be Variables, and ``[::-1]`` is a ``reverse`` op. A step other than

@@ -19,6 +19,7 @@ from typing import Any
 from .dtypes import VarType
 from .framework import Variable, default_main_program
 from .layer_helper import LayerHelper
+from .layers.arg_checks import checked
 
 __all__ = ["data", "embedding", "one_hot"]
 
@@ -44,6 +45,7 @@ def data(name: str, shape: Sequence[int | None], dtype: Any = "float32",
         stop_gradient=True, is_data=True, need_check_feed=True)
 
 
+@checked("embedding")
 def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
               is_distributed: bool = False, padding_idx: int | None = None,
               param_attr: Any = None, dtype: Any = "float32") -> Variable:

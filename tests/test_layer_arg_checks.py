@@ -82,3 +82,14 @@ def test_accepted_inputs_still_build_and_fluid_module_paths_are_the_checked_laye
     assert fluid.layers.tensor.concat is fluid.layers.concat
     assert fluid.layers.nn.reshape is fluid.layers.reshape
     assert all(hasattr(L, name) for name in arg_checks.LAYER_CHECKS)
+
+
+def test_embedding_checks_its_ids_and_dtype_in_both_forms():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        ids = fluid.data(name="ids", shape=[4, 1], dtype="int64")
+        for layer in (L.embedding, fluid.embedding):
+            with pytest.raises(TypeError, match="embedding: dtype must be one of"):
+                layer(input=ids, size=(10, 4), dtype="int64")
+            with pytest.raises(TypeError, match="embedding: input must be a Variable"):
+                layer(input=np.ones((4, 1), "int64"), size=(10, 4))
+            layer(input=ids, size=(10, 4), dtype="float64")

@@ -138,3 +138,16 @@ def test_assign_value_uses_fluids_value_attributes_and_the_arrays_dtype():
     assert got_i.dtype == np.int32
     np.testing.assert_array_equal(got_i, ints)
     np.testing.assert_array_equal(got_f, [0.5, -2.0])
+
+
+def test_lookup_table_reads_a_row_sparse_table_by_its_row_ids():
+    scope = core.Scope()
+    table = np.arange(12, dtype="float32").reshape(4, 3)
+    _selected_rows(scope, "W", 4, [10, 3, 7, 5], table)
+    scope.var("Ids").get_tensor().set(np.array([[7], [10], [7]], "int64"), PLACE)
+    Operator("lookup_table", W="W", Ids="Ids", Out="Out").run(scope, PLACE)
+    np.testing.assert_array_equal(np.array(scope.find_var("Out").get_tensor()),
+                                  table[[2, 0, 2]])
+    scope.var("Ids").get_tensor().set(np.array([[4]], "int64"), PLACE)
+    with pytest.raises(Exception, match=r"holds no row \[4\]"):
+        Operator("lookup_table", W="W", Ids="Ids", Out="Out").run(scope, PLACE)

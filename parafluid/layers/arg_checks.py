@@ -25,7 +25,7 @@ from typing import Any
 from ..dtypes import convert_dtype
 from ..variable import Variable
 
-__all__ = ["LAYER_CHECKS", "ATTR_TYPES", "ATTR_VALUES", "apply"]
+__all__ = ["LAYER_CHECKS", "ATTR_TYPES", "ATTR_VALUES", "DTYPE_ARGS", "apply", "checked"]
 
 _F = ("float16", "float32", "float64")
 _FI = _F + ("int32", "int64")
@@ -81,6 +81,11 @@ ATTR_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
 }
 
 
+# layer -> {argument naming a dtype: the dtypes allowed}
+DTYPE_ARGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "embedding": {"dtype": _F},
+}
+
 # layer -> {argument: Python types allowed}, refused with a ValueError as Fluid's layers do
 ATTR_VALUES: dict[str, dict[str, tuple[type, ...]]] = {
     name: {"use_cudnn": (bool,)}
@@ -102,6 +107,7 @@ def _checker(layer: str, fn: Callable[..., Any]) -> Callable[[inspect.BoundArgum
     variables = LAYER_CHECKS.get(layer, {})
     attrs = ATTR_TYPES.get(layer, {})
     values = ATTR_VALUES.get(layer, {})
+    dtype_args = DTYPE_ARGS.get(layer, {})
 
     def check(bound: inspect.BoundArguments) -> None:
         args = bound.arguments
@@ -122,6 +128,10 @@ def _checker(layer: str, fn: Callable[..., Any]) -> Callable[[inspect.BoundArgum
                 allowed = " or ".join(t.__name__ for t in types)
                 raise TypeError(f"{layer}: {name} must be a {allowed}, got "
                                 f"{type(args[name]).__name__}: {args[name]!r}")
+        for name, dtypes in dtype_args.items():
+            if name in args and convert_dtype(args[name]) not in dtypes:
+                raise TypeError(f"{layer}: {name} must be one of {', '.join(dtypes)}, got "
+                                f"{convert_dtype(args[name])}")
         for name, types in values.items():
             if name in args and not isinstance(args[name], types):
                 raise ValueError(f"{layer}: {name} must be True or False, got "
@@ -150,10 +160,18 @@ def apply(namespace: dict[str, Any], modules: tuple[Any, ...] = ()) -> None:
     """Wrap the checked layers of ``namespace`` (the package's globals) in their checks;
     ``modules`` (those named as Fluid's layer modules, ``fluid.layers.tensor``) get the
     same checked function where they hold the layer, so both paths are one object."""
-    for layer in sorted(set(LAYER_CHECKS) | set(ATTR_TYPES) | set(ATTR_VALUES)):
+    for layer in sorted(set(LAYER_CHECKS) | set(ATTR_TYPES) | set(ATTR_VALUES) | set(DTYPE_ARGS)):
         fn = namespace.get(layer)
         if callable(fn) and not getattr(fn, "__wrapped_checks__", False):
             namespace[layer] = _wrap(layer, fn)
             for module in modules:
                 if getattr(module, layer, None) is fn:
                     setattr(module, layer, namespace[layer])
+
+
+def checked(layer: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a layer defined outside ``fluid.layers`` (``fluid.embedding``) with the
+    checks of ``layer``."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return _wrap(layer, fn)
+    return wrap

@@ -8,11 +8,12 @@ from typing import Any
 
 import torch
 
-from ..scope import TensorArray
+from ..scope import SelectedRows, TensorArray
 from .registry import Meta
 
 __all__ = ["axis_in_range", "axis_view_shape", "broadcast_y", "unbroadcast", "numel",
-           "meta_like", "broadcast_meta", "reduce_dims", "scalar_truth", "add_grads"]
+           "meta_like", "broadcast_meta", "reduce_dims", "scalar_truth", "add_grads",
+           "rows_in_table"]
 
 
 def numel(shape: Sequence[int]) -> int:
@@ -124,3 +125,17 @@ def add_grads(a: Any, b: Any) -> Any:
         elif g is not None:
             out[k] = g if out[k] is None else out[k] + g
     return out
+
+
+def rows_in_table(op: str, table: SelectedRows, ids: torch.Tensor) -> torch.Tensor:
+    """The positions in ``table.value`` of the row ids ``ids`` (Fluid's
+    ``AutoGrownIndex(id, false)``); an id the table does not hold is an error."""
+    order = torch.argsort(table.rows)
+    held = table.rows[order]
+    pos = torch.searchsorted(held, ids).clamp_(max=max(len(held) - 1, 0))
+    found = held[pos] == ids if len(held) else torch.zeros_like(ids, dtype=torch.bool)
+    if not bool(found.all()):
+        missing = sorted({int(i) for i in ids[~found].tolist()})
+        raise ValueError(f"{op}: the row-sparse parameter holds no row {missing[:10]} "
+                         f"(id should be in the table; it holds {len(held)} rows)")
+    return order[pos]

@@ -13,6 +13,7 @@ import torch
 
 from ..lod import get_lod
 from ..scope import SelectedRows
+from .common import rows_in_table
 from .conv import _check_rank
 from .registry import Meta, register_op
 
@@ -46,6 +47,15 @@ def _flat_ids(ids: torch.Tensor, height: int) -> torch.Tensor:
 
 def _lookup_table(ins: dict, attrs: dict, ctx: Any) -> dict:
     w, ids = ins["W"], ins["Ids"]
+    if isinstance(w, SelectedRows):
+        # a row-sparse table (a parameter server's block of it): each id is found among
+        # the rows the table holds, as Fluid's kernel does for a SelectedRows W
+        flat = ids.reshape(-1).long()
+        out = w.value.index_select(0, rows_in_table("lookup_table", w, flat))
+        pad = attrs["padding_idx"]
+        if pad != -1:
+            out = out.masked_fill((flat == pad).unsqueeze(1), 0.0)
+        return {"Out": out.reshape(*_ids_out_shape(ids.shape), w.value.shape[1])}
     flat = _flat_ids(ids, w.shape[0])
     out = w.index_select(0, flat)
     pad = attrs["padding_idx"]
@@ -94,7 +104,7 @@ def _lookup_v2_shape(ins: dict, attrs: dict) -> dict:
 
 def _lookup_v2(ins: dict, attrs: dict, ctx: Any) -> dict:
     out = _lookup_table(ins, attrs, ctx)["Out"]
-    return {"Out": out.reshape(*ins["Ids"].shape, ins["W"].shape[1])}
+    return {"Out": out.reshape(*ins["Ids"].shape, out.shape[-1])}
 
 
 register_op("lookup_table_v2", inputs=("W", "Ids"), outputs=("Out",),

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..scope import SelectedRows
+from .common import rows_in_table
 from .registry import Meta, register_op
 
 
@@ -55,20 +56,6 @@ def _state_shape(op: str, pairs: tuple[tuple[str, str], ...],
         return {out: Meta(ins[i].shape, ins[i].dtype, ins[i].type) for i, out in pairs
                 if ins.get(i) is not None}
     return infer
-
-
-def rows_in_table(op: str, table: SelectedRows, ids: torch.Tensor) -> torch.Tensor:
-    """The positions in ``table.value`` of the row ids ``ids`` (Fluid's
-    ``AutoGrownIndex(id, false)``); an id the table does not hold is an error."""
-    order = torch.argsort(table.rows)
-    held = table.rows[order]
-    pos = torch.searchsorted(held, ids).clamp_(max=max(len(held) - 1, 0))
-    found = held[pos] == ids if len(held) else torch.zeros_like(ids, dtype=torch.bool)
-    if not bool(found.all()):
-        missing = sorted({int(i) for i in ids[~found].tolist()})
-        raise ValueError(f"{op}: the row-sparse parameter holds no row {missing[:10]} "
-                         f"(id should be in the table; it holds {len(held)} rows)")
-    return order[pos]
 
 
 def _sgd(ins: dict, attrs: dict, ctx: Any) -> dict:

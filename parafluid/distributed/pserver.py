@@ -117,7 +117,9 @@ class ParameterServer:
         prefetch: ``prefetch(table, rows) -> tensor`` of the requested rows.
         save: ``save(dirname, step) -> str`` on a checkpoint notice: writes this pserver's
             state of ``step`` under ``dirname`` (already confined to ``checkpoint_root``)
-            and returns the text the trainer gets back (a JSON record of the file).
+            and returns the text the trainer gets back (a JSON record of the file). When the
+            request names the file of the committed checkpoint (a trainer's
+            ``save_persistables``), it is called as ``save(dirname, step, keep)``.
         emergency_save: ``emergency_save(dirname, step)`` before a failure ends the server
             (not when its own update failed): writes this pserver's state of ``step`` into
             ``dirname`` (``checkpoint_root/__emergency__/<job>/step_<k>``) as a checkpoint that
@@ -500,7 +502,10 @@ class ParameterServer:
         except ValueError as e:
             raise _RequestError(f"pserver {self.endpoint}: {e}") from None
         try:
-            record = self._save(dirname, self.step)
+            # NOTE: the request's name is the version of this pserver's file that the
+            # committed checkpoint holds: kept while the new one is written
+            record = self._save(dirname, self.step, m.name) if m.name else \
+                self._save(dirname, self.step)
         except (OSError, ValueError) as e:
             raise _RequestError(f"pserver {self.endpoint} could not save to {dirname!r}: {e}"
                                 ) from None

@@ -295,6 +295,13 @@ class ParameterServer:
                 raise _RequestError(f"trainer {t} already completed and cannot {m.kind.name}")
             self._check_step(m.kind, t, m.step)
         except _RequestError as e:
+            if self._restarted_alone(m.kind, t, m.step):
+                self._refuse(req, str(e))
+                self._told.add(t)
+                self._fail(PServerError(
+                    f"pserver {self.endpoint}: {e}; this pserver was restarted alone (its "
+                    "trainers are further on) and ends, failing the job"), culprit=True)
+                return
             self._refuse(req, str(e))
             return
         self._owner.setdefault(t, req.connection)
@@ -408,6 +415,17 @@ class ParameterServer:
                 f"{step} ({kind.name}): they are not in the same job state; a pserver or a "
                 "trainer restarted alone cannot rejoin a running job: restart the whole job "
                 "from the last checkpoint")
+
+    def _restarted_alone(self, kind: Kind, t: int, step: int) -> bool:
+        """Sync mode: a request of a trainer further on than this pserver, which has served
+        no trainer yet: this pserver was restarted alone and cannot serve the job any more.
+
+        NOTE: once a trainer has spoken, a request at another step is refused and the job
+        goes on (it may come from a stranger); before that, speaking first is open to any
+        peer that can reach the port anyway (see docs/security.md).
+        """
+        return self.sync_mode and not self._owner and 0 <= t < self.fan_in and \
+            kind not in (Kind.COMPLETE, Kind.CHECKPOINT) and step > self.step
 
     def _handle_sync(self, req: Request, t: int) -> None:
         m = req.msg
@@ -682,7 +700,13 @@ class ParameterServer:
         self._maybe_end_linger()
 
     def _maybe_end_linger(self) -> None:
-        if self.live <= self._told or self.linger_s <= 0:
+        """After a failure: raise it (ending ``serve()``) once no live trainer is left to
+        tell. A trainer can still be told only on its open connection to this server: one
+        that never spoke here, or whose connection closed, is not waited for."""
+        open_links = self._server.link_addresses
+        waiting = [t for t in self.live - self._told
+                   if t in self._link and self._link[t][0] in open_links]
+        if not waiting or self.linger_s <= 0:
             raise self._error
 
     def _probe_peers(self) -> str:

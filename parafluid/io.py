@@ -30,12 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from .atomic_write import write_bytes
+from .atomic_write import write_bytes, write_files
 from .dataio.dataloader import DataLoader, PyReader
 from .dataio.multiprocess_reader import multiprocess_reader
 from .dataio.reader import (
@@ -85,6 +86,7 @@ from .tensor_file import (  # noqa: F401  (VARS_FORMAT, _crc: io's names for the
     _meta_str,
     _open_for_read,
     _quoted,
+    encode_tensors,
     read_tensors,
     write_tensors,
 )
@@ -102,6 +104,7 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
 
 DEFAULT_FILENAME = "__variables__.safetensors"
 MODEL_FILENAME = "__model__"
+_SAVE_ID_KEY = "parafluid.save_id"  # fluid.save: the one save its .pdparams and .pdopt are of
 #: the most iterations a loop (``while``) of a program read from a model file may run
 MODEL_LOOP_LIMIT = 1_000_000
 # NOTE: ops that talk to the outside (the registry's side_effect: RPC, collectives, files,
@@ -316,9 +319,14 @@ def save(program: Program, model_path: str) -> None:
     """
     dirname, base = _model_path(model_path, "save")
     program = _as_program(program, "save")
-    save_vars(None, dirname, program, predicate=is_parameter, filename=base + ".pdparams")
-    save_vars(None, dirname, program, predicate=_is_state, filename=base + ".pdopt")
-    write_bytes(model_path + ".pdmodel", program.serialize_to_string())
+    scope, stamp = global_scope(), {_SAVE_ID_KEY: secrets.token_hex(8)}
+    # NOTE: the three files are one save: all are written before any replaces its old one
+    # (a save killed while writing leaves the previous one whole), and the parameters and
+    # the state carry the save's id, so that load refuses a pair of two saves
+    write_files({os.path.join(dirname, base + ext): encode_tensors(_values(
+        scope, _select_vars(program, None, pred, "save"), "save"), stamp)
+        for ext, pred in ((".pdparams", is_parameter), (".pdopt", _is_state))} |
+        {model_path + ".pdmodel": program.serialize_to_string()})
 
 
 def load(program: Program, model_path: str, executor: Any = None) -> None:
@@ -326,8 +334,15 @@ def load(program: Program, model_path: str, executor: Any = None) -> None:
     ``.pdopt`` file only if it exists, as Fluid). Shapes and dtypes must match ``program``."""
     dirname, base = _model_path(model_path, "load")
     program = _as_program(program, "load")
+    params, opt = (os.path.join(dirname, base + ext) for ext in (".pdparams", ".pdopt"))
+    if os.path.exists(params) and os.path.exists(opt):
+        ids = [read_tensors(p)[1].get(_SAVE_ID_KEY) for p in (params, opt)]
+        if None not in ids and ids[0] != ids[1]:
+            raise ValueError(f"load: {params} and {opt} were written by two different saves "
+                             "(one was killed between replacing them): they do not load "
+                             "together")
     load_vars(executor, dirname, program, predicate=is_parameter, filename=base + ".pdparams")
-    if os.path.exists(os.path.join(dirname, base + ".pdopt")):
+    if os.path.exists(opt):
         load_vars(executor, dirname, program, predicate=_is_state, filename=base + ".pdopt")
 
 

@@ -3,10 +3,11 @@ halfway through writing a chosen file of its next save into the same folder.
 
     python killed_save_worker.py MODE CKPT REF [TARGET]
 
-MODE: executor, parallel, collective, dygraph, dygraph_persistables, pserver. REF receives
-a copy of CKPT as the first save committed it. TARGET (pserver mode): a part of the name of
-the file whose second write is cut (``pserver_1``, ``__variables__``, ``__checkpoint__``);
-the other modes cut the first write of the second save.
+MODE: executor, fluid_save, parallel, collective, dygraph, dygraph_persistables, pserver.
+REF receives a copy of CKPT as the first save committed it. TARGET (pserver mode): a part of
+the name of the file whose second write is cut (``pserver_1``, ``__variables__``,
+``__checkpoint__``); fluid_save cuts its ``.pdopt`` file; the other modes the first write of
+the second save.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def batch():
 def run_static(mode: str, ckpt: str, ref: str) -> None:
     main, startup, loss = static_model()
     save = fluid.io.save_persistables
+    if mode == "fluid_save":  # fluid.save: .pdparams, .pdopt, .pdmodel
+        save = lambda exe, d, p: fluid.save(p, os.path.join(d, "model"))  # noqa: E731
     with fluid.program_guard(main, startup):
         if mode == "collective":
             from parafluid.incubate.fleet.base import role_maker
@@ -85,7 +88,7 @@ def run_static(mode: str, ckpt: str, ref: str) -> None:
     save(exe, ckpt, main)
     shutil.copytree(ckpt, ref)
     exe.run(program, feed=batch(), fetch_list=[loss])
-    arm()
+    arm(".pdopt" if mode == "fluid_save" else "")  # fluid.save: its second file
     save(exe, ckpt, main)
 
 

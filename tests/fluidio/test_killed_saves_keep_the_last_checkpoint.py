@@ -81,6 +81,40 @@ def test_a_static_save_killed_midway_keeps_the_previous_checkpoint(tmp_path, mod
 
 
 @pytest.mark.timeout(120)
+def test_fluid_save_killed_midway_keeps_the_previous_pair_of_files(tmp_path):
+    """Before: the new .pdparams replaced the old one before .pdopt was written, and the
+    folder loaded new parameters with the previous optimizer state."""
+    ckpt, ref = _killed_save(tmp_path, "fluid_save")
+    main, startup = _static_program()
+    values = []
+    for folder in (ckpt, ref):
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        with fluid.scope_guard(scope):
+            fluid.load(main, os.path.join(folder, "model"), exe)
+        values.append({n: np.array(scope.find_var(n).get_tensor()) for n, v in
+                       main.global_block().vars.items() if v.persistable and
+                       scope.find_var(n) is not None and scope.find_var(n).value is not None})
+    _assert_same(*values)
+
+
+def test_fluid_load_refuses_parameters_and_state_of_two_saves(tmp_path):
+    from killed_save_worker import batch
+
+    main, startup = _static_program()
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        fluid.save(main, str(tmp_path / "a" / "model"))
+        exe.run(main, feed=batch())
+        fluid.save(main, str(tmp_path / "b" / "model"))
+        fluid.load(main, str(tmp_path / "a" / "model"), exe)  # one save: loads
+        os.replace(tmp_path / "b" / "model.pdopt", tmp_path / "a" / "model.pdopt")
+        with pytest.raises(ValueError, match="written by two different saves"):
+            fluid.load(main, str(tmp_path / "a" / "model"), exe)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["dygraph", "dygraph_persistables"])
 def test_an_imperative_save_killed_midway_keeps_the_previous_one(tmp_path, mode):
     ckpt, ref = _killed_save(tmp_path, mode)

@@ -9,6 +9,7 @@ removes the temporaries of writers that are no longer running, never those of li
 Example::
 
     write_bytes("ckpt/__model__", data)
+    write_files({"out/m.pdparams": params, "out/m.pdopt": opt})  # all written, then renamed
     remove_stale_temps("ckpt")   # what write_bytes does first; returns the removed paths
 """
 
@@ -21,7 +22,7 @@ import secrets
 import socket
 import stat
 
-__all__ = ["write_bytes", "remove_stale_temps"]
+__all__ = ["write_bytes", "write_files", "remove_stale_temps"]
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -43,6 +44,32 @@ def write_bytes(path: str, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
     _fsync_dir(directory)
+
+
+def write_files(files: dict[str, bytes]) -> None:
+    """Write several files as one save: every temporary file is written and flushed first,
+    then all are renamed, back to back, and their directories synced.
+
+    A writer killed while writing (the long part) leaves every old file as it was; only one
+    killed between two renames (microseconds) leaves some files new and some old, which the
+    reader must tell apart (e.g. by an id of the save in each file).
+    """
+    temps: dict[str, str] = {}
+    try:
+        for path, data in files.items():
+            directory = os.path.dirname(os.path.abspath(path))
+            os.makedirs(directory, exist_ok=True)
+            remove_stale_temps(directory)
+            temps[path] = _temp_path(path)
+            _write_file(temps[path], data)
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
+    finally:
+        for tmp in temps.values():
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    for directory in {os.path.dirname(os.path.abspath(p)) for p in files}:
+        _fsync_dir(directory)
 
 
 # NOTE: the name holds what tells a dead writer from a live one: the host (a directory may be

@@ -30,13 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from .atomic_write import write_bytes
+from .atomic_write import write_bytes, write_files
 from .dataio.dataloader import DataLoader, PyReader
 from .dataio.multiprocess_reader import multiprocess_reader
 from .dataio.reader import (
@@ -55,13 +55,22 @@ from .dataio.reader import (
 from .distributed.checkpoint import (  # noqa: F401  (the pserver checkpoint files' writers)
     CHECKPOINT_FORMAT,
     CHECKPOINT_MARKER,
+    check_checkpoint_file,
+    checked_checkpoint_file,
+    commit_checkpoint,
+    committed_file,
     file_record,
+    is_version_of,
+    previous_checkpoint,
+    pserver_file_name,
+    read_marker,
+    remove_other_versions,
+    versioned_name,
     write_pserver_checkpoint,
     write_pserver_emergency_checkpoint,
 )
 from .distributed.checkpoint import ROLE_KEY as _ROLE_KEY
 from .distributed.checkpoint import STEP_KEY as _STEP_KEY
-from .distributed.checkpoint import write_marker as _write_marker
 from .framework import Parameter, Program, Variable, default_main_program
 from .ops.registry import shapes_compatible
 from .ops.rpc import pserver_checkpoint_filename
@@ -77,6 +86,7 @@ from .tensor_file import (  # noqa: F401  (VARS_FORMAT, _crc: io's names for the
     _meta_str,
     _open_for_read,
     _quoted,
+    encode_tensors,
     read_tensors,
     write_tensors,
 )
@@ -89,10 +99,12 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
            "multiprocess_reader", "PipeReader", "Fake", "save", "load", "DEFAULT_FILENAME",
            "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model",
            "pserver_checkpoint_filename", "write_pserver_checkpoint", "check_checkpoint_file",
+           "checked_checkpoint_file",
            "CHECKPOINT_MARKER", "load_program_state", "set_program_state"]
 
 DEFAULT_FILENAME = "__variables__.safetensors"
 MODEL_FILENAME = "__model__"
+_SAVE_ID_KEY = "parafluid.save_id"  # fluid.save: the one save its .pdparams and .pdopt are of
 #: the most iterations a loop (``while``) of a program read from a model file may run
 MODEL_LOOP_LIMIT = 1_000_000
 # NOTE: ops that talk to the outside (the registry's side_effect: RPC, collectives, files,
@@ -157,10 +169,12 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
     checkpoint is one step of the whole job: the trainer's file holds only what the trainer
     program itself computes (the parameters it received, not the optimizer state, which
     lives on the pservers); every pserver saves its parameter blocks and optimizer state
-    into ``dirname`` (on its own file system, inside its checkpoint root) as
+    into ``dirname`` (on its own file system, inside its checkpoint root) as a version of
     ``pserver_<id>.safetensors``; every file records the step; and ``__checkpoint__.json``,
-    written last, names the step and each file's SHA-256. A folder without it, or whose
-    files disagree with it, does not load.
+    renamed into place last, names the step and each file's version and SHA-256. A folder
+    without it, or whose files disagree with it, does not load. The files of the checkpoint
+    committed before stay untouched until the new marker is in place: a save killed at any
+    point leaves the previous checkpoint loadable (see ``distributed.checkpoint``).
 
     Example::
 
@@ -179,64 +193,39 @@ def save_persistables(executor: Any, dirname: str, main_program: Program | None 
 
     pool = client_pool(program.meta.trainer_id or 0)
     step = pool.step(pservers)
-    marker = os.path.join(dirname, CHECKPOINT_MARKER)
-    if os.path.exists(marker):
-        os.remove(marker)  # NOTE: until the new set is whole, the folder must not load
+    filename = filename or DEFAULT_FILENAME
+    os.makedirs(dirname, exist_ok=True)
+    previous = previous_checkpoint(dirname)
     scope = scope if scope is not None else global_scope()
     written = {n for op in program.global_block().ops for n in op.output_arg_names}
     chosen = [v for v in program.list_vars() if v.persistable and v.name in written
               and scope.find_var(v.name) is not None and scope.find_var(v.name).value is not None]
     tensors = _values(scope, list({v.name: v for v in chosen}.values()), "save_persistables")
-    path = os.path.join(dirname, filename or DEFAULT_FILENAME)
+    if previous is not None:  # what earlier saves left uncommitted goes; the committed stays
+        remove_other_versions(dirname, filename, {previous.get(filename, filename)})
+    path = os.path.join(dirname, versioned_name(filename, step))
     write_tensors(path, tensors, {_STEP_KEY: str(step), _ROLE_KEY: "trainer"})
-    records = [file_record(path, step)]
-    for ep, record in zip(pservers, pool.checkpoint_notify(os.path.abspath(dirname), pservers)):
+    records = [file_record(path, step, filename)]
+    # each pserver keeps the file of the committed checkpoint (on its own file system it
+    # cannot read this marker): its name goes with the request
+    keep = {ep: (previous or {}).get(pserver_file_name(i), "") for i, ep in enumerate(pservers)}
+    replies = pool.checkpoint_notify(os.path.abspath(dirname), pservers, keep=keep)
+    for ep, record in zip(pservers, replies):
         if record["step"] != step:
             raise RuntimeError(f"save_persistables: pserver {ep} saved step {record['step']}, "
                                f"trainer {program.meta.trainer_id or 0} is at step {step}; the "
                                f"checkpoint in {dirname} is not committed")
+        if not is_version_of(record.get("path", record["file"]), record["file"]):
+            raise RuntimeError(f"save_persistables: pserver {ep} saved {record['file']!r} as "
+                               f"{record.get('path')!r}, not a version of it; the checkpoint "
+                               f"in {dirname} is not committed")
         records.append(record)
     names = [r["file"] for r in records]
     if len(set(names)) != len(names):
         raise RuntimeError(f"save_persistables: two files of the checkpoint have one name: "
                            f"{names}")
-    _write_marker(marker, step, records)
+    commit_checkpoint(dirname, step, records)
     return path
-
-
-def check_checkpoint_file(dirname: str, filename: str) -> int:
-    """The step of ``dirname/filename`` in a pserver-mode checkpoint, after checking it
-    against the checkpoint's marker (present, same step, same SHA-256); ValueError if not."""
-    marker = os.path.join(dirname, CHECKPOINT_MARKER)
-    path = os.path.join(dirname, filename)
-    if not os.path.isfile(marker):
-        raise ValueError(f"{dirname}: no {CHECKPOINT_MARKER}: this pserver-mode checkpoint "
-                         "was not committed (its save was interrupted, so its files may be "
-                         "of different steps) and does not load. With pservers on other "
-                         f"machines, copy {CHECKPOINT_MARKER} from trainer 0's folder")
-    try:
-        doc = json.loads(Path(marker).read_bytes().decode("utf-8"))
-        step, files = doc["step"], doc["files"]
-        ok = doc["format"] == CHECKPOINT_FORMAT and type(step) is int and \
-            isinstance(files, dict)
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{marker}: not a valid checkpoint marker: {e!r}") from None
-    if not ok:
-        raise ValueError(f"{marker}: not a valid checkpoint marker ({CHECKPOINT_FORMAT})")
-    entry = files.get(filename)
-    if not isinstance(entry, dict):
-        raise ValueError(f"{marker}: the checkpoint of step {step} has no file {filename!r} "
-                         f"(it has {sorted(files)})")
-    _, metadata = read_tensors(path)
-    got = metadata.get(_STEP_KEY)
-    if got != str(step):
-        raise ValueError(f"{path}: holds step {got}, but the checkpoint's marker says step "
-                         f"{step}: the folder mixes steps and does not load")
-    if file_record(path, step)["sha256"] != entry.get("sha256"):
-        raise ValueError(f"{path}: its SHA-256 differs from the one in {CHECKPOINT_MARKER} "
-                         f"(step {step}): the file was replaced after the checkpoint was "
-                         "committed; the folder does not load")
-    return step
 
 
 # ---------------------------------------------------------------------- loading variables
@@ -260,10 +249,21 @@ def load_vars(executor: Any, dirname: str, main_program: Program | None = None,
     """
     program = _as_program(main_program, "load_vars")
     chosen = _select_vars(program, vars, predicate, "load_vars")
-    path = os.path.join(dirname, filename or DEFAULT_FILENAME)
+    path = _committed_path(dirname, filename or DEFAULT_FILENAME)
     tensors, _ = read_tensors(path)
     _check_against_program(path, tensors, chosen, program)
     _put_in_scope(scope, executor, chosen, tensors)
+
+
+def _committed_path(dirname: str, filename: str) -> str:
+    """``dirname/filename``, or the version of it that a checkpoint marker there names (a
+    pserver-mode checkpoint's files are versioned; readers follow the marker)."""
+    path = os.path.join(dirname, filename)
+    if os.path.exists(path) or not os.path.exists(os.path.join(dirname, CHECKPOINT_MARKER)):
+        return path
+    doc = read_marker(dirname)
+    name = committed_file(doc, filename) if doc is not None else None
+    return os.path.join(dirname, name) if name else path
 
 
 def load_params(executor: Any, dirname: str, main_program: Program | None = None,
@@ -290,8 +290,9 @@ def load_persistables(executor: Any, dirname: str, main_program: Program | None 
     predicate = is_persistable
     if ps_file is not None or program.meta.pserver_endpoints:
         # a pserver-mode checkpoint: one committed step, or nothing
-        filename = filename or ps_file or DEFAULT_FILENAME
-        check_checkpoint_file(dirname, filename)
+        # NOTE: exactly the version the marker names (and this check read) is loaded
+        filename = os.path.basename(
+            checked_checkpoint_file(dirname, filename or ps_file or DEFAULT_FILENAME)[1])
         if ps_file is None:  # the trainer's file holds what its program computes
             written = {n for op in program.global_block().ops for n in op.output_arg_names}
             predicate = lambda v: v.persistable and v.name in written  # noqa: E731
@@ -318,9 +319,14 @@ def save(program: Program, model_path: str) -> None:
     """
     dirname, base = _model_path(model_path, "save")
     program = _as_program(program, "save")
-    save_vars(None, dirname, program, predicate=is_parameter, filename=base + ".pdparams")
-    save_vars(None, dirname, program, predicate=_is_state, filename=base + ".pdopt")
-    write_bytes(model_path + ".pdmodel", program.serialize_to_string())
+    scope, stamp = global_scope(), {_SAVE_ID_KEY: secrets.token_hex(8)}
+    # NOTE: the three files are one save: all are written before any replaces its old one
+    # (a save killed while writing leaves the previous one whole), and the parameters and
+    # the state carry the save's id, so that load refuses a pair of two saves
+    write_files({os.path.join(dirname, base + ext): encode_tensors(_values(
+        scope, _select_vars(program, None, pred, "save"), "save"), stamp)
+        for ext, pred in ((".pdparams", is_parameter), (".pdopt", _is_state))} |
+        {model_path + ".pdmodel": program.serialize_to_string()})
 
 
 def load(program: Program, model_path: str, executor: Any = None) -> None:
@@ -328,8 +334,15 @@ def load(program: Program, model_path: str, executor: Any = None) -> None:
     ``.pdopt`` file only if it exists, as Fluid). Shapes and dtypes must match ``program``."""
     dirname, base = _model_path(model_path, "load")
     program = _as_program(program, "load")
+    params, opt = (os.path.join(dirname, base + ext) for ext in (".pdparams", ".pdopt"))
+    if os.path.exists(params) and os.path.exists(opt):
+        ids = [read_tensors(p)[1].get(_SAVE_ID_KEY) for p in (params, opt)]
+        if None not in ids and ids[0] != ids[1]:
+            raise ValueError(f"load: {params} and {opt} were written by two different saves "
+                             "(one was killed between replacing them): they do not load "
+                             "together")
     load_vars(executor, dirname, program, predicate=is_parameter, filename=base + ".pdparams")
-    if os.path.exists(os.path.join(dirname, base + ".pdopt")):
+    if os.path.exists(opt):
         load_vars(executor, dirname, program, predicate=_is_state, filename=base + ".pdopt")
 
 

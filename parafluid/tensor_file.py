@@ -24,7 +24,7 @@ from .atomic_write import write_bytes
 from .dtypes import convert_dtype
 from .scope import SelectedRows
 
-__all__ = ["VARS_FORMAT", "read_tensors", "write_tensors", "scope_values"]
+__all__ = ["VARS_FORMAT", "read_tensors", "write_tensors", "encode_tensors", "scope_values"]
 
 VARS_FORMAT = "parafluid.vars/1"
 _MANIFEST_KEY = "parafluid"
@@ -100,12 +100,18 @@ def _read_header(path: str, f: Any, size: int) -> dict[str, str]:
 def write_tensors(path: str, tensors: dict[str, torch.Tensor],
                   extra: dict[str, str] | None = None) -> None:
     """Atomically write ``tensors`` as a safetensors file with a parafluid manifest."""
+    write_bytes(path, encode_tensors(tensors, extra))
+
+
+def encode_tensors(tensors: dict[str, torch.Tensor],
+                   extra: dict[str, str] | None = None) -> bytes:
+    """The bytes of the safetensors file ``write_tensors`` writes (manifest included)."""
     manifest = {"format": VARS_FORMAT, "vars": [
         {"name": n, "shape": list(t.shape), "dtype": convert_dtype(t.dtype), "crc32": _crc(t)}
         for n, t in sorted(tensors.items())]}
     metadata = {_MANIFEST_KEY: json.dumps(manifest, sort_keys=True)}
     metadata.update(extra or {})
-    write_bytes(path, _st_save(tensors, metadata=metadata))
+    return _st_save(tensors, metadata=metadata)
 
 
 def scope_values(scope: Any, chosen: Sequence[Any], where: str) -> dict[str, torch.Tensor]:

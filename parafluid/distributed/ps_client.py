@@ -97,10 +97,12 @@ class PServerClient:
         ids = torch.as_tensor(rows, dtype=torch.int64).reshape(-1)
         return self._call(Kind.PREFETCH, table, ids).value
 
-    def checkpoint_notify(self, dirname: str) -> dict[str, Any]:
+    def checkpoint_notify(self, dirname: str, keep: str = "") -> dict[str, Any]:
         """Ask the pserver to save its blocks under ``dirname`` (its own file system, inside
-        its checkpoint root); returns the record of the file it wrote (name, step, sha256)."""
-        reply = self._call(Kind.CHECKPOINT, "", dirname)
+        its checkpoint root) as a new version of its file, keeping ``keep`` (the version the
+        committed checkpoint names) and removing its other versions; returns the record of
+        the file it wrote (name, file, step, sha256)."""
+        reply = self._call(Kind.CHECKPOINT, keep, dirname)
         return _record(reply, self.endpoint)
 
     def complete(self, deadline_s: float | None = None) -> None:
@@ -126,7 +128,8 @@ def _record(reply: Any, endpoint: str) -> dict[str, Any]:
     try:
         record = json.loads(bytes(value.numpy()).decode("utf-8")) if value is not None else None
         ok = isinstance(record, dict) and isinstance(record.get("file"), str) and \
-            type(record.get("step")) is int and isinstance(record.get("sha256"), str)
+            type(record.get("step")) is int and isinstance(record.get("sha256"), str) and \
+            isinstance(record.get("path", ""), str)
     except (ValueError, AttributeError, TypeError, UnicodeDecodeError):
         ok = False
     if not ok:
@@ -196,9 +199,12 @@ class ClientPool:
         for ep in endpoints:
             self.get(ep).fetch_barrier()
 
-    def checkpoint_notify(self, dirname: str, endpoints: Iterable[str]) -> list[dict[str, Any]]:
-        """Ask each pserver to save; the records of their files, in endpoint order."""
-        return [self.get(ep).checkpoint_notify(dirname) for ep in endpoints]
+    def checkpoint_notify(self, dirname: str, endpoints: Iterable[str],
+                          keep: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Ask each pserver to save (keeping ``keep[endpoint]``, its file of the committed
+        checkpoint); the records of their files, in endpoint order."""
+        keep = keep or {}
+        return [self.get(ep).checkpoint_notify(dirname, keep.get(ep, "")) for ep in endpoints]
 
     def step(self, endpoints: Iterable[str]) -> int:
         """This trainer's step with the pservers (the same on each, else RPCError)."""

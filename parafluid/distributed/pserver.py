@@ -117,7 +117,9 @@ class ParameterServer:
         prefetch: ``prefetch(table, rows) -> tensor`` of the requested rows.
         save: ``save(dirname, step) -> str`` on a checkpoint notice: writes this pserver's
             state of ``step`` under ``dirname`` (already confined to ``checkpoint_root``)
-            and returns the text the trainer gets back (a JSON record of the file).
+            and returns the text the trainer gets back (a JSON record of the file). When the
+            request names the file of the committed checkpoint (a trainer's
+            ``save_persistables``), it is called as ``save(dirname, step, keep)``.
         emergency_save: ``emergency_save(dirname, step)`` before a failure ends the server
             (not when its own update failed): writes this pserver's state of ``step`` into
             ``dirname`` (``checkpoint_root/__emergency__/<job>/step_<k>``) as a checkpoint that
@@ -293,6 +295,13 @@ class ParameterServer:
                 raise _RequestError(f"trainer {t} already completed and cannot {m.kind.name}")
             self._check_step(m.kind, t, m.step)
         except _RequestError as e:
+            if self._restarted_alone(m.kind, t, m.step):
+                self._refuse(req, str(e))
+                self._told.add(t)
+                self._fail(PServerError(
+                    f"pserver {self.endpoint}: {e}; this pserver was restarted alone (its "
+                    "trainers are further on) and ends, failing the job"), culprit=True)
+                return
             self._refuse(req, str(e))
             return
         self._owner.setdefault(t, req.connection)
@@ -407,6 +416,17 @@ class ParameterServer:
                 "trainer restarted alone cannot rejoin a running job: restart the whole job "
                 "from the last checkpoint")
 
+    def _restarted_alone(self, kind: Kind, t: int, step: int) -> bool:
+        """Sync mode: a request of a trainer further on than this pserver, which has served
+        no trainer yet: this pserver was restarted alone and cannot serve the job any more.
+
+        NOTE: once a trainer has spoken, a request at another step is refused and the job
+        goes on (it may come from a stranger); before that, speaking first is open to any
+        peer that can reach the port anyway (see docs/security.md).
+        """
+        return self.sync_mode and not self._owner and 0 <= t < self.fan_in and \
+            kind not in (Kind.COMPLETE, Kind.CHECKPOINT) and step > self.step
+
     def _handle_sync(self, req: Request, t: int) -> None:
         m = req.msg
         if m.kind == Kind.SEND:
@@ -500,7 +520,10 @@ class ParameterServer:
         except ValueError as e:
             raise _RequestError(f"pserver {self.endpoint}: {e}") from None
         try:
-            record = self._save(dirname, self.step)
+            # NOTE: the request's name is the version of this pserver's file that the
+            # committed checkpoint holds: kept while the new one is written
+            record = self._save(dirname, self.step, m.name) if m.name else \
+                self._save(dirname, self.step)
         except (OSError, ValueError) as e:
             raise _RequestError(f"pserver {self.endpoint} could not save to {dirname!r}: {e}"
                                 ) from None
@@ -677,7 +700,13 @@ class ParameterServer:
         self._maybe_end_linger()
 
     def _maybe_end_linger(self) -> None:
-        if self.live <= self._told or self.linger_s <= 0:
+        """After a failure: raise it (ending ``serve()``) once no live trainer is left to
+        tell. A trainer can still be told only on its open connection to this server: one
+        that never spoke here, or whose connection closed, is not waited for."""
+        open_links = self._server.link_addresses
+        waiting = [t for t in self.live - self._told
+                   if t in self._link and self._link[t][0] in open_links]
+        if not waiting or self.linger_s <= 0:
             raise self._error
 
     def _probe_peers(self) -> str:

@@ -335,12 +335,13 @@ class _Server:
                   and scope.find_var(n) is not None and scope.find_var(n).value is not None]
         return scope_values(scope, chosen, f"pserver {self.endpoint} {what}")
 
-    def save(self, dirname: str, step: int) -> str:
-        """Checkpoint notice: this pserver's persistables of ``step`` into ``dirname`` (see
-        io); returns the record of the file for the checkpoint's marker."""
+    def save(self, dirname: str, step: int, keep: str = "") -> str:
+        """Checkpoint notice: this pserver's persistables of ``step`` into a new version of
+        its file in ``dirname``, keeping ``keep`` (the committed one; see io); returns the
+        record of the file for the checkpoint's marker."""
         return write_pserver_checkpoint(dirname,
                                         pserver_checkpoint_filename(self.ctx.op.block.program),
-                                        self._state("checkpoint"), step)
+                                        self._state("checkpoint"), step, keep)
 
     def emergency_save(self, dirname: str, step: int) -> None:
         """Before a failure ends the pserver: its persistables of ``step`` into

@@ -88,7 +88,7 @@ class _Pool:
     def step(self, endpoints) -> int:
         return 0
 
-    def checkpoint_notify(self, dirname: str, endpoints) -> list[dict]:
+    def checkpoint_notify(self, dirname: str, endpoints, keep=None) -> list[dict]:
         _Pool.calls.append((self.trainer_id, list(endpoints)))
         return [{"file": f"pserver_{i}.safetensors", "step": 0, "bytes": 0, "sha256": ""}
                 for i, _ in enumerate(endpoints)]

@@ -390,3 +390,33 @@ def test_emergency_checkpoints_of_two_jobs_at_the_same_step_stay_apart(tmp_path,
     assert len(paths) == 3
     for p in paths:  # a job name cannot lead outside the root
         assert os.path.realpath(p).startswith(str(tmp_path / "__emergency__") + os.sep), p
+
+
+def test_a_pserver_no_trainer_ever_reached_ends_at_the_first_contact_bound():
+    """Started alone (by hand, no launcher): it fails the job at the first-contact bound and
+    ends then, without lingering for trainers it has no connection to (before: it lingered
+    ``linger_s`` more, here 60 s)."""
+    job = Job(deadline_s=0.3, first_contact_s=1.0, linger_s=60)
+    t0 = time.monotonic()
+    job.join(timeout=min(30, 1.0 + scaled(10)))
+    assert time.monotonic() - t0 >= 1.0
+    assert "trainer(s) [0, 1] never connected" in str(job.error), job.error
+
+
+def test_after_failing_a_pserver_waits_only_for_trainers_it_can_still_tell():
+    """Trainer 0 spoke and keeps its connection open; trainer 1 never came. The failure
+    (trainer 1 missing at the barrier) is held for trainer 0 until it asks or its connection
+    closes: then the pserver ends at once, not ``linger_s`` (60 s) after the failure."""
+    job = Job(deadline_s=0.6, linger_s=60)
+    c0 = PServerClient(job.endpoint, 0, deadline_s=5)
+    c0.send("w", _grad(0, 0))
+    c0.send_barrier()
+    deadline = time.monotonic() + scaled(20)
+    while job.ps._error is None and time.monotonic() < deadline:  # the barrier's failure
+        time.sleep(0.05)
+    assert job.ps._error is not None
+    time.sleep(0.3)
+    assert job.thread.is_alive()  # lingering: trainer 0 has not heard it yet
+    c0.close()  # its process ends: nothing left to tell
+    job.join(timeout=min(30, scaled(10)))
+    assert "trainer(s) [1] never connected" in str(job.error), job.error

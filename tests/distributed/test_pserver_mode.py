@@ -9,6 +9,8 @@ real processes.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import threading
 
 import numpy as np
@@ -187,15 +189,22 @@ def test_checkpoint_then_restart_from_it_reaches_the_same_parameters(tmp_path, m
     monkeypatch.setenv("PARAFLUID_CHECKPOINT_ROOT", str(tmp_path))
     ckpt = str(tmp_path / "ckpt")
     kw = dict(lr_decay=True, split_method="hash_name")
-    full = _job("adam", steps=(6, 6), checkpoint_at=3, ckpt=ckpt, **kw)
-    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert files == ["__checkpoint__.json", "__variables__.safetensors",
-                     "pserver_0.safetensors", "pserver_1.safetensors"]
+    # two saves into one folder: the second's files replace the first's after its commit
+    full = _job("adam", steps=(6, 6), checkpoint_at=(2, 3), ckpt=ckpt, **kw)
     marker = json.loads((tmp_path / "ckpt" / "__checkpoint__.json").read_text())
-    assert marker["step"] == 3 and sorted(marker["files"]) == files[1:]
+    assert marker["step"] == 3 and sorted(marker["files"]) == [
+        "__variables__.safetensors", "pserver_0.safetensors", "pserver_1.safetensors"]
+    # each file is the version the marker names, and nothing else is in the folder
+    versions = {name: entry["path"] for name, entry in marker["files"].items()}
+    for name, version in versions.items():
+        stem = name[:-len(".safetensors")]
+        assert re.fullmatch(re.escape(stem) + r"\.step3-[0-9a-f]{8}\.safetensors", version)
+    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert files == sorted(["__checkpoint__.json", *versions.values()])
     # the trainer's file holds what the trainer computes: the parameters of step 3, not the
     # optimizer state (which it never updates in pserver mode; the pservers hold it)
-    tensors, meta = fluid.io.read_tensors(str(tmp_path / "ckpt" / "__variables__.safetensors"))
+    tensors, meta = fluid.io.read_tensors(
+        str(tmp_path / "ckpt" / versions["__variables__.safetensors"]))
     assert sorted(tensors) == sorted(ps_job.PARAMS) and meta["parafluid.step"] == "3"
     main, startup, _ = ps_job.build("adam", **{"lr_decay": True})
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
@@ -217,22 +226,28 @@ class _Killed(BaseException):
 
 
 @pytest.mark.timeout(120)
-def test_a_save_killed_between_the_pservers_leaves_a_folder_that_does_not_load(
+def test_a_save_killed_between_the_pservers_leaves_the_previous_checkpoint_loadable(
         tmp_path, monkeypatch):
     from parafluid.distributed.ps_client import PServerClient
 
     monkeypatch.setenv("PARAFLUID_CHECKPOINT_ROOT", str(tmp_path))
     monkeypatch.setenv("FLAGS_rpc_deadline", "3000")  # the others notice the kill quickly
-    ckpt = tmp_path / "ckpt"
-    notify = PServerClient.checkpoint_notify
+    ckpt, committed = tmp_path / "ckpt", tmp_path / "committed_step_3"
+    notify, commit = PServerClient.checkpoint_notify, fluid.io.commit_checkpoint
     calls = []
 
-    def killed_at_the_fourth(self, dirname):
+    def killed_at_the_fourth(self, dirname, keep=""):
         calls.append(self.endpoint)
         if len(calls) == 4:  # the second save (after step 5), between pserver 0 and 1
             raise _Killed
-        return notify(self, dirname)
+        return notify(self, dirname, keep)
+
+    def commit_and_copy(dirname, step, records):
+        commit(dirname, step, records)
+        if not committed.exists():  # what the first save committed, to compare with
+            shutil.copytree(dirname, committed)
     monkeypatch.setattr(PServerClient, "checkpoint_notify", killed_at_the_fourth)
+    monkeypatch.setattr(fluid.io, "commit_checkpoint", commit_and_copy)
     try:
         with pytest.raises(_Killed):
             _job("momentum", steps=(6, 6), checkpoint_at=(3, 5), ckpt=str(ckpt))
@@ -245,11 +260,10 @@ def test_a_save_killed_between_the_pservers_leaves_a_folder_that_does_not_load(
             pools = [ps_registry._POOLS.pop(t) for t in list(ps_registry._POOLS)]
         for pool in pools:
             pool.close()
-    steps = {f: fluid.io.read_tensors(str(ckpt / f))[1]["parafluid.step"]
-             for f in ("__variables__.safetensors", "pserver_0.safetensors",
-                       "pserver_1.safetensors")}
-    assert steps == {"__variables__.safetensors": "5", "pserver_0.safetensors": "5",
-                     "pserver_1.safetensors": "3"}  # the files mix steps 5 and 3
+    # the files of step 5 that were written lie beside those of step 3, uncommitted
+    steps = sorted(fluid.io.read_tensors(str(p))[1]["parafluid.step"] + " " + p.name[:9]
+                   for p in ckpt.iterdir() if p.suffix == ".safetensors")
+    assert steps == ["3 __variabl", "3 pserver_0", "3 pserver_1", "5 __variabl", "5 pserver_0"]
     eps = endpoints(2)
     programs = []
     for ep in eps.split(","):
@@ -257,15 +271,26 @@ def test_a_save_killed_between_the_pservers_leaves_a_folder_that_does_not_load(
         t = fluid.DistributeTranspiler(ps_job._config("round_robin", 100, True))
         t.transpile(0, program=main, startup_program=startup, pservers=eps, trainers=2)
         programs.append(t.get_pserver_programs(ep))
-    for prog, startup in programs:  # before: both loaded, and the job ran on mixed steps
-        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-        exe.run(startup, scope=scope)
-        with pytest.raises(ValueError, match="was not committed"):
-            fluid.io.load_persistables(exe, str(ckpt), prog, scope=scope)
-    # the marker of the step-3 set, put back by hand, does not make the folder load either
+    # before: the marker was removed first, and the folder loaded nothing
+    for prog, startup in programs:  # every pserver loads the step-3 state, as committed
+        values = []
+        for folder in (ckpt, committed):
+            exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+            exe.run(startup, scope=scope)
+            fluid.io.load_persistables(exe, str(folder), prog, scope=scope)
+            values.append({n: np.array(scope.find_var(n).get_tensor())
+                           for n, v in prog.global_block().vars.items() if v.persistable
+                           and scope.find_var(n) is not None
+                           and scope.find_var(n).value is not None})
+        assert sorted(values[0]) == sorted(values[1]) and len(values[0]) >= 3
+        for n in values[0]:
+            np.testing.assert_array_equal(values[0][n], values[1][n], err_msg=n)
+    assert fluid.io.check_checkpoint_file(str(ckpt), "pserver_1.safetensors") == 3
+    # a marker edited to name the uncommitted step-5 file as step 3's does not load
+    step5 = next(p.name for p in ckpt.iterdir() if p.name.startswith("pserver_0.step5-"))
     (ckpt / "__checkpoint__.json").write_text(json.dumps({
         "format": "parafluid.checkpoint/1", "step": 3,
-        "files": {"pserver_0.safetensors": {"sha256": "0" * 64, "bytes": 1}}}))
+        "files": {"pserver_0.safetensors": {"sha256": "0" * 64, "bytes": 1, "path": step5}}}))
     prog, startup = programs[0]
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(startup, scope=scope)

@@ -81,6 +81,19 @@ def test_trainers_first_a_pserver_5s_after_the_others_equal_one_process():
             np.testing.assert_allclose(results[t]["final"][name], ref["final"][name], atol=1e-5)
 
 
+def _exit_times(procs, timeout):
+    """When each process exited (monotonic seconds), polling until all have."""
+    ended = [None] * len(procs)
+    end = time.monotonic() + timeout
+    while None in ended and time.monotonic() < end:
+        for i, p in enumerate(procs):
+            if ended[i] is None and p.poll() is not None:
+                ended[i] = time.monotonic()
+        time.sleep(0.05)
+    assert None not in ended, f"still running after {timeout:.0f} s: {ended}"
+    return ended
+
+
 def _wait_for_step(proc, step, timeout):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -308,20 +321,79 @@ def test_a_pserver_restarted_alone_is_refused_and_every_process_stops():
         restarted = _job("pserver", *common, "--endpoint", restarted_ep, env=env)
         procs.append(restarted)
         t0 = time.monotonic()
-        outs = [p.communicate(timeout=60) for p in trainers]
-        took = time.monotonic() - t0
-        for p in (servers[0], restarted):
-            p.communicate(timeout=2 * deadline_s + scaled(18))
-            assert p.returncode != 0  # their trainers are gone: they stop at the deadline
+        ended = _exit_times([*trainers, servers[0], restarted], 2 * deadline_s + scaled(30))
+        outs = [p.communicate(timeout=10) for p in [*trainers, restarted]]
     finally:
         reap(procs)
-    assert took < deadline_s + scaled(14)
+    assert max(ended[:2]) - t0 < deadline_s + scaled(14)
     for p, (_, err) in zip(trainers, outs):
         assert p.returncode != 0, err
+    assert servers[0].returncode != 0  # its trainers are gone: it stops at the deadline
+    # the restarted pserver ends as soon as it has refused a trainer and so failed the job,
+    # with that trainer (before: it waited for its trainers until the deadline, then lingered)
+    assert restarted.returncode != 0
+    assert "restarted alone" in outs[2][1], outs[2][1][-2000:]
+    assert ended[3] - min(ended[:2]) < deadline_s / 2, (ended, t0)
     # a trainer whose request reached the restarted pserver names it and both steps (the
     # other may fail first on its held request to the healthy pserver)
     assert any(re.search(rf"pserver {re.escape(restarted_ep)} is at step 0 but trainer \d is "
                          r"at step [1-9]\d*", err) for _, err in outs), outs
+
+
+@pytest.mark.timeout(60)
+def test_a_pserver_started_alone_by_hand_exits_nonzero_at_the_first_contact_bound(tmp_path):
+    """No trainer ever comes: it fails the job at 10 x the deadline, saying so, and exits."""
+    deadline_s = 0.5
+    eps = endpoints(1)
+    env = child_env(FLAGS_rpc_deadline=str(int(deadline_s * 1000)),
+                    PARAFLUID_CHECKPOINT_ROOT=str(tmp_path))
+    procs = []
+    try:
+        t0 = time.monotonic()
+        server = _job("pserver", "--pservers", eps, "--trainers", 2, "--endpoint", eps, env=env)
+        procs.append(server)
+        _, err = server.communicate(timeout=10 * deadline_s + scaled(30))
+        took = time.monotonic() - t0
+    finally:
+        reap(procs)
+    assert server.returncode != 0
+    assert re.search(r"no trainer sent a message within [\d.]+ s of the start \(10 x "
+                     r"FLAGS_rpc_deadline\): trainer\(s\) \[0, 1\] never connected", err), err
+    assert took >= 10 * deadline_s
+
+
+@pytest.mark.timeout(120)
+def test_a_sigstopped_pserver_exits_nonzero_once_continued_after_the_job_failed(tmp_path):
+    """A pserver stopped (SIGSTOP) mid-job: every other process exits naming it; continued
+    (SIGCONT) after that, it fails the job too and exits, naming its trainers."""
+    deadline_s = scaled(2)
+    eps = endpoints(2)
+    env = child_env(FLAGS_rpc_deadline=str(int(deadline_s * 1000)),
+                    PARAFLUID_CHECKPOINT_ROOT=str(tmp_path))
+    common = ["--pservers", eps, "--trainers", 2]
+    procs = []
+    try:
+        servers = [_job("pserver", *common, "--endpoint", ep, env=env) for ep in eps.split(",")]
+        trainers = [_job("trainer", *common, "--steps", 100000, "--trainer-id", t,
+                         "--progress", "--step-delay", 0.2, env=env) for t in (0, 1)]
+        procs += servers + trainers
+        _wait_for_step(trainers[0], 3, 60)
+        servers[1].send_signal(signal.SIGSTOP)
+        others = [p.communicate(timeout=deadline_s + scaled(20)) for p in [*trainers, servers[0]]]
+        servers[1].send_signal(signal.SIGCONT)
+        t0 = time.monotonic()
+        _, err = servers[1].communicate(timeout=deadline_s + scaled(20))
+        took = time.monotonic() - t0
+    finally:
+        reap(procs)
+    for p, (_, e) in zip([*trainers, servers[0]], others):
+        assert p.returncode != 0, e
+    assert any(eps.split(",")[1] in e for _, e in others), others
+    assert servers[1].returncode != 0
+    # it names its trainers: gone (their connections closed) or, when its barrier's clock
+    # is seen first, missing past the deadline
+    assert "PServerError" in err and "trainer(s) [0, 1]" in err, err[-2000:]
+    assert took < deadline_s + scaled(5), took
 
 
 @pytest.mark.timeout(240)

@@ -7,7 +7,8 @@ shard under the table's own name (as Fluid's); the trainer program looks rows up
 ``distributed_lookup_table`` ops and never holds the table. A pserver-mode checkpoint
 (``fluid.io.save_persistables`` of the trainer program) is one folder: the trainer's
 ``__variables__.safetensors``, each pserver's ``pserver_<id>.safetensors`` (its shard and
-optimizer state) and ``__checkpoint__.json``.
+optimizer state) and ``__checkpoint__.json``, which names the version of each file that
+holds the committed checkpoint (``pserver_0.step<k>-<random>.safetensors``).
 
 - ``convert_dist_to_sparse_program``: the trainer program with local ``lookup_table`` ops
   over the whole table (for inference in one process);
@@ -19,7 +20,6 @@ optimizer state) and ``__checkpoint__.json``.
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import re
@@ -32,9 +32,10 @@ from ...framework import Program
 from ...io import (
     CHECKPOINT_MARKER,
     DEFAULT_FILENAME,
-    check_checkpoint_file,
+    checked_checkpoint_file,
     load_persistables,
     load_vars,
+    read_marker,
 )
 from ...scope import Scope, global_scope
 from ...tensor_file import read_tensors
@@ -97,16 +98,19 @@ def _table_from_shards(dirname: str, table: str) -> torch.Tensor:
     shards: dict[int, torch.Tensor] = {}
     by_pserver: dict[int, torch.Tensor] = {}
     file_id = re.compile(r"^pserver_(\d+)\.safetensors$")
-    for path in sorted(glob.glob(os.path.join(dirname, "pserver_*.safetensors"))):
-        check_checkpoint_file(dirname, os.path.basename(path))
+    doc = read_marker(dirname) or {"files": {}}
+    # NOTE: the files the marker names (each the version of its committed checkpoint), in
+    # pserver order; a folder without a marker is refused by check_checkpoint_file
+    ids = sorted(int(fm.group(1)) for fm in map(file_id.match, doc["files"]) if fm)
+    for pserver_id in ids or [0]:
+        _, path = checked_checkpoint_file(dirname, f"pserver_{pserver_id}.safetensors")
         tensors, _ = read_tensors(path)
-        fm = file_id.match(os.path.basename(path))
         for name, value in tensors.items():
             m = pattern.match(name)
             if m:
                 shards[int(m.group(1))] = value
             elif name == table:
-                by_pserver[int(fm.group(1)) if fm else len(by_pserver)] = value
+                by_pserver[pserver_id] = value
     if by_pserver and not shards:
         return torch.cat([by_pserver[i] for i in sorted(by_pserver)])
     if not shards or sorted(shards) != list(range(len(shards))):
@@ -140,12 +144,14 @@ def load_persistables_for_inference(dirname: str, executor: Any, program: Progra
         raise ValueError(f"load_persistables_for_inference: the program has no variable "
                          f"{lookup_table_var_name!r} (the table); convert a trainer program "
                          "with convert_dist_to_sparse_program first")
+    path = os.path.join(dirname, DEFAULT_FILENAME)
     if os.path.isfile(os.path.join(dirname, CHECKPOINT_MARKER)):
-        check_checkpoint_file(dirname, DEFAULT_FILENAME)
-    in_file, _ = read_tensors(os.path.join(dirname, DEFAULT_FILENAME))
+        _, path = checked_checkpoint_file(dirname, DEFAULT_FILENAME)
+    in_file, _ = read_tensors(path)
     dense = [v for v in program.list_vars() if v.persistable and v.name in in_file
              and v.name != lookup_table_var_name and v.type != VarType.RAW]
-    load_vars(executor, dirname, program, vars=dense, scope=scope)
+    load_vars(executor, dirname, program, vars=dense, filename=os.path.basename(path),
+              scope=scope)
     table = _table_from_shards(dirname, lookup_table_var_name)
     var = gblock.var(lookup_table_var_name)
     if var.shape is not None and tuple(table.shape) != tuple(var.shape):

@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from .scope import LoDTensor
+from .scope import TENSOR_LOD_ATTR, LoDTensor
 
 __all__ = ["create_lod_tensor", "create_random_int_lodtensor", "split_by_sequences",
            "sequence_ranges", "slice_lod", "merge_lods", "lengths_to_offsets",
            "offsets_to_lengths", "attach_lod", "get_lod", "require_lod"]
 
-LOD_ATTR = "_parafluid_lod"  # the attribute of a run-time tensor holding its LoD
+LOD_ATTR = TENSOR_LOD_ATTR  # the attribute of a run-time tensor holding its LoD
 
 
 def lengths_to_offsets(lengths: Sequence[int]) -> list[int]:

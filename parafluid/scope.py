@@ -20,8 +20,11 @@ import torch
 
 from .place import to_device
 
+# the attribute of a run-time tensor holding its LoD (lod.LOD_ATTR names the same)
+TENSOR_LOD_ATTR = "_parafluid_lod"
+
 __all__ = ["Scope", "ScopeVariable", "LoDTensor", "LoDTensorArray", "SelectedRows",
-           "SelectedRowsHandle", "TensorArray",
+           "SelectedRowsHandle", "ScopeTensorArray", "TensorArray",
            "global_scope", "scope_guard", "as_numpy", "FetchedArray", "OneElementArray"]
 
 
@@ -176,6 +179,21 @@ class LoDTensor:
         self._check()
         return list(self._holder.value.shape)
 
+    def _get_dims(self) -> list[int]:
+        return self.shape()
+
+    def _set_dims(self, dims: Any) -> None:
+        """Give the tensor the shape ``dims`` (Fluid's ``Resize``): its values are kept when
+        the element count matches, else it holds ``dims`` of zeros."""
+        dims = [int(d) for d in dims]
+        t = self._holder.value
+        if t is not None and t.numel() == int(np.prod(dims, dtype=np.int64)):
+            self._holder.value = t.reshape(dims)
+        else:
+            self._holder.value = torch.zeros(dims, dtype=t.dtype if t is not None and
+                                             t.numel() else torch.float32,
+                                             device=t.device if t is not None else "cpu")
+
     def _dtype(self) -> str:
         from .dtypes import convert_dtype
 
@@ -294,11 +312,83 @@ class ScopeVariable:
                             "not SelectedRows")
         return SelectedRowsHandle(self)
 
+    def get_lod_tensor_array(self) -> ScopeTensorArray:
+        """Fluid's ``var.get_lod_tensor_array()``: the tensor array this variable holds
+        (an empty one is made), as a list of ``LoDTensor`` views that ``append`` extends."""
+        if self.value is None:
+            self.value = TensorArray()
+        elif not isinstance(self.value, TensorArray):
+            raise TypeError(f"variable {self.name!r} holds {type(self.value).__name__}, "
+                            "not a tensor array")
+        return ScopeTensorArray(self)
+
     def is_initialized(self) -> bool:
         return self.value is not None
 
     def __repr__(self) -> str:
         return f"ScopeVariable({self.name!r}, {'set' if self.value is not None else 'empty'})"
+
+
+class _ArrayItem:
+    """Item ``index`` of a scope variable's tensor array, as a ``LoDTensor`` holder."""
+
+    __slots__ = ("_var", "_index")
+
+    def __init__(self, var: ScopeVariable, index: int) -> None:
+        self._var, self._index = var, index
+
+    @property
+    def name(self) -> str:
+        return f"{self._var.name}[{self._index}]"
+
+    @property
+    def value(self) -> Any:
+        return self._var.value[self._index]
+
+    @value.setter
+    def value(self, tensor: Any) -> None:
+        self._var.value[self._index] = tensor
+
+    @property
+    def lod(self) -> list[list[int]]:
+        t = self.value
+        return [list(level) for level in (getattr(t, TENSOR_LOD_ATTR, None) or [])]
+
+    @lod.setter
+    def lod(self, lod: list[list[int]]) -> None:
+        if lod and isinstance(self.value, torch.Tensor):
+            setattr(self.value, TENSOR_LOD_ATTR, [list(level) for level in lod])
+
+
+class ScopeTensorArray:
+    """A scope variable's tensor array as Fluid's ``LoDTensorArray``: ``len``, indexing
+    (``LoDTensor`` views of the items) and ``append`` of a ``LoDTensor``."""
+
+    __slots__ = ("_var",)
+
+    def __init__(self, var: ScopeVariable) -> None:
+        self._var = var
+
+    def __len__(self) -> int:
+        return len(self._var.value)
+
+    def __getitem__(self, index: int) -> LoDTensor:
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"tensor array {self._var.name!r} has {n} items, no item {index}")
+        return LoDTensor(_ArrayItem(self._var, index % n))  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[LoDTensor]:
+        return (self[i] for i in range(len(self)))
+
+    def append(self, tensor: LoDTensor) -> None:
+        if not isinstance(tensor, LoDTensor) or tensor.value is None:
+            raise TypeError(f"tensor array {self._var.name!r}: append takes a LoDTensor with "
+                            f"a value, got {tensor!r}")
+        t = tensor.value.clone()
+        if tensor.lod():
+            setattr(t, TENSOR_LOD_ATTR, [list(level) for level in tensor.lod()])
+        self._var.value.append(t)
 
 
 class _RowsValue:

@@ -151,3 +151,56 @@ def test_lookup_table_reads_a_row_sparse_table_by_its_row_ids():
     scope.var("Ids").get_tensor().set(np.array([[4]], "int64"), PLACE)
     with pytest.raises(Exception, match=r"holds no row \[4\]"):
         Operator("lookup_table", W="W", Ids="Ids", Out="Out").run(scope, PLACE)
+
+
+def test_a_scope_tensor_array_is_fluids_lod_tensor_array():
+    scope = core.Scope()
+    arr = scope.var("arr").get_lod_tensor_array()
+    assert len(arr) == 0
+    for i, n in enumerate((2, 1, 1)):
+        t = fluid.LoDTensor()
+        t.set(np.full((n, 3), i, "float32"), PLACE)
+        t.set_lod([[0, n]])
+        arr.append(t)
+    assert len(scope.find_var("arr").get_lod_tensor_array()) == 3
+    assert arr[0].lod() == [[0, 2]]
+    np.testing.assert_array_equal(np.array(arr[-1]), np.full((1, 3), 2, "float32"))
+    for stack, want in ((False, (4, 3)), ):
+        Operator("tensor_array_to_tensor", X="arr", Out="out", OutIndex="idx", axis=0,
+                 use_stack=stack).run(scope, PLACE)
+        assert np.array(scope.find_var("out").get_tensor()).shape == want
+    np.testing.assert_array_equal(np.array(scope.find_var("idx").get_tensor()), [2, 1, 1])
+    with pytest.raises(TypeError, match="not a tensor array"):
+        _scope(t=np.ones(2, "float32")).find_var("t").get_lod_tensor_array()
+
+
+def test_set_dims_resizes_as_fluids_tensor():
+    t = fluid.LoDTensor()
+    t.set(np.arange(6, dtype="float32"), PLACE)
+    t._set_dims([2, 3])
+    assert t._get_dims() == [2, 3]
+    np.testing.assert_array_equal(np.array(t), np.arange(6, dtype="float32").reshape(2, 3))
+    t._set_dims([4])
+    assert np.array(t).shape == (4,)
+
+
+def test_tensor_array_to_tensor_stacks_and_its_gradient_unstacks():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        xs = [fluid.data(name=f"x{i}", shape=[2, 3], dtype="float64") for i in range(3)]
+        for x in xs:
+            x.stop_gradient = False
+        arr = fluid.layers.create_array("float64")
+        for i, x in enumerate(xs):
+            fluid.layers.array_write(x, fluid.layers.fill_constant([1], "int64", i), array=arr)
+        out, idx = fluid.layers.tensor_array_to_tensor(arr, axis=1, use_stack=True)
+        w = fluid.layers.assign(np.arange(18, dtype="float32").reshape(2, 3, 3))
+        loss = fluid.layers.reduce_sum(out * fluid.layers.cast(w, "float64"))
+        grads = fluid.backward.gradients([loss], xs)
+    feed = {f"x{i}": np.random.RandomState(i).rand(2, 3) for i in range(3)}
+    got = fluid.Executor(PLACE).run(main, feed=feed, fetch_list=[out, idx, *grads])
+    np.testing.assert_array_equal(got[0], np.stack([feed[f"x{i}"] for i in range(3)], 1))
+    np.testing.assert_array_equal(got[1], [1, 1, 1])
+    wv = np.arange(18, dtype="float64").reshape(2, 3, 3)
+    for i in range(3):
+        np.testing.assert_array_equal(got[2 + i], wv[:, i])

@@ -507,8 +507,9 @@ def gaussian_random(shape: list[int], mean: float = 0.0, std: float = 1.0, seed:
 
 def tensor_array_to_tensor(input: Variable, axis: int = 1, name: str | None = None,
                            use_stack: bool = False) -> tuple[Variable, Variable]:
-    """The items of a tensor array concatenated along ``axis``, and each item's size along
-    it (int32, one per item). The gradient is cut back into an array of the items' shapes.
+    """The items of a tensor array concatenated along ``axis`` (``use_stack``: stacked along
+    a new axis ``axis``), and each item's size along it (int32, one per item; 1 each when
+    stacked). The gradient is cut back into an array of the items' shapes.
 
     Example::
 
@@ -520,15 +521,12 @@ def tensor_array_to_tensor(input: Variable, axis: int = 1, name: str | None = No
     if not isinstance(input, Variable) or input.type != VarType.LOD_TENSOR_ARRAY:
         raise TypeError(f"tensor_array_to_tensor: input must be a tensor array Variable "
                         f"(create_array / array_write), got {input!r}")
-    if use_stack:
-        raise ValueError("tensor_array_to_tensor: use_stack=True (stacking the items along a "
-                         "new axis) is not supported; use the default use_stack=False "
-                         "(concatenation along axis), then reshape")
     helper = LayerHelper("tensor_array_to_tensor", name=name)
     out = helper.create_variable_for_type_inference(input.dtype)
     index = helper.create_variable_for_type_inference("int32", stop_gradient=True)
     helper.append_op("tensor_array_to_tensor", inputs={"X": [input]},
-                     outputs={"Out": [out], "OutIndex": [index]}, attrs={"axis": int(axis)})
+                     outputs={"Out": [out], "OutIndex": [index]},
+                     attrs={"axis": int(axis), "use_stack": bool(use_stack)})
     return out, index
 
 

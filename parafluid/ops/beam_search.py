@@ -155,15 +155,16 @@ def _beam_search_decode(ins: dict, attrs: dict, ctx: Any) -> dict:
         per_src.append(per_src[-1] + len(ranked))
     lod = [per_src, per_sent]
     dev = step_ids[0].device
-    return {"SentenceIds": attach_lod(torch.tensor(out_ids, dtype=torch.int64,
-                                                   device=dev).reshape(-1, 1), lod),
+    # flat [N], as Fluid's kernel resizes them
+    return {"SentenceIds": attach_lod(torch.tensor(out_ids, dtype=torch.int64, device=dev),
+                                      lod),
             "SentenceScores": attach_lod(torch.tensor(out_scores, dtype=step_scores[0].dtype,
-                                                      device=dev).reshape(-1, 1), lod)}
+                                                      device=dev), lod)}
 
 
 def _decode_shape(ins: dict, attrs: dict) -> dict:
-    return {"SentenceIds": Meta((-1, 1), "int64"),
-            "SentenceScores": Meta((-1, 1), ins["Scores"].dtype)}
+    return {"SentenceIds": Meta((-1,), "int64"),
+            "SentenceScores": Meta((-1,), ins["Scores"].dtype)}
 
 
 register_op("beam_search_decode", inputs=("Ids", "Scores"),

@@ -70,7 +70,6 @@ KNOWN_GAPS: dict[str, tuple[str, str]] = {
     "sample_logits": ("out:LogitsDim out:LabelsDim", "Fluid's shape-carrying buffers"),
     "softmax": ("attr:data_format", "an MKL-DNN layout hint"),
     "sync_batch_norm": ("attr:fuse_with_relu", "set only by Fluid's fusion pass"),
-    "tensor_array_to_tensor": ("attr:use_stack", "stacking is not provided; concat is"),
     "transpose": ("attr:data_format", "an MKL-DNN layout hint"),
     "uniform_random_batch_size_like": ("attr:diag_num attr:diag_step attr:diag_val",
                                        "the diagonal initialisation is not provided"),

@@ -20,12 +20,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .framework import GRAD_SUFFIX, OpRole, Parameter, Variable, grad_var_name
+from .framework import (
+    GRAD_SUFFIX,
+    DetachedOpDesc,
+    OpRole,
+    Parameter,
+    Variable,
+    grad_var_name,
+)
 from .ops.common import numel
 from .ops.registry import EMPTY, GradContext, get_op_def
 from .placement import DEVICE_ATTR, NODE_ATTR, place_attrs
 
-__all__ = ["append_backward", "gradients", "calc_gradient", "prune_missing_grads"]
+__all__ = ["append_backward", "gradients", "calc_gradient", "prune_missing_grads",
+           "get_grad_op_desc"]
 
 
 def _names(items: Iterable[Any] | None) -> set[str]:
@@ -395,3 +403,29 @@ def _set_op_role_var(block: Any, pairs: list[tuple[Parameter, Variable]]) -> Non
 # NOTE: what every gradient maker gets: ops whose gradient differentiates a sub-block append
 # its gradient ops through it instead of importing this module
 _GRAD_CONTEXT = GradContext(append_grad_ops=_append_grad_ops)
+
+
+def get_grad_op_desc(op_desc: Any, no_grad_set: Iterable[str] = (),
+                     grad_sub_block_list: Sequence[Any] = ()
+                     ) -> tuple[list[DetachedOpDesc], dict[str, str]]:
+    """Fluid's ``core.get_grad_op_desc``: the gradient ops of one op (from its gradient
+    maker), as descriptions in no block, and each gradient's forward variable.
+
+    Example::
+
+        descs, grad_to_var = get_grad_op_desc(op.desc, set(), [])
+        block.desc.append_op().copy_from(descs[0])
+    """
+    op = getattr(op_desc, "_op", op_desc)
+    opdef = get_op_def(op.type)
+    if opdef.grad is None:
+        return [], {}
+    if grad_sub_block_list:
+        raise ValueError(f"get_grad_op_desc: {op.type}'s gradient is made with its sub-block "
+                         "by append_backward; give no grad_sub_block_list")
+    specs = opdef.grad(op, set(no_grad_set), _GRAD_CONTEXT)
+    descs = [DetachedOpDesc(spec["type"], spec.get("inputs", {}), spec.get("outputs", {}),
+                            spec.get("attrs", {})) for spec in specs]
+    grad_to_var = {n: n[:-len(GRAD_SUFFIX)] for d in descs for n in d.output_arg_names()
+                   if n.endswith(GRAD_SUFFIX)}
+    return descs, grad_to_var

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .backward import get_grad_op_desc
 from .compat import missing_attribute
 from .dataio.legacy_reader import LoDTensorBlockingQueue
 from .dtypes import VarType
@@ -42,7 +43,7 @@ from .scope import LoDTensor, LoDTensorArray, Scope, SelectedRows
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray", "Scope",
            "SelectedRows", "EOFException",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
-           "_set_eager_deletion_mode", "op_support_gpu", "init_devices"]
+           "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc"]
 __all__ += ["LoDTensorBlockingQueue", "AnalysisConfig", "NativeConfig",
             "create_paddle_predictor", "PaddleTensor", "PaddleBuf", "PaddleDType",
             "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor", "NativePaddlePredictor",

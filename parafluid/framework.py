@@ -279,8 +279,144 @@ class _OpDesc:
         prepare_op(self._op, infer=True)
 
 
+class DetachedOpDesc:
+    """An op description in no block (what ``core.get_grad_op_desc`` returns): type,
+    slots and attributes with Fluid's ``OpDesc`` accessors. ``block.desc.append_op()``
+    then ``copy_from`` puts it in a block; ``infer_shape(block.desc)`` infers the shapes
+    of the ops copied from it there."""
+
+    def __init__(self, type: str, inputs: dict[str, list[str]],
+                 outputs: dict[str, list[str]], attrs: dict[str, Any]) -> None:
+        self._type = type
+        self._inputs = {k: list(v) for k, v in inputs.items()}
+        self._outputs = {k: list(v) for k, v in outputs.items()}
+        self._attrs = dict(attrs)
+
+    def type(self) -> str:
+        return self._type
+
+    def input(self, slot: str) -> list[str]:
+        return list(self._inputs.get(slot, []))
+
+    def output(self, slot: str) -> list[str]:
+        return list(self._outputs.get(slot, []))
+
+    def input_names(self) -> list[str]:
+        return list(self._inputs)
+
+    def output_names(self) -> list[str]:
+        return list(self._outputs)
+
+    def input_arg_names(self) -> list[str]:
+        return [n for names in self._inputs.values() for n in names]
+
+    def output_arg_names(self) -> list[str]:
+        return [n for names in self._outputs.values() for n in names]
+
+    def attr(self, name: str) -> Any:
+        return self._attrs[name]
+
+    def has_attr(self, name: str) -> bool:
+        return name in self._attrs
+
+    def attr_names(self) -> list[str]:
+        return list(self._attrs)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        self._attrs[name] = value
+
+    def infer_var_type(self, block_desc: Any) -> None:
+        self.infer_shape(block_desc)
+
+    def infer_shape(self, block_desc: Any) -> None:
+        from .ops.registry import prepare_op  # registry imports nothing from here at import
+
+        for op in block_desc._block.ops:
+            if getattr(op, "_source_desc", None) is self:
+                prepare_op(op, infer=True)
+
+    def __repr__(self) -> str:
+        return f"DetachedOpDesc({self._type}, {self._inputs} -> {self._outputs})"
+
+
+class _VarDesc:
+    """Fluid's ``VarDesc`` of a variable: its name, dtype, shape and kind as methods."""
+
+    __slots__ = ("_var",)
+
+    def __init__(self, var: Variable) -> None:
+        self._var = var
+
+    def name(self) -> str:
+        return self._var.name
+
+    def dtype(self) -> Any:
+        return self._var.dtype
+
+    def set_dtype(self, dtype: Any) -> None:
+        self._var.dtype = convert_dtype(dtype)
+
+    def shape(self) -> list[int]:
+        return list(self._var.shape or [])
+
+    def set_shape(self, shape: Sequence[int]) -> None:
+        self._var.shape = _as_shape(shape, self._var.name)
+
+    def type(self) -> Any:
+        return self._var.type
+
+    def lod_level(self) -> int:
+        return self._var.lod_level
+
+    def set_lod_level(self, level: int) -> None:
+        self._var.lod_level = int(level)
+
+    def persistable(self) -> bool:
+        return bool(self._var.persistable)
+
+    def set_persistable(self, value: bool) -> None:
+        self._var.persistable = bool(value)
+
+
+class _NewOpDesc:
+    """An op slot ``block.desc.append_op()`` made; ``copy_from(desc)`` fills it with an op
+    (its variables are made where the block lacks them, their shapes inferred later by
+    the desc's ``infer_shape``), as Fluid's programs that build ops desc by desc do."""
+
+    __slots__ = ("_block", "op")
+
+    def __init__(self, block: Block) -> None:
+        self._block = block
+        self.op: Operator | None = None
+
+    def copy_from(self, desc: Any) -> None:
+        if self.op is not None:
+            raise ValueError("copy_from: this op desc was filled already")
+        # a gradient the block does not hold was never made (an output nothing reads, such
+        # as batch_norm's MeanOut): left out, as the backward pass leaves it out
+        inputs = {slot: [n for n in desc.input(slot) if not n.endswith(GRAD_SUFFIX)
+                         or self._block._find_var_recursive(n) is not None]
+                  for slot in desc.input_names()}
+        inputs = {slot: names for slot, names in inputs.items() if names}
+        outputs = {slot: desc.output(slot) for slot in desc.output_names()}
+        for names in (*inputs.values(), *outputs.values()):
+            for n in names:
+                if self._block._find_var_recursive(n) is None:
+                    self._block.create_var(name=n)
+        attrs = {k: desc.attr(k) for k in desc.attr_names()}
+        self.op = self._block.append_op(type=desc.type(), inputs=inputs, outputs=outputs,
+                                        attrs=attrs, infer_shape=False)
+        self.op._source_desc = desc  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> Any:
+        if self.op is None:
+            raise AttributeError(f"an empty op desc has no {name!r}: copy_from(desc) first")
+        return getattr(_OpDesc(self.op), name)
+
+
 class _BlockDesc:
-    """Fluid's ``BlockDesc`` of a block: its variables by name (str or bytes)."""
+    r"""Fluid's ``BlockDesc`` of a block: its variables by name (str or bytes), as
+    ``VarDesc``\ s, and ``append_op`` for an op built desc by desc."""
 
     __slots__ = ("_block",)
 
@@ -295,17 +431,25 @@ class _BlockDesc:
     def parent(self) -> int:
         return self._block.parent_idx
 
-    def find_var(self, name: str | bytes) -> Variable | None:
-        return self._block.vars.get(_name(name))
+    def find_var(self, name: str | bytes) -> _VarDesc | None:
+        var = self._block.vars.get(_name(name))
+        return None if var is None else _VarDesc(var)
 
-    def find_var_recursive(self, name: str | bytes) -> Variable | None:
-        return self._block._find_var_recursive(_name(name))
+    def find_var_recursive(self, name: str | bytes) -> _VarDesc | None:
+        var = self._block._find_var_recursive(_name(name))
+        return None if var is None else _VarDesc(var)
 
     def has_var(self, name: str | bytes) -> bool:
         return _name(name) in self._block.vars
 
-    def var(self, name: str | bytes) -> Variable:
-        return self._block.var(_name(name))
+    def var(self, name: str | bytes) -> _VarDesc:
+        """The variable ``name`` of this block, made if absent (Fluid's ``Var``)."""
+        n = _name(name)
+        var = self._block.vars.get(n)
+        return _VarDesc(var if var is not None else self._block.create_var(name=n))
+
+    def append_op(self) -> _NewOpDesc:
+        return _NewOpDesc(self._block)
 
     def op_size(self) -> int:
         return len(self._block.ops)

@@ -132,16 +132,18 @@ def _shard_index_shape(ins: dict, attrs: dict) -> dict:
 
 
 def _shard_index(ins: dict, attrs: dict, ctx: Any) -> dict:
-    """An id of this shard becomes its offset inside the shard; others ``ignore_value``."""
+    """An id of this shard becomes its offset inside the shard; others ``ignore_value``.
+    A shard holds ``index_num // nshards`` ids, as Fluid 1.6's kernel divides (the ids past
+    ``nshards`` whole shards belong to none)."""
     x = ins["X"]
-    size = (int(attrs["index_num"]) + int(attrs["nshards"]) - 1) // int(attrs["nshards"])
+    size = int(attrs["index_num"]) // int(attrs["nshards"])
     mine = torch.div(x, size, rounding_mode="floor") == int(attrs["shard_id"])
     return {"Out": torch.where(mine, x % size, torch.full_like(x, int(attrs["ignore_value"])))}
 
 
 register_op("shard_index", inputs=("X",), outputs=("Out",),
             attrs={"index_num": 0, "nshards": 0, "shard_id": 0, "ignore_value": -1},
-            infer_shape=_shard_index_shape, kernel=_shard_index)
+            infer_shape=_shard_index_shape, kernel=_shard_index, share_lod=("X", "Out"))
 
 
 # ----------------------------------------------------------------------------- hash

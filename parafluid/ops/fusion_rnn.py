@@ -131,7 +131,7 @@ def _lstm_outputs(op: str, gates: torch.Tensor, x: torch.Tensor, ins: dict, attr
     if attrs["use_seq"]:
         out["XX"] = attach_lod(xx, lod)
     else:
-        rows = _batch_rows(offsets, attrs["is_reverse"], x.device)
+        rows = _batch_rows(offsets, attrs["is_reverse"], gates.device)
         keep_x = x is not None and x.shape[1] <= 4 * d
         out["XX"] = attach_lod(x.index_select(0, rows) if keep_x else xx, lod)
         out["BatchedInput"] = xx.index_select(0, rows)
@@ -182,7 +182,12 @@ def _emb_lstm(ins: dict, attrs: dict, ctx: Any) -> dict:
     offsets = require_lod("fused_embedding_fc_lstm", "Ids", ids)
     gates = call_kernel("lookup_table", {"W": ins["Embeddings"], "Ids": ids.reshape(-1, 1)},
                         ctx=ctx)["Out"]
-    return _lstm_outputs("fused_embedding_fc_lstm", gates, None, ins, attrs, ctx, offsets)
+    # the Embeddings rows are the gates with their bias already in (Fluid's kernel copies
+    # them and reads only the peephole weights from Bias)
+    bias = ins["Bias"].clone()
+    bias.reshape(-1)[:gates.shape[1]] = 0
+    return _lstm_outputs("fused_embedding_fc_lstm", gates, None, {**ins, "Bias": bias},
+                         attrs, ctx, offsets)
 
 
 register_op("fused_embedding_fc_lstm",

@@ -4,7 +4,8 @@
   for ``[N, D]``, ``[N, T]`` for ``[N, T, D]``); Y then has the Label's shape;
 - ``cos_sim`` takes inputs of any rank >= 2, each row's trailing dims one vector;
 - ``rank_loss`` takes each of Label, Left, Right as ``[N]`` or ``[N, 1]``; Out has Label's;
-- ``fused_elemwise_activation``'s ``scale`` multiplies by the factor in the value's type.
+- ``fused_elemwise_activation``'s ``scale`` multiplies by the factor in the value's type;
+- ``shard_index`` keeps the LoD; a shard holds ``index_num // nshards`` ids.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def _rank(Label, Left, Right):
 
 
 CASES = [
+    # 15 ids in 2 shards: shard size 15 // 2 = 7 (ids 14 belongs to no shard), with the LoD
+    OpCase("shard_index", {"X": np.array([[0], [6], [7], [13], [14]], "int64")},
+           attrs={"index_num": 15, "nshards": 2, "shard_id": 1},
+           ref=lambda X: {"Out": np.array([[-1], [-1], [0], [6], [-1]])},
+           lod={"X": [[0, 2, 5]]}, id="shard_index_uneven_with_lod"),
     OpCase("cross_entropy", {"X": P2, "Label": L1}, ref=_ce, grad=["X"],
            id="cross_entropy_label_without_class_dim"),
     OpCase("cross_entropy", {"X": P3, "Label": L2}, ref=_ce, grad=["X"],

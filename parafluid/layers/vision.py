@@ -395,7 +395,10 @@ def pad2d(input: Variable, paddings: Any = (0, 0, 0, 0), mode: str = "constant",
         y = fluid.layers.pad2d(img, paddings=[1, 1, 2, 2], mode="reflect")
     """
     if isinstance(paddings, Variable):
-        raise ValueError("pad2d: paddings as a Variable is not supported; pass 4 ints")
+        # read when the program runs (an int32 tensor of 4 values), as Fluid 1.6's Paddings
+        return _one("pad2d", {"X": [input], "Paddings": [paddings]},
+                    {"paddings": [0, 0, 0, 0], "mode": mode, "pad_value": float(pad_value),
+                     "data_format": data_format}, name)
     _check_rank("pad2d", input, 4, data_format)
     return _one("pad2d", {"X": [input]}, {"paddings": [int(p) for p in paddings], "mode": mode,
                                           "pad_value": float(pad_value),

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .attr_inputs import given, int_list, list_meta
+from .attr_inputs import given, int_list, ints_of, list_meta
 from .registry import Meta, register_op
 
 __all__ = ["interp_matrix"]
@@ -228,10 +228,15 @@ _PAD2D_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate
 def _pad2d_shape(ins: dict, attrs: dict) -> dict:
     x = ins["X"]
     _check_rank("pad2d", "X", x, 4)
+    if ins.get("Paddings") is not None:  # the paddings come when it runs
+        attrs = {**attrs, "paddings": [0, 0, 0, 0]}
     top, bottom, left, right = _pad2d_params(attrs)
     nchw = attrs["data_format"] == "NCHW"
     h, w = (2, 3) if nchw else (1, 2)
     shape = list(x.shape)
+    if ins.get("Paddings") is not None:  # known when the program runs
+        shape[h] = shape[w] = -1
+        return {"Out": Meta(tuple(shape), x.dtype)}
     for axis, before, after in ((h, top, bottom), (w, left, right)):
         if shape[axis] == -1:
             continue
@@ -264,7 +269,15 @@ def _back(x: torch.Tensor, attrs: dict) -> torch.Tensor:
     return x if attrs["data_format"] == "NCHW" else x.permute(0, 2, 3, 1).contiguous()
 
 
+def _with_paddings(ins: dict, attrs: dict) -> dict:
+    """The attributes with ``paddings`` from the Paddings input, when it is given."""
+    if ins.get("Paddings") is None:
+        return attrs
+    return {**attrs, "paddings": ints_of("pad2d", "Paddings", ins["Paddings"])}
+
+
 def _pad2d(ins: dict, attrs: dict, ctx: Any) -> dict:
+    attrs = _with_paddings(ins, attrs)
     top, bottom, left, right = _pad2d_params(attrs)
     mode = _PAD2D_MODES[attrs["mode"]]
     x = _nchw(ins["X"], attrs)
@@ -274,6 +287,7 @@ def _pad2d(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 
 def _pad2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
+    attrs = _with_paddings(ins, attrs)
     top, bottom, left, right = _pad2d_params(attrs)
     x, dout = _nchw(ins["X"], attrs), _nchw(ins["Out@GRAD"], attrs)
     pads = [left, right, top, bottom]
@@ -286,11 +300,11 @@ def _pad2d_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return {"X@GRAD": _back(dx.contiguous(), attrs)}
 
 
-register_op("pad2d", inputs=("X",), outputs=("Out",),
+register_op("pad2d", inputs=("X", "Paddings?"), outputs=("Out",),
             attrs={"paddings": [0, 0, 0, 0], "mode": "constant", "pad_value": 0.0,
                    "data_format": "NCHW"},
             infer_shape=_pad2d_shape, kernel=_pad2d, grad_kernel=_pad2d_grad,
-            grad_uses=("X",))
+            grad_uses=("X", "Paddings"), no_grad_inputs=("Paddings",))
 
 
 def _pad_like_shape(ins: dict, attrs: dict) -> dict:

@@ -5,6 +5,7 @@
 - ``cos_sim`` takes inputs of any rank >= 2, each row's trailing dims one vector;
 - ``rank_loss`` takes each of Label, Left, Right as ``[N]`` or ``[N, 1]``; Out has Label's;
 - ``fused_elemwise_activation``'s ``scale`` multiplies by the factor in the value's type;
+- ``pad2d`` takes its paddings from the ``Paddings`` tensor when given;
 - ``shard_index`` keeps the LoD; a shard holds ``index_num // nshards`` ids.
 """
 
@@ -50,6 +51,11 @@ def _rank(Label, Left, Right):
 
 
 CASES = [
+    OpCase("pad2d", {"X": rand(1, 2, 3, 3, seed=11), "Paddings": np.array([1, 0, 2, 1], "int32")},
+           attrs={"mode": "reflect", "paddings": []},
+           ref=lambda X, Paddings: {"Out": np.pad(X, ((0, 0), (0, 0), (1, 0), (2, 1)),
+                                                  mode="reflect")},
+           grad=["X"], id="pad2d_paddings_tensor"),
     # 15 ids in 2 shards: shard size 15 // 2 = 7 (ids 14 belongs to no shard), with the LoD
     OpCase("shard_index", {"X": np.array([[0], [6], [7], [13], [14]], "int64")},
            attrs={"index_num": 15, "nshards": 2, "shard_id": 1},

@@ -66,7 +66,6 @@ KNOWN_GAPS: dict[str, tuple[str, str]] = {
     "lookup_table_v2": ("attr:trainer_id attr:height_sections attr:epmap attr:table_names",
                         "the remote-prefetch form of the parameter server"),
     "matmul": ("attr:head_number", "multi-head matmul (head_number > 1) is not provided"),
-    "pad2d": ("in:Paddings", _TENSOR_ARGS),
     "sample_logits": ("out:LogitsDim out:LabelsDim", "Fluid's shape-carrying buffers"),
     "softmax": ("attr:data_format", "an MKL-DNN layout hint"),
     "sync_batch_norm": ("attr:fuse_with_relu", "set only by Fluid's fusion pass"),

@@ -16,7 +16,8 @@ def edit_distance(input: Variable, label: Variable, normalized: bool = True,
                   ignored_tokens: list[int] | None = None, input_length: Any = None,
                   label_length: Any = None) -> tuple[Variable, Variable]:
     """Levenshtein distance between each hypothesis and reference sequence (int64 LoD
-    ``[N, 1]``); returns ``(distances [num_sequences, 1], sequence_num [1])``.
+    ``[N, 1]``, or padded ``[B, T]`` rows with ``input_length`` / ``label_length`` [B]);
+    returns ``(distances [num_sequences, 1], sequence_num [1])``.
     ``normalized`` divides by the reference length; ``ignored_tokens`` are erased first.
 
     Example::
@@ -24,9 +25,9 @@ def edit_distance(input: Variable, label: Variable, normalized: bool = True,
         dist, num = fluid.layers.edit_distance(decoded, label, ignored_tokens=[0])
     """
     check_vars("edit_distance", input=input, label=label)
-    if input_length is not None or label_length is not None:
-        raise ValueError("edit_distance: padded input with input_length/label_length is not "
-                         "supported; feed LoD sequences")
+    if (input_length is None) != (label_length is None):
+        raise ValueError("edit_distance: the padded form needs both input_length and "
+                         "label_length")
     helper = LayerHelper("edit_distance")
     if ignored_tokens:
         erased = []
@@ -39,7 +40,11 @@ def edit_distance(input: Variable, label: Variable, normalized: bool = True,
         input, label = erased
     dist = helper.create_variable_for_type_inference("float32", stop_gradient=True)
     num = helper.create_variable_for_type_inference("int64", stop_gradient=True)
-    helper.append_op("edit_distance", inputs={"Hyps": [input], "Refs": [label]},
+    inputs = {"Hyps": [input], "Refs": [label]}
+    if input_length is not None:
+        # padded [B, T] sequences, row i holding input_length[i] / label_length[i] tokens
+        inputs.update(HypsLength=[input_length], RefsLength=[label_length])
+    helper.append_op("edit_distance", inputs=inputs,
                      outputs={"Out": [dist], "SequenceNum": [num]},
                      attrs={"normalized": bool(normalized)})
     return dist, num

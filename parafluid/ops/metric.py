@@ -185,19 +185,38 @@ def _edit_distance_shape(ins: dict, attrs: dict) -> dict:
     return {"Out": Meta((-1, 1), "float32"), "SequenceNum": Meta((1,), "int64")}
 
 
+def _padded_rows(slot: str, tokens: torch.Tensor, lengths: Any) -> list[list[int]]:
+    if lengths is None:
+        raise ValueError(f"edit_distance: the padded form needs both HypsLength and "
+                         f"RefsLength; {slot}Length is missing")
+    n = [int(v) for v in lengths.reshape(-1).tolist()]
+    rows = tokens.reshape(tokens.shape[0], -1).tolist() if tokens.dim() else []
+    if len(n) != len(rows) or any(not 0 <= k <= len(row) for k, row in zip(n, rows)):
+        raise ValueError(f"edit_distance: {slot}Length {n} must give each of the "
+                         f"{len(rows)} rows of {slot} {list(tokens.shape)} a length within it")
+    return [row[:k] for row, k in zip(rows, n)]
+
+
 def _edit_distance(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Levenshtein distance of each hypothesis to its reference, divided by the reference
     length when ``normalized`` (an empty reference gives the hypothesis length)."""
     hyps, refs = ins["Hyps"], ins["Refs"]
-    h_off = require_lod("edit_distance", "Hyps", hyps)
-    r_off = require_lod("edit_distance", "Refs", refs)
-    if len(h_off) != len(r_off):
-        raise ValueError(f"edit_distance: {len(h_off) - 1} hypotheses but {len(r_off) - 1} "
-                         "references")
-    h, r = hyps.reshape(-1).tolist(), refs.reshape(-1).tolist()
+    if ins.get("HypsLength") is not None or ins.get("RefsLength") is not None:
+        # the padded form: row i of Hyps / Refs [B, T] holds a sequence of HypsLength[i] /
+        # RefsLength[i] tokens
+        pairs = list(zip(_padded_rows("Hyps", hyps, ins.get("HypsLength")),
+                         _padded_rows("Refs", refs, ins.get("RefsLength"))))
+    else:
+        h_off = require_lod("edit_distance", "Hyps", hyps)
+        r_off = require_lod("edit_distance", "Refs", refs)
+        if len(h_off) != len(r_off):
+            raise ValueError(f"edit_distance: {len(h_off) - 1} hypotheses but "
+                             f"{len(r_off) - 1} references")
+        h, r = hyps.reshape(-1).tolist(), refs.reshape(-1).tolist()
+        pairs = [(h[h_off[i]:h_off[i + 1]], r[r_off[i]:r_off[i + 1]])
+                 for i in range(len(h_off) - 1)]
     out = []
-    for i in range(len(h_off) - 1):
-        a, b = h[h_off[i]:h_off[i + 1]], r[r_off[i]:r_off[i + 1]]
+    for a, b in pairs:
         d = float(_levenshtein(a, b)) if b else float(len(a))
         out.append(d / len(b) if attrs["normalized"] and b else d)
     n = len(out)
@@ -205,6 +224,7 @@ def _edit_distance(ins: dict, attrs: dict, ctx: Any) -> dict:
             "SequenceNum": torch.tensor([n], dtype=torch.int64, device=hyps.device)}
 
 
-register_op("edit_distance", inputs=("Hyps", "Refs"), outputs=("Out", "SequenceNum"),
+register_op("edit_distance", inputs=("Hyps", "Refs", "HypsLength?", "RefsLength?"),
+            outputs=("Out", "SequenceNum"),
             attrs={"normalized": False}, infer_shape=_edit_distance_shape,
             kernel=_edit_distance)

@@ -5,6 +5,7 @@
 - ``cos_sim`` takes inputs of any rank >= 2, each row's trailing dims one vector;
 - ``rank_loss`` takes each of Label, Left, Right as ``[N]`` or ``[N, 1]``; Out has Label's;
 - ``fused_elemwise_activation``'s ``scale`` multiplies by the factor in the value's type;
+- ``edit_distance`` takes padded rows with ``HypsLength`` / ``RefsLength``;
 - ``pad2d`` takes its paddings from the ``Paddings`` tensor when given;
 - ``shard_index`` keeps the LoD; a shard holds ``index_num // nshards`` ids.
 """
@@ -51,6 +52,14 @@ def _rank(Label, Left, Right):
 
 
 CASES = [
+    OpCase("edit_distance", {"Hyps": np.array([[10, 3, 0, 0], [6, 5, 8, 2]], "int64"),
+                             "Refs": np.array([[10, 4, 0], [6, 7, 8]], "int64"),
+                             "HypsLength": np.array([2, 4], "int64"),
+                             "RefsLength": np.array([2, 3], "int64")},
+           attrs={"normalized": True},
+           ref=lambda **_: {"Out": np.array([[1 / 2], [2 / 3]], "float32"),
+                            "SequenceNum": np.array([2], "int64")},
+           id="edit_distance_padded"),
     OpCase("pad2d", {"X": rand(1, 2, 3, 3, seed=11), "Paddings": np.array([1, 0, 2, 1], "int32")},
            attrs={"mode": "reflect", "paddings": []},
            ref=lambda X, Paddings: {"Out": np.pad(X, ((0, 0), (0, 0), (1, 0), (2, 1)),

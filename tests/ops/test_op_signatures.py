@@ -34,7 +34,6 @@ BACKEND_ATTRS = {
 
 _TENSOR_ARGS = "the tensor form of an attribute (the attribute form is provided)"
 _BATCH_BUFS = "Fluid's batch kernels' intermediate buffers; parafluid's kernels make none"
-_PADDED = "the padded (Length) form; LoD sequences are provided"
 _PS = "parafluid's parameter-server ops name their state differently"
 _IS_TEST = "not declared; the op computes the same in training and inference"
 _MKLDNN_IN = "MKL-DNN fusion inputs, written only by Fluid's MKL-DNN passes"
@@ -56,7 +55,6 @@ KNOWN_GAPS: dict[str, tuple[str, str]] = {
     "depthwise_conv2d_transpose": ("in:Bias", _MKLDNN_IN),
     "data_norm": ("attr:data_layout", "the [N, C] form, where both layouts agree"),
     "distributed_lookup_table": ("in:W out:Outputs attr:endpoints", _PS),
-    "edit_distance": ("in:HypsLength in:RefsLength", _PADDED),
     "gen_nccl_id": ("out:NCCLID attr:trainers",
                     "parafluid's rendezvous registers the communicator by endpoints"),
     "listen_and_serv": ("in:X attr:dc_asgd attr:prefetch_var_name_to_block_id "

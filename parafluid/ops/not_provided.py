@@ -88,9 +88,6 @@ NOT_PROVIDED: dict[str, str] = {
                           "communicator), which parafluid's pserver does not implement",
     "prefetch": "the remote-prefetch RPC of a distributed lookup table sharded over pservers "
                 "(distributed_lookup_table); parafluid keeps such tables on the trainers",
-    "fake_init": "declares a pserver-side table without initialising it (for "
-                 "distributed_lookup_table); parafluid's pserver tables are initialised by "
-                 "their startup program",
     "create_custom_reader": "a reader decorated by a sub-block of preprocessing ops "
                             "(Preprocessor); parafluid's readers are Python (DataLoader, "
                             "PyReader), which preprocess in Python",

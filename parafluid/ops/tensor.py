@@ -113,6 +113,17 @@ register_op("assign_value", outputs=("Out",),
             infer_shape=lambda ins, attrs: _shape_attr_meta(attrs), kernel=_assign_value)
 
 
+def _fake_init(ins: dict, attrs: dict, ctx: Any) -> dict:
+    """A tensor of ``shape`` given memory but no meaningful values (zeros here): Fluid's
+    pserver declares a table so, which its lookups then fill."""
+    return {"Out": torch.zeros(tuple(int(d) for d in attrs["shape"]), device=ctx.device)}
+
+
+register_op("fake_init", outputs=("Out",), attrs={"shape": []},
+            infer_shape=lambda ins, attrs: {"Out": Meta(tuple(attrs["shape"]), "float32")},
+            kernel=_fake_init)
+
+
 # ----------------------------------------------------------------------------- cast
 
 

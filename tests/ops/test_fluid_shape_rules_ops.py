@@ -52,6 +52,8 @@ def _rank(Label, Left, Right):
 
 
 CASES = [
+    OpCase("fake_init", {}, attrs={"shape": [4, 3]},
+           ref=lambda: {"Out": np.zeros((4, 3), "float32")}, id="fake_init"),
     OpCase("edit_distance", {"Hyps": np.array([[10, 3, 0, 0], [6, 5, 8, 2]], "int64"),
                              "Refs": np.array([[10, 4, 0], [6, 7, 8]], "int64"),
                              "HypsLength": np.array([2, 4], "int64"),

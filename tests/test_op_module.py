@@ -204,3 +204,34 @@ def test_tensor_array_to_tensor_stacks_and_its_gradient_unstacks():
     wv = np.arange(18, dtype="float64").reshape(2, 3, 3)
     for i in range(3):
         np.testing.assert_array_equal(got[2 + i], wv[:, i])
+
+
+def test_sum_of_row_sparse_values_merges_their_rows_as_fluid():
+    scope = core.Scope()
+    base = np.arange(6, dtype="float32").reshape(3, 2)
+    _selected_rows(scope, "a", 8, [5, 1, 5], base)
+    _selected_rows(scope, "b", 8, [1], np.ones((1, 2), "float32"))
+    _selected_rows(scope, "c", 8, [], base)  # lists no rows: adds nothing
+    out = scope.var("out").get_selected_rows()
+    Operator("sum", X=["a", "b", "c"], Out="out").run(scope, PLACE)
+    assert out.rows() == [1, 5] and out.height() == 8
+    np.testing.assert_array_equal(np.array(out.get_tensor()),
+                                  [base[1] + 1, base[0] + base[2]])
+
+
+def test_split_ids_and_split_selected_rows_over_row_sparse_values():
+    scope = core.Scope()
+    value = np.arange(10, dtype="float32").reshape(5, 2)
+    _selected_rows(scope, "x", 20, [0, 5, 7, 4, 9], value)
+    outs = [scope.var(f"o{i}").get_selected_rows() for i in range(3)]
+    Operator("split_ids", Ids="x", Out=["o0", "o1", "o2"]).run(scope, PLACE)
+    assert [o.rows() for o in outs] == [[0, 9], [7, 4], [5]]
+    np.testing.assert_array_equal(np.array(outs[1].get_tensor()), value[[2, 3]])
+    # sections need not add up to the height (Fluid's rule), but cover every row
+    parts = [scope.var(f"p{i}").get_selected_rows() for i in range(2)]
+    Operator("split_selected_rows", X="x", Out=["p0", "p1"],
+             height_sections=[6, 6]).run(scope, PLACE)
+    assert [p.rows() for p in parts] == [[0, 5, 4], [1, 3]]
+    with pytest.raises(Exception, match="row 9 of X lies past the height_sections"):
+        Operator("split_selected_rows", X="x", Out=["p0", "p1"],
+                 height_sections=[4, 4]).run(scope, PLACE)

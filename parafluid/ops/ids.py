@@ -24,15 +24,25 @@ __all__: list[str] = []
 
 def _split_ids(ins: dict, attrs: dict, ctx: Any) -> dict:
     ids = ins["Ids"]
-    if any(isinstance(t, SelectedRows) for t in ids):
-        raise TypeError("split_ids: SelectedRows Ids are not supported; give LoDTensors")
     n = len(ctx.op.output("Out"))  # one output per shard
+    if any(isinstance(t, SelectedRows) for t in ids):
+        # one row-sparse input (Fluid's second form): its rows go to shard id % n with their
+        # values, in the order X lists them
+        if len(ids) != 1:
+            raise ValueError(f"split_ids: a row-sparse Ids must be the only input, got "
+                             f"{len(ids)} inputs")
+        x = ids[0]
+        shard = x.rows % n
+        return {"Out": [SelectedRows(x.rows[shard == i], x.value[shard == i], x.height)
+                        for i in range(n)]}
     flat = torch.unique(torch.cat([t.reshape(-1) for t in ids]), sorted=True)
     return {"Out": [flat[flat % n == i].reshape(-1, 1) for i in range(n)]}
 
 
 register_op("split_ids", inputs=("Ids[]",), outputs=("Out[]",),
-            infer_shape=lambda ins, attrs: {"Out": Meta((-1, 1), ins["Ids"][0].dtype)},
+            infer_shape=lambda ins, attrs: {"Out": (
+                ins["Ids"][0] if ins["Ids"][0].type == "selected_rows"
+                else Meta((-1, 1), ins["Ids"][0].dtype))},
             kernel=_split_ids, no_compile="value-dependent output sizes")
 
 

@@ -227,8 +227,14 @@ def _sum(ins: dict, attrs: dict, ctx: Any) -> dict:
         return {"Out": out}
     # NOTE: a fixed left-to-right order keeps results bitwise reproducible.
     if all(isinstance(x, SelectedRows) for x in xs):
-        return {"Out": SelectedRows(torch.cat([x.rows for x in xs]),
-                                    torch.cat([x.value for x in xs]), xs[0].height)}
+        # Fluid's MergeAdd: each row once (sorted), the rows of every input added up; an
+        # input listing no rows adds nothing
+        full = [x for x in xs if len(x.rows)]
+        if not full:
+            return {"Out": SelectedRows(xs[0].rows[:0], xs[0].value[:0], xs[0].height)}
+        return {"Out": SelectedRows(torch.cat([x.rows for x in full]),
+                                    torch.cat([x.value[:len(x.rows)] for x in full]),
+                                    full[0].height).merged()}
     dense = [x for x in xs if not isinstance(x, SelectedRows)]
     out = dense[0].clone() if len(dense) == 1 else dense[0] + dense[1]
     for x in dense[2:]:

@@ -216,9 +216,11 @@ def _split_selected_rows(ins: dict, attrs: dict, ctx: Any) -> dict:
         mask = (x.rows >= first) & (x.rows < first + rows)
         out.append(SelectedRows(x.rows[mask] - first, x.value[mask], rows))
         first += rows
-    if first != x.height:
-        raise ValueError(f"split_selected_rows: height_sections {attrs['height_sections']} "
-                         f"add up to {first}, but X has {x.height} rows")
+    # as Fluid, the sections need not add up to X's height, but every row must fall in one
+    if len(x.rows) and int(x.rows.max()) >= first:
+        raise ValueError(f"split_selected_rows: row {int(x.rows.max())} of X lies past the "
+                         f"height_sections {attrs['height_sections']} (they cover {first} "
+                         "rows)")
     return {"Out": out}
 
 

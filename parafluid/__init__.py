@@ -82,6 +82,7 @@ from . import data_feed_desc, data_feeder, dataset  # noqa: F401  (Fluid 1.6 mod
 from .version import __version__  # noqa: F401  (parafluid.__version__)
 from . import contrib, dygraph, dygraph_grad_clip, incubate  # noqa: F401  (Fluid 1.6)
 from . import average, evaluator  # noqa: F401  (Fluid 1.6 module paths)
+from . import op  # noqa: F401  (fluid.op.Operator)
 
 Tensor = LoDTensor  # Fluid 1.6's other name for a LoDTensor
 

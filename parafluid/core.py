@@ -22,6 +22,7 @@ from .backward import get_grad_op_desc
 from .compat import missing_attribute
 from .dataio.legacy_reader import LoDTensorBlockingQueue
 from .dtypes import VarType
+from .engine.runtime import EnforceNotMet
 from .flags import FLAGS, flag, known_flags, set_flag
 from .inference_api.predictor import (
     AnalysisConfig,
@@ -41,7 +42,7 @@ from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
 from .scope import LoDTensor, LoDTensorArray, Scope, SelectedRows
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray", "Scope",
-           "SelectedRows", "EOFException",
+           "SelectedRows", "EOFException", "EnforceNotMet",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc"]
 __all__ += ["LoDTensorBlockingQueue", "AnalysisConfig", "NativeConfig",

@@ -235,3 +235,18 @@ def test_split_ids_and_split_selected_rows_over_row_sparse_values():
     with pytest.raises(Exception, match="row 9 of X lies past the height_sections"):
         Operator("split_selected_rows", X="x", Out=["p0", "p1"],
                  height_sections=[4, 4]).run(scope, PLACE)
+
+
+def test_fluid_op_is_a_module_of_the_package_and_run_errors_are_enforce_not_met():
+    assert fluid.op.Operator is Operator
+    scope = _scope(X=np.ones((2, 2), "int32"))
+    with pytest.raises(core.EnforceNotMet, match="fill_any_like"):
+        Operator("fill_any_like", X="X", Out="Out", value=1e100).run(scope, PLACE)
+
+
+def test_pow_rounds_once_as_cs_powf():
+    x = np.random.RandomState(0).uniform(1, 2, (11, 17)).astype("float32")
+    scope = _scope(X=x, F=np.array([3.0], "float32"))
+    Operator("pow", X="X", FactorTensor="F", Out="Out").run(scope, PLACE)
+    np.testing.assert_array_equal(np.array(scope.find_var("Out").get_tensor()),
+                                  np.power(x, 3))

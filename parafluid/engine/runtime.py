@@ -42,7 +42,12 @@ __all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext",
 Runner = Callable[[dict[str, Any]], None]
 
 
-class OpRunError(RuntimeError):
+class EnforceNotMet(RuntimeError):
+    """Fluid's ``core.EnforceNotMet``: an op's check failed while it ran (the error class
+    of Fluid's C++ ops). ``OpRunError`` is one."""
+
+
+class OpRunError(EnforceNotMet):
     """An op failed at run time; the message says which op, where it was built, and why.
 
     The original exception is kept as ``__cause__``; ``op_index`` and ``op_type`` are set,

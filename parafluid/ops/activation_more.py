@@ -21,6 +21,14 @@ def _factor(ins: dict, attrs: dict) -> float:
     return float(t.reshape(()).item())
 
 
+def _pow(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """``x ** factor`` rounded once from double, as C's ``powf`` (Fluid's kernel) rounds:
+    torch's float kernels multiply out small integer powers (``x * x * x`` rounds twice)."""
+    if x.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return torch.pow(x.double(), factor).to(x.dtype)
+    return torch.pow(x, factor)
+
+
 def _pow_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, d, f = ins["X"], ins["Out@GRAD"], _factor(ins, attrs)
     return {"X@GRAD": d * f * torch.pow(x, f - 1)}
@@ -28,7 +36,7 @@ def _pow_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("pow", inputs=("X", "FactorTensor?"), outputs=("Out",), attrs={"factor": 1.0},
             infer_shape=same_as("X"),
-            kernel=lambda ins, attrs, ctx: {"Out": torch.pow(ins["X"], _factor(ins, attrs))},
+            kernel=lambda ins, attrs, ctx: {"Out": _pow(ins["X"], _factor(ins, attrs))},
             grad_kernel=_pow_grad, grad_uses=("X", "FactorTensor"),
             no_grad_inputs=("FactorTensor",), grad_infer_shape=same_as("X", "X@GRAD"),
             share_lod=("X", "Out"))

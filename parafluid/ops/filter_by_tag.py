@@ -26,7 +26,7 @@ def _shape(ins: dict, attrs: dict) -> dict:
         if meta.dtype != "int64":
             raise TypeError(f"filter_by_instag: {slot} must be int64 tags, got {meta.dtype}")
     return {"Out": Meta((-1, *x.shape[1:]), x.dtype),
-            "LossWeight": Meta((-1, 1), x.dtype), "IndexMap": Meta((-1, 3), "int64")}
+            "LossWeight": Meta((-1, 1), "float32"), "IndexMap": Meta((-1, 3), "int64")}
 
 
 def _offsets(t: torch.Tensor, use_lod: bool, what: str) -> list[int]:
@@ -56,18 +56,25 @@ def _filter(ins: dict, attrs: dict, ctx: Any) -> dict:
             index.append([out_off[-1], x_off[i], n])
             rows.append(x[x_off[i]:x_off[i + 1]])
             out_off.append(out_off[-1] + n)
+    # LossWeight (float32, as Fluid's kernel writes it) and IndexMap have one row per kept
+    # instance, each its own sequence
     if not rows:
         return {"Out": attach_lod(x.new_zeros((1, *x.shape[1:])), [[0, 1]]),
-                "LossWeight": x.new_zeros((1, 1)),
-                "IndexMap": torch.zeros((1, 3), dtype=torch.int64, device=x.device)}
+                "LossWeight": attach_lod(torch.zeros((1, 1), device=x.device), [[0, 1]]),
+                "IndexMap": attach_lod(torch.tensor([[0, 1, 1]], dtype=torch.int64,
+                                                    device=x.device), [[0, 1]])}
+    each = [list(range(len(rows) + 1))]
     return {"Out": attach_lod(torch.cat(rows), [out_off]),
-            "LossWeight": x.new_ones((len(rows), 1)),
-            "IndexMap": torch.tensor(index, dtype=torch.int64, device=x.device)}
+            "LossWeight": attach_lod(torch.ones((len(rows), 1), device=x.device), each),
+            "IndexMap": attach_lod(torch.tensor(index, dtype=torch.int64, device=x.device),
+                                   each)}
 
 
 def _filter_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x, g, index = ins["Ins"], ins["Out@GRAD"], ins["IndexMap"]
+    x, g, index, weight = ins["Ins"], ins["Out@GRAD"], ins["IndexMap"], ins["LossWeight"]
     grad = torch.zeros_like(x)
+    if weight.numel() == 1 and float(weight.reshape(())) == 0.0:
+        return {"Ins@GRAD": grad}  # nothing was kept: the one output row is a placeholder
     for out_start, in_start, n in index.tolist():
         if n:
             grad[in_start:in_start + n] = g[out_start:out_start + n]
@@ -77,4 +84,5 @@ def _filter_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("filter_by_instag", inputs=("Ins", "Ins_tag", "Filter_tag"),
             outputs=("Out", "LossWeight", "IndexMap"), attrs={"is_lod": True},
             infer_shape=_shape, kernel=_filter, grad_kernel=_filter_grad,
-            grad_uses=("Ins", "IndexMap"), no_grad_inputs=("Ins_tag", "Filter_tag"))
+            grad_uses=("Ins", "IndexMap", "LossWeight"),
+            no_grad_inputs=("Ins_tag", "Filter_tag"))

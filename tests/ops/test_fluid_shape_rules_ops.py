@@ -52,6 +52,14 @@ def _rank(Label, Left, Right):
 
 
 CASES = [
+    # no instance carries a wanted tag: one placeholder row, weight 0, and no gradient
+    OpCase("filter_by_instag", {"Ins": rand(3, 2, seed=12),
+                                "Ins_tag": np.array([[1], [2], [3]], "int64"),
+                                "Filter_tag": np.array([9], "int64")},
+           attrs={"is_lod": False}, lod={"Ins_tag": [[0, 1, 2, 3]]},
+           ref=lambda **_: {"Out": np.zeros((1, 2)), "LossWeight": np.zeros((1, 1), "float32"),
+                            "IndexMap": np.array([[0, 1, 1]], "int64")},
+           grad=["Ins"], grad_outputs=["Out"], id="filter_by_instag_nothing_kept"),
     OpCase("fake_init", {}, attrs={"shape": [4, 3]},
            ref=lambda: {"Out": np.zeros((4, 3), "float32")}, id="fake_init"),
     OpCase("edit_distance", {"Hyps": np.array([[10, 3, 0, 0], [6, 5, 8, 2]], "int64"),

@@ -93,3 +93,12 @@ def test_embedding_checks_its_ids_and_dtype_in_both_forms():
             with pytest.raises(TypeError, match="embedding: input must be a Variable"):
                 layer(input=np.ones((4, 1), "int64"), size=(10, 4))
             layer(input=ids, size=(10, 4), dtype="float64")
+
+
+def test_resize_scale_must_be_a_number():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.data(name="x", shape=[1, 3, 6, 6], dtype="float32")
+        with pytest.raises(TypeError, match="scale must be a float"):
+            L.resize_nearest(x, scale="scale")
+        with pytest.raises(ValueError, match="scale must be > 0"):
+            L.resize_nearest(x, scale=-0.3)

@@ -312,6 +312,9 @@ def image_resize(input: Variable, out_shape: Any = None, scale: Any = None,
         scale.stop_gradient = True
         inputs["Scale"] = [scale]
     else:
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool):
+            raise TypeError(f"image_resize: scale must be a float, an int or a Variable, got "
+                            f"{type(scale).__name__}: {scale!r}")
         if float(scale) <= 0:
             raise ValueError(f"image_resize: scale must be > 0, got {scale}")
         attrs["scale"] = float(scale)

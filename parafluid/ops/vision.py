@@ -155,7 +155,13 @@ def _register_interp(op: str, method: str, nd: int) -> None:
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
         last = _channel_last(op, attrs)
         x = ins["X"].movedim(-1, 1) if last else ins["X"]
-        out = _apply_matrices(x, matrices(x, attrs, ins))
+        if not x.is_floating_point():
+            # an integer image (uint8) is interpolated in float32 and the result truncated
+            # to its type, as Fluid's kernel assigns the float result to T
+            xf = x.float()
+            out = _apply_matrices(xf, matrices(xf, attrs, ins)).to(x.dtype)
+        else:
+            out = _apply_matrices(x, matrices(x, attrs, ins))
         return {"Out": out.movedim(1, -1).contiguous() if last else out}
 
     def grad(ins: dict, attrs: dict, ctx: Any) -> dict:

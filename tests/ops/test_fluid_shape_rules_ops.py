@@ -51,7 +51,25 @@ def _rank(Label, Left, Right):
     return {"Out": (np.log1p(np.exp(o)) - Label.reshape(-1) * o).reshape(Label.shape)}
 
 
+_IMG8 = np.random.RandomState(13).randint(0, 256, (1, 1, 3, 3)).astype("uint8")
+
+
+def _bilinear_u8(X):
+    """align_corners=False, align_mode=1 upsampling 3 -> 5, in float32, truncated."""
+    x = X.astype("float32")
+    src = np.arange(5, dtype="float32") * np.float32(3 / 5)
+    lo = np.floor(src).astype(int)
+    hi = np.minimum(lo + 1, 2)
+    w = (src - lo).astype("float32")
+    rows = x[:, :, lo, :] * (1 - w)[:, None] + x[:, :, hi, :] * w[:, None]
+    out = rows[:, :, :, lo] * (1 - w) + rows[:, :, :, hi] * w
+    return {"Out": out.astype("uint8")}
+
+
 CASES = [
+    OpCase("bilinear_interp", {"X": _IMG8}, attrs={"out_h": 5, "out_w": 5,
+                                                   "align_corners": False, "align_mode": 1},
+           ref=_bilinear_u8, atol=1.0, id="bilinear_interp_uint8"),
     # no instance carries a wanted tag: one placeholder row, weight 0, and no gradient
     OpCase("filter_by_instag", {"Ins": rand(3, 2, seed=12),
                                 "Ins_tag": np.array([[1], [2], [3]], "int64"),

@@ -26,7 +26,7 @@ import json
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any, TypeVar
 
 import torch
@@ -228,13 +228,16 @@ class ClientPool:
         except Exception as e:  # NOTE: the other endpoints' calls still run to their end
             errors[first] = e
         for ep, fut in zip(rest, futures):
-            try:
-                fut.result(timeout=self._wait_bound(len(groups[ep])))
-            except TimeoutError:
+            # NOTE: wait() first: the call's own RPCTimeoutError is a TimeoutError too, and
+            # must not be taken for the lane being stuck
+            bound = self._wait_bound(len(groups[ep]))
+            if not wait([fut], timeout=bound).done:
                 errors[ep] = RPCTimeoutError(
                     f"trainer {self.trainer_id}: a call to pserver {ep} did not end within "
-                    f"{self._wait_bound(len(groups[ep])):.1f} s (its deadline, and the time "
-                    "to probe the other pservers)")
+                    f"{bound:.1f} s (its deadline, and the time to probe the other pservers)")
+                continue
+            try:
+                fut.result()
             except Exception as e:
                 errors[ep] = e
         for ep in groups:
@@ -243,10 +246,13 @@ class ClientPool:
         return results
 
     def _wait_bound(self, calls: int) -> float:
-        """How long a lane's calls may take: each its deadline plus a probe of every pserver
-        (explain_timeout) and a margin; past that the lane itself is stuck."""
+        """How long a lane's calls may take before the lane itself is taken for stuck: each
+        call its deadline plus a probe of every pserver (explain_timeout); and a probe may
+        first wait for a client that another thread is using, for as long again per client.
+        NOTE: only a backstop: each call ends at its own deadline with a better error."""
         base = rpc_deadline_seconds() if self.deadline_s is None else self.deadline_s
-        return calls * (base + probe_seconds(base) * max(1, len(self._clients))) + 5.0
+        n = max(1, len(self._clients))
+        return (calls + n) * (base + probe_seconds(base) * n) + 10.0
 
     def get(self, endpoint: str) -> PServerClient:
         with self._lock:

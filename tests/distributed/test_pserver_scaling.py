@@ -170,3 +170,26 @@ def test_link_shaper_is_off_by_default_and_paces_a_set_link(monkeypatch):
     monkeypatch.setenv(LINK_ENV, "fast")
     with pytest.raises(ValueError, match="PARAFLUID_BENCH_LINK"):
         link_shaper()
+
+
+def test_a_silent_pserver_among_several_is_named_by_the_calls_own_error():
+    # NOTE: the call's RPCTimeoutError is a TimeoutError; it must reach the trainer as it is
+    # (naming the silent pserver), not be taken for a stuck lane
+    ok = RPCServer("127.0.0.1:0", lambda req: req.reply(), poll_interval_s=0.01)
+    held = []
+    silent = RPCServer("127.0.0.1:0", held.append, poll_interval_s=0.01)  # answers nothing
+    servers = (ok, silent)
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for th in threads:
+        th.start()
+    pool = ClientPool(trainer_id=0, deadline_s=1.0)
+    try:
+        with pytest.raises(TimeoutError, match=f"fetch_barrier to pserver {silent.endpoint} .*"
+                           f"pserver {silent.endpoint} of this job does not answer a ping"):
+            pool.fetch_barrier([ok.endpoint, silent.endpoint])
+    finally:
+        pool.close()
+        for s in servers:
+            s.stop()
+        for th in threads:
+            th.join(10)

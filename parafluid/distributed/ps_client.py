@@ -14,14 +14,20 @@ Example::
     w = ps.recv("fc_0.w_0")
     pool.fetch_barrier(["127.0.0.1:6174"])
     pool.complete()          # Executor.close(): every pserver this trainer talked to
+
+Calls that go to several pservers (the barriers, a sliced variable's blocks, checkpoint and
+completion notices) go out to the different pservers at once (:meth:`ClientPool.each`): a
+step's messages take the time of the slowest pserver, not the sum over the pservers.
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, wait
+from typing import Any, TypeVar
 
 import torch
 
@@ -30,6 +36,8 @@ from .rpc import RPCClient, RPCError, RPCTimeoutError, wait_for_server
 from .wire import Kind
 
 __all__ = ["PServerClient", "ClientPool", "wait_for_server"]
+
+R = TypeVar("R")
 
 
 class PServerClient:
@@ -138,6 +146,44 @@ def _record(reply: Any, endpoint: str) -> dict[str, Any]:
     return record
 
 
+class _Lane:
+    """A daemon thread that runs the calls of one endpoint in order.
+
+    NOTE: a ZeroMQ socket must not be used by two threads at once; each endpoint's client
+    (its own socket, behind its own lock) is only ever driven by one call at a time, so a
+    thread per endpoint is the simplest way to talk to several pservers at once. Daemon
+    threads, not a ``concurrent.futures`` pool: the exit hook that completes the pools runs
+    after such pools refuse new work.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"pserver client {endpoint}",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], R]) -> Future:
+        fut: Future = Future()
+        self._jobs.put((fn, fut))
+        return fut
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, fut = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller of each()
+                fut.set_exception(e)
+
+
 class ClientPool:
     """One :class:`PServerClient` per endpoint for one trainer, created on first use."""
 
@@ -147,7 +193,69 @@ class ClientPool:
         self.deadline_s = deadline_s
         self.secret = secret
         self._clients: dict[str, PServerClient] = {}
+        self._lanes: dict[str, _Lane] = {}
         self._lock = threading.Lock()
+
+    def each(self, endpoints: Iterable[str], call: Callable[[PServerClient], R]) -> list[R]:
+        """``call(client)`` for each endpoint, the different endpoints at once; the results
+        in endpoint order. Every call runs to its end (each is bounded by the deadline); then
+        the first error, in endpoint order, is raised (it names its endpoint).
+
+        An endpoint listed twice is called twice, in order. One endpoint: called on this
+        thread, without a hand-over.
+        """
+        return self.each_at(list(endpoints), lambda c, i: call(c))
+
+    def each_at(self, eps: list[str], call: Callable[[PServerClient, int], R]) -> list[R]:
+        """:meth:`each` with the call given the index ``i`` of its endpoint in ``eps`` (so
+        that each call can pick its own variable)."""
+        if len(set(eps)) <= 1:
+            return [call(self.get(ep), i) for i, ep in enumerate(eps)]
+        groups: dict[str, list[int]] = {}
+        for i, ep in enumerate(eps):
+            groups.setdefault(ep, []).append(i)
+        results: list[Any] = [None] * len(eps)
+
+        def run_group(ep: str) -> None:
+            client = self.get(ep)
+            for i in groups[ep]:
+                results[i] = call(client, i)
+
+        first, *rest = groups
+        with self._lock:
+            lanes = [self._lanes.get(ep) or self._lanes.setdefault(ep, _Lane(ep)) for ep in rest]
+        futures = [lane.submit(lambda ep=ep: run_group(ep)) for lane, ep in zip(lanes, rest)]
+        errors: dict[str, BaseException] = {}
+        try:
+            run_group(first)
+        except Exception as e:  # NOTE: the other endpoints' calls still run to their end
+            errors[first] = e
+        for ep, fut in zip(rest, futures):
+            # NOTE: wait() first: the call's own RPCTimeoutError is a TimeoutError too, and
+            # must not be taken for the lane being stuck
+            bound = self._wait_bound(len(groups[ep]))
+            if not wait([fut], timeout=bound).done:
+                errors[ep] = RPCTimeoutError(
+                    f"trainer {self.trainer_id}: a call to pserver {ep} did not end within "
+                    f"{bound:.1f} s (its deadline, and the time to probe the other pservers)")
+                continue
+            try:
+                fut.result()
+            except Exception as e:
+                errors[ep] = e
+        for ep in groups:
+            if ep in errors:
+                raise errors[ep]
+        return results
+
+    def _wait_bound(self, calls: int) -> float:
+        """How long a lane's calls may take before the lane itself is taken for stuck: each
+        call its deadline plus a probe of every pserver (explain_timeout); and a probe may
+        first wait for a client that another thread is using, for as long again per client.
+        NOTE: only a backstop: each call ends at its own deadline with a better error."""
+        base = rpc_deadline_seconds() if self.deadline_s is None else self.deadline_s
+        n = max(1, len(self._clients))
+        return (calls + n) * (base + probe_seconds(base) * n) + 10.0
 
     def get(self, endpoint: str) -> PServerClient:
         with self._lock:
@@ -192,19 +300,30 @@ class ClientPool:
         return list(self._clients)
 
     def send_barrier(self, endpoints: Iterable[str]) -> None:
-        for ep in endpoints:
-            self.get(ep).send_barrier()
+        """The send barrier to every pserver in ``endpoints``, at once."""
+        self.each(endpoints, PServerClient.send_barrier)
 
     def fetch_barrier(self, endpoints: Iterable[str]) -> None:
-        for ep in endpoints:
-            self.get(ep).fetch_barrier()
+        """The fetch barrier to every pserver in ``endpoints``, at once."""
+        self.each(endpoints, PServerClient.fetch_barrier)
+
+    def send(self, names: Sequence[str], endpoints: Sequence[str],
+             values: Sequence[Any]) -> None:
+        """Push ``values[i]`` as ``names[i]`` to ``endpoints[i]``; different pservers at once,
+        the blocks for one pserver in order."""
+        self.each_at(list(endpoints), lambda c, i: c.send(names[i], values[i]))
+
+    def recv(self, names: Sequence[str], endpoints: Sequence[str]) -> list[Any]:
+        """Read ``names[i]`` from ``endpoints[i]``; different pservers at once."""
+        return self.each_at(list(endpoints), lambda c, i: c.recv(names[i]))
 
     def checkpoint_notify(self, dirname: str, endpoints: Iterable[str],
                           keep: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """Ask each pserver to save (keeping ``keep[endpoint]``, its file of the committed
-        checkpoint); the records of their files, in endpoint order."""
+        """Ask each pserver to save (all at once), keeping ``keep[endpoint]``, its file of
+        the committed checkpoint; the records of their files, in endpoint order."""
         keep = keep or {}
-        return [self.get(ep).checkpoint_notify(dirname, keep.get(ep, "")) for ep in endpoints]
+        return self.each(endpoints,
+                         lambda c: c.checkpoint_notify(dirname, keep.get(c.endpoint, "")))
 
     def step(self, endpoints: Iterable[str]) -> int:
         """This trainer's step with the pservers (the same on each, else RPCError)."""
@@ -222,17 +341,22 @@ class ClientPool:
         ``deadline_s`` bounds each notice (None: the pool's deadline).
         """
         first: Exception | None = None
-        for ep in list(self._clients) if endpoints is None else list(endpoints):
-            try:
-                self.get(ep).complete(deadline_s)
-            except Exception as e:  # NOTE: keep telling the other pservers
-                first = first or e
+        try:
+            # NOTE: each() lets every call run to its end before it raises: every pserver
+            # is told even when one fails
+            self.each(list(self._clients) if endpoints is None else list(endpoints),
+                      lambda c: c.complete(deadline_s))
+        except Exception as e:
+            first = e
         self.close()
         if first is not None:
             raise first
 
     def close(self) -> None:
         with self._lock:
+            for lane in self._lanes.values():
+                lane.stop()
+            self._lanes.clear()
             for c in self._clients.values():
                 c.close()
             self._clients.clear()

@@ -63,6 +63,7 @@ import os
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -195,13 +196,19 @@ class ParameterServer:
         self.step = 0  # optimizations run (sync: steps; async: gradients applied)
         self._phase = "send"  # sync: "send" (collect grads + send barriers) or "fetch"
         self._grads: dict[str, dict[int, Any]] = {}
+        # NOTE: both are subsets of ``live`` (a completed trainer leaves all three), so "every
+        # live trainer passed the barrier" is a comparison of sizes: the cost of a barrier
+        # message does not grow with the number of trainers
         self._sent_barrier: set[int] = set()   # send barrier received this step
         self._fetched: set[int] = set()        # fetch barrier received this step
         self._held: list[Request] = []         # requests waiting for this step's optimize
         self._in_flight: list[zmq.MessageTracker] = []  # async: replies still being sent
         self._phase_start = time.monotonic()
         self._warned = False
-        self._last_seen = dict.fromkeys(self.live, time.monotonic())
+        # trainer -> when its last message came, oldest first (async mode's silence check
+        # looks at the front only)
+        self._last_seen: OrderedDict[int, float] = OrderedDict.fromkeys(self.live,
+                                                                        time.monotonic())
         self._error: PServerError | None = None
         self._server = RPCServer(endpoint, self._handle, secret,
                                  max_message_bytes=max_message_bytes,
@@ -279,7 +286,7 @@ class ParameterServer:
             self._first_contact = now = time.monotonic()
             if self.step == 0:
                 self._phase_start = now
-                self._last_seen = dict.fromkeys(self.live, now)
+                self._last_seen = OrderedDict.fromkeys(self.live, now)
         try:
             if not 0 <= t < self.fan_in:
                 raise _RequestError(f"trainer id {t} is not in 0..{self.fan_in - 1} (this "
@@ -306,6 +313,7 @@ class ParameterServer:
             return
         self._owner.setdefault(t, req.connection)
         self._last_seen[t] = time.monotonic()
+        self._last_seen.move_to_end(t)
         self._track_link(t, req)
         try:
             if m.kind == Kind.COMPLETE:
@@ -533,7 +541,8 @@ class ParameterServer:
     # -- barriers ----------------------------------------------------------------------------
 
     def _maybe_optimize(self) -> None:
-        if self._phase != "send" or not self.live or not self.live <= self._sent_barrier:
+        if self._phase != "send" or not self.live or \
+                len(self._sent_barrier) < len(self.live):
             return
         grads = {name: [blocks[t] for t in sorted(blocks)] for name, blocks in
                  sorted(self._grads.items())}
@@ -546,7 +555,7 @@ class ParameterServer:
             self._handle(req)
 
     def _maybe_finish_fetch(self) -> None:
-        if self._phase == "fetch" and self.live <= self._fetched:
+        if self._phase == "fetch" and len(self._fetched) >= len(self.live):
             self._fetched.clear()
             self._set_phase("send")
             self._maybe_optimize()  # every live trainer may already be at the next barrier
@@ -587,6 +596,7 @@ class ParameterServer:
     def _complete(self, t: int) -> None:
         self.live.discard(t)
         self.completed.add(t)
+        self._last_seen.pop(t, None)
         self._lost.pop(t, None)
         dropped = [name for name, blocks in self._grads.items() if blocks.pop(t, None) is not None]
         if dropped:
@@ -630,13 +640,24 @@ class ParameterServer:
                     f"{sorted(self.live)} never connected{self._refusals()}"))
             return
         if not self.sync_mode:
-            silent = sorted(t for t in self.live if now - self._last_seen[t] > self.deadline_s)
+            # NOTE: oldest first: the scan stops at the first trainer heard from in time, so a
+            # tick costs O(1) while every trainer speaks (not a loop over all trainers)
+            silent = []
+            for t, seen in self._last_seen.items():
+                if now - seen <= self.deadline_s:
+                    break
+                silent.append(t)
+            silent.sort()
             if silent:
                 self._give_up(PServerError(
                     f"pserver {self.endpoint} (async): no message from trainer(s) {silent} for "
                     f"{self.deadline_s:.1f} s (FLAGS_rpc_deadline); they died or stalled"))
             return
         waited = now - self._phase_start
+        # NOTE: the tick runs after every poll, i.e. up to once per message under load: the
+        # sets of missing trainers are only computed once a wait is long enough to matter
+        if waited <= self.barrier_s / 2 or (self._warned and waited <= self.barrier_s):
+            return
         if self._phase == "send":
             missing = sorted(self.live - self._sent_barrier)
             what = "gradients and send barrier"

@@ -43,6 +43,8 @@ from zmq.utils.monitor import recv_monitor_message
 from .deadline import Deadline, rpc_deadline_seconds
 from .endpoints import parse_endpoint
 from .handshake import ONE_SIDED_SECRET, failure_reason, mechanism_of, peer_mechanism
+from .link_shaper import frames_nbytes as _nbytes
+from .link_shaper import link_shaper
 from .wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
     SECRET_ENV,
@@ -240,6 +242,7 @@ class RPCServer:
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
         self.handler = handler
+        self._shaper = link_shaper()  # benchmarks only (None unless $PARAFLUID_BENCH_LINK)
         self.on_tick = on_tick
         self.on_disconnect = on_disconnect
         self.secret = rpc_secret(secret)
@@ -457,6 +460,8 @@ class RPCServer:
         if msg.kind >= Kind.REPLY_OK:
             self._reject(identity, frames[0], f"a reply ({msg.kind.name}) sent to a server")
             return
+        if self._shaper is not None:
+            self._shaper.pace("in", _nbytes(frames))
         fd = -1
         with contextlib.suppress(zmq.ZMQError, ValueError, TypeError):
             fd = frames[0].get(zmq.SRCFD)
@@ -473,6 +478,8 @@ class RPCServer:
     def _send(self, identity: bytes, kind: Kind, name: str, value: Any, seq: int,
               track: bool = False, step: int = -1) -> zmq.MessageTracker | None:
         frames = encode(kind, name, value, seq=seq, step=step, secret=self.secret)
+        if self._shaper is not None:
+            self._shaper.pace("out", _nbytes(frames))
         return self._sock.send_multipart([identity, *frames], copy=False, track=track)
 
     def _close(self) -> None:
@@ -591,6 +598,7 @@ class RPCClient:
             raise ValueError(f"RPCClient: role {self.role!r} must be 1 to {_MAX_ROLE_BYTES} "
                              "printable ASCII characters without spaces")
         self.max_message_bytes = int(max_message_bytes)
+        self._shaper = link_shaper()  # benchmarks only (None unless $PARAFLUID_BENCH_LINK)
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         self._sock: zmq.Socket | None = None
@@ -689,6 +697,8 @@ class RPCClient:
             seq = next(self._seq) if seq is None else int(seq)
             frames = encode(kind, name, value, trainer_id=self.trainer_id, seq=seq, step=step,
                             secret=self.secret)
+            if self._shaper is not None:
+                self._shaper.pace("out", _nbytes(frames))
             sock = self._socket()
             try:
                 poller = zmq.Poller()
@@ -734,6 +744,8 @@ class RPCClient:
 
     def _read_reply(self, sock: zmq.Socket, what: str) -> Message | None:
         parts = sock.recv_multipart(copy=False)
+        if self._shaper is not None:
+            self._shaper.pace("in", _nbytes(parts))
         try:
             return decode(parts, secret=self.secret, max_message_bytes=self.max_message_bytes)
         except WireError as e:

@@ -90,7 +90,7 @@ def _send(ins: dict, attrs: dict, ctx: Any) -> dict:
         if value is None:
             raise ValueError(f"send: {name!r} (to pserver {ep}) has no value: the op that "
                              "computes this gradient did not run")
-        pool.get(ep).send(name, value)
+    pool.send(names, epmap, values)  # NOTE: the blocks for different pservers go at once
     return {}
 
 
@@ -101,8 +101,8 @@ def _recv(ins: dict, attrs: dict, ctx: Any) -> dict:
     pool = _pool(attrs, ctx)
     block = ctx.op.block
     out = []
-    for name, var_name, ep in zip(names, ctx.op.output("Out"), epmap):
-        value = pool.get(ep).recv(name)
+    got = pool.recv(names, epmap)  # NOTE: the blocks of different pservers are read at once
+    for name, var_name, ep, value in zip(names, ctx.op.output("Out"), epmap, got):
         var = block._find_var_recursive(var_name)
         if var is not None and var.shape is not None and tuple(value.shape) != tuple(var.shape):
             raise ValueError(f"recv: pserver {ep} sent {name!r} with shape {list(value.shape)}, "
@@ -163,12 +163,16 @@ def _dist_lookup(ins: dict, attrs: dict, ctx: Any) -> dict:
     flat = _flat_ids(ids, height)
     out = None
     pool = _pool(attrs, ctx)
+    wanted = []
     for name, ep, first, rows in _shards(attrs):
         mask = (flat >= first) & (flat < first + rows)
-        if not bool(mask.any()):
-            continue
-        uniq, inverse = torch.unique(flat[mask] - first, return_inverse=True)
-        got = pool.get(ep).prefetch(name, uniq)
+        if bool(mask.any()):
+            uniq, inverse = torch.unique(flat[mask] - first, return_inverse=True)
+            wanted.append((name, ep, mask, uniq, inverse))
+    # NOTE: the shards of different pservers are prefetched at once
+    rows_got = pool.each_at([w[1] for w in wanted],
+                            lambda c, i: c.prefetch(wanted[i][0], wanted[i][3]))
+    for (name, ep, mask, uniq, inverse), got in zip(wanted, rows_got):
         if tuple(got.shape) != (len(uniq), width):
             raise ValueError(f"distributed_lookup_table: pserver {ep} returned rows of shape "
                              f"{list(got.shape)} for {len(uniq)} ids of {name!r}, expected "

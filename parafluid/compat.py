@@ -28,6 +28,13 @@ _DOC = "docs/fluid_compat.md"
 
 # name as a Fluid program spells it -> (what it is, what to use instead)
 NOT_PROVIDED: dict[str, tuple[str, str]] = {
+    "op.RecurrentOp": ("a creator of the C++ 'recurrent' op from keyword arguments",
+                       "build recurrent programs with fluid.layers.StaticRNN or DynamicRNN"),
+    "op.DynamicRecurrentOp": ("a creator of a 'dynamic_recurrent' op, which Fluid 1.6's C++ "
+                              "side no longer registers",
+                              "use fluid.layers.DynamicRNN"),
+    "op.CondOp": ("a creator of a 'cond' op, which Fluid 1.6's C++ side no longer registers",
+                  "use fluid.layers.IfElse, Switch or cond"),
     "fluid.inference": ("the C++ inference API's Python package",
                         "use fluid.core.AnalysisConfig and fluid.core.create_paddle_predictor "
                         "(or fluid.io.load_inference_model with fluid.Executor)"),

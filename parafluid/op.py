@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .compat import NotProvided
 from .dtypes import VarType, convert_dtype
 from .executor import Executor
 from .framework import Program
@@ -31,7 +32,14 @@ from .lod import attach_lod, get_lod
 from .ops.registry import get_op_def, has_op, registered_ops
 from .scope import Scope, SelectedRows, TensorArray
 
-__all__ = ["Operator", "OperatorFactory", "get_all_op_protos"]
+__all__ = ["Operator", "OperatorFactory", "get_all_op_protos", "RecurrentOp",
+           "DynamicRecurrentOp", "CondOp"]
+
+# Fluid's op.py also names creators of op types its C++ side no longer has: importing
+# them works, using one says what to use instead (as in Fluid, they fail when used)
+RecurrentOp = NotProvided("op.RecurrentOp")
+DynamicRecurrentOp = NotProvided("op.DynamicRecurrentOp")
+CondOp = NotProvided("op.CondOp")
 
 
 def _names(op_type: str, slot: str, value: Any, duplicable: bool, what: str) -> list[str]:

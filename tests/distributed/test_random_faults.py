@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 from dist_helpers import HERE, ROOT, child_env, endpoints, load_json, reap
 
@@ -36,6 +37,7 @@ def _draws():
     runs = int(os.environ.get("PARAFLUID_FAULT_RUNS", "2"))
     seed = int(os.environ.get("PARAFLUID_FAULT_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
+    print(f"fault draws: seed {seed} (PARAFLUID_FAULT_SEED={seed} repeats them)", flush=True)
     return seed, [(rng.randrange(2), rng.choice(["kill", "stop", "exit"]), rng.randint(1, 6))
                   for _ in range(runs)]
 
@@ -140,3 +142,58 @@ def test_model_parallel_random_faults_name_the_culprit():
         assert f"worker {who} at {ep}" in err, (what, err[-2000:])
         assert took < D_MS / 1000 + scaled(BOUND_S - D_MS / 1000), (what, took, err[-2000:])
         print(f"{what}: ok in {took:.1f} s", flush=True)
+
+
+def _imperative_worker():
+    """tests/dygraph/imperative_check_worker.py, imported (its one-process run is the
+    oracle) and its path."""
+    here = os.path.join(ROOT, "tests", "dygraph")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import imperative_check_worker
+
+    return imperative_check_worker, os.path.join(here, "imperative_check_worker.py")
+
+
+@pytest.mark.timeout(3600)
+def test_imperative_random_faults_name_the_culprit_and_keep_what_was_trained(tmp_path):
+    worker, path = _imperative_worker()
+    seed, draws = _draws()
+    for i, (who, how, at) in enumerate(draws):
+        what = f"imperative run {i} (seed {seed}): trainer {who} {how} at step {at}"
+        out = tmp_path / f"run{i}"
+        out.mkdir()
+        eps = endpoints(2)
+        procs = []
+        for t in (0, 1):
+            env = child_env(FLAGS_rpc_deadline=str(D_MS), CPU_NUM="1", PADDLE_TRAINER_ID=str(t),
+                            PADDLE_TRAINERS_NUM="2", PADDLE_TRAINER_ENDPOINTS=eps,
+                            PADDLE_CURRENT_ENDPOINT=eps.split(",")[t])
+            if how == "exit":
+                env.update(EXIT_AT=str(at), EXIT_WHO=str(who))
+            procs.append(WarmPopen([sys.executable, path, "random", str(out)], env=env,
+                                   cwd=ROOT, stdout=subprocess.PIPE, text=True))
+        try:
+            other, took = _fault(procs, who, how, at)
+            alive = [p.pid for p in procs if p.poll() is None]
+        finally:
+            _stop_all(procs)
+        # only a stopped trainer is still there (the test ends it): nothing else runs
+        assert alive == ([procs[who].pid] if how == "stop" else []), (what, alive)
+        if how == "exit":
+            assert procs[who].returncode == 0, what
+        status = load_json(os.path.join(out, f"status_t{1 - who}.json"))
+        ep = eps.split(",")[who]
+        assert other.returncode == 0 and "error" in status, (what, status)
+        assert f"trainer {who} ({ep}" in status["error"], (what, status["error"])
+        assert took < D_MS / 1000 + scaled(BOUND_S - D_MS / 1000), (what, took, status["error"])
+        # nothing trained is lost: the survivor holds what one process has after the steps
+        # it completed (a failed collective leaves the parameters of the step before)
+        done = status["steps"]
+        assert done >= min(at, 1), (what, done)
+        want: dict = {}
+        worker.train("ok", want, steps=done)
+        for name, value in want["params"].items():
+            np.testing.assert_allclose(status["params"][name], value, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{what}: {name} after {done} steps")
+        print(f"{what}: ok in {took:.1f} s, {done} steps kept", flush=True)

@@ -14,11 +14,11 @@ trained with SGD for ``STEPS`` steps on this trainer's half of each batch.
   which.
 - ``skip``: trainer 1 skips ``apply_collective_grads`` at step 2.
 - ``random``: 40 steps of 0.1 s, a JSON line ``{"step": k}`` after each; with ``$EXIT_AT=k``
-  and ``$EXIT_WHO=t`` trainer t ends its script (``sys.exit(0)``) when step k starts. On an
-  error, the trainer saves its parameters (``params_t<id>.json``, with the steps done).
+  and ``$EXIT_WHO=t`` trainer t ends its script (``sys.exit(0)``) when step k starts.
 
-Writes ``status_t<id>.json``: ``ok``, or ``error`` (the error that ended the run); with
-``ok``, ``params`` and ``losses``.
+Writes ``status_t<id>.json``: ``ok``, or ``error`` (the error that ended the run); in both
+cases ``steps`` (the steps completed), ``params`` (the parameters after them) and
+``losses``.
 """
 
 from __future__ import annotations
@@ -78,8 +78,9 @@ def build(scenario: str, rank: int) -> Net:
                named=scenario == "order_named", init=rank == 0)
 
 
-def train(scenario: str, result: dict) -> None:
-    """Train as the scenario says, filling ``result`` (what the status file gets)."""
+def train(scenario: str, result: dict, steps: int | None = None) -> None:
+    """Train as the scenario says, filling ``result`` (what the status file gets); ``steps``
+    (default: the scenario's) on the first batches."""
     with dygraph.guard():
         strategy = dygraph.prepare_context()
         rank, nranks = strategy.local_rank, strategy.nranks
@@ -87,7 +88,8 @@ def train(scenario: str, result: dict) -> None:
         fluid.default_main_program().random_seed = 7 + rank
         model = dygraph.DataParallel(build(scenario, rank), strategy)
         opt = fluid.optimizer.SGD(learning_rate=LR)
-        steps = 40 if scenario == "random" else STEPS
+        if steps is None:
+            steps = 40 if scenario == "random" else STEPS
         exit_at = int(os.environ.get("EXIT_AT", "-1"))
         exit_who = int(os.environ.get("EXIT_WHO", "-1"))
         losses, done = [], 0

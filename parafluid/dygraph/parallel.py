@@ -6,6 +6,10 @@ gradients are summed over the trainers through the collective communicator
 (``parafluid.distributed.collective``) before the optimizer runs. With one process both
 are the identity.
 
+The trainers are checked against each other: their parameters (names, shapes, dtypes,
+where they sit) before trainer 0's values are broadcast, and the step of every gradient
+all-reduce, in the all-reduce's own data (see ``DataParallel`` and docs/dygraph.md).
+
 Example::
 
     with fluid.dygraph.guard():

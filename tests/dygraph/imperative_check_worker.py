@@ -8,6 +8,8 @@ trained with SGD for ``STEPS`` steps on this trainer's half of each batch.
 
 - ``ok``: every trainer builds the same model.
 - ``size``: trainer 1's ``b`` has another width (a different layer size).
+- ``fc_size``: the model is an ``FC`` layer built on the first call, of size 4 on trainer 0
+  and 6 on trainer 1.
 - ``order``: trainer 1 creates ``b`` before ``a`` (generated names: its ``b`` is named as
   trainer 0's ``a``).
 - ``order_named``: the same, with names given by ``ParamAttr``: the names still say which is
@@ -71,8 +73,19 @@ class Net(dygraph.Layer):
                                                                 y))
 
 
-def build(scenario: str, rank: int) -> Net:
+class FCNet(dygraph.Layer):
+    def __init__(self, name_scope, size):
+        super().__init__(name_scope)
+        self.fc = dygraph.FC("fc", size=size)
+
+    def forward(self, x, y):
+        return fluid.layers.mean(fluid.layers.square_error_cost(self.fc(x), y))
+
+
+def build(scenario: str, rank: int) -> dygraph.Layer:
     odd = rank == 1
+    if scenario == "fc_size":
+        return FCNet("fcnet", N + 2 if odd else N)
     return Net("net", b_first=odd and scenario.startswith("order"),
                b_width=N + 2 if odd and scenario == "size" else N,
                named=scenario == "order_named", init=rank == 0)

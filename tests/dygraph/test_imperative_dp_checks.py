@@ -86,6 +86,18 @@ def test_a_different_layer_size_is_refused_on_every_trainer(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_a_layer_built_on_its_first_call_with_another_size_is_refused(tmp_path):
+    statuses, eps = run_job("fc_size", str(tmp_path))
+    for st in statuses:
+        err = st.get("error", "")
+        assert err.startswith("ValueError: DataParallel: the trainers' parameters differ"), st
+        assert f"trainer 1 ({eps[1]}, rank 1)" in err, err
+        # each parameter of a layer object is checked when its first call makes it
+        assert "parameter fc/FC_0.w_0: shape [4, 6], expected [4, 4] (trainer 0)" in err, err
+        assert st["steps"] == 0, st
+
+
+@pytest.mark.timeout(120)
 def test_parameters_created_in_another_order_with_generated_names_are_refused(tmp_path):
     # trainer 1's `b` is named net/Net_0.w_0, trainer 0's `a`: pairing them by name (or by
     # position) would start trainer 1's `b` from trainer 0's `a`

@@ -614,16 +614,7 @@ class ProcessGroupCommunicator:
         """
         if self.num_trainers == 1:
             return
-        n = self._checks[what] = self._checks.get(what, 0) + 1
-        base = f"check/{what}/{n}/"
-        label = f"check_consistent({what!r})"
-
-        def body() -> list[str]:
-            self._calls(lambda: self._store.set(base + str(self.trainer_id), fingerprint),
-                        self._transport_s, label)
-            return self._poll_keys([base + str(k) for k in range(self.num_trainers)], label)
-
-        prints = self._run(label, body)
+        prints = self.exchange(what, fingerprint, f"check_consistent({what!r})")
         ref = prints[0]
         differ = [k for k, p in enumerate(prints) if p != ref]
         if differ:
@@ -631,6 +622,26 @@ class ProcessGroupCommunicator:
                      f"{_first_difference(ref, prints[k])}" for k in differ]
             raise ValueError(f"{what} differs across trainers (every trainer must run the same "
                              "program with the same settings): " + "; ".join(lines))
+
+    def exchange(self, what: str, text: str, label: str = "") -> list[str]:
+        """Every trainer's ``text`` about ``what``, in trainer order (through the store, not
+        the transport: the texts may differ in size).
+
+        Every trainer must call it with the same ``what`` as often; a trainer that dies or
+        gives up first is named within seconds, one that never calls within the deadline.
+        """
+        if self.num_trainers == 1:
+            return [text]
+        n = self._checks[what] = self._checks.get(what, 0) + 1
+        base = f"check/{what}/{n}/"
+        label = label or f"exchange({what!r})"
+
+        def body() -> list[str]:
+            self._calls(lambda: self._store.set(base + str(self.trainer_id), text),
+                        self._transport_s, label)
+            return self._poll_keys([base + str(k) for k in range(self.num_trainers)], label)
+
+        return self._run(label, body)
 
     def abort(self, reason: str) -> None:
         """Give up: tell the other trainers why and drop the transport, so that every one of

@@ -32,6 +32,7 @@ import torch
 from .engine.graph import build_graph
 from .engine.lanes import placed_graph
 from .engine.plan import Plan, RunServices
+from .engine.runtime import EnforceNotMet
 from .engine.scheduler import Scheduler, make_scheduler
 from .feed_fetch import (
     as_feed_tensor,
@@ -55,6 +56,15 @@ __all__ = ["Executor", "global_scope", "scope_guard", "compile_program"]
 
 
 _MAX_PLANS = 64  # compiled (program, feed, fetch) signatures an Executor keeps
+
+
+class FeedTypeError(TypeError, EnforceNotMet):
+    """An op failed on a fed value whose dtype differs from its variable's (an unchecked
+    ``layers.data`` feed): a TypeError naming the feed, and the op's EnforceNotMet."""
+
+
+class FeedValueError(ValueError, EnforceNotMet):
+    """As FeedTypeError, for a fed value whose shape differs from its variable's."""
 
 
 def _feed_to_blame(block: Any, error: BaseException,
@@ -174,7 +184,8 @@ class Executor:
         except Exception as e:
             blamed = _feed_to_blame(block, e, notes)
             if blamed is not None:
-                raise blamed[0](blamed[1]) from e
+                kind = FeedTypeError if blamed[0] is TypeError else FeedValueError
+                raise kind(f"{blamed[1]}; then {e}") from e
             if mismatch is None:
                 raise
             raise ValueError(mismatch) from e

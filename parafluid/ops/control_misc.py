@@ -54,7 +54,7 @@ def _rmh_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("rnn_memory_helper", inputs=("X",), outputs=("Out",), attrs={"dtype": "float32"},
             infer_shape=_rmh_shape, kernel=lambda ins, attrs, ctx: {"Out": ins["X"]},
-            grad_kernel=_rmh_grad, grad_uses=("X",), share_lod=("X", "Out"))
+            grad_kernel=_rmh_grad, grad_uses=("X", "Out"), share_lod=("X", "Out"))
 
 
 def _get_places(ins: dict, attrs: dict, ctx: Any) -> dict:

@@ -30,17 +30,17 @@ def _one_hot_shape(op: str, ins: dict, attrs: dict) -> dict:
         if depth < 1:
             raise ValueError(f"{op}: depth must be positive (or given by depth_tensor), "
                              f"got {depth}")
+    # as Fluid's shape rule: the rank when the program is built; the last dim of one_hot's
+    # X being 1, and X holding ints, when it runs (a program may declare X otherwise)
     if op == "one_hot":
-        if len(x.shape) < 2 or x.shape[-1] not in (1, -1):
-            raise ValueError(f"one_hot: X must have rank >= 2 and a last dimension of size 1, "
-                             f"got shape {list(x.shape)}")
+        if len(x.shape) < 2:
+            raise ValueError(f"one_hot: X must have rank >= 2 (ids [..., 1]), got shape "
+                             f"{list(x.shape)}")
         shape = tuple(x.shape[:-1]) + (depth,)
     else:
         if not x.shape:
             raise ValueError("one_hot_v2: X must have rank >= 1, got a scalar")
         shape = tuple(x.shape) + (depth,)
-    if x.dtype not in ("int32", "int64"):
-        raise ValueError(f"{op}: X must be int32 or int64, got {x.dtype}")
     return {"Out": Meta(shape, convert_dtype(attrs["dtype"]))}
 
 
@@ -60,6 +60,12 @@ def _one_hot_rows(op: str, idx: torch.Tensor, depth: int, attrs: dict) -> torch.
 def _register(op: str) -> None:
     def kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
         x = ins["X"]
+        if x.is_floating_point() or x.dtype == torch.bool:
+            raise TypeError(f"{op}: X must hold int32 or int64 ids, got "
+                            f"{str(x.dtype).replace('torch.', '')}")
+        if op == "one_hot" and x.shape[-1] != 1:
+            raise ValueError(f"one_hot: the last dimension of X must be 1 (one id per row), "
+                             f"got shape {list(x.shape)}")
         idx = x.reshape(x.shape[:-1]) if op == "one_hot" else x
         return {"Out": _one_hot_rows(op, idx, _depth(op, ins, attrs), attrs)}
 

@@ -115,11 +115,21 @@ def test_op(case):
     ("split", {"X": rand(4, 6)}, {"axis": 1, "sections": [2, 2]}, "sum to 4, not to the"),
     ("concat", {"X": [rand(2, 3), rand(3, 3)]}, {"axis": 1}, "must match except on axis 1"),
     ("squeeze", {"X": rand(2, 3)}, {"axes": [1]}, "has size 3, not 1"),
-    ("one_hot", {"X": rand(4, 2)}, {"depth": 3}, "last dimension of size 1"),
 ])
 def test_bad_attrs_are_reported_with_the_op_name(op, inputs, attrs, message):
     with pytest.raises(ValueError, match=message):
         check_op(OpCase(op, inputs, attrs=attrs, out_counts={"Out": 2} if op == "split" else {}))
+
+
+def test_one_hot_checks_its_ids_when_it_runs_as_fluid():
+    """Fluid's shape rule takes any last dim and dtype when the program is built (a program
+    may declare X otherwise); running it on ids that are not [..., 1] ints is the error."""
+    from parafluid.engine.runtime import OpRunError
+
+    with pytest.raises(OpRunError, match="the last dimension of X must be 1"):
+        check_op(OpCase("one_hot", {"X": np.ones((4, 2), "int64")}, attrs={"depth": 3}))
+    with pytest.raises(OpRunError, match="X must hold int32 or int64 ids, got float64"):
+        check_op(OpCase("one_hot", {"X": rand(4, 1)}, attrs={"depth": 3}))
 
 
 def test_one_hot_out_of_range_is_an_error_by_default():

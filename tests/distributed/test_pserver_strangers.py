@@ -232,7 +232,8 @@ def test_a_flood_of_refused_messages_costs_a_few_log_lines(caplog):
     garbage.setsockopt(zmq.LINGER, 0)
     garbage.connect(f"tcp://{server.endpoint}")
     forged = [PServerClient(server.endpoint, 1, 10)]
-    forged[0].complete()  # binds trainer 1 to this connection (the job's trainer 1 here)
+    forged[0].recv("w")  # binds trainer 1 to this connection (the job's trainer 1 here)
+    forged[0].complete()
     for i in range(1500):
         garbage.send_multipart([b"PFRP junk %d" % i])
     for _ in range(500):  # forged requests with attacker-chosen ids, from new connections
@@ -244,7 +245,9 @@ def test_a_flood_of_refused_messages_costs_a_few_log_lines(caplog):
     while server.ps._server.rejected < 1500 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.ps._server.rejected == 1500 and server.ps.refused == 500
-    PServerClient(server.endpoint, 0, 10).complete()  # the last trainer: serve() returns
+    last = PServerClient(server.endpoint, 0, 10)
+    last.recv("w")
+    last.complete()  # the last trainer: serve() returns
     server.join()
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(lines) <= 2 * 20 + 4, len(lines)  # 2 windows at most in this test, + counts

@@ -508,10 +508,13 @@ class RPCServer:
         if msg.kind >= Kind.REPLY_OK:
             self._reject(identity, frames[0], f"a reply ({msg.kind.name}) sent to a server")
             return
-        if self.secret is not None:
-            if msg.kind == Kind.HELLO:
+        if msg.kind == Kind.HELLO:
+            if self.secret is None:  # NOTE: sessions need a secret; handlers never see HELLO
+                self._reject(identity, frames[0], "a HELLO to a server without a secret")
+            else:
                 self._hello(identity, frames[0], msg)
-                return
+            return
+        if self.secret is not None:
             if session is None:
                 self._reject(identity, frames[0], f"a {msg.kind.name} outside a session (the "
                                                   "connection did not start with a HELLO)")
@@ -562,8 +565,10 @@ class RPCServer:
               counter: int = 0) -> zmq.MessageTracker | None:
         if isinstance(value, bytes):
             value = torch.frombuffer(bytearray(value), dtype=torch.uint8)
+        # NOTE: replies go whole: a client's per-frame limit is the message limit (it accepts
+        # no connections), and one frame becomes a tensor without a copy
         frames = encode(kind, name, value, seq=seq, step=step, secret=self.secret,
-                        session=session, counter=counter)
+                        session=session, counter=counter, split=False)
         return self._sock.send_multipart([identity, *frames], copy=False, track=track)
 
     def _close(self) -> None:
@@ -698,7 +703,7 @@ class RPCClient:
             # NOTE: a routing id of its own, kept across reconnections, so that the server
             # knows this connection again after a network blip (it binds a trainer id to it)
             s.setsockopt(zmq.ROUTING_ID, b"T" + os.urandom(15))
-            s.setsockopt(zmq.MAXMSGSIZE, min(self.max_message_bytes, FRAME_BYTES) + 65536)
+            s.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes + 65536)
             if self.secret is not None:  # the credentials of the server's PLAIN handshake
                 s.setsockopt(zmq.PLAIN_USERNAME, self.role.encode("ascii"))
                 s.setsockopt(zmq.PLAIN_PASSWORD, handshake_password(self.secret))

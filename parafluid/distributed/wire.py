@@ -7,10 +7,12 @@ A message is ``[header, *payload, mac?]``:
   before it allocates anything: kind, dtype, shape, payload size, trainer id, sequence number.
 * ``payload``: raw tensor bytes, sent from memoryviews of the CPU tensor (no pickle, no
   serialisation step). A dense tensor is one part; a SelectedRows is two (int64 rows, then
-  the ``[len(rows), ...]`` values, with ``height`` in the header). Each part goes as frames of
-  at most :data:`FRAME_BYTES` (the last one shorter), so that a receiver's per-frame limit,
-  which ZeroMQ applies before it has authenticated anyone, can stay a few MiB whatever the
-  tensor's size. Kinds without a value have no payload frame.
+  the ``[len(rows), ...]`` values, with ``height`` in the header). A request's parts go as
+  frames of at most :data:`FRAME_BYTES` (the last one shorter; header flag ``split``), so
+  that a server's per-frame limit, which ZeroMQ applies before it has authenticated anyone,
+  can stay a few MiB whatever the tensor's size; a reply's parts go whole (a client accepts
+  no connections, and the receiver then takes over the frame's memory without a copy). Kinds
+  without a value have no payload frame.
 * ``mac``: present when the sender has a shared secret (``PARAFLUID_RPC_SECRET``): the
   sender's message counter (8 bytes) and an HMAC-SHA256, keyed with the secret, of the
   session id, that counter, the header and the payload frames. A receiver with a secret
@@ -72,7 +74,8 @@ _DIM = struct.Struct("<q")
 
 _FLAG_MAC = 1
 _FLAG_SELECTED_ROWS = 2
-_KNOWN_FLAGS = _FLAG_MAC | _FLAG_SELECTED_ROWS
+_FLAG_SPLIT = 4  # payload parts go as frames of at most FRAME_BYTES
+_KNOWN_FLAGS = _FLAG_MAC | _FLAG_SELECTED_ROWS | _FLAG_SPLIT
 
 
 class Kind(enum.IntEnum):
@@ -206,9 +209,9 @@ def _split(view: memoryview) -> list[memoryview]:
     return [view[i:i + FRAME_BYTES] for i in range(0, view.nbytes, FRAME_BYTES)]
 
 
-def _frame_sizes(size: int) -> list[int]:
-    """The sizes of the frames of a part of ``size`` bytes (what _split makes)."""
-    if size <= FRAME_BYTES:
+def _frame_sizes(size: int, split: bool) -> list[int]:
+    """The sizes of the frames of a part of ``size`` bytes (what _split makes, if ``split``)."""
+    if size <= FRAME_BYTES or not split:
         return [size]
     full, rest = divmod(size, FRAME_BYTES)
     return [FRAME_BYTES] * full + ([rest] if rest else [])
@@ -216,12 +219,14 @@ def _frame_sizes(size: int) -> list[int]:
 
 def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -1,
            seq: int = 0, step: int = -1, secret: bytes | None = None,
-           session: bytes = b"", counter: int = 0) -> list[Any]:
+           session: bytes = b"", counter: int = 0, split: bool = True) -> list[Any]:
     """The frames of one message: ``[header, *payload, mac?]``; payloads are zero-copy views.
 
     ``value`` is a tensor (or numpy array), a SelectedRows, or for CHECKPOINT, REPLY_ERROR and
     HELLO a str or bytes. The caller must not modify the tensor until the message has been
     sent. With a ``secret``, the MAC covers ``session`` (ignored for a HELLO) and ``counter``.
+    ``split``: send parts larger than FRAME_BYTES as several frames (requests; a receiver
+    with a per-frame limit of FRAME_BYTES needs it).
     """
     kind = Kind(kind)
     if kind in (Kind.CHECKPOINT, Kind.REPLY_ERROR, Kind.HELLO) and \
@@ -250,12 +255,14 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
     if len(dims) > MAX_NDIM:
         raise ValueError(f"rpc {kind.name} {name!r}: rank {len(dims)} > {MAX_NDIM}")
     nbytes = sum(p.nbytes for p in payload)
+    split = split and any(p.nbytes > FRAME_BYTES for p in payload)
+    flags |= _FLAG_SPLIT if split else 0
     header = HEADER.pack(MAGIC, VERSION, int(kind), code, len(dims), flags, len(name_b),
                          int(trainer_id), int(seq), nbytes, height, int(step)) + name_b + \
         b"".join(_DIM.pack(d) for d in dims)
     frames: list[Any] = [header]
     for p in payload:
-        frames += _split(p)
+        frames += _split(p) if split else [p]
     if secret:
         frames.append(_mac(secret, _session_of(kind, session), int(counter), header,
                            frames[1:]))
@@ -289,8 +296,15 @@ def _view(frame: Any) -> memoryview:
 
 
 def _alloc(nbytes: int) -> torch.Tensor:
-    """Every payload allocation of the decoder goes through here (the fuzz test watches it)."""
-    return torch.empty(nbytes, dtype=torch.uint8)
+    """Every payload allocation of the decoder goes through here (the fuzz test watches it).
+
+    NOTE: numpy's allocation, not torch's: glibc then reuses the memory of freed buffers of
+    up to 32 MiB instead of mapping fresh pages for each message (page faults cost more
+    than the copy into them).
+    """
+    if nbytes == 0:  # NOTE: an empty numpy array becomes a tensor of stride 0
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.from_numpy(np.empty(nbytes, dtype=np.uint8))
 
 
 def _tensor_of(frame: Any, view: memoryview, dtype: torch.dtype,
@@ -318,10 +332,7 @@ def _part_tensor(frames: Sequence[Any], views: Sequence[memoryview], size: int,
     if len(frames) == 1:
         return _tensor_of(frames[0], views[0], dtype, shape)
     out = _alloc(size)
-    flat, at = out.numpy(), 0
-    for v in views:
-        flat[at:at + v.nbytes] = np.frombuffer(v, dtype=np.uint8)
-        at += v.nbytes
+    np.concatenate([np.frombuffer(v, dtype=np.uint8) for v in views], out=out.numpy())
     return out.view(dtype).reshape(shape)
 
 
@@ -427,7 +438,7 @@ def _decode(frames: Sequence[Any], secret: bytes | None, session: bytes,
     if nbytes > limit:
         raise WireError(f"payload of {nbytes} bytes exceeds the limit of {limit}")
     has_mac = bool(flags & _FLAG_MAC)
-    part_frames = [_frame_sizes(size) for size in payload_sizes]
+    part_frames = [_frame_sizes(size, bool(flags & _FLAG_SPLIT)) for size in payload_sizes]
     n_payload = sum(len(p) for p in part_frames)
     want = 1 + n_payload + has_mac
     if len(frames) != want:

@@ -165,6 +165,8 @@ def test_a_complete_for_a_trainer_that_never_connected_is_refused():
             stranger.trainer_id = t
             with pytest.raises(rpc.RPCError, match=f"trainer {t} never connected"):
                 stranger.call(Kind.COMPLETE)
+        with pytest.raises(rpc.RPCError, match="HELLO to a server without a secret"):
+            stranger.call(Kind.HELLO, value=b"n" * wire.SESSION_BYTES)
     assert server.ps.live == {0, 1} and not server.ps.completed
     clients = [PServerClient(ep, t, 10) for t in (0, 1)]
     errors = _in_threads(*(lambda t=t: _train(ep, t, 2, client=clients[t]) for t in (0, 1)))
@@ -184,6 +186,8 @@ def test_a_large_tensor_goes_as_several_frames():
     assert torch.equal(msg.value, big) and msg.counter == 4
     with pytest.raises(wire.WireError, match="frame"):  # a piece missing
         wire.decode(frames[:3] + frames[4:], secret=b"s", session=b"x" * 16)
+    whole = wire.encode(Kind.REPLY_VALUE, "", big, split=False)  # how replies go
+    assert len(whole) == 2 and torch.equal(wire.decode(whole).value, big)
 
     def echo(req):
         req.reply(req.msg.value)

@@ -75,6 +75,7 @@ from .env import job_id
 from .rpc import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_HANDSHAKES,
     RateLimitedLog,
     Request,
     RPCServer,
@@ -138,7 +139,7 @@ class ParameterServer:
             its error) before ``serve()`` raises; None: ``deadline_s`` (a trainer blocked on
             a dead pserver gives up within one deadline, then pings this one).
         secret: shared secret; None reads ``$PARAFLUID_RPC_SECRET``.
-        max_connections, idle_timeout_s: see :class:`RPCServer`.
+        max_connections, idle_timeout_s, max_handshakes: see :class:`RPCServer`.
     """
 
     def __init__(self, endpoint: str, fan_in: int, sync_mode: bool = True, *,
@@ -157,7 +158,8 @@ class ParameterServer:
                  poll_interval_s: float = 0.05,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-                 first_contact_s: float | None = None) -> None:
+                 first_contact_s: float | None = None,
+                 max_handshakes: int = DEFAULT_MAX_HANDSHAKES) -> None:
         if not isinstance(fan_in, int) or fan_in < 1:
             raise ValueError(f"ParameterServer: fan_in must be an int >= 1, got {fan_in!r}")
         self.fan_in = fan_in
@@ -215,7 +217,7 @@ class ParameterServer:
                                  poll_interval_s=poll_interval_s, on_tick=self._tick,
                                  on_disconnect=self._disconnected,
                                  max_connections=max_connections,
-                                 idle_timeout_s=idle_timeout_s)
+                                 idle_timeout_s=idle_timeout_s, max_handshakes=max_handshakes)
         self.endpoint = self._server.endpoint
         self.peers = [p for p in peers if p != self.endpoint and p != endpoint]
         # the job's folder among the emergency checkpoints: two jobs failing at the same step
@@ -300,6 +302,12 @@ class ParameterServer:
                     req.reply()
                     return
                 raise _RequestError(f"trainer {t} already completed and cannot {m.kind.name}")
+            if m.kind == Kind.COMPLETE and owner is None:
+                # NOTE: a trainer tells only the pservers it used that it is done (it pulls
+                # its parameters from each first): a COMPLETE for a trainer that never spoke
+                # here is a stranger's, or a replay, and would end the job for it
+                raise _RequestError(f"trainer {t} never connected to this pserver; a COMPLETE "
+                                    f"for it from {req.peer} is not accepted")
             self._check_step(m.kind, t, m.step)
         except _RequestError as e:
             if self._restarted_alone(m.kind, t, m.step):

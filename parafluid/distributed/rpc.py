@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
@@ -47,12 +48,15 @@ from .link_shaper import frames_nbytes as _nbytes
 from .link_shaper import link_shaper
 from .wire import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    FRAME_BYTES,
     SECRET_ENV,
+    SESSION_BYTES,
     Kind,
     Message,
     WireError,
     decode,
     encode,
+    max_frames,
     rpc_secret,
 )
 
@@ -61,14 +65,20 @@ __all__ = ["RPCServer", "RPCClient", "Request", "RPCError", "RPCTimeoutError",
 
 log = logging.getLogger("parafluid.distributed.rpc")
 
-_MAX_FRAMES = 4  # header, two payload frames, MAC
 DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_MAX_HANDSHAKES = 16  # connections admitted at once while still in their handshake
+# the largest frame ZeroMQ reads (payloads go as frames of at most FRAME_BYTES), headers and
+# handshake commands included: what a connection can make the server hold before it is
+# authenticated
+_FRAME_LIMIT = FRAME_BYTES + 65536
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 _PLAIN_LABEL = b"parafluid zmq plain v1"
 _MAX_ROLE_BYTES = 64
 # the handshakes that fail before ZAP is asked (a NULL peer at a PLAIN server, garbage, a
 # connection closed or timed out mid-handshake); ZAP refusals are counted where they happen
 _HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+_HANDSHAKE_ENDED = _HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | \
+    zmq.EVENT_HANDSHAKE_SUCCEEDED
 
 
 _monitor_numbers = itertools.count(1)
@@ -158,15 +168,16 @@ class Request:
     connection closes.
     """
 
-    __slots__ = ("msg", "peer", "link", "_server", "_identity", "replied", "step")
+    __slots__ = ("msg", "peer", "link", "_server", "_identity", "_session", "replied", "step")
 
     def __init__(self, server: RPCServer, identity: bytes, msg: Message, peer: str,
-                 link: int = -1) -> None:
+                 link: int = -1, session: bytes = b"") -> None:
         self.msg = msg
         self.peer = peer
         self.link = link
         self._server = server
         self._identity = identity
+        self._session = session
         self.replied = False
         self.step = -1  # the server's step, sent with the reply (set by the handler)
 
@@ -192,7 +203,8 @@ class Request:
         assert not self.replied, f"request {self.msg.kind.name} {self.msg.name!r} replied twice"
         self.replied = True
         return self._server._send(self._identity, kind, self.msg.name, value, self.msg.seq,
-                                  track, step=self.step)
+                                  track, step=self.step, session=self._session,
+                                  counter=self.msg.counter)
 
 
 class RPCServer:
@@ -214,6 +226,8 @@ class RPCServer:
             socket or its process ended; or it missed the heartbeat).
         max_connections: connections admitted at once; a further one is refused at its
             handshake, before it can send a byte of a message.
+        max_handshakes: of those, connections admitted at once while still in their
+            handshake (not yet authenticated); a further one is shut down as it is accepted.
         idle_timeout_s: a connection that neither completes its handshake nor answers a
             heartbeat (e.g. it stalls in the middle of a frame) within this time is dropped,
             with whatever it had sent.
@@ -225,12 +239,23 @@ class RPCServer:
     counts it, the log names it at a bounded rate). Every message's MAC is checked too.
     Without a secret, the NULL mechanism: every peer that reaches the port may send.
 
-    ZeroMQ reads a handshake command (up to the message size limit) before it asks the ZAP
-    handler, so the connection limit is also enforced as a connection is accepted: one past
-    ``max_connections`` is shut down at once (``refused_connections`` counts it). What
-    strangers can make the server hold before their credentials are checked is thus at most
-    ``max_connections`` handshake commands of up to the size limit, each for at most
-    ``idle_timeout_s``.
+    With a secret, every connection then starts a session: its first message is a HELLO
+    (MAC'd with the secret and carrying a nonce of the client's), answered with a fresh
+    random session id (MAC'd over that nonce), which the server keeps for the connection's
+    ZeroMQ routing id. Every later message in both directions is MAC'd over that session id
+    and a counter that must grow: a message captured on one connection, from another job
+    (another server's sessions) or earlier on the same connection is refused (``rejected``
+    counts it), and so is a reply replayed to a client. The PLAIN password is an HMAC of the
+    secret, sent in clear: whoever captures it can complete a handshake, not send a message
+    that reaches the handler.
+
+    ZeroMQ reads a handshake command before it asks the ZAP handler, so connections are also
+    limited as they are accepted: one past ``max_connections``, or past ``max_handshakes``
+    connections still in their handshake, is shut down at once (``refused_connections``
+    counts it). Every frame, handshake commands included, is at most FRAME_BYTES plus 64 KiB
+    (payloads go as several frames), so what strangers can make the server hold before their
+    credentials are checked is at most ``max_handshakes`` frames of that size (16 x 4 MiB by
+    default), each for at most ``idle_timeout_s``.
     """
 
     def __init__(self, endpoint: str, handler: Callable[[Request], None],
@@ -240,7 +265,8 @@ class RPCServer:
                  on_tick: Callable[[], None] | None = None,
                  on_disconnect: Callable[[int], None] | None = None,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S) -> None:
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                 max_handshakes: int = DEFAULT_MAX_HANDSHAKES) -> None:
         self.handler = handler
         self._shaper = link_shaper()  # benchmarks only (None unless $PARAFLUID_BENCH_LINK)
         self.on_tick = on_tick
@@ -254,6 +280,12 @@ class RPCServer:
         self.refused_connections = 0  # connections refused at their handshake (too many)
         self.refused_handshakes = 0  # handshakes refused or failed (credentials, protocol)
         self.max_connections = int(max_connections)
+        self.max_handshakes = int(max_handshakes)
+        self._handshaking = 0  # accepted connections whose handshake has not ended yet
+        # routing id -> [session id, last counter, whether a message used it] (see the class
+        # docstring); bounded: the least recently used go first, unused ones before them
+        self._sessions: dict[bytes, list[Any]] = {}
+        self._max_sessions = 2 * self.max_connections + 64
         self._open: set[int] = set()  # accepted TCP connections not yet closed (by fd)
         self._links: dict[int, int] = {}  # fd -> link number of its open connection
         self._link_no = itertools.count(1)
@@ -280,7 +312,7 @@ class RPCServer:
             self._sock.setsockopt(zmq.PLAIN_SERVER, 1)
         # ZeroMQ drops (and disconnects) a peer whose frame is larger than this, checking the
         # frame's declared size before it allocates; the decoder checks the sizes again.
-        self._sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes + 65536)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, min(self.max_message_bytes, FRAME_BYTES) + 65536)
         # A connection must finish its handshake within the idle time, and answer the
         # ZMTP heartbeat PING within it: a peer that stops in the middle of a frame sends no
         # PONG (that would come after the frame), so it is dropped with its partial frame.
@@ -290,7 +322,7 @@ class RPCServer:
         self._sock.setsockopt(zmq.HEARTBEAT_IVL, max(50, idle_ms // 3))
         self._sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, idle_ms)
         self._monitor = _monitor_socket(
-            self._sock, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _HANDSHAKE_FAILED)
+            self._sock, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _HANDSHAKE_ENDED)
         try:
             self._sock.bind(tcp_address(endpoint))
         except zmq.ZMQError as e:
@@ -363,6 +395,7 @@ class RPCServer:
             fd = event["value"]
             if event["event"] == zmq.EVENT_ACCEPTED:
                 self._open.add(fd)
+                self._handshaking += 1
                 link = self._links[fd] = next(self._link_no)
                 address = self.link_addresses[link] = _peer_address(fd)
                 self._limit_accepted(fd, address)
@@ -372,10 +405,17 @@ class RPCServer:
                 if link >= 0 and self.on_disconnect is not None:
                     self.on_disconnect(link)
                 self.link_addresses.pop(link, None)
-            elif event["event"] & _HANDSHAKE_FAILED:
-                self.refused_handshakes += 1
-                self._log.error("rpc server %s: a connection failed its handshake (%s)",
-                                self.endpoint, failure_reason(event, self.secret, "server"))
+            elif event["event"] & _HANDSHAKE_ENDED:
+                # NOTE: these events carry no descriptor, so connections in their handshake
+                # are counted, not named; the count never exceeds the open connections (an
+                # event lost under a flood must not shut out later connections for good)
+                self._handshaking = max(0, self._handshaking - 1)
+                if event["event"] & _HANDSHAKE_FAILED:
+                    self.refused_handshakes += 1
+                    self._log.error("rpc server %s: a connection failed its handshake (%s)",
+                                    self.endpoint,
+                                    failure_reason(event, self.secret, "server"))
+            self._handshaking = min(self._handshaking, len(self._open))
         while True:
             try:
                 request = self._zap.recv_multipart(zmq.NOBLOCK)
@@ -386,14 +426,18 @@ class RPCServer:
     def _limit_accepted(self, fd: int, address: str) -> None:
         """Shut down the connection just accepted on ``fd`` if it is one too many (see the
         class docstring), before ZeroMQ reads its handshake command."""
-        if len(self._open) <= self.max_connections:
+        if len(self._open) > self.max_connections:
+            why = (f"{len(self._open) - 1} connections are open, at most "
+                   f"{self.max_connections} are admitted")
+        elif self._handshaking > self.max_handshakes:
+            why = (f"{self._handshaking - 1} connections are in their handshake, at most "
+                   f"{self.max_handshakes} are admitted")
+        else:
             return
         if _shutdown(fd, address):
             self.refused_connections += 1
             self._log.error("rpc server %s: shut down a connection from %s as it was "
-                            "accepted: %d connections are open, at most %d are admitted",
-                            self.endpoint, address or "?", len(self._open) - 1,
-                            self.max_connections)
+                            "accepted: %s", self.endpoint, address or "?", why)
 
     def _zap_reply(self, request: list[bytes]) -> list[bytes]:
         """The ZAP answer (RFC 27) to one handshake: credentials first, then capacity."""
@@ -438,46 +482,98 @@ class RPCServer:
         first = self._sock.recv(zmq.NOBLOCK, copy=False)
         frames: list[zmq.Frame] = []
         extra = 0
+        most = max_frames(self.max_message_bytes)
         while self._sock.getsockopt(zmq.RCVMORE):
             f = self._sock.recv(copy=False)
-            if len(frames) < _MAX_FRAMES + 1:
+            if len(frames) < most:
                 frames.append(f)
             else:  # keep reading to the end of the message, but hold on to nothing more
                 extra += 1
         identity = first.bytes
         if extra:
-            self._reject(identity, first, f"{len(frames) + extra} frames (at most "
-                                          f"{_MAX_FRAMES})")
+            self._reject(identity, first, f"{len(frames) + extra} frames (at most {most})")
             return None
         return identity, frames
 
     def _dispatch(self, identity: bytes, frames: list[zmq.Frame]) -> None:
+        session = self._sessions.get(identity) if self.secret is not None else None
         try:
-            msg = decode(frames, secret=self.secret, max_message_bytes=self.max_message_bytes)
+            msg = decode(frames, secret=self.secret, session=session[0] if session else b"",
+                         max_message_bytes=self.max_message_bytes)
         except WireError as e:
-            self._reject(identity, frames[0] if frames else None, str(e))
+            why = str(e)
+            if session is None and self.secret is not None and "MAC mismatch" in why:
+                why += ("; this connection has no session with this server (it did not "
+                        "start with a HELLO, the server restarted, or the message was "
+                        "captured elsewhere)")
+            self._reject(identity, frames[0] if frames else None, why)
             return
         if msg.kind >= Kind.REPLY_OK:
             self._reject(identity, frames[0], f"a reply ({msg.kind.name}) sent to a server")
             return
         if self._shaper is not None:
             self._shaper.pace("in", _nbytes(frames))
+        if msg.kind == Kind.HELLO:
+            if self.secret is None:  # NOTE: sessions need a secret; handlers never see HELLO
+                self._reject(identity, frames[0], "a HELLO to a server without a secret")
+            else:
+                self._hello(identity, frames[0], msg)
+            return
+        if self.secret is not None:
+            if session is None:
+                self._reject(identity, frames[0], f"a {msg.kind.name} outside a session (the "
+                                                  "connection did not start with a HELLO)")
+                return
+            if msg.counter <= session[1]:
+                self._reject(identity, frames[0], f"a replayed or reordered {msg.kind.name}: "
+                                                  f"counter {msg.counter} after {session[1]}")
+                return
+            session[1], session[2] = msg.counter, True
+            self._sessions[identity] = self._sessions.pop(identity)  # most recently used
         fd = -1
         with contextlib.suppress(zmq.ZMQError, ValueError, TypeError):
             fd = frames[0].get(zmq.SRCFD)
         self.handler(Request(self, identity, msg, _peer(frames[0], identity),
-                             self._links.get(fd, -1)))
+                             self._links.get(fd, -1), session[0] if session else b""))
+
+    def _hello(self, identity: bytes, frame: zmq.Frame, msg: Message) -> None:
+        """Start a session for the connection ``identity`` (see the class docstring)."""
+        nonce = msg.value.numpy().tobytes() if msg.value is not None else b""
+        if len(nonce) != SESSION_BYTES:
+            self._reject(identity, frame, f"a HELLO with a {len(nonce)}-byte nonce "
+                                          f"(expected {SESSION_BYTES})")
+            return
+        if identity not in self._sessions and len(self._sessions) >= self._max_sessions:
+            # NOTE: a HELLO can be replayed (it cannot know the session); a replayed one
+            # gets a session that no captured message fits, so it is never used: those go
+            # first, then the least recently used
+            unused = next((k for k, v in self._sessions.items() if not v[2]), None)
+            self._sessions.pop(unused if unused is not None else next(iter(self._sessions)))
+        session_id = os.urandom(SESSION_BYTES)
+        self._sessions.pop(identity, None)
+        self._sessions[identity] = [session_id, 0, False]
+        with contextlib.suppress(zmq.ZMQError, ValueError):
+            self._send(identity, Kind.REPLY_VALUE, "", session_id, msg.seq, session=nonce,
+                       counter=msg.counter)
 
     def _reject(self, identity: bytes, frame: zmq.Frame | None, why: str) -> None:
         self.rejected += 1
         self._log.error("rpc server %s: rejected a message from %s: %s", self.endpoint,
                         _peer(frame, identity), why)
+        session = self._sessions.get(identity)
         with contextlib.suppress(zmq.ZMQError, ValueError):
-            self._send(identity, Kind.REPLY_ERROR, "", f"rejected by {self.endpoint}: {why}", 0)
+            self._send(identity, Kind.REPLY_ERROR, "", f"rejected by {self.endpoint}: {why}", 0,
+                       session=session[0] if session else b"")
 
     def _send(self, identity: bytes, kind: Kind, name: str, value: Any, seq: int,
-              track: bool = False, step: int = -1) -> zmq.MessageTracker | None:
-        frames = encode(kind, name, value, seq=seq, step=step, secret=self.secret)
+              track: bool = False, step: int = -1, session: bytes = b"",
+              counter: int = 0) -> zmq.MessageTracker | None:
+        if isinstance(value, bytes):
+            value = torch.frombuffer(bytearray(value), dtype=torch.uint8)
+        # NOTE: replies go whole: a client's per-frame limit is the message limit (it accepts
+        # no connections), and one frame becomes a tensor without a copy
+        frames = encode(kind, name, value, seq=seq, step=step, secret=self.secret,
+                        session=session, counter=counter, split=False)
         if self._shaper is not None:
             self._shaper.pace("out", _nbytes(frames))
         return self._sock.send_multipart([identity, *frames], copy=False, track=track)
@@ -605,6 +701,8 @@ class RPCClient:
         self._monitor: zmq.Socket | None = None  # the socket's handshake failures
         self._closed_handshakes = 0  # connections closed mid-handshake, on this socket
         self._probed = False  # whether the server's mechanism was asked, on this socket
+        self._session: bytes | None = None  # with a secret: this socket's session id
+        self._counter = itertools.count(1)  # the MAC counter of this socket's session
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
@@ -639,6 +737,7 @@ class RPCClient:
             self._monitor.close(linger=0)
             self._monitor = None
         self._closed_handshakes, self._probed = 0, False
+        self._session, self._counter = None, itertools.count(1)
 
     def _handshake_refused(self, what: str, dl: Deadline) -> RPCError | None:
         """The error for a handshake the server refused or failed (seen on the monitor), or
@@ -695,59 +794,98 @@ class RPCClient:
         dl = Deadline(self.deadline_s if deadline_s is None else deadline_s)
         with self._lock:
             seq = next(self._seq) if seq is None else int(seq)
+            session, counter = b"", 0
+            if self.secret is not None:
+                if self._session is None:
+                    self._session = self._hello(what, dl)
+                session, counter = self._session, next(self._counter)
             frames = encode(kind, name, value, trainer_id=self.trainer_id, seq=seq, step=step,
-                            secret=self.secret)
+                            secret=self.secret, session=session, counter=counter)
             if self._shaper is not None:
                 self._shaper.pace("out", _nbytes(frames))
-            sock = self._socket()
-            try:
-                poller = zmq.Poller()
-                poller.register(self._monitor, zmq.POLLIN)
-                # NOTE: a refused handshake ends the connection for good (ZeroMQ does not
-                # reconnect after it); a blocking send would then wait forever for one, so
-                # the request is queued without waiting, and when it cannot be the monitor
-                # says why
-                with contextlib.suppress(zmq.Again):
-                    sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
-                    poller.register(sock, zmq.POLLIN)
-                while True:
-                    left_ms = int(dl.remaining() * 1000)
-                    ready = dict(poller.poll(left_ms)) if left_ms > 0 else {}
-                    if self._monitor in ready:
-                        refused = self._handshake_refused(what, dl)
-                        if refused is not None:
-                            self._reset()
-                            raise refused
-                    if not ready:
-                        closed = self._closed_handshakes
-                        self._reset()
-                        raise RPCTimeoutError(
-                            f"{what} to pserver {self.endpoint} (trainer {self.trainer_id}): "
-                            f"no reply within {dl.seconds:.1f} s; the pserver is down, has "
-                            "not started, or is stuck waiting for another trainer "
-                            "(deadline: FLAGS_rpc_deadline, in ms)" + (
-                                f"; {closed} connection(s) to it were closed during their "
-                                "handshake" if closed else ""))
-                    if sock not in ready:
-                        continue
-                    reply = self._read_reply(sock, what)
-                    if reply is None or (reply.seq != seq and not (
-                            reply.kind == Kind.REPLY_ERROR and reply.seq == 0)):
-                        continue  # a late reply to an earlier, timed-out request
-                    if reply.kind == Kind.REPLY_ERROR:
-                        raise RPCError(f"pserver {self.endpoint} refused {what} "
-                                       f"(trainer {self.trainer_id}): {reply.text()}")
-                    return reply
-            except zmq.ZMQError as e:
-                self._reset()
-                raise RPCError(f"{what} to pserver {self.endpoint}: {e}") from None
+            return self._exchange(frames, what, seq, dl, session, counter)
 
-    def _read_reply(self, sock: zmq.Socket, what: str) -> Message | None:
+    def _hello(self, what: str, dl: Deadline) -> bytes:
+        """Start this socket's session (see :class:`RPCServer`); returns the session id."""
+        nonce = os.urandom(SESSION_BYTES)
+        seq = next(self._seq)
+        frames = encode(Kind.HELLO, "", nonce, trainer_id=self.trainer_id, seq=seq,
+                        secret=self.secret)
+        reply = self._exchange(frames, what, seq, dl, nonce, 0)
+        got = reply.value.numpy().tobytes() if isinstance(reply.value, torch.Tensor) else b""
+        if reply.kind != Kind.REPLY_VALUE or len(got) != SESSION_BYTES:
+            self._reset()
+            raise RPCError(f"{what} to {self.endpoint}: the server answered the session's "
+                           f"HELLO with {reply.kind.name} of {len(got)} bytes, not a session")
+        return got
+
+    def _exchange(self, frames: list[Any], what: str, seq: int, dl: Deadline,
+                  session: bytes, counter: int) -> Message:
+        """Send one request's frames and wait for its reply (see :meth:`call`)."""
+        sock = self._socket()
+        try:
+            poller = zmq.Poller()
+            poller.register(self._monitor, zmq.POLLIN)
+            # NOTE: a refused handshake ends the connection for good (ZeroMQ does not
+            # reconnect after it); a blocking send would then wait forever for one, so
+            # the request is queued without waiting, and when it cannot be the monitor
+            # says why
+            with contextlib.suppress(zmq.Again):
+                sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+                poller.register(sock, zmq.POLLIN)
+            while True:
+                left_ms = int(dl.remaining() * 1000)
+                ready = dict(poller.poll(left_ms)) if left_ms > 0 else {}
+                if self._monitor in ready:
+                    refused = self._handshake_refused(what, dl)
+                    if refused is not None:
+                        self._reset()
+                        raise refused
+                if not ready:
+                    closed = self._closed_handshakes
+                    self._reset()
+                    raise RPCTimeoutError(
+                        f"{what} to pserver {self.endpoint} (trainer {self.trainer_id}): "
+                        f"no reply within {dl.seconds:.1f} s; the pserver is down, has "
+                        "not started, or is stuck waiting for another trainer "
+                        "(deadline: FLAGS_rpc_deadline, in ms)" + (
+                            f"; {closed} connection(s) to it were closed during their "
+                            "handshake" if closed else ""))
+                if sock not in ready:
+                    continue
+                reply = self._read_reply(sock, what, session)
+                if reply is None or (reply.seq != seq and not (
+                        reply.kind == Kind.REPLY_ERROR and reply.seq == 0)):
+                    continue  # a late reply to an earlier, timed-out request
+                if self.secret is not None and reply.seq != 0 and reply.counter != counter:
+                    continue  # a reply replayed from earlier in this session
+                if reply.kind == Kind.REPLY_ERROR:
+                    raise RPCError(f"pserver {self.endpoint} refused {what} "
+                                   f"(trainer {self.trainer_id}): {reply.text()}")
+                return reply
+        except zmq.ZMQError as e:
+            self._reset()
+            raise RPCError(f"{what} to pserver {self.endpoint}: {e}") from None
+
+    def _read_reply(self, sock: zmq.Socket, what: str, session: bytes) -> Message | None:
         parts = sock.recv_multipart(copy=False)
         if self._shaper is not None:
             self._shaper.pace("in", _nbytes(parts))
         try:
-            return decode(parts, secret=self.secret, max_message_bytes=self.max_message_bytes)
+            try:
+                return decode(parts, secret=self.secret, session=session,
+                              max_message_bytes=self.max_message_bytes)
+            except WireError:
+                if not session:
+                    raise
+                # NOTE: a server that knows no session for this connection (it restarted, or
+                # evicted it) refuses with an error outside the session: that error is read
+                # (and only an error is), so the caller learns why
+                reply = decode(parts, secret=self.secret,
+                               max_message_bytes=self.max_message_bytes)
+                if reply.kind != Kind.REPLY_ERROR or reply.seq != 0:
+                    raise
+                return reply
         except WireError as e:
             hint = f" (does the pserver have ${SECRET_ENV}?)" if self.secret and "MAC" in str(e) \
                 else ""

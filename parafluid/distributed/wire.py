@@ -5,13 +5,21 @@ A message is ``[header, *payload, mac?]``:
 * ``header``: a fixed little-endian struct (:data:`HEADER`) followed by the UTF-8 variable
   name and ``ndim`` signed 64-bit dims. It says everything the decoder needs to check the rest
   before it allocates anything: kind, dtype, shape, payload size, trainer id, sequence number.
-* ``payload``: raw tensor bytes, sent from a memoryview of the CPU tensor (no pickle, no
-  serialisation step). A dense tensor is one frame; a SelectedRows is two (int64 rows, then
-  the ``[len(rows), ...]`` values, with ``height`` in the header). Kinds without a value have
-  no payload frame.
-* ``mac``: HMAC-SHA256 of the header and payload frames, present when the sender has a shared
-  secret (``PARAFLUID_RPC_SECRET``); a receiver with a secret refuses messages without a valid
-  one.
+* ``payload``: raw tensor bytes, sent from memoryviews of the CPU tensor (no pickle, no
+  serialisation step). A dense tensor is one part; a SelectedRows is two (int64 rows, then
+  the ``[len(rows), ...]`` values, with ``height`` in the header). A request's parts go as
+  frames of at most :data:`FRAME_BYTES` (the last one shorter; header flag ``split``), so
+  that a server's per-frame limit, which ZeroMQ applies before it has authenticated anyone,
+  can stay a few MiB whatever the tensor's size; a reply's parts go whole (a client accepts
+  no connections, and the receiver then takes over the frame's memory without a copy). Kinds
+  without a value have no payload frame.
+* ``mac``: present when the sender has a shared secret (``PARAFLUID_RPC_SECRET``): the
+  sender's message counter (8 bytes) and an HMAC-SHA256, keyed with the secret, of the
+  session id, that counter, the header and the payload frames. A receiver with a secret
+  refuses messages without a valid one. The session id binds a message to one connection of
+  one server's life (see :mod:`.rpc`: it is agreed by a HELLO exchange when the connection
+  starts, and a HELLO itself is MAC'd without one), the counter lets the receiver refuse a
+  message it has seen before.
 
 :func:`decode` validates magic, version, kind, flags, name, dtype, rank, dims, sizes, frame
 count, the message size limit and the MAC, and only then copies the payload into fresh tensors,
@@ -44,16 +52,20 @@ import torch
 from ..scope import SelectedRows
 
 __all__ = ["Kind", "Message", "WireError", "encode", "decode", "rpc_secret", "HEADER",
-           "MAGIC", "VERSION", "DEFAULT_MAX_MESSAGE_BYTES", "WIRE_DTYPES", "SECRET_ENV"]
+           "MAGIC", "VERSION", "DEFAULT_MAX_MESSAGE_BYTES", "WIRE_DTYPES", "SECRET_ENV",
+           "FRAME_BYTES", "SESSION_BYTES", "max_frames"]
 
 MAGIC = b"PFRP"
-VERSION = 2
+VERSION = 3
 SECRET_ENV = "PARAFLUID_RPC_SECRET"
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB of payload per message
 MAX_NAME_BYTES = 512
 MAX_NDIM = 8
 MAX_TEXT_BYTES = 64 * 1024  # error texts and checkpoint directory names
-MAC_BYTES = 32
+FRAME_BYTES = 4 << 20  # payload bytes per frame: larger parts are split
+SESSION_BYTES = 16  # a HELLO's nonce and a session id
+_COUNTER = struct.Struct("<Q")
+MAC_BYTES = _COUNTER.size + 32  # the counter, then HMAC-SHA256
 
 # magic, version, kind, dtype code, ndim, flags, name length, trainer id, seq, nbytes, height,
 # step (a request: the sender's step with this server; a reply: the server's step; -1: none)
@@ -62,7 +74,8 @@ _DIM = struct.Struct("<q")
 
 _FLAG_MAC = 1
 _FLAG_SELECTED_ROWS = 2
-_KNOWN_FLAGS = _FLAG_MAC | _FLAG_SELECTED_ROWS
+_FLAG_SPLIT = 4  # payload parts go as frames of at most FRAME_BYTES
+_KNOWN_FLAGS = _FLAG_MAC | _FLAG_SELECTED_ROWS | _FLAG_SPLIT
 
 
 class Kind(enum.IntEnum):
@@ -76,6 +89,7 @@ class Kind(enum.IntEnum):
     PREFETCH = 6        # rows of a distributed lookup table (value: int64 row ids)
     CHECKPOINT = 7      # save your blocks (value: the directory as UTF-8 bytes)
     COMPLETE = 8        # this trainer is done (Executor.close())
+    HELLO = 9           # start a session (value: the client's nonce; the reply: the session)
     REPLY_OK = 16
     REPLY_VALUE = 17
     REPLY_ERROR = 18    # value: the error text as UTF-8 bytes
@@ -91,6 +105,7 @@ _RULES: dict[Kind, tuple[bool, str | None]] = {
     Kind.PREFETCH: (True, "rows"),
     Kind.CHECKPOINT: (False, "text"),
     Kind.COMPLETE: (False, None),
+    Kind.HELLO: (False, "text"),
     Kind.REPLY_OK: (False, None),
     Kind.REPLY_VALUE: (False, "any"),
     Kind.REPLY_ERROR: (False, "text"),
@@ -131,6 +146,7 @@ class Message:
     trainer_id: int = -1
     seq: int = 0
     step: int = -1
+    counter: int = 0  # the sender's message counter (from the MAC frame; 0 without one)
 
     def text(self) -> str:
         """The UTF-8 text of a REPLY_ERROR or CHECKPOINT message."""
@@ -181,15 +197,40 @@ def _text_tensor(text: str | bytes) -> torch.Tensor:
         torch.empty(0, dtype=torch.uint8)
 
 
+def max_frames(limit: int) -> int:
+    """The most frames a message with at most ``limit`` payload bytes has."""
+    return 1 + 2 + max(0, int(limit)) // FRAME_BYTES + 1  # header, two parts, MAC
+
+
+def _split(view: memoryview) -> list[memoryview]:
+    """A payload part as frames of at most FRAME_BYTES (one frame when it is empty)."""
+    if view.nbytes <= FRAME_BYTES:
+        return [view]
+    return [view[i:i + FRAME_BYTES] for i in range(0, view.nbytes, FRAME_BYTES)]
+
+
+def _frame_sizes(size: int, split: bool) -> list[int]:
+    """The sizes of the frames of a part of ``size`` bytes (what _split makes, if ``split``)."""
+    if size <= FRAME_BYTES or not split:
+        return [size]
+    full, rest = divmod(size, FRAME_BYTES)
+    return [FRAME_BYTES] * full + ([rest] if rest else [])
+
+
 def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -1,
-           seq: int = 0, step: int = -1, secret: bytes | None = None) -> list[Any]:
+           seq: int = 0, step: int = -1, secret: bytes | None = None,
+           session: bytes = b"", counter: int = 0, split: bool = True) -> list[Any]:
     """The frames of one message: ``[header, *payload, mac?]``; payloads are zero-copy views.
 
-    ``value`` is a tensor (or numpy array), a SelectedRows, or for CHECKPOINT and REPLY_ERROR a
-    str. The caller must not modify the tensor until the message has been sent.
+    ``value`` is a tensor (or numpy array), a SelectedRows, or for CHECKPOINT, REPLY_ERROR and
+    HELLO a str or bytes. The caller must not modify the tensor until the message has been
+    sent. With a ``secret``, the MAC covers ``session`` (ignored for a HELLO) and ``counter``.
+    ``split``: send parts larger than FRAME_BYTES as several frames (requests; a receiver
+    with a per-frame limit of FRAME_BYTES needs it).
     """
     kind = Kind(kind)
-    if kind in (Kind.CHECKPOINT, Kind.REPLY_ERROR) and isinstance(value, (str, bytes)):
+    if kind in (Kind.CHECKPOINT, Kind.REPLY_ERROR, Kind.HELLO) and \
+            isinstance(value, (str, bytes)):
         value = _text_tensor(value)
     name_b = name.encode("utf-8")
     if len(name_b) > MAX_NAME_BYTES or (name and not _NAME_RE.fullmatch(name)):
@@ -214,21 +255,35 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
     if len(dims) > MAX_NDIM:
         raise ValueError(f"rpc {kind.name} {name!r}: rank {len(dims)} > {MAX_NDIM}")
     nbytes = sum(p.nbytes for p in payload)
+    split = split and any(p.nbytes > FRAME_BYTES for p in payload)
+    flags |= _FLAG_SPLIT if split else 0
     header = HEADER.pack(MAGIC, VERSION, int(kind), code, len(dims), flags, len(name_b),
                          int(trainer_id), int(seq), nbytes, height, int(step)) + name_b + \
         b"".join(_DIM.pack(d) for d in dims)
-    frames: list[Any] = [header, *payload]
+    frames: list[Any] = [header]
+    for p in payload:
+        frames += _split(p) if split else [p]
     if secret:
-        frames.append(_mac(secret, header, payload))
+        frames.append(_mac(secret, _session_of(kind, session), int(counter), header,
+                           frames[1:]))
     return frames
 
 
-def _mac(secret: bytes, header: Any, payload: Sequence[Any]) -> bytes:
+def _session_of(kind: Kind, session: bytes) -> bytes:
+    # NOTE: a HELLO asks for the session, so it cannot carry one
+    return b"" if kind is Kind.HELLO else bytes(session)
+
+
+def _mac(secret: bytes, session: bytes, counter: int, header: Any,
+         payload: Sequence[Any]) -> bytes:
+    """The MAC frame: the counter, then HMAC-SHA256 of session, counter, header, payload."""
+    count = _COUNTER.pack(counter)
     h = hmac.new(secret, digestmod=hashlib.sha256)
+    h.update(bytes([len(session)]) + session + count)
     h.update(header)
     for p in payload:
         h.update(p)
-    return h.digest()
+    return count + h.digest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,8 +296,15 @@ def _view(frame: Any) -> memoryview:
 
 
 def _alloc(nbytes: int) -> torch.Tensor:
-    """Every payload allocation of the decoder goes through here (the fuzz test watches it)."""
-    return torch.empty(nbytes, dtype=torch.uint8)
+    """Every payload allocation of the decoder goes through here (the fuzz test watches it).
+
+    NOTE: numpy's allocation, not torch's: glibc then reuses the memory of freed buffers of
+    up to 32 MiB instead of mapping fresh pages for each message (page faults cost more
+    than the copy into them).
+    """
+    if nbytes == 0:  # NOTE: an empty numpy array becomes a tensor of stride 0
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.from_numpy(np.empty(nbytes, dtype=np.uint8))
 
 
 def _tensor_of(frame: Any, view: memoryview, dtype: torch.dtype,
@@ -263,28 +325,41 @@ def _tensor_of(frame: Any, view: memoryview, dtype: torch.dtype,
     return out.view(dtype).reshape(shape)
 
 
+def _part_tensor(frames: Sequence[Any], views: Sequence[memoryview], size: int,
+                 dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """A payload part as a tensor: one frame's own memory (see _tensor_of), or the frames of
+    a part sent in pieces copied into one fresh buffer of the declared size."""
+    if len(frames) == 1:
+        return _tensor_of(frames[0], views[0], dtype, shape)
+    out = _alloc(size)
+    np.concatenate([np.frombuffer(v, dtype=np.uint8) for v in views], out=out.numpy())
+    return out.view(dtype).reshape(shape)
+
+
 def _address(view: memoryview) -> int:
     return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
-def decode(frames: Sequence[Any], *, secret: bytes | None = None,
+def decode(frames: Sequence[Any], *, secret: bytes | None = None, session: bytes = b"",
            max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Message:
     """Validate the frames of one message, then turn its payload into CPU tensors.
 
     Raises WireError (and nothing else) naming the first problem found. With a ``secret``, a
-    message without a valid MAC is refused; without one, a MAC frame is accepted unchecked.
+    message without a valid MAC (over ``session``, except for a HELLO) is refused; without
+    one, a MAC frame is accepted unchecked. Whether the counter is new is the caller's check.
     """
     try:
-        return _decode(frames, secret, max_message_bytes)
+        return _decode(frames, secret, session, max_message_bytes)
     except WireError:
         raise
     except Exception as e:  # NOTE: defence in depth; every path above should be a WireError
         raise WireError(f"undecodable message ({type(e).__name__}: {e})") from None
 
 
-def _decode(frames: Sequence[Any], secret: bytes | None, limit: int) -> Message:
-    if not 1 <= len(frames) <= 4:
-        raise WireError(f"expected 1 to 4 frames, got {len(frames)}")
+def _decode(frames: Sequence[Any], secret: bytes | None, session: bytes,
+            limit: int) -> Message:
+    if not 1 <= len(frames) <= max_frames(limit):
+        raise WireError(f"expected 1 to {max_frames(limit)} frames, got {len(frames)}")
     head = _view(frames[0])
     if head.nbytes < HEADER.size:
         raise WireError(f"header of {head.nbytes} bytes is shorter than {HEADER.size}")
@@ -363,38 +438,50 @@ def _decode(frames: Sequence[Any], secret: bytes | None, limit: int) -> Message:
     if nbytes > limit:
         raise WireError(f"payload of {nbytes} bytes exceeds the limit of {limit}")
     has_mac = bool(flags & _FLAG_MAC)
-    want = 1 + len(payload_sizes) + has_mac
+    part_frames = [_frame_sizes(size, bool(flags & _FLAG_SPLIT)) for size in payload_sizes]
+    n_payload = sum(len(p) for p in part_frames)
+    want = 1 + n_payload + has_mac
     if len(frames) != want:
-        raise WireError(f"{kind.name} with {len(payload_sizes)} payload frame(s)"
+        raise WireError(f"{kind.name} with {n_payload} payload frame(s)"
                         f"{' and a MAC' if has_mac else ''} needs {want} frames, got "
                         f"{len(frames)}")
-    payload = [_view(f) for f in frames[1:1 + len(payload_sizes)]]
-    for i, (p, size) in enumerate(zip(payload, payload_sizes)):
+    payload = [_view(f) for f in frames[1:1 + n_payload]]
+    for i, (p, size) in enumerate(zip(payload, (s for sizes in part_frames for s in sizes))):
         if p.nbytes != size:
             raise WireError(f"payload frame {i} has {p.nbytes} bytes, header says {size}")
+    counter = 0
+    if has_mac:
+        mac = _view(frames[-1])
+        if mac.nbytes != MAC_BYTES:
+            raise WireError(f"MAC frame of {mac.nbytes} bytes, expected {MAC_BYTES}")
+        counter = _COUNTER.unpack_from(mac)[0]
     if secret:
         if not has_mac:
             raise WireError("message is not authenticated (no MAC) but this endpoint "
                             f"requires the shared secret (${SECRET_ENV})")
-        mac = _view(frames[-1])
-        if mac.nbytes != MAC_BYTES or not hmac.compare_digest(
-                bytes(mac), _mac(secret, head, payload)):
+        if not hmac.compare_digest(bytes(mac), _mac(secret, _session_of(kind, session),
+                                                    counter, head, payload)):
             raise WireError(f"MAC mismatch: the peer does not know this endpoint's shared "
-                            f"secret (${SECRET_ENV})")
-    elif has_mac and _view(frames[-1]).nbytes != MAC_BYTES:
-        raise WireError(f"MAC frame of {_view(frames[-1]).nbytes} bytes, expected {MAC_BYTES}")
+                            f"secret (${SECRET_ENV}), or the message belongs to another "
+                            "session (another connection, job or server)")
 
     # Everything is checked: now allocate exactly what was declared.
     value: Value | None = None
+    first = 1
+    parts = []
+    for sizes, size in zip(part_frames, payload_sizes):
+        parts.append((frames[first:first + len(sizes)], payload[first - 1:first - 1 + len(sizes)],
+                      size))
+        first += len(sizes)
     if tdtype is not None and selected:
-        rows = _tensor_of(frames[1], payload[0], torch.int64, (dims[0],))
+        rows = _part_tensor(*parts[0], torch.int64, (dims[0],))
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= height):
             raise WireError(f"SelectedRows row ids outside [0, {height})")
-        value = SelectedRows(rows, _tensor_of(frames[2], payload[1], tdtype, dims), height)
+        value = SelectedRows(rows, _part_tensor(*parts[1], tdtype, dims), height)
     elif tdtype is not None:
-        value = _tensor_of(frames[1], payload[0], tdtype, dims)
+        value = _part_tensor(*parts[0], tdtype, dims)
     if tdtype is torch.bool:  # NOTE: a bool byte other than 0 or 1 is undefined behaviour
         data = value.value if isinstance(value, SelectedRows) else value
         if data.numel() and int(data.view(torch.uint8).max()) > 1:
             raise WireError("bool payload has bytes other than 0 and 1")
-    return Message(kind, name, value, trainer_id, seq, step)
+    return Message(kind, name, value, trainer_id, seq, step, counter)

@@ -341,6 +341,9 @@ def test_prefetch_sparse_gradients_and_checkpoint_notice():
 def test_protocol_errors_are_answered_and_the_server_goes_on():
     job = Job(fan_in=2)
     early = PServerClient(job.endpoint, 1, 5)
+    with pytest.raises(RPCError, match="trainer 1 never connected to this pserver"):
+        early.complete()  # a COMPLETE before any other request: a stranger's
+    early.recv("w")
     early.complete()
     early.complete()  # idempotent
     with pytest.raises(RPCError, match="trainer 1 already completed"):

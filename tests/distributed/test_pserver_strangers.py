@@ -235,7 +235,8 @@ def test_a_flood_of_refused_messages_costs_a_few_log_lines(caplog):
     garbage.setsockopt(zmq.LINGER, 0)
     garbage.connect(f"tcp://{server.endpoint}")
     forged = [PServerClient(server.endpoint, 1, 10)]
-    forged[0].complete()  # binds trainer 1 to this connection (the job's trainer 1 here)
+    forged[0].recv("w")  # binds trainer 1 to this connection (the job's trainer 1 here)
+    forged[0].complete()
     for i in range(1500):
         garbage.send_multipart([b"PFRP junk %d" % i])
     for _ in range(500):  # forged requests with attacker-chosen ids, from new connections
@@ -247,7 +248,9 @@ def test_a_flood_of_refused_messages_costs_a_few_log_lines(caplog):
     while server.ps._server.rejected < 1500 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.ps._server.rejected == 1500 and server.ps.refused == 500
-    PServerClient(server.endpoint, 0, 10).complete()  # the last trainer: serve() returns
+    last = PServerClient(server.endpoint, 0, 10)
+    last.recv("w")
+    last.complete()  # the last trainer: serve() returns
     server.join()
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(lines) <= 2 * 20 + 4, len(lines)  # 2 windows at most in this test, + counts
@@ -463,7 +466,9 @@ def test_strangers_in_their_handshake_are_bounded_in_number_and_memory():
     hold a 15 MiB handshake command open (never finished, so the ZAP handler, which counts
     connections, is never asked): the server shuts every connection past the 4th down as
     it is accepted, so its memory grows by at most 4 commands (not 24, 360 MiB); once the
-    strangers are gone the trainers, with the secret, connect and train."""
+    strangers are gone the trainers, with the secret, connect and train. (A 15 MiB command
+    is also larger than a frame may be: ZeroMQ drops each as its size is read; see
+    test_rpc_sessions.py for strangers within the frame limit.)"""
     secret = "the job's secret"
     # NOTE: the trainers come once the strangers are gone, which on a busy machine takes long
     server = Server(secret=secret, max_message_bytes=16 << 20, max_connections=4,

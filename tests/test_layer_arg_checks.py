@@ -102,3 +102,18 @@ def test_resize_scale_must_be_a_number():
             L.resize_nearest(x, scale="scale")
         with pytest.raises(ValueError, match="scale must be > 0"):
             L.resize_nearest(x, scale=-0.3)
+
+
+def test_scatter_nd_add_errors_carry_fluids_wording():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        ref = L.data(name="ref", shape=[3, 4, 5], dtype="float32")
+        with pytest.raises(ValueError, match=r"Input\(Index\).shape\[-1\] should be no greater"):
+            L.scatter_nd_add(ref, L.data(name="i", shape=[2, 10], dtype="int32"),
+                             L.data(name="u", shape=[2, 10], dtype="float32"))
+        with pytest.raises(ValueError, match="Updates has wrong shape"):
+            L.scatter_nd(L.data(name="j", shape=[2, 1], dtype="int32"),
+                         L.data(name="v", shape=[2, 4, 5, 20], dtype="float32"), [3, 4, 5])
+        with pytest.raises(ValueError, match="ref and updates must have the same dtype"):
+            L.scatter_nd_add(L.data(name="r64", shape=[4], dtype="float64"),
+                             L.data(name="k", shape=[1], dtype="int32"),
+                             L.data(name="w", shape=[1], dtype="float32"))

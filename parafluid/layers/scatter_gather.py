@@ -111,6 +111,9 @@ def scatter_nd_add(ref: Variable, index: Variable, updates: Variable,
     indexing; repeated positions add up)."""
     for arg, v in (("ref", ref), ("index", index), ("updates", updates)):
         _check_var("scatter_nd_add", arg, v)
+    if ref.dtype != updates.dtype:
+        raise ValueError(f"scatter_nd_add: ref and updates must have the same dtype, got "
+                         f"{ref.dtype} and {updates.dtype}")
     return _append("scatter_nd_add", {"X": [ref], "Index": [index], "Updates": [updates]}, {},
                    ref.dtype, name)
 

@@ -317,11 +317,16 @@ register_op("gather_nd", inputs=("X", "Index"), outputs=("Out",),
 def _scatter_nd_add_shape(ins: dict, attrs: dict) -> dict:
     x, index, upd = ins["X"], ins["Index"], ins["Updates"]
     k = index.shape[-1]
+    if k > len(x.shape):
+        # (Fluid's wording, which programs match on)
+        raise ValueError(f"scatter_nd_add: Input(Index).shape[-1] should be no greater than "
+                         f"Input(X).rank: Index {list(index.shape)}, X {list(x.shape)}")
     want = (*index.shape[:-1], *x.shape[k:]) if k != -1 else None
     if want is None or len(upd.shape) != len(want) or any(
             a != b and -1 not in (a, b) for a, b in zip(upd.shape, want)):
-        raise ValueError(f"scatter_nd_add: Updates {list(upd.shape)} must be Index.shape[:-1] "
-                         f"+ X.shape[k:] = {list(want or [])}")
+        raise ValueError(f"scatter_nd_add: Updates has wrong shape: Updates "
+                         f"{list(upd.shape)} must be Index.shape[:-1] + X.shape[k:] = "
+                         f"{list(want or [])}")
     return {"Out": x}
 
 

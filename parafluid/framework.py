@@ -223,6 +223,15 @@ class Operator:
 _HIDDEN_ATTRS = frozenset({"op_role", "op_role_var", "op_namescope"})
 
 
+def __getattr__(name: str) -> object:
+    # Fluid's framework module names load_op_library (custom C++ ops from a shared
+    # library), which parafluid leaves out: it imports, and using it says what to do
+    from .compat import missing_attribute
+
+    return missing_attribute("fluid" if name == "load_op_library" else "framework", name,
+                             __all__)
+
+
 def _name(name: str | bytes) -> str:
     return name.decode() if isinstance(name, bytes) else name
 

@@ -250,3 +250,13 @@ def test_pow_rounds_once_as_cs_powf():
     Operator("pow", X="X", FactorTensor="F", Out="Out").run(scope, PLACE)
     np.testing.assert_array_equal(np.array(scope.find_var("Out").get_tensor()),
                                   np.power(x, 3))
+
+
+def test_framework_load_op_library_imports_and_says_what_to_do():
+    from parafluid.compat import NotProvidedError
+    from parafluid.framework import load_op_library
+
+    with pytest.raises(NotProvidedError, match="custom C..? operators"):
+        load_op_library("ops.so")
+    with pytest.raises(AttributeError, match="framework.no_such_name"):
+        fluid.framework.no_such_name  # noqa: B018

@@ -105,9 +105,13 @@ def _frozen(x: torch.Tensor, in_scale: torch.Tensor, attrs: dict, state: dict) -
 def _range_abs_max_kernel(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, in_scale = ins["X"], ins["InScale"]
     if attrs["is_test"]:
-        return _frozen(x, in_scale, attrs, {"OutScales": ins["OutScales"]})
+        scales = ins.get("OutScales")
+        if scales is None:
+            # no window wired in: the window is the kept scale
+            scales = in_scale.reshape(1).expand(int(attrs["window_size"])).clone()
+        return _frozen(x, in_scale, attrs, {"OutScales": scales})
     window = int(attrs["window_size"])
-    scales, it = ins["OutScales"], ins["Iter"]
+    scales, it = ins.get("OutScales"), ins.get("Iter")
     if it is None:
         raise ValueError("fake_quantize_range_abs_max: training (is_test=False) needs the "
                          "input Iter (the step counter)")

@@ -66,7 +66,18 @@ def _bilinear_u8(X):
     return {"Out": out.astype("uint8")}
 
 
+_QX = (np.random.RandomState(14).random_sample((2, 3)) - 0.5) * 10
+
+
 CASES = [
+    # in inference, with no window wired in, the window is the kept scale
+    OpCase("fake_quantize_range_abs_max",
+           {"X": _QX, "InScale": np.array([3.0]), "Iter": np.zeros(1, "int64")},
+           attrs={"bit_length": 8, "window_size": 2, "is_test": True},
+           ref=lambda X, InScale, Iter: {
+               "Out": np.round(np.clip(X, -3, 3) / 3 * 127), "OutScale": InScale,
+               "OutScales": np.array([3.0, 3.0])},
+           outputs=["Out", "OutScale", "OutScales"], id="fake_quantize_range_abs_max_frozen"),
     OpCase("bilinear_interp", {"X": _IMG8}, attrs={"out_h": 5, "out_w": 5,
                                                    "align_corners": False, "align_mode": 1},
            ref=_bilinear_u8, atol=1.0, id="bilinear_interp_uint8"),

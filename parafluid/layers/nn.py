@@ -499,7 +499,8 @@ def filter_by_instag(ins: Variable, ins_tag: Variable, filter_tag: Variable,
                             f"{type(v).__name__}")
     helper = LayerHelper("filter_by_instag")
     out = helper.create_variable_for_type_inference(ins.dtype)
-    weight = helper.create_variable_for_type_inference(ins.dtype, stop_gradient=True)
+    # float32, as Fluid's kernel writes it (whatever Ins is)
+    weight = helper.create_variable_for_type_inference("float32", stop_gradient=True)
     index = helper.create_variable_for_type_inference("int64", stop_gradient=True)
     helper.append_op("filter_by_instag",
                      inputs={"Ins": [ins], "Ins_tag": [ins_tag], "Filter_tag": [filter_tag]},

@@ -45,10 +45,6 @@ def test_image_resize_rejects_an_unknown_data_format():
 
 
 def test_parameters_that_cannot_be_honoured_raise_clear_errors():
-    with fluid.program_guard(fluid.Program(), fluid.Program()):
-        arr = fluid.layers.create_array("float32")
-        with pytest.raises(ValueError, match="use_stack=True"):
-            fluid.layers.tensor_array_to_tensor(arr, axis=1, use_stack=True)
     with pytest.raises(ValueError, match="fetch_handler"):
         _exe().train_from_dataset(fluid.Program(), None, fetch_handler=object())
     with pytest.raises(ValueError, match="fetch_handler"):

@@ -111,7 +111,7 @@ def test_not_provided_names_fail_on_use_with_what_to_do(key):
               "contrib": fluid.contrib, "dygraph": fluid.dygraph,
               "dygraph_grad_clip": fluid.dygraph_grad_clip,
               "pslib": fluid.incubate.fleet.parameter_server.pslib,
-              "transpiler": fluid.transpiler}[where]
+              "transpiler": fluid.transpiler, "op": fluid.op}[where]
     obj = module
     for part in name.split("."):  # transpiler.collective.GradAllReduce
         obj = getattr(obj, part)  # no error yet: scripts import these at the top

@@ -79,8 +79,14 @@ def test_init_on_cpu_forces_constants_to_cpu():
 
 
 def test_layers_device_get_places():
-    assert fluid.layers.device.get_places(2, "CPU") == [fluid.CPUPlace()] * 2
-    with pytest.raises(ValueError, match="'CPU' or 'CUDA'"):
+    """As Fluid 1.6: a PLACE_LIST variable, filled by the get_places op when the program
+    runs (the program runs; its op lists the places)."""
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        places = fluid.layers.device.get_places(2, "CPU")
+    assert places.type == fluid.core.VarDesc.VarType.PLACE_LIST
+    fluid.Executor(fluid.CPUPlace()).run(main)
+    with pytest.raises(ValueError, match="'CPU', 'CUDA' or 'AUTO'"):
         fluid.layers.device.get_places(1, "TPU")
 
 

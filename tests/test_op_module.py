@@ -260,3 +260,28 @@ def test_framework_load_op_library_imports_and_says_what_to_do():
         load_op_library("ops.so")
     with pytest.raises(AttributeError, match="framework.no_such_name"):
         fluid.framework.no_such_name  # noqa: B018
+
+
+def test_contrib_names_fluid_16_puts_there():
+    for name in ("match_matrix_tensor", "var_conv_2d", "tree_conv"):
+        assert getattr(fluid.contrib, name) is getattr(fluid.layers, name)
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64", lod_level=1)
+        pooled = fluid.contrib.fused_embedding_seq_pool(ids, size=[6, 2], param_attr="tab")
+        boxes = fluid.data(name="b", shape=[1, 3, 4], dtype="float32")
+        scores = fluid.data(name="s", shape=[1, 2, 3], dtype="float32")
+        out, index = fluid.contrib.multiclass_nms2(boxes, scores, 0.1, 10, 10,
+                                                   return_index=True)
+    assert main.global_block().var("tab").shape == (6, 2)
+    scope = fluid.Scope()
+    ids_t = fluid.create_lod_tensor(np.array([[1], [2], [5]], "int64"), [[2, 1]], PLACE)
+    b = np.array([[[0, 0, 1, 1], [0, 0, 1, 1.05], [2, 2, 3, 3]]], "float32")
+    s = np.array([[[0.1, 0.2, 0.3], [0.9, 0.8, 0.7]]], "float32")
+    with fluid.scope_guard(scope):
+        scope.var("tab").get_tensor().set(np.arange(12, dtype="float32").reshape(6, 2), PLACE)
+        got_pool, got_out, got_index = fluid.Executor(PLACE).run(
+            main, feed={"ids": ids_t, "b": b, "s": s}, fetch_list=[pooled, out, index],
+            return_numpy=False)
+    np.testing.assert_array_equal(np.array(got_pool), [[6.0, 8.0], [10.0, 11.0]])
+    assert np.array(got_out).shape[1] == 6 and np.array(got_index).shape[1] == 1

@@ -19,7 +19,12 @@ from .extend_optimizer import extend_with_decoupled_weight_decay  # noqa: E402
 from .layers import (  # noqa: E402
     ctr_metric_bundle,
     fused_elemwise_activation,
+    fused_embedding_seq_pool,
+    match_matrix_tensor,
+    multiclass_nms2,
     sequence_topk_avg_pooling,
+    tree_conv,
+    var_conv_2d,
 )
 from .memory_usage_calc import memory_usage  # noqa: E402
 from .op_frequence import op_freq_statistic  # noqa: E402
@@ -27,7 +32,8 @@ from .op_frequence import op_freq_statistic  # noqa: E402
 __all__ += ["InitState", "StateCell", "TrainingDecoder", "BeamSearchDecoder",
             "extend_with_decoupled_weight_decay", "ctr_metric_bundle",
             "fused_elemwise_activation", "memory_usage", "op_freq_statistic",
-            "mixed_precision", "sequence_topk_avg_pooling"]
+            "mixed_precision", "sequence_topk_avg_pooling", "fused_embedding_seq_pool",
+            "multiclass_nms2", "match_matrix_tensor", "var_conv_2d", "tree_conv"]
 
 # -- quantization, compression, HDFS, distributed helpers ---------------------------------
 from .quantize import QuantizeTranspiler  # noqa: E402

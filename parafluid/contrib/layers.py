@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..framework import Variable
 from ..initializer import Constant
 from ..layer_helper import LayerHelper
@@ -131,3 +133,63 @@ def sequence_topk_avg_pooling(input: Variable, row: Variable, col: Variable, top
                      attrs={"topks": [int(k) for k in topks], "channel_num": int(channel_num)})
     out.lod_level = 1
     return out
+
+
+def fused_embedding_seq_pool(input: Variable, size: list[int], is_sparse: bool = False,
+                             padding_idx: int | None = None, combiner: str = "sum",
+                             param_attr: Any = None, dtype: Any = "float32") -> Variable:
+    """Fluid 1.6's ``contrib.fused_embedding_seq_pool``: the embeddings of each sequence of
+    int64 LoD ids ``input`` summed (``combiner='sum'``) in one op, a ``[V, D]`` table made
+    from ``param_attr``; ``padding_idx`` rows count as zeros.
+
+    Example::
+
+        words = fluid.layers.data(name="w", shape=[1], dtype="int64", lod_level=1)
+        pooled = fluid.contrib.fused_embedding_seq_pool(words, size=[100, 8])
+    """
+    if not isinstance(input, Variable):
+        raise TypeError(f"fused_embedding_seq_pool: input must be a Variable, got "
+                        f"{type(input).__name__}")
+    helper = LayerHelper("fused_embedding_seq_pool", param_attr=param_attr)
+    w = helper.create_parameter(helper.param_attr, list(size), dtype)
+    out = helper.create_variable_for_type_inference(dtype)
+    pad = -1 if padding_idx is None else (padding_idx if padding_idx >= 0
+                                          else size[0] + padding_idx)
+    helper.append_op("fused_embedding_seq_pool", inputs={"Ids": [input], "W": [w]},
+                     outputs={"Out": [out]},
+                     attrs={"is_sparse": bool(is_sparse), "combiner": combiner,
+                            "padding_idx": pad})
+    return out
+
+
+def multiclass_nms2(bboxes: Variable, scores: Variable, score_threshold: float,
+                    nms_top_k: int, keep_top_k: int, nms_threshold: float = 0.3,
+                    normalized: bool = True, nms_eta: float = 1.0, background_label: int = 0,
+                    return_index: bool = False, name: str | None = None) -> Any:
+    """Fluid 1.6's ``contrib.multiclass_nms2``: ``layers.multiclass_nms`` that can also
+    return, with ``return_index``, each kept box's index among the inputs (``Index``).
+
+    Example::
+
+        out, index = fluid.contrib.multiclass_nms2(boxes, scores, 0.5, 400, 200,
+                                                   return_index=True)
+    """
+    helper = LayerHelper("multiclass_nms2", name=name)
+    out = helper.create_variable_for_type_inference(bboxes.dtype, stop_gradient=True)
+    index = helper.create_variable_for_type_inference("int32", stop_gradient=True)
+    helper.append_op("multiclass_nms2", inputs={"BBoxes": [bboxes], "Scores": [scores]},
+                     outputs={"Out": [out], "Index": [index]},
+                     attrs={"background_label": int(background_label),
+                            "score_threshold": float(score_threshold),
+                            "nms_top_k": int(nms_top_k), "nms_threshold": float(nms_threshold),
+                            "nms_eta": float(nms_eta), "keep_top_k": int(keep_top_k),
+                            "normalized": bool(normalized)})
+    return (out, index) if return_index else out
+
+
+# Fluid 1.6's contrib.layers also names these layers of fluid.layers
+from ..layers.text_match import match_matrix_tensor, var_conv_2d  # noqa: E402
+from ..layers.tree import tree_conv  # noqa: E402
+
+__all__ += ["fused_embedding_seq_pool", "multiclass_nms2", "match_matrix_tensor",
+            "var_conv_2d", "tree_conv"]

@@ -117,3 +117,13 @@ def test_scatter_nd_add_errors_carry_fluids_wording():
             L.scatter_nd_add(L.data(name="r64", shape=[4], dtype="float64"),
                              L.data(name="k", shape=[1], dtype="int32"),
                              L.data(name="w", shape=[1], dtype="float32"))
+
+
+def test_sign_takes_float_variables_and_arrays():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(TypeError, match="sign: x must be a Variable or a numpy ndarray"):
+            L.sign(12)
+        with pytest.raises(TypeError, match="sign: x must be float16, float32 or float64"):
+            L.sign(L.data(name="i", shape=[12, 10], dtype="int32"))
+        L.sign(L.data(name="h", shape=[4], dtype="float16"))
+        L.sign(np.array([-2.0, 3.0], "float32"))

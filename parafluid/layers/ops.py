@@ -95,6 +95,9 @@ def sign(x: Variable, name: str | None = None) -> Variable:
             raise TypeError(f"sign: x must be a Variable or a numpy ndarray, got "
                             f"{type(x).__name__}")
         x = assign(x)
+    elif x.dtype is not None and x.dtype not in ("float16", "float32", "float64"):
+        raise TypeError(f"sign: x must be float16, float32 or float64, got {x.dtype} "
+                        f"({x.name!r})")
     return _sign(x, name=name)
 floor = _activation("floor", "floor(x)")
 ceil = _activation("ceil", "ceil(x)")

@@ -340,11 +340,11 @@ def _perspective_matrix(qx: list[float], qy: list[float], th: int, tw: int) -> l
     side = [((qx[i] - qx[(i + 1) % 4]) ** 2 + (qy[i] - qy[(i + 1) % 4]) ** 2) ** 0.5
             for i in range(4)]
     est_h, est_w = (side[1] + side[3]) / 2, (side[0] + side[2]) / 2
-    nh = th
-    nw = min(_round(est_w * (nh - 1) / est_h) + 1, tw)
+    nh = max(2, th)
+    nw = max(2, min(_round(est_w * (nh - 1) / est_h) + 1, tw))
     dx1, dx2, dx3 = x1 - x2, x3 - x2, x0 - x1 + x2 - x3
     dy1, dy2, dy3 = y1 - y2, y3 - y2, y0 - y1 + y2 - y3
-    den = dx1 * dy2 - dx2 * dy1
+    den = dx1 * dy2 - dx2 * dy1 + 1e-5  # Fluid's guard against a degenerate quadrilateral
     m6 = (dx3 * dy2 - dx2 * dy3) / den / (nw - 1)
     m7 = (dx1 * dy3 - dx3 * dy1) / den / (nh - 1)
     return [(x1 - x0 + m6 * (nw - 1) * x1) / (nw - 1), (x3 - x0 + m7 * (nh - 1) * x3) / (nh - 1),

@@ -170,3 +170,35 @@ def test_a_uint16_array_is_float16_bits_as_fluids_python_side_passes_them():
     t.set(half.view(np.uint16), fluid.CPUPlace())
     assert np.array(t).dtype == np.float16
     np.testing.assert_array_equal(np.array(t), half)
+
+
+def _fluid_perspective_matrix(q, th, tw):
+    """Fluid's get_transform_matrix: the width fitted to the quadrilateral's aspect (at
+    least 2), and 1e-5 added to the denominator of the projective terms."""
+    x, y = q[0::2], q[1::2]
+    side = [np.hypot(x[i] - x[(i + 1) % 4], y[i] - y[(i + 1) % 4]) for i in range(4)]
+    nh = max(2, th)
+    nw = max(2, min(int(np.floor((side[0] + side[2]) / 2 * (nh - 1) / ((side[1] + side[3]) / 2)
+                                 + 0.5)) + 1, tw))
+    dx1, dx2, dx3 = x[1] - x[2], x[3] - x[2], x[0] - x[1] + x[2] - x[3]
+    dy1, dy2, dy3 = y[1] - y[2], y[3] - y[2], y[0] - y[1] + y[2] - y[3]
+    den = dx1 * dy2 - dx2 * dy1 + 1e-5
+    m6 = (dx3 * dy2 - dx2 * dy3) / den / (nw - 1)
+    m7 = (dx1 * dy3 - dx3 * dy1) / den / (nh - 1)
+    return [(x[1] - x[0] + m6 * (nw - 1) * x[1]) / (nw - 1),
+            (x[3] - x[0] + m7 * (nh - 1) * x[3]) / (nh - 1), x[0],
+            (y[1] - y[0] + m6 * (nw - 1) * y[1]) / (nw - 1),
+            (y[3] - y[0] + m7 * (nh - 1) * y[3]) / (nh - 1), y[0], m6, m7, 1.0]
+
+
+def test_roi_perspective_transform_matrix_is_fluids():
+    from parafluid.testing import run_op
+
+    quads = np.array([[2, 1, 9, 2, 10, 8, 1, 7], [4.4, 0.6, 11.8, 0.2, 11.2, 9.4, 3.8, 8.6]])
+    case = OpCase("roi_perspective_transform",
+                  {"X": rand(1, 2, 12, 12, seed=15), "ROIs": quads},
+                  attrs={"transformed_height": 3, "transformed_width": 4, "spatial_scale": 1.0},
+                  lod={"ROIs": [[0, 2]]})
+    got = run_op(case)["TransformMatrix"]
+    want = np.array([_fluid_perspective_matrix(q, 3, 4) for q in quads])
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)

@@ -157,22 +157,32 @@ def _gpus(selected: str | None) -> list[str]:
         return []
 
 
-def _ps_endpoints(listed: str | None, count: int | None, what: str, node_ip: str,
-                  taken: int = 0) -> list[str]:
+def _ps_endpoints(listed: str | None, count: int | None, what: str) -> list[str] | int:
+    """The listed endpoints, or how many fresh ones to pick."""
     if listed is not None and count is not None:
         raise ValueError(f"give --{what}s or --{what}_num, not both")
     if listed is not None:
         return parse_endpoints(listed, f"--{what}s")
     if count is None or count < 1:
         raise ValueError(f"--{what}_num must be >= 1, got {count}")
-    return [f"{node_ip}:{port}" for port in free_ports(count + taken, node_ip)[taken:]]
+    return count
 
 
 def plan_pserver(args: argparse.Namespace) -> list[Proc]:
     """The pserver and trainer processes of this machine (parameter-server mode)."""
-    servers = _ps_endpoints(args.servers, args.server_num, "server", args.node_ip)
-    workers = _ps_endpoints(args.workers, args.worker_num, "worker", args.node_ip,
-                            taken=len(servers) if args.servers is None else 0)
+    servers = _ps_endpoints(args.servers, args.server_num, "server")
+    workers = _ps_endpoints(args.workers, args.worker_num, "worker")
+    # NOTE: the fresh ports of both roles are picked at once (every socket held until all
+    # are bound), so that they differ from each other and from the listed ones
+    listed = {e for group in (servers, workers) if isinstance(group, list) for e in group}
+    wanted = sum(g for g in (servers, workers) if isinstance(g, int))
+    fresh = [e for e in (f"{args.node_ip}:{p}"
+                         for p in free_ports(wanted + len(listed), args.node_ip))
+             if e not in listed][:wanted] if wanted else []
+    if isinstance(servers, int):
+        servers, fresh = fresh[:servers], fresh[servers:]
+    if isinstance(workers, int):
+        workers = fresh[:workers]
     if set(servers) & set(workers):
         raise ValueError(f"--servers and --workers share endpoints: "
                          f"{sorted(set(servers) & set(workers))}")

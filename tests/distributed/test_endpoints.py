@@ -58,3 +58,27 @@ def test_a_repeated_or_empty_list_is_refused_everywhere() -> None:
         RoundRobin(" , ")
     with pytest.raises(TypeError, match="trainers must be a string 'ip:port', got int: 3"):
         parse_endpoints([3])  # type: ignore[list-item]
+
+
+def test_the_launcher_picks_distinct_fresh_ports_for_both_roles(monkeypatch) -> None:
+    """Servers' and workers' fresh ports are picked at once: distinct even when the system
+    would hand out a just-released port again, and never one of the listed endpoints."""
+    import parafluid.distributed.launch as launch
+
+    real, calls = launch.free_ports, []
+
+    def counted(n, host="127.0.0.1"):
+        calls.append(n)
+        return real(n, host)
+
+    monkeypatch.setattr(launch, "free_ports", counted)
+    procs = plan_pserver(build_parser().parse_args(["--server_num", "3", "--worker_num", "4",
+                                                    "x.py"]))
+    eps = {p.env["PADDLE_CURRENT_ENDPOINT"] for p in procs if "PADDLE_CURRENT_ENDPOINT" in p.env}
+    servers = procs[0].env["PADDLE_PSERVERS_IP_PORT_LIST"].split(",")
+    assert len(calls) == 1 and len(set(servers)) == 3 and len(eps) == 7
+    listed = "127.0.0.1:" + str(real(1)[0])
+    procs = plan_pserver(build_parser().parse_args(["--servers", listed, "--worker_num", "2",
+                                                    "x.py"]))
+    workers = {p.env.get("PADDLE_CURRENT_ENDPOINT") for p in procs} - {listed, None}
+    assert len(workers) == 2

@@ -27,7 +27,7 @@ import torch
 from .compat import NotProvided
 from .dtypes import VarType, convert_dtype
 from .executor import Executor
-from .framework import Program
+from .framework import DetachedOpDesc, Program
 from .lod import attach_lod, get_lod
 from .ops.registry import get_op_def, has_op, registered_ops
 from .scope import Scope, SelectedRows, TensorArray
@@ -66,8 +66,9 @@ def _attr_value(value: Any) -> Any:
     return value
 
 
-class Operator:
-    """One operator of type ``type`` with its slots and attributes, runnable on a scope.
+class Operator(DetachedOpDesc):
+    """One operator of type ``type`` with its slots and attributes, runnable on a scope
+    (Fluid's ``core.Operator`` accessors: ``type()``, ``input(slot)``, ``attr(name)``, ...).
 
     Example::
 
@@ -80,34 +81,21 @@ class Operator:
             raise ValueError(f"Operator: no op type {type!r} is registered"
                              + _suggest(type))
         opdef = get_op_def(type)
-        self._type = type
-        self._inputs: dict[str, list[str]] = {}
-        self._outputs: dict[str, list[str]] = {}
-        self._attrs: dict[str, Any] = {}
-        slots_in = {s.name: s for s in opdef.inputs}
-        slots_out = {s.name: s for s in opdef.outputs}
+        inputs: dict[str, list[str]] = {}
+        outputs: dict[str, list[str]] = {}
+        attrs: dict[str, Any] = {}
         for key, value in kwargs.items():
-            if key in slots_in:
-                if value is None:
-                    continue
-                self._inputs[key] = _names(type, key, value, slots_in[key].duplicable, "input")
-            elif key in slots_out:
-                if value is None:
-                    continue
-                self._outputs[key] = _names(type, key, value, slots_out[key].duplicable,
-                                            "output")
-            elif value is not None:
-                self._attrs[key] = _attr_value(value)
-
-    # Fluid's core.Operator accessors
-    def type(self) -> str:
-        return self._type
-
-    def input(self, slot: str) -> list[str]:
-        return list(self._inputs.get(slot, []))
-
-    def output(self, slot: str) -> list[str]:
-        return list(self._outputs.get(slot, []))
+            if value is None:
+                continue
+            if key in opdef.input_by_name:
+                inputs[key] = _names(type, key, value, opdef.input_by_name[key].duplicable,
+                                     "input")
+            elif key in opdef.output_by_name:
+                outputs[key] = _names(type, key, value, opdef.output_by_name[key].duplicable,
+                                      "output")
+            else:
+                attrs[key] = _attr_value(value)
+        super().__init__(type, inputs, outputs, attrs)
 
     def inputs(self) -> dict[str, list[str]]:
         return {k: list(v) for k, v in self._inputs.items()}
@@ -116,19 +104,10 @@ class Operator:
         return {k: list(v) for k, v in self._outputs.items()}
 
     def input_vars(self) -> list[str]:
-        return [n for names in self._inputs.values() for n in names]
+        return self.input_arg_names()
 
     def output_vars(self) -> list[str]:
-        return [n for names in self._outputs.values() for n in names]
-
-    def attr(self, name: str) -> Any:
-        return self._attrs[name]
-
-    def has_attr(self, name: str) -> bool:
-        return name in self._attrs
-
-    def attr_names(self) -> list[str]:
-        return list(self._attrs)
+        return self.output_arg_names()
 
     def support_gpu(self) -> bool:
         return True  # every kernel is torch code, on any device torch runs on

@@ -472,7 +472,7 @@ def test_strangers_in_their_handshake_are_bounded_in_number_and_memory():
     it is accepted, so its memory grows by at most 4 commands (not 24, 360 MiB); once the
     strangers are gone the trainers, with the secret, connect and train. (A 15 MiB command
     is also larger than a frame may be: ZeroMQ drops each as its size is read; see
-    test_rpc_sessions.py for strangers within the frame limit.)"""
+    test_rpc_channels.py for strangers within the frame limit.)"""
     secret = "the job's secret"
     # NOTE: the trainers come once the strangers are gone, which on a busy machine takes long
     server = Server(secret=secret, max_message_bytes=16 << 20, max_connections=4,

@@ -83,6 +83,13 @@ from .version import __version__  # noqa: F401  (parafluid.__version__)
 from . import contrib, dygraph, dygraph_grad_clip, incubate  # noqa: F401  (Fluid 1.6)
 from . import average, evaluator  # noqa: F401  (Fluid 1.6 module paths)
 from . import op  # noqa: F401  (fluid.op.Operator)
+# Fluid 1.6 star-imports the imperative layers at the top (fluid.Layer, fluid.FC, ...)
+# without listing them in its __all__.
+from .dygraph.layers import Layer  # noqa: F401
+from .dygraph.nn import (  # noqa: F401
+    FC, BatchNorm, BilinearTensorProduct, Conv2D, Conv2DTranspose, Conv3D, Conv3DTranspose,
+    Embedding, GroupNorm, GRUUnit, LayerNorm, NCE, Pool2D, PRelu, SpectralNorm, TreeConv,
+)
 
 Tensor = LoDTensor  # Fluid 1.6's other name for a LoDTensor
 

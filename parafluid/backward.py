@@ -133,7 +133,12 @@ def gradients(targets: Any, inputs: Any, target_gradients: Any = None,
             for v in inputs_list]
 
 
-calc_gradient = gradients
+def calc_gradient(targets: Any, inputs: Any, target_gradients: Any = None,
+                  no_grad_set: Iterable[Any] | None = None) -> Any:
+    """``gradients``, but one gradient comes back as itself, not a list of one (Fluid's
+    ``backward.calc_gradient``)."""
+    grads = gradients(targets, inputs, target_gradients, no_grad_set)
+    return grads[0] if len(grads) == 1 else grads
 
 
 # ---------------------------------------------------------------------------- internals

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from . import framework
 from .backward import get_grad_op_desc
 from .compat import missing_attribute
 from .dataio.legacy_reader import LoDTensorBlockingQueue
@@ -44,7 +45,9 @@ from .scope import LoDTensor, LoDTensorArray, Scope, SelectedRows
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray", "Scope",
            "SelectedRows", "EOFException", "EnforceNotMet",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
-           "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc"]
+           "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc",
+           "kEmptyVarName", "kTempVarName", "kGradVarSuffix", "kZeroVarSuffix",
+           "kControlDepVarName"]
 __all__ += ["LoDTensorBlockingQueue", "AnalysisConfig", "NativeConfig",
             "create_paddle_predictor", "PaddleTensor", "PaddleBuf", "PaddleDType",
             "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor", "NativePaddlePredictor",
@@ -109,6 +112,26 @@ def op_support_gpu(op_type: str) -> bool:
     from .ops.registry import has_op
 
     return has_op(op_type)
+
+
+def kEmptyVarName() -> str:  # noqa: N802  (Fluid's names)
+    return framework.EMPTY_VAR_NAME
+
+
+def kTempVarName() -> str:  # noqa: N802
+    return framework.TEMP_VAR_NAME
+
+
+def kGradVarSuffix() -> str:  # noqa: N802
+    return framework.GRAD_VAR_SUFFIX
+
+
+def kZeroVarSuffix() -> str:  # noqa: N802
+    return framework.ZERO_VAR_SUFFIX
+
+
+def kControlDepVarName() -> str:  # noqa: N802
+    return framework.CONTROL_DEP_VAR_PREFIX
 
 
 def init_devices(*args: Any, **kwargs: Any) -> None:

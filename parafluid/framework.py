@@ -32,10 +32,18 @@ __all__ = [
     "OpRole", "Variable", "Parameter", "Operator", "Block", "Program",
     "program_guard", "default_main_program", "default_startup_program",
     "switch_main_program", "switch_startup_program", "name_scope", "in_dygraph_mode",
-    "grad_var_name", "GRAD_SUFFIX", "convert_np_dtype_to_dtype_", "require_version",
+    "grad_var_name", "GRAD_SUFFIX", "EMPTY_VAR_NAME", "TEMP_VAR_NAME",
+    "GRAD_VAR_SUFFIX", "ZERO_VAR_SUFFIX", "CONTROL_DEP_VAR_PREFIX",
+    "convert_np_dtype_to_dtype_", "require_version",
 ]
 
 GRAD_SUFFIX = "@GRAD"
+# Fluid's reserved variable names (framework.py constants; core.kEmptyVarName() & co.)
+EMPTY_VAR_NAME = "@EMPTY@"
+TEMP_VAR_NAME = "@TEMP@"
+GRAD_VAR_SUFFIX = GRAD_SUFFIX
+ZERO_VAR_SUFFIX = "@ZERO"
+CONTROL_DEP_VAR_PREFIX = "__control_var"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -325,8 +325,53 @@ class ScopeVariable:
     def is_initialized(self) -> bool:
         return self.value is not None
 
+    # Fluid's scalar holders (a variable holding an int, a float or a string)
+    def set_int(self, value: int) -> None:
+        self.value = _Scalar(int(value))
+
+    def set_float(self, value: float) -> None:
+        self.value = _Scalar(float(value))
+
+    def set_string(self, value: str) -> None:
+        self.value = _Scalar(str(value))
+
+    def is_int(self) -> bool:
+        return isinstance(self.value, _Scalar) and type(self.value.v) is int
+
+    def is_float(self) -> bool:
+        return isinstance(self.value, _Scalar) and type(self.value.v) is float
+
+    def get_int(self) -> int:
+        return self._scalar(int)
+
+    def get_float(self) -> float:
+        return self._scalar(float)
+
+    def get_string(self) -> str:
+        return self._scalar(str)
+
+    def _scalar(self, kind: type) -> Any:
+        if not (isinstance(self.value, _Scalar) and type(self.value.v) is kind):
+            held = "nothing" if self.value is None else (
+                type(self.value.v).__name__ if isinstance(self.value, _Scalar)
+                else type(self.value).__name__)
+            raise TypeError(f"variable {self.name!r} holds {held}, not {kind.__name__}")
+        return self.value.v
+
     def __repr__(self) -> str:
         return f"ScopeVariable({self.name!r}, {'set' if self.value is not None else 'empty'})"
+
+
+class _Scalar:
+    """A plain int/float/str held by a scope variable (``set_int`` & co.): not a tensor."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v: Any) -> None:
+        self.v = v
+
+    def __repr__(self) -> str:
+        return repr(self.v)
 
 
 class _ArrayItem:

@@ -81,6 +81,31 @@ class Variable:
     def to_string(self, throw_on_error: bool = True, with_details: bool = False) -> str:
         return self._describe()
 
+    # Fluid's imperative-only methods: on a variable of a static program they fail as
+    # Fluid's do (an AssertionError with Fluid's words); the imperative VarBase has them.
+    def detach(self) -> Any:
+        _dygraph_only("detach")
+
+    def numpy(self) -> Any:
+        _dygraph_only("numpy")
+
+    def set_value(self, value: Any) -> None:
+        _dygraph_only("set_value")
+
+    def backward(self, backward_strategy: Any = None) -> None:
+        _dygraph_only("backward")
+
+    def gradient(self) -> Any:
+        _dygraph_only("gradient")
+
+    def clear_gradient(self) -> None:
+        _dygraph_only("clear_gradient")
+
+
+def _dygraph_only(method: str) -> None:
+    raise AssertionError(f"We Only support {method} in Dygraph mode, please use "
+                         "fluid.dygraph.guard() as context to run it in Dygraph Mode")
+
 
 class Parameter(Variable):
     """A persistable, trainable Variable created by a layer; carries optimizer settings."""

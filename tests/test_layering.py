@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("program API", ("layers", "layer_helper", "optimizers", "optimizer", "initializer",
                      "param_attr", "regularizer", "clip", "data_layer", "nets", "metrics",
                      "io", "transpiler", "profiler", "timeline", "program_state", "average",
-                     "evaluator", "input", "op")),
+                     "evaluator", "input", "op", "debugger", "default_scope_funcs")),
     # the imperative mode builds on the layers; the data family and the inference API on
     # the executors (Fluid's paths fluid.reader, fluid.dataset, ... re-export dataio/)
     ("modes and data", ("dygraph", "dygraph_grad_clip", "dataio", "reader", "data_feeder",

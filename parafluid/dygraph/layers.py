@@ -30,6 +30,7 @@ from typing import Any
 from .. import framework, unique_name
 from ..framework import Parameter, Variable
 from ..layer_helper import LayerHelper
+from .varbase import _Eager
 
 __all__ = ["Layer"]
 
@@ -153,7 +154,7 @@ class Layer:
     def clear_gradients(self) -> None:
         """Clear the gradient of every trainable parameter (imperative mode)."""
         for p in self.parameters():
-            if p.trainable and hasattr(p, "clear_gradient"):
+            if p.trainable and isinstance(p, _Eager):
                 p.clear_gradient()
 
     # ---- calling
@@ -287,14 +288,14 @@ def _on_build(params: list[Parameter]) -> None:
 def _set_parameter_value(param: Parameter, value: Any) -> None:
     """Give ``param`` ``value``: the imperative parameter itself, or, in static mode, the
     parameter's variable in the global scope."""
-    if hasattr(param, "set_value"):
+    if isinstance(param, _Eager):
         param.set_value(value)
         return
     import numpy as np
 
     from ..scope import global_scope
 
-    array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+    array = value.numpy() if isinstance(value, _Eager) else np.asarray(value)
     if param.shape is not None and tuple(array.shape) != tuple(param.shape):
         raise ValueError(f"load_dict: parameter {param.name!r} has shape {list(param.shape)}, "
                          f"the value given has shape {list(array.shape)}")

@@ -256,11 +256,9 @@ class Tracer:
     def backward(self, loss: Any, strategy: Any = None) -> None:
         """Run the gradient ops of every recorded op between ``loss`` and the variables
         that need gradients; accumulate into their ``gradient()``; free the record."""
+        # NOTE: as Fluid's imperative engine, the backward of a variable of any shape
+        # starts from a gradient of ones (the gradients of the sum of its elements).
         value = loss._value_or_raise("backward()")
-        if value.numel() != 1:
-            raise ValueError(f"backward(): variable {loss.name!r} has shape "
-                             f"{list(value.shape)}; backward starts from a one-element loss: "
-                             "reduce it first (fluid.layers.mean or reduce_sum)")
         if loss._node is None and loss._record_freed:
             raise ValueError(f"backward(): the ops that computed {loss.name!r} were freed by "
                              "an earlier backward() through it; compute the loss again "

@@ -113,9 +113,9 @@ class _Eager:
         self._value = tensor.to(device)
 
     def backward(self, backward_strategy: Any = None) -> None:
-        """Compute the gradients of this one-element variable with respect to every variable
-        it was computed from (accumulated into their ``gradient()``); the recorded ops are
-        freed afterwards."""
+        """Compute the gradients of this variable (of the sum of its elements, if it has
+        several, as Fluid's) with respect to every variable it was computed from
+        (accumulated into their ``gradient()``); the recorded ops are freed afterwards."""
         tracer = framework._dygraph_tracer()
         if tracer is None:
             raise RuntimeError(f"backward(): variable {self.name!r} is an imperative variable; "

@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 
 from ..engine.graph import ALL_DEVICES, SSAGraph
 
-__all__ = ["program_to_dot", "graph_to_dot", "write_graphs"]
+__all__ = ["program_to_dot", "block_to_dot", "graph_to_dot", "write_graphs"]
 
 _DEVICE_COLORS = ["#cfe2f3", "#d9ead3", "#fff2cc", "#f4cccc", "#d9d2e9", "#fce5cd"]
 _COPY_COLOR = "#f6b26b"  # memcpy / node_send / node_recv between places
@@ -51,7 +52,13 @@ def program_to_dot(program: object, ops_only: bool = False) -> str:
     with the variable), the ops of each place boxed together: the picture of a placed
     program in docs/placement.md.
     """
-    block = program.global_block()  # type: ignore[attr-defined]
+    return block_to_dot(program.global_block(), ops_only)  # type: ignore[attr-defined]
+
+
+def block_to_dot(block: object, ops_only: bool = False,
+                 highlight: Callable[[str], bool] | None = None) -> str:
+    """``program_to_dot`` of one block; ops and variables whose name ``highlight`` accepts
+    are drawn red."""
     lines = ["digraph program {", "  rankdir=TB;", "  node [fontsize=10];"]
     seen: set[str] = set()
     places = sorted({_place(op) for op in block.ops} - {""})
@@ -62,8 +69,9 @@ def program_to_dot(program: object, ops_only: bool = False) -> str:
         color = _COPY_COLOR if place and op.type in _COPY_OPS else \
             _DEVICE_COLORS[places.index(place) % len(_DEVICE_COLORS)] if place else "#eeeeee"
         label = f"#{i} {op.type}" + (f" ({place})" if place else "")
+        red = ", color=red, penwidth=2" if highlight is not None and highlight(op.type) else ""
         lines.append(f"  op{i} [shape=box, style=filled, fillcolor={_q(color)}, "
-                     f"label={_q(label)}];")
+                     f"label={_q(label)}{red}];")
         if place:
             members.setdefault(place, []).append(f"op{i}")
         if ops_only:
@@ -78,6 +86,8 @@ def program_to_dot(program: object, ops_only: bool = False) -> str:
                 seen.add(name)
                 var = block._find_var_recursive(name)
                 style = ", style=bold" if var is not None and var.persistable else ""
+                if highlight is not None and highlight(name):
+                    style += ", color=red, penwidth=2"
                 lines.append(f"  {_q('v:' + name)} [shape=ellipse{style}, label={_q(name)}];")
         for name in op.input_arg_names:
             lines.append(f"  {_q('v:' + name)} -> op{i};")

@@ -1,0 +1,158 @@
+"""Fluid 1.6's small helper modules and names that its own tests and programs import:
+``fluid.debugger``, ``fluid.default_scope_funcs``, the reserved variable names of
+``framework``, ``backward.calc_gradient``'s single result, the imperative layers at the top
+(``fluid.Layer``, ``fluid.FC``, ...) and the imperative-only methods of a static variable."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import parafluid as fluid
+import parafluid.core as core
+import parafluid.framework as framework
+from parafluid import debugger, default_scope_funcs
+from parafluid.backward import calc_gradient
+
+
+def _mul_program():
+    prog = fluid.Program()
+    b = prog.global_block()
+    b.create_var(name="rows", dtype="float32", shape=[5, 10],
+                 type=core.VarDesc.VarType.SELECTED_ROWS)
+    x = b.create_parameter(dtype="float32", shape=[5, 10], name="mul.x")
+    y = b.create_var(dtype="float32", shape=[10, 8], name="mul.y")
+    out = b.create_var(dtype="float32", shape=[5, 8], name="mul.out")
+    b.append_op(type="mul", inputs={"X": x, "Y": y}, outputs={"Out": out},
+                attrs={"x_num_col_dims": 1})
+    return prog
+
+
+def test_the_debugger_prints_a_program_as_code():
+    text = debugger.pprint_program_codes(_mul_program())
+    assert text.startswith("// block-0  parent--1\n// variables\n")
+    assert "var mul.x : LOD_TENSOR [5, 10] float32 persistable" in text
+    assert "var rows : SELECTED_ROWS" in text
+    assert "mul.out = mul(X=mul.x, Y=mul.y) [{" in text and "x_num_col_dims=1" in text
+
+
+def test_the_debugger_hides_the_backward_part_unless_asked():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3])
+        loss = fluid.layers.mean(fluid.layers.fc(x, size=2))
+        fluid.backward.append_backward(loss)
+    hidden = debugger.pprint_block_codes(main.global_block())
+    shown = debugger.pprint_block_codes(main.global_block(), show_backward=True)
+    assert "_grad(" not in hidden and "@GRAD" not in hidden
+    assert "mean_grad(" in shown and "@GRAD" in shown
+    with pytest.raises(TypeError, match="block must be a Block, got Program"):
+        debugger.pprint_block_codes(main)
+
+
+def test_the_debugger_draws_a_block_with_highlights(tmp_path):
+    path = str(tmp_path / "block.dot")
+    written = debugger.draw_block_graphviz(_mul_program().block(0), highlights=["mul\\.x"],
+                                           path=path)
+    assert written in (path, str(tmp_path / "block.pdf"))
+    dot = open(path).read()
+    assert dot.startswith("digraph")
+    assert '"v:mul.x" [shape=ellipse, style=bold, color=red' in dot  # persistable, matched
+    assert '"v:mul.y" [shape=ellipse, label="mul.y"]' in dot
+    with pytest.raises(TypeError, match="highlights must be strings"):
+        debugger.draw_block_graphviz(_mul_program().block(0), highlights=[1], path=path)
+
+
+def test_default_scope_funcs_keep_a_stack_of_scopes_per_thread():
+    f = default_scope_funcs
+    root = f.get_cur_scope()
+    assert f.find_var("dsf_missing") is None
+    a = f.var("dsf_a")
+    assert root.find_var("dsf_a") is a
+    f.enter_local_scope()
+    assert f.get_cur_scope() is not root and f.find_var("dsf_a") is a  # parent is searched
+    f.var("dsf_local").set_int(3)
+    f.leave_local_scope()
+    assert f.get_cur_scope() is root and f.find_var("dsf_local") is None
+    with pytest.raises(RuntimeError, match="no local scope was entered"):
+        f.leave_local_scope()
+
+    seen = []
+
+    def step():
+        i = f.var("dsf_i")
+        assert not i.is_int()
+        i.set_int(10)
+        seen.append((i.is_int(), i.get_int()))
+        with pytest.raises(TypeError, match="holds int, not float"):
+            i.get_float()
+
+    for _ in range(3):
+        f.scoped_function(step)
+    assert seen == [(True, 10)] * 3 and f.find_var("dsf_i") is None
+
+    other = []
+    t = threading.Thread(target=lambda: other.append(f.get_cur_scope()))
+    t.start()
+    t.join()
+    assert other[0] is not root  # each thread has its own stack
+
+
+def test_framework_reserved_names_match_core():
+    assert framework.GRAD_VAR_SUFFIX == core.kGradVarSuffix() == "@GRAD"
+    assert framework.TEMP_VAR_NAME == core.kTempVarName() == "@TEMP@"
+    assert framework.ZERO_VAR_SUFFIX == core.kZeroVarSuffix() == "@ZERO"
+    assert framework.EMPTY_VAR_NAME == core.kEmptyVarName() == "@EMPTY@"
+
+
+def test_calc_gradient_returns_one_gradient_as_itself():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.create_parameter(dtype="float32", shape=[5, 10])
+        y = fluid.layers.create_parameter(dtype="float32", shape=[10, 8])
+        mul_out = fluid.layers.mul(x=x, y=y)
+        mean_out = fluid.layers.mean(mul_out)
+        a = calc_gradient(mean_out, mul_out)
+        b = calc_gradient(mean_out, [x, y])
+    assert isinstance(a, fluid.Variable) and isinstance(b, list) and len(b) == 2
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    ga, = exe.run(main, fetch_list=[a], scope=scope)
+    np.testing.assert_allclose(ga, np.full([5, 8], 1 / 40, "float32"))
+
+
+def test_the_imperative_layers_are_at_the_top_as_in_fluid():
+    assert fluid.Layer is fluid.dygraph.Layer
+    for name in ("FC", "Conv2D", "Pool2D", "BatchNorm", "Embedding", "LayerNorm", "GRUUnit",
+                 "NCE", "PRelu", "BilinearTensorProduct", "Conv2DTranspose", "Conv3D",
+                 "Conv3DTranspose", "GroupNorm", "SpectralNorm", "TreeConv"):
+        assert getattr(fluid, name) is getattr(fluid.dygraph, name)
+    assert callable(fluid.embedding)  # the static layer keeps its lower-case name
+
+
+@pytest.mark.parametrize("method", ["detach", "numpy", "backward", "gradient",
+                                    "clear_gradient"])
+def test_imperative_only_methods_of_a_static_variable_fail_as_fluids(method):
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        y = fluid.layers.data("y", shape=[3])
+    with pytest.raises(AssertionError, match=f"^We Only support {method} in Dygraph mode, "
+                                             "please use fluid.dygraph.guard"):
+        getattr(y, method)()
+
+
+def test_backward_of_a_many_element_variable_starts_from_ones():
+    x0 = np.arange(6, dtype="float32").reshape(2, 3)
+    with fluid.dygraph.guard():
+        x = fluid.dygraph.to_variable(x0)
+        x.stop_gradient = False
+        y = x * x
+        y.backward()
+        np.testing.assert_allclose(x.gradient(), 2 * x0)
+        # detach: the second branch gives x no gradient
+        x.clear_gradient()
+        z = x * 3.0 + x.detach() * 5.0
+        fluid.layers.reduce_sum(z).backward()
+        np.testing.assert_allclose(x.gradient(), np.full_like(x0, 3.0))

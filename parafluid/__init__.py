@@ -83,6 +83,7 @@ from .version import __version__  # noqa: F401  (parafluid.__version__)
 from . import contrib, dygraph, dygraph_grad_clip, incubate  # noqa: F401  (Fluid 1.6)
 from . import average, evaluator  # noqa: F401  (Fluid 1.6 module paths)
 from . import op  # noqa: F401  (fluid.op.Operator)
+from . import trainer_factory  # noqa: F401  (fluid.trainer_factory.FetchHandlerMonitor)
 # Fluid 1.6 star-imports the imperative layers at the top (fluid.Layer, fluid.FC, ...)
 # without listing them in its __all__.
 from .dygraph.layers import Layer  # noqa: F401

@@ -40,14 +40,21 @@ from .inference_api.predictor import (
 )
 from .ops.reader import EOFException
 from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
-from .scope import LoDTensor, LoDTensorArray, Scope, SelectedRows
+from .scope import (
+    LoDTensor,
+    LoDTensorArray,
+    Scope,
+    SelectedRows,
+    get_fetch_variable,
+    set_feed_variable,
+)
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray", "Scope",
            "SelectedRows", "EOFException", "EnforceNotMet",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc",
            "kEmptyVarName", "kTempVarName", "kGradVarSuffix", "kZeroVarSuffix",
-           "kControlDepVarName"]
+           "kControlDepVarName", "set_feed_variable", "get_fetch_variable"]
 __all__ += ["LoDTensorBlockingQueue", "AnalysisConfig", "NativeConfig",
             "create_paddle_predictor", "PaddleTensor", "PaddleBuf", "PaddleDType",
             "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor", "NativePaddlePredictor",

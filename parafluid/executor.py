@@ -22,11 +22,13 @@ outputs for NaN and Inf.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from .engine.graph import build_graph
@@ -44,6 +46,7 @@ from .feed_fetch import (
     strip_feed_fetch_ops,
     without_feed_fetch_ops,
 )
+from .fetch_handler import FetchHandler, FetchHandlerMonitor
 from .framework import Program, default_main_program
 from .parallel.compiled_program import CompiledProgram
 from .passes.release_memory import eager_deletion_enabled
@@ -52,7 +55,8 @@ from .placement import is_placed
 from .scope import Scope, global_scope, scope_guard
 from .variable import unknown_name_message
 
-__all__ = ["Executor", "global_scope", "scope_guard", "compile_program"]
+__all__ = ["Executor", "global_scope", "scope_guard", "compile_program", "FetchHandler",
+           "as_numpy"]
 
 
 _MAX_PLANS = 64  # compiled (program, feed, fetch) signatures an Executor keeps
@@ -211,8 +215,9 @@ class Executor:
             debug: print the batches per thread and the time at the end.
             fetch_list, fetch_info: variables printed, with these names, every
                 ``print_period`` batches.
-            fetch_handler: Fluid's timed FetchHandler; only None is supported (print with
-                fetch_list / fetch_info / print_period instead).
+            fetch_handler: a ``FetchHandler`` whose ``handler`` gets its variables every
+                ``period_secs`` on a thread of its own while the run lasts
+                (``parafluid/fetch_handler.py``).
 
         Example::
 
@@ -220,9 +225,9 @@ class Executor:
                                    fetch_info=["loss"], print_period=10)
         """
         self._check_open()
-        _no_fetch_handler("train_from_dataset", fetch_handler)
-        _dataset_run(dataset, False)(self, program, scope, thread, debug, fetch_list,
-                                       fetch_info, print_period, is_infer=False)
+        with _timed_fetch(scope, fetch_handler):
+            _dataset_run(dataset, False)(self, program, scope, thread, debug, fetch_list,
+                                           fetch_info, print_period, is_infer=False)
 
     def infer_from_dataset(self, program: Any = None, dataset: Any = None,
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,
@@ -238,9 +243,9 @@ class Executor:
             exe.infer_from_dataset(main, dataset, fetch_list=[acc], fetch_info=["acc"])
         """
         self._check_open()
-        _no_fetch_handler("infer_from_dataset", fetch_handler)
-        _dataset_run(dataset, True)(self, program, scope, thread, debug, fetch_list,
-                                       fetch_info, print_period, is_infer=True)
+        with _timed_fetch(scope, fetch_handler):
+            _dataset_run(dataset, True)(self, program, scope, thread, debug, fetch_list,
+                                           fetch_info, print_period, is_infer=True)
 
     def _without_feed_fetch(self, program: Program, feed: list[str], fetch: list[str],
                             feed_holder: str, fetch_holder: str) -> Program:
@@ -368,8 +373,43 @@ def _dataset_run(dataset: Any, is_infer: bool) -> Any:
     return run
 
 
-def _no_fetch_handler(where: str, fetch_handler: Any) -> None:
-    if fetch_handler is not None:
-        raise ValueError(f"Executor.{where}: fetch_handler (Fluid's timed FetchHandler "
-                         f"thread) is not supported, got {fetch_handler!r}; pass fetch_list, "
-                         "fetch_info and print_period to print fetched values instead")
+@contextlib.contextmanager
+def _timed_fetch(scope: Scope | None, fetch_handler: FetchHandler | None) -> Iterator[None]:
+    """Fluid's FetchHandler thread around a Dataset run (nothing when there is none)."""
+    if fetch_handler is None:
+        yield
+        return
+    monitor = FetchHandlerMonitor(scope if scope is not None else global_scope(),
+                                  fetch_handler)
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.stop()
+
+
+def as_numpy(tensor: Any) -> Any:
+    """A fetched ``LoDTensor`` (or a list of them) as numpy arrays (Fluid's
+    ``executor.as_numpy``); a tensor holding a LoD cannot be one array."""
+    if isinstance(tensor, (list, tuple)):
+        return [as_numpy(t) for t in tensor]
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    if tensor.lod():
+        raise RuntimeError("as_numpy: this tensor holds LoD information and cannot be one "
+                           "array; fetch it with return_numpy=False")
+    return np.array(tensor) if tensor._is_initialized() else None
+
+
+def _fetch_var(name: str, scope: Scope | None = None, return_numpy: bool = True) -> Any:
+    """The value of variable ``name`` in ``scope`` (default: the global scope), as Fluid's
+    ``executor._fetch_var``: a numpy array, or the ``LoDTensor`` handle."""
+    if not isinstance(name, str):
+        raise TypeError(f"_fetch_var: name must be a str, got {type(name).__name__}")
+    scope = scope if scope is not None else global_scope()
+    var = scope.find_var(name)
+    if var is None:
+        raise ValueError(f"Cannot find {name} in scope. Perhaps you need to make the variable "
+                         "persistable by using var.persistable = True in your program.")
+    tensor = var.get_tensor()
+    return as_numpy(tensor) if return_numpy else tensor

@@ -16,6 +16,24 @@ class CPUPlace:
     """The host CPU."""
 
     device_type = "cpu"
+    # NOTE: Fluid's Place is a variant of (CUDAPlace, CPUPlace, CUDAPinnedPlace); ``_type()``
+    # is the alternative's index, which Fluid's programs compare
+    _TYPE = 1
+
+    def _type(self) -> int:
+        return self._TYPE
+
+    def _equals(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def is_cpu_place(self) -> bool:
+        return type(self) is CPUPlace
+
+    def is_gpu_place(self) -> bool:
+        return False
+
+    def is_cuda_pinned_place(self) -> bool:
+        return type(self) is CUDAPinnedPlace
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CPUPlace)
@@ -30,6 +48,8 @@ class CPUPlace:
 class CUDAPinnedPlace(CPUPlace):
     """Page-locked host memory; on this implementation, ordinary host memory."""
 
+    _TYPE = 2
+
     def __repr__(self) -> str:
         return "CUDAPinnedPlace"
 
@@ -43,6 +63,24 @@ class CUDAPlace:
         if not isinstance(device_id, int) or device_id < 0:
             raise ValueError(f"CUDAPlace: device_id must be an int >= 0, got {device_id!r}")
         self.device_id = device_id
+
+    def _type(self) -> int:
+        return 0
+
+    def _equals(self, other: object) -> bool:
+        return self == other
+
+    def is_cpu_place(self) -> bool:
+        return False
+
+    def is_gpu_place(self) -> bool:
+        return True
+
+    def is_cuda_pinned_place(self) -> bool:
+        return False
+
+    def gpu_device_id(self) -> int:
+        return self.device_id
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CUDAPlace) and other.device_id == self.device_id

@@ -154,8 +154,17 @@ class LoDTensor:
     Level-of-detail (sequence) information is kept but not interpreted by the ops.
     """
 
-    def __init__(self, holder: ScopeVariable | None = None) -> None:
-        self._holder = holder if holder is not None else ScopeVariable("<tensor>")
+    def __init__(self, holder: ScopeVariable | list[list[int]] | None = None) -> None:
+        if not isinstance(holder, (list, tuple)):  # a scope variable (or an array item)
+            self._holder = holder if holder is not None else ScopeVariable("<tensor>")
+            return
+        # Fluid's LoDTensor(recursive_sequence_lengths): a free tensor with that LoD
+        if not all(
+                isinstance(level, (list, tuple)) for level in holder):
+            raise TypeError(f"LoDTensor: expected recursive sequence lengths (a list of lists "
+                            f"of ints), got {holder!r}")
+        self._holder = ScopeVariable("<tensor>")
+        self.set_recursive_sequence_lengths([[int(n) for n in level] for level in holder])
 
     @property
     def value(self) -> Any:
@@ -403,6 +412,36 @@ class _ArrayItem:
     def lod(self, lod: list[list[int]]) -> None:
         if lod and isinstance(self.value, torch.Tensor):
             setattr(self.value, TENSOR_LOD_ATTR, [list(level) for level in lod])
+
+
+def set_feed_variable(scope: Scope, tensor: LoDTensor, holder: str, index: int) -> None:
+    """Fluid's ``core.set_feed_variable``: a copy of ``tensor`` (value and LoD) as item
+    ``index`` of the feed holder variable ``holder`` (a list of tensors) in ``scope``."""
+    if not isinstance(tensor, LoDTensor) or tensor.value is None:
+        raise TypeError(f"set_feed_variable: expected a LoDTensor with a value, got {tensor!r}")
+    if not isinstance(index, int) or index < 0:
+        raise ValueError(f"set_feed_variable: index must be an int >= 0, got {index!r}")
+    var = scope.var(holder)
+    if not isinstance(var.value, TensorArray):
+        var.value = TensorArray()
+    var.value.extend([None] * (index + 1 - len(var.value)))
+    t = tensor.value.clone()
+    if tensor.lod():
+        setattr(t, TENSOR_LOD_ATTR, [list(level) for level in tensor.lod()])
+    var.value[index] = t
+
+
+def get_fetch_variable(scope: Scope, holder: str, index: int) -> LoDTensor:
+    """Fluid's ``core.get_fetch_variable``: item ``index`` of the holder variable
+    ``holder`` (a list of tensors) in ``scope``, as a ``LoDTensor``."""
+    var = scope.find_var(holder)
+    if var is None or not isinstance(var.value, TensorArray):
+        raise ValueError(f"get_fetch_variable: scope has no fetch holder {holder!r} (a list "
+                         "of tensors)")
+    if not 0 <= index < len(var.value) or var.value[index] is None:
+        raise ValueError(f"get_fetch_variable: holder {holder!r} has no item {index} (it "
+                         f"holds {len(var.value)})")
+    return LoDTensor(_ArrayItem(var, index))  # type: ignore[arg-type]
 
 
 class ScopeTensorArray:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -524,3 +526,59 @@ def test_fluid_queue_dataset_run_and_an_empty_file_list(tmp_path, capsys):
     dataset2.set_thread(3)
     dataset2.set_pipe_command("cat")
     exe.train_from_dataset(main, dataset2)   # no files: nothing to do
+
+
+def test_a_fetch_handler_gets_its_variables_while_a_dataset_trains(tmp_path):
+    files = write_files(tmp_path, [ctr_lines(400, 5)])
+    main, startup, use_vars, loss = ctr_program()
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    param = main.global_block().all_parameters()[0]
+    seen = []
+
+    class Record(fluid.executor.FetchHandler):
+        def handler(self, fetch_target_vars):
+            seen.append(fetch_target_vars)
+
+    handler = Record([param.name, "not_in_the_scope_yet"], period_secs=0.001)
+    dataset = make_dataset("QueueDataset", use_vars, files)
+    exe.train_from_dataset(main, dataset, scope=scope, fetch_handler=handler)
+    assert seen == []  # Fluid's monitor waits until every variable exists
+    handler = Record([param.name], period_secs=0.001)
+    for _ in range(3):
+        exe.train_from_dataset(main, dataset, scope=scope, fetch_handler=handler)
+    assert seen, "the handler was never called during three passes"
+    assert all(isinstance(v[0], np.ndarray) and v[0].shape == tuple(param.shape)
+               for v in seen)
+    calls = len(seen)
+    time.sleep(0.05)
+    assert len(seen) == calls  # the thread ended with the run
+    assert not [t for t in threading.enumerate() if t.name == "parafluid-fetch-handler"]
+
+
+def test_the_fetch_handler_monitor_runs_on_a_scope_until_stopped():
+    scope = fluid.Scope()
+    scope.var("emb").get_tensor().set(np.arange(6, dtype="float32").reshape(2, 3),
+                                      fluid.CPUPlace())
+    got = threading.Event()
+    values = []
+
+    class Handler(fluid.executor.FetchHandler):
+        def handler(self, fetch_target_vars):
+            values.append(fetch_target_vars[0])
+            got.set()
+
+    monitor = fluid.trainer_factory.FetchHandlerMonitor(scope, Handler(["emb"], 0.01,
+                                                                       return_np=False))
+    monitor.start()
+    try:
+        assert got.wait(60)
+    finally:
+        monitor.stop()
+    assert isinstance(values[0], fluid.LoDTensor)
+    np.testing.assert_array_equal(np.array(values[0]), np.arange(6).reshape(2, 3))
+    with pytest.raises(ValueError, match="period_secs must be > 0"):
+        fluid.executor.FetchHandler(["emb"], period_secs=0)
+    with pytest.raises(TypeError, match="list of variable names"):
+        fluid.executor.FetchHandler("emb")

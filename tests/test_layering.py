@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ops", ("ops", "distributed")),
     ("passes", ("backward", "passes")),
     ("engine", ("engine", "feed_fetch")),
-    ("executors", ("executor", "parallel", "compiler")),
+    ("executors", ("executor", "parallel", "compiler", "fetch_handler", "trainer_factory")),
     ("program API", ("layers", "layer_helper", "optimizers", "optimizer", "initializer",
                      "param_attr", "regularizer", "clip", "data_layer", "nets", "metrics",
                      "io", "transpiler", "profiler", "timeline", "program_state", "average",

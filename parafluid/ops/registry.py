@@ -358,11 +358,12 @@ def _merge_meta(op: Any, slot: str, var: Any, meta: Meta) -> None:
         # NOTE: an array's items may differ in size, as in Fluid (whose array var records
         # the last item's shape): a dimension they disagree on becomes unknown
         var.shape = tuple(a if a == b else -1 for a, b in zip(var.shape, shape))
+    elif not shapes_compatible(var.shape, shape):
+        # NOTE: as Fluid's compile-time InferShape (SetOutputDim), the op writing a variable
+        # sets its shape: a variable written again with another shape takes the new one
+        # (e.g. ``assign`` of another array into one variable)
+        var.shape = shape
     else:
-        if not shapes_compatible(var.shape, shape):
-            raise ValueError(
-                f"op {op.type!r} at {op.callsite}: output {slot}={var.name!r} is declared with "
-                f"shape {list(var.shape)} but the op produces shape {list(shape)}")
         var.shape = tuple(a if a != -1 else b for a, b in zip(var.shape, shape))
     if var.dtype is None:
         var.dtype = meta.dtype

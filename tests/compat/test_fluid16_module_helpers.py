@@ -156,3 +156,48 @@ def test_backward_of_a_many_element_variable_starts_from_ones():
         z = x * 3.0 + x.detach() * 5.0
         fluid.layers.reduce_sum(z).backward()
         np.testing.assert_allclose(x.gradient(), np.full_like(x0, 3.0))
+
+
+def test_places_tell_their_kind_as_fluids_variant():
+    assert fluid.CPUPlace()._type() == 1 and fluid.CUDAPlace(0)._type() == 0
+    assert fluid.CUDAPinnedPlace()._type() == 2
+    assert fluid.CPUPlace()._equals(fluid.CPUPlace())
+    assert not fluid.CPUPlace()._equals(fluid.CUDAPinnedPlace())
+    assert fluid.CPUPlace().is_cpu_place() and fluid.CUDAPlace(1).gpu_device_id() == 1
+
+
+def test_feed_and_fetch_holders_through_core():
+    scope = core.Scope()
+    t = core.LoDTensor([[2, 2]])
+    a = np.ones((4, 3), "float32")
+    a[3, 2] = 10
+    t.set(a, core.CPUPlace())
+    core.set_feed_variable(scope, t, "feed", 1)
+    a[3, 2] = 0  # the holder keeps its own copy
+    out = core.get_fetch_variable(scope, "feed", 1)
+    assert out.recursive_sequence_lengths() == [[2, 2]]
+    assert np.array(out)[3, 2] == 10
+    with pytest.raises(ValueError, match="holder 'feed' has no item 0"):
+        core.get_fetch_variable(scope, "feed", 0)
+    with pytest.raises(ValueError, match="no fetch holder 'fetch'"):
+        core.get_fetch_variable(scope, "fetch", 0)
+    with pytest.raises(TypeError, match="recursive sequence lengths"):
+        core.LoDTensor([2, 2])
+
+
+def test_fetch_var_reads_a_persistable_variable_after_a_run():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.create_tensor(dtype="int32", persistable=True, name="fv_x")
+        fluid.layers.assign(input=np.array([1, 3, 5], "int32"), output=x)
+        # written again with another shape: the variable takes it, as in Fluid
+        fluid.layers.assign(input=np.array([], "int32"), output=x)
+    assert tuple(x.shape) == (0,)
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(main, scope=scope)
+    got = fluid.executor._fetch_var("fv_x", scope=scope)
+    assert got.dtype == np.int32 and got.shape == (0,)
+    assert isinstance(fluid.executor._fetch_var("fv_x", scope, return_numpy=False),
+                      fluid.LoDTensor)
+    with pytest.raises(ValueError, match="Cannot find fv_y in scope"):
+        fluid.executor._fetch_var("fv_y", scope=scope)

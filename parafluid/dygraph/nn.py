@@ -39,8 +39,15 @@ class _FunctionLayer(Layer):
     attribute names of the parameters it makes, in the order the function asks for them."""
 
     _param_names: tuple[str, ...] = ("weight", "bias")
+    # Fluid 1.6's private attribute names of these parameters (``fc._w``,
+    # ``conv._filter_param``) that programs read: aliases of ``_param_names``
+    _fluid_names: dict[str, str] = {}
     # the function of a one-input layer whose keywords are ``_args`` (the default forward)
     _function: Callable[..., Any]
+
+    def __getattr__(self, name: str) -> Any:
+        alias = type(self)._fluid_names.get(name)
+        return super().__getattr__(alias if alias is not None else name)
 
     def __init__(self, name_scope: str | None, dtype: Any = "float32") -> None:
         super().__init__(name_scope, dtype)
@@ -100,6 +107,8 @@ class FC(_FunctionLayer):
         prob = fc(x)
     """
 
+    _fluid_names = {"_w": "weight", "_b": "bias"}
+
     def __init__(self, name_scope: str, size: int, num_flatten_dims: int = 1,
                  param_attr: Any = None, bias_attr: Any = None, act: str | None = None,
                  is_test: bool = False, dtype: str = "float32") -> None:
@@ -143,6 +152,8 @@ class Linear(_FunctionLayer):
 
 
 class _Conv(_FunctionLayer):
+    _fluid_names = {"_filter_param": "weight", "_bias_param": "bias"}
+
     def __init__(self, name_scope: str, num_filters: int, filter_size: Any, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int | None = None,
                  param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
@@ -185,6 +196,8 @@ class Conv3D(_Conv):
 
 
 class _ConvTranspose(_FunctionLayer):
+    _fluid_names = {"_img_filter": "weight", "_bias_param": "bias"}
+
     def __init__(self, name_scope: str, num_filters: int, output_size: Any = None,
                  filter_size: Any = None, padding: Any = 0, stride: Any = 1,
                  dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
@@ -248,6 +261,8 @@ class BatchNorm(_FunctionLayer):
         bn = fluid.dygraph.BatchNorm("bn", num_channels=8, act="relu")
     """
 
+    _fluid_names = {"_scale": "weight", "_bias": "bias"}
+
     _function = staticmethod(layers.batch_norm)
     _param_names = ("weight", "bias", "_mean", "_variance")
 
@@ -288,6 +303,8 @@ class Embedding(_FunctionLayer):
         vectors = emb(ids)
     """
 
+    _fluid_names = {"_w": "weight"}
+
     _function = staticmethod(layers.embedding)
     _param_names = ("weight",)
 
@@ -307,6 +324,8 @@ class LayerNorm(_FunctionLayer):
 
         ln = fluid.dygraph.LayerNorm("ln", begin_norm_axis=1)
     """
+
+    _fluid_names = {"_scale_w": "weight", "_bias_w": "bias"}
 
     _function = staticmethod(layers.layer_norm)
 
@@ -331,6 +350,8 @@ class GRUUnit(_FunctionLayer):
         h, _, _ = gru(x_projected, h_prev)
     """
 
+    _fluid_names = {"_weight": "weight", "_bias": "bias"}
+
     def __init__(self, name_scope: str, size: int, param_attr: Any = None,
                  bias_attr: Any = None, activation: str = "tanh",
                  gate_activation: str = "sigmoid", origin_mode: bool = False,
@@ -353,6 +374,8 @@ class NCE(_FunctionLayer):
         nce = fluid.dygraph.NCE("nce", num_total_classes=1000, num_neg_samples=5)
         cost = nce(hidden, label)
     """
+
+    _fluid_names = {"_w": "weight", "_b": "bias"}
 
     def __init__(self, name_scope: str, num_total_classes: int,
                  sample_weight: Variable | None = None, param_attr: Any = None,
@@ -384,6 +407,8 @@ class PRelu(_FunctionLayer):
         prelu = fluid.dygraph.PRelu("prelu", mode="channel")
     """
 
+    _fluid_names = {"_alpha": "weight"}
+
     _param_names = ("weight",)
 
     def __init__(self, name_scope: str, mode: str, param_attr: Any = None) -> None:
@@ -403,6 +428,8 @@ class BilinearTensorProduct(_FunctionLayer):
         z = btp(x, y)
     """
 
+    _fluid_names = {"_w": "weight", "_bias_param": "bias"}
+
     def __init__(self, name_scope: str, size: int, name: str | None = None,
                  act: str | None = None, param_attr: Any = None,
                  bias_attr: Any = None) -> None:
@@ -421,6 +448,8 @@ class GroupNorm(_FunctionLayer):
 
         gn = fluid.dygraph.GroupNorm("gn", groups=4)
     """
+
+    _fluid_names = {"_scale": "weight", "_bias": "bias"}
 
     _function = staticmethod(layers.group_norm)
 
@@ -443,6 +472,8 @@ class SpectralNorm(_FunctionLayer):
         w_normalized = sn(w)
     """
 
+    _fluid_names = {"u": "weight_u", "v": "weight_v"}
+
     _param_names = ("weight_u", "weight_v")
 
     def __init__(self, name_scope: str, dim: int = 0, power_iters: int = 1,
@@ -462,6 +493,8 @@ class TreeConv(_FunctionLayer):
         tc = fluid.dygraph.TreeConv("tree", output_size=6, num_filters=1, max_depth=2)
         out = tc(nodes, edges)
     """
+
+    _fluid_names = {"W": "weight", "_bias_param": "bias"}
 
     def __init__(self, name_scope: str, output_size: int, num_filters: int = 1,
                  max_depth: int = 2, act: str | None = "tanh", param_attr: Any = None,

@@ -201,3 +201,22 @@ def test_fetch_var_reads_a_persistable_variable_after_a_run():
                       fluid.LoDTensor)
     with pytest.raises(ValueError, match="Cannot find fv_y in scope"):
         fluid.executor._fetch_var("fv_y", scope=scope)
+
+
+def test_imperative_layers_answer_to_fluids_private_parameter_names():
+    with fluid.dygraph.guard():
+        x = fluid.dygraph.to_variable(np.ones((2, 4), "float32"))
+        fc = fluid.FC("fc", 3)
+        fc(x)
+        assert fc._w is fc.weight and fc._b is fc.bias
+        conv = fluid.Conv2D("conv", 2, 3)
+        conv(fluid.dygraph.to_variable(np.ones((1, 1, 5, 5), "float32")))
+        assert conv._filter_param is conv.weight and conv._bias_param is conv.bias
+        bn = fluid.BatchNorm("bn", 2)
+        bn(fluid.dygraph.to_variable(np.ones((2, 2, 3, 3), "float32")))
+        assert bn._scale is bn.weight and bn._bias is bn.bias
+        emb = fluid.Embedding("emb", size=[10, 4])
+        emb(fluid.dygraph.to_variable(np.zeros((2, 1), "int64")))
+        assert emb._w is emb.weight and list(emb._w.shape) == [10, 4]
+        with pytest.raises(AttributeError, match="'FC' object has no attribute '_nope'"):
+            fc._nope  # noqa: B018

@@ -75,15 +75,17 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device,
         arr_dtype = convert_dtype(value.dtype)
         shape = value.shape
     lenient = notes is not None and not var.need_check_feed
+    # NOTE: the messages are Fluid's own (its programs and tests compare them)
     if var.dtype is not None and arr_dtype != var.dtype:
-        problem = (TypeError, f"feed {name!r}: expected dtype {var.dtype}, got {arr_dtype} "
-                              f"(convert with .astype('{var.dtype}'))", name)
+        problem = (TypeError, f"The data type of feeded Variable {name!r} must be "
+                              f"{var.dtype!r}, but received {arr_dtype!r}", name)
         if not lenient:
-            raise problem[0](problem[1])
+            raise FeedDtypeError(problem[1])
         notes.append(problem)  # type: ignore[union-attr,arg-type]
     if var.shape is not None and not shapes_compatible(var.shape, shape):
-        problem = (ValueError, f"feed {name!r}: expected shape {list(var.shape)} (-1 = any), "
-                               f"got {list(shape)}", name)
+        problem = (ValueError, f"The feeded Variable {name!r} should have dimensions = "
+                               f"{len(var.shape)}, shape = {tuple(var.shape)!r}, but received "
+                               f"feeded shape {list(shape)!r}", name)
         if not lenient:
             raise problem[0](problem[1])
         notes.append(problem)  # type: ignore[union-attr,arg-type]
@@ -97,6 +99,11 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device,
         value = value.copy()
     t = torch.from_numpy(value)
     return t if device.type == "cpu" else t.to(device)
+
+
+class FeedDtypeError(TypeError, ValueError):
+    """A fed value's dtype differs from its (checked) variable's: a ValueError as Fluid's
+    error, and a TypeError (a value of the wrong type)."""
 
 
 def lod_feed_tensor(block: Any, name: str, value: LoDTensor, device: torch.device,

@@ -64,14 +64,34 @@ def test_child_scopes_find_parent_vars():
 
 def test_feed_dtype_error_names_var_expected_and_got():
     exe, _ = started()
-    with pytest.raises(TypeError, match="feed 'x': expected dtype float32, got float64"):
+    with pytest.raises(TypeError, match="feeded Variable 'x' must be 'float32', but "
+                                        "received 'float64'"):
         exe.run(feed={"x": np.ones((2, 3))})
 
 
 def test_feed_shape_error_names_var_expected_and_got():
     exe, _ = started()
-    with pytest.raises(ValueError, match=r"feed 'x': expected shape \[-1, 3\].*got \[2, 4\]"):
+    with pytest.raises(ValueError, match=r"^The feeded Variable 'x' should have dimensions = "
+                                         r"2, shape = \(-1, 3\), but received feeded shape "
+                                         r"\[2, 4\]; then while running op #0 mul"):
         exe.run(feed={"x": np.ones((2, 4), "float32")})
+
+
+def test_a_checked_feed_fails_in_fluids_words_before_any_op_runs():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data("x", shape=[None, 3], dtype="float32")
+        fluid.layers.fc(x, size=2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    with pytest.raises(ValueError, match=r"^The feeded Variable 'x' should have dimensions = "
+                                         r"2, shape = \(-1, 3\), but received feeded shape "
+                                         r"\[2, 4\]$"):
+        exe.run(main, feed={"x": np.ones((2, 4), "float32")})
+    for kind in (ValueError, TypeError):  # Fluid's ValueError; a value of the wrong type
+        with pytest.raises(kind, match="^The data type of feeded Variable 'x' must be "
+                                       "'float32', but received 'float64'$"):
+            exe.run(main, feed={"x": np.ones((2, 3))})
 
 
 def test_unknown_feed_and_fetch_names():

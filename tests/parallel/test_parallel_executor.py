@@ -195,7 +195,7 @@ def test_feed_errors_name_the_variable() -> None:
     pe = fluid.ParallelExecutor(False, loss_name=m["loss"].name)
     with pytest.raises(ValueError, match="'xx' is not a variable.*did you mean 'x'"):
         pe.run([m["loss"]], feed={"xx": data(4)["x"], "y": data(4)["y"]})
-    with pytest.raises(TypeError, match="feed 'x': expected dtype float32, got float64"):
+    with pytest.raises(TypeError, match="'x' must be 'float32', but received 'float64'"):
         pe.run([m["loss"]], feed={"x": data(4)["x"].astype("float64"), "y": data(4)["y"]})
     with pytest.raises(ValueError, match="fetch target 'nope'"):
         pe.run(["nope"], feed=data(4))

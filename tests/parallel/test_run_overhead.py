@@ -39,9 +39,9 @@ def test_feed_checks_still_apply_after_a_checked_feed() -> None:
     pe, _, _, loss, _ = _build(2)
     feed = _feed()
     pe.run([loss.name], feed=feed)  # the (name, dtype, shape) of x and y are now known
-    with pytest.raises(TypeError, match="expected dtype float32, got float64"):
+    with pytest.raises(TypeError, match="must be 'float32', but received 'float64'"):
         pe.run([loss.name], feed={"x": feed["x"].astype("float64"), "y": feed["y"]})
-    with pytest.raises(ValueError, match="expected shape"):
+    with pytest.raises(ValueError, match="should have dimensions"):
         pe.run([loss.name], feed={"x": np.ones((8, 5), "float32"), "y": feed["y"]})
     pe.close()
 

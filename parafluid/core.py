@@ -39,7 +39,7 @@ from .inference_api.predictor import (
     create_paddle_predictor,
 )
 from .ops.reader import EOFException
-from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, is_compiled_with_cuda
+from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, Place, is_compiled_with_cuda
 from .scope import (
     LoDTensor,
     LoDTensorArray,
@@ -54,7 +54,7 @@ __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorAr
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc",
            "kEmptyVarName", "kTempVarName", "kGradVarSuffix", "kZeroVarSuffix",
-           "kControlDepVarName", "set_feed_variable", "get_fetch_variable"]
+           "kControlDepVarName", "set_feed_variable", "get_fetch_variable", "Place"]
 __all__ += ["LoDTensorBlockingQueue", "AnalysisConfig", "NativeConfig",
             "create_paddle_predictor", "PaddleTensor", "PaddleBuf", "PaddleDType",
             "PaddlePlace", "ZeroCopyTensor", "AnalysisPredictor", "NativePaddlePredictor",

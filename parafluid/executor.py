@@ -364,8 +364,7 @@ def _dataset_run(dataset: Any, is_infer: bool) -> Any:
     built on the executors, so the executor asks the dataset instead of importing it."""
     where = "infer_from_dataset" if is_infer else "train_from_dataset"
     if dataset is None:
-        raise RuntimeError(f"{where}: dataset is needed and should be initialized "
-                           "(fluid.DatasetFactory().create_dataset(...))")
+        raise RuntimeError("dataset is need and should be initialized")  # Fluid's words
     run = getattr(dataset, "_run_from_executor", None)
     if run is None:
         raise TypeError(f"{where}: dataset must be a Dataset of fluid.DatasetFactory, got "

@@ -42,7 +42,9 @@ class FetchHandler:
 
     def __init__(self, fetch_target_names: Sequence[str], period_secs: float = 60,
                  return_np: bool = True) -> None:
-        if isinstance(fetch_target_names, str) or not all(
+        if isinstance(fetch_target_names, str):
+            fetch_target_names = [fetch_target_names]  # one name
+        if not isinstance(fetch_target_names, (list, tuple)) or not all(
                 isinstance(n, str) for n in fetch_target_names):
             raise TypeError(f"FetchHandler: fetch_target_names must be a list of variable "
                             f"names, got {fetch_target_names!r}")

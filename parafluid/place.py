@@ -92,6 +92,43 @@ class CUDAPlace:
         return f"CUDAPlace({self.device_id})"
 
 
+class Place:
+    """Fluid's ``core.Place``: a holder of any place, set with ``set_place``."""
+
+    def __init__(self) -> None:
+        self._place: CPUPlace | CUDAPlace = CPUPlace()
+
+    def set_place(self, place: object) -> None:
+        inner = place._place if isinstance(place, Place) else place
+        if not isinstance(inner, (CPUPlace, CUDAPlace)):
+            raise TypeError(f"Place.set_place: expected a CPUPlace, CUDAPlace or "
+                            f"CUDAPinnedPlace, got {type(place).__name__}")
+        self._place = inner
+
+    def _type(self) -> int:
+        return self._place._type()
+
+    def _equals(self, other: object) -> bool:
+        return self._place._equals(other._place if isinstance(other, Place) else other)
+
+    def is_cpu_place(self) -> bool:
+        return self._place.is_cpu_place()
+
+    def is_gpu_place(self) -> bool:
+        return self._place.is_gpu_place()
+
+    def is_cuda_pinned_place(self) -> bool:
+        return self._place.is_cuda_pinned_place()
+
+    def gpu_device_id(self) -> int:
+        if not isinstance(self._place, CUDAPlace):
+            raise ValueError(f"Place.gpu_device_id: the place is {self._place!r}, not a GPU")
+        return self._place.device_id
+
+    def __repr__(self) -> str:
+        return repr(self._place)
+
+
 def is_compiled_with_cuda() -> bool:
     """True when torch can see at least one GPU."""
     return torch.cuda.is_available()
@@ -99,6 +136,8 @@ def is_compiled_with_cuda() -> bool:
 
 def to_device(place: object) -> torch.device:
     """Map a place to a ``torch.device``; a CUDAPlace without a visible GPU is a clear error."""
+    if isinstance(place, Place):
+        place = place._place
     if place is None or isinstance(place, CPUPlace):
         return torch.device("cpu")
     if isinstance(place, CUDAPlace):

@@ -263,6 +263,14 @@ class LoDTensor:
     def _set_double_element(self, i: int, value: float) -> None:
         self._element(i, torch.float64, "_set_double_element").view(-1)[i] = float(value)
 
+    def _place(self) -> Any:
+        """Where the value lives, as a place (``CPUPlace()`` or ``CUDAPlace(k)``)."""
+        from .place import CPUPlace, CUDAPlace
+
+        self._check()
+        device = self._holder.value.device
+        return CUDAPlace(device.index or 0) if device.type == "cuda" else CPUPlace()
+
     def _check(self) -> None:
         if self._holder.value is None:
             raise RuntimeError(f"tensor of variable {self._holder.name!r} is not initialized")

@@ -334,7 +334,7 @@ def test_dense_float_slots_take_the_variable_shape(tmp_path):
 def test_train_from_dataset_checks_its_arguments(tmp_path):
     main, startup, use_vars, loss = ctr_program()
     exe = fluid.Executor(fluid.CPUPlace())
-    with pytest.raises(RuntimeError, match="dataset is needed"):
+    with pytest.raises(RuntimeError, match="^dataset is need and should be initialized$"):
         exe.train_from_dataset(program=main, dataset=None)
     dataset = make_dataset("QueueDataset", use_vars, write_files(tmp_path, [ctr_lines(2, 0)]))
     with pytest.raises(ValueError, match="fetch_info must name each of the 1 fetch_list"):
@@ -580,5 +580,65 @@ def test_the_fetch_handler_monitor_runs_on_a_scope_until_stopped():
     np.testing.assert_array_equal(np.array(values[0]), np.arange(6).reshape(2, 3))
     with pytest.raises(ValueError, match="period_secs must be > 0"):
         fluid.executor.FetchHandler(["emb"], period_secs=0)
+    assert fluid.executor.FetchHandler("emb").fetch_target_names == ["emb"]  # one name
     with pytest.raises(TypeError, match="list of variable names"):
-        fluid.executor.FetchHandler("emb")
+        fluid.executor.FetchHandler(["emb", 3])
+
+
+def _clicks(feed) -> list[int]:
+    return np.array(feed["click"]).reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("drop_last", [True, False], ids=["drop_last", "keep_last"])
+def test_a_dataset_loader_yields_a_feed_per_place_from_one_reader_each(tmp_path, drop_last):
+    # BATCH lines per batch; reader 0 reads files 0 and 2, reader 1 file 1 (ids tell which)
+    sizes = [2 * BATCH + 1, BATCH, BATCH]
+    parts = [[f"1 {f} 1 {f} 1 {k % 2}" for k in range(n)] for f, n in enumerate(sizes)]
+    files = write_files(tmp_path, parts)
+    main, startup, use_vars, loss = ctr_program()
+    dataset = make_dataset("QueueDataset", use_vars, files)
+    places = fluid.cpu_places(2)
+    loader = fluid.io.DataLoader.from_dataset(dataset, places, drop_last=drop_last)
+    steps = list(loader)
+    # reader 0: 3 full batches (+1 line), reader 1: 1; each step takes the next batch of
+    # each reader still going, in turn; fewer batches than places end the epoch
+    assert [len(s) for s in steps] == [2, 2]
+    ends = [[(int(np.array(f["slot1"])[0, 0]), int(np.array(f["slot1"])[-1, 0])) for f in s]
+            for s in steps]
+    # reader 1 ended after one batch: reader 0 gave both batches of the second step
+    assert ends == [[(0, 0), (1, 1)], [(0, 0), (0, 2)]]
+    for step in steps:
+        for feed, place in zip(step, places):
+            assert set(feed) == {"slot1", "slot2", "click"}
+            assert all(isinstance(t, fluid.LoDTensor) for t in feed.values())
+            assert feed["slot1"]._place()._equals(place)
+            assert feed["click"].shape() == [BATCH, 1]
+            assert feed["slot1"].recursive_sequence_lengths() == [[1] * BATCH]
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name,
+                                                               places=places)
+    for step in loader:
+        exe.run(compiled, feed=step, fetch_list=[loss], scope=scope)
+    with pytest.raises(ValueError, match="3 files, fewer than the 4 places"):
+        fluid.io.DataLoader.from_dataset(dataset, fluid.cpu_places(4))
+    with pytest.raises(TypeError, match="must be a Dataset of fluid.DatasetFactory"):
+        fluid.io.DataLoader.from_dataset([files], places)
+
+
+def test_a_dataset_loader_splits_an_in_memory_dataset_and_keeps_short_batches(tmp_path):
+    lines = [f"1 {k} 1 {k} 1 {k % 2}" for k in range(4 * BATCH + 2)]
+    files = write_files(tmp_path, [lines[:BATCH], lines[BATCH:]])
+    main, startup, use_vars, loss = ctr_program()
+    dataset = make_dataset("InMemoryDataset", use_vars, files)
+    dataset.load_into_memory()
+    kept = list(fluid.io.DataLoader.from_dataset(dataset, fluid.cpu_places(2),
+                                                  drop_last=False))
+    dropped = list(fluid.io.DataLoader.from_dataset(dataset, fluid.cpu_places(2)))
+    # memory split in two halves of 2 * BATCH + 1 lines: 2 full batches and 1 line each
+    assert [[feed["click"].shape()[0] for feed in s] for s in kept] == \
+        [[BATCH, BATCH], [BATCH, BATCH], [1, 1]]
+    assert len(dropped) == 2
+    ids = [int(np.array(s[1]["slot1"])[0, 0]) for s in kept]  # the second half's
+    assert ids == [2 * BATCH + 1, 3 * BATCH + 1, 4 * BATCH + 1]

@@ -35,6 +35,7 @@ raises ``fluid.core.EOFException`` at its end, ``reset()`` ends it::
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -46,12 +47,16 @@ import numpy as np
 
 from ..dtypes import to_numpy
 from ..framework import Variable, in_dygraph_mode
+from ..scope import LoDTensor
 from ..unique_name import generate as unique_name
 from .data_feeder import DataFeeder
+from .dataset import DatasetBase, build_feed
 from .legacy_reader import QueueReader, append_read_op
 from .reader import batch as batch_reader
 
-__all__ = ["DataLoader", "DataLoaderBase", "GeneratorLoader", "PyReader"]
+__all__ = ["DataLoader", "DataLoaderBase", "GeneratorLoader", "DatasetLoader", "PyReader"]
+
+_log = logging.getLogger(__name__)
 
 _END = object()
 _POLL_S = 0.05
@@ -92,6 +97,32 @@ class DataLoader:
         """
         return GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list,
                                drop_last, timeout)
+
+    @staticmethod
+    def from_dataset(dataset: DatasetBase, places: Any, drop_last: bool = True
+                     ) -> DatasetLoader:
+        """A loader over the batches of a ``fluid.DatasetFactory`` Dataset, one reader per
+        place: each step yields one feed per place (a dict of ``LoDTensor`` on that place).
+
+        Args:
+            dataset: a QueueDataset (its file list split among the readers, files ``i, i +
+                n, ...`` to reader ``i``) or a loaded InMemoryDataset (its instances split in
+                ``n`` near-equal parts); ``set_use_var`` and ``set_batch_size`` done.
+            places: the places (``fluid.cpu_places()``); one reader each.
+            drop_last: a reader's last batch shorter than the batch size ends that reader
+                without being yielded (False: it is yielded).
+
+        As Fluid's: a step takes the next batch of each reader still going, in turn (a
+        reader may give two when others have ended); when fewer batches than places are
+        left, the epoch ends (those are not yielded).
+
+        Example::
+
+            loader = fluid.io.DataLoader.from_dataset(dataset, fluid.cpu_places())
+            for data in loader:
+                exe.run(compiled, feed=data, fetch_list=[loss])
+        """
+        return DatasetLoader(dataset, places, drop_last)
 
 
 class DataLoaderBase:
@@ -278,6 +309,84 @@ class GeneratorLoader(DataLoaderBase):
                                "(iterable=False) is started and reset; iterate over this one "
                                "and pass each batch to exe.run(feed=batch)")
         return self._reader
+
+
+class DatasetLoader(DataLoaderBase):
+    """What ``DataLoader.from_dataset`` returns; iterate it once per epoch."""
+
+    def __init__(self, dataset: DatasetBase, places: Any, drop_last: bool = True) -> None:
+        if not isinstance(dataset, DatasetBase):
+            raise TypeError(f"DataLoader.from_dataset: dataset must be a Dataset of "
+                            f"fluid.DatasetFactory, got {type(dataset).__name__}")
+        if in_dygraph_mode():
+            raise RuntimeError("DataLoader.from_dataset is not supported in the imperative "
+                               "mode (as in Fluid)")
+        self._places = list(places) if isinstance(places, (list, tuple)) else [places]
+        if not self._places:
+            raise ValueError("DataLoader.from_dataset: places is an empty list")
+        n = len(self._places)
+        if len(dataset.filelist) < n:
+            raise ValueError(f"DataLoader.from_dataset: the dataset's file list has "
+                             f"{len(dataset.filelist)} files, fewer than the {n} places "
+                             "(one reader per place reads whole files)")
+        if dataset.thread_num not in (0, n):
+            _log.warning("DataLoader.from_dataset: thread_num %d set in the Dataset is "
+                         "ignored: one reader per place (%d)", dataset.thread_num, n)
+        dataset.set_thread(n)
+        self._dataset = dataset
+        self._drop_last = bool(drop_last)
+
+    def __call__(self) -> Iterator[list[dict[str, LoDTensor]]]:
+        return self.__iter__()
+
+    def __iter__(self) -> Iterator[list[dict[str, LoDTensor]]]:
+        self._dataset._prepare_to_run()
+        return self._steps()
+
+    def _steps(self) -> Iterator[list[dict[str, LoDTensor]]]:
+        n, size = len(self._places), self._dataset.proto_desc.batch_size
+        slots = self._dataset._used_slots()
+        readers = [self._batches(self._dataset._reader_instances(i, n), size)
+                   for i in range(n)]
+        going = list(range(n))
+        while True:
+            step: list[dict[str, Any]] = []
+            while len(step) < n and going:
+                for i in list(going):
+                    batch = next(readers[i], None)
+                    if batch is None or (self._drop_last and len(batch) < size):
+                        going.remove(i)
+                        continue
+                    step.append(build_feed(batch, slots))
+                    if len(step) == n:
+                        break
+            if len(step) < n:
+                return  # as Fluid's: fewer batches than places end the epoch
+            yield [self._on_place(feed, place) for feed, place in zip(step, self._places)]
+
+    @staticmethod
+    def _batches(instances: Iterator[Any], size: int) -> Iterator[list[Any]]:
+        pending: list[Any] = []
+        for inst in instances:
+            pending.append(inst)
+            if len(pending) == size:
+                yield pending
+                pending = []
+        if pending:
+            yield pending
+
+    @staticmethod
+    def _on_place(feed: dict[str, Any], place: Any) -> dict[str, LoDTensor]:
+        out = {}
+        for name, value in feed.items():
+            t = LoDTensor()
+            if isinstance(value, LoDTensor):
+                t.set(value.value, place)
+                t.set_lod(value.lod())
+            else:
+                t.set(value, place)
+            out[name] = t
+        return out
 
 
 class PyReader(GeneratorLoader):

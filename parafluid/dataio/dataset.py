@@ -208,6 +208,13 @@ class DatasetBase:
     def _used_slots(self) -> list[Slot]:
         return [s for s in self.proto_desc.slots if s.is_used]
 
+    def _reader_instances(self, i: int, n: int) -> Iterator[tuple[np.ndarray, ...]]:
+        """The instances reader ``i`` of ``n`` reads (``DataLoader.from_dataset``): files
+        ``i, i + n, ...`` of the file list."""
+        lead = int(self.parse_ins_id) + int(self.parse_content)
+        for path in self.filelist[i::n]:
+            yield from read_multi_slot_file(path, self.proto_desc, lead)
+
 
 class QueueDataset(DatasetBase):
     """Streams the files in order, batch by batch.
@@ -386,6 +393,13 @@ class InMemoryDataset(DatasetBase):
 
     def _instances(self) -> Iterator[tuple[np.ndarray, ...]]:
         yield from self._loaded("train_from_dataset")
+
+    def _reader_instances(self, i: int, n: int) -> Iterator[tuple[np.ndarray, ...]]:
+        """Reader ``i`` of ``n`` reads the ``i``-th of ``n`` near-equal parts of memory."""
+        memory = self._loaded("DataLoader.from_dataset")
+        k, extra = divmod(len(memory), n)
+        start = i * k + min(i, extra)
+        yield from memory[start:start + k + (1 if i < extra else 0)]
 
 
 # ------------------------------------------------------------------------------ lines

@@ -521,7 +521,16 @@ class RPCStore(dist.Store):
     # -- torch.distributed.Store -----------------------------------------------------------
 
     def set(self, key: str, value: str | bytes) -> None:
-        self._call("set", [self._k(key), _bytes(value)], f"set of {key!r}")
+        self._call("set", [self._k(key), self._value(value, key)], f"set of {key!r}")
+
+    def _value(self, value: str | bytes, key: str) -> bytes:
+        raw = _bytes(value)
+        # NOTE: the server would refuse it too, or drop the connection when the request is
+        # larger than its message limit: say so at once instead of timing out
+        if len(raw) > DEFAULT_MAX_VALUE_BYTES:
+            raise StoreError(f"rendezvous store at {self.endpoint}: a value of {len(raw)} "
+                             f"bytes for {key!r} (at most {DEFAULT_MAX_VALUE_BYTES})")
+        return raw
 
     def get(self, key: str) -> bytes:
         """The value of ``key``, waiting (up to ``deadline_s``) until it is set."""
@@ -533,7 +542,7 @@ class RPCStore(dist.Store):
     def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
         fields: list[bytes] = []
         for k, v in zip(keys, values):
-            fields += [self._k(k), _bytes(v)]
+            fields += [self._k(k), self._value(v, k)]
         self._call("multi_set", fields, f"set of {len(keys)} keys")
 
     def add(self, key: str, value: int) -> int:
@@ -542,8 +551,9 @@ class RPCStore(dist.Store):
 
     def compare_set(self, key: str, expected_value: str | bytes,
                     desired_value: str | bytes) -> bytes:
-        got = self._call("compare_set", [self._k(key), _bytes(expected_value),
-                                         _bytes(desired_value)], f"compare_set of {key!r}")
+        got = self._call("compare_set", [self._k(key), self._value(expected_value, key),
+                                         self._value(desired_value, key)],
+                         f"compare_set of {key!r}")
         return _one(got, None, self.endpoint, "compare_set")
 
     def check(self, keys: list[str]) -> bool:
@@ -577,7 +587,7 @@ class RPCStore(dist.Store):
                  deadline_s: float | None = None) -> dict[str, bytes]:
         """Set ``key``, then every entry under each of ``dirs`` (keys up to their last
         ``/``), by key without this store's prefix: one request."""
-        got = self._call("set_list", [self._k(key), _bytes(value),
+        got = self._call("set_list", [self._k(key), self._value(value, key),
                                       *(self.prefix.encode() + d.encode() for d in dirs)],
                          f"set_list of {key!r}", deadline_s=deadline_s)
         if len(got) % 2:

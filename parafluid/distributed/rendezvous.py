@@ -56,7 +56,8 @@ from .endpoints import parse_endpoint, parse_endpoints
 from .env import JOB_ID_ENV, job_id
 from .handshake import mechanism_of, peer_mechanism
 from .health import Heartbeat
-from .store import RPCStore, StoreError, StoreServer
+from .store import StoreError, StoreServer
+from .store_client import RPCStore
 
 __all__ = ["DEFAULT_RENDEZVOUS_DEADLINE_S", "JOB_ID_ENV", "Rendezvous", "RendezvousError",
            "StoreCalls", "rendezvous", "job_id_from_env"]

@@ -1,19 +1,20 @@
 """The collective mode's rendezvous store: a bounded key-value server behind the RPC handshake.
 
 Trainer 0 hosts a :class:`StoreServer` at its own endpoint; every trainer (and each heartbeat
-thread) talks to it through an :class:`RPCStore`, a ``torch.distributed.Store`` written in
-Python, so that gloo and NCCL build their process groups through it like through torch's
+thread) talks to it through an ``RPCStore`` (``store_client.py``), a ``torch.distributed.Store``
+written in Python, so that gloo and NCCL build their process groups through it like through torch's
 TCPStore. Requests travel as :data:`~.wire.Kind` ``STORE`` messages of the pservers' RPC
 (:mod:`.rpc`): with the job's secret (``PARAFLUID_RPC_SECRET``) a connection must pass the
 PLAIN handshake and every message carries the session's MAC, so a process without the secret
 cannot write, read or wait for anything; without one, every process that reaches the port
-is trusted, as before, but what it can make the server hold is bounded all the same.
+is trusted, but what it can make the server hold is bounded all the same.
 
 What the server holds is bounded: a value of at most ``max_value_bytes`` (4 MiB), at most
 ``max_keys`` keys (65,536) and ``max_total_bytes`` (64 MiB: keys, values and 64 bytes a key)
-in all. A request larger than a value plus 64 KiB is refused by the RPC layer before its
-payload is allocated; a write past a bound is refused with an error naming the bound. Every
-refusal is logged at a bounded rate, nothing refused is stored, and the server goes on.
+in all. A request larger than a value plus 64 KiB is refused by the RPC decoder from its
+header (ZeroMQ holds its frames, of at most 4 MiB each, until then; nothing copies them); a
+write past a bound is refused with an error naming the bound. Every refusal is logged at a
+bounded rate, nothing refused is stored, and the server goes on.
 Nothing is pickled: a request is the operation's name and length-prefixed fields
 (:func:`pack_fields`), checked before anything is sliced out of them.
 
@@ -29,7 +30,7 @@ a beat, whatever the number of trainers.
 Example::
 
     server = StoreServer("127.0.0.1:0")
-    store = RPCStore(server.endpoint, deadline_s=5)
+    store = RPCStore(server.endpoint, deadline_s=5)  # from .store_client
     store.set("a/1", "x"); store.get("a/1")          # b'x'
     store.set_list("a/2", "y", ["a"])                # {'a/1': b'x', 'a/2': b'y'}
     store.close(); server.stop()
@@ -38,7 +39,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import datetime
 import itertools
 import logging
 import struct
@@ -48,15 +48,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from .deadline import rpc_deadline_seconds
-from .rpc import RateLimitedLog, Request, RPCClient, RPCError, RPCServer, RPCTimeoutError
-from .wire import Kind, Message
+from .rpc import RateLimitedLog, Request, RPCServer
 
-__all__ = ["StoreServer", "RPCStore", "StoreError", "StoreTimeoutError", "pack_fields",
-           "unpack_fields", "DEFAULT_MAX_VALUE_BYTES", "DEFAULT_MAX_TOTAL_BYTES",
-           "DEFAULT_MAX_KEYS", "DEFAULT_STORE_DEADLINE_S"]
+__all__ = ["StoreServer", "StoreError", "StoreTimeoutError", "pack_fields", "unpack_fields",
+           "DEFAULT_MAX_VALUE_BYTES", "DEFAULT_MAX_TOTAL_BYTES", "DEFAULT_MAX_KEYS",
+           "DEFAULT_STORE_DEADLINE_S", "WAIT_SLICE_S"]
 
 log = logging.getLogger("parafluid.distributed.store")
 
@@ -69,11 +66,11 @@ MAX_KEY_BYTES = 4096
 MAX_FIELDS = 4096
 _KEY_COST = 64  # what a key costs the server besides its bytes (the dict's entry)
 _OVERHEAD = 64 * 1024  # a request's bytes besides its value (fields, key)
-_WAIT_SLICE_S = 1.0  # the longest a server holds one waiting request
+WAIT_SLICE_S = 1.0  # the longest a server holds one waiting request
 _MAX_WAIT_MS = 60_000
 _U32 = struct.Struct("<I")
-_I64 = struct.Struct("<q")
-_YES, _NO = b"\x01", b"\x00"
+I64 = struct.Struct("<q")
+YES, NO = b"\x01", b"\x00"
 
 
 class StoreError(RuntimeError):
@@ -128,9 +125,9 @@ def _key(raw: bytes) -> str:
 
 
 def _int(raw: bytes, what: str) -> int:
-    if len(raw) != _I64.size:
-        raise _Refused(f"{what} of {len(raw)} bytes (expected {_I64.size})")
-    return _I64.unpack(raw)[0]
+    if len(raw) != I64.size:
+        raise _Refused(f"{what} of {len(raw)} bytes (expected {I64.size})")
+    return I64.unpack(raw)[0]
 
 
 def _dir(key: str) -> str:
@@ -282,7 +279,7 @@ class StoreServer:
         item = (key, str(value).encode("ascii"))
         self._check_put([item])
         self._put(*item)
-        req.reply(_tensor(pack_fields([_I64.pack(value)])))
+        req.reply(as_tensor(pack_fields([I64.pack(value)])))
 
     def _op_compare_set(self, req: Request, fields: list[bytes]) -> None:
         if len(fields) != 3:
@@ -296,11 +293,11 @@ class StoreServer:
             current = desired
         else:
             current = expected if old is None else old
-        req.reply(_tensor(pack_fields([current])))
+        req.reply(as_tensor(pack_fields([current])))
 
     def _op_check(self, req: Request, fields: list[bytes]) -> None:
         keys = [_key(f) for f in fields]
-        req.reply(_tensor(pack_fields([bytes(int(k in self._data) for k in keys)])))
+        req.reply(as_tensor(pack_fields([bytes(int(k in self._data) for k in keys)])))
 
     def _op_delete_key(self, req: Request, fields: list[bytes]) -> None:
         if len(fields) != 1:
@@ -314,10 +311,10 @@ class StoreServer:
                 d.discard(key)
                 if not d:
                     del self._dirs[_dir(key)]
-        req.reply(_tensor(pack_fields([_YES if old is not None else _NO])))
+        req.reply(as_tensor(pack_fields([YES if old is not None else NO])))
 
     def _op_num_keys(self, req: Request, fields: list[bytes]) -> None:
-        req.reply(_tensor(pack_fields([_I64.pack(len(self._data))])))
+        req.reply(as_tensor(pack_fields([I64.pack(len(self._data))])))
 
     def _op_set_list(self, req: Request, fields: list[bytes]) -> None:
         if len(fields) < 2:
@@ -338,7 +335,7 @@ class StoreServer:
                     raise _Refused(f"the directories {dirs} hold more than "
                                    f"{self.max_value_bytes} bytes or {MAX_FIELDS // 2} keys")
                 out += [key.encode("utf-8"), value]
-        req.reply(_tensor(pack_fields(out)))
+        req.reply(as_tensor(pack_fields(out)))
 
     # -- waiting for keys ------------------------------------------------------------------
 
@@ -363,7 +360,7 @@ class StoreServer:
         if self._answer(req, keys, op):
             return
         if wait_ms == 0:
-            req.reply(_tensor(pack_fields([_NO])))
+            req.reply(as_tensor(pack_fields([NO])))
             return
         if len(self._waiters) >= self.max_waiters:
             raise _Refused(f"{len(self._waiters)} requests are waiting for keys, at most "
@@ -377,7 +374,7 @@ class StoreServer:
         if any(k not in self._data for k in keys):
             return False
         values = [] if op == "wait" else [self._data[k] for k in keys]
-        req.reply(_tensor(pack_fields([_YES, *values])))
+        req.reply(as_tensor(pack_fields([YES, *values])))
         return True
 
     def _drop_waiter(self, wid: int) -> tuple[Request, tuple[str, ...], float, str]:
@@ -402,225 +399,12 @@ class StoreServer:
         now = time.monotonic()
         for wid in [w for w, (_, _, end, _) in self._waiters.items() if end <= now]:
             req = self._drop_waiter(wid)[0]
-            req.reply(_tensor(pack_fields([_NO])))
+            req.reply(as_tensor(pack_fields([NO])))
 
 
 _OPS = {name[len("_op_"):]: fn for name, fn in vars(StoreServer).items()
         if name.startswith("_op_")}
 
 
-def _tensor(raw: bytes) -> torch.Tensor:
+def as_tensor(raw: bytes) -> torch.Tensor:
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-
-
-# ---------------------------------------------------------------------- the client
-
-class RPCStore(dist.Store):
-    """A connection to a :class:`StoreServer`, usable wherever torch wants a ``Store``
-    (``ProcessGroupGloo``, ``PrefixStore``, ``init_process_group(store=...)``).
-
-    Args:
-        endpoint: the server's ``host:port``.
-        secret: the job's secret; None reads ``$PARAFLUID_RPC_SECRET``.
-        deadline_s: seconds each request waits for its reply (default ``FLAGS_rpc_deadline``,
-            else 300 s); also how long ``get`` and ``wait`` wait for keys unless told.
-        prefix: prepended (with a ``/``) to every key, as ``torch.distributed.PrefixStore``.
-        trainer_id, role: sent with every request / as the handshake's user name.
-
-    Keep a reference to it while torch uses it: torch holds only its C++ half.
-    """
-
-    def __init__(self, endpoint: str, *, secret: bytes | str | None = None,
-                 deadline_s: float | None = None, prefix: str = "", trainer_id: int = -1,
-                 role: str | None = None, _client: RPCClient | None = None) -> None:
-        super().__init__()
-        self.endpoint = endpoint
-        self.deadline_s = rpc_deadline_seconds(DEFAULT_STORE_DEADLINE_S) \
-            if deadline_s is None else float(deadline_s)
-        self.prefix = prefix.rstrip("/") + "/" if prefix else ""
-        self._secret, self._trainer_id, self._role = secret, trainer_id, role
-        self._client = _client or RPCClient(
-            endpoint, self.deadline_s, secret, trainer_id=trainer_id, role=role,
-            peer="rendezvous store")
-        self._owns_client = _client is None
-        self._clones: list[RPCStore] = []
-        self._closed = False
-
-    # -- plumbing --------------------------------------------------------------------------
-
-    def with_prefix(self, prefix: str) -> RPCStore:
-        """The same connection, with ``prefix`` (under this store's own) on every key."""
-        return RPCStore(self.endpoint, deadline_s=self.deadline_s,
-                        prefix=self.prefix + prefix, _client=self._client)
-
-    def clone(self) -> RPCStore:
-        """A new connection to the same store, with the same prefix (torch calls it)."""
-        c = RPCStore(self.endpoint, secret=self._secret, deadline_s=self.deadline_s,
-                     prefix=self.prefix, trainer_id=self._trainer_id, role=self._role)
-        self._clones.append(c)  # NOTE: torch keeps only the C++ half alive
-        return c
-
-    def close(self) -> None:
-        self._closed = True
-        for c in self._clones:
-            c.close()
-        if self._owns_client:
-            self._client.close()
-
-    def _k(self, key: str) -> bytes:
-        return (self.prefix + key).encode("utf-8")
-
-    def _call(self, op: str, fields: Sequence[bytes], what: str, extra_s: float = 0.0,
-              deadline_s: float | None = None) -> list[bytes]:
-        if self._closed:
-            raise StoreError(f"rendezvous store at {self.endpoint}: {what}: this connection "
-                             "is closed")
-        seconds = (self.deadline_s if deadline_s is None else deadline_s) + extra_s
-        try:
-            reply = self._client.call(Kind.STORE, op, _tensor(pack_fields(fields)),
-                                      deadline_s=seconds)
-        except RPCTimeoutError:
-            raise StoreTimeoutError(
-                f"rendezvous store at {self.endpoint}: {what}: no reply within {seconds:.1f} s "
-                "(its host, trainer 0, died, was stopped or hangs, or another program holds "
-                "the port)") from None
-        except RPCError as e:
-            raise StoreError(f"{what}: {e}") from None
-        return _reply_fields(reply, self.endpoint, what)
-
-    def _await(self, op: str, keys: Sequence[str], timeout_s: float, what: str
-               ) -> list[bytes]:
-        """``[values...]`` once every key is set (the server holds each request up to a
-        second); StoreTimeoutError naming the missing keys after ``timeout_s``."""
-        end = time.monotonic() + timeout_s
-        raw = [self._k(k) for k in keys]
-        while True:
-            left = max(0.0, end - time.monotonic())
-            slice_s = min(_WAIT_SLICE_S, left)
-            got = self._call(op, [_I64.pack(int(slice_s * 1000)), *raw], what, slice_s)
-            if got and got[0] == _YES:
-                return got[1:]
-            if time.monotonic() >= end:
-                try:
-                    missing = [k for k, p in zip(keys, self.present(keys)) if not p]
-                except StoreError:
-                    missing = list(keys)
-                raise StoreTimeoutError(
-                    f"rendezvous store at {self.endpoint}: {what}: after {timeout_s:.1f} s "
-                    f"still not set: {', '.join(repr(k) for k in missing[:8])}"
-                    + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
-
-    @staticmethod
-    def _seconds(timeout: Any, default: float) -> float:
-        if timeout is None:
-            return default
-        if isinstance(timeout, datetime.timedelta):
-            return timeout.total_seconds()
-        return float(timeout)
-
-    # -- torch.distributed.Store -----------------------------------------------------------
-
-    def set(self, key: str, value: str | bytes) -> None:
-        self._call("set", [self._k(key), self._value(value, key)], f"set of {key!r}")
-
-    def _value(self, value: str | bytes, key: str) -> bytes:
-        raw = _bytes(value)
-        # NOTE: the server would refuse it too, or drop the connection when the request is
-        # larger than its message limit: say so at once instead of timing out
-        if len(raw) > DEFAULT_MAX_VALUE_BYTES:
-            raise StoreError(f"rendezvous store at {self.endpoint}: a value of {len(raw)} "
-                             f"bytes for {key!r} (at most {DEFAULT_MAX_VALUE_BYTES})")
-        return raw
-
-    def get(self, key: str) -> bytes:
-        """The value of ``key``, waiting (up to ``deadline_s``) until it is set."""
-        return self._await("get", [key], self.deadline_s, f"get of {key!r}")[0]
-
-    def multi_get(self, keys: list[str]) -> list[bytes]:
-        return self._await("multi_get", keys, self.deadline_s, f"get of {len(keys)} keys")
-
-    def multi_set(self, keys: list[str], values: list[str | bytes]) -> None:
-        fields: list[bytes] = []
-        for k, v in zip(keys, values):
-            fields += [self._k(k), self._value(v, k)]
-        self._call("multi_set", fields, f"set of {len(keys)} keys")
-
-    def add(self, key: str, value: int) -> int:
-        got = self._call("add", [self._k(key), _I64.pack(int(value))], f"add to {key!r}")
-        return _I64.unpack(_one(got, _I64.size, self.endpoint, "add"))[0]
-
-    def compare_set(self, key: str, expected_value: str | bytes,
-                    desired_value: str | bytes) -> bytes:
-        got = self._call("compare_set", [self._k(key), self._value(expected_value, key),
-                                         self._value(desired_value, key)],
-                         f"compare_set of {key!r}")
-        return _one(got, None, self.endpoint, "compare_set")
-
-    def check(self, keys: list[str]) -> bool:
-        return all(self.present(keys))
-
-    def present(self, keys: Sequence[str]) -> list[bool]:
-        """Whether each key is set, in one request."""
-        got = self._call("check", [self._k(k) for k in keys], f"check of {len(keys)} keys")
-        return [b == 1 for b in _one(got, len(keys), self.endpoint, "check")]
-
-    def wait(self, keys: list[str], timeout: Any = None) -> None:
-        self._await("wait", keys, self._seconds(timeout, self.deadline_s),
-                    f"wait for {', '.join(repr(k) for k in keys[:4])}"
-                    + (f" and {len(keys) - 4} more" if len(keys) > 4 else ""))
-
-    def delete_key(self, key: str) -> bool:
-        return _one(self._call("delete_key", [self._k(key)], f"delete of {key!r}"), 1,
-                    self.endpoint, "delete_key") == _YES
-
-    def num_keys(self) -> int:
-        return _I64.unpack(_one(self._call("num_keys", [], "num_keys"), _I64.size,
-                                self.endpoint, "num_keys"))[0]
-
-    # -- parafluid's own -------------------------------------------------------------------
-
-    def ping(self, deadline_s: float | None = None, what: str = "ping") -> None:
-        """One round trip (the connection's handshake, the first time)."""
-        self._call("ping", [], what, deadline_s=deadline_s)
-
-    def set_list(self, key: str, value: str | bytes, dirs: Sequence[str],
-                 deadline_s: float | None = None) -> dict[str, bytes]:
-        """Set ``key``, then every entry under each of ``dirs`` (keys up to their last
-        ``/``), by key without this store's prefix: one request."""
-        got = self._call("set_list", [self._k(key), self._value(value, key),
-                                      *(self.prefix.encode() + d.encode() for d in dirs)],
-                         f"set_list of {key!r}", deadline_s=deadline_s)
-        if len(got) % 2:
-            raise StoreError(f"rendezvous store at {self.endpoint}: set_list: a reply of "
-                             f"{len(got)} fields is not key/value pairs")
-        out, skip = {}, len(self.prefix)
-        for i in range(0, len(got), 2):
-            name = got[i].decode("utf-8", "replace")
-            if name.startswith(self.prefix):
-                out[name[skip:]] = got[i + 1]
-        return out
-
-
-def _bytes(value: str | bytes) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
-
-
-def _reply_fields(reply: Message, endpoint: str, what: str) -> list[bytes]:
-    if reply.kind == Kind.REPLY_OK:
-        return []
-    value = reply.value
-    if not isinstance(value, torch.Tensor) or value.dtype != torch.uint8 or value.dim() != 1:
-        raise StoreError(f"rendezvous store at {endpoint}: {what}: a reply that is not "
-                         "store fields (another program on the port?)")
-    try:
-        return unpack_fields(value.numpy())
-    except ValueError as e:
-        raise StoreError(f"rendezvous store at {endpoint}: {what}: a malformed reply "
-                         f"({e})") from None
-
-
-def _one(fields: list[bytes], size: int | None, endpoint: str, what: str) -> bytes:
-    if len(fields) != 1 or (size is not None and len(fields[0]) != size):
-        raise StoreError(f"rendezvous store at {endpoint}: {what}: a malformed reply "
-                         f"({len(fields)} fields)")
-    return fields[0]

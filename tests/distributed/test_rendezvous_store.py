@@ -18,13 +18,13 @@ from parafluid.distributed import wire
 from parafluid.distributed.health import Heartbeat
 from parafluid.distributed.rpc import RPCClient, RPCError
 from parafluid.distributed.store import (
-    RPCStore,
     StoreError,
     StoreServer,
     StoreTimeoutError,
     pack_fields,
     unpack_fields,
 )
+from parafluid.distributed.store_client import RPCStore
 
 
 @pytest.fixture(autouse=True)

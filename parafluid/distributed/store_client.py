@@ -69,14 +69,14 @@ class RPCStore(dist.Store):
         self._client = _client or RPCClient(
             endpoint, self.deadline_s, secret, trainer_id=trainer_id, role=role,
             peer="rendezvous store")
-        self._owns_client = _client is None
         self._clones: list[RPCStore] = []
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------------------
 
     def with_prefix(self, prefix: str) -> RPCStore:
-        """The same connection, with ``prefix`` (under this store's own) on every key."""
+        """The same connection, with ``prefix`` (under this store's own) on every key; closing
+        either closes the connection."""
         return RPCStore(self.endpoint, deadline_s=self.deadline_s,
                         prefix=self.prefix + prefix, _client=self._client)
 
@@ -91,8 +91,7 @@ class RPCStore(dist.Store):
         self._closed = True
         for c in self._clones:
             c.close()
-        if self._owns_client:
-            self._client.close()
+        self._client.close()  # NOTE: shared with the views of with_prefix: closes them too
 
     def _k(self, key: str) -> bytes:
         return (self.prefix + key).encode("utf-8")

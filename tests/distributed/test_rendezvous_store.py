@@ -275,3 +275,17 @@ def test_the_view_names_a_dead_a_closed_and_a_failed_peer_and_a_dead_host():
             hb.stop()
         job.close()
         server.stop()
+
+
+def test_init_process_group_and_clone_take_the_store(server, store):
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=20))
+    try:
+        x = torch.ones(2)
+        dist.all_reduce(x)
+        assert x.tolist() == [1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
+    twin = store.clone()  # a connection of its own, the same keys
+    twin.set("from-the-clone", "1")
+    assert store.get("from-the-clone") == b"1"

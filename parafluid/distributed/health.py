@@ -67,6 +67,7 @@ class Heartbeat:
         self._started = now
         self._refreshed = now  # the last time this thread read the whole view
         self._store_error: str | None = None
+        self._asking_since: float | None = None  # when the request in flight started
         n = len(self.endpoints)
         self._beats: list[tuple[int, int] | None] = [None] * n
         self._moved = [now] * n  # when each peer's beat last moved (as seen here)
@@ -88,6 +89,7 @@ class Heartbeat:
         try:
             while not self._stop.is_set():
                 beat += 1
+                self._asking_since = time.monotonic()
                 try:
                     view = store.set_list(f"hb/{self.trainer_id}", f"{beat} {self.seq}",
                                           _DIRS, deadline_s=self.stale_s)
@@ -98,6 +100,8 @@ class Heartbeat:
                 except Exception as e:  # noqa: BLE001 - store host gone; trouble() says so
                     self._store_error = _first_line(e)
                     return
+                finally:
+                    self._asking_since = None
                 self._absorb(view)
                 self._stop.wait(self.interval)
         finally:
@@ -173,6 +177,13 @@ class Heartbeat:
                         return f"{self.who(k)} never sent a heartbeat (it died while joining)"
                     continue
                 quiet = now - self._moved[k]
+                # NOTE: the host's beat went quiet while the store does not answer this
+                # thread either: the host died or hangs (its beat stops moving up to a beat
+                # before this thread's last answer, so it would be named the first)
+                asking = self._asking_since
+                if quiet > self.stale_s and k == 0 and asking is not None and \
+                        now - asking > min(self.interval, self.stale_s / 2):
+                    return self._host_clause(now)
                 if quiet > self.stale_s:
                     return (f"{self.who(k)} stopped responding: no heartbeat for {quiet:.1f} s "
                             "(the process died, was stopped, or hangs)")

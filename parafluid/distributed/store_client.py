@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -88,10 +89,16 @@ class RPCStore(dist.Store):
         return c
 
     def close(self) -> None:
+        """Close the connection (shared with the views of ``with_prefix``: closes them too).
+
+        Does not wait: a request in flight on another thread (to a host that died, say)
+        keeps the connection until its deadline, and it is closed then.
+        """
         self._closed = True
         for c in self._clones:
             c.close()
-        self._client.close()  # NOTE: shared with the views of with_prefix: closes them too
+        threading.Thread(target=self._client.close, daemon=True,
+                         name=f"parafluid-store-close-{self.endpoint}").start()
 
     def _k(self, key: str) -> bytes:
         return (self.prefix + key).encode("utf-8")

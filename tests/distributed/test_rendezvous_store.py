@@ -245,7 +245,7 @@ def test_the_view_names_a_dead_a_closed_and_a_failed_peer_and_a_dead_host():
     eps = [f"127.0.0.1:{7100 + k}" for k in range(4)]
     job = RPCStore(server.endpoint, deadline_s=10, prefix="job")
     hbs = [Heartbeat(lambda: RPCStore(server.endpoint, deadline_s=10, prefix="job"), k, eps,
-                     interval=0.05, stale_s=0.5) for k in range(4)]
+                     interval=0.05, stale_s=1.0) for k in range(4)]
     try:
         hbs[0].expect_all()
         job.set("closed/2", "1")
@@ -271,6 +271,8 @@ def test_the_view_names_a_dead_a_closed_and_a_failed_peer_and_a_dead_host():
         assert "trainer 0 (127.0.0.1:7100), which hosts the rendezvous store, cannot be " \
             "reached" in hbs[2].trouble([0])
     finally:
+        for hb in hbs:
+            hb._stop.set()  # NOTE: all at once: each may be in a call until its deadline
         for hb in hbs:
             hb.stop()
         job.close()

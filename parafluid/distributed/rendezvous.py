@@ -146,7 +146,9 @@ def _fingerprint(backend: str) -> str:
 
 def _host(endpoints: list[str], secret: bytes | None) -> StoreServer:
     try:
-        return StoreServer(endpoints[0], secret)
+        # NOTE: every trainer opens two connections (its own, its heartbeat's)
+        return StoreServer(endpoints[0], secret,
+                           max_connections=max(256, 4 * len(endpoints) + 64))
     except OSError as e:
         raise RendezvousError(
             f"trainer 0 cannot host the rendezvous at {endpoints[0]}: "

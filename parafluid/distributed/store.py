@@ -39,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import collections
+import heapq
 import itertools
 import logging
 import struct
@@ -49,7 +50,7 @@ from typing import Any
 
 import torch
 
-from .rpc import RateLimitedLog, Request, RPCServer
+from .rpc import DEFAULT_MAX_CONNECTIONS, RateLimitedLog, Request, RPCServer
 
 __all__ = ["StoreServer", "StoreError", "StoreTimeoutError", "pack_fields", "unpack_fields",
            "DEFAULT_MAX_VALUE_BYTES", "DEFAULT_MAX_TOTAL_BYTES", "DEFAULT_MAX_KEYS",
@@ -145,6 +146,8 @@ class StoreServer:
         secret: the job's secret; None reads ``$PARAFLUID_RPC_SECRET`` (none: no handshake).
         max_value_bytes, max_total_bytes, max_keys: what it will hold (see the module).
         max_waiters: requests it holds at once while they wait for keys.
+        max_connections: connections admitted at once (each trainer opens two: its own and
+            its heartbeat's).
 
     ``requests`` counts the requests served, by operation; ``refused`` those refused here
     (the RPC layer counts the ones it refused before they reached the store:
@@ -156,6 +159,7 @@ class StoreServer:
                  max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES,
                  max_keys: int = DEFAULT_MAX_KEYS,
                  max_waiters: int = DEFAULT_MAX_WAITERS,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  poll_interval_s: float = 0.02) -> None:
         self.max_value_bytes = int(max_value_bytes)
         self.max_total_bytes = int(max_total_bytes)
@@ -168,11 +172,13 @@ class StoreServer:
         self._dirs: dict[str, set[str]] = {}
         self._waiters: dict[int, tuple[Request, tuple[str, ...], float, str]] = {}
         self._waiting_on: dict[str, set[int]] = {}
+        self._deadlines: list[tuple[float, int]] = []  # a heap of the waiters' deadlines
         self._waiter_ids = itertools.count(1)
         self._log = RateLimitedLog(log)
         self.rpc = RPCServer(endpoint, self._handle, secret,
                              max_message_bytes=self.max_value_bytes + _OVERHEAD,
-                             poll_interval_s=poll_interval_s, on_tick=self._expire)
+                             poll_interval_s=poll_interval_s, on_tick=self._expire,
+                             max_connections=max_connections)
         self.endpoint = self.rpc.endpoint
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._serve, daemon=True,
@@ -366,7 +372,9 @@ class StoreServer:
             raise _Refused(f"{len(self._waiters)} requests are waiting for keys, at most "
                            f"{self.max_waiters}")
         wid = next(self._waiter_ids)
-        self._waiters[wid] = (req, keys, time.monotonic() + wait_ms / 1000.0, op)
+        end = time.monotonic() + wait_ms / 1000.0
+        self._waiters[wid] = (req, keys, end, op)
+        heapq.heappush(self._deadlines, (end, wid))
         for k in keys:
             self._waiting_on.setdefault(k, set()).add(wid)
 
@@ -394,12 +402,14 @@ class StoreServer:
             self._answer(req, keys, op)
 
     def _expire(self) -> None:
-        if not self._waiters:
-            return
         now = time.monotonic()
-        for wid in [w for w, (_, _, end, _) in self._waiters.items() if end <= now]:
-            req = self._drop_waiter(wid)[0]
-            req.reply(as_tensor(pack_fields([NO])))
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, wid = heapq.heappop(self._deadlines)
+            if wid in self._waiters:  # NOTE: not answered yet
+                req = self._drop_waiter(wid)[0]
+                req.reply(as_tensor(pack_fields([NO])))
+        if not self._waiters:
+            self._deadlines.clear()
 
 
 _OPS = {name[len("_op_"):]: fn for name, fn in vars(StoreServer).items()

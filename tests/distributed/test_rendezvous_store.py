@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import struct
 import threading
 import time
 
@@ -291,3 +292,26 @@ def test_init_process_group_and_clone_take_the_store(server, store):
     twin = store.clone()  # a connection of its own, the same keys
     twin.set("from-the-clone", "1")
     assert store.get("from-the-clone") == b"1"
+
+
+def test_the_requests_held_waiting_are_bounded():
+    srv = StoreServer("127.0.0.1:0", max_waiters=1)
+    first, second = (RPCStore(srv.endpoint, deadline_s=10) for _ in range(2))
+    got: list[bytes] = []
+    try:
+        # NOTE: one request held up to 20 s (a client's own waits come a second at a time)
+        waiter = threading.Thread(target=lambda: got.extend(first._call(
+            "get", [struct.pack("<q", 20_000), b"x"], "get of 'x'", 20.0)))
+        waiter.start()
+        end = time.monotonic() + 10
+        while not srv._waiters and time.monotonic() < end:
+            time.sleep(0.01)
+        with pytest.raises(StoreError, match="1 requests are waiting for keys, at most 1"):
+            second.wait(["y"], datetime.timedelta(seconds=5))
+        second.set("x", "v")  # the held one is answered, and the store goes on
+        waiter.join(10)
+        assert got == [b"\x01", b"v"] and srv.refused == 1
+    finally:
+        first.close()
+        second.close()
+        srv.stop()

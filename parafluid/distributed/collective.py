@@ -321,8 +321,11 @@ class ProcessGroupCommunicator:
         end = time.monotonic() + self._transport_s
         pending = set(range(len(keys)))
         while pending:
-            pending = {k for k in pending if not self._calls(
-                lambda k=k: self._store.check([keys[k]]), self._transport_s, what)}
+            order = sorted(pending)
+            asked = [keys[k] for k in order]
+            pending = {k for k, p in zip(order, self._calls(
+                lambda asked=asked: self._store.present(asked), self._transport_s, what))
+                if not p}
             if not pending:
                 break
             trouble = self._heartbeat.trouble(sorted(pending))
@@ -333,7 +336,7 @@ class ProcessGroupCommunicator:
                     f"{what}: after {self._transport_s:.1f} s nothing from "
                     + ", ".join(self.describe(k) for k in sorted(pending)))
             time.sleep(0.01)
-        raws = self._calls(lambda: [self._store.get(k) for k in keys], self._transport_s, what)
+        raws = self._calls(lambda: self._store.multi_get(keys), self._transport_s, what)
         return [r.decode("utf-8", "replace") for r in raws]
 
     def _read_failures(self) -> None:
@@ -341,9 +344,12 @@ class ProcessGroupCommunicator:
         host, which may be that peer, is gone."""
         keys = [f"failed/{k}" for k in range(self.num_trainers) if k != self.trainer_id]
         try:
-            found = self._calls(lambda: {int(key.split("/")[1]): self._store.get(key)
-                                         for key in keys if self._store.check([key])},
-                                1.0, "reading the peers' failures")
+            def read() -> dict[int, bytes]:
+                there = [key for key, p in zip(keys, self._store.present(keys)) if p]
+                got = self._store.multi_get(there) if there else []
+                return {int(key.split("/")[1]): v for key, v in zip(there, got)}
+
+            found = self._calls(read, 1.0, "reading the peers' failures")
         except Exception:  # noqa: BLE001 - the store host is gone: the heartbeat says so
             return
         self._heartbeat.note_failed({k: v[:2000].decode("utf-8", "replace")
@@ -679,9 +685,12 @@ class ProcessGroupCommunicator:
                 end = time.monotonic() + wait_s
                 pending = set(range(1, self.num_trainers))
                 while pending and time.monotonic() < end:
-                    pending = {k for k in pending if not self._calls(
-                        lambda k=k: self._store.check([f"closed/{k}"]), 1.0, "leaving")
-                        and self._heartbeat.trouble([k]) is None}
+                    order = sorted(pending)
+                    asked = [f"closed/{k}" for k in order]
+                    done = self._calls(lambda asked=asked: self._store.present(asked), 1.0,
+                                       "leaving")
+                    pending = {k for k, d in zip(order, done)
+                               if not d and self._heartbeat.trouble([k]) is None}
                     time.sleep(0.02)
         except Exception:  # noqa: BLE001 - the host already left: nothing to tell it
             pass

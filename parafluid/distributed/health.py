@@ -3,11 +3,12 @@
 A transport error says little ("Connection reset by peer", "Timed out waiting 2000ms for
 recv"), and a wait on the store for a peer's key says nothing at all until its deadline. So
 each trainer runs a daemon thread that, every ``interval`` seconds (0.5), through its own
-connection to the store:
-
-- publishes ``hb/<trainer>`` = ``"<beat> <collectives entered>"``;
-- reads every peer's beat, and the keys a trainer leaves when it closes its communicator
-  (``closed/<k>``) or gives up a failed step (``failed/<k>``, with the reason).
+connection to the store, makes one request (``RPCStore.set_list``): it publishes
+``hb/<trainer>`` = ``"<beat> <collectives entered>"`` and reads back, in the same reply,
+every trainer's beat and the keys a trainer leaves when it closes its communicator
+(``closed/<k>``) or gives up a failed step (``failed/<k>``, with the reason). The store
+(trainer 0) assembles that view: a beat costs each trainer one request whatever the number
+of trainers, and the job n requests.
 
 From that *view*, kept in memory, ``Heartbeat.trouble()`` answers at once, without a store
 call, whether a peer is gone: it failed, it left, its beat has not moved for ``stale_s``
@@ -38,13 +39,15 @@ __all__ = ["Heartbeat", "HEARTBEAT_INTERVAL_S", "STALE_AFTER_S"]
 HEARTBEAT_INTERVAL_S = 0.5
 STALE_AFTER_S = 2.0
 _MAX_REASON = 2000  # a failure reason is one line of an error message
+_DIRS = ("hb", "closed", "failed")  # what each beat reads back
 
 
 class Heartbeat:
     """Publishes this trainer's beat and collective count; watches the peers' until ``stop()``.
 
     Args:
-        store_factory: opens this thread's own connection to the (namespaced) store.
+        store_factory: opens this thread's own connection to the (namespaced) store: an
+            ``RPCStore``, or anything with its ``set_list``.
         trainer_id, endpoints: who this is, and every trainer's endpoint (for messages).
         interval: seconds between beats; stale_s: a beat older than this is a dead peer.
     """
@@ -64,6 +67,7 @@ class Heartbeat:
         self._started = now
         self._refreshed = now  # the last time this thread read the whole view
         self._store_error: str | None = None
+        self._asking_since: float | None = None  # when the request in flight started
         n = len(self.endpoints)
         self._beats: list[tuple[int, int] | None] = [None] * n
         self._moved = [now] * n  # when each peer's beat last moved (as seen here)
@@ -82,25 +86,46 @@ class Heartbeat:
             self._store_error = _first_line(e)
             return
         beat = 0
-        while not self._stop.is_set():
-            beat += 1
-            try:
-                store.set(f"hb/{self.trainer_id}", f"{beat} {self.seq}")
-                self._refresh(store)
-            except Exception as e:  # noqa: BLE001 - store host gone; trouble() reports it
-                self._store_error = _first_line(e)
-                return
-            self._stop.wait(self.interval)
+        try:
+            while not self._stop.is_set():
+                beat += 1
+                self._asking_since = time.monotonic()
+                try:
+                    view = store.set_list(f"hb/{self.trainer_id}", f"{beat} {self.seq}",
+                                          _DIRS, deadline_s=self.stale_s)
+                except TimeoutError:
+                    # NOTE: no answer (a dead, stopped or hung host, or a loaded machine): the
+                    # view goes stale, which trouble() reports; an answer later clears it
+                    continue
+                except Exception as e:  # noqa: BLE001 - store host gone; trouble() says so
+                    self._store_error = _first_line(e)
+                    return
+                finally:
+                    self._asking_since = None
+                self._absorb(view)
+                self._stop.wait(self.interval)
+        finally:
+            close = getattr(store, "close", None)
+            if close is not None:
+                close()
 
-    def _refresh(self, store: Any) -> None:
+    def _absorb(self, view: dict[str, bytes]) -> None:
+        """Take in one reply of the store: every trainer's beat, the closed and the failed."""
         n = len(self.endpoints)
-        beats: list[tuple[int, int] | None] = []
-        for k in range(n):
-            beats.append(_parse_beat(store.get(f"hb/{k}")) if store.check([f"hb/{k}"])
-                         else None)
-        closed = {k for k in range(n) if store.check([f"closed/{k}"])}
-        failed = {k: store.get(f"failed/{k}")[:_MAX_REASON].decode("utf-8", "replace")
-                  for k in range(n) if k not in self._failed and store.check([f"failed/{k}"])}
+        beats: list[tuple[int, int] | None] = [None] * n
+        closed: set[int] = set()
+        failed: dict[int, str] = {}
+        for key, raw in view.items():
+            kind, _, who = key.partition("/")
+            k = int(who) if who.isdigit() else -1
+            if not 0 <= k < n:
+                continue  # NOTE: not a key of this job's trainers: ignored
+            if kind == "hb":
+                beats[k] = _parse_beat(raw)
+            elif kind == "closed":
+                closed.add(k)
+            elif kind == "failed" and k not in self._failed:
+                failed[k] = raw[:_MAX_REASON].decode("utf-8", "replace")
         now = time.monotonic()
         with self._lock:
             for k, b in enumerate(beats):
@@ -113,6 +138,7 @@ class Heartbeat:
             self._closed = closed
             self._failed.update(failed)
             self._refreshed = now
+            self._store_error = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -151,6 +177,13 @@ class Heartbeat:
                         return f"{self.who(k)} never sent a heartbeat (it died while joining)"
                     continue
                 quiet = now - self._moved[k]
+                # NOTE: the host's beat went quiet while the store does not answer this
+                # thread either: the host died or hangs (its beat stops moving up to a beat
+                # before this thread's last answer, so it would be named the first)
+                asking = self._asking_since
+                if quiet > self.stale_s and k == 0 and asking is not None and \
+                        now - asking > min(self.interval, self.stale_s / 2):
+                    return self._host_clause(now)
                 if quiet > self.stale_s:
                     return (f"{self.who(k)} stopped responding: no heartbeat for {quiet:.1f} s "
                             "(the process died, was stopped, or hangs)")

@@ -1,14 +1,17 @@
 """The rendezvous of the collective (nccl2) mode: trainer 0 hosts, the others join.
 
-Trainer 0 opens a key-value store (``torch.distributed.TCPStore``) on a socket bound to its own
-endpoint's address (not every interface) and publishes the job: its id (``PARAFLUID_JOB_ID``,
-may be empty), whether joining needs the secret (``PARAFLUID_RPC_SECRET``) and, with one, an
-HMAC proving that the host holds it. A joining trainer checks that record first: another
-job at the port, a host with another secret, or a secret on one side only is a
-``RendezvousError`` naming both. Every key of the job then lives under a namespace derived
-from the secret (and a salt of the host's), so that a process without the secret can neither
-name, read nor overwrite them; without a secret, every process that reaches the port is
-trusted. Nothing is pickled; the secret never travels.
+Trainer 0 serves the job's key-value store (``store.py``: a bounded store of our own behind
+the pservers' RPC handshake) on its own endpoint's address (not every interface) and
+publishes the job: its id (``PARAFLUID_JOB_ID``, may be empty), whether joining needs the
+secret (``PARAFLUID_RPC_SECRET``) and, with one, an HMAC proving that the host holds it. With
+a secret, a connection to the store must pass the PLAIN handshake and every request carries
+the session's MAC: a process without the secret cannot read, write or wait for anything. A
+joining trainer checks the job record first: another job at the port, a host with another
+secret, or a secret on one side only is a ``RendezvousError`` naming both. Every key of the
+job then lives under a namespace derived from the secret (and a salt of the host's). Without
+a secret, every process that reaches the port is trusted, within the store's bounds (a value
+of at most 4 MiB, 64 MiB and 65,536 keys in all). Nothing is pickled; the secret never
+travels.
 
 Each trainer claims its id (``compare_set``: a second process with the same
 ``PADDLE_TRAINER_ID`` is refused), starts its heartbeat (``health.py``) and announces itself
@@ -22,9 +25,8 @@ returns or raises: the store lives in its process, and a reader must never find 
 gone.
 
 Every wait has a deadline (default 300 s; Fluid's ``FLAGS_rpc_deadline`` in ms wins when it is
-set), the store handshake and each store call included: torch's client alone waits without
-bound for a port that accepts and never answers. When it passes, the error lists the trainer
-endpoints that never joined, or names trainer 0's port as silent.
+set), the store handshake and each store call included. When it passes, the error lists the
+trainer endpoints that never joined, or names trainer 0's port as silent.
 
 Example (one trainer: the store is hosted and joined by the same process)::
 
@@ -35,7 +37,6 @@ Example (one trainer: the store is hosted and joined by the same process)::
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import hmac
 import json
@@ -49,12 +50,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from .deadline import Deadline, rpc_deadline_seconds
 from .endpoints import parse_endpoint, parse_endpoints
 from .env import JOB_ID_ENV, job_id
+from .handshake import mechanism_of, peer_mechanism
 from .health import Heartbeat
+from .store import StoreError, StoreServer
+from .store_client import RPCStore
 
 __all__ = ["DEFAULT_RENDEZVOUS_DEADLINE_S", "JOB_ID_ENV", "Rendezvous", "RendezvousError",
            "StoreCalls", "rendezvous", "job_id_from_env"]
@@ -73,7 +76,7 @@ class Rendezvous:
     """The outcome: the job's store every trainer is connected to, what each one announced,
     and this trainer's heartbeat (``health.py``), already watching the others."""
 
-    store: Any  # the job's namespace of the store (a PrefixStore)
+    store: Any  # the job's namespace of the store (an RPCStore)
     endpoints: list[str]
     trainer_id: int
     local_devices: int
@@ -82,26 +85,29 @@ class Rendezvous:
     heartbeat: Heartbeat | None = None
     calls: StoreCalls | None = None
     job_id: str = ""
+    server: StoreServer | None = None  # trainer 0's
 
     @property
     def num_trainers(self) -> int:
         return len(self.endpoints)
 
     def close(self) -> None:
-        # NOTE: dropping the last reference closes the connection (and, on trainer 0, the
-        # server); TCPStore has no explicit close.
         if self.heartbeat is not None:
             self.heartbeat.stop()
+        if self.store is not None:
+            self.store.close()
         self.store = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
 
 class StoreCalls:
     """Runs store calls on a daemon thread, each bounded by a timeout.
 
-    NOTE: torch's TCPStore client waits without bound for a host that accepts connections but
-    never answers (a stopped trainer 0, another program on the port): its own timeout does
-    not cover the handshake nor every reply. A call that overruns leaves its thread blocked
-    and this object unusable; the caller raises naming the host.
+    NOTE: every store request has its own deadline; this bounds a caller's sequence of them
+    (and anything torch does through the store) by one timeout. A call that overruns leaves
+    its thread blocked and this object unusable; the caller raises naming the host.
     """
 
     def __init__(self, name: str) -> None:
@@ -138,52 +144,55 @@ def _fingerprint(backend: str) -> str:
     return f"parafluid {__version__}, torch {torch.__version__}, backend {backend}"
 
 
-def _listen(host: str, port: int) -> int:
-    """A socket listening on the endpoint's own address (not every interface): its fd."""
-    infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def _host(endpoints: list[str], secret: bytes | None) -> StoreServer:
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(128)
-    except BaseException:
-        sock.close()
-        raise
-    return sock.detach()
-
-
-def _connect(endpoints: list[str], trainer_id: int, deadline: Deadline, calls: StoreCalls
-             ) -> Any:
-    host, port = parse_endpoint(endpoints[0], "trainer 0's endpoint")
-    timeout = datetime.timedelta(seconds=max(deadline.remaining(), 0.001))
-    if trainer_id == 0:
-        try:
-            fd = _listen(host, port)
-            return dist.TCPStore(host, port, len(endpoints), True, timeout,
-                                 wait_for_workers=False, master_listen_fd=fd)
-        except (RuntimeError, OSError) as e:
-            raise RendezvousError(
-                f"trainer 0 cannot host the rendezvous at {endpoints[0]}: {_first_line(e)} "
-                "(is the port already in use, or the address not one of this machine's?)"
-            ) from e
-    try:
-        # NOTE: wait for the port with plain sockets first: torch's client would retry
-        # just as well, but logs a C++ stack trace for every failed attempt.
-        _wait_for_port(host, port, deadline)
-        timeout = datetime.timedelta(seconds=max(deadline.remaining(), 0.001))
-        return calls(lambda: dist.TCPStore(host, port, len(endpoints), False, timeout),
-                     deadline.remaining(), f"the store handshake with {endpoints[0]}")
-    except TimeoutError as e:
-        if "handshake" not in str(e):
-            raise _unreachable(endpoints, trainer_id, deadline, e) from e
+        # NOTE: every trainer opens two connections (its own, its heartbeat's)
+        return StoreServer(endpoints[0], secret,
+                           max_connections=max(256, 4 * len(endpoints) + 64))
+    except OSError as e:
         raise RendezvousError(
-            f"trainer {trainer_id} ({endpoints[trainer_id]}): trainer 0's port {endpoints[0]} "
-            f"accepts connections but the rendezvous store there did not answer within "
-            f"{deadline.seconds:g} s (a stopped or hung trainer 0, or another program on the "
-            "port?)") from e
-    except (RuntimeError, OSError) as e:
-        raise _unreachable(endpoints, trainer_id, deadline, e) from e
+            f"trainer 0 cannot host the rendezvous at {endpoints[0]}: "
+            f"{_first_line(e).rsplit(': ', 1)[-1]} (is the port already in use, or the address "
+            "not one of this machine's?)") from e
+
+
+def _connect(endpoints: list[str], trainer_id: int, deadline: Deadline,
+             secret: bytes | None) -> RPCStore:
+    """This trainer's connection to the store, through its handshake."""
+    host, port = parse_endpoint(endpoints[0], "trainer 0's endpoint")
+    me = f"trainer {trainer_id} ({endpoints[trainer_id]})"
+    store = RPCStore(endpoints[0], secret=secret, deadline_s=max(deadline.remaining(), 0.001),
+                     trainer_id=trainer_id)
+    try:
+        # NOTE: a ZeroMQ client connects (and reconnects) by itself: a trainer 0 that starts
+        # later within the deadline is found
+        store.ping(max(deadline.remaining(), 0.001), "the store handshake")
+    except StoreError as e:
+        store.close()
+        if isinstance(e, TimeoutError):
+            # NOTE: only now a plain connection, which the store would log as a failed
+            # handshake: nothing listening, or something that never answers?
+            try:
+                socket.create_connection((host, port), timeout=1.0).close()
+            except OSError as refused:
+                raise _unreachable(endpoints, trainer_id, deadline, refused) from e
+            raise RendezvousError(
+                f"{me}: trainer 0's port {endpoints[0]} accepts connections but the rendezvous "
+                f"store there did not answer within {deadline.seconds:g} s (a stopped or hung "
+                "trainer 0, or another program on the port?)") from e
+        theirs = peer_mechanism(endpoints[0], min(2.0, max(deadline.remaining(), 0.5)))
+        ours = mechanism_of(secret)
+        if theirs is not None and theirs != ours:
+            has, lacks = ("trainer 0", me) if secret is None else (me, "trainer 0")
+            raise RendezvousError(
+                f"rendezvous at {endpoints[0]}: {has} has a secret (PARAFLUID_RPC_SECRET) and "
+                f"{lacks} has none: give every trainer of the job the same secret (the "
+                "launcher does)") from e
+        raise RendezvousError(
+            f"rendezvous: {me}: the store at {endpoints[0]} does not hold this trainer's "
+            "secret (PARAFLUID_RPC_SECRET differs): another job's trainer 0 on the port, or the "
+            f"trainers were given different secrets ({e})") from e
+    return store
 
 
 def _unreachable(endpoints: list[str], trainer_id: int, deadline: Deadline,
@@ -193,19 +202,6 @@ def _unreachable(endpoints: list[str], trainer_id: int, deadline: Deadline,
         f"{endpoints[0]}, the rendezvous host, within {deadline.seconds:g} s "
         f"({_first_line(e)}). Trainers that never joined: {endpoints[0]} (trainer 0); "
         "start it, or check the address and the firewall")
-
-
-def _wait_for_port(host: str, port: int, deadline: Deadline) -> None:
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=max(0.05, min(
-                    1.0, deadline.remaining()))):
-                return
-        except OSError as e:
-            if deadline.expired():
-                raise TimeoutError(f"{host}:{port} refused or did not answer: "
-                                   f"{e.strerror or e}") from None
-        time.sleep(min(0.1, deadline.remaining()))
 
 
 def _first_line(e: BaseException) -> str:
@@ -325,9 +321,12 @@ def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: i
     deadline = Deadline(seconds)
     me = f"trainer {trainer_id} ({eps[trainer_id]})"
     calls = StoreCalls(f"parafluid-store-{trainer_id}")
-    base = _connect(eps, trainer_id, deadline, calls)
+    server = _host(eps, key) if trainer_id == 0 else None
+    base = None
     hb = None
     try:
+        base = _connect(eps, trainer_id, deadline, key)
+
         def call(fn: Callable[[], Any], what: str) -> Any:
             return calls(fn, max(deadline.remaining(), _MIN_CALL_S), what)
 
@@ -341,7 +340,7 @@ def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: i
                 time.sleep(0.02)
             ns = _join_job(call(lambda: base.get(_JOB_KEY), "reading the job record"), job,
                            key, me, eps[0])
-        store = dist.PrefixStore(ns, base)
+        store = base.with_prefix(ns)
         token = os.urandom(12).hex()
         held = call(lambda: store.compare_set(f"claim/{trainer_id}", "", token),
                     "claiming the trainer id").decode("utf-8", "replace")
@@ -350,17 +349,17 @@ def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: i
                 f"rendezvous at {eps[0]}: trainer id {trainer_id} is taken: another process of "
                 f"this job already joined as trainer {trainer_id}. Every trainer needs its own "
                 "PADDLE_TRAINER_ID (0..N-1)")
-        host, port = parse_endpoint(eps[0])
-        hb = Heartbeat(lambda: dist.PrefixStore(ns, dist.TCPStore(
-            host, port, len(eps), False, datetime.timedelta(seconds=seconds))),
-            trainer_id, eps)
+        hb = Heartbeat(lambda: RPCStore(eps[0], secret=key, deadline_s=seconds, prefix=ns,
+                                        trainer_id=trainer_id,
+                                        role=f"trainer-{trainer_id}-heartbeat"),
+                       trainer_id, eps)
         rec = {"endpoint": eps[trainer_id], "local_devices": int(local_devices),
                "endpoints": eps, "fingerprint": _fingerprint(backend), "job": job}
         call(lambda: store.set(f"rdzv/{trainer_id}", json.dumps(rec)), "announcing")
         keys = [f"rdzv/{k}" for k in range(len(eps))]
         while True:
-            present = call(lambda: [k for k in range(len(eps)) if store.check([keys[k]])],
-                           "waiting for the others")
+            present = [k for k, p in enumerate(call(lambda: store.present(keys),
+                                                    "waiting for the others")) if p]
             if len(present) == len(eps):
                 break
             if deadline.expired():
@@ -373,7 +372,7 @@ def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: i
                     "FLAGS_rpc_deadline (ms)")
             time.sleep(min(0.05, deadline.remaining()) or 0.001)
         hb.expect_all()
-        raws = call(lambda: [store.get(k) for k in keys], "reading the announcements")
+        raws = call(lambda: store.multi_get(keys), "reading the announcements")
         records = [_decode(raw, f"trainer {k} ({eps[k]})") for k, raw in enumerate(raws)]
         problems = _disagreements(records, eps, trainer_id, int(local_devices), rec)
         # NOTE: trainer 0 hosts the store: it stays until every trainer has read the
@@ -382,14 +381,12 @@ def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: i
         if trainer_id == 0:
             _wait_for_readers(store, eps, hb, deadline, call)
     except TimeoutError as e:
-        if hb is not None:
-            hb.stop()
+        _abandon(hb, base, server)
         raise RendezvousError(
             f"rendezvous: {me}: trainer 0 at {eps[0]}, the rendezvous host, stopped answering "
             f"({e}): a stopped or hung trainer 0?") from e
     except (RuntimeError, OSError) as e:
-        if hb is not None:
-            hb.stop()
+        _abandon(hb, base, server)
         if isinstance(e, RendezvousError):
             raise
         if trainer_id == 0:
@@ -399,11 +396,24 @@ def rendezvous(endpoints: str | Sequence[str], trainer_id: int, local_devices: i
             f"rendezvous: {me}: trainer 0 at {eps[0]}, the rendezvous host, went away during "
             f"the rendezvous ({_first_line(e)}): it failed, or was stopped; its own error "
             "says why") from e
+    except BaseException:
+        _abandon(hb, base, server)
+        raise
     if problems:
-        hb.stop()
+        _abandon(hb, base, server)
         raise RendezvousError("rendezvous: the trainers disagree: " + "; ".join(problems))
     return Rendezvous(store, eps, trainer_id, int(local_devices), backend, records, hb, calls,
-                      job)
+                      job, server)
+
+
+def _abandon(hb: Heartbeat | None, store: RPCStore | None, server: StoreServer | None) -> None:
+    """A failed rendezvous: stop the heartbeat, the connection and (trainer 0) the store."""
+    if hb is not None:
+        hb.stop()
+    if store is not None:
+        store.close()
+    if server is not None:
+        server.stop()
 
 
 def _disagreements(records: list[dict], eps: list[str], trainer_id: int, local_devices: int,
@@ -430,8 +440,10 @@ def _wait_for_readers(store: Any, eps: list[str], hb: Heartbeat, deadline: Deadl
                       call: Callable[..., Any]) -> None:
     pending = set(range(1, len(eps)))
     while pending:
-        pending = {k for k in pending
-                   if not call(lambda k=k: store.check([f"read/{k}"]), "waiting for readers")}
+        order = sorted(pending)
+        keys = [f"read/{k}" for k in order]
+        done = call(lambda keys=keys: store.present(keys), "waiting for readers")
+        pending = {k for k, d in zip(order, done) if not d}
         gone = [k for k in pending if hb.trouble([k]) is not None]
         pending -= set(gone)  # a reader that died reads nothing more
         if not pending or deadline.expired():

@@ -676,13 +676,16 @@ class RPCClient:
         trainer_id: sent in every request header.
         role: the user name of the PLAIN handshake when there is a secret (default
             ``trainer-<id>``, or ``client`` without an id).
+        peer: what the server is, in error messages.
     """
 
     def __init__(self, endpoint: str, deadline_s: float | None = None,
                  secret: bytes | str | None = None, *, trainer_id: int = -1,
                  role: str | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 peer: str = "pserver") -> None:
         self.endpoint = _endpoint_of(endpoint)
+        self.peer = peer
         self.address = tcp_address(self.endpoint)
         if self.address.endswith(":*"):
             raise ValueError(f"RPCClient: endpoint {endpoint!r} has port 0")
@@ -845,7 +848,7 @@ class RPCClient:
                     closed = self._closed_handshakes
                     self._reset()
                     raise RPCTimeoutError(
-                        f"{what} to pserver {self.endpoint} (trainer {self.trainer_id}): "
+                        f"{what} to {self.peer} {self.endpoint} (trainer {self.trainer_id}): "
                         f"no reply within {dl.seconds:.1f} s; the pserver is down, has "
                         "not started, or is stuck waiting for another trainer "
                         "(deadline: FLAGS_rpc_deadline, in ms)" + (
@@ -860,12 +863,12 @@ class RPCClient:
                 if self.secret is not None and reply.seq != 0 and reply.counter != counter:
                     continue  # a reply replayed from earlier in this session
                 if reply.kind == Kind.REPLY_ERROR:
-                    raise RPCError(f"pserver {self.endpoint} refused {what} "
+                    raise RPCError(f"{self.peer} {self.endpoint} refused {what} "
                                    f"(trainer {self.trainer_id}): {reply.text()}")
                 return reply
         except zmq.ZMQError as e:
             self._reset()
-            raise RPCError(f"{what} to pserver {self.endpoint}: {e}") from None
+            raise RPCError(f"{what} to {self.peer} {self.endpoint}: {e}") from None
 
     def _read_reply(self, sock: zmq.Socket, what: str, session: bytes) -> Message | None:
         parts = sock.recv_multipart(copy=False)
@@ -887,9 +890,9 @@ class RPCClient:
                     raise
                 return reply
         except WireError as e:
-            hint = f" (does the pserver have ${SECRET_ENV}?)" if self.secret and "MAC" in str(e) \
-                else ""
-            raise RPCError(f"{what}: invalid reply from pserver {self.endpoint}: {e}{hint}"
+            hint = f" (does the {self.peer} have ${SECRET_ENV}?)" \
+                if self.secret and "MAC" in str(e) else ""
+            raise RPCError(f"{what}: invalid reply from {self.peer} {self.endpoint}: {e}{hint}"
                            ) from None
 
     def close(self) -> None:

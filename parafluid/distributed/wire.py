@@ -90,12 +90,13 @@ class Kind(enum.IntEnum):
     CHECKPOINT = 7      # save your blocks (value: the directory as UTF-8 bytes)
     COMPLETE = 8        # this trainer is done (Executor.close())
     HELLO = 9           # start a session (value: the client's nonce; the reply: the session)
+    STORE = 10          # a rendezvous store request (name: the operation; value: its fields)
     REPLY_OK = 16
     REPLY_VALUE = 17
     REPLY_ERROR = 18    # value: the error text as UTF-8 bytes
 
 
-# What each kind carries: name required?, value: None | "any" | "dense" | "rows" | "text"
+# What each kind carries: name required?, value: None | "any" | "dense" | "rows" | "text" | "bytes"
 _RULES: dict[Kind, tuple[bool, str | None]] = {
     Kind.PING: (False, None),
     Kind.SEND: (True, "any"),
@@ -106,6 +107,7 @@ _RULES: dict[Kind, tuple[bool, str | None]] = {
     Kind.CHECKPOINT: (False, "text"),
     Kind.COMPLETE: (False, None),
     Kind.HELLO: (False, "text"),
+    Kind.STORE: (True, "bytes"),
     Kind.REPLY_OK: (False, None),
     Kind.REPLY_VALUE: (False, "any"),
     Kind.REPLY_ERROR: (False, "text"),
@@ -431,6 +433,8 @@ def _decode(frames: Sequence[Any], secret: bytes | None, session: bytes,
             if value_rule == "text" and (tdtype is not torch.uint8 or ndim != 1
                                          or numel > MAX_TEXT_BYTES):
                 raise WireError(f"{kind.name} needs 1-D uint8 text of <= {MAX_TEXT_BYTES} bytes")
+            if value_rule == "bytes" and (tdtype is not torch.uint8 or ndim != 1):
+                raise WireError(f"{kind.name} needs 1-D uint8 bytes")
             payload_sizes = [numel * itemsize]
         if sum(payload_sizes) != nbytes:
             raise WireError(f"header says {nbytes} payload bytes, shape {list(dims)} of "

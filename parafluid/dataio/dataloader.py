@@ -171,6 +171,7 @@ class GeneratorLoader(DataLoaderBase):
         self._timeout = timeout
         self._source: Callable[[], Iterable[dict[str, Any]]] | None = None
         self._num_places = 1
+        self._places: list[Any] = [None]
         # NOTE: a weak reference: an abandoned iterator must be collectable, which stops its
         # thread (the thread itself holds no reference to the iterator).
         self._live: weakref.ref[_LoaderIterator] | None = None
@@ -243,8 +244,10 @@ class GeneratorLoader(DataLoaderBase):
             if not places:
                 raise ValueError("DataLoader: places is an empty list")
             self._num_places = len(places)
+            self._places = list(places)
         else:
             self._num_places = 1
+            self._places = [places]
         self._source = source
         if self._reader is not None:
             names = self._names
@@ -286,9 +289,13 @@ class GeneratorLoader(DataLoaderBase):
             return
         # NOTE: as Fluid 1.6's read_next(): always a list with one item per place, also for
         # a single place (programs index it as data[0]['x'])
+        # NOTE: and as Fluid's, the values are LoDTensors on their place (np.array(t) reads
+        # one; the executors take them as they are)
         group: list[Any] = []
         for feed in self._source():
-            group.append([feed[n] for n in self._names] if self._return_list else feed)
+            place = self._places[len(group)]
+            tensors = {n: _on_place(feed[n], place) for n in self._names}
+            group.append([tensors[n] for n in self._names] if self._return_list else tensors)
             if len(group) == self._num_places:
                 yield group
                 group = []
@@ -468,6 +475,15 @@ class _LoaderIterator:
     def __del__(self) -> None:
         if not self._done:
             self._stop.set()
+
+
+def _on_place(value: Any, place: Any) -> LoDTensor:
+    """A batch's value as a LoDTensor on ``place`` (None: the host)."""
+    if isinstance(value, LoDTensor):
+        return value
+    t = LoDTensor()
+    t.set(value, place)
+    return t
 
 
 def _put(q: queue.Queue, stop: threading.Event, item: Any) -> bool:

@@ -158,16 +158,18 @@ def test_sample_generators_batch_and_convert(model: Model) -> None:
     loader = fluid.DataLoader.from_generator(feed_list=[model.x, model.y], capacity=3)
     loader.set_sample_generator(_samples(7), batch_size=3, drop_last=True)
     feeds = [f for f, in loader]  # one place: a list of one feed per step, as Fluid's
-    assert len(feeds) == 2 and feeds[1]["x"].shape == (3, 4)
-    np.testing.assert_array_equal(feeds[1]["y"][:, 0], [-3, -4, -5])
+    # as Fluid's: LoDTensors on the place (np.array reads one)
+    assert len(feeds) == 2 and feeds[1]["x"].shape() == [3, 4]
+    assert isinstance(feeds[1]["x"], fluid.LoDTensor) and feeds[1]["x"]._place().is_cpu_place()
+    np.testing.assert_array_equal(np.array(feeds[1]["y"])[:, 0], [-3, -4, -5])
 
     loader.set_sample_list_generator(fluid.io.batch(_samples(5), 2))
-    assert [f[0]["x"].shape[0] for f in loader()] == [2, 2, 1]
+    assert [f[0]["x"].shape()[0] for f in loader()] == [2, 2, 1]
 
     listed = fluid.io.DataLoader.from_generator([model.x, model.y], capacity=2, return_list=True)
     listed.set_sample_generator(_samples(2), batch_size=2)
     ((x, y),), = list(listed())
-    assert x.shape == (2, 4) and y.shape == (2, 3)
+    assert x.shape() == [2, 4] and y.shape() == [2, 3]
 
 
 def test_several_places_get_groups_of_batches(model: Model) -> None:
@@ -255,7 +257,7 @@ def test_one_place_yields_a_list_of_one_feed_as_fluid_does(model: Model) -> None
         loader.set_sample_generator(_samples(4), batch_size=2, places=places)
         steps = list(loader())
         assert len(steps) == 2 and all(isinstance(s, list) and len(s) == 1 for s in steps)
-        np.testing.assert_array_equal(steps[1][0]["y"][:, 0], [-2, -3])
+        np.testing.assert_array_equal(np.array(steps[1][0]["y"])[:, 0], [-2, -3])
         got, = model.exe.run(model.main, feed=steps[0], fetch_list=[model.loss],
                              scope=model.scope)
         assert np.isfinite(got).all()

@@ -34,7 +34,7 @@ __all__ = [
     "switch_main_program", "switch_startup_program", "name_scope", "in_dygraph_mode",
     "grad_var_name", "GRAD_SUFFIX", "EMPTY_VAR_NAME", "TEMP_VAR_NAME",
     "GRAD_VAR_SUFFIX", "ZERO_VAR_SUFFIX", "CONTROL_DEP_VAR_PREFIX",
-    "convert_np_dtype_to_dtype_", "require_version",
+    "convert_np_dtype_to_dtype_", "require_version", "dygraph_only", "dygraph_not_support",
 ]
 
 GRAD_SUFFIX = "@GRAD"
@@ -81,6 +81,28 @@ _dygraph_tracer_: Any = None
 def in_dygraph_mode() -> bool:
     """True inside ``fluid.dygraph.guard()`` (the imperative mode)."""
     return _dygraph_tracer_ is not None
+
+
+def dygraph_only(func: Any) -> Any:
+    """Decorate a function that runs only in the imperative mode: elsewhere it fails with
+    Fluid's AssertionError."""
+    @functools.wraps(func)
+    def impl(*args: Any, **kwargs: Any) -> Any:
+        assert in_dygraph_mode(), (
+            f"We Only support {func.__name__} in Dygraph mode, please use "
+            "fluid.dygraph.guard() as context to run it in Dygraph Mode")
+        return func(*args, **kwargs)
+    return impl
+
+
+def dygraph_not_support(func: Any) -> Any:
+    """Decorate a function that the imperative mode does not support: there it fails with
+    Fluid's AssertionError."""
+    @functools.wraps(func)
+    def impl(*args: Any, **kwargs: Any) -> Any:
+        assert not in_dygraph_mode(), f"We don't support {func.__name__} in Dygraph mode"
+        return func(*args, **kwargs)
+    return impl
 
 
 def _dygraph_tracer() -> Any:

@@ -22,10 +22,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import framework
-from ..framework import Program
+from ..framework import Program, Variable
 from .layers import Layer
 
-__all__ = ["trace"]
+__all__ = ["trace", "extract_vars"]
+
+
+def extract_vars(inputs: Any) -> list[Any]:
+    """The variables in ``inputs`` (a variable, or nested lists/tuples of them), in order."""
+    if isinstance(inputs, Variable):
+        return [inputs]
+    if isinstance(inputs, (list, tuple)):
+        return [v for item in inputs for v in extract_vars(item)]
+    return []
 
 
 def trace(module: Layer, inputs: Any, feed_names: Sequence[str] | None = None,

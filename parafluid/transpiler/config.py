@@ -75,6 +75,13 @@ class DistributeTranspilerConfig:
                              f"{value!r}")
         if name in ("min_block_size", "nccl_comm_num") and value < 1:
             raise ValueError(f"DistributeTranspilerConfig.{name} must be >= 1, got {value}")
+        # NOTE: as Fluid's: splitting sends at run time is for asynchronous training only
+        if name == "runtime_split_send_recv" and value and self.sync_mode:
+            raise ValueError("if you want to set runtime_split_send_recv to be true, make "
+                             "ensure config.sync_mode is false at first")
+        if name == "sync_mode" and value and self.runtime_split_send_recv:
+            raise ValueError("if you want to set sync_mode to be true, make ensure "
+                             "config.runtime_split_send_recv is false at first")
         object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:

@@ -220,3 +220,23 @@ def test_imperative_layers_answer_to_fluids_private_parameter_names():
         assert emb._w is emb.weight and list(emb._w.shape) == [10, 4]
         with pytest.raises(AttributeError, match="'FC' object has no attribute '_nope'"):
             fc._nope  # noqa: B018
+
+
+def test_dygraph_only_and_not_support_decorators_fail_as_fluids():
+    @framework.dygraph_not_support
+    def static_only():
+        return True
+
+    @framework.dygraph_only
+    def eager_only():
+        return True
+
+    assert static_only() is True
+    with pytest.raises(AssertionError, match="^We Only support eager_only in Dygraph mode"):
+        eager_only()
+    with fluid.dygraph.guard():
+        assert eager_only() is True
+        with pytest.raises(AssertionError, match="^We don't support static_only in Dygraph"):
+            static_only()
+        a = fluid.dygraph.to_variable(np.ones(2, "float32"))
+        assert fluid.dygraph.jit.extract_vars([a, (a, 3)]) == [a, a]

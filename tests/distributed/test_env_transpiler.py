@@ -98,6 +98,14 @@ def test_documented_workers_spelling_and_errors():
         config.min_block_size = "big"
     with pytest.raises(AttributeError, match="no field 'slice_var'"):
         config.slice_var = True
+    # as Fluid's: runtime-split sends only in asynchronous mode, and not back to sync
+    with pytest.raises(ValueError, match="make ensure config.sync_mode is false at first"):
+        config.runtime_split_send_recv = True
+    config.sync_mode = False
+    config.runtime_split_send_recv = True
+    with pytest.raises(ValueError, match="config.runtime_split_send_recv is false at first"):
+        config.sync_mode = True
+    assert config.sync_mode is False
 
 
 @pytest.mark.timeout(30)

@@ -25,7 +25,16 @@ import numpy as np
 
 from ..framework import Variable
 from .ops import log
-from .tensor import assign, cast, fill_constant, gaussian_random, uniform_random
+from .random import gaussian_random_batch_size_like, uniform_random_batch_size_like
+from .tensor import (
+    assign,
+    cast,
+    fill_constant,
+    fill_constant_batch_size_like,
+    gaussian_random,
+    reshape,
+    uniform_random,
+)
 
 __all__ = ["Uniform", "Normal", "Categorical", "MultivariateNormalDiag"]
 
@@ -50,27 +59,53 @@ class Distribution:
     def _to_variable(name: str, *args: Any) -> tuple[list[Variable], list[int]]:
         """The parameters as float32 Variables (numbers become constants) and their batch
         shape."""
-        out, shapes = [], []
-        for arg in args:
-            if isinstance(arg, Variable):
-                shape = list(arg.shape or ())
-                if any(d is None or d < 0 for d in shape):
-                    raise ValueError(f"{name}: parameter {arg.name!r} has an unknown dimension "
-                                     f"in shape {shape}; give fully known shapes")
-                out.append(arg)
-            else:
+        arrays = {}
+        for i, arg in enumerate(args):
+            if not isinstance(arg, Variable):
                 arr = np.asarray(arg, dtype="float32")
                 if not np.all(np.isfinite(arr)):
                     raise ValueError(f"{name}: parameters must be finite, got {arg!r}")
-                arr = arr.reshape(-1) if arr.ndim else arr.reshape(1)
-                out.append(assign(arr))
-                shape = list(arr.shape)
-            shapes.append(shape)
-        batch = list(np.broadcast_shapes(*[tuple(s) for s in shapes]))
-        return out, batch
+                arrays[i] = arr if arr.ndim else arr.reshape(1)
+        if arrays:
+            # NOTE: as Fluid's, numbers and arrays are broadcast to their common shape first
+            try:
+                common = np.broadcast_shapes(*[a.shape for a in arrays.values()])
+            except ValueError:
+                raise ValueError(f"{name}: the parameters' shapes "
+                                 f"{[list(a.shape) for a in arrays.values()]} do not "
+                                 "broadcast") from None
+            arrays = {i: np.ascontiguousarray(np.broadcast_to(a, common))
+                      for i, a in arrays.items()}
+        out, shapes = [], []
+        for i, arg in enumerate(args):
+            if i in arrays:
+                out.append(assign(arrays[i]))
+                shapes.append(list(arrays[i].shape))
+            else:
+                out.append(arg)
+                shapes.append([-1 if d is None or d < 0 else int(d) for d in (arg.shape or ())])
+        return out, _broadcast(name, shapes)
 
 
-def _zeros(shape: list[int]) -> Variable:
+def _broadcast(name: str, shapes: list[list[int]]) -> list[int]:
+    """The broadcast of the parameters' shapes, -1 (known at run time: the batch) kept."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for shape in shapes:
+        for i, d in enumerate([1] * (rank - len(shape)) + list(shape)):
+            if d == 1 or d == out[i]:
+                continue
+            if out[i] == 1 or -1 in (d, out[i]):
+                out[i] = -1 if -1 in (d, out[i]) else d
+                continue
+            raise ValueError(f"{name}: the parameters' shapes {shapes} do not broadcast")
+    return out
+
+
+def _zeros(shape: list[int], like: Variable) -> Variable:
+    """Zeros of ``shape``; a -1 there (the batch) taken from ``like`` at run time."""
+    if -1 in shape:
+        return fill_constant_batch_size_like(like, list(shape), "float32", 0.0)
     return fill_constant(shape=list(shape), dtype="float32", value=0.0)
 
 
@@ -85,12 +120,22 @@ class Uniform(Distribution):
 
     def __init__(self, low: Any, high: Any) -> None:
         (self.low, self.high), self.batch_shape = self._to_variable("Uniform", low, high)
+        # as Fluid's: samples of two plain floats have the sample shape alone
+        self._all_float = isinstance(low, float) and isinstance(high, float)
 
     def sample(self, shape: list[int], seed: int = 0) -> Variable:
         """Samples of shape ``shape + batch_shape``."""
-        out_shape = list(shape) + self.batch_shape
-        unit = uniform_random(out_shape, dtype="float32", min=0.0, max=1.0, seed=seed)
-        return unit * (_zeros(out_shape) + (self.high - self.low)) + self.low
+        shape, batch = list(shape), self.batch_shape
+        if -1 in batch:
+            # NOTE: as Fluid's: noise of batch_shape + shape, the batch size taken from the
+            # parameters at run time, reshaped to shape + batch_shape
+            zeros = _zeros(batch + shape, self.low + self.high)
+            unit = uniform_random_batch_size_like(zeros, batch + shape, min=0.0, max=1.0,
+                                                  seed=seed)
+            return reshape(unit * (zeros + self.high - self.low) + self.low, shape + batch)
+        unit = uniform_random(shape + batch, dtype="float32", min=0.0, max=1.0, seed=seed)
+        out = unit * (_zeros(shape + batch, self.low) + (self.high - self.low)) + self.low
+        return reshape(out, shape) if self._all_float else out
 
     def log_prob(self, value: Variable) -> Variable:
         """``log(1 / (high - low))`` inside ``(low, high)``, ``-inf`` outside."""
@@ -101,7 +146,7 @@ class Uniform(Distribution):
 
     def entropy(self) -> Variable:
         """``log(high - low)``."""
-        return log(_zeros(self.batch_shape) + (self.high - self.low))
+        return log(_zeros(self.batch_shape, self.low + self.high) + (self.high - self.low))
 
 
 class Normal(Distribution):
@@ -115,16 +160,25 @@ class Normal(Distribution):
 
     def __init__(self, loc: Any, scale: Any) -> None:
         (self.loc, self.scale), self.batch_shape = self._to_variable("Normal", loc, scale)
+        self._all_float = isinstance(loc, float) and isinstance(scale, float)
 
     def sample(self, shape: list[int], seed: int = 0) -> Variable:
         """Samples of shape ``shape + batch_shape``."""
-        out_shape = list(shape) + self.batch_shape
-        unit = gaussian_random(out_shape, mean=0.0, std=1.0, seed=seed, dtype="float32")
-        return unit * (_zeros(out_shape) + self.scale) + self.loc
+        shape, batch = list(shape), self.batch_shape
+        if -1 in batch:  # as Uniform.sample
+            zeros = _zeros(batch + shape, self.loc + self.scale)
+            unit = gaussian_random_batch_size_like(zeros, batch + shape, mean=0.0, std=1.0,
+                                                   seed=seed)
+            return reshape(unit * (zeros + self.scale) + self.loc, shape + batch)
+        unit = gaussian_random(shape + batch, mean=0.0, std=1.0, seed=seed, dtype="float32")
+        out = unit * (_zeros(shape + batch, self.loc) + self.scale) + self.loc
+        return reshape(out, shape) if self._all_float else out
 
     def entropy(self) -> Variable:
         """``0.5 + 0.5 * log(2 pi) + log(scale)``."""
-        return 0.5 + 0.5 * math.log(2 * math.pi) + log(_zeros(self.batch_shape) + self.scale)
+        return 0.5 + 0.5 * math.log(2 * math.pi) + log(_zeros(self.batch_shape,
+                                                             self.loc + self.scale)
+                                                       + self.scale)
 
     def log_prob(self, value: Variable) -> Variable:
         """``-(value - loc)^2 / (2 scale^2) - log(scale) - log(sqrt(2 pi))``."""

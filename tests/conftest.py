@@ -1,10 +1,19 @@
 """Each test builds its programs in fresh default programs, scope and name counters."""
 
-import pytest
+import os
 
-import parafluid as fluid
-from parafluid import framework, unique_name
-from parafluid.flags import flags_guard
+# NOTE: one torch (OpenMP) thread per test process and per child, set before torch is
+# imported: the suite runs three test processes on two cores, their children beside them,
+# and the ops of its small programs take microseconds, so a second intra-op thread only
+# spins waiting for a core (a table of pooling ops took 10x the CPU time with two). The
+# tests that need more threads set them (the ParallelExecutor sets its workers' own).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+
+import parafluid as fluid  # noqa: E402
+from parafluid import framework, unique_name  # noqa: E402
+from parafluid.flags import flags_guard  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

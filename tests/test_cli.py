@@ -13,6 +13,7 @@ import pytest
 import parafluid as fluid
 from parafluid.cli import main
 from parafluid.digits import load_data
+from parafluid.testing.warm_popen import WarmPopen, warm_server_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -98,10 +99,25 @@ def test_unusable_output_fails_before_training(tmp_path, capsys) -> None:
     assert "epoch" not in captured.out
 
 
+def _run_warm(cmd: list[str], env: dict[str, str], timeout: float,
+              **kw) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)`` forked from a warm interpreter
+    (a launcher started with ``env`` forks its processes from it too)."""
+    env = {**env, **warm_server_env()}
+    p = WarmPopen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                  start_new_session=True, **kw)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)  # the launcher and the processes it started
+            p.wait(timeout=10)
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def test_python_dash_m_runs_the_cli() -> None:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "parafluid", "--version"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = _run_warm([sys.executable, "-m", "parafluid", "--version"], env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == f"parafluid {fluid.__version__}"
 
 
@@ -232,10 +248,9 @@ def test_two_processes_train_like_two_devices_of_one(tmp_path, capsys) -> None:
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     multi = str(tmp_path / "nproc")
     profile = str(tmp_path / "p.json")
-    proc = subprocess.run([sys.executable, "-m", "parafluid", "train", "--nproc", "2",
-                           "--epochs", "2", "--hidden", "32", "--seed", "4", "-o", multi,
-                           "--profile", profile],
-                          env=env, capture_output=True, text=True, timeout=150, cwd=ROOT)
+    proc = _run_warm([sys.executable, "-m", "parafluid", "train", "--nproc", "2",
+                      "--epochs", "2", "--hidden", "32", "--seed", "4", "-o", multi,
+                      "--profile", profile], env, timeout=150, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "[rank 0] parafluid train:" in out and "trainer 0 of 2 processes" in out
@@ -245,8 +260,7 @@ def test_two_processes_train_like_two_devices_of_one(tmp_path, capsys) -> None:
     # the per-process timelines, and the printed command that merges them
     merge = re.search(r"\[rank 0\]   (python -m parafluid.timeline .*)", out)[1].split()
     assert merge[4] == f"trainer0={tmp_path}/p.rank0.json,trainer1={tmp_path}/p.rank1.json"
-    merged = subprocess.run([sys.executable, *merge[1:]], env=env, capture_output=True,
-                            text=True, timeout=60, cwd=ROOT)
+    merged = _run_warm([sys.executable, *merge[1:]], env, timeout=60, cwd=ROOT)
     assert merged.returncode == 0 and os.path.exists(profile), merged.stderr
     single = str(tmp_path / "devices")
     assert main(["train", "--devices", "2", "--epochs", "2", "--hidden", "32", "--seed", "4",

@@ -18,6 +18,7 @@ import pytest
 import parafluid as fluid
 import parafluid.profiler as profiler
 from parafluid.engine.runtime import op_hooks_active
+from parafluid.testing.warm_popen import WarmPopen
 from parafluid.timeline import main as timeline_main
 from parafluid.timeline import merge_traces
 
@@ -190,13 +191,25 @@ def test_timeline_errors_name_the_file(tmp_path, capsys) -> None:
         merge_traces([])
 
 
+def _run_warm(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)``, forked from a warm
+    interpreter (a fresh one would spend seconds importing torch)."""
+    p = WarmPopen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def test_timeline_runs_as_a_module(tmp_path) -> None:
     a = _trace(tmp_path, "r0.json", 1, 1)
     out = tmp_path / "m.json"
     env = dict(os.environ, PYTHONPATH=str(Path(fluid.__file__).parents[1]))
-    proc = subprocess.run([sys.executable, "-m", "parafluid.timeline", "--profile_path",
-                           str(a), "--timeline_path", str(out)], capture_output=True,
-                          text=True, env=env, timeout=60)
+    proc = _run_warm([sys.executable, "-m", "parafluid.timeline", "--profile_path", str(a),
+                      "--timeline_path", str(out)], env)
     assert proc.returncode == 0, proc.stderr
     assert len([e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]) == 2
 
@@ -248,10 +261,10 @@ def test_one_file_per_rank_merged_on_one_clock(tmp_path) -> None:
     pattern = str(tmp_path / "profile.rank{rank}.json")
     env = dict(os.environ, PYTHONPATH=str(Path(fluid.__file__).parents[1]))
     nops = []
+    job = tmp_path / "rank_job.py"
+    job.write_text(_RANK_JOB.format(path=pattern))
     for rank in (0, 1):
-        proc = subprocess.run([sys.executable, "-c", _RANK_JOB.format(path=pattern)],
-                              capture_output=True, text=True, timeout=90,
-                              env=dict(env, PADDLE_TRAINER_ID=str(rank)))
+        proc = _run_warm([sys.executable, str(job)], dict(env, PADDLE_TRAINER_ID=str(rank)))
         assert proc.returncode == 0, proc.stderr
         nops.append(int(proc.stdout.strip().splitlines()[-1]))
     files = [tmp_path / f"profile.rank{r}.json" for r in (0, 1)]

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from parafluid.testing import contention
-from parafluid.testing.warm_popen import WarmPopen, warm_eligible
+from parafluid.testing.warm_popen import WarmPopen, warm_eligible, warm_server_env
 
 CHILD = """\
 import atexit, os, sys, threading, time
@@ -93,6 +93,59 @@ def test_other_commands_and_other_start_up_settings_start_cold(script):
         assert not warm_eligible([sys.executable, script], {"env": {**env, name: value}}), name
     p = WarmPopen([sys.executable, "-c", "import sys; sys.exit(5)"])
     assert not p._warm and p.wait(timeout=60) == 5
+
+
+ASKER = """\
+import subprocess, sys, time
+from parafluid.distributed.warm_popen import WarmPopen, _Server
+p = WarmPopen([sys.executable, sys.argv[1], "sleep"], stdout=subprocess.DEVNULL)
+print(p._warm, _Server.get().proc is None, p.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _parent_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().split(") ")[1].split()[1])
+
+
+@pytest.mark.slow
+def test_a_child_given_the_server_forks_from_it_and_what_it_started_dies_with_it(script,
+                                                                                  tmp_path):
+    asker_py = tmp_path / "asker.py"
+    asker_py.write_text(ASKER)
+    env = {**os.environ, **warm_server_env()}
+    asker = WarmPopen([sys.executable, str(asker_py), script], env=env, stdout=subprocess.PIPE,
+                      text=True)
+    try:
+        warm, shared, pid = asker.stdout.readline().split()
+        # forked by this process's server (the asker started none of its own)
+        assert warm == "True" and shared == "True"
+        assert _parent_of(int(pid)) == _parent_of(asker.pid) != asker.pid
+        asker.kill()
+        assert asker.wait(timeout=30) == -signal.SIGKILL
+        end = time.monotonic() + 30
+        while time.monotonic() < end and _alive(int(pid)):
+            time.sleep(0.05)
+        assert not _alive(int(pid)), "a child outlived the process that asked for it"
+    finally:
+        asker.kill()
+        asker.stdout.close()
+
+
+def test_a_warm_child_finds_the_modules_of_the_folders_its_pythonpath_adds(tmp_path):
+    (tmp_path / "extra_module.py").write_text("import sys\nprint('extra', sys.argv[1:])\n")
+    ours = os.environ.get("PYTHONPATH", "")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, ours, str(tmp_path))
+                                                       if p)}
+    p = WarmPopen([sys.executable, "-m", "extra_module", "a"], env=env, stdout=subprocess.PIPE,
+                  text=True)
+    assert p._warm
+    assert p.communicate(timeout=60)[0] == "extra ['a']\n" and p.returncode == 0
+    # a folder before the server's own could shadow what it imported: cold
+    env["PYTHONPATH"] = os.pathsep.join((str(tmp_path), env["PYTHONPATH"]))
+    assert not warm_eligible([sys.executable, "-m", "extra_module"], {"env": env})
 
 
 def _start_child_then_die(script, queue):

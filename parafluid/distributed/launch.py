@@ -34,6 +34,12 @@ it. A job on several machines needs the same secret on each launcher (set it in 
 environment); without one the launcher says that the job trusts every peer that can reach
 its ports.
 
+A test suite that starts many jobs can set ``$PARAFLUID_WARM_SERVER`` (see
+``parafluid.distributed.warm_popen.warm_server_env``): the processes are then forked from that
+server, which has imported torch and parafluid once, instead of each starting a fresh
+interpreter (the same processes otherwise: environment, output, signals; each dies with the
+launcher). Without it, nothing changes.
+
 The process plan is built by ``plan(args)`` (a list of ``Proc``): ``plan_pserver`` for the
 parameter-server mode.
 """
@@ -58,6 +64,8 @@ from typing import IO, Any
 
 from .endpoints import parse_endpoint, parse_endpoints
 from .env import JOB_ID_ENV, job_id
+from .warm_popen import SERVER_ENV as WARM_SERVER_ENV
+from .warm_popen import WarmPopen, warm_eligible
 
 __all__ = ["Proc", "add_arguments", "build_parser", "plan", "plan_pserver", "run", "main"]
 
@@ -383,6 +391,18 @@ def _stop(procs: Sequence[Proc], grace: float) -> list[Proc]:
     return alive
 
 
+def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """A process of the job: a fresh interpreter, or forked from the warm server that
+    ``$PARAFLUID_WARM_SERVER`` names (the job's ``PYTHONUNBUFFERED=1`` then stands for
+    ``-u``; the server kills the processes of a launcher that dies)."""
+    if os.environ.get(WARM_SERVER_ENV) and cmd[1:2] == ["-u"] and \
+            warm_eligible([cmd[0], *cmd[2:]], {"env": env}):
+        return WarmPopen([cmd[0], *cmd[2:]], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=_die_with_parent)
+
+
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     """Start the planned processes, follow them, stop them all on the first failure."""
     err = out or sys.stderr
@@ -402,9 +422,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         for p in procs:
             env = dict(os.environ)
             env.update(p.env)
-            p.popen = subprocess.Popen(p.cmd, env=env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                       preexec_fn=_die_with_parent)
+            p.popen = _start(p.cmd, env)
             output.follow(p)
         if args.log_dir:
             print(f"launch: {len(procs)} processes, logs in {args.log_dir}/workerlog.<rank>",

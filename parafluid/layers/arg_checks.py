@@ -165,7 +165,10 @@ def apply(namespace: dict[str, Any], modules: tuple[Any, ...] = ()) -> None:
         if callable(fn) and not getattr(fn, "__wrapped_checks__", False):
             namespace[layer] = _wrap(layer, fn)
             for module in modules:
-                if getattr(module, layer, None) is fn:
+                # NOTE: the module's own names: getattr would go through its __getattr__,
+                # whose error for a missing name looks up close matches (a quarter second
+                # of every import of parafluid, for names the module never holds)
+                if vars(module).get(layer) is fn:
                     setattr(module, layer, namespace[layer])
 
 

@@ -101,30 +101,26 @@ class _Built:
 
     def __init__(self, case: OpCase, inputs: dict[str, Any]) -> None:
         self.program, self.startup = Program(), Program()
+        self.case = case
         opdef = get_op_def(case.op)
         block = self.program.global_block()
         self.in_names: dict[str, list[str]] = {}
-        self.feed: dict[str, np.ndarray] = {}
+        self.feed = self.feed_for(inputs)
         with program_guard(self.program, self.startup):
             for slot, value in inputs.items():
                 arrays = _as_list(value)
                 names = [f"{slot.lower()}_{i}" for i in range(len(arrays))]
-                lods = case.lod.get(slot)
-                if lods is not None and not isinstance(value, (list, tuple)):
-                    lods = [lods]
+                lods = self._lods(slot, value)
                 for i, (n, a) in enumerate(zip(names, arrays)):
                     if isinstance(a, SelectedRows):  # a row-sparse input, fed as it is
                         block.create_var(name=n, shape=a.shape, is_data=True,
                                          dtype=str(a.value.dtype).replace("torch.", ""),
                                          type=VarType.SELECTED_ROWS, stop_gradient=False)
-                        self.feed[n] = SelectedRows(a.rows.clone(), a.value.clone(), a.height)
                         continue
-                    # a copy: an update op (momentum, ...) writes its state input in place
-                    a = np.array(a)
+                    a = np.asarray(a)
                     lod = lods[i] if lods is not None else None
                     block.create_var(name=n, shape=a.shape, dtype=a.dtype, is_data=True,
                                      stop_gradient=False, lod_level=len(lod or ()))
-                    self.feed[n] = a if lod is None else _lod_tensor(a, lod)
                 self.in_names[slot] = names
             slots = case.outputs if case.outputs is not None else \
                 [s.name for s in opdef.outputs]
@@ -137,8 +133,39 @@ class _Built:
             self.op = block.append_op(case.op, inputs=self.in_names, outputs=self.out_names,
                                       attrs=dict(case.attrs))
 
+    def _lods(self, slot: str, value: Any) -> list | None:
+        lods = self.case.lod.get(slot)
+        if lods is not None and not isinstance(value, (list, tuple)):
+            lods = [lods]
+        return lods
+
+    def feed_for(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The feed of this program for ``inputs`` (values of the shapes it was built for)."""
+        feed: dict[str, Any] = {}
+        for slot, value in inputs.items():
+            lods = self._lods(slot, value)
+            for i, a in enumerate(_as_list(value)):
+                n = f"{slot.lower()}_{i}"
+                if isinstance(a, SelectedRows):
+                    feed[n] = SelectedRows(a.rows.clone(), a.value.clone(), a.height)
+                    continue
+                # a copy: an update op (momentum, ...) writes its state input in place
+                a = np.array(a)
+                lod = lods[i] if lods is not None else None
+                feed[n] = a if lod is None else _lod_tensor(a, lod)
+        return feed
+
     def fetch_names(self) -> list[str]:
         return [n for names in self.out_names.values() for n in names]
+
+    def outputs(self, results: list[Any]) -> dict[str, Any]:
+        """``{slot: array}`` (a list of arrays for list slots) of a run's fetched values."""
+        out, i = {}, 0
+        for slot, names in self.out_names.items():
+            vals = results[i:i + len(names)]
+            i += len(names)
+            out[slot] = vals if slot in self.case.out_counts else vals[0]
+        return out
 
 
 def _lod_tensor(array: np.ndarray, lod: list[list[int]]) -> LoDTensor:
@@ -168,14 +195,8 @@ def run_op(case: OpCase, inputs: dict[str, Any] | None = None) -> dict[str, Any]
     """Run the op once; return ``{slot: array}`` (a list of arrays for list slots)."""
     built = _Built(case, case.inputs if inputs is None else inputs)
     exe = Executor(CPUPlace())
-    results = exe.run(built.program, feed=built.feed, fetch_list=built.fetch_names(),
-                      scope=Scope())
-    out, i = {}, 0
-    for slot, names in built.out_names.items():
-        vals = results[i:i + len(names)]
-        i += len(names)
-        out[slot] = vals if slot in case.out_counts else vals[0]
-    return out
+    return built.outputs(exe.run(built.program, feed=built.feed,
+                                 fetch_list=built.fetch_names(), scope=Scope()))
 
 
 def _call_ref(case: OpCase) -> dict[str, Any]:
@@ -208,7 +229,8 @@ def check_forward(case: OpCase) -> dict[str, Any]:
 def check_infer_shape(case: OpCase) -> None:
     """Shapes and dtypes inferred at build time agree with what the kernel produces."""
     built = _Built(case, case.inputs)
-    got = run_op(case)
+    got = built.outputs(Executor(CPUPlace()).run(built.program, feed=built.feed,
+                                                 fetch_list=built.fetch_names(), scope=Scope()))
     block = built.program.global_block()
     for slot, names in built.out_names.items():
         for n, value in zip(names, _as_list(got[slot])):
@@ -235,13 +257,25 @@ def check_grad(case: OpCase) -> None:
                   for a in _as_list(v)] if isinstance(v, (list, tuple))
               else (np.asarray(v).astype("float64") if np.asarray(v).dtype.kind == "f" else v)
               for k, v in case.inputs.items()}
-    base = run_op(case, inputs)
+    # NOTE: every evaluation runs one built program on a fresh scope (building and planning
+    # a program cost more than running the op), with its executor's cached plan unless the
+    # op is seeded: a plan keeps a seeded op's generator, whose next evaluation would draw
+    # other samples (nce's negatives), so such an op gets a fresh executor each time
+    probe, probe_exe = _Built(case, inputs), Executor(CPUPlace())
+    seeded = "seed" in {**get_op_def(case.op).attrs, **case.attrs}
+
+    def run(ins: dict[str, Any]) -> dict[str, Any]:
+        exe = Executor(CPUPlace()) if seeded else probe_exe
+        return probe.outputs(exe.run(probe.program, feed=probe.feed_for(ins),
+                                     fetch_list=probe.fetch_names(), scope=Scope()))
+
+    base = run(inputs)
     out_slots = list(case.grad_outputs or [s for s in base
                                            if np.asarray(_as_list(base[s])[0]).dtype.kind == "f"])
     weights = _loss_weights(case, base, out_slots)
 
     def objective(ins: dict[str, Any]) -> float:
-        outs = run_op(case, ins)
+        outs = run(ins)
         return float(sum(np.sum(w * o) for s in out_slots
                          for w, o in zip(weights[s], _as_list(outs[s]))))
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from parafluid.distributed.launch import free_ports
-from parafluid.testing.warm_popen import WarmPopen
+from parafluid.testing.warm_popen import WarmPopen, warm_server_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,6 +39,9 @@ def child_env(**extra: str) -> dict[str, str]:
     # NOTE: a pserver that fails saves an emergency checkpoint under its checkpoint root
     # (default: the working directory, here the repository)
     env.setdefault("PARAFLUID_CHECKPOINT_ROOT", CHECKPOINT_ROOT)
+    # NOTE: a launcher started with this environment forks its processes from this test
+    # process's warm server too (docs/testing.md)
+    env.update(warm_server_env())
     env.update(extra)
     return env
 
@@ -47,7 +50,19 @@ def start(args: Sequence[str], env: dict[str, str], **kw) -> subprocess.Popen:
     """``python ARGS`` in the repository, forked warm (``-c CODE`` runs CODE from a file)."""
     if args and args[0] == "-c":
         args = [_code_file(args[1]), *args[2:]]
-    return WarmPopen([sys.executable, *args], env=env, cwd=ROOT, **kw)
+    kw.setdefault("cwd", ROOT)
+    return WarmPopen([sys.executable, *args], env=env, **kw)
+
+
+def run_child(args: Sequence[str], env: dict[str, str], timeout: float,
+              **kw) -> subprocess.CompletedProcess:
+    """``subprocess.run([python, *ARGS], capture_output=True, text=True)``, forked warm."""
+    p = start(args, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        reap([p])
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 _CODE_DIR = tempfile.mkdtemp(prefix="parafluid-test-code-")

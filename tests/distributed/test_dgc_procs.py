@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from dist_helpers import HERE, child_env, load_json, reap
+from dist_helpers import HERE, child_env, load_json, reap, start
 
 sys.path.insert(0, os.path.dirname(HERE))
 
@@ -26,11 +26,10 @@ STEPS = 6
 @pytest.mark.timeout(120)
 def test_two_trainers_under_the_launcher_equal_two_devices_in_one_process(tmp_path):
     env = child_env(FLAGS_rpc_deadline="30000", CPU_NUM="1")
-    p = subprocess.Popen([sys.executable, "-m", "parafluid.distributed.launch",
-                          "--nproc_per_node", "2", os.path.join(HERE, "dgc_worker.py"),
-                          str(tmp_path), str(STEPS)],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = start(["-m", "parafluid.distributed.launch", "--nproc_per_node", "2",
+               os.path.join(HERE, "dgc_worker.py"), str(tmp_path), str(STEPS)],
+              env, cwd=os.getcwd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+              start_new_session=True)
     try:
         out, err = p.communicate(timeout=100)
     finally:

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-from dist_helpers import ROOT, child_env
+from dist_helpers import child_env, run_child
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 def _launch(script: str) -> str:
     env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000")
-    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
-                           "--nproc_per_node", "2", script], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_child(["-m", "parafluid.distributed.launch", "--nproc_per_node", "2", script],
+                     env, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -40,10 +37,8 @@ def test_distribute_transpiler_nccl2_example() -> None:
 def test_model_parallel_example(hybrid: bool) -> None:
     env = child_env(CPU_NUM="2", FLAGS_rpc_deadline="30000")
     args = ["--hybrid"] if hybrid else []
-    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
-                           "--nproc_per_node", "2", os.path.join("examples", "model_parallel.py"),
-                           *args], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = run_child(["-m", "parafluid.distributed.launch", "--nproc_per_node", "2",
+                      os.path.join("examples", "model_parallel.py"), *args], env, timeout=120)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     first, last = (float(v) for v in re.findall(r"\[rank 1\] worker 1: step \d+ loss ([\d.]+)",
@@ -65,8 +60,7 @@ def test_model_parallel_example(hybrid: bool) -> None:
 def test_an_example_run_without_the_launcher_gives_the_command_that_starts_it(script, command):
     env = child_env()
     assert not any(k.startswith("PADDLE_") or k in ("RANK", "WORLD_SIZE") for k in env)
-    proc = subprocess.run([sys.executable, os.path.join("examples", script)], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_child([os.path.join("examples", script)], env, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "start it with the launcher" in proc.stderr or "start them all with the launcher" \
         in proc.stderr

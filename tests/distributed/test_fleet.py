@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from dist_helpers import ROOT, child_env
+from dist_helpers import ROOT, child_env, run_child
 
 import parafluid as fluid
 from parafluid.compat import NotProvidedError
@@ -250,9 +248,8 @@ def test_the_fleet_example_equals_one_process_on_the_whole_batch(mode, tmp_path)
     extra = ["--collective"] if mode == "collective" else []
     env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000",
                     PARAFLUID_CHECKPOINT_ROOT=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch", *launch,
-                           EXAMPLE, *extra, "--steps", str(STEPS), "--out", out], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_child(["-m", "parafluid.distributed.launch", *launch, EXAMPLE, *extra,
+                      "--steps", str(STEPS), "--out", out], env, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "worker 0 of 2" in proc.stdout and "worker 1 of 2" in proc.stdout, proc.stdout
     want, predicted = _one_process(out, workers=2)
@@ -315,7 +312,6 @@ def _pserver_starts_from(ckpt: str, want: dict[str, np.ndarray]) -> None:
 
 def test_the_example_started_alone_says_how_to_start_it():
     env = child_env()
-    proc = subprocess.run([sys.executable, EXAMPLE], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    proc = run_child([EXAMPLE], env, timeout=60)
     assert proc.returncode == 2
     assert "python -m parafluid.distributed.launch --server_num 2" in proc.stderr

@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -21,9 +20,9 @@ PS_SCRIPT = os.path.join(HERE, "ps_launch_script.py")
 def launcher(*args: str, module: str = "parafluid.distributed.launch") -> subprocess.Popen:
     env = child_env(FLAGS_rpc_deadline="20000", CPU_NUM="1")
     env["PYTHONPATH"] += os.pathsep + HERE  # for -m launch_script
-    return subprocess.Popen([sys.executable, "-m", *module.split(), *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return start(["-m", *module.split(), *args], env, cwd=os.getcwd(),
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                 start_new_session=True)
 
 
 def gone(pid: int) -> bool:
@@ -179,11 +178,10 @@ def test_a_failing_trainer_under_the_launcher_leaves_every_pservers_emergency_ch
     root.mkdir()
     env = child_env(FLAGS_rpc_deadline="20000", CPU_NUM="1",
                     PARAFLUID_CHECKPOINT_ROOT=str(root))
-    p = subprocess.Popen([sys.executable, "-m", "parafluid.distributed.launch", "--server_num",
-                          "2", "--worker_num", "2", "--grace_period", "10", "--log_dir",
-                          str(tmp_path / "logs"), PS_SCRIPT, "3"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = start(["-m", "parafluid.distributed.launch", "--server_num", "2", "--worker_num", "2",
+               "--grace_period", "10", "--log_dir", str(tmp_path / "logs"), PS_SCRIPT, "3"],
+              env, cwd=os.getcwd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+              start_new_session=True)
     try:
         out, err = p.communicate(timeout=90)
     finally:

@@ -4,11 +4,9 @@ first line where their programs differ (not a hash)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
-from dist_helpers import ROOT, child_env
+from dist_helpers import child_env, run_child
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +38,8 @@ def test_trainers_running_different_programs_are_told_the_first_differing_line(t
     script = tmp_path / "mismatch.py"
     script.write_text(_MISMATCH_SCRIPT)
     env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000")
-    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
-                           "--nproc_per_node", "2", str(script)], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=100)
+    proc = run_child(["-m", "parafluid.distributed.launch", "--nproc_per_node", "2",
+                      str(script)], env, timeout=100)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "program differs across trainers" in out, out

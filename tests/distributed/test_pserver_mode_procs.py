@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from dist_helpers import ROOT, child_env, endpoints, reap
+from dist_helpers import ROOT, child_env, endpoints, reap, run_child
 
 from parafluid.testing import ps_job
 from parafluid.testing.contention import scaled
@@ -37,10 +37,9 @@ def _last_json(out):
 @pytest.mark.timeout(150)
 def test_distribute_transpiler_pserver_example_under_the_launcher():
     env = child_env(FLAGS_rpc_deadline="30000")
-    proc = subprocess.run([sys.executable, "-m", "parafluid.distributed.launch",
-                           "--server_num", "2", "--worker_num", "2",
-                           os.path.join("examples", "pserver_linear_regression.py")],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_child(["-m", "parafluid.distributed.launch", "--server_num", "2", "--worker_num",
+                      "2", os.path.join("examples", "pserver_linear_regression.py")], env,
+                     timeout=120)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     weights = [w for _, w in sorted(

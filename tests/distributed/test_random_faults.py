@@ -275,7 +275,7 @@ def test_fleet_random_faults_under_the_launcher(tmp_path):
                         PARAFLUID_CHECKPOINT_ROOT=str(root))
         if role == "trainer" and how == "exit":
             env.update(EXIT_AT=str(at), EXIT_WHO=str(who))
-        proc = subprocess.Popen(
+        proc = WarmPopen(
             [sys.executable, "-m", "parafluid.distributed.launch", "--server_num", "2",
              "--worker_num", "2", "--grace_period", "3",
              os.path.join(HERE, "fleet_fault_script.py")],

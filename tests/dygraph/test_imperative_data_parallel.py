@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import parafluid as fluid
+from parafluid.testing.warm_popen import WarmPopen, warm_server_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -62,11 +63,11 @@ def test_one_process_is_the_identity(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_two_processes_train_as_one_on_the_whole_batch(tmp_path):
-    proc = subprocess.Popen(
+    proc = WarmPopen(
         [sys.executable, "-m", "parafluid.distributed.launch", "--nproc_per_node", "2",
          os.path.join(HERE, "imperative_dp_worker.py"), str(tmp_path)],
-        env=_child_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        env={**_child_env(), **warm_server_env()}, cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=100)
     finally:

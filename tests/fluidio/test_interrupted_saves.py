@@ -23,6 +23,7 @@ from safetensors.torch import save as st_save
 import parafluid as fluid
 from parafluid import atomic_write
 from parafluid import io as fio
+from parafluid.testing.warm_popen import WarmPopen
 
 from .conftest import Model
 
@@ -74,8 +75,10 @@ def test_the_next_save_removes_the_temporary_of_a_writer_killed_mid_save(model: 
                                                                         tmp_path) -> None:
     directory = str(tmp_path)
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, directory], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script = tmp_path.parent / f"{tmp_path.name}_child.py"  # beside the folder it saves into
+    script.write_text(_CHILD)
+    child = WarmPopen([sys.executable, str(script), directory], env=env,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([child.stdout], [], [], 40)
         line = child.stdout.readline() if ready else ""

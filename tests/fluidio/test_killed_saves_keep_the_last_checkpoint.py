@@ -14,6 +14,7 @@ import pytest
 
 import parafluid as fluid
 from parafluid.testing import ps_job
+from parafluid.testing.warm_popen import WarmPopen
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -27,9 +28,9 @@ def _killed_save(tmp_path, *args: str) -> tuple[str, str]:
     ckpt, ref = str(tmp_path / "ckpt"), str(tmp_path / "ref")
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, PARAFLUID_CHECKPOINT_ROOT=str(tmp_path),
                FLAGS_rpc_deadline="60000")
-    child = subprocess.Popen([sys.executable, WORKER, args[0], ckpt, ref, *args[1:]], env=env,
-                             cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    child = WarmPopen([sys.executable, WORKER, args[0], ckpt, ref, *args[1:]], env=env,
+                      cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True)
     try:
         _, err = child.communicate(timeout=100)
     finally:

@@ -552,9 +552,18 @@ class Block:
         return var
 
     def create_parameter(self, **kwargs: Any) -> Parameter:
-        kwargs.pop("initializer", None)
+        initializer = kwargs.pop("initializer", None)
         if _dygraph_tracer_ is not None:
             return _dygraph_tracer_.create_parameter(self, **kwargs)
+        param = self._new_parameter(**kwargs)
+        # NOTE: as Fluid's Block.create_parameter: an initializer given here appends its op
+        # to this block, unless an op of the global block already writes the parameter
+        if initializer is not None and not any(
+                param.name in op.output_arg_names for op in self.program.global_block().ops):
+            initializer(param, self)
+        return param
+
+    def _new_parameter(self, **kwargs: Any) -> Parameter:
         name = kwargs.get("name")
         existing = self.vars.get(name) if name is not None else None
         if isinstance(existing, Parameter):

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import unique_name
 from .dtypes import convert_dtype
 from .ops.tensor import assign_value_attrs
 
@@ -61,6 +62,21 @@ class Initializer:
         raise NotImplementedError  # abstract
 
     @staticmethod
+    def _fill(block: Any, op_type: str, var: Any, attrs: dict[str, Any]) -> Any:
+        """Prepend the filling op; a float16 variable is filled as Fluid's initializers do:
+        a float32 temporary, then a ``cast`` appended to the block."""
+        if convert_dtype(var.dtype) != "float16":
+            return block._prepend_op(op_type, outputs={"Out": [var]},
+                                     attrs={**attrs, "dtype": var.dtype})
+        tmp = block.create_var(name=unique_name.generate(f"{op_type}.{var.name}.tmp"),
+                               shape=var.shape, dtype="float32", persistable=False)
+        op = block._prepend_op(op_type, outputs={"Out": [tmp]},
+                               attrs={**attrs, "dtype": "float32"})
+        block.append_op(type="cast", inputs={"X": [tmp]}, outputs={"Out": [var]},
+                        attrs={"in_dtype": "float32", "out_dtype": "float16"})
+        return op
+
+    @staticmethod
     def _seed(seed: int, block: Any) -> int:
         return seed if seed else block.program.random_seed
 
@@ -83,10 +99,9 @@ class Constant(Initializer):
         self.force_cpu = force_cpu
 
     def __call__(self, var: Any, block: Any) -> Any:
-        return block._prepend_op("fill_constant", outputs={"Out": [var]},
-                               attrs={"shape": list(var.shape), "dtype": var.dtype,
-                                      "value": float(self.value),
-                                      "force_cpu": self.force_cpu or _force_init_on_cpu})
+        return self._fill(block, "fill_constant", var,
+                          {"shape": list(var.shape), "value": float(self.value),
+                           "force_cpu": self.force_cpu or _force_init_on_cpu})
 
 
 class Uniform(Initializer):
@@ -105,7 +120,7 @@ class Uniform(Initializer):
         self.diag_num, self.diag_step, self.diag_val = diag_num, diag_step, diag_val
 
     def __call__(self, var: Any, block: Any) -> Any:
-        attrs = {"shape": list(var.shape), "dtype": var.dtype, "min": float(self.low),
+        attrs = {"shape": list(var.shape), "min": float(self.low),
                  "max": float(self.high), "seed": self._seed(self.seed, block)}
         if self.diag_num:
             numel = int(np.prod(var.shape))
@@ -115,7 +130,7 @@ class Uniform(Initializer):
                                  f"{var.name}")
             attrs.update(diag_num=int(self.diag_num), diag_step=int(self.diag_step),
                          diag_val=float(self.diag_val))
-        return block._prepend_op("uniform_random", outputs={"Out": [var]}, attrs=attrs)
+        return self._fill(block, "uniform_random", var, attrs)
 
 
 class Normal(Initializer):
@@ -125,10 +140,9 @@ class Normal(Initializer):
         self.loc, self.scale, self.seed = loc, scale, seed
 
     def __call__(self, var: Any, block: Any) -> Any:
-        return block._prepend_op(self.op_type, outputs={"Out": [var]},
-                               attrs={"shape": list(var.shape), "dtype": var.dtype,
-                                      "mean": float(self.loc), "std": float(self.scale),
-                                      "seed": self._seed(self.seed, block)})
+        return self._fill(block, self.op_type, var,
+                          {"shape": list(var.shape), "mean": float(self.loc),
+                           "std": float(self.scale), "seed": self._seed(self.seed, block)})
 
 
 class TruncatedNormal(Normal):
@@ -178,10 +192,11 @@ class NumpyArrayInitializer(Initializer):
         if tuple(self.value.shape) != tuple(var.shape):
             raise ValueError(f"NumpyArrayInitializer: array shape {list(self.value.shape)} does "
                              f"not match {var.name} shape {list(var.shape)}")
-        dtype = convert_dtype(var.dtype)
-        return block._prepend_op("assign_value", outputs={"Out": [var]},
-                               attrs={"shape": list(var.shape), "dtype": dtype,
-                                      **assign_value_attrs(self.value.astype(dtype), dtype)})
+        # as Fluid's: a float16 variable is assigned float32 values, then cast
+        dtype = "float32" if convert_dtype(var.dtype) == "float16" else convert_dtype(var.dtype)
+        attrs = {"shape": list(var.shape),
+                 **assign_value_attrs(self.value.astype(dtype), dtype)}
+        return self._fill(block, "assign_value", var, attrs)
 
 
 class Bilinear(Initializer):

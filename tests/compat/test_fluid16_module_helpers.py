@@ -240,3 +240,38 @@ def test_dygraph_only_and_not_support_decorators_fail_as_fluids():
             static_only()
         a = fluid.dygraph.to_variable(np.ones(2, "float32"))
         assert fluid.dygraph.jit.extract_vars([a, (a, 3)]) == [a, a]
+
+
+def test_block_create_parameter_runs_its_initializer_once_as_fluids():
+    prog = fluid.Program()
+    block = prog.global_block()
+    for _ in range(2):
+        block.create_parameter(dtype="float32", shape=[5, 10], name="cp",
+                               initializer=fluid.initializer.Constant(2.5))
+    assert [op.type for op in block.ops] == ["fill_constant"]  # the second call finds it
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(prog, scope=scope)
+    np.testing.assert_array_equal(np.array(scope.find_var("cp").get_tensor()),
+                                  np.full([5, 10], 2.5, "float32"))
+
+
+@pytest.mark.parametrize("init", [fluid.initializer.Constant(0.5),
+                                  fluid.initializer.Uniform(seed=3),
+                                  fluid.initializer.Normal(seed=3),
+                                  fluid.initializer.NumpyArrayInitializer(
+                                      np.arange(6, dtype="float32").reshape(2, 3))],
+                         ids=["constant", "uniform", "normal", "numpy"])
+def test_a_float16_parameter_is_filled_in_float32_then_cast(init):
+    prog = fluid.Program()
+    block = prog.global_block()
+    block.create_parameter(dtype="float16", shape=[2, 3], name="h", initializer=init)
+    assert len(block.ops) == 2 and block.ops[1].type == "cast"
+    assert block.ops[1].attr("in_dtype") == core.VarDesc.VarType.FP32
+    assert block.ops[1].attr("out_dtype") == core.VarDesc.VarType.FP16
+    tmp = block.ops[0].output_arg_names[0]
+    assert block.var(tmp).dtype == "float32"
+    scope = fluid.Scope()
+    t, = fluid.Executor(fluid.CPUPlace()).run(prog, scope=scope, fetch_list=[tmp])
+    h = np.array(scope.find_var("h").get_tensor())
+    assert h.dtype == np.float16 and h.shape == (2, 3)
+    np.testing.assert_array_equal(h, t.astype(np.float16))

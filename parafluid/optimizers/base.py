@@ -244,11 +244,11 @@ class Optimizer:
     def _create_optimization_pass(self, params_grads: list[tuple[Any, Any]]) -> list[Any]:
         program = default_main_program()
         block = program.global_block()
+        start = len(block.ops)
         self.helper = LayerHelper(type(self).__name__)
         params = [p for p, g in params_grads if g is not None and p.trainable]
         self._create_accumulators(block, params)
         self._create_global_learning_rate()
-        ops = []
         for param, grad in params_grads:
             if grad is None or not param.trainable:
                 continue
@@ -256,10 +256,12 @@ class Optimizer:
             # (nothing changes for an unplaced program: its ops carry no place)
             with program._optimized_guard([param, grad]), \
                     follow_place(_writer_place(block, grad)):
-                ops.append(self._append_optimize_op(block, (param, grad)))
+                self._append_optimize_op(block, (param, grad))
         with program._role_guard(OpRole.Optimize):
             self._finish_update(block, params_grads)
-        return ops
+        # as Fluid's: every op this pass appended (a parameter's learning-rate scale, the
+        # update, the bias-correction powers), in program order
+        return list(block.ops[start:])
 
     def apply_optimize(self, loss: Variable, startup_program: Program | None,
                        params_grads: list[tuple[Any, Any]]) -> list[Any]:

@@ -50,6 +50,7 @@ class Momentum(Optimizer):
     """
 
     type = "momentum"
+    _velocity_acc_str = "velocity"  # Fluid's accumulator name attribute
     _state = (State("Velocity", "velocity", "VelocityOut"),)
 
     def __init__(self, learning_rate: float | Variable, momentum: float,
@@ -82,6 +83,8 @@ class Adam(Optimizer):
     type = "adam"
     _beta1_pow_acc_str = "beta1_pow_acc"
     _beta2_pow_acc_str = "beta2_pow_acc"
+    _moment1_acc_str = "moment1"  # Fluid's accumulator name attribute
+    _moment2_acc_str = "moment2"
     _state = (State("Moment1", "moment1", "Moment1Out"), State("Moment2", "moment2", "Moment2Out"),
               State("Beta1Pow", _beta1_pow_acc_str, fill="_beta1", scalar=True),
               State("Beta2Pow", _beta2_pow_acc_str, fill="_beta2", scalar=True))
@@ -116,6 +119,7 @@ class Adagrad(Optimizer):
     """
 
     type = "adagrad"
+    _moment_acc_str = "moment"  # Fluid's accumulator name attribute
     _state = (State("Moment", "moment", "MomentOut", fill="_initial_accumulator_value"),)
 
     def __init__(self, learning_rate: float | Variable, epsilon: float = 1e-6,
@@ -143,6 +147,9 @@ class RMSProp(Optimizer):
     """
 
     type = "rmsprop"
+    _momentum_acc_str = "momentum"  # Fluid's accumulator name attribute
+    _mean_square_acc_str = "mean_square"
+    _mean_grad_acc_str = "mean_grad"
     _state = (State("Moment", "momentum", "MomentOut"),
               State("MeanSquare", "mean_square", "MeanSquareOut"),
               State("MeanGrad", "mean_grad", "MeanGradOut"))
@@ -175,6 +182,7 @@ class DecayedAdagrad(Optimizer):
     """
 
     type = "decayed_adagrad"
+    _moment_acc_str = "moment"  # Fluid's accumulator name attribute
     _state = (State("Moment", "moment", "MomentOut"),)
 
     def __init__(self, learning_rate: float | Variable, decay: float = 0.95,
@@ -199,6 +207,8 @@ class Adamax(Optimizer):
 
     type = "adamax"
     _beta1_pow_acc_str = "beta1_pow_acc"
+    _moment_acc_str = "moment"  # Fluid's accumulator name attribute
+    _inf_norm_acc_str = "inf_norm"
     _state = (State("Moment", "moment", "MomentOut"), State("InfNorm", "inf_norm", "InfNormOut"),
               State("Beta1Pow", _beta1_pow_acc_str, fill="_beta1", scalar=True))
 
@@ -226,6 +236,8 @@ class Ftrl(Optimizer):
     """
 
     type = "ftrl"
+    _squared_acc_str = "squared"  # Fluid's accumulator name attribute
+    _linear_acc_str = "linear"
     _state = (State("SquaredAccumulator", "squared", "SquaredAccumOut"),
               State("LinearAccumulator", "linear", "LinearAccumOut"))
 
@@ -285,6 +297,8 @@ class Adadelta(Optimizer):
     """
 
     type = "adadelta"
+    _avg_squared_grad_acc_str = "_avg_squared_grad"  # Fluid's accumulator name attribute
+    _avg_squared_update_acc_str = "_avg_squared_update"
     _state = (State("AvgSquaredGrad", "_avg_squared_grad", "AvgSquaredGradOut"),
               State("AvgSquaredUpdate", "_avg_squared_update", "AvgSquaredUpdateOut"))
 
@@ -323,6 +337,7 @@ class LarsMomentum(Optimizer):
     """
 
     type = "lars_momentum"
+    _velocity_acc_str = "velocity"  # Fluid's accumulator name attribute
     _state = (State("Velocity", "velocity", "VelocityOut"),)
 
     def __init__(self, learning_rate: float | Variable, momentum: float,

@@ -275,3 +275,19 @@ def test_a_float16_parameter_is_filled_in_float32_then_cast(init):
     h = np.array(scope.find_var("h").get_tensor())
     assert h.dtype == np.float16 and h.shape == (2, 3)
     np.testing.assert_array_equal(h, t.astype(np.float16))
+
+
+def test_apply_gradients_returns_every_op_of_the_update_pass_as_fluids():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[4])
+        y = fluid.layers.fc(x, size=2, param_attr=fluid.ParamAttr(learning_rate=1.1),
+                            bias_attr=False)
+        loss = fluid.layers.mean(y)
+        adam = fluid.optimizer.Adam(learning_rate=0.01)
+        ops, _ = adam.minimize(loss)
+    # the parameter's own learning rate (a scale), the update, then the bias corrections
+    assert [op.type for op in ops] == ["scale", "adam", "scale", "scale"]
+    assert ops == main.global_block().ops[-4:]
+    assert (adam._moment1_acc_str, adam._beta1_pow_acc_str) == ("moment1", "beta1_pow_acc")
+    assert fluid.optimizer.Momentum(0.1, 0.9)._velocity_acc_str == "velocity"

@@ -102,10 +102,15 @@ class RunServices:
         device_index: this device's index in a data-parallel run (0 for the Executor).
         local_writes: write persistables into ``scope`` itself, never into a parent scope
             (the per-device scopes of a ParallelExecutor keep their own copies).
+
+    ``pending``: what the ops of the running step started and did not wait for (a
+    parameter-server trainer's sends, ``ClientPool.send_async``): objects with
+    ``wait_sends()`` (raises the first failure) and ``settle_sends()`` (returns it). The step
+    waits for them before it ends, whole or failed, so nothing it started outlives it.
     """
 
     __slots__ = ("program", "scope", "communicator", "device_index",
-                 "local_writes", "device", "_block_runner")
+                 "local_writes", "device", "pending", "_block_runner")
 
     def __init__(self, program: Any = None, scope: Any = None, communicator: Any = None,
                  device_index: int = 0, local_writes: bool = False,
@@ -116,6 +121,7 @@ class RunServices:
         self.device_index = device_index
         self.local_writes = local_writes
         self.device = device if device is not None else torch.device("cpu")
+        self.pending: set[Any] = set()
         self._block_runner: Any = None
 
     def write_persistable(self, name: str, value: Any) -> None:
@@ -312,6 +318,24 @@ class Plan:
         """A failed step: forget the all-reduces it started (nobody reads them)."""
         if self.deferred:
             self.services[0].communicator.drop_pending()
+
+    def wait_started(self, error: BaseException | None = None) -> None:
+        """Wait for what the step's ops started and left running (``RunServices.pending``).
+
+        ``error`` None (the step's ops succeeded): raise the first failure. Otherwise (the
+        step failed with ``error``): a failure of theirs becomes a note on ``error``.
+        """
+        for svc in self.services:
+            if not svc.pending:
+                continue
+            started, svc.pending = list(svc.pending), set()
+            for obj in started:
+                if error is None:
+                    obj.wait_sends()
+                    continue
+                failed = obj.settle_sends()
+                if failed is not None:
+                    error.add_note(f"parafluid: a send this step started failed too: {failed}")
 
     # ------------------------------------------------------------------ binding
     def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
@@ -567,10 +591,13 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         guard.start(tail_only=not plan.compute_nodes, recorded=record_tail)
     try:
         scheduler.run(graph, timeout=timeout)
+        plan.wait_started()
         plan.proven = True
     except BaseException as e:
         guard.hold()  # a second Ctrl-C must not cut the restore short
         plan.drop_pending()
+        plan.wait_started(e.__cause__ if isinstance(e, TaskError) and e.__cause__ is not None
+                          else e)
         plan.undo.rollback()
         if guard.in_tail and guard.unrecorded:
             # NOTE: only an update op failing on a later run than the plan's first and

@@ -35,6 +35,7 @@ Example (what the Executor does with one device)::
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,7 +54,7 @@ from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .compiled_functions import bind_compiled_function
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
-from .overlap import defer_collectives
+from .overlap import defer_collectives, hold_collectives
 from .runtime import (
     OpRunError,
     RunContext,
@@ -173,7 +174,7 @@ class Plan:
                  services: list[RunServices], feed: tuple[str, ...], fetch: tuple[str, ...],
                  release: bool = True, inplace: dict[int, Any] | None = None,
                  name_devices: bool = True, serial: bool = False, lanes: int = 1,
-                 homes: dict[str, Any] | None = None, overlap: bool = False) -> None:
+                 homes: dict[str, Any] | None = None, overlap: bool | None = None) -> None:
         self.graph = graph
         self.block = block
         self.lanes = lanes
@@ -279,10 +280,12 @@ class Plan:
         recorded = set(self.recorded_nodes)
         self._in_tail = set(self.tail_nodes)
         self.guard = StepGuard()
-        self.deferred = defer_collectives(self, overlap)
+        self.deferred = defer_collectives(self, bool(overlap))
+        # in one process, overlap turned off: the all-reduces wait for every device's backward
+        self.held = hold_collectives(self) if overlap is False else []
         n = len(graph.nodes)
         self._order: list[int] = list(range(n))
-        self._edges = list(self.edges)
+        self._edges = list(self.edges) + self.held
         self._names = list(self.names)
         if self.tail_nodes and self.compute_nodes:
             # the barrier (task n): after every compute node, before every tail node
@@ -293,6 +296,8 @@ class Plan:
             k = len(self.compute_nodes)  # the tail is a suffix of the node order
             self._order = list(range(k)) + [n] + list(range(k, n))
             self._names.append("barrier: every compute node done, the updates begin")
+        if self.held:  # one lane runs in a topological order: each held sum after its waits
+            self._order = _order_with(self._order, self._edges)
         # the tasks of the common run mode, one per node (node order)
         self.tasks = [self._task(i, record=i in recorded, check=False)
                       for i in range(len(graph.nodes))]
@@ -575,6 +580,29 @@ class Plan:
         check = check_nan_inf or nan_inf_flag()
         record_tail = check or not self.proven
         return self._graph_for(record_tail, check, op_hooks_active()), record_tail
+
+
+def _order_with(order: list[int], edges: list[tuple[int, int]]) -> list[int]:
+    """The topological order of ``edges`` closest to ``order``: each step takes the ready
+    task that comes first in ``order``."""
+    rank = {t: k for k, t in enumerate(order)}
+    succ: dict[int, list[int]] = {}
+    indeg = dict.fromkeys(order, 0)
+    for a, b in set(edges):
+        succ.setdefault(a, []).append(b)
+        indeg[b] += 1
+    ready = [(rank[t], t) for t in order if not indeg[t]]
+    heapq.heapify(ready)
+    out: list[int] = []
+    while ready:
+        _, t = heapq.heappop(ready)
+        out.append(t)
+        for b in succ.get(t, ()):
+            indeg[b] -= 1
+            if not indeg[b]:
+                heapq.heappush(ready, (rank[b], b))
+    assert len(out) == len(order), "the held all-reduces made the step's graph cyclic"
+    return out
 
 
 def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,

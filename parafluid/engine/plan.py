@@ -324,23 +324,25 @@ class Plan:
         if self.deferred:
             self.services[0].communicator.drop_pending()
 
-    def wait_started(self, error: BaseException | None = None) -> None:
+    def wait_started(self, failed: bool = False) -> str | None:
         """Wait for what the step's ops started and left running (``RunServices.pending``).
 
-        ``error`` None (the step's ops succeeded): raise the first failure. Otherwise (the
-        step failed with ``error``): a failure of theirs becomes a note on ``error``.
+        The step's ops succeeded: raise the first failure. The step ``failed``: return a
+        failure of theirs as a note for the step's error (None: none failed).
         """
+        note = None
         for svc in self.services:
             if not svc.pending:
                 continue
             started, svc.pending = list(svc.pending), set()
             for obj in started:
-                if error is None:
+                if not failed:
                     obj.wait_sends()
                     continue
-                failed = obj.settle_sends()
-                if failed is not None:
-                    error.add_note(f"parafluid: a send this step started failed too: {failed}")
+                err = obj.settle_sends()
+                if err is not None and note is None:
+                    note = f"parafluid: a send this step started failed too: {err}"
+        return note
 
     # ------------------------------------------------------------------ binding
     def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
@@ -624,8 +626,11 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
     except BaseException as e:
         guard.hold()  # a second Ctrl-C must not cut the restore short
         plan.drop_pending()
-        plan.wait_started(e.__cause__ if isinstance(e, TaskError) and e.__cause__ is not None
-                          else e)
+        late = plan.wait_started(failed=True)
+        if late is not None:
+            # NOTE: on the error that is raised below: the op's own, or this one
+            (e.__cause__ if isinstance(e, TaskError) and e.__cause__ is not None
+             else e).add_note(late)
         plan.undo.rollback()
         if guard.in_tail and guard.unrecorded:
             # NOTE: only an update op failing on a later run than the plan's first and
@@ -647,6 +652,8 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
                 node = plan.graph.nodes[e.task_index]
                 err = op_error(node.op, node.op_index, cause,
                                node.device if plan._name_devices else None)
+                if late is not None:
+                    err.add_note(late)
                 for note in getattr(e, "__notes__", ())[-1:] if guard.in_tail and \
                         guard.unrecorded else ():
                     err.add_note(note)

@@ -18,6 +18,7 @@ import pytest
 import torch
 from dist_helpers import endpoints, run_threads
 
+import parafluid as fluid
 from parafluid.distributed import wire
 from parafluid.distributed.ps_client import ClientPool, PServerClient
 from parafluid.distributed.rpc import RPCTimeoutError
@@ -154,3 +155,32 @@ def test_the_sends_overlap_the_backward_and_end_before_the_send_barrier():
         for name, start, end in sends:
             nxt = min((b for b in barriers if b > start), default=None)
             assert nxt is not None and end <= nxt, (on, name)
+
+
+def test_a_failed_step_waits_for_the_sends_it_started_and_notes_a_failed_one(monkeypatch):
+    from parafluid.distributed.ps_registry import client_pool, complete
+
+    monkeypatch.setenv("FLAGS_rpc_deadline", "300")
+    dead = _free_endpoint()
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        y = fluid.layers.scale(x, scale=2.0)
+        main.global_block().append_op("send", inputs={"X": [y]},
+                                      attrs={"epmap": [dead], "trainer_id": 7})
+        fluid.layers.gather(y, ids)  # fails when it runs: row 5 of 1
+    exe = fluid.Executor(fluid.CPUPlace())
+    pool = client_pool(7)
+    try:
+        with pytest.raises(Exception) as e:
+            exe.run(main, feed={"x": np.ones((1, 2), "float32"),
+                                "ids": np.array([[5]], "int64")})
+        assert "gather" in str(e.value)  # the step's own error, first
+        notes = "".join(getattr(e.value, "__notes__", []))
+        assert f"a send this step started failed too: send of '{y.name}' to pserver {dead}" \
+            in notes, notes
+        assert pool.sends_in_flight == 0  # nothing of the failed step is left on its way
+    finally:
+        pool.close()
+        complete([7])  # (no client left to tell: only drops the pool from the registry)

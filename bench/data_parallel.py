@@ -96,12 +96,15 @@ def run_executor(kind: str, steps: int, repeats: int, threads: int | None) -> fl
         torch.set_num_threads(old)
 
 
-def run_parallel(kind: str, steps: int, repeats: int, ndev: int = 2) -> float:
+def run_parallel(kind: str, steps: int, repeats: int, ndev: int = 2,
+                 overlap: bool = True) -> float:
     main, startup, loss = fluid_model(kind)
     scope = fluid.Scope()
     fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    bs = fluid.BuildStrategy()
+    bs.overlap_communication = overlap
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
-                                places=fluid.cpu_places(ndev))
+                                places=fluid.cpu_places(ndev), build_strategy=bs)
     feed = batch(kind)
     try:
         return samples_per_s(lambda: pe.run([loss.name], feed=feed), steps, repeats)
@@ -319,13 +322,39 @@ def _elapsed(fn: Callable[[], None]) -> float:
 # ---------------------------------------------------------------------- main
 
 
+def compare_overlap(kinds: list[str], steps: int, repeats: int, rounds: int) -> None:
+    """(b) with overlap_communication on and off, alternating; medians and ratios."""
+    import statistics
+
+    print(f"# ParallelExecutor CPU_NUM=2, all-reduces overlapping the backward or not: batch "
+          f"{BATCH}, {rounds} alternating rounds of {steps} steps x best of {repeats}, load "
+          f"average {os.getloadavg()[0]:.2f}")
+    for kind in kinds:
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(rounds):
+            for on in (True, False):
+                rates[on].append(run_parallel(kind, steps, repeats, overlap=on))
+        on, off = statistics.median(rates[True]), statistics.median(rates[False])
+        ratios = [a / b for a, b in zip(rates[True], rates[False])]
+        print(f"  {kind}: on {on:8.0f} samples/s, off {off:8.0f}: on / off {on / off:.2f}x "
+              f"(per round: {', '.join(f'{r:.2f}' for r in ratios)})")
+    print(f"# load average at the end {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few steps (a smoke run)")
     parser.add_argument("--models", default="mlp,cnn")
     parser.add_argument("--no-ddp", action="store_true")
+    parser.add_argument("--overlap", action="store_true",
+                        help="only (b), its all-reduces overlapping the backward pass or not "
+                        "(BuildStrategy.overlap_communication), alternating")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of --overlap")
     args = parser.parse_args()
     steps, repeats = (3, 2) if args.quick else (10, 5)
+    if args.overlap:
+        compare_overlap(args.models.split(","), steps, repeats, args.rounds)
+        return
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:

@@ -12,7 +12,12 @@ bench/data_parallel.py, global batch 256 (128 rows per trainer), SGD. The jobs:
 The jobs alternate for ``--rounds`` rounds; printed: the median samples/s of each and its
 ratio to the collective mode. Not a test: nothing is asserted.
 
+``--overlap``: instead, the sync jobs with the trainers' sends overlapping the backward pass
+(``FLAGS_rpc_overlap_send=1``, the default) and without (``=0``), alternating, and the ratio
+on / off of each.
+
     PYTHONPATH=$PWD python bench/pserver_train.py [--rounds 3] [--steps 20] [--repeats 3]
+    PYTHONPATH=$PWD python bench/pserver_train.py --overlap [--rounds 5]
 """
 
 from __future__ import annotations
@@ -65,15 +70,19 @@ def worker(steps: int, repeats: int, sync: bool) -> None:
         print(json.dumps({"rate": rate}), flush=True)
 
 
-def run_pserver_job(pservers: int, sync: bool, steps: int, repeats: int) -> float:
-    from collective_train import _ports
+def run_pserver_job(pservers: int, sync: bool, steps: int, repeats: int,
+                    overlap: bool | None = None) -> float:
+    """samples/s of one job; ``overlap`` sets ``FLAGS_rpc_overlap_send`` (None: as set)."""
+    from parafluid.distributed.launch import free_ports
 
-    ports = _ports(pservers + 2)
+    ports = free_ports(pservers + 2)
     servers = ",".join(f"127.0.0.1:{p}" for p in ports[:pservers])
     trainers = ",".join(f"127.0.0.1:{p}" for p in ports[pservers:])
     base = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                 PADDLE_PSERVER_ENDPOINTS=servers, PADDLE_TRAINERS_NUM="2",
                 PADDLE_TRAINER_ENDPOINTS=trainers)
+    if overlap is not None:
+        base["FLAGS_rpc_overlap_send"] = "1" if overlap else "0"
     cmd = [sys.executable, __file__, "--worker", "sync" if sync else "async", "--steps",
            str(steps), "--repeats", str(repeats)]
     procs = []
@@ -104,11 +113,15 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--overlap", action="store_true",
+                   help="sync jobs with the sends overlapping the backward pass vs not")
     p.add_argument("--worker", choices=["sync", "async"], help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         worker(a.steps, a.repeats, a.worker == "sync")
         return 0
+    if a.overlap:
+        return compare_overlap(a.rounds, a.steps, a.repeats)
     from collective_train import run_parafluid
 
     jobs = {"pserver sync, 1 pserver": lambda: run_pserver_job(1, True, a.steps, a.repeats),
@@ -128,6 +141,26 @@ def main() -> int:
         med = statistics.median(values)
         print(f"{name:32s} {med:>9,.0f} samples/s   {med / base:.2f}x collective "
               f"(rounds: {', '.join(f'{v:,.0f}' for v in values)})")
+    return 0
+
+
+def compare_overlap(rounds: int, steps: int, repeats: int) -> int:
+    """Sync jobs, sends overlapping the backward pass or not, alternating; medians, ratios."""
+    print(f"2 trainers x 1 torch thread on 127.0.0.1, MLP 784-512-512-10, global batch 256, "
+          f"SGD, sync mode; {rounds} alternating rounds of {repeats} x {steps} steps (best "
+          "of repeats)")
+    rates: dict[tuple[int, bool], list[float]] = {}
+    for _ in range(rounds):
+        for pservers in (1, 2):
+            for on in (True, False):
+                rates.setdefault((pservers, on), []).append(
+                    run_pserver_job(pservers, True, steps, repeats, overlap=on))
+    for pservers in (1, 2):
+        on, off = (statistics.median(rates[(pservers, x)]) for x in (True, False))
+        ratios = [a / b for a, b in zip(rates[(pservers, True)], rates[(pservers, False)])]
+        print(f"{pservers} pserver(s): overlap on {on:>7,.0f} samples/s, off {off:>7,.0f}: "
+              f"on / off {on / off:.2f}x (per round: "
+              f"{', '.join(f'{r:.2f}' for r in ratios)})")
     return 0
 
 

@@ -19,6 +19,9 @@ The flags the runtime reads:
 - ``FLAGS_reader_deadline`` (ms, default 180000): how long ``multiprocess_reader`` waits for
   a child's next sample before it names the child as stuck
   (``parafluid.dataio.multiprocess_reader``).
+- ``FLAGS_rpc_overlap_send`` (bool, default True; parafluid's own): a parameter-server
+  trainer's ``send`` starts its messages and the backward pass goes on; the send barrier
+  (or the next recv) waits for them (``parafluid.ops.rpc``). False: each send waits.
 
 The others are accepted and kept so that scripts which set them run; they change nothing.
 
@@ -108,6 +111,7 @@ FLAGS: dict[str, Flag] = {
     "FLAGS_eager_delete_tensor_gb": Flag(0.0, _gb, "parafluid.passes.release_memory"),
     "FLAGS_selected_gpus": Flag("", _gpu_ids, "parafluid.distributed.collective"),
     "FLAGS_reader_deadline": Flag(180000, _deadline_ms, "parafluid.dataio.multiprocess_reader"),
+    "FLAGS_rpc_overlap_send": Flag(True, _bool, "parafluid.ops.rpc"),
     "FLAGS_fast_eager_deletion_mode": Flag(True, _bool),
     "FLAGS_memory_fraction_of_eager_deletion": Flag(1.0, _fraction),
     "FLAGS_fraction_of_gpu_memory_to_use": Flag(0.92, _fraction),

@@ -13,7 +13,7 @@ def test_every_flag_the_runtime_reads_is_in_core_globals() -> None:
     read = {name for name, spec in FLAGS.items() if spec.read_by}
     assert read == {"FLAGS_rpc_deadline", "FLAGS_check_nan_inf",
                     "FLAGS_eager_delete_tensor_gb", "FLAGS_selected_gpus",
-                    "FLAGS_reader_deadline"}
+                    "FLAGS_reader_deadline", "FLAGS_rpc_overlap_send"}
     assert all(name in fluid.core.globals() for name in read)
     assert set(fluid.core.globals().keys()) == set(FLAGS)
 
@@ -24,6 +24,7 @@ def test_every_flag_the_runtime_reads_is_in_core_globals() -> None:
     ("FLAGS_eager_delete_tensor_gb", "-1", -1.0),
     ("FLAGS_selected_gpus", "0, 2", "0,2"),
     ("FLAGS_reader_deadline", "1500", 1500),
+    ("FLAGS_rpc_overlap_send", "0", False),
 ])
 def test_the_environment_and_core_globals_give_the_same_value(
         monkeypatch: pytest.MonkeyPatch, name: str, raw: str, value: object) -> None:

@@ -18,6 +18,13 @@ Example::
 Calls that go to several pservers (the barriers, a sliced variable's blocks, checkpoint and
 completion notices) go out to the different pservers at once (:meth:`ClientPool.each`): a
 step's messages take the time of the slowest pserver, not the sum over the pservers.
+
+A gradient can also be sent while the backward pass goes on (:meth:`ClientPool.send_async`,
+what the ``send`` op does with ``FLAGS_rpc_overlap_send``): the sends run on the pool's send
+thread in the order they were started, and every other call of the pool (the send barrier,
+a recv) first waits for them (:meth:`ClientPool.wait_sends`), raising the first failure.
+After a failed send the later ones are not sent at all, so the pservers receive exactly
+the messages that sends one after the other would have delivered.
 """
 
 from __future__ import annotations
@@ -161,6 +168,7 @@ class _Lane:
         self._thread = threading.Thread(target=self._run, name=f"pserver client {endpoint}",
                                         daemon=True)
         self._thread.start()
+        self.ident = self._thread.ident
 
     def submit(self, fn: Callable[[], R]) -> Future:
         fut: Future = Future()
@@ -195,6 +203,11 @@ class ClientPool:
         self._clients: dict[str, PServerClient] = {}
         self._lanes: dict[str, _Lane] = {}
         self._lock = threading.Lock()
+        # the sends started and not yet waited for: (future, tag, number of pservers)
+        self._sends: list[tuple[Future, str | None, int]] = []
+        self._send_lane: _Lane | None = None
+        self._send_thread: int | None = None
+        self._send_failed: BaseException | None = None
 
     def each(self, endpoints: Iterable[str], call: Callable[[PServerClient], R]) -> list[R]:
         """``call(client)`` for each endpoint, the different endpoints at once; the results
@@ -209,6 +222,8 @@ class ClientPool:
     def each_at(self, eps: list[str], call: Callable[[PServerClient, int], R]) -> list[R]:
         """:meth:`each` with the call given the index ``i`` of its endpoint in ``eps`` (so
         that each call can pick its own variable)."""
+        if self._sends and threading.get_ident() != self._send_thread:
+            self.wait_sends()  # NOTE: one call at a time per client: the sends go first
         if len(set(eps)) <= 1:
             return [call(self.get(ep), i) for i, ep in enumerate(eps)]
         groups: dict[str, list[int]] = {}
@@ -313,6 +328,73 @@ class ClientPool:
         the blocks for one pserver in order."""
         self.each_at(list(endpoints), lambda c, i: c.send(names[i], values[i]))
 
+    def send_async(self, names: Sequence[str], endpoints: Sequence[str],
+                   values: Sequence[Any], tag: str | None = None) -> None:
+        """Start :meth:`send` on the pool's send thread and return at once.
+
+        The sends run one after the other in the order they were started (each one's blocks
+        for different pservers at once); once one failed, the later ones are not sent. The
+        values must not change until the sends were waited for (gradients do not: nothing
+        writes a variable after its ``send``). ``tag`` names what was sent in a failure's
+        note.
+        """
+        names, endpoints, values = list(names), list(endpoints), list(values)
+
+        def run() -> None:
+            if self._send_failed is not None:
+                raise RPCError(f"trainer {self.trainer_id}: {names} not sent to "
+                               f"{sorted(set(endpoints))}: an earlier send of the step failed "
+                               f"({self._send_failed})")
+            try:
+                self.send(names, endpoints, values)
+            except BaseException as e:
+                self._send_failed = e
+                raise
+
+        with self._lock:
+            if self._send_lane is None:
+                self._send_lane = _Lane("sends")
+                self._send_thread = self._send_lane.ident
+            fut = self._send_lane.submit(run)
+        self._sends.append((fut, tag, len(set(endpoints))))
+
+    def wait_sends(self) -> None:
+        """Wait for the sends started with :meth:`send_async`; raise the first failure (in
+        the order they were started), with a note naming that send. Every send is waited for first,
+        each at most its deadline (plus the probe of the pservers that names a dead one)."""
+        sends, self._sends = self._sends, []
+        first: BaseException | None = None
+        for fut, tag, calls in sends:
+            bound = self._wait_bound(calls)
+            if not wait([fut], timeout=bound).done:
+                err: BaseException = RPCTimeoutError(
+                    f"trainer {self.trainer_id}: a send did not end within {bound:.1f} s (its "
+                    "deadline, and the time to probe the pservers)")
+            else:
+                err = fut.exception()
+            if err is not None and first is None:
+                first = err
+                if tag is not None:
+                    err.add_note(f"parafluid: raised by the send of {tag}, started earlier in "
+                                 "this step while the backward pass went on")
+        self._send_failed = None
+        if first is not None:
+            raise first
+
+    def settle_sends(self) -> BaseException | None:
+        """A failed step: wait for the sends it started (so that nothing of it reaches a
+        pserver later); return the first failure instead of raising it."""
+        try:
+            self.wait_sends()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            return e
+        return None
+
+    @property
+    def sends_in_flight(self) -> int:
+        """How many started sends were not waited for yet."""
+        return len(self._sends)
+
     def recv(self, names: Sequence[str], endpoints: Sequence[str]) -> list[Any]:
         """Read ``names[i]`` from ``endpoints[i]``; different pservers at once."""
         return self.each_at(list(endpoints), lambda c, i: c.recv(names[i]))
@@ -340,23 +422,28 @@ class ClientPool:
         Every endpoint is tried; the first error is raised after the others were told.
         ``deadline_s`` bounds each notice (None: the pool's deadline).
         """
-        first: Exception | None = None
+        first: BaseException | None = self.settle_sends() if self._sends else None
         try:
             # NOTE: each() lets every call run to its end before it raises: every pserver
             # is told even when one fails
             self.each(list(self._clients) if endpoints is None else list(endpoints),
                       lambda c: c.complete(deadline_s))
         except Exception as e:
-            first = e
+            first = first or e
         self.close()
         if first is not None:
             raise first
 
     def close(self) -> None:
+        if self._sends:
+            self.settle_sends()
         with self._lock:
             for lane in self._lanes.values():
                 lane.stop()
             self._lanes.clear()
+            if self._send_lane is not None:
+                self._send_lane.stop()
+                self._send_lane = self._send_thread = None
             for c in self._clients.values():
                 c.close()
             self._clients.clear()

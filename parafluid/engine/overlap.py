@@ -10,6 +10,13 @@ sees each started all-reduce as ``<op type> in flight`` until the transport comp
 An all-reduce of parameter gradients also carries its signature check in its own data
 (``distributed/data_check.py``) instead of a second collective.
 
+In one process (the ParallelExecutor's devices, ``LocalCommunicator``) an all-reduce is a
+node of the step's graph over all devices: it runs as soon as every device produced its
+gradient, on whichever worker thread is free, while the devices' backward goes on; the
+updates, its only readers, run after the barrier. ``hold_collectives(plan)`` (overlap off)
+gives the edges that hold each such all-reduce until every device's backward ended, for a
+measurement of what the overlap is worth and for tests.
+
 Example (what ``Plan`` does with ``overlap=True``)::
 
     plan.deferred = defer_collectives(plan)     # node indices of the started all-reduces
@@ -25,7 +32,7 @@ from typing import Any
 from .graph import ALL_DEVICES, Node
 from .runtime import OpRecord, op_hooks_active, report
 
-__all__ = ["defer_collectives"]
+__all__ = ["defer_collectives", "hold_collectives"]
 
 GRAD = "@GRAD"
 
@@ -82,6 +89,52 @@ def defer_collectives(plan: Any, overlap: bool = True) -> list[int]:
         plan._fns[b] = _after(plan._wait_deferred, plan._fns[b])
         plan._inline[b] = None
     return out
+
+
+def _tail_read(plan: Any, i: int, succ: dict[int, list[int]]) -> bool:
+    """Whether node ``i``'s results are read, and only by the update tail."""
+    nodes = plan.graph.nodes
+    mine = {(d, n) for refs in nodes[i].outputs.values() for d, n, _ in refs}
+    readers = [b for b in succ.get(i, ()) if mine & {
+        (d, n) for slots in (nodes[b].inputs, nodes[b].outputs)
+        for refs in slots.values() for d, n, _ in refs}]
+    return bool(readers) and all(b in plan._in_tail for b in readers)
+
+
+def hold_collectives(plan: Any) -> list[tuple[int, int]]:
+    """Edges that make each in-process all-reduce that only the updates read wait for every
+    device op before it that it does not feed: the all-reduces then run after the backward
+    pass of every device instead of during it (``overlap_communication=False``). Same
+    values: only the moment of the sums changes, not their operands nor their order.
+
+    NOTE: an edge ``x -> a`` is added only when ``x`` is not reachable from ``a`` in the
+    graph with the edges added so far, so the graph stays acyclic.
+    """
+    comm = plan.services[0].communicator if plan.services else None
+    if comm is None or (hasattr(comm, "wait_pending") and comm.num_trainers > 1):
+        return []
+    nodes = plan.graph.nodes
+    succ: dict[int, list[int]] = {}
+    for a, b in plan.edges:
+        succ.setdefault(a, []).append(b)
+    held = [i for i, node in enumerate(nodes)
+            if node.type in ("c_allreduce_sum", "c_allreduce_coalesced")
+            and node.device == ALL_DEVICES and i not in plan._in_tail
+            and _tail_read(plan, i, succ)]
+    compute = [i for i in plan.compute_nodes if nodes[i].device != ALL_DEVICES]
+    added: list[tuple[int, int]] = []
+    for a in held:
+        seen, stack = {a}, [a]
+        while stack:
+            for b in succ.get(stack.pop(), ()):
+                if b not in seen:
+                    seen.add(b)
+                    stack.append(b)
+        for x in compute:
+            if x not in seen:
+                added.append((x, a))
+                succ.setdefault(x, []).append(a)
+    return added
 
 
 def _agreed(fn: Task, comm: Any) -> Task:

@@ -35,6 +35,7 @@ Example (what the Executor does with one device)::
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,7 +54,7 @@ from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .compiled_functions import bind_compiled_function
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
 from .lanes import at_home
-from .overlap import defer_collectives
+from .overlap import defer_collectives, hold_collectives
 from .runtime import (
     OpRunError,
     RunContext,
@@ -102,10 +103,15 @@ class RunServices:
         device_index: this device's index in a data-parallel run (0 for the Executor).
         local_writes: write persistables into ``scope`` itself, never into a parent scope
             (the per-device scopes of a ParallelExecutor keep their own copies).
+
+    ``pending``: what the ops of the running step started and did not wait for (a
+    parameter-server trainer's sends, ``ClientPool.send_async``): objects with
+    ``wait_sends()`` (raises the first failure) and ``settle_sends()`` (returns it). The step
+    waits for them before it ends, whole or failed, so nothing it started outlives it.
     """
 
     __slots__ = ("program", "scope", "communicator", "device_index",
-                 "local_writes", "device", "_block_runner")
+                 "local_writes", "device", "pending", "_block_runner")
 
     def __init__(self, program: Any = None, scope: Any = None, communicator: Any = None,
                  device_index: int = 0, local_writes: bool = False,
@@ -116,6 +122,7 @@ class RunServices:
         self.device_index = device_index
         self.local_writes = local_writes
         self.device = device if device is not None else torch.device("cpu")
+        self.pending: set[Any] = set()
         self._block_runner: Any = None
 
     def write_persistable(self, name: str, value: Any) -> None:
@@ -167,7 +174,7 @@ class Plan:
                  services: list[RunServices], feed: tuple[str, ...], fetch: tuple[str, ...],
                  release: bool = True, inplace: dict[int, Any] | None = None,
                  name_devices: bool = True, serial: bool = False, lanes: int = 1,
-                 homes: dict[str, Any] | None = None, overlap: bool = False) -> None:
+                 homes: dict[str, Any] | None = None, overlap: bool | None = None) -> None:
         self.graph = graph
         self.block = block
         self.lanes = lanes
@@ -273,10 +280,12 @@ class Plan:
         recorded = set(self.recorded_nodes)
         self._in_tail = set(self.tail_nodes)
         self.guard = StepGuard()
-        self.deferred = defer_collectives(self, overlap)
+        self.deferred = defer_collectives(self, bool(overlap))
+        # in one process, overlap turned off: the all-reduces wait for every device's backward
+        self.held = hold_collectives(self) if overlap is False else []
         n = len(graph.nodes)
         self._order: list[int] = list(range(n))
-        self._edges = list(self.edges)
+        self._edges = list(self.edges) + self.held
         self._names = list(self.names)
         if self.tail_nodes and self.compute_nodes:
             # the barrier (task n): after every compute node, before every tail node
@@ -287,6 +296,8 @@ class Plan:
             k = len(self.compute_nodes)  # the tail is a suffix of the node order
             self._order = list(range(k)) + [n] + list(range(k, n))
             self._names.append("barrier: every compute node done, the updates begin")
+        if self.held:  # one lane runs in a topological order: each held sum after its waits
+            self._order = _order_with(self._order, self._edges)
         # the tasks of the common run mode, one per node (node order)
         self.tasks = [self._task(i, record=i in recorded, check=False)
                       for i in range(len(graph.nodes))]
@@ -312,6 +323,26 @@ class Plan:
         """A failed step: forget the all-reduces it started (nobody reads them)."""
         if self.deferred:
             self.services[0].communicator.drop_pending()
+
+    def wait_started(self, failed: bool = False) -> str | None:
+        """Wait for what the step's ops started and left running (``RunServices.pending``).
+
+        The step's ops succeeded: raise the first failure. The step ``failed``: return a
+        failure of theirs as a note for the step's error (None: none failed).
+        """
+        note = None
+        for svc in self.services:
+            if not svc.pending:
+                continue
+            started, svc.pending = list(svc.pending), set()
+            for obj in started:
+                if not failed:
+                    obj.wait_sends()
+                    continue
+                err = obj.settle_sends()
+                if err is not None and note is None:
+                    note = f"parafluid: a send this step started failed too: {err}"
+        return note
 
     # ------------------------------------------------------------------ binding
     def _bind(self, node: Node, devices: list[torch.device], inplace: Any) -> Task:
@@ -553,6 +584,29 @@ class Plan:
         return self._graph_for(record_tail, check, op_hooks_active()), record_tail
 
 
+def _order_with(order: list[int], edges: list[tuple[int, int]]) -> list[int]:
+    """The topological order of ``edges`` closest to ``order``: each step takes the ready
+    task that comes first in ``order``."""
+    rank = {t: k for k, t in enumerate(order)}
+    succ: dict[int, list[int]] = {}
+    indeg = dict.fromkeys(order, 0)
+    for a, b in set(edges):
+        succ.setdefault(a, []).append(b)
+        indeg[b] += 1
+    ready = [(rank[t], t) for t in order if not indeg[t]]
+    heapq.heapify(ready)
+    out: list[int] = []
+    while ready:
+        _, t = heapq.heappop(ready)
+        out.append(t)
+        for b in succ.get(t, ()):
+            indeg[b] -= 1
+            if not indeg[b]:
+                heapq.heappush(ready, (rank[b], b))
+    assert len(out) == len(order), "the held all-reduces made the step's graph cyclic"
+    return out
+
+
 def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
              check_nan_inf: bool = False) -> None:
     """Run every task of ``plan`` (values already in its envs) as one step, whole or not at
@@ -567,10 +621,16 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
         guard.start(tail_only=not plan.compute_nodes, recorded=record_tail)
     try:
         scheduler.run(graph, timeout=timeout)
+        plan.wait_started()
         plan.proven = True
     except BaseException as e:
         guard.hold()  # a second Ctrl-C must not cut the restore short
         plan.drop_pending()
+        late = plan.wait_started(failed=True)
+        if late is not None:
+            # NOTE: on the error that is raised below: the op's own, or this one
+            (e.__cause__ if isinstance(e, TaskError) and e.__cause__ is not None
+             else e).add_note(late)
         plan.undo.rollback()
         if guard.in_tail and guard.unrecorded:
             # NOTE: only an update op failing on a later run than the plan's first and
@@ -592,6 +652,8 @@ def run_plan(plan: Plan, scheduler: Scheduler, timeout: float | None = None,
                 node = plan.graph.nodes[e.task_index]
                 err = op_error(node.op, node.op_index, cause,
                                node.device if plan._name_devices else None)
+                if late is not None:
+                    err.add_note(late)
                 for note in getattr(e, "__notes__", ())[-1:] if guard.in_tail and \
                         guard.unrecorded else ():
                     err.add_note(note)

@@ -9,6 +9,11 @@ variable. ``listen_and_serv`` runs the program-independent server loop
 (``parafluid.distributed.pserver.ParameterServer``) with callbacks that run the op's
 optimize sub-blocks against the scope (``ctx.run_block``) and read parameter blocks from it.
 
+``send`` only starts its messages (``ClientPool.send_async``) and returns, so the backward
+pass goes on while a gradient travels; the next op that talks to a pserver (``send_barrier``,
+``recv``) waits for them first, and a step waits for them before it ends, failed or not.
+``FLAGS_rpc_overlap_send=0`` sends each gradient before the next op runs.
+
 What ``DistributeTranspiler`` (pserver mode) writes, printed::
 
     {} = send(X=[fc_0.w_0@GRAD.block0.trainer_1]) {epmap=['127.0.0.1:6174'], ...}
@@ -30,6 +35,7 @@ import torch
 
 from ..distributed.checkpoint import write_pserver_checkpoint, write_pserver_emergency_checkpoint
 from ..dtypes import VarType
+from ..flags import flag
 from ..tensor_file import scope_values
 from .registry import Meta, register_op
 
@@ -90,7 +96,15 @@ def _send(ins: dict, attrs: dict, ctx: Any) -> dict:
         if value is None:
             raise ValueError(f"send: {name!r} (to pserver {ep}) has no value: the op that "
                              "computes this gradient did not run")
-    pool.send(names, epmap, values)  # NOTE: the blocks for different pservers go at once
+    pending = getattr(ctx.services, "pending", None)
+    if pending is not None and flag("FLAGS_rpc_overlap_send"):
+        # NOTE: the backward pass goes on while the gradient travels; the next op that
+        # talks to a pserver (the send barrier, a recv) waits for it first, and the step
+        # waits for it before it ends (plan.RunServices.pending)
+        pool.send_async(names, epmap, values, tag=f"{names} to {epmap}")
+        pending.add(pool)
+    else:
+        pool.send(names, epmap, values)  # NOTE: the blocks for different pservers go at once
     return {}
 
 

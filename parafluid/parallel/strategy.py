@@ -185,7 +185,9 @@ class BuildStrategy(_Strategy):
             (docs/compiled.md).
         overlap_communication: in a multi-trainer job, start each all-reduce whose result
             only the parameter updates read and go on with the backward pass, waiting for
-            it before the updates (default True; the results are the same bits either way).
+            it before the updates; in one process, run it as soon as every device produced
+            the gradient, beside the backward (False: after every device's backward). The
+            default is True; the results are the same bits either way.
         compile_in_background: with ``enable_compile``, tiered compilation: the run starts
             at once with every segment running op by op, and a worker process compiles
             the segments; the run switches over when their code is ready (docs/compiled.md).

@@ -87,6 +87,7 @@ from . import trainer_factory  # noqa: F401  (fluid.trainer_factory.FetchHandler
 # Fluid 1.6 star-imports the imperative layers at the top (fluid.Layer, fluid.FC, ...)
 # without listing them in its __all__.
 from .dygraph.layers import Layer  # noqa: F401
+from .dygraph.checkpoint import load_dygraph, save_dygraph  # noqa: F401
 from .dygraph.nn import (  # noqa: F401
     FC, BatchNorm, BilinearTensorProduct, Conv2D, Conv2DTranspose, Conv3D, Conv3DTranspose,
     Embedding, GroupNorm, GRUUnit, LayerNorm, NCE, Pool2D, PRelu, SpectralNorm, TreeConv,

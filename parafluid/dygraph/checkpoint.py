@@ -31,6 +31,7 @@ import torch
 
 from .. import framework
 from ..framework import Parameter, Variable
+from ..scope import LoDTensor
 from ..tensor_file import read_tensors, write_tensors
 from .varbase import as_numpy
 
@@ -82,7 +83,24 @@ def _read_with_metadata(path: str, kind: str) -> tuple[dict[str, np.ndarray], di
 
 
 def _read(path: str, kind: str) -> dict[str, np.ndarray]:
-    return _read_with_metadata(path, kind)[0]
+    return {name: a.view(LoadedArray)
+            for name, a in _read_with_metadata(path, kind)[0].items()}
+
+
+class LoadedArray(np.ndarray):
+    """A value ``load_dygraph`` returns: a numpy array that also answers as Fluid 1.6's
+    loaded core variables do (``v.numpy()``, ``v.value().get_tensor()``)."""
+
+    def numpy(self) -> np.ndarray:
+        return np.array(self, copy=True).view(np.ndarray)
+
+    def value(self) -> LoadedArray:
+        return self
+
+    def get_tensor(self) -> LoDTensor:
+        t = LoDTensor()
+        t.set(self.view(np.ndarray))
+        return t
 
 
 def save_dygraph(state_dict: Mapping[str, Any], model_path: str) -> None:
@@ -102,7 +120,8 @@ def save_dygraph(state_dict: Mapping[str, Any], model_path: str) -> None:
 def load_dygraph(model_path: str) -> tuple[dict[str, np.ndarray] | None,
                                            dict[str, np.ndarray] | None]:
     """``(parameters, optimizer_state)`` saved by ``save_dygraph`` under ``model_path``
-    (each None when its file does not exist)."""
+    (each None when its file does not exist): name -> ``LoadedArray`` (a numpy array with
+    Fluid's ``numpy()`` and ``value().get_tensor()``)."""
     params_path, opt_path = model_path + ".pdparams", model_path + ".pdopt"
     if not os.path.exists(params_path) and not os.path.exists(opt_path):
         raise FileNotFoundError(f"load_dygraph: neither {params_path} nor {opt_path} exists")

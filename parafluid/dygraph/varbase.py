@@ -26,7 +26,7 @@ import torch
 from .. import framework, unique_name
 from ..dtypes import convert_dtype
 from ..framework import Parameter, Variable
-from ..scope import SelectedRows
+from ..scope import LoDTensor, SelectedRows
 
 __all__ = ["VarBase", "ParamBase", "as_numpy"]
 
@@ -87,9 +87,18 @@ class _Eager:
                             "(or join them with fluid.layers.tensor_array_to_tensor)")
         return as_numpy(value).copy()
 
-    def value(self) -> Any:
-        """The value (a torch tensor)."""
-        return self._value_or_raise("value()")
+    def value(self) -> _CoreVar:
+        """Fluid's core variable of the value: ``value().get_tensor()`` is a ``LoDTensor`` on
+        it (``np.array`` reads it, ``set`` writes it)."""
+        self._value_or_raise("value()")
+        return _CoreVar(self, "_value")
+
+    @property
+    def _ivar(self) -> _CoreVar:
+        """Fluid's core variable behind this one: ``_ivar.value().get_tensor()`` is a
+        ``LoDTensor`` on the value (``set`` writes it), ``_ivar._grad_ivar()`` the gradient's
+        core variable, None when backward gave it none."""
+        return _CoreVar(self, "_value")
 
     def set_value(self, value: Any) -> None:
         """Replace the value by ``value`` (numpy array, tensor or imperative variable) of the
@@ -147,6 +156,52 @@ class _Eager:
         if isinstance(self._value, list):
             return f"{self._describe()} of {len(self._value)} items"
         return f"{self._describe()}\n{self.numpy()}"
+
+
+class _TensorSlot:
+    """A ``LoDTensor`` holder on an imperative variable's value (or gradient) slot."""
+
+    __slots__ = ("_owner", "_slot", "lod")
+
+    def __init__(self, owner: _Eager, slot: str) -> None:
+        self._owner, self._slot, self.lod = owner, slot, []
+
+    @property
+    def name(self) -> str:
+        return self._owner.name + ("@GRAD" if self._slot == "_grad" else "")
+
+    @property
+    def value(self) -> Any:
+        return getattr(self._owner, self._slot)
+
+    @value.setter
+    def value(self, tensor: Any) -> None:
+        setattr(self._owner, self._slot, tensor)
+
+
+class _CoreVar:
+    """Fluid's ``VarBase._ivar`` (its C++ variable): ``value()`` and ``get_tensor()``
+    (a ``LoDTensor`` on the slot), ``_grad_ivar()``."""
+
+    __slots__ = ("_owner", "_slot")
+
+    def __init__(self, owner: _Eager, slot: str) -> None:
+        self._owner, self._slot = owner, slot
+
+    @property
+    def name(self) -> str:
+        return _TensorSlot(self._owner, self._slot).name
+
+    def value(self) -> _CoreVar:
+        return self
+
+    def get_tensor(self) -> Any:
+        return LoDTensor(_TensorSlot(self._owner, self._slot))  # type: ignore[arg-type]
+
+    def _grad_ivar(self) -> _CoreVar | None:
+        if self._slot != "_value" or self._owner._grad is None:
+            return None
+        return _CoreVar(self._owner, "_grad")
 
 
 def _tracer_device() -> torch.device:

@@ -17,6 +17,7 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from .. import unique_name
 from ..backward import append_backward
@@ -137,11 +138,20 @@ class Optimizer:
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state, name -> value: its accumulators (moments, beta powers),
         and in the imperative mode the step of its learning-rate decay
-        (``@LR_DECAY_COUNTER@``)."""
+        (``global_step``, as Fluid names it)."""
         out: dict[str, Any] = {var.name: var for per_param in self._accumulators.values()
                                for var in per_param.values()}
         if _is_lr_decay(self._learning_rate):
-            out[_LR_STEP_KEY] = np.array([self._learning_rate.step_num], dtype="int64")
+            # as Fluid's: "global_step", an int32 [1] variable (an array outside a guard)
+            step = np.array([self._learning_rate.step_num], dtype="int32")
+            tracer = _dygraph_tracer()
+            if tracer is not None:
+                var = tracer.create_var(default_main_program().global_block(),
+                                        name=_LR_STEP_KEY, stop_gradient=True)
+                var._value = torch.from_numpy(step)
+                out[_LR_STEP_KEY] = var
+            else:
+                out[_LR_STEP_KEY] = step
         return out
 
     def load(self, stat_dict: dict[str, Any]) -> None:
@@ -161,8 +171,9 @@ class Optimizer:
             for var in per_param.values():
                 if var.name in stat_dict:
                     var.set_value(stat_dict[var.name])
-        if _LR_STEP_KEY in stat_dict and _is_lr_decay(self._learning_rate):
-            step = stat_dict[_LR_STEP_KEY]
+        key = next((k for k in (_LR_STEP_KEY, _OLD_LR_STEP_KEY) if k in stat_dict), None)
+        if key is not None and _is_lr_decay(self._learning_rate):
+            step = stat_dict[key]
             step = step.numpy() if hasattr(step, "numpy") else step
             self._learning_rate.step_num = int(np.asarray(step).reshape(-1)[0])
 
@@ -319,7 +330,8 @@ class Optimizer:
         return ops, params_grads
 
 
-_LR_STEP_KEY = "@LR_DECAY_COUNTER@"
+_LR_STEP_KEY = "global_step"  # Fluid's key of the decay's step in a state dict
+_OLD_LR_STEP_KEY = "@LR_DECAY_COUNTER@"  # the key files written by parafluid before hold
 
 
 def _is_lr_decay(lr: Any) -> bool:

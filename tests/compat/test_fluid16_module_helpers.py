@@ -291,3 +291,20 @@ def test_apply_gradients_returns_every_op_of_the_update_pass_as_fluids():
     assert ops == main.global_block().ops[-4:]
     assert (adam._moment1_acc_str, adam._beta1_pow_acc_str) == ("moment1", "beta1_pow_acc")
     assert fluid.optimizer.Momentum(0.1, 0.9)._velocity_acc_str == "velocity"
+
+
+def test_an_imperative_variable_has_fluids_core_variable_view():
+    with fluid.dygraph.guard():
+        fc = fluid.FC("fc", 2)
+        used = fluid.FC("fc_unused", 2)
+        x = fluid.dygraph.to_variable(np.ones((3, 4), "float32"))
+        loss = fluid.layers.reduce_sum(fc(x))
+        used(x)  # its parameters get no gradient from this loss
+        loss.backward()
+        assert fc._w._ivar._grad_ivar() is not None and used._w._ivar._grad_ivar() is None
+        grad = np.array(fc._w._ivar._grad_ivar().value().get_tensor())
+        np.testing.assert_array_equal(grad, fc._w.gradient())
+        tensor = fc._w.value().get_tensor()
+        np.testing.assert_array_equal(np.array(tensor), fc._w.numpy())
+        tensor.set(np.zeros((4, 2), "float32"), fluid.CPUPlace())  # writes the parameter
+        np.testing.assert_array_equal(fc._w.numpy(), np.zeros((4, 2), "float32"))

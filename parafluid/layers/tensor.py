@@ -211,6 +211,31 @@ def _with_xshape(op_type: str, helper_name: str, x: Variable, attrs: dict[str, A
     return helper.append_activation(out)
 
 
+class ReshapeShapeError(ValueError, AssertionError):
+    """A ``shape`` argument ``layers.reshape`` refuses: a ValueError, and an AssertionError as
+    Fluid 1.6's own layer asserts these rules (its callers catch that)."""
+
+
+def _check_reshape_dims(x: Variable, dims: list) -> None:
+    """Fluid's rules for the ints of a reshape ``shape``: at most one -1, a 0 (copy the
+    input's dim) only where the input has that dim, nothing else negative."""
+    unknown = None
+    for i, d in enumerate(dims):
+        if isinstance(d, Variable):
+            continue
+        if d == -1:
+            if unknown is not None:
+                raise ReshapeShapeError(f"reshape: only one dimension of shape may be -1, got "
+                                        f"-1 at {unknown} and {i} in {dims}")
+            unknown = i
+        elif d == 0 and i >= len(x.shape):
+            raise ReshapeShapeError(f"reshape: shape[{i}] = 0 copies the input's dim {i}, but "
+                                    f"the input has {len(x.shape)} dims (shape {dims})")
+        elif d < -1:
+            raise ReshapeShapeError(f"reshape: shape[{i}] = {d} is negative; only one -1 (the "
+                                    f"inferred dim) may be, got {dims}")
+
+
 def reshape(x: Variable, shape: Any, actual_shape: Variable | None = None,
             act: str | None = None, inplace: bool = False, name: str | None = None) -> Variable:
     """Give ``x`` a new shape: 0 copies the dim at that index, one -1 is inferred.
@@ -246,9 +271,7 @@ def reshape(x: Variable, shape: Any, actual_shape: Variable | None = None,
                             f"int32 variables) or a variable, got {shape!r}")
         dims = [d if isinstance(d, Variable) else _int_list("reshape", "shape", d)[0]
                 for d in shape]
-        ints = [d for d in dims if not isinstance(d, Variable)]
-        if ints.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension of shape may be -1, got {shape}")
+        _check_reshape_dims(x, dims)
         attrs["shape"] = [-1 if isinstance(d, Variable) else d for d in dims]
         if any(isinstance(d, Variable) for d in dims):
             tensors = []

@@ -157,3 +157,15 @@ def test_reshape_layer_takes_a_shape_variable():
     got = exe.run(main, feed={"x": xv, "t": np.array([3, 2, 2], "int32")}, fetch_list=[y],
                   scope=fluid.Scope())[0]
     np.testing.assert_allclose(got, xv.reshape(3, 2, 2))
+
+
+@pytest.mark.parametrize("shape,what", [([-1, -1, 5], "only one dimension of shape may be -1"),
+                                        ([2, 5, 5, 0], r"shape\[3\] = 0 copies"),
+                                        ([-1, -2, 5], r"shape\[1\] = -2 is negative")])
+def test_reshape_refuses_fluids_bad_shapes_as_an_assertion_too(shape, what):
+    # Fluid 1.6's layer asserts these rules: its callers catch AssertionError
+    with program_guard(Program(), Program()):
+        x = fluid.layers.data("x", shape=[2, 25], append_batch_size=False, dtype="float32")
+        for kind in (ValueError, AssertionError):
+            with pytest.raises(kind, match=what):
+                fluid.layers.reshape(x, shape=shape)

@@ -21,6 +21,12 @@ __all__ = ["uniform_random", "gaussian_random", "fill_constant", "assign", "crea
            "reduce_min", "reduce_prod", "fill_constant_batch_size_like"]
 
 
+class ShapeArgumentError(ValueError, AssertionError):
+    """A ``shape`` argument a layer refuses where Fluid 1.6's layer asserts (an empty
+    ``fill_constant`` shape, a ``reshape`` shape with two -1s, ...): a ValueError, and the
+    AssertionError Fluid's callers catch."""
+
+
 def fill_constant(shape: Any, dtype: Any, value: float, force_cpu: bool = False,
                   out: Variable | None = None) -> Variable:
     """A tensor of ``shape`` filled with ``value``; ``shape`` is ints, ints and one-element
@@ -33,6 +39,14 @@ def fill_constant(shape: Any, dtype: Any, value: float, force_cpu: bool = False,
     if not isinstance(shape, (list, tuple, Variable)):
         raise TypeError("fill_constant: shape must be a list, a tuple or a Variable, got "
                         f"{type(shape).__name__}")
+    if isinstance(shape, (list, tuple)) and not shape:
+        raise ShapeArgumentError("fill_constant: shape must not be empty (give [1] for one "
+                                 "value)")
+    for i, dim in enumerate([shape] if isinstance(shape, Variable) else shape):
+        if isinstance(dim, Variable) and convert_dtype(dim.dtype) not in ("int32", "int64"):
+            where = "shape" if dim is shape else f"shape[{i}]"
+            raise TypeError(f"fill_constant: a Variable {where} must be int32 or int64, got "
+                            f"{convert_dtype(dim.dtype)} ({dim.name!r})")
     if out is None:
         out = helper.create_variable_for_type_inference(dtype)
     elif out.dtype is not None and convert_dtype(out.dtype) != dtype:
@@ -211,11 +225,6 @@ def _with_xshape(op_type: str, helper_name: str, x: Variable, attrs: dict[str, A
     return helper.append_activation(out)
 
 
-class ReshapeShapeError(ValueError, AssertionError):
-    """A ``shape`` argument ``layers.reshape`` refuses: a ValueError, and an AssertionError as
-    Fluid 1.6's own layer asserts these rules (its callers catch that)."""
-
-
 def _check_reshape_dims(x: Variable, dims: list) -> None:
     """Fluid's rules for the ints of a reshape ``shape``: at most one -1, a 0 (copy the
     input's dim) only where the input has that dim, nothing else negative."""
@@ -225,14 +234,14 @@ def _check_reshape_dims(x: Variable, dims: list) -> None:
             continue
         if d == -1:
             if unknown is not None:
-                raise ReshapeShapeError(f"reshape: only one dimension of shape may be -1, got "
+                raise ShapeArgumentError(f"reshape: only one dimension of shape may be -1, got "
                                         f"-1 at {unknown} and {i} in {dims}")
             unknown = i
         elif d == 0 and i >= len(x.shape):
-            raise ReshapeShapeError(f"reshape: shape[{i}] = 0 copies the input's dim {i}, but "
+            raise ShapeArgumentError(f"reshape: shape[{i}] = 0 copies the input's dim {i}, but "
                                     f"the input has {len(x.shape)} dims (shape {dims})")
         elif d < -1:
-            raise ReshapeShapeError(f"reshape: shape[{i}] = {d} is negative; only one -1 (the "
+            raise ShapeArgumentError(f"reshape: shape[{i}] = {d} is negative; only one -1 (the "
                                     f"inferred dim) may be, got {dims}")
 
 

@@ -169,3 +169,19 @@ def test_reshape_refuses_fluids_bad_shapes_as_an_assertion_too(shape, what):
         for kind in (ValueError, AssertionError):
             with pytest.raises(kind, match=what):
                 fluid.layers.reshape(x, shape=shape)
+
+
+def test_fill_constant_refuses_an_empty_shape_as_an_assertion_too():
+    with program_guard(Program(), Program()):
+        for kind in (ValueError, AssertionError):
+            with pytest.raises(kind, match="fill_constant: shape must not be empty"):
+                fluid.layers.fill_constant(shape=[], dtype="float32", value=1)
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_fill_constant_refuses_a_shape_variable_that_is_not_int(as_list):
+    with program_guard(Program(), Program()):
+        dim = fluid.data(name="dim", shape=[1], dtype="float32")
+        with pytest.raises(TypeError, match="must be int32 or int64, got float32"):
+            fluid.layers.fill_constant(shape=[dim, 2] if as_list else dim, dtype="float32",
+                                       value=1)

@@ -185,3 +185,19 @@ def test_fill_constant_refuses_a_shape_variable_that_is_not_int(as_list):
         with pytest.raises(TypeError, match="must be int32 or int64, got float32"):
             fluid.layers.fill_constant(shape=[dim, 2] if as_list else dim, dtype="float32",
                                        value=1)
+
+
+def test_variable_slicing_with_variable_bounds_and_steps_is_a_strided_slice():
+    a = np.arange(3 * 4 * 5 * 6, dtype="float32").reshape(3, 4, 5, 6)
+    main = Program()
+    with program_guard(main, Program()):
+        x = fluid.layers.data("x", shape=[3, 4, 5, 6], append_batch_size=False)
+        minus_1 = fluid.layers.fill_constant([1], "int32", -1)
+        minus_3 = fluid.layers.fill_constant([1], "int32", -3)
+        outs = [x[-3:3, 0:100:2, -1:2:-1], x[minus_3:3:1, 0:100:2, :, minus_1:2:minus_1],
+                x[minus_1, 0:100:2, :, -1:2:-1]]
+        assert [op.type for op in main.global_block().ops].count("strided_slice") == 3
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": a}, fetch_list=outs)
+    for g, w in zip(got, [a[-3:3, 0:100:2, -1:2:-1], a[-3:3:1, 0:100:2, :, -1:2:-1],
+                          a[-1, 0:100:2, :, -1:2:-1]]):
+        np.testing.assert_array_equal(g, w)

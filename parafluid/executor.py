@@ -34,13 +34,15 @@ import torch
 from .engine.graph import build_graph
 from .engine.lanes import placed_graph
 from .engine.plan import Plan, RunServices
-from .engine.runtime import EnforceNotMet
 from .engine.scheduler import Scheduler, make_scheduler
-from .feed_fetch import (
+from .feed_fetch import (  # noqa: F401  (FeedTypeError, FeedValueError: their old home)
+    FeedTypeError,
+    FeedValueError,
     as_feed_tensor,
     as_fetch_list,
     batch_size_mismatch,
     check_batch_sizes,
+    feed_to_blame,
     fetch_names,
     fetch_value,
     strip_feed_fetch_ops,
@@ -60,25 +62,6 @@ __all__ = ["Executor", "global_scope", "scope_guard", "compile_program", "FetchH
 
 
 _MAX_PLANS = 64  # compiled (program, feed, fetch) signatures an Executor keeps
-
-
-class FeedTypeError(TypeError, EnforceNotMet):
-    """An op failed on a fed value whose dtype differs from its variable's (an unchecked
-    ``layers.data`` feed): a TypeError naming the feed, and the op's EnforceNotMet."""
-
-
-class FeedValueError(ValueError, EnforceNotMet):
-    """As FeedTypeError, for a fed value whose shape differs from its variable's."""
-
-
-def _feed_to_blame(block: Any, error: BaseException,
-                   notes: list[tuple[type, str, str]]) -> tuple[type, str, str] | None:
-    """The unchecked feed that did not match its variable and that the failing op reads."""
-    index = getattr(error, "op_index", None)
-    if not notes or index is None or not 0 <= index < len(block.ops):
-        return None
-    read = set(block.ops[index].input_arg_names)
-    return next((note for note in notes if note[2] in read), None)
 
 
 class Executor:
@@ -186,7 +169,7 @@ class Executor:
             (values,) = plan.run([scope], [fed], self._scheduler_for(plan),
                                  check_nan_inf=self.check_nan_inf)
         except Exception as e:
-            blamed = _feed_to_blame(block, e, notes)
+            blamed = feed_to_blame(block, e, notes)
             if blamed is not None:
                 kind = FeedTypeError if blamed[0] is TypeError else FeedValueError
                 raise kind(f"{blamed[1]}; then {e}") from e

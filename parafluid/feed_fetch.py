@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .dtypes import convert_dtype, to_numpy
+from .engine.runtime import EnforceNotMet
 from .lod import attach_lod, check_lod, get_lod, merge_lods, sequence_ranges, slice_lod
 from .ops.registry import shapes_compatible
 from .scope import FetchedArray, LoDTensor, ScopeVariable, SelectedRows, TensorArray, as_numpy
@@ -164,6 +165,25 @@ def missing_value_message(block: Any, name: str, feed: dict[str, Any]) -> str:
             f"and no earlier op computes it; feed it (fed: {sorted(feed) or 'nothing'})")
 
 
+class FeedTypeError(TypeError, EnforceNotMet):
+    """An op failed on a fed value whose dtype differs from its variable's (an unchecked
+    ``layers.data`` feed): a TypeError naming the feed, and the op's EnforceNotMet."""
+
+
+class FeedValueError(ValueError, EnforceNotMet):
+    """As FeedTypeError, for a fed value whose shape differs from its variable's."""
+
+
+def feed_to_blame(block: Any, error: BaseException,
+                   notes: list[tuple[type, str, str]]) -> tuple[type, str, str] | None:
+    """The unchecked feed that did not match its variable and that the failing op reads."""
+    index = getattr(error, "op_index", None)
+    if not notes or index is None or not 0 <= index < len(block.ops):
+        return None
+    read = set(block.ops[index].input_arg_names)
+    return next((note for note in notes if note[2] in read), None)
+
+
 class FeedSplitter:
     """Turns a data-parallel run's feed into one dict of tensors per device.
 
@@ -175,6 +195,9 @@ class FeedSplitter:
 
     def __init__(self, devices: list[torch.device]) -> None:
         self.devices = devices
+        # the last split's feeds of unchecked variables (layers.data: need_check_feed False)
+        # that did not match them, as Fluid takes them: (error type, message, variable)
+        self.notes: list[tuple[type, str, str]] = []
         # (feed name, numpy dtype, shape) -> per-device row ranges
         self._checked: dict[tuple, list[tuple[int, int]]] = {}
 
@@ -184,6 +207,7 @@ class FeedSplitter:
 
     def split(self, feed: Any, block: Any) -> list[dict[str, Any]]:
         n = len(self.devices)
+        self.notes = []
         if feed is None:
             return [{} for _ in range(n)]
         if isinstance(feed, dict):
@@ -202,7 +226,7 @@ class FeedSplitter:
                     raise ValueError(f"ParallelExecutor.run: feed[{i}] feeds {sorted(item)} but "
                                      f"feed[0] feeds {sorted(names)}; every device needs the "
                                      "same variables")
-            return [{name: as_feed_tensor(block, name, value, self.devices[d])
+            return [{name: as_feed_tensor(block, name, value, self.devices[d], self.notes)
                      for name, value in item.items()} for d, item in enumerate(feed)]
         raise ValueError(f"ParallelExecutor.run: feed must be a dict (split over the devices) "
                          f"or a list of one dict per device, got {type(feed).__name__}")
@@ -230,9 +254,11 @@ class FeedSplitter:
             else:
                 pieces = _split_value(name, value, n, var)
             for d in range(n):
-                per[d][name] = as_feed_tensor(block, name, pieces[d], self.devices[d])
+                per[d][name] = as_feed_tensor(block, name, pieces[d], self.devices[d],
+                                              self.notes)
             if sequences is None and type(value) is np.ndarray and var is not None \
-                    and not var.persistable and self.devices[0].type == "cpu":
+                    and not var.persistable and self.devices[0].type == "cpu" \
+                    and not any(note[2] == name for note in self.notes):
                 k = int(value.shape[0]) // n
                 checked[(name, value.dtype, value.shape)] = \
                     [(d * k, (d + 1) * k) for d in range(n - 1)] + \

@@ -49,7 +49,7 @@ from ..ops.registry import get_op_def
 from ..passes.compile_regions import SEGMENT_OP
 from ..passes.liveness import release_plan, sub_block_io_listed
 from ..passes.memory_optimize import check_fetch_targets
-from ..scope import TensorArray
+from ..scope import TENSOR_LOD_ATTR, TensorArray
 from .atomic import StepGuard, UndoLog, check_finite, nan_inf_flag
 from .compiled_functions import bind_compiled_function
 from .graph import ALL_DEVICES, GraphOptions, Node, SSAGraph, build_graph
@@ -134,6 +134,8 @@ class RunServices:
         if holder is None:
             holder = scope.var(name)
         holder.value = value
+        # the scope variable keeps the LoD beside the value (what a LoDTensor view reads)
+        holder.lod = [list(level) for level in getattr(value, TENSOR_LOD_ATTR, None) or ()]
 
     def run_block(self, block_idx: int, scope: Any = None, feed: dict[str, Any] | None = None,
                   fetch: Sequence[str] = ()) -> list[Any]:

@@ -70,14 +70,12 @@ _END = 2 ** 31 - 1  # a slice end past any axis (the slice op clamps it)
 
 
 def _getitem(self: Variable, item: Any) -> Variable:
-    r"""``x[i]``, ``x[a:b]``, ``x[:, ::2]``, ``x[..., 0]``, ``x[v]`` with a Variable ``v``:
+    """``x[i]``, ``x[a:b]``, ``x[:, ::2]``, ``x[..., 0]``, ``x[v]`` with a Variable ``v``:
     Fluid 1.6's Variable slicing, as a ``slice`` op. As Fluid's, an index (an int or a
     one-element int Variable) drops its axis (``decrease_axis``; all dropped: shape [1]),
-    slice bounds may be Variables, and ``[::-1]`` is a ``reverse`` op. A step other than
-    1 or -1 takes the elements one by one and ``concat``\ s them (the axis's size must be
-    known)."""
+    slice bounds and steps may be Variables, ``[::-1]`` is a ``reverse`` op, and a step
+    other than 1 makes the op a ``strided_slice``."""
     from .shapes import reverse
-    from .tensor import concat
 
     items = list(item) if isinstance(item, tuple) else [item]
     rank = len(self.shape)
@@ -95,7 +93,7 @@ def _getitem(self: Variable, item: Any) -> Variable:
     ends: list[Any] = []
     decrease: list[int] = []
     reversed_axes: list[int] = []
-    stepped = []
+    strides: list[Any] = []  # 1 for every axis but the stepped slices'
     for axis, it in enumerate(items):
         size = int(self.shape[axis])
         if isinstance(it, Variable):
@@ -103,6 +101,7 @@ def _getitem(self: Variable, item: Any) -> Variable:
             decrease.append(axis)
             starts.append(it)
             ends.append(_plus_one(it))
+            strides.append(1)
         elif isinstance(it, (int, np.integer)) and not isinstance(it, bool):
             it = int(it)
             if size >= 0 and not -size <= it < size:
@@ -112,37 +111,33 @@ def _getitem(self: Variable, item: Any) -> Variable:
             decrease.append(axis)
             starts.append(it)
             ends.append(_END if it == -1 else it + 1)
+            strides.append(1)
         elif isinstance(it, slice):
-            if it.step in (None, 1):
-                if it.start is None and it.stop is None:
+            step = 1 if it.step is None else it.step
+            if it.start is None and it.stop is None:
+                if isinstance(step, int) and step == 1:
                     continue
-                axes.append(axis)
-                starts.append(0 if it.start is None else _bound(it.start))
-                ends.append(_END if it.stop is None else _bound(it.stop))
-            elif it.step == -1 and it.start is None and it.stop is None:
-                reversed_axes.append(axis)
-            elif size < 0:
-                raise IndexError(f"{self.name}[...]: a slice step of {it.step} needs the size "
-                                 f"of axis {axis}, which is not known when the program is "
-                                 "built (-1)")
-            else:
-                picked = range(*it.indices(size))
-                if not picked:
-                    raise IndexError(f"{self.name}[...]: slice {it} of axis {axis} (size "
-                                     f"{size}) selects nothing")
-                stepped.append((axis, picked))
+                if isinstance(step, int) and step == -1:
+                    reversed_axes.append(axis)
+                    continue
+            if not isinstance(step, Variable) and int(step) == 0:
+                raise IndexError(f"{self.name}[...]: slice step cannot be zero (axis {axis})")
+            axes.append(axis)
+            # NOTE: Fluid's bounds: a missing start is 0, a missing stop is past the end
+            starts.append(0 if it.start is None else _bound(it.start))
+            ends.append(_END if it.stop is None else _bound(it.stop))
+            strides.append(_bound(step))
         else:
             raise IndexError(f"{self.name}[...]: an index is an int, an int Variable, a slice "
                              f"or an Ellipsis, got {type(it).__name__}: {it!r}")
     out = self
-    # the stepped and reversed axes first: they keep every axis where the indexes said
-    for axis, picked in stepped:
-        parts = [_slice(out, [axis], [i], [i + 1], []) for i in picked]
-        out = parts[0] if len(parts) == 1 else concat(parts, axis=axis)
+    # the reversed axes first: they are the input's axes (before any index drops one)
     if reversed_axes:
         out = reverse(out, reversed_axes)
     if axes:
-        out = _slice(out, axes, starts, ends, decrease)
+        # as Fluid: one strided_slice when some step is not 1, else one slice
+        stepped = any(isinstance(st, Variable) or st != 1 for st in strides)
+        out = _slice(out, axes, starts, ends, decrease, strides if stepped else None)
     return out
 
 
@@ -160,16 +155,21 @@ def _plus_one(index: Variable) -> Variable:
 
 
 def _slice(x: Variable, axes: list[int], starts: list[Any], ends: list[Any],
-           decrease: list[int]) -> Variable:
+           decrease: list[int], strides: list[Any] | None = None) -> Variable:
+    """A ``slice`` op, or a ``strided_slice`` op when ``strides`` are given."""
     from ..layer_helper import LayerHelper
     from .attr_tensors import slice_bounds
 
-    helper = LayerHelper("slice")
+    op_type = "slice" if strides is None else "strided_slice"
+    helper = LayerHelper(op_type)
     inputs: dict[str, Any] = {"Input": [x]}
     attrs: dict[str, Any] = {"axes": list(axes), "decrease_axis": list(decrease)}
-    slice_bounds(helper, "slice", axes, inputs, attrs, starts=starts, ends=ends)
+    bounds = {"starts": starts, "ends": ends}
+    if strides is not None:
+        bounds["strides"] = strides
+    slice_bounds(helper, op_type, axes, inputs, attrs, **bounds)
     out = helper.create_variable_for_type_inference(x.dtype)
-    helper.append_op("slice", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+    helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     return out
 
 

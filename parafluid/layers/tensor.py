@@ -21,6 +21,12 @@ __all__ = ["uniform_random", "gaussian_random", "fill_constant", "assign", "crea
            "reduce_min", "reduce_prod", "fill_constant_batch_size_like"]
 
 
+class ShapeArgumentError(ValueError, AssertionError):
+    """A ``shape`` argument a layer refuses where Fluid 1.6's layer asserts (an empty
+    ``fill_constant`` shape, a ``reshape`` shape with two -1s, ...): a ValueError, and the
+    AssertionError Fluid's callers catch."""
+
+
 def fill_constant(shape: Any, dtype: Any, value: float, force_cpu: bool = False,
                   out: Variable | None = None) -> Variable:
     """A tensor of ``shape`` filled with ``value``; ``shape`` is ints, ints and one-element
@@ -33,6 +39,14 @@ def fill_constant(shape: Any, dtype: Any, value: float, force_cpu: bool = False,
     if not isinstance(shape, (list, tuple, Variable)):
         raise TypeError("fill_constant: shape must be a list, a tuple or a Variable, got "
                         f"{type(shape).__name__}")
+    if isinstance(shape, (list, tuple)) and not shape:
+        raise ShapeArgumentError("fill_constant: shape must not be empty (give [1] for one "
+                                 "value)")
+    for i, dim in enumerate([shape] if isinstance(shape, Variable) else shape):
+        if isinstance(dim, Variable) and convert_dtype(dim.dtype) not in ("int32", "int64"):
+            where = "shape" if dim is shape else f"shape[{i}]"
+            raise TypeError(f"fill_constant: a Variable {where} must be int32 or int64, got "
+                            f"{convert_dtype(dim.dtype)} ({dim.name!r})")
     if out is None:
         out = helper.create_variable_for_type_inference(dtype)
     elif out.dtype is not None and convert_dtype(out.dtype) != dtype:
@@ -211,6 +225,26 @@ def _with_xshape(op_type: str, helper_name: str, x: Variable, attrs: dict[str, A
     return helper.append_activation(out)
 
 
+def _check_reshape_dims(x: Variable, dims: list) -> None:
+    """Fluid's rules for the ints of a reshape ``shape``: at most one -1, a 0 (copy the
+    input's dim) only where the input has that dim, nothing else negative."""
+    unknown = None
+    for i, d in enumerate(dims):
+        if isinstance(d, Variable):
+            continue
+        if d == -1:
+            if unknown is not None:
+                raise ShapeArgumentError(f"reshape: only one dimension of shape may be -1, got "
+                                        f"-1 at {unknown} and {i} in {dims}")
+            unknown = i
+        elif d == 0 and i >= len(x.shape):
+            raise ShapeArgumentError(f"reshape: shape[{i}] = 0 copies the input's dim {i}, but "
+                                    f"the input has {len(x.shape)} dims (shape {dims})")
+        elif d < -1:
+            raise ShapeArgumentError(f"reshape: shape[{i}] = {d} is negative; only one -1 (the "
+                                    f"inferred dim) may be, got {dims}")
+
+
 def reshape(x: Variable, shape: Any, actual_shape: Variable | None = None,
             act: str | None = None, inplace: bool = False, name: str | None = None) -> Variable:
     """Give ``x`` a new shape: 0 copies the dim at that index, one -1 is inferred.
@@ -246,9 +280,7 @@ def reshape(x: Variable, shape: Any, actual_shape: Variable | None = None,
                             f"int32 variables) or a variable, got {shape!r}")
         dims = [d if isinstance(d, Variable) else _int_list("reshape", "shape", d)[0]
                 for d in shape]
-        ints = [d for d in dims if not isinstance(d, Variable)]
-        if ints.count(-1) > 1:
-            raise ValueError(f"reshape: only one dimension of shape may be -1, got {shape}")
+        _check_reshape_dims(x, dims)
         attrs["shape"] = [-1 if isinstance(d, Variable) else d for d in dims]
         if any(isinstance(d, Variable) for d in dims):
             tensors = []

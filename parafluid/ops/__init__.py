@@ -8,6 +8,7 @@ from . import clip
 from . import collective_init
 from . import comm
 from . import control_flow
+from . import control_rows
 from . import conv
 from . import crf
 from . import ctc

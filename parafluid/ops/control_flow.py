@@ -10,8 +10,7 @@
   (``is_scalar_condition``: ``Cond`` is one bool element that is true; otherwise every
   ``Cond`` tensor is non-empty, as Fluid's IfElse uses it); when it does not run, ``Out``
   keeps the values it had before (read through ``Input``).
-- ``split_lod_tensor`` / ``merge_lod_tensor``: the rows where a bool ``Mask`` column is
-  true / false, and back (IfElse's branches).
+- ``split_lod_tensor`` / ``merge_lod_tensor``: IfElse's branches, in control_rows.py.
 - ``create_array``, ``write_to_array``, ``read_from_array``, ``lod_array_length``: tensor
   arrays (``LOD_TENSOR_ARRAY`` variables), whose run-time value is a ``TensorArray`` (a list
   of tensors). Writing returns a new list: a value read earlier is never changed under its
@@ -115,84 +114,6 @@ def _conditional_block(ins: dict, attrs: dict, ctx: Any) -> dict:
 register_op("conditional_block", inputs=("Cond[]", "Input[]?"), outputs=("Out[]?",),
             attrs={"sub_block": None, "is_scalar_condition": False}, kernel=_conditional_block,
             grad=conditional_block_grad_maker)
-
-
-# ----------------------------------------------------------------------------- IfElse rows
-
-
-def _row_mask(op_type: str, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    from ..lod import get_lod
-
-    if get_lod(x):
-        raise ValueError(f"{op_type}: splitting sequences (an input with LoD) by a mask is not "
-                         "supported; split dense rows")
-    m = mask.reshape(-1).to(torch.bool)
-    if m.numel() != x.shape[0]:
-        raise ValueError(f"{op_type}: the mask has {m.numel()} entries but the input has "
-                         f"{x.shape[0]} rows")
-    return m.to(x.device)
-
-
-def _split_lod_tensor(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x = ins["X"]
-    m = _row_mask("split_lod_tensor", x, ins["Mask"])
-    return {"OutTrue": x[m], "OutFalse": x[~m]}
-
-
-def _split_shape(ins: dict, attrs: dict) -> dict:
-    x = ins["X"]
-    meta = Meta((-1, *x.shape[1:]), x.dtype)
-    return {"OutTrue": meta, "OutFalse": meta}
-
-
-def _split_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    x = ins["X"]
-    m = _row_mask("split_lod_tensor_grad", x, ins["Mask"])
-    g = torch.zeros_like(x)
-    for rows, slot in ((m, "OutTrue@GRAD"), (~m, "OutFalse@GRAD")):
-        if ins[slot] is not None:
-            g[rows] = ins[slot]
-    return {"X@GRAD": g}
-
-
-register_op("split_lod_tensor", inputs=("X", "Mask"), outputs=("OutTrue", "OutFalse"),
-            attrs={"level": 0}, infer_shape=_split_shape, kernel=_split_lod_tensor,
-            grad_kernel=_split_grad, grad_uses=("X", "Mask"), no_grad_inputs=("Mask",))
-
-
-def _merge_lod_tensor(ins: dict, attrs: dict, ctx: Any) -> dict:
-    t, f = ins["InTrue"], ins["InFalse"]
-    m = ins["Mask"].reshape(-1).to(torch.bool)
-    some = t if t is not None else f
-    out = torch.zeros((m.numel(), *some.shape[1:]), dtype=some.dtype, device=some.device)
-    m = m.to(out.device)
-    for rows, part, name in ((m, t, "InTrue"), (~m, f, "InFalse")):
-        n = int(rows.sum())
-        if part is None or part.shape[0] != n:
-            got = "nothing" if part is None else f"{part.shape[0]} rows"
-            if n:
-                raise ValueError(f"merge_lod_tensor: the mask selects {n} rows for {name}, "
-                                 f"which has {got}")
-            continue
-        out[rows] = part
-    return {"Out": out}
-
-
-def _merge_shape(ins: dict, attrs: dict) -> dict:
-    some = ins["InTrue"] if ins["InTrue"] is not None else ins["InFalse"]
-    return {"Out": Meta((-1, *some.shape[1:]), some.dtype)}
-
-
-def _merge_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
-    g = ins["Out@GRAD"]
-    m = ins["Mask"].reshape(-1).to(torch.bool).to(g.device)
-    return {"InTrue@GRAD": g[m], "InFalse@GRAD": g[~m]}
-
-
-register_op("merge_lod_tensor", inputs=("X", "Mask", "InTrue?", "InFalse?"), outputs=("Out",),
-            attrs={"level": 0}, infer_shape=_merge_shape, kernel=_merge_lod_tensor,
-            grad_kernel=_merge_grad, grad_uses=("Mask", "InTrue", "InFalse"),
-            no_grad_inputs=("X", "Mask"))
 
 
 # ----------------------------------------------------------------------------- arrays

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from ..place import CPUPlace, CUDAPlace
-from .control_flow import _conditional_block, _merge_lod_tensor, _merge_shape
+from .control_flow import _conditional_block
+from .control_rows import _merge_lod_tensor, _merge_shape
 from .registry import register_op
 from .tensor_misc import fluid_dtype
 

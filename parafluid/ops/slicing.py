@@ -158,13 +158,22 @@ def _strided_index(shape: Any, attrs: dict) -> list[Any]:
     if not len(axes) == len(starts) == len(ends) == len(strides):
         raise ValueError(f"strided_slice: axes {axes}, starts {starts}, ends {ends} and "
                          f"strides {strides} must have the same length")
+    flags = list(attrs.get("infer_flags") or ())
+    flags += [1] * (len(axes) - len(flags))  # Fluid's tests give fewer flags than axes
+    decrease = set(attrs.get("decrease_axis") or ())
     index: list[Any] = [slice(None)] * len(shape)
-    for a, s, e, st in zip(axes, starts, ends, strides):
+    for a, s, e, st, flag in zip(axes, starts, ends, strides, flags):
         if not 0 <= a < len(shape):
             raise ValueError(f"strided_slice: axis {a} is out of range for rank {len(shape)}")
         if st == 0:
             raise ValueError("strided_slice: a stride cannot be 0")
-        index[a] = None if shape[a] == -1 else list(range(*slice(s, e, st).indices(shape[a])))
+        if shape[a] == -1:
+            index[a] = None
+        elif s == -1 and e == 0 and flag == -1 and a in decrease:
+            # as Fluid: x[v] with a run-time index v = -1 (its end v + 1 is 0) is the last
+            index[a] = [shape[a] - 1]
+        else:
+            index[a] = list(range(*slice(s, e, st).indices(shape[a])))
     return index
 
 

@@ -40,8 +40,11 @@ from ..engine.runtime import OpRunError
 from ..engine.scheduler import default_num_threads, make_scheduler
 from ..feed_fetch import (
     FeedSplitter,
+    FeedTypeError,
+    FeedValueError,
     as_fetch_list,
     check_batch_sizes,
+    feed_to_blame,
     fetch_names,
     merge_fetches,
     missing_value_message,
@@ -234,7 +237,13 @@ class ParallelExecutor:
                     self._communicator.step = self._steps
                 fetches = self._run_plan(plan, feeds, check)
         except OpRunError as e:
+            # an unchecked (layers.data) feed that did not match its variable, read by the
+            # failing op: name it, as the Executor does
+            blamed = feed_to_blame(block, e, self._feeds.notes)
             if not self._multi:
+                if blamed is not None:
+                    kind = FeedTypeError if blamed[0] is TypeError else FeedValueError
+                    raise kind(f"{blamed[1]}; then {e}") from e
                 raise
             self._give_up(e)
             # which step of the job: the other trainers report the same number

@@ -157,3 +157,47 @@ def test_reshape_layer_takes_a_shape_variable():
     got = exe.run(main, feed={"x": xv, "t": np.array([3, 2, 2], "int32")}, fetch_list=[y],
                   scope=fluid.Scope())[0]
     np.testing.assert_allclose(got, xv.reshape(3, 2, 2))
+
+
+@pytest.mark.parametrize("shape,what", [([-1, -1, 5], "only one dimension of shape may be -1"),
+                                        ([2, 5, 5, 0], r"shape\[3\] = 0 copies"),
+                                        ([-1, -2, 5], r"shape\[1\] = -2 is negative")])
+def test_reshape_refuses_fluids_bad_shapes_as_an_assertion_too(shape, what):
+    # Fluid 1.6's layer asserts these rules: its callers catch AssertionError
+    with program_guard(Program(), Program()):
+        x = fluid.layers.data("x", shape=[2, 25], append_batch_size=False, dtype="float32")
+        for kind in (ValueError, AssertionError):
+            with pytest.raises(kind, match=what):
+                fluid.layers.reshape(x, shape=shape)
+
+
+def test_fill_constant_refuses_an_empty_shape_as_an_assertion_too():
+    with program_guard(Program(), Program()):
+        for kind in (ValueError, AssertionError):
+            with pytest.raises(kind, match="fill_constant: shape must not be empty"):
+                fluid.layers.fill_constant(shape=[], dtype="float32", value=1)
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_fill_constant_refuses_a_shape_variable_that_is_not_int(as_list):
+    with program_guard(Program(), Program()):
+        dim = fluid.data(name="dim", shape=[1], dtype="float32")
+        with pytest.raises(TypeError, match="must be int32 or int64, got float32"):
+            fluid.layers.fill_constant(shape=[dim, 2] if as_list else dim, dtype="float32",
+                                       value=1)
+
+
+def test_variable_slicing_with_variable_bounds_and_steps_is_a_strided_slice():
+    a = np.arange(3 * 4 * 5 * 6, dtype="float32").reshape(3, 4, 5, 6)
+    main = Program()
+    with program_guard(main, Program()):
+        x = fluid.layers.data("x", shape=[3, 4, 5, 6], append_batch_size=False)
+        minus_1 = fluid.layers.fill_constant([1], "int32", -1)
+        minus_3 = fluid.layers.fill_constant([1], "int32", -3)
+        outs = [x[-3:3, 0:100:2, -1:2:-1], x[minus_3:3:1, 0:100:2, :, minus_1:2:minus_1],
+                x[minus_1, 0:100:2, :, -1:2:-1]]
+        assert [op.type for op in main.global_block().ops].count("strided_slice") == 3
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": a}, fetch_list=outs)
+    for g, w in zip(got, [a[-3:3, 0:100:2, -1:2:-1], a[-3:3:1, 0:100:2, :, -1:2:-1],
+                          a[-1, 0:100:2, :, -1:2:-1]]):
+        np.testing.assert_array_equal(g, w)

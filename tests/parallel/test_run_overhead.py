@@ -87,3 +87,18 @@ def test_fetched_arrays_are_copies() -> None:
     for local in pe._scopes.local_scopes:
         assert not (local.find_local_var(h.name).value.numpy() == 12345.0).any()
     pe.close()
+
+
+def test_an_unchecked_feed_is_split_as_fluid_takes_it() -> None:
+    # layers.data declares [10] (no batch dim); fed [2, 10] over 2 devices, each gets a
+    # [1, 10] row: Fluid checks only fluid.data feeds, so the run goes ahead
+    main, startup = fluid.Program(), fluid.Program()
+    with unique_name.guard(), fluid.program_guard(main, startup):
+        d = fluid.layers.data("d", shape=[10], append_batch_size=False, dtype="float32")
+        out = fluid.layers.scale(d, scale=2.0)
+    pe = fluid.ParallelExecutor(False, main_program=main, scope=fluid.Scope(),
+                                places=fluid.cpu_places(2))
+    rows = np.arange(20, dtype="float32").reshape(2, 10)
+    got, = pe.run([out.name], feed={"d": rows})
+    np.testing.assert_array_equal(got, 2 * rows)
+    pe.close()

@@ -51,7 +51,8 @@ def fetch_names(fetch_list: Sequence[Any]) -> list[str]:
 
 
 def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device,
-                   notes: list[tuple[type, str, str]] | None = None) -> Any:
+                   notes: list[tuple[type, str, str]] | None = None,
+                   shape_checked: bool = False) -> Any:
     """Check a fed value against the variable's shape and dtype; return it as a tensor.
 
     With ``notes`` (a list), a variable Fluid does not check feeds of (``layers.data``,
@@ -83,7 +84,7 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device,
         if not lenient:
             raise FeedDtypeError(problem[1])
         notes.append(problem)  # type: ignore[union-attr,arg-type]
-    if var.shape is not None and not shapes_compatible(var.shape, shape):
+    if not shape_checked and var.shape is not None and not shapes_compatible(var.shape, shape):
         problem = (ValueError, f"The feeded Variable {name!r} should have dimensions = "
                                f"{len(var.shape)}, shape = {tuple(var.shape)!r}, but received "
                                f"feeded shape {list(shape)!r}", name)
@@ -253,9 +254,15 @@ class FeedSplitter:
                 pieces = sequences.split(name, value, var)
             else:
                 pieces = _split_value(name, value, n, var)
+            # NOTE: as Fluid's ParallelExecutor, a checked variable (fluid.data) is checked
+            # against the whole feed, before the split: its declared dim 0 is the whole
+            # batch's, not a device's
+            whole = var is not None and var.need_check_feed and not var.persistable
+            if whole:
+                as_feed_tensor(block, name, value, torch.device("cpu"))
             for d in range(n):
                 per[d][name] = as_feed_tensor(block, name, pieces[d], self.devices[d],
-                                              self.notes)
+                                              self.notes, shape_checked=whole)
             if sequences is None and type(value) is np.ndarray and var is not None \
                     and not var.persistable and self.devices[0].type == "cpu" \
                     and not any(note[2] == name for note in self.notes):

@@ -308,3 +308,24 @@ def test_an_imperative_variable_has_fluids_core_variable_view():
         np.testing.assert_array_equal(np.array(tensor), fc._w.numpy())
         tensor.set(np.zeros((4, 2), "float32"), fluid.CPUPlace())  # writes the parameter
         np.testing.assert_array_equal(fc._w.numpy(), np.zeros((4, 2), "float32"))
+
+
+def test_a_data_parallel_run_checks_a_fluid_data_feed_whole_before_splitting_it():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data("x", shape=[4, 3], dtype="float32")  # the whole batch's dim 0
+        loss = fluid.layers.mean(fluid.layers.fc(x, size=2))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(2))
+    got, = exe.run(compiled, feed={"x": np.ones((4, 3), "float32")}, fetch_list=[loss],
+                   scope=scope)  # 2 rows a device, the program says 4: as Fluid, fine
+    assert np.isfinite(got).all()
+    with pytest.raises(ValueError, match=r"^The feeded Variable 'x' should have dimensions = "
+                                         r"2, shape = \(4, 3\), but received feeded shape "
+                                         r"\[6, 3\]$"):
+        exe.run(compiled, feed={"x": np.ones((6, 3), "float32")}, fetch_list=[loss],
+                scope=scope)

@@ -634,8 +634,8 @@ class Block:
         attrs.setdefault("op_role", program._current_role)
         if program._op_role_var and "op_role_var" not in attrs:
             attrs["op_role_var"] = list(program._op_role_var)
-        if program._name_scope_stack:
-            attrs.setdefault("op_namescope", "/" + "/".join(program._name_scope_stack) + "/")
+        if _current_name_scope is not _ROOT_NAME_SCOPE:
+            attrs.setdefault("op_namescope", _current_name_scope.full_name())
         apply_current_place(attrs)  # place_guard / device_guard (placement.py)
         op = Operator(self, type, ins, outs, attrs, callsite=_user_callsite())
         prepare_op(op, infer=infer)
@@ -699,7 +699,6 @@ class Program:
         self._version = 0
         self._current_role = OpRole.Forward
         self._op_role_var: list[str] = []
-        self._name_scope_stack: list[str] = []
         self._appending_grad_times = 0
         # Fluid's flag: memory_optimize / release_memory rewrote this program
         self._is_mem_optimized = False
@@ -973,12 +972,44 @@ def program_guard(main_program: Program, startup_program: Program | None = None)
             switch_startup_program(old_startup)
 
 
+class _NameScope:
+    """A node of Fluid's tree of name scopes: a prefix entered again under one parent is
+    told apart by a suffix (``s1``, then ``s1_1``), as Fluid's ``NameScope.child``."""
+
+    def __init__(self, name: str = "", parent: _NameScope | None = None) -> None:
+        self.name, self.parent = name, parent
+        self.children: dict[str, list[_NameScope]] = {}
+
+    def child(self, prefix: str) -> _NameScope:
+        kids = self.children.setdefault(prefix, [])
+        kid = _NameScope(prefix if not kids else f"{prefix}_{len(kids)}", self)
+        kids.append(kid)
+        return kid
+
+    def full_name(self) -> str:
+        parts, scope = [], self
+        while scope is not None:
+            parts.append(scope.name)
+            scope = scope.parent
+        return "/".join(reversed(parts)) + "/"
+
+
+_ROOT_NAME_SCOPE = _NameScope()
+_current_name_scope = _ROOT_NAME_SCOPE
+
+
 @contextlib.contextmanager
 def name_scope(prefix: str | None = None) -> Iterator[None]:
-    """Group ops under a name prefix (recorded in the ``op_namescope`` attr)."""
-    program = default_main_program()
-    program._name_scope_stack.append(prefix or "")
+    """Group ops under a name prefix (recorded in their ``op_namescope`` attr, e.g.
+    ``/s1/s2/``); the scopes form one tree per process, as Fluid's, so a prefix entered
+    again under the same parent becomes ``s1_1``. Nothing in the imperative mode."""
+    global _current_name_scope
+    if in_dygraph_mode():
+        yield
+        return
+    outer = _current_name_scope
+    _current_name_scope = outer.child(prefix or "")
     try:
         yield
     finally:
-        program._name_scope_stack.pop()
+        _current_name_scope = outer

@@ -329,3 +329,20 @@ def test_a_data_parallel_run_checks_a_fluid_data_feed_whole_before_splitting_it(
                                          r"\[6, 3\]$"):
         exe.run(compiled, feed={"x": np.ones((6, 3), "float32")}, fetch_list=[loss],
                 scope=scope)
+
+
+def test_name_scopes_form_one_tree_and_a_prefix_entered_again_gets_a_suffix():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        with fluid.name_scope("ns1"):
+            a = fluid.layers.data(name="a", shape=[1], dtype="float32")
+            b = a + 1
+            with fluid.name_scope("ns2"):
+                c = b * 2
+        with fluid.name_scope("ns1"):
+            d = fluid.layers.pow(c, 2.0)
+        d - 1  # noqa: B018  (outside any scope)
+    got = [(op.type, op.attr("op_namescope") if "op_namescope" in op.attr_names else None)
+           for op in main.global_block().ops]
+    assert got == [("scale", "/ns1/"), ("scale", "/ns1/ns2/"), ("pow", "/ns1_1/"),
+                   ("scale", None)]

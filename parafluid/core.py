@@ -115,10 +115,11 @@ def _set_eager_deletion_mode(threshold_gb: float, fraction: float, fast: bool) -
 
 
 def op_support_gpu(op_type: str) -> bool:
-    """Every registered op runs on a GPU (its kernel is torch code)."""
+    """Whether ``op_type`` can run on a GPU here: every registered op can (its kernel is torch
+    code) when torch sees one; without a GPU none, as Fluid built without CUDA."""
     from .ops.registry import has_op
 
-    return has_op(op_type)
+    return is_compiled_with_cuda() and has_op(op_type)
 
 
 def kEmptyVarName() -> str:  # noqa: N802  (Fluid's names)

@@ -37,7 +37,9 @@ def test_compiler_and_core_are_the_real_objects():
     assert core.VarDesc.VarType.FP32 == "float32"
     assert core.is_compiled_with_cuda() == fluid.is_compiled_with_cuda()
     assert isinstance(core.get_cuda_device_count(), int)
-    assert core.op_support_gpu("mul") and not core.op_support_gpu("no_such_op")
+    # as Fluid's: True only where a GPU can run it
+    assert core.op_support_gpu("mul") == core.is_compiled_with_cuda()
+    assert not core.op_support_gpu("no_such_op")
 
 
 def test_core_flags_are_dict_like_and_reject_unknown_names():

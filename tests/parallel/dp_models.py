@@ -88,3 +88,24 @@ def embedding_feeds(steps: int = 5, batch: int = 8, seed: int = 2) -> list[dict[
     # NOTE: few distinct ids, so that rows repeat within and across devices.
     return [{"ids": rng.randint(0, 7, (batch, 1)).astype("int64"),
              "y": rng.uniform(-1, 1, (batch, 1)).astype("float32")} for _ in range(steps)]
+
+
+RS = fluid.BuildStrategy.ReduceStrategy
+
+
+def strategy(reduce: RS = RS.AllReduce, fuse: bool = False,
+             **fields: object) -> fluid.BuildStrategy:
+    """A BuildStrategy: the reduce strategy, fused all-reduce or not, other fields."""
+    bs = fluid.BuildStrategy()
+    bs.reduce_strategy = reduce
+    bs.fuse_all_reduce_ops = fuse
+    for k, v in fields.items():
+        setattr(bs, k, v)
+    return bs
+
+
+def threads(n: int) -> fluid.ExecutionStrategy:
+    """An ExecutionStrategy of ``n`` scheduler threads."""
+    es = fluid.ExecutionStrategy()
+    es.num_threads = n
+    return es

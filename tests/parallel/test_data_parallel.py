@@ -6,7 +6,16 @@ import warnings
 
 import numpy as np
 import pytest
-from dp_models import cnn, cnn_feeds, embedding_feeds, embedding_model, mlp, mlp_feeds
+from dp_models import (
+    cnn,
+    cnn_feeds,
+    embedding_feeds,
+    embedding_model,
+    mlp,
+    mlp_feeds,
+    strategy,
+    threads,
+)
 
 import parafluid as fluid
 from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
@@ -19,22 +28,6 @@ GS = fluid.BuildStrategy.GradientScaleStrategy
 # Reduce + fused is a warned no-op (nothing to fuse): it must still train correctly.
 MODES = [(RS.AllReduce, False), (RS.AllReduce, True), (RS.Reduce, False), (RS.Reduce, True)]
 MODE_IDS = ["allreduce", "allreduce-fused", "reduce", "reduce-fused"]
-
-
-def strategy(reduce: RS = RS.AllReduce, fuse: bool = False,
-             **fields: object) -> fluid.BuildStrategy:
-    bs = fluid.BuildStrategy()
-    bs.reduce_strategy = reduce
-    bs.fuse_all_reduce_ops = fuse
-    for k, v in fields.items():
-        setattr(bs, k, v)
-    return bs
-
-
-def threads(n: int) -> fluid.ExecutionStrategy:
-    es = fluid.ExecutionStrategy()
-    es.num_threads = n
-    return es
 
 
 @pytest.fixture(scope="module")

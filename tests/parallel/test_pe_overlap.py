@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dp_models import cnn, cnn_feeds, mlp, mlp_feeds
+from dp_models import cnn, cnn_feeds, mlp, mlp_feeds, threads
+from dp_models import strategy as dp_strategy
 
 import parafluid as fluid
 from parafluid.engine.runtime import add_op_hook, remove_op_hook
@@ -26,19 +27,7 @@ MODE_IDS = ["allreduce", "allreduce-fused", "reduce"]
 
 def strategy(overlap: bool, reduce: RS = RS.AllReduce, fuse: bool = False,
              **fields: object) -> fluid.BuildStrategy:
-    bs = fluid.BuildStrategy()
-    bs.reduce_strategy = reduce
-    bs.fuse_all_reduce_ops = fuse
-    bs.overlap_communication = overlap
-    for k, v in fields.items():
-        setattr(bs, k, v)
-    return bs
-
-
-def threads(n: int) -> fluid.ExecutionStrategy:
-    es = fluid.ExecutionStrategy()
-    es.num_threads = n
-    return es
+    return dp_strategy(reduce, fuse, overlap_communication=overlap, **fields)
 
 
 def _same_bits(a: object, b: object) -> None:

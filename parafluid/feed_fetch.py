@@ -103,6 +103,10 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device,
     return t if device.type == "cpu" else t.to(device)
 
 
+class FeedSplitError(ValueError, EnforceNotMet):
+    """A feed the devices of a data-parallel run cannot share (Fluid's EnforceNotMet)."""
+
+
 class FeedDtypeError(TypeError, ValueError):
     """A fed value's dtype differs from its (checked) variable's: a ValueError as Fluid's
     error, and a TypeError (a value of the wrong type)."""
@@ -343,9 +347,9 @@ def _split_value(name: str, value: Any, n: int, var: Variable | None) -> list[An
             return [value] * n
         if rows == n:
             return [value[i:i + 1] for i in range(n)]
-        raise ValueError(f"feed {name!r}: a persistable variable is fed with {rows} rows on {n} "
-                         f"devices; feed exactly 1 row (copied to every device) or {n} rows "
-                         "(one per device)")
+        raise FeedSplitError(f"feed {name!r}: a persistable variable is fed with {rows} rows "
+                             f"on {n} devices; feed exactly 1 row (copied to every device) or "
+                             f"{n} rows (one per device)")
     if rows == 0:
         raise ValueError(f"feed {name!r}: the batch is empty (0 rows, shape "
                          f"{list(value.shape)}); every device needs at least one row: skip "

@@ -346,3 +346,23 @@ def test_name_scopes_form_one_tree_and_a_prefix_entered_again_gets_a_suffix():
            for op in main.global_block().ops]
     assert got == [("scale", "/ns1/"), ("scale", "/ns1/ns2/"), ("pow", "/ns1_1/"),
                    ("scale", None)]
+
+
+def test_a_persistable_feed_the_devices_cannot_share_is_enforce_not_met():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3])
+        lr = fluid.layers.create_global_var(name="fp_lr", shape=[1], value=1.0,
+                                            dtype="float32", persistable=True)
+        loss = fluid.layers.mean(fluid.layers.fc(x, size=2))
+        fluid.optimizer.SGD(learning_rate=lr).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(4))
+    feed = {"x": np.ones((4, 3), "float32"), "fp_lr": np.array([0.5], "float32")}
+    exe.run(compiled, feed=feed, scope=scope)  # one row: every device gets it
+    feed["fp_lr"] = np.array([0.5, 0.5], "float32")
+    with pytest.raises(core.EnforceNotMet, match="fed with 2 rows on 4 devices"):
+        exe.run(compiled, feed=feed, scope=scope)

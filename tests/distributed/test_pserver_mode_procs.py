@@ -390,8 +390,10 @@ def test_a_sigstopped_pserver_exits_nonzero_once_continued_after_the_job_failed(
     assert any(eps.split(",")[1] in e for _, e in others), others
     assert servers[1].returncode != 0
     # it names its trainers: gone (their connections closed) or, when its barrier's clock
-    # is seen first, missing past the deadline
-    assert "PServerError" in err and "trainer(s) [0, 1]" in err, err[-2000:]
+    # is seen first, missing past the deadline (those whose barrier of the step it had not
+    # received when it was stopped: one trainer's may have arrived)
+    assert "PServerError" in err and re.search(r"trainer\(s\) \[(0, 1|0|1)\]", err), \
+        err[-2000:]
     assert took < deadline_s + scaled(5), took
 
 

@@ -91,6 +91,11 @@ def test_other_commands_and_other_start_up_settings_start_cold(script):
     for name, value in [("PYTHONHASHSEED", "7"), ("OMP_NUM_THREADS", "3"),
                         ("PARAFLUID_TUNE_MALLOC", "0"), ("PYTHONPATH", "/elsewhere")]:
         assert not warm_eligible([sys.executable, script], {"env": {**env, name: value}}), name
+    # read when a process group is made or a function compiled, not at start (torch.compile
+    # sets TORCHINDUCTOR_CACHE_DIR in the test process): a child may differ there, still warm
+    for name, value in [("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"),
+                        ("TORCHINDUCTOR_CACHE_DIR", "/tmp/elsewhere")]:
+        assert warm_eligible([sys.executable, script], {"env": {**env, name: value}}), name
     p = WarmPopen([sys.executable, "-c", "import sys; sys.exit(5)"])
     assert not p._warm and p.wait(timeout=60) == 5
 

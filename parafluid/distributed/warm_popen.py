@@ -90,6 +90,10 @@ def warm_eligible(args: Any, kwargs: dict) -> bool:
 _START_PREFIXES = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "LD_", "MALLOC_", "TORCH",
                    "OPENBLAS_", "CUDA_", "NCCL_")
 _PER_CHILD = ("PYTHONPATH", "PYTHONUNBUFFERED")
+# read when a process group is made or a function compiled, not at start (torch.compile sets
+# TORCHINDUCTOR_CACHE_DIR in its own process, the transport TORCH_NCCL_ASYNC_ERROR_HANDLING):
+# a child's value is seen as a cold child's would be
+_RUN_TIME_PREFIXES = ("TORCH_NCCL_", "NCCL_", "TORCHINDUCTOR_")
 # parafluid's own start-up settings (read when it is imported)
 _START_NAMES = ("PARAFLUID_TUNE_MALLOC",)
 
@@ -120,7 +124,7 @@ def _same_start(env: dict | None, ours: dict[str, str]) -> bool:
     env = {os.fsdecode(k): os.fsdecode(v) for k, v in
            (env if env is not None else os.environ).items()}
     keys = {k for k in (*env, *ours) if (k.startswith(_START_PREFIXES) or k in _START_NAMES)
-            and k not in _PER_CHILD}
+            and k not in _PER_CHILD and not k.startswith(_RUN_TIME_PREFIXES)}
     if any(env.get(k) != ours.get(k) for k in keys):
         return False
     have = _path_entries(ours.get("PYTHONPATH", ""))

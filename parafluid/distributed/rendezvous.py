@@ -5,7 +5,7 @@ the pservers' RPC handshake) on its own endpoint's address (not every interface)
 publishes the job: its id (``PARAFLUID_JOB_ID``, may be empty), whether joining needs the
 secret (``PARAFLUID_RPC_SECRET``) and, with one, an HMAC proving that the host holds it. With
 a secret, a connection to the store must pass the PLAIN handshake and every request carries
-the session's MAC: a process without the secret cannot read, write or wait for anything. A
+the channel's MAC: a process without the secret cannot read, write or wait for anything. A
 joining trainer checks the job record first: another job at the port, a host with another
 secret, or a secret on one side only is a ``RendezvousError`` naming both. Every key of the
 job then lives under a namespace derived from the secret (and a salt of the host's). Without

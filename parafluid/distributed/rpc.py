@@ -47,10 +47,10 @@ from .handshake import ONE_SIDED_SECRET, failure_reason, mechanism_of, peer_mech
 from .link_shaper import frames_nbytes as _nbytes
 from .link_shaper import link_shaper
 from .wire import (
+    CHANNEL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     FRAME_BYTES,
     SECRET_ENV,
-    SESSION_BYTES,
     Kind,
     Message,
     WireError,
@@ -168,16 +168,16 @@ class Request:
     connection closes.
     """
 
-    __slots__ = ("msg", "peer", "link", "_server", "_identity", "_session", "replied", "step")
+    __slots__ = ("msg", "peer", "link", "_server", "_identity", "_channel", "replied", "step")
 
     def __init__(self, server: RPCServer, identity: bytes, msg: Message, peer: str,
-                 link: int = -1, session: bytes = b"") -> None:
+                 link: int = -1, channel: bytes = b"") -> None:
         self.msg = msg
         self.peer = peer
         self.link = link
         self._server = server
         self._identity = identity
-        self._session = session
+        self._channel = channel
         self.replied = False
         self.step = -1  # the server's step, sent with the reply (set by the handler)
 
@@ -203,7 +203,7 @@ class Request:
         assert not self.replied, f"request {self.msg.kind.name} {self.msg.name!r} replied twice"
         self.replied = True
         return self._server._send(self._identity, kind, self.msg.name, value, self.msg.seq,
-                                  track, step=self.step, session=self._session,
+                                  track, step=self.step, channel=self._channel,
                                   counter=self.msg.counter)
 
 
@@ -239,12 +239,12 @@ class RPCServer:
     counts it, the log names it at a bounded rate). Every message's MAC is checked too.
     Without a secret, the NULL mechanism: every peer that reaches the port may send.
 
-    With a secret, every connection then starts a session: its first message is a HELLO
+    With a secret, every connection then starts a channel: its first message is a HELLO
     (MAC'd with the secret and carrying a nonce of the client's), answered with a fresh
-    random session id (MAC'd over that nonce), which the server keeps for the connection's
-    ZeroMQ routing id. Every later message in both directions is MAC'd over that session id
+    random channel id (MAC'd over that nonce), which the server keeps for the connection's
+    ZeroMQ routing id. Every later message in both directions is MAC'd over that channel id
     and a counter that must grow: a message captured on one connection, from another job
-    (another server's sessions) or earlier on the same connection is refused (``rejected``
+    (another server's channels) or earlier on the same connection is refused (``rejected``
     counts it), and so is a reply replayed to a client. The PLAIN password is an HMAC of the
     secret, sent in clear: whoever captures it can complete a handshake, not send a message
     that reaches the handler.
@@ -282,10 +282,10 @@ class RPCServer:
         self.max_connections = int(max_connections)
         self.max_handshakes = int(max_handshakes)
         self._handshaking = 0  # accepted connections whose handshake has not ended yet
-        # routing id -> [session id, last counter, whether a message used it] (see the class
+        # routing id -> [channel id, last counter, whether a message used it] (see the class
         # docstring); bounded: the least recently used go first, unused ones before them
-        self._sessions: dict[bytes, list[Any]] = {}
-        self._max_sessions = 2 * self.max_connections + 64
+        self._channels: dict[bytes, list[Any]] = {}
+        self._max_channels = 2 * self.max_connections + 64
         self._open: set[int] = set()  # accepted TCP connections not yet closed (by fd)
         self._links: dict[int, int] = {}  # fd -> link number of its open connection
         self._link_no = itertools.count(1)
@@ -496,14 +496,14 @@ class RPCServer:
         return identity, frames
 
     def _dispatch(self, identity: bytes, frames: list[zmq.Frame]) -> None:
-        session = self._sessions.get(identity) if self.secret is not None else None
+        channel = self._channels.get(identity) if self.secret is not None else None
         try:
-            msg = decode(frames, secret=self.secret, session=session[0] if session else b"",
+            msg = decode(frames, secret=self.secret, channel=channel[0] if channel else b"",
                          max_message_bytes=self.max_message_bytes)
         except WireError as e:
             why = str(e)
-            if session is None and self.secret is not None and "MAC mismatch" in why:
-                why += ("; this connection has no session with this server (it did not "
+            if channel is None and self.secret is not None and "MAC mismatch" in why:
+                why += ("; this connection has no channel with this server (it did not "
                         "start with a HELLO, the server restarted, or the message was "
                         "captured elsewhere)")
             self._reject(identity, frames[0] if frames else None, why)
@@ -514,66 +514,66 @@ class RPCServer:
         if self._shaper is not None:
             self._shaper.pace("in", _nbytes(frames))
         if msg.kind == Kind.HELLO:
-            if self.secret is None:  # NOTE: sessions need a secret; handlers never see HELLO
+            if self.secret is None:  # NOTE: channels need a secret; handlers never see HELLO
                 self._reject(identity, frames[0], "a HELLO to a server without a secret")
             else:
                 self._hello(identity, frames[0], msg)
             return
         if self.secret is not None:
-            if session is None:
-                self._reject(identity, frames[0], f"a {msg.kind.name} outside a session (the "
+            if channel is None:
+                self._reject(identity, frames[0], f"a {msg.kind.name} outside a channel (the "
                                                   "connection did not start with a HELLO)")
                 return
-            if msg.counter <= session[1]:
+            if msg.counter <= channel[1]:
                 self._reject(identity, frames[0], f"a replayed or reordered {msg.kind.name}: "
-                                                  f"counter {msg.counter} after {session[1]}")
+                                                  f"counter {msg.counter} after {channel[1]}")
                 return
-            session[1], session[2] = msg.counter, True
-            self._sessions[identity] = self._sessions.pop(identity)  # most recently used
+            channel[1], channel[2] = msg.counter, True
+            self._channels[identity] = self._channels.pop(identity)  # most recently used
         fd = -1
         with contextlib.suppress(zmq.ZMQError, ValueError, TypeError):
             fd = frames[0].get(zmq.SRCFD)
         self.handler(Request(self, identity, msg, _peer(frames[0], identity),
-                             self._links.get(fd, -1), session[0] if session else b""))
+                             self._links.get(fd, -1), channel[0] if channel else b""))
 
     def _hello(self, identity: bytes, frame: zmq.Frame, msg: Message) -> None:
-        """Start a session for the connection ``identity`` (see the class docstring)."""
+        """Start a channel for the connection ``identity`` (see the class docstring)."""
         nonce = msg.value.numpy().tobytes() if msg.value is not None else b""
-        if len(nonce) != SESSION_BYTES:
+        if len(nonce) != CHANNEL_BYTES:
             self._reject(identity, frame, f"a HELLO with a {len(nonce)}-byte nonce "
-                                          f"(expected {SESSION_BYTES})")
+                                          f"(expected {CHANNEL_BYTES})")
             return
-        if identity not in self._sessions and len(self._sessions) >= self._max_sessions:
-            # NOTE: a HELLO can be replayed (it cannot know the session); a replayed one
-            # gets a session that no captured message fits, so it is never used: those go
+        if identity not in self._channels and len(self._channels) >= self._max_channels:
+            # NOTE: a HELLO can be replayed (it cannot know the channel); a replayed one
+            # gets a channel that no captured message fits, so it is never used: those go
             # first, then the least recently used
-            unused = next((k for k, v in self._sessions.items() if not v[2]), None)
-            self._sessions.pop(unused if unused is not None else next(iter(self._sessions)))
-        session_id = os.urandom(SESSION_BYTES)
-        self._sessions.pop(identity, None)
-        self._sessions[identity] = [session_id, 0, False]
+            unused = next((k for k, v in self._channels.items() if not v[2]), None)
+            self._channels.pop(unused if unused is not None else next(iter(self._channels)))
+        channel_id = os.urandom(CHANNEL_BYTES)
+        self._channels.pop(identity, None)
+        self._channels[identity] = [channel_id, 0, False]
         with contextlib.suppress(zmq.ZMQError, ValueError):
-            self._send(identity, Kind.REPLY_VALUE, "", session_id, msg.seq, session=nonce,
+            self._send(identity, Kind.REPLY_VALUE, "", channel_id, msg.seq, channel=nonce,
                        counter=msg.counter)
 
     def _reject(self, identity: bytes, frame: zmq.Frame | None, why: str) -> None:
         self.rejected += 1
         self._log.error("rpc server %s: rejected a message from %s: %s", self.endpoint,
                         _peer(frame, identity), why)
-        session = self._sessions.get(identity)
+        channel = self._channels.get(identity)
         with contextlib.suppress(zmq.ZMQError, ValueError):
             self._send(identity, Kind.REPLY_ERROR, "", f"rejected by {self.endpoint}: {why}", 0,
-                       session=session[0] if session else b"")
+                       channel=channel[0] if channel else b"")
 
     def _send(self, identity: bytes, kind: Kind, name: str, value: Any, seq: int,
-              track: bool = False, step: int = -1, session: bytes = b"",
+              track: bool = False, step: int = -1, channel: bytes = b"",
               counter: int = 0) -> zmq.MessageTracker | None:
         if isinstance(value, bytes):
             value = torch.frombuffer(bytearray(value), dtype=torch.uint8)
         # NOTE: replies go whole: a client's per-frame limit is the message limit (it accepts
         # no connections), and one frame becomes a tensor without a copy
         frames = encode(kind, name, value, seq=seq, step=step, secret=self.secret,
-                        session=session, counter=counter, split=False)
+                        channel=channel, counter=counter, split=False)
         if self._shaper is not None:
             self._shaper.pace("out", _nbytes(frames))
         return self._sock.send_multipart([identity, *frames], copy=False, track=track)
@@ -704,8 +704,8 @@ class RPCClient:
         self._monitor: zmq.Socket | None = None  # the socket's handshake failures
         self._closed_handshakes = 0  # connections closed mid-handshake, on this socket
         self._probed = False  # whether the server's mechanism was asked, on this socket
-        self._session: bytes | None = None  # with a secret: this socket's session id
-        self._counter = itertools.count(1)  # the MAC counter of this socket's session
+        self._channel: bytes | None = None  # with a secret: this socket's channel id
+        self._counter = itertools.count(1)  # the MAC counter of this socket's channel
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
@@ -740,7 +740,7 @@ class RPCClient:
             self._monitor.close(linger=0)
             self._monitor = None
         self._closed_handshakes, self._probed = 0, False
-        self._session, self._counter = None, itertools.count(1)
+        self._channel, self._counter = None, itertools.count(1)
 
     def _handshake_refused(self, what: str, dl: Deadline) -> RPCError | None:
         """The error for a handshake the server refused or failed (seen on the monitor), or
@@ -797,33 +797,33 @@ class RPCClient:
         dl = Deadline(self.deadline_s if deadline_s is None else deadline_s)
         with self._lock:
             seq = next(self._seq) if seq is None else int(seq)
-            session, counter = b"", 0
+            channel, counter = b"", 0
             if self.secret is not None:
-                if self._session is None:
-                    self._session = self._hello(what, dl)
-                session, counter = self._session, next(self._counter)
+                if self._channel is None:
+                    self._channel = self._hello(what, dl)
+                channel, counter = self._channel, next(self._counter)
             frames = encode(kind, name, value, trainer_id=self.trainer_id, seq=seq, step=step,
-                            secret=self.secret, session=session, counter=counter)
+                            secret=self.secret, channel=channel, counter=counter)
             if self._shaper is not None:
                 self._shaper.pace("out", _nbytes(frames))
-            return self._exchange(frames, what, seq, dl, session, counter)
+            return self._exchange(frames, what, seq, dl, channel, counter)
 
     def _hello(self, what: str, dl: Deadline) -> bytes:
-        """Start this socket's session (see :class:`RPCServer`); returns the session id."""
-        nonce = os.urandom(SESSION_BYTES)
+        """Start this socket's channel (see :class:`RPCServer`); returns the channel id."""
+        nonce = os.urandom(CHANNEL_BYTES)
         seq = next(self._seq)
         frames = encode(Kind.HELLO, "", nonce, trainer_id=self.trainer_id, seq=seq,
                         secret=self.secret)
         reply = self._exchange(frames, what, seq, dl, nonce, 0)
         got = reply.value.numpy().tobytes() if isinstance(reply.value, torch.Tensor) else b""
-        if reply.kind != Kind.REPLY_VALUE or len(got) != SESSION_BYTES:
+        if reply.kind != Kind.REPLY_VALUE or len(got) != CHANNEL_BYTES:
             self._reset()
-            raise RPCError(f"{what} to {self.endpoint}: the server answered the session's "
-                           f"HELLO with {reply.kind.name} of {len(got)} bytes, not a session")
+            raise RPCError(f"{what} to {self.endpoint}: the server answered the channel's "
+                           f"HELLO with {reply.kind.name} of {len(got)} bytes, not a channel")
         return got
 
     def _exchange(self, frames: list[Any], what: str, seq: int, dl: Deadline,
-                  session: bytes, counter: int) -> Message:
+                  channel: bytes, counter: int) -> Message:
         """Send one request's frames and wait for its reply (see :meth:`call`)."""
         sock = self._socket()
         try:
@@ -856,12 +856,12 @@ class RPCClient:
                             "handshake" if closed else ""))
                 if sock not in ready:
                     continue
-                reply = self._read_reply(sock, what, session)
+                reply = self._read_reply(sock, what, channel)
                 if reply is None or (reply.seq != seq and not (
                         reply.kind == Kind.REPLY_ERROR and reply.seq == 0)):
                     continue  # a late reply to an earlier, timed-out request
                 if self.secret is not None and reply.seq != 0 and reply.counter != counter:
-                    continue  # a reply replayed from earlier in this session
+                    continue  # a reply replayed from earlier in this channel
                 if reply.kind == Kind.REPLY_ERROR:
                     raise RPCError(f"{self.peer} {self.endpoint} refused {what} "
                                    f"(trainer {self.trainer_id}): {reply.text()}")
@@ -870,19 +870,19 @@ class RPCClient:
             self._reset()
             raise RPCError(f"{what} to {self.peer} {self.endpoint}: {e}") from None
 
-    def _read_reply(self, sock: zmq.Socket, what: str, session: bytes) -> Message | None:
+    def _read_reply(self, sock: zmq.Socket, what: str, channel: bytes) -> Message | None:
         parts = sock.recv_multipart(copy=False)
         if self._shaper is not None:
             self._shaper.pace("in", _nbytes(parts))
         try:
             try:
-                return decode(parts, secret=self.secret, session=session,
+                return decode(parts, secret=self.secret, channel=channel,
                               max_message_bytes=self.max_message_bytes)
             except WireError:
-                if not session:
+                if not channel:
                     raise
-                # NOTE: a server that knows no session for this connection (it restarted, or
-                # evicted it) refuses with an error outside the session: that error is read
+                # NOTE: a server that knows no channel for this connection (it restarted, or
+                # evicted it) refuses with an error outside the channel: that error is read
                 # (and only an error is), so the caller learns why
                 reply = decode(parts, secret=self.secret,
                                max_message_bytes=self.max_message_bytes)

@@ -5,7 +5,7 @@ thread) talks to it through an ``RPCStore`` (``store_client.py``), a ``torch.dis
 written in Python, so that gloo and NCCL build their process groups through it like through torch's
 TCPStore. Requests travel as :data:`~.wire.Kind` ``STORE`` messages of the pservers' RPC
 (:mod:`.rpc`): with the job's secret (``PARAFLUID_RPC_SECRET``) a connection must pass the
-PLAIN handshake and every message carries the session's MAC, so a process without the secret
+PLAIN handshake and every message carries the channel's MAC, so a process without the secret
 cannot write, read or wait for anything; without one, every process that reaches the port
 is trusted, but what it can make the server hold is bounded all the same.
 

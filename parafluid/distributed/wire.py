@@ -15,8 +15,8 @@ A message is ``[header, *payload, mac?]``:
   without a value have no payload frame.
 * ``mac``: present when the sender has a shared secret (``PARAFLUID_RPC_SECRET``): the
   sender's message counter (8 bytes) and an HMAC-SHA256, keyed with the secret, of the
-  session id, that counter, the header and the payload frames. A receiver with a secret
-  refuses messages without a valid one. The session id binds a message to one connection of
+  channel id, that counter, the header and the payload frames. A receiver with a secret
+  refuses messages without a valid one. The channel id binds a message to one connection of
   one server's life (see :mod:`.rpc`: it is agreed by a HELLO exchange when the connection
   starts, and a HELLO itself is MAC'd without one), the counter lets the receiver refuse a
   message it has seen before.
@@ -53,7 +53,7 @@ from ..scope import SelectedRows
 
 __all__ = ["Kind", "Message", "WireError", "encode", "decode", "rpc_secret", "HEADER",
            "MAGIC", "VERSION", "DEFAULT_MAX_MESSAGE_BYTES", "WIRE_DTYPES", "SECRET_ENV",
-           "FRAME_BYTES", "SESSION_BYTES", "max_frames"]
+           "FRAME_BYTES", "CHANNEL_BYTES", "max_frames"]
 
 MAGIC = b"PFRP"
 VERSION = 3
@@ -63,7 +63,7 @@ MAX_NAME_BYTES = 512
 MAX_NDIM = 8
 MAX_TEXT_BYTES = 64 * 1024  # error texts and checkpoint directory names
 FRAME_BYTES = 4 << 20  # payload bytes per frame: larger parts are split
-SESSION_BYTES = 16  # a HELLO's nonce and a session id
+CHANNEL_BYTES = 16  # a HELLO's nonce and a channel id
 _COUNTER = struct.Struct("<Q")
 MAC_BYTES = _COUNTER.size + 32  # the counter, then HMAC-SHA256
 
@@ -89,7 +89,7 @@ class Kind(enum.IntEnum):
     PREFETCH = 6        # rows of a distributed lookup table (value: int64 row ids)
     CHECKPOINT = 7      # save your blocks (value: the directory as UTF-8 bytes)
     COMPLETE = 8        # this trainer is done (Executor.close())
-    HELLO = 9           # start a session (value: the client's nonce; the reply: the session)
+    HELLO = 9           # start a channel (value: the client's nonce; the reply: the channel)
     STORE = 10          # a rendezvous store request (name: the operation; value: its fields)
     REPLY_OK = 16
     REPLY_VALUE = 17
@@ -221,12 +221,12 @@ def _frame_sizes(size: int, split: bool) -> list[int]:
 
 def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -1,
            seq: int = 0, step: int = -1, secret: bytes | None = None,
-           session: bytes = b"", counter: int = 0, split: bool = True) -> list[Any]:
+           channel: bytes = b"", counter: int = 0, split: bool = True) -> list[Any]:
     """The frames of one message: ``[header, *payload, mac?]``; payloads are zero-copy views.
 
     ``value`` is a tensor (or numpy array), a SelectedRows, or for CHECKPOINT, REPLY_ERROR and
     HELLO a str or bytes. The caller must not modify the tensor until the message has been
-    sent. With a ``secret``, the MAC covers ``session`` (ignored for a HELLO) and ``counter``.
+    sent. With a ``secret``, the MAC covers ``channel`` (ignored for a HELLO) and ``counter``.
     ``split``: send parts larger than FRAME_BYTES as several frames (requests; a receiver
     with a per-frame limit of FRAME_BYTES needs it).
     """
@@ -266,22 +266,22 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
     for p in payload:
         frames += _split(p) if split else [p]
     if secret:
-        frames.append(_mac(secret, _session_of(kind, session), int(counter), header,
+        frames.append(_mac(secret, _channel_of(kind, channel), int(counter), header,
                            frames[1:]))
     return frames
 
 
-def _session_of(kind: Kind, session: bytes) -> bytes:
-    # NOTE: a HELLO asks for the session, so it cannot carry one
-    return b"" if kind is Kind.HELLO else bytes(session)
+def _channel_of(kind: Kind, channel: bytes) -> bytes:
+    # NOTE: a HELLO asks for the channel, so it cannot carry one
+    return b"" if kind is Kind.HELLO else bytes(channel)
 
 
-def _mac(secret: bytes, session: bytes, counter: int, header: Any,
+def _mac(secret: bytes, channel: bytes, counter: int, header: Any,
          payload: Sequence[Any]) -> bytes:
-    """The MAC frame: the counter, then HMAC-SHA256 of session, counter, header, payload."""
+    """The MAC frame: the counter, then HMAC-SHA256 of channel, counter, header, payload."""
     count = _COUNTER.pack(counter)
     h = hmac.new(secret, digestmod=hashlib.sha256)
-    h.update(bytes([len(session)]) + session + count)
+    h.update(bytes([len(channel)]) + channel + count)
     h.update(header)
     for p in payload:
         h.update(p)
@@ -342,23 +342,23 @@ def _address(view: memoryview) -> int:
     return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
-def decode(frames: Sequence[Any], *, secret: bytes | None = None, session: bytes = b"",
+def decode(frames: Sequence[Any], *, secret: bytes | None = None, channel: bytes = b"",
            max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Message:
     """Validate the frames of one message, then turn its payload into CPU tensors.
 
     Raises WireError (and nothing else) naming the first problem found. With a ``secret``, a
-    message without a valid MAC (over ``session``, except for a HELLO) is refused; without
+    message without a valid MAC (over ``channel``, except for a HELLO) is refused; without
     one, a MAC frame is accepted unchecked. Whether the counter is new is the caller's check.
     """
     try:
-        return _decode(frames, secret, session, max_message_bytes)
+        return _decode(frames, secret, channel, max_message_bytes)
     except WireError:
         raise
     except Exception as e:  # NOTE: defence in depth; every path above should be a WireError
         raise WireError(f"undecodable message ({type(e).__name__}: {e})") from None
 
 
-def _decode(frames: Sequence[Any], secret: bytes | None, session: bytes,
+def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
             limit: int) -> Message:
     if not 1 <= len(frames) <= max_frames(limit):
         raise WireError(f"expected 1 to {max_frames(limit)} frames, got {len(frames)}")
@@ -463,11 +463,11 @@ def _decode(frames: Sequence[Any], secret: bytes | None, session: bytes,
         if not has_mac:
             raise WireError("message is not authenticated (no MAC) but this endpoint "
                             f"requires the shared secret (${SECRET_ENV})")
-        if not hmac.compare_digest(bytes(mac), _mac(secret, _session_of(kind, session),
+        if not hmac.compare_digest(bytes(mac), _mac(secret, _channel_of(kind, channel),
                                                     counter, head, payload)):
             raise WireError(f"MAC mismatch: the peer does not know this endpoint's shared "
                             f"secret (${SECRET_ENV}), or the message belongs to another "
-                            "session (another connection, job or server)")
+                            "channel (another connection, job or server)")
 
     # Everything is checked: now allocate exactly what was declared.
     value: Value | None = None

@@ -81,7 +81,7 @@ def test_a_complete_replayed_from_another_job_sharing_the_secret_is_refused(monk
     """Two jobs share a secret (as the jobs of one cluster do). Job A's trainers train and
     complete while a tap records their messages. Replayed into job B's pserver before B's
     trainers arrive (the HELLOs too, on a connection with the right PLAIN password), job A's
-    COMPLETEs are refused before they reach the pserver (they belong to A's sessions), and
+    COMPLETEs are refused before they reach the pserver (they belong to A's channels), and
     job B trains to the right weights."""
     tap = _Tap(monkeypatch)
     a = Server(secret=SECRET)
@@ -97,11 +97,11 @@ def test_a_complete_replayed_from_another_job_sharing_the_secret_is_refused(monk
     try:
         for t in (0, 1):
             for hello in tap.frames(Kind.HELLO, t):
-                _replay(s, hello)  # a HELLO can be replayed: it gets a session of its own
+                _replay(s, hello)  # a HELLO can be replayed: it gets a channel of its own
             for complete in tap.frames(Kind.COMPLETE, t):
                 reply = _replay(s, complete)
                 assert reply is not None and reply.kind == Kind.REPLY_ERROR, reply
-                assert "session" in reply.text(), reply.text()
+                assert "channel" in reply.text(), reply.text()
     finally:
         ctx.destroy(linger=0)
     assert b.ps.live == {0, 1} and b.ps._server.rejected >= 2 and b.ps.refused == 0
@@ -115,7 +115,7 @@ def test_a_complete_replayed_from_another_job_sharing_the_secret_is_refused(monk
 
 
 def test_a_message_replayed_on_its_own_connection_is_refused():
-    """Inside one session the counter must grow: the same frames sent twice on the same
+    """Inside one channel the counter must grow: the same frames sent twice on the same
     connection are handled once; the reply to the first is not taken for the second's."""
     seen = []
 
@@ -127,25 +127,25 @@ def test_a_message_replayed_on_its_own_connection_is_refused():
     thread.start()
     ctx, s = _replayer(server.endpoint)
     try:
-        nonce = b"n" * wire.SESSION_BYTES
+        nonce = b"n" * wire.CHANNEL_BYTES
         s.send_multipart(wire.encode(Kind.HELLO, value=nonce, seq=1, secret=SECRET.encode()))
         assert s.poll(5000)
-        hello = wire.decode(s.recv_multipart(), secret=SECRET.encode(), session=nonce)
-        session = hello.value.numpy().tobytes()
-        frames = wire.encode(Kind.PING, seq=2, secret=SECRET.encode(), session=session,
+        hello = wire.decode(s.recv_multipart(), secret=SECRET.encode(), channel=nonce)
+        channel = hello.value.numpy().tobytes()
+        frames = wire.encode(Kind.PING, seq=2, secret=SECRET.encode(), channel=channel,
                              counter=1)
         for _ in range(2):
             s.send_multipart(frames)
             assert s.poll(5000)
-            reply = wire.decode(s.recv_multipart(), secret=SECRET.encode(), session=session)
+            reply = wire.decode(s.recv_multipart(), secret=SECRET.encode(), channel=channel)
         assert reply.kind == Kind.REPLY_ERROR and "replayed" in reply.text(), reply
         assert seen == [Kind.PING] and server.rejected == 1
         # the next counter is served again
         s.send_multipart(wire.encode(Kind.PING, seq=3, secret=SECRET.encode(),
-                                     session=session, counter=2))
+                                     channel=channel, counter=2))
         assert s.poll(5000)
         assert wire.decode(s.recv_multipart(), secret=SECRET.encode(),
-                           session=session).kind == Kind.REPLY_OK
+                           channel=channel).kind == Kind.REPLY_OK
         assert seen == [Kind.PING, Kind.PING]
     finally:
         ctx.destroy(linger=0)
@@ -166,7 +166,7 @@ def test_a_complete_for_a_trainer_that_never_connected_is_refused():
             with pytest.raises(rpc.RPCError, match=f"trainer {t} never connected"):
                 stranger.call(Kind.COMPLETE)
         with pytest.raises(rpc.RPCError, match="HELLO to a server without a secret"):
-            stranger.call(Kind.HELLO, value=b"n" * wire.SESSION_BYTES)
+            stranger.call(Kind.HELLO, value=b"n" * wire.CHANNEL_BYTES)
     assert server.ps.live == {0, 1} and not server.ps.completed
     clients = [PServerClient(ep, t, 10) for t in (0, 1)]
     errors = _in_threads(*(lambda t=t: _train(ep, t, 2, client=clients[t]) for t in (0, 1)))
@@ -179,13 +179,13 @@ def test_a_complete_for_a_trainer_that_never_connected_is_refused():
 
 def test_a_large_tensor_goes_as_several_frames():
     big = torch.arange(5 * FRAME_BYTES // 8 + 3, dtype=torch.float64)  # 5 frames and a bit
-    frames = wire.encode(Kind.SEND, "w", big, secret=b"s", session=b"x" * 16, counter=4)
+    frames = wire.encode(Kind.SEND, "w", big, secret=b"s", channel=b"x" * 16, counter=4)
     assert len(frames) == 1 + 6 + 1
     assert all(memoryview(f).nbytes <= FRAME_BYTES for f in frames)
-    msg = wire.decode(frames, secret=b"s", session=b"x" * 16)
+    msg = wire.decode(frames, secret=b"s", channel=b"x" * 16)
     assert torch.equal(msg.value, big) and msg.counter == 4
     with pytest.raises(wire.WireError, match="frame"):  # a piece missing
-        wire.decode(frames[:3] + frames[4:], secret=b"s", session=b"x" * 16)
+        wire.decode(frames[:3] + frames[4:], secret=b"s", channel=b"x" * 16)
     whole = wire.encode(Kind.REPLY_VALUE, "", big, split=False)  # how replies go
     assert len(whole) == 2 and torch.equal(wire.decode(whole).value, big)
 

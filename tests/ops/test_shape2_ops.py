@@ -135,7 +135,7 @@ def test_shape_layers_emit_the_fluid16_op_types_with_xshape():
                      "transpose2", "unsqueeze2", "squeeze2", "flatten2"]
     reshape_op = main.global_block().ops[3]
     assert reshape_op.attr("shape") == [-1, -1, 4] and len(reshape_op.input("ShapeTensor")) == 3
-    # as Fluid: the helper's temporaries are the two constant dims, then Out, then XShape
+    # as Fluid: the layer's temporaries are the two constant dims, then Out, then XShape
     assert reshape_op.output("XShape") == ["reshape2_0.tmp_3"]
     assert r.shape == (-1, -1, 4)  # the tensor-given dim is known at run time only
     xv = rand(2, 2, 6).astype("float32")

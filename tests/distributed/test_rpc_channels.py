@@ -58,6 +58,18 @@ class _Tap:
         return [f for k, t, f in self.sent if k == kind and t == trainer_id]
 
 
+def _both_train(server, ep, steps, secret=None):
+    """Trainers 0 and 1 train ``steps`` steps on ``server`` (at ``ep``) and complete; the
+    server ends without an error, with the weights one process gets."""
+    clients = [PServerClient(ep, t, 10, secret=secret) for t in (0, 1)]
+    errors = _in_threads(*(lambda t=t: _train(ep, t, steps, client=clients[t]) for t in (0, 1)))
+    assert not errors, errors
+    for c in clients:
+        c.complete()
+    server.join()
+    assert server.error is None and torch.allclose(server.w, _expected(steps))
+
+
 def _replayer(ep):
     """A ZeroMQ peer that read the PLAIN password off the network (it is sent in clear)."""
     ctx = zmq.Context()
@@ -85,13 +97,7 @@ def test_a_complete_replayed_from_another_job_sharing_the_secret_is_refused(monk
     job B trains to the right weights."""
     tap = _Tap(monkeypatch)
     a = Server(secret=SECRET)
-    ca = [PServerClient(a.endpoint, t, 10, secret=SECRET) for t in (0, 1)]
-    errors = _in_threads(*(lambda t=t: _train(a.endpoint, t, 1, client=ca[t]) for t in (0, 1)))
-    assert not errors, errors
-    for c in ca:
-        c.complete()
-    a.join()
-    assert a.error is None and torch.allclose(a.w, _expected(1))
+    _both_train(a, a.endpoint, 1, SECRET)
     b = Server(secret=SECRET)
     ctx, s = _replayer(b.endpoint)
     try:
@@ -105,13 +111,7 @@ def test_a_complete_replayed_from_another_job_sharing_the_secret_is_refused(monk
     finally:
         ctx.destroy(linger=0)
     assert b.ps.live == {0, 1} and b.ps._server.rejected >= 2 and b.ps.refused == 0
-    cb = [PServerClient(b.endpoint, t, 10, secret=SECRET) for t in (0, 1)]
-    errors = _in_threads(*(lambda t=t: _train(b.endpoint, t, 3, client=cb[t]) for t in (0, 1)))
-    assert not errors, errors
-    for c in cb:
-        c.complete()
-    b.join()
-    assert b.error is None and torch.allclose(b.w, _expected(3))
+    _both_train(b, b.endpoint, 3, SECRET)
 
 
 def test_a_message_replayed_on_its_own_connection_is_refused():
@@ -168,13 +168,7 @@ def test_a_complete_for_a_trainer_that_never_connected_is_refused():
         with pytest.raises(rpc.RPCError, match="HELLO to a server without a secret"):
             stranger.call(Kind.HELLO, value=b"n" * wire.CHANNEL_BYTES)
     assert server.ps.live == {0, 1} and not server.ps.completed
-    clients = [PServerClient(ep, t, 10) for t in (0, 1)]
-    errors = _in_threads(*(lambda t=t: _train(ep, t, 2, client=clients[t]) for t in (0, 1)))
-    assert not errors, errors
-    for c in clients:
-        c.complete()
-    server.join()
-    assert server.error is None and torch.allclose(server.w, _expected(2))
+    _both_train(server, ep, 2)
 
 
 def test_a_large_tensor_goes_as_several_frames():
@@ -241,10 +235,4 @@ def test_a_pre_auth_flood_is_bounded_by_the_frame_limit_and_the_handshake_count(
     end = time.monotonic() + 30
     while rpc_server.connections > 0 and time.monotonic() < end:
         time.sleep(0.02)
-    clients = [PServerClient(ep, t, 10, secret=SECRET) for t in (0, 1)]
-    errors = _in_threads(*(lambda t=t: _train(ep, t, 2, client=clients[t]) for t in (0, 1)))
-    assert not errors, errors
-    for c in clients:
-        c.complete()
-    server.join()
-    assert server.error is None and torch.allclose(server.w, _expected(2))
+    _both_train(server, ep, 2, SECRET)

@@ -35,6 +35,8 @@ __all__ = ["FetchHandler", "FetchHandlerMonitor"]
 
 _log = logging.getLogger(__name__)
 
+STOP_WAIT_S = 30.0  # how long stop() waits for a handler call that is running
+
 
 class FetchHandler:
     """Which variables to fetch (``fetch_target_names``), how often (``period_secs``), and
@@ -64,7 +66,8 @@ class FetchHandler:
 
 class FetchHandlerMonitor:
     """Runs ``handler`` on ``scope`` every ``handler.period_secs`` seconds on a daemon
-    thread, from ``start()`` until ``stop()`` (which waits for the thread)."""
+    thread, from ``start()`` until ``stop()`` (which waits for a running call, up to
+    ``STOP_WAIT_S``)."""
 
     def __init__(self, scope: Scope, handler: FetchHandler) -> None:
         if not isinstance(handler, FetchHandler):
@@ -82,10 +85,15 @@ class FetchHandlerMonitor:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the timed fetch; waits (at most ``STOP_WAIT_S``) for a handler call running."""
         self.running = False
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(timeout=STOP_WAIT_S)
+            if self._thread.is_alive():
+                _log.warning("fetch handler %s still runs %.0f s after stop(); it is left to "
+                             "end on its own (a daemon thread)",
+                             type(self.fetch_instance).__name__, STOP_WAIT_S)
 
     def _loop(self) -> None:
         h = self.fetch_instance

@@ -229,8 +229,10 @@ class ProcessGroupCommunicator:
         if "error" in box:
             e = box["error"]
             if isinstance(e, (RuntimeError, OSError)):
+                # NOTE: a peer that died during the setup closes its connections before its
+                # beat goes stale: wait for the beat (stale_s plus two beats) to name it
                 raise CollectiveError(f"{what} failed on {self.describe(self.trainer_id)}: "
-                                      f"{self._heartbeat.describe(0, wait_s=1.0)}. Transport: "
+                                      f"{self._heartbeat.describe(0)}. Transport: "
                                       f"{first_line(e)}") from e
             raise e
         return box["value"]

@@ -10,6 +10,8 @@ Scenarios (the MLP of tests/parallel/dp_models.py with Momentum, 5 steps):
   step 2 trainer 1 runs B before A, so that its collectives pair with others of the same size.
 - ``crash_before``, ``error_before``: trainer 1 dies (``os._exit``) or raises once the
   rendezvous is done, before its first step.
+- ``crash_in_setup``: trainer 1 dies after the rendezvous, as it starts setting up the
+  process group (trainer 0 is then waiting in its own setup).
 - ``crash_during``: trainer 1 dies during its first step, after the program check.
 - ``random``: 40 steps of 0.1 s each, a JSON line ``{"step": k}`` on stdout after each
   (the test signals a trainer at a step it picks); with ``$EXIT_AT=k`` and ``$EXIT_WHO=t``
@@ -67,6 +69,13 @@ def main() -> None:
             main_a, startup_a, loss_a = dp_models.mlp(optimizer=momentum)()
             # the same shapes, other names (fc_3.w_0, ...): another program of the job
             main_b, startup_b, loss_b = dp_models.mlp(optimizer=momentum)()
+        if tid == 1 and scenario == "crash_in_setup":
+            from parafluid.distributed import collective
+
+            def die(*args, **kwargs):
+                os._exit(3)
+            collective.make_process_group = die
+        status["start"] = time.time()  # for a failure in the setup; reset after it
         pe_a, _ = executor(main_a, startup_a, loss_a, eps, tid)
         if scenario == "swap":
             pe_b, _ = executor(main_b, startup_b, loss_b, eps, tid)

@@ -150,8 +150,22 @@ def test_the_sends_overlap_the_backward_and_end_before_the_send_barrier():
         ops, sends, barriers = _traced_job(on)
         grads = [o for o in ops if o[0].endswith("_grad")]
         assert len(sends) >= 4 * STEPS and grads
-        # a backward op started while a gradient was on its way: only with the overlap on
-        during = [(g[0], s[0]) for g in grads for s in sends if s[1] < g[1] < s[2]]
+        # a backward op started while a gradient was on its way, from its send op's start to
+        # the end of its messages: only with the overlap on. NOTE: from the send op, not from
+        # the message's start: a backward of microseconds may end before the send thread
+        # starts the first message. The send thread sends in the order of the send ops, the
+        # blocks of one send op at once: the k-th group of messages is the k-th send op's.
+        send_ops = sorted(o[1] for o in ops if o[0] == "send")
+        groups: list[list] = []
+        for name, start, end in sorted(sends, key=lambda m: m[1]):
+            base = name.split(".block")[0]
+            if groups and groups[-1][0] == base:
+                groups[-1][2] = max(groups[-1][2], end)
+            else:
+                groups.append([base, start, end])
+        assert len(groups) == len(send_ops) >= STEPS, (len(groups), len(send_ops))
+        during = [(g[0], group[0]) for g in grads for op_start, group in zip(send_ops, groups)
+                  if op_start < g[1] < group[2]]
         assert bool(during) == on, (on, during[:3])
         # every send ended before the next send-barrier message began (one per pserver)
         assert len(barriers) == 2 * STEPS

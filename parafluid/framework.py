@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .dtypes import convert_dtype, convert_np_dtype_to_dtype_
+from .place import to_device
 from .program_meta import ProgramMeta, VarsDistributed
 from .variable import Parameter, Variable, _as_shape, var_names
 from .version import require_version
@@ -119,6 +120,33 @@ def _dygraph_guard(tracer: Any) -> Iterator[None]:
         yield
     finally:
         _dygraph_tracer_ = old
+
+
+_dygraph_current_expected_place_: Any = None
+
+
+def _current_expected_place() -> Any:
+    """The place a ``_dygraph_place_guard`` names, else None (the guard's own)."""
+    return _dygraph_current_expected_place_
+
+
+@contextlib.contextmanager
+def _dygraph_place_guard(place: Any) -> Iterator[None]:
+    """Make ``place`` where the imperative mode puts the values made in the ``with`` body
+    (Fluid 1.6's, used to run an op that has only a CPU kernel inside a GPU guard); in
+    static mode it only records the place."""
+    global _dygraph_current_expected_place_
+    old_place, _dygraph_current_expected_place_ = _dygraph_current_expected_place_, place
+    tracer = _dygraph_tracer_
+    old_device = None if tracer is None else tracer.device
+    if tracer is not None:
+        tracer.device = to_device(place)
+    try:
+        yield
+    finally:
+        _dygraph_current_expected_place_ = old_place
+        if tracer is not None:
+            tracer.device = old_device
 
 
 @functools.lru_cache(maxsize=4096)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import layers
-from ..framework import Variable
+from ..framework import Variable, in_dygraph_mode
 from ..layer_helper import parameter_source
 from ..param_attr import WeightNormParamAttr
 from .layers import Layer, _on_build
@@ -42,12 +42,21 @@ class _FunctionLayer(Layer):
     # Fluid 1.6's private attribute names of these parameters (``fc._w``,
     # ``conv._filter_param``) that programs read: aliases of ``_param_names``
     _fluid_names: dict[str, str] = {}
+    # parameters that read as None once the first call has made none (``bias_attr=False``),
+    # as the properties of Fluid 1.6's layers that have them
+    _optional: tuple[str, ...] = ()
     # the function of a one-input layer whose keywords are ``_args`` (the default forward)
     _function: Callable[..., Any]
 
     def __getattr__(self, name: str) -> Any:
         alias = type(self)._fluid_names.get(name)
-        return super().__getattr__(alias if alias is not None else name)
+        target = alias if alias is not None else name
+        try:
+            return super().__getattr__(target)
+        except AttributeError:
+            if target in type(self)._optional and self.__dict__.get("_supplied") is not None:
+                return None
+            raise
 
     def __init__(self, name_scope: str | None, dtype: Any = "float32") -> None:
         super().__init__(name_scope, dtype)
@@ -108,6 +117,7 @@ class FC(_FunctionLayer):
     """
 
     _fluid_names = {"_w": "weight", "_b": "bias"}
+    _optional = ("bias",)
 
     def __init__(self, name_scope: str, size: int, num_flatten_dims: int = 1,
                  param_attr: Any = None, bias_attr: Any = None, act: str | None = None,
@@ -153,6 +163,7 @@ class Linear(_FunctionLayer):
 
 class _Conv(_FunctionLayer):
     _fluid_names = {"_filter_param": "weight", "_bias_param": "bias"}
+    _optional = ("bias",)
 
     def __init__(self, name_scope: str, num_filters: int, filter_size: Any, stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int | None = None,
@@ -197,6 +208,7 @@ class Conv3D(_Conv):
 
 class _ConvTranspose(_FunctionLayer):
     _fluid_names = {"_img_filter": "weight", "_bias_param": "bias"}
+    _optional = ("bias",)
 
     def __init__(self, name_scope: str, num_filters: int, output_size: Any = None,
                  filter_size: Any = None, padding: Any = 0, stride: Any = 1,
@@ -351,6 +363,7 @@ class GRUUnit(_FunctionLayer):
     """
 
     _fluid_names = {"_weight": "weight", "_bias": "bias"}
+    _optional = ("bias",)
 
     def __init__(self, name_scope: str, size: int, param_attr: Any = None,
                  bias_attr: Any = None, activation: str = "tanh",
@@ -376,6 +389,7 @@ class NCE(_FunctionLayer):
     """
 
     _fluid_names = {"_w": "weight", "_b": "bias"}
+    _optional = ("bias",)
 
     def __init__(self, name_scope: str, num_total_classes: int,
                  sample_weight: Variable | None = None, param_attr: Any = None,
@@ -429,6 +443,7 @@ class BilinearTensorProduct(_FunctionLayer):
     """
 
     _fluid_names = {"_w": "weight", "_bias_param": "bias"}
+    _optional = ("bias",)
 
     def __init__(self, name_scope: str, size: int, name: str | None = None,
                  act: str | None = None, param_attr: Any = None,
@@ -495,6 +510,7 @@ class TreeConv(_FunctionLayer):
     """
 
     _fluid_names = {"W": "weight", "_bias_param": "bias"}
+    _optional = ("bias",)
 
     def __init__(self, name_scope: str, output_size: int, num_filters: int = 1,
                  max_depth: int = 2, act: str | None = "tanh", param_attr: Any = None,
@@ -506,3 +522,67 @@ class TreeConv(_FunctionLayer):
 
     def forward(self, nodes_vector: Variable, edge_set: Variable) -> Variable:
         return self._call_function(layers.tree_conv, nodes_vector, edge_set, **self._args)
+
+
+# NOTE: Fluid 1.6 has these two in dygraph/nn.py but not in its __all__ (``nn.RowConv``)
+class _StaticOnlyError(ValueError, AssertionError):
+    """A layer of LoD sequences made in the imperative mode, which has no LoD: a ValueError,
+    and the AssertionError Fluid 1.6 raises."""
+
+
+def _refuse_dygraph(layer: str) -> None:
+    if in_dygraph_mode():
+        raise _StaticOnlyError(f"{layer}: the imperative mode has no LoD sequences; build "
+                               f"{layer} in a Program (outside fluid.dygraph.guard())")
+
+
+class SequenceConv(_FunctionLayer):
+    """``fluid.layers.sequence_conv`` as a layer (filter ``weight`` ``[filter_size * D,
+    num_filters]``, ``bias``); static mode only, as in Fluid 1.6.
+
+    Example::
+
+        conv = fluid.dygraph.nn.SequenceConv("seq_conv", num_filters=2, act="sigmoid")
+        out = conv(seq)        # seq: a LoD variable [steps, D]
+    """
+
+    _fluid_names = {"_filter_param": "weight", "_bias_param": "bias"}
+    _optional = ("bias",)
+
+    def __init__(self, name_scope: str, num_filters: int, filter_size: int = 3,
+                 filter_stride: int = 1, padding: Any = None, bias_attr: Any = None,
+                 param_attr: Any = None, act: str | None = None) -> None:
+        _refuse_dygraph("SequenceConv")
+        super().__init__(name_scope)
+        # NOTE: Fluid's layer takes ``padding`` and ignores it (the window is always
+        # centred, contextStart = -(filter_size // 2))
+        self._args = dict(num_filters=num_filters, filter_size=filter_size,
+                          filter_stride=filter_stride, bias_attr=bias_attr,
+                          param_attr=param_attr, act=act)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(layers.sequence_conv, input, **self._args)
+
+
+class RowConv(_FunctionLayer):
+    """``fluid.layers.row_conv`` as a layer (filter ``weight`` ``[future_context_size + 1,
+    D]``); static mode only, as in Fluid 1.6.
+
+    Example::
+
+        row_conv = fluid.dygraph.nn.RowConv("row_conv", future_context_size=2)
+        out = row_conv(seq)    # seq: a LoD variable [steps, D]
+    """
+
+    _fluid_names = {"_filter_param": "weight"}
+    _param_names = ("weight",)
+
+    def __init__(self, name_scope: str, future_context_size: int, param_attr: Any = None,
+                 act: str | None = None) -> None:
+        _refuse_dygraph("RowConv")
+        super().__init__(name_scope)
+        self._args = dict(future_context_size=future_context_size, param_attr=param_attr,
+                          act=act)
+
+    def forward(self, input: Variable) -> Variable:  # noqa: A002
+        return self._call_function(layers.row_conv, input, **self._args)

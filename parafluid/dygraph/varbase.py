@@ -28,7 +28,17 @@ from ..dtypes import convert_dtype
 from ..framework import Parameter, Variable
 from ..scope import LoDTensor, SelectedRows
 
-__all__ = ["VarBase", "ParamBase", "as_numpy"]
+__all__ = ["VarBase", "ParamBase", "as_numpy", "SetValueShapeError", "SetValueDtypeError"]
+
+
+class SetValueShapeError(ValueError, AssertionError):
+    """``set_value`` given a value of another shape: a ValueError, and the AssertionError
+    Fluid 1.6's ``set_value`` raises (its callers catch that)."""
+
+
+class SetValueDtypeError(TypeError, AssertionError):
+    """``set_value`` given a value of another dtype: a TypeError, and Fluid 1.6's
+    AssertionError."""
 
 
 def as_numpy(value: Any) -> np.ndarray:
@@ -111,13 +121,14 @@ class _Eager:
             array = np.asarray(value)
             tensor = torch.from_numpy(np.array(array, order="C"))
         if self.shape is not None and tuple(tensor.shape) != tuple(self.shape):
-            raise ValueError(f"set_value: variable {self.name!r} has shape {list(self.shape)}, "
-                             f"the value has shape {list(tensor.shape)}")
+            raise SetValueShapeError(f"set_value: variable {self.name!r} has shape "
+                                     f"{list(self.shape)}, the value has shape "
+                                     f"{list(tensor.shape)}")
         want = self.dtype
         if want is not None and convert_dtype(tensor.dtype) != want:
-            raise TypeError(f"set_value: variable {self.name!r} has dtype {want}, the value has "
-                            f"dtype {convert_dtype(tensor.dtype)} (convert with "
-                            f".astype('{want}'))")
+            raise SetValueDtypeError(f"set_value: variable {self.name!r} has dtype {want}, the "
+                                     f"value has dtype {convert_dtype(tensor.dtype)} (convert "
+                                     f"with .astype('{want}'))")
         device = self._value.device if self._value is not None else _tracer_device()
         self._value = tensor.to(device)
 
@@ -140,10 +151,13 @@ class _Eager:
         self._grad = None
 
     def detach(self) -> VarBase:
-        """A variable sharing this value that needs no gradient and has no history."""
+        """A copy of this value that needs no gradient and has no history (Fluid 1.6's is
+        an ``assign``: a later in-place update of this variable, an optimizer step on a
+        parameter, leaves the copy as it was)."""
         out = VarBase(self.block, name=unique_name.generate(f"{self.name}.detach"),
                       stop_gradient=True)
-        out._value = self._value
+        value = self._value
+        out._value = value.clone() if isinstance(value, torch.Tensor) else value
         return out
 
     def _describe(self) -> str:

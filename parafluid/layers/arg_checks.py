@@ -22,10 +22,15 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import torch
+
+from .. import framework, unique_name
 from ..dtypes import convert_dtype
 from ..variable import Variable
 
-__all__ = ["LAYER_CHECKS", "ATTR_TYPES", "ATTR_VALUES", "DTYPE_ARGS", "apply", "checked"]
+__all__ = ["LAYER_CHECKS", "ATTR_TYPES", "ATTR_VALUES", "DTYPE_ARGS", "DYGRAPH_ARRAYS", "apply",
+           "checked"]
 
 _F = ("float16", "float32", "float64")
 _FI = _F + ("int32", "int64")
@@ -93,6 +98,23 @@ ATTR_VALUES: dict[str, dict[str, tuple[type, ...]]] = {
 }
 
 
+# layer -> the arguments that, in the imperative mode, may be numpy arrays: Fluid 1.6's
+# elementwise layers make them imperative variables (``to_variable``) before the checks
+DYGRAPH_ARRAYS: dict[str, tuple[str, ...]] = {
+    f"elementwise_{k}": ("x", "y")
+    for k in ("add", "sub", "mul", "div", "max", "min", "pow", "mod", "floordiv")
+}
+
+
+def _imperative(value: np.ndarray) -> Variable:
+    """What ``fluid.dygraph.to_variable`` makes of a numpy array: an imperative variable
+    holding a copy, needing no gradient."""
+    tracer = framework._dygraph_tracer()
+    tensor = torch.from_numpy(np.array(value, order="C", copy=True)).to(tracer.device)
+    return framework.default_main_program().current_block().create_var(
+        name=unique_name.generate("generated_var"), value=tensor, stop_gradient=True)
+
+
 def _check_variable(layer: str, arg: str, value: Any, dtypes: tuple[str, ...] | None) -> None:
     if not isinstance(value, Variable):
         raise TypeError(f"{layer}: {arg} must be a Variable, got {type(value).__name__}")
@@ -142,6 +164,7 @@ def _checker(layer: str, fn: Callable[..., Any]) -> Callable[[inspect.BoundArgum
 def _wrap(layer: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     signature = inspect.signature(fn)
     check = _checker(layer, fn)
+    arrays = DYGRAPH_ARRAYS.get(layer, ())
 
     @functools.wraps(fn)
     def checked(*args: Any, **kwargs: Any) -> Any:
@@ -149,6 +172,14 @@ def _wrap(layer: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             bound = signature.bind(*args, **kwargs)
         except TypeError:
             return fn(*args, **kwargs)  # the function's own error for a wrong call
+        if arrays and framework.in_dygraph_mode():
+            given = bound.arguments
+            converted = [name for name in arrays if isinstance(given.get(name), np.ndarray)]
+            if converted:
+                for name in converted:
+                    given[name] = _imperative(given[name])
+                check(bound)
+                return fn(*bound.args, **bound.kwargs)
         check(bound)
         return fn(*args, **kwargs)
 

@@ -88,11 +88,25 @@ def eye(num_rows: int, num_columns: int | None = None, batch_shape: list[int] | 
         dtype: Any = "float32") -> Variable:
     """An identity matrix ``[num_rows, num_columns]`` (square by default); ``batch_shape``
     repeats it: ``batch_shape + [num_rows, num_columns]``."""
+    # NOTE: Fluid 1.6's eye refuses these with TypeError (a float size, a batch_shape that
+    # is not a list of positive ints) before any op is made
+    if not isinstance(num_rows, int) or num_rows < 0:
+        raise TypeError(f"eye: num_rows must be a non-negative int, got {num_rows!r}")
+    if num_columns is None:
+        num_columns = num_rows
+    elif not isinstance(num_columns, int) or num_columns < 0:
+        raise TypeError(f"eye: num_columns must be a non-negative int, got {num_columns!r}")
+    if batch_shape is not None:
+        if not isinstance(batch_shape, list):
+            raise TypeError(f"eye: batch_shape must be a list of positive ints, got "
+                            f"{type(batch_shape).__name__} {batch_shape!r}")
+        if any(not isinstance(d, int) or d <= 0 for d in batch_shape):
+            raise TypeError(f"eye: batch_shape must be a list of positive ints, got "
+                            f"{batch_shape!r}")
     helper = LayerHelper("eye")
     out = helper.create_variable_for_type_inference(dtype)
     helper.append_op("eye", outputs={"Out": [out]},
-                     attrs={"num_rows": int(num_rows),
-                            "num_columns": -1 if num_columns is None else int(num_columns),
+                     attrs={"num_rows": num_rows, "num_columns": num_columns,
                             "dtype": convert_dtype(dtype)})
     for _ in batch_shape or []:
         out = unsqueeze(out, [0])

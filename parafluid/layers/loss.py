@@ -369,8 +369,10 @@ def warpctc(input: Variable, label: Variable, blank: int = 0, norm_by_times: boo
     ``[N, 1]``, ``-log p(label | input)`` per sequence; the op applies softmax itself.
 
     LoD form: ``input [steps, C]`` and ``label [label steps, 1]`` (int32/int64), both with
-    ``lod_level=1``. Padded form: ``input [Tmax, N, C]`` (time-major), ``label [N, Smax]``,
-    and int64 ``input_length [N]``, ``label_length [N]``. ``C`` counts the blank class, whose
+    ``lod_level=1``. Padded form: ``input [Tmax, N, C]`` (time-major), int64
+    ``input_length [N]`` and ``label_length [N]``, and ``label`` packed as in the LoD form
+    (the N label sequences one after another, ``[sum(label_length), 1]``, as Fluid 1.6's
+    kernel reads it). ``C`` counts the blank class, whose
     index is ``blank``; ``norm_by_times`` divides each sequence's *gradient* by its number of
     steps (the loss is unchanged, as in Fluid). ``use_cudnn`` (cuDNN's CTC in Fluid's CUDA
     build) is accepted; the kernel is the same either way.

@@ -330,7 +330,11 @@ def lod_reset(x: Variable, y: Variable | None = None,
     inputs: dict[str, Any] = {"X": [x]}
     if y is not None:
         inputs["Y"] = [y]
-    return _one("lod_reset", inputs, {"target_lod": list(target_lod or [])}, x.dtype, 1)
+    # NOTE: as Fluid's op (its var-type rule): the result has y's LoD levels (at least one),
+    # one level when the offsets come from y's values or target_lod
+    lod_level = 1 if y is None else max(y.lod_level or 0, 1)
+    return _one("lod_reset", inputs, {"target_lod": list(target_lod or [])}, x.dtype,
+                lod_level)
 
 
 def lod_append(x: Variable, level: list[int] | Variable) -> Variable:

@@ -8,8 +8,10 @@ as in Fluid:
 
 - LoD: ``Logits [steps, C]`` and int ``Label [label steps, 1]``, both carrying one sequence
   per LoD entry;
-- padded: ``Logits [Tmax, N, C]`` (time-major), ``Label [N, Smax]``, plus int64
-  ``LogitsLength [N]`` and ``LabelLength [N]``.
+- padded: ``Logits [Tmax, N, C]`` (time-major), plus int64 ``LogitsLength [N]`` and
+  ``LabelLength [N]``; ``Label`` is still packed as in the LoD form (the N label sequences
+  one after another, ``[sum(LabelLength), 1]``): Fluid 1.6's kernel reads it at the offsets
+  the label lengths add up to.
 
 ``Loss`` is ``[N, 1]``. As Fluid's op, the forward also writes ``WarpCTCGrad``, the gradient
 of each sequence's loss w.r.t. its logits, padded and time-major ``[Tmax, N, C]``; the
@@ -48,10 +50,11 @@ def _ctc_shape(ins: dict, attrs: dict) -> dict:
         raise ValueError(f"warpctc: blank must be in [0, {classes}) (the classes of Logits, "
                          f"blank included), got {blank}")
     if padded:
-        if len(logits.shape) != 3 or len(label.shape) != 2:
-            raise ValueError(f"warpctc: padded input needs Logits [Tmax, N, C] (time-major) "
-                             f"and Label [N, Smax]; got {list(logits.shape)} and "
-                             f"{list(label.shape)}")
+        # NOTE: Fluid's shape rule reads the classes at dim 2 and checks no more; its kernel
+        # takes dims 0-2 as [Tmax, N, C] (ours refuses another rank when it runs)
+        if len(logits.shape) < 3:
+            raise ValueError(f"warpctc: padded input needs Logits [Tmax, N, C] (time-major), "
+                             f"got {list(logits.shape)}")
         return {"Loss": Meta((logits.shape[1], 1), logits.dtype),
                 "WarpCTCGrad": Meta(tuple(logits.shape), logits.dtype)}
     if len(logits.shape) != 2:
@@ -74,15 +77,25 @@ def _lengths(t: torch.Tensor, n: int, what: str) -> list[int]:
 def _padded_inputs(ins: dict) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
     """Time-major logits, ``[N, Smax]`` targets and both lengths, from either layout."""
     logits, label = ins["Logits"], ins["Label"]
+    flat = label.reshape(-1)
     if ins.get("LogitsLength") is not None:
+        if logits.dim() != 3:
+            raise ValueError(f"warpctc: padded Logits must be [Tmax, N, C] (time-major), got "
+                             f"{list(logits.shape)}")
         n = logits.shape[1]
         t_len = _lengths(ins["LogitsLength"], n, "LogitsLength")
         s_len = _lengths(ins["LabelLength"], n, "LabelLength")
-        if max(t_len, default=0) > logits.shape[0] or max(s_len, default=0) > label.shape[1]:
-            raise ValueError(f"warpctc: a length exceeds the padded size (Logits has "
-                             f"{logits.shape[0]} steps, Label {label.shape[1]}; lengths "
-                             f"{t_len} and {s_len})")
-        return logits, label, t_len, s_len
+        if max(t_len, default=0) > logits.shape[0]:
+            raise ValueError(f"warpctc: a LogitsLength exceeds the {logits.shape[0]} padded "
+                             f"steps of Logits: {t_len}")
+        if sum(s_len) > flat.numel():
+            raise ValueError(f"warpctc: LabelLength {s_len} adds up to {sum(s_len)} tokens but "
+                             f"Label holds {flat.numel()} (the label sequences packed one "
+                             f"after another, [sum(LabelLength), 1])")
+        label_offs = [0]
+        for k in s_len:
+            label_offs.append(label_offs[-1] + k)
+        return logits, _pad_labels(flat, label_offs), t_len, s_len
     offs = require_lod("warpctc", "Logits", logits)
     label_offs = require_lod("warpctc", "Label", label)
     if len(offs) != len(label_offs):
@@ -92,12 +105,18 @@ def _padded_inputs(ins: dict) -> tuple[torch.Tensor, torch.Tensor, list[int], li
     s_len = [b - a for a, b in zip(label_offs, label_offs[1:])]
     n, classes = len(t_len), logits.shape[1]
     padded = logits.new_zeros((max(t_len, default=0), n, classes))
-    targets = label.new_zeros((n, max(s_len, default=0)))
-    flat = label.reshape(-1)
     for i in range(n):
         padded[:t_len[i], i] = logits[offs[i]:offs[i + 1]]
-        targets[i, :s_len[i]] = flat[label_offs[i]:label_offs[i + 1]]
-    return padded, targets, t_len, s_len
+    return padded, _pad_labels(flat, label_offs), t_len, s_len
+
+
+def _pad_labels(flat: torch.Tensor, offs: list[int]) -> torch.Tensor:
+    """``[N, Smax]`` rows of the packed label tokens ``flat[offs[i]:offs[i + 1]]``."""
+    n = len(offs) - 1
+    targets = flat.new_zeros((n, max((b - a for a, b in zip(offs, offs[1:])), default=0)))
+    for i in range(n):
+        targets[i, :offs[i + 1] - offs[i]] = flat[offs[i]:offs[i + 1]]
+    return targets
 
 
 def _check_tokens(targets: torch.Tensor, s_len: list[int], classes: int, blank: int) -> None:

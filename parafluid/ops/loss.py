@@ -437,18 +437,26 @@ register_op("kldiv_loss", inputs=("X", "Target"), outputs=("Loss",),
 
 
 def _bpr_shape(ins: dict, attrs: dict) -> dict:
+    # NOTE: Fluid's op takes any rank: the last dim of X is the classes, the leading dims
+    # are rows (X [..., C], Label int64 [..., 1], Y [..., 1]), as its kernel's 2-D view
     x, label = ins["X"], ins["Label"]
-    if len(x.shape) != 2 or label.dtype != "int64" or len(label.shape) != 2 or \
-            label.shape[1] != 1:
-        raise ValueError(f"bpr_loss: X must be [N, C] and Label int64 [N, 1], got X "
-                         f"{list(x.shape)} and Label {label.dtype} {list(label.shape)}")
-    if x.shape[1] != -1 and x.shape[1] < 2:
+    if len(x.shape) < 1 or len(label.shape) != len(x.shape) or label.dtype != "int64" or \
+            label.shape[-1] not in (1, -1):
+        raise ValueError(f"bpr_loss: X must be [..., C] and Label int64 [..., 1] of the same "
+                         f"rank, got X {list(x.shape)} and Label {label.dtype} "
+                         f"{list(label.shape)}")
+    lead_x, lead_l = x.shape[:-1], label.shape[:-1]
+    if all(d > 0 for d in lead_x + lead_l) and tuple(lead_x) != tuple(lead_l):
+        raise ValueError(f"bpr_loss: X and Label must agree on all but the last dim, got X "
+                         f"{list(x.shape)} and Label {list(label.shape)}")
+    if x.shape[-1] != -1 and x.shape[-1] < 2:
         raise ValueError(f"bpr_loss: X needs at least 2 classes, got {list(x.shape)}")
-    return {"Y": _rows_meta(x)}
+    return {"Y": Meta(tuple(x.shape[:-1]) + (1,), x.dtype)}
 
 
 def _bpr_margins(x: torch.Tensor, label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x[label] - x[j]`` for every class ``j`` and the mask of ``j != label``."""
+    """``x[label] - x[j]`` for every class ``j`` and the mask of ``j != label`` (rows of
+    the 2-D view)."""
     lab = label.reshape(-1, 1).long()
     if lab.numel() and (int(lab.min()) < 0 or int(lab.max()) >= x.shape[1]):
         raise ValueError(f"bpr_loss: a label is out of range for {x.shape[1]} classes")
@@ -459,19 +467,22 @@ def _bpr_margins(x: torch.Tensor, label: torch.Tensor) -> tuple[torch.Tensor, to
 def _bpr(ins: dict, attrs: dict, ctx: Any) -> dict:
     """Per row: ``-mean_{j != label} log(sigmoid(x[label] - x[j]))`` (x are scores)."""
     x = ins["X"]
-    margin, others = _bpr_margins(x, ins["Label"])
-    terms = torch.where(others, torch.nn.functional.logsigmoid(margin), torch.zeros_like(x))
-    return {"Y": -terms.sum(1, keepdim=True) / (x.shape[1] - 1)}
+    rows = x.reshape(-1, x.shape[-1])
+    margin, others = _bpr_margins(rows, ins["Label"])
+    terms = torch.where(others, torch.nn.functional.logsigmoid(margin), torch.zeros_like(rows))
+    y = -terms.sum(1, keepdim=True) / (rows.shape[1] - 1)
+    return {"Y": y.reshape(tuple(x.shape[:-1]) + (1,))}
 
 
 def _bpr_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, dy = ins["X"], ins["Y@GRAD"]
-    margin, others = _bpr_margins(x, ins["Label"])
+    rows = x.reshape(-1, x.shape[-1])
+    margin, others = _bpr_margins(rows, ins["Label"])
     # d/dx_j of -log sigmoid(x_l - x_j) is sigmoid(-(x_l - x_j)); x_l gets minus their sum
-    g = torch.where(others, torch.sigmoid(-margin), torch.zeros_like(x)) / (x.shape[1] - 1)
+    g = torch.where(others, torch.sigmoid(-margin), torch.zeros_like(rows)) / (rows.shape[1] - 1)
     lab = ins["Label"].reshape(-1, 1).long()
     g = g.scatter(1, lab, -g.sum(1, keepdim=True))
-    return {"X@GRAD": g * dy}
+    return {"X@GRAD": (g * dy.reshape(-1, 1)).reshape(x.shape)}
 
 
 register_op("bpr_loss", inputs=("X", "Label"), outputs=("Y",), infer_shape=_bpr_shape,

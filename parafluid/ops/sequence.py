@@ -135,15 +135,20 @@ register_op("sequence_pool", inputs=("X",), outputs=("Out", "MaxIndex"),
 
 
 def _seq_softmax_shape(ins: dict, attrs: dict) -> dict:
+    # NOTE: Fluid's op shares X's shape whatever it is; only its kernel asks for one value
+    # per step ([N], [N, 1]), so a program with an fc of width > 1 before it builds
     x = ins["X"]
-    if not (len(x.shape) == 1 or (len(x.shape) == 2 and x.shape[1] == 1)):
-        raise ValueError(f"sequence_softmax: X must have shape [N, 1] or [N], got "
-                         f"{list(x.shape)}")
+    if len(x.shape) < 1:
+        raise ValueError("sequence_softmax: X must have at least one dim (the steps), got "
+                         "a scalar")
     return {"Out": x}
 
 
 def _seq_softmax(ins: dict, attrs: dict, ctx: Any) -> dict:
     x = ins["X"]
+    if x.numel() != x.shape[0]:
+        raise ValueError(f"sequence_softmax: X must hold one value per step ([N] or [N, 1]), "
+                         f"got shape {list(x.shape)}")
     offsets = require_lod("sequence_softmax", "X", x)
     seg, _ = _segments(offsets, x.device)
     flat = x.reshape(-1)

@@ -82,7 +82,13 @@ def _hsig_pre(ins: dict, attrs: dict) -> tuple:
     if ins.get("PathTable") is not None:
         index, bits, valid = _custom_paths(ins["PathTable"], ins["PathCode"], w.shape[0])
     else:
-        label = ins["Label"]
+        # NOTE: Fluid's kernel reads the first N entries of Label's buffer (N = X's rows):
+        # a Label of [N, k] uses row 0's k entries first, and so on
+        label = ins["Label"].reshape(-1)
+        if label.numel() < x.shape[0]:
+            raise ValueError(f"hierarchical_sigmoid: Label holds {label.numel()} class ids "
+                             f"for the {x.shape[0]} rows of X")
+        label = label[:x.shape[0]]
         classes = int(attrs["num_classes"])
         if label.numel() and (int(label.min()) < 0 or int(label.max()) >= classes):
             raise ValueError(f"hierarchical_sigmoid: a label is out of range for {classes} "

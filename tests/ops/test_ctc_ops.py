@@ -49,11 +49,13 @@ def lod_ref(blank):
 
 PAD_T, PAD_LEN, PAD_LABEL_LEN = 4, np.array([4, 2, 3], "int64"), np.array([2, 1, 2], "int64")
 PAD_X = rand(PAD_T, 3, C, seed=72, low=-2.0, high=2.0)
-PAD_Y = np.array([[0, 2], [1, 0], [2, 2]], "int64")   # blank 3; [0, 2], [1], [2, 2]
+# blank 3; [0, 2], [1], [2, 2] packed one after another, as Fluid 1.6's padded form takes them
+PAD_Y = np.array([[0], [2], [1], [2], [2]], "int64")
 
 
 def pad_ref(Logits, Label, LogitsLength, LabelLength):
-    out = [ctc_brute_force(Logits[:LogitsLength[i], i], Label[i, :LabelLength[i]], 3)
+    offs = np.concatenate([[0], np.cumsum(LabelLength)])
+    out = [ctc_brute_force(Logits[:LogitsLength[i], i], Label[offs[i]:offs[i + 1], 0], 3)
            for i in range(Logits.shape[1])]
     return {"Loss": np.array(out).reshape(-1, 1)}
 
@@ -89,7 +91,7 @@ def _run_padded(norm_by_times):
     with fluid.program_guard(main, startup):
         x = fluid.data(name="x", shape=[PAD_T, 3, C], dtype="float64")
         x.stop_gradient = False
-        y = fluid.data(name="y", shape=[3, 2], dtype="int64")
+        y = fluid.data(name="y", shape=[5, 1], dtype="int64")
         xl = fluid.data(name="xl", shape=[3], dtype="int64")
         yl = fluid.data(name="yl", shape=[3], dtype="int64")
         loss = fluid.layers.warpctc(x, y, blank=3, norm_by_times=norm_by_times,

@@ -53,11 +53,12 @@ def _ctc_grad_check(got, attrs):
 
 
 CTC_PAD_X = rand(3, 2, C, seed=82, low=-2.0, high=2.0)
-CTC_PAD_Y = np.array([[1, 2], [3, 3]], "int64")
+CTC_PAD_Y = np.array([[1], [2], [3], [3]], "int64")   # [1, 2] and [3, 3], packed
 
 
 def ctc_pad_ref(Logits, Label, LogitsLength, LabelLength):
-    out = [_ctc_nll(Logits[:LogitsLength[i], i], Label[i, :LabelLength[i]])
+    offs = np.concatenate([[0], np.cumsum(LabelLength)])
+    out = [_ctc_nll(Logits[:LogitsLength[i], i], Label[offs[i]:offs[i + 1], 0])
            for i in range(Logits.shape[1])]
     return {"Loss": np.array(out).reshape(-1, 1)}
 

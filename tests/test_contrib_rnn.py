@@ -208,8 +208,8 @@ def test_basic_rnn_trains(kind):
 
 def test_basic_rnn_checks_its_arguments():
     with fluid.program_guard(fluid.Program(), fluid.Program()):
-        x = L.data(name="x", shape=[B, -1, D], dtype="float32", append_batch_size=False)
-        with pytest.raises(ValueError, match=r"basic_gru: input 'x' has shape \[3, -1, 2\]"):
+        x = L.data(name="x", shape=[B, T, -1], dtype="float32", append_batch_size=False)
+        with pytest.raises(ValueError, match=r"basic_gru: input 'x' has shape \[3, 4, -1\]"):
             fluid.contrib.basic_gru(x, None, H)
         x = L.data(name="x2", shape=[B, T, D], dtype="float32", append_batch_size=False)
         h = L.data(name="h", shape=[1, B, H], dtype="float32", append_batch_size=False)
@@ -275,3 +275,49 @@ def test_the_units_import_from_fluid_contrib_layers_as_in_fluid():
     assert (BasicGRUUnit, BasicLSTMUnit, basic_gru, basic_lstm) == (
         fluid.contrib.BasicGRUUnit, fluid.contrib.BasicLSTMUnit, fluid.contrib.basic_gru,
         fluid.contrib.basic_lstm)
+
+
+def _basic_rnn_program(kind, dynamic, batch_first):
+    """basic_gru / basic_lstm over x whose seq_len is known (T) or not (-1: the program
+    runs a recurrent op), from initial states given [num_layers * 2, B, H] or, as Fluid's
+    test gives them, [-1, H]."""
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 3
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        steps = None if dynamic else T
+        x = fluid.data(name="x", shape=[None, steps, D] if batch_first else [steps, None, D],
+                       dtype="float64")
+        state_shape = [None, H] if dynamic else [4, None, H]
+        inits = [fluid.data(name=n, shape=state_shape, dtype="float64")
+                 for n in (("h0",) if kind == "gru" else ("h0", "c0"))]
+        lengths = fluid.data(name="lengths", shape=[None], dtype="int32")
+        fn = fluid.contrib.basic_gru if kind == "gru" else fluid.contrib.basic_lstm
+        out, *lasts = fn(x, *inits, hidden_size=H, num_layers=2, sequence_length=lengths,
+                         bidirectional=True, batch_first=batch_first, dtype="float64",
+                         param_attr=fluid.ParamAttr(initializer=UNIFORM))
+        loss = L.reduce_mean(out) + L.reduce_mean(lasts[-1])
+        fluid.optimizer.SGD(0.5).minimize(loss)
+    return main, startup, [out, *lasts, loss]
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_basic_rnn_with_seq_len_unknown_when_built_equals_the_known_one(kind, batch_first):
+    rng = np.random.RandomState(8)
+    x = rng.uniform(-1, 1, (B, T, D) if batch_first else (T, B, D))
+    states = {n: rng.uniform(-1, 1, (4, B, H)) for n in ("h0", "c0")}
+    feed = {"x": x, "lengths": np.array([4, 2, 3], "int32")}
+    got = []
+    for dynamic in (False, True):
+        main, startup, fetch = _basic_rnn_program(kind, dynamic, batch_first)
+        if dynamic:
+            assert "recurrent" in [op.type for op in main.global_block().ops]
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        feed.update({n: v.reshape(-1, H) if dynamic else v for n, v in states.items()
+                     if n in main.global_block().vars})
+        got.append([exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
+                    for _ in range(2)])  # the second run after one SGD step
+    for static_run, dynamic_run in zip(*got):
+        for a, b in zip(static_run, dynamic_run):
+            np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)

@@ -1,5 +1,6 @@
-"""StaticRNN (unrolled at build time): forward against numpy, training against the same
-recurrence written step by step in Python, gradient against finite differences."""
+"""StaticRNN (unrolled at build time; a recurrent op when the sequence length is not known
+then): forward against numpy, training against the same recurrence written step by step in
+Python, gradient against finite differences."""
 
 import numpy as np
 import pytest
@@ -105,3 +106,38 @@ def test_static_rnn_misuse_is_named():
                                              append_batch_size=False))
                 rnn.memory(shape=[-1, H], batch_ref=word)
                 rnn.step_output(word)
+
+
+def test_static_rnn_with_seq_len_unknown_when_built_runs_a_recurrent_op():
+    results = []
+    for steps in (T, -1):
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup):
+            x = L.data(name="x", shape=[steps, B, D], dtype="float64",
+                       append_batch_size=False)
+            x.stop_gradient = False
+            rnn = L.StaticRNN()
+            with rnn.step():
+                word = rnn.step_input(x)
+                prev = rnn.memory(shape=[-1, H], batch_ref=word)
+                hidden = L.fc(input=[word, prev], size=H, act="tanh", param_attr=_attrs(),
+                              bias_attr=False)
+                rnn.update_memory(prev, hidden)
+                rnn.step_output(hidden)
+            out = rnn()
+            loss = L.reduce_mean(out)
+            x_grad, = fluid.backward.gradients([loss], [x])
+            fluid.optimizer.SGD(0.5).minimize(loss)
+        types = [op.type for op in main.global_block().ops]
+        assert (types.count("recurrent"), main.num_blocks > 1) == \
+            ((1, True) if steps == -1 else (0, False))
+        assert list(out.shape) == [steps, B, H]
+        main.verify()
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        results.append([exe.run(main, feed={"x": XS}, fetch_list=[out, x_grad], scope=scope)
+                        for _ in range(2)])  # the second run after one SGD step
+    np.testing.assert_allclose(results[1][0][0], _numpy_rnn(XS), rtol=1e-10)
+    for unrolled, recurrent in zip(*results):
+        for a, b in zip(unrolled, recurrent):
+            np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-14)

@@ -26,6 +26,8 @@ from ..param_attr import ParamAttr
 
 __all__ = ["BasicGRUUnit", "BasicLSTMUnit", "basic_gru", "basic_lstm"]
 
+_INT_MAX = 2 ** 31 - 1
+
 
 def gru_cell(input: Variable, pre_hidden: Variable, gate_weight: Variable,  # noqa: A002
              gate_bias: Variable, candidate_weight: Variable, candidate_bias: Variable,
@@ -153,11 +155,10 @@ def _check(fn: str, input: Variable, hidden_size: int, num_layers: int,  # noqa:
         raise ValueError(f"{fn}: input must be a 3-D Variable ([batch, seq_len, size] when "
                          f"batch_first, else [seq_len, batch, size]), got "
                          f"{getattr(input, 'shape', type(input).__name__)}")
-    seq_axis = 1 if batch_first else 0
-    if input.shape[seq_axis] <= 0 or input.shape[2] <= 0:
+    if input.shape[2] <= 0:
         raise ValueError(f"{fn}: input {input.name!r} has shape {list(input.shape)}: its "
-                         f"seq_len (dim {seq_axis}) and size (dim 2) must be known when the "
-                         f"program is built")
+                         f"size (dim 2) must be known when the program is built (the "
+                         f"weights' shape)")
     for arg, v in (("hidden_size", hidden_size), ("num_layers", num_layers)):
         if not isinstance(v, int) or v <= 0:
             raise ValueError(f"{fn}: {arg} must be a positive int, got {v!r}")
@@ -181,9 +182,15 @@ def _run(kind: str, input: Variable, inits: list[Variable | None],  # noqa: A002
     fn = f"basic_{kind}"
     _check(fn, input, hidden_size, num_layers, batch_first)
     dirs = 2 if bidirectional else 1
-    for arg, init in zip(("init_hidden", "init_cell"), inits):
-        if init is not None and (len(init.shape or ()) != 3
-                                 or init.shape[0] not in (-1, num_layers * dirs)):
+    inits = list(inits)
+    for k, (arg, init) in enumerate(zip(("init_hidden", "init_cell"), inits)):
+        if init is None:
+            continue
+        if len(init.shape or ()) != 3:
+            # NOTE: as Fluid's, any layout of num_layers * dirs * batch * hidden_size values
+            # is read as [num_layers * dirs, batch, hidden_size]
+            inits[k] = init = layers.reshape(init, [num_layers * dirs, -1, hidden_size])
+        elif init.shape[0] not in (-1, num_layers * dirs):
             raise ValueError(f"{fn}: {arg} {init.name!r} must be [num_layers * {dirs}, batch, "
                              f"hidden_size] = [{num_layers * dirs}, batch, {hidden_size}], got "
                              f"{list(init.shape or ())}")
@@ -195,11 +202,15 @@ def _run(kind: str, input: Variable, inits: list[Variable | None],  # noqa: A002
               for i in range(num_layers)] for d in range(dirs)]
     if batch_first:
         input = layers.transpose(input, [1, 0, 2])
+    # -1: the length is known when the program runs (a recurrent op steps through it)
     seq_len = int(input.shape[0])
     mask = None
     if sequence_length is not None:
-        mask = layers.transpose(layers.sequence_mask(sequence_length, maxlen=seq_len,
+        maxlen = seq_len if seq_len > 0 else layers.slice(layers.shape(input), axes=[0],
+                                                          starts=[0], ends=[1])
+        mask = layers.transpose(layers.sequence_mask(sequence_length, maxlen=maxlen,
                                                      dtype=input.dtype), [1, 0])
+    last = (seq_len - 1, seq_len) if seq_len > 0 else (-1, _INT_MAX)
 
     def one_direction(rnn_input: Variable, step_mask_src: Variable | None,
                       d: int) -> tuple[Variable, list[Variable]]:
@@ -233,8 +244,8 @@ def _run(kind: str, input: Variable, inits: list[Variable | None],  # noqa: A002
         outs = rnn()
         lasts = []
         for k in range(n_state):
-            rows = [layers.slice(outs[i * n_state + k], axes=[0], starts=[seq_len - 1],
-                                 ends=[seq_len]) for i in range(num_layers)]
+            rows = [layers.slice(outs[i * n_state + k], axes=[0], starts=[last[0]],
+                                 ends=[last[1]]) for i in range(num_layers)]
             lasts.append(layers.concat(rows, axis=0))  # [num_layers, batch, hidden]
         return outs[-1], lasts
 

@@ -6,8 +6,14 @@ step's ops per time step, ``slice`` + ``squeeze`` for each step input, the memor
 from one copy to the next, and a ``stack`` per step output. The numbers are those of the
 recurrent op (the same ops run in the same order on the same values), the parameters created
 in the step are shared by every copy, and the gradient is the ordinary backward of the
-unrolled ops. The cost: the program grows with the sequence length, which must be known when
-the program is built (the first dimension of every step input).
+unrolled ops. The cost: the program grows with the sequence length.
+
+When the sequence length is not known when the program is built (the step inputs' first
+dimension is -1), the step block stays a block and one ``recurrent`` op runs it over the
+steps the inputs have when the program runs, as Fluid's StaticRNN always does: inside the
+block an input's outer name holds its step slice and an output's name the step's value
+(``rnn_memory_helper`` copies), the memories are its ``ex_states`` / ``states``, the outer
+values the step reads its ``parameters``.
 
 Example::
 
@@ -25,6 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import unique_name
+from ..dtypes import VarType
 from ..framework import Block, Variable, default_main_program
 from ..layer_helper import LayerHelper
 from ..ops.registry import EMPTY
@@ -66,13 +74,14 @@ class StaticRNN:
         if not isinstance(x, Variable):
             raise TypeError(f"StaticRNN.step_input: x must be a Variable, got "
                             f"{type(x).__name__}")
-        if x.shape is None or len(x.shape) < 1 or x.shape[0] < 1:
-            raise ValueError(f"StaticRNN.step_input: the sequence length (first dimension) of "
-                             f"{x.name!r} must be known when building, got shape "
+        if x.shape is None or len(x.shape) < 1:
+            raise ValueError(f"StaticRNN.step_input: {x.name!r} needs a first dimension (the "
+                             f"sequence length), got shape "
                              f"{None if x.shape is None else list(x.shape)}")
-        if self.seq_len is None:
-            self.seq_len = int(x.shape[0])
-        elif self.seq_len != x.shape[0]:
+        steps = int(x.shape[0]) if x.shape[0] > 0 else -1  # -1: known when the program runs
+        if self.seq_len is None or self.seq_len == -1:
+            self.seq_len = steps
+        elif steps != -1 and self.seq_len != steps:
             raise ValueError(f"StaticRNN.step_input: {x.name!r} has {x.shape[0]} steps but an "
                              f"earlier input has {self.seq_len}")
         ipt = self.helper.create_variable(name=f"{self.helper.name}.{x.name}.step",
@@ -132,9 +141,12 @@ class StaticRNN:
                 raise ValueError(f"StaticRNN: memory {name!r} is never updated "
                                  "(rnn.update_memory(mem, new_value))")
         for op in step.ops:
-            if op.sub_blocks:
+            if op.sub_blocks and self.seq_len != -1:
                 raise ValueError(f"StaticRNN: the step holds control flow ({op.type}), which "
                                  "the unrolled StaticRNN does not support")
+        if self.seq_len == -1:
+            self._append_recurrent(step, parent)
+            return
         carried: dict[str, str] = {name: self._boot(name, parent) for name in self.memories}
         per_step: list[dict[str, str]] = []
         for t in range(self.seq_len):
@@ -163,6 +175,50 @@ class StaticRNN:
         for o in self.step_outputs:
             self.outputs.append(stack([parent._var_recursive(names[o]) for names in per_step],
                                       axis=0))
+
+    def _append_recurrent(self, step: Block, parent: Block) -> None:
+        """Keep ``step`` as the sub-block of one ``recurrent`` op (the sequence length is
+        known only when the program runs)."""
+        outer_inputs = list(dict.fromkeys(x.name for x in self.inputs.values()))
+        # the step reads each input's slice under the outer name, as Fluid's recurrent op
+        # feeds it; the placeholder the step was built on copies it
+        for i, (ph, x) in enumerate(self.inputs.items()):
+            if not step.has_var(x.name):
+                step.create_var(name=x.name, shape=list(x.shape[1:]), dtype=x.dtype)
+            step._insert_op(i, "rnn_memory_helper", inputs={"X": [x.name]},
+                            outputs={"Out": [ph]}, attrs={"dtype": x.dtype})
+        outlinks = []
+        for o in self.step_outputs:
+            inner = step.vars[o] if o in step.vars else parent._var_recursive(o)
+            # the step's value under a name of its own, which the outer [T, ...] stack shares
+            name = unique_name.generate(f"{self.helper.name}.out")
+            step.create_var(name=name, shape=inner.shape, dtype=inner.dtype)
+            step.append_op("rnn_memory_helper", inputs={"X": [o]}, outputs={"Out": [name]},
+                           attrs={"dtype": inner.dtype})
+            outlinks.append(parent.create_var(name=name, shape=[-1, *(inner.shape or [])],
+                                              dtype=inner.dtype))
+        boots = [self._boot(name, parent) for name in self.memories]
+        ex_states = list(self.memories)
+        states = [m["update"] for m in self.memories.values()]
+        local = set(outer_inputs) | set(ex_states) | set(self.inputs)
+        for op in step.ops:
+            local.update(n for ns in op.outputs.values() for n in ns)
+        params = []
+        for op in step.ops:
+            for n in (n for ns in op.inputs.values() for n in ns):
+                if n not in local and n != EMPTY and n not in params:
+                    params.append(n)
+        scopes = parent.create_var(name=f"{self.helper.name}.step_scopes",
+                                   type=VarType.STEP_SCOPES)
+        parent.append_op("recurrent",
+                         inputs={"inputs": outer_inputs, "initial_states": boots,
+                                 "parameters": params},
+                         outputs={"outputs": [o.name for o in outlinks],
+                                  "step_scopes": [scopes.name]},
+                         attrs={"has_states": bool(ex_states), "ex_states": ex_states,
+                                "states": states, "sub_block": step, "reverse": False,
+                                "is_train": True})
+        self.outputs.extend(outlinks)
 
     def _boot(self, name: str, parent: Block) -> str:
         m = self.memories[name]
@@ -194,11 +250,15 @@ class _StepGuard:
     def __exit__(self, exc_type: Any, *exc: Any) -> bool:
         program, block = self.program, self.block
         program._rollback()
+        self.rnn.status = StaticRNN.AFTER_RNN_BLOCK
+        if exc_type is None and self.rnn.seq_len == -1:
+            # the block stays, the sub-block of a recurrent op
+            self.rnn._unroll(block, program.current_block())
+            return False
         # the scratch block goes: the unrolled copies replace it
         assert program.blocks[-1] is block, "StaticRNN: a block was opened inside the step"
         program.blocks.pop()
         program._bump()
-        self.rnn.status = StaticRNN.AFTER_RNN_BLOCK
         if exc_type is None:
             self.rnn._unroll(block, program.current_block())
         return False

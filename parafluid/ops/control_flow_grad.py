@@ -111,6 +111,12 @@ def _build_grad_block(op: Any, in_names: list[str], diff_in: list[str], diff_out
         feeds.append(feed)
         seeds.append({"type": "assign", "inputs": {"X": [feed]},
                       "outputs": {"Out": [version.get(n, n) + GRAD]}, "attrs": {}})
+    for n in diff_in:
+        if n in shadowed:
+            # NOTE: the gradient of a step's slice is the slice's shape: declared here, or
+            # the block would find the outer gradient of the same name (a second backward
+            # pass over the program) and take the whole input's shape
+            _declare(grad_block, fwd, n, n + GRAD)
     targets = [version.get(n, n) for n in diff_out]
     blocked = {n for n in in_names if n not in diff_in}
     produced = ctx.append_grad_ops(grad_block, targets, seeds, set(diff_in), blocked)

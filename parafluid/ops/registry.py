@@ -316,7 +316,8 @@ def input_metas(op: Any, opdef: OpDef, block: Any) -> dict[str, Any] | None:
             if var is None:
                 raise ValueError(f"op {op.type!r}: input {slot.name}={n!r} is not a variable of "
                                  f"block {block.idx}; create it (or feed it) before use")
-            if var.type == VarType.RAW:  # no shape: step scopes, communicator handles
+            if var.type in (VarType.RAW, VarType.STEP_SCOPES):  # no shape: step scopes,
+                # communicator handles
                 metas.append(Meta((), var.dtype or VarType.RAW, var.type))
                 continue
             if var.shape is None or var.dtype is None:

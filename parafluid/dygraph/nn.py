@@ -20,95 +20,22 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from .. import layers
-from ..framework import Variable, in_dygraph_mode
-from ..layer_helper import parameter_source
-from ..param_attr import WeightNormParamAttr
-from .layers import Layer, _on_build
+from ..framework import Variable
+from .function_layer import FunctionLayer as _FunctionLayer
+from .sequence_nn import RowConv, SequenceConv  # noqa: F401  (nn.RowConv, as Fluid 1.6's)
 
 __all__ = ["FC", "Conv2D", "Conv3D", "Pool2D", "BatchNorm", "Embedding", "LayerNorm", "GRUUnit",
            "NCE", "PRelu", "BilinearTensorProduct", "Conv2DTranspose", "Conv3DTranspose",
            "GroupNorm", "SpectralNorm", "TreeConv", "Linear"]
 
 
-class _FunctionLayer(Layer):
-    """A Layer whose forward is one ``fluid.layers`` function; ``_param_names`` are the
-    attribute names of the parameters it makes, in the order the function asks for them."""
-
-    _param_names: tuple[str, ...] = ("weight", "bias")
-    # Fluid 1.6's private attribute names of these parameters (``fc._w``,
-    # ``conv._filter_param``) that programs read: aliases of ``_param_names``
-    _fluid_names: dict[str, str] = {}
-    # parameters that read as None once the first call has made none (``bias_attr=False``),
-    # as the properties of Fluid 1.6's layers that have them
-    _optional: tuple[str, ...] = ()
-    # the function of a one-input layer whose keywords are ``_args`` (the default forward)
-    _function: Callable[..., Any]
-
-    def __getattr__(self, name: str) -> Any:
-        alias = type(self)._fluid_names.get(name)
-        target = alias if alias is not None else name
-        try:
-            return super().__getattr__(target)
-        except AttributeError:
-            if target in type(self)._optional and self.__dict__.get("_supplied") is not None:
-                return None
-            raise
-
-    def __init__(self, name_scope: str | None, dtype: Any = "float32") -> None:
-        super().__init__(name_scope, dtype)
-        self._supplied: list[Any] | None = None
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(type(self)._function, input, **self._args)
-
-    def _call_function(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        first = self._supplied is None
-        made: list[Any] = []
-        queue = [] if first else list(self._supplied)  # type: ignore[arg-type]
-
-        def source(attr: Any, shape: list[int], dtype: Any, is_bias: bool,
-                   default_initializer: Any) -> Any:
-            if isinstance(attr, WeightNormParamAttr):
-                raise ValueError(f"{type(self).__name__} {self.full_name()}: a "
-                                 f"WeightNormParamAttr makes a computed weight, not a "
-                                 f"parameter the layer object can hold; use ParamAttr")
-            if first:
-                p = self.create_parameter(attr, shape, dtype, is_bias, default_initializer)
-                made.append(p)
-                if p is not None:  # as Layer does for the parameters of _build_once
-                    _on_build([p])
-                return p
-            if not queue:
-                raise ValueError(f"{type(self).__name__} {self.full_name()}: "
-                                 f"{fn.__name__} asks for more parameters than its first "
-                                 f"call made ({len(self._supplied or [])})")
-            p = queue.pop(0)
-            if p is not None and list(p.shape) != list(shape):
-                raise ValueError(f"{type(self).__name__} {self.full_name()}: parameter "
-                                 f"{p.name!r} has shape {list(p.shape)} but this input needs "
-                                 f"{list(shape)}: call a layer object only on inputs of the "
-                                 f"shape it was first called with")
-            return p
-
-        with parameter_source(source):
-            out = fn(*args, **kwargs)
-        if first:
-            self._supplied = made
-            for i, p in enumerate(made):
-                if p is None:
-                    continue
-                name = self._param_names[i] if i < len(self._param_names) else f"param_{i}"
-                self.add_parameter(name, p)
-        return out
-
-
 class FC(_FunctionLayer):
     """``fluid.layers.fc`` as a layer: ``act(flatten(input) @ weight + bias)``; several
-    inputs get a weight each (``weight``, ``param_1``, ...; the bias comes last).
+    inputs get a weight each (``_w0``, ``_w1``, ...; ``weight`` is then their list, as
+    Fluid's), and one ``bias``.
 
     Example::
 
@@ -127,7 +54,17 @@ class FC(_FunctionLayer):
         self._param_attr, self._bias_attr, self._act = param_attr, bias_attr, act
         self._is_test = is_test
 
+    def __getattr__(self, name: str) -> Any:
+        params = self.__dict__.get("_parameters", {})
+        if name in ("weight", "_w") and "_w0" in params:
+            weights = [params[f"_w{i}"] for i in range(len(params)) if f"_w{i}" in params]
+            return weights if name == "weight" else weights[0]
+        return super().__getattr__(name)
+
     def forward(self, input: Variable | list[Variable]) -> Variable:  # noqa: A002
+        if self._supplied is None and isinstance(input, (list, tuple)) and len(input) > 1:
+            # fc asks for one weight per input, then the bias
+            self._param_names = tuple(f"_w{i}" for i in range(len(input))) + ("bias",)
         return self._call_function(layers.fc, input, self._size, self._num_flatten_dims,
                                    self._param_attr, self._bias_attr, self._act,
                                    self._is_test)
@@ -522,67 +459,3 @@ class TreeConv(_FunctionLayer):
 
     def forward(self, nodes_vector: Variable, edge_set: Variable) -> Variable:
         return self._call_function(layers.tree_conv, nodes_vector, edge_set, **self._args)
-
-
-# NOTE: Fluid 1.6 has these two in dygraph/nn.py but not in its __all__ (``nn.RowConv``)
-class _StaticOnlyError(ValueError, AssertionError):
-    """A layer of LoD sequences made in the imperative mode, which has no LoD: a ValueError,
-    and the AssertionError Fluid 1.6 raises."""
-
-
-def _refuse_dygraph(layer: str) -> None:
-    if in_dygraph_mode():
-        raise _StaticOnlyError(f"{layer}: the imperative mode has no LoD sequences; build "
-                               f"{layer} in a Program (outside fluid.dygraph.guard())")
-
-
-class SequenceConv(_FunctionLayer):
-    """``fluid.layers.sequence_conv`` as a layer (filter ``weight`` ``[filter_size * D,
-    num_filters]``, ``bias``); static mode only, as in Fluid 1.6.
-
-    Example::
-
-        conv = fluid.dygraph.nn.SequenceConv("seq_conv", num_filters=2, act="sigmoid")
-        out = conv(seq)        # seq: a LoD variable [steps, D]
-    """
-
-    _fluid_names = {"_filter_param": "weight", "_bias_param": "bias"}
-    _optional = ("bias",)
-
-    def __init__(self, name_scope: str, num_filters: int, filter_size: int = 3,
-                 filter_stride: int = 1, padding: Any = None, bias_attr: Any = None,
-                 param_attr: Any = None, act: str | None = None) -> None:
-        _refuse_dygraph("SequenceConv")
-        super().__init__(name_scope)
-        # NOTE: Fluid's layer takes ``padding`` and ignores it (the window is always
-        # centred, contextStart = -(filter_size // 2))
-        self._args = dict(num_filters=num_filters, filter_size=filter_size,
-                          filter_stride=filter_stride, bias_attr=bias_attr,
-                          param_attr=param_attr, act=act)
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(layers.sequence_conv, input, **self._args)
-
-
-class RowConv(_FunctionLayer):
-    """``fluid.layers.row_conv`` as a layer (filter ``weight`` ``[future_context_size + 1,
-    D]``); static mode only, as in Fluid 1.6.
-
-    Example::
-
-        row_conv = fluid.dygraph.nn.RowConv("row_conv", future_context_size=2)
-        out = row_conv(seq)    # seq: a LoD variable [steps, D]
-    """
-
-    _fluid_names = {"_filter_param": "weight"}
-    _param_names = ("weight",)
-
-    def __init__(self, name_scope: str, future_context_size: int, param_attr: Any = None,
-                 act: str | None = None) -> None:
-        _refuse_dygraph("RowConv")
-        super().__init__(name_scope)
-        self._args = dict(future_context_size=future_context_size, param_attr=param_attr,
-                          act=act)
-
-    def forward(self, input: Variable) -> Variable:  # noqa: A002
-        return self._call_function(layers.row_conv, input, **self._args)

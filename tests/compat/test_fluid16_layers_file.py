@@ -211,3 +211,17 @@ def test_warpctc_padded_form_builds_with_the_shapes_fluids_test_gives():
         loss = fluid.layers.warpctc(input=predict, label=label, input_length=input_length,
                                     label_length=label_length)
     assert main.global_block().ops[-1].type == "warpctc" and loss.shape[-1] == 1
+
+
+@pytest.mark.parametrize("bias_attr", [None, False])
+def test_fc_of_several_inputs_has_a_weight_each_and_one_bias(bias_attr):
+    with fluid.dygraph.guard():
+        fc = nn.FC("fc", 4, bias_attr=bias_attr)
+        fc([base.to_variable(np.ones([2, 3], "float32")),
+            base.to_variable(np.ones([2, 5], "float32"))])
+        assert [list(w.shape) for w in fc.weight] == [[3, 4], [5, 4]]
+        assert fc._w is fc.weight[0]
+        if bias_attr is False:
+            assert fc.bias is None and len(fc.parameters()) == 2
+        else:
+            assert list(fc.bias.shape) == [4] and len(fc.parameters()) == 3

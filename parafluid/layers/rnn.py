@@ -1,6 +1,7 @@
 """Fluid 1.6's cell API (python/paddle/fluid/layers/rnn.py): ``RNNCell``, ``GRUCell``,
 ``LSTMCell``, the ``Decoder`` interface and ``rnn``, which runs a cell over time with a
-``StaticRNN`` (so the number of time steps must be known when the program is built).
+``StaticRNN`` (unrolled, or one ``recurrent`` op when the number of time steps is known only
+when the program runs).
 
 States may be nested lists / tuples of Variables (``LSTMCell``'s are ``[hidden, cell]``).
 ``BeamSearchDecoder`` and ``dynamic_decode`` (decoding in a While loop until every beam has
@@ -210,7 +211,8 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
 
     Args:
         cell: an ``RNNCell``.
-        inputs: a Variable (or nested structure of them) whose time dim is known.
+        inputs: a Variable (or nested structure of them) with a time dim (-1: known when
+            the program runs).
         initial_states: default ``cell.get_initial_states(batch_ref=inputs)``.
         sequence_length: int64 ``[batch]`` lengths; past its length a sequence keeps its
             state (its outputs there are what the cell computed, as in Fluid).
@@ -237,14 +239,14 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
 
     if not time_major:
         inputs = map_structure(batch_time_swap, inputs)
+    # -1: the number of steps is known when the program runs (the StaticRNN is then one
+    # recurrent op, as Fluid's)
     steps = int(flatten(inputs)[0].shape[0])
-    if steps <= 0:
-        raise ValueError("rnn: the number of time steps must be known when the program is "
-                         f"built (a StaticRNN), got inputs of shape "
-                         f"{list(flatten(inputs)[0].shape)}")
     mask = None
     if sequence_length is not None:
-        mask = tensor.transpose(sequence.sequence_mask(sequence_length, maxlen=steps,
+        maxlen = steps if steps > 0 else index.slice(
+            shapes.shape(flatten(inputs)[0]), axes=[0], starts=[0], ends=[1])
+        mask = tensor.transpose(sequence.sequence_mask(sequence_length, maxlen=maxlen,
                                            dtype=flatten(initial_states)[0].dtype), [1, 0])
     if is_reverse:
         inputs = map_structure(lambda x: shapes.reverse(x, axis=[0]), inputs)
@@ -273,7 +275,8 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
     out = out if isinstance(out, list) else [out]
     final_outputs = pack_sequence_as(outputs, out[:len(flat_outputs)])
     final_states = pack_sequence_as(new_states, [
-        tensor.squeeze(index.slice(s, axes=[0], starts=[steps - 1], ends=[steps]), [0])
+        tensor.squeeze(index.slice(s, axes=[0], starts=[steps - 1 if steps > 0 else -1],
+                                   ends=[steps if steps > 0 else 2 ** 31 - 1]), [0])
         for s in out[len(flat_outputs):]])
     if is_reverse:
         final_outputs = map_structure(lambda x: shapes.reverse(x, axis=[0]), final_outputs)

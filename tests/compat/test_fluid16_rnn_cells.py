@@ -48,11 +48,12 @@ def _reference(kind, x, lengths, params, reverse):
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 @pytest.mark.parametrize("masked, reverse", [(False, False), (True, False), (True, True)])
-def test_rnn_runs_the_cell_over_time(kind, masked, reverse):
+@pytest.mark.parametrize("steps", [T, -1], ids=["steps_known", "steps_known_when_run"])
+def test_rnn_runs_the_cell_over_time(kind, masked, reverse, steps):
     main, startup = fluid.Program(), fluid.Program()
     init = fluid.initializer.Uniform(-0.5, 0.5, seed=3)
     with fluid.program_guard(main, startup):
-        x = fluid.data(name="x", shape=[B, T, D], dtype="float64")
+        x = fluid.data(name="x", shape=[B, steps, D], dtype="float64")
         lengths = fluid.data(name="len", shape=[B], dtype="int64")
         attrs = dict(param_attr=fluid.ParamAttr(name="w", initializer=init),
                      bias_attr=fluid.ParamAttr(name="b", initializer=init), dtype="float64")
@@ -61,7 +62,9 @@ def test_rnn_runs_the_cell_over_time(kind, masked, reverse):
         outs, final = fluid.layers.rnn(cell, x, sequence_length=lengths if masked else None,
                                        is_reverse=reverse)
     finals = [final] if kind == "gru" else list(final)
-    assert list(outs.shape) == [B, T, H]
+    assert list(outs.shape) == [B, steps, H]
+    # a length known only when the program runs: one recurrent op steps through it
+    assert ("recurrent" in [op.type for op in main.global_block().ops]) == (steps == -1)
     rng = np.random.RandomState(0)
     x_np = rng.uniform(-1, 1, (B, T, D))
     len_np = np.array([4, 2, 1], "int64")

@@ -22,14 +22,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import layers
+import numpy as np
+
+from .. import framework, layers
 from ..framework import Variable
+from .base import to_variable
 from .function_layer import FunctionLayer as _FunctionLayer
+from .layers import _on_build
 from .sequence_nn import RowConv, SequenceConv  # noqa: F401  (nn.RowConv, as Fluid 1.6's)
 
 __all__ = ["FC", "Conv2D", "Conv3D", "Pool2D", "BatchNorm", "Embedding", "LayerNorm", "GRUUnit",
            "NCE", "PRelu", "BilinearTensorProduct", "Conv2DTranspose", "Conv3DTranspose",
            "GroupNorm", "SpectralNorm", "TreeConv", "Linear"]
+
+
+def _as_variable(value: Any) -> Any:
+    """A numpy array as an imperative variable (``to_variable``); anything else as is."""
+    return to_variable(value) if isinstance(value, np.ndarray) else value
 
 
 class FC(_FunctionLayer):
@@ -62,6 +71,13 @@ class FC(_FunctionLayer):
         return super().__getattr__(name)
 
     def forward(self, input: Variable | list[Variable]) -> Variable:  # noqa: A002
+        # NOTE: as Fluid 1.6's FC (its helper's to_variable), numpy inputs are taken in
+        # the imperative mode
+        if framework.in_dygraph_mode():
+            if isinstance(input, (list, tuple)):
+                input = [_as_variable(x) for x in input]  # noqa: A001
+            else:
+                input = _as_variable(input)  # noqa: A001
         if self._supplied is None and isinstance(input, (list, tuple)) and len(input) > 1:
             # fc asks for one weight per input, then the bias
             self._param_names = tuple(f"_w{i}" for i in range(len(input))) + ("bias",)
@@ -263,6 +279,13 @@ class Embedding(_FunctionLayer):
         super().__init__(name_scope, dtype)
         self._args = dict(size=size, is_sparse=is_sparse, is_distributed=is_distributed,
                           padding_idx=padding_idx, param_attr=param_attr, dtype=dtype)
+        # NOTE: as Fluid 1.6's Embedding, the table is made here (its shape is ``size``), so
+        # a layer never called has its weight too (with no gradient)
+        weight = self.create_parameter(param_attr, list(size), dtype)
+        if weight is not None:
+            _on_build([weight])
+            self.add_parameter("weight", weight)
+        self._supplied = [weight]
 
 
 class LayerNorm(_FunctionLayer):

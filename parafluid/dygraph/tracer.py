@@ -37,6 +37,7 @@ from ..dtypes import convert_dtype
 from ..engine.runtime import bind_op, op_error
 from ..framework import GRAD_SUFFIX, Operator, Parameter, Variable
 from ..ops.registry import EMPTY, GradContext, get_op_def, prepare_op
+from ..scope import SelectedRows
 from .varbase import ParamBase, VarBase
 
 __all__ = ["Tracer"]
@@ -259,14 +260,17 @@ class Tracer:
         # NOTE: as Fluid's imperative engine, the backward of a variable of any shape
         # starts from a gradient of ones (the gradients of the sum of its elements).
         value = loss._value_or_raise("backward()")
+        # NOTE: as Fluid 1.6's engine, a loss with stop_gradient=True, or computed from no
+        # variable that needs a gradient (under no_grad, or from stop_gradient inputs only),
+        # has nothing to differentiate: backward() does nothing
+        if loss.stop_gradient:
+            return
         if loss._node is None and loss._record_freed:
             raise ValueError(f"backward(): the ops that computed {loss.name!r} were freed by "
                              "an earlier backward() through it; compute the loss again "
                              "(run the forward pass) before another backward()")
         if loss._node is None:
-            raise ValueError(f"backward(): variable {loss.name!r} was not computed from any "
-                             "variable that needs a gradient (all inputs have "
-                             "stop_gradient=True, or it was computed under no_grad)")
+            return
         nodes: dict[int, _Node] = {}
         stack = [loss._node]
         while stack:
@@ -279,9 +283,10 @@ class Tracer:
         grads: dict[int, Any] = {id(loss): torch.ones_like(value)}
         owners: dict[int, Any] = {id(loss): loss}
         done: dict[int, Any] = {}  # gradients of values whose recorded op has run backward
+        zeroed: set[int] = set()  # variables given a zero gradient whatever stop_gradient says
         try:
             for node in order:
-                self._backward_node(node, grads, owners, done)
+                self._backward_node(node, grads, owners, done, zeroed)
         finally:
             for node in order:  # the record is freed, used or not
                 for _, v in node.outs:
@@ -292,14 +297,15 @@ class Tracer:
         grads.update(done)  # a variable an op overwrote reports its latest value's gradient
         for key, g in grads.items():
             var = owners[key]
-            if var.stop_gradient:
+            if var.stop_gradient and key not in zeroed:
                 continue
             var._grad = g if var._grad is None else _add(var._grad, g)
 
     def _backward_node(self, node: _Node, grads: dict[int, Any], owners: dict[int, Any],
-                       done: dict[int, Any]) -> None:
+                       done: dict[int, Any], zeroed: set[int]) -> None:
         env = dict(node.env)
         produced = set()
+        missing: dict[str, Any] = {}
         for k, v in node.outs:
             # NOTE: the gradient of the value this op wrote is complete (its readers were
             # recorded later, and ran first); taking it out lets an op that overwrote its
@@ -309,11 +315,19 @@ class Tracer:
                 env[k + GRAD_SUFFIX] = g
                 produced.add(k + GRAD_SUFFIX)
                 done.setdefault(id(v), g)
+            else:
+                missing[k + GRAD_SUFFIX] = v
         if not produced:
             return
         op = node.op
-        blocked = {k for k, v in node.ins if v.stop_gradient}
+        # NOTE: as Fluid 1.6's tracer, a stop_gradient input alone in its slot gets no
+        # gradient and cuts what lies behind it; one of several in a slot (concat's X, sum's
+        # X) gets a gradient of zeros, and the ops behind it run on those zeros
+        slot_sizes = {k: len(keys) for keys in op.inputs.values() for k in keys}
+        blocked = {k for k, v in node.ins if v.stop_gradient and slot_sizes.get(k, 1) == 1}
+        zero_ins = {k for k, v in node.ins if v.stop_gradient and k not in blocked}
         for spec in get_op_def(op.type).grad(op, blocked, _GRAD_CONTEXT):
+            self._zero_missing(spec, missing, env, produced, owners, done, zeroed)
             ok, zero_fills = prune_missing_grads(spec, produced)
             if not ok:
                 continue
@@ -323,13 +337,35 @@ class Tracer:
                                 if n != EMPTY)
         for k, v in node.ins:
             g = env.get(k + GRAD_SUFFIX)
-            if g is None or v.stop_gradient:
+            if g is None or (v.stop_gradient and k not in zero_ins):
                 continue
             key = id(v)
+            if k in zero_ins:
+                g = _zeros_like(g)
+                zeroed.add(key)
             owners[key] = v
             # NOTE: contributions are added in the order the ops are walked (newest first),
             # so the sum does not depend on anything but the program
             grads[key] = g if key not in grads else _add(grads[key], g)
+
+    @staticmethod
+    def _zero_missing(spec: dict[str, Any], missing: dict[str, Any], env: dict[str, Any],
+                      produced: set[str], owners: dict[int, Any], done: dict[int, Any],
+                      zeroed: set[int]) -> None:
+        """As Fluid 1.6's engine: the gradient of an output that nothing downstream used
+        (split's unused part), read by a gradient op, is zeros, and is that output's
+        ``gradient()``."""
+        for names in spec["inputs"].values():
+            for name in names:
+                var = missing.get(name)
+                value = env.get(name[: -len(GRAD_SUFFIX)])
+                if var is None or name in produced or not isinstance(value, torch.Tensor):
+                    continue
+                env[name] = torch.zeros_like(value)
+                produced.add(name)
+                owners[id(var)] = var
+                done.setdefault(id(var), env[name])
+                zeroed.add(id(var))
 
     def _run_spec(self, spec: dict[str, Any], env: dict[str, Any], fwd: Operator) -> None:
         gop = Operator(fwd.block, spec["type"], spec["inputs"], spec["outputs"],
@@ -378,6 +414,13 @@ def _keyed(slots: dict[str, list[Any]], keys: set[str]) -> dict[str, list[tuple[
             pairs.append((key, v))
         out[slot] = pairs
     return out
+
+
+def _zeros_like(g: Any) -> Any:
+    """Zeros in the place of gradient ``g`` (a row-sparse one keeps its rows)."""
+    if isinstance(g, torch.Tensor):
+        return torch.zeros_like(g)
+    return SelectedRows(g.rows, torch.zeros_like(g.value), g.height)
 
 
 def _add(a: Any, b: Any) -> Any:

@@ -103,8 +103,9 @@ def test_no_grad_as_context_manager_and_decorator():
         z = double(x)
         assert z.stop_gradient
         np.testing.assert_allclose(z.numpy(), 2 * X)
-        with pytest.raises(ValueError, match="not computed from any variable that needs"):
-            fluid.layers.reduce_sum(z).backward()
+        # as Fluid 1.6's engine: nothing to differentiate, so backward() does nothing
+        fluid.layers.reduce_sum(z).backward()
+        assert x.gradient() is None and z.gradient() is None
 
 
 def test_python_control_flow_on_numpy_values():
@@ -265,3 +266,63 @@ def test_an_op_overwriting_its_input_starts_the_earlier_values_gradient_afresh()
         fluid.layers.reduce_sum(y * x).backward()  # sum(6 x^2)
         np.testing.assert_allclose(x.gradient(), 12 * X, rtol=1e-5)
         np.testing.assert_allclose(y.gradient(), X, rtol=1e-6)  # of y's latest value
+
+
+def test_a_stop_gradient_input_among_several_in_a_slot_gets_zeros_that_flow_back():
+    # as Fluid 1.6's tracer: alone in its slot it cuts the graph; one of concat's X it
+    # gets a zero gradient, and the ops behind it run on it (the fc weight's is zeros)
+    with dygraph.guard():
+        fc = dygraph.FC("fc", size=2)
+        a = _var(X)
+        h = fc(a)
+        h.stop_gradient = True
+        c = dygraph.to_variable(np.ones([2, 4], "float32"))
+        b = _var(np.ones([2, 3], "float32"))
+        fluid.layers.concat([h, b, c], axis=1).backward()
+        np.testing.assert_array_equal(fc._w.gradient(), np.zeros([3, 2], "float32"))
+        np.testing.assert_array_equal(h.gradient(), np.zeros([2, 2], "float32"))
+        np.testing.assert_array_equal(c.gradient(), np.zeros([2, 4], "float32"))
+        np.testing.assert_array_equal(a.gradient(), np.zeros_like(X))
+        np.testing.assert_array_equal(b.gradient(), np.ones([2, 3], "float32"))
+        # alone in mul's Y, it gets nothing and nothing behind it runs
+        fc2 = dygraph.FC("fc2", size=3)
+        h2 = fc2(_var(X))
+        h2.stop_gradient = True
+        fluid.layers.mean(fluid.layers.mul(_var(np.ones([2, 2], "float32")), h2)).backward()
+        assert h2.gradient() is None and fc2._w.gradient() is None
+
+
+def test_an_output_nothing_used_gets_a_zero_gradient():
+    with dygraph.guard():
+        x = _var(X)
+        part1, part2 = fluid.layers.split(x * 1.0, num_or_sections=[1, 2], dim=1)
+        fluid.layers.reduce_sum(part1).backward()
+        np.testing.assert_array_equal(part2.gradient(), np.zeros([2, 2], "float32"))
+        np.testing.assert_array_equal(x.gradient(), [[1, 0, 0], [1, 0, 0]])
+
+
+def test_backward_of_a_stop_gradient_loss_does_nothing():
+    with dygraph.guard():
+        x = _var(X)
+        loss = fluid.layers.reduce_sum(x * 2.0)
+        loss.stop_gradient = True
+        loss.backward()
+        assert x.gradient() is None
+        # a loss computed from inputs that need no gradient, or by an op without one
+        fluid.layers.mean(fluid.layers.gaussian_random(shape=[2, 3])).backward()
+        fluid.layers.reduce_sum(_var(X, needs_grad=False) * 2.0).backward()
+
+
+def test_fc_takes_numpy_and_embedding_has_its_weight_before_a_call():
+    with dygraph.guard():
+        fc = dygraph.FC("fc", size=2)
+        out = fc(X)
+        np.testing.assert_allclose(out.numpy(), X @ fc._w.numpy() + fc._b.numpy(), rtol=1e-6)
+        out2 = fc([X])  # a list of inputs too
+        np.testing.assert_array_equal(out2.numpy(), out.numpy())
+        emb = dygraph.Embedding("emb", size=[5, 2])
+        assert list(emb._w.shape) == [5, 2] and emb._w.gradient() is None
+        assert [p.name for p in emb.parameters()] == [emb._w.name]
+        ids = dygraph.to_variable(np.array([[1], [3]], "int64"))
+        np.testing.assert_array_equal(emb(ids).numpy(), emb._w.numpy()[[1, 3]])
+        assert [p.name for p in emb.parameters()] == [emb._w.name]

@@ -3,11 +3,11 @@ names forward checkpoints for recomputation.
 
 ``RecomputeOptimizer(optimizer)`` takes the checkpoints (``_set_checkpoints`` or
 ``backward(..., checkpoints=)``) and passes them to ``append_backward``: the forward ops
-between two checkpoints run again just before their gradient ops (passes/recompute.py), so
-their results die during the forward pass instead of living until the backward pass reads
-them. The numbers are exactly the wrapped optimizer's. Segments holding random ops
-(dropout), sub-blocks or writes to persistable variables (batch_norm's running statistics)
-are not recomputed; their values stay alive as without checkpoints.
+of each segment between checkpoints run again just before their gradient ops
+(passes/recompute.py, Fluid 1.6's segments), so their results die during the forward pass
+instead of living until the backward pass reads them. The numbers are exactly the wrapped
+optimizer's: the outputs of random ops (dropout), ops with sub-blocks and ops writing
+persistable variables (batch_norm's running statistics) are held, not recomputed.
 
 Example::
 

@@ -1,21 +1,22 @@
 """Recomputation (Fluid's ``RecomputeOptimizer`` / ``append_backward(checkpoints=...)``):
-the forward ops between two checkpoints run again just before their gradient ops need them.
+the forward ops of each segment between checkpoints run again just before their gradient
+ops need them.
 
 ``recompute(block, first_backward_op, checkpoints)`` rewrites a block whose backward ops
-start at ``first_backward_op``, in place (as ``append_backward`` does). For each segment, the
-ops after the op writing one checkpoint up to the op writing the next, the intermediate
-values that backward ops read (everything the segment writes but the checkpoints) are
-written again by copies of the segment's ops, under ``<name>@RECOMPUTE``, inserted before the
-first backward op that reads one of them; the backward ops read the copies. The originals
-are then dead after their last forward use, so the executors' liveness-based release frees
-them during the forward pass: between the checkpoints only one segment's values are alive at
-a time in the backward pass. The copies compute the same values from the same inputs, so the
-gradients are those of the plain backward pass.
-
-Segments that cannot be replayed are left as they are: those with random ops (a second
-dropout mask would not match the first), with sub-blocks, with side effects, or writing a
-persistable variable (batch_norm's running statistics would be updated twice). The ops
-before the first checkpoint and after the last one are not recomputed, as in Fluid.
+start at ``first_backward_op``, in place (as ``append_backward`` does). The segments are
+Fluid 1.6's: with one checkpoint, the ops from the first up to the one writing it; with
+several (ordered by their writers), from the first op reading one checkpoint to the last
+op writing the next, for each pair the one reaches from the other; and, before the first
+of these, the ops from the start of the block. Values are held (not recomputed) as in
+Fluid: the checkpoints, a segment's outputs read after it, the block's inputs; and, for the
+numbers to stay those of the plain backward pass, the outputs of ops that cannot run twice
+(dropout and other random ops, whose second draw would differ; ops with sub-blocks or side
+effects; ops writing a persistable variable, such as batch_norm's running statistics). The
+other values a segment writes that backward ops read are written again by copies of the
+ops computing them, under ``<name>@RECOMPUTE``, inserted before the first backward op
+reading one of them; the backward ops read the copies. The originals are then dead after
+their last forward use, so the executors' liveness-based release frees them during the
+forward pass. The ops after the last checkpoint are not recomputed, as in Fluid.
 
 Example::
 
@@ -51,53 +52,84 @@ def _replayable(op: Any) -> bool:
 def recompute(block: Any, first_backward_op: int, checkpoints: Sequence[str]) -> int:
     """Insert the recomputation of each segment between ``checkpoints`` (variable names);
     returns the number of ops inserted."""
-    ops = block.ops
-    forward = ops[:first_backward_op]
-    writer: dict[str, int] = {}
+    forward = block.ops[:first_backward_op]
+    writers: dict[str, list[int]] = {}
+    readers: dict[str, list[int]] = {}
     for i, op in enumerate(forward):
+        for n in op.input_arg_names:
+            readers.setdefault(n, []).append(i)
         for n in op.output_arg_names:
-            writer.setdefault(n, i)
-    marks = sorted({writer[c] for c in checkpoints if c in writer})
-    kept = set(checkpoints)
+            writers.setdefault(n, []).append(i)
+    held = set(checkpoints)
+    for op in forward:
+        if not _replayable(op) or any(_lasting(block, n) for n in op.output_arg_names):
+            held.update(op.output_arg_names)
     inserted = 0
-    for start, end in zip(marks, marks[1:]):
-        segment = forward[start + 1:end + 1]
-        if not segment or not all(_replayable(op) for op in segment) or any(
-                _lasting(block, n) for op in segment for n in op.output_arg_names):
-            continue  # a random op, a sub-block, or a write to a parameter / running stat
-        inner = {n for op in segment for n in op.output_arg_names} - kept
-        readers = [j for j, op in enumerate(block.ops[first_backward_op:])
-                   if any(n in inner for n in op.input_arg_names)]
-        if not readers:
-            continue
-        at = first_backward_op + readers[0]
-        # only the ops the read values depend on (not the one writing just the checkpoint)
-        wanted = {n for op in block.ops[first_backward_op:] for n in op.input_arg_names} & inner
-        replay = []
-        for op in reversed(segment):
-            if any(n in wanted for n in op.output_arg_names):
-                replay.append(op)
-                wanted.update(n for n in op.input_arg_names if n in inner)
-        segment = replay[::-1]
-        inner = {n for op in segment for n in op.output_arg_names} & inner
-        renamed = {n: n + RECOMPUTE_SUFFIX for op in segment for n in op.output_arg_names}
-        for n, new in renamed.items():
-            if not block.has_var(new):
-                v = block._var_recursive(n)
-                block.create_var(name=new, shape=v.shape, dtype=v.dtype,
-                                 lod_level=v.lod_level, stop_gradient=True)
-        for k, op in enumerate(segment):
-            block._insert_op(
-                at + k, op.type,
-                inputs={s: [renamed.get(n, n) for n in names] for s, names in op.inputs.items()},
-                outputs={s: [renamed.get(n, n) for n in names]
-                         for s, names in op.outputs.items()},
-                attrs={**op.attrs, "op_role": OpRole.Backward}, infer_shape=False)
-        inserted += len(segment)
-        for op in block.ops[at + len(segment):]:
-            for n in set(op.input_arg_names) & inner:
-                op._rename_input(n, renamed[n])
+    for lo, hi in _segments(checkpoints, writers, readers, len(forward)):
+        segment = forward[lo:hi]
+        # a value read after its segment lives on, as in Fluid
+        held.update(n for op in segment for n in op.output_arg_names
+                    if any(j >= hi for j in readers.get(n, ())))
+        inner = {n for op in segment for n in op.output_arg_names
+                 if n not in held and not _lasting(block, n)}
+        inserted += _replay(block, first_backward_op + inserted, segment, inner)
     return inserted
+
+
+def _segments(checkpoints: Sequence[str], writers: dict[str, list[int]],
+              readers: dict[str, list[int]], n_ops: int) -> list[tuple[int, int]]:
+    """Fluid 1.6's recompute segments (op index ranges) of the forward ops."""
+    known = [c for c in dict.fromkeys(checkpoints) if c in writers or c in readers]
+    known.sort(key=lambda c: max(writers.get(c, [-1])))
+    segments = []
+    if len(known) == 1:
+        last = max(writers.get(known[0], [-1]))
+        if last > 0:
+            segments.append((0, last + 1))
+    for a, b in zip(known, known[1:]):
+        lo = min(readers.get(a, [n_ops]))
+        hi = max(writers.get(b, [-1]))
+        if lo < hi:  # b is reached from a
+            segments.append((lo, hi + 1))
+    if segments and segments[0][0] != 0:
+        segments.insert(0, (0, segments[0][0]))
+    return segments
+
+
+def _replay(block: Any, first_backward_op: int, segment: list[Any], inner: set[str]) -> int:
+    """Insert copies of the ops of ``segment`` computing the ``inner`` values backward ops
+    read (and what those need) before the first such reader; returns the number inserted."""
+    backward = block.ops[first_backward_op:]
+    wanted = {n for op in backward for n in op.input_arg_names} & inner
+    if not wanted:
+        return 0
+    at = first_backward_op + next(j for j, op in enumerate(backward)
+                                  if any(n in wanted for n in op.input_arg_names))
+    replay = []
+    for op in reversed(segment):
+        if any(n in wanted for n in op.output_arg_names):
+            replay.append(op)
+            wanted.update(n for n in op.input_arg_names if n in inner)
+    replay.reverse()
+    # the copies write every value under a new name (one written with an inner value, a
+    # checkpoint say, keeps its original); the backward ops read the copies of inner ones
+    renamed = {n: n + RECOMPUTE_SUFFIX for op in replay for n in op.output_arg_names
+               if not _lasting(block, n)}
+    for n, new in renamed.items():
+        if not block.has_var(new):
+            v = block._var_recursive(n)
+            block.create_var(name=new, shape=v.shape, dtype=v.dtype,
+                             lod_level=v.lod_level, stop_gradient=True)
+    for k, op in enumerate(replay):
+        block._insert_op(
+            at + k, op.type,
+            inputs={s: [renamed.get(n, n) for n in names] for s, names in op.inputs.items()},
+            outputs={s: [renamed.get(n, n) for n in names] for s, names in op.outputs.items()},
+            attrs={**op.attrs, "op_role": OpRole.Backward}, infer_shape=False)
+    for op in block.ops[at + len(replay):]:
+        for n in set(op.input_arg_names) & inner & renamed.keys():
+            op._rename_input(n, renamed[n])
+    return len(replay)
 
 
 def _lasting(block: Any, name: str) -> bool:

@@ -455,8 +455,9 @@ def test_recompute_replays_the_segment_before_its_gradient_ops():
     start = _backward_start(main)
     replayed = [op for op in ops[start:] if any(
         n.endswith("@RECOMPUTE") for n in op.output_arg_names)]
-    # the second fc's mul, add and tanh, and the third fc's mul (its add's input)
-    assert [op.type for op in replayed] == ["mul", "elementwise_add", "tanh", "mul"]
+    # the second fc's mul, add and tanh, and the third fc's mul (its add's input); then, as
+    # in Fluid, the ops before the first checkpoint: the first fc's mul (its add's input)
+    assert [op.type for op in replayed] == ["mul", "elementwise_add", "tanh", "mul", "mul"]
     forward_outputs = {n for op in replayed for n in op.output_arg_names}
     originals = {n[:-len("@RECOMPUTE")] for n in forward_outputs}
     # no backward op reads the originals any more: they die in the forward pass
@@ -466,14 +467,60 @@ def test_recompute_replays_the_segment_before_its_gradient_ops():
                for op in ops[:first])
 
 
-@pytest.mark.parametrize("kw", [{"use_dropout": True}, {"use_bn": True}])
-def test_recompute_leaves_segments_it_cannot_replay(kw):
+@pytest.mark.parametrize("kw,kept", [({"use_dropout": True}, "dropout"),
+                                     ({"use_bn": True}, "batch_norm")])
+def test_recompute_holds_what_ops_that_cannot_run_twice_write(kw, kept):
+    # dropout (a second mask would differ) and batch_norm (its running statistics would be
+    # updated twice) are not replayed; the ops around them are, reading what they wrote
     main, _, _ = _deep(lambda h1, h3: [h1, h3], **kw)
-    assert not any(n.endswith("@RECOMPUTE") for op in main.global_block().ops
-                   for n in op.output_arg_names)
+    ops = main.global_block().ops
+    replayed = [op for op in ops[_backward_start(main):]
+                if any(n.endswith("@RECOMPUTE") for n in op.output_arg_names)]
+    assert kept not in [op.type for op in replayed]
+    held = next(op for op in ops if op.type == kept).output("Y" if kept == "batch_norm"
+                                                             else "Out")[0]
+    assert any(held in op.input_arg_names for op in replayed)
 
 
-@pytest.mark.parametrize("kw", [{}, {"use_bn": True}])
+def _chain(checkpoints_of):
+    # mul -> add b1 -> add b2 -> mean, built from block calls as Fluid's optimizer tests do
+    main = fluid.Program()
+    block = main.global_block()
+    x = block.create_parameter(name="mul.x", shape=[5, 10], dtype="float32")
+    y = block.create_var(name="mul.y", shape=[10, 8], dtype="float32")
+    b1 = block.create_parameter(name="b1", shape=[5, 8], dtype="float32")
+    b2 = block.create_parameter(name="b2", shape=[5, 8], dtype="float32")
+    outs = [block.create_var(name=n, shape=[5, 8], dtype="float32")
+            for n in ("mul.out", "b1_out", "b2_out")]
+    mean = block.create_var(name="mean.out", shape=[1], dtype="float32")
+    block.append_op(type="mul", inputs={"X": x, "Y": y}, outputs={"Out": outs[0]})
+    block.append_op(type="elementwise_add", inputs={"X": outs[0], "Y": b1},
+                    outputs={"Out": outs[1]})
+    block.append_op(type="elementwise_add", inputs={"X": outs[1], "Y": b2},
+                    outputs={"Out": outs[2]})
+    block.append_op(type="mean", inputs={"X": outs[2]}, outputs={"Out": mean})
+    opt = fluid.optimizer.RecomputeOptimizer(fluid.optimizer.SGD(learning_rate=1.0))
+    opt._set_checkpoints(checkpoints_of(x, *outs))
+    with fluid.program_guard(main, fluid.Program()):
+        opt.minimize(mean)
+    return [op.type for op in block.ops[6:-3]]  # between mean_grad and the sgd ops
+
+
+@pytest.mark.parametrize("checkpoints_of,replayed", [
+    # one checkpoint: the ops up to its writer are a segment (mul is replayed)
+    (lambda x, m, b1, b2: [b1], ["elementwise_add_grad", "mul", "elementwise_add_grad"]),
+    # from an input: the segment starts at the first op
+    (lambda x, m, b1, b2: [x, b2], ["mul", "elementwise_add", "elementwise_add_grad",
+                                    "elementwise_add_grad"]),
+    (lambda x, m, b1, b2: [b2, m], ["elementwise_add", "elementwise_add_grad",
+                                    "elementwise_add_grad"]),
+    (lambda x, m, b1, b2: [m, b1], ["elementwise_add_grad", "elementwise_add_grad"]),
+])
+def test_recompute_segments_are_fluids(checkpoints_of, replayed):
+    assert _chain(checkpoints_of) == replayed + ["mul_grad"]
+
+
+@pytest.mark.parametrize("kw", [{}, {"use_bn": True}, {"use_dropout": True}])
 def test_recompute_trains_exactly_as_the_plain_program(kw):
     rng = np.random.RandomState(0)
     feeds = [{"x": rng.rand(4, 8).astype("float32"),

@@ -445,3 +445,33 @@ def test_sparse_embedding_with_l2_decay_equals_the_dense_rule_on_touched_rows():
         np.testing.assert_allclose(np.array(scope.find_var("emb").get_tensor()), want,
                                    rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(want[5], TABLE[5])  # never touched, never decayed
+
+
+def test_adagrad_fills_its_moment_in_the_startup_program_as_fluid():
+    # Fluid 1.6: the moment's own fill (0) and, from the update pass, a fill with
+    # initial_accumulator_value; the moment starts at that value in both modes
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        loss = fluid.layers.mean(fluid.layers.fc(x, size=1, bias_attr=False))
+        O.Adagrad(learning_rate=0.1, initial_accumulator_value=0.5).minimize(loss)
+    fills = [(op.output("Out")[0], op.attr("value")) for op in startup.global_block().ops
+             if op.type == "fill_constant"]
+    moment = next(n for n, _ in fills if "moment" in n)
+    assert [v for n, v in fills if n == moment] == [0.0, 0.5]
+    scope = fluid.Scope()
+    fluid.Executor().run(startup, scope=scope)
+    np.testing.assert_array_equal(np.array(scope.find_var(moment).get_tensor()),
+                                  np.full([3, 1], 0.5, "float32"))
+    with fluid.dygraph.guard():
+        fc = fluid.dygraph.FC("fc", size=1, bias_attr=False)
+        x = fluid.dygraph.to_variable(np.ones([2, 3], "float32"))
+        opt = O.Adagrad(learning_rate=0.1, initial_accumulator_value=0.5)
+        for _ in range(2):
+            loss = fluid.layers.mean(fc(x))
+            loss.backward()
+            opt.minimize(loss)
+            fc.clear_gradients()
+        (acc,) = opt._accumulators["moment"].values()
+        # 0.5 + two steps of g*g (g = 1 per weight): the initial value is set once
+        np.testing.assert_allclose(acc.numpy(), np.full([3, 1], 2.5), rtol=1e-6)

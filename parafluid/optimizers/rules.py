@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..framework import Parameter, Variable
+from ..framework import Parameter, Variable, default_startup_program, in_dygraph_mode
 from .base import Optimizer, State, _check_number
 
 __all__ = ["SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "Adam", "AdamOptimizer",
@@ -120,7 +120,7 @@ class Adagrad(Optimizer):
 
     type = "adagrad"
     _moment_acc_str = "moment"  # Fluid's accumulator name attribute
-    _state = (State("Moment", "moment", "MomentOut", fill="_initial_accumulator_value"),)
+    _state = (State("Moment", "moment", "MomentOut", fill="_moment_fill"),)
 
     def __init__(self, learning_rate: float | Variable, epsilon: float = 1e-6,
                  regularization: Any = None, name: str | None = None,
@@ -130,6 +130,22 @@ class Adagrad(Optimizer):
         super().__init__(learning_rate, regularization, name, grad_clip)
         self._epsilon = float(epsilon)
         self._initial_accumulator_value = float(initial_accumulator_value)
+
+    @property
+    def _moment_fill(self) -> float:
+        # NOTE: as Fluid 1.6's, a program's moment starts at 0 and the update pass appends
+        # a second fill_constant with initial_accumulator_value to the startup program;
+        # the imperative mode fills it once, at creation
+        return self._initial_accumulator_value if in_dygraph_mode() else 0.0
+
+    def _append_optimize_op(self, block: Any, param_and_grad: tuple[Any, Any]) -> Any:
+        if not in_dygraph_mode():
+            moment = self._get_accumulator(self._moment_acc_str, param_and_grad[0])
+            default_startup_program().global_block().append_op(
+                "fill_constant", inputs={}, outputs={"Out": [moment]},
+                attrs={"dtype": moment.dtype, "value": self._initial_accumulator_value,
+                       "shape": list(moment.shape)})
+        return super()._append_optimize_op(block, param_and_grad)
 
     def _update_attrs(self, param: Parameter) -> dict[str, Any]:
         return {"epsilon": self._epsilon}

@@ -25,9 +25,20 @@ def _as_var(value: Any, like: Variable, full: bool) -> Variable:
     return fill_constant([1], like.dtype, float(value))
 
 
+_INTS = frozenset({"uint8", "int8", "int16", "int32", "int64"})
+
+
 def _binary(op_type: str, reverse: bool = False, scalar: Any = None) -> Any:
     def method(self: Variable, other: Any) -> Variable:
-        if isinstance(other, (int, float)) and scalar is not None:
+        # NOTE: as Fluid 1.6's, an integer variable divided by a number is an
+        # elementwise_div (integer division), not a scale by 1/value (which an integer
+        # kernel would truncate to 0)
+        if isinstance(other, (int, float)) and scalar is not None and not (
+                op_type == "elementwise_div" and self.dtype in _INTS):
+            if isinstance(other, float) and self.dtype in _INTS and other != int(other):
+                raise ValueError(f"{op_type}: {self.name!r} is {self.dtype} but the number "
+                                 f"{other} is not an integer; cast the variable to a float "
+                                 "dtype first (fluid.layers.cast)")
             return scalar(self, other)
         if not isinstance(other, Variable):
             other = _as_var(other, self, full=reverse)

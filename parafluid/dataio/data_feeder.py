@@ -48,7 +48,15 @@ class _Slot:
             return np.stack(arrays)
         if self.shape[0] == -1:
             per_sample = self.shape[1:]
-            arrays = [self._fit(a, per_sample, i) for i, a in enumerate(arrays)]
+            try:
+                arrays = [self._fit(a, per_sample, i) for i, a in enumerate(arrays)]
+            except ValueError:
+                # as Fluid 1.6's converter: a batch of another rank is reshaped whole to the
+                # variable's shape (a sample [8, 10] of a [-1, 10] variable gives 8 rows)
+                batch = self._whole(arrays)
+                if batch is None:
+                    raise
+                return batch
             return np.stack(arrays)
         batch = np.stack(arrays)
         if batch.size != int(np.prod(self.shape)):
@@ -65,6 +73,19 @@ class _Slot:
             raise ValueError(f"DataFeeder: sample {index}, field {self.name!r}: cannot convert "
                              f"{type(field).__name__} to {np.dtype(self.dtype).name}: {e}") \
                 from None
+
+    def _whole(self, arrays: list[np.ndarray]) -> np.ndarray | None:
+        """The samples stacked and reshaped to the variable's shape, when they share one
+        shape of another rank and fill whole rows of it (else None)."""
+        assert self.shape is not None
+        if len({a.shape for a in arrays}) != 1 or self.shape.count(-1) != 1 or \
+                arrays[0].ndim + 1 == len(self.shape):
+            return None
+        batch = np.stack(arrays)
+        row = int(np.prod(self.shape[1:]))
+        if row <= 0 or batch.size % row:
+            return None
+        return batch.reshape(self.shape)
 
     def _fit(self, arr: np.ndarray, shape: tuple[int, ...], index: int) -> np.ndarray:
         if len(arr.shape) == len(shape) and \

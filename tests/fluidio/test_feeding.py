@@ -293,3 +293,17 @@ def test_feeder_nests_lod_level_two_samples() -> None:
     with pytest.raises(ValueError, match=r"sample 0, field 'w' \(lod_level 2\) must nest "
                                          r"sequences 2 deep; found a scalar at depth 1"):
         feeder.feed([([1, 2],)])
+
+
+def test_feeder_reshapes_a_batch_of_another_rank_whole_as_fluid() -> None:
+    # Fluid 1.6's converter: samples of [24] for an img of [-1, 2, 3] (a batch of rank 2
+    # against 3) become 4 rows each; labels of [4, 1] for [-1, 1] likewise
+    main, img, label = _data_vars()
+    feeder = fluid.DataFeeder([img, label], fluid.CPUPlace(), program=main)
+    samples = [(np.arange(24) + 100 * k, np.arange(4).reshape(4, 1) + k) for k in range(2)]
+    feed = feeder.feed(samples)
+    assert feed["img"].shape == (8, 2, 3) and feed["label"].shape == (8, 1)
+    np.testing.assert_array_equal(feed["img"][5].ravel(), np.arange(6, 12) + 100)
+    np.testing.assert_array_equal(feed["label"].ravel(), [0, 1, 2, 3, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match=r"sample 0, field 'img' has shape \[20\]"):
+        feeder.feed([(np.zeros([20]), np.zeros([4, 1]))])  # 20 is no whole number of rows

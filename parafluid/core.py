@@ -41,6 +41,7 @@ from .inference_api.predictor import (
 from .ops.reader import EOFException
 from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, Place, is_compiled_with_cuda
 from .scope import (
+    LodRankTable,
     LoDTensor,
     LoDTensorArray,
     Scope,
@@ -49,8 +50,8 @@ from .scope import (
     set_feed_variable,
 )
 
-__all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray", "Scope",
-           "SelectedRows", "EOFException", "EnforceNotMet",
+__all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray",
+           "LodRankTable", "Scope", "SelectedRows", "EOFException", "EnforceNotMet",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc",
            "kEmptyVarName", "kTempVarName", "kGradVarSuffix", "kZeroVarSuffix",

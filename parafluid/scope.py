@@ -23,7 +23,7 @@ from .place import to_device
 # the attribute of a run-time tensor holding its LoD (lod.LOD_ATTR names the same)
 TENSOR_LOD_ATTR = "_parafluid_lod"
 
-__all__ = ["Scope", "ScopeVariable", "LoDTensor", "LoDTensorArray", "SelectedRows",
+__all__ = ["Scope", "ScopeVariable", "LoDTensor", "LoDTensorArray", "LodRankTable", "SelectedRows",
            "SelectedRowsHandle", "ScopeTensorArray", "TensorArray",
            "global_scope", "scope_guard", "as_numpy", "FetchedArray", "OneElementArray"]
 
@@ -339,6 +339,16 @@ class ScopeVariable:
                             "not a tensor array")
         return ScopeTensorArray(self)
 
+    def get_lod_rank_table(self) -> LodRankTable:
+        """Fluid's ``var.get_lod_rank_table()``: the rank table ``lod_rank_table`` wrote
+        here (an empty one if nothing was)."""
+        if self.value is not None and not (isinstance(self.value, torch.Tensor)
+                                           and self.value.dim() == 2
+                                           and self.value.shape[1] == 2):
+            raise TypeError(f"variable {self.name!r} holds {type(self.value).__name__}, "
+                            "not a lod_rank_table")
+        return LodRankTable(self.value)
+
     def is_initialized(self) -> bool:
         return self.value is not None
 
@@ -377,6 +387,21 @@ class ScopeVariable:
 
     def __repr__(self) -> str:
         return f"ScopeVariable({self.name!r}, {'set' if self.value is not None else 'empty'})"
+
+
+class LodRankTable:
+    """Fluid's ``core.LodRankTable``: ``items()`` lists ``(index, length)`` of each
+    sequence, longest first (the ``[n, 2]`` int64 value of a ``lod_rank_table`` op)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: torch.Tensor | None) -> None:
+        self._value = value
+
+    def items(self) -> list[tuple[int, int]]:
+        if self._value is None:
+            return []
+        return [(int(i), int(n)) for i, n in self._value.tolist()]
 
 
 class _Scalar:

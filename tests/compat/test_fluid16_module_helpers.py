@@ -366,3 +366,23 @@ def test_a_persistable_feed_the_devices_cannot_share_is_enforce_not_met():
     feed["fp_lr"] = np.array([0.5, 0.5], "float32")
     with pytest.raises(core.EnforceNotMet, match="fed with 2 rows on 4 devices"):
         exe.run(compiled, feed=feed, scope=scope)
+
+
+def test_a_scope_variable_gives_the_rank_table_lod_rank_table_wrote():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32", lod_level=2)
+        table = fluid.layers.control_flow.lod_rank_table(x, level=1)
+        table.persistable = True
+    tensor = core.LoDTensor()
+    tensor.set(np.zeros([9, 3], "float32"), core.CPUPlace())
+    tensor.set_recursive_sequence_lengths([[1, 2], [2, 4, 3], [1] * 9])
+    scope = core.Scope()
+    fluid.Executor(core.CPUPlace()).run(main, feed={"x": tensor}, scope=scope)
+    ranked = scope.find_var(table.name).get_lod_rank_table()
+    assert isinstance(ranked, core.LodRankTable)
+    assert ranked.items() == [(1, 4), (2, 3), (0, 2)]
+    assert scope.var("empty").get_lod_rank_table().items() == []
+    scope.var("t").get_tensor().set(np.zeros([2, 3], "float32"), core.CPUPlace())
+    with pytest.raises(TypeError, match="'t' holds Tensor, not a lod_rank_table"):
+        scope.find_var("t").get_lod_rank_table()

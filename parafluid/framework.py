@@ -25,6 +25,7 @@ from typing import Any
 
 from .dtypes import convert_dtype, convert_np_dtype_to_dtype_
 from .place import to_device
+from .program_desc import ProgramDescView, inference_program, prune_program
 from .program_meta import ProgramMeta, VarsDistributed
 from .variable import Parameter, Variable, _as_shape, var_names
 from .version import require_version
@@ -882,6 +883,44 @@ class Program:
         if for_test:
             p._prune_for_test()
         return p
+
+    @property
+    def desc(self) -> ProgramDescView:
+        """Fluid's ``program.desc``: ``num_blocks()``, ``block(i)``, ``serialize_to_string()``."""
+        return ProgramDescView(self)
+
+    def _prune(self, targets: Any) -> Program:
+        """Fluid's: a copy keeping only the ops ``targets`` (Variables, through the first op
+        writing each, or Operators) need; see ``program_desc.prune_program``."""
+        return self._prune_with_input([], targets)
+
+    def _prune_with_input(self, feeded_var_names: Any, targets: Any) -> Program:
+        """``_prune`` that stops at the variables named in ``feeded_var_names`` (their
+        producers go)."""
+        if not isinstance(feeded_var_names, list):
+            feeded_var_names = [feeded_var_names]
+        if not isinstance(targets, list):
+            targets = [targets]
+        if not all(isinstance(n, str) for n in feeded_var_names):
+            raise ValueError("All feeded_var_names of prune() can only be str.")
+        where = []
+        for t in targets:
+            if isinstance(t, Variable):
+                t = next((op for op in self.global_block().ops
+                          if t.name in op.output_arg_names), None)
+                if t is None:
+                    raise ValueError("The target variable must have an associated operator "
+                                     "that generates it.")
+            elif not isinstance(t, Operator):
+                raise ValueError("All targets of prune() can only be Variable or Operator.")
+            where.append((t.block.idx, next(i for i, op in enumerate(t.block.ops)
+                                            if op is t)))
+        return prune_program(self, feeded_var_names, where)
+
+    def _inference_optimize(self, prune_read_op: bool = True) -> Program:
+        """Fluid's: a copy whose ``is_test`` ops run as at inference, without the reader's
+        ops (up to the first ``read``) when ``prune_read_op``."""
+        return inference_program(self, prune_read_op)
 
     def _prune_for_test(self) -> None:
         """In place, on a fresh copy: what an evaluation runs. Backward, optimize and

@@ -75,7 +75,12 @@ from .framework import Parameter, Program, Variable, default_main_program
 from .ops.registry import shapes_compatible
 from .ops.rpc import pserver_checkpoint_filename
 from .passes.prune import prune
-from .program_state import load_program_state, set_program_state
+from .program_state import (
+    get_parameter_value,
+    get_parameter_value_by_name,
+    load_program_state,
+    set_program_state,
+)
 from .scope import Scope, global_scope
 from .serialization import _MAGIC, parse_json, program_from_dict, program_to_dict
 from .tensor_file import (  # noqa: F401  (VARS_FORMAT, _crc: io's names for the format)
@@ -100,7 +105,8 @@ __all__ = ["save_vars", "save_params", "save_persistables", "load_vars", "load_p
            "MODEL_FILENAME", "read_tensors", "write_tensors", "encode_model", "decode_model",
            "pserver_checkpoint_filename", "write_pserver_checkpoint", "check_checkpoint_file",
            "checked_checkpoint_file",
-           "CHECKPOINT_MARKER", "load_program_state", "set_program_state"]
+           "CHECKPOINT_MARKER", "load_program_state", "set_program_state",
+           "get_parameter_value", "get_parameter_value_by_name"]
 
 DEFAULT_FILENAME = "__variables__.safetensors"
 MODEL_FILENAME = "__model__"

@@ -1,5 +1,7 @@
 """``fluid.io.load_program_state`` / ``set_program_state``: a checkpoint written by
-``fluid.save`` as a dict of numpy arrays, and that dict put into the scope.
+``fluid.save`` as a dict of numpy arrays, and that dict put into the scope; and
+``get_parameter_value`` / ``get_parameter_value_by_name``, a parameter's value fetched by an
+executor.
 
 Example::
 
@@ -18,11 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .framework import Program, Variable
+from .framework import Parameter, Program, Variable, default_main_program
 from .scope import global_scope
 from .tensor_file import read_tensors
 
-__all__ = ["load_program_state", "set_program_state"]
+__all__ = ["load_program_state", "set_program_state", "get_parameter_value",
+           "get_parameter_value_by_name"]
 
 
 def load_program_state(model_path: str,
@@ -85,3 +88,23 @@ def set_program_state(program: Program, state_dict: dict[str, Any]) -> None:
     if unused:
         warnings.warn("This list is not set, Because of Paramerter not found in program. "
                       f"There are: {' '.join(unused)}", stacklevel=2)
+
+
+def get_parameter_value(para: Variable, executor: Any) -> np.ndarray:
+    """Fluid's ``io.get_parameter_value``: the value of parameter ``para``, fetched by
+    ``executor`` from a program holding just that variable (so from the executor's scope)."""
+    if not isinstance(para, Parameter):
+        raise TypeError(f"get_parameter_value: {getattr(para, 'name', para)!r} is not a "
+                        f"Parameter (got {type(para).__name__})")
+    program = Program()
+    var = program.global_block().create_var(name=para.name, shape=para.shape,
+                                            dtype=para.dtype, persistable=True)
+    return executor.run(program, feed={}, fetch_list=[var])[0]
+
+
+def get_parameter_value_by_name(name: str, executor: Any,
+                                program: Program | None = None) -> np.ndarray:
+    """Fluid's ``io.get_parameter_value_by_name``: ``get_parameter_value`` of the parameter
+    ``name`` of ``program`` (default: the default main program)."""
+    program = program if program is not None else default_main_program()
+    return get_parameter_value(program.global_block().var(name), executor)

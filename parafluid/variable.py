@@ -114,6 +114,15 @@ class Parameter(Variable):
                  trainable: bool = True, optimize_attr: dict[str, float] | None = None,
                  regularizer: Any = None, gradient_clip_attr: Any = None,
                  do_model_average: bool | None = None, **kwargs: Any) -> None:
+        # NOTE: as Fluid 1.6's Parameter: a shape and a dtype are required, and a scalar
+        # (shape []) is no parameter
+        if shape is None:
+            raise ValueError(f"Parameter {name!r}: the shape of a Parameter must not be None")
+        if dtype is None:
+            raise ValueError(f"Parameter {name!r}: the dtype of a Parameter must not be None")
+        if len(shape) == 0:
+            raise ValueError(f"Parameter {name!r}: the shape of a Parameter needs at least one "
+                             "dimension, got []")
         for dim in shape:
             if dim is None or dim < 0:
                 raise ValueError(f"Parameter {name!r}: every dimension must be known and >= 0, "

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "version", "tensor_file", "compat", "atomic_write", "log_helper", "_malloc")),
     # the op registry is the schema the IR checks ops against (slots, attrs, shape rules);
     # it imports only values (and the table of the op types it refuses, with their reasons)
-    ("IR", ("framework", "variable", "program_meta", "serialization", "verifier",
+    ("IR", ("framework", "variable", "program_meta", "program_desc", "serialization", "verifier",
             "ops.registry", "ops.not_provided")),
     ("ops", ("ops", "distributed")),
     ("passes", ("backward", "passes")),

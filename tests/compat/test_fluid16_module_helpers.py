@@ -386,3 +386,78 @@ def test_a_scope_variable_gives_the_rank_table_lod_rank_table_wrote():
     scope.var("t").get_tensor().set(np.zeros([2, 3], "float32"), core.CPUPlace())
     with pytest.raises(TypeError, match="'t' holds Tensor, not a lod_rank_table"):
         scope.find_var("t").get_lod_rank_table()
+
+
+def _fc_loss_program():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        y = fluid.layers.fc(input=[x], size=2, act="softmax")
+        loss = fluid.layers.mean(fluid.layers.cross_entropy(input=y, label=label))
+        drop = fluid.layers.dropout(y, dropout_prob=0.5)
+    return main, y, label, loss, drop
+
+
+def test_program_prune_keeps_what_the_targets_need_as_fluids_core_prune():
+    main, y, label, loss, drop = _fc_loss_program()
+    types = ["mul", "elementwise_add", "softmax", "cross_entropy2", "mean"]
+    assert [op.type for op in main._prune(targets=[loss]).global_block().ops] == types
+    assert [op.type for op in main._prune(loss).global_block().ops] == types
+    pruned = main._prune_with_input(feeded_var_names=[y.name, label.name], targets=[loss])
+    assert [op.type for op in pruned.global_block().ops] == ["cross_entropy2", "mean"]
+    assert "fc_0.w_0" not in pruned.global_block().vars and y.name in pruned.global_block().vars
+    # an Operator target is kept whatever reads it; is_test is left as it was
+    op = main.global_block().ops[-1]
+    kept = main._prune([op]).global_block().ops
+    assert [o.type for o in kept] == ["mul", "elementwise_add", "softmax", "dropout"]
+    assert kept[-1].attr("is_test") is False
+    assert len(main.global_block().ops) == 6  # the caller's program is unchanged
+    with pytest.raises(ValueError, match="All targets of prune\\(\\) can only be Variable or "
+                                         "Operator."):
+        main._prune(targets=None)
+    with pytest.raises(ValueError, match="feeded_var_names of prune\\(\\) can only be str"):
+        main._prune_with_input([y], [loss])
+    with pytest.raises(ValueError, match="associated operator that generates it"):
+        main._prune(main.global_block().var("x"))
+
+
+def test_program_desc_and_inference_optimize_as_fluids():
+    main, _, _, loss, _ = _fc_loss_program()
+    assert main.desc.num_blocks() == 1 and main.desc.block(0).op_size() == 6
+    restored = fluid.Program.parse_from_string(main.desc.serialize_to_string())
+    assert [o.type for o in restored.global_block().ops] == \
+        [o.type for o in main.global_block().ops]
+    infer = main._inference_optimize()
+    assert infer.global_block().ops[-1].attr("is_test") is True
+    assert main.global_block().ops[-1].attr("is_test") is False
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        reader = fluid.layers.py_reader(capacity=2, shapes=[[-1, 3]], dtypes=["float32"])
+        x = fluid.layers.read_file(reader)
+        fluid.layers.mean(x)
+        prog = fluid.default_main_program()
+    assert [o.type for o in prog._inference_optimize().global_block().ops] == ["mean"]
+    assert [o.type for o in prog._inference_optimize(prune_read_op=False).global_block().ops
+            ] == ["read", "mean"]
+
+
+def test_get_parameter_value_and_the_parameter_shape_rules():
+    main = fluid.Program()
+    block = main.global_block()
+    param = block.create_parameter(name="fc.w", shape=[3, 2], dtype="float32",
+                                   initializer=fluid.initializer.ConstantInitializer(1.5))
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(main)
+        np.testing.assert_array_equal(fluid.io.get_parameter_value(param, exe),
+                                      np.full([3, 2], 1.5, "float32"))
+        np.testing.assert_array_equal(
+            fluid.io.get_parameter_value_by_name("fc.w", exe, main), np.full([3, 2], 1.5))
+    with pytest.raises(TypeError, match="is not a Parameter"):
+        fluid.io.get_parameter_value(block.create_var(name="v", shape=[1]), exe)
+    for kw, what in ((dict(shape=None, dtype="float32"), "shape .* must not be None"),
+                     (dict(shape=[1], dtype=None), "dtype .* must not be None"),
+                     (dict(shape=[], dtype="float32"), "at least one dimension"),
+                     (dict(shape=[-1], dtype="float32"), "must be known")):
+        with pytest.raises(ValueError, match=what):
+            block.create_parameter(name="p", **kw)

@@ -25,6 +25,7 @@ from .dataio.legacy_reader import LoDTensorBlockingQueue
 from .dtypes import VarType
 from .engine.runtime import EnforceNotMet
 from .flags import FLAGS, flag, known_flags, set_flag
+from .framework import ProgramDesc
 from .inference_api.predictor import (
     AnalysisConfig,
     AnalysisPredictor,
@@ -40,6 +41,7 @@ from .inference_api.predictor import (
 )
 from .ops.reader import EOFException
 from .place import CPUPlace, CUDAPinnedPlace, CUDAPlace, Place, is_compiled_with_cuda
+from .program_desc import AttrType
 from .scope import (
     LodRankTable,
     LoDTensor,
@@ -51,7 +53,8 @@ from .scope import (
 )
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray",
-           "LodRankTable", "Scope", "SelectedRows", "EOFException", "EnforceNotMet",
+           "LodRankTable", "Scope", "SelectedRows", "ProgramDesc", "AttrType", "EOFException",
+           "EnforceNotMet",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc",
            "kEmptyVarName", "kTempVarName", "kGradVarSuffix", "kZeroVarSuffix",

@@ -25,7 +25,14 @@ from typing import Any
 
 from .dtypes import convert_dtype, convert_np_dtype_to_dtype_
 from .place import to_device
-from .program_desc import ProgramDescView, inference_program, prune_program
+from .program_desc import (
+    BlockDescView,
+    OpDescView,
+    ProgramDescView,
+    attr_type_of,
+    inference_program,
+    prune_program,
+)
 from .program_meta import ProgramMeta, VarsDistributed
 from .variable import Parameter, Variable, _as_shape, var_names
 from .version import require_version
@@ -226,6 +233,18 @@ class Operator:
     def attr_names(self) -> list[str]:
         return list(self.attrs)
 
+    def attr_type(self, name: str) -> Any:
+        """The ``core.AttrType`` of attribute ``name``."""
+        return attr_type_of(self, name)
+
+    @property
+    def idx(self) -> int:
+        """The op's position in its block (Fluid's ``op.idx``)."""
+        for i, op in enumerate(self.block.ops):
+            if op is self:
+                return i
+        raise ValueError(f"op {self.type!r} is not in its block {self.block.idx} any more")
+
     def all_attrs(self) -> dict[str, Any]:
         """Every attribute by name (the registered defaults included); a sub-block attribute
         gives its ``Block`` (``listen_and_serv``'s ``optimize_blocks``: a list of them)."""
@@ -258,9 +277,9 @@ class Operator:
         self.block.program._bump()
 
     @property
-    def desc(self) -> _OpDesc:
+    def desc(self) -> OpDescView:
         """Fluid's ``op.desc``: the op's description as the C++ side sees it."""
-        return _OpDesc(self)
+        return OpDescView(self)
 
     # ---- printing
     def to_string(self, with_details: bool = False) -> str:
@@ -289,62 +308,6 @@ def __getattr__(name: str) -> object:
 
     return missing_attribute("fluid" if name == "load_op_library" else "framework", name,
                              __all__)
-
-
-def _name(name: str | bytes) -> str:
-    return name.decode() if isinstance(name, bytes) else name
-
-
-class _OpDesc:
-    """Fluid's ``OpDesc`` of an op: its type, slots and attributes, and the shape and type
-    inference Fluid's programs call on it (run again on the op's current variables)."""
-
-    __slots__ = ("_op",)
-
-    def __init__(self, op: Operator) -> None:
-        self._op = op
-
-    def type(self) -> str:
-        return self._op.type
-
-    def input(self, slot: str) -> list[str]:
-        return self._op.input(slot)
-
-    def output(self, slot: str) -> list[str]:
-        return self._op.output(slot)
-
-    def input_names(self) -> list[str]:
-        return self._op.input_names
-
-    def output_names(self) -> list[str]:
-        return self._op.output_names
-
-    def input_arg_names(self) -> list[str]:
-        return self._op.input_arg_names
-
-    def output_arg_names(self) -> list[str]:
-        return self._op.output_arg_names
-
-    def attr(self, name: str) -> Any:
-        return self._op.attr(name)
-
-    def has_attr(self, name: str) -> bool:
-        return self._op.has_attr(name)
-
-    def attr_names(self) -> list[str]:
-        return self._op.attr_names
-
-    def set_attr(self, name: str, value: Any) -> None:
-        self._op._set_attr(name, value)
-
-    def infer_var_type(self, block_desc: Any = None) -> None:
-        """Output kinds and dtypes are inferred with the shapes (``infer_shape``)."""
-        self.infer_shape(block_desc)
-
-    def infer_shape(self, block_desc: Any = None) -> None:
-        from .ops.registry import prepare_op  # registry imports nothing from here at import
-
-        prepare_op(self._op, infer=True)
 
 
 class DetachedOpDesc:
@@ -407,125 +370,6 @@ class DetachedOpDesc:
         return f"DetachedOpDesc({self._type}, {self._inputs} -> {self._outputs})"
 
 
-class _VarDesc:
-    """Fluid's ``VarDesc`` of a variable: its name, dtype, shape and kind as methods."""
-
-    __slots__ = ("_var",)
-
-    def __init__(self, var: Variable) -> None:
-        self._var = var
-
-    def name(self) -> str:
-        return self._var.name
-
-    def dtype(self) -> Any:
-        return self._var.dtype
-
-    def set_dtype(self, dtype: Any) -> None:
-        self._var.dtype = convert_dtype(dtype)
-
-    def shape(self) -> list[int]:
-        return list(self._var.shape or [])
-
-    def set_shape(self, shape: Sequence[int]) -> None:
-        self._var.shape = _as_shape(shape, self._var.name)
-
-    def type(self) -> Any:
-        return self._var.type
-
-    def lod_level(self) -> int:
-        return self._var.lod_level
-
-    def set_lod_level(self, level: int) -> None:
-        self._var.lod_level = int(level)
-
-    def persistable(self) -> bool:
-        return bool(self._var.persistable)
-
-    def set_persistable(self, value: bool) -> None:
-        self._var.persistable = bool(value)
-
-
-class _NewOpDesc:
-    """An op slot ``block.desc.append_op()`` made; ``copy_from(desc)`` fills it with an op
-    (its variables are made where the block lacks them, their shapes inferred later by
-    the desc's ``infer_shape``), as Fluid's programs that build ops desc by desc do."""
-
-    __slots__ = ("_block", "op")
-
-    def __init__(self, block: Block) -> None:
-        self._block = block
-        self.op: Operator | None = None
-
-    def copy_from(self, desc: Any) -> None:
-        if self.op is not None:
-            raise ValueError("copy_from: this op desc was filled already")
-        # a gradient the block does not hold was never made (an output nothing reads, such
-        # as batch_norm's MeanOut): left out, as the backward pass leaves it out
-        inputs = {slot: [n for n in desc.input(slot) if not n.endswith(GRAD_SUFFIX)
-                         or self._block._find_var_recursive(n) is not None]
-                  for slot in desc.input_names()}
-        inputs = {slot: names for slot, names in inputs.items() if names}
-        outputs = {slot: desc.output(slot) for slot in desc.output_names()}
-        for names in (*inputs.values(), *outputs.values()):
-            for n in names:
-                if self._block._find_var_recursive(n) is None:
-                    self._block.create_var(name=n)
-        attrs = {k: desc.attr(k) for k in desc.attr_names()}
-        self.op = self._block.append_op(type=desc.type(), inputs=inputs, outputs=outputs,
-                                        attrs=attrs, infer_shape=False)
-        self.op._source_desc = desc  # type: ignore[attr-defined]
-
-    def __getattr__(self, name: str) -> Any:
-        if self.op is None:
-            raise AttributeError(f"an empty op desc has no {name!r}: copy_from(desc) first")
-        return getattr(_OpDesc(self.op), name)
-
-
-class _BlockDesc:
-    r"""Fluid's ``BlockDesc`` of a block: its variables by name (str or bytes), as
-    ``VarDesc``\ s, and ``append_op`` for an op built desc by desc."""
-
-    __slots__ = ("_block",)
-
-    def __init__(self, block: Block) -> None:
-        self._block = block
-
-    @property
-    def id(self) -> int:
-        return self._block.idx
-
-    @property
-    def parent(self) -> int:
-        return self._block.parent_idx
-
-    def find_var(self, name: str | bytes) -> _VarDesc | None:
-        var = self._block.vars.get(_name(name))
-        return None if var is None else _VarDesc(var)
-
-    def find_var_recursive(self, name: str | bytes) -> _VarDesc | None:
-        var = self._block._find_var_recursive(_name(name))
-        return None if var is None else _VarDesc(var)
-
-    def has_var(self, name: str | bytes) -> bool:
-        return _name(name) in self._block.vars
-
-    def var(self, name: str | bytes) -> _VarDesc:
-        """The variable ``name`` of this block, made if absent (Fluid's ``Var``)."""
-        n = _name(name)
-        var = self._block.vars.get(n)
-        return _VarDesc(var if var is not None else self._block.create_var(name=n))
-
-    def append_op(self) -> _NewOpDesc:
-        return _NewOpDesc(self._block)
-
-    def op_size(self) -> int:
-        return len(self._block.ops)
-
-    def op(self, index: int) -> _OpDesc:
-        return _OpDesc(self._block.ops[index])
-
-
 def _attr_str(v: Any) -> str:
     if isinstance(v, Block):
         return f"block[{v.idx}]"
@@ -545,9 +389,9 @@ class Block:
     """An ordered list of ops plus the variables they use; block 0 is the global block."""
 
     @property
-    def desc(self) -> _BlockDesc:
+    def desc(self) -> BlockDescView:
         """Fluid's ``block.desc``: the block's description as the C++ side sees it."""
-        return _BlockDesc(self)
+        return BlockDescView(self)
 
     def __init__(self, program: Program, idx: int, parent_idx: int = -1) -> None:
         self.program = program
@@ -670,12 +514,14 @@ class Block:
         prepare_op(op, infer=infer)
         return op
 
-    def append_op(self, type: str, inputs: dict[str, Any] | None = None,
+    def append_op(self, type: str | None = None, inputs: dict[str, Any] | None = None,
                   outputs: dict[str, Any] | None = None, attrs: dict[str, Any] | None = None,
                   infer_shape: bool = True) -> Operator:
         """Append an op; fills attr defaults and infers output shapes and dtypes.
 
         In the imperative mode the tracer runs the op at once instead."""
+        if type is None:  # Fluid's words
+            raise ValueError("`type` to initialized an Operator can not be None.")
         if _dygraph_tracer_ is not None:
             return _dygraph_tracer_.trace_op(type, inputs, outputs, attrs=attrs, block=self)
         op = self._make_op(type, inputs, outputs, attrs, infer=infer_shape)
@@ -701,6 +547,14 @@ class Block:
     def _remove_op(self, index: int) -> None:
         del self.ops[index]
         self.program._bump()
+
+    def _insert_empty_op(self, index: int) -> Operator:
+        """An op of no type yet at ``index``, for ``block.desc.append_op()`` to fill (Fluid's
+        empty ``OpDesc``)."""
+        op = Operator(self, "", {}, {}, {}, callsite=_user_callsite())
+        self.ops.insert(index, op)
+        self.program._bump()
+        return op
 
     # ---- printing
     def to_string(self, with_details: bool = False) -> str:
@@ -769,6 +623,9 @@ class Program:
         self.current_block_idx = block.idx
         self._bump()
         return block
+
+    def _sync_with_cpp(self) -> None:
+        """Fluid's: nothing to do, the descriptions are views of this program."""
 
     def _rollback(self) -> None:
         self.current_block_idx = self.current_block().parent_idx
@@ -989,6 +846,32 @@ class Program:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Program:
         return self.clone()
+
+
+class ProgramDesc(ProgramDescView):
+    """Fluid's ``core.ProgramDesc``: a program's description to build desc by desc.
+    ``ProgramDesc()`` is a new program's (one empty block), ``ProgramDesc(desc)`` a copy's,
+    ``ProgramDesc(data)`` the program ``serialize_to_string`` wrote.
+
+    Example::
+
+        desc = core.ProgramDesc()
+        x = desc.block(0).var(b"x")
+        op = desc.block(0).append_op()
+        op.set_type("relu")
+    """
+
+    def __init__(self, source: ProgramDescView | bytes | None = None) -> None:
+        if source is None:
+            program = Program()
+        elif isinstance(source, ProgramDescView):
+            program = source._program.clone()
+        elif isinstance(source, bytes):
+            program = Program.parse_from_string(source)
+        else:
+            raise TypeError(f"ProgramDesc: expected nothing, a ProgramDesc or the bytes of "
+                            f"serialize_to_string, got {type(source).__name__}")
+        super().__init__(program)
 
 
 # --------------------------------------------------------------------------- defaults

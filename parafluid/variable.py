@@ -57,6 +57,15 @@ class Variable:
     def ndim(self) -> int:
         return len(self.shape or ())
 
+    @property
+    def op(self) -> Any:
+        """The last op of the variable's block that writes it (Fluid's ``var.op``), None if
+        none does."""
+        for op in reversed(getattr(self.block, "ops", ())):
+            if self.name in op.output_arg_names:
+                return op
+        return None
+
     def _to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "shape": None if self.shape is None else list(self.shape),
                 "dtype": self.dtype, "type": self.type, "lod_level": self.lod_level,

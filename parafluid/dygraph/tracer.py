@@ -208,9 +208,12 @@ class Tracer:
             bind_op(fop, self.device, None, env)()
         except Exception as exc:
             raise op_error(fop, seq, exc) from exc
-        record = (self._has_grad and self._train_mode and not stop_gradient
-                  and opdef.grad is not None
-                  and any(not v.stop_gradient for _, v in in_pairs))
+        # NOTE: as Fluid 1.6's tracer, the outputs of an op reading a variable that needs a
+        # gradient need one too, even when the op has no gradient (one_hot, argmax): the
+        # graph behind such an op is cut, the variables after it still get gradients
+        needs = (self._has_grad and self._train_mode and not stop_gradient
+                 and any(not v.stop_gradient for _, v in in_pairs))
+        record = needs and opdef.grad is not None
         for k, v in out_pairs:
             if k in env:
                 v._value = env[k]
@@ -220,7 +223,7 @@ class Tracer:
         for _, v in out_pairs:
             v._node, v._record_freed = node, False
             if not isinstance(v, Parameter) and not v.persistable:
-                v.stop_gradient = not record
+                v.stop_gradient = not needs
         return fop
 
     def trace(self, op_type: str, inputs: Any, outputs: Any, attrs: dict[str, Any],

@@ -326,3 +326,20 @@ def test_fc_takes_numpy_and_embedding_has_its_weight_before_a_call():
         ids = dygraph.to_variable(np.array([[1], [3]], "int64"))
         np.testing.assert_array_equal(emb(ids).numpy(), emb._w.numpy()[[1, 3]])
         assert [p.name for p in emb.parameters()] == [emb._w.name]
+
+
+def test_an_op_without_a_gradient_cuts_the_graph_but_its_output_needs_one():
+    # Fluid 1.6: the one_hot op has no gradient; its output still needs one (an input did),
+    # so mean records and backward runs to it, and nothing flows behind one_hot (the op
+    # itself: fluid.layers.one_hot then sets stop_gradient, as Fluid's layer does)
+    with dygraph.guard():
+        tracer = fluid.framework._dygraph_tracer()
+        fc = dygraph.FC("fc", size=1)
+        label = fluid.layers.cast(fc(_var(X)) * 0.0, "int64")  # zeros, needing a gradient
+        hot = fluid.framework.default_main_program().current_block().create_var(
+            name="hot", dtype="float32")
+        tracer.trace_op("one_hot", {"X": [label]}, {"Out": [hot]}, attrs={"depth": 4})
+        assert not hot.stop_gradient and hot._node is None
+        fluid.layers.mean(hot).backward()
+        np.testing.assert_allclose(hot.gradient(), np.full([2, 4], 1 / 8, "float32"))
+        assert fc._w.gradient() is None

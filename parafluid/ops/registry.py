@@ -212,8 +212,9 @@ def get_op_def(type: str) -> OpDef:
         if refused is not None:
             raise ValueError(refused) from None
         close = difflib.get_close_matches(type, _REGISTRY, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown op type {type!r}{hint}") from None
+        # NOTE: Fluid 1.6's words (its programs and tests match them), then close names
+        hint = f"; did you mean {', '.join(close)}?" if close else "."
+        raise ValueError(f'Operator "{type}" has not been registered{hint}') from None
 
 
 def has_op(type: str) -> bool:

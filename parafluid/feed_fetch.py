@@ -374,6 +374,12 @@ def _as_array(name: str, value: Any, var: Variable | None) -> np.ndarray:
     if isinstance(value, np.ndarray) and value.dtype != object \
             and value.dtype.kind not in "USV":
         return value
+    if isinstance(value, Variable):
+        # NOTE: a Variable is a name in a program, not data (Fluid's conversion refuses
+        # it too, as an object numpy cannot read numbers from)
+        raise TypeError(f"feed {name!r}: expected {_expected(var)}, got the Variable "
+                        f"{value.name!r}, which is a name in a program, not data; feed its "
+                        "value (a numpy array or a LoDTensor)")
     if value is None or isinstance(value, (str, bytes, dict, set)) or (
             isinstance(value, np.ndarray) and value.dtype.kind in "USV"):
         raise TypeError(f"feed {name!r}: expected {_expected(var)} (numpy, torch or nested "

@@ -158,6 +158,8 @@ def test_a_fixed_size_feed_with_no_rows_never_suggests_cpu_num_0() -> None:
     ([[1.0, 2.0, 3.0], [4.0, 5.0]], "got a ragged nested list"),
     ([[object(), 1.0, 2.0]], "got a list holding non-numbers"),
     (np.array([["a", "b", "c"]]), "got a ndarray: array([['a', 'b', 'c']]"),
+    (fluid.Program().global_block().create_var(name="v", shape=[2, 3], dtype="float32"),
+     "got the Variable 'v', which is a name in a program, not data"),
 ])
 @pytest.mark.parametrize("which", ["exe", "pe"])
 def test_feed_value_errors_name_the_feed_the_expected_and_the_actual(

@@ -53,7 +53,8 @@ from .scope import (
 )
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorArray",
-           "LodRankTable", "Scope", "SelectedRows", "ProgramDesc", "AttrType", "EOFException",
+           "LodRankTable", "Scope", "SelectedRows", "ProgramDesc", "AttrType", "Layer",
+           "EOFException",
            "EnforceNotMet",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc",
@@ -69,6 +70,14 @@ class VarDesc:
     """``core.VarDesc.VarType.FP32`` and friends."""
 
     VarType = VarType
+
+
+class Layer:
+    """Fluid's ``core.Layer``, the base its imperative layers' C++ side gave them:
+    ``forward`` of the base computes nothing (an empty list of outputs)."""
+
+    def forward(self, inputs: list[Any]) -> list[Any]:
+        return []
 
 
 def get_cuda_device_count() -> int:

@@ -461,3 +461,10 @@ def test_get_parameter_value_and_the_parameter_shape_rules():
                      (dict(shape=[-1], dtype="float32"), "must be known")):
         with pytest.raises(ValueError, match=what):
             block.create_parameter(name="p", **kw)
+
+
+def test_core_layer_is_a_base_computing_nothing_and_a_layer_must_define_forward():
+    assert core.Layer().forward([]) == []
+    with fluid.dygraph.guard():
+        with pytest.raises(NotImplementedError):
+            fluid.Layer("l").forward([])

@@ -123,11 +123,12 @@ EXTRA_CASES = [
 
 
 def hsig_ref(X, W, Label, Bias, attrs):
-    """Fluid's default tree, written out: leaf c + C of a heap, nodes (code >> (j+1)) - 1."""
+    """Fluid's default tree, written out: leaf c + C of a heap, nodes (code >> (j+1)) - 1.
+    The ids are the first N = rows(X) of Label's buffer (a [N, 1] Label: all of them)."""
     classes = attrs["num_classes"]
     length = (classes - 1).bit_length()
     out, pre_out = np.zeros((X.shape[0], 1)), np.zeros((X.shape[0], length))
-    for i, c in enumerate(Label[:, 0]):
+    for i, c in enumerate(Label.reshape(-1)[:X.shape[0]]):
         code = int(c) + classes
         for j in range(code.bit_length() - 1):
             node, bit = (code >> (j + 1)) - 1, (code >> j) & 1

@@ -72,7 +72,7 @@ def test_a_warm_child_is_waited_for_stopped_and_killed_by_pid_and_group(script):
             p.wait(timeout=0.2)
         os.kill(p.pid, signal.SIGSTOP)
         assert p.poll() is None  # stopped, not ended
-        assert os.getpgid(p.pid) == p.pid  # its own session and group
+        assert os.getpgid(p.pid) == p.pid  # setsid: leads its own group
         os.killpg(p.pid, signal.SIGKILL)
         assert p.wait(timeout=30) == -signal.SIGKILL
     finally:

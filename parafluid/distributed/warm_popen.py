@@ -7,7 +7,7 @@ suite starts hundreds of them. :class:`WarmPopen` is a :class:`subprocess.Popen`
 child is instead forked from a server process that imported torch, numpy, zmq and parafluid
 once (and has run nothing: no thread, no ZeroMQ context, no torch op).
 
-The child is a real process with its own pid, environment, working directory, session and
+The child is a real process with its own pid, environment, working directory, setsid state and
 standard streams (the ``stdout=PIPE`` etc. of the caller, passed over a Unix socket), so
 everything a test does with a ``Popen`` works on it: ``communicate``, ``wait`` with a timeout,
 ``poll``, ``kill``/``send_signal`` by pid (SIGKILL, SIGSTOP, SIGSEGV...), ``killpg`` when it
@@ -245,7 +245,7 @@ class WarmPopen(subprocess.Popen):
                                           p2cwrite, c2pread, c2pwrite, errread, errwrite,
                                           restore_signals, *rest)
         # NOTE: Popen's trailing arguments: gid, gids, uid, umask, start_new_session (and
-        # process_group from 3.11); only the session is honoured (warm_eligible refused the
+        # process_group from 3.11); only start_new_session is honoured (warm_eligible refused the
         # others)
         start_new_session = bool(rest[4]) if len(rest) > 4 else False
         process_group = rest[5] if len(rest) > 5 else -1

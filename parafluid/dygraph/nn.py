@@ -71,8 +71,8 @@ class FC(_FunctionLayer):
         return super().__getattr__(name)
 
     def forward(self, input: Variable | list[Variable]) -> Variable:  # noqa: A002
-        # NOTE: as Fluid 1.6's FC (its helper's to_variable), numpy inputs are taken in
-        # the imperative mode
+        # NOTE: as Fluid 1.6's FC (through to_variable), numpy inputs are taken in the
+        # imperative mode
         if framework.in_dygraph_mode():
             if isinstance(input, (list, tuple)):
                 input = [_as_variable(x) for x in input]  # noqa: A001

@@ -326,9 +326,13 @@ class Tracer:
         # NOTE: as Fluid 1.6's tracer, a stop_gradient input alone in its slot gets no
         # gradient and cuts what lies behind it; one of several in a slot (concat's X, sum's
         # X) gets a gradient of zeros, and the ops behind it run on those zeros
-        slot_sizes = {k: len(keys) for keys in op.inputs.values() for k in keys}
-        blocked = {k for k, v in node.ins if v.stop_gradient and slot_sizes.get(k, 1) == 1}
-        zero_ins = {k for k, v in node.ins if v.stop_gradient and k not in blocked}
+        stopped = [k for k, v in node.ins if v.stop_gradient]
+        blocked: set[str] = set()
+        zero_ins: set[str] = set()
+        if stopped:  # the slot sizes only matter for a stopped input (most ops have none)
+            slot_sizes = {k: len(keys) for keys in op.inputs.values() for k in keys}
+            for k in stopped:
+                (blocked if slot_sizes.get(k, 1) == 1 else zero_ins).add(k)
         for spec in get_op_def(op.type).grad(op, blocked, _GRAD_CONTEXT):
             self._zero_missing(spec, missing, env, produced, owners, done, zeroed)
             ok, zero_fills = prune_missing_grads(spec, produced)

@@ -15,7 +15,9 @@ compiled against the same 200 torch calls under ``torch.compile``: the differenc
 is what the engine costs per op, amortized (target <= 0.1 us).
 
 Case ``digits``: the ``parafluid train`` classifier (64-128-64-10, Adam, batch 32), one step
-on one device interpreted, one device compiled, two devices compiled (ParallelExecutor).
+on one device interpreted and compiled, on two devices (ParallelExecutor) interpreted and
+compiled, and on two devices with ``BuildStrategy.fall_back_to_one_device`` (timed after
+its measuring steps, whichever it chose).
 
 Case ``startup``: the first step of a fresh process with an empty Inductor cache, and with
 the cache a first process left (``TORCHINDUCTOR_CACHE_DIR``): compile cost and cached start.
@@ -38,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -196,21 +199,26 @@ def chain_case(reps: int, steps: int) -> None:
 
 def digits_case(reps: int, steps: int) -> None:
     from parafluid.digits import TrainConfig, build_model, load_data
+    from parafluid.parallel.device_fallback import TIMED_STEPS, WARM_STEPS
 
     x, y, _, _ = load_data()
     cfg = TrainConfig()
     feed = {"img": x[:cfg.batch_size], "label": y[:cfg.batch_size]}
     sides: list[Callable[[], object]] = []
     names = []
-    for label, compile_, ndev in (("1 device, interpreted", False, 1),
-                                  ("1 device, compiled", True, 1),
-                                  ("2 devices, interpreted", False, 2),
-                                  ("2 devices, compiled", True, 2)):
+    for label, compile_, ndev, fall_back in (
+            ("1 device, interpreted", False, 1, False),
+            ("1 device, compiled", True, 1, False),
+            ("2 devices, interpreted", False, 2, False),
+            ("2 devices, compiled", True, 2, False),
+            ("2 devices, interpreted, fall_back_to_one_device", False, 2, True),
+            ("2 devices, compiled, fall_back_to_one_device", True, 2, True)):
         net = build_model(cfg)
         scope, exe = fluid.Scope(), fluid.Executor(fluid.CPUPlace())
         exe.run(net["startup"], scope=scope)
         bs = fluid.BuildStrategy()
         bs.enable_compile = compile_
+        bs.fall_back_to_one_device = fall_back
         program: object = net["main"]
         if ndev > 1:
             program = fluid.CompiledProgram(net["main"]).with_data_parallel(
@@ -221,6 +229,11 @@ def digits_case(reps: int, steps: int) -> None:
 
         def step(exe=exe, program=program, fetch=fetch, scope=scope) -> object:
             return exe.run(program, feed=feed, fetch_list=fetch, scope=scope)
+        if fall_back:  # past its measuring (both sides' steps), as a run is after a moment
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for _ in range(2 * (WARM_STEPS + TIMED_STEPS) + 1):
+                    step()
         sides.append(step)
         names.append(label)
     times = interleaved(sides, reps, steps, warmup=5)
@@ -231,6 +244,10 @@ def digits_case(reps: int, steps: int) -> None:
     _ratio("1 device: compiled / interpreted", times[1], times[0])
     _ratio("2 devices compiled / 1 device compiled", times[3], times[1])
     _ratio("2 devices interpreted / 1 device interpreted", times[2], times[0])
+    _ratio("2 devices interpreted, fall_back_to_one_device / 1 device interpreted", times[4],
+           times[0])
+    _ratio("2 devices compiled, fall_back_to_one_device / 1 device compiled", times[5],
+           times[1])
 
 
 # ---------------------------------------------------------------------- startup

@@ -89,6 +89,11 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", type=_positive_int, default=d.devices, metavar="N",
                    help="train data-parallel on N CPU devices with the ParallelExecutor "
                         "(each batch is split between them; default: 1, the plain Executor)")
+    p.add_argument("--keep-devices", action="store_true",
+                   help="with --devices N: run every step on the N devices; by default the "
+                        "run measures a few steps on N devices and a few on one, and goes on "
+                        "with one device when a step is faster there (the same training: "
+                        "BuildStrategy.fall_back_to_one_device)")
     p.add_argument("--nproc", type=_positive_int, default=1, metavar="N",
                    help="train as N cooperating processes on this machine (the nccl2 mode over "
                         "torch.distributed, started through 'parafluid launch'; each global "
@@ -152,7 +157,7 @@ def _train(args: argparse.Namespace) -> int:
                       hidden=tuple(args.hidden), seed=seed, output=args.output,
                       devices=args.devices, async_mode=args.async_mode,
                       distributed="PADDLE_TRAINERS_NUM" in os.environ,
-                      compile=args.compile)
+                      compile=args.compile, fall_back=not args.keep_devices)
     if cfg.batch_size < cfg.devices:
         return _usage(f"--batch-size {cfg.batch_size} is smaller than --devices "
                       f"{cfg.devices}: each batch is split between the devices, so it needs at "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,9 @@ class TrainConfig:
     distributed: bool = False  # one trainer of a multi-process job (PADDLE_* environment)
     async_mode: bool = False  # parameter-server jobs: asynchronous updates
     compile: bool = False  # compiled segments (BuildStrategy.enable_compile)
+    # devices > 1 in one process: go on with one device when a step is faster there
+    # (BuildStrategy.fall_back_to_one_device); False keeps every device
+    fall_back: bool = True
 
 
 @dataclass
@@ -199,6 +203,18 @@ def _data_parallel_note(net: dict[str, Any], x: np.ndarray, y: np.ndarray, cfg: 
             "than splitting the batch saves. Use --devices 1, or a larger model or batch")
 
 
+_FALLBACK_WARNING = "ParallelExecutor: running on 1 device"
+
+
+def _fallback_note(program: Any) -> tuple[bool, str | None]:
+    """Whether the data-parallel executor chose its devices (the fallback measured both),
+    and its note when it went on with one device."""
+    fallback = getattr(getattr(program, "_executor", None), "_fallback", None)
+    if fallback is None:
+        return True, None
+    return fallback.decided, fallback.note
+
+
 _STATS = "parafluid_train_epoch_stats"  # what trainers tell trainer 0 after each epoch
 
 
@@ -260,6 +276,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
     if not pserver_mode and (cfg.devices > 1 or ntrainers > 1):
         # Each batch is split over the devices; logits come back concatenated in batch order.
         bs = _build_strategy(cfg.compile, ntrainers, rank)
+        bs.fall_back_to_one_device = cfg.fall_back and ntrainers == 1
         program = fluid.CompiledProgram(net["main"]).with_data_parallel(
             loss_name=net["loss"].name, places=fluid.cpu_places(cfg.devices),
             build_strategy=bs)
@@ -267,6 +284,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
         program = fluid.CompiledProgram(program, build_strategy=_build_strategy(True))
     split = cfg.devices * ntrainers
     steps = 0
+    probing = bool(getattr(getattr(program, "_build_strategy", None),
+                           "fall_back_to_one_device", False))
     for epoch in range(1, cfg.epochs + 1):
         order = rng.permutation(len(x_train))
         start = time.perf_counter()
@@ -279,8 +298,18 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
             if ntrainers > 1:  # every trainer takes its share of the same global batch
                 share = len(idx) // ntrainers
                 idx = idx[rank * share:(rank + 1) * share]
-            loss, logits = exe.run(program, feed={"img": x_train[idx], "label": y_train[idx]},
-                                   fetch_list=fetch, scope=scope)
+            feed = {"img": x_train[idx], "label": y_train[idx]}
+            if probing:  # the fallback's choice is a line of the log, not a warning
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", _FALLBACK_WARNING, RuntimeWarning)
+                    loss, logits = exe.run(program, feed=feed, fetch_list=fetch, scope=scope)
+                decided, note = _fallback_note(program)
+                probing = not decided
+                if note is not None:
+                    log("note: " + note.removeprefix("ParallelExecutor: ") +
+                        f" (--keep-devices keeps all {cfg.devices})")
+            else:
+                loss, logits = exe.run(program, feed=feed, fetch_list=fetch, scope=scope)
             loss_sum += float(loss.mean()) * len(idx)
             correct += int((logits.argmax(axis=1) == y_train[idx][:, 0]).sum())
             seen += len(idx)
@@ -298,7 +327,8 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
 
     if pserver_mode:
         exe.close()  # tells the pservers this trainer is done
-    if (cfg.devices > 1 or ntrainers > 1) and rank == 0 and steps:
+    if (cfg.devices > 1 or ntrainers > 1) and rank == 0 and steps and \
+            _fallback_note(program)[1] is None:
         # NOTE: a distributed job's programs talk to the other processes: time an
         # untranspiled copy (same names, same seed)
         plain = build_model(cfg) if ntrainers > 1 else net

@@ -275,3 +275,31 @@ def test_two_processes_train_like_two_devices_of_one(tmp_path, capsys) -> None:
     assert a.keys() == b.keys()
     for key in a:  # 2 processes x 1 device compute what 1 process x 2 devices computes
         np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_devices_go_on_with_one_device_when_a_step_is_faster_there(tmp_path, capsys,
+                                                                    monkeypatch) -> None:
+    from parafluid.parallel import device_fallback as df
+
+    clock = [0.0]  # a step "takes" 2 ms on 2 devices and 1 ms on one: the choice is known
+    many, one = df.OneDeviceFallback._many_step, df.OneDeviceFallback._one_step
+
+    def many_step(self, *args):
+        clock[0] += 2e-3
+        return many(self, *args)
+
+    def one_step(self, *args):
+        clock[0] += 1e-3
+        return one(self, *args)
+
+    monkeypatch.setattr(df.OneDeviceFallback, "_many_step", many_step)
+    monkeypatch.setattr(df.OneDeviceFallback, "_one_step", one_step)
+    monkeypatch.setattr(df, "_clock", lambda: clock[0])
+    args = ["train", "--devices", "2", "--epochs", "1", "--hidden", "16", "--seed", "4"]
+    assert main(args + ["--output", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "note: running on 1 device instead of 2 from now on: a step took 2.00 ms on 2 " \
+           "devices and 1.00 ms on 1 with the whole batch" in out
+    assert "(--keep-devices keeps all 2)" in out and "does not pay" not in out
+    assert main(args + ["--keep-devices", "--output", str(tmp_path / "b")]) == 0
+    assert "running on 1 device" not in capsys.readouterr().out

@@ -63,6 +63,11 @@ class DeviceScopes:
                 if src is not None and src.value is not None:
                     self._root_values[name] = _ref(src.value)
 
+    def refresh(self) -> None:
+        """Copy every persistable to the devices again on the next ``materialize`` (device 0
+        ran steps of its own, updating values in place)."""
+        self._root_values.clear()
+
     def note_own_writes(self, names: list[str]) -> None:
         """Device 0's writes of a run are ours: not a reason to copy to the devices again."""
         root = self.scopes[0]

@@ -57,6 +57,7 @@ from ..placement import is_placed
 from ..scope import Scope, SelectedRows, global_scope
 from ..variable import unknown_name_message, var_name
 from .comm import LocalCommunicator
+from .device_fallback import OneDeviceFallback, one_device_strategies, why_not
 from .device_scopes import DeviceScopes
 from .strategy import (
     BuildStrategy,
@@ -172,6 +173,15 @@ class ParallelExecutor:
             nthreads = default_num_threads(ndev, use_cuda)
         self._num_threads = nthreads
         self._graph()  # build now: errors and warnings surface at construction, as in Fluid
+        self._fallback: OneDeviceFallback | None = None
+        if build_strategy.fall_back_to_one_device and ndev > 1:
+            why = why_not(program, loss_name, build_strategy, self._multi)
+            if why is None:
+                self._fallback = OneDeviceFallback(self)
+            else:
+                warnings.warn(f"ParallelExecutor: BuildStrategy.fall_back_to_one_device has "
+                              f"no effect: {why}; the run stays on {ndev} devices",
+                              stacklevel=2)
         # NOTE: only once built: a strategy whose executor failed to build may still be fixed
         exec_strategy._finalize()
         build_strategy._finalize()
@@ -203,11 +213,32 @@ class ParallelExecutor:
             feed = feed_dict
         return self._run(fetch_list, feed, return_numpy, return_merged)
 
+    @property
+    def devices_in_use(self) -> int:
+        """How many devices run the steps: ``device_count``, or 1 once
+        ``BuildStrategy.fall_back_to_one_device`` found one device faster."""
+        return 1 if self._fallback is not None and self._fallback.on_one else self.device_count
+
     def _run(self, fetch_list: Sequence[Any], feed: Any, return_numpy: bool,
              return_merged: bool, check_nan_inf: bool = False) -> list[Any]:
         if self._closed:
             raise RuntimeError("ParallelExecutor.run() after close(): its device scopes were "
                                "freed; create a new ParallelExecutor")
+        if self._fallback is not None:
+            return self._fallback.run(fetch_list, feed, return_numpy, return_merged,
+                                      check_nan_inf)
+        return self._run_devices(fetch_list, feed, return_numpy, return_merged, check_nan_inf)
+
+    def _one_device_executor(self) -> ParallelExecutor:
+        """An executor of this program on device 0 alone, in the same scope (the fallback)."""
+        build, exec_ = one_device_strategies(self._build_strategy, self._exec_strategy)
+        return ParallelExecutor(self._use_cuda, loss_name=self._loss_name,
+                                main_program=self._program, exec_strategy=exec_,
+                                build_strategy=build, scope=self._scope,
+                                places=[self._devices[0]])
+
+    def _run_devices(self, fetch_list: Sequence[Any], feed: Any, return_numpy: bool,
+                     return_merged: bool, check_nan_inf: bool = False) -> list[Any]:
         fetch = tuple(fetch_names(as_fetch_list(fetch_list)))
         program, graph = self._graph(fetch)
         block = program.global_block()
@@ -292,6 +323,8 @@ class ParallelExecutor:
             pe.close()
         """
         self._closed = True
+        if self._fallback is not None:
+            self._fallback.close()
         self._finalizer()
 
     def check_replicas(self) -> int:
@@ -363,7 +396,7 @@ class ParallelExecutor:
         if hit is not None:
             return hit
         comm = self._communicator
-        pipeline = build_pipeline(bs, comm.nranks, self._loss_name)
+        pipeline = build_pipeline(bs, comm.nranks, self._loss_name, in_process=not self._multi)
         program = pipeline(self._program)
         options = GraphOptions(sequential=bs.enable_sequential_execution,
                                rank_offset=comm.rank_offset)
@@ -499,7 +532,8 @@ class ParallelExecutor:
         fetches = plan.run(scopes.scopes, feeds, owned.scheduler, check_nan_inf=check_nan_inf,
                            missing=self._missing_message,
                            keep_temps=[scopes.local(d) for d in range(len(feeds))])
-        scopes.note_own_writes(plan.persist_writes[0])
+        if len(feeds) > 1:  # (only a reason not to copy to the other devices again)
+            scopes.note_own_writes(plan.persist_writes[0])
         self._runs_since_drop += 1
         if self._runs_since_drop >= self._exec_strategy.num_iteration_per_drop_scope:
             self.drop_local_exe_scopes()

@@ -191,6 +191,12 @@ class BuildStrategy(_Strategy):
         compile_in_background: with ``enable_compile``, tiered compilation: the run starts
             at once with every segment running op by op, and a worker process compiles
             the segments; the run switches over when their code is ready (docs/compiled.md).
+        fall_back_to_one_device: (parafluid extension) measure a few steps on all the
+            devices and a few on one device with the whole batch, and run on one device
+            from then on when that was faster, with a warning saying so (a model too small
+            for data parallelism in one process). Acts only when one device computes the
+            same step: a mean loss, no per-device batch_norm statistics, one process
+            (``parafluid.parallel.device_fallback``).
 
     Example::
 
@@ -231,6 +237,7 @@ class BuildStrategy(_Strategy):
         "num_microbatches": (int, 1),
         "enable_compile": (bool, False),
         "compile_in_background": (bool, False),
+        "fall_back_to_one_device": (bool, False),
     }
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -265,9 +272,15 @@ _NO_EFFECT = {
 }
 
 
-def build_pipeline(build: BuildStrategy, nranks: int, loss_name: str | None) -> PassPipeline:
+def build_pipeline(build: BuildStrategy, nranks: int, loss_name: str | None,
+                   in_process: bool = False) -> PassPipeline:
     """The passes a ParallelExecutor applies for ``build`` on ``nranks`` devices in all, with
-    the plain options each pass takes.
+    the plain options each pass takes. ``in_process``: every device is in this process.
+
+    Compiled data parallelism in one process fuses the all-reduces as
+    ``fuse_all_reduce_ops`` does: each all-reduce would split the compiled step into
+    more calls (a segment ends before a collective), and in one process a sum is an
+    addition of tensors that overlapping the backward does not hide (BENCHMARKS.md).
 
     Example::
 
@@ -276,7 +289,8 @@ def build_pipeline(build: BuildStrategy, nranks: int, loss_name: str | None) -> 
     opts = AggregationOptions(
         loss_name=loss_name, nranks=nranks,
         reduce=build.reduce_strategy == ReduceStrategy.Reduce,
-        scale=build.gradient_scale_strategy, fuse_all_reduce=build.fuse_all_reduce_ops)
+        scale=build.gradient_scale_strategy,
+        fuse_all_reduce=build.fuse_all_reduce_ops or (in_process and build.enable_compile))
     return data_parallel_pipeline(opts, fuse_elewise_add_act=build.fuse_elewise_add_act_ops,
                                   sync_batch_norm=build.sync_batch_norm)
 

@@ -1,0 +1,184 @@
+"""One device instead of several when that is faster (``BuildStrategy.fall_back_to_one_device``).
+
+On a small model, N CPU devices of one process cost more per step than splitting the batch
+saves: every device runs every op, an op's Python cost is paid once per device (the
+interpreter runs one thread's Python at a time), and on small shards that cost is larger
+than the arithmetic the split saves (BENCHMARKS.md, "Data parallelism on a tiny model").
+With the option on, a ParallelExecutor measures within the run: a few steps on its N
+devices, then a few on device 0 alone with the whole batch (an executor of its own, in the
+same scope, so it trains the same parameters). When one device was faster, every later
+step runs there and a warning says so once, with both times; otherwise the run goes on with
+the N devices, their copies of the parameters refreshed from device 0.
+
+The two are the same step when the loss is a mean over the batch and no op keeps
+statistics per device: the N-device step averages the devices' gradients of their shards
+(the loss gradient starts at 1/N), which is the whole batch's gradient when the batch
+splits evenly. So the option acts only when ``loss_name`` is the output of ``mean`` (or of
+``reduce_mean`` over every dimension), the gradient scale strategy is ``CoeffNumDevice``,
+no ``batch_norm`` keeps per-device statistics (``sync_batch_norm`` off), the program is not
+placed and every device is in this process; otherwise ``why_not`` says why and the
+executor warns at construction and stays on its N devices.
+
+Once on one device, a fetched value comes from that device alone: a ``[1]`` loss stays
+``[1]`` instead of ``[N]`` (``ParallelExecutor.devices_in_use`` tells which). With tiered
+compilation the measurements wait until no segment is being compiled, so that compiled
+steps are compared with compiled steps.
+
+Example::
+
+    bs = fluid.BuildStrategy()
+    bs.fall_back_to_one_device = True
+    prog = fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name,
+                                                          build_strategy=bs)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from typing import Any
+
+from ..engine import tiered
+from ..framework import Program
+from .strategy import BuildStrategy, ExecutionStrategy, GradientScaleStrategy
+
+__all__ = ["OneDeviceFallback", "why_not"]
+
+WARM_STEPS = 3  # steps not timed after a switch (plans built, compiled code checked)
+TIMED_STEPS = 7  # steps timed on each side; the medians are compared
+_clock = time.perf_counter  # (read at each call: tests drive the choice with their own)
+
+
+def why_not(program: Program, loss_name: str | None, build: BuildStrategy,
+            multi_process: bool) -> str | None:
+    """Why one device cannot stand in for the N devices of this executor (None: it can)."""
+    if multi_process:
+        return "the devices of the other trainers cannot be left out"
+    if loss_name is None:
+        return "loss_name is not set (only a training step can be compared)"
+    if build.gradient_scale_strategy != GradientScaleStrategy.CoeffNumDevice:
+        return ("the gradient scale strategy is not CoeffNumDevice, so a step on one device "
+                "would not compute the same gradient")
+    if build.num_microbatches > 1:
+        return "the program runs in micro-batches"
+    ops = program.global_block().ops
+    if any(op.attrs.get("op_device") for op in ops):
+        return "the program is placed on devices"
+    producer = next((op for op in reversed(ops) if loss_name in op.output_arg_names), None)
+    is_mean = producer is not None and (
+        producer.type == "mean" or (producer.type == "reduce_mean"
+                                    and producer.attrs.get("reduce_all", False)))
+    if not is_mean:
+        made_by = producer.type if producer is not None else "no op"
+        return (f"the loss {loss_name!r} is made by {made_by}, not mean: only the gradient "
+                "of a mean over the batch is the same on one device as on N")
+    if not build.sync_batch_norm and any(op.type == "batch_norm" for op in ops):
+        return "batch_norm keeps statistics per device (sync_batch_norm is off)"
+    return None
+
+
+def _copy(strategy: Any, **changes: Any) -> Any:
+    """A fresh strategy with the fields the user set on ``strategy``, and ``changes``."""
+    out = type(strategy)()
+    for name in strategy._FIELDS:
+        if strategy._is_set(name) and name not in changes:
+            setattr(out, name, getattr(strategy, name))
+    for name, value in changes.items():
+        setattr(out, name, value)
+    return out
+
+
+class OneDeviceFallback:
+    """The measuring and the choice for one ParallelExecutor (see the module's text)."""
+
+    def __init__(self, pe: Any) -> None:
+        self._pe = pe
+        self._state = "many"  # many -> try_one -> wait_one -> one_measure -> one | stay
+        self._untimed = 0
+        self._many: list[float] = []
+        self._one: list[float] = []
+        self.one_pe: Any = None
+        self._behind = False
+        self.note: str | None = None  # the warning given, once the choice was one device
+
+    @property
+    def on_one(self) -> bool:
+        return self._state == "one"
+
+    @property
+    def decided(self) -> bool:
+        """True once both were measured (or the feeds were per device: no choice made)."""
+        return self._state in ("one", "stay")
+
+    def run(self, fetch_list: Any, feed: Any, *args: Any) -> list[Any]:
+        if self._state == "one":
+            return self.one_pe._run(fetch_list, feed, *args)
+        if self._state == "stay" or not isinstance(feed, dict):
+            # (a list of one feed per device cannot run on one device)
+            return self._many_step(fetch_list, feed, args)
+        compiling = not tiered.jobs_idle(0)
+        if self._state == "many":
+            start = _clock()
+            out = self._many_step(fetch_list, feed, args)
+            self._count(self._many, _clock() - start, compiling, "try_one")
+            return out
+        if self._state == "try_one":  # its first step builds its plan (and queues compiles)
+            out = self._one_step(fetch_list, feed, args)
+            self._state, self._untimed = "wait_one", 1
+            return out
+        if self._state == "wait_one" and compiling:
+            return self._many_step(fetch_list, feed, args)
+        self._state = "one_measure"
+        start = _clock()
+        out = self._one_step(fetch_list, feed, args)
+        self._count(self._one, _clock() - start, compiling, "decide")
+        if self._state == "decide":
+            self._decide()
+        return out
+
+    def close(self) -> None:
+        if self.one_pe is not None:
+            self.one_pe.close()
+
+    # ------------------------------------------------------------------ internals
+    def _count(self, times: list[float], seconds: float, compiling: bool, then: str) -> None:
+        if compiling or self._untimed < WARM_STEPS:
+            self._untimed += 0 if compiling else 1
+            return
+        times.append(seconds)
+        if len(times) == TIMED_STEPS:
+            self._state, self._untimed = then, 0
+
+    def _many_step(self, fetch_list: Any, feed: Any, args: tuple) -> list[Any]:
+        if self._behind:
+            # device 0 trained alone since the last N-device step: copy it to the others
+            self._pe._scopes.refresh()
+            self._behind = False
+        return self._pe._run_devices(fetch_list, feed, *args)
+
+    def _one_step(self, fetch_list: Any, feed: Any, args: tuple) -> list[Any]:
+        if self.one_pe is None:
+            self.one_pe = self._pe._one_device_executor()
+        self._behind = True  # the other devices' copies are now behind device 0's
+        return self.one_pe._run(fetch_list, feed, *args)
+
+    def _decide(self) -> None:
+        many, one = statistics.median(self._many), statistics.median(self._one)
+        n = self._pe.device_count
+        if one < many:
+            self._state = "one"
+            self.note = (f"ParallelExecutor: running on 1 device instead of {n} from now on: "
+                         f"a step took {many * 1e3:.2f} ms on {n} devices and {one * 1e3:.2f} "
+                         f"ms on 1 with the whole batch (medians of {TIMED_STEPS} steps of "
+                         "this run; BuildStrategy.fall_back_to_one_device). Fetched values now "
+                         "come from that one device")
+            warnings.warn(self.note, RuntimeWarning, stacklevel=4)
+        else:
+            self._state = "stay"
+
+
+def one_device_strategies(build: BuildStrategy, exec_: ExecutionStrategy
+                          ) -> tuple[BuildStrategy, ExecutionStrategy]:
+    """The strategies of the one-device executor: the user's, without the fallback."""
+    return _copy(build, fall_back_to_one_device=False), _copy(exec_)

@@ -1,0 +1,147 @@
+"""``BuildStrategy.fall_back_to_one_device``: the ParallelExecutor measures steps on all its
+devices and on one, goes on with the faster, and trains exactly as the single-device
+Executor on the full batch either way.
+
+The choice depends on measured times; the tests drive it with a clock of their own (a step
+on N devices "takes" ``many`` seconds, one on one device ``one``), so that both outcomes
+are checked on any machine.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from dp_models import cnn, mlp, mlp_feeds
+
+import parafluid as fluid
+from parafluid.parallel import device_fallback
+from parafluid.testing.data_parallel import run_single
+
+pytestmark = pytest.mark.timeout(120)
+
+STEPS = 2 * (device_fallback.WARM_STEPS + device_fallback.TIMED_STEPS) + 6
+
+
+class FakeClock:
+    """Advances by ``many`` seconds during a step on N devices, ``one`` on one device."""
+
+    def __init__(self, fallback: device_fallback.OneDeviceFallback, many: float,
+                 one: float) -> None:
+        self.t = 0.0
+        run_many, run_one = fallback._many_step, fallback._one_step
+
+        def many_step(*args):
+            self.t += many
+            return run_many(*args)
+
+        def one_step(*args):
+            self.t += one
+            return run_one(*args)
+
+        fallback._many_step, fallback._one_step = many_step, one_step
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _strategy(**fields: object) -> fluid.BuildStrategy:
+    bs = fluid.BuildStrategy()
+    bs.fall_back_to_one_device = True
+    for name, value in fields.items():
+        setattr(bs, name, value)
+    return bs
+
+
+def _train(build, feeds, many: float, one: float, monkeypatch, ndev: int = 2,
+           **fields: object):
+    main, startup, loss = build()
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
+                                build_strategy=_strategy(**fields), scope=scope,
+                                places=fluid.cpu_places(ndev))
+    assert pe._fallback is not None
+    monkeypatch.setattr(device_fallback, "_clock", FakeClock(pe._fallback, many, one))
+    losses = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for feed in feeds:
+            losses.append(pe.run([loss.name], feed=feed)[0])
+    params = {p.name: np.array(scope.find_var(p.name).get_tensor())
+              for p in main.global_block().all_parameters()}
+    return pe, losses, params, [str(w.message) for w in caught]
+
+
+def _feeds():
+    return mlp_feeds(steps=STEPS, batch=8)
+
+
+def test_one_device_faster_goes_on_with_one_and_trains_as_the_full_batch(monkeypatch):
+    single = run_single(mlp(), _feeds())
+    pe, losses, params, said = _train(mlp(), _feeds(), many=2e-3, one=1e-3,
+                                      monkeypatch=monkeypatch)
+    assert pe.devices_in_use == 1 and pe.device_count == 2
+    note = [m for m in said if "running on 1 device instead of 2" in m]
+    assert len(note) == 1, said
+    assert "2.00 ms on 2 devices and 1.00 ms on 1" in note[0]
+    # the N-device steps fetch one loss per device; the one-device steps one loss
+    assert losses[0].shape == (2,) and losses[-1].shape == (1,)
+    for mine, ref in zip(losses, single.losses):
+        np.testing.assert_allclose(np.mean(mine), np.mean(ref), rtol=1e-5, atol=1e-6)
+    for name, value in single.params.items():
+        np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_all_devices_faster_stays_on_them_with_their_copies_refreshed(monkeypatch):
+    single = run_single(mlp(), _feeds())
+    pe, losses, params, said = _train(mlp(), _feeds(), many=1e-3, one=2e-3,
+                                      monkeypatch=monkeypatch)
+    assert pe.devices_in_use == 2 and pe._fallback.decided
+    assert not [m for m in said if "running on 1 device" in m]
+    assert losses[-1].shape == (2,)
+    for name, value in single.params.items():
+        np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # device 1 trained on again after device 0's steps alone: it got device 0's values first
+    assert pe.check_replicas() > 0
+
+
+def test_per_device_feeds_run_on_every_device_and_decide_nothing(monkeypatch):
+    pe, losses, _, _ = _train(mlp(), [[f, f] for f in mlp_feeds(steps=3, batch=4)],
+                              many=2e-3, one=1e-3, monkeypatch=monkeypatch)
+    assert pe.devices_in_use == 2 and not pe._fallback.decided
+    assert all(loss.shape == (2,) for loss in losses)
+
+
+@pytest.mark.parametrize("build,fields,why", [
+    (mlp(loss="sum"), {}, "is made by reduce_sum, not mean"),
+    (cnn(sync_bn=False), {}, "batch_norm keeps statistics per device"),
+    (mlp(), {"gradient_scale_strategy": fluid.BuildStrategy.GradientScaleStrategy.One},
+     "gradient scale strategy is not CoeffNumDevice"),
+])
+def test_a_step_one_device_would_change_keeps_every_device_and_says_why(build, fields, why):
+    main, startup, loss = build()
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    with pytest.warns(UserWarning, match="fall_back_to_one_device has no effect: .*" + why):
+        pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
+                                    build_strategy=_strategy(**fields), scope=scope,
+                                    places=fluid.cpu_places(2))
+    assert pe._fallback is None and pe.devices_in_use == 2
+
+
+def test_without_a_loss_name_it_says_so():
+    main, startup, loss = mlp()()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=fluid.Scope())
+    with pytest.warns(UserWarning, match="loss_name is not set"):
+        fluid.ParallelExecutor(False, main_program=main, build_strategy=_strategy(),
+                               scope=fluid.Scope(), places=fluid.cpu_places(2))
+
+
+def test_close_closes_the_one_device_executor(monkeypatch):
+    pe, _, _, _ = _train(mlp(), _feeds(), many=2e-3, one=1e-3, monkeypatch=monkeypatch)
+    one = pe._fallback.one_pe
+    pe.close()
+    with pytest.raises(RuntimeError, match="after close"):
+        one.run([], feed=_feeds()[0])

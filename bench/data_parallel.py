@@ -6,6 +6,7 @@ samples/s of one training step for:
   (a)  parafluid Executor, 1 device, one intra-op thread per core
   (a1) parafluid Executor, 1 device, 1 intra-op thread (one core: the unit (b) scales)
   (b)  parafluid ParallelExecutor, 2 CPU devices (CPU_NUM=2), default threading policy
+  (b2) (b) with BuildStrategy.fall_back_to_one_device (timed after its measuring steps)
   (c)  the same model hand-written in PyTorch, one process, 2 intra-op threads
   (d)  PyTorch DistributedDataParallel over gloo, 2 processes x 1 thread (batch 128 each)
   (e)  a control: PyTorch, one replica per Python thread (1 torch thread, batch 128 each) and
@@ -26,6 +27,7 @@ import os
 import socket
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +40,7 @@ from models import classifier  # noqa: E402
 
 import parafluid as fluid  # noqa: E402
 from parafluid import unique_name  # noqa: E402
+from parafluid.parallel.device_fallback import TIMED_STEPS, WARM_STEPS  # noqa: E402
 
 BATCH = 256
 
@@ -97,15 +100,22 @@ def run_executor(kind: str, steps: int, repeats: int, threads: int | None) -> fl
 
 
 def run_parallel(kind: str, steps: int, repeats: int, ndev: int = 2,
-                 overlap: bool = True) -> float:
+                 overlap: bool = True, fall_back: bool = False) -> float:
     main, startup, loss = fluid_model(kind)
     scope = fluid.Scope()
     fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
     bs = fluid.BuildStrategy()
     bs.overlap_communication = overlap
+    bs.fall_back_to_one_device = fall_back
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
                                 places=fluid.cpu_places(ndev), build_strategy=bs)
     feed = batch(kind)
+    if fall_back:  # its measuring steps first: the figure is the run after its choice
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(2 * (WARM_STEPS + TIMED_STEPS) + 1):
+                pe.run([loss.name], feed=feed)
+        print(f"  ({kind}: fall_back_to_one_device chose {pe.devices_in_use} device(s))")
     try:
         return samples_per_s(lambda: pe.run([loss.name], feed=feed), steps, repeats)
     finally:
@@ -373,6 +383,8 @@ def main() -> None:
             "(a) Executor, 1 device": run_executor(kind, steps, repeats, cores),
             "(a1) Executor, 1 device, 1 thread": run_executor(kind, steps, repeats, 1),
             "(b) ParallelExecutor, CPU_NUM=2": run_parallel(kind, steps, repeats),
+            "(b2) (b) with fall_back_to_one_device": run_parallel(kind, steps, repeats,
+                                                                 fall_back=True),
             "(c) PyTorch, 1 process, 2 threads": run_torch(kind, steps, repeats),
             "(e) PyTorch, 2 threads x 1 replica, no exchange": run_threads_no_exchange(
                 kind, steps, repeats),
@@ -391,6 +403,8 @@ def main() -> None:
         e = rates["(e) PyTorch, 2 threads x 1 replica, no exchange"]
         print(f"  (b)/(a) = {b / a:.2f}   (b)/(a1) = {b / a1:.2f}   "
               f"(b)/max((c),(d)) = {b / best_torch:.2f}   (b)/(e) = {b / e:.2f}")
+        b2 = rates["(b2) (b) with fall_back_to_one_device"]
+        print(f"  (b2)/(a) = {b2 / a:.2f}   (b2)/max((c),(d)) = {b2 / best_torch:.2f}")
     print("\n## executor overhead per op (us), chain of 200 tiny scale ops")
     for name, us in op_overhead(200, repeats).items():
         print(f"  {name:38s} {us:8.1f}")

@@ -549,12 +549,21 @@ def test_micro_batches_split_forward_and_backward_and_average_the_gradients() ->
     # GPipe order: every forward op of every micro-batch comes before the first backward op
     last_fwd = max(i for i, t in enumerate(types) if t == "mean")
     assert last_fwd < types.index("mean_grad")
-    merged = [line for line in lines if line.startswith("{Out=[fc_0.w_0@GRAD]}")]
-    assert merged == [
-        "{Out=[fc_0.w_0@GRAD]} = sum(X=[fc_0.w_0@GRAD@MB0, fc_0.w_0@GRAD@MB1, "
-        "fc_0.w_0@GRAD@MB2, fc_0.w_0@GRAD@MB3]) {op_device='cpu:0', op_node='worker'}",
+    # each gradient is added to a running sum as each micro-batch's backward ends, on its
+    # stage, left to right as one sum op adds (the same bits), then scaled by 1/k
+    merged = [(i, line) for i, line in enumerate(lines) if "fc_0.w_0@GRAD" in line
+              and line.startswith(("{Out=[fc_0.w_0@GRAD", "{Out=[fc_0.w_0@GRAD]}"))
+              and (" = sum(" in line or " = scale(" in line)]
+    place = "{op_device='cpu:0', op_node='worker'}"
+    assert [line for _, line in merged] == [
+        f"{{Out=[fc_0.w_0@GRAD@ACC1]}} = sum(X=[fc_0.w_0@GRAD@MB0, fc_0.w_0@GRAD@MB1]) {place}",
+        f"{{Out=[fc_0.w_0@GRAD@ACC2]}} = sum(X=[fc_0.w_0@GRAD@ACC1, fc_0.w_0@GRAD@MB2]) {place}",
+        f"{{Out=[fc_0.w_0@GRAD]}} = sum(X=[fc_0.w_0@GRAD@ACC2, fc_0.w_0@GRAD@MB3]) {place}",
         "{Out=[fc_0.w_0@GRAD]} = scale(X=[fc_0.w_0@GRAD]) {bias=0.0, bias_after_scale=True, "
         "op_device='cpu:0', op_node='worker', scale=0.25}"]
+    # the first addition comes right after micro-batch 1's backward, before micro-batch 2's
+    producers = [i for i, line in enumerate(lines) if "fc_0.w_0@GRAD@MB" in line.split(" = ")[0]]
+    assert producers[1] < merged[0][0] < producers[2]
 
 
 @pytest.mark.parametrize("k", [1, 4])

@@ -4,8 +4,9 @@ A model split over devices (``fluid.place_guard``) runs its stages one after ano
 batch: while stage 1 computes, stage 0 waits. This pass splits every fed batch into ``k``
 micro-batches along axis 0 (a ``split`` op), repeats the forward and backward ops once per
 micro-batch (every temporary renamed ``<name>@MB<m>``), all forwards first and then all
-backwards, as GPipe does, and then sums each gradient over the micro-batches and scales it by
-``1/k`` before the unchanged optimizer ops. With one lane per device in program order
+backwards, as GPipe does, sums each gradient over the micro-batches (a running sum, added to
+as each micro-batch's backward ends) and scales it by ``1/k`` before the unchanged optimizer
+ops. With one lane per device in program order
 (``parafluid.engine.lanes``) stage 0 computes micro-batch m+1 while stage 1
 computes micro-batch m.
 
@@ -22,7 +23,8 @@ interleaved with the forward/backward ones.
 Example::
 
     mb = split_microbatches(main, 4, fetch=[loss.name])
-    print(mb)   # split(X=[x]) -> x@MB0..x@MB3, 4 x forward, 4 x backward, sum + scale, sgd
+    print(mb)   # split(X=[x]) -> x@MB0..x@MB3, 4 x forward, 4 x backward (+ running
+                #   sums of the gradients), scale, sgd
 """
 
 from __future__ import annotations
@@ -122,6 +124,39 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
 
     forward = [op for op in src_ops if not op.attrs.get("op_role", 0) & OpRole.Backward]
     backward = [op for op in src_ops if op.attrs.get("op_role", 0) & OpRole.Backward]
+    # what the updates (and the caller) read from the forward/backward pass, merged
+    read_by_updates = {n for op in updates for n in op.input_arg_names}
+    needed = [n for op in updates for n in op.input_arg_names if n in written]
+    losses = [n for op in forward if op.attrs.get("op_role", 0) & OpRole.Loss
+              for n in op.output_arg_names]
+    needed = list(dict.fromkeys(
+        needed + [n for n in (*fetch, *losses) if n in written and n not in needed]))
+
+    def merge_attrs(name: str) -> dict[str, Any]:
+        attrs = dict(place_attrs(last_writer[name]))
+        attrs["op_role"] = last_writer[name].attrs.get("op_role", 0) & ~OpRole.Loss
+        return attrs
+
+    # NOTE: a gradient the updates read is summed as each micro-batch's backward ends, on
+    # its stage, rather than all at once after the last: the additions fill the gaps where a
+    # stage waits for the next stage's gradients, and only the last one is left at the end.
+    # The order of the additions is the one ``sum`` uses (left to right): the same bits.
+    accumulated = [n for n in needed if n in read_by_updates
+                   and last_writer[n].attrs.get("op_role", 0) & OpRole.Backward]
+
+    def running_sum(name: str, m: int) -> str:
+        """The sum of ``name`` over micro-batches 0..m (the last one is ``name`` itself)."""
+        return name if m == k - 1 else f"{name}@ACC{m}"
+
+    def accumulate(m: int) -> None:
+        for name in accumulated:
+            parts = [_mb(name, 0) if m == 1 else running_sum(name, m - 1), _mb(name, m)]
+            if m < k - 1:
+                var_like(name, running_sum(name, m))
+            result.append(new_block._make_op("sum", {"X": parts},
+                                             {"Out": [running_sum(name, m)]},
+                                             merge_attrs(name)))
+
     for phase in (forward, backward):  # GPipe: every forward, then every backward
         for m in range(k):
             for op in phase:
@@ -129,22 +164,18 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
                                           renamed(op.outputs, m), dict(op.attrs))
                 copy.callsite = op.callsite  # errors point at the user's line, not here
                 result.append(copy)
-    # what the updates (and the caller) read from the forward/backward pass, merged
-    needed = [n for op in updates for n in op.input_arg_names if n in written]
-    losses = [n for op in forward if op.attrs.get("op_role", 0) & OpRole.Loss
-              for n in op.output_arg_names]
-    needed += [n for n in (*fetch, *losses) if n in written and n not in needed]
-    for name in dict.fromkeys(needed):
-        attrs = dict(place_attrs(last_writer[name]))
-        attrs["op_role"] = last_writer[name].attrs.get("op_role", 0) & ~OpRole.Loss
+            if phase is backward and m > 0:
+                accumulate(m)
+    for name in needed:
+        attrs = merge_attrs(name)
         parts = [_mb(name, m) for m in range(k)]
         var = new_block._find_var_recursive(name)
         shape = list(var.shape) if var is not None and var.shape is not None else None
-        grad_or_loss = name in (n for op in updates for n in op.input_arg_names) or \
-            (shape is not None and numel(shape) == 1)
+        grad_or_loss = name in read_by_updates or (shape is not None and numel(shape) == 1)
         if grad_or_loss:
             # gradients of a mean loss, and the loss itself: the mean over micro-batches
-            result.append(new_block._make_op("sum", {"X": parts}, {"Out": [name]}, attrs))
+            if name not in accumulated:
+                result.append(new_block._make_op("sum", {"X": parts}, {"Out": [name]}, attrs))
             result.append(new_block._make_op("scale", {"X": [name]}, {"Out": [name]},
                                              {**attrs, "scale": 1.0 / k}))
         elif shape is not None and shape and shape[0] == -1:

@@ -19,8 +19,11 @@ no ``batch_norm`` keeps per-device statistics (``sync_batch_norm`` off), the pro
 placed and every device is in this process; otherwise ``why_not`` says why and the
 executor warns at construction and stays on its N devices.
 
-Once on one device, a fetched value comes from that device alone: a ``[1]`` loss stays
-``[1]`` instead of ``[N]`` (``ParallelExecutor.devices_in_use`` tells which). With tiered
+Once on one device (and during the measuring steps there), a fetched value comes from that
+device alone: a ``[1]`` loss stays ``[1]`` instead of ``[N]``
+(``ParallelExecutor.devices_in_use`` tells which). After each step of device 0 alone, the
+device scopes copy its values to the other devices again before they run (those of an
+executor built with ``share_vars_from`` too). With tiered
 compilation the measurements wait until no segment is being compiled, so that compiled
 steps are compared with compiled steps.
 
@@ -113,7 +116,7 @@ class OneDeviceFallback:
 
     def run(self, fetch_list: Any, feed: Any, *args: Any) -> list[Any]:
         if self._state == "one":
-            return self.one_pe._run(fetch_list, feed, *args)
+            return self._one_step(fetch_list, feed, args)
         if self._state == "stay" or not isinstance(feed, dict):
             # (a list of one feed per device cannot run on one device)
             return self._many_step(fetch_list, feed, args)
@@ -151,17 +154,24 @@ class OneDeviceFallback:
             self._state, self._untimed = then, 0
 
     def _many_step(self, fetch_list: Any, feed: Any, args: tuple) -> list[Any]:
-        if self._behind:
-            # device 0 trained alone since the last N-device step: copy it to the others
-            self._pe._scopes.refresh()
-            self._behind = False
+        self._behind = False  # (the copies were refreshed after device 0's last step)
         return self._pe._run_devices(fetch_list, feed, *args)
 
     def _one_step(self, fetch_list: Any, feed: Any, args: tuple) -> list[Any]:
         if self.one_pe is None:
             self.one_pe = self._pe._one_device_executor()
         self._behind = True  # the other devices' copies are now behind device 0's
-        return self.one_pe._run(fetch_list, feed, *args)
+        try:
+            return self.one_pe._run(fetch_list, feed, *args)
+        finally:
+            # device 0 may have updated its values in place: every executor using these
+            # device scopes (share_vars_from too) copies them again before its next run
+            self._pe._scopes.refresh()
+
+    @property
+    def behind(self) -> bool:
+        """True when device 0 ran the last step alone (the other copies are older)."""
+        return self._behind
 
     def _decide(self) -> None:
         many, one = statistics.median(self._many), statistics.median(self._one)

@@ -309,6 +309,8 @@ class ParallelExecutor:
         """Drop the per-device scopes holding the temporaries of past runs now."""
         self._scopes.drop_locals()
         self._runs_since_drop = 0
+        if self._fallback is not None and self._fallback.one_pe is not None:
+            self._fallback.one_pe.drop_local_exe_scopes()
 
     def close(self) -> None:
         """Free the per-device scopes (parameter copies, optimizer state, temporaries) and
@@ -342,6 +344,9 @@ class ParallelExecutor:
             except KeyboardInterrupt:
                 pe.check_replicas()   # the interrupted step left no device behind
         """
+        if self._fallback is not None and self._fallback.behind:
+            # device 0 ran the last step alone; the others copy its values before their next
+            return self._fallback.one_pe.check_replicas()
         root = self._scopes.scopes[0]
         per_device = self._per_device_vars()
         compared: set[str] = set()

@@ -145,3 +145,42 @@ def test_close_closes_the_one_device_executor(monkeypatch):
     pe.close()
     with pytest.raises(RuntimeError, match="after close"):
         one.run([], feed=_feeds()[0])
+
+
+def _net_with_test_program():
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 7
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[8], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        pred = fluid.layers.fc(input=fluid.layers.fc(input=x, size=16, act="relu"), size=1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        test = main.clone(for_test=True)
+        fluid.optimizer.SGD(learning_rate=0.1).minimize(loss)
+    return main, startup, test, loss, pred
+
+
+def test_replicas_and_a_sharing_executor_see_device_0s_values_after_it_ran_alone(
+        monkeypatch):
+    main, startup, test, loss, pred = _net_with_test_program()
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
+                                build_strategy=_strategy(), scope=scope,
+                                places=fluid.cpu_places(2))
+    monkeypatch.setattr(device_fallback, "_clock", FakeClock(pe._fallback, 2e-3, 1e-3))
+    tester = fluid.ParallelExecutor(False, main_program=test, share_vars_from=pe, scope=scope,
+                                    places=fluid.cpu_places(2))
+    feeds = _feeds()
+    probe = feeds[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for feed in feeds:
+            pe.run([loss.name], feed=feed)
+            # the tester (device 1 included) reads the parameters device 0 holds now
+            got, = tester.run([pred.name], feed=probe)
+            want, = exe.run(test, feed=probe, fetch_list=[pred.name], scope=scope)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert pe.devices_in_use == 1
+    assert pe.check_replicas() == 0  # device 0 alone: nothing stale reported as a split

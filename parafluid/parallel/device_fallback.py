@@ -248,6 +248,7 @@ class OneDeviceFallback:
 def one_device_strategies(build: BuildStrategy, exec_: ExecutionStrategy
                           ) -> tuple[BuildStrategy, ExecutionStrategy]:
     """The strategies of the one-device executor: the user's, without the fallback (nor
-    ``fuse_all_reduce_ops``, which would tell that one device has no all-reduce to fuse)."""
-    return (_copy(build, fall_back_to_one_device=False, fuse_all_reduce_ops=False),
-            _copy(exec_))
+    ``fuse_all_reduce_ops``, which would tell that one device has no all-reduce to fuse,
+    nor ``debug_graphviz_path``, whose files show the N devices' graph asked for)."""
+    return (_copy(build, fall_back_to_one_device=False, fuse_all_reduce_ops=False,
+                  debug_graphviz_path=""), _copy(exec_))

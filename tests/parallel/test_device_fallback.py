@@ -330,3 +330,12 @@ def test_compile_jobs_of_other_programs_do_not_hold_up_the_choice(monkeypatch):
     monkeypatch.setattr(device_fallback.tiered, "jobs_idle", lambda timeout=None: False)
     pe, _, _, _ = _train(mlp(), _feeds(), many=2e-3, one=1e-3, monkeypatch=monkeypatch)
     assert pe.devices_in_use == 1
+
+
+def test_the_graph_files_asked_for_stay_those_of_the_n_devices(monkeypatch, tmp_path):
+    prefix = str(tmp_path / "g")
+    pe, _, _, _ = _train(mlp(), _feeds(), many=2e-3, one=1e-3, monkeypatch=monkeypatch,
+                         debug_graphviz_path=prefix)
+    assert pe.devices_in_use == 1
+    # (the one-device executor does not write its graph over them)
+    assert "(device 1)" in (tmp_path / "g_multi_devices.dot").read_text()

@@ -18,9 +18,9 @@ splits evenly. So the option acts only when ``loss_name`` is the output of ``mea
 way made out of the whole batch, the gradient scale strategy is ``CoeffNumDevice``, the
 reduce strategy is ``AllReduce`` (``Reduce`` keeps a parameter's optimizer state on its
 owner device alone), no ``batch_norm`` keeps per-device statistics (``sync_batch_norm``
-off), the program is not placed and every device is in this process; otherwise ``why_not``
-says why and the executor warns at construction and stays on its N devices. A list of one
-feed per device runs on the N devices, also once on one.
+off), the program reads no reader, is not placed and every device is in this process;
+otherwise ``why_not`` says why and the executor warns at construction and stays on its N
+devices. A list of one feed per device runs on the N devices, also once on one.
 
 Once on one device (and during the measuring steps there), a fetched value comes from that
 device alone: a ``[1]`` loss stays ``[1]`` instead of ``[N]``
@@ -76,6 +76,9 @@ def why_not(program: Program, loss_name: str | None, build: BuildStrategy,
     ops = block.ops
     if any(op.attrs.get("op_device") for op in ops):
         return "the program is placed on devices"
+    if any(op.type == "read" for op in ops):
+        return ("the program reads its batches from a reader (DataLoader, py_reader): each "
+                "device reads a batch of its own, so one device would see fewer")
     producer = next((op for op in reversed(ops) if loss_name in op.output_arg_names), None)
     is_mean = producer is not None and (
         producer.type == "mean" or (producer.type == "reduce_mean"

@@ -339,3 +339,21 @@ def test_the_graph_files_asked_for_stay_those_of_the_n_devices(monkeypatch, tmp_
     assert pe.devices_in_use == 1
     # (the one-device executor does not write its graph over them)
     assert "(device 1)" in (tmp_path / "g_multi_devices.dot").read_text()
+
+
+def test_a_program_reading_from_a_reader_is_refused():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[8], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        fluid.io.DataLoader.from_generator(feed_list=[x, y], capacity=4, iterable=False)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(x, 1), y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    with pytest.warns(UserWarning, match="no effect: the program reads its batches from a "
+                                         "reader"):
+        pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
+                                    build_strategy=_strategy(), scope=scope,
+                                    places=fluid.cpu_places(2))
+    assert pe._fallback is None

@@ -232,9 +232,11 @@ class ParallelExecutor:
     def _one_device_executor(self) -> ParallelExecutor:
         """An executor of this program on device 0 alone, in the same scope (the fallback)."""
         build, exec_ = one_device_strategies(self._build_strategy, self._exec_strategy)
+        # NOTE: device 0's scope, not self._scope: with share_vars_from the device scopes
+        # (parameters included) are the source's, whatever scope this executor was given
         return ParallelExecutor(self._use_cuda, loss_name=self._loss_name,
                                 main_program=self._program, exec_strategy=exec_,
-                                build_strategy=build, scope=self._scope,
+                                build_strategy=build, scope=self._scopes.scopes[0],
                                 places=[self._devices[0]])
 
     def _run_devices(self, fetch_list: Sequence[Any], feed: Any, return_numpy: bool,
@@ -257,6 +259,8 @@ class ParallelExecutor:
                     self._devices)))
                 self._start_equal(block)
         self._scopes.materialize(plan.persist_reads)
+        if self._fallback is not None:
+            self._fallback.copies_refreshed()
         steps = self._exec_strategy.num_iteration_per_run
         check = check_nan_inf or self._exec_strategy.check_nan_inf
         # NOTE: Plan.run drops the step's values (feeds, activations) whatever happens, so

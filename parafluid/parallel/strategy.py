@@ -195,8 +195,8 @@ class BuildStrategy(_Strategy):
             devices and a few on one device with the whole batch, and run on one device
             from then on when that was faster, with a warning saying so (a model too small
             for data parallelism in one process). Acts only when one device computes the
-            same step: a mean loss, no per-device batch_norm statistics, one process
-            (``parafluid.parallel.device_fallback``).
+            same step: a mean loss over per-example values, AllReduce, no per-device
+            batch_norm statistics, one process (``parafluid.parallel.device_fallback``).
 
     Example::
 

@@ -184,3 +184,176 @@ def test_replicas_and_a_sharing_executor_see_device_0s_values_after_it_ran_alone
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     assert pe.devices_in_use == 1
     assert pe.check_replicas() == 0  # device 0 alone: nothing stale reported as a split
+
+
+def _until_decided(pe, loss, feeds):
+    """Run ``feeds`` until the fallback made its choice; return the feeds left."""
+    feeds = list(feeds)
+    while not pe._fallback.decided:
+        pe.run([loss.name], feed=feeds.pop(0))
+    return feeds
+
+
+def test_a_list_of_feeds_per_device_runs_on_every_device_after_the_switch(monkeypatch):
+    pe, _, _, _ = _train(mlp(), _feeds(), many=2e-3, one=1e-3, monkeypatch=monkeypatch)
+    assert pe.devices_in_use == 1
+    main_loss = pe._loss_name
+    half = mlp_feeds(steps=1, batch=4)[0]
+    got, = pe.run([main_loss], feed=[half, half])
+    assert got.shape == (2,)
+    assert pe.check_replicas() > 0  # the devices copied device 0's values before the step
+    got, = pe.run([main_loss], feed=_feeds()[0])  # and a whole batch goes to device 0 again
+    assert got.shape == (1,)
+
+
+def _mean_of_a_sum():
+    def build():
+        main, startup = fluid.Program(), fluid.Program()
+        main.random_seed = startup.random_seed = 7
+        with fluid.program_guard(main, startup):
+            x = fluid.layers.data(name="x", shape=[8], dtype="float32")
+            y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+            pred = fluid.layers.fc(input=x, size=1)
+            # a mean, but of the batch's sum: N devices would train with 1/N of its gradient
+            cost = fluid.layers.mean(fluid.layers.reduce_sum(
+                fluid.layers.square_error_cost(pred, y)))
+            fluid.optimizer.SGD(learning_rate=0.01).minimize(cost)
+        return main, startup, cost
+    return build
+
+
+def _centered():
+    def build():
+        main, startup = fluid.Program(), fluid.Program()
+        main.random_seed = startup.random_seed = 7
+        with fluid.program_guard(main, startup):
+            x = fluid.layers.data(name="x", shape=[8], dtype="float32")
+            y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+            # the batch's mean taken out of every row: each shard would take out its own
+            x = fluid.layers.elementwise_sub(x, fluid.layers.reduce_mean(x, dim=0))
+            pred = fluid.layers.fc(input=x, size=1)
+            cost = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+            fluid.optimizer.SGD(learning_rate=0.01).minimize(cost)
+        return main, startup, cost
+    return build
+
+
+@pytest.mark.parametrize("build,fields,why", [
+    (mlp(optimizer=lambda: fluid.optimizer.Momentum(learning_rate=0.1, momentum=0.9)),
+     {"reduce_strategy": fluid.BuildStrategy.ReduceStrategy.Reduce},
+     "ReduceStrategy.Reduce keeps the optimizer state of a parameter on its owner device"),
+    (_mean_of_a_sum(), {}, "the loss is a mean of 'reduce_sum_0.tmp_0', which is not one "
+     "row per example"),
+    (_centered(), {}, "reduce_mean makes 'reduce_mean_0.tmp_0' out of the whole batch"),
+], ids=["reduce", "mean_of_a_sum", "batch_mean_inside"])
+def test_a_step_that_one_device_computes_differently_is_refused(build, fields, why):
+    with fluid.unique_name.guard():
+        main, startup, loss = build()
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    with pytest.warns(UserWarning, match="fall_back_to_one_device has no effect: " + why):
+        pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
+                                    build_strategy=_strategy(**fields), scope=scope,
+                                    places=fluid.cpu_places(2))
+    assert pe._fallback is None
+
+
+def test_sharing_the_device_scopes_of_an_executor_of_another_scope(monkeypatch):
+    # the executor sharing trains in its source's scope, whatever scope it was given
+    feeds = _feeds()
+    single = run_single(mlp(), feeds[:1] + feeds)
+    with fluid.unique_name.guard():
+        main, startup, loss = mlp()()
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    src = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
+                                 places=fluid.cpu_places(2))
+    src.run([loss.name], feed=feeds[0])
+    pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
+                                share_vars_from=src, build_strategy=_strategy(),
+                                scope=fluid.Scope(), places=fluid.cpu_places(2))
+    monkeypatch.setattr(device_fallback, "_clock", FakeClock(pe._fallback, 2e-3, 1e-3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for feed in feeds:
+            pe.run([loss.name], feed=feed)
+    assert pe.devices_in_use == 1
+    for name, value in single.params.items():
+        np.testing.assert_allclose(np.array(scope.find_var(name).get_tensor()), value,
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_dropped_executor_is_freed_without_the_cycle_collector(monkeypatch):
+    import gc
+    import weakref
+
+    pe, _, _, _ = _train(mlp(), _feeds(), many=2e-3, one=1e-3, monkeypatch=monkeypatch)
+    monkeypatch.setattr(device_fallback, "_clock", lambda: 0.0)
+    fallback = pe._fallback
+    fallback.__dict__.pop("_many_step"), fallback.__dict__.pop("_one_step")  # (the clock's)
+    refs = [weakref.ref(pe), weakref.ref(fallback.one_pe)]
+    del pe, fallback
+    gc.disable()
+    try:
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()
+
+
+def test_a_step_refused_before_it_ran_leaves_no_false_split(monkeypatch):
+    with fluid.unique_name.guard():
+        main, startup, loss = mlp()()
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
+                                build_strategy=_strategy(), scope=scope,
+                                places=fluid.cpu_places(2))
+    monkeypatch.setattr(device_fallback, "_clock", FakeClock(pe._fallback, 1e-3, 2e-3))
+    feeds = _until_decided(pe, loss, _feeds())
+    assert pe.devices_in_use == 2  # and device 0 ran the last steps alone
+    bad = dict(feeds[0], y=feeds[0]["y"][:5])
+    with pytest.raises(ValueError, match="same batch size"):
+        pe.run([loss.name], feed=bad)
+    pe.check_replicas()  # device 1 copies device 0's values before its next step
+    pe.run([loss.name], feed=feeds[1])
+    assert pe.check_replicas() > 0
+
+
+def test_the_one_device_executor_says_nothing_of_fields_set_for_several(monkeypatch):
+    _, _, _, said = _train(mlp(), _feeds(), many=2e-3, one=1e-3, monkeypatch=monkeypatch,
+                           fuse_all_reduce_ops=True)
+    assert not [m for m in said if "single device" in m], said
+
+
+def test_compile_jobs_of_other_programs_do_not_hold_up_the_choice(monkeypatch):
+    # (a CompiledProgram elsewhere in the process compiling in the background)
+    monkeypatch.setattr(device_fallback.tiered, "jobs_idle", lambda timeout=None: False)
+    pe, _, _, _ = _train(mlp(), _feeds(), many=2e-3, one=1e-3, monkeypatch=monkeypatch)
+    assert pe.devices_in_use == 1
+
+
+def test_the_graph_files_asked_for_stay_those_of_the_n_devices(monkeypatch, tmp_path):
+    prefix = str(tmp_path / "g")
+    pe, _, _, _ = _train(mlp(), _feeds(), many=2e-3, one=1e-3, monkeypatch=monkeypatch,
+                         debug_graphviz_path=prefix)
+    assert pe.devices_in_use == 1
+    # (the one-device executor does not write its graph over them)
+    assert "(device 1)" in (tmp_path / "g_multi_devices.dot").read_text()
+
+
+def test_a_program_reading_from_a_reader_is_refused():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[8], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        fluid.io.DataLoader.from_generator(feed_list=[x, y], capacity=4, iterable=False)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(x, 1), y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    with pytest.warns(UserWarning, match="no effect: the program reads its batches from a "
+                                         "reader"):
+        pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main,
+                                    build_strategy=_strategy(), scope=scope,
+                                    places=fluid.cpu_places(2))
+    assert pe._fallback is None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import linecache
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -173,6 +174,34 @@ def _user_callsite() -> str:
     return "<unknown>"
 
 
+_STACK_LINES: dict[tuple[str, int, str], str] = {}
+
+
+def _creation_callstack(skip: int) -> list[str]:
+    """The Python stack that is creating an op, innermost frame first, starting ``skip``
+    frames above the caller: Fluid's ``op_callstack`` (``traceback.format_stack``'s
+    lines, reversed). Each distinct line is formatted once and shared by every op that
+    names it (a program's ops mostly come from the same few layer calls)."""
+    lines = _STACK_LINES
+    if len(lines) > 1 << 16:  # code generated at run time could grow it without bound
+        lines.clear()
+    out = []
+    frame: Any = sys._getframe(skip + 1)
+    while frame is not None:
+        code = frame.f_code
+        key = (code.co_filename, frame.f_lineno, code.co_name)
+        text = lines.get(key)
+        if text is None:
+            source = linecache.getline(key[0], key[1]).strip()
+            text = f'  File "{key[0]}", line {key[1]}, in {key[2]}\n'
+            if source:
+                text += f"    {source}\n"
+            lines[key] = text
+        out.append(text)
+        frame = frame.f_back
+    return out
+
+
 # --------------------------------------------------------------------------- operators
 
 
@@ -286,8 +315,13 @@ class Operator:
         def slots(d: dict[str, list[str]]) -> str:
             return ", ".join(f"{k}=[{', '.join(v)}]" for k, v in d.items())
 
-        shown = {k: v for k, v in sorted(self.attrs.items())
-                 if with_details or k not in _HIDDEN_ATTRS}
+        from .ops.registry import listed_attrs  # registry imports nothing from here at import
+
+        # NOTE: with_details adds the framework's bookkeeping, except the creating stack
+        # (dozens of lines per op; read it with op.attr("op_callstack"))
+        shown = listed_attrs(self.type, self.attrs)
+        if with_details:
+            shown = {k: v for k, v in sorted(self.attrs.items()) if k != "op_callstack"}
         attrs = ", ".join(f"{k}={_attr_str(v)}" for k, v in shown.items())
         text = f"{{{slots(self.outputs)}}} = {self.type}({slots(self.inputs)})"
         return f"{text} {{{attrs}}}" if attrs else text
@@ -298,7 +332,6 @@ class Operator:
     __str__ = __repr__
 
 
-_HIDDEN_ATTRS = frozenset({"op_role", "op_role_var", "op_namescope"})
 
 
 def __getattr__(name: str) -> object:
@@ -507,8 +540,11 @@ class Block:
         attrs.setdefault("op_role", program._current_role)
         if program._op_role_var and "op_role_var" not in attrs:
             attrs["op_role_var"] = list(program._op_role_var)
-        if _current_name_scope is not _ROOT_NAME_SCOPE:
-            attrs.setdefault("op_namescope", _current_name_scope.full_name())
+        # NOTE: as Fluid's Operator: the name scope and the creating stack; an op copied
+        # from another (a gradient, a pass's rewrite) keeps the original's
+        attrs.setdefault("op_namescope", _current_name_scope.full_name())
+        if "op_callstack" not in attrs:
+            attrs["op_callstack"] = _creation_callstack(1)
         apply_current_place(attrs)  # place_guard / device_guard (placement.py)
         op = Operator(self, type, ins, outs, attrs, callsite=_user_callsite())
         prepare_op(op, infer=infer)

@@ -345,7 +345,7 @@ def test_name_scopes_form_one_tree_and_a_prefix_entered_again_gets_a_suffix():
     got = [(op.type, op.attr("op_namescope") if "op_namescope" in op.attr_names else None)
            for op in main.global_block().ops]
     assert got == [("scale", "/ns1/"), ("scale", "/ns1/ns2/"), ("pow", "/ns1_1/"),
-                   ("scale", None)]
+                   ("scale", "/")]
 
 
 def test_a_persistable_feed_the_devices_cannot_share_is_enforce_not_met():

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from parafluid.ops.not_provided import NOT_PROVIDED
-from parafluid.ops.registry import get_op_def, has_op, registered_ops
+from parafluid.ops.registry import FRAMEWORK_ATTRS, get_op_def, has_op, registered_ops
 from parafluid.testing.op_test import OpCase
 
 HERE = Path(__file__).resolve().parent
@@ -436,7 +436,7 @@ def _value(v: Any) -> str:
 def _attrs(op: str) -> str:
     attrs = get_op_def(op).attrs
     shown = [f"{k}={_value(v)}" for k, v in sorted(attrs.items())
-             if k not in ("op_role", "op_role_var")]
+             if k not in FRAMEWORK_ATTRS]
     return ", ".join(shown)
 
 

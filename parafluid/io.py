@@ -71,6 +71,7 @@ from .distributed.checkpoint import (  # noqa: F401  (the pserver checkpoint fil
 )
 from .distributed.checkpoint import ROLE_KEY as _ROLE_KEY
 from .distributed.checkpoint import STEP_KEY as _STEP_KEY
+from .dtypes import VarType
 from .framework import Parameter, Program, Variable, default_main_program
 from .ops.registry import shapes_compatible
 from .ops.rpc import pserver_checkpoint_filename
@@ -125,7 +126,11 @@ def is_parameter(var: Variable) -> bool:
 
 
 def is_persistable(var: Variable) -> bool:
-    """True for Variables kept in the scope across runs (parameters, optimizer state, LR)."""
+    """True for Variables kept in the scope across runs (parameters, optimizer state, LR);
+    as Fluid's, not the feed and fetch lists nor readers (and their queues), which hold no
+    tensor to save."""
+    if var.type in (VarType.FEED_MINIBATCH, VarType.FETCH_LIST, VarType.READER, VarType.RAW):
+        return False
     return bool(var.persistable)
 
 
@@ -440,13 +445,18 @@ def _with_target_scales(program: Program, targets: Sequence[Variable]
     return program, names
 
 
+_READER_OPS = frozenset({"read", "create_double_buffer_reader", "create_py_reader"})
+
+
 def _without_read_ops(program: Program) -> Program:
-    """``program`` (a copy) without its ``read`` ops: a deployed model is fed, as Fluid's
-    ``_inference_optimize(prune_read_op=True)`` makes it."""
+    """``program`` (a copy) without its reader ops and variables: a deployed model is fed,
+    as Fluid's ``_inference_optimize(prune_read_op=True)`` makes it."""
     block = program.global_block()
-    kept = [op for op in block.ops if op.type != "read"]
+    kept = [op for op in block.ops if op.type not in _READER_OPS]
     if len(kept) != len(block.ops):
         block.ops = kept
+        for name in [n for n, v in block.vars.items() if v.type == VarType.READER]:
+            del block.vars[name]
         program._bump()
     return program
 

@@ -20,7 +20,9 @@ What the engine and the passes know of an op is declared in its row too:
   views of an input), so a later op may overwrite them in place;
 - ``side_effect=True``: talks to the outside (never pruned, never reordered);
   ``comm=True``: moves values between devices or processes (collectives, RPC, barriers,
-  copies; the profiler shows them as communication).
+  copies; the profiler shows them as communication);
+- ``handle_inputs=("Reader",)``: the slot names a process-local handle (a reader, its queue)
+  that the kernel finds by the op's attrs; a run whose scope holds no value hands None.
 
 Example::
 
@@ -123,6 +125,9 @@ class OpDef:
     # output shape, ...); None: it can (passes/compile_regions.py also checks side effects, seeds,
     # sub-blocks and row-sparse values itself)
     no_compile: str | None = None
+    # input slots naming a process-local handle (a reader, its queue) the kernel finds by its
+    # attrs: the executors hand None where the scope holds no value
+    handle_inputs: frozenset[str] = frozenset()
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -163,7 +168,8 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                 side_effect: bool = False, releases_inputs: bool = False,
                 share_lod: tuple[str, str | Sequence[str]] | None = None,
                 inplace: InplaceUpdate | None = None, fresh_output: bool = False,
-                comm: bool = False, no_compile: str | None = None) -> OpDef:
+                comm: bool = False, no_compile: str | None = None,
+                handle_inputs: Sequence[str] = ()) -> OpDef:
     """Declare an op type once; see the module docstring for the conventions."""
     if type in _REGISTRY:
         raise ValueError(f"op type {type!r} is registered twice")
@@ -174,7 +180,7 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                   attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
                   None if grad_uses is None else tuple(grad_uses), side_effect,
                   releases_inputs, _lod_rule(type, share_lod, inputs, outputs), inplace,
-                  fresh_output, comm, no_compile)
+                  fresh_output, comm, no_compile, frozenset(handle_inputs))
     if inplace is not None and (opdef.input_by_name.keys() - {"X", "Y"} or
                                 [s.name for s in opdef.outputs] != ["Out"]):
         raise ValueError(f"register_op {type!r}: inplace= needs inputs X (and Y) and the one "
@@ -348,8 +354,8 @@ def input_metas(op: Any, opdef: OpDef, block: Any) -> dict[str, Any] | None:
             if var is None:
                 raise ValueError(f"op {op.type!r}: input {slot.name}={n!r} is not a variable of "
                                  f"block {block.idx}; create it (or feed it) before use")
-            if var.type in (VarType.RAW, VarType.STEP_SCOPES):  # no shape: step scopes,
-                # communicator handles
+            if var.type in (VarType.RAW, VarType.STEP_SCOPES, VarType.READER):  # no shape:
+                # step scopes, communicator handles, readers
                 metas.append(Meta((), var.dtype or VarType.RAW, var.type))
                 continue
             if var.shape is None or var.dtype is None:

@@ -438,7 +438,7 @@ def test_program_desc_and_inference_optimize_as_fluids():
         prog = fluid.default_main_program()
     assert [o.type for o in prog._inference_optimize().global_block().ops] == ["mean"]
     assert [o.type for o in prog._inference_optimize(prune_read_op=False).global_block().ops
-            ] == ["read", "mean"]
+            ] == ["create_double_buffer_reader", "read", "mean"]
 
 
 def test_get_parameter_value_and_the_parameter_shape_rules():

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from . import unique_name
 from .dtypes import convert_dtype, convert_np_dtype_to_dtype_
 from .place import to_device
 from .program_desc import (
@@ -91,6 +92,9 @@ _dygraph_tracer_: Any = None
 def in_dygraph_mode() -> bool:
     """True inside ``fluid.dygraph.guard()`` (the imperative mode)."""
     return _dygraph_tracer_ is not None
+
+
+unique_name.in_dygraph_mode = in_dygraph_mode  # its temporaries' names follow the mode
 
 
 def dygraph_only(func: Any) -> Any:
@@ -418,6 +422,28 @@ def _attr_str(v: Any) -> str:
 # --------------------------------------------------------------------------- blocks
 
 
+def _check_same_var(var: Variable, kwargs: dict[str, Any]) -> None:
+    """ValueError (Fluid's words) when ``create_var(**kwargs)`` names ``var`` with another
+    type, shape, dtype or LoD level than it has."""
+    given = {"type": kwargs.get("type"), "shape": kwargs.get("shape"),
+             "data type": kwargs.get("dtype"), "lod_level": kwargs.get("lod_level")}
+    if given["type"] is not None:
+        given["type"] = str.__str__(given["type"])
+    if given["shape"] is not None:
+        given["shape"] = _as_shape(given["shape"], var.name)
+    if given["data type"] is not None:
+        given["data type"] = convert_dtype(given["data type"])
+    have = {"type": var.type, "shape": var.shape, "data type": var.dtype,
+            "lod_level": var.lod_level}
+    for what, value in given.items():
+        if value is not None and have[what] is not None and value != have[what]:
+            old, new = (tuple(have[what]), tuple(value)) if what == "shape" else \
+                (have[what], value)
+            raise ValueError(f"Variable {var.name} has been created before. the previous "
+                             f"{what} is {old}; the new {what} is {new}. They are not "
+                             "matched.")
+
+
 class Block:
     """An ordered list of ops plus the variables they use; block 0 is the global block."""
 
@@ -444,7 +470,9 @@ class Block:
         name = kwargs.get("name")
         if name is not None and name in self.vars:
             existing = self.vars[name]
-            # Fluid returns the existing variable when the same name is created twice.
+            # Fluid returns the existing variable when the same name is created twice, and
+            # refuses a type, shape, dtype or LoD level that differs from the existing one
+            _check_same_var(existing, kwargs)
             if kwargs.get("shape") is not None and existing.shape is None:
                 existing.shape = _as_shape(kwargs["shape"], name)
             if kwargs.get("dtype") is not None and existing.dtype is None:

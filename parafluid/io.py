@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import secrets
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -159,10 +160,17 @@ def save_vars(executor: Any, dirname: str, main_program: Program | None = None,
     """
     program = _as_program(main_program, "save_vars")
     chosen = _select_vars(program, vars, predicate, "save_vars")
+    _warn_if_none(chosen)
     tensors = _values(scope if scope is not None else global_scope(), chosen, "save_vars")
     path = os.path.join(dirname, filename or DEFAULT_FILENAME)
     write_tensors(path, tensors)
     return path
+
+
+def _warn_if_none(chosen: Sequence[Any]) -> None:
+    if not chosen:  # Fluid's words; the file is written all the same
+        warnings.warn("no variable in your model, please ensure there are any variables in "
+                      "your model to save", stacklevel=3)
 
 
 def save_params(executor: Any, dirname: str, main_program: Program | None = None,
@@ -404,6 +412,10 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
         raise TypeError(f"save_inference_model: target_vars must be a Variable or {need} of "
                         f"Variables, got {target_vars!r}")
     program = _as_program(main_program, "save_inference_model")
+    # NOTE: as Fluid's: the auc op's statistics are saved as they are; Fluid's words
+    if any(op.type == "auc" for op in program.global_block().ops):
+        warnings.warn("please ensure that you have set the auc states to zeros before saving "
+                      "inference model", stacklevel=2)
     program, fetches = _with_target_scales(program, target_vars)
     feeds = list(feeded_var_names)
     model_name = model_filename or MODEL_FILENAME
@@ -414,6 +426,7 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
     model_bytes = encode_model(model, feeds, fetches)
     if not program_only:
         chosen = _select_vars(model, None, is_persistable, "save_inference_model")
+        _warn_if_none(chosen)
         scope = scope if scope is not None else global_scope()
         # The parameters are written first and name the model they belong to, so a crash
         # between the two renames is detected on load instead of mixing two saves.

@@ -239,10 +239,29 @@ class GeneratorLoader(DataLoaderBase):
                     raise ValueError(f"DataLoader: batch {i} from the batch generator must be a "
                                      f"list of {len(names)} arrays ({', '.join(names)}), got "
                                      f"{_describe(fields)}")
+                for f in fields:
+                    if isinstance(f, (list, tuple)):
+                        self._check_input_array(f)
                 yield {n: np.asarray(f, dtype=d) if isinstance(f, (list, tuple)) else f
                        for n, f, d in zip(names, fields, dtypes)}
 
         return self._set_source(source, places)
+
+    @classmethod
+    def _check_input_array(cls, item: Any) -> None:
+        """A TypeError (Fluid's words) when ``item`` is no regular array: nested lists of
+        different lengths, which a LoDTensor made with ``fluid.create_lod_tensor`` holds."""
+        try:
+            ragged = np.array(item).dtype == object
+        except ValueError:  # numpy refuses an inhomogeneous nesting outright
+            ragged = True
+        if ragged:
+            raise TypeError(
+                "\n\tFaild to convert input data to a regular ndarray :\n\t* Usually this "
+                "means the input data contains nested lists with different lengths. \n\t* "
+                "Check the reader function passed to 'decorate_batch_generator' to locate "
+                "the data causes this issue.\n\t* Please consider using "
+                "'fluid.create_lod_tensor' to convert it to a LoD-Tensor.")
 
     def _set_source(self, source: Callable[[], Iterable[dict[str, Any]]],
                     places: Any) -> GeneratorLoader:

@@ -31,6 +31,7 @@ fewer than ``n`` batches are left the step raises ``EOFException`` (the rest is 
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 from collections import deque
@@ -330,7 +331,8 @@ class QueueReader:
             elif not isinstance(value, (LoDTensor, torch.Tensor)):
                 value = np.array(value, dtype=var.dtype)
             try:
-                out.append(as_feed_tensor(block, var.name, value, self._device))
+                out.append(as_feed_tensor(block, var.name, value, self._device,
+                                          shape_checked=_same_row_size(var, value)))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"{self.name}: batch {index}, field {var.name!r}: {e}") from None
         return out
@@ -381,6 +383,21 @@ class QueueReader:
     def __repr__(self) -> str:
         return (f"<QueueReader {self.name}: capacity {self.capacity}, fields "
                 f"{', '.join(f'{v.name} {list(v.shape)} {v.dtype}' for v in self._fields)}>")
+
+
+def _same_row_size(var: Variable, value: Any) -> bool:
+    """True when each row of ``value`` holds as many values as a row of the field ``var``
+    declares, in another shape (a ``[N, 1, 1]`` label for a ``(-1, 1)`` field): Fluid's
+    readers hand such a batch on as it is, and so does this one."""
+    shape = value.shape() if isinstance(value, LoDTensor) and value.value is not None \
+        else getattr(value, "shape", None)
+    declared = var.shape
+    if shape is None or declared is None or not declared or len(shape) == 0 or \
+            any(d < 0 for d in declared[1:]) or tuple(shape) == tuple(declared):
+        return False
+    if declared[0] >= 0 and declared[0] != shape[0]:
+        return False
+    return math.prod(shape[1:]) == math.prod(declared[1:])
 
 
 def _check_callable(reader: Any, where: str) -> None:

@@ -101,7 +101,7 @@ def test_default_scope_funcs_keep_a_stack_of_scopes_per_thread():
 
 
 def test_framework_reserved_names_match_core():
-    assert framework.GRAD_VAR_SUFFIX == core.kGradVarSuffix() == "@GRAD"
+    assert framework.GRAD_VAR_SUFFIX == core.kGradVarSuffix() == core.grad_var_suffix() == "@GRAD"
     assert framework.TEMP_VAR_NAME == core.kTempVarName() == "@TEMP@"
     assert framework.ZERO_VAR_SUFFIX == core.kZeroVarSuffix() == "@ZERO"
     assert framework.EMPTY_VAR_NAME == core.kEmptyVarName() == "@EMPTY@"

@@ -468,3 +468,15 @@ def test_core_layer_is_a_base_computing_nothing_and_a_layer_must_define_forward(
     with fluid.dygraph.guard():
         with pytest.raises(NotImplementedError):
             fluid.Layer("l").forward([])
+
+
+def test_fluid_optimizer_module_holds_append_regularization_ops_as_fluids():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        out = fluid.layers.mean(fluid.layers.fc(x, 1, param_attr=fluid.ParamAttr(
+            regularizer=fluid.regularizer.L1Decay(0.1)), bias_attr=False))
+        params_grads = fluid.backward.append_backward(out)
+        count = len(main.global_block().ops)
+        assert len(fluid.optimizer.append_regularization_ops(params_grads)) == 1
+    assert [op.type for op in main.global_block().ops[count:]] == ["sign", "scale", "sum"]

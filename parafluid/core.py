@@ -58,7 +58,7 @@ __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "LoDTensor", "LoDTensorAr
            "EnforceNotMet",
            "VarDesc", "get_cuda_device_count", "is_compiled_with_cuda", "globals",
            "_set_eager_deletion_mode", "op_support_gpu", "init_devices", "get_grad_op_desc",
-           "kEmptyVarName", "kTempVarName", "kGradVarSuffix", "kZeroVarSuffix",
+           "kEmptyVarName", "kTempVarName", "kGradVarSuffix", "grad_var_suffix", "kZeroVarSuffix",
            "kControlDepVarName", "set_feed_variable", "get_fetch_variable", "Place"]
 __all__ += ["LoDTensorBlockingQueue", "AnalysisConfig", "NativeConfig",
             "create_paddle_predictor", "PaddleTensor", "PaddleBuf", "PaddleDType",
@@ -144,6 +144,11 @@ def kTempVarName() -> str:  # noqa: N802
 
 
 def kGradVarSuffix() -> str:  # noqa: N802
+    return framework.GRAD_VAR_SUFFIX
+
+
+def grad_var_suffix() -> str:
+    """``"@GRAD"``: what names a variable's gradient (Fluid's ``core.grad_var_suffix()``)."""
     return framework.GRAD_VAR_SUFFIX
 
 

@@ -54,7 +54,7 @@ from .parallel.compiled_program import CompiledProgram
 from .passes.release_memory import eager_deletion_enabled
 from .place import to_device
 from .placement import is_placed
-from .scope import Scope, global_scope, scope_guard
+from .scope import LoDTensor, Scope, global_scope, scope_guard
 from .variable import unknown_name_message
 
 __all__ = ["Executor", "global_scope", "scope_guard", "compile_program", "FetchHandler",
@@ -381,6 +381,18 @@ def as_numpy(tensor: Any) -> Any:
         raise RuntimeError("as_numpy: this tensor holds LoD information and cannot be one "
                            "array; fetch it with return_numpy=False")
     return np.array(tensor) if tensor._is_initialized() else None
+
+
+def _as_lodtensor(data: Any, place: Any) -> LoDTensor:
+    """A numpy array as a LoDTensor on ``place`` (Fluid's executor helper); a list, which
+    may hold sequences of several lengths, must be made a LoDTensor by the caller."""
+    if isinstance(data, list):
+        raise RuntimeError("Some of your feed data hold LoD information. They can not be "
+                           "completely cast from a list of Python ndarray to LoDTensor. Please "
+                           "convert data to LoDTensor directly before feeding the data.")
+    tensor = LoDTensor()
+    tensor.set(data, place)
+    return tensor
 
 
 def _fetch_var(name: str, scope: Scope | None = None, return_numpy: bool = True) -> Any:

@@ -66,7 +66,7 @@ def as_feed_tensor(block: Any, name: str, value: Any, device: torch.device,
     if isinstance(value, SelectedRows):
         return value.to(device)
     if isinstance(value, LoDTensor):
-        return lod_feed_tensor(block, name, value, device, notes)
+        return lod_feed_tensor(block, name, value, device, notes, shape_checked)
     if isinstance(value, torch.Tensor):
         arr_dtype = convert_dtype(value.dtype)
         shape = tuple(value.shape)
@@ -113,11 +113,12 @@ class FeedDtypeError(TypeError, ValueError):
 
 
 def lod_feed_tensor(block: Any, name: str, value: LoDTensor, device: torch.device,
-                    notes: list[tuple[type, str, str]] | None = None) -> Any:
+                    notes: list[tuple[type, str, str]] | None = None,
+                    shape_checked: bool = False) -> Any:
     """What the executors make of a fed LoDTensor: its tensor, carrying the LoD."""
     if value.value is None:
         raise ValueError(f"feed {name!r}: the LoDTensor has no value; call .set(array, place)")
-    t = as_feed_tensor(block, name, value.value, device, notes)
+    t = as_feed_tensor(block, name, value.value, device, notes, shape_checked)
     lod = value.lod()
     if not lod:
         return t

@@ -22,6 +22,8 @@ The flags the runtime reads:
 - ``FLAGS_rpc_overlap_send`` (bool, default True; parafluid's own): a parameter-server
   trainer's ``send`` starts its messages and the backward pass goes on; the send barrier
   (or the next recv) waits for them (``parafluid.ops.rpc``). False: each send waits.
+- ``FLAGS_dygraph_debug`` (bool): ``fluid.dygraph.base._print_debug_msg`` reports the
+  imperative mode's object counts (``parafluid.dygraph.base``).
 
 The others are accepted and kept so that scripts which set them run; they change nothing.
 
@@ -112,6 +114,7 @@ FLAGS: dict[str, Flag] = {
     "FLAGS_selected_gpus": Flag("", _gpu_ids, "parafluid.distributed.collective"),
     "FLAGS_reader_deadline": Flag(180000, _deadline_ms, "parafluid.dataio.multiprocess_reader"),
     "FLAGS_rpc_overlap_send": Flag(True, _bool, "parafluid.ops.rpc"),
+    "FLAGS_dygraph_debug": Flag(False, _bool, "parafluid.dygraph.base"),
     "FLAGS_fast_eager_deletion_mode": Flag(True, _bool),
     "FLAGS_memory_fraction_of_eager_deletion": Flag(1.0, _fraction),
     "FLAGS_fraction_of_gpu_memory_to_use": Flag(0.92, _fraction),

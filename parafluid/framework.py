@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import linecache
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from . import unique_name
 from .dtypes import convert_dtype, convert_np_dtype_to_dtype_
 from .place import to_device
 from .program_desc import (
@@ -90,6 +92,9 @@ _dygraph_tracer_: Any = None
 def in_dygraph_mode() -> bool:
     """True inside ``fluid.dygraph.guard()`` (the imperative mode)."""
     return _dygraph_tracer_ is not None
+
+
+unique_name.in_dygraph_mode = in_dygraph_mode  # its temporaries' names follow the mode
 
 
 def dygraph_only(func: Any) -> Any:
@@ -171,6 +176,34 @@ def _user_callsite() -> str:
             return f"{filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
+
+
+_STACK_LINES: dict[tuple[str, int, str], str] = {}
+
+
+def _creation_callstack(skip: int) -> list[str]:
+    """The Python stack that is creating an op, innermost frame first, starting ``skip``
+    frames above the caller: Fluid's ``op_callstack`` (``traceback.format_stack``'s
+    lines, reversed). Each distinct line is formatted once and shared by every op that
+    names it (a program's ops mostly come from the same few layer calls)."""
+    lines = _STACK_LINES
+    if len(lines) > 1 << 16:  # code generated at run time could grow it without bound
+        lines.clear()
+    out = []
+    frame: Any = sys._getframe(skip + 1)
+    while frame is not None:
+        code = frame.f_code
+        key = (code.co_filename, frame.f_lineno, code.co_name)
+        text = lines.get(key)
+        if text is None:
+            source = linecache.getline(key[0], key[1]).strip()
+            text = f'  File "{key[0]}", line {key[1]}, in {key[2]}\n'
+            if source:
+                text += f"    {source}\n"
+            lines[key] = text
+        out.append(text)
+        frame = frame.f_back
+    return out
 
 
 # --------------------------------------------------------------------------- operators
@@ -286,8 +319,13 @@ class Operator:
         def slots(d: dict[str, list[str]]) -> str:
             return ", ".join(f"{k}=[{', '.join(v)}]" for k, v in d.items())
 
-        shown = {k: v for k, v in sorted(self.attrs.items())
-                 if with_details or k not in _HIDDEN_ATTRS}
+        from .ops.registry import listed_attrs  # registry imports nothing from here at import
+
+        # NOTE: with_details adds the framework's bookkeeping, except the creating stack
+        # (dozens of lines per op; read it with op.attr("op_callstack"))
+        shown = listed_attrs(self.type, self.attrs)
+        if with_details:
+            shown = {k: v for k, v in sorted(self.attrs.items()) if k != "op_callstack"}
         attrs = ", ".join(f"{k}={_attr_str(v)}" for k, v in shown.items())
         text = f"{{{slots(self.outputs)}}} = {self.type}({slots(self.inputs)})"
         return f"{text} {{{attrs}}}" if attrs else text
@@ -298,7 +336,6 @@ class Operator:
     __str__ = __repr__
 
 
-_HIDDEN_ATTRS = frozenset({"op_role", "op_role_var", "op_namescope"})
 
 
 def __getattr__(name: str) -> object:
@@ -385,6 +422,28 @@ def _attr_str(v: Any) -> str:
 # --------------------------------------------------------------------------- blocks
 
 
+def _check_same_var(var: Variable, kwargs: dict[str, Any]) -> None:
+    """ValueError (Fluid's words) when ``create_var(**kwargs)`` names ``var`` with another
+    type, shape, dtype or LoD level than it has."""
+    given = {"type": kwargs.get("type"), "shape": kwargs.get("shape"),
+             "data type": kwargs.get("dtype"), "lod_level": kwargs.get("lod_level")}
+    if given["type"] is not None:
+        given["type"] = str.__str__(given["type"])
+    if given["shape"] is not None:
+        given["shape"] = _as_shape(given["shape"], var.name)
+    if given["data type"] is not None:
+        given["data type"] = convert_dtype(given["data type"])
+    have = {"type": var.type, "shape": var.shape, "data type": var.dtype,
+            "lod_level": var.lod_level}
+    for what, value in given.items():
+        if value is not None and have[what] is not None and value != have[what]:
+            old, new = (tuple(have[what]), tuple(value)) if what == "shape" else \
+                (have[what], value)
+            raise ValueError(f"Variable {var.name} has been created before. the previous "
+                             f"{what} is {old}; the new {what} is {new}. They are not "
+                             "matched.")
+
+
 class Block:
     """An ordered list of ops plus the variables they use; block 0 is the global block."""
 
@@ -411,7 +470,9 @@ class Block:
         name = kwargs.get("name")
         if name is not None and name in self.vars:
             existing = self.vars[name]
-            # Fluid returns the existing variable when the same name is created twice.
+            # Fluid returns the existing variable when the same name is created twice, and
+            # refuses a type, shape, dtype or LoD level that differs from the existing one
+            _check_same_var(existing, kwargs)
             if kwargs.get("shape") is not None and existing.shape is None:
                 existing.shape = _as_shape(kwargs["shape"], name)
             if kwargs.get("dtype") is not None and existing.dtype is None:
@@ -507,8 +568,11 @@ class Block:
         attrs.setdefault("op_role", program._current_role)
         if program._op_role_var and "op_role_var" not in attrs:
             attrs["op_role_var"] = list(program._op_role_var)
-        if _current_name_scope is not _ROOT_NAME_SCOPE:
-            attrs.setdefault("op_namescope", _current_name_scope.full_name())
+        # NOTE: as Fluid's Operator: the name scope and the creating stack; an op copied
+        # from another (a gradient, a pass's rewrite) keeps the original's
+        attrs.setdefault("op_namescope", _current_name_scope.full_name())
+        if "op_callstack" not in attrs:
+            attrs["op_callstack"] = _creation_callstack(1)
         apply_current_place(attrs)  # place_guard / device_guard (placement.py)
         op = Operator(self, type, ins, outs, attrs, callsite=_user_callsite())
         prepare_op(op, infer=infer)

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import secrets
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,6 +72,7 @@ from .distributed.checkpoint import (  # noqa: F401  (the pserver checkpoint fil
 )
 from .distributed.checkpoint import ROLE_KEY as _ROLE_KEY
 from .distributed.checkpoint import STEP_KEY as _STEP_KEY
+from .dtypes import VarType
 from .framework import Parameter, Program, Variable, default_main_program
 from .ops.registry import shapes_compatible
 from .ops.rpc import pserver_checkpoint_filename
@@ -125,7 +127,11 @@ def is_parameter(var: Variable) -> bool:
 
 
 def is_persistable(var: Variable) -> bool:
-    """True for Variables kept in the scope across runs (parameters, optimizer state, LR)."""
+    """True for Variables kept in the scope across runs (parameters, optimizer state, LR);
+    as Fluid's, not the feed and fetch lists nor readers (and their queues), which hold no
+    tensor to save."""
+    if var.type in (VarType.FEED_MINIBATCH, VarType.FETCH_LIST, VarType.READER, VarType.RAW):
+        return False
     return bool(var.persistable)
 
 
@@ -154,10 +160,17 @@ def save_vars(executor: Any, dirname: str, main_program: Program | None = None,
     """
     program = _as_program(main_program, "save_vars")
     chosen = _select_vars(program, vars, predicate, "save_vars")
+    _warn_if_none(chosen)
     tensors = _values(scope if scope is not None else global_scope(), chosen, "save_vars")
     path = os.path.join(dirname, filename or DEFAULT_FILENAME)
     write_tensors(path, tensors)
     return path
+
+
+def _warn_if_none(chosen: Sequence[Any]) -> None:
+    if not chosen:  # Fluid's words; the file is written all the same
+        warnings.warn("no variable in your model, please ensure there are any variables in "
+                      "your model to save", stacklevel=3)
 
 
 def save_params(executor: Any, dirname: str, main_program: Program | None = None,
@@ -399,6 +412,10 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
         raise TypeError(f"save_inference_model: target_vars must be a Variable or {need} of "
                         f"Variables, got {target_vars!r}")
     program = _as_program(main_program, "save_inference_model")
+    # NOTE: as Fluid's: the auc op's statistics are saved as they are; Fluid's words
+    if any(op.type == "auc" for op in program.global_block().ops):
+        warnings.warn("please ensure that you have set the auc states to zeros before saving "
+                      "inference model", stacklevel=2)
     program, fetches = _with_target_scales(program, target_vars)
     feeds = list(feeded_var_names)
     model_name = model_filename or MODEL_FILENAME
@@ -409,6 +426,7 @@ def save_inference_model(dirname: str, feeded_var_names: str | Sequence[str],
     model_bytes = encode_model(model, feeds, fetches)
     if not program_only:
         chosen = _select_vars(model, None, is_persistable, "save_inference_model")
+        _warn_if_none(chosen)
         scope = scope if scope is not None else global_scope()
         # The parameters are written first and name the model they belong to, so a crash
         # between the two renames is detected on load instead of mixing two saves.
@@ -440,13 +458,18 @@ def _with_target_scales(program: Program, targets: Sequence[Variable]
     return program, names
 
 
+_READER_OPS = frozenset({"read", "create_double_buffer_reader", "create_py_reader"})
+
+
 def _without_read_ops(program: Program) -> Program:
-    """``program`` (a copy) without its ``read`` ops: a deployed model is fed, as Fluid's
-    ``_inference_optimize(prune_read_op=True)`` makes it."""
+    """``program`` (a copy) without its reader ops and variables: a deployed model is fed,
+    as Fluid's ``_inference_optimize(prune_read_op=True)`` makes it."""
     block = program.global_block()
-    kept = [op for op in block.ops if op.type != "read"]
+    kept = [op for op in block.ops if op.type not in _READER_OPS]
     if len(kept) != len(block.ops):
         block.ops = kept
+        for name in [n for n, v in block.vars.items() if v.type == VarType.READER]:
+            del block.vars[name]
         program._bump()
     return program
 

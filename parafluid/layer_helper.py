@@ -166,7 +166,7 @@ class LayerHelper:
                                            stop_gradient: bool = False) -> Variable:
         """A fresh temporary ``<layer>.tmp_<n>``; its shape is set by the op that writes it."""
         return self.main_program.current_block().create_var(
-            name=unique_name.generate(f"{self.name}.tmp"), dtype=dtype,
+            name=unique_name.generate_with_ignorable_key(f"{self.name}.tmp"), dtype=dtype,
             stop_gradient=stop_gradient)
 
     create_tmp_variable = create_variable_for_type_inference

@@ -11,6 +11,7 @@ from .optimizers.pipeline import PipelineOptimizer
 from .optimizers.recompute import RecomputeOptimizer
 from .optimizers.rules import *
 from .optimizers.rules import __all__ as _rules
+from .regularizer import append_regularization_ops  # Fluid's module holds it too
 
 __all__ = ["Optimizer", *_rules, "ExponentialMovingAverage", "LookaheadOptimizer",
            "ModelAverage", "PipelineOptimizer", "DGCMomentumOptimizer", "DGCMomentum",

@@ -77,6 +77,9 @@ _LISTS = {AttrType.BOOLEAN: AttrType.BOOLEANS, AttrType.INT: AttrType.INTS,
           AttrType.STRING: AttrType.STRINGS, AttrType.BLOCK: AttrType.BLOCKS}
 
 
+_STRING_LISTS = frozenset({"op_role_var", "op_callstack"})
+
+
 def attr_type_of(op: Any, name: str) -> AttrType:
     """The ``AttrType`` of attribute ``name`` of ``op``: the registered default's kind
     where the op type declares one, else the value's."""
@@ -102,6 +105,8 @@ def attr_type_of(op: Any, name: str) -> AttrType:
             if kind == AttrType.INT and _kind(value) == AttrType.LONG:
                 return AttrType.LONG
             return kind
+    if name in _STRING_LISTS:  # the framework's (Fluid's OpProtoAndCheckerMaker declares)
+        return AttrType.STRINGS
     if isinstance(value, list):  # an empty list, and no default to tell its kind
         return AttrType.INTS
     raise ValueError(f"op {op.type!r}: attribute {name!r} holds {type(value).__name__}, "

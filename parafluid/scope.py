@@ -203,6 +203,31 @@ class LoDTensor:
                                              t.numel() else torch.float32,
                                              device=t.device if t is not None else "cpu")
 
+    def _alloc(self, place: Any, dtype: torch.dtype) -> torch.Tensor:
+        """Hold a tensor of ``dtype`` of the dims ``_set_dims`` gave (zeros where the
+        values were not of that dtype) on ``place``."""
+        t = self._holder.value
+        dims = list(t.shape) if t is not None else [0]
+        if t is None or t.dtype != dtype:
+            t = torch.zeros(dims, dtype=dtype)
+        self._holder.value = t.to(to_device(place))
+        return self._holder.value
+
+    def _alloc_float(self, place: Any) -> None:
+        """Fluid's ``mutable_data<float>``: a float32 tensor of the set dims on ``place``."""
+        self._alloc(place, torch.float32)
+
+    def _alloc_int(self, place: Any) -> None:
+        """Fluid's ``mutable_data<int>``: an int32 tensor of the set dims on ``place``."""
+        self._alloc(place, torch.int32)
+
+    def _mutable_data(self, place: Any, dtype: Any) -> int:
+        """A tensor of ``dtype`` (a ``VarDesc.VarType``) of the set dims on ``place``; its
+        address, as Fluid's."""
+        from .dtypes import convert_dtype, to_torch
+
+        return int(self._alloc(place, to_torch(convert_dtype(dtype))).data_ptr())
+
     def _dtype(self) -> str:
         from .dtypes import convert_dtype
 
@@ -279,6 +304,16 @@ class LoDTensor:
         self._check()
         arr = as_numpy(self._holder.value)
         return arr.astype(dtype) if dtype is not None else arr
+
+    def __getitem__(self, index: Any) -> LoDTensor:
+        """A new tensor holding a copy of the slice (Fluid's ``Tensor.__getitem__``: ints,
+        slices with any step, one per dimension)."""
+        self._check()
+        out = LoDTensor()
+        value = self._holder.value
+        out._holder.value = torch.from_numpy(np.ascontiguousarray(
+            as_numpy(value)[index])).to(value.device)
+        return out
 
     # NOTE: ``np.array(t)`` always gives a plain ndarray (numpy drops subclasses unless
     # ``subok=True``), whose float() numpy >= 2.4 refuses for shape [1]; so the tensor itself

@@ -34,6 +34,8 @@ def _attr_to_json(v: Any) -> Any:
     if isinstance(v, Block):
         return {"__block__": v.idx}
     if isinstance(v, list):
+        if all(type(x) is str for x in v):  # the common case (op_callstack): a plain copy
+            return list(v)
         return [_attr_to_json(x) for x in v]
     if isinstance(v, dict):
         raise TypeError("dict-valued op attributes are not serializable")
@@ -46,6 +48,8 @@ def _attr_from_json(v: Any, program: Program) -> Any:
             raise ValueError(f"malformed attribute value {v!r}")
         return program.block(v["__block__"])
     if isinstance(v, list):
+        if all(type(x) is str for x in v):
+            return list(v)
         return [_attr_from_json(x, program) for x in v]
     return v
 

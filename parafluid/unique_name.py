@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-__all__ = ["generate", "guard", "switch", "UniqueNameGenerator"]
+__all__ = ["generate", "generate_with_ignorable_key", "guard", "switch", "UniqueNameGenerator"]
 
 
 class UniqueNameGenerator:
@@ -38,6 +38,20 @@ _generator = UniqueNameGenerator()
 def generate(key: str) -> str:
     """Return ``key_<n>`` with a per-key counter global to the process."""
     return _generator(key)
+
+
+def _static_mode() -> bool:
+    return False
+
+
+# NOTE: the framework installs its in_dygraph_mode here (this module is below it)
+in_dygraph_mode: Callable[[], bool] = _static_mode
+
+
+def generate_with_ignorable_key(key: str) -> str:
+    """``generate(key)``; in the imperative mode ``generate("tmp")``, as Fluid's: every
+    temporary of every step is named from one key, so the keys do not pile up."""
+    return _generator("tmp" if in_dygraph_mode() else key)
 
 
 def switch(new_generator: UniqueNameGenerator | None = None) -> UniqueNameGenerator:

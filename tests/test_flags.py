@@ -13,7 +13,7 @@ def test_every_flag_the_runtime_reads_is_in_core_globals() -> None:
     read = {name for name, spec in FLAGS.items() if spec.read_by}
     assert read == {"FLAGS_rpc_deadline", "FLAGS_check_nan_inf",
                     "FLAGS_eager_delete_tensor_gb", "FLAGS_selected_gpus",
-                    "FLAGS_reader_deadline", "FLAGS_rpc_overlap_send"}
+                    "FLAGS_reader_deadline", "FLAGS_rpc_overlap_send", "FLAGS_dygraph_debug"}
     assert all(name in fluid.core.globals() for name in read)
     assert set(fluid.core.globals().keys()) == set(FLAGS)
 

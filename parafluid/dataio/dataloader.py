@@ -46,12 +46,12 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import to_numpy
-from ..framework import Variable, in_dygraph_mode
+from ..framework import Variable, default_startup_program, in_dygraph_mode
 from ..scope import LoDTensor
 from ..unique_name import generate as unique_name
 from .data_feeder import DataFeeder
 from .dataset import DatasetBase, build_feed
-from .legacy_reader import QueueReader, append_read_op
+from .legacy_reader import QueueReader, add_reader_ops, append_read_op
 from .reader import batch as batch_reader
 
 __all__ = ["DataLoader", "DataLoaderBase", "GeneratorLoader", "DatasetLoader", "PyReader"]
@@ -177,11 +177,17 @@ class GeneratorLoader(DataLoaderBase):
         self._live: weakref.ref[_LoaderIterator] | None = None
         self._reader: QueueReader | None = None
         if not iterable:
-            # NOTE: first in the program, so that every op reading the data comes after it
-            self._reader = QueueReader(unique_name("create_py_reader"), self._feed_list,
-                                       capacity, use_double_buffer, timeout)
-            append_read_op(self._feed_list[0].block.program.global_block(), self._reader,
-                           self._feed_list, prepend=True)
+            # NOTE: Fluid's reader ops (create_py_reader in the startup program), first in
+            # the main program, so that every op reading the data comes after them
+            names = (unique_name("lod_tensor_blocking_queue"), unique_name("create_py_reader"),
+                     unique_name("double_buffer"))
+            self._reader = QueueReader(names[1], self._feed_list, capacity, use_double_buffer,
+                                       timeout)
+            main = self._feed_list[0].block.program.global_block()
+            add_reader_ops(self._reader, main, default_startup_program().global_block(), names,
+                           use_double_buffer, prepend=True)
+            append_read_op(main, self._reader, self._feed_list,
+                           index=1 if use_double_buffer else 0)
 
     @property
     def iterable(self) -> bool:
@@ -233,10 +239,29 @@ class GeneratorLoader(DataLoaderBase):
                     raise ValueError(f"DataLoader: batch {i} from the batch generator must be a "
                                      f"list of {len(names)} arrays ({', '.join(names)}), got "
                                      f"{_describe(fields)}")
+                for f in fields:
+                    if isinstance(f, (list, tuple)):
+                        self._check_input_array(f)
                 yield {n: np.asarray(f, dtype=d) if isinstance(f, (list, tuple)) else f
                        for n, f, d in zip(names, fields, dtypes)}
 
         return self._set_source(source, places)
+
+    @classmethod
+    def _check_input_array(cls, item: Any) -> None:
+        """A TypeError (Fluid's words) when ``item`` is no regular array: nested lists of
+        different lengths, which a LoDTensor made with ``fluid.create_lod_tensor`` holds."""
+        try:
+            ragged = np.array(item).dtype == object
+        except ValueError:  # numpy refuses an inhomogeneous nesting outright
+            ragged = True
+        if ragged:
+            raise TypeError(
+                "\n\tFaild to convert input data to a regular ndarray :\n\t* Usually this "
+                "means the input data contains nested lists with different lengths. \n\t* "
+                "Check the reader function passed to 'decorate_batch_generator' to locate "
+                "the data causes this issue.\n\t* Please consider using "
+                "'fluid.create_lod_tensor' to convert it to a LoD-Tensor.")
 
     def _set_source(self, source: Callable[[], Iterable[dict[str, Any]]],
                     places: Any) -> GeneratorLoader:

@@ -3,9 +3,11 @@
 
 A ``QueueReader`` holds a bounded queue of ``capacity`` batches, filled by a background
 thread that runs the user's generator, checks each value against its data variable (dtype,
-shape, LoD) and makes it a tensor. The program takes batches through a ``read`` op
-(``parafluid/ops/reader.py``): ``exe.run`` needs no feed, and raises
-``fluid.core.EOFException`` once the generator is exhausted. Fluid's training loop::
+shape, LoD) and makes it a tensor. The programs hold Fluid's reader ops
+(``parafluid/ops/reader.py``): ``create_py_reader`` in the startup program,
+``create_double_buffer_reader`` (when double-buffered) and ``read`` in the main program,
+which takes the batches: ``exe.run`` needs no feed, and raises ``fluid.core.EOFException``
+once the generator is exhausted. Fluid's training loop::
 
     reader = fluid.layers.py_reader(capacity=8, shapes=[(-1, 4), (-1, 1)],
                                     dtypes=["float32", "int64"])
@@ -28,6 +30,8 @@ fewer than ``n`` batches are left the step raises ``EOFException`` (the rest is 
 
 from __future__ import annotations
 
+import functools
+import math
 import threading
 import time
 from collections import deque
@@ -40,7 +44,7 @@ import torch
 from .. import unique_name
 from ..dtypes import VarType, convert_dtype
 from ..feed_fetch import as_feed_tensor
-from ..framework import Program, Variable, default_main_program
+from ..framework import Block, Program, Variable, default_main_program, default_startup_program
 from ..ops.reader import EOFException, register_reader
 from ..place import to_device
 from ..scope import LoDTensor
@@ -192,6 +196,8 @@ class QueueReader:
         self._group: dict[int, list[torch.Tensor]] = {}
         self._eof = False
         self.reader_id = register_reader(self)
+        # the main program's reader variable the read ops take from (add_reader_ops)
+        self.var: Variable | None = None
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -325,7 +331,8 @@ class QueueReader:
             elif not isinstance(value, (LoDTensor, torch.Tensor)):
                 value = np.array(value, dtype=var.dtype)
             try:
-                out.append(as_feed_tensor(block, var.name, value, self._device))
+                out.append(as_feed_tensor(block, var.name, value, self._device,
+                                          shape_checked=_same_row_size(var, value)))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"{self.name}: batch {index}, field {var.name!r}: {e}") from None
         return out
@@ -378,6 +385,21 @@ class QueueReader:
                 f"{', '.join(f'{v.name} {list(v.shape)} {v.dtype}' for v in self._fields)}>")
 
 
+def _same_row_size(var: Variable, value: Any) -> bool:
+    """True when each row of ``value`` holds as many values as a row of the field ``var``
+    declares, in another shape (a ``[N, 1, 1]`` label for a ``(-1, 1)`` field): Fluid's
+    readers hand such a batch on as it is, and so does this one."""
+    shape = value.shape() if isinstance(value, LoDTensor) and value.value is not None \
+        else getattr(value, "shape", None)
+    declared = var.shape
+    if shape is None or declared is None or not declared or len(shape) == 0 or \
+            any(d < 0 for d in declared[1:]) or tuple(shape) == tuple(declared):
+        return False
+    if declared[0] >= 0 and declared[0] != shape[0]:
+        return False
+    return math.prod(shape[1:]) == math.prod(declared[1:])
+
+
 def _check_callable(reader: Any, where: str) -> None:
     if not callable(reader):
         raise TypeError(f"{where}: the generator must be a function returning an iterable, "
@@ -420,7 +442,8 @@ def py_reader(capacity: int, shapes: Sequence[Sequence[int]], dtypes: Sequence[A
     if len(lod_levels) != len(shapes):
         raise ValueError(f"py_reader: give one lod level per shape: {len(shapes)} shapes, "
                          f"lod_levels {lod_levels!r}")
-    name = name if name is not None else unique_name.generate("create_py_reader")
+    names = _reader_names(name)
+    name = name if name is not None else names[1]
     # NOTE: the fields live in a program of their own: they describe the batches (for the
     # checks and the DataFeeder), the program's variables are the outputs of read_file
     block = Program().global_block()
@@ -430,7 +453,10 @@ def py_reader(capacity: int, shapes: Sequence[Sequence[int]], dtypes: Sequence[A
         fields.append(block.create_var(name=f"{name}.field_{i}", shape=dims,
                                        dtype=convert_dtype(dtype), lod_level=int(lod),
                                        type=VarType.LOD_TENSOR, is_data=True))
-    return QueueReader(name, fields, capacity, use_double_buffer)
+    reader = QueueReader(name, fields, capacity, use_double_buffer)
+    add_reader_ops(reader, default_main_program().current_block(),
+                   default_startup_program().current_block(), names, use_double_buffer)
+    return reader
 
 
 def create_py_reader_by_data(capacity: int, feed_list: Sequence[Variable],
@@ -450,8 +476,69 @@ def create_py_reader_by_data(capacity: int, feed_list: Sequence[Variable],
             not feed_list or not all(isinstance(v, Variable) for v in feed_list):
         raise TypeError("create_py_reader_by_data: feed_list must be a non-empty list of data "
                         f"Variables, got {feed_list!r}")
-    name = name if name is not None else unique_name.generate("create_py_reader")
-    return QueueReader(name, list(feed_list), capacity, use_double_buffer)
+    names = _reader_names(name)
+    reader = QueueReader(name if name is not None else names[1], list(feed_list), capacity,
+                         use_double_buffer)
+    add_reader_ops(reader, default_main_program().current_block(),
+                   default_startup_program().current_block(), names, use_double_buffer)
+    return reader
+
+
+def _reader_names(name: str | None) -> tuple[str, str, str]:
+    """Fluid's names of a reader's queue, reader and double-buffer variables."""
+    if name is None:
+        return (unique_name.generate("lod_tensor_blocking_queue"),
+                unique_name.generate("create_py_reader"), unique_name.generate("double_buffer"))
+    return f"{name}_queue", f"{name}_reader", f"{name}_double_buffer"
+
+
+def add_reader_ops(reader: QueueReader, main: Block, startup: Block,
+                   names: tuple[str, str, str], use_double_buffer: bool,
+                   prepend: bool = False) -> None:
+    """Fluid's reader ops of ``reader``: ``create_py_reader`` (queue variable in, reader
+    variable out) at the end of ``startup``; the reader variable in ``main``, and with
+    ``use_double_buffer`` a ``create_double_buffer_reader`` after it (at the start of
+    ``main`` with ``prepend``). ``reader.var`` becomes the variable the read ops take from."""
+    queue_name, reader_name, buffer_name = names
+    fields = reader._fields
+    ident = {"reader_id": reader.reader_id, "reader_name": reader.name}
+    queue = startup.create_var(name=queue_name, type=VarType.RAW, persistable=True)
+    created = _reader_var(startup, reader_name, fields)
+    startup.append_op("create_py_reader", inputs={"blocking_queue": [queue]},
+                      outputs={"Out": [created]},
+                      attrs={"shape_concat": [int(d) for f in fields for d in f.shape],
+                             "ranks": [len(f.shape) for f in fields],
+                             "lod_levels": [int(f.lod_level) for f in fields], **ident})
+    reader.var = _reader_var(main, reader_name, fields)
+    if use_double_buffer:
+        _double_buffer_op(reader, main, buffer_name, "AUTO", prepend)
+
+
+def _reader_var(block: Block, name: str, fields: Sequence[Variable]) -> Variable:
+    var = block.create_var(name=name, type=VarType.READER, persistable=True,
+                           stop_gradient=True)
+    _describe(block, name, fields)
+    return var
+
+
+def _describe(block: Block, name: str, fields: Sequence[Variable]) -> None:
+    """A reader variable's shapes, dtypes and LoD levels (Fluid's ``var.desc.shapes()``...)."""
+    desc = block.desc.var(name)
+    desc.set_shapes([list(f.shape) for f in fields])
+    desc.set_dtypes([f.dtype for f in fields])
+    desc.set_lod_levels([int(f.lod_level) for f in fields])
+
+
+def _double_buffer_op(reader: QueueReader, main: Block, name: str, place: str,
+                      prepend: bool) -> None:
+    assert reader.var is not None
+    out = main.create_var(name=name, type=VarType.READER, stop_gradient=True)
+    _describe(main, name, reader._fields)
+    add = functools.partial(main._insert_op, 0) if prepend else main.append_op
+    add("create_double_buffer_reader", inputs={"UnderlyingReader": [reader.var]},
+        outputs={"Out": [out]},
+        attrs={"place": place, "reader_id": reader.reader_id, "reader_name": reader.name})
+    reader.var = out
 
 
 def read_file(reader: QueueReader) -> Variable | list[Variable]:
@@ -475,12 +562,14 @@ def read_file(reader: QueueReader) -> Variable | list[Variable]:
 
 
 def append_read_op(block: Any, reader: QueueReader, outs: Sequence[Variable],
-                   prepend: bool = False) -> Any:
-    """The ``read`` op writing the next batch of ``reader`` into ``outs``."""
+                   index: int | None = None) -> Any:
+    """The ``read`` op writing the next batch of ``reader`` into ``outs`` (inserted at
+    ``index``, or appended)."""
     attrs = {"reader_id": reader.reader_id, "reader_name": reader.name,
              "shapes": reader.shapes, "dtypes": reader.dtypes, "lod_levels": reader.lod_levels}
-    add = block._prepend_op if prepend else block.append_op
-    return add("read", inputs={}, outputs={"Out": list(outs)}, attrs=attrs)
+    add = block.append_op if index is None else functools.partial(block._insert_op, index)
+    return add("read", inputs={"Reader": [reader.var]}, outputs={"Out": list(outs)},
+               attrs=attrs)
 
 
 def double_buffer(reader: QueueReader, place: Any = None, name: str | None = None
@@ -501,4 +590,8 @@ def double_buffer(reader: QueueReader, place: Any = None, name: str | None = Non
     if place is not None:
         reader._device = to_device(place)
     reader.use_double_buffer = True
+    # NOTE: as Fluid's: a create_double_buffer_reader decorating the reader's variable
+    _double_buffer_op(reader, default_main_program().current_block(),
+                      name if name is not None else unique_name.generate("double_buffer"),
+                      "AUTO" if place is None else str(place).upper(), prepend=False)
     return reader

@@ -14,8 +14,11 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
+import gc
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,12 +27,15 @@ import torch
 
 from .. import framework, unique_name
 from ..dtypes import convert_dtype
+from ..flags import flag
 from ..framework import Program, Variable
 from ..place import to_device
 from .tracer import Tracer
 from .varbase import VarBase
 
 __all__ = ["guard", "to_variable", "no_grad", "enabled", "BackwardStrategy"]
+
+_LOG = logging.getLogger("parafluid.dygraph")
 
 
 @contextlib.contextmanager
@@ -62,6 +68,28 @@ def _tracer_or_raise(what: str) -> Tracer:
 
 _SUPPORTED = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float16",
                         "float32", "float64"})
+
+
+def _print_debug_msg(limit: int = 5, is_test: bool = False) -> tuple[int, int, int] | None:
+    """With ``FLAGS_dygraph_debug`` on, what the imperative mode holds (Fluid's debug aid):
+    the unique-name keys, the variables the tracer keeps, and the imperative variables
+    alive; ``is_test`` returns the three counts, else they are logged with the ``limit``
+    most numerous object types. With the flag off it only says how to turn it on."""
+    if not flag("FLAGS_dygraph_debug"):
+        _LOG.warning("Debug mode is not enabled. Please set FLAGS_dygraph_debug=1 to enable "
+                     "debug")
+        return None
+    gc.collect()  # count what is alive, not what waits for the cycle collector
+    objects = gc.get_objects()
+    tracer = framework._dygraph_tracer()
+    counts = (len(unique_name._generator.ids), 0 if tracer is None else len(tracer._vars),
+              sum(1 for o in objects if isinstance(o, Variable) and hasattr(o, "_value")))
+    if is_test:
+        return counts
+    _LOG.warning("unique_name num: %d, tracer vars num: %d, alive vars num: %d", *counts)
+    for kind, n in collections.Counter(type(o).__name__ for o in objects).most_common(limit):
+        _LOG.warning("%-30s %d", kind, n)
+    return None
 
 
 def to_variable(value: Any, block: Any = None, name: str | None = None) -> Variable:

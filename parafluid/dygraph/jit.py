@@ -1,12 +1,13 @@
 """``fluid.dygraph.jit.trace``: run an imperative Layer once and record the ops it ran as a
 static Program (Fluid 1.6's program-desc tracer).
 
-The Program holds one op per op the Layer ran, on variables named as in the imperative mode
-(the inputs renamed to ``feed_names``, the outputs to ``fetch_names`` when given), with the
-shapes of this run. The initializers of parameters the call itself created are left out
-(they belong to a startup program); the parameters are persistable variables of the same
-names, so a scope holding their values (``fluid.dygraph.save_dygraph`` / ``fluid.io`` loaders, or
-``scope.var(name)``) runs it with ``fluid.Executor``.
+The Program holds one op per op the Layer ran, with the shapes of this run: the inputs are
+named ``feed_names``, the outputs ``fetch_names`` (when given), the parameters keep their
+names and the temporaries are ``t_0``, ``t_1``, ... in the order they first appear. The
+initializers of parameters the call itself created are left out (they belong to a startup
+program); the parameters are persistable variables of the same names, so a scope holding
+their values (``fluid.dygraph.save_dygraph`` / ``fluid.io`` loaders, or ``scope.var(name)``)
+runs it with ``fluid.Executor``.
 
 Example::
 
@@ -18,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,9 +67,25 @@ def trace(module: Layer, inputs: Any, feed_names: Sequence[str] | None = None,
             names.update({v.name: n for v, n in zip(vs, given)})
     program = Program()
     block = program.global_block()
+    # NOTE: as Fluid's tracer: the temporaries are renamed t_0, t_1, ... in the order they
+    # first appear (skipping the names of the persistables, feeds and fetches), so two
+    # traces of the same Layer give the same Program
+    taken = set(names.values()) | {v.name for _, ins, outs, _ in record
+                                   for vs in (*ins.values(), *outs.values())
+                                   for v in vs if v.persistable}
+    counter = itertools.count()
+    renamed: dict[str, str] = {}
+
+    def fresh() -> str:
+        while (name := f"t_{next(counter)}") in taken:
+            pass
+        taken.add(name)
+        return name
 
     def name_of(v: Any) -> str:
-        name = names.get(v.name, v.name)
+        if v.name not in renamed:
+            renamed[v.name] = names.get(v.name) or (v.name if v.persistable else fresh())
+        name = renamed[v.name]
         if not block.has_var(name):
             value = getattr(v, "_value", None)
             shape = list(value.shape) if value is not None else list(v.shape or [])

@@ -83,7 +83,7 @@ class FC(_FunctionLayer):
             self._param_names = tuple(f"_w{i}" for i in range(len(input))) + ("bias",)
         return self._call_function(layers.fc, input, self._size, self._num_flatten_dims,
                                    self._param_attr, self._bias_attr, self._act,
-                                   self._is_test)
+                                   is_test=self._is_test)
 
 
 class Linear(_FunctionLayer):

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,20 @@ class _Eager:
         if self._value is not None and not isinstance(self._value, list):
             return convert_dtype(self._value.dtype)
         return self._declared_dtype
+
+    # NOTE: as Fluid 1.6's: whether an imperative variable is persistable is fixed when it
+    # is created (a parameter, an optimizer's accumulator); setting it later only warns
+    @property  # type: ignore[override]
+    def persistable(self) -> bool:
+        return self.__dict__.get("_persistable", False)
+
+    @persistable.setter
+    def persistable(self, value: bool) -> None:
+        if "_persistable" in self.__dict__:
+            warnings.warn("There will be no use to set persistable in Dygraph Mode, since you "
+                          "can just do it by hold it as normal Python variable", stacklevel=2)
+            return
+        self.__dict__["_persistable"] = bool(value)
 
     @dtype.setter
     def dtype(self, dtype: Any) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..framework import Operator
 from ..ops.collective_more import MORE_COLLECTIVES
-from ..ops.registry import EMPTY, get_op_def
+from ..ops.registry import EMPTY, get_op_def, listed_attrs
 
 __all__ = ["Node", "SSAGraph", "GraphOptions", "build_graph", "ALL_DEVICES", "COLLECTIVE_OPS"]
 
@@ -73,8 +73,7 @@ class Node:
         outs = slots(self.outputs)
         if self.dummy is not None:
             outs = f"@DUMMY@=[{self.dummy[1]}@{self.dummy[0]}#{self.dummy[2]}]"
-        attrs = {k: v for k, v in sorted(self.attrs.items())
-                 if k not in ("op_role", "op_role_var", "op_namescope")}
+        attrs = listed_attrs(self.type, self.attrs)
         tail = (" {" + ", ".join(f"{k}={v!r}" for k, v in attrs.items()) + "}") if attrs else ""
         return f"#{self.index} {where} {{{outs}}} = {self.type}({slots(self.inputs)}){tail}"
 

@@ -93,6 +93,17 @@ def _event_name(op: Any) -> str:
     return f"{SEGMENT_OP} {op.attrs.get('segment', 0)} ({len(types)} ops: {shown})"
 
 
+def _handle_names(block: Any) -> frozenset[str]:
+    """The variables the block's ops read only through ``handle_inputs`` slots (a reader,
+    its queue): a run without their value hands the ops None."""
+    handles, values = set(), set()
+    for op in block.ops:
+        slots = get_op_def(op.type).handle_inputs
+        for slot, names in op.inputs.items():
+            (handles if slot in slots else values).update(names)
+    return frozenset(handles - values)
+
+
 class RunServices:
     """What the ops bound for one device of one executor reach outside their inputs.
 
@@ -191,6 +202,7 @@ class Plan:
         feed_set = set(feed)
         self.reads = [[n for n in graph.reads0[d] if n not in feed_set]
                       for d in range(self.ndev)]
+        self.handles = _handle_names(block)
 
         def persistable(name: str) -> bool:
             var = block._find_var_recursive(name)
@@ -491,6 +503,9 @@ class Plan:
                     if holder is None or holder.value is None:
                         if self._starts_empty(name):
                             env[name] = TensorArray()
+                            continue
+                        if name in self.handles:  # the op finds its reader by its attrs
+                            env[name] = None
                             continue
                         raise RuntimeError((missing or missing_value_message)(self.block, name,
                                                                               feed))

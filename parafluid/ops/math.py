@@ -65,8 +65,12 @@ def _mul_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
     return out
 
 
+# NOTE: use_mkldnn and the int8 scales (scale_x, scale_y, scale_out, force_fp32_output) are
+# Fluid's MKL-DNN kernel's; its float kernel computes the same product whatever they hold
 register_op("mul", inputs=("X", "Y"), outputs=("Out",),
-            attrs={"x_num_col_dims": 1, "y_num_col_dims": 1},
+            attrs={"x_num_col_dims": 1, "y_num_col_dims": 1, "use_mkldnn": False,
+                   "scale_x": 1.0, "scale_y": [1.0], "scale_out": 1.0,
+                   "force_fp32_output": False},
             infer_shape=_mul_shape, kernel=_mul, grad_kernel=_mul_grad, grad_uses=("X", "Y"),
             share_lod=("X", "Out"), fresh_output=True)
 

@@ -22,8 +22,6 @@ _ENGINE = "an engine holding a subgraph compiled by an external inference librar
 
 _DOUBLE_GRAD = ("a second-order gradient op: parafluid's backward emits first-order gradient "
                 "ops only (no gradient of a gradient program)")
-_READER = ("a reader variable of Fluid's C++ data pipeline; parafluid's py_reader and "
-           "DataLoader(iterable=False) keep the queue in Python and a read op takes from it")
 _OLD_NCCL = ("the pre-1.0 NCCL ops (over a ncclInit communicator variable), superseded by "
              "c_allreduce_sum / c_reduce_sum / c_broadcast")
 
@@ -45,8 +43,6 @@ NOT_PROVIDED: dict[str, str] = {
     # the reader-variable ops of Fluid's C++ data pipeline
     "create_ctr_reader": "the CTR reader of Fluid's C++ data pipeline; use fluid.DatasetFactory "
                          "(MultiSlot files) or a DataLoader",
-    "create_double_buffer_reader": _READER,
-    "create_py_reader": _READER,
     # the pre-1.0 NCCL ops
     "ncclAllReduce": _OLD_NCCL,
     "ncclBcast": _OLD_NCCL,

@@ -20,7 +20,9 @@ What the engine and the passes know of an op is declared in its row too:
   views of an input), so a later op may overwrite them in place;
 - ``side_effect=True``: talks to the outside (never pruned, never reordered);
   ``comm=True``: moves values between devices or processes (collectives, RPC, barriers,
-  copies; the profiler shows them as communication).
+  copies; the profiler shows them as communication);
+- ``handle_inputs=("Reader",)``: the slot names a process-local handle (a reader, its queue)
+  that the kernel finds by the op's attrs; a run whose scope holds no value hands None.
 
 Example::
 
@@ -41,9 +43,10 @@ from typing import Any, NamedTuple
 from ..dtypes import VarType
 from .not_provided import not_provided_message
 
-__all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
-           "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
-           "InplaceUpdate", "GradContext"]
+__all__ = ["Slot", "Meta", "OpDef", "FRAMEWORK_ATTRS", "BACKEND_ATTRS", "register_op",
+           "get_op_def", "has_op", "registered_ops", "prepare_op", "slot_problems",
+           "listed_attrs", "default_grad_maker", "same_as", "GRAD", "EMPTY", "InplaceUpdate",
+           "GradContext"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -122,6 +125,9 @@ class OpDef:
     # output shape, ...); None: it can (passes/compile_regions.py also checks side effects, seeds,
     # sub-blocks and row-sparse values itself)
     no_compile: str | None = None
+    # input slots naming a process-local handle (a reader, its queue) the kernel finds by its
+    # attrs: the executors hand None where the scope holds no value
+    handle_inputs: frozenset[str] = frozenset()
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -132,6 +138,27 @@ class OpDef:
 
 _REGISTRY: dict[str, OpDef] = {}
 
+# NOTE: what Fluid's OpProtoAndCheckerMaker adds to every op type after the op's own
+# attributes, with its defaults: the role (Forward, Backward, ...), the (param, grad) pair a
+# backward or optimize op is about, the name scope and the Python stack that created the op
+FRAMEWORK_ATTRS: dict[str, Any] = {"op_role": 0, "op_role_var": [], "op_namescope": "",
+                                   "op_callstack": []}
+
+# Attributes that only pick a backend or a fused kernel of Fluid's (MKL-DNN, cuDNN, int8
+# scales): declared where Fluid's op declares them, they change no value parafluid computes
+BACKEND_ATTRS = frozenset({
+    # kernel choices and MKL-DNN / cuDNN tuning: the same values on every kernel
+    "use_mkldnn", "use_cudnn", "use_quantizer", "mkldnn_data_type", "workspace_size_MB",
+    "exhaustive_search", "x_data_format", "y_data_format",
+    # set only by MKL-DNN fusion and int8 passes, which parafluid does not run
+    "fuse_relu", "fuse_brelu", "fuse_brelu_threshold", "fuse_activation", "fuse_alpha",
+    "fuse_beta", "fuse_residual_connection", "fuse_relu_before_depthwise_conv",
+    "force_fp32_output", "Scale_in", "Scale_out", "Scale_in_eltwise", "Scale_weights",
+    "Scale_x", "Scale_y", "scale_x", "scale_y", "scale_out",
+    # Fluid's framework flag for its own kernels' run-time shapes
+    "@ALL_KERNELS_MUST_COMPUTE_RUNTIME_SHAPE@",
+})
+
 
 def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
                 attrs: dict[str, Any] | None = None, infer_shape: InferShape | None = None,
@@ -141,18 +168,19 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                 side_effect: bool = False, releases_inputs: bool = False,
                 share_lod: tuple[str, str | Sequence[str]] | None = None,
                 inplace: InplaceUpdate | None = None, fresh_output: bool = False,
-                comm: bool = False, no_compile: str | None = None) -> OpDef:
+                comm: bool = False, no_compile: str | None = None,
+                handle_inputs: Sequence[str] = ()) -> OpDef:
     """Declare an op type once; see the module docstring for the conventions."""
     if type in _REGISTRY:
         raise ValueError(f"op type {type!r} is registered twice")
     attrs = dict(attrs or {})
-    attrs.setdefault("op_role", 0)
-    attrs.setdefault("op_role_var", [])
+    for key, default in FRAMEWORK_ATTRS.items():
+        attrs.setdefault(key, copy.deepcopy(default))
     opdef = OpDef(type, tuple(Slot.parse(s) for s in inputs), tuple(Slot.parse(s) for s in outputs),
                   attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
                   None if grad_uses is None else tuple(grad_uses), side_effect,
                   releases_inputs, _lod_rule(type, share_lod, inputs, outputs), inplace,
-                  fresh_output, comm, no_compile)
+                  fresh_output, comm, no_compile, frozenset(handle_inputs))
     if inplace is not None and (opdef.input_by_name.keys() - {"X", "Y"} or
                                 [s.name for s in opdef.outputs] != ["Out"]):
         raise ValueError(f"register_op {type!r}: inplace= needs inputs X (and Y) and the one "
@@ -223,6 +251,15 @@ def has_op(type: str) -> bool:
 
 def registered_ops() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def listed_attrs(type: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes a program listing shows, sorted by name: not the framework's
+    bookkeeping (``FRAMEWORK_ATTRS``), nor a backend switch (``BACKEND_ATTRS``) holding the
+    op type's default."""
+    defaults = _REGISTRY[type].attrs if type in _REGISTRY else {}
+    return {k: v for k, v in sorted(attrs.items()) if k not in FRAMEWORK_ATTRS and not (
+        k in BACKEND_ATTRS and k in defaults and defaults[k] == v)}
 
 
 def same_as(slot: str, out: str = "Out") -> InferShape:
@@ -317,8 +354,8 @@ def input_metas(op: Any, opdef: OpDef, block: Any) -> dict[str, Any] | None:
             if var is None:
                 raise ValueError(f"op {op.type!r}: input {slot.name}={n!r} is not a variable of "
                                  f"block {block.idx}; create it (or feed it) before use")
-            if var.type in (VarType.RAW, VarType.STEP_SCOPES):  # no shape: step scopes,
-                # communicator handles
+            if var.type in (VarType.RAW, VarType.STEP_SCOPES, VarType.READER):  # no shape:
+                # step scopes, communicator handles, readers
                 metas.append(Meta((), var.dtype or VarType.RAW, var.type))
                 continue
             if var.shape is None or var.dtype is None:

@@ -101,7 +101,7 @@ def test_default_scope_funcs_keep_a_stack_of_scopes_per_thread():
 
 
 def test_framework_reserved_names_match_core():
-    assert framework.GRAD_VAR_SUFFIX == core.kGradVarSuffix() == "@GRAD"
+    assert framework.GRAD_VAR_SUFFIX == core.kGradVarSuffix() == core.grad_var_suffix() == "@GRAD"
     assert framework.TEMP_VAR_NAME == core.kTempVarName() == "@TEMP@"
     assert framework.ZERO_VAR_SUFFIX == core.kZeroVarSuffix() == "@ZERO"
     assert framework.EMPTY_VAR_NAME == core.kEmptyVarName() == "@EMPTY@"
@@ -345,7 +345,7 @@ def test_name_scopes_form_one_tree_and_a_prefix_entered_again_gets_a_suffix():
     got = [(op.type, op.attr("op_namescope") if "op_namescope" in op.attr_names else None)
            for op in main.global_block().ops]
     assert got == [("scale", "/ns1/"), ("scale", "/ns1/ns2/"), ("pow", "/ns1_1/"),
-                   ("scale", None)]
+                   ("scale", "/")]
 
 
 def test_a_persistable_feed_the_devices_cannot_share_is_enforce_not_met():
@@ -438,7 +438,7 @@ def test_program_desc_and_inference_optimize_as_fluids():
         prog = fluid.default_main_program()
     assert [o.type for o in prog._inference_optimize().global_block().ops] == ["mean"]
     assert [o.type for o in prog._inference_optimize(prune_read_op=False).global_block().ops
-            ] == ["read", "mean"]
+            ] == ["create_double_buffer_reader", "read", "mean"]
 
 
 def test_get_parameter_value_and_the_parameter_shape_rules():
@@ -468,3 +468,15 @@ def test_core_layer_is_a_base_computing_nothing_and_a_layer_must_define_forward(
     with fluid.dygraph.guard():
         with pytest.raises(NotImplementedError):
             fluid.Layer("l").forward([])
+
+
+def test_fluid_optimizer_module_holds_append_regularization_ops_as_fluids():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32")
+        out = fluid.layers.mean(fluid.layers.fc(x, 1, param_attr=fluid.ParamAttr(
+            regularizer=fluid.regularizer.L1Decay(0.1)), bias_attr=False))
+        params_grads = fluid.backward.append_backward(out)
+        count = len(main.global_block().ops)
+        assert len(fluid.optimizer.append_regularization_ops(params_grads)) == 1
+    assert [op.type for op in main.global_block().ops[count:]] == ["sign", "scale", "sum"]

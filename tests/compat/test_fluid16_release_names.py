@@ -597,6 +597,21 @@ def test_jit_trace_records_a_program_that_computes_what_the_layer_did():
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_jit_trace_names_temporaries_as_fluids_tracer_so_two_traces_agree():
+    x = np.random.RandomState(0).rand(3, 5).astype("float32")
+    with fluid.dygraph.guard():
+        model = _TwoLayers()
+        programs = [fluid.dygraph.jit.trace(model, [fluid.dygraph.to_variable(x)],
+                                            feed_names=["img"], fetch_names=["logits"])[1]
+                    for _ in range(2)]
+    first, second = (p.global_block() for p in programs)
+    assert str(first) == str(second)
+    temps = [v.name for v in first.vars.values() if not v.persistable and v.name != "img"
+             and v.name != "logits"]
+    assert temps == [f"t_{i}" for i in range(len(temps))] and temps
+    assert first.ops[0].input("X") == ["img"] and first.ops[-1].output_arg_names == ["logits"]
+
+
 def test_jit_trace_checks_its_arguments():
     with pytest.raises(RuntimeError, match="inside fluid.dygraph.guard"):
         fluid.dygraph.jit.trace(_TwoLayers.__new__(_TwoLayers), [])

@@ -125,7 +125,10 @@ def test_py_reader_training_with_eof_and_reset_equals_dict_feeds():
     xs, ys = _data()
     main, startup, loss, reader, (x, y) = _programs("py_reader")
     reader.decorate_paddle_reader(fluid.io.batch(_samples(xs, ys), batch_size=BATCH))
-    assert [op.type for op in main.global_block().ops][0] == "read"
+    # as Fluid's: the double-buffered reader, then the read (create_py_reader: in startup)
+    assert [op.type for op in main.global_block().ops][:2] == \
+        ["create_double_buffer_reader", "read"]
+    assert [op.type for op in startup.global_block().ops][-1] == "create_py_reader"
     main.verify()
     per_epoch, params = _reader_training(main, startup, loss, reader)
     _check_equal(per_epoch, params, _batches(xs, ys))
@@ -177,8 +180,9 @@ def test_non_iterable_data_loader_start_reset_equals_dict_feeds():
     xs, ys = _data()
     main, startup, loss, loader, _ = _programs("loader")
     assert loader.iterable is False
-    assert main.global_block().ops[0].type == "read"
-    assert main.global_block().ops[0].output("Out") == ["x", "y"]
+    assert main.global_block().ops[0].type == "create_double_buffer_reader"
+    assert main.global_block().ops[1].type == "read"
+    assert main.global_block().ops[1].output("Out") == ["x", "y"]
     loader.set_sample_list_generator(fluid.io.batch(_samples(xs, ys), batch_size=BATCH))
     per_epoch, params = _reader_training(main, startup, loss, loader)
     _check_equal(per_epoch, params, _batches(xs, ys))
@@ -298,7 +302,8 @@ def test_reader_misuse_gives_clear_errors():
     reader.reset()
     # a program carried to another process would name a reader this process does not have
     stranger = main.clone()
-    stranger.global_block().ops[0].attrs["reader_name"] = "reader_of_another_process"
+    next(op for op in stranger.global_block().ops if op.type == "read"
+         ).attrs["reader_name"] = "reader_of_another_process"
     reader.decorate_tensor_provider(lambda: iter([[xs[:4], ys[:4]]]))
     reader.start()
     with pytest.raises(Exception, match="runs only in the process that built it"):

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from parafluid.ops.not_provided import NOT_PROVIDED
-from parafluid.ops.registry import get_op_def, has_op, registered_ops
+from parafluid.ops.registry import FRAMEWORK_ATTRS, get_op_def, has_op, registered_ops
 from parafluid.testing.op_test import OpCase
 
 HERE = Path(__file__).resolve().parent
@@ -59,6 +59,7 @@ _INTERNAL = "parafluid-internal (not a Fluid 1.6 op): "
 # Registered forward op types without an OpCase row: the test function that checks each
 # (path::function) and why a one-op table row cannot (state that lives across runs or
 # processes, tensor arrays, sub-blocks, random output, parafluid-internal ops).
+_READERS = "tests/fluidio/test_reader_program_ops.py::"
 EXEMPT: dict[str, tuple[str, str]] = {
     "conditional_block_infer": (
         "tests/ops/test_misc_fluid_ops.py::"
@@ -126,6 +127,11 @@ EXEMPT: dict[str, tuple[str, str]] = {
     "random_crop": ("tests/ops/test_random_ops.py::"
                     "test_random_crop_draws_in_bounds_crops_that_change_between_runs",
                     "random output: checked by its distribution"),
+    "create_double_buffer_reader": (_READERS + "test_a_main_program_reads_with_or_without_"
+                                    "its_startup_program_run_in_the_scope",
+                                    "hands on a process-local reader's handle"),
+    "create_py_reader": (_READERS + "test_a_main_program_reads_with_or_without_its_startup_"
+                         "program_run_in_the_scope", "makes a process-local reader's handle"),
     "read": ("tests/fluidio/test_legacy_readers.py::"
              "test_py_reader_training_with_eof_and_reset_equals_dict_feeds",
              "reads from a reader"),
@@ -436,7 +442,7 @@ def _value(v: Any) -> str:
 def _attrs(op: str) -> str:
     attrs = get_op_def(op).attrs
     shown = [f"{k}={_value(v)}" for k, v in sorted(attrs.items())
-             if k not in ("op_role", "op_role_var")]
+             if k not in FRAMEWORK_ATTRS]
     return ", ".join(shown)
 
 

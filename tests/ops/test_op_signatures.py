@@ -3,7 +3,8 @@ attributes (parafluid/specs/fluid16_op_slots.txt, read from Fluid's op makers), 
 is listed in ``KNOWN_GAPS`` with the reason.
 
 Attributes that only switch a backend or a fused kernel of Fluid's (MKL-DNN, cuDNN,
-int8 scales) are left out: they change no value parafluid computes (``BACKEND_ATTRS``).
+int8 scales) may be left out: they change no value parafluid computes (the registry's
+``BACKEND_ATTRS``).
 """
 
 from __future__ import annotations
@@ -15,22 +16,10 @@ from typing import Any
 
 import pytest
 
-from parafluid.ops.registry import get_op_def, has_op
+from parafluid.ops.registry import BACKEND_ATTRS, get_op_def, has_op
 
 SLOTS = Path(__file__).resolve().parents[2] / "parafluid" / "specs" / "fluid16_op_slots.txt"
 
-BACKEND_ATTRS = {
-    # kernel choices and MKL-DNN / cuDNN tuning: the same values on every kernel
-    "use_mkldnn", "use_cudnn", "use_quantizer", "mkldnn_data_type", "workspace_size_MB",
-    "exhaustive_search", "x_data_format", "y_data_format",
-    # set only by MKL-DNN fusion and int8 passes, which parafluid does not run
-    "fuse_relu", "fuse_brelu", "fuse_brelu_threshold", "fuse_activation", "fuse_alpha",
-    "fuse_beta", "fuse_residual_connection", "fuse_relu_before_depthwise_conv",
-    "force_fp32_output", "Scale_in", "Scale_out", "Scale_in_eltwise", "Scale_weights",
-    "Scale_x", "Scale_y", "scale_x", "scale_y", "scale_out",
-    # Fluid's framework flag for its own kernels' run-time shapes
-    "@ALL_KERNELS_MUST_COMPUTE_RUNTIME_SHAPE@",
-}
 
 _TENSOR_ARGS = "the tensor form of an attribute (the attribute form is provided)"
 _BATCH_BUFS = "Fluid's batch kernels' intermediate buffers; parafluid's kernels make none"

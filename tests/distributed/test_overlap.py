@@ -46,7 +46,7 @@ def _run(tmp_path, mode: str) -> list[dict]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("fused", [0, 1])
 def test_all_reduces_start_at_once_and_overlap_the_backward(tmp_path, fused) -> None:
-    for got in _run(tmp_path, "fused" if fused else "plain"):
+    for t, got in enumerate(_run(tmp_path, "fused" if fused else "plain")):
         n = got["allreduce_ops"]
         assert n == (1 if fused else 6), got["allreduce_ops"]  # 3 fc layers: w and b each
         assert got["deferred"] == n, got
@@ -55,8 +55,10 @@ def test_all_reduces_start_at_once_and_overlap_the_backward(tmp_path, fused) -> 
         records = got["records"]
         flights = [r for r in records if r[0].endswith(" in flight")]
         assert len(flights) == n, [r[0] for r in records]
-        if not fused:
-            # a backward op started while an all-reduce was in flight
+        if not fused and t == 0:
+            # a backward op started while an all-reduce was in flight (trainer 1 joins the
+            # profiled step late, so trainer 0's all-reduces wait for it in flight; trainer
+            # 1 finds them ready at once, and its backward may start after they ended)
             compute = [r for r in records if r[0].endswith("_grad")]
             assert any(c[1] >= f[1] and c[1] < f[2] for f in flights for c in compute), \
                 records

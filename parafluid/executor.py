@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -55,7 +56,7 @@ from .passes.release_memory import eager_deletion_enabled
 from .place import to_device
 from .placement import is_placed
 from .scope import LoDTensor, Scope, global_scope, scope_guard
-from .variable import unknown_name_message
+from .variable import Variable, unknown_name_message
 
 __all__ = ["Executor", "global_scope", "scope_guard", "compile_program", "FetchHandler",
            "as_numpy"]
@@ -146,6 +147,8 @@ class Executor:
         if not isinstance(program, Program):
             raise TypeError(f"Executor.run: program must be a Program or CompiledProgram, "
                             f"got {type(program).__name__}")
+        if any(isinstance(v, Variable) for v in feed.values()):
+            feed = _without_overwritten_variable_feeds(program, feed)
         fetch = fetch_names(fetch_list)
         # a program saved by Fluid holds feed/fetch ops: checked, then run without them
         program = self._without_feed_fetch(program, list(feed), fetch, feed_var_name,
@@ -407,3 +410,31 @@ def _fetch_var(name: str, scope: Scope | None = None, return_numpy: bool = True)
                          "persistable by using var.persistable = True in your program.")
     tensor = var.get_tensor()
     return as_numpy(tensor) if return_numpy else tensor
+
+
+def _without_overwritten_variable_feeds(program: Program, feed: dict[str, Any]
+                                        ) -> dict[str, Any]:
+    """``feed`` without the entries whose value is a Variable and whose variable the program
+    writes before any op reads it (a warning says so).
+
+    Fluid 1.6 takes any object as a fed value (its tensor setter turns one it cannot read
+    numbers from into a boolean scalar); programs rely on that when they feed a variable
+    its own Variable and compute it in the program (``assign``) first: the fed value is
+    overwritten before anything reads it, so nothing needs feeding. A Variable fed for a
+    variable that is read first is still refused, naming it (``as_feed_tensor``)."""
+    first_use: dict[str, str] = {}
+    for op in program.global_block().ops:
+        for name in op.input_arg_names:
+            first_use.setdefault(name, "read")
+        for name in op.output_arg_names:
+            first_use.setdefault(name, "written")
+    out = {}
+    for name, value in feed.items():
+        if isinstance(value, Variable) and first_use.get(name) == "written":
+            warnings.warn(f"Executor.run: feed {name!r} is the Variable {value.name!r} (a name "
+                          "in a program), not data; the program writes it before reading "
+                          "it, so nothing is fed (feed a numpy array or a LoDTensor)",
+                          stacklevel=3)
+            continue
+        out[name] = value
+    return out

@@ -254,3 +254,19 @@ def test_the_executor_lets_minus_one_dims_differ_when_the_ops_agree() -> None:
     xv, yv = np.ones((2, 3), "float32"), np.ones((3, 4), "float32")
     got, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "y": yv}, fetch_list=[out])
     np.testing.assert_array_equal(got, xv @ yv)
+
+
+def test_a_variable_fed_for_a_variable_the_program_writes_first_is_nothing_to_feed() -> None:
+    # Fluid 1.6 takes any object as a fed value; programs feed a variable its own Variable
+    # and compute it with assign first (Fluid's test_mse_loss, test_npair_loss_op)
+    main, startup = fluid.Program(), fluid.Program()
+    value = np.arange(6, dtype="float32").reshape(2, 3)
+    with fluid.program_guard(main, startup):
+        v = fluid.layers.create_tensor(dtype="float32", name="v")
+        fluid.layers.assign(input=value, output=v)
+        out = fluid.layers.scale(v, 2.0)
+    exe = fluid.Executor(fluid.CPUPlace())
+    with pytest.warns(UserWarning, match=r"feed 'v' is the Variable 'v' .* the program writes "
+                                         r"it before reading it, so nothing is fed"):
+        got, = exe.run(main, feed={"v": v}, fetch_list=[out], scope=fluid.Scope())
+    np.testing.assert_array_equal(got, value * 2)

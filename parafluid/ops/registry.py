@@ -18,6 +18,10 @@ What the engine and the passes know of an op is declared in its row too:
   so the result is bitwise the same;
 - ``fresh_output=True``: the kernel's outputs are always newly allocated tensors (never
   views of an input), so a later op may overwrite them in place;
+- ``scope_inputs=("Out@GRAD",)`` (``grad_scope_inputs`` for the ``_grad`` op): input slots
+  the op looks up in the scope at run time, as Fluid's ``OperatorBase`` ops do: a variable
+  its block does not declare is an absent input (the kernel gets None), at build time, in
+  the verifier and at run time (``declared_inputs``);
 - ``side_effect=True``: talks to the outside (never pruned, never reordered);
   ``comm=True``: moves values between devices or processes (collectives, RPC, barriers,
   copies; the profiler shows them as communication).
@@ -43,7 +47,7 @@ from .not_provided import not_provided_message
 
 __all__ = ["Slot", "Meta", "OpDef", "register_op", "get_op_def", "has_op", "registered_ops",
            "prepare_op", "slot_problems", "default_grad_maker", "same_as", "GRAD", "EMPTY",
-           "InplaceUpdate", "GradContext"]
+           "InplaceUpdate", "GradContext", "declared_inputs"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -122,6 +126,8 @@ class OpDef:
     # output shape, ...); None: it can (passes/compile_regions.py also checks side effects, seeds,
     # sub-blocks and row-sparse values itself)
     no_compile: str | None = None
+    # input slots looked up in the scope at run time: an undeclared variable is absent
+    scope_inputs: frozenset[str] = frozenset()
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -141,7 +147,9 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                 side_effect: bool = False, releases_inputs: bool = False,
                 share_lod: tuple[str, str | Sequence[str]] | None = None,
                 inplace: InplaceUpdate | None = None, fresh_output: bool = False,
-                comm: bool = False, no_compile: str | None = None) -> OpDef:
+                comm: bool = False, no_compile: str | None = None,
+                scope_inputs: Sequence[str] = (), grad_scope_inputs: Sequence[str] = ()
+                ) -> OpDef:
     """Declare an op type once; see the module docstring for the conventions."""
     if type in _REGISTRY:
         raise ValueError(f"op type {type!r} is registered twice")
@@ -152,7 +160,7 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                   attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
                   None if grad_uses is None else tuple(grad_uses), side_effect,
                   releases_inputs, _lod_rule(type, share_lod, inputs, outputs), inplace,
-                  fresh_output, comm, no_compile)
+                  fresh_output, comm, no_compile, frozenset(scope_inputs))
     if inplace is not None and (opdef.input_by_name.keys() - {"X", "Y"} or
                                 [s.name for s in opdef.outputs] != ["Out"]):
         raise ValueError(f"register_op {type!r}: inplace= needs inputs X (and Y) and the one "
@@ -161,6 +169,7 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
         if opdef.grad is None:
             opdef.grad = default_grad_maker
         _register_grad_op(opdef, grad_kernel, grad_infer_shape)
+        _REGISTRY[type + "_grad"].scope_inputs = frozenset(grad_scope_inputs)
     _REGISTRY[type] = opdef
     return opdef
 
@@ -300,11 +309,28 @@ def prepare_op(op: Any, infer: bool = True) -> None:
         apply_infer_shape(op, opdef)
 
 
+def declared_inputs(op: Any, opdef: OpDef | None = None) -> dict[str, list[str]]:
+    """``op.inputs`` without the variables of its ``scope_inputs`` slots that its block does
+    not declare (Fluid's scope lookup finds none: the op sees the input absent)."""
+    opdef = opdef or get_op_def(op.type)
+    if not opdef.scope_inputs:
+        return op.inputs
+    block = op.block
+    out = dict(op.inputs)
+    for slot in opdef.scope_inputs:
+        names = out.get(slot)
+        if names:
+            out[slot] = [n for n in names
+                         if n == EMPTY or block._find_var_recursive(n) is not None]
+    return out
+
+
 def input_metas(op: Any, opdef: OpDef, block: Any) -> dict[str, Any] | None:
     """Metas of an op's inputs, or None if some input's shape or dtype is not known yet."""
     ins: dict[str, Any] = {}
+    inputs = declared_inputs(op, opdef)
     for slot in opdef.inputs:
-        names = op.inputs.get(slot.name)
+        names = inputs.get(slot.name)
         if not names:
             ins[slot.name] = [] if slot.duplicable else None
             continue

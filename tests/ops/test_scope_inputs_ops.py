@@ -5,6 +5,7 @@ its block does not declare one, and its ``X@GRAD`` is then zeros of ``X``'s shap
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import parafluid as fluid
 from parafluid.testing import OpCase, check_op, rand
@@ -18,9 +19,9 @@ SCOPE_INPUT_CASES = [
 ]
 
 
-def test_op():
-    for case in SCOPE_INPUT_CASES:
-        check_op(case)
+@pytest.mark.parametrize("case", SCOPE_INPUT_CASES, ids=str)
+def test_op(case):
+    check_op(case)
 
 
 def _program(declare_out_grad: bool) -> tuple[fluid.Program, dict]:

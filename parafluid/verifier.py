@@ -14,6 +14,7 @@ from typing import Any
 from .ops.registry import (
     EMPTY,
     Meta,
+    declared_inputs,
     get_op_def,
     input_metas,
     shapes_compatible,
@@ -66,7 +67,7 @@ def find_problems(program: Any) -> list[str]:
                 problems.append(f"{where}: {e}")
                 continue
             problems += [f"{where}: {p}" for p in slot_problems(op, opdef)]
-            for name in op.input_arg_names:
+            for name in (n for names in declared_inputs(op, opdef).values() for n in names):
                 if name == EMPTY:
                     continue
                 if block._find_var_recursive(name) is None:

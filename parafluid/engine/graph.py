@@ -34,7 +34,7 @@ from typing import Any
 
 from ..framework import Operator
 from ..ops.collective_more import MORE_COLLECTIVES
-from ..ops.registry import EMPTY, get_op_def, listed_attrs
+from ..ops.registry import EMPTY, declared_inputs, get_op_def, listed_attrs
 
 __all__ = ["Node", "SSAGraph", "GraphOptions", "build_graph", "ALL_DEVICES", "COLLECTIVE_OPS"]
 
@@ -237,7 +237,7 @@ def build_graph(program: Any, ndev: int, options: GraphOptions | None = None,
         else:
             devices = all_devs
         for d in devices:
-            ins = _op_keys(op.inputs, d)
+            ins = _op_keys(declared_inputs(op), d)
             outs = _op_keys(op.outputs, d)
             missing = [k for keys in ins.values() for k in keys if k in b.absent]
             if missing:

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..ops.registry import EMPTY, GRAD, get_op_def
+from ..ops.registry import EMPTY, GRAD, declared_inputs, get_op_def
 from ..placement import op_device_name, torch_device
 
 __all__ = ["bind_op", "OpRunError", "describe_op", "op_error", "RunContext",
@@ -180,8 +180,9 @@ def bind_op(op: Any, device: Any, services: Any = None,
     attrs = dict(op.attrs)
     ctx = RunContext(op, op_device(op, device), services)
     in_spec = []
+    inputs = declared_inputs(op, opdef)
     for slot in opdef.inputs:
-        names = op.inputs.get(slot.name)
+        names = inputs.get(slot.name)
         if names:
             in_spec.append((slot.name, tuple(names), slot.duplicable))
         elif slot.optional:

@@ -4,7 +4,8 @@
   (no gradient; its ``Scope`` output is a bookkeeping variable, an empty list here);
 - ``merge_lod_tensor_infer``: ``merge_lod_tensor`` without a gradient;
 - ``rnn_memory_helper``: the identity that marks a StaticRNN memory (``Out`` is ``X``); its
-  gradient passes ``Out@GRAD`` through, zeros of ``X``'s shape when there is none;
+  gradient passes ``Out@GRAD`` through, zeros of ``X``'s shape when there is none (also
+  when the block does not declare the ``Out@GRAD`` variable, as Fluid finds none);
 - ``get_places``: the list of places (``device_count`` of them, 0: all) of
   ``device_type`` ("AUTO": the run's kind, "CPU" or "CUDA") into a RAW variable; as in
   Fluid, "all" CPU places are the hardware threads.
@@ -55,7 +56,10 @@ def _rmh_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
 
 register_op("rnn_memory_helper", inputs=("X",), outputs=("Out",), attrs={"dtype": "float32"},
             infer_shape=_rmh_shape, kernel=lambda ins, attrs, ctx: {"Out": ins["X"]},
-            grad_kernel=_rmh_grad, grad_uses=("X", "Out"), share_lod=("X", "Out"))
+            grad_kernel=_rmh_grad, grad_uses=("X", "Out"), share_lod=("X", "Out"),
+            # Fluid's grad op finds Out@GRAD in the scope: a gradient variable no block
+            # declares is none, and X@GRAD is zeros
+            grad_scope_inputs=("Out@GRAD",))
 
 
 def _get_places(ins: dict, attrs: dict, ctx: Any) -> dict:

@@ -9,6 +9,9 @@ buffer the size of the parameter.
 Sparse (SelectedRows) gradients: ``sgd``, ``adagrad`` and lazy ``adam`` touch only the rows
 present (duplicates summed). ``momentum``, ``rmsprop`` and non-lazy ``adam`` decay the state
 of every row, as Fluid does, which equals the dense update with the densified gradient.
+``adam`` reads its inputs only: outputs naming other variables than ``Param``/``Moment1``/
+``Moment2`` get new tensors (lazy mode: the rows without gradient keep what the output
+variable held), and a sparse gradient with no rows writes nothing, as Fluid's kernel.
 
 Formulas (Fluid 1.x)::
 
@@ -111,23 +114,64 @@ register_op("momentum", inputs=("Param", "Grad", "Velocity", "LearningRate"),
 # ----------------------------------------------------------------------------- adam
 
 
+_ADAM_STATE = (("Param", "ParamOut"), ("Moment1", "Moment1Out"), ("Moment2", "Moment2Out"))
+
+
+def _adam_targets(ins: dict, ctx: Any, keep_rows: bool) -> dict:
+    """The tensors adam writes, by output slot: the input itself when the output names the
+    same variable (the usual in-place update), else a new tensor, so that the input keeps
+    its value as in Fluid, whose kernel reads ``Param`` and writes ``ParamOut``.
+
+    ``keep_rows``: rows the update does not write (lazy mode, or a gradient with no rows)
+    keep what the output variable held, as Fluid's kernel leaves them in the output tensor;
+    an output variable holding no tensor of the input's shape starts from the input's value
+    (Fluid's would be unset memory there).
+    """
+    op = ctx.op
+    scope = ctx.scope
+    out = {}
+    for src, dst in _ADAM_STATE:
+        value = ins[src]
+        name = op.outputs[dst][0] if op.outputs.get(dst) else None
+        if name is None or name == op.inputs[src][0]:
+            out[dst] = value
+            continue
+        held = None
+        if keep_rows and scope is not None:
+            holder = scope.find_var(name)
+            held = None if holder is None else holder.value
+        if isinstance(held, torch.Tensor) and held.shape == value.shape:
+            out[dst] = held.to(device=value.device, dtype=value.dtype, copy=True)
+        else:
+            out[dst] = value.clone()
+    return out
+
+
 def _adam(ins: dict, attrs: dict, ctx: Any) -> dict:
-    param, grad, lr = ins["Param"], ins["Grad"], ins["LearningRate"]
-    m1, m2 = ins["Moment1"], ins["Moment2"]
+    grad, lr = ins["Grad"], ins["LearningRate"]
     b1, b2, eps = attrs["beta1"], attrs["beta2"], attrs["epsilon"]
+    sparse = isinstance(grad, SelectedRows)
+    if sparse and not len(grad.rows):
+        # NOTE: as Fluid's kernel, a row-sparse gradient with no rows updates nothing, lazy
+        # or not: every output keeps its value
+        return _adam_targets(ins, ctx, keep_rows=True)
+    lazy = sparse and attrs["lazy_mode"]
+    out = _adam_targets(ins, ctx, keep_rows=lazy)
+    param, m1, m2 = out["ParamOut"], out["Moment1Out"], out["Moment2Out"]
     # [1]-shaped tensor arithmetic: no host round trip on an accelerator.
     lr_t = (1.0 - ins["Beta2Pow"]).sqrt_().mul_(lr).div_(1.0 - ins["Beta1Pow"])
-    out = {"ParamOut": param, "Moment1Out": m1, "Moment2Out": m2}
-    if isinstance(grad, SelectedRows):
+    if sparse:
         grad = grad.merged()
-        if attrs["lazy_mode"]:
+        if lazy:
+            # the rows of the gradient only; the state is read from the inputs (the outputs
+            # may be other variables)
             rows, g = grad.rows, grad.value
-            r1 = m1.index_select(0, rows).mul_(b1).add_(g, alpha=1.0 - b1)
-            r2 = m2.index_select(0, rows).mul_(b2).addcmul_(g, g, value=1.0 - b2)
+            r1 = ins["Moment1"].index_select(0, rows).mul_(b1).add_(g, alpha=1.0 - b1)
+            r2 = ins["Moment2"].index_select(0, rows).mul_(b2).addcmul_(g, g, value=1.0 - b2)
             m1.index_copy_(0, rows, r1)
             m2.index_copy_(0, rows, r2)
             step = r1.div_(r2.sqrt_().add_(eps)).mul_(lr_t)
-            param.index_add_(0, rows, step, alpha=-1.0)
+            param.index_copy_(0, rows, ins["Param"].index_select(0, rows).sub_(step))
             return out
         grad = grad.to_dense()
     m1.mul_(b1).add_(grad, alpha=1.0 - b1)

@@ -18,6 +18,10 @@ What the engine and the passes know of an op is declared in its row too:
   so the result is bitwise the same;
 - ``fresh_output=True``: the kernel's outputs are always newly allocated tensors (never
   views of an input), so a later op may overwrite them in place;
+- ``scope_inputs=("Out@GRAD",)`` (``grad_scope_inputs`` for the ``_grad`` op): input slots
+  the op looks up in the scope at run time, as Fluid's ``OperatorBase`` ops do: a variable
+  its block does not declare is an absent input (the kernel gets None), at build time, in
+  the verifier and at run time (``declared_inputs``);
 - ``side_effect=True``: talks to the outside (never pruned, never reordered);
   ``comm=True``: moves values between devices or processes (collectives, RPC, barriers,
   copies; the profiler shows them as communication);
@@ -46,7 +50,7 @@ from .not_provided import not_provided_message
 __all__ = ["Slot", "Meta", "OpDef", "FRAMEWORK_ATTRS", "BACKEND_ATTRS", "register_op",
            "get_op_def", "has_op", "registered_ops", "prepare_op", "slot_problems",
            "listed_attrs", "default_grad_maker", "same_as", "GRAD", "EMPTY", "InplaceUpdate",
-           "GradContext"]
+           "GradContext", "declared_inputs"]
 
 GRAD = "@GRAD"
 EMPTY = "@EMPTY@"
@@ -128,6 +132,8 @@ class OpDef:
     # input slots naming a process-local handle (a reader, its queue) the kernel finds by its
     # attrs: the executors hand None where the scope holds no value
     handle_inputs: frozenset[str] = frozenset()
+    # input slots looked up in the scope at run time: an undeclared variable is absent
+    scope_inputs: frozenset[str] = frozenset()
     input_by_name: dict[str, Slot] = field(default_factory=dict)
     output_by_name: dict[str, Slot] = field(default_factory=dict)
 
@@ -169,7 +175,8 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                 share_lod: tuple[str, str | Sequence[str]] | None = None,
                 inplace: InplaceUpdate | None = None, fresh_output: bool = False,
                 comm: bool = False, no_compile: str | None = None,
-                handle_inputs: Sequence[str] = ()) -> OpDef:
+                handle_inputs: Sequence[str] = (), scope_inputs: Sequence[str] = (),
+                grad_scope_inputs: Sequence[str] = ()) -> OpDef:
     """Declare an op type once; see the module docstring for the conventions."""
     if type in _REGISTRY:
         raise ValueError(f"op type {type!r} is registered twice")
@@ -180,7 +187,8 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
                   attrs, infer_shape, kernel, grad, frozenset(no_grad_inputs),
                   None if grad_uses is None else tuple(grad_uses), side_effect,
                   releases_inputs, _lod_rule(type, share_lod, inputs, outputs), inplace,
-                  fresh_output, comm, no_compile, frozenset(handle_inputs))
+                  fresh_output, comm, no_compile, frozenset(handle_inputs),
+                  frozenset(scope_inputs))
     if inplace is not None and (opdef.input_by_name.keys() - {"X", "Y"} or
                                 [s.name for s in opdef.outputs] != ["Out"]):
         raise ValueError(f"register_op {type!r}: inplace= needs inputs X (and Y) and the one "
@@ -189,6 +197,7 @@ def register_op(type: str, inputs: Sequence[str] = (), outputs: Sequence[str] = 
         if opdef.grad is None:
             opdef.grad = default_grad_maker
         _register_grad_op(opdef, grad_kernel, grad_infer_shape)
+        _REGISTRY[type + "_grad"].scope_inputs = frozenset(grad_scope_inputs)
     _REGISTRY[type] = opdef
     return opdef
 
@@ -337,11 +346,28 @@ def prepare_op(op: Any, infer: bool = True) -> None:
         apply_infer_shape(op, opdef)
 
 
+def declared_inputs(op: Any, opdef: OpDef | None = None) -> dict[str, list[str]]:
+    """``op.inputs`` without the variables of its ``scope_inputs`` slots that its block does
+    not declare (Fluid's scope lookup finds none: the op sees the input absent)."""
+    opdef = opdef or get_op_def(op.type)
+    if not opdef.scope_inputs:
+        return op.inputs
+    block = op.block
+    out = dict(op.inputs)
+    for slot in opdef.scope_inputs:
+        names = out.get(slot)
+        if names:
+            out[slot] = [n for n in names
+                         if n == EMPTY or block._find_var_recursive(n) is not None]
+    return out
+
+
 def input_metas(op: Any, opdef: OpDef, block: Any) -> dict[str, Any] | None:
     """Metas of an op's inputs, or None if some input's shape or dtype is not known yet."""
     ins: dict[str, Any] = {}
+    inputs = declared_inputs(op, opdef)
     for slot in opdef.inputs:
-        names = op.inputs.get(slot.name)
+        names = inputs.get(slot.name)
         if not names:
             ins[slot.name] = [] if slot.duplicable else None
             continue

@@ -501,18 +501,23 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr:
                bias_attr: Any = None, act: str | None = None, data_layout: str = "NCHW",
                name: str | None = None) -> Variable:
     """Normalize each sample over groups of ``C / groups`` channels, then scale and shift
-    per channel (scale starts at 1, bias at 0; ``False`` leaves either out).
+    per channel when asked: as Fluid 1.6's layer, the scale (starting at 1) exists only when
+    ``param_attr`` is given and the bias (at 0) only when ``bias_attr`` is (the defaults,
+    None, leave both out: a program saved by Fluid 1.6 has no such parameters).
 
     Example::
 
-        h = fluid.layers.group_norm(h, groups=4, act="relu")
+        h = fluid.layers.group_norm(h, groups=4, act="relu",
+                                    param_attr=fluid.ParamAttr(), bias_attr=fluid.ParamAttr())
     """
     if data_layout not in ("NCHW", "NHWC"):
         raise ValueError(f"group_norm: data_layout must be 'NCHW' or 'NHWC', "
                          f"got {data_layout!r}")
     helper = LayerHelper("group_norm", input=input, param_attr=param_attr,
                          bias_attr=bias_attr, act=act, name=name)
-    out = _channel_norm(helper, "group_norm", input, param_attr, bias_attr,
+    # NOTE: Fluid 1.6 tests the arguments themselves for truth (``if param_attr:``)
+    out = _channel_norm(helper, "group_norm", input, param_attr if param_attr else False,
+                        bias_attr if bias_attr else False,
                         ("Mean", "Variance"), {"epsilon": float(epsilon), "groups": int(groups),
                                                "data_layout": data_layout},
                         axis=-1 if data_layout == "NHWC" else 1)

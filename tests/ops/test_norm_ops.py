@@ -129,9 +129,27 @@ def test_batch_norm_layer_updates_moving_stats_in_place_and_test_clone_uses_them
     np.testing.assert_allclose(np.array(scope.find_var("mm").get_tensor()), mean, rtol=1e-5)
 
 
+def test_group_norm_layer_has_a_scale_and_bias_only_when_asked_as_fluid_1_6():
+    # Fluid 1.6's layer creates them under ``if param_attr:`` / ``if bias_attr:``: with the
+    # defaults (None) the op has no Scale and no Bias, and runs without a startup program
+    main, _, out = build_layer(lambda x: fluid.layers.group_norm(x, groups=2), [4, 3, 3])
+    assert main.global_block().all_parameters() == []
+    op = next(o for o in main.global_block().ops if o.type == "group_norm")
+    assert "Scale" not in op.inputs and "Bias" not in op.inputs
+    x = rand(2, 4, 3, 3, seed=6).astype("float32")
+    got, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": x}, fetch_list=[out],
+                                                 scope=fluid.Scope())
+    want = group_norm_ref(x, np.ones(4), np.zeros(4), {"groups": 2, "epsilon": 1e-5})["Y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    main, _, _ = build_layer(lambda x: fluid.layers.group_norm(
+        x, groups=2, param_attr=fluid.ParamAttr()), [4, 3, 3])
+    assert [p.shape for p in main.global_block().all_parameters()] == [(4,)]  # the scale
+
+
 def test_prelu_and_group_norm_layers_create_fluid_parameters():
     main, startup, out = build_layer(lambda x: fluid.layers.group_norm(
-        fluid.layers.prelu(x, mode="channel"), groups=2), [4, 3, 3])
+        fluid.layers.prelu(x, mode="channel"), groups=2, param_attr=fluid.ParamAttr(),
+        bias_attr=fluid.ParamAttr()), [4, 3, 3])
     params = {p.name: p.shape for p in main.global_block().all_parameters()}
     assert params == {"prelu_0.w_0": (1, 4, 1, 1), "group_norm_0.w_0": (4,),
                       "group_norm_0.b_0": (4,)}

@@ -183,7 +183,8 @@ def test_adaptive_max_layers_emit_with_index_ops_and_return_the_mask():
 
 def test_group_norm_layer_nhwc_parameters_follow_the_last_axis():
     main, startup, out = build_layer(lambda v: fluid.layers.group_norm(
-        v, groups=2, data_layout="NHWC"), [3, 2, 4])
+        v, groups=2, data_layout="NHWC", param_attr=fluid.ParamAttr(),
+        bias_attr=fluid.ParamAttr()), [3, 2, 4])
     shapes = sorted(p.shape for p in main.global_block().all_parameters())
     assert shapes == [(4,), (4,)]
     op = next(o for o in main.global_block().ops if o.type == "group_norm")

@@ -162,6 +162,7 @@ class Conv3D(_Conv):
 class _ConvTranspose(_FunctionLayer):
     _fluid_names = {"_img_filter": "weight", "_bias_param": "bias"}
     _optional = ("bias",)
+    _bias_unless_asked = True  # False: a bias only when bias_attr is given (Fluid's 3-D layer)
 
     def __init__(self, name_scope: str, num_filters: int, output_size: Any = None,
                  filter_size: Any = None, padding: Any = 0, stride: Any = 1,
@@ -169,6 +170,8 @@ class _ConvTranspose(_FunctionLayer):
                  bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
                  name: str | None = None) -> None:
         super().__init__(name_scope)
+        if not self._bias_unless_asked and not bias_attr:
+            bias_attr = False
         self._args = dict(num_filters=num_filters, output_size=output_size,
                           filter_size=filter_size, padding=padding, stride=stride,
                           dilation=dilation, groups=groups, param_attr=param_attr,
@@ -195,6 +198,9 @@ class Conv3DTranspose(_ConvTranspose):
     """
 
     _function = staticmethod(layers.conv3d_transpose)
+    # NOTE: Fluid 1.6's Conv3DTranspose makes its bias under ``if self._bias_attr:`` (the
+    # default, None, makes none), unlike its 2-D layer
+    _bias_unless_asked = False
 
 
 class Pool2D(_FunctionLayer):
@@ -359,8 +365,11 @@ class NCE(_FunctionLayer):
         super().__init__(name_scope)
         # the weight given here is used when forward gets none
         self._sample_weight = sample_weight
+        # NOTE: as Fluid 1.6's NCE layer: a bias only when bias_attr is given (``if
+        # self._bias_attr:``), unlike the nce function
         self._args = dict(num_total_classes=num_total_classes, param_attr=param_attr,
-                          bias_attr=bias_attr, num_neg_samples=num_neg_samples,
+                          bias_attr=bias_attr if bias_attr else False,
+                          num_neg_samples=num_neg_samples,
                           sampler=sampler, custom_dist=custom_dist, seed=seed,
                           is_sparse=is_sparse)
 
@@ -476,9 +485,10 @@ class TreeConv(_FunctionLayer):
                  max_depth: int = 2, act: str | None = "tanh", param_attr: Any = None,
                  bias_attr: Any = None, name: str | None = None) -> None:
         super().__init__(name_scope)
+        # NOTE: as Fluid 1.6's TreeConv layer: a bias only when bias_attr is given
         self._args = dict(output_size=output_size, num_filters=num_filters,
                           max_depth=max_depth, act=act, param_attr=param_attr,
-                          bias_attr=bias_attr, name=name)
+                          bias_attr=bias_attr if bias_attr else False, name=name)
 
     def forward(self, nodes_vector: Variable, edge_set: Variable) -> Variable:
         return self._call_function(layers.tree_conv, nodes_vector, edge_set, **self._args)

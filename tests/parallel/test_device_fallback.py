@@ -189,33 +189,22 @@ def test_a_list_of_feeds_per_device_runs_on_every_device_after_the_switch(monkey
     assert got.shape == (1,)
 
 
-def _mean_of_a_sum():
+def _regression(center: bool = False, mean_of_sum: bool = False):
+    """x[8] -> fc(1), squared error: ``center`` takes the batch's mean out of every row (each
+    shard would take out its own), ``mean_of_sum`` makes the loss a mean of the batch's sum
+    (N devices would train with 1/N of its gradient)."""
     def build():
         main, startup = fluid.Program(), fluid.Program()
         main.random_seed = startup.random_seed = 7
         with fluid.program_guard(main, startup):
             x = fluid.layers.data(name="x", shape=[8], dtype="float32")
             y = fluid.layers.data(name="y", shape=[1], dtype="float32")
-            pred = fluid.layers.fc(input=x, size=1)
-            # a mean, but of the batch's sum: N devices would train with 1/N of its gradient
-            cost = fluid.layers.mean(fluid.layers.reduce_sum(
-                fluid.layers.square_error_cost(pred, y)))
-            fluid.optimizer.SGD(learning_rate=0.01).minimize(cost)
-        return main, startup, cost
-    return build
-
-
-def _centered():
-    def build():
-        main, startup = fluid.Program(), fluid.Program()
-        main.random_seed = startup.random_seed = 7
-        with fluid.program_guard(main, startup):
-            x = fluid.layers.data(name="x", shape=[8], dtype="float32")
-            y = fluid.layers.data(name="y", shape=[1], dtype="float32")
-            # the batch's mean taken out of every row: each shard would take out its own
-            x = fluid.layers.elementwise_sub(x, fluid.layers.reduce_mean(x, dim=0))
-            pred = fluid.layers.fc(input=x, size=1)
-            cost = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+            if center:
+                x = fluid.layers.elementwise_sub(x, fluid.layers.reduce_mean(x, dim=0))
+            cost = fluid.layers.square_error_cost(fluid.layers.fc(input=x, size=1), y)
+            if mean_of_sum:
+                cost = fluid.layers.reduce_sum(cost)
+            cost = fluid.layers.mean(cost)
             fluid.optimizer.SGD(learning_rate=0.01).minimize(cost)
         return main, startup, cost
     return build
@@ -229,9 +218,10 @@ def _centered():
     (mlp(optimizer=lambda: fluid.optimizer.Momentum(learning_rate=0.1, momentum=0.9)),
      {"reduce_strategy": fluid.BuildStrategy.ReduceStrategy.Reduce},
      "ReduceStrategy.Reduce keeps the optimizer state of a parameter on its owner device"),
-    (_mean_of_a_sum(), {}, "the loss is a mean of 'reduce_sum_0.tmp_0', which is not one "
-     "row per example"),
-    (_centered(), {}, "reduce_mean makes 'reduce_mean_0.tmp_0' out of the whole batch"),
+    (_regression(mean_of_sum=True), {},
+     "the loss is a mean of 'reduce_sum_0.tmp_0', which is not one row per example"),
+    (_regression(center=True), {},
+     "reduce_mean makes 'reduce_mean_0.tmp_0' out of the whole batch"),
 ], ids=["sum_loss", "batch_norm", "scale_one", "reduce", "mean_of_a_sum",
       "batch_mean_inside"])
 def test_a_step_one_device_would_change_keeps_every_device_and_says_why(build, fields, why):

@@ -166,7 +166,7 @@ class OneDeviceFallback:
 
     @property
     def decided(self) -> bool:
-        """True once both were measured (or the feeds were per device: no choice made)."""
+        """True once both sides were measured and the choice is made."""
         return self._state in ("one", "stay")
 
     def run(self, fetch_list: Any, feed: Any, *args: Any) -> list[Any]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +31,54 @@ CHECKPOINT_ROOT = os.path.join(tempfile.gettempdir(), "parafluid_test_checkpoint
 
 
 def endpoints(n: int) -> str:
-    return ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
+    """``n`` endpoints on 127.0.0.1 whose ports no other test process picks.
+
+    Ports taken by binding port 0 come from the system's ephemeral range, shared by every
+    process: two pytest-xdist workers can be given the same port between its release and
+    their servers' bind (then a trainer of one test talks to the pserver of another). So
+    each worker takes its ports from a block of its own below the ephemeral range, in
+    turn, each checked free by binding it (every socket held until all ``n`` are bound)."""
+    ports: list[int] = []
+    socks = []
+    try:
+        for _ in range(_PORT_BLOCK):
+            if len(ports) == n:
+                break
+            port = _PORT_BASE + next(_PORT_TURN) % _PORT_BLOCK
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue  # in use (or a connection of an earlier test still closing)
+            socks.append(s)
+            ports.append(port)
+    finally:
+        for s in socks:
+            s.close()
+    if len(ports) < n:  # (the block is taken: fall back to the system's choice)
+        ports += free_ports(n - len(ports))
+    return ",".join(f"127.0.0.1:{p}" for p in ports)
+
+
+def _port_base() -> int:
+    """The first port of this test process's block: below the system's ephemeral range,
+    one block per xdist worker (gw0, gw1, ...)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    top = max(low, 10000 + _PORT_BLOCK)
+    blocks = (top - 10000) // _PORT_BLOCK
+    return top - (index % blocks + 1) * _PORT_BLOCK
+
+
+_PORT_BLOCK = 500
+_PORT_BASE = _port_base()
+_PORT_TURN = itertools.count(os.getpid() % _PORT_BLOCK)
 
 
 def child_env(**extra: str) -> dict[str, str]:

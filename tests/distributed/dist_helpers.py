@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
-import itertools
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -31,54 +31,66 @@ CHECKPOINT_ROOT = os.path.join(tempfile.gettempdir(), "parafluid_test_checkpoint
 
 
 def endpoints(n: int) -> str:
-    """``n`` endpoints on 127.0.0.1 whose ports no other test process picks.
+    """``n`` endpoints on 127.0.0.1 whose ports were found by binding port 0 and that no
+    other test process was given in the last minutes.
 
-    Ports taken by binding port 0 come from the system's ephemeral range, shared by every
-    process: two pytest-xdist workers can be given the same port between its release and
-    their servers' bind (then a trainer of one test talks to the pserver of another). So
-    each worker takes its ports from a block of its own below the ephemeral range, in
-    turn, each checked free by binding it (every socket held until all ``n`` are bound)."""
+    A port found by binding port 0 is released before the test's server binds it, and the
+    system may hand the same port to another pytest-xdist worker in between (then a trainer
+    of one test talks to the pserver of another). So each port is also claimed in a
+    directory the test processes share (a file created exclusively); a port claimed by
+    another process within ``_CLAIM_S`` seconds is not taken."""
     ports: list[int] = []
-    socks = []
-    try:
-        for _ in range(_PORT_BLOCK):
-            if len(ports) == n:
-                break
-            port = _PORT_BASE + next(_PORT_TURN) % _PORT_BLOCK
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                s.close()
-                continue  # in use (or a connection of an earlier test still closing)
-            socks.append(s)
-            ports.append(port)
-    finally:
-        for s in socks:
-            s.close()
-    if len(ports) < n:  # (the block is taken: fall back to the system's choice)
+    for _ in range(100):  # (each round draws other ports; a claim is rarely refused)
+        if len(ports) == n:
+            break
+        for port in free_ports(n - len(ports)):
+            if port not in ports and _claim(port):
+                ports.append(port)
+    else:
         ports += free_ports(n - len(ports))
     return ",".join(f"127.0.0.1:{p}" for p in ports)
 
 
-def _port_base() -> int:
-    """The first port of this test process's block: below the system's ephemeral range,
-    one block per xdist worker (gw0, gw1, ...)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    index = int(worker[2:]) if worker[2:].isdigit() else 0
-    top = max(low, 10000 + _PORT_BLOCK)
-    blocks = (top - 10000) // _PORT_BLOCK
-    return top - (index % blocks + 1) * _PORT_BLOCK
+_CLAIMS = os.path.join(tempfile.gettempdir(), "parafluid_test_ports")
+_CLAIM_S = 300.0
 
 
-_PORT_BLOCK = 500
-_PORT_BASE = _port_base()
-_PORT_TURN = itertools.count(os.getpid() % _PORT_BLOCK)
+def _claim(port: int) -> bool:
+    """Claim ``port`` for this process; False when another one claimed it recently."""
+    os.makedirs(_CLAIMS, exist_ok=True)
+    path = os.path.join(_CLAIMS, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                age = time.time() - os.stat(path).st_mtime
+                with open(path) as f:
+                    owner = f.read().strip()
+            except (OSError, ValueError):
+                continue
+            if owner == str(os.getpid()):
+                return True  # ours (an earlier test of this process: its servers are gone)
+            if age < _CLAIM_S:
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # an old claim: take it over
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        _MINE.append(path)
+        return True
+    return False
+
+
+_MINE: list[str] = []  # this process's claims, removed when it exits
+
+
+@atexit.register
+def _drop_claims() -> None:
+    for path in _MINE:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -4,6 +4,8 @@ words."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import parafluid as fluid
@@ -82,3 +84,16 @@ def test_the_launcher_picks_distinct_fresh_ports_for_both_roles(monkeypatch) -> 
                                                     "x.py"]))
     workers = {p.env.get("PADDLE_CURRENT_ENDPOINT") for p in procs} - {listed, None}
     assert len(workers) == 2
+
+
+def test_test_endpoints_skip_a_port_another_test_process_was_given(monkeypatch, tmp_path):
+    # two pytest-xdist workers given the same released port would mix their jobs: a port
+    # claimed by another process recently is not handed out again
+    import dist_helpers
+
+    monkeypatch.setattr(dist_helpers, "_CLAIMS", str(tmp_path))
+    (tmp_path / "40001").write_text("1")  # claimed just now by process 1
+    draws = iter([[40001], [40002]])
+    monkeypatch.setattr(dist_helpers, "free_ports", lambda n: next(draws))
+    assert dist_helpers.endpoints(1) == "127.0.0.1:40002"
+    assert (tmp_path / "40002").read_text() == str(os.getpid())

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 import parafluid as fluid
+from parafluid.parallel.device_fallback import OneDeviceWarning
 
 __all__ = ["TrainConfig", "TrainResult", "EpochStats", "load_data", "build_model", "train",
            "OPTIMIZERS"]
@@ -203,9 +204,6 @@ def _data_parallel_note(net: dict[str, Any], x: np.ndarray, y: np.ndarray, cfg: 
             "than splitting the batch saves. Use --devices 1, or a larger model or batch")
 
 
-_FALLBACK_WARNING = "ParallelExecutor: running on 1 device"
-
-
 def _fallback_note(program: Any) -> tuple[bool, str | None]:
     """Whether the data-parallel executor chose its devices (the fallback measured both),
     and its note when it went on with one device."""
@@ -273,10 +271,11 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
     rng = np.random.RandomState(cfg.seed)
     history = []
     fetch = [net["loss"], net["logits"]]
+    probing = False  # until the data-parallel executor chose its devices
     if not pserver_mode and (cfg.devices > 1 or ntrainers > 1):
         # Each batch is split over the devices; logits come back concatenated in batch order.
         bs = _build_strategy(cfg.compile, ntrainers, rank)
-        bs.fall_back_to_one_device = cfg.fall_back and ntrainers == 1
+        bs.fall_back_to_one_device = probing = cfg.fall_back and ntrainers == 1
         program = fluid.CompiledProgram(net["main"]).with_data_parallel(
             loss_name=net["loss"].name, places=fluid.cpu_places(cfg.devices),
             build_strategy=bs)
@@ -284,8 +283,6 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
         program = fluid.CompiledProgram(program, build_strategy=_build_strategy(True))
     split = cfg.devices * ntrainers
     steps = 0
-    probing = bool(getattr(getattr(program, "_build_strategy", None),
-                           "fall_back_to_one_device", False))
     for epoch in range(1, cfg.epochs + 1):
         order = rng.permutation(len(x_train))
         start = time.perf_counter()
@@ -301,7 +298,7 @@ def train(cfg: TrainConfig, log: Callable[[str], None] = print) -> TrainResult:
             feed = {"img": x_train[idx], "label": y_train[idx]}
             if probing:  # the fallback's choice is a line of the log, not a warning
                 with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", _FALLBACK_WARNING, RuntimeWarning)
+                    warnings.simplefilter("ignore", OneDeviceWarning)
                     loss, logits = exe.run(program, feed=feed, fetch_list=fetch, scope=scope)
                 decided, note = _fallback_note(program)
                 probing = not decided

@@ -50,11 +50,15 @@ from ..engine import tiered
 from ..framework import Program
 from .strategy import BuildStrategy, ExecutionStrategy, GradientScaleStrategy, ReduceStrategy
 
-__all__ = ["OneDeviceFallback", "why_not"]
+__all__ = ["OneDeviceFallback", "OneDeviceWarning", "why_not"]
 
 WARM_STEPS = 3  # steps not timed after a switch (plans built, compiled code checked)
 TIMED_STEPS = 7  # steps timed on each side; the medians are compared
 _clock = time.perf_counter  # (read at each call: tests drive the choice with their own)
+
+
+class OneDeviceWarning(RuntimeWarning):
+    """The warning given once an executor goes on with one device (both step times)."""
 
 
 def why_not(program: Program, loss_name: str | None, build: BuildStrategy,
@@ -243,7 +247,7 @@ class OneDeviceFallback:
                          f"ms on 1 with the whole batch (medians of {TIMED_STEPS} steps of "
                          "this run; BuildStrategy.fall_back_to_one_device). Fetched values now "
                          "come from that one device")
-            warnings.warn(self.note, RuntimeWarning, stacklevel=4)
+            warnings.warn(self.note, OneDeviceWarning, stacklevel=4)
         else:
             self._state = "stay"
 

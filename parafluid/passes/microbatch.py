@@ -129,8 +129,7 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
     needed = [n for op in updates for n in op.input_arg_names if n in written]
     losses = [n for op in forward if op.attrs.get("op_role", 0) & OpRole.Loss
               for n in op.output_arg_names]
-    needed = list(dict.fromkeys(
-        needed + [n for n in (*fetch, *losses) if n in written and n not in needed]))
+    needed = list(dict.fromkeys(needed + [n for n in (*fetch, *losses) if n in written]))
 
     def merge_attrs(name: str) -> dict[str, Any]:
         attrs = dict(place_attrs(last_writer[name]))

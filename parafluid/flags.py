@@ -24,6 +24,11 @@ The flags the runtime reads:
   (or the next recv) waits for them (``parafluid.ops.rpc``). False: each send waits.
 - ``FLAGS_dygraph_debug`` (bool): ``fluid.dygraph.base._print_debug_msg`` reports the
   imperative mode's object counts (``parafluid.dygraph.base``).
+- ``FLAGS_fuse_parameter_memory_size`` (MB, default -1) and ``FLAGS_fuse_parameter_groups_size``
+  (default 1): with ``BuildStrategy.fuse_all_reduce_ops``, a group of gradients is closed
+  once it holds that many MB (> 0; otherwise 32 MB) or more than that many gradients (> 1;
+  otherwise no limit), a layer's gradients kept together as in Fluid
+  (``parafluid.passes.grad_aggregation``).
 
 The others are accepted and kept so that scripts which set them run; they change nothing.
 
@@ -92,6 +97,13 @@ def _fraction(name: str, raw: Any) -> float:
     return float(_number(name, raw, "a number"))
 
 
+def _int(name: str, raw: Any) -> int:
+    value = _number(name, raw, "an integer")
+    if not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {raw!r}")
+    return value
+
+
 def _text(name: str, raw: Any) -> str:
     if not isinstance(raw, str):
         raise ValueError(f"{name} must be a str, got {type(raw).__name__}: {raw!r}")
@@ -115,6 +127,9 @@ FLAGS: dict[str, Flag] = {
     "FLAGS_reader_deadline": Flag(180000, _deadline_ms, "parafluid.dataio.multiprocess_reader"),
     "FLAGS_rpc_overlap_send": Flag(True, _bool, "parafluid.ops.rpc"),
     "FLAGS_dygraph_debug": Flag(False, _bool, "parafluid.dygraph.base"),
+    "FLAGS_fuse_parameter_memory_size": Flag(-1.0, _fraction,
+                                             "parafluid.passes.grad_aggregation"),
+    "FLAGS_fuse_parameter_groups_size": Flag(1, _int, "parafluid.passes.grad_aggregation"),
     "FLAGS_fast_eager_deletion_mode": Flag(True, _bool),
     "FLAGS_memory_fraction_of_eager_deletion": Flag(1.0, _fraction),
     "FLAGS_fraction_of_gpu_memory_to_use": Flag(0.92, _fraction),

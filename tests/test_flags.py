@@ -13,7 +13,8 @@ def test_every_flag_the_runtime_reads_is_in_core_globals() -> None:
     read = {name for name, spec in FLAGS.items() if spec.read_by}
     assert read == {"FLAGS_rpc_deadline", "FLAGS_check_nan_inf",
                     "FLAGS_eager_delete_tensor_gb", "FLAGS_selected_gpus",
-                    "FLAGS_reader_deadline", "FLAGS_rpc_overlap_send", "FLAGS_dygraph_debug"}
+                    "FLAGS_reader_deadline", "FLAGS_rpc_overlap_send", "FLAGS_dygraph_debug",
+                    "FLAGS_fuse_parameter_memory_size", "FLAGS_fuse_parameter_groups_size"}
     assert all(name in fluid.core.globals() for name in read)
     assert set(fluid.core.globals().keys()) == set(FLAGS)
 
@@ -25,6 +26,8 @@ def test_every_flag_the_runtime_reads_is_in_core_globals() -> None:
     ("FLAGS_selected_gpus", "0, 2", "0,2"),
     ("FLAGS_reader_deadline", "1500", 1500),
     ("FLAGS_rpc_overlap_send", "0", False),
+    ("FLAGS_fuse_parameter_memory_size", "0.5", 0.5),
+    ("FLAGS_fuse_parameter_groups_size", "3", 3),
 ])
 def test_the_environment_and_core_globals_give_the_same_value(
         monkeypatch: pytest.MonkeyPatch, name: str, raw: str, value: object) -> None:

@@ -133,7 +133,7 @@ def test_pipeline_is_printable_and_dumps_after_each_pass(tmp_path, monkeypatch) 
     _, _, loss = _regression()
     bs = fluid.BuildStrategy()
     bs.fuse_elewise_add_act_ops = True
-    pipe = build_pipeline(bs, 2, loss.name)
+    pipe = build_pipeline(bs, 2, loss.name, in_process=True)  # (unfused: one sum per gradient)
     assert str(pipe) == "fuse_elewise_add_act -> grad_aggregation"
     monkeypatch.setenv("PARAFLUID_DUMP_PASSES", str(tmp_path))
     pipe(fluid.default_main_program())

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from ..flags import flag
 from ..passes import PassPipeline, data_parallel_pipeline
 from ..passes.grad_aggregation import AggregationOptions, GradientScaleStrategy, ReduceStrategy
 
@@ -162,6 +163,12 @@ class BuildStrategy(_Strategy):
             (``CoeffNumDevice``, for a mean loss), ``1`` (``One``, for a sum loss), or is fed
             by the user as ``<loss>@GRAD`` (``Customized``).
         fuse_all_reduce_ops: one all-reduce per group of gradients (AllReduce mode only).
+            Unset, it reads True as in Fluid 1.6, and the executor decides where fusing
+            pays (measured in BENCHMARKS.md): across processes and in compiled steps the
+            gradients go out in groups of up to ``FLAGS_fuse_parameter_memory_size`` MB
+            (32 MB when the flag is unset); the devices of one process in an interpreted
+            step sum each gradient on its own, overlapping the backward pass. Set True or
+            False, it is obeyed everywhere.
         fuse_elewise_add_act_ops: fuse ``elementwise_add`` + activation into one op.
         sync_batch_norm: batch_norm statistics over all devices (forward and backward).
         memory_optimize: free each temporary as soon as its last reader has run (None, the
@@ -172,7 +179,8 @@ class BuildStrategy(_Strategy):
         fuse_all_optimizer_ops, fuse_relu_depthwise_conv, fuse_broadcast_ops,
         remove_unnecessary_lock, enable_backward_optimizer_op_deps,
         use_hierarchical_allreduce, is_distribution, async_mode: accepted; they have no effect
-            in parafluid (a warning says so when one is turned on).
+            in parafluid (a warning says so when one is turned on). ``fuse_all_optimizer_ops``
+            and ``fuse_broadcast_ops`` read True until set, as Fluid 1.6's getters do.
         cache_runtime_context, mkldnn_enabled_op_types, nccl_comm_num,
         hierarchical_allreduce_inter_nranks: performance knobs of Fluid's C++ engine,
             accepted with Fluid's defaults and types; no effect (no warning).
@@ -214,11 +222,11 @@ class BuildStrategy(_Strategy):
         "debug_graphviz_path": (str, ""),
         "enable_sequential_execution": (bool, False),
         "fuse_elewise_add_act_ops": (bool, False),
-        "fuse_all_reduce_ops": (bool, False),
+        "fuse_all_reduce_ops": (bool, True),  # unset: the executor decides (see above)
         "overlap_communication": (bool, True),
-        "fuse_all_optimizer_ops": (bool, False),
+        "fuse_all_optimizer_ops": (bool, True),
         "fuse_relu_depthwise_conv": (bool, False),
-        "fuse_broadcast_ops": (bool, False),
+        "fuse_broadcast_ops": (bool, True),
         "sync_batch_norm": (bool, False),
         "memory_optimize": (_OPTIONAL_BOOL, None),
         "enable_inplace": (bool, False),
@@ -277,10 +285,13 @@ def build_pipeline(build: BuildStrategy, nranks: int, loss_name: str | None,
     """The passes a ParallelExecutor applies for ``build`` on ``nranks`` devices in all, with
     the plain options each pass takes. ``in_process``: every device is in this process.
 
-    Compiled data parallelism in one process fuses the all-reduces as
-    ``fuse_all_reduce_ops`` does: each all-reduce would split the compiled step into
-    more calls (a segment ends before a collective), and in one process a sum is an
-    addition of tensors that overlapping the backward does not hide (BENCHMARKS.md).
+    ``fuse_all_reduce_ops`` left unset fuses the all-reduces across processes and in
+    compiled steps, and not between the devices of one process in an interpreted step
+    (BENCHMARKS.md has the measurements). Across processes each collective has a latency
+    and a CPU cost on the transport's threads that a group pays once; in a compiled step
+    each all-reduce would split the step into more calls (a segment ends before a
+    collective); between the devices of one process a sum is an addition of tensors, and
+    the copies into and out of a group's buffer cost more than the overlap they give up.
 
     Example::
 
@@ -290,9 +301,32 @@ def build_pipeline(build: BuildStrategy, nranks: int, loss_name: str | None,
         loss_name=loss_name, nranks=nranks,
         reduce=build.reduce_strategy == ReduceStrategy.Reduce,
         scale=build.gradient_scale_strategy,
-        fuse_all_reduce=build.fuse_all_reduce_ops or (in_process and build.enable_compile))
+        fuse_all_reduce=fuse_all_reduce(build, in_process), fuse_cap_bytes=fuse_cap_bytes(),
+        fuse_max_grads=fuse_max_grads())
     return data_parallel_pipeline(opts, fuse_elewise_add_act=build.fuse_elewise_add_act_ops,
                                   sync_batch_norm=build.sync_batch_norm)
+
+
+def fuse_all_reduce(build: BuildStrategy, in_process: bool) -> bool:
+    """Whether the gradient all-reduces go out in groups: ``fuse_all_reduce_ops`` when set,
+    else across processes and in compiled steps (see ``build_pipeline``)."""
+    if build._is_set("fuse_all_reduce_ops"):
+        return build.fuse_all_reduce_ops
+    return not in_process or build.enable_compile
+
+
+def fuse_cap_bytes() -> int:
+    """The size at which a group of gradients closes: ``FLAGS_fuse_parameter_memory_size``
+    MB when it is > 0 (Fluid's flag), else 32 MB."""
+    mb = flag("FLAGS_fuse_parameter_memory_size")
+    return int(mb * (1 << 20)) if mb > 0 else 32 << 20
+
+
+def fuse_max_grads() -> int:
+    """The most gradients a group holds: ``FLAGS_fuse_parameter_groups_size`` when it is
+    > 1 (Fluid's flag), else no limit (0)."""
+    n = flag("FLAGS_fuse_parameter_groups_size")
+    return n if n > 1 else 0
 
 
 def strategy_warnings(build: BuildStrategy, exec_: ExecutionStrategy, nranks: int,
@@ -300,21 +334,22 @@ def strategy_warnings(build: BuildStrategy, exec_: ExecutionStrategy, nranks: in
     """Explanations for fields that are set but cannot apply to this executor."""
     out = []
     reduce_mode = build.reduce_strategy == ReduceStrategy.Reduce
-    if build.fuse_all_reduce_ops and reduce_mode and nranks > 1:
+    fuse = build._is_set("fuse_all_reduce_ops") and build.fuse_all_reduce_ops
+    if fuse and reduce_mode and nranks > 1:
         out.append("BuildStrategy.fuse_all_reduce_ops has no effect in Reduce mode: gradients "
                    "are reduced to their owner device and parameters broadcast, there is no "
                    "all-reduce to fuse (use ReduceStrategy.AllReduce to fuse)")
-    if build.fuse_all_reduce_ops and nranks == 1:
+    if fuse and nranks == 1:
         out.append("BuildStrategy.fuse_all_reduce_ops has no effect with a single device: "
                    "there is no all-reduce")
     if reduce_mode and nranks == 1 and build._is_set("reduce_strategy"):
         out.append("BuildStrategy.reduce_strategy=Reduce has no effect with a single device "
                    "(it falls back to AllReduce, which is a no-op with one rank)")
-    if (build.fuse_all_reduce_ops or reduce_mode) and nranks > 1 and not has_grads:
+    if (fuse or reduce_mode) and nranks > 1 and not has_grads:
         out.append("BuildStrategy: the program has no parameter gradients to aggregate "
                    "(no loss_name, or no backward pass), so the reduce strategy has no effect")
     for name, why in _NO_EFFECT.items():
-        if getattr(build, name):
+        if getattr(build, name) and build._is_set(name):
             out.append(f"BuildStrategy.{name} has no effect: {why}")
     if exec_._dry_run:
         out.append("ExecutionStrategy._dry_run has no effect: parafluid always runs the ops "

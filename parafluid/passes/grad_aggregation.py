@@ -70,7 +70,8 @@ class AggregationOptions:
     reduce: bool = False  # ReduceStrategy.Reduce: each gradient summed on one owner device
     scale: GradientScaleStrategy = GradientScaleStrategy.CoeffNumDevice
     fuse_all_reduce: bool = False
-    fuse_cap_bytes: int = 32 << 20
+    fuse_cap_bytes: int = 32 << 20  # a group closes once it holds this many bytes
+    fuse_max_grads: int = 0  # ... or more than this many gradients (0: no limit)
 
 
 def role_pairs(op: Operator) -> list[tuple[str, str]]:
@@ -158,8 +159,9 @@ def aggregate_gradients(program: Program, opts: AggregationOptions) -> Program:
         grads_at.setdefault(i, []).append((p, g))
     groups_at: dict[int, list[list[str]]] = {}
     if opts.fuse_all_reduce and not reduce_mode:
-        dense = [(g, i) for p, g, i in pairs if not is_sparse(g)]
-        groups_at = _fuse_groups(dense, block, size_of, opts.fuse_cap_bytes)
+        dense = [(p, g, i) for p, g, i in pairs if not is_sparse(g)]
+        groups_at = _fuse_groups(dense, block, size_of, opts.fuse_cap_bytes,
+                                 opts.fuse_max_grads)
     last_opt: dict[int, list[str]] = {}
     if reduce_mode:
         last: dict[str, int] = {}
@@ -213,28 +215,46 @@ def aggregate_gradients(program: Program, opts: AggregationOptions) -> Program:
     return out
 
 
-def _fuse_groups(dense: list[tuple[str, int]], block: Any, size_of: Any, cap_bytes: int
-                 ) -> dict[int, list[list[str]]]:
-    """Consecutive gradients of one dtype, up to ``cap_bytes``; keyed by the closing op."""
+def _fuse_groups(dense: list[tuple[str, str, int]], block: Any, size_of: Any, cap_bytes: int,
+                 max_grads: int = 0) -> dict[int, list[list[str]]]:
+    """Groups of gradients in the order the backward pass produces them, keyed by the op
+    that closes each group (the fused all-reduce waits for the whole group).
+
+    As Fluid's coalescing: the gradients of one layer (parameters named ``<layer>.<x>``,
+    produced one after the other) stay together; layers are added to a group until it
+    holds ``cap_bytes`` or more, or more than ``max_grads`` gradients (when > 0); a group
+    holds one dtype.
+    """
     from ..dtypes import to_torch
 
-    producer = dict(dense)
+    layers: list[list[tuple[str, int, Any]]] = []  # consecutive gradients of one layer
+    prev_key = None
+    for p, g, _ in dense:
+        dtype = block._find_var_recursive(g).dtype
+        nbytes = size_of(g) * to_torch(dtype).itemsize
+        key = (p.split(".", 1)[0] if "." in p else p, dtype)
+        if key != prev_key:
+            layers.append([])
+            prev_key = key
+        layers[-1].append((g, nbytes, dtype))
     groups: list[list[str]] = []
     cur: list[str] = []
     cur_bytes, cur_dtype = 0, None
-    for g, _ in dense:
-        dtype = block._find_var_recursive(g).dtype
-        nbytes = size_of(g) * to_torch(dtype).itemsize
-        if cur and (dtype != cur_dtype or cur_bytes + nbytes > cap_bytes):
+    for layer in layers:
+        dtype = layer[0][2]
+        if cur and dtype != cur_dtype:
             groups.append(cur)
             cur, cur_bytes = [], 0
-        cur.append(g)
-        cur_bytes += nbytes
+        cur.extend(g for g, _, _ in layer)
+        cur_bytes += sum(n for _, n, _ in layer)
         cur_dtype = dtype
+        if cur_bytes >= cap_bytes or (max_grads > 0 and len(cur) > max_grads):
+            groups.append(cur)
+            cur, cur_bytes = [], 0
     if cur:
         groups.append(cur)
+    producer = {g: i for _, g, i in dense}
     out: dict[int, list[list[str]]] = {}
     for group in groups:
-        # NOTE: the fused op waits for the whole group: it follows the group's last producer.
         out.setdefault(max(producer[g] for g in group), []).append(group)
     return out

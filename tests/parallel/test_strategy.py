@@ -21,7 +21,9 @@ def test_defaults_match_fluid_1_6() -> None:
             es.allow_op_delay, es.use_experimental_executor) == (0, 100, 1, False, False)
     assert bs.reduce_strategy == RS.AllReduce
     assert bs.gradient_scale_strategy == GS.CoeffNumDevice
-    assert not (bs.fuse_all_reduce_ops or bs.fuse_elewise_add_act_ops or bs.sync_batch_norm
+    # (Fluid 1.6's getters read True for the fuse options it leaves to the framework)
+    assert bs.fuse_all_reduce_ops and bs.fuse_all_optimizer_ops and bs.fuse_broadcast_ops
+    assert not (bs.fuse_elewise_add_act_ops or bs.sync_batch_norm
                 or bs.memory_optimize or bs.enable_inplace or bs.enable_sequential_execution)
     assert (bs.num_trainers, bs.trainer_id, bs.trainers_endpoints, bs.debug_graphviz_path) == \
         (1, 0, [], "")
@@ -65,10 +67,10 @@ FLUID_16_BUILD = {
     "remove_unnecessary_lock": True, "num_trainers": 1, "trainers_endpoints": [],
     "trainer_id": 0, "nccl_comm_num": 1, "use_hierarchical_allreduce": False,
     "hierarchical_allreduce_inter_nranks": 0, "fuse_elewise_add_act_ops": False,
-    "fuse_relu_depthwise_conv": False, "fuse_broadcast_ops": False,
-    "fuse_all_optimizer_ops": False, "sync_batch_norm": False, "memory_optimize": None,
+    "fuse_relu_depthwise_conv": False, "fuse_broadcast_ops": True,
+    "fuse_all_optimizer_ops": True, "sync_batch_norm": False, "memory_optimize": None,
     "is_distribution": False, "async_mode": False, "enable_inplace": False,
-    "fuse_all_reduce_ops": False, "enable_backward_optimizer_op_deps": False,
+    "fuse_all_reduce_ops": True, "enable_backward_optimizer_op_deps": False,
     "cache_runtime_context": False, "mkldnn_enabled_op_types": set(),
 }
 FLUID_16_EXEC = {

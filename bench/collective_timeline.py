@@ -47,6 +47,9 @@ def worker(out: str, overlap: bool) -> None:
     fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
     bs = fluid.BuildStrategy()
     bs.overlap_communication = overlap
+    # one all-reduce per gradient, as the picture shows them (unset, across processes the
+    # gradients go out in one fused group after the backward: docs/distributed.md)
+    bs.fuse_all_reduce_ops = False
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
                                 num_trainers=job.trainers, trainer_id=job.trainer_id,
                                 build_strategy=bs)

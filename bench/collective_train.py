@@ -9,11 +9,13 @@ prints the median samples/s of each and the ratio parafluid / DDP (target >= 1.0
 ``--compile`` a third job runs parafluid with ``BuildStrategy.enable_compile`` (compiled
 segments on each trainer; the first steps, which compile, are not timed). ``--no-overlap``
 adds a job with ``BuildStrategy.overlap_communication`` off (each all-reduce waited for where
-the backward pass issues it); ``--before ROOT`` adds a job running this same worker from
-another checkout (``ROOT``, e.g. the main branch), so that a change is measured side by side.
+the backward pass issues it); ``--unfused`` adds one with ``fuse_all_reduce_ops`` off (one
+all-reduce per gradient instead of the fused group the collective mode sends by default);
+``--before ROOT`` adds a job running this same worker from another checkout (``ROOT``, e.g.
+the main branch), so that a change is measured side by side.
 
     python bench/collective_train.py [--rounds 3] [--steps 20] [--kinds mlp cnn] [--compile]
-        [--no-overlap] [--before /path/to/other/checkout]
+        [--no-overlap] [--unfused] [--before /path/to/other/checkout]
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from parafluid.distributed.launch import free_ports  # noqa: E402
 
 
 def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False,
-                     overlap: bool = True) -> None:
+                     overlap: bool = True, fuse: bool = True) -> None:
     """One trainer (PADDLE_* set by main); rank 0 prints the job's samples/s."""
     import torch
     from data_parallel import BATCH, batch, fluid_model, samples_per_s
@@ -56,6 +58,8 @@ def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False,
     bs.enable_compile = compile
     if not overlap:
         bs.overlap_communication = False
+    if not fuse:
+        bs.fuse_all_reduce_ops = False
     pe = fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope,
                                 num_trainers=job.trainers, trainer_id=job.trainer_id,
                                 build_strategy=bs)
@@ -69,7 +73,7 @@ def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False,
 
 
 def run_parafluid(kind: str, steps: int, repeats: int, compile: bool = False,
-                  overlap: bool = True, root: str = ROOT) -> float:
+                  overlap: bool = True, fuse: bool = True, root: str = ROOT) -> float:
     ports = free_ports(2)
     eps = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = []
@@ -81,7 +85,8 @@ def run_parafluid(kind: str, steps: int, repeats: int, compile: bool = False,
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.join(root, "bench", os.path.basename(__file__)),
                  "--worker", kind, "--steps", str(steps), "--repeats", str(repeats),
-                 *(["--compile"] if compile else []), *([] if overlap else ["--no-overlap"])],
+                 *(["--compile"] if compile else []), *([] if overlap else ["--no-overlap"]),
+                 *([] if fuse else ["--unfused"])],
                 env=env,
                 stdout=subprocess.PIPE, text=True))
         out = procs[0].communicate(timeout=900)[0]
@@ -107,12 +112,16 @@ def main() -> int:
                    help="also run parafluid with compiled segments (enable_compile)")
     p.add_argument("--no-overlap", action="store_true",
                    help="also run parafluid with BuildStrategy.overlap_communication off")
+    p.add_argument("--unfused", action="store_true",
+                   help="also run parafluid with BuildStrategy.fuse_all_reduce_ops off (one "
+                   "all-reduce per gradient, each overlapping the backward)")
     p.add_argument("--before", metavar="ROOT",
                    help="also run this worker from another checkout (e.g. the main branch)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
-        parafluid_worker(a.worker, a.steps, a.repeats, a.compile, overlap=not a.no_overlap)
+        parafluid_worker(a.worker, a.steps, a.repeats, a.compile, overlap=not a.no_overlap,
+                         fuse=not a.unfused)
         return 0
     from data_parallel import run_ddp
 
@@ -123,6 +132,8 @@ def main() -> int:
         jobs: dict[str, dict[str, Any]] = {"parafluid": {}}
         if a.no_overlap:
             jobs["parafluid, no overlap"] = {"overlap": False}
+        if a.unfused:
+            jobs["parafluid, unfused"] = {"fuse": False}
         if before:
             jobs["parafluid before"] = before
         if a.compile:
@@ -143,7 +154,8 @@ def main() -> int:
                   f"(median of per-round ratios {statistics.median(ratios):.2f}; per round: "
                   f"{', '.join(f'{r:.2f}' for r in ratios)})")
         # the changes measured side by side: each job against its counterpart, per round
-        for new, old in (("parafluid", "parafluid, no overlap"), ("parafluid", "parafluid before"),
+        for new, old in (("parafluid", "parafluid, no overlap"),
+                         ("parafluid", "parafluid, unfused"), ("parafluid", "parafluid before"),
                          ("parafluid compiled", "parafluid compiled before")):
             if new in rates and old in rates:
                 ratios = [a / b for a, b in zip(rates[new], rates[old])]

@@ -190,12 +190,22 @@ def _pool_backward(op: str, nd: int, ins: dict, attrs: dict, ctx: Any,
         if is_max:
             # NOTE: recomputing the argmax is cheaper than keeping an index tensor alive
             # between the forward and backward passes.
+            back_to = None
             if nd == 2 and not g.last and x.device.type == "cpu":
+                # NOTE: the backward kernel is ~5x slower when dy's layout differs from x's,
+                # and the elementwise gradients before it (relu's) are slower on a
+                # channels_last dx against their channel-first operands: dy joins x's
+                # layout, dx goes back to the input's (the same values either way)
+                if x.is_contiguous():
+                    back_to = torch.contiguous_format
                 x = x.contiguous(memory_format=torch.channels_last)
+                dy = dy.contiguous(memory_format=torch.channels_last)
             _, idx = _fn("max_pool", nd)(x, g.ksize, g.strides, sym, ceil_mode=g.ceil,
                                          return_indices=True)
             dx = _aten("max_pool{nd}d_with_indices_backward", nd)(
                 dy, x, g.ksize, g.strides, sym, ones, g.ceil, idx)
+            if back_to is not None:
+                dx = dx.contiguous(memory_format=back_to)
         else:
             dx = _aten("avg_pool{nd}d_backward", nd)(
                 dy, x, g.ksize, g.strides, sym, g.ceil, not attrs["exclusive"],

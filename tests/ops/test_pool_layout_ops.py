@@ -121,3 +121,26 @@ def test_pool_layers_take_data_format_and_padding_forms():
     _, _, out = build_layer(lambda v: fluid.layers.pool3d(
         v, pool_size=2, pool_padding=[1, 0, 0, 0, 0, 1], data_format="NDHWC"), [3, 3, 3, 2])
     assert out.shape == (-1, 3, 2, 3, 2)
+
+
+def test_max_pool_grad_keeps_the_inputs_memory_layout_and_values():
+    """The CPU kernel pools on channels_last memory; the gradient it returns has the input's
+    layout (a channels_last dx made the relu gradient before it several times slower), and
+    the same values as pooling in the input's layout."""
+    import torch
+
+    from parafluid.ops.registry import get_op_def
+
+    attrs = {**get_op_def("pool2d").attrs, "pooling_type": "max", "ksize": [2, 2],
+             "strides": [2, 2], "paddings": [0, 0]}
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 6, 6, dtype=torch.float64).relu()  # ties among the zeros
+    dy = torch.randn(3, 4, 3, 3, dtype=torch.float64)
+    ctx = type("Ctx", (), {"need": {"X"}})()
+    grad = get_op_def("pool2d_grad").kernel
+    dx = grad({"X": x, "Out@GRAD": dy}, attrs, ctx)["X@GRAD"]
+    assert dx.is_contiguous()
+    _, idx = torch.nn.functional.max_pool2d(x, 2, 2, return_indices=True)
+    want = torch.ops.aten.max_pool2d_with_indices_backward(dy, x, [2, 2], [2, 2], [0, 0],
+                                                           [1, 1], False, idx)
+    assert torch.equal(dx, want)

@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import hmac
 import math
@@ -71,6 +72,7 @@ MAC_BYTES = _COUNTER.size + 32  # the counter, then HMAC-SHA256
 # step (a request: the sender's step with this server; a reply: the server's step; -1: none)
 HEADER = struct.Struct("<4sBBBBHHiQQqq")
 _DIM = struct.Struct("<q")
+_DIMS = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]  # the dims of each rank
 
 _FLAG_MAC = 1
 _FLAG_SELECTED_ROWS = 2
@@ -127,6 +129,12 @@ WIRE_DTYPES: dict[int, tuple[str, torch.dtype, int]] = {
     10: ("bool", torch.bool, 1),
 }
 _CODE_OF = {tdt: code for code, (_, tdt, _) in WIRE_DTYPES.items()}
+# the numpy dtype a payload is read as (numpy has no bfloat16: its bytes are read as int16)
+_NP_OF = {torch.float16: np.float16, torch.bfloat16: np.int16, torch.float32: np.float32,
+          torch.float64: np.float64, torch.int8: np.int8, torch.uint8: np.uint8,
+          torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
+          torch.bool: np.bool_}
+_KIND_OF = {int(k): k for k in Kind}
 
 # Fluid variable names: letters, digits and _ . @ : / - (e.g. fc_0.w_0@GRAD.block1.trainer_0)
 _NAME_RE = re.compile(r"[A-Za-z0-9_.@:/\-]+")
@@ -192,6 +200,36 @@ def _buffer(t: torch.Tensor) -> memoryview:
     return memoryview(t.numpy().reshape(-1)).cast("B")
 
 
+def _dense(value: Any, kind: Kind, name: str) -> tuple[int, tuple[int, ...], memoryview]:
+    """(dtype code, shape, zero-copy byte view) of a dense value.
+
+    NOTE: the usual value, a contiguous CPU tensor without grad, takes one torch call
+    (``numpy()``): every torch call costs microseconds more than the work it does, most of
+    all on a loaded machine where each message finds the caches cold.
+    """
+    if type(value) is torch.Tensor and not value.requires_grad:
+        code = _CODE_OF.get(value.dtype)
+        if code is not None and value.dtype is not torch.bfloat16:
+            try:
+                arr = value.numpy()  # raises for a tensor off the CPU or with conj/neg bits
+            except (TypeError, RuntimeError):
+                arr = None
+            if arr is not None and arr.flags.c_contiguous:
+                return code, arr.shape, memoryview(arr.reshape(-1)).cast("B")
+    t = _as_cpu_tensor(value, f"rpc {kind.name} {name!r}")
+    return _CODE_OF[t.dtype], tuple(t.shape), _buffer(t)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_bytes(name: str) -> bytes | None:
+    """A variable name as it goes in a header, or None when it is not a valid name
+    (cached: a job sends the same few names over and over)."""
+    name_b = name.encode("utf-8")
+    if len(name_b) > MAX_NAME_BYTES or (name and not _NAME_RE.fullmatch(name)):
+        return None
+    return name_b
+
+
 def _text_tensor(text: str | bytes) -> torch.Tensor:
     raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     raw = raw[:MAX_TEXT_BYTES]
@@ -230,12 +268,14 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
     ``split``: send parts larger than FRAME_BYTES as several frames (requests; a receiver
     with a per-frame limit of FRAME_BYTES needs it).
     """
-    kind = Kind(kind)
+    kind = _KIND_OF.get(kind) if type(kind) is not Kind else kind  # NOTE: no enum call
+    if kind is None:
+        raise ValueError(f"rpc: unknown message kind {kind!r}")
     if kind in (Kind.CHECKPOINT, Kind.REPLY_ERROR, Kind.HELLO) and \
             isinstance(value, (str, bytes)):
         value = _text_tensor(value)
-    name_b = name.encode("utf-8")
-    if len(name_b) > MAX_NAME_BYTES or (name and not _NAME_RE.fullmatch(name)):
+    name_b = _name_bytes(name)
+    if name_b is None:
         raise ValueError(f"rpc {kind.name}: variable name {name!r} is not a valid name "
                          f"(letters, digits, _ . @ : / -; at most {MAX_NAME_BYTES} bytes)")
     flags = _FLAG_MAC if secret else 0
@@ -252,16 +292,16 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
         code, dims, height = _CODE_OF[vals.dtype], tuple(vals.shape), value.height
         payload = [_buffer(rows.contiguous()), _buffer(vals)]
     else:
-        t = _as_cpu_tensor(value, f"rpc {kind.name} {name!r}")
-        code, dims, payload = _CODE_OF[t.dtype], tuple(t.shape), [_buffer(t)]
+        code, dims, view = _dense(value, kind, name)
+        payload = [view]
     if len(dims) > MAX_NDIM:
         raise ValueError(f"rpc {kind.name} {name!r}: rank {len(dims)} > {MAX_NDIM}")
     nbytes = sum(p.nbytes for p in payload)
-    split = split and any(p.nbytes > FRAME_BYTES for p in payload)
+    split = split and nbytes > FRAME_BYTES and any(p.nbytes > FRAME_BYTES for p in payload)
     flags |= _FLAG_SPLIT if split else 0
-    header = HEADER.pack(MAGIC, VERSION, int(kind), code, len(dims), flags, len(name_b),
+    header = HEADER.pack(MAGIC, VERSION, kind, code, len(dims), flags, len(name_b),
                          int(trainer_id), int(seq), nbytes, height, int(step)) + name_b + \
-        b"".join(_DIM.pack(d) for d in dims)
+        _DIMS[len(dims)].pack(*dims)
     frames: list[Any] = [header]
     for p in payload:
         frames += _split(p) if split else [p]
@@ -316,11 +356,13 @@ def _tensor_of(frame: Any, view: memoryview, dtype: torch.dtype,
     A zmq.Frame received with ``copy=False`` owns writable memory that nothing else uses:
     the tensor takes it over (it keeps the frame alive), so a large payload is never copied
     after ZeroMQ read it. Immutable buffers (bytes) and misaligned data are copied.
+    NOTE: the view is made by numpy, with one torch call (``from_numpy``; see _dense).
     """
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if (view.nbytes and hasattr(frame, "buffer") and not view.readonly
-            and _address(view) % itemsize == 0):
-        return torch.frombuffer(frame, dtype=torch.uint8).view(dtype).reshape(shape)
+    if view.nbytes and hasattr(frame, "buffer") and not view.readonly:
+        arr = np.frombuffer(view, dtype=_NP_OF[dtype])
+        if arr.flags.aligned:
+            t = torch.from_numpy(arr.reshape(shape))
+            return t.view(torch.bfloat16) if dtype is torch.bfloat16 else t
     out = _alloc(view.nbytes)
     if view.nbytes:
         out.numpy()[:] = np.frombuffer(view, dtype=np.uint8)
@@ -336,10 +378,6 @@ def _part_tensor(frames: Sequence[Any], views: Sequence[memoryview], size: int,
     out = _alloc(size)
     np.concatenate([np.frombuffer(v, dtype=np.uint8) for v in views], out=out.numpy())
     return out.view(dtype).reshape(shape)
-
-
-def _address(view: memoryview) -> int:
-    return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
 def decode(frames: Sequence[Any], *, secret: bytes | None = None, channel: bytes = b"",
@@ -371,10 +409,9 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
         raise WireError(f"bad magic {bytes(magic)!r} (not a parafluid RPC message)")
     if version != VERSION:
         raise WireError(f"wire version {version}, this build speaks version {VERSION}")
-    try:
-        kind = Kind(kind_code)
-    except ValueError:
-        raise WireError(f"unknown message kind {kind_code}") from None
+    kind = _KIND_OF.get(kind_code)
+    if kind is None:
+        raise WireError(f"unknown message kind {kind_code}")
     if flags & ~_KNOWN_FLAGS:
         raise WireError(f"unknown flag bits {flags:#x}")
     if ndim > MAX_NDIM:
@@ -398,7 +435,7 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
     if need_name and not name:
         raise WireError(f"{kind.name} without a variable name")
     off = HEADER.size + name_len
-    dims = tuple(_DIM.unpack_from(head, off + _DIM.size * i)[0] for i in range(ndim))
+    dims = _DIMS[ndim].unpack_from(head, off)
 
     selected = bool(flags & _FLAG_SELECTED_ROWS)
     if code == 0:

@@ -86,6 +86,7 @@ _KIND_NAMES = {k: k.name.lower() for k in Kind}  # for error texts, built per ca
 _POLLIN = int(zmq.POLLIN)
 _SNDMORE = int(zmq.SNDMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
+_SRCFD = int(zmq.SRCFD)
 _COPIED = getattr(zmq, "_FINISHED_TRACKER", None)  # pyzmq's tracker of a copied frame
 
 
@@ -320,6 +321,7 @@ class RPCServer:
         self.secret = rpc_secret(secret)
         self._password = handshake_password(self.secret) if self.secret else None
         self.max_message_bytes = int(max_message_bytes)
+        self._max_frames = max_frames(self.max_message_bytes)
         self.poll_ms = max(1, int(poll_interval_s * 1000))
         self.stopped_by: str | None = None  # "SIGTERM" when a signal ended serve_forever
         self.rejected = 0  # messages refused by the decoder (for tests and logs)
@@ -531,7 +533,7 @@ class RPCServer:
         first = self._sock.recv(zmq.NOBLOCK, copy=False)
         frames: list[zmq.Frame] = []
         extra = 0
-        most = max_frames(self.max_message_bytes)
+        most = self._max_frames
         f = first
         while f.more:
             f = self._sock.recv(copy=False)
@@ -580,9 +582,10 @@ class RPCServer:
                 return
             channel[1], channel[2] = msg.counter, True
             self._channels[identity] = self._channels.pop(identity)  # most recently used
-        fd = -1
-        with contextlib.suppress(zmq.ZMQError, ValueError, TypeError):
-            fd = frames[0].get(zmq.SRCFD)
+        try:  # NOTE: not contextlib.suppress: this runs once per message
+            fd = frames[0].get(_SRCFD)
+        except (zmq.ZMQError, ValueError, TypeError):
+            fd = -1
         self.handler(Request(self, identity, msg, frames[0], self._links.get(fd, -1),
                              channel[0] if channel else b""))
 

@@ -44,8 +44,7 @@ import os
 import re
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 import torch
@@ -134,6 +133,7 @@ _NP_OF = {torch.float16: np.float16, torch.bfloat16: np.int16, torch.float32: np
           torch.float64: np.float64, torch.int8: np.int8, torch.uint8: np.uint8,
           torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
           torch.bool: np.bool_}
+_ITEMSIZE = {tdt: size for _, tdt, size in WIRE_DTYPES.values()}
 _KIND_OF = {int(k): k for k in Kind}
 
 # Fluid variable names: letters, digits and _ . @ : / - (e.g. fc_0.w_0@GRAD.block1.trainer_0)
@@ -146,9 +146,12 @@ class WireError(ValueError):
     """A message that is malformed, too large, or fails authentication."""
 
 
-@dataclass(frozen=True)
-class Message:
-    """One decoded message. ``value`` is a CPU tensor or SelectedRows it owns, or None."""
+class Message(NamedTuple):
+    """One decoded message. ``value`` is a CPU tensor or SelectedRows it owns, or None.
+
+    NOTE: a named tuple: immutable, and built in a third of a dataclass's time (one per
+    message).
+    """
 
     kind: Kind
     name: str = ""
@@ -211,11 +214,11 @@ def _dense(value: Any, kind: Kind, name: str) -> tuple[int, tuple[int, ...], mem
         code = _CODE_OF.get(value.dtype)
         if code is not None and value.dtype is not torch.bfloat16:
             try:
-                arr = value.numpy()  # raises for a tensor off the CPU or with conj/neg bits
+                view = memoryview(value.numpy())  # raises off the CPU, or with conj/neg bits
+                # NOTE: cast raises unless the view is C-contiguous (and has no 0 in its shape)
+                return code, view.shape, view.cast("B")
             except (TypeError, RuntimeError):
-                arr = None
-            if arr is not None and arr.flags.c_contiguous:
-                return code, arr.shape, memoryview(arr.reshape(-1)).cast("B")
+                pass
     t = _as_cpu_tensor(value, f"rpc {kind.name} {name!r}")
     return _CODE_OF[t.dtype], tuple(t.shape), _buffer(t)
 
@@ -296,7 +299,7 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
         payload = [view]
     if len(dims) > MAX_NDIM:
         raise ValueError(f"rpc {kind.name} {name!r}: rank {len(dims)} > {MAX_NDIM}")
-    nbytes = sum(p.nbytes for p in payload)
+    nbytes = payload[0].nbytes if len(payload) == 1 else sum(p.nbytes for p in payload)
     split = split and nbytes > FRAME_BYTES and any(p.nbytes > FRAME_BYTES for p in payload)
     flags |= _FLAG_SPLIT if split else 0
     header = HEADER.pack(MAGIC, VERSION, kind, code, len(dims), flags, len(name_b),
@@ -359,9 +362,8 @@ def _tensor_of(frame: Any, view: memoryview, dtype: torch.dtype,
     NOTE: the view is made by numpy, with one torch call (``from_numpy``; see _dense).
     """
     if view.nbytes and hasattr(frame, "buffer") and not view.readonly:
-        arr = np.frombuffer(view, dtype=_NP_OF[dtype])
-        if arr.flags.aligned:
-            t = torch.from_numpy(arr.reshape(shape))
+        t = torch.from_numpy(np.frombuffer(view, dtype=_NP_OF[dtype]).reshape(shape))
+        if not t.data_ptr() % _ITEMSIZE[dtype]:  # NOTE: from_numpy takes misaligned data too
             return t.view(torch.bfloat16) if dtype is torch.bfloat16 else t
     out = _alloc(view.nbytes)
     if view.nbytes:
@@ -396,11 +398,16 @@ def decode(frames: Sequence[Any], *, secret: bytes | None = None, channel: bytes
         raise WireError(f"undecodable message ({type(e).__name__}: {e})") from None
 
 
+_new_message = tuple.__new__  # Message(...) without its Python-level __new__
+
+
 def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
             limit: int) -> Message:
-    if not 1 <= len(frames) <= max_frames(limit):
-        raise WireError(f"expected 1 to {max_frames(limit)} frames, got {len(frames)}")
-    head = _view(frames[0])
+    n_frames = len(frames)
+    if not 1 <= n_frames <= 4 + max(0, int(limit)) // FRAME_BYTES:  # max_frames(), inlined
+        raise WireError(f"expected 1 to {max_frames(limit)} frames, got {n_frames}")
+    head = getattr(frames[0], "buffer", None)  # _view(frames[0]), inlined
+    head = (head if head is not None else memoryview(frames[0])).cast("B")
     if head.nbytes < HEADER.size:
         raise WireError(f"header of {head.nbytes} bytes is shorter than {HEADER.size}")
     (magic, version, kind_code, code, ndim, flags, name_len, trainer_id, seq, nbytes,
@@ -451,7 +458,7 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
         if value_rule is None:
             raise WireError(f"{kind.name} carries no value, but one is declared")
         _, tdtype, itemsize = WIRE_DTYPES[code]
-        if any(d < 0 for d in dims):
+        if dims and min(dims) < 0:
             raise WireError(f"negative dimension in shape {list(dims)}")
         numel = math.prod(dims)
         if selected:
@@ -479,17 +486,24 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
     if nbytes > limit:
         raise WireError(f"payload of {nbytes} bytes exceeds the limit of {limit}")
     has_mac = bool(flags & _FLAG_MAC)
-    part_frames = [_frame_sizes(size, bool(flags & _FLAG_SPLIT)) for size in payload_sizes]
-    n_payload = sum(len(p) for p in part_frames)
+    if flags & _FLAG_SPLIT:
+        part_frames = [_frame_sizes(size, True) for size in payload_sizes]
+        sizes = [size for part in part_frames for size in part]
+    else:  # NOTE: the usual message: one frame per part
+        part_frames = [[size] for size in payload_sizes]
+        sizes = payload_sizes
+    n_payload = len(sizes)
     want = 1 + n_payload + has_mac
     if len(frames) != want:
         raise WireError(f"{kind.name} with {n_payload} payload frame(s)"
                         f"{' and a MAC' if has_mac else ''} needs {want} frames, got "
                         f"{len(frames)}")
-    payload = [_view(f) for f in frames[1:1 + n_payload]]
-    for i, (p, size) in enumerate(zip(payload, (s for sizes in part_frames for s in sizes))):
-        if p.nbytes != size:
-            raise WireError(f"payload frame {i} has {p.nbytes} bytes, header says {size}")
+    payload = []
+    for i in range(n_payload):
+        p = _view(frames[1 + i])
+        if p.nbytes != sizes[i]:
+            raise WireError(f"payload frame {i} has {p.nbytes} bytes, header says {sizes[i]}")
+        payload.append(p)
     counter = 0
     if has_mac:
         mac = _view(frames[-1])
@@ -525,4 +539,4 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
         data = value.value if isinstance(value, SelectedRows) else value
         if data.numel() and int(data.view(torch.uint8).max()) > 1:
             raise WireError("bool payload has bytes other than 0 and 1")
-    return Message(kind, name, value, trainer_id, seq, step, counter)
+    return _new_message(Message, (kind, name, value, trainer_id, seq, step, counter))

@@ -854,7 +854,8 @@ class RPCClient:
         Raises RPCTimeoutError when no reply comes within the deadline, RPCError when the
         server answers with an error or the reply is invalid.
         """
-        what = f"{_KIND_NAMES[kind]}{f' of {name!r}' if name else ''}"
+        kind_name = _KIND_NAMES.get(kind) or Kind(kind).name.lower()  # ValueError if unknown
+        what = f"{kind_name}{f' of {name!r}' if name else ''}"
         dl = Deadline(self.deadline_s if deadline_s is None else deadline_s)
         with self._lock:
             seq = next(self._seq) if seq is None else int(seq)

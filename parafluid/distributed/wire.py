@@ -271,9 +271,10 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
     ``split``: send parts larger than FRAME_BYTES as several frames (requests; a receiver
     with a per-frame limit of FRAME_BYTES needs it).
     """
-    kind = _KIND_OF.get(kind) if type(kind) is not Kind else kind  # NOTE: no enum call
-    if kind is None:
-        raise ValueError(f"rpc: unknown message kind {kind!r}")
+    if type(kind) is not Kind:  # NOTE: a table, not an enum call
+        given, kind = kind, _KIND_OF.get(kind)
+        if kind is None:
+            raise ValueError(f"rpc: unknown message kind {given!r}")
     if kind in (Kind.CHECKPOINT, Kind.REPLY_ERROR, Kind.HELLO) and \
             isinstance(value, (str, bytes)):
         value = _text_tensor(value)

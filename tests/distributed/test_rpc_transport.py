@@ -399,3 +399,11 @@ def test_a_tracked_reply_is_done_only_once_every_frame_sent_without_a_copy_is():
         a.close(linger=0)
         b.close(linger=0)
         ctx.term()
+
+
+def test_an_unknown_request_kind_is_a_value_error_before_anything_is_sent():
+    with RPCClient(f"127.0.0.1:{_free_port()}", 0.2) as c:
+        with pytest.raises(ValueError, match="99"):
+            c.call(99)
+    with pytest.raises(ValueError, match="unknown message kind 99"):
+        wire.encode(99)

@@ -7,9 +7,13 @@ another process on 127.0.0.1, side by side with bare pyzmq moving the same bytes
   and REP echoes the frame (the fastest way to move the bytes there and back).
 * ``bare REQ/REP echo, copying``: the same with pyzmq's defaults (bytes in, bytes out).
 * ``bare push, then pull``: the pserver's message pattern with raw frames and no checks: a
-  push answered by "ok", then a get answered by the stored frame (2 round trips).
-* ``pserver async``: ``send`` (the server stores the gradient) then ``recv`` (the server sends
-  a copy back, as async mode does): 2 round trips, every message validated.
+  push answered by "ok", then a get answered by the stored frame (2 round trips). The
+  server sends back the very zmq.Frame it received, which libzmq shares by reference count.
+* ``pserver async``: ``send`` (the server stores the gradient) then ``recv`` (the server
+  answers with the stored tensor without a copy: a view of its memory, tracked so that an
+  update waits until ZeroMQ has sent it, as async mode does): 2 round trips, every message
+  validated. Sending a tensor's memory without a copy makes pyzmq register it with its
+  garbage-collector thread, which the bare server's reused frame does not.
 * ``pserver sync``: ``send``, ``send_barrier`` (runs the optimize callback), ``recv``,
   ``fetch_barrier``: 4 round trips, what a sync-mode trainer does per parameter and step.
 * with ``--secret``: ``pserver async`` with an HMAC-SHA256 over every message.
@@ -24,6 +28,7 @@ itself, which load from other processes barely changes.
 Run::
 
     PYTHONPATH=$PWD python bench/rpc.py [--mbytes 4] [--runs 7] [--iters 20] [--secret] [--inproc]
+    PYTHONPATH=$PWD python bench/rpc.py --per-message    # encode / decode of each message
 """
 
 from __future__ import annotations
@@ -211,6 +216,59 @@ def _median_time(fn: Fn, iters: int) -> tuple[float, float]:
     return statistics.median(out), (time.process_time() - c0) / iters
 
 
+def per_message(payload: np.ndarray, reps: int) -> None:
+    """--per-message: the wire format's encode and decode of each message of a push + pull,
+    with the caches evicted before each call (a 32 MiB copy), as a message finds them after
+    a 4 MiB transfer, and warm (the call repeated), in microseconds (medians)."""
+    from parafluid.distributed import wire
+    from parafluid.distributed.wire import Kind
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
+    port = b.bind_to_random_port("tcp://127.0.0.1")
+    a.connect(f"tcp://127.0.0.1:{port}")
+    w = torch.from_numpy(payload)
+
+    def received(frames: list) -> list:  # over TCP, as zmq.Frames of their own
+        a.send_multipart(frames, copy=False)
+        return b.recv_multipart(copy=False)[1:]
+
+    send = received(wire.encode(Kind.SEND, "w", w, trainer_id=0, seq=1, step=0))
+    get = received(wire.encode(Kind.GET, "w", trainer_id=0, seq=2, step=0))
+    ok = received(wire.encode(Kind.REPLY_OK, seq=1, step=0))
+    big, scratch = np.ones(32 << 20, np.uint8), np.empty(32 << 20, np.uint8)
+    calls = {
+        "encode SEND (the gradient)": lambda: wire.encode(Kind.SEND, "w", w, trainer_id=0,
+                                                           seq=1, step=0),
+        "decode SEND": lambda: wire.decode(send),
+        "encode REPLY_OK": lambda: wire.encode(Kind.REPLY_OK, seq=1, step=0, split=False),
+        "decode REPLY_OK": lambda: wire.decode(ok),
+        "encode GET": lambda: wire.encode(Kind.GET, "w", trainer_id=0, seq=2, step=0),
+        "decode GET": lambda: wire.decode(get),
+        "encode REPLY_VALUE (the parameter)": lambda: wire.encode(
+            Kind.REPLY_VALUE, "w", w, seq=2, step=0, split=False),
+        "decode REPLY_VALUE": lambda: wire.decode(send),  # the same frames as a SEND
+    }
+    print(f"== wire format per message, {payload.nbytes / (1 << 20):.1f} MiB payload, "
+          f"median of {reps} calls ==")
+    print(f"{'':36} {'caches evicted':>15} {'warm':>9}")
+    for name, fn in calls.items():
+        cold, warm = [], []
+        for _ in range(reps):
+            np.copyto(scratch, big)
+            t0 = time.perf_counter()
+            fn()
+            t1 = time.perf_counter()
+            fn()
+            cold.append(t1 - t0)
+            warm.append(time.perf_counter() - t1)
+        print(f"{name:36} {statistics.median(cold) * 1e6:12.1f} us "
+              f"{statistics.median(warm) * 1e6:6.1f} us")
+    a.close(linger=0)
+    b.close(linger=0)
+    ctx.term()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mbytes", type=float, default=4.0)
@@ -220,12 +278,18 @@ def main() -> None:
     p.add_argument("--inproc", action="store_true",
                    help="servers on threads of this process: the CPU column then covers both "
                         "sides, a figure that load from other processes barely moves")
+    p.add_argument("--per-message", action="store_true",
+                   help="only time the wire format's encode and decode of each message, "
+                        "with the caches evicted and warm")
     args = p.parse_args()
     global INPROC
     INPROC = args.inproc
     torch.set_num_threads(1)
     nbytes = int(args.mbytes * (1 << 20)) // 4 * 4
     payload = np.random.default_rng(0).standard_normal(nbytes // 4, dtype=np.float32)
+    if args.per_message:
+        per_message(payload, max(50, args.runs * args.iters))
+        return
     variants = {
         "bare REQ/REP echo, zero-copy": lambda: bare_echo(payload, False),
         "bare REQ/REP echo, copying": lambda: bare_echo(payload, True),

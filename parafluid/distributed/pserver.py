@@ -588,6 +588,8 @@ class ParameterServer:
         """
         limit = time.monotonic() + min(1.0, self.deadline_s)
         for tracker in self._in_flight:
+            if tracker.done:  # NOTE: the usual case, asked without a clock or a wait
+                continue
             left = limit - time.monotonic()
             if left <= 0 or not _wait(tracker, left):
                 log.warning("pserver %s: a parameter reply is still being sent after %.1f s; "

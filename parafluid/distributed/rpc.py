@@ -82,6 +82,44 @@ _HANDSHAKE_ENDED = _HANDSHAKE_FAILED | zmq.EVENT_HANDSHAKE_FAILED_AUTH | \
 
 
 _monitor_numbers = itertools.count(1)
+_KIND_NAMES = {k: k.name.lower() for k in Kind}  # for error texts, built per call
+_POLLIN = int(zmq.POLLIN)
+_SNDMORE = int(zmq.SNDMORE)
+_NOBLOCK = int(zmq.NOBLOCK)
+_SRCFD = int(zmq.SRCFD)
+_COPIED = getattr(zmq, "_FINISHED_TRACKER", None)  # pyzmq's tracker of a copied frame
+
+
+def _send_frames(sock: zmq.Socket, frames: list[Any], flags: int = 0,
+                 track: bool = False) -> zmq.MessageTracker | None:
+    """``sock.send_multipart(frames, flags, copy=False, track=track)``, without its checks
+    and flag-enum arithmetic per frame (each message's own cost counts: see wire._dense).
+
+    With ``track``, the tracker covers every frame sent without a copy (send_multipart's
+    covers the last frame only: a reply's MAC, which is copied, would say "done" while
+    ZeroMQ still reads the tensor before it).
+    """
+    last = len(frames) - 1
+    more = flags | _SNDMORE
+    trackers = []
+    for i, frame in enumerate(frames):
+        tracker = sock.send(frame, more if i < last else flags, copy=False, track=track)
+        if track and tracker is not None and tracker is not _COPIED:
+            trackers.append(tracker)
+    if len(trackers) <= 1:
+        return trackers[0] if trackers else None
+    return zmq.MessageTracker(*trackers)
+
+
+def _recv_frames(sock: zmq.Socket, flags: int = 0) -> list[zmq.Frame]:
+    """``sock.recv_multipart(flags, copy=False)``, reading each frame's "more" flag from the
+    frame (set by pyzmq) instead of a getsockopt call per frame."""
+    frame = sock.recv(flags, copy=False)
+    frames = [frame]
+    while frame.more:
+        frame = sock.recv(copy=False)
+        frames.append(frame)
+    return frames
 
 
 def _monitor_socket(sock: zmq.Socket, events: int) -> zmq.Socket:
@@ -168,18 +206,25 @@ class Request:
     connection closes.
     """
 
-    __slots__ = ("msg", "peer", "link", "_server", "_identity", "_channel", "replied", "step")
+    __slots__ = ("msg", "_peer", "link", "_server", "_identity", "_channel", "replied", "step")
 
-    def __init__(self, server: RPCServer, identity: bytes, msg: Message, peer: str,
-                 link: int = -1, channel: bytes = b"") -> None:
+    def __init__(self, server: RPCServer, identity: bytes, msg: Message,
+                 peer: str | zmq.Frame, link: int = -1, channel: bytes = b"") -> None:
         self.msg = msg
-        self.peer = peer
+        self._peer = peer  # NOTE: a frame until asked: only errors and logs name the peer
         self.link = link
         self._server = server
         self._identity = identity
         self._channel = channel
         self.replied = False
         self.step = -1  # the server's step, sent with the reply (set by the handler)
+
+    @property
+    def peer(self) -> str:
+        """The sender's address (and PLAIN user name), for messages."""
+        if not isinstance(self._peer, str):
+            self._peer = _peer(self._peer, self._identity)
+        return self._peer
 
     @property
     def connection(self) -> bytes:
@@ -190,7 +235,9 @@ class Request:
         """Answer with ``value`` (REPLY_VALUE) or, when None, REPLY_OK. Once per request.
 
         The tensor is sent without a copy: it must not change until ZeroMQ is done with it.
-        With ``track=True`` the returned tracker says when that is (``tracker.done``).
+        With ``track=True`` the returned tracker says when that is (``tracker.done``; it
+        covers every frame sent without a copy, e.g. both parts of a SelectedRows), or is
+        None when every frame was copied (nothing to wait for).
         """
         kind = Kind.REPLY_OK if value is None else Kind.REPLY_VALUE
         return self._send(kind, value, track)
@@ -274,6 +321,7 @@ class RPCServer:
         self.secret = rpc_secret(secret)
         self._password = handshake_password(self.secret) if self.secret else None
         self.max_message_bytes = int(max_message_bytes)
+        self._max_frames = max_frames(self.max_message_bytes)
         self.poll_ms = max(1, int(poll_interval_s * 1000))
         self.stopped_by: str | None = None  # "SIGTERM" when a signal ended serve_forever
         self.rejected = 0  # messages refused by the decoder (for tests and logs)
@@ -467,6 +515,9 @@ class RPCServer:
     def _drain(self) -> None:
         # NOTE: bounded so that a flood of requests cannot starve on_tick's deadline checks.
         for _ in range(256):
+            # NOTE: asked first, rather than a recv that raises zmq.Again (costlier)
+            if not self._sock.getsockopt(zmq.EVENTS) & _POLLIN:
+                return
             try:
                 parts = self._recv_parts()
             except zmq.Again:
@@ -482,8 +533,9 @@ class RPCServer:
         first = self._sock.recv(zmq.NOBLOCK, copy=False)
         frames: list[zmq.Frame] = []
         extra = 0
-        most = max_frames(self.max_message_bytes)
-        while self._sock.getsockopt(zmq.RCVMORE):
+        most = self._max_frames
+        f = first
+        while f.more:
             f = self._sock.recv(copy=False)
             if len(frames) < most:
                 frames.append(f)
@@ -530,11 +582,12 @@ class RPCServer:
                 return
             channel[1], channel[2] = msg.counter, True
             self._channels[identity] = self._channels.pop(identity)  # most recently used
-        fd = -1
-        with contextlib.suppress(zmq.ZMQError, ValueError, TypeError):
-            fd = frames[0].get(zmq.SRCFD)
-        self.handler(Request(self, identity, msg, _peer(frames[0], identity),
-                             self._links.get(fd, -1), channel[0] if channel else b""))
+        try:  # NOTE: not contextlib.suppress: this runs once per message
+            fd = frames[0].get(_SRCFD)
+        except (zmq.ZMQError, ValueError, TypeError):
+            fd = -1
+        self.handler(Request(self, identity, msg, frames[0], self._links.get(fd, -1),
+                             channel[0] if channel else b""))
 
     def _hello(self, identity: bytes, frame: zmq.Frame, msg: Message) -> None:
         """Start a channel for the connection ``identity`` (see the class docstring)."""
@@ -576,7 +629,7 @@ class RPCServer:
                         channel=channel, counter=counter, split=False)
         if self._shaper is not None:
             self._shaper.pace("out", _nbytes(frames))
-        return self._sock.send_multipart([identity, *frames], copy=False, track=track)
+        return _send_frames(self._sock, [identity, *frames], track=track)
 
     def _close(self) -> None:
         self._log.flush()
@@ -702,6 +755,7 @@ class RPCClient:
         self._seq = itertools.count(1)
         self._sock: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None  # the socket's handshake failures
+        self._poller: zmq.Poller | None = None  # the socket and its monitor
         self._closed_handshakes = 0  # connections closed mid-handshake, on this socket
         self._probed = False  # whether the server's mechanism was asked, on this socket
         self._channel: bytes | None = None  # with a secret: this socket's channel id
@@ -725,6 +779,12 @@ class RPCClient:
                                             zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
             s.connect(self.address)
+            # NOTE: one poller for the socket's life (building one per call costs more than
+            # the poll); the monitor stays in it, so a refused handshake is seen whenever
+            # ZeroMQ reconnects (after a server restart too)
+            self._poller = zmq.Poller()
+            self._poller.register(self._monitor, zmq.POLLIN)
+            self._poller.register(s, zmq.POLLIN)
             self._sock = s
         return self._sock
 
@@ -739,6 +799,7 @@ class RPCClient:
         if self._monitor is not None:
             self._monitor.close(linger=0)
             self._monitor = None
+        self._poller = None
         self._closed_handshakes, self._probed = 0, False
         self._channel, self._counter = None, itertools.count(1)
 
@@ -793,7 +854,8 @@ class RPCClient:
         Raises RPCTimeoutError when no reply comes within the deadline, RPCError when the
         server answers with an error or the reply is invalid.
         """
-        what = f"{Kind(kind).name.lower()}{f' of {name!r}' if name else ''}"
+        kind_name = _KIND_NAMES.get(kind) or Kind(kind).name.lower()  # ValueError if unknown
+        what = f"{kind_name}{f' of {name!r}' if name else ''}"
         dl = Deadline(self.deadline_s if deadline_s is None else deadline_s)
         with self._lock:
             seq = next(self._seq) if seq is None else int(seq)
@@ -827,15 +889,16 @@ class RPCClient:
         """Send one request's frames and wait for its reply (see :meth:`call`)."""
         sock = self._socket()
         try:
-            poller = zmq.Poller()
-            poller.register(self._monitor, zmq.POLLIN)
+            poller = self._poller
             # NOTE: a refused handshake ends the connection for good (ZeroMQ does not
             # reconnect after it); a blocking send would then wait forever for one, so
             # the request is queued without waiting, and when it cannot be the monitor
-            # says why
-            with contextlib.suppress(zmq.Again):
-                sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
-                poller.register(sock, zmq.POLLIN)
+            # says why (the socket itself is not polled then: no reply can come)
+            try:
+                _send_frames(sock, frames, _NOBLOCK)
+            except zmq.Again:
+                poller = zmq.Poller()
+                poller.register(self._monitor, zmq.POLLIN)
             while True:
                 left_ms = int(dl.remaining() * 1000)
                 ready = dict(poller.poll(left_ms)) if left_ms > 0 else {}
@@ -871,7 +934,7 @@ class RPCClient:
             raise RPCError(f"{what} to {self.peer} {self.endpoint}: {e}") from None
 
     def _read_reply(self, sock: zmq.Socket, what: str, channel: bytes) -> Message | None:
-        parts = sock.recv_multipart(copy=False)
+        parts = _recv_frames(sock)
         if self._shaper is not None:
             self._shaper.pace("in", _nbytes(parts))
         try:

@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import hmac
 import math
@@ -43,8 +44,7 @@ import os
 import re
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 import torch
@@ -71,6 +71,7 @@ MAC_BYTES = _COUNTER.size + 32  # the counter, then HMAC-SHA256
 # step (a request: the sender's step with this server; a reply: the server's step; -1: none)
 HEADER = struct.Struct("<4sBBBBHHiQQqq")
 _DIM = struct.Struct("<q")
+_DIMS = [struct.Struct(f"<{n}q") for n in range(MAX_NDIM + 1)]  # the dims of each rank
 
 _FLAG_MAC = 1
 _FLAG_SELECTED_ROWS = 2
@@ -127,6 +128,13 @@ WIRE_DTYPES: dict[int, tuple[str, torch.dtype, int]] = {
     10: ("bool", torch.bool, 1),
 }
 _CODE_OF = {tdt: code for code, (_, tdt, _) in WIRE_DTYPES.items()}
+# the numpy dtype a payload is read as (numpy has no bfloat16: its bytes are read as int16)
+_NP_OF = {torch.float16: np.float16, torch.bfloat16: np.int16, torch.float32: np.float32,
+          torch.float64: np.float64, torch.int8: np.int8, torch.uint8: np.uint8,
+          torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
+          torch.bool: np.bool_}
+_ITEMSIZE = {tdt: size for _, tdt, size in WIRE_DTYPES.values()}
+_KIND_OF = {int(k): k for k in Kind}
 
 # Fluid variable names: letters, digits and _ . @ : / - (e.g. fc_0.w_0@GRAD.block1.trainer_0)
 _NAME_RE = re.compile(r"[A-Za-z0-9_.@:/\-]+")
@@ -138,9 +146,12 @@ class WireError(ValueError):
     """A message that is malformed, too large, or fails authentication."""
 
 
-@dataclass(frozen=True)
-class Message:
-    """One decoded message. ``value`` is a CPU tensor or SelectedRows it owns, or None."""
+class Message(NamedTuple):
+    """One decoded message. ``value`` is a CPU tensor or SelectedRows it owns, or None.
+
+    NOTE: a named tuple: immutable, and built in a third of a dataclass's time (one per
+    message).
+    """
 
     kind: Kind
     name: str = ""
@@ -192,6 +203,36 @@ def _buffer(t: torch.Tensor) -> memoryview:
     return memoryview(t.numpy().reshape(-1)).cast("B")
 
 
+def _dense(value: Any, kind: Kind, name: str) -> tuple[int, tuple[int, ...], memoryview]:
+    """(dtype code, shape, zero-copy byte view) of a dense value.
+
+    NOTE: the usual value, a contiguous CPU tensor without grad, takes one torch call
+    (``numpy()``): every torch call costs microseconds more than the work it does, most of
+    all on a loaded machine where each message finds the caches cold.
+    """
+    if type(value) is torch.Tensor and not value.requires_grad:
+        code = _CODE_OF.get(value.dtype)
+        if code is not None and value.dtype is not torch.bfloat16:
+            try:
+                view = memoryview(value.numpy())  # raises off the CPU, or with conj/neg bits
+                # NOTE: cast raises unless the view is C-contiguous (and has no 0 in its shape)
+                return code, view.shape, view.cast("B")
+            except (TypeError, RuntimeError):
+                pass
+    t = _as_cpu_tensor(value, f"rpc {kind.name} {name!r}")
+    return _CODE_OF[t.dtype], tuple(t.shape), _buffer(t)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_bytes(name: str) -> bytes | None:
+    """A variable name as it goes in a header, or None when it is not a valid name
+    (cached: a job sends the same few names over and over)."""
+    name_b = name.encode("utf-8")
+    if len(name_b) > MAX_NAME_BYTES or (name and not _NAME_RE.fullmatch(name)):
+        return None
+    return name_b
+
+
 def _text_tensor(text: str | bytes) -> torch.Tensor:
     raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     raw = raw[:MAX_TEXT_BYTES]
@@ -230,12 +271,15 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
     ``split``: send parts larger than FRAME_BYTES as several frames (requests; a receiver
     with a per-frame limit of FRAME_BYTES needs it).
     """
-    kind = Kind(kind)
+    if type(kind) is not Kind:  # NOTE: a table, not an enum call
+        given, kind = kind, _KIND_OF.get(kind)
+        if kind is None:
+            raise ValueError(f"rpc: unknown message kind {given!r}")
     if kind in (Kind.CHECKPOINT, Kind.REPLY_ERROR, Kind.HELLO) and \
             isinstance(value, (str, bytes)):
         value = _text_tensor(value)
-    name_b = name.encode("utf-8")
-    if len(name_b) > MAX_NAME_BYTES or (name and not _NAME_RE.fullmatch(name)):
+    name_b = _name_bytes(name)
+    if name_b is None:
         raise ValueError(f"rpc {kind.name}: variable name {name!r} is not a valid name "
                          f"(letters, digits, _ . @ : / -; at most {MAX_NAME_BYTES} bytes)")
     flags = _FLAG_MAC if secret else 0
@@ -252,16 +296,16 @@ def encode(kind: Kind, name: str = "", value: Any = None, *, trainer_id: int = -
         code, dims, height = _CODE_OF[vals.dtype], tuple(vals.shape), value.height
         payload = [_buffer(rows.contiguous()), _buffer(vals)]
     else:
-        t = _as_cpu_tensor(value, f"rpc {kind.name} {name!r}")
-        code, dims, payload = _CODE_OF[t.dtype], tuple(t.shape), [_buffer(t)]
+        code, dims, view = _dense(value, kind, name)
+        payload = [view]
     if len(dims) > MAX_NDIM:
         raise ValueError(f"rpc {kind.name} {name!r}: rank {len(dims)} > {MAX_NDIM}")
-    nbytes = sum(p.nbytes for p in payload)
-    split = split and any(p.nbytes > FRAME_BYTES for p in payload)
+    nbytes = payload[0].nbytes if len(payload) == 1 else sum(p.nbytes for p in payload)
+    split = split and nbytes > FRAME_BYTES and any(p.nbytes > FRAME_BYTES for p in payload)
     flags |= _FLAG_SPLIT if split else 0
-    header = HEADER.pack(MAGIC, VERSION, int(kind), code, len(dims), flags, len(name_b),
+    header = HEADER.pack(MAGIC, VERSION, kind, code, len(dims), flags, len(name_b),
                          int(trainer_id), int(seq), nbytes, height, int(step)) + name_b + \
-        b"".join(_DIM.pack(d) for d in dims)
+        _DIMS[len(dims)].pack(*dims)
     frames: list[Any] = [header]
     for p in payload:
         frames += _split(p) if split else [p]
@@ -316,11 +360,12 @@ def _tensor_of(frame: Any, view: memoryview, dtype: torch.dtype,
     A zmq.Frame received with ``copy=False`` owns writable memory that nothing else uses:
     the tensor takes it over (it keeps the frame alive), so a large payload is never copied
     after ZeroMQ read it. Immutable buffers (bytes) and misaligned data are copied.
+    NOTE: the view is made by numpy, with one torch call (``from_numpy``; see _dense).
     """
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    if (view.nbytes and hasattr(frame, "buffer") and not view.readonly
-            and _address(view) % itemsize == 0):
-        return torch.frombuffer(frame, dtype=torch.uint8).view(dtype).reshape(shape)
+    if view.nbytes and hasattr(frame, "buffer") and not view.readonly:
+        t = torch.from_numpy(np.frombuffer(view, dtype=_NP_OF[dtype]).reshape(shape))
+        if not t.data_ptr() % _ITEMSIZE[dtype]:  # NOTE: from_numpy takes misaligned data too
+            return t.view(torch.bfloat16) if dtype is torch.bfloat16 else t
     out = _alloc(view.nbytes)
     if view.nbytes:
         out.numpy()[:] = np.frombuffer(view, dtype=np.uint8)
@@ -336,10 +381,6 @@ def _part_tensor(frames: Sequence[Any], views: Sequence[memoryview], size: int,
     out = _alloc(size)
     np.concatenate([np.frombuffer(v, dtype=np.uint8) for v in views], out=out.numpy())
     return out.view(dtype).reshape(shape)
-
-
-def _address(view: memoryview) -> int:
-    return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
 def decode(frames: Sequence[Any], *, secret: bytes | None = None, channel: bytes = b"",
@@ -358,11 +399,16 @@ def decode(frames: Sequence[Any], *, secret: bytes | None = None, channel: bytes
         raise WireError(f"undecodable message ({type(e).__name__}: {e})") from None
 
 
+_new_message = tuple.__new__  # Message(...) without its Python-level __new__
+
+
 def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
             limit: int) -> Message:
-    if not 1 <= len(frames) <= max_frames(limit):
-        raise WireError(f"expected 1 to {max_frames(limit)} frames, got {len(frames)}")
-    head = _view(frames[0])
+    n_frames = len(frames)
+    if not 1 <= n_frames <= 4 + max(0, int(limit)) // FRAME_BYTES:  # max_frames(), inlined
+        raise WireError(f"expected 1 to {max_frames(limit)} frames, got {n_frames}")
+    head = getattr(frames[0], "buffer", None)  # _view(frames[0]), inlined
+    head = (head if head is not None else memoryview(frames[0])).cast("B")
     if head.nbytes < HEADER.size:
         raise WireError(f"header of {head.nbytes} bytes is shorter than {HEADER.size}")
     (magic, version, kind_code, code, ndim, flags, name_len, trainer_id, seq, nbytes,
@@ -371,10 +417,9 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
         raise WireError(f"bad magic {bytes(magic)!r} (not a parafluid RPC message)")
     if version != VERSION:
         raise WireError(f"wire version {version}, this build speaks version {VERSION}")
-    try:
-        kind = Kind(kind_code)
-    except ValueError:
-        raise WireError(f"unknown message kind {kind_code}") from None
+    kind = _KIND_OF.get(kind_code)
+    if kind is None:
+        raise WireError(f"unknown message kind {kind_code}")
     if flags & ~_KNOWN_FLAGS:
         raise WireError(f"unknown flag bits {flags:#x}")
     if ndim > MAX_NDIM:
@@ -398,7 +443,7 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
     if need_name and not name:
         raise WireError(f"{kind.name} without a variable name")
     off = HEADER.size + name_len
-    dims = tuple(_DIM.unpack_from(head, off + _DIM.size * i)[0] for i in range(ndim))
+    dims = _DIMS[ndim].unpack_from(head, off)
 
     selected = bool(flags & _FLAG_SELECTED_ROWS)
     if code == 0:
@@ -414,7 +459,7 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
         if value_rule is None:
             raise WireError(f"{kind.name} carries no value, but one is declared")
         _, tdtype, itemsize = WIRE_DTYPES[code]
-        if any(d < 0 for d in dims):
+        if dims and min(dims) < 0:
             raise WireError(f"negative dimension in shape {list(dims)}")
         numel = math.prod(dims)
         if selected:
@@ -442,17 +487,24 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
     if nbytes > limit:
         raise WireError(f"payload of {nbytes} bytes exceeds the limit of {limit}")
     has_mac = bool(flags & _FLAG_MAC)
-    part_frames = [_frame_sizes(size, bool(flags & _FLAG_SPLIT)) for size in payload_sizes]
-    n_payload = sum(len(p) for p in part_frames)
+    if flags & _FLAG_SPLIT:
+        part_frames = [_frame_sizes(size, True) for size in payload_sizes]
+        sizes = [size for part in part_frames for size in part]
+    else:  # NOTE: the usual message: one frame per part
+        part_frames = [[size] for size in payload_sizes]
+        sizes = payload_sizes
+    n_payload = len(sizes)
     want = 1 + n_payload + has_mac
     if len(frames) != want:
         raise WireError(f"{kind.name} with {n_payload} payload frame(s)"
                         f"{' and a MAC' if has_mac else ''} needs {want} frames, got "
                         f"{len(frames)}")
-    payload = [_view(f) for f in frames[1:1 + n_payload]]
-    for i, (p, size) in enumerate(zip(payload, (s for sizes in part_frames for s in sizes))):
-        if p.nbytes != size:
-            raise WireError(f"payload frame {i} has {p.nbytes} bytes, header says {size}")
+    payload = []
+    for i in range(n_payload):
+        p = _view(frames[1 + i])
+        if p.nbytes != sizes[i]:
+            raise WireError(f"payload frame {i} has {p.nbytes} bytes, header says {sizes[i]}")
+        payload.append(p)
     counter = 0
     if has_mac:
         mac = _view(frames[-1])
@@ -488,4 +540,4 @@ def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
         data = value.value if isinstance(value, SelectedRows) else value
         if data.numel() and int(data.view(torch.uint8).max()) > 1:
             raise WireError("bool payload has bytes other than 0 and 1")
-    return Message(kind, name, value, trainer_id, seq, step, counter)
+    return _new_message(Message, (kind, name, value, trainer_id, seq, step, counter))

@@ -351,3 +351,59 @@ def test_every_dtype_through_a_live_server(dtype):
         assert back.dtype == dtype and torch.equal(back, t)
         back_sr = c.call(Kind.SEND, "w", sr).value
         assert back_sr.rows.tolist() == [4, 1] and torch.equal(back_sr.value, sr.value)
+
+
+def test_a_client_sees_the_handshake_refused_by_a_server_restarted_with_another_secret():
+    """A client keeps one poller for its socket's life: the monitor in it still reports the
+    refused handshake of the connection ZeroMQ makes to a server restarted on the same
+    endpoint (here with another secret), as an error naming it, not a timeout."""
+    ep = f"127.0.0.1:{_free_port()}"
+    with RPCClient(ep, scaled(5), secret="right") as c:
+        with _Serving(ep, secret="right"):
+            assert c.call(Kind.PING).kind == Kind.REPLY_OK
+            assert c.call(Kind.PING).kind == Kind.REPLY_OK  # the same socket and poller
+        with _Serving(ep, secret="other") as server, \
+                pytest.raises(RPCError, match="refused this connection at its handshake") as e:
+            c.call(Kind.PING)
+        assert not isinstance(e.value, RPCTimeoutError)
+        assert server.refused_handshakes >= 1
+
+
+def test_a_tracked_reply_is_done_only_once_every_frame_sent_without_a_copy_is():
+    """A reply's tracker covers its payload, not only its last frame: with a secret the last
+    frame is the MAC, which pyzmq copies (its tracker is done at once) while ZeroMQ still
+    holds the tensor before it; an update of the tensor then could tear what the trainer
+    receives. Over inproc the payload stays in ZeroMQ's queue until the peer reads it."""
+    from parafluid.distributed.rpc import _send_frames
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        a.bind("inproc://tracked-reply")
+        b.connect("inproc://tracked-reply")
+        value = torch.ones(1 << 16)  # 256 KiB: sent without a copy
+        frames = wire.encode(Kind.REPLY_VALUE, "w", value, seq=3, secret=b"k",
+                             channel=b"c" * wire.CHANNEL_BYTES, counter=1, split=False)
+        assert len(frames) == 3  # header, payload, MAC
+        tracker = _send_frames(a, frames, track=True)
+        assert tracker is not None and not tracker.done
+        got = b.recv_multipart(copy=False)
+        assert wire.decode(got, secret=b"k", channel=b"c" * wire.CHANNEL_BYTES).value.sum() \
+            == value.numel()
+        del got
+        tracker.wait(scaled(5))  # raises zmq.NotDone if the payload is never released
+        assert tracker.done
+        assert _send_frames(a, [b"small", b"frames"], track=True) is None  # copied: nothing
+        b.recv_multipart()
+    finally:
+        a.close(linger=0)
+        b.close(linger=0)
+        ctx.term()
+
+
+def test_an_unknown_request_kind_is_a_value_error_before_anything_is_sent():
+    with RPCClient(f"127.0.0.1:{_free_port()}", 0.2) as c:
+        with pytest.raises(ValueError, match="99"):
+            c.call(99)
+    with pytest.raises(ValueError, match="unknown message kind 99"):
+        wire.encode(99)

@@ -182,3 +182,25 @@ def test_fuzz_decoder_only_raises_wire_error_and_respects_the_limit(monkeypatch)
     assert n >= 20_000, f"only {n} frames in the time budget"
     assert counts["rejected"] > n // 2 and counts["ok"] > 100, counts
     assert 0 < biggest[0] <= limit
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_received_frames_become_tensors_without_a_copy(dtype, monkeypatch):
+    """A zmq.Frame's memory becomes the tensor (no allocation); a misaligned one is copied."""
+    import zmq
+
+    allocated = []
+    real_alloc = wire._alloc
+    monkeypatch.setattr(wire, "_alloc", lambda n: allocated.append(n) or real_alloc(n))
+    gen = torch.Generator().manual_seed(2)
+    t = _rand((2, 3, 4), dtype, gen)
+    header, payload = encode(Kind.SEND, "w", t, trainer_id=0)
+    frames = [zmq.Frame(header), zmq.Frame(bytes(payload))]  # memory of their own
+    m = decode(frames)
+    assert m.value.dtype == dtype and torch.equal(m.value, t) and not allocated
+    assert m.value.data_ptr() == np.frombuffer(frames[1].buffer, np.uint8).ctypes.data
+    if t.element_size() > 1:
+        raw = bytearray(payload.nbytes + 1)
+        raw[1:] = bytes(payload)
+        m = decode([zmq.Frame(header), zmq.Frame(memoryview(raw)[1:], copy=False)])
+        assert torch.equal(m.value, t) and allocated == [payload.nbytes]

@@ -111,3 +111,10 @@ def test_bad_flag_values_name_the_flag(flags) -> None:
         flags["FLAGS_fuse_parameter_groups_size"] = 2.5
     with pytest.raises(ValueError, match="FLAGS_fuse_parameter_memory_size must be a number"):
         flags["FLAGS_fuse_parameter_memory_size"] = "lots"
+
+
+def test_infinite_memory_size_is_no_size_limit(flags) -> None:
+    flags["FLAGS_fuse_parameter_memory_size"] = "inf"  # as an environment's text reads
+    assert [len(g) for _, g in _collectives(fluid.BuildStrategy(), False)] == [8]
+    flags["FLAGS_fuse_parameter_memory_size"] = 1e300  # huge but finite: the same
+    assert [len(g) for _, g in _collectives(fluid.BuildStrategy(), False)] == [8]

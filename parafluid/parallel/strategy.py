@@ -19,6 +19,8 @@ that is set but cannot apply to the executor being built is explained by a warni
 from __future__ import annotations
 
 import enum
+import math
+import sys
 from typing import Any
 
 from ..flags import flag
@@ -317,8 +319,11 @@ def fuse_all_reduce(build: BuildStrategy, in_process: bool) -> bool:
 
 def fuse_cap_bytes() -> int:
     """The size at which a group of gradients closes: ``FLAGS_fuse_parameter_memory_size``
-    MB when it is > 0 (Fluid's flag), else 32 MB."""
+    MB when it is > 0 (Fluid's flag), else 32 MB; infinite: no size limit, as Fluid's
+    comparison in doubles reads it."""
     mb = flag("FLAGS_fuse_parameter_memory_size")
+    if mb == math.inf:
+        return sys.maxsize
     return int(mb * (1 << 20)) if mb > 0 else 32 << 20
 
 

@@ -111,3 +111,53 @@ def test_bad_flag_values_name_the_flag(flags) -> None:
         flags["FLAGS_fuse_parameter_groups_size"] = 2.5
     with pytest.raises(ValueError, match="FLAGS_fuse_parameter_memory_size must be a number"):
         flags["FLAGS_fuse_parameter_memory_size"] = "lots"
+
+
+def test_infinite_memory_size_is_no_size_limit(flags) -> None:
+    flags["FLAGS_fuse_parameter_memory_size"] = "inf"  # as an environment's text reads
+    assert [len(g) for _, g in _collectives(fluid.BuildStrategy(), False)] == [8]
+    flags["FLAGS_fuse_parameter_memory_size"] = 1e300  # huge but finite: the same
+    assert [len(g) for _, g in _collectives(fluid.BuildStrategy(), False)] == [8]
+
+
+def _mixed() -> tuple[Any, Any, Any]:
+    """float32 and float64 layers, a row-sparse embedding and a global-norm clip."""
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[6], dtype="float32")
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+        h = fluid.layers.fc(x, 5, act="tanh")
+        h = fluid.layers.elementwise_add(h, fluid.layers.embedding(ids, [10, 5], is_sparse=True))
+        h = fluid.layers.cast(fluid.layers.fc(fluid.layers.cast(h, "float64"), 5, act="tanh"),
+                              "float32")
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(h, 1), y))
+        fluid.clip.set_gradient_clip(fluid.clip.GradientClipByGlobalNorm(clip_norm=0.05))
+        fluid.optimizer.Momentum(0.1, 0.9).minimize(loss)
+    return main, startup, loss
+
+
+def test_groups_hold_one_dtype_and_no_sparse_gradient_and_train_as_one_device() -> None:
+    """Every dense gradient in exactly one group of one dtype, the embedding's row-sparse
+    gradient in none (it is reduced and broadcast on its own); clipped training equal to one
+    device on the full batch."""
+    import numpy as np
+
+    from parafluid.testing.data_parallel import assert_same_training, run_parallel, run_single
+
+    with unique_name.guard():
+        main, _, loss = _mixed()
+    out = build_pipeline(fluid.BuildStrategy(), 2, loss.name, in_process=False)(main)
+    block = out.global_block()
+    groups = [op.input("X") for op in block.ops if op.type == "c_allreduce_coalesced"]
+    dense = [p.name + "@GRAD" for p in main.global_block().all_parameters()
+             if p.name != "embedding_0.w_0"]
+    assert sorted(sum(groups, [])) == sorted(dense) and len(groups) == 3
+    assert all(len({block.var(g).dtype for g in group}) == 1 for group in groups)
+    rng = np.random.RandomState(0)
+    feeds = [{"x": rng.randn(8, 6).astype("float32"), "y": rng.randn(8, 1).astype("float32"),
+              "ids": rng.randint(0, 10, (8, 1)).astype("int64")} for _ in range(3)]
+    bs = fluid.BuildStrategy()
+    bs.fuse_all_reduce_ops = True  # the same pass as across processes, in one process
+    assert_same_training(run_single(_mixed, feeds), run_parallel(_mixed, feeds, 2, bs))

@@ -167,8 +167,9 @@ class BuildStrategy(_Strategy):
         fuse_all_reduce_ops: one all-reduce per group of gradients (AllReduce mode only).
             Unset, it reads True as in Fluid 1.6, and the executor decides where fusing
             pays (measured in BENCHMARKS.md): across processes and in compiled steps the
-            gradients go out in groups of up to ``FLAGS_fuse_parameter_memory_size`` MB
-            (32 MB when the flag is unset); the devices of one process in an interpreted
+            gradients go out in groups, each closed once it holds
+            ``FLAGS_fuse_parameter_memory_size`` MB (32 MB while the flag is -1, its
+            default); the devices of one process in an interpreted
             step sum each gradient on its own, overlapping the backward pass. Set True or
             False, it is obeyed everywhere.
         fuse_elewise_add_act_ops: fuse ``elementwise_add`` + activation into one op.

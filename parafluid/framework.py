@@ -323,9 +323,8 @@ class Operator:
 
         # NOTE: with_details adds the framework's bookkeeping, except the creating stack
         # (dozens of lines per op; read it with op.attr("op_callstack"))
-        shown = listed_attrs(self.type, self.attrs)
-        if with_details:
-            shown = {k: v for k, v in sorted(self.attrs.items()) if k != "op_callstack"}
+        shown = ({k: v for k, v in sorted(self.attrs.items()) if k != "op_callstack"}
+                 if with_details else listed_attrs(self.type, self.attrs))
         attrs = ", ".join(f"{k}={_attr_str(v)}" for k, v in shown.items())
         text = f"{{{slots(self.outputs)}}} = {self.type}({slots(self.inputs)})"
         return f"{text} {{{attrs}}}" if attrs else text
@@ -334,8 +333,6 @@ class Operator:
         return self.to_string()
 
     __str__ = __repr__
-
-
 
 
 def __getattr__(name: str) -> object:

@@ -48,10 +48,9 @@ import numpy as np
 from ..dtypes import to_numpy
 from ..framework import Variable, default_startup_program, in_dygraph_mode
 from ..scope import LoDTensor
-from ..unique_name import generate as unique_name
 from .data_feeder import DataFeeder
 from .dataset import DatasetBase, build_feed
-from .legacy_reader import QueueReader, add_reader_ops, append_read_op
+from .legacy_reader import QueueReader, add_reader_ops, append_read_op, reader_names
 from .reader import batch as batch_reader
 
 __all__ = ["DataLoader", "DataLoaderBase", "GeneratorLoader", "DatasetLoader", "PyReader"]
@@ -179,8 +178,7 @@ class GeneratorLoader(DataLoaderBase):
         if not iterable:
             # NOTE: Fluid's reader ops (create_py_reader in the startup program), first in
             # the main program, so that every op reading the data comes after them
-            names = (unique_name("lod_tensor_blocking_queue"), unique_name("create_py_reader"),
-                     unique_name("double_buffer"))
+            names = reader_names(None)
             self._reader = QueueReader(names[1], self._feed_list, capacity, use_double_buffer,
                                        timeout)
             main = self._feed_list[0].block.program.global_block()

@@ -442,7 +442,7 @@ def py_reader(capacity: int, shapes: Sequence[Sequence[int]], dtypes: Sequence[A
     if len(lod_levels) != len(shapes):
         raise ValueError(f"py_reader: give one lod level per shape: {len(shapes)} shapes, "
                          f"lod_levels {lod_levels!r}")
-    names = _reader_names(name)
+    names = reader_names(name)
     name = name if name is not None else names[1]
     # NOTE: the fields live in a program of their own: they describe the batches (for the
     # checks and the DataFeeder), the program's variables are the outputs of read_file
@@ -476,7 +476,7 @@ def create_py_reader_by_data(capacity: int, feed_list: Sequence[Variable],
             not feed_list or not all(isinstance(v, Variable) for v in feed_list):
         raise TypeError("create_py_reader_by_data: feed_list must be a non-empty list of data "
                         f"Variables, got {feed_list!r}")
-    names = _reader_names(name)
+    names = reader_names(name)
     reader = QueueReader(name if name is not None else names[1], list(feed_list), capacity,
                          use_double_buffer)
     add_reader_ops(reader, default_main_program().current_block(),
@@ -484,8 +484,9 @@ def create_py_reader_by_data(capacity: int, feed_list: Sequence[Variable],
     return reader
 
 
-def _reader_names(name: str | None) -> tuple[str, str, str]:
-    """Fluid's names of a reader's queue, reader and double-buffer variables."""
+def reader_names(name: str | None) -> tuple[str, str, str]:
+    """Fluid's names of a reader's queue, reader and double-buffer variables (new unique
+    ones when ``name`` is None)."""
     if name is None:
         return (unique_name.generate("lod_tensor_blocking_queue"),
                 unique_name.generate("create_py_reader"), unique_name.generate("double_buffer"))

@@ -29,6 +29,10 @@ The flags the runtime reads:
   once it holds that many MB (> 0; otherwise 32 MB) or more than that many gradients (> 1;
   otherwise no limit), a layer's gradients kept together as in Fluid
   (``parafluid.passes.grad_aggregation``).
+- ``FLAGS_collective_shared_memory_mb`` (MB, default 8; parafluid's own): each collective
+  trainer's share of the shared memory through which the trainers of one machine sum their
+  dense gradients (a larger buffer goes through in pieces); 0 keeps every all-reduce on
+  gloo (``parafluid.distributed.collective``).
 
 The others are accepted and kept so that scripts which set them run; they change nothing.
 
@@ -95,6 +99,13 @@ def _gpu_ids(name: str, raw: Any) -> str:
     return ",".join(ids)
 
 
+def _megabytes(name: str, raw: Any) -> float:
+    mb = _number(name, raw, "a number of MB")
+    if mb < 0 or mb == float("inf"):
+        raise ValueError(f"{name} must be a number of MB >= 0 (0 turns it off), got {raw!r}")
+    return mb
+
+
 def _fraction(name: str, raw: Any) -> float:
     return float(_number(name, raw, "a number"))
 
@@ -132,6 +143,8 @@ FLAGS: dict[str, Flag] = {
     "FLAGS_fuse_parameter_memory_size": Flag(-1.0, _fraction,
                                              "parafluid.passes.grad_aggregation"),
     "FLAGS_fuse_parameter_groups_size": Flag(1, _int, "parafluid.passes.grad_aggregation"),
+    "FLAGS_collective_shared_memory_mb": Flag(8, _megabytes,
+                                              "parafluid.distributed.collective"),
     "FLAGS_fast_eager_deletion_mode": Flag(True, _bool),
     "FLAGS_memory_fraction_of_eager_deletion": Flag(1.0, _fraction),
     "FLAGS_fraction_of_gpu_memory_to_use": Flag(0.92, _fraction),

@@ -66,10 +66,17 @@ import torch.distributed as dist
 
 from ..flags import flag
 from ..scope import SelectedRows
-from .data_check import check_pairs, check_tail, signature_hash, tail_agrees
+from .data_check import check_pairs, check_tail, signature_hash, tail_agrees, tail_matches
 from .deadline import rpc_deadline_seconds
 from .endpoints import parse_endpoints
 from .rendezvous import Rendezvous, rendezvous
+from .shared_memory import (
+    MAX_TRAINERS,
+    SharedArea,
+    SharedPlace,
+    create_shared_area,
+    remove_shared_area,
+)
 from .transport import (
     HEADER_SIZE,
     broadcast_options,
@@ -186,6 +193,75 @@ class ProcessGroupCommunicator:
         self._pg = self._await(
             lambda: make_process_group(self.backend, rdv, self._wire, self._transport_s),
             "setting up the process group", self._transport_s)
+        # the trainers of one machine sum their checked dense all-reduces in shared memory
+        self._shared: SharedArea | None = None
+        if self.backend == "gloo" and 1 < self.num_trainers <= MAX_TRAINERS:
+            self._shared = self._share_memory()
+
+    @property
+    def shared_memory(self) -> bool:
+        """Whether the checked dense all-reduces go through shared memory (every trainer on
+        this machine) rather than gloo."""
+        return self._shared is not None
+
+    def _share_memory(self) -> SharedArea | None:
+        """Trainer 0 creates the shared area; every trainer opens it and says whether it
+        could; all use it, or none does (a trainer whose ``FLAGS_collective_shared_memory_mb``
+        is 0 says no; trainer 0's value sizes the slots). Trainer 0 then removes its names."""
+        slot = int(flag("FLAGS_collective_shared_memory_mb") * (1 << 20))
+        what = "sharing memory with the trainers of this machine"
+        place: SharedPlace | None = None
+        area: SharedArea | None = None
+        try:
+            if self.trainer_id == 0:
+                try:
+                    place = create_shared_area(self.num_trainers, slot) if slot > 0 else None
+                    note = place.encode() if place is not None else "-turned off"
+                except OSError as e:
+                    note = f"-{first_line(e)}"
+                self._calls(lambda: self._store.set("shm/place", note), self._transport_s,
+                            what)
+            else:
+                note = self._poll_keys(["shm/place"], what)[0]
+            if note.startswith("-"):
+                return None
+            status = "ok" if slot > 0 else "-turned off"
+            try:
+                if slot > 0:
+                    area = SharedArea(SharedPlace.decode(note), self.trainer_id,
+                                      self.num_trainers)
+            except (OSError, ValueError) as e:
+                status = f"-{first_line(e)}"
+            self._calls(lambda: self._store.set(f"shm/{self.trainer_id}", status),
+                        self._transport_s, what)
+            said = self._poll_keys([f"shm/{k}" for k in range(self.num_trainers)], what)
+        except _PeerGone as e:
+            if area is not None:
+                area.close()
+            raise CollectiveError(f"{what} failed on {self.describe(self.trainer_id)}: "
+                                  f"{e}") from e
+        except BaseException:
+            if area is not None:
+                area.close()
+            raise
+        finally:
+            if place is not None:
+                remove_shared_area(place)
+        if area is not None and any(s != "ok" for s in said):
+            area.close()
+            return None
+        return area
+
+    def _watch(self, start: float) -> Callable[[], None]:
+        """What a shared-memory barrier calls while it waits: raise when a peer is gone or
+        the transport's timeout has passed."""
+        def watch() -> None:
+            trouble = self._heartbeat.trouble()
+            if trouble is not None:
+                raise _PeerGone(trouble)
+            if time.monotonic() - start > self._transport_s:
+                raise RuntimeError(f"no answer in shared memory within {self._transport_s:.1f} s")
+        return watch
 
     # ------------------------------------------------------------------ plumbing
     def describe(self, trainer: int) -> str:
@@ -400,6 +476,8 @@ class ProcessGroupCommunicator:
         n = self.num_trainers
         pairs = check_pairs(values[0].dtype, n) \
             if self.verify_collectives and self.sizes_agreed else 0
+        if pairs and self._shared is not None:
+            return self._shared_all_reduce(values, signature, pairs)
         flat, head = self._local_sum_into(values, 2 * pairs)
         with self._lock:
             seq, start = self._enter("all_reduce")
@@ -423,6 +501,48 @@ class ProcessGroupCommunicator:
                     raise
                 raise err from e
         return head
+
+    def _shared_all_reduce(self, values: Sequence[torch.Tensor], signature: str, pairs: int
+                           ) -> torch.Tensor:
+        """``_dense_all_reduce`` through the shared area: each piece of the local sum goes
+        into this trainer's slot with the piece's data check after it; the check of the sum
+        must be n times this trainer's own. Done when it returns (even under ``defer``)."""
+        area, n = self._shared, self.num_trainers
+        assert area is not None
+        v0 = values[0]
+        dtype, total = v0.dtype, v0.numel()
+        flats = [v.reshape(-1) for v in values]
+        out = torch.empty(v0.shape, dtype=dtype, device=self._wire)
+        dest = out.view(-1)
+        per = area.capacity(dtype) - 2 * pairs
+        with self._lock:
+            seq, start = self._enter("all_reduce")
+            tag = f"{self.step}\n{signature}"
+            watch = self._watch(start)
+            try:
+                for j, lo in enumerate(range(0, total, per)):
+                    hi = min(total, lo + per)
+                    m = hi - lo
+                    slot = area.slot(dtype, m + 2 * pairs)
+                    if len(flats) == 1:
+                        slot[:m].copy_(flats[0][lo:hi])
+                    else:
+                        torch.add(flats[0][lo:hi], flats[1][lo:hi], out=slot[:m])
+                        for f in flats[2:]:
+                            slot[:m] += f[lo:hi]
+                    own = check_tail(signature_hash(seq, f"{tag}\npiece {j}"), pairs, dtype, n)
+                    slot[m:] = torch.tensor(own, dtype=dtype)
+                    area.reduce(m + 2 * pairs, dtype, watch)
+                    summed = area.result(dtype, m + 2 * pairs)
+                    if not tail_matches(summed[m:].tolist(), own, n):
+                        self._mismatch(seq, "all_reduce", tag)
+                    dest[lo:hi].copy_(summed[:m])
+            except (ValueError, TypeError, RuntimeError, _PeerGone) as e:
+                err = self._failure(e, "all_reduce", seq, start)
+                if err is e:
+                    raise
+                raise err from e
+        return out
 
     def _finish(self, item: tuple) -> None:
         """Wait for a started all-reduce and read its data check."""
@@ -663,6 +783,8 @@ class ProcessGroupCommunicator:
         if self._broken is None:
             self._broken = f"{self.describe(self.trainer_id)} gave up: {reason}"
         self._pending = []
+        if self._shared is not None:
+            self._shared.abort()
         try:
             self._calls(lambda: self._store.set(f"failed/{self.trainer_id}", reason[:2000]),
                         min(self._transport_s, 5.0), "announcing the failure")
@@ -698,6 +820,8 @@ class ProcessGroupCommunicator:
             pass
         self._heartbeat.stop()
         _forget(self)
+        if self._shared is not None:
+            self._shared.close()
         self._pg = None
         self._store = None
         self._rdv.close()

@@ -29,7 +29,8 @@ import math
 
 import torch
 
-__all__ = ["HASH_BITS", "signature_hash", "check_pairs", "check_tail", "tail_agrees"]
+__all__ = ["HASH_BITS", "signature_hash", "check_pairs", "check_tail", "tail_agrees",
+           "tail_matches"]
 
 HASH_BITS = 56
 _MANTISSA = {torch.float32: 24, torch.float64: 53}
@@ -71,3 +72,10 @@ def tail_agrees(summed: list[float], n: int) -> bool:
     s1, s2 = summed[0::2], summed[1::2]
     return all(math.isfinite(a) and math.isfinite(b) and a == int(a) and b == int(b)
                and int(a) ** 2 == n * int(b) for a, b in zip(s1, s2))
+
+
+def tail_matches(summed: list[float], own: list[float], n: int) -> bool:
+    """Whether the summed tail is ``n`` times this trainer's own: every trainer appended the
+    same one, and it is this collective's (not a tail left over from an earlier one)."""
+    return len(summed) == len(own) and all(
+        math.isfinite(s) and s == n * o for s, o in zip(summed, own))

@@ -80,6 +80,7 @@ def run(endpoints: str, trainer_id: int, out: str, mode: str) -> None:
         "collectives": counts,
         "allreduce_ops": sum(n.type.startswith("c_allreduce") for n in plan.graph.nodes),
         "deferred": len(plan.deferred),
+        "shared_memory": comm.shared_memory,
         "records": [(r.op_type, r.start_ns, r.end_ns, r.thread) for r in records],
         "loss": float(out_loss.ravel()[0]),
         "params": {p.name: np.array(scope.find_var(p.name).get_tensor()).tolist()

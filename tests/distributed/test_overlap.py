@@ -1,11 +1,13 @@
 """Collective mode: the all-reduces overlap the backward pass and carry their own check.
 
-Two trainers train the MLP (tests/distributed/overlap_worker.py). Every gradient all-reduce
-is started without waiting (only the updates read it), the backward ops keep running while
-it is in flight (profiled), and a step issues exactly one collective per all-reduce: the
-signature check travels in the data. The numbers against the one-process oracle, overlap
-on and off, are in test_collective_matrix.py; a desynchronised collective in
-test_collective_faults.py.
+Two trainers train the MLP (tests/distributed/overlap_worker.py). Over gloo (the trainers'
+shared memory turned off, as between machines) every gradient all-reduce is started without
+waiting (only the updates read it), the backward ops keep running while it is in flight
+(profiled), and a step issues exactly one collective per all-reduce: the signature check
+travels in the data. Through shared memory (the default on one machine) the same step
+issues the same collectives, each done where the backward pass issues it. The numbers
+against the one-process oracle, overlap on and off, are in test_collective_matrix.py; a
+desynchronised collective in test_collective_faults.py.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import dp_models  # noqa: E402
 pytestmark = [pytest.mark.slow]
 
 
-def _run(tmp_path, mode: str) -> list[dict]:
+def _run(tmp_path, mode: str, shared_mb: str = "0") -> list[dict]:
     eps = endpoints(2)
-    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000")
+    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000",
+                    FLAGS_collective_shared_memory_mb=shared_mb)
     worker = os.path.join(HERE, "overlap_worker.py")
     procs = []
     try:
@@ -65,7 +68,19 @@ def test_all_reduces_start_at_once_and_overlap_the_backward(tmp_path, fused) -> 
 
 
 @pytest.mark.timeout(120)
-def test_ops_before_the_updates_that_read_a_gradient_wait_for_its_all_reduce(tmp_path) -> None:
+def test_through_shared_memory_each_all_reduce_is_one_collective_done_at_once(tmp_path) -> None:
+    for got in _run(tmp_path, "plain", shared_mb="8"):
+        n = got["allreduce_ops"]
+        assert got["shared_memory"] is True
+        assert got["deferred"] == n == 6, got
+        assert got["collectives"] == [n] * 3, got["collectives"]
+        assert not [r for r in got["records"] if r[0].endswith(" in flight")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shared_mb", ["0", "8"])
+def test_ops_before_the_updates_that_read_a_gradient_wait_for_its_all_reduce(tmp_path,
+                                                                            shared_mb) -> None:
     # clipping by global norm reads every gradient before the updates: the all-reduces still
     # start at once, the first clip op waits for them, and the numbers are the one-process
     # run's on the full batch
@@ -75,7 +90,7 @@ def test_ops_before_the_updates_that_read_a_gradient_wait_for_its_all_reduce(tmp
     from parafluid.testing.data_parallel import run_single
 
     want = run_single(model("clip"), dp_models.mlp_feeds(steps=4)).params
-    for got in _run(tmp_path, "clip"):
+    for got in _run(tmp_path, "clip", shared_mb):
         assert got["deferred"] == got["allreduce_ops"] == 6, got
         assert got["collectives"] == [6] * 3, got["collectives"]
         for name, value in want.items():

@@ -11,11 +11,13 @@ segments on each trainer; the first steps, which compile, are not timed). ``--no
 adds a job with ``BuildStrategy.overlap_communication`` off (each all-reduce waited for where
 the backward pass issues it); ``--unfused`` adds one with ``fuse_all_reduce_ops`` off (one
 all-reduce per gradient instead of the fused group the collective mode sends by default);
+``--gloo`` adds one with ``FLAGS_collective_shared_memory_mb=0`` (every all-reduce over gloo,
+as between machines, instead of the trainers' shared memory);
 ``--before ROOT`` adds a job running this same worker from another checkout (``ROOT``, e.g.
 the main branch), so that a change is measured side by side.
 
     python bench/collective_train.py [--rounds 3] [--steps 20] [--kinds mlp cnn] [--compile]
-        [--no-overlap] [--unfused] [--before /path/to/other/checkout]
+        [--no-overlap] [--unfused] [--gloo] [--before /path/to/other/checkout]
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def parafluid_worker(kind: str, steps: int, repeats: int, compile: bool = False,
 
 
 def run_parafluid(kind: str, steps: int, repeats: int, compile: bool = False,
-                  overlap: bool = True, fuse: bool = True, root: str = ROOT) -> float:
+                  overlap: bool = True, fuse: bool = True, root: str = ROOT,
+                  shared: bool = True) -> float:
     ports = free_ports(2)
     eps = ",".join(f"127.0.0.1:{p}" for p in ports)
     procs = []
@@ -82,6 +85,8 @@ def run_parafluid(kind: str, steps: int, repeats: int, compile: bool = False,
             env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
                        CPU_NUM="1", PADDLE_TRAINER_ID=str(t), PADDLE_TRAINERS_NUM="2",
                        PADDLE_TRAINER_ENDPOINTS=eps, PADDLE_CURRENT_ENDPOINT=eps.split(",")[t])
+            if not shared:
+                env["FLAGS_collective_shared_memory_mb"] = "0"
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.join(root, "bench", os.path.basename(__file__)),
                  "--worker", kind, "--steps", str(steps), "--repeats", str(repeats),
@@ -115,6 +120,9 @@ def main() -> int:
     p.add_argument("--unfused", action="store_true",
                    help="also run parafluid with BuildStrategy.fuse_all_reduce_ops off (one "
                    "all-reduce per gradient, each overlapping the backward)")
+    p.add_argument("--gloo", action="store_true",
+                   help="also run parafluid with every all-reduce over gloo (the trainers' "
+                   "shared memory off)")
     p.add_argument("--before", metavar="ROOT",
                    help="also run this worker from another checkout (e.g. the main branch)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -134,6 +142,8 @@ def main() -> int:
             jobs["parafluid, no overlap"] = {"overlap": False}
         if a.unfused:
             jobs["parafluid, unfused"] = {"fuse": False}
+        if a.gloo:
+            jobs["parafluid, gloo"] = {"shared": False}
         if before:
             jobs["parafluid before"] = before
         if a.compile:
@@ -155,7 +165,8 @@ def main() -> int:
                   f"{', '.join(f'{r:.2f}' for r in ratios)})")
         # the changes measured side by side: each job against its counterpart, per round
         for new, old in (("parafluid", "parafluid, no overlap"),
-                         ("parafluid", "parafluid, unfused"), ("parafluid", "parafluid before"),
+                         ("parafluid", "parafluid, unfused"), ("parafluid", "parafluid, gloo"),
+                         ("parafluid", "parafluid before"),
                          ("parafluid compiled", "parafluid compiled before")):
             if new in rates and old in rates:
                 ratios = [a / b for a, b in zip(rates[new], rates[old])]

@@ -14,7 +14,8 @@ def test_every_flag_the_runtime_reads_is_in_core_globals() -> None:
     assert read == {"FLAGS_rpc_deadline", "FLAGS_check_nan_inf",
                     "FLAGS_eager_delete_tensor_gb", "FLAGS_selected_gpus",
                     "FLAGS_reader_deadline", "FLAGS_rpc_overlap_send", "FLAGS_dygraph_debug",
-                    "FLAGS_fuse_parameter_memory_size", "FLAGS_fuse_parameter_groups_size"}
+                    "FLAGS_fuse_parameter_memory_size", "FLAGS_fuse_parameter_groups_size",
+                    "FLAGS_collective_shared_memory_mb"}
     assert all(name in fluid.core.globals() for name in read)
     assert set(fluid.core.globals().keys()) == set(FLAGS)
 
@@ -28,6 +29,7 @@ def test_every_flag_the_runtime_reads_is_in_core_globals() -> None:
     ("FLAGS_rpc_overlap_send", "0", False),
     ("FLAGS_fuse_parameter_memory_size", "0.5", 0.5),
     ("FLAGS_fuse_parameter_groups_size", "3", 3),
+    ("FLAGS_collective_shared_memory_mb", "0", 0),
 ])
 def test_the_environment_and_core_globals_give_the_same_value(
         monkeypatch: pytest.MonkeyPatch, name: str, raw: str, value: object) -> None:
@@ -55,8 +57,12 @@ def test_bad_values_name_the_flag_and_unknown_flags_list_the_known(
     with pytest.raises(ValueError, match="FLAGS_selected_gpus must be GPU ids like '0,1', "
                                          "got '0,x'"):
         flag("FLAGS_selected_gpus")
+    for bad in ("-1", "inf"):
+        with pytest.raises(ValueError, match="FLAGS_collective_shared_memory_mb must be a "
+                                             f"number of MB >= 0 .*got '{bad}'"):
+            fluid.core.globals()["FLAGS_collective_shared_memory_mb"] = bad
     for name in ("FLAGS_fuse_parameter_memory_size", "FLAGS_eager_delete_tensor_gb",
-                 "FLAGS_rpc_deadline"):  # NaN passes no bound: refused, not taken as unset
+                 "FLAGS_rpc_deadline", "FLAGS_collective_shared_memory_mb"):  # NaN passes no bound: refused, not taken as unset
         with pytest.raises(ValueError, match=f"{name} must be .*got 'nan'"):
             fluid.core.globals()[name] = "nan"
     with pytest.raises(KeyError, match="unknown flag 'FLAGS_nope'.*FLAGS_rpc_deadline"):

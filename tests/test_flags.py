@@ -61,8 +61,9 @@ def test_bad_values_name_the_flag_and_unknown_flags_list_the_known(
         with pytest.raises(ValueError, match="FLAGS_collective_shared_memory_mb must be a "
                                              f"number of MB >= 0 .*got '{bad}'"):
             fluid.core.globals()["FLAGS_collective_shared_memory_mb"] = bad
+    # NaN passes no bound: refused, not taken as unset
     for name in ("FLAGS_fuse_parameter_memory_size", "FLAGS_eager_delete_tensor_gb",
-                 "FLAGS_rpc_deadline", "FLAGS_collective_shared_memory_mb"):  # NaN passes no bound: refused, not taken as unset
+                 "FLAGS_rpc_deadline", "FLAGS_collective_shared_memory_mb"):
         with pytest.raises(ValueError, match=f"{name} must be .*got 'nan'"):
             fluid.core.globals()[name] = "nan"
     with pytest.raises(KeyError, match="unknown flag 'FLAGS_nope'.*FLAGS_rpc_deadline"):

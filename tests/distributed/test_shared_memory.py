@@ -7,6 +7,7 @@ FIFOs, as processes have); the last ones run two trainer processes.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -108,6 +109,16 @@ def test_the_area_is_private_and_its_names_are_gone_once_opened() -> None:
                                              "asked for 3073"):
             a.slot(torch.float32, 3073)
         a.close()
+
+
+def test_an_area_the_machine_cannot_hold_fails_at_once_and_leaves_nothing() -> None:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    before = set(os.listdir(base)) if base else set()
+    with pytest.raises(OSError) as e:  # 12 TiB of slots: no machine's /dev/shm holds them
+        create_shared_area(2, 1 << 42)
+    assert e.value.errno in (errno.ENOSPC, errno.EFBIG)
+    if base:
+        assert not {p for p in set(os.listdir(base)) - before if p.startswith("parafluid-")}
 
 
 def test_an_area_of_another_job_or_size_is_refused() -> None:

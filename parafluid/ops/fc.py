@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .common import numel
+from .common import mm, numel
 from .registry import Meta, register_op
 
 __all__: list[str] = []
@@ -41,7 +41,7 @@ def _fc_shape(ins: dict, attrs: dict) -> dict:
 def _fc(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, w, bias = ins["Input"], ins["W"], ins.get("Bias")
     k = int(attrs["in_num_col_dims"])
-    out = x.reshape(numel(x.shape[:k]), -1) @ w
+    out = mm(x.reshape(numel(x.shape[:k]), -1), w)
     if bias is not None:
         out = out + bias.reshape(-1)
     if attrs["activation_type"] == "relu":

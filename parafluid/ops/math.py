@@ -16,6 +16,7 @@ from .common import (
     axis_view_shape,
     broadcast_meta,
     broadcast_y,
+    mm,
     numel,
     unbroadcast,
 )
@@ -43,9 +44,9 @@ def _mul_shape(ins: dict, attrs: dict) -> dict:
 def _mul(ins: dict, attrs: dict, ctx: Any) -> dict:
     x, y = ins["X"], ins["Y"]
     if x.dim() == 2 and y.dim() == 2:  # the fc case: nothing to flatten (hot path)
-        return {"Out": x @ y}
+        return {"Out": mm(x, y)}
     xk, yk = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
-    out = x.reshape(_flat2d(x.shape, xk)) @ y.reshape(_flat2d(y.shape, yk))
+    out = mm(x.reshape(_flat2d(x.shape, xk)), y.reshape(_flat2d(y.shape, yk)))
     return {"Out": out.reshape(*x.shape[:xk], *y.shape[yk:])}
 
 
@@ -59,9 +60,9 @@ def _mul_grad(ins: dict, attrs: dict, ctx: Any) -> dict:
         d2 = dout.reshape(x2.shape[0], y2.shape[1])
     out = {}
     if "X" in ctx.need:
-        out["X@GRAD"] = (d2 @ y2.t()).reshape(x.shape)
+        out["X@GRAD"] = mm(d2, y2.t()).reshape(x.shape)
     if "Y" in ctx.need:
-        out["Y@GRAD"] = (x2.t() @ d2).reshape(y.shape)
+        out["Y@GRAD"] = mm(x2.t(), d2).reshape(y.shape)
     return out
 
 

@@ -34,6 +34,11 @@ CASES = [
     OpCase("mul", {"X": rand(2, 3, 4), "Y": rand(12, 2, seed=1)},
            attrs={"x_num_col_dims": 1}, ref=lambda X, Y: {"Out": X.reshape(2, 12) @ Y},
            grad=["X", "Y"], id="mul_flatten"),
+    # 3 output columns of a 128 x 64 input: the product and Y's gradient are computed
+    # transposed on a CPU (ops/common.py, mm)
+    OpCase("mul", {"X": rand(128, 64, seed=2), "Y": rand(64, 3, seed=4)},
+           ref=lambda X, Y: {"Out": X @ Y}, grad=["Y"], atol=1e-4, rtol=1e-4,
+           id="mul_narrow_output"),
     OpCase("elementwise_add", {"X": rand(3, 4), "Y": rand(4, seed=1)},
            ref=lambda X, Y: {"Out": X + Y}, grad=["X", "Y"]),
     OpCase("elementwise_add", {"X": rand(2, 3, 4), "Y": rand(3, seed=1)}, attrs={"axis": 1},
@@ -122,3 +127,22 @@ def test_integer_division_by_zero_is_an_error():
     case = OpCase("elementwise_floordiv", {"X": INTS_X, "Y": np.zeros_like(INTS_Y)})
     with pytest.raises(fluid.OpRunError, match="integer division by zero"):
         run_op(case)
+
+
+def test_narrow_products_equal_the_plain_ones_contiguous() -> None:
+    import torch
+
+    from parafluid.ops.common import mm
+
+    gen = torch.Generator().manual_seed(0)
+    # transposed (2-15 columns, not tiny), then plain: tiny, 1 column, 16 columns
+    for m, k, n in [(128, 64, 3), (128, 512, 10), (256, 2048, 2), (32, 64, 10), (128, 512, 1),
+                    (128, 512, 16)]:
+        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+        out = mm(a, b)
+        assert out.shape == (m, n) and out.is_contiguous()
+        np.testing.assert_allclose(out.numpy(), a.double().numpy() @ b.double().numpy(),
+                                   rtol=1e-4, atol=1e-3)
+        d = torch.randn(m, n, generator=gen)  # a transposed operand, as the weight gradient's
+        np.testing.assert_allclose(mm(a.t(), d).numpy(), a.double().numpy().T @ d.double().numpy(),
+                                   rtol=1e-4, atol=1e-3)

@@ -5,8 +5,10 @@ Starts 2 processes on 127.0.0.1 (gloo, one CPU device each). Each builds a paraf
 torch.distributed default process group. For 1, 4 and 16 MB float32 gradients it times,
 in turn ``comm.all_reduce([g])``, ``comm.all_reduce([g2], donate=True)`` (summed in place),
 ``comm.all_reduce([g])`` with the per-collective signature check (``verify_collectives``, on by
-default; off in the other two) and ``dist.all_reduce(buf)``; prints the medians and the ratios
-to the bare call (the target is <= 1.1x without the check).
+default; off in the other two), the all-reduce the ParallelExecutor issues for gradients
+("shared": checked by its own data, through the trainers' shared memory unless
+``FLAGS_collective_shared_memory_mb=0``) and ``dist.all_reduce(buf)``; prints the medians and
+the ratios to the bare call (the target is <= 1.1x without the check).
 
     python bench/collective.py [--reps 30] [--sizes-mb 1 4 16] [--threads 1]
     python bench/collective.py --sizes-mb 0.004 1     # a 4 KB gradient: the check's latency
@@ -56,9 +58,15 @@ def worker(rank: int, eps: str, bare_port: int, sizes_mb: list[float], reps: int
             comm.all_reduce([g])
             comm.verify_collectives = False
 
+        def shared(g=g) -> None:  # as the ParallelExecutor's gradient all-reduces
+            comm.verify_collectives = comm.sizes_agreed = True
+            comm.all_reduce([g])
+            comm.verify_collectives = comm.sizes_agreed = False
+
         calls = {"ours": lambda g=g: comm.all_reduce([g]),
                  "donated": lambda d=donated: comm.all_reduce([d], donate=True),
                  "checked": checked,
+                 "shared": shared,
                  "bare": lambda b=buf: dist.all_reduce(b)}
         times: dict[str, list[float]] = {k: [] for k in calls}
         names = list(calls)
@@ -71,10 +79,11 @@ def worker(rank: int, eps: str, bare_port: int, sizes_mb: list[float], reps: int
                 calls[name]()
                 if i >= 3:
                     times[name].append(time.perf_counter() - t0)
-        row = {"mb": mb, **{k: statistics.median(v) for k, v in times.items()}}
+        row = {"mb": mb, "shared_memory": comm.shared_memory,
+               **{k: statistics.median(v) for k, v in times.items()}}
         # NOTE: the ratio of each round's pair, then the median: load that drifts between
         # rounds on a busy machine cancels out.
-        for k in ("ours", "donated", "checked"):
+        for k in ("ours", "donated", "checked", "shared"):
             row[k + "_paired"] = statistics.median(a / b for a, b in zip(times[k], times["bare"]))
         rows.append(row)
     dist.destroy_process_group()
@@ -118,13 +127,15 @@ def main() -> int:
     print("ratio: of the medians; paired: median of each round's ratio (steadier under load)")
     print(f"{'size':>8} {'parafluid ms':>13} {'donate=True ms':>15} {'torch.distributed ms':>21}"
           f" {'ratio':>7} {'paired':>7} {'donated ratio':>14} {'paired':>7}"
-          f" {'checked ms':>11} {'checked paired':>15}")
+          f" {'checked ms':>11} {'checked paired':>15} {'shared ms':>10} {'paired':>7}")
     for r in rows:
         print(f"{r['mb']:>6g}MB {r['ours'] * 1e3:>13.2f} {r['donated'] * 1e3:>15.2f} "
               f"{r['bare'] * 1e3:>21.2f} {r['ours'] / r['bare']:>6.2f}x "
               f"{r['ours_paired']:>6.2f}x {r['donated'] / r['bare']:>13.2f}x "
               f"{r['donated_paired']:>6.2f}x {r['checked'] * 1e3:>11.2f} "
-              f"{r['checked_paired']:>14.2f}x")
+              f"{r['checked_paired']:>14.2f}x {r['shared'] * 1e3:>10.2f} "
+              f"{r['shared_paired']:>6.2f}x")
+    print(f"shared: through the trainers' shared memory: {rows[0]['shared_memory']}")
     return 0
 
 

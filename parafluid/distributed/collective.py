@@ -29,9 +29,13 @@ same size, paired out of order). The check costs one small round trip per collec
 Where the caller vouches that the sizes agree (``sizes_agreed``: the ParallelExecutor's
 all-reduces of parameter gradients, whose shapes its first-step program check compared), a
 dense float all-reduce carries the check in its own data instead
-(``data_check.py``): no second collective. With ``defer`` set, a dense all-reduce is only
-started; ``wait_pending()`` waits for the started ones in order (the plan's barrier before
-the updates), so that the transport runs while the backward pass goes on.
+(``data_check.py``): no second collective. Those checked all-reduces go through the shared
+memory of the trainers when all of them run on this machine (``shared_memory.py``: each
+trainer sums one chunk of every trainer's slot, in trainer order, and every trainer copies
+the same result; done where it is issued), else through gloo. With ``defer`` set, a dense
+all-reduce over gloo is only started; ``wait_pending()`` waits for the started ones in order
+(the plan's barrier before the updates), so that the transport runs while the backward pass
+goes on.
 
 Deadlines and dead peers: every collective fails within ``deadline_s`` (default
 ``FLAGS_rpc_deadline``, 180 s). Each trainer's heartbeat thread (``health.py``) watches the

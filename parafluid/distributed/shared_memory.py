@@ -21,15 +21,16 @@ trainer that gives up (``abort``) writes a byte saying so into every peer's FIFO
 waits end at once.
 
 The file and the FIFOs live in a private directory (mode 0700) that trainer 0 creates and
-removes as soon as every trainer has opened them: nothing is left behind when a process is
-killed later, and no other user can reach the memory. A trainer that cannot open them (on
+every trainer that opened them removes as soon as every trainer has said whether it could (or
+the setup failed): nothing is left behind when a process is killed later, even trainer 0
+before its removal, and no other user can reach the memory. A trainer that cannot open them (on
 another machine, or ``/dev/shm`` full) makes every trainer keep gloo.
 
-Example (trainer 0 creates, every trainer opens, then trainer 0 removes the names)::
+Example (trainer 0 creates, every trainer opens, then the names are removed)::
 
     where = create_shared_area(2, 8 << 20)             # trainer 0 only
     area = SharedArea(where, trainer_id, 2)           # every trainer
-    remove_shared_area(where)                         # trainer 0, once all have opened
+    remove_shared_area(where)                         # once all have opened
     area.slot(torch.float32, n).copy_(buffer)
     area.reduce(n, torch.float32, watch)
     summed = area.result(torch.float32, n)
@@ -114,8 +115,8 @@ def create_shared_area(num_trainers: int, slot_bytes: int) -> SharedPlace:
 
 
 def remove_shared_area(place: SharedPlace) -> None:
-    """Trainer 0, once every trainer has opened the area: remove its names (the memory stays
-    for as long as a trainer has it mapped)."""
+    """Once every trainer has opened the area: remove its names (the memory stays for as long
+    as a trainer has it mapped). Any trainer may; a second removal does nothing."""
     shutil.rmtree(place.directory, ignore_errors=True)
 
 

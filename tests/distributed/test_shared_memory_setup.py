@@ -1,0 +1,100 @@
+"""Trainer 0 dying while the trainers set up their shared memory (two trainer processes).
+
+Trainer 0 hosts the store through which the trainers agree on the area: a trainer waiting
+for it there must name it within seconds (not wait for the deadline), and the area's names
+must not stay in ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from dist_helpers import child_env, endpoints, reap, start
+
+pytestmark = pytest.mark.slow
+
+_DEADLINE_MS = 60000
+
+# trainer 0: once trainer 1 has said that it opened the area, die before saying so itself
+# (WHEN=open), or where it would remove the area's names (WHEN=remove)
+_TRAINER0 = """
+import json, os, sys, time
+import torch
+from parafluid.distributed import collective
+eps, when = sys.argv[1], sys.argv[2]
+C = collective.ProcessGroupCommunicator
+share, me = C._share_memory, []
+def remember(self):
+    me.append(self)
+    return share(self)
+C._share_memory = remember
+def report(place):
+    print(json.dumps({"directory": place.directory}), flush=True)
+opened = collective.SharedArea
+def open_and_die(place, *args):
+    area = opened(place, *args)
+    report(place)
+    while not me[0]._store.present(["shm/1"])[0]:
+        time.sleep(0.01)
+    os._exit(3)
+def die(place):
+    report(place)
+    os._exit(3)
+if when == "open":
+    collective.SharedArea = open_and_die
+else:
+    collective.remove_shared_area = die
+collective.init_collective(eps, 0, [torch.device("cpu")])
+"""
+
+_TRAINER1 = """
+import json, sys, time
+import torch
+from parafluid.distributed.collective import init_collective
+start = time.monotonic()
+try:
+    comm = init_collective(sys.argv[1], 1, [torch.device("cpu")])
+    out = {"shared": comm.shared_memory}
+except Exception as e:
+    out = {"error": f"{type(e).__name__}: {e}"}
+out["took"] = time.monotonic() - start
+print(json.dumps(out), flush=True)
+"""
+
+
+def _run(when: str) -> tuple[str, dict]:
+    eps = endpoints(2)
+    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline=str(_DEADLINE_MS))
+    procs = []
+    try:
+        procs = [start(["-c", _TRAINER0, eps, when], env, stdout=subprocess.PIPE, text=True),
+                 start(["-c", _TRAINER1, eps], env, stdout=subprocess.PIPE, text=True)]
+        # well under the deadline: a trainer 1 that waited for it fails here
+        out1, _ = procs[1].communicate(timeout=_DEADLINE_MS / 2000)
+        out0, _ = procs[0].communicate(timeout=30)
+    finally:
+        reap(procs)
+    assert procs[0].returncode == 3, out0
+    return json.loads(out0.splitlines()[-1])["directory"], json.loads(out1.splitlines()[-1])
+
+
+@pytest.mark.timeout(120)
+def test_trainer_0_dead_before_saying_it_opened_the_area_is_named_in_seconds() -> None:
+    directory, t1 = _run("open")
+    assert "CollectiveError: sharing memory with the trainers of this machine failed on " \
+        "trainer 1" in t1["error"], t1
+    assert "trainer 0 (127.0.0.1:" in t1["error"] and "hosts the rendezvous store" in \
+        t1["error"], t1
+    assert t1["took"] < _DEADLINE_MS / 4000, t1
+    # trainer 1 had opened the area (its token matched): it removed the names
+    assert not os.path.exists(directory)
+
+
+@pytest.mark.timeout(120)
+def test_trainer_0_dead_before_removing_the_area_leaves_nothing() -> None:
+    directory, t1 = _run("remove")
+    assert t1.get("shared") is True, t1  # every trainer had opened it: set up
+    assert not os.path.exists(directory)  # trainer 1 removed them

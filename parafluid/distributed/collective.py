@@ -77,6 +77,7 @@ from .rendezvous import Rendezvous, rendezvous
 from .shared_memory import (
     MAX_TRAINERS,
     SharedArea,
+    SharedAreaError,
     SharedPlace,
     create_shared_area,
     remove_shared_area,
@@ -369,18 +370,30 @@ class ProcessGroupCommunicator:
                 self._broken = str(e)
             return e
         took = time.monotonic() - start
+        quitter = e.trainer if isinstance(e, SharedAreaError) else None
         if isinstance(e, _PeerGone):
             who = str(e)
+        elif quitter is not None:
+            # a peer said in shared memory that it gave up: its reason, if it published one
+            # (abort), else that it gave up; nothing to wait for
+            self._read_failures()
+            who = self._heartbeat.trouble([quitter]) or \
+                f"{self._heartbeat.who(quitter)} gave up (a collective or a step failed there)"
         else:
             self._read_failures()
             who = self._heartbeat.describe(
                 seq, wait_s=max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
                                          self.deadline_s - took)))
-        detail = "" if isinstance(e, _PeerGone) else f". Transport: {first_line(e)}"
+        detail = "" if isinstance(e, _PeerGone) or quitter is not None else \
+            f". Transport: {first_line(e)}"
         self._broken = (f"{what} (collective #{seq}) failed on "
                         f"{self.describe(self.trainer_id)} after "
                         f"{time.monotonic() - start:.1f} s (deadline "
                         f"{self.deadline_s:g} s): {who}{detail}")
+        if self._shared is not None:
+            # NOTE: a peer that reaches this collective late (it was stopped, or slow) would
+            # wait in a barrier for this trainer until its deadline: tell it at once
+            self._shared.abort()
         return CollectiveError(self._broken)
 
     def _verify(self, seq: int, what: str, signature: str) -> None:
@@ -798,13 +811,15 @@ class ProcessGroupCommunicator:
         if self._broken is None:
             self._broken = f"{self.describe(self.trainer_id)} gave up: {reason}"
         self._pending = []
-        if self._shared is not None:
-            self._shared.abort()
         try:
             self._calls(lambda: self._store.set(f"failed/{self.trainer_id}", reason[:2000]),
-                        min(self._transport_s, 5.0), "announcing the failure")
+                        min(self._transport_s, 5.0), "announcing the failure",
+                        watch=self._host_gone)
         except Exception:  # noqa: BLE001 - the store host is gone: the peers see that too
             pass
+        # NOTE: after the reason: a peer woken in shared memory reads it at once
+        if self._shared is not None:
+            self._shared.abort()
         pg, self._pg = self._pg, None
         if pg is not None and hasattr(pg, "abort"):
             pg.abort()

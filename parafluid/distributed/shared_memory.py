@@ -17,8 +17,8 @@ every peer's FIFO and one read from each; a write and a read are system calls, w
 the memory accesses around them on every architecture. A waiting trainer polls its FIFO
 every 100 ms and otherwise calls the ``watch`` its caller gives (the communicator's
 heartbeat check and deadline), so a dead, stopped or stuck peer is named as with gloo. A
-trainer that gives up (``abort``) writes a byte saying so into every peer's FIFO: their
-waits end at once.
+trainer that gives up (``abort``: its communicator's failed step or collective) writes a
+byte saying so into every peer's FIFO: their waits end at once, naming it.
 
 The file and the FIFOs live in a private directory (mode 0700) that trainer 0 creates and
 every trainer that opened them removes as soon as every trainer has said whether it could (or
@@ -61,7 +61,11 @@ _POLL_MS = 100
 
 
 class SharedAreaError(RuntimeError):
-    """A barrier of the shared area could not complete (a peer gave up)."""
+    """A barrier of the shared area could not complete (a peer gave up: ``trainer``)."""
+
+    def __init__(self, message: str, trainer: int | None = None) -> None:
+        super().__init__(message)
+        self.trainer = trainer
 
 
 @dataclass(frozen=True)
@@ -220,9 +224,9 @@ class SharedArea:
             except BlockingIOError:
                 continue
             for b in data:
-                if b >= 128:
+                if b >= 128 and b - 128 in self._peers:
                     raise SharedAreaError(f"trainer {b - 128} gave up (its shared-memory "
-                                          "barrier says so)")
+                                          "barrier says so)", b - 128)
                 if b >= self.num_trainers or b == self.trainer_id:
                     raise SharedAreaError(f"a barrier byte from no peer: {b}")
                 heard[b] += 1

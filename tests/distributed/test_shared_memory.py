@@ -246,3 +246,18 @@ def test_shared_memory_and_gloo_train_to_the_same_weights_and_leave_nothing(tmp_
     if left:  # another test's trainers may be setting theirs up at this moment
         time.sleep(3)
     assert not {p for p in left if os.path.exists(os.path.join("/dev/shm", p))}
+
+
+def test_a_give_up_byte_of_no_peer_is_refused_and_a_peers_names_it() -> None:
+    a, b = _areas(2)
+    try:
+        os.write(a._fifos[0], bytes([128 + 9]))  # "trainer 9 gave up", in a job of 2
+        with pytest.raises(SharedAreaError, match="from no peer: 137"):
+            a.reduce(4, torch.float32, _never)
+        b.abort()
+        with pytest.raises(SharedAreaError, match="trainer 1 gave up") as e:
+            a.reduce(4, torch.float32, _never)
+        assert e.value.trainer == 1
+    finally:
+        a.close()
+        b.close()

@@ -1,4 +1,4 @@
-"""Trainer 0 dying while the trainers set up their shared memory (two trainer processes).
+"""The trainers' shared memory when a trainer dies or gives up (two trainer processes).
 
 Trainer 0 hosts the store through which the trainers agree on the area: a trainer waiting
 for it there must name it within seconds (not wait for the deadline), and the area's names
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -98,3 +99,60 @@ def test_trainer_0_dead_before_removing_the_area_leaves_nothing() -> None:
     directory, t1 = _run("remove")
     assert t1.get("shared") is True, t1  # every trainer had opened it: set up
     assert not os.path.exists(directory)  # trainer 1 removed them
+
+
+# trainer 0 gives up its second all-reduce (as at its deadline) while trainer 1 has not
+# reached it (stopped, say), and stays alive; trainer 1 then reaches it
+_BROKEN = """
+import json, os, sys, time
+import torch
+from parafluid.distributed import collective
+eps, tid, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+comm = collective.init_collective(eps, tid, [torch.device("cpu")])
+comm.sizes_agreed = True
+assert comm.shared_memory
+comm.all_reduce([torch.ones(10)], name="g")
+def wait_for(name):
+    end = time.monotonic() + 60
+    while not os.path.exists(os.path.join(out, name)) and time.monotonic() < end:
+        time.sleep(0.01)
+if tid == 0:
+    def watch(start):
+        def give_up():
+            raise RuntimeError("no answer in shared memory within 0.1 s")
+        return give_up
+    comm._watch = watch
+else:
+    wait_for("broken")
+start = time.monotonic()
+try:
+    comm.all_reduce([torch.ones(10)], name="g")
+    result = {"ok": True}
+except Exception as e:
+    result = {"error": f"{type(e).__name__}: {e}"}
+result["took"] = time.monotonic() - start
+open(os.path.join(out, "broken" if tid == 0 else "done"), "w").close()
+print(json.dumps(result), flush=True)
+if tid == 0:
+    wait_for("done")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_trainer_that_gave_up_ends_the_wait_of_a_late_peer_at_once(tmp_path) -> None:
+    eps = endpoints(2)
+    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline=str(_DEADLINE_MS))
+    procs = []
+    try:
+        procs = [start(["-c", _BROKEN, eps, str(t), str(tmp_path)], env,
+                       stdout=subprocess.PIPE, text=True) for t in (0, 1)]
+        # well under the deadline: a trainer 1 that waited for it fails here
+        outs = [p.communicate(timeout=_DEADLINE_MS / 2000)[0] for p in procs]
+    finally:
+        reap(procs)
+    t0, t1 = (json.loads(o.splitlines()[-1]) for o in outs)
+    assert "CollectiveError: all_reduce (collective #2) failed on trainer 0" in t0["error"], t0
+    assert "CollectiveError: all_reduce (collective #2) failed on trainer 1" in t1["error"], t1
+    assert re.search(r"trainer 0 \(127.0.0.1:\d+\) gave up \(a collective or a step failed",
+                     t1["error"]), t1
+    assert t1["took"] < _DEADLINE_MS / 4000, t1

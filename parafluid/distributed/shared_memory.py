@@ -23,8 +23,10 @@ byte saying so into every peer's FIFO: their waits end at once, naming it.
 The file and the FIFOs live in a private directory (mode 0700) that trainer 0 creates and
 every trainer that opened them removes as soon as every trainer has said whether it could (or
 the setup failed): nothing is left behind when a process is killed later, even trainer 0
-before its removal, and no other user can reach the memory. A trainer that cannot open them (on
-another machine, or ``/dev/shm`` full) makes every trainer keep gloo.
+before its removal, and no other user can reach the memory. The directory's name holds its
+creator's process id: an area left by a trainer 0 killed during the setup, before anyone
+removed it, is removed by the next trainer 0 of this user on the machine. A trainer that
+cannot open them (on another machine, or ``/dev/shm`` full) makes every trainer keep gloo.
 
 Example (trainer 0 creates, every trainer opens, then the names are removed)::
 
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import secrets
 import select
 import shutil
@@ -101,7 +104,9 @@ def create_shared_area(num_trainers: int, slot_bytes: int) -> SharedPlace:
     if slot_bytes <= 0:
         raise ValueError(f"slot_bytes must be > 0, got {slot_bytes}")
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    directory = tempfile.mkdtemp(prefix="parafluid-shm-", dir=base)  # mode 0700
+    _remove_orphans(base or tempfile.gettempdir())
+    # NOTE: the name says which process created it: see _remove_orphans
+    directory = tempfile.mkdtemp(prefix=f"parafluid-shm-{os.getpid()}-", dir=base)  # 0700
     try:
         token = secrets.token_hex(16)
         fd = os.open(os.path.join(directory, "data"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -116,6 +121,30 @@ def create_shared_area(num_trainers: int, slot_bytes: int) -> SharedPlace:
         shutil.rmtree(directory, ignore_errors=True)
         raise
     return SharedPlace(directory, token, slot_bytes)
+
+
+def _remove_orphans(base: str) -> None:
+    """Remove the areas (of this user) whose creator is gone: a trainer 0 killed while its
+    trainers set up (SIGKILL, or the launcher's SIGTERM after another trainer failed), before
+    any of them could remove the names, leaves its area behind; the next job cleans up."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        m = re.fullmatch(r"parafluid-shm-(\d+)-\w+", name)
+        if m is None:
+            continue
+        path = os.path.join(base, name)
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:  # its creator is gone
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, OverflowError):  # alive (another user's), or not ours to judge
+            continue
 
 
 def remove_shared_area(place: SharedPlace) -> None:

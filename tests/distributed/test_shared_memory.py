@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
 import threading
 import time
 
@@ -261,3 +264,25 @@ def test_a_give_up_byte_of_no_peer_is_refused_and_a_peers_names_it() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_an_area_whose_creator_died_is_removed_by_the_next_one() -> None:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
+        else tempfile.gettempdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = tempfile.mkdtemp(prefix=f"parafluid-shm-{gone.pid}-", dir=base)
+    alive = tempfile.mkdtemp(prefix=f"parafluid-shm-{os.getppid()}-", dir=base)
+    place = None
+    try:
+        with open(os.path.join(orphan, "data"), "wb") as f:
+            f.write(b"left by a trainer 0 killed during the setup")
+        place = create_shared_area(2, 4096)
+        assert os.path.basename(place.directory).startswith(f"parafluid-shm-{os.getpid()}-")
+        assert not os.path.exists(orphan)
+        assert os.path.isdir(alive)  # its creator runs: it may still be setting up
+    finally:
+        shutil.rmtree(orphan, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)
+        if place is not None:
+            remove_shared_area(place)

@@ -375,10 +375,17 @@ class ProcessGroupCommunicator:
             who = str(e)
         elif quitter is not None:
             # a peer said in shared memory that it gave up: its reason, if it published one
-            # (abort), else that it gave up; nothing to wait for
+            # (abort); else its collective failed, most likely for a peer that died, which
+            # this trainer's heartbeat names within a beat or two: that one is the news
             self._read_failures()
-            who = self._heartbeat.trouble([quitter]) or \
-                f"{self._heartbeat.who(quitter)} gave up (a collective or a step failed there)"
+            who = self._heartbeat.trouble([quitter])
+            end = time.monotonic() + max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
+                                                  self.deadline_s - took))
+            while who is None and time.monotonic() < end:
+                who = self._heartbeat.trouble([k for k in range(self.num_trainers)
+                                               if k != quitter])
+                time.sleep(0.05)
+            who = who or f"{self._heartbeat.who(quitter)} gave up (a collective failed there)"
         else:
             self._read_failures()
             who = self._heartbeat.describe(

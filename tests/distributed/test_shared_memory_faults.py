@@ -153,6 +153,50 @@ def test_a_trainer_that_gave_up_ends_the_wait_of_a_late_peer_at_once(tmp_path) -
     t0, t1 = (json.loads(o.splitlines()[-1]) for o in outs)
     assert "CollectiveError: all_reduce (collective #2) failed on trainer 0" in t0["error"], t0
     assert "CollectiveError: all_reduce (collective #2) failed on trainer 1" in t1["error"], t1
-    assert re.search(r"trainer 0 \(127.0.0.1:\d+\) gave up \(a collective or a step failed",
+    assert re.search(r"trainer 0 \(127.0.0.1:\d+\) gave up \(a collective failed there\)",
                      t1["error"]), t1
     assert t1["took"] < _DEADLINE_MS / 4000, t1
+
+
+# three trainers: trainer 1 dies after the first all-reduce; trainer 0 gives up the second
+# at once (before any heartbeat can say that trainer 1 died), which wakes trainer 2
+_THREE = """
+import json, os, sys, time
+import torch
+from parafluid.distributed import collective
+eps, tid = sys.argv[1], int(sys.argv[2])
+comm = collective.init_collective(eps, tid, [torch.device("cpu")])
+comm.sizes_agreed = True
+assert comm.shared_memory
+comm.all_reduce([torch.ones(10)], name="g")
+if tid == 1:
+    os._exit(3)
+if tid == 0:
+    def watch(start):
+        def give_up():
+            raise RuntimeError("no answer in shared memory within 0.1 s")
+        return give_up
+    comm._watch = watch
+try:
+    comm.all_reduce([torch.ones(10)], name="g")
+    print(json.dumps({"ok": True}), flush=True)
+except Exception as e:
+    print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_trainer_woken_by_a_peer_that_gave_up_names_the_trainer_that_died() -> None:
+    eps = endpoints(3)
+    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline=str(_DEADLINE_MS))
+    procs = []
+    try:
+        procs = [start(["-c", _THREE, eps, str(t)], env, stdout=subprocess.PIPE, text=True)
+                 for t in range(3)]
+        outs = [p.communicate(timeout=_DEADLINE_MS / 2000)[0] for p in procs]
+    finally:
+        reap(procs)
+    t2 = json.loads(outs[2].splitlines()[-1])
+    assert "CollectiveError: all_reduce (collective #2) failed on trainer 2" in t2["error"], t2
+    # the news is trainer 1's death, not that trainer 0 gave up because of it
+    assert re.search(r"trainer 1 \(127.0.0.1:\d+\) stopped responding", t2["error"]), t2

@@ -77,6 +77,7 @@ from .rendezvous import Rendezvous, rendezvous
 from .shared_memory import (
     MAX_TRAINERS,
     SharedArea,
+    SharedAreaError,
     SharedPlace,
     create_shared_area,
     remove_shared_area,
@@ -211,7 +212,8 @@ class ProcessGroupCommunicator:
     def _share_memory(self) -> SharedArea | None:
         """Trainer 0 creates the shared area; every trainer opens it and says whether it
         could; all use it, or none does (a trainer whose ``FLAGS_collective_shared_memory_mb``
-        is 0 says no; trainer 0's value sizes the slots). Trainer 0 then removes its names."""
+        is 0 says no; trainer 0's value sizes the slots). Then every trainer that opened it
+        removes its names (trainer 0 may die before doing so)."""
         slot = int(flag("FLAGS_collective_shared_memory_mb") * (1 << 20))
         what = "sharing memory with the trainers of this machine"
         place: SharedPlace | None = None
@@ -223,8 +225,7 @@ class ProcessGroupCommunicator:
                     note = place.encode() if place is not None else "-turned off"
                 except OSError as e:
                     note = f"-{first_line(e)}"
-                self._calls(lambda: self._store.set("shm/place", note), self._transport_s,
-                            what)
+                self._ask(lambda: self._store.set("shm/place", note), what)
             else:
                 note = self._poll_keys(["shm/place"], what)[0]
             if note.startswith("-"):
@@ -232,12 +233,13 @@ class ProcessGroupCommunicator:
             status = "ok" if slot > 0 else "-turned off"
             try:
                 if slot > 0:
-                    area = SharedArea(SharedPlace.decode(note), self.trainer_id,
-                                      self.num_trainers)
+                    opened = SharedPlace.decode(note)
+                    area = SharedArea(opened, self.trainer_id, self.num_trainers)
+                    # NOTE: the token matched: the directory is the area's, safe to remove
+                    place = place or opened
             except (OSError, ValueError) as e:
                 status = f"-{first_line(e)}"
-            self._calls(lambda: self._store.set(f"shm/{self.trainer_id}", status),
-                        self._transport_s, what)
+            self._ask(lambda: self._store.set(f"shm/{self.trainer_id}", status), what)
             said = self._poll_keys([f"shm/{k}" for k in range(self.num_trainers)], what)
         except _PeerGone as e:
             if area is not None:
@@ -255,6 +257,18 @@ class ProcessGroupCommunicator:
             area.close()
             return None
         return area
+
+    def _host_gone(self) -> None:
+        """Raise when the store's host (trainer 0) is gone: a store call to it would wait
+        for the whole transport timeout."""
+        trouble = self._heartbeat.trouble([])
+        if trouble is not None:
+            raise _PeerGone(trouble)
+
+    def _ask(self, fn: Callable[[], Any], what: str) -> Any:
+        """A store call bounded by the transport's timeout that gives up within seconds
+        when the store's host dies."""
+        return self._calls(fn, self._transport_s, what, watch=self._host_gone)
 
     def _watch(self, start: float) -> Callable[[], None]:
         """What a shared-memory barrier calls while it waits: raise when a peer is gone or
@@ -356,18 +370,37 @@ class ProcessGroupCommunicator:
                 self._broken = str(e)
             return e
         took = time.monotonic() - start
+        quitter = e.trainer if isinstance(e, SharedAreaError) else None
         if isinstance(e, _PeerGone):
             who = str(e)
+        elif quitter is not None:
+            # a peer said in shared memory that it gave up: its reason, if it published one
+            # (abort); else its collective failed, most likely for a peer that died, which
+            # this trainer's heartbeat names within a beat or two: that one is the news
+            self._read_failures()
+            who = self._heartbeat.trouble([quitter])
+            end = time.monotonic() + max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
+                                                  self.deadline_s - took))
+            while who is None and time.monotonic() < end:
+                who = self._heartbeat.trouble([k for k in range(self.num_trainers)
+                                               if k != quitter])
+                time.sleep(0.05)
+            who = who or f"{self._heartbeat.who(quitter)} gave up (a collective failed there)"
         else:
             self._read_failures()
             who = self._heartbeat.describe(
                 seq, wait_s=max(0.0, min(self._heartbeat.stale_s + 2 * self._interval,
                                          self.deadline_s - took)))
-        detail = "" if isinstance(e, _PeerGone) else f". Transport: {first_line(e)}"
+        detail = "" if isinstance(e, _PeerGone) or quitter is not None else \
+            f". Transport: {first_line(e)}"
         self._broken = (f"{what} (collective #{seq}) failed on "
                         f"{self.describe(self.trainer_id)} after "
                         f"{time.monotonic() - start:.1f} s (deadline "
                         f"{self.deadline_s:g} s): {who}{detail}")
+        if self._shared is not None:
+            # NOTE: a peer that reaches this collective late (it was stopped, or slow) would
+            # wait in a barrier for this trainer until its deadline: tell it at once
+            self._shared.abort()
         return CollectiveError(self._broken)
 
     def _verify(self, seq: int, what: str, signature: str) -> None:
@@ -386,8 +419,8 @@ class ProcessGroupCommunicator:
         """The trainers' signatures of collective ``seq`` differ: every one of them gets here;
         raise CollectiveMismatchError saying how, read through the store."""
         base = f"sig/{seq}/"
-        self._calls(lambda: self._store.set(base + str(self.trainer_id), tag),
-                    self._transport_s, "publishing the signature")
+        self._ask(lambda: self._store.set(base + str(self.trainer_id), tag),
+                  "publishing the signature")
         tags = self._poll_keys([base + str(k) for k in range(self.num_trainers)], what)
         steps = {t.split("\n", 1)[0] for t in tags}
         shown = [(t.split("\n", 1) + [""])[:2] for t in tags]
@@ -405,9 +438,8 @@ class ProcessGroupCommunicator:
         while pending:
             order = sorted(pending)
             asked = [keys[k] for k in order]
-            pending = {k for k, p in zip(order, self._calls(
-                lambda asked=asked: self._store.present(asked), self._transport_s, what))
-                if not p}
+            pending = {k for k, p in zip(order, self._ask(
+                lambda asked=asked: self._store.present(asked), what)) if not p}
             if not pending:
                 break
             trouble = self._heartbeat.trouble(sorted(pending))
@@ -418,7 +450,7 @@ class ProcessGroupCommunicator:
                     f"{what}: after {self._transport_s:.1f} s nothing from "
                     + ", ".join(self.describe(k) for k in sorted(pending)))
             time.sleep(0.01)
-        raws = self._calls(lambda: self._store.multi_get(keys), self._transport_s, what)
+        raws = self._ask(lambda: self._store.multi_get(keys), what)
         return [r.decode("utf-8", "replace") for r in raws]
 
     def _read_failures(self) -> None:
@@ -769,8 +801,7 @@ class ProcessGroupCommunicator:
         label = label or f"exchange({what!r})"
 
         def body() -> list[str]:
-            self._calls(lambda: self._store.set(base + str(self.trainer_id), text),
-                        self._transport_s, label)
+            self._ask(lambda: self._store.set(base + str(self.trainer_id), text), label)
             return self._poll_keys([base + str(k) for k in range(self.num_trainers)], label)
 
         return self._run(label, body)
@@ -787,13 +818,15 @@ class ProcessGroupCommunicator:
         if self._broken is None:
             self._broken = f"{self.describe(self.trainer_id)} gave up: {reason}"
         self._pending = []
-        if self._shared is not None:
-            self._shared.abort()
         try:
             self._calls(lambda: self._store.set(f"failed/{self.trainer_id}", reason[:2000]),
-                        min(self._transport_s, 5.0), "announcing the failure")
+                        min(self._transport_s, 5.0), "announcing the failure",
+                        watch=self._host_gone)
         except Exception:  # noqa: BLE001 - the store host is gone: the peers see that too
             pass
+        # NOTE: after the reason: a peer woken in shared memory reads it at once
+        if self._shared is not None:
+            self._shared.abort()
         pg, self._pg = self._pg, None
         if pg is not None and hasattr(pg, "abort"):
             pg.abort()

@@ -124,15 +124,27 @@ class StoreCalls:
                 box["error"] = e
             done.set()
 
-    def __call__(self, fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    def __call__(self, fn: Callable[[], Any], timeout: float, what: str,
+                 watch: Callable[[], None] | None = None) -> Any:
+        """``fn()`` within ``timeout`` seconds; ``watch``, when given, is called every 0.1 s
+        while the call waits and raises to give it up (say, the store's host died: a
+        request to it would wait for the whole timeout)."""
         if self._stuck is not None:
             raise TimeoutError(self._stuck)
         box: dict[str, Any] = {}
         done = threading.Event()
         self._queue.put((fn, box, done))
-        if not done.wait(max(timeout, 0.001)):
-            self._stuck = f"{what}: no answer within {timeout:.1f} s"
-            raise TimeoutError(self._stuck)
+        end = time.monotonic() + max(timeout, 0.001)
+        while not done.wait(max(0.001, min(0.1, end - time.monotonic())) if watch else
+                            max(timeout, 0.001)):
+            if time.monotonic() >= end or watch is None:
+                self._stuck = f"{what}: no answer within {timeout:.1f} s"
+                raise TimeoutError(self._stuck)
+            try:
+                watch()
+            except BaseException:
+                self._stuck = f"{what}: given up while waiting for the store"
+                raise
         if "error" in box:
             raise box["error"]
         return box["value"]

@@ -17,19 +17,22 @@ every peer's FIFO and one read from each; a write and a read are system calls, w
 the memory accesses around them on every architecture. A waiting trainer polls its FIFO
 every 100 ms and otherwise calls the ``watch`` its caller gives (the communicator's
 heartbeat check and deadline), so a dead, stopped or stuck peer is named as with gloo. A
-trainer that gives up (``abort``) writes a byte saying so into every peer's FIFO: their
-waits end at once.
+trainer that gives up (``abort``: its communicator's failed step or collective) writes a
+byte saying so into every peer's FIFO: their waits end at once, naming it.
 
 The file and the FIFOs live in a private directory (mode 0700) that trainer 0 creates and
-removes as soon as every trainer has opened them: nothing is left behind when a process is
-killed later, and no other user can reach the memory. A trainer that cannot open them (on
-another machine, or ``/dev/shm`` full) makes every trainer keep gloo.
+every trainer that opened them removes as soon as every trainer has said whether it could (or
+the setup failed): nothing is left behind when a process is killed later, even trainer 0
+before its removal, and no other user can reach the memory. The directory's name holds its
+creator's process id: an area left by a trainer 0 killed during the setup, before anyone
+removed it, is removed by the next trainer 0 of this user on the machine. A trainer that
+cannot open them (on another machine, or ``/dev/shm`` full) makes every trainer keep gloo.
 
-Example (trainer 0 creates, every trainer opens, then trainer 0 removes the names)::
+Example (trainer 0 creates, every trainer opens, then the names are removed)::
 
     where = create_shared_area(2, 8 << 20)             # trainer 0 only
     area = SharedArea(where, trainer_id, 2)           # every trainer
-    remove_shared_area(where)                         # trainer 0, once all have opened
+    remove_shared_area(where)                         # once all have opened
     area.slot(torch.float32, n).copy_(buffer)
     area.reduce(n, torch.float32, watch)
     summed = area.result(torch.float32, n)
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import secrets
 import select
 import shutil
@@ -60,7 +64,11 @@ _POLL_MS = 100
 
 
 class SharedAreaError(RuntimeError):
-    """A barrier of the shared area could not complete (a peer gave up)."""
+    """A barrier of the shared area could not complete (a peer gave up: ``trainer``)."""
+
+    def __init__(self, message: str, trainer: int | None = None) -> None:
+        super().__init__(message)
+        self.trainer = trainer
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,9 @@ def create_shared_area(num_trainers: int, slot_bytes: int) -> SharedPlace:
     if slot_bytes <= 0:
         raise ValueError(f"slot_bytes must be > 0, got {slot_bytes}")
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    directory = tempfile.mkdtemp(prefix="parafluid-shm-", dir=base)  # mode 0700
+    _remove_orphans(base or tempfile.gettempdir())
+    # NOTE: the name says which process created it: see _remove_orphans
+    directory = tempfile.mkdtemp(prefix=f"parafluid-shm-{os.getpid()}-", dir=base)  # 0700
     try:
         token = secrets.token_hex(16)
         fd = os.open(os.path.join(directory, "data"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -113,9 +123,33 @@ def create_shared_area(num_trainers: int, slot_bytes: int) -> SharedPlace:
     return SharedPlace(directory, token, slot_bytes)
 
 
+def _remove_orphans(base: str) -> None:
+    """Remove the areas (of this user) whose creator is gone: a trainer 0 killed while its
+    trainers set up (SIGKILL, or the launcher's SIGTERM after another trainer failed), before
+    any of them could remove the names, leaves its area behind; the next job cleans up."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        m = re.fullmatch(r"parafluid-shm-(\d+)-\w+", name)
+        if m is None:
+            continue
+        path = os.path.join(base, name)
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:  # its creator is gone
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, OverflowError):  # alive (another user's), or not ours to judge
+            continue
+
+
 def remove_shared_area(place: SharedPlace) -> None:
-    """Trainer 0, once every trainer has opened the area: remove its names (the memory stays
-    for as long as a trainer has it mapped)."""
+    """Once every trainer has opened the area: remove its names (the memory stays for as long
+    as a trainer has it mapped). Any trainer may; a second removal does nothing."""
     shutil.rmtree(place.directory, ignore_errors=True)
 
 
@@ -219,9 +253,9 @@ class SharedArea:
             except BlockingIOError:
                 continue
             for b in data:
-                if b >= 128:
+                if b >= 128 and b - 128 in self._peers:
                     raise SharedAreaError(f"trainer {b - 128} gave up (its shared-memory "
-                                          "barrier says so)")
+                                          "barrier says so)", b - 128)
                 if b >= self.num_trainers or b == self.trainer_id:
                     raise SharedAreaError(f"a barrier byte from no peer: {b}")
                 heard[b] += 1

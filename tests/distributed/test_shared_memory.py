@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
 import threading
 import time
 
@@ -246,3 +249,40 @@ def test_shared_memory_and_gloo_train_to_the_same_weights_and_leave_nothing(tmp_
     if left:  # another test's trainers may be setting theirs up at this moment
         time.sleep(3)
     assert not {p for p in left if os.path.exists(os.path.join("/dev/shm", p))}
+
+
+def test_a_give_up_byte_of_no_peer_is_refused_and_a_peers_names_it() -> None:
+    a, b = _areas(2)
+    try:
+        os.write(a._fifos[0], bytes([128 + 9]))  # "trainer 9 gave up", in a job of 2
+        with pytest.raises(SharedAreaError, match="from no peer: 137"):
+            a.reduce(4, torch.float32, _never)
+        b.abort()
+        with pytest.raises(SharedAreaError, match="trainer 1 gave up") as e:
+            a.reduce(4, torch.float32, _never)
+        assert e.value.trainer == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_area_whose_creator_died_is_removed_by_the_next_one() -> None:
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) \
+        else tempfile.gettempdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = tempfile.mkdtemp(prefix=f"parafluid-shm-{gone.pid}-", dir=base)
+    alive = tempfile.mkdtemp(prefix=f"parafluid-shm-{os.getppid()}-", dir=base)
+    place = None
+    try:
+        with open(os.path.join(orphan, "data"), "wb") as f:
+            f.write(b"left by a trainer 0 killed during the setup")
+        place = create_shared_area(2, 4096)
+        assert os.path.basename(place.directory).startswith(f"parafluid-shm-{os.getpid()}-")
+        assert not os.path.exists(orphan)
+        assert os.path.isdir(alive)  # its creator runs: it may still be setting up
+    finally:
+        shutil.rmtree(orphan, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)
+        if place is not None:
+            remove_shared_area(place)

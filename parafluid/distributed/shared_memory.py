@@ -48,6 +48,7 @@ import select
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -162,6 +163,10 @@ class SharedArea:
     def __init__(self, place: SharedPlace, trainer_id: int, num_trainers: int) -> None:
         self.trainer_id, self.num_trainers = trainer_id, num_trainers
         self.slot_bytes = place.slot_bytes
+        # NOTE: abort (a failing step's thread) and close may race: a FIFO closed under an
+        # abort could have its number reused by another file, which would get the byte
+        self._fd_lock = threading.Lock()
+        self._fifos: list[int] = []
         path = os.path.join(place.directory, "data")
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
@@ -178,7 +183,6 @@ class SharedArea:
             self._map = mmap.mmap(fd, want)
         finally:
             os.close(fd)
-        self._fifos: list[int] = []
         try:
             for k in range(num_trainers):
                 # NOTE: O_RDWR opens a FIFO without waiting for the other end (Linux)
@@ -271,24 +275,26 @@ class SharedArea:
 
     def abort(self) -> None:
         """Tell every peer waiting in a barrier that this trainer gave up."""
-        for k in getattr(self, "_peers", []):
-            if k >= len(self._fifos):
-                return
-            try:
-                os.write(self._fifos[k], bytes([128 + self.trainer_id]))
-            except OSError:
-                pass
+        with self._fd_lock:
+            for k in getattr(self, "_peers", []):
+                if k >= len(self._fifos):
+                    return
+                try:
+                    os.write(self._fifos[k], bytes([128 + self.trainer_id]))
+                except OSError:
+                    pass
 
     def close(self) -> None:
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        for fd in self._fifos:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fifos = []
+        with self._fd_lock:
+            fifos, self._fifos = self._fifos, []
+            for fd in fifos:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         self._views = {}
         self._bytes = None  # type: ignore[assignment]
         try:

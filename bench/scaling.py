@@ -14,7 +14,9 @@ large tensors, many small), with the channels divided by ``--div``.
   calls the runtime as a transpiled program does: one ``send`` per gradient (its blocks to
   their pservers at once), send barrier, one ``recv`` per parameter, fetch barrier.
 * ``collective``: 1..8 ranks over gloo (``init_collective``), the same VGG-like gradients
-  all-reduced one by one, or fused into one buffer (as ``fuse_all_reduce_ops`` does).
+  all-reduced one by one, or fused into one buffer (as ``fuse_all_reduce_ops`` does); with
+  ``--shared`` the fused buffer goes as the ParallelExecutor sends gradients (checked by its
+  data), so through the trainers' shared memory.
 * ``--kinds msgs bytes``: calibration jobs (128 gradients of 1 KiB; 4 of 4 MiB) that
   separate a pserver's cost per message from its cost per byte.
 * ``faults``: a sync job (default 16 trainers x 4 pservers) in which one trainer, or one
@@ -342,24 +344,33 @@ def rank_proc(cfg: dict, rank: int, out: str) -> None:
     for _ in range(cfg["warmup"] + cfg["steps"]):
         w0, c0 = time.monotonic(), time.process_time()
         time.sleep(cfg["compute_s"])
-        if cfg["fused"]:
+        if cfg["fused"] and cfg.get("shared"):
+            # as the ParallelExecutor's gradient all-reduce: checked by its data, through
+            # the trainers' shared memory on one machine
+            comm.verify_collectives = comm.sizes_agreed = True
+            comm.all_reduce([torch.cat(grads)])
+            comm.sizes_agreed = False
+        elif cfg["fused"]:
             comm.all_reduce([torch.cat(grads)], donate=True)
         else:
             for i, g in enumerate(grads):
                 comm.all_reduce([g], donate=True, name=f"g{i}")
         steps.append((time.monotonic() - w0, time.process_time() - c0))
+    shared = comm.shared_memory
     close_all()
-    _write(out, f"r{rank}", {"steps": steps[cfg["warmup"]:]})
+    _write(out, f"r{rank}", {"steps": steps[cfg["warmup"]:], "shared": shared})
 
 
 def run_collective(ranks: int, fused: bool, a: argparse.Namespace) -> dict:
     out = tempfile.mkdtemp(prefix="pf-scaling-")
     cfg = {"endpoints": ",".join(f"127.0.0.1:{p}" for p in free_ports(ranks)),
            "fused": fused, "div": a.div, "steps": a.steps, "warmup": a.warmup,
-           "compute_s": a.compute_ms / 1000, "deadline_s": a.deadline}
+           "compute_s": a.compute_ms / 1000, "deadline_s": a.deadline,
+           "shared": a.shared}
     _run_procs([(rank_proc, (cfg, r, out)) for r in range(ranks)], a.timeout)
     recs = [_read(out, f"r{r}") for r in range(ranks)]
     row = {"mode": "collective", "fused": fused, "trainers": ranks,
+           "shared": bool(cfg["shared"] and fused and recs[0] and recs[0].get("shared")),
            "compute_ms": a.compute_ms, "params": sum(n for _, n in vgg_params(a.div)),
            "ok": all(recs)}
     if row["ok"]:
@@ -428,6 +439,9 @@ def main() -> int:
     p.add_argument("--deadline", type=float, default=30.0, help="FLAGS_rpc_deadline, s")
     p.add_argument("--timeout", type=float, default=300.0, help="per job, s")
     p.add_argument("--link", default="", help="bits/s,latency_s per process (pserver mode)")
+    p.add_argument("--shared", action="store_true",
+                   help="collective: the fused all-reduce as the ParallelExecutor issues it "
+                   "(checked by its data), so through the trainers' shared memory")
     p.add_argument("--out", default="", help="append the JSON records to this file")
     a = p.parse_args()
     if a.link:
@@ -468,7 +482,8 @@ def main() -> int:
 def _print(row: dict) -> None:
     sync = "" if "sync" not in row else "sync" if row["sync"] else "async"
     head = (f"{row['mode']:10s} {sync:5s}"
-            f" {row.get('kind', 'fused' if row.get('fused') else 'unfused'):7s} "
+            f" {row.get('kind', 'fused' if row.get('fused') else 'unfused'):7s}"
+            f"{' shm' if row.get('shared') else '    '} "
             f"T={row['trainers']:<2d} P={row.get('pservers', '-')!s:2s}")
     if not row["ok"]:
         print(f"{head} FAILED: {row.get('errors')}", flush=True)

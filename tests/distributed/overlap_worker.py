@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "parallel"))
 
 import dp_models  # noqa: E402
 import numpy as np  # noqa: E402
-from dist_helpers import report_status  # noqa: E402
+from dist_helpers import child_env, load_json, reap, report_status, start  # noqa: E402
+from dist_helpers import endpoints as free_endpoints  # noqa: E402
 
 import parafluid as fluid  # noqa: E402
 from parafluid.engine.runtime import add_op_hook, remove_op_hook  # noqa: E402
@@ -91,9 +92,31 @@ def run(endpoints: str, trainer_id: int, out: str, mode: str) -> None:
     pe.close()
 
 
+def run_pair(out: str, mode: str, shared_mb: tuple[str, str] = ("0", "0")) -> list[dict]:
+    """Run both trainers (trainer t with FLAGS_collective_shared_memory_mb=shared_mb[t]) and
+    return their reports; the children are killed if they outlive the wait."""
+    eps = free_endpoints(2)
+    procs = []
+    try:
+        for t in (0, 1):
+            env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000",
+                            FLAGS_collective_shared_memory_mb=shared_mb[t])
+            procs.append(start([os.path.abspath(__file__), eps, str(t), out, mode], env))
+        for p in procs:
+            p.wait(timeout=100)
+    finally:
+        reap(procs)
+    reports = []
+    for t in (0, 1):
+        status = load_json(os.path.join(out, f"status_t{t}.json"))
+        assert status.get("ok"), f"trainer {t}: {status.get('traceback', status)}"
+        reports.append(load_json(os.path.join(out, f"overlap_t{t}.json")))
+    return reports
+
+
 def main() -> None:
-    endpoints, trainer_id, out, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    report_status(out, trainer_id, lambda: run(endpoints, trainer_id, out, mode))
+    eps, trainer_id, out, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    report_status(out, trainer_id, lambda: run(eps, trainer_id, out, mode))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import sys
 
 import numpy as np
 import pytest
-from dist_helpers import HERE, child_env, endpoints, load_json, reap, start
+from dist_helpers import HERE
+from overlap_worker import run_pair
 
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "parallel"))
 
@@ -27,23 +28,7 @@ pytestmark = [pytest.mark.slow]
 
 
 def _run(tmp_path, mode: str, shared_mb: str = "0") -> list[dict]:
-    eps = endpoints(2)
-    env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000",
-                    FLAGS_collective_shared_memory_mb=shared_mb)
-    worker = os.path.join(HERE, "overlap_worker.py")
-    procs = []
-    try:
-        procs = [start([worker, eps, str(t), str(tmp_path), mode], env) for t in (0, 1)]
-        for p in procs:
-            p.wait(timeout=100)
-    finally:
-        reap(procs)
-    out = []
-    for t in (0, 1):
-        status = load_json(str(tmp_path / f"status_t{t}.json"))
-        assert status.get("ok"), f"trainer {t}: {status.get('traceback', status)}"
-        out.append(load_json(str(tmp_path / f"overlap_t{t}.json")))
-    return out
+    return run_pair(str(tmp_path), mode, (shared_mb, shared_mb))
 
 
 @pytest.mark.timeout(120)

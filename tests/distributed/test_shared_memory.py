@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from dist_helpers import HERE, child_env, endpoints, load_json, reap, start
+from overlap_worker import run_pair
 
 from parafluid.distributed.shared_memory import (
     SharedArea,
@@ -200,24 +200,7 @@ def test_a_forged_barrier_byte_is_refused() -> None:
 def _train(tmp_path, shared: tuple[str, str]) -> list[dict]:
     """Two trainers of overlap_worker.py's nccl2 training (4 steps of the MLP), trainer t
     with FLAGS_collective_shared_memory_mb=shared[t]."""
-    eps = endpoints(2)
-    procs = []
-    try:
-        for t in (0, 1):
-            env = child_env(CPU_NUM="1", FLAGS_rpc_deadline="30000",
-                            FLAGS_collective_shared_memory_mb=shared[t])
-            procs.append(start([os.path.join(HERE, "overlap_worker.py"), eps, str(t),
-                                str(tmp_path), "plain"], env))
-        for p in procs:
-            p.wait(timeout=100)
-    finally:
-        reap(procs)
-    out = []
-    for t in (0, 1):
-        status = load_json(str(tmp_path / f"status_t{t}.json"))
-        assert status.get("ok"), f"trainer {t}: {status.get('traceback', status)}"
-        out.append(load_json(str(tmp_path / f"overlap_t{t}.json")))
-    return out
+    return run_pair(str(tmp_path), "plain", shared)
 
 
 @pytest.mark.slow

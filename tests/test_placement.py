@@ -549,21 +549,41 @@ def test_micro_batches_split_forward_and_backward_and_average_the_gradients() ->
     # GPipe order: every forward op of every micro-batch comes before the first backward op
     last_fwd = max(i for i, t in enumerate(types) if t == "mean")
     assert last_fwd < types.index("mean_grad")
-    # each gradient is added to a running sum as each micro-batch's backward ends, on its
+    # a bias gradient is added to a running sum as each micro-batch's backward ends, on its
     # stage, left to right as one sum op adds (the same bits), then scaled by 1/k
-    merged = [(i, line) for i, line in enumerate(lines) if "fc_0.w_0@GRAD" in line
-              and line.startswith(("{Out=[fc_0.w_0@GRAD", "{Out=[fc_0.w_0@GRAD]}"))
+    merged = [(i, line) for i, line in enumerate(lines) if "fc_0.b_0@GRAD" in line
+              and line.startswith(("{Out=[fc_0.b_0@GRAD", "{Out=[fc_0.b_0@GRAD]}"))
               and (" = sum(" in line or " = scale(" in line)]
     place = "{op_device='cpu:0', op_node='worker'}"
     assert [line for _, line in merged] == [
-        f"{{Out=[fc_0.w_0@GRAD@ACC1]}} = sum(X=[fc_0.w_0@GRAD@MB0, fc_0.w_0@GRAD@MB1]) {place}",
-        f"{{Out=[fc_0.w_0@GRAD@ACC2]}} = sum(X=[fc_0.w_0@GRAD@ACC1, fc_0.w_0@GRAD@MB2]) {place}",
-        f"{{Out=[fc_0.w_0@GRAD]}} = sum(X=[fc_0.w_0@GRAD@ACC2, fc_0.w_0@GRAD@MB3]) {place}",
-        "{Out=[fc_0.w_0@GRAD]} = scale(X=[fc_0.w_0@GRAD]) {bias=0.0, bias_after_scale=True, "
+        f"{{Out=[fc_0.b_0@GRAD@ACC1]}} = sum(X=[fc_0.b_0@GRAD@MB0, fc_0.b_0@GRAD@MB1]) {place}",
+        f"{{Out=[fc_0.b_0@GRAD@ACC2]}} = sum(X=[fc_0.b_0@GRAD@ACC1, fc_0.b_0@GRAD@MB2]) {place}",
+        f"{{Out=[fc_0.b_0@GRAD]}} = sum(X=[fc_0.b_0@GRAD@ACC2, fc_0.b_0@GRAD@MB3]) {place}",
+        "{Out=[fc_0.b_0@GRAD]} = scale(X=[fc_0.b_0@GRAD]) {bias=0.0, bias_after_scale=True, "
         "op_device='cpu:0', op_node='worker', scale=0.25}"]
     # the first addition comes right after micro-batch 1's backward, before micro-batch 2's
-    producers = [i for i, line in enumerate(lines) if "fc_0.w_0@GRAD@MB" in line.split(" = ")[0]]
+    producers = [i for i, line in enumerate(lines) if "fc_0.b_0@GRAD@MB" in line.split(" = ")[0]]
     assert producers[1] < merged[0][0] < producers[2]
+    # a weight gradient is one product over the whole batch, on its stage, after every
+    # micro-batch's backward: the micro-batches' output gradients concatenated, the feed as
+    # fed (the first layer passes no input gradient on, so its per-micro-batch op is gone)
+    weight = [(i, line) for i, line in enumerate(lines)
+              if line.split(" = ")[0] == "{Y@GRAD=[fc_0.w_0@GRAD]}"]
+    assert [line for _, line in weight] == [
+        "{Y@GRAD=[fc_0.w_0@GRAD]} = mul_grad(X=[x], Y=[fc_0.w_0], "
+        "Out@GRAD=[fc_0.tmp_0@GRAD@MBALL]) {op_device='cpu:0', op_node='worker', "
+        "x_num_col_dims=1, y_num_col_dims=1}"]
+    parts = ", ".join(f"fc_0.tmp_0@GRAD@MB{m}" for m in range(4))
+    assert f"{{Out=[fc_0.tmp_0@GRAD@MBALL]}} = concat(X=[{parts}]) {{axis=0, " \
+        "op_device='cpu:0', op_node='worker'}" in lines
+    assert not [line for line in lines if "fc_0.w_0@GRAD@MB" in line]
+    last_input_grad = max(i for i, line in enumerate(lines) if "@GRAD@MB3" in line
+                          and line.split(" = ")[1].startswith(("mul_grad", "elementwise_add_grad")))
+    assert weight[0][0] > last_input_grad
+    # an inner layer passes its input gradient on per micro-batch, without its weight's
+    inner = [line for line in lines if " = mul_grad(X=[fc_0.tmp_2@" in line]
+    assert [line.split(" = ")[0] for line in inner] == [
+        *(f"{{X@GRAD=[fc_0.tmp_2@GRAD@MB{m}]}}" for m in range(4)), "{Y@GRAD=[fc_1.w_0@GRAD]}"]
 
 
 @pytest.mark.parametrize("k", [1, 4])

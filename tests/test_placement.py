@@ -653,3 +653,31 @@ def test_persistables_have_a_home_the_executor_puts_them_on_before_a_step() -> N
     assert homes["fc_3.w_0"] == "cpu:1" and homes["fc_0.w_0"] == "cpu:0"
     value = torch.ones(2)
     assert at_home(value, torch.device("cpu")) is value  # CPU devices share torch's CPU
+
+
+def test_a_product_of_two_parameters_keeps_its_running_sum_under_micro_batches() -> None:
+    # mul(P, W) reads no micro-batch's rows: W's gradient is P^T times the sum of the
+    # micro-batches' output gradients, which no concatenation of rows gives
+    def build() -> tuple[fluid.Program, fluid.Program, fluid.Variable]:
+        main, startup = fluid.Program(), fluid.Program()
+        main.random_seed = startup.random_seed = 3
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            x = fluid.layers.data(name="x", shape=[6], dtype="float32")
+            y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+            p = fluid.layers.create_parameter([1, 6], "float32", name="p")
+            w = fluid.layers.create_parameter([6, 6], "float32", name="w")
+            shift = fluid.layers.mul(p, w)  # [1, 6], the same for every row
+            h = fluid.layers.elementwise_add(fluid.layers.fc(input=x, size=6), shift)
+            loss = fluid.layers.mean(fluid.layers.square_error_cost(
+                input=fluid.layers.fc(input=h, size=1), label=y))
+            fluid.optimizer.SGD(learning_rate=0.05).minimize(loss)
+        return main, startup, loss
+
+    ref_losses, ref_params = _train(*build())
+    losses, params, program = _train_compiled(*build(), num_microbatches=2)
+    lines = _op_lines(program)
+    assert [line.split(" = ")[0] for line in lines if " = mul_grad(X=[p]" in line] == \
+        ["{X@GRAD=[p@GRAD@MB0], Y@GRAD=[w@GRAD@MB0]}", "{X@GRAD=[p@GRAD@MB1], Y@GRAD=[w@GRAD@MB1]}"]
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, atol=1e-6)
+    for name, value in ref_params.items():
+        np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -150,9 +150,12 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
     # input gradients on, so the stage before it starts sooner, and computes its weight
     # gradients while that one works; one full-batch product is also cheaper than k
     # quarter-batch ones. The same sum, up to float rounding.
+    # (only where X and Out@GRAD are the micro-batch's own: rows of X and of the output
+    # gradient then pair up across the concatenation, whatever X's shape)
     deferred = {op.output("Y@GRAD")[0]: op for op in backward
                 if op.type == "mul_grad" and op.output("Y@GRAD")
-                and op.output("Y@GRAD")[0] in accumulated and persistable(op.input("Y")[0])}
+                and op.output("Y@GRAD")[0] in accumulated and persistable(op.input("Y")[0])
+                and op.input("X")[0] in local and op.input("Out@GRAD")[0] in written}
     accumulated = [n for n in accumulated if n not in deferred]
 
     def running_sum(name: str, m: int) -> str:

@@ -97,7 +97,14 @@ def test_trainer_0_dead_before_saying_it_opened_the_area_is_named_in_seconds() -
 @pytest.mark.timeout(120)
 def test_trainer_0_dead_before_removing_the_area_leaves_nothing() -> None:
     directory, t1 = _run("remove")
-    assert t1.get("shared") is True, t1  # every trainer had opened it: set up
+    # every trainer had opened it: trainer 1 is set up, unless trainer 0 died while trainer
+    # 1 still read the last answers from its store (a loaded machine): then it names it
+    if "error" in t1:
+        assert "trainer 0 (127.0.0.1:" in t1["error"] and "hosts the rendezvous store" in \
+            t1["error"], t1
+        assert t1["took"] < _DEADLINE_MS / 4000, t1
+    else:
+        assert t1.get("shared") is True, t1
     assert not os.path.exists(directory)  # trainer 1 removed them
 
 

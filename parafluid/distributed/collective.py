@@ -63,7 +63,7 @@ import atexit
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -344,10 +344,7 @@ class ProcessGroupCommunicator:
                     self._verify(seq, what, signature)
                 return body()
             except (ValueError, TypeError, RuntimeError, _PeerGone) as e:
-                err = self._failure(e, what, seq, start)
-                if err is e:
-                    raise
-                raise err from e
+                self._raise_failure(e, what, seq, start)
 
     def _enter(self, what: str) -> tuple[int, float]:
         """Number the next collective (``self._lock`` held); refuse it on a closed or broken
@@ -361,6 +358,14 @@ class ProcessGroupCommunicator:
         self._seq += 1
         self._heartbeat.seq = self._seq
         return self._seq, time.monotonic()
+
+    def _raise_failure(self, e: BaseException, what: str, seq: int, start: float) -> NoReturn:
+        """Raise what ``_failure`` makes of ``e`` (``e`` itself, or a CollectiveError from
+        it)."""
+        err = self._failure(e, what, seq, start)
+        if err is e:
+            raise e
+        raise err from e
 
     def _failure(self, e: BaseException, what: str, seq: int, start: float) -> BaseException:
         """The error to raise for collective ``seq`` failing with ``e``; a transport failure
@@ -497,13 +502,17 @@ class ProcessGroupCommunicator:
         v0 = values[0]
         flat = torch.empty(v0.numel() + extra, dtype=v0.dtype, device=self._wire)
         head = flat[:v0.numel()].view(v0.shape)
-        if len(values) == 1:
-            head.copy_(v0)
-        else:
-            torch.add(v0.to(self._wire), values[1].to(self._wire), out=head)
-            for v in values[2:]:
-                head += v.to(self._wire)
+        self._sum_into(head, values)
         return flat, head
+
+    def _sum_into(self, out: torch.Tensor, values: Sequence[torch.Tensor]) -> None:
+        """``out`` = the sum of ``values`` in device order (``((x0 + x1) + x2) ...``)."""
+        if len(values) == 1:
+            out.copy_(values[0])
+            return
+        torch.add(values[0].to(self._wire), values[1].to(self._wire), out=out)
+        for v in values[2:]:
+            out += v.to(self._wire)
 
     def _dense_all_reduce(self, values: Sequence[torch.Tensor], signature: str
                           ) -> torch.Tensor:
@@ -532,10 +541,7 @@ class ProcessGroupCommunicator:
                 else:
                     self._finish(item)
             except (ValueError, TypeError, RuntimeError, _PeerGone) as e:
-                err = self._failure(e, "all_reduce", seq, start)
-                if err is e:
-                    raise
-                raise err from e
+                self._raise_failure(e, "all_reduce", seq, start)
         return head
 
     def _shared_all_reduce(self, values: Sequence[torch.Tensor], signature: str, pairs: int
@@ -560,12 +566,7 @@ class ProcessGroupCommunicator:
                     hi = min(total, lo + per)
                     m = hi - lo
                     slot = area.slot(dtype, m + 2 * pairs)
-                    if len(flats) == 1:
-                        slot[:m].copy_(flats[0][lo:hi])
-                    else:
-                        torch.add(flats[0][lo:hi], flats[1][lo:hi], out=slot[:m])
-                        for f in flats[2:]:
-                            slot[:m] += f[lo:hi]
+                    self._sum_into(slot[:m], [f[lo:hi] for f in flats])
                     own = check_tail(signature_hash(seq, f"{tag}\npiece {j}"), pairs, dtype, n)
                     slot[m:] = torch.tensor(own, dtype=dtype)
                     area.reduce(m + 2 * pairs, dtype, watch)
@@ -574,10 +575,7 @@ class ProcessGroupCommunicator:
                         self._mismatch(seq, "all_reduce", tag)
                     dest[lo:hi].copy_(summed[:m])
             except (ValueError, TypeError, RuntimeError, _PeerGone) as e:
-                err = self._failure(e, "all_reduce", seq, start)
-                if err is e:
-                    raise
-                raise err from e
+                self._raise_failure(e, "all_reduce", seq, start)
         return out
 
     def _finish(self, item: tuple) -> None:

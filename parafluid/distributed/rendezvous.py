@@ -135,8 +135,8 @@ class StoreCalls:
         done = threading.Event()
         self._queue.put((fn, box, done))
         end = time.monotonic() + max(timeout, 0.001)
-        while not done.wait(max(0.001, min(0.1, end - time.monotonic())) if watch else
-                            max(timeout, 0.001)):
+        step = 0.1 if watch is not None else timeout
+        while not done.wait(max(0.001, min(step, end - time.monotonic()))):
             if time.monotonic() >= end or watch is None:
                 self._stuck = f"{what}: no answer within {timeout:.1f} s"
                 raise TimeoutError(self._stuck)

@@ -49,6 +49,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -157,7 +158,8 @@ def remove_shared_area(place: SharedPlace) -> None:
 class SharedArea:
     """One trainer's view of the shared area: its slot, the result slot and the barriers.
 
-    Not thread-safe: the communicator calls it under its lock.
+    Not thread-safe (the communicator calls it under its lock), except ``abort`` and
+    ``close``, which may come from another thread.
     """
 
     def __init__(self, place: SharedPlace, trainer_id: int, num_trainers: int) -> None:
@@ -204,7 +206,7 @@ class SharedArea:
     # ------------------------------------------------------------------ memory
     def capacity(self, dtype: torch.dtype) -> int:
         """Elements of ``dtype`` one slot holds."""
-        return self.slot_bytes // torch.empty((), dtype=dtype).element_size()
+        return self.slot_bytes // dtype.itemsize
 
     def _slots(self, dtype: torch.dtype) -> torch.Tensor:
         view = self._views.get(dtype)
@@ -271,7 +273,7 @@ class SharedArea:
                 return
             except BlockingIOError:  # the peer's FIFO is full: it stopped reading
                 watch()
-                select.select([], [], [], _POLL_MS / 1000)
+                time.sleep(_POLL_MS / 1000)
 
     def abort(self) -> None:
         """Tell every peer waiting in a barrier that this trainer gave up."""

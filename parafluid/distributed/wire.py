@@ -405,10 +405,10 @@ _new_message = tuple.__new__  # Message(...) without its Python-level __new__
 def _decode(frames: Sequence[Any], secret: bytes | None, channel: bytes,
             limit: int) -> Message:
     n_frames = len(frames)
-    if not 1 <= n_frames <= 4 + max(0, int(limit)) // FRAME_BYTES:  # max_frames(), inlined
-        raise WireError(f"expected 1 to {max_frames(limit)} frames, got {n_frames}")
-    head = getattr(frames[0], "buffer", None)  # _view(frames[0]), inlined
-    head = (head if head is not None else memoryview(frames[0])).cast("B")
+    most = max_frames(limit)
+    if not 1 <= n_frames <= most:
+        raise WireError(f"expected 1 to {most} frames, got {n_frames}")
+    head = _view(frames[0])
     if head.nbytes < HEADER.size:
         raise WireError(f"header of {head.nbytes} bytes is shorter than {HEADER.size}")
     (magic, version, kind_code, code, ndim, flags, name_len, trainer_id, seq, nbytes,

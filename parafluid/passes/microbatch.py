@@ -157,6 +157,7 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
                 and op.output("Y@GRAD")[0] in accumulated and persistable(op.input("Y")[0])
                 and op.input("X")[0] in local and op.input("Out@GRAD")[0] in written}
     accumulated = [n for n in accumulated if n not in deferred]
+    deferred_ops = {id(op) for op in deferred.values()}
 
     def running_sum(name: str, m: int) -> str:
         """The sum of ``name`` over micro-batches 0..m (the last one is ``name`` itself)."""
@@ -174,7 +175,7 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
     def whole(name: str, reader: Any) -> str:
         """``name`` over the whole batch: a feed as fed, else its micro-batches' parts
         concatenated on the lane of ``reader``."""
-        if name in feeds or name not in local:
+        if name in feeds:
             return name
         var_like(name, f"{name}@MBALL")
         result.append(new_block._make_op(
@@ -186,8 +187,7 @@ def split_microbatches(program: Any, k: int, fetch: Sequence[str] = ()) -> Any:
         for m in range(k):
             for op in phase:
                 outputs = op.outputs
-                if op.type == "mul_grad" and op.output("Y@GRAD") and \
-                        op.output("Y@GRAD")[0] in deferred:
+                if id(op) in deferred_ops:  # its weight gradient comes after the last
                     outputs = {s: v for s, v in op.outputs.items() if s != "Y@GRAD"}
                     if not any(v and v != [EMPTY] for v in outputs.values()):
                         continue  # the first layer: no input gradient to pass on

@@ -108,27 +108,35 @@ def test_trainer_0_dead_before_removing_the_area_leaves_nothing() -> None:
     assert not os.path.exists(directory)  # trainer 1 removed them
 
 
-# trainer 0 gives up its second all-reduce (as at its deadline) while trainer 1 has not
-# reached it (stopped, say), and stays alive; trainer 1 then reaches it
-_BROKEN = """
+# both scripts below: trainer ``tid`` joins, takes the shared-memory path, runs one
+# all-reduce; ``give_up(comm)`` makes its next shared-memory wait fail at once
+_JOINED = """
 import json, os, sys, time
 import torch
 from parafluid.distributed import collective
-eps, tid, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+eps, tid = sys.argv[1], int(sys.argv[2])
 comm = collective.init_collective(eps, tid, [torch.device("cpu")])
 comm.sizes_agreed = True
 assert comm.shared_memory
 comm.all_reduce([torch.ones(10)], name="g")
+def give_up(comm):
+    def watch(start):
+        def fail():
+            raise RuntimeError("no answer in shared memory within 0.1 s")
+        return fail
+    comm._watch = watch
+"""
+
+# trainer 0 gives up its second all-reduce (as at its deadline) while trainer 1 has not
+# reached it (stopped, say), and stays alive; trainer 1 then reaches it
+_BROKEN = _JOINED + """
+out = sys.argv[3]
 def wait_for(name):
     end = time.monotonic() + 60
     while not os.path.exists(os.path.join(out, name)) and time.monotonic() < end:
         time.sleep(0.01)
 if tid == 0:
-    def watch(start):
-        def give_up():
-            raise RuntimeError("no answer in shared memory within 0.1 s")
-        return give_up
-    comm._watch = watch
+    give_up(comm)
 else:
     wait_for("broken")
 start = time.monotonic()
@@ -167,23 +175,11 @@ def test_a_trainer_that_gave_up_ends_the_wait_of_a_late_peer_at_once(tmp_path) -
 
 # three trainers: trainer 1 dies after the first all-reduce; trainer 0 gives up the second
 # at once (before any heartbeat can say that trainer 1 died), which wakes trainer 2
-_THREE = """
-import json, os, sys, time
-import torch
-from parafluid.distributed import collective
-eps, tid = sys.argv[1], int(sys.argv[2])
-comm = collective.init_collective(eps, tid, [torch.device("cpu")])
-comm.sizes_agreed = True
-assert comm.shared_memory
-comm.all_reduce([torch.ones(10)], name="g")
+_THREE = _JOINED + """
 if tid == 1:
     os._exit(3)
 if tid == 0:
-    def watch(start):
-        def give_up():
-            raise RuntimeError("no answer in shared memory within 0.1 s")
-        return give_up
-    comm._watch = watch
+    give_up(comm)
 try:
     comm.all_reduce([torch.ones(10)], name="g")
     print(json.dumps({"ok": True}), flush=True)

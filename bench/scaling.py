@@ -440,7 +440,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="per job, s")
     p.add_argument("--link", default="", help="bits/s,latency_s per process (pserver mode)")
     p.add_argument("--shared", action="store_true",
-                   help="collective: the fused all-reduce as the ParallelExecutor issues it "
+                   help="collective, fused runs: the all-reduce as the ParallelExecutor issues it "
                    "(checked by its data), so through the trainers' shared memory")
     p.add_argument("--out", default="", help="append the JSON records to this file")
     a = p.parse_args()
